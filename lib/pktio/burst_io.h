@@ -1,0 +1,48 @@
+// Burst packet I/O: the one interface between the RNIC (lib/) and whatever
+// moves frames (a DPDK ethdev queue, a pcap file, the in-memory wire).
+//
+// Shape of rte_eth_rx_burst/rte_eth_tx_burst: arrays and counts in, counts out.
+// One indirect call per burst, never per packet. The backend owns frame
+// storage; `Frame::handle` lets it find its buffer again (an rte_mbuf*, a pool
+// slot). lib/ never sees an mbuf.
+#ifndef DROCE_LIB_PKTIO_BURST_IO_H_
+#define DROCE_LIB_PKTIO_BURST_IO_H_
+
+#include <cstdint>
+
+namespace droce::pktio {
+
+// Largest frame any backend must carry: 4096 B MTU payload plus
+// Eth(14)+VLAN(4)+IPv6(40)+UDP(8)+BTH(12)+RETH(16)+ImmDt(4)+pad(3)+ICRC(4), rounded up.
+inline constexpr uint32_t kMaxFrameBytes = 4096 + 256;
+
+struct Frame {
+  uint8_t* data = nullptr;  // first byte of the Ethernet header
+  uint32_t len = 0;         // valid bytes at data
+  uint32_t capacity = 0;    // writable bytes at data (>= kMaxFrameBytes for TX buffers)
+  void* handle = nullptr;   // the backend's own reference to the buffer
+};
+
+class BurstIo {
+ public:
+  virtual ~BurstIo() = default;
+
+  // Receives up to n frames into frames[0..). The caller owns them until it
+  // passes them to Release() (or TxBurst() to forward them).
+  virtual uint16_t RxBurst(Frame* frames, uint16_t n) = 0;
+
+  // Hands out up to n empty transmit buffers (len 0, capacity >= kMaxFrameBytes).
+  virtual uint16_t AllocTx(Frame* frames, uint16_t n) = 0;
+
+  // Queues frames[0..n) for transmission and returns how many were accepted;
+  // accepted frames belong to the backend again. The caller keeps the rest
+  // (frames[ret..n)) and retries or releases them.
+  virtual uint16_t TxBurst(Frame* frames, uint16_t n) = 0;
+
+  // Returns frames (received ones, or unsent transmit buffers) to the backend.
+  virtual void Release(Frame* frames, uint16_t n) = 0;
+};
+
+}  // namespace droce::pktio
+
+#endif  // DROCE_LIB_PKTIO_BURST_IO_H_

@@ -1,0 +1,194 @@
+#include "wire/fields.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace droce::wire {
+
+PacketFields DecodeFields(const uint8_t* frame, const ParsedPacket& p) {
+  PacketFields f;
+  RouteFields& r = f.route;
+  EthView eth(frame);
+  std::memcpy(r.dst_mac.data(), eth.dst_mac(), 6);
+  std::memcpy(r.src_mac.data(), eth.src_mac(), 6);
+  r.has_vlan = p.has_vlan;
+  r.vlan_tci = p.vlan_tci;
+  r.ipv6 = p.ipv6;
+  const uint8_t* l3 = frame + p.l3_offset;
+  if (p.ipv6) {
+    Ipv6View ip(l3);
+    r.tclass = ip.traffic_class();
+    r.flow_label = ip.flow_label();
+    r.ttl = ip.hop_limit();
+    std::memcpy(r.src_ip.data(), ip.src(), 16);
+    std::memcpy(r.dst_ip.data(), ip.dst(), 16);
+  } else {
+    Ipv4View ip(l3);
+    r.tclass = ip.tos();
+    r.ttl = ip.ttl();
+    r.ipv4_id = ip.id();
+    r.ipv4_flags_fragment = ip.flags_fragment();
+    r.src_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+    r.dst_ip = r.src_ip;
+    StoreBe32(r.src_ip.data() + 12, ip.src());
+    StoreBe32(r.dst_ip.data() + 12, ip.dst());
+  }
+  UdpView udp(frame + p.l4_offset);
+  r.udp_src_port = udp.src_port();
+  r.udp_dst_port = udp.dst_port();
+  r.udp_checksum = udp.checksum();
+
+  const uint8_t* bth_p = frame + p.bth_offset;
+  BthView bth(bth_p);
+  f.bth = {bth.opcode(), bth.solicited(), bth.mig_req(), bth.tver(),  bth.pkey(),
+           bth.fecn(),   bth.becn(),      bth.resv6(),   bth.dest_qp(), bth.ack_req(),
+           bth.resv7(),  bth.psn()};
+  f.pad = p.pad;
+  const OpcodeInfo& op = p.op();
+  if (op.Has(kHdrReth)) {
+    RethView v(bth_p + op.reth_offset);
+    f.reth_va = v.va();
+    f.reth_rkey = v.rkey();
+    f.reth_length = v.dma_length();
+  }
+  if (op.Has(kHdrAeth)) {
+    AethView v(bth_p + op.aeth_offset);
+    f.aeth_syndrome = v.syndrome();
+    f.aeth_msn = v.msn();
+  }
+  if (op.Has(kHdrAtomicEth)) {
+    AtomicEthView v(bth_p + op.atomic_offset);
+    f.atomic_va = v.va();
+    f.atomic_rkey = v.rkey();
+    f.atomic_swap_add = v.swap_add();
+    f.atomic_compare = v.compare();
+  }
+  if (op.Has(kHdrAtomicAckEth)) {
+    f.atomic_ack_original = AtomicAckEthView(bth_p + op.atomic_ack_offset).original();
+  }
+  if (op.Has(kHdrDeth)) {
+    DethView v(bth_p + op.deth_offset);
+    f.deth_qkey = v.qkey();
+    f.deth_resv8 = v.resv8();
+    f.deth_src_qp = v.src_qp();
+  }
+  if (op.Has(kHdrImmDt)) f.imm_data = ImmDtView(bth_p + op.immdt_offset).value();
+  if (op.Has(kHdrIeth)) f.ieth_rkey = IethView(bth_p + op.ieth_offset).value();
+  f.payload = {frame + p.payload_offset, p.payload_len};
+  f.icrc = StoredIcrc(frame, p);
+  return f;
+}
+
+uint32_t WriteTransportHeaders(const PacketFields& f, uint8_t* bth_p) {
+  const OpcodeInfo& op = OpInfo(f.bth.opcode);
+  BthWriter bth(bth_p);
+  bth.set_opcode(f.bth.opcode);
+  bth.set_flags(f.bth.solicited, f.bth.mig_req, 0, f.bth.tver);
+  bth.set_pkey(f.bth.pkey);
+  bth.set_ecn_bits(f.bth.fecn, f.bth.becn, f.bth.resv6);
+  bth.set_dest_qp(f.bth.dest_qp);
+  bth.set_ack_req(f.bth.ack_req, f.bth.resv7);
+  bth.set_psn(f.bth.psn);
+  // Headers such as the CNP's 16 reserved bytes are zero unless set below.
+  std::memset(bth_p + kBthBytes, 0, op.header_bytes - kBthBytes);
+  if (op.Has(kHdrReth)) {
+    RethWriter v(bth_p + op.reth_offset);
+    v.set_va(f.reth_va);
+    v.set_rkey(f.reth_rkey);
+    v.set_dma_length(f.reth_length);
+  }
+  if (op.Has(kHdrAeth)) {
+    AethWriter v(bth_p + op.aeth_offset);
+    v.set_syndrome(f.aeth_syndrome);
+    v.set_msn(f.aeth_msn);
+  }
+  if (op.Has(kHdrAtomicEth)) {
+    AtomicEthWriter v(bth_p + op.atomic_offset);
+    v.set_va(f.atomic_va);
+    v.set_rkey(f.atomic_rkey);
+    v.set_swap_add(f.atomic_swap_add);
+    v.set_compare(f.atomic_compare);
+  }
+  if (op.Has(kHdrAtomicAckEth)) {
+    AtomicAckEthWriter(bth_p + op.atomic_ack_offset).set_original(f.atomic_ack_original);
+  }
+  if (op.Has(kHdrDeth)) {
+    DethWriter v(bth_p + op.deth_offset);
+    v.set_qkey(f.deth_qkey);
+    v.set_src_qp(f.deth_src_qp, f.deth_resv8);
+  }
+  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_value(f.imm_data);
+  if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(f.ieth_rkey);
+  return op.header_bytes;
+}
+
+absl::StatusOr<uint32_t> SerializeFields(const PacketFields& f, uint8_t* out, uint32_t capacity) {
+  const OpcodeInfo& op = OpInfo(f.bth.opcode);
+  if (!op.valid()) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown opcode 0x%02x", f.bth.opcode));
+  }
+  if (!f.payload.empty() && !(op.roles & kRolePayload)) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s carries no payload", op.name));
+  }
+  const Route route = MakeRoute(f.route);
+  const uint64_t need = uint64_t{route.bytes.size()} + op.header_bytes + f.payload.size() + 3 +
+                        kIcrcBytes;
+  if (need > capacity || need > 0xFFFF) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("frame of up to %d bytes does not fit in %u", need, capacity));
+  }
+  uint8_t* bth = WriteRoute(out, route);
+  const uint32_t hdr = WriteTransportHeaders(f, bth);
+  if (!f.payload.empty()) std::memcpy(bth + hdr, f.payload.data(), f.payload.size());
+  return FinalizeFrame(out, route, hdr + static_cast<uint32_t>(f.payload.size()));
+}
+
+std::string AethDescription(uint8_t syndrome) {
+  const uint8_t v = SyndromeValue(syndrome);
+  switch (SyndromeType(syndrome)) {
+    case AethType::kAck: return absl::StrFormat("ACK credits=%u", v);
+    case AethType::kRnrNak: return absl::StrFormat("RNR-NAK timer=%u", v);
+    case AethType::kReserved: return absl::StrFormat("reserved(0x%02x)", syndrome);
+    case AethType::kNak: {
+      static constexpr const char* kNames[] = {"PSN-seq-err", "invalid-req", "remote-access-err",
+                                               "remote-op-err", "invalid-rd-req"};
+      return v < 5 ? absl::StrFormat("NAK %s", kNames[v]) : absl::StrFormat("NAK code=%u", v);
+    }
+  }
+  return "?";
+}
+
+std::string DescribePacket(const uint8_t* frame, const ParsedPacket& p) {
+  const PacketFields f = DecodeFields(frame, p);
+  const OpcodeInfo& op = p.op();
+  std::string s = absl::StrFormat("%-30s qp=0x%06x psn=%u", op.name, f.bth.dest_qp, f.bth.psn);
+  if (f.bth.ack_req) s += " ackreq";
+  if (f.bth.solicited) s += " se";
+  if (f.bth.fecn) s += " fecn";
+  if (f.bth.becn) s += " becn";
+  if (op.Has(kHdrReth)) {
+    absl::StrAppendFormat(&s, " reth(va=0x%x rkey=0x%x len=%u)", f.reth_va, f.reth_rkey,
+                          f.reth_length);
+  }
+  if (op.Has(kHdrAeth)) {
+    absl::StrAppendFormat(&s, " aeth(%s msn=%u)", AethDescription(f.aeth_syndrome), f.aeth_msn);
+  }
+  if (op.Has(kHdrAtomicEth)) {
+    absl::StrAppendFormat(&s, " atomic(va=0x%x rkey=0x%x swap_add=0x%x cmp=0x%x)", f.atomic_va,
+                          f.atomic_rkey, f.atomic_swap_add, f.atomic_compare);
+  }
+  if (op.Has(kHdrAtomicAckEth)) absl::StrAppendFormat(&s, " orig=0x%x", f.atomic_ack_original);
+  if (op.Has(kHdrDeth)) absl::StrAppendFormat(&s, " deth(qkey=0x%x srcqp=0x%06x)", f.deth_qkey, f.deth_src_qp);
+  if (op.Has(kHdrImmDt)) absl::StrAppendFormat(&s, " imm=0x%08x", f.imm_data);
+  if (op.Has(kHdrIeth)) absl::StrAppendFormat(&s, " inv_rkey=0x%x", f.ieth_rkey);
+  absl::StrAppendFormat(&s, " payload=%u pad=%u", p.payload_len, p.pad);
+  static constexpr const char* kEcn[] = {"not-ect", "ect1", "ect0", "CE"};
+  absl::StrAppendFormat(&s, " %s ecn=%s sport=%u", p.ipv6 ? "ipv6" : "ipv4", kEcn[p.ecn()],
+                        f.route.udp_src_port);
+  if (p.has_vlan) absl::StrAppendFormat(&s, " vlan=%u pcp=%u", p.vlan_tci & 0xFFF, p.vlan_tci >> 13);
+  return s;
+}
+
+}  // namespace droce::wire

@@ -1,0 +1,48 @@
+#include "wire/opcode.h"
+
+#include <gtest/gtest.h>
+
+namespace droce::wire {
+namespace {
+
+TEST(OpcodeTable, HeaderLayoutMatchesIbta) {
+  EXPECT_EQ(OpInfo(kRcSendOnly).header_bytes, 12);
+  EXPECT_EQ(OpInfo(kRcWriteOnlyImm).reth_offset, 12);
+  EXPECT_EQ(OpInfo(kRcWriteOnlyImm).immdt_offset, 28);
+  EXPECT_EQ(OpInfo(kRcWriteOnlyImm).header_bytes, 32);
+  EXPECT_EQ(OpInfo(kRcReadRequest).header_bytes, 28);
+  EXPECT_EQ(OpInfo(kRcReadResponseMiddle).header_bytes, 12);
+  EXPECT_EQ(OpInfo(kRcReadResponseFirst).aeth_offset, 12);
+  EXPECT_EQ(OpInfo(kRcAtomicAcknowledge).atomic_ack_offset, 16);
+  EXPECT_EQ(OpInfo(kRcAtomicAcknowledge).header_bytes, 24);
+  EXPECT_EQ(OpInfo(kRcCompareSwap).header_bytes, 40);
+  EXPECT_EQ(OpInfo(kRcSendOnlyInv).ieth_offset, 12);
+  EXPECT_EQ(OpInfo(kUdSendOnlyImm).deth_offset, 12);
+  EXPECT_EQ(OpInfo(kUdSendOnlyImm).immdt_offset, 20);
+  EXPECT_EQ(OpInfo(kCnp).header_bytes, 28);
+}
+
+TEST(OpcodeTable, RolesAreConsistent) {
+  int valid = 0;
+  for (int i = 0; i < 256; ++i) {
+    const OpcodeInfo& op = OpInfo(static_cast<uint8_t>(i));
+    if (!op.valid()) continue;
+    ++valid;
+    EXPECT_EQ(op.Has(kHdrImmDt), (op.roles & kRoleImmediate) != 0) << op.name;
+    EXPECT_EQ(op.Has(kHdrIeth), (op.roles & kRoleInvalidate) != 0) << op.name;
+    EXPECT_FALSE((op.roles & kRoleRequest) && (op.roles & kRoleResponse)) << op.name;
+    if (op.roles & kRoleImmediate) {
+      EXPECT_TRUE(op.roles & kRoleLast) << op.name;
+    }
+    EXPECT_EQ(op.header_bytes % 4, 0) << op.name;
+  }
+  EXPECT_EQ(valid, 23 + 12 + 2 + 1);
+  EXPECT_FALSE(OpInfo(0x15).valid());
+  EXPECT_FALSE(OpInfo(0xFF).valid());
+  EXPECT_TRUE(OpInfo(kRcWriteFirst).Is(kRoleRequest | kRoleWrite | kRoleFirst));
+  EXPECT_FALSE(OpInfo(kRcWriteFirst).Is(kRoleLast));
+  EXPECT_TRUE(OpInfo(kRcSendOnly).Is(kRoleFirst | kRoleLast));
+}
+
+}  // namespace
+}  // namespace droce::wire

@@ -1,0 +1,264 @@
+#include "wire/packet.h"
+
+#include <cstring>
+
+#include "wire/crc32.h"
+
+namespace droce::wire {
+
+const char* ParseStatusName(ParseStatus s) {
+  switch (s) {
+    case ParseStatus::kOk: return "ok";
+    case ParseStatus::kNotIp: return "not_ip";
+    case ParseStatus::kNotUdp: return "not_udp";
+    case ParseStatus::kNotRoce: return "not_roce";
+    case ParseStatus::kIpFragment: return "ip_fragment";
+    case ParseStatus::kTruncated: return "truncated";
+    case ParseStatus::kBadIpHeader: return "bad_ip_header";
+    case ParseStatus::kBadUdpLength: return "bad_udp_length";
+    case ParseStatus::kBadBthVersion: return "bad_bth_version";
+    case ParseStatus::kUnknownOpcode: return "unknown_opcode";
+    case ParseStatus::kBadPad: return "bad_pad";
+    case ParseStatus::kLengthMismatch: return "length_mismatch";
+    case ParseStatus::kBadIcrc: return "bad_icrc";
+    case ParseStatus::kCount: break;
+  }
+  return "?";
+}
+
+namespace {
+
+ParsedPacket Fail(ParsedPacket p, ParseStatus s) {
+  p.status = s;
+  return p;
+}
+
+}  // namespace
+
+ParsedPacket ParsePacket(const uint8_t* f, uint32_t len) {
+  ParsedPacket p;
+  if (len < kEthBytes) return Fail(p, ParseStatus::kTruncated);
+  uint16_t ether_type = EthView(f).ether_type();
+  uint32_t off = kEthBytes;
+  if (ether_type == kEtherTypeVlan) {
+    if (len < off + kVlanTagBytes) return Fail(p, ParseStatus::kTruncated);
+    VlanView vlan(f + off);
+    p.has_vlan = true;
+    p.vlan_tci = vlan.tci();
+    ether_type = vlan.inner_ether_type();
+    off += kVlanTagBytes;
+  }
+  p.l3_offset = static_cast<uint16_t>(off);
+
+  uint32_t ip_end;  // one past the last byte the IP header says belongs to the packet
+  uint32_t l4;
+  if (ether_type == kEtherTypeIpv4) {
+    p.ipv6 = false;
+    if (len < off + kIpv4MinBytes) return Fail(p, ParseStatus::kTruncated);
+    Ipv4View ip(f + off);
+    const uint32_t ihl = ip.header_bytes();
+    if (ip.version() != 4 || ihl < kIpv4MinBytes || ip.total_length() < ihl) {
+      return Fail(p, ParseStatus::kBadIpHeader);
+    }
+    if (ip.protocol() != kIpProtoUdp) return Fail(p, ParseStatus::kNotUdp);
+    if (ip.is_fragment()) return Fail(p, ParseStatus::kIpFragment);
+    p.tclass = ip.tos();
+    l4 = off + ihl;
+    ip_end = off + ip.total_length();
+  } else if (ether_type == kEtherTypeIpv6) {
+    p.ipv6 = true;
+    if (len < off + kIpv6Bytes) return Fail(p, ParseStatus::kTruncated);
+    Ipv6View ip(f + off);
+    if (ip.version() != 6) return Fail(p, ParseStatus::kBadIpHeader);
+    // Extension headers never precede RoCEv2's UDP header in practice.
+    if (ip.next_header() != kIpProtoUdp) return Fail(p, ParseStatus::kNotUdp);
+    p.tclass = ip.traffic_class();
+    l4 = off + kIpv6Bytes;
+    ip_end = l4 + ip.payload_length();
+  } else {
+    return Fail(p, ParseStatus::kNotIp);
+  }
+  p.l4_offset = static_cast<uint16_t>(l4);
+  if (len < l4 + kUdpBytes) return Fail(p, ParseStatus::kTruncated);
+  UdpView udp(f + l4);
+  if (udp.dst_port() != kRoceV2Port) return Fail(p, ParseStatus::kNotRoce);
+  if (ip_end < l4 + kUdpBytes || udp.length() != ip_end - l4) {
+    return Fail(p, ParseStatus::kBadUdpLength);
+  }
+  if (ip_end > len) return Fail(p, ParseStatus::kTruncated);
+  const uint32_t bth = l4 + kUdpBytes;
+  p.bth_offset = static_cast<uint16_t>(bth);
+  if (ip_end < bth + kBthBytes + kIcrcBytes) return Fail(p, ParseStatus::kLengthMismatch);
+
+  BthView bth_view(f + bth);
+  p.opcode = bth_view.opcode();
+  if (bth_view.tver() != 0) return Fail(p, ParseStatus::kBadBthVersion);
+  const OpcodeInfo& op = OpInfo(p.opcode);
+  if (!op.valid()) return Fail(p, ParseStatus::kUnknownOpcode);
+
+  const uint32_t icrc = ip_end - kIcrcBytes;
+  const uint32_t payload = bth + op.header_bytes;
+  if (payload > icrc) return Fail(p, ParseStatus::kLengthMismatch);
+  const uint32_t area = icrc - payload;
+  const uint8_t pad = bth_view.pad_count();
+  if (area % 4 != 0) return Fail(p, ParseStatus::kLengthMismatch);
+  if (pad > area) return Fail(p, ParseStatus::kBadPad);
+  if (!(op.roles & kRolePayload) && area != 0) return Fail(p, ParseStatus::kLengthMismatch);
+
+  p.pad = pad;
+  p.payload_offset = static_cast<uint16_t>(payload);
+  p.payload_len = static_cast<uint16_t>(area - pad);
+  p.icrc_offset = static_cast<uint16_t>(icrc);
+  p.status = ParseStatus::kOk;
+  return p;
+}
+
+ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len) {
+  ParsedPacket p = ParsePacket(frame, len);
+  if (p.ok() && !IcrcMatches(frame, p)) p.status = ParseStatus::kBadIcrc;
+  return p;
+}
+
+uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6) {
+  // 8 (pseudo-LRH) + up to 60 (IPv4 with options) + 8 (UDP) + 12 (BTH).
+  uint8_t pseudo[8 + 60 + kUdpBytes + kBthBytes];
+  const uint32_t ip_bytes = ipv6 ? kIpv6Bytes : (l3[0] & 0x0F) * 4u;
+  const uint32_t masked = ip_bytes + kUdpBytes + kBthBytes;  // callers pass len >= masked
+  std::memset(pseudo, 0xFF, 8);
+  std::memcpy(pseudo + 8, l3, masked);
+  uint8_t* ip = pseudo + 8;
+  if (ipv6) {
+    ip[0] |= 0x0F;  // traffic class (high nibble) and flow label
+    ip[1] = ip[2] = ip[3] = 0xFF;
+    ip[7] = 0xFF;  // hop limit
+  } else {
+    ip[1] = 0xFF;  // TOS
+    ip[8] = 0xFF;  // TTL
+    ip[10] = ip[11] = 0xFF;  // header checksum
+  }
+  uint8_t* udp = ip + ip_bytes;
+  udp[6] = udp[7] = 0xFF;  // UDP checksum
+  udp[kUdpBytes + 4] = 0xFF;  // BTH byte 4: FECN, BECN, reserved
+  uint32_t crc = Crc32Update(kCrc32Init, pseudo, 8 + masked);
+  crc = Crc32Update(crc, l3 + masked, len - masked);
+  return Crc32Final(crc);
+}
+
+uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p) {
+  return LoadLe32(frame + p.icrc_offset);
+}
+
+bool IcrcMatches(const uint8_t* frame, const ParsedPacket& p) {
+  return ComputeIcrc(frame + p.l3_offset, p.icrc_offset - p.l3_offset, p.ipv6) ==
+         StoredIcrc(frame, p);
+}
+
+uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes) {
+  uint32_t sum = 0;
+  for (uint32_t i = 0; i < header_bytes; i += 2) {
+    if (i == 10) continue;  // the checksum field itself counts as zero
+    sum += LoadBe16(ip + i);
+  }
+  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+Route MakeRoute(const RouteFields& f) {
+  Route r;
+  uint8_t* b = r.bytes.data();
+  EthWriter eth(b);
+  eth.set_dst_mac(f.dst_mac.data());
+  eth.set_src_mac(f.src_mac.data());
+  uint32_t off = kEthBytes;
+  const uint16_t l3_type = f.ipv6 ? kEtherTypeIpv6 : kEtherTypeIpv4;
+  if (f.has_vlan) {
+    eth.set_ether_type(kEtherTypeVlan);
+    VlanWriter vlan(b + off);
+    vlan.set_tci(f.vlan_tci);
+    vlan.set_inner_ether_type(l3_type);
+    off += kVlanTagBytes;
+  } else {
+    eth.set_ether_type(l3_type);
+  }
+  r.l3_offset = static_cast<uint8_t>(off);
+  r.ipv6 = f.ipv6;
+  if (f.ipv6) {
+    Ipv6Writer ip(b + off);
+    ip.set_version_class_flow(f.tclass, f.flow_label);
+    ip.set_payload_length(0);
+    ip.set_next_header(kIpProtoUdp);
+    ip.set_hop_limit(f.ttl);
+    ip.set_src(f.src_ip.data());
+    ip.set_dst(f.dst_ip.data());
+    off += kIpv6Bytes;
+  } else {
+    Ipv4Writer ip(b + off);
+    ip.set_version_ihl(0x45);
+    ip.set_tos(f.tclass);
+    ip.set_total_length(0);
+    ip.set_id(f.ipv4_id);
+    ip.set_flags_fragment(f.ipv4_flags_fragment);
+    ip.set_ttl(f.ttl);
+    ip.set_protocol(kIpProtoUdp);
+    ip.set_checksum(0);
+    ip.set_src(LoadBe32(f.src_ip.data() + 12));
+    ip.set_dst(LoadBe32(f.dst_ip.data() + 12));
+    off += kIpv4MinBytes;
+  }
+  r.l4_offset = static_cast<uint8_t>(off);
+  UdpWriter udp(b + off);
+  udp.set_src_port(f.udp_src_port);
+  udp.set_dst_port(f.udp_dst_port);
+  udp.set_length(0);
+  udp.set_checksum(f.udp_checksum);
+  off += kUdpBytes;
+  r.len = static_cast<uint8_t>(off);
+  return r;
+}
+
+uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
+  uint8_t* bth = frame + r.len;
+  const uint32_t pad = PadFor(transport_len);
+  std::memset(bth + transport_len, 0, pad);
+  BthWriter(bth).set_pad_count(static_cast<uint8_t>(pad));
+  const uint32_t udp_len = kUdpBytes + transport_len + pad + kIcrcBytes;
+  UdpWriter(frame + r.l4_offset).set_length(static_cast<uint16_t>(udp_len));
+  uint8_t* l3 = frame + r.l3_offset;
+  if (r.ipv6) {
+    Ipv6Writer(l3).set_payload_length(static_cast<uint16_t>(udp_len));
+  } else {
+    Ipv4Writer ip(l3);
+    ip.set_total_length(static_cast<uint16_t>(kIpv4MinBytes + udp_len));
+    ip.set_checksum(Ipv4HeaderChecksum(l3, kIpv4MinBytes));
+  }
+  const uint32_t icrc_offset = r.len + transport_len + pad;
+  StoreLe32(frame + icrc_offset, ComputeIcrc(l3, icrc_offset - r.l3_offset, r.ipv6));
+  return icrc_offset + kIcrcBytes;
+}
+
+void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {
+  uint8_t* l3 = frame + p.l3_offset;
+  if (p.ipv6) {
+    Ipv6Writer(l3).set_ecn(ecn);
+  } else {
+    Ipv4Writer ip(l3);
+    ip.set_ecn(ecn);
+    ip.set_checksum(Ipv4HeaderChecksum(l3, ip.header_bytes()));
+  }
+}
+
+uint32_t FlowLabelForQpPair(uint32_t local_qpn, uint32_t remote_qpn) {
+  uint64_t v = uint64_t{local_qpn} * remote_qpn;
+  v ^= v >> 20;
+  v ^= v >> 40;
+  return static_cast<uint32_t>(v & 0xFFFFF);
+}
+
+uint16_t UdpSourcePortForFlowLabel(uint32_t flow_label) {
+  uint32_t low = flow_label & 0x3FFF;
+  const uint32_t high = flow_label & 0xFC000;
+  low ^= high >> 14;
+  return static_cast<uint16_t>(low | 0xC000);
+}
+
+}  // namespace droce::wire

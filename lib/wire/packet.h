@@ -1,0 +1,139 @@
+// Parsing, ICRC and frame building for RoCEv2 packets:
+//   Ethernet [802.1Q] | IPv4 or IPv6 | UDP (dst 4791) | BTH | ext headers |
+//   payload | pad (0-3) | ICRC (4)
+//
+// ParsePacket never reads outside [frame, frame+len) and classifies every
+// frame with one ParseStatus, so the dataplane can count drops by reason.
+#ifndef DROCE_LIB_WIRE_PACKET_H_
+#define DROCE_LIB_WIRE_PACKET_H_
+
+#include <array>
+#include <cstdint>
+
+#include "wire/headers.h"
+#include "wire/opcode.h"
+
+namespace droce::wire {
+
+enum class ParseStatus : uint8_t {
+  kOk = 0,
+  // Not ours: the dataplane hands these to ARP/ND or drops them as foreign.
+  kNotIp,       // EtherType neither IPv4 nor IPv6 (or frame shorter than Ethernet)
+  kNotUdp,      // IP but not UDP
+  kNotRoce,     // UDP to a port other than 4791
+  kIpFragment,  // fragmented IPv4 (RoCEv2 is never fragmented)
+  // Malformed RoCEv2 (or IP carrying it).
+  kTruncated,         // frame ends before a header or before the IP length says
+  kBadIpHeader,       // IP version/IHL inconsistent
+  kBadUdpLength,      // UDP length disagrees with the IP length
+  kBadBthVersion,     // BTH TVer != 0
+  kUnknownOpcode,     // opcode not in the table
+  kBadPad,            // pad count larger than the payload area
+  kLengthMismatch,    // payload area not a multiple of 4, or payload on a no-payload opcode
+  kBadIcrc,           // ICRC does not match (only from ParseAndVerify)
+  kCount,
+};
+const char* ParseStatusName(ParseStatus s);
+inline bool IsForeign(ParseStatus s) {
+  return s == ParseStatus::kNotIp || s == ParseStatus::kNotUdp || s == ParseStatus::kNotRoce ||
+         s == ParseStatus::kIpFragment;
+}
+
+// Offsets are from the first byte of the frame.
+struct ParsedPacket {
+  ParseStatus status = ParseStatus::kTruncated;
+  bool ipv6 = false;
+  bool has_vlan = false;
+  uint8_t tclass = 0;  // IPv4 TOS or IPv6 traffic class: DSCP << 2 | ECN
+  uint8_t pad = 0;
+  uint16_t vlan_tci = 0;
+  uint16_t l3_offset = 0;
+  uint16_t l4_offset = 0;
+  uint16_t bth_offset = 0;
+  uint16_t payload_offset = 0;
+  uint16_t payload_len = 0;
+  uint16_t icrc_offset = 0;  // the packet (without Ethernet padding) ends 4 bytes later
+  uint8_t opcode = 0;
+
+  bool ok() const { return status == ParseStatus::kOk; }
+  uint8_t ecn() const { return tclass & 3; }
+  const OpcodeInfo& op() const { return OpInfo(opcode); }
+  uint32_t end() const { return icrc_offset + kIcrcBytes; }
+};
+
+ParsedPacket ParsePacket(const uint8_t* frame, uint32_t len);
+// ParsePacket, then checks the ICRC (kBadIcrc on mismatch).
+ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len);
+
+// ICRC over the masked pseudo-packet (IBTA Annex A17.3.3): 8 bytes of 0xFF
+// standing in for the LRH, the IP header with TOS/TTL/checksum (IPv6: traffic
+// class/flow label/hop limit) set to ones, UDP with checksum ones, BTH with
+// byte 4 (FECN/BECN/resv) ones, then everything up to the ICRC.
+// `l3` points at the IP header; `len` counts bytes from there to the ICRC.
+uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6);
+// The ICRC field as stored: CRC-32 bytes in little-endian order.
+uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p);
+bool IcrcMatches(const uint8_t* frame, const ParsedPacket& p);
+
+// ---------------------------------------------------------------------------
+// Building frames. A Route is the per-QP (or per-peer) Eth/IP/UDP prefix,
+// pre-built once; the transmit path copies it, writes BTH and extended
+// headers, copies the payload and calls FinalizeFrame.
+struct RouteFields {
+  std::array<uint8_t, 6> dst_mac{};
+  std::array<uint8_t, 6> src_mac{};
+  bool has_vlan = false;
+  uint16_t vlan_tci = 0;  // PCP << 13 | DEI << 12 | VID
+  bool ipv6 = false;
+  uint8_t tclass = 0;       // DSCP << 2 | ECN
+  uint8_t ttl = 64;         // hop limit for IPv6
+  uint16_t ipv4_id = 0;
+  uint16_t ipv4_flags_fragment = 0x4000;  // DF
+  uint32_t flow_label = 0;  // IPv6 only
+  std::array<uint8_t, 16> src_ip{};  // IPv4 in bytes 12..15 (IPv4-mapped form)
+  std::array<uint8_t, 16> dst_ip{};
+  uint16_t udp_src_port = 0xC000;
+  uint16_t udp_dst_port = kRoceV2Port;
+  uint16_t udp_checksum = 0;  // RoCEv2 sends 0 (no checksum) over IPv4
+};
+
+struct Route {
+  std::array<uint8_t, kEthBytes + kVlanTagBytes + kIpv6Bytes + kUdpBytes> bytes{};
+  uint8_t len = 0;  // bytes of prefix; the BTH starts here
+  uint8_t l3_offset = 0;
+  uint8_t l4_offset = 0;
+  bool ipv6 = false;
+};
+
+Route MakeRoute(const RouteFields& f);
+
+// Writes the route prefix at `frame` and returns where the BTH goes.
+inline uint8_t* WriteRoute(uint8_t* frame, const Route& r) {
+  std::memcpy(frame, r.bytes.data(), r.bytes.size());  // fixed size: one wide copy
+  return frame + r.len;
+}
+
+// Completes a frame whose route, BTH (pad count is set here), extended
+// headers and payload are in place: zero pad bytes, IP/UDP lengths, IPv4
+// header checksum, ICRC. `transport_len` = BTH + ext headers + payload bytes.
+// Returns the frame length.
+uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len);
+
+// Recomputes lengths-independent fields after a change to masked fields
+// (ECN marking by a congestion point): only the IPv4 checksum needs fixing,
+// the ICRC does not cover TOS.
+void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn);
+
+inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 3; }
+
+uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes);
+
+// UDP source port for a QP pair as Linux computes it for RoCEv2
+// (rdma_calc_flow_label + rdma_flow_label_to_udp_sport): fold the 20-bit flow
+// label into 14 bits and offset into 0xC000-0xFFFF.
+uint32_t FlowLabelForQpPair(uint32_t local_qpn, uint32_t remote_qpn);
+uint16_t UdpSourcePortForFlowLabel(uint32_t flow_label);
+
+}  // namespace droce::wire
+
+#endif  // DROCE_LIB_WIRE_PACKET_H_

@@ -1,0 +1,123 @@
+// Completion queue entries and the CQ itself. Status and opcode values are
+// numerically those of ibv_wc_status / ibv_wc_opcode so the verbs provider
+// copies them without translation tables.
+#ifndef DROCE_LIB_QUEUE_COMPLETION_H_
+#define DROCE_LIB_QUEUE_COMPLETION_H_
+
+#include <cstdint>
+
+#include "queue/ring.h"
+
+namespace droce::queue {
+
+enum class WcStatus : uint8_t {
+  kSuccess = 0,
+  kLocLenErr = 1,
+  kLocQpOpErr = 2,
+  kLocEecOpErr = 3,
+  kLocProtErr = 4,
+  kWrFlushErr = 5,
+  kMwBindErr = 6,
+  kBadRespErr = 7,
+  kLocAccessErr = 8,
+  kRemInvReqErr = 9,
+  kRemAccessErr = 10,
+  kRemOpErr = 11,
+  kRetryExcErr = 12,
+  kRnrRetryExcErr = 13,
+  kLocRddViolErr = 14,
+  kRemInvRdReqErr = 15,
+  kRemAbortErr = 16,
+  kInvEecnErr = 17,
+  kInvEecStateErr = 18,
+  kFatalErr = 19,
+  kRespTimeoutErr = 20,
+  kGeneralErr = 21,
+};
+const char* WcStatusName(WcStatus s);
+
+enum class WcOpcode : uint8_t {
+  kSend = 0,
+  kRdmaWrite = 1,
+  kRdmaRead = 2,
+  kCompSwap = 3,
+  kFetchAdd = 4,
+  kBindMw = 5,
+  kLocalInv = 6,
+  kRecv = 128,
+  kRecvRdmaWithImm = 129,
+};
+
+enum WcFlags : uint8_t {
+  kWcWithImm = 1 << 1,       // IBV_WC_WITH_IMM
+  kWcWithInv = 1 << 3,       // IBV_WC_WITH_INV
+};
+
+struct Completion {
+  uint64_t wr_id = 0;
+  WcStatus status = WcStatus::kSuccess;
+  WcOpcode opcode = WcOpcode::kSend;
+  uint8_t flags = 0;
+  uint32_t byte_len = 0;
+  uint32_t imm_or_inv = 0;  // imm_data as on the wire (big-endian value), or the invalidated rkey
+  uint32_t qp_num = 0;
+  uint32_t src_qp = 0;
+};
+
+// A CQ that never overwrites: when full, further completions are counted as
+// overflow and the CQ is in error (IBTA 11.4.2.1: CQ overrun is an
+// asynchronous error; the consumer must not lose track of completions).
+class CompletionQueue {
+ public:
+  explicit CompletionQueue(uint32_t depth) : ring_(depth) {}
+
+  bool Push(const Completion& c) {
+    if (ring_.Push(c)) {
+      if (notify_armed_ && (!solicited_only_ || c.flags & kWcSolicited)) {
+        notify_armed_ = false;
+        ++notifications_;
+      }
+      return true;
+    }
+    overflowed_ = true;
+    ++overflow_count_;
+    return false;
+  }
+
+  uint32_t Poll(Completion* out, uint32_t n) {
+    uint32_t i = 0;
+    for (; i < n && !ring_.empty(); ++i) {
+      out[i] = ring_.front();
+      ring_.Pop();
+    }
+    return i;
+  }
+
+  // ibv_req_notify_cq: the next (solicited) completion raises a notification.
+  void ArmNotify(bool solicited_only) {
+    notify_armed_ = true;
+    solicited_only_ = solicited_only;
+  }
+  uint64_t notifications() const { return notifications_; }
+
+  uint32_t size() const { return ring_.size(); }
+  uint32_t depth() const { return ring_.depth(); }
+  bool overflowed() const { return overflowed_; }
+  uint64_t overflow_count() const { return overflow_count_; }
+
+  // Internal flag kept in Completion::flags while queued: marks a completion
+  // of a solicited message for solicited-only notification.
+  static constexpr uint8_t kWcSolicited = 1 << 7;
+
+ private:
+  Ring<Completion> ring_;
+  bool overflowed_ = false;
+  uint64_t overflow_count_ = 0;
+  bool notify_armed_ = false;
+  bool solicited_only_ = false;
+  uint64_t notifications_ = 0;
+};
+
+}  // namespace droce::queue
+
+#endif  // DROCE_LIB_QUEUE_COMPLETION_H_

@@ -1,0 +1,264 @@
+#include "core/device.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace droce::core {
+
+using transport::RcQp;
+
+namespace {
+
+bool IsIpv4Mapped(const Gid& g) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  return std::memcmp(g.data(), kPrefix, 12) == 0;
+}
+
+}  // namespace
+
+Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
+    : config_(config), io_(io), mrs_(1u << 16) {
+  Gid link_local{0xfe, 0x80};
+  link_local[8] = config.mac[0] ^ 0x02;
+  link_local[9] = config.mac[1];
+  link_local[10] = config.mac[2];
+  link_local[11] = 0xFF;
+  link_local[12] = 0xFE;
+  link_local[13] = config.mac[3];
+  link_local[14] = config.mac[4];
+  link_local[15] = config.mac[5];
+  gids_.push_back(link_local);
+  if (config.ipv4 != 0) {
+    Gid v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+    wire::StoreBe32(v4.data() + 12, config.ipv4);
+    gids_.push_back(v4);
+  }
+  if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
+  qps_.resize(kFirstQpn);
+  is_active_.resize(kFirstQpn);
+  rx_frames_.resize(config.burst);
+  tx_frames_.resize(config.burst);
+}
+
+Device::~Device() = default;
+
+void Device::AddNeighbor(const Gid& ip, const Mac& mac) {
+  for (auto& [g, m] : neighbors_) {
+    if (g == ip) {
+      m = mac;
+      return;
+    }
+  }
+  neighbors_.emplace_back(ip, mac);
+}
+
+absl::StatusOr<uint32_t> Device::CreateCq(uint32_t depth) {
+  if (depth == 0 || depth > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("CQ depth %u not in 1..%u", depth, 1u << 20));
+  }
+  cqs_.push_back(std::make_unique<queue::CompletionQueue>(depth));
+  return static_cast<uint32_t>(cqs_.size() - 1);
+}
+
+queue::CompletionQueue* Device::cq(uint32_t id) {
+  return id < cqs_.size() ? cqs_[id].get() : nullptr;
+}
+
+absl::StatusOr<uint32_t> Device::CreateSrq(uint32_t depth) {
+  if (depth == 0 || depth > (1u << 16)) return absl::InvalidArgumentError("SRQ depth not in 1..65536");
+  srqs_.push_back(std::make_unique<transport::Srq>(depth));
+  return static_cast<uint32_t>(srqs_.size() - 1);
+}
+
+int Device::PostSrqRecv(uint32_t srq, const transport::RecvWr& wr) {
+  if (srq >= srqs_.size()) return EINVAL;
+  if (wr.num_sge > transport::kMaxSge) return EINVAL;
+  return srqs_[srq]->ring().Push(wr) ? 0 : ENOMEM;
+}
+
+absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
+  if (!mrs_.PdExists(init.pd)) return absl::InvalidArgumentError("no such protection domain");
+  if (cq(init.send_cq) == nullptr || cq(init.recv_cq) == nullptr) {
+    return absl::InvalidArgumentError("no such completion queue");
+  }
+  if (init.srq >= 0 && static_cast<uint32_t>(init.srq) >= srqs_.size()) {
+    return absl::InvalidArgumentError("no such shared receive queue");
+  }
+  const transport::QpCaps& c = init.caps;
+  if (c.max_send_wr == 0 || c.max_send_wr > (1u << 15) || c.max_recv_wr > (1u << 15) ||
+      c.max_send_sge > transport::kMaxSge || c.max_recv_sge > transport::kMaxSge ||
+      c.max_inline_data > transport::kMaxInlineData) {
+    return absl::InvalidArgumentError("QP capabilities exceed the device limits");
+  }
+  if (next_qpn_ - kFirstQpn >= config_.max_qp) return absl::ResourceExhaustedError("too many QPs");
+  transport::QpEnv env;
+  env.mrs = &mrs_;
+  env.send_cq = cq(init.send_cq);
+  env.recv_cq = cq(init.recv_cq);
+  env.srq = init.srq >= 0 ? srqs_[init.srq].get() : nullptr;
+  env.pd = init.pd;
+  env.make_route = &Device::MakeRouteThunk;
+  env.route_ctx = this;
+  const uint32_t qpn = next_qpn_++;
+  qps_.push_back(std::make_unique<RcQp>(qpn, c, env));
+  is_active_.push_back(0);
+  return qpn;
+}
+
+RcQp* Device::qp(uint32_t qpn) { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
+
+absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
+  absl::Status s = q->Modify(attr, mask);
+  if (s.ok()) Activate(qpn);  // e.g. a move to ERR has flush work
+  return s;
+}
+
+absl::Status Device::DestroyQp(uint32_t qpn) {
+  if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
+  qps_[qpn].reset();
+  return absl::OkStatus();
+}
+
+int Device::PostSend(uint32_t qpn, const transport::SendWr& wr) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr) return EINVAL;
+  const int err = q->PostSend(wr);
+  if (err == 0) Activate(qpn);
+  return err;
+}
+
+int Device::PostRecv(uint32_t qpn, const transport::RecvWr& wr) {
+  RcQp* q = qp(qpn);
+  return q == nullptr ? EINVAL : q->PostRecv(wr);
+}
+
+uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
+  queue::CompletionQueue* c = cq(id);
+  if (c == nullptr) return 0;
+  const uint32_t got = c->Poll(out, n);
+  for (uint32_t i = 0; i < got; ++i) out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
+  return got;
+}
+
+void Device::Activate(uint32_t qpn) {
+  if (!is_active_[qpn]) {
+    is_active_[qpn] = 1;
+    active_.push_back(qpn);
+  }
+}
+
+absl::Status Device::MakeRouteThunk(void* ctx, const transport::AddressVector& av,
+                                    uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out) {
+  return static_cast<const Device*>(ctx)->MakeRoute(av, local_qpn, remote_qpn, out);
+}
+
+absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
+                               uint32_t remote_qpn, wire::Route* out) const {
+  if (av.sgid_index >= gids_.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat("sgid_index %u out of range", av.sgid_index));
+  }
+  const Gid& sgid = gids_[av.sgid_index];
+  const bool v4 = IsIpv4Mapped(av.dgid);
+  if (v4 != IsIpv4Mapped(sgid)) {
+    return absl::InvalidArgumentError("source and destination GIDs are of different IP versions");
+  }
+  wire::RouteFields f;
+  f.src_mac = config_.mac;
+  if (av.dmac_valid) {
+    f.dst_mac = av.dmac;
+  } else {
+    auto it = std::find_if(neighbors_.begin(), neighbors_.end(),
+                           [&](const auto& n) { return n.first == av.dgid; });
+    if (it == neighbors_.end()) return absl::UnavailableError("destination not resolved (no neighbour)");
+    f.dst_mac = it->second;
+  }
+  f.has_vlan = config_.vlan;
+  f.vlan_tci = config_.vlan_tci;
+  f.ipv6 = !v4;
+  const uint8_t dscp = av.traffic_class != 0 ? (av.traffic_class >> 2) : config_.dscp;
+  f.tclass = static_cast<uint8_t>((dscp << 2) | (config_.ecn & 3));
+  f.ttl = av.hop_limit;
+  f.src_ip = sgid;
+  f.dst_ip = av.dgid;
+  const uint32_t flow = av.flow_label != 0 ? av.flow_label
+                                           : wire::FlowLabelForQpPair(local_qpn, remote_qpn);
+  f.flow_label = flow;
+  f.udp_src_port = wire::UdpSourcePortForFlowLabel(flow);
+  *out = wire::MakeRoute(f);
+  return absl::OkStatus();
+}
+
+uint32_t Device::Poll(uint64_t now_ns) {
+  uint32_t work = 0;
+  pktio::Frame* rx = rx_frames_.data();
+  const uint16_t n = io_->RxBurst(rx, config_.burst);
+  for (uint16_t i = 0; i < n; ++i) {
+    const wire::ParsedPacket p = wire::ParseAndVerify(rx[i].data, rx[i].len);
+    ++counters_.rx_packets;
+    counters_.rx_bytes += rx[i].len;
+    if (!p.ok()) {
+      if (wire::IsForeign(p.status)) {
+        ++counters_.rx_foreign;
+      } else {
+        ++counters_.rx_parse_errors[static_cast<int>(p.status)];
+      }
+      continue;
+    }
+    if (p.opcode == wire::kCnp) {
+      ++counters_.rx_cnp;
+      continue;
+    }
+    const uint32_t qpn = wire::BthView(rx[i].data + p.bth_offset).dest_qp();
+    RcQp* q = qp(qpn);
+    if (q == nullptr || p.op().transport != wire::Transport::kRc) {
+      ++counters_.rx_unknown_qp;
+      continue;
+    }
+    q->OnPacket(rx[i].data, p, now_ns);
+    Activate(qpn);
+  }
+  if (n > 0) io_->Release(rx, n);
+  work += n;
+
+  // Timers and transmission for QPs with work; idle ones leave the list.
+  pktio::Frame* tx = tx_frames_.data();
+  for (size_t i = 0; i < active_.size();) {
+    const uint32_t qpn = active_[i];
+    RcQp* q = qp(qpn);
+    if (q != nullptr) {
+      q->OnTimer(now_ns);
+      for (;;) {
+        const uint16_t got = io_->AllocTx(tx, config_.burst);
+        if (got == 0) break;
+        const uint32_t used = q->Transmit(tx, got, now_ns);
+        uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;
+        for (uint32_t k = 0; k < sent; ++k) counters_.tx_bytes += tx[k].len;
+        counters_.tx_packets += sent;
+        if (sent < used) {
+          // The port is full: those packets count as lost; go-back-N recovers.
+          counters_.tx_dropped += used - sent;
+          io_->Release(tx + sent, static_cast<uint16_t>(used - sent));
+        }
+        if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
+        work += sent;
+        if (used < got || sent < used) break;
+      }
+    }
+    if (q == nullptr || !q->HasWork()) {
+      is_active_[qpn] = 0;
+      active_[i] = active_.back();
+      active_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return work;
+}
+
+}  // namespace droce::core

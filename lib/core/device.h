@@ -1,0 +1,129 @@
+// The RNIC: GIDs, protection domains, memory regions, CQs, QPs and the
+// run-to-completion poll loop over one burst I/O port.
+//
+// Control-path calls return absl::Status (or a positive errno where verbs
+// does); Poll() is the data path: bursts in, counters out. One thread owns a
+// Device: the poll loop and every call on it.
+#ifndef DROCE_LIB_CORE_DEVICE_H_
+#define DROCE_LIB_CORE_DEVICE_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mem/mr_table.h"
+#include "pktio/burst_io.h"
+#include "queue/completion.h"
+#include "transport/qp.h"
+#include "wire/packet.h"
+
+namespace droce::core {
+
+using Gid = std::array<uint8_t, 16>;
+using Mac = std::array<uint8_t, 6>;
+
+struct DeviceConfig {
+  Mac mac{0x02, 0, 0, 0, 0, 1};
+  uint32_t ipv4 = 0;        // host order; 0 = none
+  bool has_ipv6_global = false;
+  Gid ipv6_global{};
+  uint8_t dscp = 0;         // data packets' DSCP unless the AV sets a traffic class
+  uint8_t ecn = wire::kEcnEct0;  // ECT(0) so a switch (or our CP) may mark CE
+  bool vlan = false;
+  uint16_t vlan_tci = 0;
+  uint32_t max_qp = 1024;
+  uint16_t burst = 32;
+};
+
+struct QpInitAttr {
+  uint32_t pd = 0;
+  uint32_t send_cq = 0;
+  uint32_t recv_cq = 0;
+  int32_t srq = -1;
+  transport::QpCaps caps;
+};
+
+// Drops and events the poll loop counts (never logs).
+struct DeviceCounters {
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t tx_dropped = 0;  // the port refused a burst's tail
+  uint64_t rx_foreign = 0;  // not RoCEv2 (or not for us)
+  uint64_t rx_unknown_qp = 0;
+  uint64_t rx_cnp = 0;
+  uint64_t rx_parse_errors[static_cast<int>(wire::ParseStatus::kCount)] = {};
+  uint64_t rx_bad_icrc() const { return rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)]; }
+};
+
+class Device {
+ public:
+  Device(const DeviceConfig& config, pktio::BurstIo* io);
+  ~Device();
+
+  const DeviceConfig& config() const { return config_; }
+  // GID table as rxe fills it: 0 = fe80::EUI-64(mac), 1 = ::ffff:IPv4, 2 = IPv6 global.
+  const std::vector<Gid>& gids() const { return gids_; }
+  void AddNeighbor(const Gid& ip, const Mac& mac);
+
+  uint32_t AllocPd() { return mrs_.AllocPd(); }
+  absl::Status DeallocPd(uint32_t pd) { return mrs_.DeallocPd(pd); }
+  absl::StatusOr<mem::MrKeys> RegMr(uint32_t pd, void* addr, uint64_t length, uint64_t iova,
+                                    uint32_t access) {
+    return mrs_.Register(pd, addr, length, iova, access);
+  }
+  absl::Status DeregMr(uint32_t lkey) { return mrs_.Deregister(lkey); }
+  mem::MrTable& mrs() { return mrs_; }
+
+  absl::StatusOr<uint32_t> CreateCq(uint32_t depth);
+  queue::CompletionQueue* cq(uint32_t id);
+  absl::StatusOr<uint32_t> CreateSrq(uint32_t depth);
+  int PostSrqRecv(uint32_t srq, const transport::RecvWr& wr);
+
+  absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);
+  absl::Status ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
+  absl::Status DestroyQp(uint32_t qpn);
+  transport::RcQp* qp(uint32_t qpn);
+
+  int PostSend(uint32_t qpn, const transport::SendWr& wr);
+  int PostRecv(uint32_t qpn, const transport::RecvWr& wr);
+  uint32_t PollCq(uint32_t cq, queue::Completion* out, uint32_t n);
+
+  // One round of the run-to-completion loop: receive a burst, run timers,
+  // transmit. Returns packets received + sent (0 = idle, back off).
+  uint32_t Poll(uint64_t now_ns);
+
+  const DeviceCounters& counters() const { return counters_; }
+
+ private:
+  static absl::Status MakeRouteThunk(void* ctx, const transport::AddressVector& av,
+                                     uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out);
+  absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
+                         uint32_t remote_qpn, wire::Route* out) const;
+  void Activate(uint32_t qpn);
+
+  DeviceConfig config_;
+  pktio::BurstIo* io_;
+  std::vector<Gid> gids_;
+  std::vector<std::pair<Gid, Mac>> neighbors_;
+  mem::MrTable mrs_;
+  std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
+  std::vector<std::unique_ptr<transport::Srq>> srqs_;
+  std::vector<std::unique_ptr<transport::RcQp>> qps_;  // index = QPN
+  uint32_t next_qpn_ = kFirstQpn;
+  std::vector<uint32_t> active_;    // QPNs with work or timers
+  std::vector<uint8_t> is_active_;  // index = QPN
+  std::vector<pktio::Frame> rx_frames_;
+  std::vector<pktio::Frame> tx_frames_;
+  DeviceCounters counters_;
+
+ public:
+  static constexpr uint32_t kFirstQpn = 0x11;  // 0 and 1 are the special QPs
+};
+
+}  // namespace droce::core
+
+#endif  // DROCE_LIB_CORE_DEVICE_H_

@@ -1,0 +1,271 @@
+// Completer (IBTA 9.7.5.2, 9.9): processes ACKs, NAKs, READ and atomic
+// responses; completes work requests in order; go-back-N retransmission.
+#include <algorithm>
+#include <cstring>
+
+#include "transport/qp.h"
+#include "wire/psn.h"
+
+namespace droce::transport {
+
+using queue::WcOpcode;
+using queue::WcStatus;
+using namespace droce::wire;
+
+bool RcQp::Outstanding() const { return psn_una_ != psn_next_; }
+
+void RcQp::PushSendCompletion(const SendWqe& w) {
+  queue::Completion c;
+  c.wr_id = w.wr.wr_id;
+  c.status = w.status;
+  c.qp_num = qpn_;
+  switch (w.wr.opcode) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm: c.opcode = WcOpcode::kRdmaWrite; break;
+    case WrOpcode::kRdmaRead: c.opcode = WcOpcode::kRdmaRead; break;
+    case WrOpcode::kAtomicCmpAndSwp: c.opcode = WcOpcode::kCompSwap; break;
+    case WrOpcode::kAtomicFetchAndAdd: c.opcode = WcOpcode::kFetchAdd; break;
+    case WrOpcode::kLocalInv: c.opcode = WcOpcode::kLocalInv; break;
+    default: c.opcode = WcOpcode::kSend; break;
+  }
+  c.byte_len = w.total_len;
+  env_.send_cq->Push(c);
+}
+
+void RcQp::CompleteHead() {
+  while (!sq_.empty() && sq_.front().done) {
+    const SendWqe& w = sq_.front();
+    if (w.status != WcStatus::kSuccess || (w.wr.flags & kSendSignaled) || caps_.sq_sig_all) {
+      PushSendCompletion(w);
+    }
+    sq_.Pop();
+  }
+  if (static_cast<int32_t>(sq_next_ - sq_.head()) < 0) sq_next_ = sq_.head();
+}
+
+void RcQp::FailWqe(SendWqe& w, WcStatus status) {
+  w.done = true;
+  w.status = status;
+  EnterError();  // flushes everything behind it and completes in order
+}
+
+void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
+  bool progress = false;
+  // Started WQEs may lie beyond sq_next_ after a go-back-N rewind; an ACK
+  // from their first transmission still counts.
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    if (!w.started) break;
+    if (PsnLess(psn, w.first_psn)) break;
+    if (IsReadOrAtomic(w)) {
+      // An ACK beyond a READ/atomic whose response never came: the response
+      // was lost (implied NAK, 9.7.5.2.5). Ask again for what is missing.
+      const uint32_t missing =
+          w.wr.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_)
+                                             : w.first_psn;
+      if (PsnLess(psn, missing)) break;
+      if (PsnLess(psn_una_, missing)) {
+        psn_una_ = missing;
+        progress = true;
+      }
+      ImpliedNak(missing);
+      break;
+    }
+    if (PsnLess(psn, w.last_psn)) {
+      // Part of a multi-packet message acknowledged.
+      if (PsnLess(psn_una_, PsnAdd(psn, 1))) {
+        psn_una_ = PsnAdd(psn, 1);
+        progress = true;
+      }
+      break;
+    }
+    w.done = true;
+    progress = true;
+    if (PsnLess(psn_una_, PsnAdd(w.last_psn, 1))) psn_una_ = PsnAdd(w.last_psn, 1);
+  }
+  if (progress) {
+    implied_nak_pending_ = false;
+    retry_left_ = attr_.retry_cnt;
+    rnr_retry_left_ = attr_.rnr_retry;
+    progress_since_retry_ = true;
+    retransmit_deadline_ =
+        Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
+  }
+  // Skip the transmit cursor over WQEs acknowledged meanwhile.
+  while (sq_next_ != sq_.tail() && sq_.at(sq_next_).done) ++sq_next_;
+  CompleteHead();
+}
+
+void RcQp::ImpliedNak(uint32_t missing_psn) {
+  if (implied_nak_pending_ && implied_nak_psn_ == missing_psn) return;
+  implied_nak_pending_ = true;
+  implied_nak_psn_ = missing_psn;
+  RetryFrom(missing_psn);
+}
+
+void RcQp::RetryFrom(uint32_t psn) {
+  // Go-back-N: resend everything from `psn`, keeping each WQE's PSNs.
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    if (!w.started) break;
+    if (PsnLess(w.last_psn, psn)) continue;
+    w.next_psn = PsnLess(psn, w.first_psn) ? w.first_psn : psn;
+    if (w.wr.opcode == WrOpcode::kRdmaRead) {
+      w.read_done_bytes = static_cast<uint32_t>(PsnDiff(w.next_psn, w.first_psn)) * mtu_;
+    }
+    w.fully_sent = false;
+    if (static_cast<int32_t>(i - sq_next_) < 0) sq_next_ = i;
+    // Later WQEs restart at their first PSN.
+    for (uint32_t j = i + 1; j != sq_.tail(); ++j) {
+      SendWqe& later = sq_.at(j);
+      if (!later.started) break;
+      later.next_psn = later.first_psn;
+      later.fully_sent = false;
+      if (later.wr.opcode == WrOpcode::kRdmaRead) later.read_done_bytes = 0;
+    }
+    break;
+  }
+}
+
+void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
+  const uint8_t* bth_p = frame + p.bth_offset;
+  const BthView bth(bth_p);
+  const uint32_t psn = bth.psn();
+  const OpcodeInfo& op = p.op();
+  // Responses for PSNs never sent, or already acknowledged, are stale.
+  if (!PsnLess(psn, psn_next_) || PsnLess(psn, psn_una_)) {
+    if (PsnLess(psn, psn_una_)) {
+      ++counters_.duplicates_received;
+    } else {
+      ++counters_.dropped_bad_response;
+    }
+    return;
+  }
+
+  if (p.opcode == kRcAcknowledge) {
+    const AethView aeth(bth_p + op.aeth_offset);
+    const uint8_t syn = aeth.syndrome();
+    switch (SyndromeType(syn)) {
+      case AethType::kAck:
+        ++counters_.acks_received;
+        AckUpTo(psn, now);
+        return;
+      case AethType::kRnrNak: {
+        ++counters_.rnr_naks_received;
+        AckUpTo(PsnAdd(psn, -1), now);
+        if (state_ == QpState::kErr || sq_.empty()) return;
+        if (rnr_retry_left_ == 0) {
+          FailWqe(sq_.front(), WcStatus::kRnrRetryExcErr);
+          return;
+        }
+        if (rnr_retry_left_ != 7) --rnr_retry_left_;  // 7 means retry forever
+        rnr_resume_at_ = now + RnrTimerNs(SyndromeValue(syn));
+        RetryFrom(psn);
+        retransmit_deadline_ = 0;
+        return;
+      }
+      case AethType::kNak: {
+        ++counters_.naks_received;
+        AckUpTo(PsnAdd(psn, -1), now);
+        if (state_ == QpState::kErr || sq_.empty()) return;
+        const uint8_t code = SyndromeValue(syn);
+        if (code == kNakPsnSequenceError) {
+          if (!progress_since_retry_) {
+            if (retry_left_ == 0) {
+              FailWqe(sq_.front(), WcStatus::kRetryExcErr);
+              return;
+            }
+            --retry_left_;
+          }
+          progress_since_retry_ = false;
+          RetryFrom(psn);
+          return;
+        }
+        const WcStatus status = code == kNakInvalidRequest      ? WcStatus::kRemInvReqErr
+                                : code == kNakRemoteAccessError ? WcStatus::kRemAccessErr
+                                : code == kNakRemoteOperationalError
+                                    ? WcStatus::kRemOpErr
+                                    : WcStatus::kRemInvRdReqErr;
+        FailWqe(sq_.front(), status);
+        return;
+      }
+      case AethType::kReserved:
+        ++counters_.dropped_bad_response;
+        return;
+    }
+  }
+
+  // READ responses and atomic acknowledgements answer the oldest outstanding
+  // READ/atomic; everything before it is implicitly acknowledged (9.7.5.1.6).
+  AckUpTo(PsnAdd(psn, -1), now);
+  if (state_ == QpState::kErr || sq_.empty()) return;
+  SendWqe* target = nullptr;
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    if (w.started && IsReadOrAtomic(w)) target = &w;
+    break;
+  }
+  if (target == nullptr || PsnLess(psn, target->first_psn) || PsnLess(target->last_psn, psn)) {
+    ++counters_.dropped_bad_response;
+    return;
+  }
+  SendWqe& w = *target;
+  if (p.opcode == kRcAtomicAcknowledge) {
+    if (w.wr.opcode == WrOpcode::kRdmaRead) {
+      ++counters_.dropped_bad_response;
+      return;
+    }
+    // The original value lands in host byte order, as verbs defines it.
+    const uint64_t original = AtomicAckEthView(bth_p + op.atomic_ack_offset).original();
+    ScatterToSges(w, 0, reinterpret_cast<const uint8_t*>(&original), 8);
+  } else {
+    if (!(op.roles & kRoleReadResponse) || w.wr.opcode != WrOpcode::kRdmaRead) {
+      ++counters_.dropped_bad_response;
+      return;
+    }
+    const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+    if (psn != expected) {
+      if (PsnLess(psn, expected)) {
+        ++counters_.duplicates_received;
+      } else {
+        ++counters_.out_of_sequence;  // a response was lost: implied NAK
+        ImpliedNak(expected);
+      }
+      return;
+    }
+    const uint32_t remaining = w.total_len - w.read_done_bytes;
+    const uint32_t seg = p.payload_len;
+    const bool ends = (op.roles & kRoleLast) != 0;
+    const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
+    if (!valid) {
+      ++counters_.dropped_bad_response;
+      return;
+    }
+    ScatterToSges(w, w.read_done_bytes, frame + p.payload_offset, seg);
+    w.read_done_bytes += seg;
+    implied_nak_pending_ = false;
+    if (!ends) {
+      psn_una_ = PsnAdd(psn, 1);
+      retry_left_ = attr_.retry_cnt;
+      progress_since_retry_ = true;
+      if (AckTimeoutNs(attr_.timeout)) retransmit_deadline_ = now + AckTimeoutNs(attr_.timeout);
+      return;
+    }
+  }
+  w.done = true;
+  implied_nak_pending_ = false;
+  --rd_atomic_outstanding_;
+  psn_una_ = PsnAdd(w.last_psn, 1);
+  retry_left_ = attr_.retry_cnt;
+  rnr_retry_left_ = attr_.rnr_retry;
+  progress_since_retry_ = true;
+  retransmit_deadline_ =
+      Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
+  while (sq_next_ != sq_.tail() && sq_.at(sq_next_).done) ++sq_next_;
+  CompleteHead();
+}
+
+}  // namespace droce::transport

@@ -1,0 +1,31 @@
+// Per-QP counters: the data path counts, it does not log.
+#ifndef DROCE_LIB_TRANSPORT_COUNTERS_H_
+#define DROCE_LIB_TRANSPORT_COUNTERS_H_
+
+#include <cstdint>
+
+namespace droce::transport {
+
+struct QpCounters {
+  uint64_t tx_packets = 0;
+  uint64_t tx_bytes = 0;
+  uint64_t rx_packets = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t retransmitted_packets = 0;
+  uint64_t timeouts = 0;
+  uint64_t naks_sent = 0;
+  uint64_t naks_received = 0;
+  uint64_t rnr_naks_sent = 0;
+  uint64_t rnr_naks_received = 0;
+  uint64_t seq_naks_sent = 0;
+  uint64_t duplicates_received = 0;
+  uint64_t out_of_sequence = 0;
+  uint64_t dropped_wrong_state = 0;
+  uint64_t dropped_bad_response = 0;
+  uint64_t acks_sent = 0;
+  uint64_t acks_received = 0;
+};
+
+}  // namespace droce::transport
+
+#endif  // DROCE_LIB_TRANSPORT_COUNTERS_H_

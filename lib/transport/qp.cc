@@ -1,0 +1,379 @@
+// QP creation, the verbs state machine, posting, and the per-QP scheduler.
+#include "transport/qp.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "wire/psn.h"
+
+namespace droce::transport {
+
+using queue::WcStatus;
+
+RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
+    : qpn_(qpn),
+      caps_(caps),
+      env_(env),
+      sq_(caps.max_send_wr),
+      rq_(env.srq ? 1 : caps.max_recv_wr),
+      resources_(kMaxRdAtomic),
+      // Responses queued between transmit rounds: ACKs coalesce, so this
+      // bounds READ/atomic responses in flight plus NAKs.
+      actions_(kMaxRdAtomic * 2 + 8) {}
+
+namespace {
+
+struct Transition {
+  QpState from, to;
+  uint32_t required, optional;
+};
+
+constexpr uint32_t kAlwaysOk = kAttrState | kAttrCurState;
+
+// IBTA 10.3.1 / Table 91 (RC columns), as ib_modify_qp_is_ok enforces it.
+constexpr Transition kTransitions[] = {
+    {QpState::kReset, QpState::kInit, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0},
+    {QpState::kInit, QpState::kInit, 0, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags},
+    {QpState::kInit, QpState::kRtr,
+     kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer,
+     kAttrAltPath | kAttrAccessFlags | kAttrPkeyIndex},
+    {QpState::kRtr, QpState::kRts,
+     kAttrSqPsn | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic,
+     kAttrAltPath | kAttrAccessFlags | kAttrMinRnrTimer | kAttrPathMigState},
+    {QpState::kRts, QpState::kRts, 0,
+     kAttrAccessFlags | kAttrMinRnrTimer | kAttrAltPath | kAttrPathMigState},
+    {QpState::kRts, QpState::kSqd, 0, kAttrEnSqdAsyncNotify},
+    {QpState::kSqd, QpState::kRts, 0,
+     kAttrAccessFlags | kAttrMinRnrTimer | kAttrAltPath | kAttrPathMigState},
+    {QpState::kSqd, QpState::kSqd, 0,
+     kAttrAv | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic |
+         kAttrMaxDestRdAtomic | kAttrAccessFlags | kAttrMinRnrTimer | kAttrPathMigState |
+         kAttrAltPath | kAttrPkeyIndex},
+};
+
+bool IsStateIn(QpState s, std::initializer_list<QpState> set) {
+  for (QpState x : set) {
+    if (x == s) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
+  const QpState cur = state_;
+  if ((mask & kAttrCurState) && a.cur_qp_state != cur) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cur_qp_state %s does not match the QP's state %s", QpStateName(a.cur_qp_state),
+        QpStateName(cur)));
+  }
+  const QpState next = (mask & kAttrState) ? a.qp_state : cur;
+  const bool to_reset_or_err = (mask & kAttrState) && (next == QpState::kReset || next == QpState::kErr);
+  if (to_reset_or_err) {
+    if (mask & ~kAlwaysOk) {
+      return absl::InvalidArgumentError("only the state may be given for a move to RESET or ERR");
+    }
+  } else {
+    const Transition* t = nullptr;
+    for (const Transition& x : kTransitions) {
+      if (x.from == cur && x.to == next) t = &x;
+    }
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("no transition %s -> %s", QpStateName(cur), QpStateName(next)));
+    }
+    if ((mask & t->required) != t->required) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s -> %s requires attribute mask 0x%x (missing 0x%x)", QpStateName(cur),
+          QpStateName(next), t->required, t->required & ~mask));
+    }
+    if (mask & ~(t->required | t->optional | kAlwaysOk)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("attribute mask 0x%x not allowed for %s -> %s",
+                          mask & ~(t->required | t->optional | kAlwaysOk), QpStateName(cur),
+                          QpStateName(next)));
+    }
+  }
+  // Validate values before changing anything.
+  if ((mask & kAttrPathMtu) && MtuBytesToEnum(a.path_mtu) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("path MTU %u is not 256..4096", a.path_mtu));
+  }
+  if ((mask & kAttrRetryCnt) && a.retry_cnt > 7) return absl::InvalidArgumentError("retry_cnt > 7");
+  if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return absl::InvalidArgumentError("rnr_retry > 7");
+  if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) {
+    return absl::InvalidArgumentError("min_rnr_timer > 31");
+  }
+  if ((mask & kAttrTimeout) && a.timeout > 31) return absl::InvalidArgumentError("timeout > 31");
+  if ((mask & kAttrMaxQpRdAtomic) && a.max_rd_atomic > kMaxRdAtomic) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_rd_atomic > %u", kMaxRdAtomic));
+  }
+  if ((mask & kAttrMaxDestRdAtomic) && a.max_dest_rd_atomic > kMaxRdAtomic) {
+    return absl::InvalidArgumentError(absl::StrFormat("max_dest_rd_atomic > %u", kMaxRdAtomic));
+  }
+  if ((mask & kAttrDestQpn) && a.dest_qp_num > wire::kPsnMask) {
+    return absl::InvalidArgumentError("dest QPN exceeds 24 bits");
+  }
+  if ((mask & kAttrPort) && a.port_num != 1) return absl::InvalidArgumentError("port must be 1");
+  if ((mask & kAttrAccessFlags) &&
+      (a.qp_access_flags & ~(mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead |
+                             mem::kRemoteAtomic))) {
+    return absl::InvalidArgumentError("unknown access flags");
+  }
+  wire::Route route = route_;
+  if (mask & kAttrAv) {
+    if (env_.make_route == nullptr) return absl::FailedPreconditionError("device cannot route");
+    const uint32_t dqpn = (mask & kAttrDestQpn) ? a.dest_qp_num : attr_.dest_qp_num;
+    absl::Status s = env_.make_route(env_.route_ctx, a.ah, qpn_, dqpn, &route);
+    if (!s.ok()) return s;
+  }
+
+  // Apply.
+  if (mask & kAttrAccessFlags) attr_.qp_access_flags = a.qp_access_flags;
+  if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
+  if (mask & kAttrPort) attr_.port_num = a.port_num;
+  if (mask & kAttrAv) {
+    attr_.ah = a.ah;
+    route_ = route;
+  }
+  if (mask & kAttrPathMtu) {
+    attr_.path_mtu = a.path_mtu;
+    mtu_ = a.path_mtu;
+  }
+  if (mask & kAttrTimeout) attr_.timeout = a.timeout;
+  if (mask & kAttrRetryCnt) attr_.retry_cnt = retry_left_ = a.retry_cnt;
+  if (mask & kAttrRnrRetry) attr_.rnr_retry = rnr_retry_left_ = a.rnr_retry;
+  if (mask & kAttrRqPsn) attr_.rq_psn = epsn_ = a.rq_psn & wire::kPsnMask;
+  if (mask & kAttrSqPsn) {
+    attr_.sq_psn = a.sq_psn & wire::kPsnMask;
+    psn_next_ = psn_una_ = psn_high_ = attr_.sq_psn;
+  }
+  if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & kAttrMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kAttrDestQpn) attr_.dest_qp_num = a.dest_qp_num;
+
+  if (next == QpState::kErr && cur != QpState::kErr) {
+    EnterError();
+  } else if (next == QpState::kReset) {
+    // Back to a freshly created QP: queues emptied without completions.
+    state_ = QpState::kReset;
+    sq_.Reset(caps_.max_send_wr);
+    rq_.Reset(env_.srq ? 1 : caps_.max_recv_wr);
+    actions_.Reset(kMaxRdAtomic * 2 + 8);
+    for (Resource& r : resources_) r = Resource{};
+    sq_next_ = 0;
+    in_message_ = InMessage::kNone;
+    recv_wqe_held_ = false;
+    retransmit_deadline_ = rnr_resume_at_ = 0;
+    rd_atomic_outstanding_ = 0;
+    msn_ = 0;
+    nak_seq_sent_ = false;
+  } else {
+    state_ = next;
+  }
+  attr_.qp_state = state_;
+  return absl::OkStatus();
+}
+
+int RcQp::PostRecv(const RecvWr& wr) {
+  if (env_.srq != nullptr) return EINVAL;  // receives go to the SRQ
+  if (state_ == QpState::kReset) return EINVAL;
+  if (wr.num_sge > caps_.max_recv_sge) return EINVAL;
+  if (state_ == QpState::kErr) {
+    // Verbs: posting to a QP in ERR completes the WR with a flush error.
+    queue::Completion c;
+    c.wr_id = wr.wr_id;
+    c.status = WcStatus::kWrFlushErr;
+    c.opcode = queue::WcOpcode::kRecv;
+    c.qp_num = qpn_;
+    env_.recv_cq->Push(c);
+    return 0;
+  }
+  if (!rq_.Push(wr)) return ENOMEM;
+  return 0;
+}
+
+int RcQp::PostSend(const SendWr& wr) {
+  if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
+    return EINVAL;
+  }
+  if (const int err = ValidateSend(wr); err != 0) return err;
+  SendWqe* w = sq_.Reserve();
+  if (w == nullptr) return ENOMEM;
+  w->wr = wr;
+  w->started = w->fully_sent = w->done = false;
+  w->read_done_bytes = 0;
+  w->status = WcStatus::kSuccess;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  w->total_len = static_cast<uint32_t>(total);
+  if (wr.flags & kSendInline) {
+    // Inline data is copied now; the application may reuse its buffers at once.
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(w->inline_data + off, reinterpret_cast<const void*>(wr.sg_list[i].addr),
+                  wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+  }
+  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    w->total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
+  }
+  sq_.Commit();
+  if (state_ == QpState::kErr) {
+    w->done = true;
+    w->status = WcStatus::kWrFlushErr;
+    CompleteHead();
+  }
+  return 0;
+}
+
+void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns) {
+  ++counters_.rx_packets;
+  counters_.rx_bytes += p.payload_len;
+  if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kErr) {
+    ++counters_.dropped_wrong_state;
+    return;
+  }
+  if (p.op().roles & wire::kRoleRequest) {
+    OnRequest(frame, p, now_ns);
+  } else {
+    OnResponse(frame, p, now_ns);
+  }
+}
+
+uint32_t RcQp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
+                            bool solicited, uint8_t** ext) const {
+  uint8_t* bth_p = wire::WriteRoute(frame, route_);
+  wire::BthWriter bth(bth_p);
+  bth.set_opcode(opcode);
+  bth.set_flags(solicited, true, 0, 0);  // MigReq set: no APM, like rxe
+  bth.set_pkey(0xFFFF);
+  bth.set_ecn_bits(false, false);
+  bth.set_dest_qp(attr_.dest_qp_num);
+  bth.set_ack_req(ack_req);
+  bth.set_psn(psn);
+  *ext = bth_p + wire::kBthBytes;
+  return route_.len;
+}
+
+uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
+  uint32_t used = 0;
+  if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kErr) {
+    // An ERR QP still sends the NAK that put it there.
+    if (state_ != QpState::kErr) return 0;
+  }
+  // Responses first: they unblock the peer's requester.
+  while (used < n && !actions_.empty()) {
+    bool finished = false;
+    const uint32_t len = BuildResponse(actions_.front(), frames[used].data, &finished);
+    if (finished) actions_.Pop();
+    if (len == 0) continue;
+    frames[used].len = len;
+    ++counters_.tx_packets;
+    counters_.tx_bytes += len;
+    ++used;
+  }
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return used;
+  if (rnr_resume_at_ != 0) {
+    if (now_ns < rnr_resume_at_) return used;
+    rnr_resume_at_ = 0;
+  }
+  while (used < n && sq_next_ != sq_.tail()) {
+    SendWqe& w = sq_.at(sq_next_);
+    if (!w.started) {
+      if (state_ == QpState::kSqd) break;  // drained: start nothing new
+      if (!StartWqe(w)) break;             // fence / rd_atomic limit / error
+      if (w.done) {                        // failed locally or LOCAL_INV
+        ++sq_next_;
+        CompleteHead();
+        continue;
+      }
+    }
+    if (wire::PsnDiff(w.next_psn, psn_una_) >= static_cast<int32_t>(env_.max_inflight_packets)) {
+      break;
+    }
+    const uint32_t len = BuildRequest(w, frames[used].data);
+    if (len == 0) break;
+    frames[used].len = len;
+    ++counters_.tx_packets;
+    counters_.tx_bytes += len;
+    ++used;
+    if (retransmit_deadline_ == 0 && AckTimeoutNs(attr_.timeout) != 0) {
+      retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
+    }
+    if (w.fully_sent) ++sq_next_;
+  }
+  return used;
+}
+
+void RcQp::OnTimer(uint64_t now_ns) {
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
+  if (retransmit_deadline_ == 0 || now_ns < retransmit_deadline_) return;
+  if (!Outstanding()) {
+    retransmit_deadline_ = 0;
+    return;
+  }
+  ++counters_.timeouts;
+  // retry_cnt bounds consecutive retries without forward progress (IBTA
+  // 9.7.6.1.3); an ACK that advances restores it.
+  if (retry_left_ == 0) {
+    FailWqe(sq_.front(), WcStatus::kRetryExcErr);
+    return;
+  }
+  --retry_left_;
+  progress_since_retry_ = false;
+  implied_nak_pending_ = false;
+  RetryFrom(psn_una_);
+  retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
+}
+
+bool RcQp::HasWork() const {
+  return !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
+         retransmit_deadline_ != 0 || rnr_resume_at_ != 0;
+}
+
+void RcQp::EnterError() {
+  state_ = QpState::kErr;
+  attr_.qp_state = state_;
+  retransmit_deadline_ = 0;
+  rnr_resume_at_ = 0;
+  FlushAll();
+}
+
+void RcQp::FlushAll() {
+  // Every outstanding send WR completes with FLUSH_ERR (signaled or not),
+  // in order, after any that already failed with a real status.
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (!w.done) {
+      w.done = true;
+      w.status = WcStatus::kWrFlushErr;
+    }
+  }
+  sq_next_ = sq_.tail();
+  CompleteHead();
+  if (recv_wqe_held_) {
+    recv_wqe_held_ = false;
+    queue::Completion c;
+    c.wr_id = recv_wqe_.wr_id;
+    c.status = WcStatus::kWrFlushErr;
+    c.opcode = queue::WcOpcode::kRecv;
+    c.qp_num = qpn_;
+    env_.recv_cq->Push(c);
+  }
+  while (!rq_.empty()) {
+    queue::Completion c;
+    c.wr_id = rq_.front().wr_id;
+    c.status = WcStatus::kWrFlushErr;
+    c.opcode = queue::WcOpcode::kRecv;
+    c.qp_num = qpn_;
+    env_.recv_cq->Push(c);
+    rq_.Pop();
+  }
+  in_message_ = InMessage::kNone;
+}
+
+}  // namespace droce::transport

@@ -1,0 +1,216 @@
+// A Reliable Connection queue pair: requester (9.7.1-9.7.4), responder
+// (9.7.5), completer (9.7.5.2 / 9.9) and the verbs state machine (10.3).
+//
+// One lcore owns a QP: the poll loop calls OnPacket() for each received
+// packet addressed to it, Transmit() to fill transmit buffers, and
+// OnTimer() with the current time. Time is injected (nanoseconds), so tests
+// drive timeouts instantly and deterministically. Nothing here allocates
+// after creation, takes a lock or logs; errors become completions, NAKs and
+// counters.
+#ifndef DROCE_LIB_TRANSPORT_QP_H_
+#define DROCE_LIB_TRANSPORT_QP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "mem/mr_table.h"
+#include "pktio/burst_io.h"
+#include "queue/completion.h"
+#include "queue/ring.h"
+#include "transport/counters.h"
+#include "transport/types.h"
+#include "wire/packet.h"
+
+namespace droce::transport {
+
+// Shared receive queue: receive WQEs any QP attached to it may consume.
+class Srq {
+ public:
+  explicit Srq(uint32_t depth) : ring_(depth) {}
+  queue::Ring<RecvWr>& ring() { return ring_; }
+
+ private:
+  queue::Ring<RecvWr> ring_;
+};
+
+struct QpCaps {
+  uint32_t max_send_wr = 128;
+  uint32_t max_recv_wr = 128;
+  uint32_t max_send_sge = kMaxSge;
+  uint32_t max_recv_sge = kMaxSge;
+  uint32_t max_inline_data = kMaxInlineData;
+  bool sq_sig_all = false;  // every send WR completes with a CQE
+};
+
+// What a QP needs from its device, fixed at creation.
+struct QpEnv {
+  mem::MrTable* mrs = nullptr;
+  queue::CompletionQueue* send_cq = nullptr;
+  queue::CompletionQueue* recv_cq = nullptr;
+  Srq* srq = nullptr;
+  uint32_t pd = 0;
+  // Builds the Eth/IP/UDP prefix for an address vector (the device knows its
+  // GIDs, MAC, VLAN/DSCP/ECN policy and neighbours). Control path only.
+  absl::Status (*make_route)(void* ctx, const AddressVector& av, uint32_t local_qpn,
+                             uint32_t remote_qpn, wire::Route* out) = nullptr;
+  void* route_ctx = nullptr;
+  // Requester tuning (not visible in verbs).
+  uint32_t max_inflight_packets = 512;
+  uint32_t ack_req_every = 64;  // AckReq at least every N packets of a long message
+};
+
+class RcQp {
+ public:
+  RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
+
+  uint32_t qpn() const { return qpn_; }
+  QpState state() const { return state_; }
+  const QpAttr& attr() const { return attr_; }
+  const QpCaps& caps() const { return caps_; }
+  const QpCounters& counters() const { return counters_; }
+
+  // ibv_modify_qp: validates the transition and the attribute mask (IBTA
+  // 10.3.1, the required/optional attributes of each transition).
+  absl::Status Modify(const QpAttr& attr, uint32_t mask);
+
+  // ibv_post_send / ibv_post_recv: 0 or a positive errno as verbs returns it.
+  int PostSend(const SendWr& wr);
+  int PostRecv(const RecvWr& wr);
+
+  // A packet for this QP (BTH dest QP matched); parsed and ICRC-checked.
+  void OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+
+  // Fills up to n transmit buffers (each with capacity >= kMaxFrameBytes);
+  // returns how many it used.
+  uint32_t Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns);
+
+  // Runs retransmission and RNR timers.
+  void OnTimer(uint64_t now_ns);
+
+  // True while the QP has something to send or a timer armed.
+  bool HasWork() const;
+
+  // Moves to ERR and flushes outstanding work (also used by destroy).
+  void EnterError();
+
+ private:
+  struct SendWqe {
+    SendWr wr;
+    uint8_t inline_data[kMaxInlineData];
+    uint8_t* sge_host[kMaxSge] = {};  // resolved at start; inline WQEs use inline_data
+    uint32_t total_len = 0;
+    bool started = false;     // PSNs assigned
+    bool fully_sent = false;  // every packet handed to the wire at least once
+    bool done = false;        // acknowledged or failed
+    uint32_t first_psn = 0;
+    uint32_t last_psn = 0;
+    uint32_t next_psn = 0;    // next packet to (re)send
+    uint32_t read_done_bytes = 0;  // READ: response bytes placed
+    queue::WcStatus status = queue::WcStatus::kSuccess;
+  };
+
+  // Responder resources for READ and atomic requests (9.7.5.1.3), kept for
+  // duplicate detection: a duplicate READ is re-executed, a duplicate atomic
+  // replays its saved result.
+  struct Resource {
+    bool valid = false;
+    bool atomic = false;
+    uint32_t first_psn = 0;
+    uint32_t last_psn = 0;
+    uint64_t original = 0;  // atomic result
+  };
+
+  enum class ActionKind : uint8_t { kAck, kNak, kReadResponse, kAtomicAck };
+  struct Action {
+    ActionKind kind = ActionKind::kAck;
+    uint8_t syndrome = 0;
+    uint32_t psn = 0;
+    uint32_t msn = 0;
+    // READ response progress.
+    uint8_t* host = nullptr;
+    uint32_t length = 0;
+    uint32_t offset = 0;
+    uint64_t original = 0;
+  };
+
+  // --- requester / completer (requester.cc, completer.cc)
+  int ValidateSend(const SendWr& wr) const;
+  bool StartWqe(SendWqe& w);
+  uint32_t PacketsFor(const SendWqe& w) const;
+  uint32_t BuildRequest(SendWqe& w, uint8_t* frame);
+  void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
+  void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
+  bool IsReadOrAtomic(const SendWqe& w) const;
+  void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
+  void AckUpTo(uint32_t psn, uint64_t now);
+  void RetryFrom(uint32_t psn);
+  void ImpliedNak(uint32_t missing_psn);
+  void CompleteHead();
+  void FailWqe(SendWqe& w, queue::WcStatus status);
+  void PushSendCompletion(const SendWqe& w);
+  bool Outstanding() const;
+
+  // --- responder (responder.cc)
+  void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
+  void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  bool TakeRecvWqe();
+  void QueueAck(uint32_t psn);
+  void QueueNak(uint8_t syndrome, uint32_t psn);
+  void ResponderError(uint8_t nak_code, uint32_t psn, queue::WcStatus local_status);
+  void CompleteRecv(queue::WcStatus status, queue::WcOpcode opcode, uint32_t byte_len,
+                    uint8_t flags, uint32_t imm_or_inv, bool solicited);
+  uint32_t BuildResponse(Action& a, uint8_t* frame, bool* finished);
+  uint8_t CreditsField() const;
+
+  void FlushAll();
+  uint32_t WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
+                        bool solicited, uint8_t** ext) const;
+
+  const uint32_t qpn_;
+  QpCaps caps_;
+  QpEnv env_;
+  QpState state_ = QpState::kReset;
+  QpAttr attr_;
+  wire::Route route_;
+  uint32_t mtu_ = 1024;
+  QpCounters counters_;
+
+  // Requester.
+  queue::Ring<SendWqe> sq_;
+  uint32_t sq_next_ = 0;      // ring index of the next WQE to (re)transmit
+  uint32_t psn_next_ = 0;     // PSN for the next new WQE
+  uint32_t psn_una_ = 0;      // oldest unacknowledged PSN
+  uint32_t rd_atomic_outstanding_ = 0;
+  uint8_t retry_left_ = 7;
+  uint8_t rnr_retry_left_ = 7;
+  uint64_t retransmit_deadline_ = 0;  // 0: not armed
+  uint64_t rnr_resume_at_ = 0;        // 0: not waiting for an RNR timer
+  uint32_t packets_since_ack_req_ = 0;
+  bool progress_since_retry_ = true;
+  uint32_t psn_high_ = 0;
+  // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
+  // until progress; otherwise every later response would rewind again.
+  bool implied_nak_pending_ = false;
+  uint32_t implied_nak_psn_ = 0;  // one past the highest PSN ever sent (counts retransmissions)
+
+  // Responder.
+  queue::Ring<RecvWr> rq_;
+  uint32_t epsn_ = 0;
+  uint32_t msn_ = 0;
+  bool nak_seq_sent_ = false;
+  enum class InMessage : uint8_t { kNone, kSend, kWrite } in_message_ = InMessage::kNone;
+  bool recv_wqe_held_ = false;
+  RecvWr recv_wqe_;
+  uint32_t recv_offset_ = 0;
+  uint8_t* write_host_ = nullptr;
+  uint32_t write_remaining_ = 0;
+  uint32_t write_total_ = 0;
+  std::vector<Resource> resources_;
+  uint32_t next_resource_ = 0;
+  queue::Ring<Action> actions_;
+};
+
+}  // namespace droce::transport
+
+#endif  // DROCE_LIB_TRANSPORT_QP_H_

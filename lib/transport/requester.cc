@@ -1,0 +1,219 @@
+// Requester (IBTA 9.7.1-9.7.4): validates and starts work requests, assigns
+// PSNs, segments messages by path MTU and builds request packets.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "transport/qp.h"
+#include "wire/psn.h"
+
+namespace droce::transport {
+
+using queue::WcStatus;
+using namespace droce::wire;
+
+bool RcQp::IsReadOrAtomic(const SendWqe& w) const {
+  return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+         w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+}
+
+int RcQp::ValidateSend(const SendWr& wr) const {
+  if (wr.num_sge > caps_.max_send_sge) return EINVAL;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (total > (1u << 31)) return EINVAL;  // max_msg_sz
+  const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
+                              wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+                              wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+  switch (wr.opcode) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+    case WrOpcode::kSendWithInv:
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kLocalInv:
+      break;
+    case WrOpcode::kAtomicCmpAndSwp:
+    case WrOpcode::kAtomicFetchAndAdd:
+      if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
+      break;
+    default:
+      return EINVAL;  // memory windows are not supported
+  }
+  if (wr.flags & kSendInline) {
+    if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
+  }
+  return 0;
+}
+
+uint32_t RcQp::PacketsFor(const SendWqe& w) const {
+  if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    return 1;
+  }
+  return std::max<uint32_t>(1, (w.total_len + mtu_ - 1) / mtu_);
+}
+
+bool RcQp::StartWqe(SendWqe& w) {
+  const bool read_or_atomic = IsReadOrAtomic(w);
+  // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
+  if ((w.wr.flags & kSendFence) && rd_atomic_outstanding_ > 0) return false;
+  if (read_or_atomic &&
+      rd_atomic_outstanding_ >= std::max<uint32_t>(1, attr_.max_rd_atomic)) {
+    return false;
+  }
+  if (w.wr.opcode == WrOpcode::kLocalInv) {
+    w.done = true;
+    if (env_.mrs->Invalidate(w.wr.invalidate_rkey, env_.pd) != mem::AccessResult::kOk) {
+      FailWqe(w, WcStatus::kLocProtErr);
+    }
+    return true;
+  }
+  if (!(w.wr.flags & kSendInline)) {
+    for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
+      const Sge& sge = w.wr.sg_list[i];
+      const auto r = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr, sge.length,
+                                          /*needs_write=*/read_or_atomic);
+      if (r.result != mem::AccessResult::kOk) {
+        FailWqe(w, WcStatus::kLocProtErr);
+        return true;
+      }
+      w.sge_host[i] = r.host;
+    }
+  }
+  const uint32_t n = PacketsFor(w);
+  w.first_psn = psn_next_;
+  w.last_psn = PsnAdd(psn_next_, n - 1);
+  w.next_psn = w.first_psn;
+  psn_next_ = PsnAdd(psn_next_, n);
+  w.started = true;
+  if (read_or_atomic) ++rd_atomic_outstanding_;
+  return true;
+}
+
+void RcQp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+  if (w.wr.flags & kSendInline) {
+    std::memcpy(out, w.inline_data + offset, len);
+    return;
+  }
+  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
+    const uint32_t sge_len = w.wr.sg_list[i].length;
+    if (offset >= sge_len) {
+      offset -= sge_len;
+      continue;
+    }
+    const uint32_t n = std::min(len, sge_len - offset);
+    std::memcpy(out, w.sge_host[i] + offset, n);
+    out += n;
+    len -= n;
+    offset = 0;
+  }
+}
+
+void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
+                         uint32_t len) const {
+  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
+    const uint32_t sge_len = w.wr.sg_list[i].length;
+    if (offset >= sge_len) {
+      offset -= sge_len;
+      continue;
+    }
+    const uint32_t n = std::min(len, sge_len - offset);
+    std::memcpy(w.sge_host[i] + offset, data, n);
+    data += n;
+    len -= n;
+    offset = 0;
+  }
+}
+
+uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
+  const uint32_t psn = w.next_psn;
+  if (PsnLess(psn, psn_high_)) {
+    ++counters_.retransmitted_packets;
+  } else {
+    psn_high_ = PsnAdd(psn, 1);
+  }
+  const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
+  uint8_t* ext;
+  const uint32_t l4_end = WriteHeaders(frame, 0, psn, false, false, &ext);
+  uint8_t* bth_p = frame + l4_end;
+  BthWriter bth(bth_p);
+  uint32_t transport_len = kBthBytes;
+
+  switch (w.wr.opcode) {
+    case WrOpcode::kRdmaRead: {
+      // A retried READ asks only for what has not arrived (9.7.4.1.4).
+      const uint32_t offset = index * mtu_;
+      bth.set_opcode(kRcReadRequest);
+      bth.set_ack_req(true);
+      RethWriter reth(ext);
+      reth.set_va(w.wr.remote_addr + offset);
+      reth.set_rkey(w.wr.rkey);
+      reth.set_dma_length(w.total_len - offset);
+      transport_len += kRethBytes;
+      w.next_psn = PsnAdd(w.last_psn, 1);
+      w.fully_sent = true;
+      return FinalizeFrame(frame, route_, transport_len);
+    }
+    case WrOpcode::kAtomicCmpAndSwp:
+    case WrOpcode::kAtomicFetchAndAdd: {
+      const bool cas = w.wr.opcode == WrOpcode::kAtomicCmpAndSwp;
+      bth.set_opcode(cas ? kRcCompareSwap : kRcFetchAdd);
+      bth.set_ack_req(true);
+      AtomicEthWriter a(ext);
+      a.set_va(w.wr.remote_addr);
+      a.set_rkey(w.wr.rkey);
+      a.set_swap_add(cas ? w.wr.swap : w.wr.compare_add);
+      a.set_compare(cas ? w.wr.compare_add : 0);
+      transport_len += kAtomicEthBytes;
+      w.next_psn = PsnAdd(psn, 1);
+      w.fully_sent = true;
+      return FinalizeFrame(frame, route_, transport_len);
+    }
+    default:
+      break;
+  }
+
+  // SEND and WRITE families: segment by path MTU.
+  const uint32_t offset = index * mtu_;
+  const uint32_t seg = std::min(mtu_, w.total_len - offset);
+  const bool first = offset == 0;
+  const bool last = offset + seg == w.total_len;
+  const bool is_write =
+      w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kRdmaWriteWithImm;
+  const bool imm =
+      w.wr.opcode == WrOpcode::kRdmaWriteWithImm || w.wr.opcode == WrOpcode::kSendWithImm;
+  const bool inv = w.wr.opcode == WrOpcode::kSendWithInv;
+  uint8_t opcode;
+  if (is_write) {
+    opcode = first ? (last ? (imm ? kRcWriteOnlyImm : kRcWriteOnly) : kRcWriteFirst)
+                   : (last ? (imm ? kRcWriteLastImm : kRcWriteLast) : kRcWriteMiddle);
+  } else {
+    opcode = first ? (last ? (imm ? kRcSendOnlyImm : inv ? kRcSendOnlyInv : kRcSendOnly)
+                           : kRcSendFirst)
+                   : (last ? (imm ? kRcSendLastImm : inv ? kRcSendLastInv : kRcSendLast)
+                           : kRcSendMiddle);
+  }
+  const OpcodeInfo& op = OpInfo(opcode);
+  bth.set_opcode(opcode);
+  ++packets_since_ack_req_;
+  const bool ack_req = last || packets_since_ack_req_ >= env_.ack_req_every;
+  if (ack_req) packets_since_ack_req_ = 0;
+  bth.set_ack_req(ack_req);
+  if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
+  if (op.Has(kHdrReth)) {
+    RethWriter reth(bth_p + op.reth_offset);
+    reth.set_va(w.wr.remote_addr);
+    reth.set_rkey(w.wr.rkey);
+    reth.set_dma_length(w.total_len);
+  }
+  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_value(w.wr.imm_data);
+  if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(w.wr.invalidate_rkey);
+  GatherPayload(w, offset, seg, bth_p + op.header_bytes);
+  transport_len = op.header_bytes + seg;
+  w.next_psn = PsnAdd(psn, 1);
+  if (last) w.fully_sent = true;
+  return FinalizeFrame(frame, route_, transport_len);
+}
+
+}  // namespace droce::transport

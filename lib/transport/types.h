@@ -1,0 +1,141 @@
+// Work requests, QP attributes and their masks. Numeric values equal those of
+// <infiniband/verbs.h> (ibv_wr_opcode, ibv_send_flags, ibv_qp_state,
+// ibv_qp_attr_mask, ibv_mtu) so the verbs provider passes them through.
+#ifndef DROCE_LIB_TRANSPORT_TYPES_H_
+#define DROCE_LIB_TRANSPORT_TYPES_H_
+
+#include <array>
+#include <cstdint>
+
+namespace droce::transport {
+
+inline constexpr uint32_t kMaxSge = 8;
+inline constexpr uint32_t kMaxInlineData = 256;
+inline constexpr uint32_t kMaxRdAtomic = 16;
+
+enum class WrOpcode : uint8_t {
+  kRdmaWrite = 0,
+  kRdmaWriteWithImm = 1,
+  kSend = 2,
+  kSendWithImm = 3,
+  kRdmaRead = 4,
+  kAtomicCmpAndSwp = 5,
+  kAtomicFetchAndAdd = 6,
+  kLocalInv = 7,
+  kBindMw = 8,
+  kSendWithInv = 9,
+};
+
+enum SendFlags : uint32_t {
+  kSendFence = 1 << 0,
+  kSendSignaled = 1 << 1,
+  kSendSolicited = 1 << 2,
+  kSendInline = 1 << 3,
+};
+
+struct Sge {
+  uint64_t addr = 0;
+  uint32_t length = 0;
+  uint32_t lkey = 0;
+};
+
+struct SendWr {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;
+  uint32_t flags = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sg_list{};
+  uint64_t remote_addr = 0;  // RDMA and atomic
+  uint32_t rkey = 0;
+  uint32_t imm_data = 0;         // big-endian value as the application gave it
+  uint32_t invalidate_rkey = 0;  // SEND_WITH_INV, LOCAL_INV
+  uint64_t compare_add = 0;
+  uint64_t swap = 0;
+};
+
+struct RecvWr {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  std::array<Sge, kMaxSge> sg_list{};
+};
+
+enum class QpState : uint8_t {
+  kReset = 0,
+  kInit = 1,
+  kRtr = 2,
+  kRts = 3,
+  kSqd = 4,
+  kSqe = 5,
+  kErr = 6,
+};
+const char* QpStateName(QpState s);
+
+enum AttrMask : uint32_t {
+  kAttrState = 1 << 0,
+  kAttrCurState = 1 << 1,
+  kAttrEnSqdAsyncNotify = 1 << 2,
+  kAttrAccessFlags = 1 << 3,
+  kAttrPkeyIndex = 1 << 4,
+  kAttrPort = 1 << 5,
+  kAttrQkey = 1 << 6,
+  kAttrAv = 1 << 7,
+  kAttrPathMtu = 1 << 8,
+  kAttrTimeout = 1 << 9,
+  kAttrRetryCnt = 1 << 10,
+  kAttrRnrRetry = 1 << 11,
+  kAttrRqPsn = 1 << 12,
+  kAttrMaxQpRdAtomic = 1 << 13,
+  kAttrAltPath = 1 << 14,
+  kAttrMinRnrTimer = 1 << 15,
+  kAttrSqPsn = 1 << 16,
+  kAttrMaxDestRdAtomic = 1 << 17,
+  kAttrPathMigState = 1 << 18,
+  kAttrCap = 1 << 19,
+  kAttrDestQpn = 1 << 20,
+};
+
+// Address vector for RoCEv2: GRH addressing plus the resolved next-hop MAC.
+struct AddressVector {
+  std::array<uint8_t, 16> dgid{};
+  uint8_t sgid_index = 0;
+  uint8_t hop_limit = 64;
+  uint8_t traffic_class = 0;  // DSCP << 2 | ECN; ECN bits are replaced by the device's policy
+  uint32_t flow_label = 0;
+  std::array<uint8_t, 6> dmac{};
+  bool dmac_valid = false;  // false: the device resolves it from its neighbour table
+};
+
+struct QpAttr {
+  QpState qp_state = QpState::kReset;
+  QpState cur_qp_state = QpState::kReset;
+  uint32_t qp_access_flags = 0;  // mem::Access bits for incoming requests
+  uint16_t pkey_index = 0;
+  uint8_t port_num = 1;
+  uint32_t qkey = 0;
+  AddressVector ah;
+  uint32_t path_mtu = 1024;  // bytes: 256, 512, 1024, 2048, 4096
+  uint8_t timeout = 14;      // 4.096 us * 2^timeout; 0 = infinite
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;     // 7 = infinite
+  uint32_t rq_psn = 0;
+  uint32_t sq_psn = 0;
+  uint8_t max_rd_atomic = 1;
+  uint8_t max_dest_rd_atomic = 1;
+  uint8_t min_rnr_timer = 12;
+  uint32_t dest_qp_num = 0;
+};
+
+// ibv_mtu enum (1..5) <-> bytes.
+uint32_t MtuEnumToBytes(uint32_t mtu_enum);
+uint32_t MtuBytesToEnum(uint32_t bytes);
+
+// IBTA 9.7.5.2.8, Table 45: RNR timer field -> nanoseconds.
+uint64_t RnrTimerNs(uint8_t code);
+// IBTA 9.7.6.1.3 local ACK timeout: 4.096 us * 2^timeout; 0 means infinite (returns 0).
+inline uint64_t AckTimeoutNs(uint8_t timeout) {
+  return timeout == 0 ? 0 : 4096ull << (timeout > 31 ? 31 : timeout);
+}
+
+}  // namespace droce::transport
+
+#endif  // DROCE_LIB_TRANSPORT_TYPES_H_

@@ -1,0 +1,232 @@
+// Error paths of the RC transport: the remote side never touches memory it
+// may not, and every failure completes with the status verbs defines.
+#include <cerrno>
+
+#include "core/rc_pair_fixture.h"
+
+namespace droce::core {
+namespace {
+
+using namespace droce::core::testing;
+using queue::Completion;
+using queue::WcStatus;
+using transport::SendWr;
+using transport::WrOpcode;
+
+// Posts one WR that the responder must refuse, and checks the requester's
+// completion, the QP states and that the responder's memory is untouched.
+void ExpectRemoteRefusal(WrOpcode op, uint32_t len, int64_t addr_delta, int32_t rkey_delta,
+                         WcStatus expected, const char* what) {
+  RcPair pair({}, 1);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  SendWr wr = MakeWr(1, op, a, 0, len, b, 0);
+  wr.remote_addr += addr_delta;
+  wr.rkey += rkey_delta;
+  Fill(a.mem, 0, 8192, 3);
+  const std::vector<uint8_t> before = b.mem;
+  ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0) << what;
+  SendWr after = MakeWr(99, WrOpcode::kSend, a, 0, 16, b, 0);  // flushed behind it
+  ASSERT_EQ(a.dev->PostSend(a.qpn, after), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 0)) << what;
+  ASSERT_EQ(ca.size(), 2u) << what;
+  EXPECT_EQ(ca[0].status, expected) << what << ": " << queue::WcStatusName(ca[0].status);
+  EXPECT_EQ(ca[1].status, WcStatus::kWrFlushErr) << what;
+  EXPECT_EQ(ca[1].wr_id, 99u);
+  EXPECT_EQ(a.dev->qp(a.qpn)->state(), transport::QpState::kErr) << what;
+  EXPECT_EQ(b.dev->qp(b.qpn)->state(), transport::QpState::kErr) << what;
+  EXPECT_TRUE(b.mem == before) << what << ": responder memory changed";
+}
+
+TEST(RcErrors, RemoteAccessViolationsAreNakedAndTouchNothing) {
+  for (WrOpcode op : {WrOpcode::kRdmaWrite, WrOpcode::kRdmaRead, WrOpcode::kAtomicFetchAndAdd}) {
+    const uint32_t len = op == WrOpcode::kAtomicFetchAndAdd ? 8 : 4096;
+    struct Case {
+      const char* name;
+      int64_t addr_delta;  // relative to the start of b's region
+      int32_t rkey_delta;
+    };
+    for (Case c : {Case{"bad rkey", 0, 1}, Case{"below region", -8, 0},
+                   Case{"past end", (4 << 20) - 8, 0}, Case{"huge address", INT64_MAX / 2, 0}}) {
+      ExpectRemoteRefusal(op, len, c.addr_delta, c.rkey_delta, WcStatus::kRemAccessErr, c.name);
+    }
+  }
+}
+
+TEST(RcErrors, MissingAccessRightIsRemoteAccessError) {
+  RcPair pair({}, 1);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  std::vector<uint8_t> ro(4096, 0x5A);
+  auto keys = *b.dev->RegMr(b.pd, ro.data(), ro.size(), reinterpret_cast<uint64_t>(ro.data()),
+                            mem::kRemoteRead);
+  SendWr wr = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 0);
+  wr.remote_addr = reinterpret_cast<uint64_t>(ro.data());
+  wr.rkey = keys.rkey;
+  ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+  EXPECT_EQ(ca[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(ro, std::vector<uint8_t>(4096, 0x5A));
+}
+
+TEST(RcErrors, BadLocalKeyIsLocalProtectionError) {
+  RcPair pair({}, 1);
+  SendWr wr = MakeWr(7, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0);
+  wr.sg_list[0].lkey ^= 0x100;
+  ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, wr), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+  EXPECT_EQ(ca[0].wr_id, 7u);
+  EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr);
+}
+
+TEST(RcErrors, RnrRetryExhaustion) {
+  RcPair pair({}, 1, 1024, 1 << 20, 0, 0, 8, 7, /*rnr_retry=*/2);
+  SendWr wr = MakeWr(1, WrOpcode::kSend, pair.a(), 0, 100, pair.b(), 0);
+  ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, wr), 0);  // no receive posted at b
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+  EXPECT_EQ(ca[0].status, WcStatus::kRnrRetryExcErr);
+  EXPECT_EQ(pair.a().dev->qp(pair.a().qpn)->counters().rnr_naks_received, 3u);  // 1 + 2 retries
+}
+
+TEST(RcErrors, RnrThenReceivePostedSucceeds) {
+  RcPair pair({}, 1);  // rnr_retry 7 = infinite
+  Side& a = pair.a();
+  Side& b = pair.b();
+  Fill(a.mem, 0, 100, 9);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kSend, a, 0, 100, b, 0)), 0);
+  std::vector<Completion> ca, cb;
+  EXPECT_FALSE(pair.Run(&ca, 1, &cb, 0, 5'000'000));  // 5 ms of RNR NAKs
+  EXPECT_GT(a.dev->qp(a.qpn)->counters().rnr_naks_received, 0u);
+  ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(2, b, 1000, 100)), 0);
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
+  EXPECT_EQ(ca[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(cb[0].byte_len, 100u);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 1000, a.mem.data(), 100), 0);
+}
+
+TEST(RcErrors, RetryExhaustionWhenPeerVanishes) {
+  RcPair pair({1.0, 0, 0, 0}, 1, 1024, 1 << 20, 0, 0, /*timeout=*/4, /*retry=*/3);
+  ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, MakeWr(1, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0)), 0);
+  ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, MakeWr(2, WrOpcode::kRdmaRead, pair.a(), 64, 64, pair.b(), 0)), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 0));
+  EXPECT_EQ(ca[0].status, WcStatus::kRetryExcErr);
+  EXPECT_EQ(ca[1].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(pair.a().dev->qp(pair.a().qpn)->counters().timeouts, 4u);  // 1 + 3 retries
+}
+
+TEST(RcErrors, ReceiveTooSmallIsLengthError) {
+  RcPair pair({}, 1);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(5, b, 0, 10)), 0);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kSend, a, 0, 11, b, 0)), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
+  EXPECT_EQ(cb[0].status, WcStatus::kLocLenErr);
+  EXPECT_EQ(ca[0].status, WcStatus::kRemInvReqErr);
+}
+
+TEST(RcErrors, CqOverflowIsDetected) {
+  RcPair pair({}, 1);
+  Side& a = pair.a();
+  auto small_cq = *a.dev->CreateCq(2);
+  QpInitAttr init;
+  init.pd = a.pd;
+  init.send_cq = init.recv_cq = small_cq;
+  auto qpn = *a.dev->CreateQp(init);
+  transport::QpAttr attr;
+  attr.qp_state = transport::QpState::kInit;
+  ASSERT_TRUE(a.dev->ModifyQp(qpn, attr, transport::kAttrState | transport::kAttrPkeyIndex |
+                                             transport::kAttrPort | transport::kAttrAccessFlags).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(a.dev->PostRecv(qpn, MakeRecv(i, a, 0, 8)), 0);
+  attr.qp_state = transport::QpState::kErr;  // flushes three receives into a CQ of two
+  ASSERT_TRUE(a.dev->ModifyQp(qpn, attr, transport::kAttrState).ok());
+  EXPECT_TRUE(a.dev->cq(small_cq)->overflowed());
+  Completion out[4];
+  EXPECT_EQ(a.dev->PollCq(small_cq, out, 4), 2u);
+}
+
+TEST(RcErrors, WrongStateAndBadArguments) {
+  RcPair pair({}, 1);
+  Side& a = pair.a();
+  QpInitAttr init;
+  init.pd = a.pd;
+  init.send_cq = init.recv_cq = a.cq;
+  auto qpn = *a.dev->CreateQp(init);
+  EXPECT_EQ(a.dev->PostSend(qpn, MakeWr(1, WrOpcode::kSend, a, 0, 8, a, 0)), EINVAL);  // RESET
+  EXPECT_EQ(a.dev->PostRecv(qpn, MakeRecv(1, a, 0, 8)), EINVAL);
+  transport::QpAttr attr;
+  attr.qp_state = transport::QpState::kRtr;
+  EXPECT_FALSE(a.dev->ModifyQp(qpn, attr, transport::kAttrState).ok());  // RESET -> RTR
+  attr.qp_state = transport::QpState::kInit;
+  EXPECT_FALSE(a.dev->ModifyQp(qpn, attr, transport::kAttrState).ok());  // missing port/pkey/access
+  EXPECT_TRUE(a.dev->ModifyQp(qpn, attr, transport::kAttrState | transport::kAttrPkeyIndex |
+                                             transport::kAttrPort | transport::kAttrAccessFlags).ok());
+  attr.qp_state = transport::QpState::kRtr;
+  attr.path_mtu = 3000;
+  EXPECT_FALSE(a.dev->ModifyQp(qpn, attr, transport::kAttrState | transport::kAttrAv |
+                                              transport::kAttrPathMtu | transport::kAttrDestQpn |
+                                              transport::kAttrRqPsn | transport::kAttrMaxDestRdAtomic |
+                                              transport::kAttrMinRnrTimer).ok());
+  SendWr too_many = MakeWr(1, WrOpcode::kSend, a, 0, 8, pair.b(), 0);
+  too_many.num_sge = transport::kMaxSge + 1;
+  EXPECT_EQ(a.dev->PostSend(a.qpn, too_many), EINVAL);
+  SendWr inline_read = MakeWr(1, WrOpcode::kRdmaRead, a, 0, 8, pair.b(), 0);
+  inline_read.flags |= transport::kSendInline;
+  EXPECT_EQ(a.dev->PostSend(a.qpn, inline_read), EINVAL);
+}
+
+TEST(RcErrors, SendWithInvalidateAndLocalInvalidate) {
+  RcPair pair({}, 1);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  std::vector<uint8_t> buf(64);
+  auto victim = *b.dev->RegMr(b.pd, buf.data(), buf.size(), reinterpret_cast<uint64_t>(buf.data()),
+                              mem::kLocalWrite | mem::kRemoteRead);
+  ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(9, b, 0, 64)), 0);
+  SendWr wr = MakeWr(1, WrOpcode::kSendWithInv, a, 0, 16, b, 0);
+  wr.invalidate_rkey = victim.rkey;
+  ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
+  EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(cb[0].flags & queue::kWcWithInv, queue::kWcWithInv);
+  EXPECT_EQ(cb[0].imm_or_inv, victim.rkey);
+  EXPECT_EQ(b.dev->mrs().CheckRemote(victim.rkey, b.pd, reinterpret_cast<uint64_t>(buf.data()), 8,
+                                     mem::kRemoteRead).result,
+            mem::AccessResult::kBadKey);
+  // A READ through the invalidated key is now refused.
+  SendWr rd = MakeWr(2, WrOpcode::kRdmaRead, a, 0, 8, b, 0);
+  rd.remote_addr = reinterpret_cast<uint64_t>(buf.data());
+  rd.rkey = victim.rkey;
+  ASSERT_EQ(a.dev->PostSend(a.qpn, rd), 0);
+  ca.clear();
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
+  EXPECT_EQ(ca[0].status, WcStatus::kRemAccessErr);
+}
+
+TEST(RcErrors, UnsignaledWrsCompleteSilentlyAndInOrder) {
+  RcPair pair({0.03, 0, 0, 0}, 5);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  for (uint64_t i = 0; i < 50; ++i) {
+    SendWr wr = MakeWr(i, WrOpcode::kRdmaWrite, a, i * 100, 100, b, i * 100);
+    if (i % 10 != 9) wr.flags = 0;  // only every tenth is signaled
+    ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0);
+  }
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 5, &cb, 0));
+  ASSERT_EQ(ca.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(ca[i].wr_id, i * 10 + 9);
+    EXPECT_EQ(ca[i].status, WcStatus::kSuccess);
+  }
+}
+
+}  // namespace
+}  // namespace droce::core

@@ -1,0 +1,220 @@
+// Test fixture: two devices with one connected RC QP each, on a seeded
+// lossy link, driven in virtual time.
+#ifndef DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
+#define DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/device.h"
+#include "wire/psn.h"
+
+namespace droce::core::testing {
+
+using transport::QpAttr;
+using transport::SendWr;
+using transport::RecvWr;
+using transport::WrOpcode;
+using queue::Completion;
+using queue::WcStatus;
+
+// A lossy link for tests: frames sent by one end arrive at the other after
+// optional drop / duplicate / reorder / corruption, all from one seed.
+struct Impairments {
+  double drop = 0, duplicate = 0, reorder = 0, corrupt = 0;
+};
+
+class TestLink {
+ public:
+  class End : public pktio::BurstIo {
+   public:
+    End(TestLink* link, int side) : link_(link), side_(side) {}
+    uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
+      auto& q = link_->queues_[side_];
+      uint16_t i = 0;
+      for (; i < n && !q.empty(); ++i) {
+        auto* buf = new std::vector<uint8_t>(std::move(q.front()));
+        q.pop_front();
+        f[i] = {buf->data(), static_cast<uint32_t>(buf->size()), static_cast<uint32_t>(buf->size()), buf};
+      }
+      return i;
+    }
+    uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
+      for (uint16_t i = 0; i < n; ++i) {
+        auto* buf = new std::vector<uint8_t>(pktio::kMaxFrameBytes);
+        f[i] = {buf->data(), 0, pktio::kMaxFrameBytes, buf};
+      }
+      return n;
+    }
+    uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
+      for (uint16_t i = 0; i < n; ++i) {
+        auto* buf = static_cast<std::vector<uint8_t>*>(f[i].handle);
+        buf->resize(f[i].len);
+        link_->Deliver(1 - side_, std::move(*buf));
+        delete buf;
+      }
+      return n;
+    }
+    void Release(pktio::Frame* f, uint16_t n) override {
+      for (uint16_t i = 0; i < n; ++i) delete static_cast<std::vector<uint8_t>*>(f[i].handle);
+    }
+
+   private:
+    TestLink* link_;
+    int side_;
+  };
+
+  TestLink(Impairments imp, uint32_t seed) : imp_(imp), rng_(seed), ends_{End(this, 0), End(this, 1)} {}
+  End& end(int i) { return ends_[i]; }
+  uint64_t delivered = 0, dropped = 0;
+
+ private:
+  void Deliver(int to, std::vector<uint8_t> frame) {
+    std::uniform_real_distribution<double> u(0, 1);
+    if (u(rng_) < imp_.drop) {
+      ++dropped;
+      return;
+    }
+    if (u(rng_) < imp_.corrupt) frame[rng_() % frame.size()] ^= 1 << (rng_() % 8);
+    auto& q = queues_[to];
+    if (u(rng_) < imp_.duplicate) q.push_back(frame);
+    if (u(rng_) < imp_.reorder && !q.empty()) {
+      q.insert(q.end() - 1, std::move(frame));  // overtakes the previous frame
+    } else {
+      q.push_back(std::move(frame));
+    }
+    ++delivered;
+  }
+
+  Impairments imp_;
+  std::mt19937 rng_;
+  std::deque<std::vector<uint8_t>> queues_[2];
+  End ends_[2];
+};
+
+struct Side {
+  std::unique_ptr<Device> dev;
+  uint32_t pd = 0, cq = 0, qpn = 0;
+  std::vector<uint8_t> mem;
+  mem::MrKeys keys{};
+};
+
+class RcPair {
+ public:
+  RcPair(Impairments imp, uint32_t seed, uint32_t mtu = 1024, uint32_t mem_bytes = 4 << 20,
+         uint32_t start_psn_a = 0, uint32_t start_psn_b = 0, uint8_t timeout = 8,
+         uint8_t retry = 7, uint8_t rnr_retry = 7)
+      : link_(imp, seed) {
+    for (int i = 0; i < 2; ++i) {
+      DeviceConfig cfg;
+      cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
+      cfg.ipv4 = 0x0A000001 + i;
+      s_[i].dev = std::make_unique<Device>(cfg, &link_.end(i));
+      Side& s = s_[i];
+      s.pd = s.dev->AllocPd();
+      s.cq = *s.dev->CreateCq(4096);
+      QpInitAttr init;
+      init.pd = s.pd;
+      init.send_cq = init.recv_cq = s.cq;
+      init.caps.max_send_wr = 1024;
+      init.caps.max_recv_wr = 1024;
+      s.qpn = *s.dev->CreateQp(init);
+      s.mem.resize(mem_bytes);
+      s.keys = *s.dev->RegMr(s.pd, s.mem.data(), s.mem.size(), reinterpret_cast<uint64_t>(s.mem.data()),
+                             mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
+    }
+    const uint32_t psn[2] = {start_psn_a, start_psn_b};
+    for (int i = 0; i < 2; ++i) {
+      Side& s = s_[i];
+      Side& peer = s_[1 - i];
+      QpAttr a;
+      a.qp_state = transport::QpState::kInit;
+      a.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic;
+      EXPECT_TRUE(s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrPkeyIndex |
+                                               transport::kAttrPort | transport::kAttrAccessFlags).ok());
+      a.qp_state = transport::QpState::kRtr;
+      a.ah.dgid = peer.dev->gids()[1];
+      a.ah.sgid_index = 1;
+      a.ah.dmac = peer.dev->config().mac;
+      a.ah.dmac_valid = true;
+      a.path_mtu = mtu;
+      a.dest_qp_num = peer.qpn;
+      a.rq_psn = psn[1 - i];
+      a.max_dest_rd_atomic = 16;
+      a.min_rnr_timer = 1;
+      auto st = s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrAv |
+                                              transport::kAttrPathMtu | transport::kAttrDestQpn |
+                                              transport::kAttrRqPsn | transport::kAttrMaxDestRdAtomic |
+                                              transport::kAttrMinRnrTimer);
+      EXPECT_TRUE(st.ok()) << st;
+      a.qp_state = transport::QpState::kRts;
+      a.sq_psn = psn[i];
+      a.timeout = timeout;
+      a.retry_cnt = retry;
+      a.rnr_retry = rnr_retry;
+      a.max_rd_atomic = 16;
+      st = s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrSqPsn |
+                                         transport::kAttrTimeout | transport::kAttrRetryCnt |
+                                         transport::kAttrRnrRetry | transport::kAttrMaxQpRdAtomic);
+      EXPECT_TRUE(st.ok()) << st;
+    }
+  }
+
+  Side& a() { return s_[0]; }
+  Side& b() { return s_[1]; }
+  TestLink& link() { return link_; }
+  uint64_t now() const { return now_; }
+
+  // Advances virtual time in 1 us steps, polling both devices, until `want`
+  // completions have been collected from each side's CQ (or time runs out).
+  bool Run(std::vector<Completion>* ca, size_t want_a, std::vector<Completion>* cb, size_t want_b,
+           uint64_t max_ns = 5'000'000'000ull) {
+    const uint64_t end = now_ + max_ns;
+    Completion buf[64];
+    while (now_ < end) {
+      const uint32_t w = s_[0].dev->Poll(now_) + s_[1].dev->Poll(now_);
+      for (uint32_t k; (k = s_[0].dev->PollCq(s_[0].cq, buf, 64)) > 0;) ca->insert(ca->end(), buf, buf + k);
+      for (uint32_t k; (k = s_[1].dev->PollCq(s_[1].cq, buf, 64)) > 0;) cb->insert(cb->end(), buf, buf + k);
+      if (ca->size() >= want_a && cb->size() >= want_b) return true;
+      now_ += w > 0 ? 1000 : 50'000;  // jump ahead when the wire is idle
+    }
+    return false;
+  }
+
+ private:
+  TestLink link_;
+  Side s_[2];
+  uint64_t now_ = 1'000'000;
+};
+
+inline SendWr MakeWr(uint64_t id, WrOpcode op, Side& local, uint64_t off, uint32_t len, Side& remote,
+              uint64_t roff) {
+  SendWr wr;
+  wr.wr_id = id;
+  wr.opcode = op;
+  wr.flags = transport::kSendSignaled;
+  wr.num_sge = 1;
+  wr.sg_list[0] = {reinterpret_cast<uint64_t>(local.mem.data()) + off, len, local.keys.lkey};
+  wr.remote_addr = reinterpret_cast<uint64_t>(remote.mem.data()) + roff;
+  wr.rkey = remote.keys.rkey;
+  return wr;
+}
+
+inline RecvWr MakeRecv(uint64_t id, Side& s, uint64_t off, uint32_t len) {
+  RecvWr wr;
+  wr.wr_id = id;
+  wr.num_sge = 1;
+  wr.sg_list[0] = {reinterpret_cast<uint64_t>(s.mem.data()) + off, len, s.keys.lkey};
+  return wr;
+}
+
+inline void Fill(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint32_t seed) {
+  for (uint32_t i = 0; i < len; ++i) m[off + i] = static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 8)) ^ seed);
+}
+
+}  // namespace droce::core::testing
+
+#endif  // DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_

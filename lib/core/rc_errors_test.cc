@@ -48,7 +48,7 @@ TEST(RcErrors, RemoteAccessViolationsAreNakedAndTouchNothing) {
       int32_t rkey_delta;
     };
     for (Case c : {Case{"bad rkey", 0, 1}, Case{"below region", -8, 0},
-                   Case{"past end", (4 << 20) - 8, 0}, Case{"huge address", INT64_MAX / 2, 0}}) {
+                   Case{"past end", (4 << 20) - int64_t{len} + 8, 0}, Case{"huge address", INT64_MAX / 2, 0}}) {
       ExpectRemoteRefusal(op, len, c.addr_delta, c.rkey_delta, WcStatus::kRemAccessErr, c.name);
     }
   }

@@ -69,6 +69,8 @@ class RcQp {
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
   const QpCounters& counters() const { return counters_; }
+  uint32_t expected_psn() const { return epsn_; }  // responder's next PSN
+  uint32_t next_psn() const { return psn_next_; }   // requester's next new PSN
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
   // 10.3.1, the required/optional attributes of each transition).

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs droce's build and test dependencies from Debian 12 packages.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential g++ meson ninja-build pkg-config git \
+  dpdk dpdk-dev libdpdk-dev \
+  libibverbs-dev ibverbs-utils ibverbs-providers rdma-core perftest qperf \
+  libabsl-dev libgtest-dev libgmock-dev googletest \
+  libpcap-dev tshark \
+  clang libclang-rt-14-dev \
+  python3 python3-matplotlib \
+  iproute2 procps >/dev/null

@@ -71,6 +71,7 @@ class RcQp {
   const QpCounters& counters() const { return counters_; }
   uint32_t expected_psn() const { return epsn_; }  // responder's next PSN
   uint32_t next_psn() const { return psn_next_; }   // requester's next new PSN
+  uint32_t posted_receives() const { return rq_.size() + (recv_wqe_held_ ? 1 : 0); }
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
   // 10.3.1, the required/optional attributes of each transition).

@@ -1,0 +1,540 @@
+#include "core/replay.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_format.h"
+#include "core/device.h"
+#include "wire/fields.h"
+#include "wire/psn.h"
+
+namespace droce::core {
+namespace {
+
+using namespace droce::wire;
+
+struct Packet {
+  size_t index;
+  const uint8_t* data;
+  uint32_t len;
+  ParsedPacket p;
+  Gid src, dst;
+  Mac src_mac;
+  uint32_t psn;
+  uint32_t dest_qp;
+};
+
+// Frames handed to the device and what it sent back.
+class ReplayIo : public pktio::BurstIo {
+ public:
+  std::deque<std::vector<uint8_t>> rx;
+  std::vector<std::vector<uint8_t>> sent;
+  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
+    uint16_t i = 0;
+    for (; i < n && !rx.empty(); ++i) {
+      held_.push_back(std::move(rx.front()));
+      rx.pop_front();
+      f[i] = {held_.back().data(), static_cast<uint32_t>(held_.back().size()),
+              static_cast<uint32_t>(held_.back().size()), nullptr};
+    }
+    return i;
+  }
+  uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
+    tx_.resize(n);
+    for (uint16_t i = 0; i < n; ++i) {
+      tx_[i].assign(pktio::kMaxFrameBytes, 0);
+      f[i] = {tx_[i].data(), 0, pktio::kMaxFrameBytes, nullptr};
+    }
+    return n;
+  }
+  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) sent.emplace_back(f[i].data, f[i].data + f[i].len);
+    return n;
+  }
+  void Release(pktio::Frame*, uint16_t) override { held_.clear(); }
+
+ private:
+  std::deque<std::vector<uint8_t>> held_;
+  std::vector<std::vector<uint8_t>> tx_;
+};
+
+Gid SrcGid(const uint8_t* f, const ParsedPacket& p) {
+  Gid g{};
+  if (p.ipv6) {
+    std::memcpy(g.data(), Ipv6View(f + p.l3_offset).src(), 16);
+  } else {
+    g[10] = g[11] = 0xFF;
+    StoreBe32(g.data() + 12, Ipv4View(f + p.l3_offset).src());
+  }
+  return g;
+}
+Gid DstGid(const uint8_t* f, const ParsedPacket& p) {
+  Gid g{};
+  if (p.ipv6) {
+    std::memcpy(g.data(), Ipv6View(f + p.l3_offset).dst(), 16);
+  } else {
+    g[10] = g[11] = 0xFF;
+    StoreBe32(g.data() + 12, Ipv4View(f + p.l3_offset).dst());
+  }
+  return g;
+}
+
+std::string GidText(const Gid& g) {
+  if (g[10] == 0xFF && g[11] == 0xFF && g[0] == 0) {
+    return absl::StrFormat("%u.%u.%u.%u", g[12], g[13], g[14], g[15]);
+  }
+  std::string s;
+  for (int i = 0; i < 16; i += 2) absl::StrAppendFormat(&s, "%s%x", i ? ":" : "", LoadBe16(&g[i]));
+  return s;
+}
+
+bool IsRequest(const ParsedPacket& p) { return (p.op().roles & kRoleRequest) != 0; }
+
+// A response reduced to what the equivalence rules compare.
+struct Response {
+  uint8_t opcode;
+  uint32_t psn;
+  uint8_t syndrome;  // AETH syndrome with ACK credits cleared
+  bool has_aeth;
+  uint32_t msn;
+  uint32_t payload_len;
+  std::vector<uint8_t> payload;
+  uint64_t original;
+  size_t capture_index;  // reference responses: frame number (1-based)
+};
+
+Response Reduce(const uint8_t* f, const ParsedPacket& p, size_t index) {
+  const PacketFields fields = DecodeFields(f, p);
+  Response r{};
+  r.opcode = p.opcode;
+  r.psn = fields.bth.psn;
+  r.has_aeth = p.op().Has(kHdrAeth);
+  r.syndrome = fields.aeth_syndrome;
+  if (r.has_aeth && SyndromeType(r.syndrome) == AethType::kAck) r.syndrome &= 0xE0;
+  r.msn = fields.aeth_msn;
+  r.payload_len = p.payload_len;
+  r.payload.assign(fields.payload.begin(), fields.payload.end());
+  r.original = fields.atomic_ack_original;
+  r.capture_index = index;
+  return r;
+}
+
+bool IsPlainAck(const Response& r) {
+  return r.opcode == kRcAcknowledge && SyndromeType(r.syndrome) == AethType::kAck;
+}
+
+std::string Describe(const Response& r) {
+  std::string s = absl::StrFormat("%s psn=%u", OpInfo(r.opcode).name, r.psn);
+  if (r.has_aeth) absl::StrAppendFormat(&s, " %s msn=%u", AethDescription(r.syndrome), r.msn);
+  if (r.payload_len) absl::StrAppendFormat(&s, " len=%u", r.payload_len);
+  if (r.opcode == kRcAtomicAcknowledge) absl::StrAppendFormat(&s, " orig=0x%x", r.original);
+  if (r.capture_index) absl::StrAppendFormat(&s, " (frame %u)", r.capture_index);
+  return s;
+}
+
+struct Region {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  std::vector<uint8_t> mem;
+  std::vector<uint8_t> known;  // 1 where the capture wrote the byte before
+  std::vector<uint8_t> atomic_init;
+  uint32_t droce_rkey = 0;
+};
+
+class DirectionReplay {
+ public:
+  DirectionReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b)
+      : all_(all), a_(a), b_(b) {}
+
+  ReplayResult Run() {
+    result_.direction = GidText(a_) + " -> " + GidText(b_);
+    if (!Configure()) return result_;
+    Feed();
+    Compare();
+    return result_;
+  }
+
+ private:
+  bool FromAToB(const Packet& k) const { return k.src == a_ && k.dst == b_; }
+  bool FromBToA(const Packet& k) const { return k.src == b_ && k.dst == a_; }
+
+  bool Configure() {
+    const Packet* first_req = nullptr;
+    uint32_t a_qpn = 0;
+    uint32_t mtu = 0, max_payload = 0;
+    uint8_t rnr_timer = 12;
+    Mac a_mac{}, b_mac{};
+    bool have_b_mac = false;
+    for (const Packet& k : all_) {
+      const OpcodeInfo& op = k.p.op();
+      if (FromAToB(k) && IsRequest(k.p)) {
+        if (!first_req) first_req = &k;
+        a_mac = k.src_mac;
+        max_payload = std::max<uint32_t>(max_payload, k.p.payload_len);
+        if ((op.roles & kRolePayload) && !(op.roles & kRoleLast)) mtu = std::max<uint32_t>(mtu, k.p.payload_len);
+        const PacketFields f = DecodeFields(k.data, k.p);
+        if (op.Has(kHdrReth)) Widen(f.reth_rkey, f.reth_va, f.reth_length);
+        if (op.Has(kHdrAtomicEth)) Widen(f.atomic_rkey, f.atomic_va, 8);
+      }
+      if (FromBToA(k) && !IsRequest(k.p)) {
+        if (a_qpn == 0) a_qpn = k.dest_qp;
+        b_mac = k.src_mac;
+        have_b_mac = true;
+        if ((op.roles & kRoleReadResponse) && !(op.roles & kRoleLast)) {
+          mtu = std::max<uint32_t>(mtu, k.p.payload_len);
+        }
+        const PacketFields f = DecodeFields(k.data, k.p);
+        if (k.p.opcode == kRcAcknowledge && SyndromeType(f.aeth_syndrome) == AethType::kRnrNak) {
+          rnr_timer = SyndromeValue(f.aeth_syndrome);
+        }
+      }
+    }
+    if (!have_b_mac) {
+      // The responder never answered: nothing to compare against.
+      result_.skipped = true;
+      result_.skip_reason = "no responses from the responder in the capture";
+      return false;
+    }
+    if (mtu == 0) {
+      mtu = 256;
+      while (mtu < max_payload && mtu < 4096) mtu *= 2;
+    }
+    result_.mtu = mtu;
+    b_qpn_ = first_req->dest_qp;
+
+    DeviceConfig cfg;
+    cfg.mac = b_mac;
+    const bool v4 = b_[10] == 0xFF && b_[11] == 0xFF;
+    if (v4) cfg.ipv4 = LoadBe32(b_.data() + 12);
+    cfg.ecn = kEcnNotEct;  // rxe sends Not-ECT; keep the bytes comparable
+    dev_ = std::make_unique<Device>(cfg, &io_);
+    if (!v4 && dev_->gids()[0] != b_) {
+      result_.skipped = true;
+      result_.skip_reason = "responder's IPv6 GID is not its link-local EUI-64 address";
+      return false;
+    }
+    pd_ = dev_->AllocPd();
+    cq_ = *dev_->CreateCq(1 << 16);
+    recv_mem_.assign(1 << 20, 0);
+    recv_key_ = *dev_->RegMr(pd_, recv_mem_.data(), recv_mem_.size(), 0x10000000, mem::kLocalWrite);
+    for (auto& [rkey, r] : regions_) {
+      r.mem.assign(r.hi - r.lo + 8, 0);
+      r.known.assign(r.mem.size(), 0);
+      r.atomic_init.assign(r.mem.size(), 0);
+      auto keys = dev_->RegMr(pd_, r.mem.data(), r.mem.size(), r.lo,
+                              mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead |
+                                  mem::kRemoteAtomic);
+      if (!keys.ok()) {
+        result_.skipped = true;
+        result_.skip_reason = std::string(keys.status().message());
+        return false;
+      }
+      r.droce_rkey = keys->rkey;
+    }
+    QpInitAttr init;
+    init.pd = pd_;
+    init.send_cq = init.recv_cq = cq_;
+    init.caps.max_recv_wr = 1024;
+    droce_qpn_ = *dev_->CreateQp(init);
+    transport::QpAttr attr;
+    attr.qp_state = transport::QpState::kInit;
+    attr.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic;
+    (void)dev_->ModifyQp(droce_qpn_, attr, transport::kAttrState | transport::kAttrPkeyIndex |
+                                               transport::kAttrPort | transport::kAttrAccessFlags);
+    attr.qp_state = transport::QpState::kRtr;
+    attr.ah.dgid = a_;
+    attr.ah.sgid_index = v4 ? 1 : 0;
+    attr.ah.dmac = a_mac;
+    attr.ah.dmac_valid = true;
+    attr.path_mtu = mtu;
+    attr.dest_qp_num = a_qpn;
+    attr.rq_psn = first_req->psn;
+    attr.max_dest_rd_atomic = 16;
+    attr.min_rnr_timer = rnr_timer;
+    const absl::Status s = dev_->ModifyQp(
+        droce_qpn_, attr,
+        transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
+            transport::kAttrDestQpn | transport::kAttrRqPsn | transport::kAttrMaxDestRdAtomic |
+            transport::kAttrMinRnrTimer);
+    if (!s.ok()) {
+      result_.skipped = true;
+      result_.skip_reason = std::string(s.message());
+      return false;
+    }
+    return true;
+  }
+
+  void Widen(uint32_t rkey, uint64_t va, uint64_t len) {
+    Region& r = regions_[rkey];
+    r.lo = std::min(r.lo, va);
+    r.hi = std::max(r.hi, va + len);
+  }
+
+  Region* RegionFor(uint32_t rkey) {
+    auto it = regions_.find(rkey);
+    return it == regions_.end() ? nullptr : &it->second;
+  }
+
+  // Whether rxe answered the request at `index` (PSN psn) with an RNR NAK.
+  bool RxeSentRnrFor(size_t index, uint32_t psn) const {
+    for (const Packet& k : all_) {
+      if (k.index <= index || !FromBToA(k) || IsRequest(k.p)) continue;
+      if (k.p.opcode != kRcAcknowledge) continue;
+      if (PsnLess(k.psn, psn)) continue;
+      const uint8_t syn = AethView(k.data + k.p.bth_offset + kBthBytes).syndrome();
+      return k.psn == psn && SyndromeType(syn) == AethType::kRnrNak;
+    }
+    return false;
+  }
+
+  void Feed() {
+    uint64_t now = 1'000'000;
+    for (const Packet& k : all_) {
+      if (FromBToA(k) && !IsRequest(k.p)) {
+        reference_.push_back(Reduce(k.data, k.p, k.index + 1));
+        continue;
+      }
+      if (!FromAToB(k) || !IsRequest(k.p)) continue;
+      PacketFields f = DecodeFields(k.data, k.p);
+      const OpcodeInfo& op = k.p.op();
+      transport::RcQp* qp = dev_->qp(droce_qpn_);
+      const bool expected = f.bth.psn == qp->expected_psn();
+      // Receives: present exactly when rxe had one (its RNR NAKs say when it did not).
+      const bool consumes_recv = ((op.roles & kRoleSend) && (op.roles & kRoleFirst)) ||
+                                 (op.Has(kHdrImmDt) && (op.roles & kRoleWrite));
+      if (expected && consumes_recv && qp->posted_receives() == 0 && !RxeSentRnrFor(k.index, f.bth.psn)) {
+        transport::RecvWr wr;
+        wr.wr_id = ++recv_id_;
+        wr.num_sge = 1;
+        wr.sg_list[0] = {0x10000000, static_cast<uint32_t>(recv_mem_.size()), recv_key_.lkey};
+        (void)dev_->PostRecv(droce_qpn_, wr);
+      }
+      // Memory the capture's requests name: rkeys map to droce's.
+      if (op.Has(kHdrReth)) {
+        if (Region* r = RegionFor(f.reth_rkey)) {
+          if ((op.roles & kRoleReadRequest) && expected) {
+            read_known_.push_back(Known(*r, f.reth_va, f.reth_length));
+          }
+          if ((op.roles & kRoleWrite) && expected) {
+            std::fill_n(r->known.begin() + (f.reth_va - r->lo), f.reth_length, 1);
+          }
+          f.reth_rkey = r->droce_rkey;
+        }
+      }
+      if (op.Has(kHdrAtomicEth)) {
+        if (Region* r = RegionFor(f.atomic_rkey)) {
+          PrimeAtomic(*r, k, f.atomic_va);
+          f.atomic_rkey = r->droce_rkey;
+        }
+      }
+      f.bth.dest_qp = droce_qpn_;
+      std::vector<uint8_t> frame(pktio::kMaxFrameBytes);
+      auto n = SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size()));
+      if (!n.ok()) continue;
+      frame.resize(*n);
+      io_.rx.push_back(std::move(frame));
+      ++result_.requests_fed;
+      for (int i = 0; i < 4; ++i) dev_->Poll(now += 1000);
+    }
+    for (int i = 0; i < 16; ++i) dev_->Poll(now += 1000);
+    for (const auto& bytes : io_.sent) {
+      const ParsedPacket p = ParseAndVerify(bytes.data(), static_cast<uint32_t>(bytes.size()));
+      if (!p.ok()) {
+        result_.mismatches.push_back(absl::StrFormat("droce sent an invalid packet (%s)", ParseStatusName(p.status)));
+        continue;
+      }
+      droce_.push_back(Reduce(bytes.data(), p, 0));
+    }
+    result_.reference_responses = static_cast<uint32_t>(reference_.size());
+    result_.droce_responses = static_cast<uint32_t>(droce_.size());
+  }
+
+  // Whether READ data for [va, va+len) can be compared (written earlier in the capture).
+  bool Known(const Region& r, uint64_t va, uint32_t len) const {
+    if (len == 0) return false;
+    for (uint64_t i = va - r.lo; i < va - r.lo + len; ++i) {
+      if (!r.known[i]) return false;
+    }
+    return true;
+  }
+
+  // The memory an atomic operates on is not in the capture: start it at the
+  // original value rxe reported for the first atomic on that address.
+  void PrimeAtomic(Region& r, const Packet& req, uint64_t va) {
+    const uint64_t off = va - r.lo;
+    if (off + 8 > r.mem.size() || r.atomic_init[off]) return;
+    for (const Packet& k : all_) {
+      if (k.index <= req.index || !FromBToA(k) || k.p.opcode != kRcAtomicAcknowledge) continue;
+      if (k.psn != req.psn) continue;
+      const uint64_t orig = DecodeFields(k.data, k.p).atomic_ack_original;
+      std::memcpy(r.mem.data() + off, &orig, 8);
+      r.atomic_init[off] = 1;
+      return;
+    }
+  }
+
+  // Responses to requests answered before (duplicates) depend on timing:
+  // whether a duplicate still finds its READ/atomic in the responder's
+  // resource window, and when it arrives relative to the original. They are
+  // set aside and checked only for consistency (droce's must be one rxe also
+  // sent); first responses are compared in order.
+  static void SplitDuplicates(const std::vector<Response>& all, std::vector<Response>* first,
+                              std::vector<Response>* dups) {
+    std::map<std::pair<uint8_t, uint32_t>, int> seen;
+    for (const Response& r : all) {
+      const auto key = std::make_pair(IsPlainAck(r) ? uint8_t{kRcAcknowledge} : r.opcode, r.psn);
+      (seen[key]++ == 0 ? first : dups)->push_back(r);
+    }
+  }
+
+  void Compare() {
+    std::vector<Response> ref_dups, droce_dups;
+    {
+      std::vector<Response> all;
+      all.swap(reference_);
+      SplitDuplicates(all, &reference_, &ref_dups);
+      all.clear();
+      all.swap(droce_);
+      SplitDuplicates(all, &droce_, &droce_dups);
+    }
+    for (const Response& d : droce_dups) {
+      if (IsPlainAck(d)) continue;
+      const bool rxe_too = std::any_of(ref_dups.begin(), ref_dups.end(), [&](const Response& r) {
+        return r.opcode == d.opcode && r.psn == d.psn && r.payload_len == d.payload_len &&
+               r.original == d.original;
+      });
+      if (!rxe_too) result_.mismatches.push_back("droce answered a duplicate rxe did not: " + Describe(d));
+    }
+    size_t i = 0, j = 0;  // reference_, droce_
+    size_t reads = 0;
+    auto mismatch = [&](const std::string& what) { result_.mismatches.push_back(what); };
+    while (i < reference_.size() || j < droce_.size()) {
+      // ACK runs up to the next other response.
+      uint32_t ref_max = 0, droce_max = 0;
+      bool ref_any = false, droce_any = false;
+      std::map<uint32_t, uint32_t> ref_msn;
+      const size_t i0 = i;
+      for (; i < reference_.size() && IsPlainAck(reference_[i]); ++i) {
+        if (!ref_any || PsnLess(ref_max, reference_[i].psn)) ref_max = reference_[i].psn;
+        ref_any = true;
+        ref_msn[reference_[i].psn] = reference_[i].msn;
+      }
+      for (; j < droce_.size() && IsPlainAck(droce_[j]); ++j) {
+        if (!droce_any || PsnLess(droce_max, droce_[j].psn)) droce_max = droce_[j].psn;
+        droce_any = true;
+        auto it = ref_msn.find(droce_[j].psn);
+        if (it != ref_msn.end() && it->second != droce_[j].msn) {
+          mismatch("ACK " + Describe(droce_[j]) + ": rxe's ACK for that PSN had msn " +
+                   std::to_string(it->second));
+        }
+      }
+      if (ref_any != droce_any || (ref_any && ref_max != droce_max)) {
+        mismatch(absl::StrFormat("acknowledged up to %s by rxe (from frame %u) but %s by droce",
+                                 ref_any ? std::to_string(ref_max) : "nothing",
+                                 i0 < reference_.size() ? reference_[i0].capture_index : 0,
+                                 droce_any ? std::to_string(droce_max) : "nothing"));
+      }
+      if (i >= reference_.size() && j >= droce_.size()) break;
+      if (i >= reference_.size()) {
+        mismatch("droce sent an extra " + Describe(droce_[j++]));
+        continue;
+      }
+      if (j >= droce_.size()) {
+        mismatch("droce did not send " + Describe(reference_[i++]));
+        continue;
+      }
+      const Response& r = reference_[i++];
+      const Response& d = droce_[j++];
+      if (r.opcode != d.opcode || r.psn != d.psn || r.has_aeth != d.has_aeth ||
+          (r.has_aeth && (r.syndrome != d.syndrome || r.msn != d.msn)) ||
+          r.payload_len != d.payload_len ||
+          (r.opcode == kRcAtomicAcknowledge && r.original != d.original)) {
+        mismatch("rxe sent " + Describe(r) + ", droce sent " + Describe(d));
+        continue;
+      }
+      if (OpInfo(r.opcode).roles & kRoleReadResponse) {
+        (void)reads;
+        if (r.payload != d.payload && CompareReadData()) {
+          mismatch("READ data differs: " + Describe(r));
+        }
+      }
+    }
+  }
+
+  // READ payloads are compared only when every READ named bytes the capture
+  // wrote first (otherwise droce's memory holds zeros where rxe's held
+  // whatever the application had there).
+  bool CompareReadData() const {
+    return !read_known_.empty() &&
+           std::all_of(read_known_.begin(), read_known_.end(), [](bool b) { return b; });
+  }
+
+  const std::vector<Packet>& all_;
+  Gid a_, b_;
+  ReplayResult result_;
+  ReplayIo io_;
+  std::unique_ptr<Device> dev_;
+  uint32_t pd_ = 0, cq_ = 0, droce_qpn_ = 0, b_qpn_ = 0;
+  std::map<uint32_t, Region> regions_;
+  std::vector<uint8_t> recv_mem_;
+  mem::MrKeys recv_key_{};
+  uint64_t recv_id_ = 0;
+  std::vector<bool> read_known_;
+  std::vector<Response> reference_, droce_;
+};
+
+}  // namespace
+
+std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames) {
+  std::vector<Packet> packets;
+  std::vector<ReplayResult> results;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const CapturedFrame& fr = frames[i];
+    const ParsedPacket probe = ParsePacket(fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()));
+    if (IsForeign(probe.status)) continue;
+    if (fr.wire_len > fr.bytes.size()) {
+      ReplayResult r;
+      r.skipped = true;
+      r.skip_reason = "capture cut at snaplen: payloads and ICRCs missing";
+      return {r};
+    }
+    const ParsedPacket p = ParseAndVerify(fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()));
+    if (!p.ok()) {
+      ReplayResult r;
+      r.skipped = true;
+      r.skip_reason = absl::StrFormat("frame %u does not verify (%s)", i + 1, ParseStatusName(p.status));
+      return {r};
+    }
+    if (p.op().transport != Transport::kRc) {
+      ReplayResult r;
+      r.skipped = true;
+      r.skip_reason = "UC/UD traffic: droce implements RC only so far";
+      return {r};
+    }
+    Packet k{i, fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()), p,
+             SrcGid(fr.bytes.data(), p), DstGid(fr.bytes.data(), p), {}, 0, 0};
+    std::memcpy(k.src_mac.data(), EthView(fr.bytes.data()).src_mac(), 6);
+    const BthView bth(fr.bytes.data() + p.bth_offset);
+    k.psn = bth.psn();
+    k.dest_qp = bth.dest_qp();
+    packets.push_back(k);
+  }
+  std::vector<std::pair<Gid, Gid>> directions;
+  for (const Packet& k : packets) {
+    if (!IsRequest(k.p)) continue;
+    const auto d = std::make_pair(k.src, k.dst);
+    if (std::find(directions.begin(), directions.end(), d) == directions.end()) directions.push_back(d);
+  }
+  if (directions.empty()) {
+    ReplayResult r;
+    r.skipped = true;
+    r.skip_reason = "no RC requests in the capture";
+    return {r};
+  }
+  for (const auto& [a, b] : directions) results.push_back(DirectionReplay(packets, a, b).Run());
+  return results;
+}
+
+}  // namespace droce::core

@@ -1,0 +1,44 @@
+// Capture replay against a droce responder: feed the requester's packets of
+// a reference capture (real rxe traffic) to a droce device configured from
+// the capture, and compare droce's responses with the ones rxe sent.
+//
+// Equivalence rules (doc/replay.md):
+//  - READ responses, atomic ACKs and NAKs (PSN-sequence, RNR, errors) match
+//    one for one, in order: opcode, PSN, AETH syndrome (credits ignored), MSN,
+//    payload length; READ data where the capture wrote those bytes first;
+//    atomic original values.
+//  - Plain ACKs may be coalesced differently: between two of the responses
+//    above, both sides must acknowledge up to the same PSN, and where both
+//    sent an ACK for the same PSN its MSN must agree.
+#ifndef DROCE_LIB_CORE_REPLAY_H_
+#define DROCE_LIB_CORE_REPLAY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace droce::core {
+
+struct CapturedFrame {
+  std::vector<uint8_t> bytes;  // as captured (caplen bytes)
+  uint32_t wire_len = 0;       // length on the wire (len); > bytes.size() if cut by snaplen
+};
+
+struct ReplayResult {
+  std::string direction;         // "10.0.0.1 -> 10.0.0.2" (requester -> responder)
+  bool skipped = false;
+  std::string skip_reason;
+  uint32_t mtu = 0;
+  uint32_t requests_fed = 0;
+  uint32_t reference_responses = 0;
+  uint32_t droce_responses = 0;
+  std::vector<std::string> mismatches;
+  bool equivalent() const { return !skipped && mismatches.empty(); }
+};
+
+// One result per direction that carries RC requests.
+std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames);
+
+}  // namespace droce::core
+
+#endif  // DROCE_LIB_CORE_REPLAY_H_

@@ -233,7 +233,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     RcQp* q = qp(qpn);
     if (q != nullptr) {
       q->OnTimer(now_ns);
-      for (;;) {
+      while (q->WantsToTransmit(now_ns)) {
         const uint16_t got = io_->AllocTx(tx, config_.burst);
         if (got == 0) break;
         const uint32_t used = q->Transmit(tx, got, now_ns);

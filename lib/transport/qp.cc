@@ -330,6 +330,13 @@ void RcQp::OnTimer(uint64_t now_ns) {
   retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
 }
 
+bool RcQp::WantsToTransmit(uint64_t now_ns) const {
+  if (!actions_.empty()) return true;
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
+  if (rnr_resume_at_ != 0 && now_ns < rnr_resume_at_) return false;
+  return sq_next_ != sq_.tail();
+}
+
 bool RcQp::HasWork() const {
   return !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
          retransmit_deadline_ != 0 || rnr_resume_at_ != 0;

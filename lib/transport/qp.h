@@ -93,6 +93,9 @@ class RcQp {
 
   // True while the QP has something to send or a timer armed.
   bool HasWork() const;
+  // True if Transmit() would produce a packet now (lets the poll loop skip
+  // allocating transmit buffers for idle QPs).
+  bool WantsToTransmit(uint64_t now_ns) const;
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();

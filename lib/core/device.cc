@@ -216,7 +216,8 @@ uint32_t Device::Poll(uint64_t now_ns) {
     }
     const uint32_t qpn = wire::BthView(rx[i].data + p.bth_offset).dest_qp();
     RcQp* q = qp(qpn);
-    if (q == nullptr || p.op().transport != wire::Transport::kRc) {
+    if (q == nullptr || (p.op().transport != wire::Transport::kRc &&
+                          p.op().transport != wire::Transport::kUc)) {
       ++counters_.rx_unknown_qp;
       continue;
     }

@@ -106,8 +106,10 @@ class RcPair {
  public:
   RcPair(Impairments imp, uint32_t seed, uint32_t mtu = 1024, uint32_t mem_bytes = 4 << 20,
          uint32_t start_psn_a = 0, uint32_t start_psn_b = 0, uint8_t timeout = 8,
-         uint8_t retry = 7, uint8_t rnr_retry = 7)
+         uint8_t retry = 7, uint8_t rnr_retry = 7,
+         transport::QpType type = transport::QpType::kRc)
       : link_(imp, seed) {
+    const bool rc = type == transport::QpType::kRc;
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
@@ -121,6 +123,7 @@ class RcPair {
       init.send_cq = init.recv_cq = s.cq;
       init.caps.max_send_wr = 1024;
       init.caps.max_recv_wr = 1024;
+      init.caps.type = type;
       s.qpn = *s.dev->CreateQp(init);
       s.mem.resize(mem_bytes);
       s.keys = *s.dev->RegMr(s.pd, s.mem.data(), s.mem.size(), reinterpret_cast<uint64_t>(s.mem.data()),
@@ -145,10 +148,10 @@ class RcPair {
       a.rq_psn = psn[1 - i];
       a.max_dest_rd_atomic = 16;
       a.min_rnr_timer = 1;
+      const uint32_t rtr_rc_only = transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer;
       auto st = s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrAv |
                                               transport::kAttrPathMtu | transport::kAttrDestQpn |
-                                              transport::kAttrRqPsn | transport::kAttrMaxDestRdAtomic |
-                                              transport::kAttrMinRnrTimer);
+                                              transport::kAttrRqPsn | (rc ? rtr_rc_only : 0));
       EXPECT_TRUE(st.ok()) << st;
       a.qp_state = transport::QpState::kRts;
       a.sq_psn = psn[i];
@@ -156,9 +159,10 @@ class RcPair {
       a.retry_cnt = retry;
       a.rnr_retry = rnr_retry;
       a.max_rd_atomic = 16;
+      const uint32_t rts_rc_only = transport::kAttrTimeout | transport::kAttrRetryCnt |
+                                   transport::kAttrRnrRetry | transport::kAttrMaxQpRdAtomic;
       st = s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrSqPsn |
-                                         transport::kAttrTimeout | transport::kAttrRetryCnt |
-                                         transport::kAttrRnrRetry | transport::kAttrMaxQpRdAtomic);
+                                         (rc ? rts_rc_only : 0));
       EXPECT_TRUE(st.ok()) << st;
     }
   }

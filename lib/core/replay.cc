@@ -510,7 +510,9 @@ std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& fram
     if (p.op().transport != Transport::kRc) {
       ReplayResult r;
       r.skipped = true;
-      r.skip_reason = "UC/UD traffic: droce implements RC only so far";
+      r.skip_reason = p.op().transport == Transport::kUc
+                          ? "UC traffic: the responder sends nothing to compare"
+                          : "UD traffic: droce implements RC and UC only so far";
       return {r};
     }
     Packet k{i, fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()), p,

@@ -22,6 +22,7 @@ struct QpCounters {
   uint64_t out_of_sequence = 0;
   uint64_t dropped_wrong_state = 0;
   uint64_t dropped_bad_response = 0;
+  uint64_t uc_messages_dropped = 0;  // UC: sequence gap, no receive, or access error
   uint64_t acks_sent = 0;
   uint64_t acks_received = 0;
 };

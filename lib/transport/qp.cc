@@ -52,12 +52,20 @@ constexpr Transition kTransitions[] = {
          kAttrAltPath | kAttrPkeyIndex},
 };
 
-bool IsStateIn(QpState s, std::initializer_list<QpState> set) {
-  for (QpState x : set) {
-    if (x == s) return true;
-  }
-  return false;
-}
+// UC (Table 91's UC columns): no retry, RNR or RDMA-atomic attributes.
+constexpr Transition kUcTransitions[] = {
+    {QpState::kReset, QpState::kInit, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0},
+    {QpState::kInit, QpState::kInit, 0, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags},
+    {QpState::kInit, QpState::kRtr, kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn,
+     kAttrAltPath | kAttrAccessFlags | kAttrPkeyIndex},
+    {QpState::kRtr, QpState::kRts, kAttrSqPsn, kAttrAltPath | kAttrAccessFlags | kAttrPathMigState},
+    {QpState::kRts, QpState::kRts, 0, kAttrAccessFlags | kAttrAltPath | kAttrPathMigState},
+    {QpState::kRts, QpState::kSqd, 0, kAttrEnSqdAsyncNotify},
+    {QpState::kSqd, QpState::kRts, 0, kAttrAccessFlags | kAttrAltPath | kAttrPathMigState},
+    {QpState::kSqd, QpState::kSqd, 0,
+     kAttrAv | kAttrAccessFlags | kAttrPathMigState | kAttrAltPath | kAttrPkeyIndex},
+    {QpState::kSqe, QpState::kRts, 0, kAttrAccessFlags},
+};
 
 }  // namespace
 
@@ -76,8 +84,14 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     }
   } else {
     const Transition* t = nullptr;
-    for (const Transition& x : kTransitions) {
-      if (x.from == cur && x.to == next) t = &x;
+    if (reliable()) {
+      for (const Transition& x : kTransitions) {
+        if (x.from == cur && x.to == next) t = &x;
+      }
+    } else {
+      for (const Transition& x : kUcTransitions) {
+        if (x.from == cur && x.to == next) t = &x;
+      }
     }
     if (t == nullptr) {
       return absl::InvalidArgumentError(
@@ -199,6 +213,10 @@ int RcQp::PostSend(const SendWr& wr) {
     return EINVAL;
   }
   if (const int err = ValidateSend(wr); err != 0) return err;
+  if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
+      wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
+    return EINVAL;  // UC has no READ, atomics or SEND with invalidate (9.8.2)
+  }
   SendWqe* w = sq_.Reserve();
   if (w == nullptr) return ENOMEM;
   w->wr = wr;
@@ -237,7 +255,13 @@ void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t 
     ++counters_.dropped_wrong_state;
     return;
   }
-  if (p.op().roles & wire::kRoleRequest) {
+  if (reliable() != (p.op().transport == wire::Transport::kRc)) {
+    ++counters_.dropped_wrong_state;  // RC packet to a UC QP or the reverse
+    return;
+  }
+  if (!reliable()) {
+    OnUcRequest(frame, p);
+  } else if (p.op().roles & wire::kRoleRequest) {
     OnRequest(frame, p, now_ns);
   } else {
     OnResponse(frame, p, now_ns);
@@ -301,6 +325,16 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     ++counters_.tx_packets;
     counters_.tx_bytes += len;
     ++used;
+    if (!reliable()) {
+      // UC: a WR is complete once its last packet is on the wire (9.8.1).
+      if (w.fully_sent) {
+        w.done = true;
+        psn_una_ = w.next_psn;
+        ++sq_next_;
+        CompleteHead();
+      }
+      continue;
+    }
     if (retransmit_deadline_ == 0 && AckTimeoutNs(attr_.timeout) != 0) {
       retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
     }

@@ -34,6 +34,8 @@ class Srq {
   queue::Ring<RecvWr> ring_;
 };
 
+enum class QpType : uint8_t { kRc = 2, kUc = 3 };  // ibv_qp_type values
+
 struct QpCaps {
   uint32_t max_send_wr = 128;
   uint32_t max_recv_wr = 128;
@@ -41,6 +43,7 @@ struct QpCaps {
   uint32_t max_recv_sge = kMaxSge;
   uint32_t max_inline_data = kMaxInlineData;
   bool sq_sig_all = false;  // every send WR completes with a CQE
+  QpType type = QpType::kRc;
 };
 
 // What a QP needs from its device, fixed at creation.
@@ -65,6 +68,8 @@ class RcQp {
   RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
 
   uint32_t qpn() const { return qpn_; }
+  QpType type() const { return caps_.type; }
+  bool reliable() const { return caps_.type == QpType::kRc; }
   QpState state() const { return state_; }
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
@@ -159,6 +164,8 @@ class RcQp {
 
   // --- responder (responder.cc)
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
+  void OnUcRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  bool PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn);
   void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);
   bool TakeRecvWqe();
   void QueueAck(uint32_t psn);

@@ -194,10 +194,11 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
                    : (last ? (imm ? kRcSendLastImm : inv ? kRcSendLastInv : kRcSendLast)
                            : kRcSendMiddle);
   }
+  if (!reliable()) opcode += kUcSendFirst;  // UC opcodes mirror RC's at 0x20 (Table 35)
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
   ++packets_since_ack_req_;
-  const bool ack_req = last || packets_since_ack_req_ >= env_.ack_req_every;
+  const bool ack_req = reliable() && (last || packets_since_ack_req_ >= env_.ack_req_every);
   if (ack_req) packets_since_ack_req_ = 0;
   bth.set_ack_req(ack_req);
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);

@@ -95,6 +95,136 @@ void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status)
   EnterError();
 }
 
+// Scatters a SEND payload into the held receive WQE at the running offset.
+// On failure the responder has already reported the error.
+bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn) {
+  uint32_t skip = recv_offset_, left = len;
+  const uint8_t* src = payload;
+  for (uint32_t i = 0; i < recv_wqe_.num_sge && left > 0; ++i) {
+    const Sge& sge = recv_wqe_.sg_list[i];
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    const uint32_t n = std::min(left, sge.length - skip);
+    const auto r = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr + skip, n, true);
+    if (r.result != mem::AccessResult::kOk) {
+      if (reliable()) {
+        ResponderError(kNakRemoteOperationalError, psn, WcStatus::kLocProtErr);
+      } else {
+        CompleteRecv(WcStatus::kLocProtErr, WcOpcode::kRecv, 0, 0, 0, false);
+        EnterError();
+      }
+      return false;
+    }
+    std::memcpy(r.host, src, n);
+    src += n;
+    left -= n;
+    skip = 0;
+  }
+  if (left > 0) {
+    // Message longer than the posted buffers (9.7.5.2.4 / 10.8.3.4).
+    if (reliable()) {
+      ResponderError(kNakInvalidRequest, psn, WcStatus::kLocLenErr);
+    } else {
+      CompleteRecv(WcStatus::kLocLenErr, WcOpcode::kRecv, 0, 0, 0, false);
+      EnterError();
+    }
+    return false;
+  }
+  return true;
+}
+
+// Unreliable Connection responder (9.8.3): no ACKs, NAKs or RNR. A PSN gap,
+// a missing receive or an access violation drops the rest of the message;
+// the next FIRST/ONLY resynchronises.
+void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
+  const uint8_t* bth_p = frame + p.bth_offset;
+  const BthView bth(bth_p);
+  const uint32_t psn = bth.psn();
+  const OpcodeInfo& op = p.op();
+  if (op.transport != Transport::kUc) {
+    ++counters_.dropped_wrong_state;
+    return;
+  }
+  const bool first = op.roles & kRoleFirst;
+  const bool last = op.roles & kRoleLast;
+  const bool is_send = op.roles & kRoleSend;
+  auto drop_message = [&] {
+    ++counters_.uc_messages_dropped;
+    in_message_ = InMessage::kNone;
+    recv_offset_ = 0;  // a held receive WQE is reused by the next message
+  };
+  if (psn != epsn_) {
+    ++counters_.out_of_sequence;
+    if (in_message_ != InMessage::kNone) drop_message();
+    if (!first) {
+      epsn_ = PsnAdd(psn, 1);
+      return;
+    }
+  }
+  epsn_ = PsnAdd(psn, 1);
+  if (first && in_message_ != InMessage::kNone) drop_message();  // previous one never finished
+  if (!first && in_message_ == InMessage::kNone) return;          // tail of a dropped message
+  const uint32_t len = p.payload_len;
+  if (last ? len > mtu_ : len != mtu_) {
+    drop_message();
+    return;
+  }
+  const uint8_t* payload = frame + p.payload_offset;
+  if (is_send) {
+    if (first) {
+      if (!TakeRecvWqe()) {
+        ++counters_.uc_messages_dropped;  // no receive posted: the message is lost
+        return;
+      }
+      recv_offset_ = 0;
+      in_message_ = InMessage::kSend;
+    }
+    if (!PlaceSendPayload(payload, len, psn)) return;
+    recv_offset_ += len;
+    if (last) {
+      const bool imm = op.Has(kHdrImmDt);
+      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, recv_offset_, imm ? queue::kWcWithImm : 0,
+                   imm ? ImmDtView(bth_p + op.immdt_offset).value() : 0, bth.solicited());
+      in_message_ = InMessage::kNone;
+    }
+    return;
+  }
+  // RDMA WRITE.
+  if (first) {
+    const RethView reth(bth_p + op.reth_offset);
+    const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
+                       ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
+                                               mem::kRemoteWrite)
+                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    if (r.result != mem::AccessResult::kOk) {
+      drop_message();
+      return;
+    }
+    write_host_ = r.host;
+    write_total_ = write_remaining_ = reth.dma_length();
+    in_message_ = InMessage::kWrite;
+  }
+  if (len > write_remaining_ || (last && len != write_remaining_)) {
+    drop_message();
+    return;
+  }
+  if (last && op.Has(kHdrImmDt) && !TakeRecvWqe()) {
+    drop_message();
+    return;
+  }
+  if (len > 0) std::memcpy(write_host_ + (write_total_ - write_remaining_), payload, len);
+  write_remaining_ -= len;
+  if (last) {
+    if (op.Has(kHdrImmDt)) {
+      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_, queue::kWcWithImm,
+                   ImmDtView(bth_p + op.immdt_offset).value(), bth.solicited());
+    }
+    in_message_ = InMessage::kNone;
+  }
+}
+
 void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   (void)now;
   const uint8_t* bth_p = frame + p.bth_offset;
@@ -152,31 +282,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now) 
       return;
     }
     in_message_ = InMessage::kSend;
-    // Scatter into the receive WQE's SGEs, checking each against its MR.
-    uint32_t skip = recv_offset_, left = len;
-    const uint8_t* src = payload;
-    for (uint32_t i = 0; i < recv_wqe_.num_sge && left > 0; ++i) {
-      const Sge& sge = recv_wqe_.sg_list[i];
-      if (skip >= sge.length) {
-        skip -= sge.length;
-        continue;
-      }
-      const uint32_t n = std::min(left, sge.length - skip);
-      const auto r = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr + skip, n, true);
-      if (r.result != mem::AccessResult::kOk) {
-        ResponderError(kNakRemoteOperationalError, psn, WcStatus::kLocProtErr);
-        return;
-      }
-      std::memcpy(r.host, src, n);
-      src += n;
-      left -= n;
-      skip = 0;
-    }
-    if (left > 0) {
-      // Message longer than the posted buffers (9.7.5.2.4 / 10.8.3.4).
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kLocLenErr);
-      return;
-    }
+    if (!PlaceSendPayload(payload, len, psn)) return;
     recv_offset_ += len;
     if (last) {
       uint8_t flags = 0;

@@ -3,7 +3,7 @@
 // and then continue over the payload in place, without copying the packet.
 //
 // Implementations, chosen once at start-up from CPUID:
-//   - AVX-512 + VPCLMULQDQ: folds 256 bytes per iteration;
+//   - AVX-512 + VPCLMULQDQ: eight 512-bit accumulators, 512 bytes per iteration;
 //   - SSE4.1 + PCLMULQDQ: folds 64 bytes per iteration (Intel's
 //     "Fast CRC Computation Using PCLMULQDQ", reflected variant);
 //   - slice-by-8 tables: portable fallback and reference for short tails.

@@ -203,6 +203,7 @@ Route MakeRoute(const RouteFields& f) {
     ip.set_checksum(0);
     ip.set_src(LoadBe32(f.src_ip.data() + 12));
     ip.set_dst(LoadBe32(f.dst_ip.data() + 12));
+    for (uint32_t i = 0; i < kIpv4MinBytes; i += 2) r.ipv4_partial_sum += LoadBe16(b + off + i);
     off += kIpv4MinBytes;
   }
   r.l4_offset = static_cast<uint8_t>(off);
@@ -228,8 +229,12 @@ uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
     Ipv6Writer(l3).set_payload_length(static_cast<uint16_t>(udp_len));
   } else {
     Ipv4Writer ip(l3);
-    ip.set_total_length(static_cast<uint16_t>(kIpv4MinBytes + udp_len));
-    ip.set_checksum(Ipv4HeaderChecksum(l3, kIpv4MinBytes));
+    const uint32_t total = kIpv4MinBytes + udp_len;
+    ip.set_total_length(static_cast<uint16_t>(total));
+    uint32_t sum = r.ipv4_partial_sum + total;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    ip.set_checksum(static_cast<uint16_t>(~sum));
   }
   const uint32_t icrc_offset = r.len + transport_len + pad;
   StoreLe32(frame + icrc_offset, ComputeIcrc(l3, icrc_offset - r.l3_offset, r.ipv6));

@@ -103,6 +103,9 @@ struct Route {
   uint8_t l3_offset = 0;
   uint8_t l4_offset = 0;
   bool ipv6 = false;
+  // IPv4: one's-complement sum of the header with total length and checksum
+  // zero, so FinalizeFrame adds the length instead of summing 20 bytes.
+  uint32_t ipv4_partial_sum = 0;
 };
 
 Route MakeRoute(const RouteFields& f);

@@ -195,19 +195,27 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
+// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|all]
 int main(int argc, char** argv) {
   const int trials = argc > 1 ? std::atoi(argv[1]) : 5;
+  const uint32_t outstanding_large = argc > 2 ? std::atoi(argv[2]) : 8;
+  const uint64_t small_count = argc > 3 ? std::atoll(argv[3]) : 1'000'000;
+  const std::string only = argc > 4 ? argv[4] : "all";
   std::vector<double> small, large, memcpy_gbps;
   for (int t = 0; t < trials; ++t) {
-    small.push_back(WriteStream(64, 1024, 1'000'000, 512).msgs_per_s);
-    large.push_back(WriteStream(65536, 4096, 20000, argc > 2 ? std::atoi(argv[2]) : 4).gbit_per_s);
-    memcpy_gbps.push_back(MemcpyGbps(65536, 8ull << 30));
+    if (only != "large") small.push_back(WriteStream(64, 1024, small_count, 512).msgs_per_s);
+    if (only != "small") {
+      large.push_back(WriteStream(65536, 4096, 20000, outstanding_large).gbit_per_s);
+      memcpy_gbps.push_back(MemcpyGbps(65536, 8ull << 30));
+    }
   }
-  const double m = Median(memcpy_gbps);
   std::printf("metric,value,unit\n");
-  std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
-  std::printf("write_64KiB_goodput,%.2f,Gbit/s\n", Median(large));
-  std::printf("memcpy_64KiB,%.2f,Gbit/s\n", m);
-  std::printf("write_64KiB_vs_memcpy,%.3f,ratio\n", Median(large) / m);
+  if (!small.empty()) std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
+  if (!large.empty()) {
+    const double m = Median(memcpy_gbps);
+    std::printf("write_64KiB_goodput,%.2f,Gbit/s\n", Median(large));
+    std::printf("memcpy_64KiB,%.2f,Gbit/s\n", m);
+    std::printf("write_64KiB_vs_memcpy,%.3f,ratio\n", Median(large) / m);
+  }
   return 0;
 }

@@ -3,13 +3,12 @@
 #ifndef DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
 #define DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
 #include <cstring>
-#include <deque>
-#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/device.h"
+#include "pktio/mem_wire.h"
 #include "wire/psn.h"
 
 namespace droce::core::testing {
@@ -21,78 +20,9 @@ using transport::WrOpcode;
 using queue::Completion;
 using queue::WcStatus;
 
-// A lossy link for tests: frames sent by one end arrive at the other after
-// optional drop / duplicate / reorder / corruption, all from one seed.
+// Impairments both directions of the test link apply (lib/pktio/mem_wire.h).
 struct Impairments {
   double drop = 0, duplicate = 0, reorder = 0, corrupt = 0;
-};
-
-class TestLink {
- public:
-  class End : public pktio::BurstIo {
-   public:
-    End(TestLink* link, int side) : link_(link), side_(side) {}
-    uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
-      auto& q = link_->queues_[side_];
-      uint16_t i = 0;
-      for (; i < n && !q.empty(); ++i) {
-        auto* buf = new std::vector<uint8_t>(std::move(q.front()));
-        q.pop_front();
-        f[i] = {buf->data(), static_cast<uint32_t>(buf->size()), static_cast<uint32_t>(buf->size()), buf};
-      }
-      return i;
-    }
-    uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
-      for (uint16_t i = 0; i < n; ++i) {
-        auto* buf = new std::vector<uint8_t>(pktio::kMaxFrameBytes);
-        f[i] = {buf->data(), 0, pktio::kMaxFrameBytes, buf};
-      }
-      return n;
-    }
-    uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
-      for (uint16_t i = 0; i < n; ++i) {
-        auto* buf = static_cast<std::vector<uint8_t>*>(f[i].handle);
-        buf->resize(f[i].len);
-        link_->Deliver(1 - side_, std::move(*buf));
-        delete buf;
-      }
-      return n;
-    }
-    void Release(pktio::Frame* f, uint16_t n) override {
-      for (uint16_t i = 0; i < n; ++i) delete static_cast<std::vector<uint8_t>*>(f[i].handle);
-    }
-
-   private:
-    TestLink* link_;
-    int side_;
-  };
-
-  TestLink(Impairments imp, uint32_t seed) : imp_(imp), rng_(seed), ends_{End(this, 0), End(this, 1)} {}
-  End& end(int i) { return ends_[i]; }
-  uint64_t delivered = 0, dropped = 0;
-
- private:
-  void Deliver(int to, std::vector<uint8_t> frame) {
-    std::uniform_real_distribution<double> u(0, 1);
-    if (u(rng_) < imp_.drop) {
-      ++dropped;
-      return;
-    }
-    if (u(rng_) < imp_.corrupt) frame[rng_() % frame.size()] ^= 1 << (rng_() % 8);
-    auto& q = queues_[to];
-    if (u(rng_) < imp_.duplicate) q.push_back(frame);
-    if (u(rng_) < imp_.reorder && !q.empty()) {
-      q.insert(q.end() - 1, std::move(frame));  // overtakes the previous frame
-    } else {
-      q.push_back(std::move(frame));
-    }
-    ++delivered;
-  }
-
-  Impairments imp_;
-  std::mt19937 rng_;
-  std::deque<std::vector<uint8_t>> queues_[2];
-  End ends_[2];
 };
 
 struct Side {
@@ -108,7 +38,7 @@ class RcPair {
          uint32_t start_psn_a = 0, uint32_t start_psn_b = 0, uint8_t timeout = 8,
          uint8_t retry = 7, uint8_t rnr_retry = 7,
          transport::QpType type = transport::QpType::kRc)
-      : link_(imp, seed) {
+      : link_(LinkConfig(imp, seed)) {
     const bool rc = type == transport::QpType::kRc;
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
@@ -169,7 +99,7 @@ class RcPair {
 
   Side& a() { return s_[0]; }
   Side& b() { return s_[1]; }
-  TestLink& link() { return link_; }
+  pktio::MemWire& link() { return link_; }
   uint64_t now() const { return now_; }
 
   // Advances virtual time in 1 us steps, polling both devices, until `want`
@@ -189,7 +119,21 @@ class RcPair {
   }
 
  private:
-  TestLink link_;
+  static pktio::MemWireConfig LinkConfig(Impairments imp, uint32_t seed) {
+    pktio::MemWireConfig c;
+    c.seed = seed;
+    c.pool_frames = 16384;
+    c.queue_frames = 8192;
+    for (auto& d : c.impair) {
+      d.drop = imp.drop;
+      d.duplicate = imp.duplicate;
+      d.reorder = imp.reorder;
+      d.corrupt = imp.corrupt;
+    }
+    return c;
+  }
+
+  pktio::MemWire link_;
   Side s_[2];
   uint64_t now_ = 1'000'000;
 };

@@ -1,5 +1,5 @@
 // The RC engine alone: two devices on one core joined by a perfect,
-// zero-copy in-memory wire (frames move between the ends by pointer), so
+// zero-copy in-memory wire (pktio::MemWire without impairments), so
 // what is measured is droce's protocol work — header building, ICRC, parsing,
 // MR checks, payload copies, ACK processing — and nothing else.
 //
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "pktio/mem_wire.h"
 
 namespace {
 
@@ -24,63 +25,6 @@ uint64_t NowNs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
-
-// A lossless wire with a fixed frame pool; one indirect call per burst.
-class PerfectWire {
- public:
-  class End : public pktio::BurstIo {
-   public:
-    End(PerfectWire* w, int side) : w_(w), side_(side) {}
-    uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
-      auto& q = w_->queue_[side_];
-      uint16_t i = 0;
-      for (; i < n && w_->head_[side_] != q.size(); ++i) f[i] = q[w_->head_[side_]++];
-      if (w_->head_[side_] == q.size()) {
-        q.clear();
-        w_->head_[side_] = 0;
-      }
-      return i;
-    }
-    uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
-      uint16_t i = 0;
-      for (; i < n && !w_->free_.empty(); ++i) {
-        f[i] = w_->free_.back();
-        w_->free_.pop_back();
-      }
-      return i;
-    }
-    uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
-      auto& q = w_->queue_[1 - side_];
-      q.insert(q.end(), f, f + n);
-      return n;
-    }
-    void Release(pktio::Frame* f, uint16_t n) override {
-      for (uint16_t i = 0; i < n; ++i) {
-        f[i].len = 0;
-        w_->free_.push_back(f[i]);
-      }
-    }
-
-   private:
-    PerfectWire* w_;
-    int side_;
-  };
-
-  explicit PerfectWire(uint32_t frames) : storage_(size_t(frames) * pktio::kMaxFrameBytes), ends_{End(this, 0), End(this, 1)} {
-    for (uint32_t i = 0; i < frames; ++i) {
-      free_.push_back({storage_.data() + size_t(i) * pktio::kMaxFrameBytes, 0, pktio::kMaxFrameBytes, nullptr});
-    }
-    for (auto& q : queue_) q.reserve(frames);
-  }
-  End& end(int i) { return ends_[i]; }
-
- private:
-  std::vector<uint8_t> storage_;
-  std::vector<pktio::Frame> free_;
-  std::vector<pktio::Frame> queue_[2];
-  size_t head_[2] = {0, 0};
-  End ends_[2];
-};
 
 struct Endpoint {
   std::unique_ptr<core::Device> dev;
@@ -121,7 +65,10 @@ struct Result {
 // Streams `count` RDMA WRITEs of `size` bytes from A to B with up to
 // `outstanding` in flight (every 16th signaled), all on this thread.
 Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstanding) {
-  PerfectWire wire(8192);
+  pktio::MemWireConfig wire_config;  // no impairments: a perfect wire
+  wire_config.pool_frames = 8192;
+  wire_config.queue_frames = 8192;
+  pktio::MemWire wire(wire_config);
   Endpoint ep[2];
   for (int i = 0; i < 2; ++i) {
     core::DeviceConfig cfg;

@@ -33,9 +33,10 @@ ParsedPacket Fail(ParsedPacket p, ParseStatus s) {
   return p;
 }
 
-}  // namespace
-
-ParsedPacket ParsePacket(const uint8_t* f, uint32_t len) {
+// With `cut`, the frame may end before the IP length says (a capture cut by
+// its snaplen): every check that the available bytes allow still runs, and
+// the headers up to the payload must be present.
+ParsedPacket Parse(const uint8_t* f, uint32_t len, bool cut) {
   ParsedPacket p;
   if (len < kEthBytes) return Fail(p, ParseStatus::kTruncated);
   uint16_t ether_type = EthView(f).ether_type();
@@ -85,10 +86,14 @@ ParsedPacket ParsePacket(const uint8_t* f, uint32_t len) {
   if (ip_end < l4 + kUdpBytes || udp.length() != ip_end - l4) {
     return Fail(p, ParseStatus::kBadUdpLength);
   }
-  if (ip_end > len) return Fail(p, ParseStatus::kTruncated);
+  // Offsets are 16-bit: a maximal IP length behind Ethernet/VLAN would put the
+  // ICRC past 0xFFFF and wrap icrc_offset (no Ethernet frame is that long).
+  if (ip_end > 0xFFFF) return Fail(p, ParseStatus::kLengthMismatch);
+  if (ip_end > len && !cut) return Fail(p, ParseStatus::kTruncated);
   const uint32_t bth = l4 + kUdpBytes;
   p.bth_offset = static_cast<uint16_t>(bth);
   if (ip_end < bth + kBthBytes + kIcrcBytes) return Fail(p, ParseStatus::kLengthMismatch);
+  if (len < bth + kBthBytes) return Fail(p, ParseStatus::kTruncated);
 
   BthView bth_view(f + bth);
   p.opcode = bth_view.opcode();
@@ -99,6 +104,7 @@ ParsedPacket ParsePacket(const uint8_t* f, uint32_t len) {
   const uint32_t icrc = ip_end - kIcrcBytes;
   const uint32_t payload = bth + op.header_bytes;
   if (payload > icrc) return Fail(p, ParseStatus::kLengthMismatch);
+  if (payload > len) return Fail(p, ParseStatus::kTruncated);
   const uint32_t area = icrc - payload;
   const uint8_t pad = bth_view.pad_count();
   if (area % 4 != 0) return Fail(p, ParseStatus::kLengthMismatch);
@@ -113,6 +119,14 @@ ParsedPacket ParsePacket(const uint8_t* f, uint32_t len) {
   return p;
 }
 
+}  // namespace
+
+ParsedPacket ParsePacket(const uint8_t* frame, uint32_t len) { return Parse(frame, len, false); }
+
+ParsedPacket ParseHeaders(const uint8_t* frame, uint32_t caplen) {
+  return Parse(frame, caplen, true);
+}
+
 ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len) {
   ParsedPacket p = ParsePacket(frame, len);
   if (p.ok() && !IcrcMatches(frame, p)) p.status = ParseStatus::kBadIcrc;
@@ -120,12 +134,16 @@ ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len) {
 }
 
 uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6) {
-  // 8 (pseudo-LRH) + up to 60 (IPv4 with options) + 8 (UDP) + 12 (BTH).
-  uint8_t pseudo[8 + 60 + kUdpBytes + kBthBytes];
+  // Small packets (ACKs, short messages) are copied whole into the masked
+  // pseudo-packet: one CRC pass and one reduction instead of two. Larger
+  // ones mask a copy of the headers and continue over the payload in place.
+  constexpr uint32_t kWholeCopyMax = 256;
+  uint8_t pseudo[8 + kWholeCopyMax];
   const uint32_t ip_bytes = ipv6 ? kIpv6Bytes : (l3[0] & 0x0F) * 4u;
   const uint32_t masked = ip_bytes + kUdpBytes + kBthBytes;  // callers pass len >= masked
+  const uint32_t copied = len <= kWholeCopyMax ? len : masked;
   std::memset(pseudo, 0xFF, 8);
-  std::memcpy(pseudo + 8, l3, masked);
+  std::memcpy(pseudo + 8, l3, copied);
   uint8_t* ip = pseudo + 8;
   if (ipv6) {
     ip[0] |= 0x0F;  // traffic class (high nibble) and flow label
@@ -139,8 +157,8 @@ uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6) {
   uint8_t* udp = ip + ip_bytes;
   udp[6] = udp[7] = 0xFF;  // UDP checksum
   udp[kUdpBytes + 4] = 0xFF;  // BTH byte 4: FECN, BECN, reserved
-  uint32_t crc = Crc32Update(kCrc32Init, pseudo, 8 + masked);
-  crc = Crc32Update(crc, l3 + masked, len - masked);
+  uint32_t crc = Crc32Update(kCrc32Init, pseudo, 8 + copied);
+  if (copied < len) crc = Crc32Update(crc, l3 + copied, len - copied);
   return Crc32Final(crc);
 }
 

@@ -62,6 +62,14 @@ struct ParsedPacket {
 };
 
 ParsedPacket ParsePacket(const uint8_t* frame, uint32_t len);
+// For captures cut by their snaplen: parses the headers from the first
+// `caplen` bytes of a frame whose IP length may run past them. kOk when
+// Ethernet through the extended headers are present and consistent with the
+// IP/UDP lengths; the payload, pad and ICRC offsets are where the full frame
+// has them and may lie beyond `caplen`, so only bytes before
+// min(caplen, end()) may be read (DecodeFields reads the ICRC: use it only
+// when end() <= caplen). Equals ParsePacket when the frame is complete.
+ParsedPacket ParseHeaders(const uint8_t* frame, uint32_t caplen);
 // ParsePacket, then checks the ICRC (kBadIcrc on mismatch).
 ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len);
 

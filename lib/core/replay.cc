@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_format.h"
 #include "core/device.h"
@@ -143,6 +144,26 @@ struct Region {
   uint32_t droce_rkey = 0;
 };
 
+// Path MTU of the A -> B connection: the payload of any FIRST/MIDDLE packet
+// (requests, or READ responses coming back), else the smallest power of two
+// >= 256 holding the largest payload.
+uint32_t InferMtu(const std::vector<Packet>& all, const Gid& a, const Gid& b) {
+  uint32_t mtu = 0, max_payload = 0;
+  for (const Packet& k : all) {
+    const OpcodeInfo& op = k.p.op();
+    const bool a_to_b = k.src == a && k.dst == b && IsRequest(k.p);
+    const bool b_to_a = k.src == b && k.dst == a && (op.roles & kRoleReadResponse);
+    if (!a_to_b && !b_to_a) continue;
+    max_payload = std::max<uint32_t>(max_payload, k.p.payload_len);
+    if ((op.roles & kRolePayload) && !(op.roles & kRoleLast)) mtu = std::max<uint32_t>(mtu, k.p.payload_len);
+  }
+  if (mtu == 0) {
+    mtu = 256;
+    while (mtu < max_payload && mtu < 4096) mtu *= 2;
+  }
+  return mtu;
+}
+
 class DirectionReplay {
  public:
   DirectionReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b)
@@ -163,7 +184,6 @@ class DirectionReplay {
   bool Configure() {
     const Packet* first_req = nullptr;
     uint32_t a_qpn = 0;
-    uint32_t mtu = 0, max_payload = 0;
     uint8_t rnr_timer = 12;
     Mac a_mac{}, b_mac{};
     bool have_b_mac = false;
@@ -172,8 +192,6 @@ class DirectionReplay {
       if (FromAToB(k) && IsRequest(k.p)) {
         if (!first_req) first_req = &k;
         a_mac = k.src_mac;
-        max_payload = std::max<uint32_t>(max_payload, k.p.payload_len);
-        if ((op.roles & kRolePayload) && !(op.roles & kRoleLast)) mtu = std::max<uint32_t>(mtu, k.p.payload_len);
         const PacketFields f = DecodeFields(k.data, k.p);
         if (op.Has(kHdrReth)) Widen(f.reth_rkey, f.reth_va, f.reth_length);
         if (op.Has(kHdrAtomicEth)) Widen(f.atomic_rkey, f.atomic_va, 8);
@@ -182,9 +200,6 @@ class DirectionReplay {
         if (a_qpn == 0) a_qpn = k.dest_qp;
         b_mac = k.src_mac;
         have_b_mac = true;
-        if ((op.roles & kRoleReadResponse) && !(op.roles & kRoleLast)) {
-          mtu = std::max<uint32_t>(mtu, k.p.payload_len);
-        }
         const PacketFields f = DecodeFields(k.data, k.p);
         if (k.p.opcode == kRcAcknowledge && SyndromeType(f.aeth_syndrome) == AethType::kRnrNak) {
           rnr_timer = SyndromeValue(f.aeth_syndrome);
@@ -197,10 +212,7 @@ class DirectionReplay {
       result_.skip_reason = "no responses from the responder in the capture";
       return false;
     }
-    if (mtu == 0) {
-      mtu = 256;
-      while (mtu < max_payload && mtu < 4096) mtu *= 2;
-    }
+    const uint32_t mtu = InferMtu(all_, a_, b_);
     result_.mtu = mtu;
     b_qpn_ = first_req->dest_qp;
 
@@ -485,35 +497,335 @@ class DirectionReplay {
   std::vector<Response> reference_, droce_;
 };
 
-}  // namespace
+// Drives a droce requester with the work requests the capture implies and
+// rxe's responses; compares the request packets droce emits.
+class RequesterReplay {
+ public:
+  RequesterReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b)
+      : all_(all), a_(a), b_(b) {}
 
-std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames) {
-  std::vector<Packet> packets;
-  std::vector<ReplayResult> results;
+  ReplayResult Run() {
+    result_.direction = GidText(a_) + " -> " + GidText(b_);
+    if (!Configure()) return result_;
+    Drive();
+    Compare();
+    return result_;
+  }
+
+ private:
+  bool FromAToB(const Packet& k) const { return k.src == a_ && k.dst == b_; }
+  bool FromBToA(const Packet& k) const { return k.src == b_ && k.dst == a_; }
+
+  void Skip(std::string why) {
+    result_.skipped = true;
+    result_.skip_reason = std::move(why);
+  }
+
+  bool Configure() {
+    Mac a_mac{}, b_mac{};
+    uint32_t b_qpn = 0;
+    for (const Packet& k : all_) {
+      if (FromAToB(k) && IsRequest(k.p)) {
+        a_mac = k.src_mac;
+        b_qpn = k.dest_qp;
+        // First transmission of each PSN, in PSN order of first appearance.
+        if (seen_.insert(k.psn).second) reference_.push_back(&k);
+      } else if (FromBToA(k) && !IsRequest(k.p)) {
+        b_mac = k.src_mac;
+        if (capture_a_qpn_ == 0) capture_a_qpn_ = k.dest_qp;
+      }
+    }
+    if (capture_a_qpn_ == 0) {
+      Skip("no responses from the responder in the capture");
+      return false;
+    }
+    // Loss before the capture point can make a retransmission the first
+    // appearance of a PSN: order by PSN from the first one seen.
+    const uint32_t base = reference_.front()->psn;
+    std::stable_sort(reference_.begin(), reference_.end(), [base](const Packet* x, const Packet* y) {
+      return PsnDiff(x->psn, base) < PsnDiff(y->psn, base);
+    });
+    result_.mtu = InferMtu(all_, a_, b_);
+    DeviceConfig cfg;
+    cfg.mac = a_mac;
+    const bool v4 = a_[10] == 0xFF && a_[11] == 0xFF;
+    if (v4) cfg.ipv4 = LoadBe32(a_.data() + 12);
+    cfg.ecn = kEcnNotEct;
+    dev_ = std::make_unique<Device>(cfg, &io_);
+    if (!v4 && dev_->gids()[0] != a_) {
+      Skip("requester's IPv6 GID is not its link-local EUI-64 address");
+      return false;
+    }
+    pd_ = dev_->AllocPd();
+    cq_ = *dev_->CreateCq(1 << 16);
+    QpInitAttr init;
+    init.pd = pd_;
+    init.send_cq = init.recv_cq = cq_;
+    init.caps.max_send_wr = 1 << 14;
+    qpn_ = *dev_->CreateQp(init);
+    if (!BuildWorkRequests()) return false;
+    transport::QpAttr attr;
+    attr.qp_state = transport::QpState::kInit;
+    absl::Status s = dev_->ModifyQp(qpn_, attr, transport::kAttrState | transport::kAttrPkeyIndex |
+                                                   transport::kAttrPort | transport::kAttrAccessFlags);
+    attr.qp_state = transport::QpState::kRtr;
+    attr.ah.dgid = b_;
+    attr.ah.sgid_index = v4 ? 1 : 0;
+    attr.ah.dmac = b_mac;
+    attr.ah.dmac_valid = true;
+    attr.path_mtu = result_.mtu;
+    attr.dest_qp_num = b_qpn;
+    if (s.ok()) {
+      s = dev_->ModifyQp(qpn_, attr, transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
+                                         transport::kAttrDestQpn | transport::kAttrRqPsn |
+                                         transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer);
+    }
+    attr.qp_state = transport::QpState::kRts;
+    attr.sq_psn = reference_.front()->psn;
+    attr.max_rd_atomic = 16;
+    attr.timeout = 20;  // ~4 s: no timeouts while responses are fed in capture order
+    attr.rnr_retry = 7;
+    if (s.ok()) {
+      s = dev_->ModifyQp(qpn_, attr, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout |
+                                         transport::kAttrRetryCnt | transport::kAttrRnrRetry |
+                                         transport::kAttrMaxQpRdAtomic);
+    }
+    if (!s.ok()) {
+      Skip(std::string(s.message()));
+      return false;
+    }
+    return true;
+  }
+
+  // One work request per message of the capture's requester.
+  bool BuildWorkRequests() {
+    std::vector<transport::SendWr> wrs;
+    std::vector<std::vector<uint8_t>> payloads;
+    size_t i = 0;
+    while (i < reference_.size()) {
+      const Packet& k = *reference_[i];
+      const OpcodeInfo& op = k.p.op();
+      const PacketFields f = DecodeFields(k.data, k.p);
+      transport::SendWr wr;
+      wr.wr_id = wrs.size();
+      wr.flags = transport::kSendSignaled;
+      std::vector<uint8_t> data;
+      if (!(op.roles & kRoleFirst)) {
+        Skip(absl::StrFormat("the capture starts inside a message (frame %u)", k.index + 1));
+        return false;
+      }
+      if (k.p.opcode == kRcReadRequest) {
+        wr.opcode = transport::WrOpcode::kRdmaRead;
+        wr.remote_addr = f.reth_va;
+        wr.rkey = f.reth_rkey;
+        data.resize(f.reth_length);
+        ++i;
+      } else if (op.roles & kRoleAtomic) {
+        wr.opcode = k.p.opcode == kRcCompareSwap ? transport::WrOpcode::kAtomicCmpAndSwp
+                                                  : transport::WrOpcode::kAtomicFetchAndAdd;
+        wr.remote_addr = f.atomic_va;
+        wr.rkey = f.atomic_rkey;
+        wr.compare_add = k.p.opcode == kRcCompareSwap ? f.atomic_compare : f.atomic_swap_add;
+        wr.swap = f.atomic_swap_add;
+        data.resize(8);
+        ++i;
+      } else {
+        const bool write = op.roles & kRoleWrite;
+        if (write) {
+          wr.remote_addr = f.reth_va;
+          wr.rkey = f.reth_rkey;
+        }
+        // Gather the message's packets up to its LAST/ONLY.
+        for (;; ++i) {
+          if (i >= reference_.size()) {
+            Skip("the capture ends inside a message");
+            return false;
+          }
+          const Packet& m = *reference_[i];
+          const OpcodeInfo& mop = m.p.op();
+          data.insert(data.end(), m.data + m.p.payload_offset, m.data + m.p.payload_offset + m.p.payload_len);
+          if (!(mop.roles & kRoleLast)) continue;
+          const PacketFields last = DecodeFields(m.data, m.p);
+          if (mop.Has(kHdrImmDt)) wr.imm_data = last.imm_data;
+          if (mop.Has(kHdrIeth)) wr.invalidate_rkey = last.ieth_rkey;
+          if (last.bth.solicited) wr.flags |= transport::kSendSolicited;
+          const bool imm = mop.Has(kHdrImmDt), inv = mop.Has(kHdrIeth);
+          wr.opcode = write ? (imm ? transport::WrOpcode::kRdmaWriteWithImm : transport::WrOpcode::kRdmaWrite)
+                            : (imm ? transport::WrOpcode::kSendWithImm
+                                   : inv ? transport::WrOpcode::kSendWithInv : transport::WrOpcode::kSend);
+          ++i;
+          break;
+        }
+      }
+      wrs.push_back(wr);
+      payloads.push_back(std::move(data));
+    }
+    // Local buffers: the payloads back to back in one region.
+    size_t total = 0;
+    for (const auto& d : payloads) total += d.size() + 8;
+    local_.assign(total + 8, 0);
+    auto keys = dev_->RegMr(pd_, local_.data(), local_.size(), 0x20000000, mem::kLocalWrite);
+    if (!keys.ok()) {
+      Skip(std::string(keys.status().message()));
+      return false;
+    }
+    size_t off = 0;
+    for (size_t w = 0; w < wrs.size(); ++w) {
+      std::memcpy(local_.data() + off, payloads[w].data(), payloads[w].size());
+      wrs[w].num_sge = 1;
+      wrs[w].sg_list[0] = {0x20000000 + off, static_cast<uint32_t>(payloads[w].size()), keys->lkey};
+      off += payloads[w].size() + 8;
+    }
+    wrs_ = std::move(wrs);
+    return true;
+  }
+
+  void Drive() {
+    for (const transport::SendWr& wr : wrs_) {
+      if (int err = dev_->PostSend(qpn_, wr); err != 0) {
+        result_.mismatches.push_back(absl::StrFormat("post_send of WR %u failed: errno %d", wr.wr_id, err));
+        return;
+      }
+    }
+    uint64_t now = 1'000'000;
+    auto pump = [&](int rounds) {
+      for (int r = 0; r < rounds; ++r) {
+        const uint32_t work = dev_->Poll(now);
+        now += work ? 1000 : 1'000'000;  // idle: let RNR timers run out
+      }
+    };
+    pump(4);
+    for (const Packet& k : all_) {
+      if (!FromBToA(k) || IsRequest(k.p)) continue;
+      PacketFields f = DecodeFields(k.data, k.p);
+      f.bth.dest_qp = qpn_;
+      std::vector<uint8_t> frame(pktio::kMaxFrameBytes);
+      auto n = SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size()));
+      if (!n.ok()) continue;
+      frame.resize(*n);
+      // Answer only what droce has sent; wait (in virtual time) for the rest.
+      for (int tries = 0; tries < 64 && !Sent(k.psn); ++tries) pump(1);
+      io_.rx.push_back(std::move(frame));
+      ++result_.requests_fed;
+      pump(2);
+    }
+    pump(16);
+    queue::Completion wc[64];
+    uint32_t ok = 0;
+    for (uint32_t n; (n = dev_->PollCq(cq_, wc, 64)) > 0;) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (wc[i].status == queue::WcStatus::kSuccess) {
+          ++ok;
+        } else {
+          result_.mismatches.push_back(absl::StrFormat("WR %u completed with %s", wc[i].wr_id,
+                                                       queue::WcStatusName(wc[i].status)));
+        }
+      }
+    }
+    if (ok != wrs_.size()) {
+      result_.mismatches.push_back(absl::StrFormat("%u of %u work requests completed successfully",
+                                                   ok, wrs_.size()));
+    }
+  }
+
+  // Whether droce has transmitted PSN `psn` (or any later one).
+  bool Sent(uint32_t psn) {
+    for (; scanned_ < io_.sent.size(); ++scanned_) {
+      const auto& b = io_.sent[scanned_];
+      const ParsedPacket p = ParsePacket(b.data(), static_cast<uint32_t>(b.size()));
+      if (p.ok()) {
+        const uint32_t s = BthView(b.data() + p.bth_offset).psn();
+        if (!any_sent_ || PsnLess(highest_sent_, s)) highest_sent_ = s;
+        any_sent_ = true;
+      }
+    }
+    return any_sent_ && !PsnLess(highest_sent_, psn);
+  }
+
+  void Compare() {
+    std::map<uint32_t, std::vector<uint8_t>> first;  // droce's first transmission per PSN
+    for (const auto& b : io_.sent) {
+      const ParsedPacket p = ParseAndVerify(b.data(), static_cast<uint32_t>(b.size()));
+      if (!p.ok()) {
+        result_.mismatches.push_back(absl::StrFormat("droce sent an invalid packet (%s)", ParseStatusName(p.status)));
+        continue;
+      }
+      first.emplace(BthView(b.data() + p.bth_offset).psn(), b);
+    }
+    result_.droce_responses = static_cast<uint32_t>(first.size());
+    result_.reference_responses = static_cast<uint32_t>(reference_.size());
+    for (const Packet* k : reference_) {
+      auto it = first.find(k->psn);
+      const PacketFields r = DecodeFields(k->data, k->p);
+      if (it == first.end()) {
+        result_.mismatches.push_back(absl::StrFormat("droce never sent PSN %u (%s, frame %u)", k->psn,
+                                                     k->p.op().name, k->index + 1));
+        continue;
+      }
+      const ParsedPacket dp = ParsePacket(it->second.data(), static_cast<uint32_t>(it->second.size()));
+      const PacketFields d = DecodeFields(it->second.data(), dp);
+      const bool last = k->p.op().roles & kRoleLast;
+      std::string diff;
+      if (r.bth.opcode != d.bth.opcode) diff += absl::StrFormat(" opcode %s vs %s", OpInfo(r.bth.opcode).name, OpInfo(d.bth.opcode).name);
+      if (r.bth.solicited != d.bth.solicited) diff += " solicited";
+      if (last && r.bth.ack_req != d.bth.ack_req) diff += " ackreq";
+      if (r.reth_va != d.reth_va || r.reth_rkey != d.reth_rkey || r.reth_length != d.reth_length) diff += " reth";
+      if (r.atomic_va != d.atomic_va || r.atomic_rkey != d.atomic_rkey || r.atomic_swap_add != d.atomic_swap_add ||
+          r.atomic_compare != d.atomic_compare) {
+        diff += " atomic";
+      }
+      if (r.imm_data != d.imm_data) diff += " immdt";
+      if (r.ieth_rkey != d.ieth_rkey) diff += " ieth";
+      if (r.bth.dest_qp != d.bth.dest_qp) diff += " destqp";
+      if (r.payload.size() != d.payload.size() ||
+          !std::equal(r.payload.begin(), r.payload.end(), d.payload.begin())) {
+        diff += absl::StrFormat(" payload(%u vs %u bytes)", r.payload.size(), d.payload.size());
+      }
+      if (!diff.empty()) {
+        result_.mismatches.push_back(absl::StrFormat("PSN %u (%s, frame %u) differs:%s", k->psn,
+                                                     k->p.op().name, k->index + 1, diff));
+      }
+    }
+  }
+
+  const std::vector<Packet>& all_;
+  Gid a_, b_;
+  ReplayResult result_;
+  ReplayIo io_;
+  std::unique_ptr<Device> dev_;
+  uint32_t pd_ = 0, cq_ = 0, qpn_ = 0, capture_a_qpn_ = 0;
+  std::set<uint32_t> seen_;
+  std::vector<const Packet*> reference_;
+  std::vector<transport::SendWr> wrs_;
+  std::vector<uint8_t> local_;
+  size_t scanned_ = 0;
+  uint32_t highest_sent_ = 0;
+  bool any_sent_ = false;
+};
+
+// Parses a capture into RC packets, or says why it cannot be replayed.
+std::optional<ReplayResult> LoadPackets(const std::vector<CapturedFrame>& frames,
+                                        std::vector<Packet>* packets) {
   for (size_t i = 0; i < frames.size(); ++i) {
     const CapturedFrame& fr = frames[i];
     const ParsedPacket probe = ParsePacket(fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()));
     if (IsForeign(probe.status)) continue;
+    ReplayResult r;
+    r.skipped = true;
     if (fr.wire_len > fr.bytes.size()) {
-      ReplayResult r;
-      r.skipped = true;
       r.skip_reason = "capture cut at snaplen: payloads and ICRCs missing";
-      return {r};
+      return r;
     }
     const ParsedPacket p = ParseAndVerify(fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()));
     if (!p.ok()) {
-      ReplayResult r;
-      r.skipped = true;
       r.skip_reason = absl::StrFormat("frame %u does not verify (%s)", i + 1, ParseStatusName(p.status));
-      return {r};
+      return r;
     }
     if (p.op().transport != Transport::kRc) {
-      ReplayResult r;
-      r.skipped = true;
       r.skip_reason = p.op().transport == Transport::kUc
                           ? "UC traffic: the responder sends nothing to compare"
                           : "UD traffic: droce implements RC and UC only so far";
-      return {r};
+      return r;
     }
     Packet k{i, fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()), p,
              SrcGid(fr.bytes.data(), p), DstGid(fr.bytes.data(), p), {}, 0, 0};
@@ -521,21 +833,50 @@ std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& fram
     const BthView bth(fr.bytes.data() + p.bth_offset);
     k.psn = bth.psn();
     k.dest_qp = bth.dest_qp();
-    packets.push_back(k);
+    packets->push_back(k);
   }
+  return std::nullopt;
+}
+
+std::vector<std::pair<Gid, Gid>> RequestDirections(const std::vector<Packet>& packets) {
   std::vector<std::pair<Gid, Gid>> directions;
   for (const Packet& k : packets) {
     if (!IsRequest(k.p)) continue;
     const auto d = std::make_pair(k.src, k.dst);
     if (std::find(directions.begin(), directions.end(), d) == directions.end()) directions.push_back(d);
   }
+  return directions;
+}
+
+}  // namespace
+
+std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames) {
+  std::vector<Packet> packets;
+  if (auto skip = LoadPackets(frames, &packets)) return {*skip};
+  const auto directions = RequestDirections(packets);
   if (directions.empty()) {
     ReplayResult r;
     r.skipped = true;
     r.skip_reason = "no RC requests in the capture";
     return {r};
   }
+  std::vector<ReplayResult> results;
   for (const auto& [a, b] : directions) results.push_back(DirectionReplay(packets, a, b).Run());
+  return results;
+}
+
+std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& frames) {
+  std::vector<Packet> packets;
+  if (auto skip = LoadPackets(frames, &packets)) return {*skip};
+  const auto directions = RequestDirections(packets);
+  if (directions.empty()) {
+    ReplayResult r;
+    r.skipped = true;
+    r.skip_reason = "no RC requests in the capture";
+    return {r};
+  }
+  std::vector<ReplayResult> results;
+  for (const auto& [a, b] : directions) results.push_back(RequesterReplay(packets, a, b).Run());
   return results;
 }
 

@@ -39,6 +39,15 @@ struct ReplayResult {
 // One result per direction that carries RC requests.
 std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames);
 
+// The other way round: a droce requester posts the work requests the
+// capture's requester evidently posted (one per message, reconstructed from
+// its first transmissions: opcode, length, payload, RETH/AtomicETH, ImmDt,
+// IETH, solicited bit), receives rxe's responses, and must emit the same
+// request packets — opcode, PSN, headers, payload bytes, AckReq on each
+// message's last packet — and complete every work request successfully.
+// Retransmissions on either side are ignored (their timing is the VM's).
+std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& frames);
+
 }  // namespace droce::core
 
 #endif  // DROCE_LIB_CORE_REPLAY_H_

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,12 +44,16 @@ std::vector<CapturedFrame> Load(const std::string& name) {
   return frames;
 }
 
-TEST(Replay, EveryApplicableCaptureIsEquivalent) {
+class ReplayBothWays : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ReplayBothWays, EveryApplicableCaptureIsEquivalent) {
+  const bool requester = GetParam();
   const auto captures = Captures();
   ASSERT_GE(captures.size(), 20u) << "reference captures not found in " << CaptureDir();
   int equivalent = 0, skipped = 0;
   for (const std::string& name : captures) {
-    const auto results = ReplayResponder(Load(name));
+    const auto frames = Load(name);
+    const auto results = requester ? ReplayRequester(frames) : ReplayResponder(frames);
     ASSERT_FALSE(results.empty()) << name;
     for (const ReplayResult& r : results) {
       if (r.skipped) {
@@ -68,6 +73,47 @@ TEST(Replay, EveryApplicableCaptureIsEquivalent) {
   }
   EXPECT_GE(equivalent, 15);
   EXPECT_EQ(skipped, 6);  // four snaplen-256 captures, UC and UD
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReplayBothWays, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Requester" : "Responder"; });
+
+// Requester mode must notice when droce's requests or completions would
+// differ: rxe "sent" a last packet without AckReq, or "answered" with a NAK.
+void Rewrite(CapturedFrame& f, const std::function<void(wire::PacketFields&)>& change) {
+  const wire::ParsedPacket p = wire::ParseAndVerify(f.bytes.data(), static_cast<uint32_t>(f.bytes.size()));
+  wire::PacketFields fields = wire::DecodeFields(f.bytes.data(), p);
+  change(fields);
+  std::vector<uint8_t> out(f.bytes.size() + 128);
+  auto n = wire::SerializeFields(fields, out.data(), static_cast<uint32_t>(out.size()));
+  ASSERT_TRUE(n.ok());
+  out.resize(*n);
+  f.bytes = out;
+  f.wire_len = *n;
+}
+
+TEST(Replay, RequesterDetectsDifferences) {
+  for (int variant = 0; variant < 2; ++variant) {
+    auto frames = Load("rc_ops_imm_zero_pad_mtu1024.pcap");
+    for (CapturedFrame& f : frames) {
+      const wire::ParsedPacket p = wire::ParseAndVerify(f.bytes.data(), static_cast<uint32_t>(f.bytes.size()));
+      if (!p.ok()) continue;
+      const wire::OpcodeInfo& op = p.op();
+      if (variant == 0 && (op.roles & wire::kRoleRequest) && (op.roles & wire::kRoleLast)) {
+        Rewrite(f, [](wire::PacketFields& x) { x.bth.ack_req = false; });
+        break;
+      }
+      if (variant == 1 && p.opcode == wire::kRcAcknowledge) {
+        Rewrite(f, [](wire::PacketFields& x) {
+          x.aeth_syndrome = wire::MakeSyndrome(wire::AethType::kNak, wire::kNakRemoteAccessError);
+        });
+        break;
+      }
+    }
+    bool any_mismatch = false;
+    for (const auto& r : ReplayRequester(frames)) any_mismatch |= !r.mismatches.empty();
+    EXPECT_TRUE(any_mismatch) << (variant == 0 ? "a missing AckReq" : "a NAK") << " went unnoticed";
+  }
 }
 
 // The comparison must be able to fail: tamper with rxe's side of a capture.

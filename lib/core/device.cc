@@ -21,7 +21,7 @@ bool IsIpv4Mapped(const Gid& g) {
 }  // namespace
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
-    : config_(config), io_(io), mrs_(1u << 16) {
+    : config_(config), io_(io), mrs_(config.max_mr) {
   Gid link_local{0xfe, 0x80};
   link_local[8] = config.mac[0] ^ 0x02;
   link_local[9] = config.mac[1];

@@ -34,6 +34,7 @@ struct DeviceConfig {
   bool vlan = false;
   uint16_t vlan_tci = 0;
   uint32_t max_qp = 1024;
+  uint32_t max_mr = 1u << 16;
   uint16_t burst = 32;
 };
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang + ASan/UBSan in ./build-fuzz and
+# runs each for SECONDS (default 60), starting from the committed corpus.
+# New inputs go to a scratch directory, not into the repository.
+set -euo pipefail
+seconds=${1:-60}
+cd "$(dirname "$0")/../.."
+if [ ! -f build-fuzz/build.ninja ]; then
+  CC=clang CXX=clang++ meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dbuildtype=debugoptimized -Ddpdk=disabled -Dverbs=disabled -Dpcap=disabled \
+    -Dtests=disabled >/dev/null
+fi
+ninja -C build-fuzz tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder >/dev/null
+status=0
+for target in parser responder; do
+  scratch=$(mktemp -d)
+  echo "fuzz_$target: ${seconds}s"
+  if ! UBSAN_OPTIONS=halt_on_error=1 build-fuzz/tests/fuzz/fuzz_$target -max_total_time="$seconds" \
+      -print_final_stats=0 "$scratch" tests/fuzz/corpus/$target 2>"$scratch.log"; then
+    echo "fuzz_$target FAILED:"; tail -40 "$scratch.log"; status=1
+  else
+    grep -E '^#[0-9]+.*DONE|Done [0-9]+ runs' "$scratch.log" | tail -1 || true
+  fi
+  rm -rf "$scratch" "$scratch.log"
+done
+exit $status

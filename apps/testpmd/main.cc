@@ -1,0 +1,205 @@
+// droce-testpmd: droce on a DPDK port, testpmd style.
+//
+//   droce-testpmd [EAL options] -- [app options]
+//
+// The server side is passive (it answers and verifies); the client drives
+// the selected traffic engine for --duration seconds and prints throughput,
+// message rate, latency percentiles and verification results.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "apps/testpmd/session.h"
+#include "drivers/ethdev/eal.h"
+
+namespace droce::testpmd {
+
+extern const Engine kWriteBw, kReadBw, kSendBw, kWriteLat;
+
+const std::vector<const Engine*>& AllEngines() {
+  static const std::vector<const Engine*> engines = {&kWriteBw, &kReadBw, &kSendBw, &kWriteLat};
+  return engines;
+}
+
+const Engine* FindEngine(const std::string& name) {
+  for (const Engine* e : AllEngines()) {
+    if (name == e->name) return e;
+  }
+  return nullptr;
+}
+
+namespace {
+
+constexpr const char kUsage[] =
+    "usage: droce-testpmd [EAL options] -- [options]\n"
+    "  --role server|client   server answers and verifies; client drives the engine (server)\n"
+    "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
+    "  --fwd ENGINE           write_bw | read_bw | send_bw | write_lat (write_bw)\n"
+    "  --ip A.B.C.D           own IPv4 address (10.0.0.1 server, 10.0.0.2 client)\n"
+    "  --peer-ip A.B.C.D      peer's IPv4 address\n"
+    "  --mac MAC --peer-mac MAC  (02:00:00:00:00:01 server, :02 client)\n"
+    "  --mtu BYTES            256..4096 (4096)\n"
+    "  --size BYTES           message size (65536; write_lat: at least 8)\n"
+    "  --outstanding N        messages in flight, 2..1024 (16)\n"
+    "  --duration SECONDS     client run time (3)\n"
+    "  --iterations N         stop after N messages instead\n"
+    "  --idle-spins N         empty polls before yielding the CPU (64)\n";
+
+[[noreturn]] void Fail(const std::string& msg) {
+  std::fprintf(stderr, "droce-testpmd: %s\n", msg.c_str());
+  std::exit(2);
+}
+
+uint32_t ParseIp(const std::string& s) {
+  std::vector<std::string> parts = absl::StrSplit(s, '.');
+  if (parts.size() != 4) Fail("bad IPv4 address '" + s + "'");
+  uint32_t ip = 0;
+  for (const std::string& p : parts) {
+    char* end;
+    const long v = std::strtol(p.c_str(), &end, 10);
+    if (p.empty() || *end || v < 0 || v > 255) Fail("bad IPv4 address '" + s + "'");
+    ip = ip << 8 | static_cast<uint32_t>(v);
+  }
+  return ip;
+}
+
+core::Mac ParseMac(const std::string& s) {
+  core::Mac m;
+  unsigned v[6];
+  char extra;
+  if (std::sscanf(s.c_str(), "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &extra) != 6) {
+    Fail("bad MAC address '" + s + "'");
+  }
+  for (int i = 0; i < 6; ++i) {
+    if (v[i] > 255) Fail("bad MAC address '" + s + "'");
+    m[i] = static_cast<uint8_t>(v[i]);
+  }
+  return m;
+}
+
+double ParseNumber(const std::string& name, const std::string& s, double lo, double hi) {
+  char* end;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end || errno || v < lo || v > hi) {
+    Fail(absl::StrFormat("%s must be a number in [%g, %g], not '%s'", name, lo, hi, s));
+  }
+  return v;
+}
+
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  bool ip_set = false, peer_ip_set = false, mac_set = false, peer_mac_set = false;
+  std::vector<std::pair<std::string, std::string>> kv;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a.rfind("--", 0) != 0) Fail("unexpected argument '" + a + "'\n" + kUsage);
+    if (i + 1 >= argc) Fail("missing value for " + a);
+    kv.emplace_back(a, argv[++i]);
+  }
+  for (auto& [k, v] : kv) {
+    if (k == "--role") {
+      if (v != "server" && v != "client") Fail("--role must be server or client");
+      o.role = v;
+    }
+  }
+  if (o.role == "client") {
+    std::swap(o.ip, o.peer_ip);
+    std::swap(o.mac, o.peer_mac);
+  }
+  for (auto& [k, v] : kv) {
+    if (k == "--role") continue;
+    else if (k == "--port") o.port = v;
+    else if (k == "--fwd") {
+      if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, write_lat)");
+      o.fwd = v;
+    } else if (k == "--ip") o.ip = ParseIp(v), ip_set = true;
+    else if (k == "--peer-ip") o.peer_ip = ParseIp(v), peer_ip_set = true;
+    else if (k == "--mac") o.mac = ParseMac(v), mac_set = true;
+    else if (k == "--peer-mac") o.peer_mac = ParseMac(v), peer_mac_set = true;
+    else if (k == "--mtu") {
+      o.mtu = static_cast<uint32_t>(ParseNumber(k, v, 256, 4096));
+      if (transport::MtuBytesToEnum(o.mtu) == 0) Fail("--mtu must be 256, 512, 1024, 2048 or 4096");
+    } else if (k == "--size") o.size = static_cast<uint32_t>(ParseNumber(k, v, 1, 1 << 24));
+    else if (k == "--outstanding") o.outstanding = static_cast<uint32_t>(ParseNumber(k, v, 2, 1024));
+    else if (k == "--duration") o.duration = ParseNumber(k, v, 0.01, 3600);
+    else if (k == "--iterations") o.iterations = static_cast<uint32_t>(ParseNumber(k, v, 1, 1e9));
+    else if (k == "--idle-spins") o.idle_spins = static_cast<uint32_t>(ParseNumber(k, v, 0, 1e9));
+    else Fail("unknown option " + k + "\n" + kUsage);
+  }
+  (void)ip_set, (void)peer_ip_set, (void)mac_set, (void)peer_mac_set;
+  if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
+  if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
+  return o;
+}
+
+double Percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+}  // namespace
+}  // namespace droce::testpmd
+
+int main(int argc, char** argv) {
+  using namespace droce;
+  using namespace droce::testpmd;
+  int sep = 1;
+  while (sep < argc && std::strcmp(argv[sep], "--") != 0) ++sep;
+  for (int i = sep + 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) ParseOptions(argc - i, argv + i);
+  }
+  const Options opt = ParseOptions(sep < argc ? argc - sep - 1 : 0, argv + sep + 1);
+  const Engine* engine = FindEngine(opt.fwd);
+  int consumed = 0;
+  if (absl::Status s = ethdev::StartEalFromArgs(sep, argv, &consumed); !s.ok()) Fail(std::string(s.message()));
+  auto port = ethdev::EthdevPort::Open({opt.port});
+  if (!port.ok()) Fail(std::string(port.status().message()));
+  std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u; waiting for the link\n",
+              opt.role.c_str(), opt.port.c_str(), engine->name, opt.size, opt.mtu);
+  std::fflush(stdout);
+  if (!(*port)->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
+  Session session(opt, port->get());
+  if (opt.role == "server") {
+    // READ targets: slot k holds message k's pattern for the whole run.
+    for (uint32_t k = 0; k < opt.outstanding; ++k) FillPattern(session.slot(k), opt.size, k);
+  }
+  if (absl::Status s = session.Connect(); !s.ok()) Fail(std::string(s.message()));
+  const uint64_t start = session.NowNs();
+  if (opt.role == "client") {
+    engine->client(session, start + static_cast<uint64_t>(opt.duration * 1e9));
+  } else {
+    engine->server(session);
+  }
+  const double secs = double(session.NowNs() - start) / 1e9;
+  // Let the last ACKs and the bye drain before the port goes away.
+  const uint64_t drain_until = session.NowNs() + 200'000'000;
+  while (session.NowNs() < drain_until) session.Progress();
+  Stats& st = session.stats;
+  std::printf("%s %s: messages=%llu bytes=%llu seconds=%.3f gbps=%.3f mmsgps=%.4f errors=%llu verify_failures=%llu",
+              opt.role.c_str(), engine->name, (unsigned long long)st.messages, (unsigned long long)st.bytes,
+              secs, st.bytes * 8 / secs / 1e9, st.messages / secs / 1e6, (unsigned long long)st.errors,
+              (unsigned long long)st.verify_failures);
+  if (!st.latencies_us.empty()) {
+    std::printf(" lat_us_p50=%.2f p99=%.2f p999=%.2f", Percentile(st.latencies_us, 0.5),
+                Percentile(st.latencies_us, 0.99), Percentile(st.latencies_us, 0.999));
+  }
+  const auto& qc = session.dev->qp(session.qpn)->counters();
+  std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu\n",
+              (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
+              (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received);
+  (*port)->Stop();
+  port->reset();
+  ethdev::StopEal();
+  return (st.errors == 0 && st.verify_failures == 0 && st.messages > 0) ? 0 : 1;
+}

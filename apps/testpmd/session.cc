@@ -1,0 +1,166 @@
+#include "apps/testpmd/session.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace droce::testpmd {
+
+void FillPattern(uint8_t* p, uint32_t n, uint64_t seq) {
+  uint64_t x = seq * 0x9E3779B97F4A7C15ull + 1;
+  uint32_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const uint64_t v = i == 0 ? seq : (x ^= x << 13, x ^= x >> 7, x ^= x << 17);
+    std::memcpy(p + i, &v, 8);
+  }
+  for (; i < n; ++i) p[i] = static_cast<uint8_t>(seq + i);
+}
+
+bool CheckPattern(const uint8_t* p, uint32_t n, uint64_t seq) {
+  std::vector<uint8_t> want(n);
+  FillPattern(want.data(), n, seq);
+  return std::memcmp(p, want.data(), n) == 0;
+}
+
+Session::Session(const Options& o, ethdev::EthdevPort* p) : opt(o), port(p) {
+  core::DeviceConfig cfg;
+  cfg.mac = o.mac;
+  cfg.ipv4 = o.ip;
+  dev = std::make_unique<core::Device>(cfg, port);
+  core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  wire::StoreBe32(peer.data() + 12, o.peer_ip);
+  dev->AddNeighbor(peer, o.peer_mac);  // static neighbour: memif has no ARP peer
+  pd = dev->AllocPd();
+  cq = *dev->CreateCq(8192);
+  core::QpInitAttr init;
+  init.pd = pd;
+  init.send_cq = init.recv_cq = cq;
+  init.caps.max_send_wr = 2048;
+  init.caps.max_recv_wr = 2048;
+  qpn = *dev->CreateQp(init);
+  buf.assign(uint64_t{o.outstanding} * o.size + 4096, 0);
+  va = reinterpret_cast<uint64_t>(buf.data());
+  keys = *dev->RegMr(pd, buf.data(), buf.size(), va,
+                     mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
+}
+
+uint64_t Session::NowNs() const {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+uint32_t Session::Progress() {
+  const uint32_t work = dev->Poll(NowNs());
+  if (work > 0) {
+    idle_ = 0;
+  } else if (++idle_ > opt.idle_spins) {
+    // Idle: give the core away (two pollers share two cores here) and
+    // re-check the link so a vanished peer stops the port being polled.
+    port->RefreshLink();
+    sched_yield();
+  }
+  return work;
+}
+
+void Session::PostCtrlRecv() {
+  const uint64_t id = ctrl_recv_id_++;
+  transport::RecvWr r;
+  r.wr_id = kCtrlWrIdBase + id;
+  r.num_sge = 1;
+  r.sg_list[0] = {va + ctrl_offset() + 2048 + (id % 8) * 64, 64, keys.lkey};
+  (void)dev->PostRecv(qpn, r);
+}
+
+void Session::SendCtrl(CtrlType type, uint64_t value) {
+  CtrlMsg m{kCtrlMagic, static_cast<uint32_t>(type), keys.rkey, va, value};
+  std::memcpy(buf.data() + ctrl_offset(), &m, sizeof m);
+  transport::SendWr wr;
+  wr.wr_id = kCtrlWrIdBase - 1;
+  wr.opcode = transport::WrOpcode::kSend;
+  wr.flags = transport::kSendSignaled;
+  wr.num_sge = 1;
+  wr.sg_list[0] = {va + ctrl_offset(), sizeof m, keys.lkey};
+  (void)dev->PostSend(qpn, wr);
+}
+
+uint32_t Session::PollCompletions(queue::Completion* out, uint32_t n) {
+  queue::Completion wc[64];
+  const uint32_t got = dev->PollCq(cq, wc, n < 64 ? n : 64);
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < got; ++i) {
+    if (wc[i].wr_id >= kCtrlWrIdBase - 1) {
+      if (wc[i].status != queue::WcStatus::kSuccess) {
+        ++stats.errors;
+        continue;
+      }
+      if (wc[i].opcode == queue::WcOpcode::kRecv) {
+        CtrlMsg m;
+        std::memcpy(&m, buf.data() + ctrl_offset() + 2048 + ((wc[i].wr_id - kCtrlWrIdBase) % 8) * 64, sizeof m);
+        if (m.magic == kCtrlMagic) ctrl_inbox.push_back(m);
+      }
+      continue;
+    }
+    out[k++] = wc[i];
+  }
+  return k;
+}
+
+bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out) {
+  queue::Completion wc[64];
+  while (NowNs() < deadline_ns) {
+    for (size_t i = 0; i < ctrl_inbox.size(); ++i) {
+      if (ctrl_inbox[i].type == static_cast<uint32_t>(type)) {
+        *out = ctrl_inbox[i];
+        ctrl_inbox.erase(ctrl_inbox.begin() + i);
+        return true;
+      }
+    }
+    Progress();
+    const uint32_t n = PollCompletions(wc, 64);
+    stats.errors += n;  // nothing else is expected while waiting for control
+  }
+  return false;
+}
+
+absl::Status Session::Connect() {
+  using namespace transport;
+  QpAttr a;
+  a.qp_state = QpState::kInit;
+  a.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic;
+  absl::Status st = dev->ModifyQp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags);
+  a.qp_state = QpState::kRtr;
+  a.ah.dgid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  wire::StoreBe32(a.ah.dgid.data() + 12, opt.peer_ip);
+  a.ah.sgid_index = 1;
+  a.path_mtu = opt.mtu;
+  a.dest_qp_num = core::Device::kFirstQpn;  // both sides create one QP: numbers agree
+  a.max_dest_rd_atomic = 16;
+  a.min_rnr_timer = 1;  // 10 us
+  if (st.ok()) st = dev->ModifyQp(qpn, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
+                                              kAttrMaxDestRdAtomic | kAttrMinRnrTimer);
+  a.qp_state = QpState::kRts;
+  a.timeout = 14;  // 67 ms
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.max_rd_atomic = 16;
+  if (st.ok()) st = dev->ModifyQp(qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt |
+                                              kAttrRnrRetry | kAttrMaxQpRdAtomic);
+  if (!st.ok()) return st;
+  // Exactly one receive for the peer's hello: after it, receives belong to
+  // the engine (send_bw's data receives also take the client's bye).
+  PostCtrlRecv();
+  SendCtrl(CtrlType::kHello, 0);
+  CtrlMsg hello;
+  if (!WaitCtrl(CtrlType::kHello, NowNs() + 30'000'000'000ull, &hello)) {
+    return absl::DeadlineExceededError("no hello from the peer within 30 s");
+  }
+  peer_va = hello.va;
+  peer_rkey = hello.rkey;
+  return absl::OkStatus();
+}
+
+}  // namespace droce::testpmd

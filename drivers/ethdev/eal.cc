@@ -1,0 +1,72 @@
+#include "drivers/ethdev/eal.h"
+
+#include <sched.h>
+
+#include <mutex>
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+
+#include "absl/strings/str_format.h"
+
+namespace droce::ethdev {
+namespace {
+
+std::mutex g_mu;
+bool g_started = false;
+
+absl::Status InitWithAffinityRestored(std::vector<std::string> args, int* consumed) {
+  cpu_set_t before;
+  const bool have_affinity = sched_getaffinity(0, sizeof before, &before) == 0;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int ret = rte_eal_init(static_cast<int>(args.size()), argv.data());
+  if (have_affinity) sched_setaffinity(0, sizeof before, &before);
+  if (ret < 0) {
+    return absl::UnavailableError(absl::StrFormat("DPDK EAL initialisation failed: %s", rte_strerror(rte_errno)));
+  }
+  if (consumed) *consumed = ret;
+  g_started = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StartEal(const EalConfig& c) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_started) return absl::OkStatus();
+  if (c.file_prefix.empty()) return absl::InvalidArgumentError("EAL file prefix must not be empty");
+  std::vector<std::string> args = {"droce", "--file-prefix=" + c.file_prefix, "--no-telemetry",
+                                   "--log-level=" + c.log_level};
+  if (!c.hugepages) {
+    args.push_back("--no-huge");
+    args.push_back("-m");
+    args.push_back(std::to_string(c.memory_mb));
+  }
+  if (!c.pci) args.push_back("--no-pci");
+  for (const std::string& v : c.vdevs) args.push_back("--vdev=" + v);
+  for (const std::string& a : c.extra_args) args.push_back(a);
+  return InitWithAffinityRestored(std::move(args), nullptr);
+}
+
+absl::Status StartEalFromArgs(int argc, char** argv, int* consumed) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_started) return absl::FailedPreconditionError("EAL already started");
+  std::vector<std::string> args(argv, argv + argc);
+  return InitWithAffinityRestored(std::move(args), consumed);
+}
+
+bool EalStarted() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_started;
+}
+
+void StopEal() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_started) return;
+  rte_eal_cleanup();
+  g_started = false;
+}
+
+}  // namespace droce::ethdev

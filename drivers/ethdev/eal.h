@@ -1,0 +1,36 @@
+// DPDK EAL start-up for droce: from an application or lazily from inside a
+// library (the verbs provider). Builds the EAL argument list from a config,
+// never enables what the user did not ask for (no PCI scan for virtual ports,
+// no telemetry thread), and gives the calling thread its CPU affinity back
+// (EAL pins the main thread to its first lcore).
+#ifndef DROCE_DRIVERS_ETHDEV_EAL_H_
+#define DROCE_DRIVERS_ETHDEV_EAL_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace droce::ethdev {
+
+struct EalConfig {
+  std::string file_prefix = "droce";  // distinct per process sharing the machine
+  bool hugepages = false;             // false: --no-huge -m memory_mb
+  unsigned memory_mb = 512;
+  bool pci = false;                   // false: --no-pci (virtual ports only)
+  std::vector<std::string> vdevs;     // e.g. "net_memif0,role=server,socket=/tmp/m.sock,bsize=10240"
+  std::string log_level = "error";
+  std::vector<std::string> extra_args;  // passed through verbatim
+};
+
+// Starts EAL once per process (later calls with any config return OK).
+absl::Status StartEal(const EalConfig& config);
+// Starts EAL with arguments as a DPDK application received them
+// (argv[0] first); returns how many were consumed, like rte_eal_init.
+absl::Status StartEalFromArgs(int argc, char** argv, int* consumed);
+bool EalStarted();
+void StopEal();
+
+}  // namespace droce::ethdev
+
+#endif  // DROCE_DRIVERS_ETHDEV_EAL_H_

@@ -1,0 +1,64 @@
+// One DPDK ethdev port (queue 0) as a droce BurstIo: mbufs stay in drivers/,
+// lib/ sees only Frames (data, length, capacity, the mbuf as handle).
+#ifndef DROCE_DRIVERS_ETHDEV_PORT_H_
+#define DROCE_DRIVERS_ETHDEV_PORT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "pktio/burst_io.h"
+
+struct rte_mempool;
+struct rte_mbuf;
+
+namespace droce::ethdev {
+
+struct PortConfig {
+  std::string name;          // ethdev name, e.g. "net_memif0" (the vdev's name)
+  uint32_t mbufs = 8191;     // pool size: rx + tx rings + frames in flight
+  uint16_t rx_ring = 1024;
+  uint16_t tx_ring = 1024;
+};
+
+struct PortStats {
+  uint64_t rx_packets = 0, tx_packets = 0, rx_bytes = 0, tx_bytes = 0;
+  uint64_t tx_full = 0;             // frames the PMD did not take
+  uint64_t rx_multi_segment = 0;    // frames dropped: not one contiguous buffer
+  uint64_t alloc_failures = 0;
+};
+
+class EthdevPort final : public pktio::BurstIo {
+ public:
+  // EAL must be running. Configures and starts the port.
+  static absl::StatusOr<std::unique_ptr<EthdevPort>> Open(const PortConfig& config);
+  ~EthdevPort() override;
+
+  uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
+  uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override;
+  uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
+  void Release(pktio::Frame* frames, uint16_t n) override;
+
+  bool LinkUp() const;
+  // Re-reads the link state; RxBurst/TxBurst do nothing while it is down
+  // (memif unmaps its rings when the peer leaves: polling then would crash).
+  bool RefreshLink() { return link_up_ = LinkUp(); }
+  // Waits up to timeout_ms for the link (memif: the peer connected).
+  bool WaitLinkUp(int timeout_ms);
+  uint16_t port_id() const { return port_; }
+  const PortStats& stats() const { return stats_; }
+  void Stop();
+
+ private:
+  EthdevPort(uint16_t port, rte_mempool* pool) : port_(port), pool_(pool) {}
+  uint16_t port_;
+  rte_mempool* pool_;
+  bool started_ = true;
+  bool link_up_ = false;
+  PortStats stats_;
+};
+
+}  // namespace droce::ethdev
+
+#endif  // DROCE_DRIVERS_ETHDEV_PORT_H_

@@ -18,9 +18,11 @@ meson_suite_counts() {  # adds meson's per-test results from a testlog
   [ -f "$log" ] || { count "$label: no test log" 1; return; }
   local p f
   p=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(sum(1 for x in r if x["result"] in ("OK","EXPECTEDFAIL","SKIP")))' "$log")
-  f=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print(" ".join(x["name"] for x in r if x["result"] not in ("OK","EXPECTEDFAIL","SKIP")))' "$log")
   passed=$((passed + p))
-  for name in $f; do failed=$((failed + 1)); failures+=("$label: $name"); done
+  while IFS= read -r name; do
+    [ -n "$name" ] || continue
+    failed=$((failed + 1)); failures+=("$label: $name")
+  done < <(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; print("\n".join(x["name"] for x in r if x["result"] not in ("OK","EXPECTEDFAIL","SKIP")))' "$log")
 }
 
 echo "== build"

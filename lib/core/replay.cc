@@ -671,7 +671,7 @@ class RequesterReplay {
     }
     size_t off = 0;
     for (size_t w = 0; w < wrs.size(); ++w) {
-      std::memcpy(local_.data() + off, payloads[w].data(), payloads[w].size());
+      if (!payloads[w].empty()) std::memcpy(local_.data() + off, payloads[w].data(), payloads[w].size());
       wrs[w].num_sge = 1;
       wrs[w].sg_list[0] = {0x20000000 + off, static_cast<uint32_t>(payloads[w].size()), keys->lkey};
       off += payloads[w].size() + 8;

@@ -10,10 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/session.h"
 #include "drivers/ethdev/eal.h"
 
@@ -48,7 +50,10 @@ constexpr const char kUsage[] =
     "  --outstanding N        messages in flight, 2..1024 (16)\n"
     "  --duration SECONDS     client run time (3)\n"
     "  --iterations N         stop after N messages instead\n"
-    "  --idle-spins N         empty polls before yielding the CPU (64)\n";
+    "  --idle-spins N         empty polls before yielding the CPU (64)\n"
+    "  --drop-rate P          drop transmitted frames with probability P, 0..0.5 (0)\n"
+    "  --seed N               seed for --drop-rate (1)\n"
+    "  --pcap-out FILE        write every frame sent and received to a pcap file\n";
 
 [[noreturn]] void Fail(const std::string& msg) {
   std::fprintf(stderr, "droce-testpmd: %s\n", msg.c_str());
@@ -134,6 +139,9 @@ Options ParseOptions(int argc, char** argv) {
     else if (k == "--duration") o.duration = ParseNumber(k, v, 0.01, 3600);
     else if (k == "--iterations") o.iterations = static_cast<uint32_t>(ParseNumber(k, v, 1, 1e9));
     else if (k == "--idle-spins") o.idle_spins = static_cast<uint32_t>(ParseNumber(k, v, 0, 1e9));
+    else if (k == "--drop-rate") o.drop_rate = ParseNumber(k, v, 0, 0.5);
+    else if (k == "--seed") o.seed = static_cast<uint64_t>(ParseNumber(k, v, 0, 1e18));
+    else if (k == "--pcap-out") o.pcap_out = v;
     else Fail("unknown option " + k + "\n" + kUsage);
   }
   (void)ip_set, (void)peer_ip_set, (void)mac_set, (void)peer_mac_set;
@@ -169,7 +177,14 @@ int main(int argc, char** argv) {
               opt.role.c_str(), opt.port.c_str(), engine->name, opt.size, opt.mtu);
   std::fflush(stdout);
   if (!(*port)->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
-  Session session(opt, port->get());
+  std::optional<pcapio::PcapWriter> pcap;
+  if (!opt.pcap_out.empty()) {
+    auto w = pcapio::PcapWriter::Create(opt.pcap_out);
+    if (!w.ok()) Fail(std::string(w.status().message()));
+    pcap.emplace(std::move(*w));
+  }
+  PortTap tap(port->get(), opt.drop_rate, opt.seed, std::move(pcap));
+  Session session(opt, port->get(), &tap);
   if (opt.role == "server") {
     // READ targets: slot k holds message k's pattern for the whole run.
     for (uint32_t k = 0; k < opt.outstanding; ++k) FillPattern(session.slot(k), opt.size, k);
@@ -195,9 +210,10 @@ int main(int argc, char** argv) {
                 Percentile(st.latencies_us, 0.99), Percentile(st.latencies_us, 0.999));
   }
   const auto& qc = session.dev->qp(session.qpn)->counters();
-  std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu\n",
+  std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu\n",
               (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
-              (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received);
+              (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received,
+              (unsigned long long)tap.dropped(), (unsigned long long)tap.captured());
   (*port)->Stop();
   port->reset();
   ethdev::StopEal();

@@ -25,11 +25,11 @@ bool CheckPattern(const uint8_t* p, uint32_t n, uint64_t seq) {
   return std::memcmp(p, want.data(), n) == 0;
 }
 
-Session::Session(const Options& o, ethdev::EthdevPort* p) : opt(o), port(p) {
+Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : opt(o), port(p) {
   core::DeviceConfig cfg;
   cfg.mac = o.mac;
   cfg.ipv4 = o.ip;
-  dev = std::make_unique<core::Device>(cfg, port);
+  dev = std::make_unique<core::Device>(cfg, io);
   core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   wire::StoreBe32(peer.data() + 12, o.peer_ip);
   dev->AddNeighbor(peer, o.peer_mac);  // static neighbour: memif has no ARP peer

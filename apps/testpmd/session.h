@@ -26,6 +26,9 @@ struct Options {
   double stats_period = 1;
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU
+  double drop_rate = 0;      // transmitted frames dropped on purpose
+  uint64_t seed = 1;
+  std::string pcap_out;      // write sent and received frames here
 };
 
 struct Stats {
@@ -47,7 +50,8 @@ inline constexpr uint64_t kCtrlWrIdBase = 1ull << 62;
 
 class Session {
  public:
-  Session(const Options& opt, ethdev::EthdevPort* port);
+  // `io` carries the frames (the port itself, or a tap around it).
+  Session(const Options& opt, ethdev::EthdevPort* port, pktio::BurstIo* io);
   absl::Status Connect();     // QP to RTS, hello exchange (peer's buffer address and key)
   uint32_t Progress();         // one poll round, with idle back-off
   uint64_t NowNs() const;

@@ -16,7 +16,26 @@ for mtu in 1024 4096; do
     fi
   done
 done
-for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1"; do
+# Loss injected on both sides' transmit path: go-back-N must deliver everything intact.
+for fwd in write_bw read_bw send_bw; do
+  if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --mtu 1024 --size 16384 \
+      --outstanding 4 --drop-rate 0.01 --seed 7); then
+    echo "ok   $fwd with 1% loss: $(echo "$out" | grep '^client' | grep -oE '(messages|retransmitted|dropped_on_purpose)=[0-9]+' | tr '\n' ' ')"
+    echo "$out" | grep '^client' | grep -qE 'retransmitted=[1-9]' || { echo "FAIL: no retransmission under loss"; status=1; }
+  else
+    echo "FAIL $fwd with loss"; echo "$out"; status=1
+  fi
+done
+# --pcap-out writes a capture droce-pcap (and tshark) can read.
+pcap_dir=$(mktemp -d)
+if CLIENT_ARGS="--iterations 20 --pcap-out $pcap_dir/client.pcap" bash "$root/tools/memif-pair.sh" --fwd send_bw --size 3000 --mtu 1024 >/dev/null &&
+   "$(dirname "$DROCE_TESTPMD")/../pcap/droce-pcap" check "$pcap_dir/client.pcap" | grep -q 'OK packets='; then
+  echo "ok   --pcap-out capture verifies"
+else
+  echo "FAIL --pcap-out"; status=1
+fi
+rm -rf "$pcap_dir"
+for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--pcap-out /nonexistent/dir/x.pcap"; do
   # shellcheck disable=SC2086
   if "$DROCE_TESTPMD" --no-huge -- $bad >/dev/null 2>&1; then echo "FAIL: '$bad' accepted"; status=1; fi
   # shellcheck disable=SC2086

@@ -3,7 +3,7 @@
 # engine at MTU 1024 and 4096, every transfer verified; bad options fail.
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-export DROCE_TESTPMD=${1:-$root/build/apps/testpmd/droce-testpmd}
+export DROCE_TESTPMD=$(realpath "${1:-$root/build/apps/testpmd/droce-testpmd}")
 status=0
 for mtu in 1024 4096; do
   for fwd in write_bw read_bw send_bw write_lat; do

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/connect.h"
 #include "core/device.h"
 #include "pktio/mem_wire.h"
 
@@ -84,27 +85,13 @@ struct Node {
 };
 
 bool Connect(Node& n, Node& peer, uint32_t mtu) {
-  using namespace transport;
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic;
-  absl::Status s = n.dev->ModifyQp(n.qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags);
-  a.qp_state = QpState::kRtr;
-  a.ah.dgid = peer.dev->gids()[1];
-  a.ah.sgid_index = 1;
-  a.ah.dmac = peer.dev->config().mac;
-  a.ah.dmac_valid = true;
-  a.path_mtu = mtu;
-  a.dest_qp_num = peer.qpn;
-  a.max_dest_rd_atomic = 16;
-  a.min_rnr_timer = 1;
-  if (s.ok()) s = n.dev->ModifyQp(n.qpn, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
-                                                kAttrMaxDestRdAtomic | kAttrMinRnrTimer);
-  a.qp_state = QpState::kRts;
-  a.timeout = 8;  // ~1 ms of virtual time
-  a.max_rd_atomic = 16;
-  if (s.ok()) s = n.dev->ModifyQp(n.qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt |
-                                                kAttrRnrRetry | kAttrMaxQpRdAtomic);
+  core::ConnectParams c;
+  c.peer_gid = peer.dev->gids()[1];
+  c.peer_mac = peer.dev->config().mac;
+  c.peer_qpn = peer.qpn;
+  c.mtu = mtu;
+  c.timeout = 8;  // ~1 ms of virtual time
+  const absl::Status s = core::ConnectQp(*n.dev, n.qpn, c);
   if (!s.ok()) std::fprintf(stderr, "droce-loopback: connect: %s\n", std::string(s.message()).c_str());
   return s.ok();
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "core/connect.h"
 
 namespace droce::testpmd {
 
@@ -127,28 +128,14 @@ bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out) {
 }
 
 absl::Status Session::Connect() {
-  using namespace transport;
-  QpAttr a;
-  a.qp_state = QpState::kInit;
-  a.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic;
-  absl::Status st = dev->ModifyQp(qpn, a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags);
-  a.qp_state = QpState::kRtr;
-  a.ah.dgid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  wire::StoreBe32(a.ah.dgid.data() + 12, opt.peer_ip);
-  a.ah.sgid_index = 1;
-  a.path_mtu = opt.mtu;
-  a.dest_qp_num = core::Device::kFirstQpn;  // both sides create one QP: numbers agree
-  a.max_dest_rd_atomic = 16;
-  a.min_rnr_timer = 1;  // 10 us
-  if (st.ok()) st = dev->ModifyQp(qpn, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn |
-                                              kAttrMaxDestRdAtomic | kAttrMinRnrTimer);
-  a.qp_state = QpState::kRts;
-  a.timeout = 14;  // 67 ms
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 16;
-  if (st.ok()) st = dev->ModifyQp(qpn, a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt |
-                                              kAttrRnrRetry | kAttrMaxQpRdAtomic);
+  core::ConnectParams c;
+  c.peer_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  wire::StoreBe32(c.peer_gid.data() + 12, opt.peer_ip);
+  c.peer_mac_known = false;  // the static neighbour entry
+  c.peer_qpn = core::Device::kFirstQpn;  // both sides create one QP: numbers agree
+  c.mtu = opt.mtu;
+  c.timeout = 14;  // 67 ms
+  const absl::Status st = core::ConnectQp(*dev, qpn, c);
   if (!st.ok()) return st;
   // Exactly one receive for the peer's hello: after it, receives belong to
   // the engine (send_bw's data receives also take the client's bye).

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/connect.h"
 #include "core/device.h"
 #include "pktio/mem_wire.h"
 #include "wire/psn.h"
@@ -39,7 +40,6 @@ class RcPair {
          uint8_t retry = 7, uint8_t rnr_retry = 7,
          transport::QpType type = transport::QpType::kRc)
       : link_(LinkConfig(imp, seed)) {
-    const bool rc = type == transport::QpType::kRc;
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
@@ -63,36 +63,17 @@ class RcPair {
     for (int i = 0; i < 2; ++i) {
       Side& s = s_[i];
       Side& peer = s_[1 - i];
-      QpAttr a;
-      a.qp_state = transport::QpState::kInit;
-      a.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic;
-      EXPECT_TRUE(s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrPkeyIndex |
-                                               transport::kAttrPort | transport::kAttrAccessFlags).ok());
-      a.qp_state = transport::QpState::kRtr;
-      a.ah.dgid = peer.dev->gids()[1];
-      a.ah.sgid_index = 1;
-      a.ah.dmac = peer.dev->config().mac;
-      a.ah.dmac_valid = true;
-      a.path_mtu = mtu;
-      a.dest_qp_num = peer.qpn;
-      a.rq_psn = psn[1 - i];
-      a.max_dest_rd_atomic = 16;
-      a.min_rnr_timer = 1;
-      const uint32_t rtr_rc_only = transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer;
-      auto st = s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrAv |
-                                              transport::kAttrPathMtu | transport::kAttrDestQpn |
-                                              transport::kAttrRqPsn | (rc ? rtr_rc_only : 0));
-      EXPECT_TRUE(st.ok()) << st;
-      a.qp_state = transport::QpState::kRts;
-      a.sq_psn = psn[i];
-      a.timeout = timeout;
-      a.retry_cnt = retry;
-      a.rnr_retry = rnr_retry;
-      a.max_rd_atomic = 16;
-      const uint32_t rts_rc_only = transport::kAttrTimeout | transport::kAttrRetryCnt |
-                                   transport::kAttrRnrRetry | transport::kAttrMaxQpRdAtomic;
-      st = s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrSqPsn |
-                                         (rc ? rts_rc_only : 0));
+      ConnectParams c;
+      c.peer_gid = peer.dev->gids()[1];
+      c.peer_mac = peer.dev->config().mac;
+      c.peer_qpn = peer.qpn;
+      c.mtu = mtu;
+      c.rq_psn = psn[1 - i];
+      c.sq_psn = psn[i];
+      c.timeout = timeout;
+      c.retry_cnt = retry;
+      c.rnr_retry = rnr_retry;
+      const absl::Status st = ConnectQp(*s.dev, s.qpn, c);
       EXPECT_TRUE(st.ok()) << st;
     }
   }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/device.h"
+#include "pktio/scripted_io.h"
 #include "wire/fields.h"
 #include "wire/psn.h"
 
@@ -28,39 +29,7 @@ struct Packet {
   uint32_t dest_qp;
 };
 
-// Frames handed to the device and what it sent back.
-class ReplayIo : public pktio::BurstIo {
- public:
-  std::deque<std::vector<uint8_t>> rx;
-  std::vector<std::vector<uint8_t>> sent;
-  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
-    uint16_t i = 0;
-    for (; i < n && !rx.empty(); ++i) {
-      held_.push_back(std::move(rx.front()));
-      rx.pop_front();
-      f[i] = {held_.back().data(), static_cast<uint32_t>(held_.back().size()),
-              static_cast<uint32_t>(held_.back().size()), nullptr};
-    }
-    return i;
-  }
-  uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
-    tx_.resize(n);
-    for (uint16_t i = 0; i < n; ++i) {
-      tx_[i].assign(pktio::kMaxFrameBytes, 0);
-      f[i] = {tx_[i].data(), 0, pktio::kMaxFrameBytes, nullptr};
-    }
-    return n;
-  }
-  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
-    for (uint16_t i = 0; i < n; ++i) sent.emplace_back(f[i].data, f[i].data + f[i].len);
-    return n;
-  }
-  void Release(pktio::Frame*, uint16_t) override { held_.clear(); }
-
- private:
-  std::deque<std::vector<uint8_t>> held_;
-  std::vector<std::vector<uint8_t>> tx_;
-};
+using ReplayIo = pktio::ScriptedIo;
 
 Gid SrcGid(const uint8_t* f, const ParsedPacket& p) {
   Gid g{};

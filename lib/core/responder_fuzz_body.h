@@ -8,52 +8,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <vector>
 
 #include "core/device.h"
+#include "pktio/scripted_io.h"
 #include "wire/fields.h"
 #include "wire/psn.h"
 
 namespace droce::core::fuzz {
-
-// Frames in, frames out, nothing kept: enough to drive a Device.
-class SinkIo : public pktio::BurstIo {
- public:
-  std::deque<std::vector<uint8_t>> rx;
-  uint64_t sent = 0;
-  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
-    uint16_t i = 0;
-    for (; i < n && !rx.empty(); ++i) {
-      held_.push_back(std::move(rx.front()));
-      rx.pop_front();
-      f[i] = {held_.back().data(), static_cast<uint32_t>(held_.back().size()),
-              static_cast<uint32_t>(held_.back().size()), nullptr};
-    }
-    return i;
-  }
-  uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
-    tx_.resize(n);
-    for (uint16_t i = 0; i < n; ++i) {
-      tx_[i].resize(pktio::kMaxFrameBytes);
-      f[i] = {tx_[i].data(), 0, pktio::kMaxFrameBytes, nullptr};
-    }
-    return n;
-  }
-  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
-    for (uint16_t i = 0; i < n; ++i) {
-      // Every response droce emits must itself be a valid packet.
-      if (!wire::ParseAndVerify(f[i].data, f[i].len).ok()) std::abort();
-    }
-    sent += n;
-    return n;
-  }
-  void Release(pktio::Frame*, uint16_t) override { held_.clear(); }
-
- private:
-  std::deque<std::vector<uint8_t>> held_;
-  std::vector<std::vector<uint8_t>> tx_;
-};
 
 // Memory layout: three separately allocated regions so ASan's redzones
 // catch any access outside them; each is also wrapped in canary bytes.
@@ -171,6 +133,7 @@ class FencedResponder {
       frame.resize(*n);
       io_.rx.push_back(std::move(frame));
       dev_.Poll(now);
+      CheckSent();
       now += 10'000;
       if (take(1) % 8 == 0) PostRecv(static_cast<uint32_t>(pos));
       CheckFences();
@@ -180,6 +143,7 @@ class FencedResponder {
       }
     }
     for (int i = 0; i < 4; ++i) dev_.Poll(now += 10'000'000);
+    CheckSent();
     CheckFences();
   }
 
@@ -204,6 +168,14 @@ class FencedResponder {
     (void)dev_.PostRecv(qpn_, r);
   }
 
+  // Every response droce emits must itself be a valid packet.
+  void CheckSent() {
+    for (const auto& b : io_.sent) {
+      if (!wire::ParseAndVerify(b.data(), static_cast<uint32_t>(b.size())).ok()) std::abort();
+    }
+    io_.sent.clear();
+  }
+
   void CheckFences() {
     for (int i = 0; i < 3; ++i) {
       for (uint32_t k = 0; k < kCanary; ++k) {
@@ -214,7 +186,7 @@ class FencedResponder {
     if (buf_[1] != pristine_[1] || buf_[2] != pristine_[2]) std::abort();
   }
 
-  SinkIo io_;
+  pktio::ScriptedIo io_;
   Device dev_;
   uint32_t pd_ = 0, other_pd_ = 0, cq_ = 0, qpn_ = 0;
   std::vector<uint8_t> buf_[3];

@@ -84,15 +84,23 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
     progress = true;
     if (PsnLess(psn_una_, PsnAdd(w.last_psn, 1))) psn_una_ = PsnAdd(w.last_psn, 1);
   }
-  if (progress) {
-    implied_nak_pending_ = false;
-    retry_left_ = attr_.retry_cnt;
-    rnr_retry_left_ = attr_.rnr_retry;
-    progress_since_retry_ = true;
-    retransmit_deadline_ =
-        Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
-  }
-  // Skip the transmit cursor over WQEs acknowledged meanwhile.
+  if (progress) NoteProgress(now);
+  AdvancePastDone();
+}
+
+// Forward progress restores the retry budgets and restarts the ACK timer.
+void RcQp::NoteProgress(uint64_t now) {
+  implied_nak_pending_ = false;
+  retry_left_ = attr_.retry_cnt;
+  rnr_retry_left_ = attr_.rnr_retry;
+  progress_since_retry_ = true;
+  retransmit_deadline_ =
+      Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
+}
+
+// Skips the transmit cursor over WQEs acknowledged meanwhile and completes
+// what can be completed in order.
+void RcQp::AdvancePastDone() {
   while (sq_next_ != sq_.tail() && sq_.at(sq_next_).done) ++sq_next_;
   CompleteHead();
 }
@@ -246,26 +254,17 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
     }
     ScatterToSges(w, w.read_done_bytes, frame + p.payload_offset, seg);
     w.read_done_bytes += seg;
-    implied_nak_pending_ = false;
     if (!ends) {
       psn_una_ = PsnAdd(psn, 1);
-      retry_left_ = attr_.retry_cnt;
-      progress_since_retry_ = true;
-      if (AckTimeoutNs(attr_.timeout)) retransmit_deadline_ = now + AckTimeoutNs(attr_.timeout);
+      NoteProgress(now);
       return;
     }
   }
   w.done = true;
-  implied_nak_pending_ = false;
   --rd_atomic_outstanding_;
   psn_una_ = PsnAdd(w.last_psn, 1);
-  retry_left_ = attr_.retry_cnt;
-  rnr_retry_left_ = attr_.rnr_retry;
-  progress_since_retry_ = true;
-  retransmit_deadline_ =
-      Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
-  while (sq_next_ != sq_.tail() && sq_.at(sq_next_).done) ++sq_next_;
-  CompleteHead();
+  NoteProgress(now);
+  AdvancePastDone();
 }
 
 }  // namespace droce::transport

@@ -155,6 +155,8 @@ class RcQp {
   bool IsReadOrAtomic(const SendWqe& w) const;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
   void AckUpTo(uint32_t psn, uint64_t now);
+  void NoteProgress(uint64_t now);
+  void AdvancePastDone();
   void RetryFrom(uint32_t psn);
   void ImpliedNak(uint32_t missing_psn);
   void CompleteHead();

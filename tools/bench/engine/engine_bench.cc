@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/connect.h"
 #include "core/device.h"
 #include "pktio/mem_wire.h"
 
@@ -34,27 +35,12 @@ struct Endpoint {
 };
 
 void Connect(Endpoint& s, Endpoint& peer, uint32_t mtu) {
-  transport::QpAttr a;
-  a.qp_state = transport::QpState::kInit;
-  a.qp_access_flags = mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead;
-  (void)s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrPkeyIndex |
-                                      transport::kAttrPort | transport::kAttrAccessFlags);
-  a.qp_state = transport::QpState::kRtr;
-  a.ah.dgid = peer.dev->gids()[1];
-  a.ah.sgid_index = 1;
-  a.ah.dmac = peer.dev->config().mac;
-  a.ah.dmac_valid = true;
-  a.path_mtu = mtu;
-  a.dest_qp_num = peer.qpn;
-  a.max_dest_rd_atomic = 16;
-  (void)s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
-                                      transport::kAttrDestQpn | transport::kAttrRqPsn |
-                                      transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer);
-  a.qp_state = transport::QpState::kRts;
-  a.max_rd_atomic = 16;
-  (void)s.dev->ModifyQp(s.qpn, a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout |
-                                      transport::kAttrRetryCnt | transport::kAttrRnrRetry |
-                                      transport::kAttrMaxQpRdAtomic);
+  core::ConnectParams c;
+  c.peer_gid = peer.dev->gids()[1];
+  c.peer_mac = peer.dev->config().mac;
+  c.peer_qpn = peer.qpn;
+  c.mtu = mtu;
+  (void)core::ConnectQp(*s.dev, s.qpn, c);
 }
 
 struct Result {

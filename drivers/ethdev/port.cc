@@ -12,8 +12,10 @@
 namespace droce::ethdev {
 
 namespace {
-// Data room: the largest frame plus DPDK's headroom.
-constexpr uint16_t kDataRoom = pktio::kMaxFrameBytes + RTE_PKTMBUF_HEADROOM;
+// Data room: room for a 9000-byte jumbo frame (net_af_packet refuses a
+// receive ring whose frames exceed the mbuf; memif's bsize is 10240) plus
+// DPDK's headroom. droce's own frames never exceed pktio::kMaxFrameBytes.
+constexpr uint16_t kDataRoom = 10240 + RTE_PKTMBUF_HEADROOM;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c) {

@@ -64,6 +64,8 @@ class PortTap final : public pktio::BurstIo {
     clock_gettime(CLOCK_REALTIME, &ts);
     const int64_t now = int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
     for (uint16_t i = 0; i < n; ++i) (void)pcap_->Write({f[i].data, f[i].len}, now);
+    // Flush per burst: a run that ends in an error exit keeps its capture.
+    if (n > 0) (void)pcap_->Flush();
   }
 
   pktio::BurstIo* inner_;

@@ -21,10 +21,10 @@
 
 namespace droce::testpmd {
 
-extern const Engine kWriteBw, kReadBw, kSendBw, kWriteLat;
+extern const Engine kWriteBw, kReadBw, kSendBw, kWriteLat, kAtomicBw;
 
 const std::vector<const Engine*>& AllEngines() {
-  static const std::vector<const Engine*> engines = {&kWriteBw, &kReadBw, &kSendBw, &kWriteLat};
+  static const std::vector<const Engine*> engines = {&kWriteBw, &kReadBw, &kSendBw, &kAtomicBw, &kWriteLat};
   return engines;
 }
 
@@ -41,7 +41,7 @@ constexpr const char kUsage[] =
     "usage: droce-testpmd [EAL options] -- [options]\n"
     "  --role server|client   server answers and verifies; client drives the engine (server)\n"
     "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
-    "  --fwd ENGINE           write_bw | read_bw | send_bw | write_lat (write_bw)\n"
+    "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat (write_bw)\n"
     "  --ip A.B.C.D           own IPv4 address (10.0.0.1 server, 10.0.0.2 client)\n"
     "  --peer-ip A.B.C.D      peer's IPv4 address\n"
     "  --mac MAC --peer-mac MAC  (02:00:00:00:00:01 server, :02 client)\n"
@@ -125,7 +125,7 @@ Options ParseOptions(int argc, char** argv) {
     if (k == "--role") continue;
     else if (k == "--port") o.port = v;
     else if (k == "--fwd") {
-      if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, write_lat)");
+      if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, atomic_bw, write_lat)");
       o.fwd = v;
     } else if (k == "--ip") o.ip = ParseIp(v), ip_set = true;
     else if (k == "--peer-ip") o.peer_ip = ParseIp(v), peer_ip_set = true;

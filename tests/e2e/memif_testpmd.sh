@@ -6,9 +6,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 export DROCE_TESTPMD=$(realpath "${1:-$root/build/apps/testpmd/droce-testpmd}")
 status=0
 for mtu in 1024 4096; do
-  for fwd in write_bw read_bw send_bw write_lat; do
+  for fwd in write_bw read_bw send_bw atomic_bw write_lat; do
     size=65536
     [ "$fwd" = write_lat ] && size=8
+    [ "$fwd" = atomic_bw ] && size=8
     if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --mtu "$mtu" --size "$size" --outstanding 8); then
       echo "ok   $fwd mtu $mtu: $(echo "$out" | grep '^client' | grep -oE 'gbps=[0-9.]+|lat_us_p50=[0-9.]+' | tr '\n' ' ')"
     else
@@ -17,7 +18,7 @@ for mtu in 1024 4096; do
   done
 done
 # Loss injected on both sides' transmit path: go-back-N must deliver everything intact.
-for fwd in write_bw read_bw send_bw; do
+for fwd in write_bw read_bw send_bw atomic_bw; do
   if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --mtu 1024 --size 16384 \
       --outstanding 4 --drop-rate 0.01 --seed 7); then
     echo "ok   $fwd with 1% loss: $(echo "$out" | grep '^client' | grep -oE '(messages|retransmitted|dropped_on_purpose)=[0-9]+' | tr '\n' ' ')"

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,12 +39,20 @@ int UsageError(const std::string& message) {
   return 2;
 }
 
+std::optional<pcapio::PcapReader> OpenOrReport(const std::string& path) {
+  auto reader = pcapio::PcapReader::Open(path);
+  if (!reader.ok()) {
+    std::fprintf(stderr, "droce-pcap: %s\n", std::string(reader.status().message()).c_str());
+    return std::nullopt;
+  }
+  return std::move(*reader);
+}
+
 int Check(const std::vector<std::string>& files) {
   bool failed = false;
   for (const std::string& path : files) {
-    auto reader = pcapio::PcapReader::Open(path);
-    if (!reader.ok()) {
-      std::fprintf(stderr, "droce-pcap: %s\n", std::string(reader.status().message()).c_str());
+    auto reader = OpenOrReport(path);
+    if (!reader) {
       failed = true;
       continue;
     }
@@ -98,11 +107,8 @@ int Check(const std::vector<std::string>& files) {
 }
 
 int Dump(const std::string& path) {
-  auto reader = pcapio::PcapReader::Open(path);
-  if (!reader.ok()) {
-    std::fprintf(stderr, "droce-pcap: %s\n", std::string(reader.status().message()).c_str());
-    return 1;
-  }
+  auto reader = OpenOrReport(path);
+  if (!reader) return 1;
   unsigned long long n = 0;
   std::vector<uint8_t> padded;
   while (auto pkt = reader->Next()) {
@@ -140,9 +146,8 @@ int Dump(const std::string& path) {
 int Replay(bool requester, const std::vector<std::string>& files) {
   bool failed = false;
   for (const std::string& path : files) {
-    auto reader = pcapio::PcapReader::Open(path);
-    if (!reader.ok()) {
-      std::fprintf(stderr, "droce-pcap: %s\n", std::string(reader.status().message()).c_str());
+    auto reader = OpenOrReport(path);
+    if (!reader) {
       failed = true;
       continue;
     }

@@ -133,13 +133,28 @@ uint32_t InferMtu(const std::vector<Packet>& all, const Gid& a, const Gid& b) {
   return mtu;
 }
 
-class DirectionReplay {
+// What both replay directions share: the capture, the two endpoints (A is
+// the requester, B the responder) and the result being built.
+class ReplayBase {
+ protected:
+  ReplayBase(const std::vector<Packet>& all, const Gid& a, const Gid& b) : all_(all), a_(a), b_(b) {
+    result_.direction = GidText(a_) + " -> " + GidText(b_);
+  }
+  bool FromAToB(const Packet& k) const { return k.src == a_ && k.dst == b_; }
+  bool FromBToA(const Packet& k) const { return k.src == b_ && k.dst == a_; }
+
+  const std::vector<Packet>& all_;
+  Gid a_, b_;
+  ReplayResult result_;
+  ReplayIo io_;
+  std::unique_ptr<Device> dev_;
+};
+
+class DirectionReplay : public ReplayBase {
  public:
-  DirectionReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b)
-      : all_(all), a_(a), b_(b) {}
+  DirectionReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b) : ReplayBase(all, a, b) {}
 
   ReplayResult Run() {
-    result_.direction = GidText(a_) + " -> " + GidText(b_);
     if (!Configure()) return result_;
     Feed();
     Compare();
@@ -147,9 +162,6 @@ class DirectionReplay {
   }
 
  private:
-  bool FromAToB(const Packet& k) const { return k.src == a_ && k.dst == b_; }
-  bool FromBToA(const Packet& k) const { return k.src == b_ && k.dst == a_; }
-
   bool Configure() {
     const Packet* first_req = nullptr;
     uint32_t a_qpn = 0;
@@ -452,11 +464,6 @@ class DirectionReplay {
            std::all_of(read_known_.begin(), read_known_.end(), [](bool b) { return b; });
   }
 
-  const std::vector<Packet>& all_;
-  Gid a_, b_;
-  ReplayResult result_;
-  ReplayIo io_;
-  std::unique_ptr<Device> dev_;
   uint32_t pd_ = 0, cq_ = 0, droce_qpn_ = 0, b_qpn_ = 0;
   std::map<uint32_t, Region> regions_;
   std::vector<uint8_t> recv_mem_;
@@ -468,13 +475,11 @@ class DirectionReplay {
 
 // Drives a droce requester with the work requests the capture implies and
 // rxe's responses; compares the request packets droce emits.
-class RequesterReplay {
+class RequesterReplay : public ReplayBase {
  public:
-  RequesterReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b)
-      : all_(all), a_(a), b_(b) {}
+  RequesterReplay(const std::vector<Packet>& all, const Gid& a, const Gid& b) : ReplayBase(all, a, b) {}
 
   ReplayResult Run() {
-    result_.direction = GidText(a_) + " -> " + GidText(b_);
     if (!Configure()) return result_;
     Drive();
     Compare();
@@ -482,9 +487,6 @@ class RequesterReplay {
   }
 
  private:
-  bool FromAToB(const Packet& k) const { return k.src == a_ && k.dst == b_; }
-  bool FromBToA(const Packet& k) const { return k.src == b_ && k.dst == a_; }
-
   void Skip(std::string why) {
     result_.skipped = true;
     result_.skip_reason = std::move(why);
@@ -757,11 +759,6 @@ class RequesterReplay {
     }
   }
 
-  const std::vector<Packet>& all_;
-  Gid a_, b_;
-  ReplayResult result_;
-  ReplayIo io_;
-  std::unique_ptr<Device> dev_;
   uint32_t pd_ = 0, cq_ = 0, qpn_ = 0, capture_a_qpn_ = 0;
   std::set<uint32_t> seen_;
   std::vector<const Packet*> reference_;

@@ -5,6 +5,7 @@
 //   read_bw:  RDMA READs of the server's slots; the client checks each one.
 //   send_bw:  SENDs into receives the server keeps posted; the server checks each.
 #include <cstring>
+#include <vector>
 
 #include "apps/testpmd/session.h"
 
@@ -26,20 +27,26 @@ transport::SendWr DataWr(Session& s, transport::WrOpcode op, uint64_t seq) {
 void BwClient(Session& s, transport::WrOpcode op, uint64_t deadline) {
   const bool read = op == transport::WrOpcode::kRdmaRead;
   uint64_t posted = 0, done = 0;
+  // A slot is reused only after its own message completed: with several QPs
+  // completions arrive out of global order, and refilling a slot whose
+  // message is still being (re)transmitted would corrupt it.
+  std::vector<uint8_t> busy(s.opt.outstanding, 0);
   queue::Completion wc[64];
   const uint64_t limit = s.opt.iterations ? s.opt.iterations : UINT64_MAX;
   while (done < posted || (posted < limit && s.NowNs() < deadline)) {
-    while (posted < limit && posted - done < s.opt.outstanding && s.NowNs() < deadline) {
+    while (posted < limit && !busy[posted % s.opt.outstanding] && s.NowNs() < deadline) {
       if (!read) FillPattern(s.slot(static_cast<uint32_t>(posted)), s.opt.size, posted);
-      if (s.dev->PostSend(s.qpn, DataWr(s, op, posted)) != 0) break;
+      if (s.dev->PostSend(s.QpnForSeq(posted), DataWr(s, op, posted)) != 0) break;
+      busy[posted % s.opt.outstanding] = 1;
       ++posted;
     }
     s.Progress();
     const uint32_t n = s.PollCompletions(wc, 64);
     for (uint32_t i = 0; i < n; ++i) {
+      busy[wc[i].wr_id % s.opt.outstanding] = 0;
+      ++done;
       if (wc[i].status != queue::WcStatus::kSuccess) {
         ++s.stats.errors;
-        ++done;
         continue;
       }
       // The server's slot i holds the pattern of message i (it never changes).
@@ -47,7 +54,6 @@ void BwClient(Session& s, transport::WrOpcode op, uint64_t deadline) {
                                 wc[i].wr_id % s.opt.outstanding)) {
         ++s.stats.verify_failures;
       }
-      ++done;
       ++s.stats.messages;
       s.stats.bytes += s.opt.size;
     }

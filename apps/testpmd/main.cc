@@ -47,7 +47,8 @@ constexpr const char kUsage[] =
     "  --mac MAC --peer-mac MAC  (02:00:00:00:00:01 server, :02 client)\n"
     "  --mtu BYTES            256..4096 (4096)\n"
     "  --size BYTES           message size (65536; write_lat: at least 8)\n"
-    "  --outstanding N        messages in flight, 2..1024 (16)\n"
+    "  --outstanding N        messages in flight, 2..4096 (16)\n"
+    "  --qps N                QPs (write_bw, read_bw), 1..1024; slots spread over them (1)\n"
     "  --duration SECONDS     client run time (3)\n"
     "  --iterations N         stop after N messages instead\n"
     "  --idle-spins N         empty polls before yielding the CPU (64)\n"
@@ -135,7 +136,8 @@ Options ParseOptions(int argc, char** argv) {
       o.mtu = static_cast<uint32_t>(ParseNumber(k, v, 256, 4096));
       if (transport::MtuBytesToEnum(o.mtu) == 0) Fail("--mtu must be 256, 512, 1024, 2048 or 4096");
     } else if (k == "--size") o.size = static_cast<uint32_t>(ParseNumber(k, v, 1, 1 << 24));
-    else if (k == "--outstanding") o.outstanding = static_cast<uint32_t>(ParseNumber(k, v, 2, 1024));
+    else if (k == "--outstanding") o.outstanding = static_cast<uint32_t>(ParseNumber(k, v, 2, 4096));
+    else if (k == "--qps") o.qps = static_cast<uint32_t>(ParseNumber(k, v, 1, 1024));
     else if (k == "--duration") o.duration = ParseNumber(k, v, 0.01, 3600);
     else if (k == "--iterations") o.iterations = static_cast<uint32_t>(ParseNumber(k, v, 1, 1e9));
     else if (k == "--idle-spins") o.idle_spins = static_cast<uint32_t>(ParseNumber(k, v, 0, 1e9));
@@ -147,6 +149,8 @@ Options ParseOptions(int argc, char** argv) {
   (void)ip_set, (void)peer_ip_set, (void)mac_set, (void)peer_mac_set;
   if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
+  if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
+  if (o.qps > o.outstanding) Fail("--qps must not exceed --outstanding (each QP carries at least one slot)");
   return o;
 }
 
@@ -209,7 +213,14 @@ int main(int argc, char** argv) {
     std::printf(" lat_us_p50=%.2f p99=%.2f p999=%.2f", Percentile(st.latencies_us, 0.5),
                 Percentile(st.latencies_us, 0.99), Percentile(st.latencies_us, 0.999));
   }
-  const auto& qc = session.dev->qp(session.qpn)->counters();
+  transport::QpCounters qc;
+  for (uint32_t q : session.qpns) {
+    const auto& c = session.dev->qp(q)->counters();
+    qc.retransmitted_packets += c.retransmitted_packets;
+    qc.timeouts += c.timeouts;
+    qc.naks_received += c.naks_received;
+    qc.rnr_naks_received += c.rnr_naks_received;
+  }
   std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu\n",
               (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
               (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received,

@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -39,9 +40,12 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   core::QpInitAttr init;
   init.pd = pd;
   init.send_cq = init.recv_cq = cq;
-  init.caps.max_send_wr = 2048;
-  init.caps.max_recv_wr = 2048;
-  qpn = *dev->CreateQp(init);
+  // Queues sized to the share of the outstanding window each QP carries.
+  const uint32_t per_qp = std::clamp<uint32_t>(2 * o.outstanding / o.qps + 8, 16, 2048);
+  init.caps.max_send_wr = per_qp;
+  init.caps.max_recv_wr = per_qp;
+  for (uint32_t i = 0; i < o.qps; ++i) qpns.push_back(*dev->CreateQp(init));
+  qpn = qpns.front();
   buf.assign(uint64_t{o.outstanding} * o.size + 4096, 0);
   va = reinterpret_cast<uint64_t>(buf.data());
   keys = *dev->RegMr(pd, buf.data(), buf.size(), va,
@@ -132,10 +136,13 @@ absl::Status Session::Connect() {
   c.peer_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   wire::StoreBe32(c.peer_gid.data() + 12, opt.peer_ip);
   c.peer_mac_known = false;  // the static neighbour entry
-  c.peer_qpn = core::Device::kFirstQpn;  // both sides create one QP: numbers agree
   c.mtu = opt.mtu;
   c.timeout = 14;  // 67 ms
-  const absl::Status st = core::ConnectQp(*dev, qpn, c);
+  absl::Status st;
+  for (uint32_t i = 0; i < qpns.size() && st.ok(); ++i) {
+    c.peer_qpn = core::Device::kFirstQpn + i;  // both sides create the same QPs: numbers agree
+    st = core::ConnectQp(*dev, qpns[i], c);
+  }
   if (!st.ok()) return st;
   // Exactly one receive for the peer's hello: after it, receives belong to
   // the engine (send_bw's data receives also take the client's bye).

@@ -22,6 +22,7 @@ struct Options {
   uint32_t mtu = 4096;
   uint32_t size = 65536;
   uint32_t outstanding = 16;
+  uint32_t qps = 1;          // write_bw/read_bw spread slots over this many QPs
   double duration = 3;
   double stats_period = 1;
   uint32_t iterations = 0;  // 0: run for `duration`
@@ -67,7 +68,11 @@ class Session {
   const Options& opt;
   ethdev::EthdevPort* port;
   std::unique_ptr<core::Device> dev;
-  uint32_t pd = 0, cq = 0, qpn = 0;
+  uint32_t pd = 0, cq = 0, qpn = 0;  // qpn: the first QP (control messages, single-QP engines)
+  std::vector<uint32_t> qpns;        // all QPs; slot k travels on qpns[k % qps]
+  uint32_t QpnForSeq(uint64_t seq) const {
+    return qpns[(seq % opt.outstanding) % qpns.size()];  // one QP per slot keeps its writes ordered
+  }
   std::vector<uint8_t> buf;  // slots (outstanding x size) then a 4 KiB control area
   uint64_t va = 0;
   mem::MrKeys keys{};

@@ -27,6 +27,15 @@ for fwd in write_bw read_bw send_bw atomic_bw; do
     echo "FAIL $fwd with loss"; echo "$out"; status=1
   fi
 done
+# Many QPs sharing one port and one CQ.
+for spec in "write_bw 64" "read_bw 16"; do
+  set -- $spec
+  if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$1" --qps "$2" --outstanding 256 --size 16384); then
+    echo "ok   $1 over $2 QPs: $(echo "$out" | grep '^client' | grep -oE 'gbps=[0-9.]+')"
+  else
+    echo "FAIL $1 over $2 QPs"; echo "$out"; status=1
+  fi
+done
 # --pcap-out writes a capture droce-pcap (and tshark) can read.
 pcap_dir=$(mktemp -d)
 if CLIENT_ARGS="--iterations 20 --pcap-out $pcap_dir/client.pcap" bash "$root/tools/memif-pair.sh" --fwd send_bw --size 3000 --mtu 1024 >/dev/null &&
@@ -36,7 +45,7 @@ else
   echo "FAIL --pcap-out"; status=1
 fi
 rm -rf "$pcap_dir"
-for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--pcap-out /nonexistent/dir/x.pcap"; do
+for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap"; do
   # shellcheck disable=SC2086
   if "$DROCE_TESTPMD" --no-huge -- $bad >/dev/null 2>&1; then echo "FAIL: '$bad' accepted"; status=1; fi
   # shellcheck disable=SC2086

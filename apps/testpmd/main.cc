@@ -21,10 +21,11 @@
 
 namespace droce::testpmd {
 
-extern const Engine kWriteBw, kReadBw, kSendBw, kWriteLat, kAtomicBw;
+extern const Engine kWriteBw, kReadBw, kSendBw, kWriteLat, kAtomicBw, kRawLat, kRawStream;
 
 const std::vector<const Engine*>& AllEngines() {
-  static const std::vector<const Engine*> engines = {&kWriteBw, &kReadBw, &kSendBw, &kAtomicBw, &kWriteLat};
+  static const std::vector<const Engine*> engines = {&kWriteBw, &kReadBw, &kSendBw, &kAtomicBw, &kWriteLat,
+                                                      &kRawLat, &kRawStream};
   return engines;
 }
 
@@ -41,7 +42,8 @@ constexpr const char kUsage[] =
     "usage: droce-testpmd [EAL options] -- [options]\n"
     "  --role server|client   server answers and verifies; client drives the engine (server)\n"
     "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
-    "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat (write_bw)\n"
+    "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat, or the raw-wire\n"
+    "                         baselines raw_lat | raw_stream (write_bw)\n"
     "  --ip A.B.C.D           own IPv4 address (10.0.0.1 server, 10.0.0.2 client)\n"
     "  --peer-ip A.B.C.D      peer's IPv4 address\n"
     "  --mac MAC --peer-mac MAC  (02:00:00:00:00:01 server, :02 client)\n"
@@ -126,7 +128,7 @@ Options ParseOptions(int argc, char** argv) {
     if (k == "--role") continue;
     else if (k == "--port") o.port = v;
     else if (k == "--fwd") {
-      if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, atomic_bw, write_lat)");
+      if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, atomic_bw, write_lat, raw_lat, raw_stream)");
       o.fwd = v;
     } else if (k == "--ip") o.ip = ParseIp(v), ip_set = true;
     else if (k == "--peer-ip") o.peer_ip = ParseIp(v), peer_ip_set = true;
@@ -193,7 +195,10 @@ int main(int argc, char** argv) {
     // READ targets: slot k holds message k's pattern for the whole run.
     for (uint32_t k = 0; k < opt.outstanding; ++k) FillPattern(session.slot(k), opt.size, k);
   }
-  if (absl::Status s = session.Connect(); !s.ok()) Fail(std::string(s.message()));
+  const bool raw = opt.fwd.rfind("raw_", 0) == 0;  // baselines bypass droce: no QP to connect
+  if (!raw) {
+    if (absl::Status s = session.Connect(); !s.ok()) Fail(std::string(s.message()));
+  }
   const uint64_t start = session.NowNs();
   if (opt.role == "client") {
     engine->client(session, start + static_cast<uint64_t>(opt.duration * 1e9));
@@ -203,7 +208,7 @@ int main(int argc, char** argv) {
   const double secs = double(session.NowNs() - start) / 1e9;
   // Let the last ACKs and the bye drain before the port goes away.
   const uint64_t drain_until = session.NowNs() + 200'000'000;
-  while (session.NowNs() < drain_until) session.Progress();
+  while (!raw && session.NowNs() < drain_until) session.Progress();
   Stats& st = session.stats;
   std::printf("%s %s: messages=%llu bytes=%llu seconds=%.3f gbps=%.3f mmsgps=%.4f errors=%llu verify_failures=%llu",
               opt.role.c_str(), engine->name, (unsigned long long)st.messages, (unsigned long long)st.bytes,

@@ -1,0 +1,139 @@
+// Raw-wire baselines on the same port, bypassing droce entirely, so droce's
+// numbers can be read as ratios of what the wire itself does:
+//   raw_lat:    the client sends one --size frame, the server echoes it; half
+//               the round trip is one sample;
+//   raw_stream: the client streams --size frames for the duration; the server
+//               counts what arrives.
+// Frames are plain Ethernet (EtherType 0x88B5, local experimental), so droce
+// would ignore them anyway.
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "apps/testpmd/session.h"
+
+namespace droce::testpmd {
+namespace {
+
+constexpr uint16_t kRawEtherType = 0x88B5;
+constexpr uint64_t kStop = ~0ull;
+
+bool SendFrame(Session& s, uint64_t seq) {
+  pktio::Frame f;
+  if (s.port->AllocTx(&f, 1) != 1) return false;
+  const uint32_t len = std::max<uint32_t>(s.opt.size, 64);
+  std::memset(f.data, 0, 64);
+  std::memcpy(f.data, s.opt.peer_mac.data(), 6);
+  std::memcpy(f.data + 6, s.opt.mac.data(), 6);
+  f.data[12] = kRawEtherType >> 8;
+  f.data[13] = kRawEtherType & 0xFF;
+  std::memcpy(f.data + 14, &seq, 8);
+  f.len = len;
+  if (s.port->TxBurst(&f, 1) != 1) {
+    s.port->Release(&f, 1);
+    return false;
+  }
+  return true;
+}
+
+// Receives raw frames; returns how many, and the sequence number of the last.
+uint32_t Receive(Session& s, uint64_t* last_seq) {
+  pktio::Frame f[32];
+  const uint16_t n = s.port->RxBurst(f, 32);
+  uint32_t raw = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    if (f[i].len >= 22 && f[i].data[12] == (kRawEtherType >> 8) && f[i].data[13] == (kRawEtherType & 0xFF)) {
+      std::memcpy(last_seq, f[i].data + 14, 8);
+      ++raw;
+    }
+  }
+  if (n) s.port->Release(f, n);
+  return raw;
+}
+
+void Idle(Session& s, uint32_t* idle) {
+  if (++*idle > s.opt.idle_spins) {
+    s.port->RefreshLink();
+    sched_yield();
+  }
+}
+
+// The end marker must get through a full ring: retry for up to a second.
+void SendStop(Session& s) {
+  const uint64_t until = s.NowNs() + 1'000'000'000;
+  for (int sent = 0; sent < 3 && s.NowNs() < until;) sent += SendFrame(s, kStop) ? 1 : 0;
+}
+
+void LatClient(Session& s, uint64_t deadline) {
+  uint64_t seq = 0;
+  while (s.NowNs() < deadline) {
+    const uint64_t t0 = s.NowNs();
+    if (!SendFrame(s, seq)) continue;
+    uint64_t got = kStop;
+    uint32_t idle = 0;
+    while (got != seq && s.NowNs() < deadline + 1'000'000'000) {
+      if (Receive(s, &got) == 0) Idle(s, &idle);
+    }
+    if (got != seq) {
+      ++s.stats.errors;
+      break;
+    }
+    s.stats.latencies_us.push_back(double(s.NowNs() - t0) / 2000.0);
+    ++s.stats.messages;
+    ++seq;
+  }
+  SendStop(s);
+}
+
+void LatServer(Session& s) {
+  uint32_t idle = 0;
+  for (;;) {
+    uint64_t seq;
+    if (Receive(s, &seq) == 0) {
+      Idle(s, &idle);
+      continue;
+    }
+    idle = 0;
+    if (seq == kStop) break;
+    SendFrame(s, seq);
+    ++s.stats.messages;
+  }
+}
+
+void StreamClient(Session& s, uint64_t deadline) {
+  uint64_t seq = 0;
+  while (s.NowNs() < deadline) {
+    if (SendFrame(s, seq)) {
+      ++seq;
+      ++s.stats.messages;
+      s.stats.bytes += s.opt.size;
+    }
+  }
+  SendStop(s);
+}
+
+void StreamServer(Session& s) {
+  uint32_t idle = 0;
+  const uint64_t start = s.NowNs();
+  for (;;) {
+    uint64_t seq = 0;
+    const uint32_t n = Receive(s, &seq);
+    if (n == 0) {
+      Idle(s, &idle);
+      if (s.NowNs() - start > 600'000'000'000ull) break;
+      continue;
+    }
+    idle = 0;
+    if (seq == kStop) break;
+    s.stats.messages += n;
+    s.stats.bytes += uint64_t{n} * s.opt.size;
+  }
+}
+
+}  // namespace
+
+extern const Engine kRawLat{"raw_lat", "raw frame ping-pong (no droce)", LatClient, LatServer};
+extern const Engine kRawStream{"raw_stream", "raw frame stream (no droce)", StreamClient, StreamServer};
+
+}  // namespace droce::testpmd

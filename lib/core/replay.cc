@@ -816,7 +816,11 @@ std::vector<std::pair<Gid, Gid>> RequestDirections(const std::vector<Packet>& pa
 
 }  // namespace
 
-std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames) {
+namespace {
+
+// Runs one Replay class per direction that carries RC requests.
+template <typename Replay>
+std::vector<ReplayResult> ReplayEachDirection(const std::vector<CapturedFrame>& frames) {
   std::vector<Packet> packets;
   if (auto skip = LoadPackets(frames, &packets)) return {*skip};
   const auto directions = RequestDirections(packets);
@@ -827,23 +831,18 @@ std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& fram
     return {r};
   }
   std::vector<ReplayResult> results;
-  for (const auto& [a, b] : directions) results.push_back(DirectionReplay(packets, a, b).Run());
+  for (const auto& [a, b] : directions) results.push_back(Replay(packets, a, b).Run());
   return results;
 }
 
+}  // namespace
+
+std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames) {
+  return ReplayEachDirection<DirectionReplay>(frames);
+}
+
 std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& frames) {
-  std::vector<Packet> packets;
-  if (auto skip = LoadPackets(frames, &packets)) return {*skip};
-  const auto directions = RequestDirections(packets);
-  if (directions.empty()) {
-    ReplayResult r;
-    r.skipped = true;
-    r.skip_reason = "no RC requests in the capture";
-    return {r};
-  }
-  std::vector<ReplayResult> results;
-  for (const auto& [a, b] : directions) results.push_back(RequesterReplay(packets, a, b).Run());
-  return results;
+  return ReplayEachDirection<RequesterReplay>(frames);
 }
 
 }  // namespace droce::core

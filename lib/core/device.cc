@@ -103,6 +103,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.pd = init.pd;
   env.make_route = &Device::MakeRouteThunk;
   env.route_ctx = this;
+  env.cnp_enabled = config_.cnp_enabled;
+  env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
+  env.cnp_dscp = config_.cnp_dscp;
   const uint32_t qpn = next_qpn_++;
   qps_.push_back(std::make_unique<RcQp>(qpn, c, env));
   is_active_.push_back(0);
@@ -210,17 +213,23 @@ uint32_t Device::Poll(uint64_t now_ns) {
       }
       continue;
     }
-    if (p.opcode == wire::kCnp) {
-      ++counters_.rx_cnp;
-      continue;
-    }
     const uint32_t qpn = wire::BthView(rx[i].data + p.bth_offset).dest_qp();
     RcQp* q = qp(qpn);
+    if (p.opcode == wire::kCnp) {
+      ++counters_.rx_cnp;
+      if (q == nullptr) {
+        ++counters_.rx_cnp_dropped;
+      } else {
+        q->OnCnp(now_ns);
+      }
+      continue;
+    }
     if (q == nullptr || (p.op().transport != wire::Transport::kRc &&
                           p.op().transport != wire::Transport::kUc)) {
       ++counters_.rx_unknown_qp;
       continue;
     }
+    if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
     q->OnPacket(rx[i].data, p, now_ns);
     Activate(qpn);
   }

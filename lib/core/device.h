@@ -36,6 +36,10 @@ struct DeviceConfig {
   uint32_t max_qp = 1024;
   uint32_t max_mr = 1u << 16;
   uint16_t burst = 32;
+  // Notification point: CNPs for CE-marked packets (see transport::QpEnv).
+  bool cnp_enabled = true;
+  uint64_t min_time_between_cnps_ns = 4000;
+  uint8_t cnp_dscp = 48;
 };
 
 struct QpInitAttr {
@@ -56,6 +60,7 @@ struct DeviceCounters {
   uint64_t rx_foreign = 0;  // not RoCEv2 (or not for us)
   uint64_t rx_unknown_qp = 0;
   uint64_t rx_cnp = 0;
+  uint64_t rx_cnp_dropped = 0;  // CNPs for no known QP
   uint64_t rx_parse_errors[static_cast<int>(wire::ParseStatus::kCount)] = {};
   uint64_t rx_bad_icrc() const { return rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)]; }
 };

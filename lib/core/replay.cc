@@ -201,7 +201,8 @@ class DirectionReplay : public ReplayBase {
     cfg.mac = b_mac;
     const bool v4 = b_[10] == 0xFF && b_[11] == 0xFF;
     if (v4) cfg.ipv4 = LoadBe32(b_.data() + 12);
-    cfg.ecn = kEcnNotEct;  // rxe sends Not-ECT; keep the bytes comparable
+    cfg.ecn = kEcnNotEct;
+    cfg.cnp_enabled = false;  // rxe (Linux 6.1) has no notification point  // rxe sends Not-ECT; keep the bytes comparable
     dev_ = std::make_unique<Device>(cfg, &io_);
     if (!v4 && dev_->gids()[0] != b_) {
       result_.skipped = true;
@@ -522,6 +523,7 @@ class RequesterReplay : public ReplayBase {
     const bool v4 = a_[10] == 0xFF && a_[11] == 0xFF;
     if (v4) cfg.ipv4 = LoadBe32(a_.data() + 12);
     cfg.ecn = kEcnNotEct;
+    cfg.cnp_enabled = false;  // rxe (Linux 6.1) has no notification point
     dev_ = std::make_unique<Device>(cfg, &io_);
     if (!v4 && dev_->gids()[0] != a_) {
       Skip("requester's IPv6 GID is not its link-local EUI-64 address");

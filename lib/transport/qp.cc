@@ -149,6 +149,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrAv) {
     attr_.ah = a.ah;
     route_ = route;
+    cnp_route_ = wire::WithTrafficClass(route, static_cast<uint8_t>(env_.cnp_dscp << 2));
   }
   if (mask & kAttrPathMtu) {
     attr_.path_mtu = a.path_mtu;
@@ -289,6 +290,25 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     // An ERR QP still sends the NAK that put it there.
     if (state_ != QpState::kErr) return 0;
   }
+  while (cnps_pending_ > 0 && used < n) {
+    --cnps_pending_;
+    uint8_t* bth_p = wire::WriteRoute(frames[used].data, cnp_route_);
+    wire::BthWriter bth(bth_p);
+    bth.set_opcode(wire::kCnp);
+    bth.set_flags(false, false, 0, 0);
+    bth.set_pkey(0xFFFF);
+    bth.set_ecn_bits(false, /*becn=*/true);
+    bth.set_dest_qp(attr_.dest_qp_num);
+    bth.set_ack_req(false);
+    bth.set_psn(0);
+    std::memset(bth_p + wire::kBthBytes, 0, wire::kCnpPadBytes);  // 16 reserved bytes
+    frames[used].len =
+        wire::FinalizeFrame(frames[used].data, cnp_route_, wire::kBthBytes + wire::kCnpPadBytes);
+    ++counters_.cnps_sent;
+    ++counters_.tx_packets;
+    counters_.tx_bytes += frames[used].len;
+    ++used;
+  }
   // Responses first: they unblock the peer's requester.
   while (used < n && !actions_.empty()) {
     bool finished = false;
@@ -364,15 +384,29 @@ void RcQp::OnTimer(uint64_t now_ns) {
   retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
 }
 
+void RcQp::OnCongestionMark(uint64_t now_ns) {
+  ++counters_.ce_marked_received;
+  if (!env_.cnp_enabled || state_ == QpState::kReset || state_ == QpState::kInit) return;
+  if (cnp_ever_sent_ && now_ns - last_cnp_ns_ < env_.min_time_between_cnps_ns) return;
+  cnp_ever_sent_ = true;
+  last_cnp_ns_ = now_ns;
+  ++cnps_pending_;
+}
+
+void RcQp::OnCnp(uint64_t now_ns) {
+  (void)now_ns;  // the DCQCN reaction point plugs in here
+  ++counters_.cnps_received;
+}
+
 bool RcQp::WantsToTransmit(uint64_t now_ns) const {
-  if (!actions_.empty()) return true;
+  if (cnps_pending_ > 0 || !actions_.empty()) return true;
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
   if (rnr_resume_at_ != 0 && now_ns < rnr_resume_at_) return false;
   return sq_next_ != sq_.tail();
 }
 
 bool RcQp::HasWork() const {
-  return !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
+  return cnps_pending_ > 0 || !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
          retransmit_deadline_ != 0 || rnr_resume_at_ != 0;
 }
 

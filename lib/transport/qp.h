@@ -61,6 +61,11 @@ struct QpEnv {
   // Requester tuning (not visible in verbs).
   uint32_t max_inflight_packets = 512;
   uint32_t ack_req_every = 64;  // AckReq at least every N packets of a long message
+  // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP
+  // makes it send a CNP to its peer, at most one per interval.
+  bool cnp_enabled = true;
+  uint64_t min_time_between_cnps_ns = 4000;
+  uint8_t cnp_dscp = 48;
 };
 
 class RcQp {
@@ -101,6 +106,11 @@ class RcQp {
   // True if Transmit() would produce a packet now (lets the poll loop skip
   // allocating transmit buffers for idle QPs).
   bool WantsToTransmit(uint64_t now_ns) const;
+
+  // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
+  void OnCongestionMark(uint64_t now_ns);
+  // A CNP addressed to this QP (reaction point input; counted for now).
+  void OnCnp(uint64_t now_ns);
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
@@ -188,6 +198,10 @@ class RcQp {
   QpState state_ = QpState::kReset;
   QpAttr attr_;
   wire::Route route_;
+  wire::Route cnp_route_;  // route_ with the CNP DSCP and Not-ECT
+  uint32_t cnps_pending_ = 0;  // several when min_time_between_cnps is 0
+  bool cnp_ever_sent_ = false;
+  uint64_t last_cnp_ns_ = 0;
   uint32_t mtu_ = 1024;
   QpCounters counters_;
 

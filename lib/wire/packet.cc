@@ -242,6 +242,20 @@ Route MakeRoute(const RouteFields& f) {
   return r;
 }
 
+Route WithTrafficClass(const Route& r, uint8_t tclass) {
+  Route out = r;
+  uint8_t* l3 = out.bytes.data() + out.l3_offset;
+  if (out.ipv6) {
+    Ipv6Writer ip(l3);
+    ip.set_version_class_flow(tclass, ip.flow_label());
+  } else {
+    Ipv4Writer(l3).set_tos(tclass);
+    out.ipv4_partial_sum = 0;  // length and checksum are zero in a route
+    for (uint32_t i = 0; i < kIpv4MinBytes; i += 2) out.ipv4_partial_sum += LoadBe16(l3 + i);
+  }
+  return out;
+}
+
 uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
   uint8_t* bth = frame + r.len;
   const uint32_t pad = PadFor(transport_len);

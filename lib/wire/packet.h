@@ -117,6 +117,9 @@ struct Route {
 };
 
 Route MakeRoute(const RouteFields& f);
+// The same route with another IP traffic class (DSCP << 2 | ECN): CNPs
+// leave with their own DSCP and Not-ECT (RoCEv2 Annex A17.9).
+Route WithTrafficClass(const Route& r, uint8_t tclass);
 
 // Writes the route prefix at `frame` and returns where the BTH goes.
 inline uint8_t* WriteRoute(uint8_t* frame, const Route& r) {

@@ -80,6 +80,9 @@ TEST(RcErrors, BadLocalKeyIsLocalProtectionError) {
   ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
   EXPECT_EQ(ca[0].wr_id, 7u);
   EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr);
+  // Nothing may leave for a WR that failed locally (nor for stale queue slots after the flush).
+  EXPECT_EQ(pair.a().dev->qp(pair.a().qpn)->counters().tx_packets, 0u);
+  EXPECT_EQ(pair.link().counters(0).sent, 0u);
 }
 
 TEST(RcErrors, RnrRetryExhaustion) {

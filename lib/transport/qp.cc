@@ -286,10 +286,8 @@ uint32_t RcQp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool a
 
 uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   uint32_t used = 0;
-  if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kErr) {
-    // An ERR QP still sends the NAK that put it there.
-    if (state_ != QpState::kErr) return 0;
-  }
+  // An ERR QP still sends what is queued (the NAK that put it there).
+  if (state_ == QpState::kReset || state_ == QpState::kInit) return 0;
   while (cnps_pending_ > 0 && used < n) {
     --cnps_pending_;
     uint8_t* bth_p = wire::WriteRoute(frames[used].data, cnp_route_);
@@ -329,8 +327,9 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     SendWqe& w = sq_.at(sq_next_);
     if (!w.started) {
       if (state_ == QpState::kSqd) break;  // drained: start nothing new
-      if (!StartWqe(w)) break;             // fence / rd_atomic limit / error
-      if (w.done) {                        // failed locally or LOCAL_INV
+      if (!StartWqe(w)) break;             // fence / rd_atomic limit
+      if (state_ == QpState::kErr) break;  // a local error flushed the queue
+      if (w.done) {                        // LOCAL_INV
         ++sq_next_;
         CompleteHead();
         continue;

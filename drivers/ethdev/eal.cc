@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 
@@ -46,7 +47,17 @@ absl::Status StartEal(const EalConfig& c) {
   }
   if (!c.pci) args.push_back("--no-pci");
   for (const std::string& v : c.vdevs) args.push_back("--vdev=" + v);
-  for (const std::string& a : c.extra_args) args.push_back(a);
+  bool lcores_given = false;
+  for (const std::string& a : c.extra_args) {
+    lcores_given |= a == "-l" || a.rfind("--lcores", 0) == 0 || a == "-c";
+    args.push_back(a);
+  }
+  if (!lcores_given) {
+    // One lcore, the CPU we run on: no worker threads the caller did not ask for.
+    const int cpu = sched_getcpu();
+    args.push_back("-l");
+    args.push_back(std::to_string(cpu < 0 ? 0 : cpu));
+  }
   return InitWithAffinityRestored(std::move(args), nullptr);
 }
 
@@ -55,6 +66,16 @@ absl::Status StartEalFromArgs(int argc, char** argv, int* consumed) {
   if (g_started) return absl::FailedPreconditionError("EAL already started");
   std::vector<std::string> args(argv, argv + argc);
   return InitWithAffinityRestored(std::move(args), consumed);
+}
+
+absl::Status ProbeVdev(const std::string& vdev) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_started) return absl::FailedPreconditionError("EAL not started");
+  const int ret = rte_dev_probe(vdev.c_str());
+  if (ret < 0) {
+    return absl::UnavailableError(absl::StrFormat("probing %s failed: %s", vdev, rte_strerror(-ret)));
+  }
+  return absl::OkStatus();
 }
 
 bool EalStarted() {

@@ -28,6 +28,8 @@ absl::Status StartEal(const EalConfig& config);
 // Starts EAL with arguments as a DPDK application received them
 // (argv[0] first); returns how many were consumed, like rte_eal_init.
 absl::Status StartEalFromArgs(int argc, char** argv, int* consumed);
+// Adds a virtual device to a running EAL (a second droce device in a process).
+absl::Status ProbeVdev(const std::string& vdev);
 bool EalStarted();
 void StopEal();
 

@@ -68,6 +68,26 @@ queue::CompletionQueue* Device::cq(uint32_t id) {
   return id < cqs_.size() ? cqs_[id].get() : nullptr;
 }
 
+absl::Status Device::DestroyCq(uint32_t id) {
+  if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
+  for (const auto& q : qps_) {
+    if (q && (q->env().send_cq == cqs_[id].get() || q->env().recv_cq == cqs_[id].get())) {
+      return absl::FailedPreconditionError("CQ still in use by a QP");
+    }
+  }
+  cqs_[id].reset();
+  return absl::OkStatus();
+}
+
+absl::Status Device::DestroySrq(uint32_t id) {
+  if (srq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no SRQ %u", id));
+  for (const auto& q : qps_) {
+    if (q && q->env().srq == srqs_[id].get()) return absl::FailedPreconditionError("SRQ still in use by a QP");
+  }
+  srqs_[id].reset();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint32_t> Device::CreateSrq(uint32_t depth) {
   if (depth == 0 || depth > (1u << 16)) return absl::InvalidArgumentError("SRQ depth not in 1..65536");
   srqs_.push_back(std::make_unique<transport::Srq>(depth));
@@ -75,7 +95,7 @@ absl::StatusOr<uint32_t> Device::CreateSrq(uint32_t depth) {
 }
 
 int Device::PostSrqRecv(uint32_t srq, const transport::RecvWr& wr) {
-  if (srq >= srqs_.size()) return EINVAL;
+  if (srq >= srqs_.size() || !srqs_[srq]) return EINVAL;
   if (wr.num_sge > transport::kMaxSge) return EINVAL;
   return srqs_[srq]->ring().Push(wr) ? 0 : ENOMEM;
 }
@@ -85,7 +105,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   if (cq(init.send_cq) == nullptr || cq(init.recv_cq) == nullptr) {
     return absl::InvalidArgumentError("no such completion queue");
   }
-  if (init.srq >= 0 && static_cast<uint32_t>(init.srq) >= srqs_.size()) {
+  if (init.srq >= 0 && srq(static_cast<uint32_t>(init.srq)) == nullptr) {
     return absl::InvalidArgumentError("no such shared receive queue");
   }
   const transport::QpCaps& c = init.caps;
@@ -178,8 +198,13 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   } else {
     auto it = std::find_if(neighbors_.begin(), neighbors_.end(),
                            [&](const auto& n) { return n.first == av.dgid; });
-    if (it == neighbors_.end()) return absl::UnavailableError("destination not resolved (no neighbour)");
-    f.dst_mac = it->second;
+    if (it != neighbors_.end()) {
+      f.dst_mac = it->second;
+    } else if (config_.broadcast_unresolved) {
+      f.dst_mac = Mac{0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    } else {
+      return absl::UnavailableError("destination not resolved (no neighbour)");
+    }
   }
   f.has_vlan = config_.vlan;
   f.vlan_tci = config_.vlan_tci;

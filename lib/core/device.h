@@ -36,6 +36,9 @@ struct DeviceConfig {
   uint32_t max_qp = 1024;
   uint32_t max_mr = 1u << 16;
   uint16_t burst = 32;
+  // Destinations with no neighbour entry go to the broadcast MAC instead of
+  // failing (point-to-point wires such as memif, where any MAC arrives).
+  bool broadcast_unresolved = false;
   // Notification point: CNPs for CE-marked packets (see transport::QpEnv).
   bool cnp_enabled = true;
   uint64_t min_time_between_cnps_ns = 4000;
@@ -86,7 +89,11 @@ class Device {
 
   absl::StatusOr<uint32_t> CreateCq(uint32_t depth);
   queue::CompletionQueue* cq(uint32_t id);
+  // Fails (FailedPrecondition) while a QP still uses the CQ / SRQ.
+  absl::Status DestroyCq(uint32_t id);
   absl::StatusOr<uint32_t> CreateSrq(uint32_t depth);
+  transport::Srq* srq(uint32_t id) { return id < srqs_.size() ? srqs_[id].get() : nullptr; }
+  absl::Status DestroySrq(uint32_t id);
   int PostSrqRecv(uint32_t srq, const transport::RecvWr& wr);
 
   absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);

@@ -78,6 +78,7 @@ class RcQp {
   QpState state() const { return state_; }
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
+  const QpEnv& env() const { return env_; }
   const QpCounters& counters() const { return counters_; }
   uint32_t expected_psn() const { return epsn_; }  // responder's next PSN
   uint32_t next_psn() const { return psn_next_; }   // requester's next new PSN

@@ -1,0 +1,207 @@
+// droce-ctl: registers droce devices for libibverbs, like
+// `rdma link add rxe0 type rxe netdev eth0` does for Soft-RoCE.
+//
+//   droce-ctl link add NAME type memif socket PATH role server|client ip ADDR [options]
+//   droce-ctl link add NAME type af_packet iface IFACE ip ADDR [options]
+//   droce-ctl link add NAME type vdev vdev DPDK-VDEV-STRING ip ADDR [options]
+//   droce-ctl link del NAME
+//   droce-ctl link show [NAME]
+//   droce-ctl env
+//
+// Options (keyword value): ip ADDR (again for a second, IPv6 address),
+// mac MAC, neighbor IP,MAC (repeatable), mtu N, netdev IFACE, eal "ARGS",
+// set KEY=VALUE (any key of the device file, see doc/verbs.md).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "drivers/verbs/device_config.h"
+
+namespace droce::verbs {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr char kUsage[] =
+    "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n"
+    "  link add NAME type memif socket PATH role server|client ip ADDR [OPTIONS]\n"
+    "  link add NAME type af_packet iface IFACE ip ADDR [OPTIONS]\n"
+    "  link add NAME type vdev vdev DPDK-VDEV ip ADDR [OPTIONS]\n"
+    "  link del NAME\n"
+    "  link show [NAME]\n"
+    "  env            print the environment a verbs program needs\n"
+    "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
+    "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\", set KEY=VALUE\n"
+    "Devices live under --run-dir (default $DROCE_RUN_DIR or /run/droce).\n";
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "droce-ctl: %s\n", msg.c_str());
+  return 2;
+}
+
+// A locally administered MAC derived from the device name (stable across runs).
+core::Mac MacFromName(const std::string& name) {
+  uint32_t h = 2166136261u;
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  return {0x02, 0xd0, 0xce, static_cast<uint8_t>(h >> 16), static_cast<uint8_t>(h >> 8), static_cast<uint8_t>(h)};
+}
+
+std::string ProviderDir() {
+#ifdef DROCE_BUILD_PROVIDER_DIR
+  if (fs::exists(fs::path(DROCE_BUILD_PROVIDER_DIR) / "libdroce-rdmav34.so")) return DROCE_BUILD_PROVIDER_DIR;
+#endif
+  return "";
+}
+
+int Env(const std::string& run_dir) {
+  std::printf("export SYSFS_PATH=%s\n", SysfsRoot(run_dir).c_str());
+  const std::string dir = ProviderDir();
+  if (!dir.empty()) {
+    std::printf("export RDMAV_DRIVERS=%s/libdroce\n", dir.c_str());
+    std::printf("export LD_PRELOAD=%s/libdroce-preload.so\n", dir.c_str());
+  } else {
+    std::printf("export LD_PRELOAD=libdroce-preload.so\n");
+  }
+  return 0;
+}
+
+void Show(const DeviceFile& f) {
+  std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
+  const core::Device model(f.dev, nullptr);
+  for (size_t i = 0; i < model.gids().size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(model.gids()[i]).c_str());
+  std::printf("\n");
+}
+
+int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::vector<std::string>& args) {
+  if (args.empty()) return Fail("link add: missing device name");
+  DeviceFile f;
+  f.name = args[0];
+  if (!IsValidDeviceName(f.name)) return Fail("bad device name '" + f.name + "' (letters, digits, _ and -)");
+  f.dev.mac = MacFromName(f.name);
+  f.dev.broadcast_unresolved = true;
+  std::string type, socket, role, iface, vdev;
+  std::vector<std::string> sets;
+  for (size_t i = 1; i < args.size(); i += 2) {
+    const std::string& k = args[i];
+    if (i + 1 >= args.size()) return Fail("link add: '" + k + "' needs a value");
+    const std::string& v = args[i + 1];
+    if (k == "type") {
+      type = v;
+    } else if (k == "socket") {
+      socket = v;
+    } else if (k == "role") {
+      role = v;
+    } else if (k == "iface") {
+      iface = v;
+    } else if (k == "vdev") {
+      vdev = v;
+    } else if (k == "ip") {
+      auto g = ParseIpAsGid(v);
+      if (!g.ok()) return Fail(std::string(g.status().message()));
+      sets.push_back("ip=" + v);
+    } else if (k == "mac") {
+      auto m = ParseMac(v);
+      if (!m.ok()) return Fail(std::string(m.status().message()));
+      f.dev.mac = *m;
+    } else if (k == "neighbor") {
+      sets.push_back("neighbor=" + v);
+    } else if (k == "mtu") {
+      sets.push_back("mtu=" + v);
+    } else if (k == "netdev") {
+      f.netdev = v;
+    } else if (k == "eal") {
+      sets.push_back("eal_args=" + v);
+    } else if (k == "set") {
+      if (v.find('=') == std::string::npos) return Fail("set: expected KEY=VALUE, got '" + v + "'");
+      sets.push_back(v);
+    } else {
+      return Fail("link add: unknown option '" + k + "'");
+    }
+  }
+  if (type == "memif") {
+    if (socket.empty()) return Fail("type memif needs 'socket PATH'");
+    if (role != "server" && role != "client") return Fail("type memif needs 'role server' or 'role client'");
+    if (socket[0] != '/') return Fail("memif socket must be an absolute path");
+    vdev = absl::StrCat("net_memif_", f.name, ",role=", role, ",socket=", socket,
+                        ",socket-abstract=no,bsize=10240");
+  } else if (type == "af_packet") {
+    if (iface.empty()) return Fail("type af_packet needs 'iface IFACE'");
+    vdev = absl::StrCat("net_af_packet_", f.name, ",iface=", iface, ",framesz=10240,blocksz=12288,framecnt=512,qpairs=1");
+    if (f.netdev == "lo") f.netdev = iface;
+  } else if (type == "vdev") {
+    if (vdev.empty()) return Fail("type vdev needs 'vdev DPDK-VDEV-STRING'");
+  } else {
+    return Fail(type.empty() ? "link add: missing 'type memif|af_packet|vdev'" : "unknown type '" + type + "'");
+  }
+  f.vdev = vdev;
+  // Validate everything through the same parser the provider uses.
+  std::string text = FormatDeviceFile(f);
+  for (const std::string& s : sets) text += s + "\n";
+  absl::StatusOr<DeviceFile> parsed = ParseDeviceFile(text);
+  if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
+  if (!fs::exists("/sys/class/net/" + parsed->netdev)) {
+    return Fail("netdev '" + parsed->netdev + "' does not exist (libibverbs resolves GIDs through it)");
+  }
+  absl::Status s = WriteDeviceTree(run_dir, dev_dir, *parsed);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  Show(*parsed);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  std::string run_dir = DefaultRunDir();
+  std::string dev_dir = kDevInfinibandDir;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--run-dir" || a == "--dev-dir") && i + 1 < argc) {
+      (a == "--run-dir" ? run_dir : dev_dir) = argv[++i];
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      args.push_back(a);
+    }
+  }
+  if (args.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  if (args[0] == "env") return Env(run_dir);
+  if (args[0] != "link" || args.size() < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string& cmd = args[1];
+  const std::vector<std::string> rest(args.begin() + 2, args.end());
+  if (cmd == "add") return LinkAdd(run_dir, dev_dir, rest);
+  if (cmd == "del" || cmd == "delete") {
+    if (rest.size() != 1) return Fail("link del NAME");
+    absl::Status s = RemoveDeviceTree(run_dir, dev_dir, rest[0]);
+    return s.ok() ? 0 : Fail(std::string(s.message()));
+  }
+  if (cmd == "show") {
+    std::vector<std::string> names = rest.empty() ? ListDevices(run_dir) : rest;
+    int rc = 0;
+    for (const std::string& n : names) {
+      absl::StatusOr<DeviceFile> f = ReadDevice(run_dir, n);
+      if (!f.ok()) {
+        rc = Fail(std::string(f.status().message()));
+        continue;
+      }
+      Show(*f);
+    }
+    return rc;
+  }
+  return Fail("unknown command 'link " + cmd + "'");
+}
+
+}  // namespace
+}  // namespace droce::verbs
+
+int main(int argc, char** argv) { return droce::verbs::Main(argc, argv); }

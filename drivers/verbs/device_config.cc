@@ -1,0 +1,349 @@
+#include "drivers/verbs/device_config.h"
+
+#include <arpa/inet.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+
+namespace droce::verbs {
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::StatusOr<uint32_t> ParseU32(absl::string_view key, absl::string_view v, uint32_t lo, uint32_t hi) {
+  uint32_t x = 0;
+  if (!absl::SimpleAtoi(v, &x) || x < lo || x > hi) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: '%s' is not a number in %u..%u", key, v, lo, hi));
+  }
+  return x;
+}
+
+absl::StatusOr<bool> ParseOnOff(absl::string_view key, absl::string_view v) {
+  if (v == "on" || v == "1" || v == "true") return true;
+  if (v == "off" || v == "0" || v == "false") return false;
+  return absl::InvalidArgumentError(absl::StrFormat("%s: '%s' is not on/off", key, v));
+}
+
+bool IsIpv4Mapped(const core::Gid& g) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(g.data(), kPrefix, 12) == 0;
+}
+
+std::string FormatIp(const core::Gid& g) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (IsIpv4Mapped(g)) {
+    inet_ntop(AF_INET, g.data() + 12, buf, sizeof buf);
+  } else {
+    inet_ntop(AF_INET6, g.data(), buf, sizeof buf);
+  }
+  return buf;
+}
+
+absl::Status WriteFile(const fs::path& p, absl::string_view content) {
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", p.parent_path().string(), ": ", ec.message()));
+  std::ofstream out(p, std::ios::trunc);
+  out << content;
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", p.string()));
+  return absl::OkStatus();
+}
+
+std::string NodeGuid(const core::Mac& m) {  // EUI-64 of the MAC, sysfs form
+  return absl::StrFormat("%02x%02x:%02x%02x:%02x%02x:%02x%02x", m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3],
+                         m[4], m[5]);
+}
+
+}  // namespace
+
+absl::StatusOr<core::Mac> ParseMac(absl::string_view s) {
+  std::vector<absl::string_view> parts = absl::StrSplit(s, ':');
+  core::Mac m{};
+  if (parts.size() != 6) return absl::InvalidArgumentError(absl::StrCat("bad MAC address '", s, "'"));
+  for (int i = 0; i < 6; ++i) {
+    uint32_t x = 0;
+    if (parts[i].size() != 2 || !absl::SimpleHexAtoi(parts[i], &x)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad MAC address '", s, "'"));
+    }
+    m[i] = static_cast<uint8_t>(x);
+  }
+  if (m[0] & 1) return absl::InvalidArgumentError(absl::StrCat("MAC address '", s, "' is multicast"));
+  return m;
+}
+
+std::string FormatMac(const core::Mac& m) {
+  return absl::StrFormat("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+absl::StatusOr<core::Gid> ParseIpAsGid(absl::string_view s) {
+  const std::string str(s);
+  core::Gid g{};
+  in_addr a4{};
+  if (inet_pton(AF_INET, str.c_str(), &a4) == 1) {
+    g[10] = g[11] = 0xff;
+    std::memcpy(g.data() + 12, &a4, 4);
+    return g;
+  }
+  if (inet_pton(AF_INET6, str.c_str(), g.data()) == 1) return g;
+  return absl::InvalidArgumentError(absl::StrCat("bad IP address '", s, "'"));
+}
+
+std::string FormatGid(const core::Gid& g) {
+  std::string out;
+  for (int i = 0; i < 16; i += 2) {
+    absl::StrAppendFormat(&out, "%s%02x%02x", i ? ":" : "", g[i], g[i + 1]);
+  }
+  return out;
+}
+
+bool IsValidDeviceName(absl::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+}
+
+std::string DefaultRunDir() {
+  const char* env = std::getenv("DROCE_RUN_DIR");
+  return env != nullptr && *env != 0 ? env : "/run/droce";
+}
+
+absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
+  DeviceFile f;
+  f.dev.broadcast_unresolved = true;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrFormat("line %d: expected key=value", line_no));
+    }
+    const absl::string_view key = absl::StripAsciiWhitespace(line.substr(0, eq));
+    const absl::string_view v = absl::StripAsciiWhitespace(line.substr(eq + 1));
+    auto fail = [&](const absl::Status& s) {
+      return absl::InvalidArgumentError(absl::StrFormat("line %d: %s", line_no, s.message()));
+    };
+    if (key == "name") {
+      if (!IsValidDeviceName(v)) return fail(absl::InvalidArgumentError(absl::StrCat("bad device name '", v, "'")));
+      f.name = std::string(v);
+    } else if (key == "vdev") {
+      f.vdev = std::string(v);
+    } else if (key == "netdev") {
+      f.netdev = std::string(v);
+    } else if (key == "mac") {
+      auto m = ParseMac(v);
+      if (!m.ok()) return fail(m.status());
+      f.dev.mac = *m;
+    } else if (key == "ip") {
+      auto g = ParseIpAsGid(v);
+      if (!g.ok()) return fail(g.status());
+      if (IsIpv4Mapped(*g)) {
+        f.dev.ipv4 = (uint32_t{(*g)[12]} << 24) | ((*g)[13] << 16) | ((*g)[14] << 8) | (*g)[15];
+      } else {
+        f.dev.has_ipv6_global = true;
+        f.dev.ipv6_global = *g;
+      }
+    } else if (key == "neighbor") {
+      std::vector<absl::string_view> parts = absl::StrSplit(v, absl::ByAnyChar(" ,"), absl::SkipEmpty());
+      if (parts.size() != 2) return fail(absl::InvalidArgumentError("neighbor: expected 'IP MAC'"));
+      auto g = ParseIpAsGid(parts[0]);
+      if (!g.ok()) return fail(g.status());
+      auto m = ParseMac(parts[1]);
+      if (!m.ok()) return fail(m.status());
+      f.neighbors.emplace_back(*g, *m);
+    } else if (key == "mtu") {
+      auto x = ParseU32(key, v, 256, 4096);
+      if (!x.ok()) return fail(x.status());
+      if ((*x & (*x - 1)) != 0) return fail(absl::InvalidArgumentError("mtu: not a power of two (256..4096)"));
+      f.mtu = *x;
+    } else if (key == "eal_memory_mb") {
+      auto x = ParseU32(key, v, 64, 1 << 20);
+      if (!x.ok()) return fail(x.status());
+      f.eal_memory_mb = *x;
+    } else if (key == "eal_args") {
+      f.eal_args = absl::StrSplit(v, ' ', absl::SkipEmpty());
+    } else if (key == "dscp") {
+      auto x = ParseU32(key, v, 0, 63);
+      if (!x.ok()) return fail(x.status());
+      f.dev.dscp = static_cast<uint8_t>(*x);
+    } else if (key == "ecn") {
+      auto x = ParseU32(key, v, 0, 2);  // 0 Not-ECT, 1 ECT(1), 2 ECT(0)
+      if (!x.ok()) return fail(x.status());
+      f.dev.ecn = static_cast<uint8_t>(*x);
+    } else if (key == "vlan") {
+      auto x = ParseU32(key, v, 0, 4095);
+      if (!x.ok()) return fail(x.status());
+      f.dev.vlan = *x != 0;
+      f.dev.vlan_tci = static_cast<uint16_t>((f.dev.vlan_tci & 0xf000) | *x);
+    } else if (key == "pcp") {
+      auto x = ParseU32(key, v, 0, 7);
+      if (!x.ok()) return fail(x.status());
+      f.dev.vlan_tci = static_cast<uint16_t>((f.dev.vlan_tci & 0x0fff) | (*x << 13));
+    } else if (key == "max_qp") {
+      auto x = ParseU32(key, v, 1, 1 << 20);
+      if (!x.ok()) return fail(x.status());
+      f.dev.max_qp = *x;
+    } else if (key == "cnp") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.dev.cnp_enabled = *x;
+    } else if (key == "min_time_between_cnps_us") {
+      auto x = ParseU32(key, v, 0, 1000000);
+      if (!x.ok()) return fail(x.status());
+      f.dev.min_time_between_cnps_ns = uint64_t{*x} * 1000;
+    } else if (key == "cnp_dscp") {
+      auto x = ParseU32(key, v, 0, 63);
+      if (!x.ok()) return fail(x.status());
+      f.dev.cnp_dscp = static_cast<uint8_t>(*x);
+    } else if (key == "broadcast_unresolved") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.dev.broadcast_unresolved = *x;
+    } else if (key == "progress_spins" || key == "progress_yield_us" || key == "progress_max_sleep_us" ||
+               key == "progress_app_active_us") {
+      auto x = ParseU32(key, v, 0, 100000000);
+      if (!x.ok()) return fail(x.status());
+      if (key == "progress_spins") f.progress.spins = *x;
+      if (key == "progress_yield_us") f.progress.yield_us = *x;
+      if (key == "progress_max_sleep_us") f.progress.max_sleep_us = *x;
+      if (key == "progress_app_active_us") f.progress.app_active_us = *x;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("line %d: unknown key '%s'", line_no, key));
+    }
+  }
+  if (f.name.empty()) return absl::InvalidArgumentError("no device name");
+  if (f.vdev.empty()) return absl::InvalidArgumentError("no vdev (dataplane port)");
+  if (f.dev.ipv4 == 0 && !f.dev.has_ipv6_global) return absl::InvalidArgumentError("no IP address");
+  return f;
+}
+
+std::string FormatDeviceFile(const DeviceFile& f) {
+  std::string out = absl::StrCat("# droce device, written by droce-ctl\nname=", f.name, "\nvdev=", f.vdev,
+                                 "\nnetdev=", f.netdev, "\nmac=", FormatMac(f.dev.mac), "\n");
+  if (f.dev.ipv4 != 0) {
+    absl::StrAppendFormat(&out, "ip=%u.%u.%u.%u\n", f.dev.ipv4 >> 24, (f.dev.ipv4 >> 16) & 255,
+                          (f.dev.ipv4 >> 8) & 255, f.dev.ipv4 & 255);
+  }
+  if (f.dev.has_ipv6_global) absl::StrAppend(&out, "ip=", FormatIp(f.dev.ipv6_global), "\n");
+  for (const auto& [g, m] : f.neighbors) absl::StrAppend(&out, "neighbor=", FormatIp(g), " ", FormatMac(m), "\n");
+  absl::StrAppendFormat(&out, "mtu=%u\neal_memory_mb=%u\n", f.mtu, f.eal_memory_mb);
+  if (!f.eal_args.empty()) absl::StrAppend(&out, "eal_args=", absl::StrJoin(f.eal_args, " "), "\n");
+  absl::StrAppendFormat(&out, "dscp=%u\necn=%u\n", f.dev.dscp, f.dev.ecn);
+  if (f.dev.vlan) absl::StrAppendFormat(&out, "vlan=%u\npcp=%u\n", f.dev.vlan_tci & 0xfff, f.dev.vlan_tci >> 13);
+  absl::StrAppendFormat(&out, "max_qp=%u\ncnp=%s\nmin_time_between_cnps_us=%u\ncnp_dscp=%u\n", f.dev.max_qp,
+                        f.dev.cnp_enabled ? "on" : "off", f.dev.min_time_between_cnps_ns / 1000, f.dev.cnp_dscp);
+  absl::StrAppendFormat(&out, "broadcast_unresolved=%s\n", f.dev.broadcast_unresolved ? "on" : "off");
+  absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_yield_us=%u\nprogress_max_sleep_us=%u\n"
+                        "progress_app_active_us=%u\n", f.progress.spins, f.progress.yield_us,
+                        f.progress.max_sleep_us, f.progress.app_active_us);
+  return out;
+}
+
+absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_dir, const DeviceFile& f) {
+  if (!IsValidDeviceName(f.name)) return absl::InvalidArgumentError(absl::StrCat("bad device name '", f.name, "'"));
+  const fs::path sys = SysfsRoot(run_dir);
+  const fs::path verbs_class = sys / "class/infiniband_verbs";
+  const fs::path uverbs = verbs_class / UverbsName(f.name);
+  const fs::path ibdev = sys / "class/infiniband" / f.name;
+  if (fs::exists(ibdev)) return absl::AlreadyExistsError(absl::StrCat("device ", f.name, " already exists"));
+
+  // The GID table exactly as the device builds it.
+  const core::Device model(f.dev, nullptr);
+  const std::vector<core::Gid>& gids = model.gids();
+
+  std::vector<std::pair<fs::path, std::string>> files = {
+      {verbs_class / "abi_version", "6\n"},
+      {uverbs / "ibdev", f.name + "\n"},
+      {uverbs / "dev", "1:7\n"},
+      {uverbs / "abi_version", "1\n"},
+      {ibdev / "node_type", "1: CA\n"},
+      {ibdev / "node_guid", NodeGuid(f.dev.mac) + "\n"},
+      {ibdev / "sys_image_guid", NodeGuid(f.dev.mac) + "\n"},
+      {ibdev / "fw_ver", "0.1.0\n"},
+      {ibdev / "hca_type", "droce\n"},
+      {ibdev / "node_desc", absl::StrCat("droce ", f.name, "\n")},
+      {ibdev / "device/modalias", absl::StrCat("droce:", f.name, "\n")},
+      {ibdev / kConfigFileName, FormatDeviceFile(f)},
+      {ibdev / "ports/1/state", "4: ACTIVE\n"},
+      {ibdev / "ports/1/phys_state", "5: LinkUp\n"},
+      {ibdev / "ports/1/link_layer", "Ethernet\n"},
+      {ibdev / "ports/1/rate", "100 Gb/sec (4X EDR)\n"},
+      {ibdev / "ports/1/lid", "0x0\n"},
+      {ibdev / "ports/1/sm_lid", "0x0\n"},
+      {ibdev / "ports/1/lid_mask_count", "0\n"},
+      {ibdev / "ports/1/sm_sl", "0\n"},
+      {ibdev / "ports/1/cap_mask", "0x04010000\n"},
+      {ibdev / "ports/1/pkeys/0", "0xffff\n"},
+  };
+  for (size_t i = 0; i < gids.size(); ++i) {
+    const std::string idx = std::to_string(i);
+    files.push_back({ibdev / "ports/1/gids" / idx, FormatGid(gids[i]) + "\n"});
+    files.push_back({ibdev / "ports/1/gid_attrs/types" / idx, "RoCE v2\n"});
+    files.push_back({ibdev / "ports/1/gid_attrs/ndevs" / idx, f.netdev + "\n"});
+  }
+  for (const auto& [p, content] : files) {
+    absl::Status s = WriteFile(p, content);
+    if (!s.ok()) return s;
+  }
+  std::error_code ec;
+  fs::create_directories(dev_dir, ec);
+  const std::string node = dev_dir + "/" + UverbsName(f.name);
+  ::unlink(node.c_str());
+  if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 7)) != 0) {
+    return absl::PermissionDeniedError(
+        absl::StrFormat("cannot create %s: %s (run droce-ctl as root)", node, std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveDeviceTree(const std::string& run_dir, const std::string& dev_dir, const std::string& name) {
+  if (!IsValidDeviceName(name)) return absl::InvalidArgumentError(absl::StrCat("bad device name '", name, "'"));
+  const fs::path sys = SysfsRoot(run_dir);
+  const fs::path ibdev = sys / "class/infiniband" / name;
+  if (!fs::exists(ibdev)) return absl::NotFoundError(absl::StrCat("no device ", name));
+  std::error_code ec;
+  fs::remove_all(ibdev, ec);
+  fs::remove_all(sys / "class/infiniband_verbs" / UverbsName(name), ec);
+  ::unlink((dev_dir + "/" + UverbsName(name)).c_str());
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ListDevices(const std::string& run_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(SysfsRoot(run_dir)) / "class/infiniband", ec)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+absl::StatusOr<DeviceFile> ReadDevice(const std::string& run_dir, const std::string& name) {
+  const fs::path p = fs::path(SysfsRoot(run_dir)) / "class/infiniband" / name / kConfigFileName;
+  std::ifstream in(p);
+  if (!in) return absl::NotFoundError(absl::StrCat("no device ", name, " (", p.string(), ")"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<DeviceFile> f = ParseDeviceFile(ss.str());
+  if (!f.ok()) return absl::InvalidArgumentError(absl::StrCat(p.string(), ": ", f.status().message()));
+  return f;
+}
+
+}  // namespace droce::verbs

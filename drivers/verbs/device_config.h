@@ -1,0 +1,75 @@
+// A registered droce device: its dataplane configuration (written by
+// droce-ctl, read by the provider when a program opens the device) and the
+// sysfs tree and /dev node through which libibverbs discovers it.
+//
+// Pure C++ (no DPDK, no libibverbs) so droce-ctl and tests use it directly.
+#ifndef DROCE_DRIVERS_VERBS_DEVICE_CONFIG_H_
+#define DROCE_DRIVERS_VERBS_DEVICE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+
+namespace droce::verbs {
+
+struct ProgressConfig {
+  uint32_t spins = 2000;            // empty polls before yielding the CPU
+  uint32_t yield_us = 2000;         // then sched_yield() this long before sleeping
+  uint32_t max_sleep_us = 1000;     // sleep steps double up to this
+  uint32_t app_active_us = 1000;    // the program polled this recently: let it drive
+};
+
+struct DeviceFile {
+  std::string name;       // ibdev name, e.g. droce0
+  std::string vdev;       // DPDK vdev string, e.g. net_memif_droce0,role=server,socket=...,bsize=10240
+  std::string netdev = "lo";  // what sysfs gid_attrs/ndevs names (must exist on the host)
+  uint32_t mtu = 4096;    // port active MTU (256..4096)
+  uint32_t eal_memory_mb = 256;
+  std::vector<std::string> eal_args;  // extra EAL arguments
+  core::DeviceConfig dev;
+  std::vector<std::pair<core::Gid, core::Mac>> neighbors;
+  ProgressConfig progress;
+
+  // The ethdev name of the vdev (text before the first comma).
+  std::string port_name() const { return vdev.substr(0, vdev.find(',')); }
+};
+
+// "key=value" lines; '#' comments. Unknown keys and bad values are errors.
+absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text);
+std::string FormatDeviceFile(const DeviceFile& f);
+
+// Text forms shared by droce-ctl and the config file.
+absl::StatusOr<core::Mac> ParseMac(absl::string_view s);
+std::string FormatMac(const core::Mac& m);
+// An IPv4 or IPv6 address as a GID (IPv4 as ::ffff:a.b.c.d).
+absl::StatusOr<core::Gid> ParseIpAsGid(absl::string_view s);
+std::string FormatGid(const core::Gid& g);  // sysfs form: 8 groups of 4 hex digits
+bool IsValidDeviceName(absl::string_view name);
+
+// Where registered devices live: $DROCE_RUN_DIR, else /run/droce.
+std::string DefaultRunDir();
+inline std::string SysfsRoot(const std::string& run_dir) { return run_dir + "/sysfs"; }
+// The uverbs name of a device (its /dev/infiniband node and class/infiniband_verbs entry).
+inline std::string UverbsName(const std::string& ibdev) { return "uverbs_" + ibdev; }
+inline constexpr char kDevInfinibandDir[] = "/dev/infiniband";
+inline constexpr char kConfigFileName[] = "droce.conf";
+
+// Writes <run_dir>/sysfs/class/{infiniband,infiniband_verbs}/... for the
+// device and the character node dev_dir/uverbs_<name> (1:7, /dev/full's
+// numbers: libibverbs' kernel commands then fail cleanly with ENOTTY).
+absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_dir,
+                             const DeviceFile& f);
+absl::Status RemoveDeviceTree(const std::string& run_dir, const std::string& dev_dir,
+                              const std::string& name);
+// Names of registered devices, sorted.
+std::vector<std::string> ListDevices(const std::string& run_dir);
+absl::StatusOr<DeviceFile> ReadDevice(const std::string& run_dir, const std::string& name);
+
+}  // namespace droce::verbs
+
+#endif  // DROCE_DRIVERS_VERBS_DEVICE_CONFIG_H_

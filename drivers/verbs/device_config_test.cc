@@ -1,0 +1,117 @@
+#include "drivers/verbs/device_config.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace droce::verbs {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr char kMinimal[] = "name=droce0\nvdev=net_memif_droce0,role=server,socket=/tmp/x.sock\nip=10.0.0.1\n";
+
+TEST(DeviceFile, ParsesMinimalAndDefaults) {
+  auto f = ParseDeviceFile(kMinimal);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->name, "droce0");
+  EXPECT_EQ(f->port_name(), "net_memif_droce0");
+  EXPECT_EQ(f->dev.ipv4, 0x0A000001u);
+  EXPECT_EQ(f->mtu, 4096u);
+  EXPECT_TRUE(f->dev.broadcast_unresolved);
+}
+
+TEST(DeviceFile, RoundTripsEveryField) {
+  std::string text = std::string(kMinimal) +
+                     "ip=fd00::1\nmac=02:aa:bb:cc:dd:ee\nneighbor=10.0.0.2 02:00:00:00:00:02\nmtu=1024\n"
+                     "eal_args=--log-level=debug -l 1\ndscp=26\necn=0\nvlan=100\npcp=3\nmax_qp=64\ncnp=off\n"
+                     "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
+                     "progress_yield_us=5\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nnetdev=eth0\n";
+  auto f = ParseDeviceFile(text);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto g = ParseDeviceFile(FormatDeviceFile(*f));
+  ASSERT_TRUE(g.ok()) << g.status() << "\n" << FormatDeviceFile(*f);
+  EXPECT_EQ(FormatDeviceFile(*f), FormatDeviceFile(*g));
+  EXPECT_TRUE(g->dev.has_ipv6_global);
+  EXPECT_EQ(g->neighbors.size(), 1u);
+  EXPECT_EQ(g->mtu, 1024u);
+  EXPECT_EQ(g->eal_args.size(), 3u);
+  EXPECT_EQ(g->dev.dscp, 26);
+  EXPECT_EQ(g->dev.vlan_tci, (3 << 13) | 100);
+  EXPECT_FALSE(g->dev.cnp_enabled);
+  EXPECT_EQ(g->dev.min_time_between_cnps_ns, 50000u);
+  EXPECT_EQ(g->progress.app_active_us, 300u);
+  EXPECT_EQ(g->netdev, "eth0");
+}
+
+TEST(DeviceFile, RejectsBadInputWithTheLine) {
+  const char* bad[] = {
+      "name=droce0\nvdev=x\n",                               // no IP
+      "vdev=x\nip=10.0.0.1\n",                               // no name
+      "name=droce0\nip=10.0.0.1\n",                          // no vdev
+      "name=dr oce\nvdev=x\nip=10.0.0.1\n",                  // bad name
+      "name=droce0\nvdev=x\nip=10.0.0.300\n",                // bad IP
+      "name=droce0\nvdev=x\nip=10.0.0.1\nmtu=1000\n",        // not a power of two
+      "name=droce0\nvdev=x\nip=10.0.0.1\nmtu=8192\n",        // too big
+      "name=droce0\nvdev=x\nip=10.0.0.1\nmac=01:00:00:00:00:01\n",  // multicast MAC
+      "name=droce0\nvdev=x\nip=10.0.0.1\nfrobnicate=1\n",    // unknown key
+      "name=droce0\nvdev=x\nip=10.0.0.1\nneighbor=10.0.0.2\n",  // no MAC
+      "name=droce0\nvdev=x\nip=10.0.0.1\ncnp=maybe\n",
+      "name=droce0\nvdev=x\nip=10.0.0.1\njunk\n",
+  };
+  for (const char* text : bad) EXPECT_FALSE(ParseDeviceFile(text).ok()) << text;
+  auto s = ParseDeviceFile("name=droce0\nvdev=x\nip=10.0.0.1\nmtu=1000\n");
+  EXPECT_NE(std::string(s.status().message()).find("line 4"), std::string::npos) << s.status();
+}
+
+TEST(DeviceFile, GidFormatIsSysfs) {
+  auto g = ParseIpAsGid("10.0.0.1");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(FormatGid(*g), "0000:0000:0000:0000:0000:ffff:0a00:0001");
+}
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(DeviceTree, WritesWhatLibibverbsReadsAndRemovesIt) {
+  const fs::path run = fs::temp_directory_path() / ("droce-tree-" + std::to_string(getpid()));
+  const fs::path dev = run / "dev";
+  fs::remove_all(run);
+  auto f = ParseDeviceFile(kMinimal);
+  ASSERT_TRUE(f.ok());
+  absl::Status s = WriteDeviceTree(run.string(), dev.string(), *f);
+  if (s.code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << "mknod needs root: " << s;
+  ASSERT_TRUE(s.ok()) << s;
+  const fs::path sys = run / "sysfs/class";
+  EXPECT_EQ(Slurp(sys / "infiniband_verbs/abi_version"), "6\n");
+  EXPECT_EQ(Slurp(sys / "infiniband_verbs/uverbs_droce0/ibdev"), "droce0\n");
+  EXPECT_EQ(Slurp(sys / "infiniband_verbs/uverbs_droce0/dev"), "1:7\n");
+  EXPECT_EQ(Slurp(sys / "infiniband/droce0/ports/1/link_layer"), "Ethernet\n");
+  EXPECT_EQ(Slurp(sys / "infiniband/droce0/ports/1/gids/1"), "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
+  EXPECT_EQ(Slurp(sys / "infiniband/droce0/ports/1/gid_attrs/types/1"), "RoCE v2\n");
+  EXPECT_EQ(Slurp(sys / "infiniband/droce0/device/modalias"), "droce:droce0\n");
+  struct stat st {};
+  ASSERT_EQ(stat((dev / "uverbs_droce0").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  auto back = ReadDevice(run.string(), "droce0");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->vdev, f->vdev);
+  EXPECT_EQ(ListDevices(run.string()), std::vector<std::string>{"droce0"});
+  EXPECT_EQ(WriteDeviceTree(run.string(), dev.string(), *f).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(RemoveDeviceTree(run.string(), dev.string(), "droce0").ok());
+  EXPECT_TRUE(ListDevices(run.string()).empty());
+  EXPECT_FALSE(fs::exists(dev / "uverbs_droce0"));
+  EXPECT_EQ(RemoveDeviceTree(run.string(), dev.string(), "droce0").code(), absl::StatusCode::kNotFound);
+  fs::remove_all(run);
+}
+
+}  // namespace
+}  // namespace droce::verbs

@@ -1,0 +1,86 @@
+// libdroce-preload.so: completion channels for droce devices.
+//
+// ibv_create_comp_channel() has no provider op: libibverbs always asks the
+// kernel for the channel's fd, and there is no kernel here. Preloaded (the
+// technique of rdma-core's own librspreload), this library takes over
+// ibv_create_comp_channel / ibv_destroy_comp_channel (@IBVERBS_1.0) for
+// droce contexts and forwards every other call to libibverbs.
+//
+// A droce channel's fd is an autobound AF_UNIX datagram socket: the provider
+// learns its address with getsockname() and sends it one 8-byte datagram per
+// event, which is exactly the record ibv_get_cq_event() reads.
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "drivers/verbs/abi.h"
+
+namespace {
+
+bool IsDroce(ibv_context* context) {
+  if (context == nullptr || context->device == nullptr) return false;
+  const auto* vdev = reinterpret_cast<const verbs_device*>(context->device);
+  return vdev->ops != nullptr && vdev->ops->name != nullptr && std::strcmp(vdev->ops->name, "droce") == 0;
+}
+
+template <typename Fn>
+Fn Next(const char* name) {
+  return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, "IBVERBS_1.0"));
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (!IsDroce(context)) {
+    using Fn = ibv_comp_channel* (*)(ibv_context*);
+    static Fn next = Next<Fn>("ibv_create_comp_channel");
+    if (next == nullptr) {
+      errno = ENOSYS;
+      return nullptr;
+    }
+    return next(context);
+  }
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return nullptr;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  // Binding only the family autobinds a unique abstract address.
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(sa_family_t)) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return nullptr;
+  }
+  auto* channel = static_cast<ibv_comp_channel*>(calloc(1, sizeof(ibv_comp_channel)));
+  if (channel == nullptr) {
+    close(fd);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  channel->context = context;
+  channel->fd = fd;
+  channel->refcnt = 0;
+  return channel;
+}
+
+__attribute__((visibility("default"))) int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (channel == nullptr || !IsDroce(channel->context)) {
+    using Fn = int (*)(ibv_comp_channel*);
+    static Fn next = Next<Fn>("ibv_destroy_comp_channel");
+    return next == nullptr ? ENOSYS : next(channel);
+  }
+  if (channel->refcnt != 0) return EBUSY;  // CQs still use it (as libibverbs answers)
+  close(channel->fd);
+  free(channel);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,1020 @@
+// libdroce-rdmav34.so: the rdma-core provider. libibverbs finds a droce
+// device in the sysfs tree droce-ctl wrote, loads this library, and calls the
+// ops below; each maps a verb onto lib/core's Device running inside this
+// process (see runtime.h). Errors at this boundary are positive errnos, as a
+// kernel-backed provider returns them.
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "drivers/verbs/abi.h"
+#include "drivers/verbs/device_config.h"
+#include "drivers/verbs/runtime.h"
+#include "transport/types.h"
+
+namespace droce::verbs {
+namespace {
+
+using transport::SendWr;
+using transport::RecvWr;
+
+constexpr uint32_t kMaxCqe = 1u << 20;
+constexpr uint32_t kMaxQpWr = 1u << 15;
+constexpr uint32_t kMaxSrqWr = 1u << 16;
+constexpr uint32_t kMaxPd = 1u << 16;
+
+struct DroceDevice {
+  verbs_device vdev;
+};
+
+struct DroceContext {
+  verbs_context ibv_ctx;
+  DeviceFile* file;   // from <ibdev_path>/droce.conf at open time
+  Runtime* rt;        // started on first use (PD, CQ, ...)
+  int async_write_fd;
+};
+
+struct DrocePd {
+  ibv_pd pd;
+  uint32_t id;
+};
+
+struct DroceCq {
+  verbs_cq vcq;
+  uint32_t id;
+};
+
+struct DroceSrq {
+  ibv_srq srq;
+  uint32_t id;
+};
+
+struct DroceQp {
+  verbs_qp vqp;
+  uint32_t qpn;
+  // ibv_wr_* batch between wr_start and wr_complete.
+  std::vector<SendWr> batch;
+  std::vector<std::vector<uint8_t>> inline_copies;
+  int batch_error = 0;
+};
+
+DroceContext* ToCtx(ibv_context* c) {
+  return reinterpret_cast<DroceContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(DroceContext, ibv_ctx) -
+                                         offsetof(verbs_context, context));
+}
+DroceQp* ToQp(ibv_qp* q) { return reinterpret_cast<DroceQp*>(q); }
+DroceQp* ToQp(ibv_qp_ex* q) { return reinterpret_cast<DroceQp*>(q); }
+DroceCq* ToCq(ibv_cq* c) { return reinterpret_cast<DroceCq*>(c); }
+
+int ErrnoOf(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return 0;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: return EINVAL;
+    case absl::StatusCode::kNotFound: return ENOENT;
+    case absl::StatusCode::kResourceExhausted: return ENOMEM;
+    case absl::StatusCode::kPermissionDenied: return EACCES;
+    case absl::StatusCode::kUnavailable: return EHOSTUNREACH;
+    case absl::StatusCode::kUnimplemented: return EOPNOTSUPP;
+    default: return EIO;
+  }
+}
+
+// Starts the dataplane on first use; a failure is explained once on stderr
+// (it is the control path: the user must learn why the device is unusable).
+Runtime* EnsureRuntime(DroceContext* ctx) {
+  if (ctx->rt != nullptr) return ctx->rt;
+  absl::StatusOr<Runtime*> rt = Runtime::Acquire(*ctx->file);
+  if (!rt.ok()) {
+    std::fprintf(stderr, "droce: cannot start the dataplane of %s: %s\n", ctx->file->name.c_str(),
+                 std::string(rt.status().message()).c_str());
+    errno = ENODEV;
+    return nullptr;
+  }
+  ctx->rt = *rt;
+  return ctx->rt;
+}
+
+Runtime* Rt(ibv_context* c) { return ToCtx(c)->rt; }
+
+// ---------------------------------------------------------------- device
+
+int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
+                  size_t attr_size) {
+  if (input != nullptr && input->comp_mask != 0) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  const DeviceFile& f = *ToCtx(context)->file;
+  ibv_device_attr_ex a{};
+  ibv_device_attr& o = a.orig_attr;
+  std::snprintf(o.fw_ver, sizeof o.fw_ver, "0.1.0");
+  const core::Mac& m = f.dev.mac;
+  const uint8_t eui[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  std::memcpy(&o.node_guid, eui, 8);  // __be64: bytes in wire order
+  o.sys_image_guid = o.node_guid;
+  o.max_mr_size = 1ull << 40;
+  o.page_size_cap = 0xfffff000;
+  o.vendor_id = 0;
+  o.vendor_part_id = 0;
+  o.hw_ver = 0;
+  o.max_qp = static_cast<int>(f.dev.max_qp);
+  o.max_qp_wr = kMaxQpWr;
+  o.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+                       IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR;
+  o.max_sge = transport::kMaxSge;
+  o.max_sge_rd = transport::kMaxSge;
+  o.max_cq = 1 << 16;
+  o.max_cqe = kMaxCqe;
+  o.max_mr = static_cast<int>(f.dev.max_mr);
+  o.max_pd = kMaxPd;
+  o.max_qp_rd_atom = transport::kMaxRdAtomic;
+  o.max_ee_rd_atom = 0;
+  o.max_res_rd_atom = static_cast<int>(transport::kMaxRdAtomic * f.dev.max_qp);
+  o.max_qp_init_rd_atom = transport::kMaxRdAtomic;
+  o.max_ee_init_rd_atom = 0;
+  o.atomic_cap = IBV_ATOMIC_HCA;
+  o.max_srq = 1 << 16;
+  o.max_srq_wr = kMaxSrqWr;
+  o.max_srq_sge = transport::kMaxSge;
+  o.max_pkeys = 1;
+  o.local_ca_ack_delay = 15;
+  o.phys_port_cnt = 1;
+  a.comp_mask = 0;
+  a.max_dm_size = 0;
+  std::memcpy(attr, &a, std::min(attr_size, sizeof a));
+  return 0;
+}
+
+ibv_mtu MtuEnum(uint32_t bytes) { return static_cast<ibv_mtu>(transport::MtuBytesToEnum(bytes)); }
+
+int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
+  if (port != 1) return EINVAL;
+  DroceContext* ctx = ToCtx(context);
+  const core::Device model(ctx->file->dev, nullptr);
+  std::memset(attr, 0, sizeof *attr);
+  // The port is ACTIVE once registered: like an Ethernet NIC cabled to a
+  // switch, it does not go down because the remote host is not up yet (the
+  // memif link comes up only when the peer process attaches). phys_state
+  // shows the wire: LinkUp, or Polling while the peer is absent.
+  attr->state = IBV_PORT_ACTIVE;
+  attr->phys_state = (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
+  attr->max_mtu = IBV_MTU_4096;
+  attr->active_mtu = MtuEnum(ctx->file->mtu);
+  attr->gid_tbl_len = static_cast<int>(model.gids().size());
+  attr->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+  attr->max_msg_sz = 1u << 31;
+  attr->pkey_tbl_len = 1;
+  attr->max_vl_num = 1;
+  attr->active_width = 2;    // 4X
+  attr->active_speed = 32;   // EDR
+  attr->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+// ---------------------------------------------------------------- PD and MR
+
+ibv_pd* AllocPd(ibv_context* context) {
+  DroceContext* ctx = ToCtx(context);
+  Runtime* rt = EnsureRuntime(ctx);
+  if (rt == nullptr) return nullptr;
+  auto* pd = new (std::nothrow) DrocePd{};
+  if (pd == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(rt->mu);
+  pd->id = rt->dev().AllocPd();
+  pd->pd.context = context;
+  pd->pd.handle = pd->id;
+  return &pd->pd;
+}
+
+int DeallocPd(ibv_pd* ibpd) {
+  auto* pd = reinterpret_cast<DrocePd*>(ibpd);
+  Runtime* rt = Rt(ibpd->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    absl::Status s = rt->dev().DeallocPd(pd->id);
+    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
+  }
+  delete pd;
+  return 0;
+}
+
+constexpr int kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                 IBV_ACCESS_REMOTE_ATOMIC;
+
+ibv_mr* RegMr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
+  auto* pd = reinterpret_cast<DrocePd*>(ibpd);
+  // Optional flags (relaxed ordering and the like) may be ignored; others not.
+  const int mandatory = access & ~IBV_ACCESS_OPTIONAL_RANGE;
+  if ((mandatory & ~kSupportedAccess) != 0 ||
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (length == 0 || addr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* mr = new (std::nothrow) verbs_mr{};
+  if (mr == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  Runtime* rt = Rt(ibpd->context);
+  absl::StatusOr<mem::MrKeys> keys;
+  {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    keys = rt->dev().RegMr(pd->id, addr, length, hca_va, static_cast<uint32_t>(access & kSupportedAccess));
+  }
+  if (!keys.ok()) {
+    delete mr;
+    errno = ErrnoOf(keys.status());
+    return nullptr;
+  }
+  mr->mr_type = IBV_MR_TYPE_MR;
+  mr->access = access;
+  mr->ibv_mr.context = ibpd->context;
+  mr->ibv_mr.pd = ibpd;
+  mr->ibv_mr.addr = addr;
+  mr->ibv_mr.length = length;
+  mr->ibv_mr.handle = keys->lkey;
+  mr->ibv_mr.lkey = keys->lkey;
+  mr->ibv_mr.rkey = keys->rkey;
+  return &mr->ibv_mr;
+}
+
+int DeregMr(verbs_mr* vmr) {
+  Runtime* rt = Rt(vmr->ibv_mr.context);
+  {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    absl::Status s = rt->dev().DeregMr(vmr->ibv_mr.lkey);
+    if (!s.ok()) return ErrnoOf(s);
+  }
+  delete vmr;
+  return 0;
+}
+
+// ---------------------------------------------------------------- CQ
+
+ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  DroceContext* ctx = ToCtx(context);
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector < 0 ||
+      comp_vector >= context->num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  CqWatch watch;
+  if (channel != nullptr) {
+    // Our channels are autobound AF_UNIX datagram sockets (preload.cc); a
+    // channel of another kind cannot carry droce's events.
+    int type = 0;
+    socklen_t tl = sizeof type;
+    watch.channel_addr_len = sizeof watch.channel_addr;
+    if (getsockopt(channel->fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_DGRAM ||
+        getsockname(channel->fd, reinterpret_cast<sockaddr*>(&watch.channel_addr), &watch.channel_addr_len) != 0 ||
+        watch.channel_addr.sun_family != AF_UNIX) {
+      std::fprintf(stderr, "droce: completion channel was not created by droce (is LD_PRELOAD set?)\n");
+      errno = EINVAL;
+      return nullptr;
+    }
+    watch.has_channel = true;
+  }
+  Runtime* rt = EnsureRuntime(ctx);
+  if (rt == nullptr) return nullptr;
+  auto* cq = new (std::nothrow) DroceCq{};
+  if (cq == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(rt->mu);
+  absl::StatusOr<uint32_t> id = rt->dev().CreateCq(static_cast<uint32_t>(cqe));
+  if (!id.ok()) {
+    delete cq;
+    errno = ErrnoOf(id.status());
+    return nullptr;
+  }
+  cq->id = *id;
+  cq->vcq.cq.context = context;
+  cq->vcq.cq.cqe = cqe;
+  cq->vcq.cq.handle = *id;
+  watch.cq_id = *id;
+  watch.handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
+  watch.async_write_fd = ctx->async_write_fd;
+  rt->WatchCq(watch);
+  return &cq->vcq.cq;
+}
+
+int DestroyCq(ibv_cq* ibcq) {
+  DroceCq* cq = ToCq(ibcq);
+  Runtime* rt = Rt(ibcq->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    absl::Status s = rt->dev().DestroyCq(cq->id);
+    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
+    rt->UnwatchCq(cq->id);
+  }
+  delete cq;
+  return 0;
+}
+
+void ToWc(const queue::Completion& c, ibv_wc* wc) {
+  wc->wr_id = c.wr_id;
+  wc->status = static_cast<ibv_wc_status>(c.status);
+  wc->opcode = static_cast<ibv_wc_opcode>(c.opcode);
+  wc->vendor_err = 0;
+  wc->byte_len = c.byte_len;
+  wc->imm_data = c.imm_or_inv;  // invalidated_rkey shares the union
+  wc->qp_num = c.qp_num;
+  wc->src_qp = c.src_qp;
+  wc->wc_flags = c.flags;
+  wc->pkey_index = 0;
+  wc->slid = 0;
+  wc->sl = 0;
+  wc->dlid_path_bits = 0;
+}
+
+int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  if (num_entries <= 0) return 0;
+  DroceCq* cq = ToCq(ibcq);
+  Runtime* rt = Rt(ibcq->context);
+  constexpr int kChunk = 32;
+  queue::Completion buf[kChunk];
+  const uint32_t want = static_cast<uint32_t>(std::min(num_entries, kChunk));
+  std::lock_guard<std::mutex> lock(rt->mu);
+  const uint64_t now = NowNs();
+  rt->NoteAppPoll(now);
+  uint32_t got = rt->dev().PollCq(cq->id, buf, want);
+  if (got < want) {
+    // Inline progress: the program's polling drives the dataplane.
+    rt->PollLocked(now);
+    got += rt->dev().PollCq(cq->id, buf + got, want - got);
+  }
+  for (uint32_t i = 0; i < got; ++i) ToWc(buf[i], &wc[i]);
+  return static_cast<int>(got);
+}
+
+int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
+  DroceCq* cq = ToCq(ibcq);
+  Runtime* rt = Rt(ibcq->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  rt->dev().cq(cq->id)->ArmNotify(solicited_only != 0);
+  rt->ArmCq(cq->id);
+  return 0;
+}
+
+void CqEvent(ibv_cq*) {}
+void AsyncEvent(ibv_context*, ibv_async_event*) {}
+
+// ---------------------------------------------------------------- SRQ
+
+ibv_srq* CreateSrq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
+  if (init->attr.max_wr == 0 || init->attr.max_wr > kMaxSrqWr || init->attr.max_sge > transport::kMaxSge) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = Rt(ibpd->context);
+  auto* srq = new (std::nothrow) DroceSrq{};
+  if (srq == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(rt->mu);
+  absl::StatusOr<uint32_t> id = rt->dev().CreateSrq(init->attr.max_wr);
+  if (!id.ok()) {
+    delete srq;
+    errno = ErrnoOf(id.status());
+    return nullptr;
+  }
+  srq->id = *id;
+  srq->srq.context = ibpd->context;
+  srq->srq.srq_context = init->srq_context;
+  srq->srq.pd = ibpd;
+  srq->srq.handle = *id;
+  pthread_mutex_init(&srq->srq.mutex, nullptr);
+  pthread_cond_init(&srq->srq.cond, nullptr);
+  init->attr.max_sge = transport::kMaxSge;
+  return &srq->srq;
+}
+
+int ModifySrq(ibv_srq*, ibv_srq_attr*, int mask) {
+  return mask == 0 ? 0 : EOPNOTSUPP;  // neither resizing nor the limit event
+}
+
+int QuerySrq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
+  auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
+  Runtime* rt = Rt(ibsrq->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  attr->max_wr = rt->dev().srq(srq->id)->ring().depth();
+  attr->max_sge = transport::kMaxSge;
+  attr->srq_limit = 0;
+  return 0;
+}
+
+int DestroySrq(ibv_srq* ibsrq) {
+  auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
+  Runtime* rt = Rt(ibsrq->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    absl::Status s = rt->dev().DestroySrq(srq->id);
+    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
+  }
+  delete srq;
+  return 0;
+}
+
+// Copies a verbs receive WR; EINVAL for more SGEs than the device has.
+int ToRecvWr(const ibv_recv_wr* in, RecvWr* out) {
+  if (in->num_sge < 0 || static_cast<uint32_t>(in->num_sge) > transport::kMaxSge) return EINVAL;
+  if (in->num_sge > 0 && in->sg_list == nullptr) return EINVAL;
+  out->wr_id = in->wr_id;
+  out->num_sge = static_cast<uint32_t>(in->num_sge);
+  for (int i = 0; i < in->num_sge; ++i) {
+    out->sg_list[i] = {in->sg_list[i].addr, in->sg_list[i].length, in->sg_list[i].lkey};
+  }
+  return 0;
+}
+
+int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
+  Runtime* rt = Rt(ibsrq->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  for (; wr != nullptr; wr = wr->next) {
+    RecvWr r;
+    int err = ToRecvWr(wr, &r);
+    if (err == 0) err = rt->dev().PostSrqRecv(srq->id, r);
+    if (err != 0) {
+      *bad = wr;
+      return err;
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- QP
+
+void WrStart(ibv_qp_ex* qpx);
+int WrComplete(ibv_qp_ex* qpx);
+void WrAbort(ibv_qp_ex* qpx);
+void WrSend(ibv_qp_ex* qpx);
+void WrSendImm(ibv_qp_ex* qpx, __be32 imm);
+void WrSendInv(ibv_qp_ex* qpx, uint32_t rkey);
+void WrRdmaWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr);
+void WrRdmaWriteImm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, __be32 imm);
+void WrRdmaRead(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr);
+void WrCmpSwp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap);
+void WrFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add);
+void WrLocalInv(ibv_qp_ex* qpx, uint32_t rkey);
+void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length);
+void WrSetSgeList(ibv_qp_ex* qpx, size_t n, const ibv_sge* sges);
+void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length);
+void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs);
+
+constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+                                       IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
+                                       IBV_QP_EX_WITH_SEND_WITH_INV;
+
+ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) {
+    errno = EOPNOTSUPP;  // UD, XRC and raw packet QPs are not implemented
+    return nullptr;
+  }
+  if (attr->pd == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > kMaxQpWr || cap.max_recv_wr > kMaxQpWr || cap.max_send_sge > transport::kMaxSge ||
+      cap.max_recv_sge > transport::kMaxSge || cap.max_inline_data > transport::kMaxInlineData) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = Rt(context);
+  core::QpInitAttr init;
+  init.pd = reinterpret_cast<DrocePd*>(attr->pd)->id;
+  init.send_cq = ToCq(attr->send_cq)->id;
+  init.recv_cq = ToCq(attr->recv_cq)->id;
+  init.srq = attr->srq != nullptr ? static_cast<int32_t>(reinterpret_cast<DroceSrq*>(attr->srq)->id) : -1;
+  init.caps.type = attr->qp_type == IBV_QPT_RC ? transport::QpType::kRc : transport::QpType::kUc;
+  init.caps.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
+  init.caps.max_recv_wr = attr->srq != nullptr ? 0 : std::max<uint32_t>(cap.max_recv_wr, 1);
+  init.caps.max_send_sge = transport::kMaxSge;
+  init.caps.max_recv_sge = transport::kMaxSge;
+  init.caps.max_inline_data = transport::kMaxInlineData;
+  init.caps.sq_sig_all = attr->sq_sig_all != 0;
+  auto* qp = new (std::nothrow) DroceQp{};
+  if (qp == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(rt->mu);
+  absl::StatusOr<uint32_t> qpn = rt->dev().CreateQp(init);
+  if (!qpn.ok()) {
+    delete qp;
+    errno = ErrnoOf(qpn.status());
+    return nullptr;
+  }
+  qp->qpn = *qpn;
+  ibv_qp& q = qp->vqp.qp;
+  q.context = context;
+  q.qp_context = attr->qp_context;
+  q.pd = attr->pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = attr->srq;
+  q.handle = *qpn;
+  q.qp_num = *qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  q.events_completed = 0;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  // What the QP really has (verbs lets a provider round up).
+  cap.max_send_wr = init.caps.max_send_wr;
+  cap.max_recv_wr = init.caps.max_recv_wr;
+  cap.max_send_sge = transport::kMaxSge;
+  cap.max_recv_sge = attr->srq != nullptr ? 0 : transport::kMaxSge;
+  cap.max_inline_data = transport::kMaxInlineData;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    ibv_qp_ex& x = qp->vqp.qp_ex;
+    qp->vqp.comp_mask |= VERBS_QP_EX;
+    x.wr_start = WrStart;
+    x.wr_complete = WrComplete;
+    x.wr_abort = WrAbort;
+    x.wr_send = WrSend;
+    x.wr_send_imm = WrSendImm;
+    x.wr_send_inv = WrSendInv;
+    x.wr_rdma_write = WrRdmaWrite;
+    x.wr_rdma_write_imm = WrRdmaWriteImm;
+    x.wr_rdma_read = WrRdmaRead;
+    x.wr_atomic_cmp_swp = WrCmpSwp;
+    x.wr_atomic_fetch_add = WrFetchAdd;
+    x.wr_local_inv = WrLocalInv;
+    x.wr_set_sge = WrSetSge;
+    x.wr_set_sge_list = WrSetSgeList;
+    x.wr_set_inline_data = WrSetInline;
+    x.wr_set_inline_data_list = WrSetInlineList;
+  }
+  return &q;
+}
+
+ibv_qp* CreateQp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = CreateQpCommon(pd->context, &ex);
+  if (qp != nullptr) attr->cap = ex.cap;
+  return qp;
+}
+
+ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kSupportedMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if ((attr->comp_mask & ~kSupportedMask) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (attr->send_ops_flags & ~kSupportedSendOps) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return CreateQpCommon(context, attr);
+}
+
+int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  DroceQp* qp = ToQp(ibqp);
+  transport::QpAttr a;
+  a.qp_state = static_cast<transport::QpState>(attr->qp_state);
+  a.cur_qp_state = static_cast<transport::QpState>(attr->cur_qp_state);
+  a.qp_access_flags = static_cast<uint32_t>(attr->qp_access_flags) & kSupportedAccess;
+  a.pkey_index = attr->pkey_index;
+  a.port_num = attr->port_num;
+  a.qkey = attr->qkey;
+  if (mask & IBV_QP_PORT && attr->port_num != 1) return EINVAL;
+  if (mask & IBV_QP_PKEY_INDEX && attr->pkey_index != 0) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = attr->ah_attr;
+    if (!ah.is_global) return EINVAL;  // RoCE addresses by GID: the GRH is mandatory
+    std::memcpy(a.ah.dgid.data(), ah.grh.dgid.raw, 16);
+    a.ah.sgid_index = ah.grh.sgid_index;
+    a.ah.hop_limit = ah.grh.hop_limit != 0 ? ah.grh.hop_limit : 64;
+    a.ah.traffic_class = ah.grh.traffic_class;
+    a.ah.flow_label = ah.grh.flow_label;
+  }
+  if (mask & IBV_QP_PATH_MTU) {
+    a.path_mtu = transport::MtuEnumToBytes(attr->path_mtu);
+    if (a.path_mtu == 0) return EINVAL;
+  }
+  a.timeout = attr->timeout;
+  a.retry_cnt = attr->retry_cnt;
+  a.rnr_retry = attr->rnr_retry;
+  a.rq_psn = attr->rq_psn;
+  a.sq_psn = attr->sq_psn;
+  a.max_rd_atomic = attr->max_rd_atomic;
+  a.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  a.min_rnr_timer = attr->min_rnr_timer;
+  a.dest_qp_num = attr->dest_qp_num;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC && attr->max_rd_atomic > transport::kMaxRdAtomic) return EINVAL;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC && attr->max_dest_rd_atomic > transport::kMaxRdAtomic) return EINVAL;
+  Runtime* rt = Rt(ibqp->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
+  if (!s.ok()) return ErrnoOf(s);
+  return 0;
+}
+
+int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
+  DroceQp* qp = ToQp(ibqp);
+  Runtime* rt = Rt(ibqp->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  transport::RcQp* q = rt->dev().qp(qp->qpn);
+  if (q == nullptr) return EINVAL;
+  const transport::QpAttr& a = q->attr();
+  std::memset(attr, 0, sizeof *attr);
+  attr->qp_state = static_cast<ibv_qp_state>(q->state());
+  attr->cur_qp_state = attr->qp_state;
+  attr->path_mtu = MtuEnum(a.path_mtu);
+  attr->qp_access_flags = static_cast<int>(a.qp_access_flags);
+  attr->pkey_index = a.pkey_index;
+  attr->port_num = 1;
+  attr->qkey = a.qkey;
+  attr->rq_psn = q->expected_psn();
+  attr->sq_psn = q->next_psn();
+  attr->dest_qp_num = a.dest_qp_num;
+  attr->ah_attr.is_global = 1;
+  std::memcpy(attr->ah_attr.grh.dgid.raw, a.ah.dgid.data(), 16);
+  attr->ah_attr.grh.sgid_index = a.ah.sgid_index;
+  attr->ah_attr.grh.hop_limit = a.ah.hop_limit;
+  attr->ah_attr.grh.traffic_class = a.ah.traffic_class;
+  attr->ah_attr.grh.flow_label = a.ah.flow_label;
+  attr->ah_attr.port_num = 1;
+  attr->timeout = a.timeout;
+  attr->retry_cnt = a.retry_cnt;
+  attr->rnr_retry = a.rnr_retry;
+  attr->min_rnr_timer = a.min_rnr_timer;
+  attr->max_rd_atomic = a.max_rd_atomic;
+  attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
+  const transport::QpCaps& c = q->caps();
+  attr->cap.max_send_wr = c.max_send_wr;
+  attr->cap.max_recv_wr = c.max_recv_wr;
+  attr->cap.max_send_sge = c.max_send_sge;
+  attr->cap.max_recv_sge = c.max_recv_sge;
+  attr->cap.max_inline_data = c.max_inline_data;
+  if (init != nullptr) {
+    std::memset(init, 0, sizeof *init);
+    init->qp_context = ibqp->qp_context;
+    init->send_cq = ibqp->send_cq;
+    init->recv_cq = ibqp->recv_cq;
+    init->srq = ibqp->srq;
+    init->cap = attr->cap;
+    init->qp_type = ibqp->qp_type;
+    init->sq_sig_all = c.sq_sig_all ? 1 : 0;
+  }
+  return 0;
+}
+
+int DestroyQp(ibv_qp* ibqp) {
+  DroceQp* qp = ToQp(ibqp);
+  Runtime* rt = Rt(ibqp->context);
+  {
+    std::lock_guard<std::mutex> lock(rt->mu);
+    absl::Status s = rt->dev().DestroyQp(qp->qpn);
+    if (!s.ok()) return ErrnoOf(s);
+  }
+  pthread_mutex_destroy(&ibqp->mutex);
+  pthread_cond_destroy(&ibqp->cond);
+  delete qp;
+  return 0;
+}
+
+// Copies a verbs send WR; EINVAL for more SGEs than the device has (the
+// copy itself must never overrun the fixed SGE array).
+int ToSendWr(const ibv_send_wr* in, SendWr* out) {
+  if (in->num_sge < 0 || static_cast<uint32_t>(in->num_sge) > transport::kMaxSge) return EINVAL;
+  if (in->num_sge > 0 && in->sg_list == nullptr) return EINVAL;
+  if (static_cast<uint32_t>(in->opcode) > IBV_WR_SEND_WITH_INV || in->opcode == IBV_WR_BIND_MW) return EINVAL;
+  out->wr_id = in->wr_id;
+  out->opcode = static_cast<transport::WrOpcode>(in->opcode);
+  out->flags = in->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+  out->num_sge = static_cast<uint32_t>(in->num_sge);
+  for (int i = 0; i < in->num_sge; ++i) {
+    out->sg_list[i] = {in->sg_list[i].addr, in->sg_list[i].length, in->sg_list[i].lkey};
+  }
+  switch (in->opcode) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+      out->remote_addr = in->wr.rdma.remote_addr;
+      out->rkey = in->wr.rdma.rkey;
+      break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+      out->remote_addr = in->wr.atomic.remote_addr;
+      out->rkey = in->wr.atomic.rkey;
+      out->compare_add = in->wr.atomic.compare_add;
+      out->swap = in->wr.atomic.swap;
+      break;
+    default:
+      break;
+  }
+  out->imm_data = in->imm_data;  // shares the union with invalidate_rkey
+  out->invalidate_rkey = in->invalidate_rkey;
+  return 0;
+}
+
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  DroceQp* qp = ToQp(ibqp);
+  Runtime* rt = Rt(ibqp->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  int err = 0;
+  for (; wr != nullptr; wr = wr->next) {
+    SendWr s;
+    err = ToSendWr(wr, &s);
+    if (err == 0) err = rt->dev().PostSend(qp->qpn, s);
+    if (err != 0) {
+      *bad = wr;
+      break;
+    }
+  }
+  rt->PollLocked(NowNs());  // doorbell: start transmitting now
+  return err;
+}
+
+int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  DroceQp* qp = ToQp(ibqp);
+  if (ibqp->srq != nullptr) {
+    *bad = wr;
+    return EINVAL;
+  }
+  Runtime* rt = Rt(ibqp->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  for (; wr != nullptr; wr = wr->next) {
+    RecvWr r;
+    int err = ToRecvWr(wr, &r);
+    if (err == 0) err = rt->dev().PostRecv(qp->qpn, r);
+    if (err != 0) {
+      *bad = wr;
+      return err;
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------- ibv_wr_* API
+
+SendWr* NewWr(ibv_qp_ex* qpx, transport::WrOpcode op) {
+  DroceQp* qp = ToQp(qpx);
+  SendWr& w = qp->batch.emplace_back();
+  w.wr_id = qpx->wr_id;
+  w.opcode = op;
+  w.flags = qpx->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+  return &w;
+}
+
+SendWr* LastWr(ibv_qp_ex* qpx) {
+  DroceQp* qp = ToQp(qpx);
+  if (qp->batch.empty()) {
+    qp->batch_error = EINVAL;  // a setter before any WR
+    return nullptr;
+  }
+  return &qp->batch.back();
+}
+
+void WrStart(ibv_qp_ex* qpx) {
+  DroceQp* qp = ToQp(qpx);
+  qp->batch.clear();
+  qp->inline_copies.clear();
+  qp->batch_error = 0;
+}
+
+int WrComplete(ibv_qp_ex* qpx) {
+  DroceQp* qp = ToQp(qpx);
+  int err = qp->batch_error;
+  if (err == 0) {
+    Runtime* rt = Rt(qpx->qp_base.context);
+    std::lock_guard<std::mutex> lock(rt->mu);
+    for (const SendWr& w : qp->batch) {
+      err = rt->dev().PostSend(qp->qpn, w);
+      if (err != 0) break;
+    }
+    rt->PollLocked(NowNs());
+  }
+  qp->batch.clear();
+  qp->inline_copies.clear();
+  return err;
+}
+
+void WrAbort(ibv_qp_ex* qpx) { WrStart(qpx); }
+
+void WrSend(ibv_qp_ex* qpx) { NewWr(qpx, transport::WrOpcode::kSend); }
+void WrSendImm(ibv_qp_ex* qpx, __be32 imm) { NewWr(qpx, transport::WrOpcode::kSendWithImm)->imm_data = imm; }
+void WrSendInv(ibv_qp_ex* qpx, uint32_t rkey) {
+  NewWr(qpx, transport::WrOpcode::kSendWithInv)->invalidate_rkey = rkey;
+}
+void WrRdmaWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
+  SendWr* w = NewWr(qpx, transport::WrOpcode::kRdmaWrite);
+  w->rkey = rkey;
+  w->remote_addr = addr;
+}
+void WrRdmaWriteImm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, __be32 imm) {
+  SendWr* w = NewWr(qpx, transport::WrOpcode::kRdmaWriteWithImm);
+  w->rkey = rkey;
+  w->remote_addr = addr;
+  w->imm_data = imm;
+}
+void WrRdmaRead(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
+  SendWr* w = NewWr(qpx, transport::WrOpcode::kRdmaRead);
+  w->rkey = rkey;
+  w->remote_addr = addr;
+}
+void WrCmpSwp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  SendWr* w = NewWr(qpx, transport::WrOpcode::kAtomicCmpAndSwp);
+  w->rkey = rkey;
+  w->remote_addr = addr;
+  w->compare_add = compare;
+  w->swap = swap;
+}
+void WrFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
+  SendWr* w = NewWr(qpx, transport::WrOpcode::kAtomicFetchAndAdd);
+  w->rkey = rkey;
+  w->remote_addr = addr;
+  w->compare_add = add;
+}
+void WrLocalInv(ibv_qp_ex* qpx, uint32_t rkey) { NewWr(qpx, transport::WrOpcode::kLocalInv)->invalidate_rkey = rkey; }
+
+void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
+  SendWr* w = LastWr(qpx);
+  if (w == nullptr) return;
+  w->num_sge = 1;
+  w->sg_list[0] = {addr, length, lkey};
+}
+
+void WrSetSgeList(ibv_qp_ex* qpx, size_t n, const ibv_sge* sges) {
+  SendWr* w = LastWr(qpx);
+  if (w == nullptr) return;
+  if (n > transport::kMaxSge) {
+    ToQp(qpx)->batch_error = EINVAL;
+    return;
+  }
+  w->num_sge = static_cast<uint32_t>(n);
+  for (size_t i = 0; i < n; ++i) w->sg_list[i] = {sges[i].addr, sges[i].length, sges[i].lkey};
+}
+
+// Inline data may be reused as soon as the setter returns: keep a copy
+// until wr_complete hands it to the QP (which copies it into the WQE).
+void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
+  SendWr* w = LastWr(qpx);
+  if (w == nullptr) return;
+  DroceQp* qp = ToQp(qpx);
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += bufs[i].length;
+  if (total > transport::kMaxInlineData) {
+    qp->batch_error = EINVAL;
+    return;
+  }
+  std::vector<uint8_t>& copy = qp->inline_copies.emplace_back(total);
+  size_t off = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (bufs[i].length > 0) std::memcpy(copy.data() + off, bufs[i].addr, bufs[i].length);
+    off += bufs[i].length;
+  }
+  w->flags |= IBV_SEND_INLINE;
+  w->num_sge = total > 0 ? 1 : 0;
+  w->sg_list[0] = {reinterpret_cast<uintptr_t>(copy.data()), static_cast<uint32_t>(total), 0};
+}
+
+void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length) {
+  const ibv_data_buf buf{addr, length};
+  WrSetInlineList(qpx, 1, &buf);
+}
+
+// ---------------------------------------------------------------- context
+
+void FreeContext(ibv_context* context) {
+  DroceContext* ctx = ToCtx(context);
+  Runtime::Release(ctx->rt);
+  delete ctx->file;
+  if (ctx->async_write_fd >= 0) close(ctx->async_write_fd);
+  verbs_uninit_context(&ctx->ibv_ctx);
+  free(ctx);
+}
+
+const verbs_context_ops kContextOps = [] {
+  verbs_context_ops ops{};
+  ops.alloc_pd = AllocPd;
+  ops.async_event = AsyncEvent;
+  ops.cq_event = CqEvent;
+  ops.create_cq = CreateCq;
+  ops.create_qp = CreateQp;
+  ops.create_qp_ex = CreateQpEx;
+  ops.create_srq = CreateSrq;
+  ops.dealloc_pd = DeallocPd;
+  ops.dereg_mr = DeregMr;
+  ops.destroy_cq = DestroyCq;
+  ops.destroy_qp = DestroyQp;
+  ops.destroy_srq = DestroySrq;
+  ops.free_context = FreeContext;
+  ops.modify_qp = ModifyQp;
+  ops.modify_srq = ModifySrq;
+  ops.poll_cq = PollCq;
+  ops.post_recv = PostRecv;
+  ops.post_send = PostSend;
+  ops.post_srq_recv = PostSrqRecv;
+  ops.query_device_ex = QueryDeviceEx;
+  ops.query_port = QueryPort;
+  ops.query_qp = QueryQp;
+  ops.query_srq = QuerySrq;
+  ops.reg_mr = RegMr;
+  ops.req_notify_cq = ReqNotifyCq;
+  return ops;
+}();
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+verbs_context* AllocContext(ibv_device* ibdev, int cmd_fd, void*) {
+  const std::string conf_path = std::string(ibdev->ibdev_path) + "/" + kConfigFileName;
+  absl::StatusOr<DeviceFile> file = ParseDeviceFile(ReadSmallFile(conf_path));
+  if (!file.ok()) {
+    std::fprintf(stderr, "droce: %s: %s\n", conf_path.c_str(), std::string(file.status().message()).c_str());
+    if (cmd_fd >= 0) close(cmd_fd);
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* ctx = static_cast<DroceContext*>(_verbs_init_and_alloc_context(
+      ibdev, cmd_fd, sizeof(DroceContext),
+      reinterpret_cast<verbs_context*>(offsetof(DroceContext, ibv_ctx)), /*driver_id=*/0));
+  if (ctx == nullptr) return nullptr;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    verbs_uninit_context(&ctx->ibv_ctx);
+    free(ctx);
+    return nullptr;
+  }
+  ctx->ibv_ctx.context.async_fd = fds[0];
+  ctx->async_write_fd = fds[1];
+  ctx->ibv_ctx.context.num_comp_vectors = 1;
+  ctx->file = new DeviceFile(std::move(*file));
+  ctx->rt = nullptr;
+  verbs_set_ops(&ctx->ibv_ctx, &kContextOps);
+  return &ctx->ibv_ctx;
+}
+
+bool MatchDevice(verbs_sysfs_dev* sysfs_dev) {
+  const std::string modalias = ReadSmallFile(std::string(sysfs_dev->ibdev_path) + "/device/modalias");
+  return modalias.rfind("droce:", 0) == 0;
+}
+
+verbs_device* AllocDevice(verbs_sysfs_dev*) {
+  auto* d = static_cast<DroceDevice*>(calloc(1, sizeof(DroceDevice)));
+  return d == nullptr ? nullptr : &d->vdev;
+}
+
+void UninitDevice(verbs_device* vdev) { free(reinterpret_cast<DroceDevice*>(vdev)); }
+
+const verbs_device_ops kDeviceOps = {
+    .name = "droce",
+    .match_min_abi_version = 1,
+    .match_max_abi_version = 1,
+    .match_table = nullptr,
+    .static_providers = nullptr,
+    .match_device = MatchDevice,
+    .alloc_context = AllocContext,
+    .import_context = nullptr,
+    .alloc_device = AllocDevice,
+    .uninit_device = UninitDevice,
+};
+
+__attribute__((constructor)) void RegisterDriver() { verbs_register_driver_34(&kDeviceOps); }
+
+}  // namespace
+}  // namespace droce::verbs

@@ -1,0 +1,98 @@
+// The dataplane a verbs program carries inside its own process: one per
+// registered device, shared by every context that opens it. It starts DPDK's
+// EAL on first use (or hot-plugs the device's vdev into a running EAL), opens
+// the port, owns the core::Device, and runs a progress thread for passive
+// peers that backs off when idle and stands aside while the program itself
+// is polling.
+//
+// Threads: the program's threads (post/poll calls) and the progress thread
+// share the device under `mu`. The data path inside one Poll() is still
+// single-threaded; the lock just hands the device from one thread to the
+// other, and the progress thread only ever try-locks.
+#ifndef DROCE_DRIVERS_VERBS_RUNTIME_H_
+#define DROCE_DRIVERS_VERBS_RUNTIME_H_
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "drivers/ethdev/port.h"
+#include "drivers/verbs/device_config.h"
+
+namespace droce::verbs {
+
+uint64_t NowNs();
+
+// A CQ whose events the runtime delivers: completion events to a channel
+// (a datagram socket the LD_PRELOAD shim created), CQ overrun to async_fd.
+struct CqWatch {
+  uint32_t cq_id = 0;
+  uint64_t handle = 0;          // the ibv_cq* the event names
+  bool has_channel = false;
+  sockaddr_un channel_addr{};
+  socklen_t channel_addr_len = 0;
+  int async_write_fd = -1;
+  uint64_t seen_notifications = 0;
+  bool armed = false;
+  bool overrun_reported = false;
+};
+
+class Runtime {
+ public:
+  // The runtime of device f.name in this process, created on first use.
+  static absl::StatusOr<Runtime*> Acquire(const DeviceFile& f);
+  static void Release(Runtime* rt);
+
+  std::mutex mu;  // guards everything below but the atomics
+  core::Device& dev() { return *dev_; }
+  const DeviceFile& file() const { return file_; }
+  bool link_up() const { return link_up_.load(std::memory_order_relaxed); }
+
+  // One round of the dataplane plus event delivery. Caller holds mu.
+  uint32_t PollLocked(uint64_t now_ns);
+  // The program is polling: the progress thread stays out of its way.
+  void NoteAppPoll(uint64_t now_ns) { last_app_poll_ns_.store(now_ns, std::memory_order_relaxed); }
+
+  // Caller holds mu.
+  void WatchCq(const CqWatch& w);
+  void UnwatchCq(uint32_t cq_id);
+  void ArmCq(uint32_t cq_id);
+
+  struct Stats {
+    std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, comp_events{0}, async_events{0};
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  explicit Runtime(const DeviceFile& f) : file_(f) {}
+  absl::Status Start();
+  void Stop();
+  void ProgressLoop();
+  void DeliverEvents();
+
+  DeviceFile file_;
+  int refs_ = 0;
+  std::unique_ptr<ethdev::EthdevPort> port_;
+  std::unique_ptr<core::Device> dev_;
+  std::vector<CqWatch> watches_;
+  int event_socket_ = -1;  // sends completion events to channels
+  uint64_t next_link_check_ns_ = 0;
+  std::atomic<bool> link_up_{false};
+  std::atomic<int> armed_channels_{0};
+  std::atomic<uint64_t> last_app_poll_ns_{0};
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
+  Stats stats_;
+};
+
+}  // namespace droce::verbs
+
+#endif  // DROCE_DRIVERS_VERBS_RUNTIME_H_

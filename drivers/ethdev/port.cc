@@ -54,6 +54,13 @@ void EthdevPort::Stop() {
   rte_eth_dev_close(port_);
 }
 
+bool EthdevPort::Reconnect() {
+  if (!started_) return false;
+  link_up_ = false;
+  rte_eth_dev_stop(port_);
+  return rte_eth_dev_start(port_) == 0;
+}
+
 bool EthdevPort::LinkUp() const {
   rte_eth_link link{};
   return rte_eth_link_get_nowait(port_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;

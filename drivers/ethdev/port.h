@@ -44,6 +44,10 @@ class EthdevPort final : public pktio::BurstIo {
   // Re-reads the link state; RxBurst/TxBurst do nothing while it is down
   // (memif unmaps its rings when the peer leaves: polling then would crash).
   bool RefreshLink() { return link_up_ = LinkUp(); }
+  // Stops and restarts the port. A memif client connects to its server only
+  // when started, so one that started before the server listened stays down
+  // until restarted.
+  bool Reconnect();
   // Waits up to timeout_ms for the link (memif: the peer connected).
   bool WaitLinkUp(int timeout_ms);
   uint16_t port_id() const { return port_; }

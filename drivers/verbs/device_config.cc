@@ -72,6 +72,12 @@ std::string NodeGuid(const core::Mac& m) {  // EUI-64 of the MAC, sysfs form
 
 }  // namespace
 
+std::string UverbsName(const std::string& run_dir, const std::string& ibdev) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (char c : run_dir) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  return absl::StrFormat("uverbs_%s_%08x", ibdev, h);
+}
+
 absl::StatusOr<core::Mac> ParseMac(absl::string_view s) {
   std::vector<absl::string_view> parts = absl::StrSplit(s, ':');
   core::Mac m{};
@@ -177,6 +183,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 64, 1 << 20);
       if (!x.ok()) return fail(x.status());
       f.eal_memory_mb = *x;
+    } else if (key == "link_wait_ms") {
+      auto x = ParseU32(key, v, 0, 600000);
+      if (!x.ok()) return fail(x.status());
+      f.link_wait_ms = *x;
     } else if (key == "eal_args") {
       f.eal_args = absl::StrSplit(v, ' ', absl::SkipEmpty());
     } else if (key == "dscp") {
@@ -216,12 +226,13 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.dev.broadcast_unresolved = *x;
-    } else if (key == "progress_spins" || key == "progress_yield_us" || key == "progress_max_sleep_us" ||
-               key == "progress_app_active_us") {
+    } else if (key == "progress_spins" || key == "progress_hot_us" || key == "progress_hot_sleep_us" ||
+               key == "progress_max_sleep_us" || key == "progress_app_active_us") {
       auto x = ParseU32(key, v, 0, 100000000);
       if (!x.ok()) return fail(x.status());
       if (key == "progress_spins") f.progress.spins = *x;
-      if (key == "progress_yield_us") f.progress.yield_us = *x;
+      if (key == "progress_hot_us") f.progress.hot_us = *x;
+      if (key == "progress_hot_sleep_us") f.progress.hot_sleep_us = *x;
       if (key == "progress_max_sleep_us") f.progress.max_sleep_us = *x;
       if (key == "progress_app_active_us") f.progress.app_active_us = *x;
     } else {
@@ -243,16 +254,18 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   }
   if (f.dev.has_ipv6_global) absl::StrAppend(&out, "ip=", FormatIp(f.dev.ipv6_global), "\n");
   for (const auto& [g, m] : f.neighbors) absl::StrAppend(&out, "neighbor=", FormatIp(g), " ", FormatMac(m), "\n");
-  absl::StrAppendFormat(&out, "mtu=%u\neal_memory_mb=%u\n", f.mtu, f.eal_memory_mb);
+  absl::StrAppendFormat(&out, "mtu=%u\neal_memory_mb=%u\nlink_wait_ms=%u\n", f.mtu, f.eal_memory_mb,
+                        f.link_wait_ms);
   if (!f.eal_args.empty()) absl::StrAppend(&out, "eal_args=", absl::StrJoin(f.eal_args, " "), "\n");
   absl::StrAppendFormat(&out, "dscp=%u\necn=%u\n", f.dev.dscp, f.dev.ecn);
   if (f.dev.vlan) absl::StrAppendFormat(&out, "vlan=%u\npcp=%u\n", f.dev.vlan_tci & 0xfff, f.dev.vlan_tci >> 13);
   absl::StrAppendFormat(&out, "max_qp=%u\ncnp=%s\nmin_time_between_cnps_us=%u\ncnp_dscp=%u\n", f.dev.max_qp,
                         f.dev.cnp_enabled ? "on" : "off", f.dev.min_time_between_cnps_ns / 1000, f.dev.cnp_dscp);
   absl::StrAppendFormat(&out, "broadcast_unresolved=%s\n", f.dev.broadcast_unresolved ? "on" : "off");
-  absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_yield_us=%u\nprogress_max_sleep_us=%u\n"
-                        "progress_app_active_us=%u\n", f.progress.spins, f.progress.yield_us,
-                        f.progress.max_sleep_us, f.progress.app_active_us);
+  absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
+                        "progress_max_sleep_us=%u\nprogress_app_active_us=%u\n", f.progress.spins,
+                        f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
+                        f.progress.app_active_us);
   return out;
 }
 
@@ -260,7 +273,7 @@ absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_
   if (!IsValidDeviceName(f.name)) return absl::InvalidArgumentError(absl::StrCat("bad device name '", f.name, "'"));
   const fs::path sys = SysfsRoot(run_dir);
   const fs::path verbs_class = sys / "class/infiniband_verbs";
-  const fs::path uverbs = verbs_class / UverbsName(f.name);
+  const fs::path uverbs = verbs_class / UverbsName(run_dir, f.name);
   const fs::path ibdev = sys / "class/infiniband" / f.name;
   if (fs::exists(ibdev)) return absl::AlreadyExistsError(absl::StrCat("device ", f.name, " already exists"));
 
@@ -304,12 +317,13 @@ absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_
   }
   std::error_code ec;
   fs::create_directories(dev_dir, ec);
-  const std::string node = dev_dir + "/" + UverbsName(f.name);
+  const std::string node = dev_dir + "/" + UverbsName(run_dir, f.name);
   ::unlink(node.c_str());
   if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 7)) != 0) {
     return absl::PermissionDeniedError(
         absl::StrFormat("cannot create %s: %s (run droce-ctl as root)", node, std::strerror(errno)));
   }
+  ::chmod(node.c_str(), 0666);  // as udev makes uverbs nodes: any user may open them
   return absl::OkStatus();
 }
 
@@ -320,8 +334,8 @@ absl::Status RemoveDeviceTree(const std::string& run_dir, const std::string& dev
   if (!fs::exists(ibdev)) return absl::NotFoundError(absl::StrCat("no device ", name));
   std::error_code ec;
   fs::remove_all(ibdev, ec);
-  fs::remove_all(sys / "class/infiniband_verbs" / UverbsName(name), ec);
-  ::unlink((dev_dir + "/" + UverbsName(name)).c_str());
+  fs::remove_all(sys / "class/infiniband_verbs" / UverbsName(run_dir, name), ec);
+  ::unlink((dev_dir + "/" + UverbsName(run_dir, name)).c_str());
   return absl::OkStatus();
 }
 

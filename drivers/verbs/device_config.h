@@ -17,11 +17,15 @@
 
 namespace droce::verbs {
 
+// The progress thread's back-off (doc/verbs.md). Sleeping rather than
+// yielding matters on a small machine: a thread that wakes from a short sleep
+// preempts a program spinning on memory, one that yields does not.
 struct ProgressConfig {
-  uint32_t spins = 2000;            // empty polls before yielding the CPU
-  uint32_t yield_us = 2000;         // then sched_yield() this long before sleeping
-  uint32_t max_sleep_us = 1000;     // sleep steps double up to this
-  uint32_t app_active_us = 1000;    // the program polled this recently: let it drive
+  uint32_t spins = 200;           // empty polls before sleeping
+  uint32_t hot_us = 2000;         // after the last packet, sleep only hot_sleep_us at a time
+  uint32_t hot_sleep_us = 5;
+  uint32_t max_sleep_us = 1000;   // then sleep steps double up to this
+  uint32_t app_active_us = 20;    // the program called poll_cq this recently: let it drive
 };
 
 struct DeviceFile {
@@ -30,6 +34,7 @@ struct DeviceFile {
   std::string netdev = "lo";  // what sysfs gid_attrs/ndevs names (must exist on the host)
   uint32_t mtu = 4096;    // port active MTU (256..4096)
   uint32_t eal_memory_mb = 256;
+  uint32_t link_wait_ms = 5000;  // modify_qp to RTR/RTS waits this long for a down link
   std::vector<std::string> eal_args;  // extra EAL arguments
   core::DeviceConfig dev;
   std::vector<std::pair<core::Gid, core::Mac>> neighbors;
@@ -54,8 +59,10 @@ bool IsValidDeviceName(absl::string_view name);
 // Where registered devices live: $DROCE_RUN_DIR, else /run/droce.
 std::string DefaultRunDir();
 inline std::string SysfsRoot(const std::string& run_dir) { return run_dir + "/sysfs"; }
-// The uverbs name of a device (its /dev/infiniband node and class/infiniband_verbs entry).
-inline std::string UverbsName(const std::string& ibdev) { return "uverbs_" + ibdev; }
+// The uverbs name of a device (its /dev/infiniband node and class/infiniband_verbs
+// entry). /dev/infiniband is shared by every run directory, so the name carries a
+// hash of the run directory: droce0 of one run directory never clobbers another's.
+std::string UverbsName(const std::string& run_dir, const std::string& ibdev);
 inline constexpr char kDevInfinibandDir[] = "/dev/infiniband";
 inline constexpr char kConfigFileName[] = "droce.conf";
 

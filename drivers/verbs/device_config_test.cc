@@ -30,7 +30,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "ip=fd00::1\nmac=02:aa:bb:cc:dd:ee\nneighbor=10.0.0.2 02:00:00:00:00:02\nmtu=1024\n"
                      "eal_args=--log-level=debug -l 1\ndscp=26\necn=0\nvlan=100\npcp=3\nmax_qp=64\ncnp=off\n"
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
-                     "progress_yield_us=5\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nnetdev=eth0\n";
+                     "progress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nnetdev=eth0\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -92,14 +92,16 @@ TEST(DeviceTree, WritesWhatLibibverbsReadsAndRemovesIt) {
   ASSERT_TRUE(s.ok()) << s;
   const fs::path sys = run / "sysfs/class";
   EXPECT_EQ(Slurp(sys / "infiniband_verbs/abi_version"), "6\n");
-  EXPECT_EQ(Slurp(sys / "infiniband_verbs/uverbs_droce0/ibdev"), "droce0\n");
-  EXPECT_EQ(Slurp(sys / "infiniband_verbs/uverbs_droce0/dev"), "1:7\n");
+  const std::string uverbs = UverbsName(run.string(), "droce0");
+  EXPECT_NE(uverbs, UverbsName("/elsewhere", "droce0"));
+  EXPECT_EQ(Slurp(sys / "infiniband_verbs" / uverbs / "ibdev"), "droce0\n");
+  EXPECT_EQ(Slurp(sys / "infiniband_verbs" / uverbs / "dev"), "1:7\n");
   EXPECT_EQ(Slurp(sys / "infiniband/droce0/ports/1/link_layer"), "Ethernet\n");
   EXPECT_EQ(Slurp(sys / "infiniband/droce0/ports/1/gids/1"), "0000:0000:0000:0000:0000:ffff:0a00:0001\n");
   EXPECT_EQ(Slurp(sys / "infiniband/droce0/ports/1/gid_attrs/types/1"), "RoCE v2\n");
   EXPECT_EQ(Slurp(sys / "infiniband/droce0/device/modalias"), "droce:droce0\n");
   struct stat st {};
-  ASSERT_EQ(stat((dev / "uverbs_droce0").c_str(), &st), 0);
+  ASSERT_EQ(stat((dev / uverbs).c_str(), &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
   auto back = ReadDevice(run.string(), "droce0");
   ASSERT_TRUE(back.ok()) << back.status();
@@ -108,7 +110,7 @@ TEST(DeviceTree, WritesWhatLibibverbsReadsAndRemovesIt) {
   EXPECT_EQ(WriteDeviceTree(run.string(), dev.string(), *f).code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(RemoveDeviceTree(run.string(), dev.string(), "droce0").ok());
   EXPECT_TRUE(ListDevices(run.string()).empty());
-  EXPECT_FALSE(fs::exists(dev / "uverbs_droce0"));
+  EXPECT_FALSE(fs::exists(dev / uverbs));
   EXPECT_EQ(RemoveDeviceTree(run.string(), dev.string(), "droce0").code(), absl::StatusCode::kNotFound);
   fs::remove_all(run);
 }

@@ -642,6 +642,12 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC && attr->max_rd_atomic > transport::kMaxRdAtomic) return EINVAL;
   if (mask & IBV_QP_MAX_DEST_RD_ATOMIC && attr->max_dest_rd_atomic > transport::kMaxRdAtomic) return EINVAL;
   Runtime* rt = Rt(ibqp->context);
+  if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RTR || attr->qp_state == IBV_QPS_RTS)) {
+    // About to talk to the peer: give a wire whose far end is still
+    // attaching (memif's client connects asynchronously) time to come up,
+    // rather than burning the retry budget on a dead link.
+    rt->WaitLinkUp();
+  }
   std::lock_guard<std::mutex> lock(rt->mu);
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
   if (!s.ok()) return ErrnoOf(s);

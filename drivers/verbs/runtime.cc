@@ -1,10 +1,15 @@
 #include "drivers/verbs/runtime.h"
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -27,6 +32,25 @@ std::map<std::string, Runtime*>& Registry() {
   return *m;
 }
 
+// A memif server whose process died leaves its socket file behind, and the
+// next server then fails with EADDRINUSE. Remove it only if nobody listens.
+void RemoveStaleMemifSocket(const std::string& vdev) {
+  if (vdev.rfind("net_memif", 0) != 0 || vdev.find("role=server") == std::string::npos) return;
+  const size_t at = vdev.find("socket=");
+  if (at == std::string::npos) return;
+  const std::string path = vdev.substr(at + 7, vdev.find(',', at) - (at + 7));
+  if (path.empty() || path[0] != '/' || path.size() >= sizeof(sockaddr_un::sun_path)) return;
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno == ECONNREFUSED) {
+    unlink(path.c_str());
+  }
+  close(fd);
+}
+
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
 void SleepUs(uint32_t us) {
@@ -34,6 +58,24 @@ void SleepUs(uint32_t us) {
   nanosleep(&ts, nullptr);
 }
 }  // namespace
+
+// A program that exits without closing its device (perftest on an error)
+// still reports its counters under DROCE_STATS=1.
+struct ExitReporter {
+  ~ExitReporter() {
+    const char* env = std::getenv("DROCE_STATS");
+    if (env == nullptr || *env != '1') return;
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    for (auto& [name, rt] : Registry()) rt->ReportAtExit();
+  }
+} g_exit_reporter;
+
+void Runtime::ReportAtExit() {
+  if (mu.try_lock()) {
+    PrintStats();
+    mu.unlock();
+  }
+}
 
 absl::StatusOr<Runtime*> Runtime::Acquire(const DeviceFile& f) {
   std::lock_guard<std::mutex> lock(g_registry_mu);
@@ -65,6 +107,7 @@ void Runtime::Release(Runtime* rt) {
 }
 
 absl::Status Runtime::Start() {
+  RemoveStaleMemifSocket(file_.vdev);
   if (!ethdev::EalStarted()) {
     ethdev::EalConfig eal;
     eal.file_prefix = absl::StrCat("droce-", file_.name, "-", getpid());
@@ -82,6 +125,8 @@ absl::Status Runtime::Start() {
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();
   port_ = std::move(*port);
+  memif_client_ = file_.vdev.rfind("net_memif", 0) == 0 && file_.vdev.find("role=client") != std::string::npos;
+  next_reconnect_ns_ = NowNs() + 100'000'000;
   link_up_ = port_->RefreshLink();
   dev_ = std::make_unique<core::Device>(file_.dev, port_.get());
   for (const auto& [gid, mac] : file_.neighbors) dev_->AddNeighbor(gid, mac);
@@ -100,6 +145,7 @@ void Runtime::Stop() {
     const uint64_t until = NowNs() + 20'000'000;
     while (NowNs() < until && dev_->Poll(NowNs()) > 0) {
     }
+    if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') PrintStats();
     dev_.reset();
     if (port_) port_->Stop();
     port_.reset();
@@ -107,11 +153,36 @@ void Runtime::Stop() {
   if (event_socket_ >= 0) close(event_socket_);
 }
 
-uint32_t Runtime::PollLocked(uint64_t now_ns) {
-  if (now_ns >= next_link_check_ns_) {
-    link_up_.store(port_->RefreshLink(), std::memory_order_relaxed);
-    next_link_check_ns_ = now_ns + 1'000'000;
+// DROCE_STATS=1: the device's and every QP's counters on stderr at close,
+// for users who want to know what the wire did (drops, NAKs, retransmits).
+void Runtime::PrintStats() {
+  const core::DeviceCounters& c = dev_->counters();
+  const ethdev::PortStats& p = port_->stats();
+  std::fprintf(stderr, "droce %s: link %s, reconnects %lu\n", file_.name.c_str(), port_->LinkUp() ? "up" : "down",
+               reconnects_);
+  std::fprintf(stderr,
+               "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, rx_foreign %lu, rx_unknown_qp %lu, "
+               "rx_bad_icrc %lu, port tx_full %lu, progress polls %lu sleeps %lu, events %lu comp %lu async\n",
+               file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_foreign,
+               c.rx_unknown_qp, c.rx_bad_icrc(), p.tx_full, stats_.progress_polls.load(),
+               stats_.progress_sleeps.load(), stats_.comp_events.load(), stats_.async_events.load());
+  for (uint32_t qpn = core::Device::kFirstQpn; qpn < core::Device::kFirstQpn + dev_->config().max_qp; ++qpn) {
+    transport::RcQp* q = dev_->qp(qpn);
+    if (q == nullptr) continue;
+    const transport::QpCounters& k = q->counters();
+    std::fprintf(stderr,
+                 "droce %s qp %u: tx %lu rx %lu retransmitted %lu timeouts %lu naks sent %lu (seq %lu, rnr %lu) "
+                 "received %lu (rnr %lu) duplicates %lu out_of_sequence %lu acks sent %lu received %lu "
+                 "dropped_wrong_state %lu state %s\n",
+                 file_.name.c_str(), qpn, k.tx_packets, k.rx_packets, k.retransmitted_packets, k.timeouts,
+                 k.naks_sent, k.seq_naks_sent, k.rnr_naks_sent, k.naks_received, k.rnr_naks_received,
+                 k.duplicates_received, k.out_of_sequence, k.acks_sent, k.acks_received, k.dropped_wrong_state,
+                 transport::QpStateName(q->state()));
   }
+}
+
+uint32_t Runtime::PollLocked(uint64_t now_ns) {
+  if (now_ns >= next_link_check_ns_) CheckLink(now_ns);
   const uint32_t work = dev_->Poll(now_ns);
   if (!watches_.empty()) DeliverEvents();
   return work;
@@ -142,6 +213,31 @@ void Runtime::DeliverEvents() {
   }
 }
 
+// Refreshes the link state; a memif client whose link is down retries its
+// connection every 100 ms (its server may have started after it).
+void Runtime::CheckLink(uint64_t now_ns) {
+  const bool up = port_->RefreshLink();
+  link_up_.store(up, std::memory_order_relaxed);
+  next_link_check_ns_ = now_ns + 1'000'000;
+  if (up || !memif_client_ || now_ns < next_reconnect_ns_) return;
+  next_reconnect_ns_ = now_ns + 100'000'000;
+  port_->Reconnect();
+  ++reconnects_;
+}
+
+bool Runtime::WaitLinkUp() {
+  const uint64_t deadline = NowNs() + uint64_t{file_.link_wait_ms} * 1'000'000;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      CheckLink(NowNs());
+      if (link_up_) return true;
+    }
+    if (NowNs() >= deadline) return false;
+    SleepUs(1000);
+  }
+}
+
 void Runtime::WatchCq(const CqWatch& w) {
   watches_.push_back(w);
   watches_.back().seen_notifications = dev_->cq(w.cq_id)->notifications();
@@ -165,23 +261,25 @@ void Runtime::ArmCq(uint32_t cq_id) {
   }
 }
 
-// Back-off ladder when there is nothing to do: spin, then yield, then sleep
-// in doubling steps up to max_sleep_us. While a program is blocked waiting
-// for a completion event it never sleeps (yielding keeps event latency low
-// without starving the program's own threads on a small machine); while the
-// program polls by itself it is left alone.
+// Back-off when there is nothing to do: spin a little, then sleep. For
+// hot_us after the last packet (and whenever a program is blocked waiting
+// for a completion event) sleeps are short, so a packet for a program that
+// spins on memory (ib_write_lat's server) waits microseconds, not a
+// scheduler slice; after that, sleeps double up to max_sleep_us. While the
+// program itself calls poll_cq it drives the dataplane and this thread only
+// checks back every app_active_us.
 void Runtime::ProgressLoop() {
+  prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short sleeps must stay short
   const ProgressConfig& pc = file_.progress;
   uint32_t idle = 0;
-  uint64_t idle_since = 0;
+  uint64_t last_work = NowNs();
   uint32_t sleep_us = 1;
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
     const bool waiting_for_event = armed_channels_.load(std::memory_order_relaxed) > 0;
     const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
     if (!waiting_for_event && now - last_app < uint64_t{pc.app_active_us} * 1000) {
-      SleepUs(std::max<uint32_t>(pc.max_sleep_us, 1));
-      idle = 0;
+      SleepUs(std::max<uint32_t>(pc.app_active_us, 1));
       continue;
     }
     uint32_t work = 0;
@@ -193,19 +291,19 @@ void Runtime::ProgressLoop() {
     if (work > 0) {
       idle = 0;
       sleep_us = 1;
+      last_work = now;
       continue;
     }
     if (idle++ < pc.spins) {
       CpuRelax();
       continue;
     }
-    if (idle_since == 0 || idle == pc.spins + 1) idle_since = now;
-    if (waiting_for_event || now - idle_since < uint64_t{pc.yield_us} * 1000) {
-      sched_yield();
+    stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
+    if (waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000) {
+      SleepUs(std::max<uint32_t>(pc.hot_sleep_us, 1));
       continue;
     }
     SleepUs(sleep_us);
-    stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
     sleep_us = std::min<uint32_t>(sleep_us * 2, std::max<uint32_t>(pc.max_sleep_us, 1));
   }
 }

@@ -50,6 +50,7 @@ class Runtime {
   // The runtime of device f.name in this process, created on first use.
   static absl::StatusOr<Runtime*> Acquire(const DeviceFile& f);
   static void Release(Runtime* rt);
+  void ReportAtExit();
 
   std::mutex mu;  // guards everything below but the atomics
   core::Device& dev() { return *dev_; }
@@ -60,6 +61,9 @@ class Runtime {
   uint32_t PollLocked(uint64_t now_ns);
   // The program is polling: the progress thread stays out of its way.
   void NoteAppPoll(uint64_t now_ns) { last_app_poll_ns_.store(now_ns, std::memory_order_relaxed); }
+
+  // Waits (without mu) up to the device's link_wait_ms for the link.
+  bool WaitLinkUp();
 
   // Caller holds mu.
   void WatchCq(const CqWatch& w);
@@ -77,6 +81,8 @@ class Runtime {
   void Stop();
   void ProgressLoop();
   void DeliverEvents();
+  void PrintStats();
+  void CheckLink(uint64_t now_ns);
 
   DeviceFile file_;
   int refs_ = 0;
@@ -85,6 +91,9 @@ class Runtime {
   std::vector<CqWatch> watches_;
   int event_socket_ = -1;  // sends completion events to channels
   uint64_t next_link_check_ns_ = 0;
+  bool memif_client_ = false;
+  uint64_t next_reconnect_ns_ = 0;
+  uint64_t reconnects_ = 0;
   std::atomic<bool> link_up_{false};
   std::atomic<int> armed_channels_{0};
   std::atomic<uint64_t> last_app_poll_ns_{0};

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# End to end: unmodified rdma-core and perftest programs on two droce devices
+# joined by a memif wire, each program in its own process. Checks what
+# ibv_devinfo reports, then runs every pair and fails if any fails.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export BUILD=${BUILD:-$root/build}
+export SERVER_DELAY=${SERVER_DELAY:-1.5} PAIR_TIMEOUT=${PAIR_TIMEOUT:-60}
+pair="$root/tools/verbs-pair.sh"
+failed=0; passed=0
+check() {  # name, then a command; prints PASS/FAIL and the output on failure
+  local name=$1; shift
+  local out
+  if out=$("$@" 2>&1); then
+    echo "PASS $name"; passed=$((passed + 1))
+  else
+    echo "FAIL $name"; echo "$out" | tail -40; failed=$((failed + 1))
+  fi
+}
+
+# ibv_devinfo sees the device as a RoCE v2 port, with the GIDs droce-ctl wrote.
+devinfo() {
+  local run; run=$(mktemp -d /tmp/droce-devinfo.XXXXXX)
+  export DROCE_RUN_DIR=$run
+  local ctl="$BUILD/apps/ctl/droce-ctl"
+  "$ctl" link add droce0 type memif socket "$run/w.sock" role server ip 10.0.0.1 ip fd00::1 >/dev/null || return 1
+  eval "$("$ctl" env)"
+  local out; out=$(ibv_devinfo -v -d droce0 2>&1); local rc=$?
+  "$ctl" link del droce0; rm -rf "$run"
+  echo "$out"
+  [ $rc -eq 0 ] || return 1
+  grep -q 'state:.*PORT_ACTIVE' <<<"$out" && grep -q 'link_layer:.*Ethernet' <<<"$out" &&
+    grep -q 'GID\[  1\]:.*::ffff:10.0.0.1, RoCE v2' <<<"$out" && grep -q 'GID\[  2\]:.*fd00::1, RoCE v2' <<<"$out"
+}
+check "ibv_devinfo -v" devinfo
+
+# A bad registration is refused with a reason.
+check "droce-ctl rejects bad input" bash -c "
+  ! DROCE_RUN_DIR=\$(mktemp -d) '$BUILD/apps/ctl/droce-ctl' link add droce0 type memif socket /tmp/x role sideways ip 10.0.0.1 2>&1 | tee /dev/stderr | grep -q . ||
+  DROCE_RUN_DIR=\$(mktemp -d) '$BUILD/apps/ctl/droce-ctl' link add droce0 type memif socket /tmp/x role server ip 10.0.0.999 2>&1 | grep -q 'bad IP'"
+
+check "ibv_rc_pingpong" "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500" "ibv_rc_pingpong -d droce1 -g 1 -n 500 127.0.0.1"
+check "ibv_rc_pingpong -e" "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -d droce1 -g 1 -n 500 -e 127.0.0.1"
+for mtu in 1024 4096; do
+  for prog in ib_send_bw ib_write_bw ib_read_bw; do
+    check "$prog -m $mtu" "$pair" "$prog -d droce0 -x 1 -m $mtu -D 1" "$prog -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
+  done
+  check "ib_atomic_bw -m $mtu" "$pair" "ib_atomic_bw -d droce0 -x 1 -m $mtu -D 1" "ib_atomic_bw -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
+done
+check "ib_write_bw -a (all sizes)" "$pair" "ib_write_bw -d droce0 -x 1 -a -n 200" "ib_write_bw -d droce1 -x 1 -a -n 200 127.0.0.1"
+check "ib_write_lat" "$pair" "ib_write_lat -d droce0 -x 1 -n 1000" "ib_write_lat -d droce1 -x 1 -n 1000 127.0.0.1"
+check "ib_send_lat -e" "$pair" "ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
+check "ib_read_lat" "$pair" "ib_read_lat -d droce0 -x 1 -n 1000" "ib_read_lat -d droce1 -x 1 -n 1000 127.0.0.1"
+check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -d droce0 -x 2 -D 1" "ib_write_bw -d droce1 -x 2 -D 1 127.0.0.1"
+check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
+
+echo "verbs over memif: $passed passed, $failed failed"
+[ $failed -eq 0 ]

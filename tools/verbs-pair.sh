@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs an unmodified verbs program pair over droce: registers droce0 (memif
+# server, 10.0.0.1) and droce1 (memif client, 10.0.0.2) in a private run
+# directory, starts the server command, then the client command, and waits
+# for both.
+#   tools/verbs-pair.sh 'ib_write_bw -d droce0 -x 1' 'ib_write_bw -d droce1 -x 1 127.0.0.1'
+# Env: BUILD (build dir, default ./build), PAIR_TIMEOUT (s, default 60),
+#      SERVER_DELAY (s before the client starts, default 1), KEEP_LOGS=1,
+#      PAIR_IP6=1 (IPv6 addresses as well: GID index 2).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-$root/build}
+ctl="$build/apps/ctl/droce-ctl"
+[ $# -eq 2 ] || { echo "usage: $0 'SERVER CMD' 'CLIENT CMD'" >&2; exit 2; }
+[ -x "$ctl" ] || { echo "no $ctl: build first" >&2; exit 2; }
+run=$(mktemp -d /tmp/droce-verbs.XXXXXX)
+export DROCE_RUN_DIR=$run
+cleanup() {
+  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
+}
+trap cleanup EXIT
+# PAIR_IP6=1 adds IPv6 addresses too (GID index 2 on both devices).
+ip6_0=(); ip6_1=()
+[ "${PAIR_IP6:-0}" = 1 ] && { ip6_0=(ip fd00::1); ip6_1=(ip fd00::2); }
+"$ctl" link add droce0 type memif socket "$run/wire.sock" role server ip 10.0.0.1 "${ip6_0[@]}" >/dev/null || exit 2
+"$ctl" link add droce1 type memif socket "$run/wire.sock" role client ip 10.0.0.2 "${ip6_1[@]}" >/dev/null || exit 2
+eval "$("$ctl" env)"
+t=${PAIR_TIMEOUT:-60}
+timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
+server=$!
+sleep "${SERVER_DELAY:-1}"
+timeout "$t" bash -c "$2" >"$run/client.log" 2>&1
+client_rc=$?
+wait $server
+server_rc=$?
+echo "--- server ($server_rc): $1"; cat "$run/server.log"
+echo "--- client ($client_rc): $2"; cat "$run/client.log"
+[ $client_rc -eq 0 ] && [ $server_rc -eq 0 ]

@@ -54,5 +54,17 @@ check "ib_read_lat" "$pair" "ib_read_lat -d droce0 -x 1 -n 1000" "ib_read_lat -d
 check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -d droce0 -x 2 -D 1" "ib_write_bw -d droce1 -x 2 -D 1 127.0.0.1"
 check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
 
+# The lab's program using every RC opcode (zero-length, immediate, inline,
+# atomics), then again with the server's receives posted late: RNR NAKs.
+if [ -n "${RXE_OPS:-}" ]; then
+  rxe_ops_pair() {
+    local out; out=$("$pair" "$RXE_OPS -d droce0 -g 1 $1" "$RXE_OPS -d droce1 -g 1 127.0.0.1") || { echo "$out"; return 1; }
+    echo "$out"
+    [ "$(grep -c '^done' <<<"$out")" -eq 2 ] && grep -q 'server atomic target now 0x1122334455667788' <<<"$out"
+  }
+  check "rxe_ops (every RC opcode)" rxe_ops_pair ""
+  check "rxe_ops -R 300 (RNR NAK)" rxe_ops_pair "-R 300"
+fi
+
 echo "verbs over memif: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -1,0 +1,406 @@
+// The provider through libibverbs' public API, in one process: a droce
+// device on a DPDK net_ring loopback port (what it sends comes back to it),
+// two RC QPs connected to each other. Checks every RC opcode end to end, the
+// errnos verbs callers get for bad arguments, and the completions of
+// protection errors.
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "drivers/verbs/device_config.h"
+#include "gtest/gtest.h"
+
+namespace droce::verbs {
+namespace {
+namespace fs = std::filesystem;
+
+class VerbsApi : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    run_dir_ = (fs::temp_directory_path() / ("droce-verbs-api-" + std::to_string(getpid()))).string();
+    fs::remove_all(run_dir_);
+    auto f = ParseDeviceFile(
+        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n");
+    ASSERT_TRUE(f.ok()) << f.status();
+    absl::Status s = WriteDeviceTree(run_dir_, kDevInfinibandDir, *f);
+    if (s.code() == absl::StatusCode::kPermissionDenied) {
+      skip_reason_ = std::string(s.message());
+      return;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    setenv("SYSFS_PATH", SysfsRoot(run_dir_).c_str(), 1);
+    const char* provider = std::getenv("DROCE_PROVIDER_DIR");
+    ASSERT_NE(provider, nullptr) << "set DROCE_PROVIDER_DIR to the build's drivers/verbs";
+    setenv("RDMAV_DRIVERS", (std::string(provider) + "/libdroce").c_str(), 1);
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    ASSERT_NE(list, nullptr);
+    for (int i = 0; i < n; ++i) {
+      if (std::string(ibv_get_device_name(list[i])) == "droce0") ctx_ = ibv_open_device(list[i]);
+    }
+    ibv_free_device_list(list);
+    ASSERT_NE(ctx_, nullptr) << "droce0 not found or not opened";
+  }
+  static void TearDownTestSuite() {
+    if (ctx_ != nullptr) ibv_close_device(ctx_);
+    if (!run_dir_.empty()) {
+      (void)RemoveDeviceTree(run_dir_, kDevInfinibandDir, "droce0");
+      fs::remove_all(run_dir_);
+    }
+  }
+
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+    ASSERT_NE(ctx_, nullptr);
+    pd_ = ibv_alloc_pd(ctx_);
+    ASSERT_NE(pd_, nullptr);
+    cq_ = ibv_create_cq(ctx_, 256, nullptr, nullptr, 0);
+    ASSERT_NE(cq_, nullptr);
+    buf_.assign(1 << 20, 0);
+    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(),
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_ATOMIC);
+    ASSERT_NE(mr_, nullptr);
+  }
+
+  void TearDown() override {
+    for (ibv_qp* q : qps_) ibv_destroy_qp(q);
+    if (mr_) ibv_dereg_mr(mr_);
+    if (cq_) ibv_destroy_cq(cq_);
+    if (pd_) ibv_dealloc_pd(pd_);
+  }
+
+  ibv_qp* NewQp(bool ex = false) {
+    ibv_qp_init_attr_ex a{};
+    a.send_cq = a.recv_cq = cq_;
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 64;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 4;
+    a.cap.max_inline_data = 64;
+    a.comp_mask = IBV_QP_INIT_ATTR_PD;
+    a.pd = pd_;
+    if (ex) {
+      a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      a.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ;
+    }
+    ibv_qp* q = ibv_create_qp_ex(ctx_, &a);
+    if (q) qps_.push_back(q);
+    return q;
+  }
+
+  static int ToInit(ibv_qp* q) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    return ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  }
+
+  static int ToRtr(ibv_qp* q, uint32_t dest, bool grh = true) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest;
+    a.rq_psn = 0xfffff0;  // wraps within the first messages
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = grh ? 1 : 0;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.sgid_index = 1;
+    a.ah_attr.grh.hop_limit = 64;
+    ibv_query_gid(q->context, 1, 1, &a.ah_attr.grh.dgid);  // our own address: the port loops back
+    return ibv_modify_qp(q, &a,
+                         IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  }
+
+  static int ToRts(ibv_qp* q) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 10;
+    a.retry_cnt = 3;
+    a.rnr_retry = 3;
+    a.sq_psn = 0xfffff0;
+    a.max_rd_atomic = 4;
+    return ibv_modify_qp(q, &a,
+                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC);
+  }
+
+  // Two QPs connected to each other.
+  void Connect(ibv_qp** a, ibv_qp** b, bool ex = false) {
+    *a = NewQp(ex);
+    *b = NewQp(ex);
+    ASSERT_NE(*a, nullptr);
+    ASSERT_NE(*b, nullptr);
+    ASSERT_EQ(ToInit(*a), 0);
+    ASSERT_EQ(ToInit(*b), 0);
+    ASSERT_EQ(ToRtr(*a, (*b)->qp_num), 0);
+    ASSERT_EQ(ToRtr(*b, (*a)->qp_num), 0);
+    ASSERT_EQ(ToRts(*a), 0);
+    ASSERT_EQ(ToRts(*b), 0);
+  }
+
+  std::vector<ibv_wc> Poll(size_t n) {
+    std::vector<ibv_wc> out;
+    for (int spins = 0; out.size() < n && spins < 20'000'000; ++spins) {
+      ibv_wc wc[8];
+      const int got = ibv_poll_cq(cq_, 8, wc);
+      EXPECT_GE(got, 0);
+      for (int i = 0; i < got; ++i) out.push_back(wc[i]);
+    }
+    return out;
+  }
+
+  int PostRecv(ibv_qp* q, uint64_t wr_id, uint64_t off, uint32_t len) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + off), len, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(q, &wr, &bad);
+  }
+
+  int PostSend(ibv_qp* q, ibv_wr_opcode op, uint64_t wr_id, uint64_t off, uint32_t len, uint64_t remote_off,
+               uint32_t flags = IBV_SEND_SIGNALED, uint32_t lkey = 0, uint32_t rkey = 0) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + off), len, lkey ? lkey : mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = flags;
+    wr.imm_data = htonl(0x1234abcd);
+    if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      wr.wr.atomic.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + remote_off);
+      wr.wr.atomic.rkey = rkey ? rkey : mr_->rkey;
+      wr.wr.atomic.compare_add = op == IBV_WR_ATOMIC_CMP_AND_SWP ? 7 : 5;
+      wr.wr.atomic.swap = 99;
+    } else {
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + remote_off);
+      wr.wr.rdma.rkey = rkey ? rkey : mr_->rkey;
+    }
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(q, &wr, &bad);
+  }
+
+  void Fill(uint64_t off, uint32_t len, uint8_t seed) {
+    for (uint32_t i = 0; i < len; ++i) buf_[off + i] = static_cast<uint8_t>(seed + i * 7);
+  }
+
+  static inline std::string run_dir_;
+  static inline std::string skip_reason_;
+  static inline ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  ibv_mr* mr_ = nullptr;
+  std::vector<uint8_t> buf_;
+  std::vector<ibv_qp*> qps_;
+};
+
+TEST_F(VerbsApi, DeviceAndPortLookLikeARoceNic) {
+  ibv_device_attr d{};
+  ASSERT_EQ(ibv_query_device(ctx_, &d), 0);
+  EXPECT_EQ(d.phys_port_cnt, 1);
+  EXPECT_GE(d.max_qp_wr, 1024);
+  EXPECT_EQ(d.atomic_cap, IBV_ATOMIC_HCA);
+  ibv_port_attr p{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &p), 0);
+  EXPECT_EQ(p.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(p.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(p.active_mtu, IBV_MTU_1024);
+  EXPECT_EQ(p.gid_tbl_len, 3);
+  EXPECT_NE(ibv_query_port(ctx_, 2, &p), 0);
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), 0);
+  const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
+  EXPECT_EQ(std::memcmp(gid.raw, v4, 16), 0);
+}
+
+TEST_F(VerbsApi, BadArgumentsGetTheErrnoVerbsCallersExpect) {
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd_, buf_.data(), 4096, IBV_ACCESS_REMOTE_WRITE), nullptr);  // needs LOCAL_WRITE
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(ctx_, 0, nullptr, nullptr, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(ctx_, 16, nullptr, nullptr, 5), nullptr);  // no such completion vector
+  EXPECT_EQ(errno, EINVAL);
+
+  ibv_qp_init_attr ud{};
+  ud.send_cq = ud.recv_cq = cq_;
+  ud.qp_type = IBV_QPT_UD;
+  ud.cap.max_send_wr = ud.cap.max_recv_wr = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd_, &ud), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_qp_init_attr big = ud;
+  big.qp_type = IBV_QPT_RC;
+  big.cap.max_send_sge = 100;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd_, &big), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+
+  ibv_qp* q = NewQp();
+  ASSERT_NE(q, nullptr);
+  ASSERT_EQ(ToInit(q), 0);
+  EXPECT_EQ(ToRtr(q, q->qp_num, /*grh=*/false), EINVAL);  // RoCE needs the GRH
+  EXPECT_EQ(ToRts(q), EINVAL);                            // INIT -> RTS is not a transition
+
+  // More SGEs than the device has: refused before anything is copied.
+  std::vector<ibv_sge> sges(9, ibv_sge{reinterpret_cast<uintptr_t>(buf_.data()), 8, mr_->lkey});
+  ibv_recv_wr rwr{};
+  rwr.sg_list = sges.data();
+  rwr.num_sge = 9;
+  ibv_recv_wr* rbad = nullptr;
+  EXPECT_EQ(ibv_post_recv(q, &rwr, &rbad), EINVAL);
+  EXPECT_EQ(rbad, &rwr);
+  ibv_send_wr swr{};
+  swr.sg_list = sges.data();
+  swr.num_sge = 9;
+  swr.opcode = IBV_WR_SEND;
+  ibv_send_wr* sbad = nullptr;
+  EXPECT_EQ(ibv_post_send(q, &swr, &sbad), EINVAL);
+  EXPECT_EQ(sbad, &swr);
+
+  EXPECT_EQ(ibv_destroy_cq(cq_), EBUSY);  // a QP still uses it
+}
+
+TEST_F(VerbsApi, EveryRcOpcodeMovesTheRightBytes) {
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  // SEND and SEND_WITH_IMM, multi-packet (MTU 1024), into posted receives.
+  ASSERT_EQ(PostRecv(b, 100, 0x80000, 8192), 0);
+  ASSERT_EQ(PostRecv(b, 101, 0x90000, 8192), 0);
+  Fill(0x1000, 3000, 1);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 1, 0x1000, 3000, 0), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND_WITH_IMM, 2, 0x1000, 61, 0), 0);
+  auto wcs = Poll(4);
+  ASSERT_EQ(wcs.size(), 4u);
+  int recvs = 0;
+  for (const ibv_wc& wc : wcs) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    if (wc.opcode == IBV_WC_RECV) {
+      ++recvs;
+      EXPECT_EQ(wc.qp_num, b->qp_num);
+      if (wc.wr_id == 100) {
+        EXPECT_EQ(wc.byte_len, 3000u);
+      }
+      if (wc.wr_id == 101) {
+        EXPECT_EQ(wc.byte_len, 61u);
+        EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+        EXPECT_EQ(ntohl(wc.imm_data), 0x1234abcdu);
+      }
+    }
+  }
+  EXPECT_EQ(recvs, 2);
+  EXPECT_EQ(std::memcmp(&buf_[0x80000], &buf_[0x1000], 3000), 0);
+
+  // RDMA WRITE, WRITE_WITH_IMM (consumes a receive), READ, inline SEND.
+  Fill(0x2000, 5000, 9);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 3, 0x2000, 5000, 0x40000), 0);
+  ASSERT_EQ(PostRecv(b, 102, 0xa0000, 64), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE_WITH_IMM, 4, 0x2000, 100, 0x50000), 0);
+  Fill(0x60000, 4000, 77);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_READ, 5, 0x6000, 4000, 0x60000), 0);
+  wcs = Poll(4);
+  ASSERT_EQ(wcs.size(), 4u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << wc.wr_id;
+  EXPECT_EQ(std::memcmp(&buf_[0x40000], &buf_[0x2000], 5000), 0);
+  EXPECT_EQ(std::memcmp(&buf_[0x50000], &buf_[0x2000], 100), 0);
+  EXPECT_EQ(std::memcmp(&buf_[0x6000], &buf_[0x60000], 4000), 0);
+
+  // Atomics return the original value and update the target.
+  uint64_t target = 7;
+  std::memcpy(&buf_[0x70000], &target, 8);
+  ASSERT_EQ(PostSend(a, IBV_WR_ATOMIC_CMP_AND_SWP, 6, 0x4000, 8, 0x70000), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_COMP_SWAP);
+  uint64_t got;
+  std::memcpy(&got, &buf_[0x4000], 8);
+  EXPECT_EQ(got, 7u);
+  std::memcpy(&got, &buf_[0x70000], 8);
+  EXPECT_EQ(got, 99u);
+  ASSERT_EQ(PostSend(a, IBV_WR_ATOMIC_FETCH_AND_ADD, 7, 0x4008, 8, 0x70000), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_FETCH_ADD);
+  std::memcpy(&got, &buf_[0x70000], 8);
+  EXPECT_EQ(got, 104u);
+
+  ASSERT_EQ(PostRecv(b, 103, 0xb0000, 64), 0);
+  Fill(0x5000, 40, 3);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 8, 0x5000, 40, 0, IBV_SEND_SIGNALED | IBV_SEND_INLINE, /*lkey=*/0xdead), 0);
+  Fill(0x5000, 40, 50);  // inline data was copied at post time
+  wcs = Poll(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  Fill(0x5000, 40, 3);
+  EXPECT_EQ(std::memcmp(&buf_[0xb0000], &buf_[0x5000], 40), 0);
+}
+
+TEST_F(VerbsApi, ProtectionErrorsCompleteWithTheirStatusAndFlush) {
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  // A bad lkey is the requester's own protection error.
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, 0, 64, 0x1000, IBV_SEND_SIGNALED, /*lkey=*/mr_->lkey ^ 0x100), 0);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_LOC_PROT_ERR);
+
+  ibv_qp *c, *d;
+  Connect(&c, &d);
+  // A remote address outside the MR: the responder NAKs, nothing is written.
+  std::vector<uint8_t> before(buf_.begin(), buf_.end());
+  ASSERT_EQ(PostSend(c, IBV_WR_RDMA_WRITE, 2, 0, 64, buf_.size() - 16), 0);
+  ASSERT_EQ(PostSend(c, IBV_WR_RDMA_WRITE, 3, 0, 64, 0), 0);
+  wcs = Poll(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(wcs[1].status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), buf_.begin()));
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  ASSERT_EQ(ibv_query_qp(c, &attr, IBV_QP_STATE, &init), 0);
+  EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+}
+
+TEST_F(VerbsApi, ExtendedPostSendApi) {
+  ibv_qp *a, *b;
+  Connect(&a, &b, /*ex=*/true);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  ASSERT_NE(x, nullptr);
+  Fill(0x1000, 2048, 5);
+  char inl[] = "inline through the wr API";
+  ASSERT_EQ(PostRecv(b, 50, 0xc0000, 128), 0);
+  ibv_wr_start(x);
+  x->wr_id = 11;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(x, mr_->rkey, reinterpret_cast<uintptr_t>(buf_.data() + 0x20000));
+  ibv_wr_set_sge(x, mr_->lkey, reinterpret_cast<uintptr_t>(buf_.data() + 0x1000), 2048);
+  x->wr_id = 12;
+  x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  ibv_wr_send(x);
+  ibv_wr_set_inline_data(x, inl, sizeof inl);
+  std::memset(inl, 0, sizeof inl);  // the API lets the caller reuse it at once
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  auto wcs = Poll(3);
+  ASSERT_EQ(wcs.size(), 3u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(&buf_[0x20000], &buf_[0x1000], 2048), 0);
+  EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[0xc0000]), "inline through the wr API");
+}
+
+}  // namespace
+}  // namespace droce::verbs

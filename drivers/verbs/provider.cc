@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <new>
 #include <sstream>
 #include <string>
@@ -96,6 +97,8 @@ int ErrnoOf(const absl::Status& s) {
 // Starts the dataplane on first use; a failure is explained once on stderr
 // (it is the control path: the user must learn why the device is unusable).
 Runtime* EnsureRuntime(DroceContext* ctx) {
+  static std::mutex start_mu;  // two threads' first verbs on one context start it once
+  std::lock_guard<std::mutex> lock(start_mu);
   if (ctx->rt != nullptr) return ctx->rt;
   absl::StatusOr<Runtime*> rt = Runtime::Acquire(*ctx->file);
   if (!rt.ok()) {

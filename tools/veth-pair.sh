@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs two droce-testpmd processes in two network namespaces joined by a veth
+# pair, each on DPDK's net_af_packet PMD bound to its end of the veth. The
+# namespaces and the veth are created here and removed on exit. Arguments go
+# to both sides' app options; CLIENT_ARGS to the client only.
+#   VETH_MTU (default 9000: RoCE frames for path MTU 4096 exceed 1500)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=$(realpath "${DROCE_TESTPMD:-build/apps/testpmd/droce-testpmd}")
+tag=$$
+ns_s=droce-s-$tag ns_c=droce-c-$tag
+run=$(mktemp -d /tmp/droce-veth.XXXXXX)
+cleanup() { ip netns del "$ns_s" 2>/dev/null; ip netns del "$ns_c" 2>/dev/null; rm -rf "$run"; }
+trap cleanup EXIT
+ip netns add "$ns_s" && ip netns add "$ns_c" || exit 2
+ip link add vs$tag type veth peer name vc$tag || exit 2
+ip link set vs$tag netns "$ns_s" && ip link set vc$tag netns "$ns_c" || exit 2
+for side in s c; do
+  ns=droce-$side-$tag dev=v$side$tag
+  ip -n "$ns" link set "$dev" mtu "${VETH_MTU:-9000}" up || exit 2
+  ip -n "$ns" link set lo up
+done
+eal() { echo "--file-prefix=droce-$1-$tag --no-huge -m 512 --no-pci --log-level=error \
+  --vdev=net_af_packet0,iface=$2,framesz=10240,blocksz=12288,framecnt=512,qpairs=1"; }
+# shellcheck disable=SC2046
+timeout 120 ip netns exec "$ns_s" "$bin" $(eal srv vs$tag) -- --role server "$@" >"$run/server.log" 2>&1 &
+server=$!
+sleep 1
+# shellcheck disable=SC2046,SC2086
+timeout 120 ip netns exec "$ns_c" "$bin" $(eal cli vc$tag) -- --role client "$@" ${CLIENT_ARGS:-} >"$run/client.log" 2>&1
+client_rc=$?
+wait $server
+server_rc=$?
+grep -E '^(client|server) ' "$run/client.log" "$run/server.log" | sed 's/^[^:]*://'
+if [ $client_rc -ne 0 ] || [ $server_rc -ne 0 ]; then
+  echo "veth pair failed (client $client_rc, server $server_rc):"
+  tail -n 8 "$run/client.log" "$run/server.log"
+  exit 1
+fi

@@ -3,7 +3,8 @@
 # pair, each on DPDK's net_af_packet PMD bound to its end of the veth. The
 # namespaces and the veth are created here and removed on exit. Arguments go
 # to both sides' app options; CLIENT_ARGS to the client only.
-#   VETH_MTU (default 9000: RoCE frames for path MTU 4096 exceed 1500)
+#   VETH_MTU (default 9000: RoCE frames above path MTU 1024 exceed 1500).
+# af_packet ring slots are 4 KiB: path MTU up to 2048 (see tests/e2e/veth_testpmd.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=$(realpath "${DROCE_TESTPMD:-build/apps/testpmd/droce-testpmd}")
@@ -21,13 +22,12 @@ for side in s c; do
   ip -n "$ns" link set lo up
 done
 eal() { echo "--file-prefix=droce-$1-$tag --no-huge -m 512 --no-pci --log-level=error \
-  --vdev=net_af_packet0,iface=$2,framesz=10240,blocksz=12288,framecnt=512,qpairs=1"; }
+  --vdev=net_af_packet0,iface=$2,framesz=4096,blocksz=4096,framecnt=1024,qpairs=1"; }
 # shellcheck disable=SC2046
-timeout 120 ip netns exec "$ns_s" "$bin" $(eal srv vs$tag) -- --role server "$@" >"$run/server.log" 2>&1 &
+timeout 120 ip netns exec "$ns_s" "$bin" $(eal srv vs$tag) -- --role server --port net_af_packet0 "$@" >"$run/server.log" 2>&1 &
 server=$!
-sleep 1
 # shellcheck disable=SC2046,SC2086
-timeout 120 ip netns exec "$ns_c" "$bin" $(eal cli vc$tag) -- --role client "$@" ${CLIENT_ARGS:-} >"$run/client.log" 2>&1
+timeout 120 ip netns exec "$ns_c" "$bin" $(eal cli vc$tag) -- --role client --port net_af_packet0 "$@" ${CLIENT_ARGS:-} >"$run/client.log" 2>&1
 client_rc=$?
 wait $server
 server_rc=$?

@@ -46,7 +46,9 @@ constexpr const char kUsage[] =
     "                         baselines raw_lat | raw_stream (write_bw)\n"
     "  --ip A.B.C.D           own IPv4 address (10.0.0.1 server, 10.0.0.2 client)\n"
     "  --peer-ip A.B.C.D      peer's IPv4 address\n"
-    "  --mac MAC --peer-mac MAC  (02:00:00:00:00:01 server, :02 client)\n"
+    "  --mac MAC              own MAC (02:00:00:00:00:01 server, :02 client)\n"
+    "  --peer-mac MAC         static next hop; without it the peer is resolved by ARP\n"
+    "                         (raw engines use 02:00:00:00:00:02 / :01)\n"
     "  --mtu BYTES            256..4096 (4096)\n"
     "  --size BYTES           message size (65536; write_lat: at least 8)\n"
     "  --outstanding N        messages in flight, 2..4096 (16)\n"
@@ -148,7 +150,8 @@ Options ParseOptions(int argc, char** argv) {
     else if (k == "--pcap-out") o.pcap_out = v;
     else Fail("unknown option " + k + "\n" + kUsage);
   }
-  (void)ip_set, (void)peer_ip_set, (void)mac_set, (void)peer_mac_set;
+  o.peer_mac_static = peer_mac_set;
+  (void)ip_set, (void)peer_ip_set, (void)mac_set;
   if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");

@@ -34,7 +34,7 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   dev = std::make_unique<core::Device>(cfg, io);
   core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   wire::StoreBe32(peer.data() + 12, o.peer_ip);
-  dev->AddNeighbor(peer, o.peer_mac);  // static neighbour: memif has no ARP peer
+  if (o.peer_mac_static) dev->AddNeighbor(peer, o.peer_mac);  // else ARP in Connect()
   pd = dev->AllocPd();
   cq = *dev->CreateCq(8192);
   core::QpInitAttr init;
@@ -132,6 +132,21 @@ bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out) {
 }
 
 absl::Status Session::Connect() {
+  // Resolve the peer by ARP. This also waits for it: a peer that is not
+  // running yet does not answer, and no QP burns its retries into the void
+  // (af_packet's link is up long before the far end listens).
+  core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  wire::StoreBe32(peer.data() + 12, opt.peer_ip);
+  const uint64_t arp_deadline = NowNs() + 30'000'000'000ull;
+  for (uint64_t next_request = 0; !dev->HasNeighbor(peer);) {
+    const uint64_t now = NowNs();
+    if (now >= arp_deadline) return absl::DeadlineExceededError("the peer did not answer ARP within 30 s");
+    if (now >= next_request) {
+      dev->RequestArp(opt.peer_ip);
+      next_request = now + 100'000'000;
+    }
+    Progress();
+  }
   core::ConnectParams c;
   c.peer_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   wire::StoreBe32(c.peer_gid.data() + 12, opt.peer_ip);

@@ -19,6 +19,7 @@ struct Options {
   std::string fwd = "write_bw";
   uint32_t ip = 0x0A000001, peer_ip = 0x0A000002;  // 10.0.0.1 / 10.0.0.2
   core::Mac mac{0x02, 0, 0, 0, 0, 1}, peer_mac{0x02, 0, 0, 0, 0, 2};
+  bool peer_mac_static = false;  // --peer-mac given: no ARP (RDMA engines resolve the peer by ARP)
   uint32_t mtu = 4096;
   uint32_t size = 65536;
   uint32_t outstanding = 16;

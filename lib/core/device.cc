@@ -56,6 +56,74 @@ void Device::AddNeighbor(const Gid& ip, const Mac& mac) {
   neighbors_.emplace_back(ip, mac);
 }
 
+bool Device::HasNeighbor(const Gid& ip) const {
+  return std::any_of(neighbors_.begin(), neighbors_.end(), [&](const auto& n) { return n.first == ip; });
+}
+
+namespace {
+Gid Ipv4Gid(uint32_t ip) {
+  Gid g{};
+  g[10] = g[11] = 0xff;
+  wire::StoreBe32(g.data() + 12, ip);
+  return g;
+}
+}  // namespace
+
+void Device::RequestArp(uint32_t ipv4) {
+  if (config_.ipv4 == 0 || arp_out_.size() >= 64) return;
+  wire::ArpPacket req;
+  req.op = wire::kArpRequest;
+  req.sender_mac = config_.mac;
+  req.sender_ip = config_.ipv4;
+  req.target_ip = ipv4;
+  arp_out_.push_back(req);
+}
+
+// RFC 826, for an RNIC: answer requests for our address and learn the
+// sender of any ARP packet aimed at us (a reply to our request, or the
+// peer's own request, which tells us its MAC before we ask).
+void Device::HandleArp(const uint8_t* frame, uint32_t len) {
+  wire::ArpPacket a;
+  if (!wire::ParseArp(frame, len, &a)) return;
+  ++counters_.rx_arp;
+  if (config_.ipv4 == 0 || a.target_ip != config_.ipv4 || a.sender_ip == 0) return;
+  const Gid sender = Ipv4Gid(a.sender_ip);
+  if (!HasNeighbor(sender)) ++counters_.neighbors_learned;
+  AddNeighbor(sender, a.sender_mac);
+  if (a.op == wire::kArpRequest && arp_out_.size() < 64) {
+    wire::ArpPacket reply;
+    reply.op = wire::kArpReply;
+    reply.sender_mac = config_.mac;
+    reply.sender_ip = config_.ipv4;
+    reply.target_mac = a.sender_mac;
+    reply.target_ip = a.sender_ip;
+    arp_out_.push_back(reply);
+  }
+}
+
+uint32_t Device::TransmitArp() {
+  uint32_t sent = 0;
+  pktio::Frame* tx = tx_frames_.data();
+  while (!arp_out_.empty()) {
+    const uint16_t want = static_cast<uint16_t>(std::min<size_t>(arp_out_.size(), config_.burst));
+    const uint16_t got = io_->AllocTx(tx, want);
+    if (got == 0) break;
+    for (uint16_t i = 0; i < got; ++i) {
+      tx[i].len = wire::BuildArp(arp_out_[i], config_.vlan, config_.vlan_tci, tx[i].data);
+    }
+    const uint16_t ok = io_->TxBurst(tx, got);
+    if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
+    for (uint16_t i = 0; i < ok; ++i) {
+      ++(arp_out_[i].op == wire::kArpReply ? counters_.arp_replies_sent : counters_.arp_requests_sent);
+    }
+    counters_.tx_packets += ok;
+    arp_out_.erase(arp_out_.begin(), arp_out_.begin() + got);  // unsent ones are lost, as on a wire
+    sent += ok;
+    if (ok < got) break;
+  }
+  return sent;
+}
+
 absl::StatusOr<uint32_t> Device::CreateCq(uint32_t depth) {
   if (depth == 0 || depth > (1u << 20)) {
     return absl::InvalidArgumentError(absl::StrFormat("CQ depth %u not in 1..%u", depth, 1u << 20));
@@ -232,6 +300,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     counters_.rx_bytes += rx[i].len;
     if (!p.ok()) {
       if (wire::IsForeign(p.status)) {
+        if (rx[i].len >= wire::kEthBytes + wire::kArpBytes) HandleArp(rx[i].data, rx[i].len);
         ++counters_.rx_foreign;
       } else {
         ++counters_.rx_parse_errors[static_cast<int>(p.status)];
@@ -260,6 +329,8 @@ uint32_t Device::Poll(uint64_t now_ns) {
   }
   if (n > 0) io_->Release(rx, n);
   work += n;
+
+  if (!arp_out_.empty()) work += TransmitArp();
 
   // Timers and transmission for QPs with work; idle ones leave the list.
   pktio::Frame* tx = tx_frames_.data();

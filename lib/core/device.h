@@ -17,6 +17,7 @@
 #include "pktio/burst_io.h"
 #include "queue/completion.h"
 #include "transport/qp.h"
+#include "wire/arp.h"
 #include "wire/packet.h"
 
 namespace droce::core {
@@ -64,6 +65,10 @@ struct DeviceCounters {
   uint64_t rx_unknown_qp = 0;
   uint64_t rx_cnp = 0;
   uint64_t rx_cnp_dropped = 0;  // CNPs for no known QP
+  uint64_t rx_arp = 0;
+  uint64_t arp_replies_sent = 0;
+  uint64_t arp_requests_sent = 0;
+  uint64_t neighbors_learned = 0;
   uint64_t rx_parse_errors[static_cast<int>(wire::ParseStatus::kCount)] = {};
   uint64_t rx_bad_icrc() const { return rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)]; }
 };
@@ -77,6 +82,11 @@ class Device {
   // GID table as rxe fills it: 0 = fe80::EUI-64(mac), 1 = ::ffff:IPv4, 2 = IPv6 global.
   const std::vector<Gid>& gids() const { return gids_; }
   void AddNeighbor(const Gid& ip, const Mac& mac);
+  bool HasNeighbor(const Gid& ip) const;
+  // Queues an ARP request for an IPv4 address (sent by the next Poll); the
+  // reply lands in the neighbour table. The device answers ARP requests for
+  // its own IPv4 address by itself.
+  void RequestArp(uint32_t ipv4);
 
   uint32_t AllocPd() { return mrs_.AllocPd(); }
   absl::Status DeallocPd(uint32_t pd) { return mrs_.DeallocPd(pd); }
@@ -117,11 +127,14 @@ class Device {
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
   void Activate(uint32_t qpn);
+  void HandleArp(const uint8_t* frame, uint32_t len);
+  uint32_t TransmitArp();
 
   DeviceConfig config_;
   pktio::BurstIo* io_;
   std::vector<Gid> gids_;
   std::vector<std::pair<Gid, Mac>> neighbors_;
+  std::vector<wire::ArpPacket> arp_out_;  // replies and requests waiting for the port
   mem::MrTable mrs_;
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;

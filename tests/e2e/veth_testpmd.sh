@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# End to end over a veth pair between two network namespaces (created and
+# removed by tools/veth-pair.sh), each droce-testpmd on DPDK's af_packet PMD:
+# every engine at MTU 1024 and 2048 with data verified, and go-back-N under
+# injected loss. The peer is resolved by ARP (no static MAC).
+# MTU 4096 is not run here: DPDK 22.11's af_packet PMD only puts frames on
+# the wire from 4 KiB ring slots (8 KiB slots were seen to send nothing), so
+# a frame for path MTU 4096 (4096 + 78 header bytes) does not fit.
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export DROCE_TESTPMD=$(realpath "${1:-$root/build/apps/testpmd/droce-testpmd}")
+if ! ip netns add droce-probe-$$ 2>/dev/null; then
+  echo "SKIP: cannot create network namespaces here"; exit 77
+fi
+ip netns del droce-probe-$$
+status=0
+for mtu in 1024 2048; do
+  for fwd in write_bw read_bw send_bw atomic_bw write_lat; do
+    size=65536
+    [ "$fwd" = write_lat ] && size=8
+    [ "$fwd" = atomic_bw ] && size=8
+    if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/veth-pair.sh" --fwd "$fwd" --mtu "$mtu" --size "$size" --outstanding 8); then
+      echo "ok   $fwd mtu $mtu: $(echo "$out" | grep '^client' | grep -oE 'gbps=[0-9.]+|lat_us_p50=[0-9.]+' | tr '\n' ' ')"
+    else
+      echo "FAIL $fwd mtu $mtu"; echo "$out"; status=1
+    fi
+  done
+done
+for fwd in write_bw read_bw; do
+  if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/veth-pair.sh" --fwd "$fwd" --mtu 1024 --size 16384 \
+      --outstanding 4 --drop-rate 0.01 --seed 7); then
+    echo "ok   $fwd with 1% loss: $(echo "$out" | grep '^client' | grep -oE '(messages|retransmitted)=[0-9]+' | tr '\n' ' ')"
+    echo "$out" | grep '^client' | grep -qE 'retransmitted=[1-9]' || { echo "FAIL: no retransmission under loss"; status=1; }
+  else
+    echo "FAIL $fwd with loss"; echo "$out"; status=1
+  fi
+done
+[ $status -eq 0 ] && echo "veth end-to-end: all passed"
+exit $status

@@ -6,7 +6,11 @@
 #   tools/verbs-pair.sh 'ib_write_bw -d droce0 -x 1' 'ib_write_bw -d droce1 -x 1 127.0.0.1'
 # Env: BUILD (build dir, default ./build), PAIR_TIMEOUT (s, default 60),
 #      SERVER_DELAY (s before the client starts, default 1), KEEP_LOGS=1,
-#      PAIR_IP6=1 (IPv6 addresses as well: GID index 2).
+#      PAIR_IP6=1 (IPv6 addresses as well: GID index 2),
+#      WIRE=veth: af_packet on a veth pair between two network namespaces
+#      made here (path MTU <= 2048); the server then runs in one namespace,
+#      the client in the other, and reaches the server's side channel at
+#      10.99.0.1 (the client command must use that address, not 127.0.0.1).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
@@ -23,14 +27,31 @@ trap cleanup EXIT
 # PAIR_IP6=1 adds IPv6 addresses too (GID index 2 on both devices).
 ip6_0=(); ip6_1=()
 [ "${PAIR_IP6:-0}" = 1 ] && { ip6_0=(ip fd00::1); ip6_1=(ip fd00::2); }
-"$ctl" link add droce0 type memif socket "$run/wire.sock" role server ip 10.0.0.1 "${ip6_0[@]}" >/dev/null || exit 2
-"$ctl" link add droce1 type memif socket "$run/wire.sock" role client ip 10.0.0.2 "${ip6_1[@]}" >/dev/null || exit 2
+wrap_s=() wrap_c=()
+if [ "${WIRE:-memif}" = veth ]; then
+  tag=$$ ns_s=droce-vs-$$ ns_c=droce-vc-$$
+  ip netns add "$ns_s" && ip netns add "$ns_c" || exit 2
+  ip link add vs$tag type veth peer name vc$tag || exit 2
+  ip link set vs$tag netns "$ns_s"; ip link set vc$tag netns "$ns_c"
+  ip -n "$ns_s" addr add 10.99.0.1/24 dev vs$tag; ip -n "$ns_c" addr add 10.99.0.2/24 dev vc$tag
+  for ns in "$ns_s" "$ns_c"; do ip -n "$ns" link set lo up; done
+  ip -n "$ns_s" link set vs$tag mtu 9000 up; ip -n "$ns_c" link set vc$tag mtu 9000 up
+  cleanup() { ip netns del "$ns_s" 2>/dev/null; ip netns del "$ns_c" 2>/dev/null
+    "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+    [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"; }
+  wire0=(type af_packet iface vs$tag) wire1=(type af_packet iface vc$tag)
+  wrap_s=(ip netns exec "$ns_s") wrap_c=(ip netns exec "$ns_c")
+else
+  wire0=(type memif socket "$run/wire.sock" role server) wire1=(type memif socket "$run/wire.sock" role client)
+fi
+"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" >/dev/null || exit 2
+"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" >/dev/null || exit 2
 eval "$("$ctl" env)"
 t=${PAIR_TIMEOUT:-60}
-timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
+timeout "$t" "${wrap_s[@]}" bash -c "$1" >"$run/server.log" 2>&1 &
 server=$!
 sleep "${SERVER_DELAY:-1}"
-timeout "$t" bash -c "$2" >"$run/client.log" 2>&1
+timeout "$t" "${wrap_c[@]}" bash -c "$2" >"$run/client.log" 2>&1
 client_rc=$?
 wait $server
 server_rc=$?

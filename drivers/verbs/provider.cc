@@ -650,6 +650,7 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     // attaching (memif's client connects asynchronously) time to come up,
     // rather than burning the retry budget on a dead link.
     rt->WaitLinkUp();
+    if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
   }
   std::lock_guard<std::mutex> lock(rt->mu);
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));

@@ -238,6 +238,28 @@ bool Runtime::WaitLinkUp() {
   }
 }
 
+bool Runtime::ResolveNeighbor(const core::Gid& gid) {
+  static constexpr uint8_t kV4Prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(gid.data(), kV4Prefix, 12) != 0) return false;  // IPv6: static neighbours only (no ND yet)
+  const uint32_t ip = (uint32_t{gid[12]} << 24) | (gid[13] << 16) | (gid[14] << 8) | gid[15];
+  const uint64_t deadline = NowNs() + uint64_t{file_.link_wait_ms} * 1'000'000;
+  uint64_t next_request = 0;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (dev_->HasNeighbor(gid)) return true;
+      const uint64_t now = NowNs();
+      if (now >= deadline) return false;
+      if (now >= next_request) {
+        dev_->RequestArp(ip);
+        next_request = now + 100'000'000;
+      }
+      PollLocked(now);
+    }
+    SleepUs(200);
+  }
+}
+
 void Runtime::WatchCq(const CqWatch& w) {
   watches_.push_back(w);
   watches_.back().seen_notifications = dev_->cq(w.cq_id)->notifications();

@@ -66,5 +66,20 @@ if [ -n "${RXE_OPS:-}" ]; then
   check "rxe_ops -R 300 (RNR NAK)" rxe_ops_pair "-R 300"
 fi
 
-echo "verbs over memif: $passed passed, $failed failed"
+# The same programs over af_packet on a veth pair between two network
+# namespaces (the side channel runs over the same veth, at 10.99.0.1).
+if ip netns add droce-probe-$$ 2>/dev/null; then
+  ip netns del droce-probe-$$
+  check "veth: ibv_rc_pingpong" env WIRE=veth "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500" "ibv_rc_pingpong -d droce1 -g 1 -n 500 10.99.0.1"
+  check "veth: ibv_rc_pingpong -e" env WIRE=veth "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -d droce1 -g 1 -n 500 -e 10.99.0.1"
+  for prog in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
+    check "veth: $prog -m 2048" env WIRE=veth "$pair" "$prog -d droce0 -x 1 -m 2048 -D 1" "$prog -d droce1 -x 1 -m 2048 -D 1 10.99.0.1"
+  done
+  check "veth: ib_write_lat -m 1024" env WIRE=veth "$pair" "ib_write_lat -d droce0 -x 1 -m 1024 -n 500" "ib_write_lat -d droce1 -x 1 -m 1024 -n 500 10.99.0.1"
+  check "veth: ib_send_lat -e" env WIRE=veth "$pair" "ib_send_lat -d droce0 -x 1 -e -n 500" "ib_send_lat -d droce1 -x 1 -e -n 500 10.99.0.1"
+else
+  echo "SKIP veth: cannot create network namespaces"
+fi
+
+echo "verbs over memif and veth: $passed passed, $failed failed"
 [ $failed -eq 0 ]

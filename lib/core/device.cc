@@ -194,6 +194,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.cnp_enabled = config_.cnp_enabled;
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
+  env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
   const uint32_t qpn = next_qpn_++;
   qps_.push_back(std::make_unique<RcQp>(qpn, c, env));
   is_active_.push_back(0);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cc/dcqcn.h"
 #include "mem/mr_table.h"
 #include "pktio/burst_io.h"
 #include "queue/completion.h"
@@ -44,6 +45,11 @@ struct DeviceConfig {
   bool cnp_enabled = true;
   uint64_t min_time_between_cnps_ns = 4000;
   uint8_t cnp_dscp = 48;
+  // Reaction point: DCQCN rate limiting of every QP (off by default, as on
+  // mlx5 without a congestion-control profile). Parameters: cc::PaperProfile
+  // or cc::Mlx5Profile, or hand-tuned.
+  bool dcqcn = false;
+  cc::DcqcnParams dcqcn_params = cc::Mlx5Profile(100'000'000'000ull);
 };
 
 struct QpInitAttr {

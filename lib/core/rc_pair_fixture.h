@@ -39,13 +39,17 @@ class RcPair {
          uint32_t start_psn_a = 0, uint32_t start_psn_b = 0, uint8_t timeout = 8,
          uint8_t retry = 7, uint8_t rnr_retry = 7,
          transport::QpType type = transport::QpType::kRc,
-         uint64_t min_time_between_cnps_ns = 4000)
+         uint64_t min_time_between_cnps_ns = 4000, const cc::DcqcnParams* dcqcn_a = nullptr)
       : link_(LinkConfig(imp, seed)) {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
       cfg.ipv4 = 0x0A000001 + i;
       cfg.min_time_between_cnps_ns = min_time_between_cnps_ns;
+      if (i == 0 && dcqcn_a != nullptr) {
+        cfg.dcqcn = true;
+        cfg.dcqcn_params = *dcqcn_a;
+      }
       s_[i].dev = std::make_unique<Device>(cfg, &link_.end(i));
       Side& s = s_[i];
       s.pd = s.dev->AllocPd();

@@ -20,7 +20,9 @@ RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
       resources_(kMaxRdAtomic),
       // Responses queued between transmit rounds: ACKs coalesce, so this
       // bounds READ/atomic responses in flight plus NAKs.
-      actions_(kMaxRdAtomic * 2 + 8) {}
+      actions_(kMaxRdAtomic * 2 + 8) {
+  if (env.dcqcn != nullptr) rp_.emplace(*env.dcqcn);
+}
 
 namespace {
 
@@ -307,8 +309,10 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     counters_.tx_bytes += frames[used].len;
     ++used;
   }
-  // Responses first: they unblock the peer's requester.
+  // Responses first: they unblock the peer's requester. Everything but CNPs
+  // leaves no faster than the reaction point's rate (pacing, not bursts).
   while (used < n && !actions_.empty()) {
+    if (Paced(now_ns)) return used;
     bool finished = false;
     const uint32_t len = BuildResponse(actions_.front(), frames[used].data, &finished);
     if (finished) actions_.Pop();
@@ -316,6 +320,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     frames[used].len = len;
     ++counters_.tx_packets;
     counters_.tx_bytes += len;
+    NoteSent(len, now_ns);
     ++used;
   }
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return used;
@@ -324,6 +329,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     rnr_resume_at_ = 0;
   }
   while (used < n && sq_next_ != sq_.tail()) {
+    if (Paced(now_ns)) break;
     SendWqe& w = sq_.at(sq_next_);
     if (!w.started) {
       if (state_ == QpState::kSqd) break;  // drained: start nothing new
@@ -343,6 +349,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     frames[used].len = len;
     ++counters_.tx_packets;
     counters_.tx_bytes += len;
+    NoteSent(len, now_ns);
     ++used;
     if (!reliable()) {
       // UC: a WR is complete once its last packet is on the wire (9.8.1).
@@ -363,6 +370,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
 }
 
 void RcQp::OnTimer(uint64_t now_ns) {
+  if (rp_) rp_->Advance(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
   if (retransmit_deadline_ == 0 || now_ns < retransmit_deadline_) return;
   if (!Outstanding()) {
@@ -393,12 +401,14 @@ void RcQp::OnCongestionMark(uint64_t now_ns) {
 }
 
 void RcQp::OnCnp(uint64_t now_ns) {
-  (void)now_ns;  // the DCQCN reaction point plugs in here
   ++counters_.cnps_received;
+  if (rp_) rp_->OnCnp(now_ns);
 }
 
 bool RcQp::WantsToTransmit(uint64_t now_ns) const {
-  if (cnps_pending_ > 0 || !actions_.empty()) return true;
+  if (cnps_pending_ > 0) return true;
+  if (Paced(now_ns)) return false;
+  if (!actions_.empty()) return true;
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
   if (rnr_resume_at_ != 0 && now_ns < rnr_resume_at_) return false;
   return sq_next_ != sq_.tail();
@@ -406,7 +416,7 @@ bool RcQp::WantsToTransmit(uint64_t now_ns) const {
 
 bool RcQp::HasWork() const {
   return cnps_pending_ > 0 || !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
-         retransmit_deadline_ != 0 || rnr_resume_at_ != 0;
+         retransmit_deadline_ != 0 || rnr_resume_at_ != 0 || (rp_ && rp_->rate_limited());
 }
 
 void RcQp::EnterError() {

@@ -11,9 +11,11 @@
 #define DROCE_LIB_TRANSPORT_QP_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cc/dcqcn.h"
 #include "mem/mr_table.h"
 #include "pktio/burst_io.h"
 #include "queue/completion.h"
@@ -66,6 +68,9 @@ struct QpEnv {
   bool cnp_enabled = true;
   uint64_t min_time_between_cnps_ns = 4000;
   uint8_t cnp_dscp = 48;
+  // Reaction point (DCQCN): null = off. When set, CNPs cut the QP's rate and
+  // the transmit scheduler paces every packet but CNPs to it.
+  const cc::DcqcnParams* dcqcn = nullptr;
 };
 
 class RcQp {
@@ -110,8 +115,12 @@ class RcQp {
 
   // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
   void OnCongestionMark(uint64_t now_ns);
-  // A CNP addressed to this QP (reaction point input; counted for now).
+  // A CNP addressed to this QP: the reaction point cuts the rate.
   void OnCnp(uint64_t now_ns);
+  // The DCQCN reaction point, or null when DCQCN is off (RC, RT, alpha, stages).
+  const cc::ReactionPoint* reaction_point() const { return rp_ ? &*rp_ : nullptr; }
+  // Earliest time the pacer lets this QP send again (0 if not paced).
+  uint64_t paced_until_ns() const { return rp_ && rp_->rate_limited() ? pacer_.next_send_ns() : 0; }
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
@@ -205,6 +214,14 @@ class RcQp {
   uint64_t last_cnp_ns_ = 0;
   uint32_t mtu_ = 1024;
   QpCounters counters_;
+  std::optional<cc::ReactionPoint> rp_;
+  cc::Pacer pacer_;
+  bool Paced(uint64_t now_ns) const { return rp_ && rp_->rate_limited() && !pacer_.MaySend(now_ns); }
+  void NoteSent(uint32_t bytes, uint64_t now_ns) {
+    if (!rp_) return;
+    rp_->OnBytesSent(bytes, now_ns);
+    if (rp_->rate_limited()) pacer_.OnSent(bytes, now_ns, rp_->current_rate_bps());
+  }
 
   // Requester.
   queue::Ring<SendWqe> sq_;

@@ -24,10 +24,25 @@ void Bottleneck::Record(uint64_t t_ns) {
   last_record_ns_ = t_ns;
 }
 
+bool Bottleneck::Mark(uint64_t q) {
+  const double p = MarkProbability(q);
+  bool m = false;
+  if (p >= 1.0) {
+    m = true;
+  } else if (p > 0.0) {
+    const double u = static_cast<double>(rng_() >> 11) * 0x1p-53;  // [0, 1)
+    m = u < p;
+  }
+  marked_ += m;
+  return m;
+}
+
 void Bottleneck::Drain(uint64_t now_ns) {
   while (in_port_ < fifo_.size() && fifo_[in_port_].depart_ns <= now_ns) {
-    Record(fifo_[in_port_].depart_ns);
-    queue_bytes_ -= fifo_[in_port_].bytes;
+    Departure& d = fifo_[in_port_];
+    Record(d.depart_ns);
+    queue_bytes_ -= d.bytes;
+    if (cfg_.mark_at == MarkAt::kDequeue) d.ce_marked = Mark(queue_bytes_);
     ++in_port_;
   }
   Record(now_ns);
@@ -41,14 +56,7 @@ EnqueueResult Bottleneck::Enqueue(uint32_t bytes, uint64_t now_ns, uint64_t tag)
     r.dropped = true;
     return r;
   }
-  const double p = MarkProbability(queue_bytes_);
-  if (p >= 1.0) {
-    r.ce_marked = true;
-  } else if (p > 0.0) {
-    const double u = static_cast<double>(rng_() >> 11) * 0x1p-53;  // [0, 1)
-    r.ce_marked = u < p;
-  }
-  marked_ += r.ce_marked;
+  if (cfg_.mark_at == MarkAt::kEnqueue) r.ce_marked = Mark(queue_bytes_);
   ++enqueued_;
 
   link_.OnSent(bytes, now_ns, cfg_.line_rate_bps);  // starts at max(now, port free)

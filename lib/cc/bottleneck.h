@@ -4,9 +4,13 @@
 // at a buffer size. Virtual time: every call takes now_ns and nothing reads a
 // clock, so a run replays exactly for a given seed and call sequence.
 //
-// Marking (Zhu et al., SIGCOMM 2015, section 4; q = bytes in the queue when
-// the packet arrives, this packet excluded):
+// Marking (Zhu et al., SIGCOMM 2015, section 4):
 //   q <= kmin: never; kmin < q <= kmax: pmax * (q - kmin) / (kmax - kmin); q > kmax: always.
+// q is measured either when the packet arrives (kEnqueue, the default: bytes
+// ahead of it; EnqueueResult::ce_marked says) or when it leaves (kDequeue:
+// bytes behind it; Departure::ce_marked says). kDequeue is egress marking as
+// in the DCQCN/HPCC ns-3 models: the mark reflects the queue when the packet
+// leaves rather than one queueing delay earlier, so feedback is fresher.
 //
 // A packet's departure time is fixed when it is accepted (FIFO at line rate);
 // the caller collects departed packets with Dequeue(now) whenever it likes —
@@ -23,12 +27,15 @@
 
 namespace droce::cc {
 
+enum class MarkAt : uint8_t { kEnqueue, kDequeue };
+
 struct BottleneckConfig {
   uint64_t line_rate_bps = 0;
   uint64_t kmin_bytes = 5 * 1000;
   uint64_t kmax_bytes = 200 * 1000;
   double pmax = 0.01;
   bool ecn = true;            // false: never mark (a drop-tail FIFO)
+  MarkAt mark_at = MarkAt::kEnqueue;
   uint64_t buffer_bytes = 0;  // 0: unlimited; else a packet that does not fit is dropped
   uint64_t seed = 1;
   uint32_t stats_bin_bytes = 64;  // resolution of the queue-length histogram
@@ -36,7 +43,7 @@ struct BottleneckConfig {
 
 struct EnqueueResult {
   bool dropped = false;
-  bool ce_marked = false;
+  bool ce_marked = false;  // kEnqueue only; with kDequeue see Departure::ce_marked
 };
 
 struct Departure {
@@ -88,6 +95,7 @@ class Bottleneck {
   // has dequeued them yet.
   void Drain(uint64_t now_ns);
   void Record(uint64_t t_ns);  // time-weight the current queue length up to t
+  bool Mark(uint64_t queue_bytes);
 
   BottleneckConfig cfg_;
   std::mt19937_64 rng_;

@@ -20,6 +20,7 @@ BottleneckConfig TenGig() {
   c.kmax_bytes = 15000;
   c.pmax = 0.5;
   c.stats_bin_bytes = 100;
+  c.mark_at = MarkAt::kEnqueue;  // tests of kDequeue say so
   return c;
 }
 
@@ -71,6 +72,29 @@ TEST(Bottleneck, NoMarksBelowKminAllAboveKmax) {
   for (int i = 6; i <= 15; ++i) b.Enqueue(1000, 0);
   for (int i = 16; i < 40; ++i) EXPECT_TRUE(b.Enqueue(1000, 0).ce_marked) << i;
   EXPECT_EQ(b.max_queue_bytes(), 40'000u);
+}
+
+TEST(Bottleneck, DequeueMarkingSeesTheBytesBehind) {
+  BottleneckConfig c = TenGig();
+  c.mark_at = MarkAt::kDequeue;
+  Bottleneck b(c);
+  // 20 back-to-back packets at t=0: none marked on arrival...
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(b.Enqueue(1000, 0, i).ce_marked);
+  EXPECT_EQ(b.marked_packets(), 0u);
+  // ...packet i leaves with (19 - i) * 1000 bytes behind it.
+  Departure d;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(b.Dequeue(100'000, &d));
+    ASSERT_EQ(d.tag, static_cast<uint64_t>(i));
+    const uint64_t behind = (19 - i) * 1000;
+    if (behind > 15000) {
+      EXPECT_TRUE(d.ce_marked) << i;
+    }
+    if (behind <= 5000) {
+      EXPECT_FALSE(d.ce_marked) << i;
+    }
+  }
+  EXPECT_GE(b.marked_packets(), 4u);  // 19000..16000 behind
 }
 
 // Arrivals at exactly line rate after a prefill keep the queue at one level;

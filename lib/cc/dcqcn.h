@@ -173,8 +173,24 @@ class Pacer {
       next_send_ns_ = now_ns;
       frac_q32_ = 0;
     }
+    last_start_ns_ = next_send_ns_;
+    last_frac_q32_ = frac_q32_;
+    last_bytes_ = bytes;
     const uint64_t cost_q32 = bytes * ns_per_byte_q32_ + frac_q32_;
     next_send_ns_ += cost_q32 >> 32;
+    frac_q32_ = cost_q32 & 0xFFFFFFFFu;
+  }
+
+  // The rate changed while waiting for the next send (a CNP, an increase
+  // event): re-space the last packet at the new rate, as a hardware rate
+  // limiter applies a new rate to the gap in progress. next_send_ns() may move
+  // earlier (rate up) or later (rate down). Not per packet: one division.
+  void Retime(uint64_t rate_bps) {
+    if (rate_bps == rate_bps_) return;
+    SetRate(rate_bps);
+    if (last_bytes_ == 0) return;
+    const uint64_t cost_q32 = last_bytes_ * ns_per_byte_q32_ + last_frac_q32_;
+    next_send_ns_ = last_start_ns_ + (cost_q32 >> 32);
     frac_q32_ = cost_q32 & 0xFFFFFFFFu;
   }
 
@@ -186,6 +202,9 @@ class Pacer {
 
   uint64_t next_send_ns_ = 0;
   uint64_t frac_q32_ = 0;
+  uint64_t last_start_ns_ = 0;  // when the last packet started
+  uint64_t last_frac_q32_ = 0;
+  uint32_t last_bytes_ = 0;
   uint64_t rate_bps_ = 0;
   uint64_t ns_per_byte_q32_ = 0;  // ceil(8e9 * 2^32 / rate), at most 8e3 ns (1 Mb/s) per byte
 };

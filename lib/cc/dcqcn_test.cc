@@ -343,6 +343,19 @@ TEST(Pacer, SpacesPacketsAtTheRate) {
   EXPECT_EQ(pacer.next_send_ns(), 13800u);
 }
 
+TEST(Pacer, RetimeRespacesTheGapInProgress) {
+  Pacer pacer;
+  pacer.Retime(10 * kG);  // nothing sent yet: only the rate
+  EXPECT_EQ(pacer.next_send_ns(), 0u);
+  pacer.OnSent(1000, 1000, 1 * kG);  // 8 us gap: next at 9000
+  EXPECT_EQ(pacer.next_send_ns(), 9000u);
+  pacer.Retime(10 * kG);  // rate up: the same packet at 10 Gb/s ends at 1800
+  EXPECT_EQ(pacer.next_send_ns(), 1800u);
+  pacer.Retime(500'000'000);  // rate down: 16 us
+  EXPECT_EQ(pacer.next_send_ns(), 17000u);
+  EXPECT_EQ(pacer.rate_bps(), 500'000'000u);
+}
+
 TEST(Pacer, FractionalNanosecondsAccumulate) {
   Pacer pacer;
   // 1000 B at 3 Gb/s = 2666.67 ns; three back-to-back packets take 8000 ns.

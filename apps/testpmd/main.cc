@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/session.h"
+#include "pktio/bottleneck_io.h"
 #include "drivers/ethdev/eal.h"
 
 namespace droce::testpmd {
@@ -58,7 +60,11 @@ constexpr const char kUsage[] =
     "  --idle-spins N         empty polls before yielding the CPU (64)\n"
     "  --drop-rate P          drop transmitted frames with probability P, 0..0.5 (0)\n"
     "  --seed N               seed for --drop-rate (1)\n"
-    "  --pcap-out FILE        write every frame sent and received to a pcap file\n";
+    "  --pcap-out FILE        write every frame sent and received to a pcap file\n"
+    "  --dcqcn off|paper|mlx5 DCQCN reaction point profile (off)\n"
+    "  --line-rate-gbps G     the reaction point's line rate (100)\n"
+    "  --bottleneck-gbps G    emulated congestion point on the transmit path at G Gb/s (none)\n"
+    "  --kmin-kb K --kmax-kb K --pmax P --buffer-kb B   its RED/ECN marking and buffer (5, 200, 0.01, unlimited)\n";
 
 [[noreturn]] void Fail(const std::string& msg) {
   std::fprintf(stderr, "droce-testpmd: %s\n", msg.c_str());
@@ -148,15 +154,32 @@ Options ParseOptions(int argc, char** argv) {
     else if (k == "--drop-rate") o.drop_rate = ParseNumber(k, v, 0, 0.5);
     else if (k == "--seed") o.seed = static_cast<uint64_t>(ParseNumber(k, v, 0, 1e18));
     else if (k == "--pcap-out") o.pcap_out = v;
+    else if (k == "--dcqcn") {
+      if (v != "off" && v != "paper" && v != "mlx5") Fail("--dcqcn: expected off, paper or mlx5, got '" + v + "'");
+      o.dcqcn = v;
+    }
+    else if (k == "--line-rate-gbps") o.line_rate_gbps = ParseNumber(k, v, 0.01, 1000);
+    else if (k == "--bottleneck-gbps") o.bottleneck_gbps = ParseNumber(k, v, 0.001, 1000);
+    else if (k == "--kmin-kb") o.kmin_kb = ParseNumber(k, v, 0, 1e6);
+    else if (k == "--kmax-kb") o.kmax_kb = ParseNumber(k, v, 0, 1e6);
+    else if (k == "--pmax") o.pmax = ParseNumber(k, v, 0, 1);
+    else if (k == "--buffer-kb") o.buffer_kb = ParseNumber(k, v, 0, 1e7);
     else Fail("unknown option " + k + "\n" + kUsage);
   }
   o.peer_mac_static = peer_mac_set;
   (void)ip_set, (void)peer_ip_set, (void)mac_set;
   if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
+  if (o.kmax_kb < o.kmin_kb) Fail("--kmax-kb must not be below --kmin-kb");
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
   if (o.qps > o.outstanding) Fail("--qps must not exceed --outstanding (each QP carries at least one slot)");
   return o;
+}
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
 double Percentile(std::vector<double>& v, double p) {
@@ -192,7 +215,21 @@ int main(int argc, char** argv) {
     if (!w.ok()) Fail(std::string(w.status().message()));
     pcap.emplace(std::move(*w));
   }
-  PortTap tap(port->get(), opt.drop_rate, opt.seed, std::move(pcap));
+  // Transmit path: session -> tap (loss injection, capture) -> emulated
+  // congestion point (if any) -> port.
+  std::optional<pktio::BottleneckIo> bottleneck;
+  if (opt.bottleneck_gbps > 0) {
+    cc::BottleneckConfig bc;
+    bc.line_rate_bps = static_cast<uint64_t>(opt.bottleneck_gbps * 1e9);
+    bc.kmin_bytes = static_cast<uint64_t>(opt.kmin_kb * 1000);
+    bc.kmax_bytes = static_cast<uint64_t>(opt.kmax_kb * 1000);
+    bc.pmax = opt.pmax;
+    bc.buffer_bytes = static_cast<uint64_t>(opt.buffer_kb * 1000);
+    bc.seed = opt.seed;
+    bottleneck.emplace(port->get(), bc, [](void*) { return MonotonicNs(); }, nullptr);
+  }
+  PortTap tap(bottleneck ? static_cast<pktio::BurstIo*>(&*bottleneck) : port->get(), opt.drop_rate, opt.seed,
+              std::move(pcap));
   Session session(opt, port->get(), &tap);
   if (opt.role == "server") {
     // READ targets: slot k holds message k's pattern for the whole run.
@@ -229,10 +266,32 @@ int main(int argc, char** argv) {
     qc.naks_received += c.naks_received;
     qc.rnr_naks_received += c.rnr_naks_received;
   }
-  std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu\n",
+  std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu",
               (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
               (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received,
               (unsigned long long)tap.dropped(), (unsigned long long)tap.captured());
+  {  // congestion control: CNPs both ways, the first QP's reaction point, the bottleneck
+    uint64_t cnps_tx = 0, cnps_rx = 0, ce_rx = 0;
+    for (uint32_t q : session.qpns) {
+      const auto& c = session.dev->qp(q)->counters();
+      cnps_tx += c.cnps_sent;
+      cnps_rx += c.cnps_received;
+      ce_rx += c.ce_marked_received;
+    }
+    std::printf(" ce_rx=%llu cnps_tx=%llu cnps_rx=%llu", (unsigned long long)ce_rx, (unsigned long long)cnps_tx,
+                (unsigned long long)cnps_rx);
+    if (const cc::ReactionPoint* rp = session.dev->qp(session.qpn)->reaction_point()) {
+      std::printf(" rc_gbps=%.3f rt_gbps=%.3f alpha=%.4f", rp->current_rate_bps() / 1e9,
+                  rp->target_rate_bps() / 1e9, rp->alpha());
+    }
+    if (bottleneck) {
+      const auto& b = bottleneck->counters();
+      std::printf(" cp_marked=%llu cp_dropped=%llu cp_port_refused=%llu cp_queue_max_kb=%.1f",
+                  (unsigned long long)b.ce_marked, (unsigned long long)b.dropped,
+                  (unsigned long long)b.port_refused, bottleneck->bottleneck().max_queue_bytes() / 1e3);
+    }
+    std::printf("\n");
+  }
   (*port)->Stop();
   port->reset();
   ethdev::StopEal();

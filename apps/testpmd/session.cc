@@ -31,6 +31,12 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   core::DeviceConfig cfg;
   cfg.mac = o.mac;
   cfg.ipv4 = o.ip;
+  if (o.dcqcn != "off") {
+    const uint64_t line = static_cast<uint64_t>(o.line_rate_gbps * 1e9);
+    cfg.dcqcn = true;
+    cfg.dcqcn_params = o.dcqcn == "paper" ? cc::PaperProfile(line) : cc::Mlx5Profile(line);
+    cfg.min_time_between_cnps_ns = uint64_t{cfg.dcqcn_params.min_time_between_cnps_us} * 1000;
+  }
   dev = std::make_unique<core::Device>(cfg, io);
   core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   wire::StoreBe32(peer.data() + 12, o.peer_ip);

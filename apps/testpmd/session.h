@@ -31,6 +31,12 @@ struct Options {
   double drop_rate = 0;      // transmitted frames dropped on purpose
   uint64_t seed = 1;
   std::string pcap_out;      // write sent and received frames here
+  // Congestion control (issue 6): the reaction point's profile and line rate,
+  // and an emulated congestion point on this side's transmit path.
+  std::string dcqcn = "off";  // off | paper | mlx5
+  double line_rate_gbps = 100;
+  double bottleneck_gbps = 0;  // 0: none
+  double kmin_kb = 5, kmax_kb = 200, pmax = 0.01, buffer_kb = 0;
 };
 
 struct Stats {

@@ -36,6 +36,20 @@ for spec in "write_bw 64" "read_bw 16"; do
     echo "FAIL $1 over $2 QPs"; echo "$out"; status=1
   fi
 done
+# DCQCN end to end: an emulated 5 Gb/s congestion point on the client's
+# transmit path marks CE, the server's notification point sends CNPs, the
+# client's reaction point (both profiles) receives them; data still verified.
+for profile in paper mlx5; do
+  if out=$(CLIENT_ARGS="--duration 1 --bottleneck-gbps 5 --kmin-kb 5 --kmax-kb 200 --pmax 0.01" \
+      bash "$root/tools/memif-pair.sh" --fwd write_bw --size 65536 --mtu 4096 --dcqcn $profile --line-rate-gbps 10); then
+    cli=$(echo "$out" | grep '^client')
+    echo "ok   dcqcn $profile behind a 5 Gb/s congestion point: $(echo "$cli" | grep -oE '(gbps|cnps_rx|cp_marked|cp_queue_max_kb)=[0-9.]+' | tr '\n' ' ')"
+    echo "$cli" | grep -qE 'cnps_rx=[1-9]' || { echo "FAIL: no CNP reached the reaction point"; status=1; }
+    echo "$cli" | grep -qE 'cp_marked=[1-9]' || { echo "FAIL: the congestion point marked nothing"; status=1; }
+  else
+    echo "FAIL dcqcn $profile"; echo "$out"; status=1
+  fi
+done
 # --pcap-out writes a capture droce-pcap (and tshark) can read.
 pcap_dir=$(mktemp -d)
 if CLIENT_ARGS="--iterations 20 --pcap-out $pcap_dir/client.pcap" bash "$root/tools/memif-pair.sh" --fwd send_bw --size 3000 --mtu 1024 >/dev/null &&
@@ -45,7 +59,7 @@ else
   echo "FAIL --pcap-out"; status=1
 fi
 rm -rf "$pcap_dir"
-for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap"; do
+for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5"; do
   # shellcheck disable=SC2086
   if "$DROCE_TESTPMD" --no-huge -- $bad >/dev/null 2>&1; then echo "FAIL: '$bad' accepted"; status=1; fi
   # shellcheck disable=SC2086

@@ -222,6 +222,15 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 0, 63);
       if (!x.ok()) return fail(x.status());
       f.dev.cnp_dscp = static_cast<uint8_t>(*x);
+    } else if (key == "dcqcn") {
+      if (v != "off" && v != "paper" && v != "mlx5") {
+        return fail(absl::InvalidArgumentError(absl::StrCat("dcqcn: expected off, paper or mlx5, got '", v, "'")));
+      }
+      f.dcqcn = std::string(v);
+    } else if (key == "dcqcn_line_rate_gbps") {
+      auto x = ParseU32(key, v, 1, 1000);
+      if (!x.ok()) return fail(x.status());
+      f.dcqcn_line_rate_gbps = *x;
     } else if (key == "broadcast_unresolved") {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
@@ -238,6 +247,11 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("line %d: unknown key '%s'", line_no, key));
     }
+  }
+  if (f.dcqcn != "off") {
+    const uint64_t line = static_cast<uint64_t>(f.dcqcn_line_rate_gbps * 1e9);
+    f.dev.dcqcn = true;
+    f.dev.dcqcn_params = f.dcqcn == "paper" ? cc::PaperProfile(line) : cc::Mlx5Profile(line);
   }
   if (f.name.empty()) return absl::InvalidArgumentError("no device name");
   if (f.vdev.empty()) return absl::InvalidArgumentError("no vdev (dataplane port)");
@@ -262,6 +276,7 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   absl::StrAppendFormat(&out, "max_qp=%u\ncnp=%s\nmin_time_between_cnps_us=%u\ncnp_dscp=%u\n", f.dev.max_qp,
                         f.dev.cnp_enabled ? "on" : "off", f.dev.min_time_between_cnps_ns / 1000, f.dev.cnp_dscp);
   absl::StrAppendFormat(&out, "broadcast_unresolved=%s\n", f.dev.broadcast_unresolved ? "on" : "off");
+  absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\n", f.progress.spins,
                         f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,

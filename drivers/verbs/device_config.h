@@ -39,6 +39,8 @@ struct DeviceFile {
   core::DeviceConfig dev;
   std::vector<std::pair<core::Gid, core::Mac>> neighbors;
   ProgressConfig progress;
+  std::string dcqcn = "off";     // reaction point profile: off | paper | mlx5
+  double dcqcn_line_rate_gbps = 100;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

@@ -344,10 +344,13 @@ std::string SummaryLine(const SimConfig& cfg, const SimResult& r) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "senders=%d profile=%s rate_gbps=%g dcqcn=%s late_join_ms=%g duration_ms=%g "
+                "kmin=%llu kmax=%llu pmax=%g buffer=%llu "
                 "jain=%.4f converge_ms=%s stable_ms=%s queue_p50=%llu queue_p99=%llu queue_max=%llu "
                 "queue_max_run=%llu drops=%llu drops_2h=%llu cnps=%llu marks=%llu util=%.4f flow_gbps=",
                 cfg.senders, cfg.profile.c_str(), cfg.line_rate_gbps, cfg.dcqcn ? "on" : "off",
-                cfg.late_join_ms, cfg.duration_ms, r.jain,
+                cfg.late_join_ms, cfg.duration_ms, static_cast<unsigned long long>(cfg.kmin_bytes),
+                static_cast<unsigned long long>(cfg.kmax_bytes), cfg.pmax,
+                static_cast<unsigned long long>(cfg.buffer_bytes), r.jain,
                 conv, stable,
                 static_cast<unsigned long long>(r.queue_p50),
                 static_cast<unsigned long long>(r.queue_p99),

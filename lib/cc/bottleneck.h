@@ -4,7 +4,7 @@
 // at a buffer size. Virtual time: every call takes now_ns and nothing reads a
 // clock, so a run replays exactly for a given seed and call sequence.
 //
-// Marking (Zhu et al., SIGCOMM 2015, section 4):
+// Marking (the RED/ECN profile of Zhu et al., SIGCOMM 2015):
 //   q <= kmin: never; kmin < q <= kmax: pmax * (q - kmin) / (kmax - kmin); q > kmax: always.
 // q is measured either when the packet arrives (kEnqueue, the default: bytes
 // ahead of it; EnqueueResult::ce_marked says) or when it leaves (kDequeue:

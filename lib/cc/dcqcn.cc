@@ -6,7 +6,7 @@
 namespace droce::cc {
 
 DcqcnParams PaperProfile(uint64_t line_rate_bps) {
-  // Zhu et al., SIGCOMM 2015, section 6.1 ("parameters"): Kmin=5 KB, Kmax=200 KB,
+  // Zhu et al., SIGCOMM 2015, the recommended parameters: Kmin=5 KB, Kmax=200 KB,
   // Pmax=1 % (switch side, see Bottleneck), g=1/256, N (CNP interval)=50 us,
   // K (alpha timer)=55 us, T (rate-increase timer)=55 us, B=10 MB, F=5,
   // R_AI=40 Mb/s. The paper does not list R_HAI; QCN's (802.1Qau) default is

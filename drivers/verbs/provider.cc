@@ -113,6 +113,24 @@ Runtime* EnsureRuntime(DroceContext* ctx) {
 
 Runtime* Rt(ibv_context* c) { return ToCtx(c)->rt; }
 
+// A provider object, or null with errno ENOMEM (verbs' way to fail).
+template <typename T>
+T* New() {
+  T* p = new (std::nothrow) T{};
+  if (p == nullptr) errno = ENOMEM;
+  return p;
+}
+
+// Runs a destroy verb on the device under the lock: 0, EBUSY while the
+// object is still in use, or the errno of the failure.
+template <typename Fn>
+int DestroyLocked(Runtime* rt, Fn destroy) {
+  std::lock_guard<std::mutex> lock(rt->mu);
+  const absl::Status s = destroy();
+  if (s.ok()) return 0;
+  return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
+}
+
 // ---------------------------------------------------------------- device
 
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
@@ -192,11 +210,8 @@ ibv_pd* AllocPd(ibv_context* context) {
   DroceContext* ctx = ToCtx(context);
   Runtime* rt = EnsureRuntime(ctx);
   if (rt == nullptr) return nullptr;
-  auto* pd = new (std::nothrow) DrocePd{};
-  if (pd == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* pd = New<DrocePd>();
+  if (pd == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(rt->mu);
   pd->id = rt->dev().AllocPd();
   pd->pd.context = context;
@@ -207,13 +222,9 @@ ibv_pd* AllocPd(ibv_context* context) {
 int DeallocPd(ibv_pd* ibpd) {
   auto* pd = reinterpret_cast<DrocePd*>(ibpd);
   Runtime* rt = Rt(ibpd->context);
-  {
-    std::lock_guard<std::mutex> lock(rt->mu);
-    absl::Status s = rt->dev().DeallocPd(pd->id);
-    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
-  }
-  delete pd;
-  return 0;
+  const int err = DestroyLocked(rt, [&] { return rt->dev().DeallocPd(pd->id); });
+  if (err == 0) delete pd;
+  return err;
 }
 
 constexpr int kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
@@ -232,11 +243,8 @@ ibv_mr* RegMr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acce
     errno = EINVAL;
     return nullptr;
   }
-  auto* mr = new (std::nothrow) verbs_mr{};
-  if (mr == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* mr = New<verbs_mr>();
+  if (mr == nullptr) return nullptr;
   Runtime* rt = Rt(ibpd->context);
   absl::StatusOr<mem::MrKeys> keys;
   {
@@ -262,13 +270,9 @@ ibv_mr* RegMr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acce
 
 int DeregMr(verbs_mr* vmr) {
   Runtime* rt = Rt(vmr->ibv_mr.context);
-  {
-    std::lock_guard<std::mutex> lock(rt->mu);
-    absl::Status s = rt->dev().DeregMr(vmr->ibv_mr.lkey);
-    if (!s.ok()) return ErrnoOf(s);
-  }
-  delete vmr;
-  return 0;
+  const int err = DestroyLocked(rt, [&] { return rt->dev().DeregMr(vmr->ibv_mr.lkey); });
+  if (err == 0) delete vmr;
+  return err;
 }
 
 // ---------------------------------------------------------------- CQ
@@ -298,11 +302,8 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int c
   }
   Runtime* rt = EnsureRuntime(ctx);
   if (rt == nullptr) return nullptr;
-  auto* cq = new (std::nothrow) DroceCq{};
-  if (cq == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* cq = New<DroceCq>();
+  if (cq == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(rt->mu);
   absl::StatusOr<uint32_t> id = rt->dev().CreateCq(static_cast<uint32_t>(cqe));
   if (!id.ok()) {
@@ -324,14 +325,13 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int c
 int DestroyCq(ibv_cq* ibcq) {
   DroceCq* cq = ToCq(ibcq);
   Runtime* rt = Rt(ibcq->context);
-  {
-    std::lock_guard<std::mutex> lock(rt->mu);
+  const int err = DestroyLocked(rt, [&] {
     absl::Status s = rt->dev().DestroyCq(cq->id);
-    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
-    rt->UnwatchCq(cq->id);
-  }
-  delete cq;
-  return 0;
+    if (s.ok()) rt->UnwatchCq(cq->id);
+    return s;
+  });
+  if (err == 0) delete cq;
+  return err;
 }
 
 void ToWc(const queue::Completion& c, ibv_wc* wc) {
@@ -390,11 +390,8 @@ ibv_srq* CreateSrq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
     return nullptr;
   }
   Runtime* rt = Rt(ibpd->context);
-  auto* srq = new (std::nothrow) DroceSrq{};
-  if (srq == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* srq = New<DroceSrq>();
+  if (srq == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(rt->mu);
   absl::StatusOr<uint32_t> id = rt->dev().CreateSrq(init->attr.max_wr);
   if (!id.ok()) {
@@ -430,13 +427,9 @@ int QuerySrq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
 int DestroySrq(ibv_srq* ibsrq) {
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  {
-    std::lock_guard<std::mutex> lock(rt->mu);
-    absl::Status s = rt->dev().DestroySrq(srq->id);
-    if (!s.ok()) return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
-  }
-  delete srq;
-  return 0;
+  const int err = DestroyLocked(rt, [&] { return rt->dev().DestroySrq(srq->id); });
+  if (err == 0) delete srq;
+  return err;
 }
 
 // Copies a verbs receive WR; EINVAL for more SGEs than the device has.
@@ -451,20 +444,27 @@ int ToRecvWr(const ibv_recv_wr* in, RecvWr* out) {
   return 0;
 }
 
-int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
-  Runtime* rt = Rt(ibsrq->context);
+// Posts a receive WR list with `post`; stops at the first failure, which
+// *bad names (those before it stay posted, as verbs specifies).
+template <typename PostFn>
+int PostRecvList(Runtime* rt, ibv_recv_wr* wr, ibv_recv_wr** bad, PostFn post) {
   std::lock_guard<std::mutex> lock(rt->mu);
   for (; wr != nullptr; wr = wr->next) {
     RecvWr r;
     int err = ToRecvWr(wr, &r);
-    if (err == 0) err = rt->dev().PostSrqRecv(srq->id, r);
+    if (err == 0) err = post(r);
     if (err != 0) {
       *bad = wr;
       return err;
     }
   }
   return 0;
+}
+
+int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
+  Runtime* rt = Rt(ibsrq->context);
+  return PostRecvList(rt, wr, bad, [&](const RecvWr& r) { return rt->dev().PostSrqRecv(srq->id, r); });
 }
 
 // ---------------------------------------------------------------- QP
@@ -520,11 +520,8 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   init.caps.max_recv_sge = transport::kMaxSge;
   init.caps.max_inline_data = transport::kMaxInlineData;
   init.caps.sq_sig_all = attr->sq_sig_all != 0;
-  auto* qp = new (std::nothrow) DroceQp{};
-  if (qp == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* qp = New<DroceQp>();
+  if (qp == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(rt->mu);
   absl::StatusOr<uint32_t> qpn = rt->dev().CreateQp(init);
   if (!qpn.ok()) {
@@ -711,11 +708,8 @@ int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
 int DestroyQp(ibv_qp* ibqp) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  {
-    std::lock_guard<std::mutex> lock(rt->mu);
-    absl::Status s = rt->dev().DestroyQp(qp->qpn);
-    if (!s.ok()) return ErrnoOf(s);
-  }
+  const int err = DestroyLocked(rt, [&] { return rt->dev().DestroyQp(qp->qpn); });
+  if (err != 0) return err;
   pthread_mutex_destroy(&ibqp->mutex);
   pthread_cond_destroy(&ibqp->cond);
   delete qp;
@@ -782,17 +776,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     return EINVAL;
   }
   Runtime* rt = Rt(ibqp->context);
-  std::lock_guard<std::mutex> lock(rt->mu);
-  for (; wr != nullptr; wr = wr->next) {
-    RecvWr r;
-    int err = ToRecvWr(wr, &r);
-    if (err == 0) err = rt->dev().PostRecv(qp->qpn, r);
-    if (err != 0) {
-      *bad = wr;
-      return err;
-    }
-  }
-  return 0;
+  return PostRecvList(rt, wr, bad, [&](const RecvWr& r) { return rt->dev().PostRecv(qp->qpn, r); });
 }
 
 // ---------------------------------------------------------------- ibv_wr_* API
@@ -846,34 +830,29 @@ void WrSendImm(ibv_qp_ex* qpx, __be32 imm) { NewWr(qpx, transport::WrOpcode::kSe
 void WrSendInv(ibv_qp_ex* qpx, uint32_t rkey) {
   NewWr(qpx, transport::WrOpcode::kSendWithInv)->invalidate_rkey = rkey;
 }
-void WrRdmaWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  SendWr* w = NewWr(qpx, transport::WrOpcode::kRdmaWrite);
+// A WR that targets remote memory (RDMA and atomics).
+SendWr* NewRemoteWr(ibv_qp_ex* qpx, transport::WrOpcode op, uint32_t rkey, uint64_t addr) {
+  SendWr* w = NewWr(qpx, op);
   w->rkey = rkey;
   w->remote_addr = addr;
+  return w;
+}
+void WrRdmaWrite(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
+  NewRemoteWr(qpx, transport::WrOpcode::kRdmaWrite, rkey, addr);
 }
 void WrRdmaWriteImm(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, __be32 imm) {
-  SendWr* w = NewWr(qpx, transport::WrOpcode::kRdmaWriteWithImm);
-  w->rkey = rkey;
-  w->remote_addr = addr;
-  w->imm_data = imm;
+  NewRemoteWr(qpx, transport::WrOpcode::kRdmaWriteWithImm, rkey, addr)->imm_data = imm;
 }
 void WrRdmaRead(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr) {
-  SendWr* w = NewWr(qpx, transport::WrOpcode::kRdmaRead);
-  w->rkey = rkey;
-  w->remote_addr = addr;
+  NewRemoteWr(qpx, transport::WrOpcode::kRdmaRead, rkey, addr);
 }
 void WrCmpSwp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
-  SendWr* w = NewWr(qpx, transport::WrOpcode::kAtomicCmpAndSwp);
-  w->rkey = rkey;
-  w->remote_addr = addr;
+  SendWr* w = NewRemoteWr(qpx, transport::WrOpcode::kAtomicCmpAndSwp, rkey, addr);
   w->compare_add = compare;
   w->swap = swap;
 }
 void WrFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
-  SendWr* w = NewWr(qpx, transport::WrOpcode::kAtomicFetchAndAdd);
-  w->rkey = rkey;
-  w->remote_addr = addr;
-  w->compare_add = add;
+  NewRemoteWr(qpx, transport::WrOpcode::kAtomicFetchAndAdd, rkey, addr)->compare_add = add;
 }
 void WrLocalInv(ibv_qp_ex* qpx, uint32_t rkey) { NewWr(qpx, transport::WrOpcode::kLocalInv)->invalidate_rkey = rkey; }
 

@@ -234,6 +234,9 @@ int main(int argc, char** argv) {
   if (opt.role == "server") {
     // READ targets: slot k holds message k's pattern for the whole run.
     for (uint32_t k = 0; k < opt.outstanding; ++k) FillPattern(session.slot(k), opt.size, k);
+    // atomic_bw's counter must be zero before the peer can reach it: the
+    // client's first atomics may arrive before this side's engine starts.
+    if (opt.fwd == "atomic_bw") std::memset(session.slot(0), 0, 8);
   }
   const bool raw = opt.fwd.rfind("raw_", 0) == 0;  // baselines bypass droce: no QP to connect
   if (!raw) {

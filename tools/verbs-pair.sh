@@ -44,8 +44,9 @@ if [ "${WIRE:-memif}" = veth ]; then
 else
   wire0=(type memif socket "$run/wire.sock" role server) wire1=(type memif socket "$run/wire.sock" role client)
 fi
-"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" >/dev/null || exit 2
-"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" >/dev/null || exit 2
+# lid-peer: LID-addressed QPs (qperf's) reach the other end of the wire.
+"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" lid-peer 10.0.0.2 >/dev/null || exit 2
+"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" lid-peer 10.0.0.1 >/dev/null || exit 2
 eval "$("$ctl" env)"
 t=${PAIR_TIMEOUT:-60}
 timeout "$t" "${wrap_s[@]}" bash -c "$1" >"$run/server.log" 2>&1 &

@@ -36,6 +36,7 @@ constexpr char kUsage[] =
     "  link show [NAME]\n"
     "  env            print the environment a verbs program needs\n"
     "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
+    "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
     "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\", set KEY=VALUE\n"
     "Devices live under --run-dir (default $DROCE_RUN_DIR or /run/droce).\n";
 
@@ -108,6 +109,10 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       auto m = ParseMac(v);
       if (!m.ok()) return Fail(std::string(m.status().message()));
       f.dev.mac = *m;
+    } else if (k == "lid-peer") {
+      auto g = ParseIpAsGid(v);
+      if (!g.ok()) return Fail(std::string(g.status().message()));
+      sets.push_back("lid_peer=" + v);
     } else if (k == "neighbor") {
       sets.push_back("neighbor=" + v);
     } else if (k == "mtu") {

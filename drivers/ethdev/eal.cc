@@ -78,6 +78,16 @@ absl::Status ProbeVdev(const std::string& vdev) {
   return absl::OkStatus();
 }
 
+absl::Status RemoveVdev(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_started) return absl::FailedPreconditionError("EAL not started");
+  const int ret = rte_eal_hotplug_remove("vdev", name.c_str());
+  if (ret < 0) {
+    return absl::UnavailableError(absl::StrFormat("removing %s failed: %s", name, rte_strerror(-ret)));
+  }
+  return absl::OkStatus();
+}
+
 bool EalStarted() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_started;

@@ -30,6 +30,8 @@ absl::Status StartEal(const EalConfig& config);
 absl::Status StartEalFromArgs(int argc, char** argv, int* consumed);
 // Adds a virtual device to a running EAL (a second droce device in a process).
 absl::Status ProbeVdev(const std::string& vdev);
+// Removes a virtual device (after its port was closed) so it can be probed again.
+absl::Status RemoveVdev(const std::string& name);
 bool EalStarted();
 void StopEal();
 

@@ -33,7 +33,12 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   int rc = rte_eth_dev_configure(port, 1, 1, &conf);
   if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, c.rx_ring, rte_eth_dev_socket_id(port), nullptr, pool);
   if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, c.tx_ring, rte_eth_dev_socket_id(port), nullptr);
-  if (rc == 0) rc = rte_eth_dev_start(port);
+  if (rc == 0) {
+    rc = rte_eth_dev_start(port);
+    // A memif client whose server is not listening yet fails to start; its
+    // owner restarts it later (Reconnect) instead of giving up.
+    if (rc != 0 && c.start_may_fail) rc = 0;
+  }
   if (rc != 0) {
     rte_mempool_free(pool);
     return absl::UnavailableError(absl::StrFormat("setting up port %s: %s", c.name, rte_strerror(-rc)));

@@ -20,6 +20,7 @@ struct PortConfig {
   uint32_t mbufs = 8191;     // pool size: rx + tx rings + frames in flight
   uint16_t rx_ring = 1024;
   uint16_t tx_ring = 1024;
+  bool start_may_fail = false;  // open anyway (link down) if starting fails
 };
 
 struct PortStats {

@@ -222,6 +222,11 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 0, 63);
       if (!x.ok()) return fail(x.status());
       f.dev.cnp_dscp = static_cast<uint8_t>(*x);
+    } else if (key == "lid_peer") {
+      auto g = ParseIpAsGid(v);
+      if (!g.ok()) return fail(g.status());
+      f.has_lid_peer = true;
+      f.lid_peer = *g;
     } else if (key == "dcqcn") {
       if (v != "off" && v != "paper" && v != "mlx5") {
         return fail(absl::InvalidArgumentError(absl::StrCat("dcqcn: expected off, paper or mlx5, got '", v, "'")));
@@ -277,6 +282,7 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         f.dev.cnp_enabled ? "on" : "off", f.dev.min_time_between_cnps_ns / 1000, f.dev.cnp_dscp);
   absl::StrAppendFormat(&out, "broadcast_unresolved=%s\n", f.dev.broadcast_unresolved ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
+  if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\n", f.progress.spins,
                         f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,

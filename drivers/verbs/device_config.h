@@ -39,6 +39,11 @@ struct DeviceFile {
   core::DeviceConfig dev;
   std::vector<std::pair<core::Gid, core::Mac>> neighbors;
   ProgressConfig progress;
+  // The one peer of a point-to-point wire: an address vector without a GRH
+  // (LID addressing, as qperf's RC tests use) goes here instead of failing
+  // with EINVAL as on a RoCE fabric. Unset: RoCE rules.
+  bool has_lid_peer = false;
+  core::Gid lid_peer{};
   std::string dcqcn = "off";     // reaction point profile: off | paper | mlx5
   double dcqcn_line_rate_gbps = 100;
 

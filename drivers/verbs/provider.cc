@@ -619,12 +619,23 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_PKEY_INDEX && attr->pkey_index != 0) return EINVAL;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = attr->ah_attr;
-    if (!ah.is_global) return EINVAL;  // RoCE addresses by GID: the GRH is mandatory
-    std::memcpy(a.ah.dgid.data(), ah.grh.dgid.raw, 16);
-    a.ah.sgid_index = ah.grh.sgid_index;
-    a.ah.hop_limit = ah.grh.hop_limit != 0 ? ah.grh.hop_limit : 64;
-    a.ah.traffic_class = ah.grh.traffic_class;
-    a.ah.flow_label = ah.grh.flow_label;
+    const DeviceFile& file = *ToCtx(ibqp->context)->file;
+    if (ah.is_global) {
+      std::memcpy(a.ah.dgid.data(), ah.grh.dgid.raw, 16);
+      a.ah.sgid_index = ah.grh.sgid_index;
+    } else if (file.has_lid_peer) {
+      // LID addressing on a point-to-point wire: the wire's one peer, from our
+      // GID of the same IP version (1: IPv4, 2: IPv6).
+      a.ah.dgid = file.lid_peer;
+      a.ah.sgid_index = file.lid_peer[10] == 0xff && file.lid_peer[11] == 0xff ? 1 : 2;
+    } else {
+      return EINVAL;  // RoCE addresses by GID: the GRH is mandatory
+    }
+    if (ah.is_global) {
+      a.ah.hop_limit = ah.grh.hop_limit != 0 ? ah.grh.hop_limit : 64;
+      a.ah.traffic_class = ah.grh.traffic_class;
+      a.ah.flow_label = ah.grh.flow_label;
+    }
   }
   if (mask & IBV_QP_PATH_MTU) {
     a.path_mtu = transport::MtuEnumToBytes(attr->path_mtu);

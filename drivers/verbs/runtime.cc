@@ -120,12 +120,13 @@ absl::Status Runtime::Start() {
     absl::Status s = ethdev::ProbeVdev(file_.vdev);
     if (!s.ok()) return s;
   }
+  memif_client_ = file_.vdev.rfind("net_memif", 0) == 0 && file_.vdev.find("role=client") != std::string::npos;
   ethdev::PortConfig pc;
   pc.name = file_.port_name();
+  pc.start_may_fail = memif_client_;
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();
   port_ = std::move(*port);
-  memif_client_ = file_.vdev.rfind("net_memif", 0) == 0 && file_.vdev.find("role=client") != std::string::npos;
   next_reconnect_ns_ = NowNs() + 100'000'000;
   link_up_ = port_->RefreshLink();
   dev_ = std::make_unique<core::Device>(file_.dev, port_.get());
@@ -149,6 +150,9 @@ void Runtime::Stop() {
     dev_.reset();
     if (port_) port_->Stop();
     port_.reset();
+    // A program may open the device again (qperf does per test): the vdev
+    // must go too, or probing it again fails.
+    (void)ethdev::RemoveVdev(file_.port_name());
   }
   if (event_socket_ >= 0) close(event_socket_);
 }

@@ -54,6 +54,16 @@ check "ib_read_lat" "$pair" "ib_read_lat -d droce0 -x 1 -n 1000" "ib_read_lat -d
 check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -d droce0 -x 2 -D 1" "ib_write_bw -d droce1 -x 2 -D 1 127.0.0.1"
 check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
 
+# qperf's RC tests address the peer by LID only (no GID in their exchange):
+# the devices' lid-peer (the wire's other end) makes them work on droce.
+qperf_pair() {
+  local out; out=$("$pair" "timeout 50 qperf" "qperf 127.0.0.1 -li droce1:1 -ri droce0:1 -t 1 $1 rc_bw rc_lat; pkill -x qperf; true") || true
+  echo "$out"
+  grep -qE '^ +bw += +[0-9.]+ [GMK]B/sec' <<<"$out" && grep -qE '^ +latency += +[0-9.]+ (us|ms)' <<<"$out"
+}
+check "qperf rc_bw rc_lat (events)" qperf_pair ""
+check "qperf rc_bw rc_lat -cp1 (polling)" qperf_pair "-cp1"
+
 # The lab's program using every RC opcode (zero-length, immediate, inline,
 # atomics), then again with the server's receives posted late: RNR NAKs.
 if [ -n "${RXE_OPS:-}" ]; then

@@ -11,7 +11,7 @@ namespace droce::transport {
 
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kMaxInlineData = 256;
-inline constexpr uint32_t kMaxRdAtomic = 16;
+inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: peers (perftest) may ask for that many
 
 enum class WrOpcode : uint8_t {
   kRdmaWrite = 0,

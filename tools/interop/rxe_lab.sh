@@ -51,6 +51,7 @@ droce_server() {  # name, droce cmd, guest cmd
   record "$1" "droce server, rxe client" "$([ $rc -eq 0 ] && [ $grc -eq 0 ] && echo pass || echo "FAIL ($rc/$grc)") $(echo "$g" | grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' ')"
 }
 
+guest_kernel=$("$lab" exec 1 'uname -r' 2>/dev/null | tail -1)
 "$lab" capture start interop >/dev/null
 rxe_server "ibv_rc_pingpong" "ibv_rc_pingpong -d rxe0 -g 1 -n 200" "ibv_rc_pingpong -d droce0 -g 1 -n 200 192.168.77.11" 18515
 droce_server "ibv_rc_pingpong" "ibv_rc_pingpong -d droce0 -g 1 -n 200" "ibv_rc_pingpong -d rxe0 -g 1 -n 200 192.168.77.1"
@@ -69,9 +70,10 @@ echo "$check"
   echo "# Interop with Linux Soft-RoCE (rxe)"
   echo
   echo "Run by \`tools/interop/rxe_lab.sh\` on $(date -u +%Y-%m-%d): droce (af_packet on the lab's lab0, path MTU 1024)"
-  echo "against rxe in a Debian 12 guest (kernel $(uname -r | cut -d- -f1) family, rdma-core 44) of \`shared/rocelab\`,"
+  echo "against rxe in a Debian 12 guest (kernel $guest_kernel, rdma-core 44) of \`shared/rocelab\`,"
   echo "unmodified programs on both sides. The guest is emulated (TCG): bandwidths say nothing about either"
-  echo "stack's speed, only that data moved."
+  echo "stack's speed, only that data moved. Results: pingpong time per iteration; perftest's"
+  echo "bytes, iterations, peak and average MB/s."
   echo
   echo "| program | roles | result |"
   echo "| --- | --- | --- |"

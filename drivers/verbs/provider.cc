@@ -531,6 +531,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   qp->qpn = *qpn;
   ibv_qp& q = qp->vqp.qp;
+  rt->WatchQp(*qpn, reinterpret_cast<uintptr_t>(&q), ToCtx(context)->async_write_fd);
   q.context = context;
   q.qp_context = attr->qp_context;
   q.pd = attr->pd;
@@ -661,6 +662,8 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
   }
   std::lock_guard<std::mutex> lock(rt->mu);
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) rt->RearmQp(qp->qpn);  // may fail again
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
   if (!s.ok()) return ErrnoOf(s);
   return 0;
@@ -719,7 +722,11 @@ int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
 int DestroyQp(ibv_qp* ibqp) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  const int err = DestroyLocked(rt, [&] { return rt->dev().DestroyQp(qp->qpn); });
+  const int err = DestroyLocked(rt, [&] {
+    absl::Status s = rt->dev().DestroyQp(qp->qpn);
+    if (s.ok()) rt->UnwatchQp(qp->qpn);
+    return s;
+  });
   if (err != 0) return err;
   pthread_mutex_destroy(&ibqp->mutex);
   pthread_cond_destroy(&ibqp->cond);

@@ -186,7 +186,10 @@ void Runtime::PrintStats() {
 }
 
 uint32_t Runtime::PollLocked(uint64_t now_ns) {
-  if (now_ns >= next_link_check_ns_) CheckLink(now_ns);
+  if (now_ns >= next_link_check_ns_) {
+    CheckLink(now_ns);
+    CheckQps();  // once a millisecond, like the link
+  }
   const uint32_t work = dev_->Poll(now_ns);
   if (!watches_.empty()) DeliverEvents();
   return work;
@@ -267,6 +270,39 @@ bool Runtime::ResolveNeighbor(const core::Gid& gid) {
 void Runtime::WatchCq(const CqWatch& w) {
   watches_.push_back(w);
   watches_.back().seen_notifications = dev_->cq(w.cq_id)->notifications();
+}
+
+void Runtime::WatchQp(uint32_t qpn, uint64_t handle, int async_write_fd) {
+  qp_watches_.push_back({qpn, handle, async_write_fd, false});
+}
+
+void Runtime::UnwatchQp(uint32_t qpn) {
+  std::erase_if(qp_watches_, [&](const QpWatch& w) { return w.qpn == qpn; });
+}
+
+void Runtime::NoteQpErrorByUser(uint32_t qpn) {
+  for (QpWatch& w : qp_watches_) {
+    if (w.qpn == qpn) w.reported = true;
+  }
+}
+
+void Runtime::RearmQp(uint32_t qpn) {
+  for (QpWatch& w : qp_watches_) {
+    if (w.qpn == qpn) w.reported = false;
+  }
+}
+
+void Runtime::CheckQps() {
+  for (QpWatch& w : qp_watches_) {
+    if (w.reported || w.async_write_fd < 0) continue;
+    const transport::RcQp* q = dev_->qp(w.qpn);
+    if (q == nullptr || q->state() != transport::QpState::kErr) continue;
+    w.reported = true;
+    droce_async_event_desc ev{w.handle, IBV_EVENT_QP_FATAL, 0};
+    if (write(w.async_write_fd, &ev, sizeof ev) == sizeof ev) {
+      stats_.async_events.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 }
 
 void Runtime::UnwatchCq(uint32_t cq_id) {

@@ -72,6 +72,13 @@ class Runtime {
   void WatchCq(const CqWatch& w);
   void UnwatchCq(uint32_t cq_id);
   void ArmCq(uint32_t cq_id);
+  // QPs whose transport errors (retry exhausted, a NAK that ends the
+  // connection) raise IBV_EVENT_QP_FATAL on async_fd; a move to ERR the
+  // program asked for does not.
+  void WatchQp(uint32_t qpn, uint64_t handle, int async_write_fd);
+  void UnwatchQp(uint32_t qpn);
+  void NoteQpErrorByUser(uint32_t qpn);
+  void RearmQp(uint32_t qpn);
 
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, comp_events{0}, async_events{0};
@@ -92,6 +99,14 @@ class Runtime {
   std::unique_ptr<ethdev::EthdevPort> port_;
   std::unique_ptr<core::Device> dev_;
   std::vector<CqWatch> watches_;
+  struct QpWatch {
+    uint32_t qpn;
+    uint64_t handle;
+    int async_write_fd;
+    bool reported;
+  };
+  std::vector<QpWatch> qp_watches_;
+  void CheckQps();
   int event_socket_ = -1;  // sends completion events to channels
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;

@@ -5,7 +5,10 @@
 // protection errors.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstdlib>
@@ -374,6 +377,23 @@ TEST_F(VerbsApi, ProtectionErrorsCompleteWithTheirStatusAndFlush) {
   ibv_qp_init_attr init{};
   ASSERT_EQ(ibv_query_qp(c, &attr, IBV_QP_STATE, &init), 0);
   EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+
+  // The transport put c (and a, by its local error) in ERR: the program
+  // learns it through ibv_get_async_event, as from a kernel provider.
+  std::vector<ibv_qp*> fatal;
+  pollfd pfd{ctx_->async_fd, POLLIN, 0};
+  for (int tries = 0; fatal.size() < 2 && tries < 200; ++tries) {
+    ibv_poll_cq(cq_, 0, nullptr);  // let the dataplane run its periodic checks
+    if (poll(&pfd, 1, 10) <= 0) continue;
+    ibv_async_event ev{};
+    ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+    fatal.push_back(ev.element.qp);
+    ibv_ack_async_event(&ev);
+  }
+  EXPECT_NE(std::find(fatal.begin(), fatal.end(), c), fatal.end());
+  EXPECT_NE(std::find(fatal.begin(), fatal.end(), a), fatal.end());
+  EXPECT_EQ(std::find(fatal.begin(), fatal.end(), d), fatal.end());  // the responder is fine
 }
 
 TEST_F(VerbsApi, ExtendedPostSendApi) {

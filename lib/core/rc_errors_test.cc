@@ -233,3 +233,33 @@ TEST(RcErrors, UnsignaledWrsCompleteSilentlyAndInOrder) {
 
 }  // namespace
 }  // namespace droce::core
+
+namespace droce::core {
+namespace {
+using namespace droce::core::testing;
+using transport::WrOpcode;
+
+// A receiver that posts its receives slowly answers a window of SENDs with an
+// RNR NAK and then, for the SENDs already in flight behind it, one sequence
+// NAK. Those sequence NAKs are an echo of the RNR, not loss: they must not
+// use up retry_cnt (perftest's ib_send_bw hit RETRY_EXC_ERR this way).
+TEST(RcErrors, RnrWithSendsInFlightDoesNotExhaustRetries) {
+  RcPair pair({}, 1, 1024, 1 << 20, 0, 0, 8, /*retry=*/2, /*rnr_retry=*/7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  constexpr int kSends = 64;
+  for (int i = 0; i < kSends; ++i) {
+    ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(i, WrOpcode::kSend, a, 0, 64, b, 0)), 0);
+  }
+  std::vector<Completion> ca, cb;
+  for (int posted = 0; posted < kSends; posted += 4) {
+    for (int k = 0; k < 4; ++k) ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(posted + k, b, 4096, 64)), 0);
+    pair.Run(&ca, kSends, &cb, posted + 4, 2'000'000);
+  }
+  ASSERT_TRUE(pair.Run(&ca, kSends, &cb, kSends));
+  for (const Completion& c : ca) EXPECT_EQ(c.status, WcStatus::kSuccess) << WcStatusName(c.status);
+  EXPECT_GT(a.dev->qp(a.qpn)->counters().rnr_naks_received, 0u);
+}
+
+}  // namespace
+}  // namespace droce::core

@@ -91,6 +91,7 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
 // Forward progress restores the retry budgets and restarts the ACK timer.
 void RcQp::NoteProgress(uint64_t now) {
   implied_nak_pending_ = false;
+  rnr_nak_pending_ = false;
   retry_left_ = attr_.retry_cnt;
   rnr_retry_left_ = attr_.rnr_retry;
   progress_since_retry_ = true;
@@ -169,6 +170,8 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
           return;
         }
         if (rnr_retry_left_ != 7) --rnr_retry_left_;  // 7 means retry forever
+        rnr_nak_pending_ = true;
+        rnr_nak_psn_ = psn;
         rnr_resume_at_ = now + RnrTimerNs(SyndromeValue(syn));
         RetryFrom(psn);
         retransmit_deadline_ = 0;
@@ -180,6 +183,10 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
         if (state_ == QpState::kErr || sq_.empty()) return;
         const uint8_t code = SyndromeValue(syn);
         if (code == kNakPsnSequenceError) {
+          // The responder also NAKs the packets that were in flight behind a
+          // request it answered with RNR NAK: that sequence NAK names the
+          // RNR'd PSN and is its echo, not a loss; the RNR wait resends them.
+          if (rnr_nak_pending_ && psn == rnr_nak_psn_) return;
           if (!progress_since_retry_) {
             if (retry_left_ == 0) {
               FailWqe(sq_.front(), WcStatus::kRetryExcErr);

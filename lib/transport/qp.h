@@ -231,6 +231,8 @@ class RcQp {
   uint32_t rd_atomic_outstanding_ = 0;
   uint8_t retry_left_ = 7;
   uint8_t rnr_retry_left_ = 7;
+  bool rnr_nak_pending_ = false;  // an RNR NAK for rnr_nak_psn_ not yet followed by progress
+  uint32_t rnr_nak_psn_ = 0;
   uint64_t retransmit_deadline_ = 0;  // 0: not armed
   uint64_t rnr_resume_at_ = 0;        // 0: not waiting for an RNR timer
   uint32_t packets_since_ack_req_ = 0;

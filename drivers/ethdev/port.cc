@@ -52,11 +52,11 @@ EthdevPort::~EthdevPort() {
   rte_mempool_free(pool_);
 }
 
-void EthdevPort::Stop() {
+void EthdevPort::Stop(bool close) {
   if (!started_) return;
   started_ = false;
   rte_eth_dev_stop(port_);
-  rte_eth_dev_close(port_);
+  if (close) rte_eth_dev_close(port_);
 }
 
 bool EthdevPort::Reconnect() {

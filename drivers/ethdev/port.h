@@ -53,7 +53,9 @@ class EthdevPort final : public pktio::BurstIo {
   bool WaitLinkUp(int timeout_ms);
   uint16_t port_id() const { return port_; }
   const PortStats& stats() const { return stats_; }
-  void Stop();
+  // Stops the port and closes it; close=false leaves closing to whoever
+  // removes the vdev (hot-unplug closes it; closing twice frees twice).
+  void Stop(bool close = true);
 
  private:
   EthdevPort(uint16_t port, rte_mempool* pool) : port_(port), pool_(pool) {}

@@ -148,11 +148,11 @@ void Runtime::Stop() {
     }
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') PrintStats();
     dev_.reset();
-    if (port_) port_->Stop();
-    port_.reset();
     // A program may open the device again (qperf does per test): the vdev
-    // must go too, or probing it again fails.
+    // must go too, or probing it again fails. Removing it closes the port.
+    if (port_) port_->Stop(/*close=*/false);
     (void)ethdev::RemoveVdev(file_.port_name());
+    port_.reset();
   }
   if (event_socket_ >= 0) close(event_socket_);
 }

@@ -61,6 +61,7 @@ constexpr const char kUsage[] =
     "  --drop-rate P          drop transmitted frames with probability P, 0..0.5 (0)\n"
     "  --seed N               seed for --drop-rate (1)\n"
     "  --pcap-out FILE        write every frame sent and received to a pcap file\n"
+    "  --stats-period S       print a stats line every S seconds while running (0: off)\n"
     "  --dcqcn off|paper|mlx5 DCQCN reaction point profile (off)\n"
     "  --line-rate-gbps G     the reaction point's line rate (100)\n"
     "  --bottleneck-gbps G    emulated congestion point on the transmit path at G Gb/s (none)\n"
@@ -158,6 +159,7 @@ Options ParseOptions(int argc, char** argv) {
       if (v != "off" && v != "paper" && v != "mlx5") Fail("--dcqcn: expected off, paper or mlx5, got '" + v + "'");
       o.dcqcn = v;
     }
+    else if (k == "--stats-period") o.stats_period = ParseNumber(k, v, 0, 3600);
     else if (k == "--line-rate-gbps") o.line_rate_gbps = ParseNumber(k, v, 0.01, 1000);
     else if (k == "--bottleneck-gbps") o.bottleneck_gbps = ParseNumber(k, v, 0.001, 1000);
     else if (k == "--kmin-kb") o.kmin_kb = ParseNumber(k, v, 0, 1e6);

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -64,8 +65,30 @@ uint64_t Session::NowNs() const {
   return uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+void Session::MaybePrintStats(uint64_t now) {
+  if (opt.stats_period <= 0) return;
+  if (next_stats_ns_ == 0) {
+    next_stats_ns_ = now + static_cast<uint64_t>(opt.stats_period * 1e9);
+    last_stats_ns_ = now;
+    return;
+  }
+  if (now < next_stats_ns_) return;
+  const double secs = double(now - last_stats_ns_) / 1e9;
+  const core::DeviceCounters& c = dev->counters();
+  std::printf("stats %s: messages=%llu interval_gbps=%.3f rx_packets=%llu tx_packets=%llu rx_bad_icrc=%llu\n",
+              opt.role.c_str(), (unsigned long long)stats.messages,
+              double(stats.bytes - last_stats_bytes_) * 8 / secs / 1e9, (unsigned long long)c.rx_packets,
+              (unsigned long long)c.tx_packets, (unsigned long long)c.rx_bad_icrc());
+  std::fflush(stdout);
+  last_stats_bytes_ = stats.bytes;
+  last_stats_ns_ = now;
+  next_stats_ns_ = now + static_cast<uint64_t>(opt.stats_period * 1e9);
+}
+
 uint32_t Session::Progress() {
-  const uint32_t work = dev->Poll(NowNs());
+  const uint64_t now = NowNs();
+  MaybePrintStats(now);
+  const uint32_t work = dev->Poll(now);
   if (work > 0) {
     idle_ = 0;
   } else if (++idle_ > opt.idle_spins) {

@@ -25,7 +25,7 @@ struct Options {
   uint32_t outstanding = 16;
   uint32_t qps = 1;          // write_bw/read_bw spread slots over this many QPs
   double duration = 3;
-  double stats_period = 1;
+  double stats_period = 0;   // print a stats line this often while running (0: only at the end)
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU
   double drop_rate = 0;      // transmitted frames dropped on purpose
@@ -61,7 +61,7 @@ class Session {
   // `io` carries the frames (the port itself, or a tap around it).
   Session(const Options& opt, ethdev::EthdevPort* port, pktio::BurstIo* io);
   absl::Status Connect();     // QP to RTS, hello exchange (peer's buffer address and key)
-  uint32_t Progress();         // one poll round, with idle back-off
+  uint32_t Progress();         // one poll round, with idle back-off (and periodic stats)
   uint64_t NowNs() const;
 
   // Posts a receive for a control message.
@@ -93,6 +93,8 @@ class Session {
   uint64_t peer_slot_va(uint32_t i) const { return peer_va + uint64_t{i % opt.outstanding} * opt.size; }
 
  private:
+  void MaybePrintStats(uint64_t now);
+  uint64_t next_stats_ns_ = 0, last_stats_ns_ = 0, last_stats_bytes_ = 0;
   uint64_t ctrl_offset() const { return uint64_t{opt.outstanding} * opt.size; }
   uint32_t idle_ = 0;
   uint64_t ctrl_recv_id_ = 0;

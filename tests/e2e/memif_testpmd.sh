@@ -50,6 +50,13 @@ for profile in paper mlx5; do
     echo "FAIL dcqcn $profile"; echo "$out"; status=1
   fi
 done
+# --stats-period prints progress lines while the engine runs.
+if out=$(CLIENT_ARGS="--duration 1 --stats-period 0.25" bash "$root/tools/memif-pair.sh" --fwd write_bw --size 16384) &&
+   [ "$(echo "$out" | grep -c '^stats client: messages=')" -ge 2 ]; then
+  echo "ok   --stats-period"
+else
+  echo "FAIL --stats-period"; echo "$out"; status=1
+fi
 # --pcap-out writes a capture droce-pcap (and tshark) can read.
 pcap_dir=$(mktemp -d)
 if CLIENT_ARGS="--iterations 20 --pcap-out $pcap_dir/client.pcap" bash "$root/tools/memif-pair.sh" --fwd send_bw --size 3000 --mtu 1024 >/dev/null &&
@@ -59,7 +66,7 @@ else
   echo "FAIL --pcap-out"; status=1
 fi
 rm -rf "$pcap_dir"
-for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5"; do
+for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5" "--stats-period -1"; do
   # shellcheck disable=SC2086
   if "$DROCE_TESTPMD" --no-huge -- $bad >/dev/null 2>&1; then echo "FAIL: '$bad' accepted"; status=1; fi
   # shellcheck disable=SC2086

@@ -21,7 +21,7 @@ timeout 120 "$bin" $(eal cli client) -- --role client "$@" ${CLIENT_ARGS:-} >"$r
 client_rc=$?
 wait $server
 server_rc=$?
-grep -E '^(client|server|stats) ' "$run/client.log" "$run/server.log" | sed 's/^[^:]*://'
+grep -E '^(client|server|stats|port|device|qp) ' "$run/client.log" "$run/server.log" | sed 's/^[^:]*://'
 if [ $client_rc -ne 0 ] || [ $server_rc -ne 0 ]; then
   echo "memif pair failed (client $client_rc, server $server_rc):"
   tail -n 5 "$run/client.log" "$run/server.log"

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <ctime>
 #include <optional>
 #include <string>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "apps/testpmd/port_tap.h"
+#include "apps/testpmd/prompt.h"
 #include "apps/testpmd/session.h"
 #include "pktio/bottleneck_io.h"
 #include "drivers/ethdev/eal.h"
@@ -62,6 +64,8 @@ constexpr const char kUsage[] =
     "  --seed N               seed for --drop-rate (1)\n"
     "  --pcap-out FILE        write every frame sent and received to a pcap file\n"
     "  --stats-period S       print a stats line every S seconds while running (0: off)\n"
+    "  -i, --interactive      a prompt: show port stats, show qp, set fwd E, set mtu N, start,\n"
+    "                         clear stats, quit (start runs the engine once per connection)\n"
     "  --dcqcn off|paper|mlx5 DCQCN reaction point profile (off)\n"
     "  --line-rate-gbps G     the reaction point's line rate (100)\n"
     "  --bottleneck-gbps G    emulated congestion point on the transmit path at G Gb/s (none)\n"
@@ -118,6 +122,10 @@ Options ParseOptions(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    }
+    if (a == "-i" || a == "--interactive") {  // the one option without a value
+      o.interactive = true;
+      continue;
     }
     if (a.rfind("--", 0) != 0) Fail("unexpected argument '" + a + "'\n" + kUsage);
     if (i + 1 >= argc) Fail("missing value for " + a);
@@ -178,6 +186,69 @@ Options ParseOptions(int argc, char** argv) {
   return o;
 }
 
+// The prompt's view of the program (apps/testpmd/prompt.c calls these).
+struct PromptState {
+  Options* opt;
+  Session* session;
+  bool* connected;
+  std::function<int()> run;
+  ethdev::EthdevPort* port;
+};
+
+droce_prompt_ops MakePromptOps(PromptState* ps) {
+  droce_prompt_ops ops{};
+  ops.ctx = ps;
+  ops.show_port_stats = [](void* c) {
+    auto* p = static_cast<PromptState*>(c);
+    const ethdev::PortStats& ps_ = p->port->stats();
+    const core::DeviceCounters& d = p->session->dev->counters();
+    std::printf("port %s: link %s rx_packets=%llu rx_bytes=%llu tx_packets=%llu tx_bytes=%llu tx_full=%llu\n",
+                p->opt->port.c_str(), p->port->LinkUp() ? "up" : "down", (unsigned long long)ps_.rx_packets,
+                (unsigned long long)ps_.rx_bytes, (unsigned long long)ps_.tx_packets,
+                (unsigned long long)ps_.tx_bytes, (unsigned long long)ps_.tx_full);
+    std::printf("device: rx_packets=%llu tx_packets=%llu rx_foreign=%llu rx_unknown_qp=%llu rx_bad_icrc=%llu "
+                "rx_arp=%llu rx_cnp=%llu tx_dropped=%llu\n",
+                (unsigned long long)d.rx_packets, (unsigned long long)d.tx_packets,
+                (unsigned long long)d.rx_foreign, (unsigned long long)d.rx_unknown_qp,
+                (unsigned long long)d.rx_bad_icrc(), (unsigned long long)d.rx_arp, (unsigned long long)d.rx_cnp,
+                (unsigned long long)d.tx_dropped);
+  };
+  ops.show_qp = [](void* c) {
+    auto* p = static_cast<PromptState*>(c);
+    for (uint32_t q : p->session->qpns) {
+      const transport::RcQp* qp = p->session->dev->qp(q);
+      const transport::QpCounters& k = qp->counters();
+      std::printf("qp 0x%06x %s: tx_packets=%llu rx_packets=%llu retransmitted=%llu timeouts=%llu naks_rx=%llu "
+                  "rnr_rx=%llu naks_tx=%llu cnps_tx=%llu cnps_rx=%llu\n",
+                  q, transport::QpStateName(qp->state()), (unsigned long long)k.tx_packets,
+                  (unsigned long long)k.rx_packets, (unsigned long long)k.retransmitted_packets,
+                  (unsigned long long)k.timeouts, (unsigned long long)k.naks_received,
+                  (unsigned long long)k.rnr_naks_received, (unsigned long long)k.naks_sent,
+                  (unsigned long long)k.cnps_sent, (unsigned long long)k.cnps_received);
+    }
+  };
+  ops.clear_stats = [](void* c) { static_cast<PromptState*>(c)->session->stats = Stats{}; };
+  ops.set_fwd = [](void* c, const char* engine) {
+    static_cast<PromptState*>(c)->opt->fwd = engine;
+    return 0;
+  };
+  ops.set_mtu = [](void* c, unsigned mtu) {
+    auto* p = static_cast<PromptState*>(c);
+    if (mtu < 256 || mtu > 4096 || (mtu & (mtu - 1)) != 0) {
+      std::printf("mtu must be 256, 512, 1024, 2048 or 4096\n");
+      return -1;
+    }
+    if (*p->connected) {
+      std::printf("the QPs are connected: set mtu before the first start\n");
+      return -1;
+    }
+    p->opt->mtu = mtu;
+    return 0;
+  };
+  ops.start = [](void* c) { static_cast<PromptState*>(c)->run(); };
+  return ops;
+}
+
 uint64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -201,7 +272,7 @@ int main(int argc, char** argv) {
   for (int i = sep + 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) ParseOptions(argc - i, argv + i);
   }
-  const Options opt = ParseOptions(sep < argc ? argc - sep - 1 : 0, argv + sep + 1);
+  Options opt = ParseOptions(sep < argc ? argc - sep - 1 : 0, argv + sep + 1);  // the prompt may change fwd/mtu
   const Engine* engine = FindEngine(opt.fwd);
   int consumed = 0;
   if (absl::Status s = ethdev::StartEalFromArgs(sep, argv, &consumed); !s.ok()) Fail(std::string(s.message()));
@@ -240,65 +311,80 @@ int main(int argc, char** argv) {
     // client's first atomics may arrive before this side's engine starts.
     if (opt.fwd == "atomic_bw") std::memset(session.slot(0), 0, 8);
   }
-  const bool raw = opt.fwd.rfind("raw_", 0) == 0;  // baselines bypass droce: no QP to connect
-  if (!raw) {
-    if (absl::Status s = session.Connect(); !s.ok()) Fail(std::string(s.message()));
-  }
-  const uint64_t start = session.NowNs();
-  if (opt.role == "client") {
-    engine->client(session, start + static_cast<uint64_t>(opt.duration * 1e9));
-  } else {
-    engine->server(session);
-  }
-  const double secs = double(session.NowNs() - start) / 1e9;
-  // Let the last ACKs and the bye drain before the port goes away.
-  const uint64_t drain_until = session.NowNs() + 200'000'000;
-  while (!raw && session.NowNs() < drain_until) session.Progress();
-  Stats& st = session.stats;
-  std::printf("%s %s: messages=%llu bytes=%llu seconds=%.3f gbps=%.3f mmsgps=%.4f errors=%llu verify_failures=%llu",
-              opt.role.c_str(), engine->name, (unsigned long long)st.messages, (unsigned long long)st.bytes,
-              secs, st.bytes * 8 / secs / 1e9, st.messages / secs / 1e6, (unsigned long long)st.errors,
-              (unsigned long long)st.verify_failures);
-  if (!st.latencies_us.empty()) {
-    std::printf(" lat_us_p50=%.2f p99=%.2f p999=%.2f", Percentile(st.latencies_us, 0.5),
-                Percentile(st.latencies_us, 0.99), Percentile(st.latencies_us, 0.999));
-  }
-  transport::QpCounters qc;
-  for (uint32_t q : session.qpns) {
-    const auto& c = session.dev->qp(q)->counters();
-    qc.retransmitted_packets += c.retransmitted_packets;
-    qc.timeouts += c.timeouts;
-    qc.naks_received += c.naks_received;
-    qc.rnr_naks_received += c.rnr_naks_received;
-  }
-  std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu",
-              (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
-              (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received,
-              (unsigned long long)tap.dropped(), (unsigned long long)tap.captured());
-  {  // congestion control: CNPs both ways, the first QP's reaction point, the bottleneck
-    uint64_t cnps_tx = 0, cnps_rx = 0, ce_rx = 0;
+  bool connected = false;
+  // One run of the engine: connect (once), run, print the result line.
+  auto run_once = [&]() -> int {
+    engine = FindEngine(opt.fwd);
+    const bool raw = opt.fwd.rfind("raw_", 0) == 0;  // baselines bypass droce: no QP to connect
+    if (!raw && !connected) {
+      if (absl::Status s = session.Connect(); !s.ok()) Fail(std::string(s.message()));
+      connected = true;
+    }
+    const uint64_t start = session.NowNs();
+    if (opt.role == "client") {
+      engine->client(session, start + static_cast<uint64_t>(opt.duration * 1e9));
+    } else {
+      engine->server(session);
+    }
+    const double secs = double(session.NowNs() - start) / 1e9;
+    // Let the last ACKs and the bye drain before the port goes away.
+    const uint64_t drain_until = session.NowNs() + 200'000'000;
+    while (!raw && session.NowNs() < drain_until) session.Progress();
+    Stats& st = session.stats;
+    std::printf("%s %s: messages=%llu bytes=%llu seconds=%.3f gbps=%.3f mmsgps=%.4f errors=%llu verify_failures=%llu",
+                opt.role.c_str(), engine->name, (unsigned long long)st.messages, (unsigned long long)st.bytes,
+                secs, st.bytes * 8 / secs / 1e9, st.messages / secs / 1e6, (unsigned long long)st.errors,
+                (unsigned long long)st.verify_failures);
+    if (!st.latencies_us.empty()) {
+      std::printf(" lat_us_p50=%.2f p99=%.2f p999=%.2f", Percentile(st.latencies_us, 0.5),
+                  Percentile(st.latencies_us, 0.99), Percentile(st.latencies_us, 0.999));
+    }
+    transport::QpCounters qc;
     for (uint32_t q : session.qpns) {
       const auto& c = session.dev->qp(q)->counters();
-      cnps_tx += c.cnps_sent;
-      cnps_rx += c.cnps_received;
-      ce_rx += c.ce_marked_received;
+      qc.retransmitted_packets += c.retransmitted_packets;
+      qc.timeouts += c.timeouts;
+      qc.naks_received += c.naks_received;
+      qc.rnr_naks_received += c.rnr_naks_received;
     }
-    std::printf(" ce_rx=%llu cnps_tx=%llu cnps_rx=%llu", (unsigned long long)ce_rx, (unsigned long long)cnps_tx,
-                (unsigned long long)cnps_rx);
-    if (const cc::ReactionPoint* rp = session.dev->qp(session.qpn)->reaction_point()) {
-      std::printf(" rc_gbps=%.3f rt_gbps=%.3f alpha=%.4f", rp->current_rate_bps() / 1e9,
-                  rp->target_rate_bps() / 1e9, rp->alpha());
+    std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu",
+                (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
+                (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received,
+                (unsigned long long)tap.dropped(), (unsigned long long)tap.captured());
+    {  // congestion control: CNPs both ways, the first QP's reaction point, the bottleneck
+      uint64_t cnps_tx = 0, cnps_rx = 0, ce_rx = 0;
+      for (uint32_t q : session.qpns) {
+        const auto& c = session.dev->qp(q)->counters();
+        cnps_tx += c.cnps_sent;
+        cnps_rx += c.cnps_received;
+        ce_rx += c.ce_marked_received;
+      }
+      std::printf(" ce_rx=%llu cnps_tx=%llu cnps_rx=%llu", (unsigned long long)ce_rx, (unsigned long long)cnps_tx,
+                  (unsigned long long)cnps_rx);
+      if (const cc::ReactionPoint* rp = session.dev->qp(session.qpn)->reaction_point()) {
+        std::printf(" rc_gbps=%.3f rt_gbps=%.3f alpha=%.4f", rp->current_rate_bps() / 1e9,
+                    rp->target_rate_bps() / 1e9, rp->alpha());
+      }
+      if (bottleneck) {
+        const auto& b = bottleneck->counters();
+        std::printf(" cp_marked=%llu cp_dropped=%llu cp_port_refused=%llu cp_queue_max_kb=%.1f",
+                    (unsigned long long)b.ce_marked, (unsigned long long)b.dropped,
+                    (unsigned long long)b.port_refused, bottleneck->bottleneck().max_queue_bytes() / 1e3);
+      }
+      std::printf("\n");
     }
-    if (bottleneck) {
-      const auto& b = bottleneck->counters();
-      std::printf(" cp_marked=%llu cp_dropped=%llu cp_port_refused=%llu cp_queue_max_kb=%.1f",
-                  (unsigned long long)b.ce_marked, (unsigned long long)b.dropped,
-                  (unsigned long long)b.port_refused, bottleneck->bottleneck().max_queue_bytes() / 1e3);
-    }
-    std::printf("\n");
+    return (st.errors == 0 && st.verify_failures == 0 && st.messages > 0) ? 0 : 1;
+  };
+  int rc = 0;
+  if (opt.interactive) {
+    PromptState ps{&opt, &session, &connected, run_once, port->get()};
+    const droce_prompt_ops ops = MakePromptOps(&ps);
+    droce_prompt_run(&ops);
+  } else {
+    rc = run_once();
   }
   (*port)->Stop();
   port->reset();
   ethdev::StopEal();
-  return (st.errors == 0 && st.verify_failures == 0 && st.messages > 0) ? 0 : 1;
+  return rc;
 }

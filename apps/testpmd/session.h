@@ -25,6 +25,7 @@ struct Options {
   uint32_t outstanding = 16;
   uint32_t qps = 1;          // write_bw/read_bw spread slots over this many QPs
   double duration = 3;
+  bool interactive = false;  // a prompt instead of one run
   double stats_period = 0;   // print a stats line this often while running (0: only at the end)
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU

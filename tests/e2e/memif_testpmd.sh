@@ -50,6 +50,15 @@ for profile in paper mlx5; do
     echo "FAIL dcqcn $profile"; echo "$out"; status=1
   fi
 done
+# The interactive prompt (commands from a pipe): counters, a refused MTU, a run, the QP table.
+if out=$(printf 'show port stats\nset mtu 3000\nset fwd write_bw\nstart\nshow qp\nquit\n' |
+         CLIENT_ARGS="-i --duration 0.5" bash "$root/tools/memif-pair.sh" --fwd write_bw --size 16384) &&
+   echo "$out" | grep -q '^port net_memif0: link up' && echo "$out" | grep -q '^client write_bw: messages=[1-9]' &&
+   echo "$out" | grep -qE '^qp 0x0+11 RTS: tx_packets=[1-9]'; then
+  echo "ok   interactive prompt"
+else
+  echo "FAIL interactive prompt"; echo "$out"; status=1
+fi
 # --stats-period prints progress lines while the engine runs.
 if out=$(CLIENT_ARGS="--duration 1 --stats-period 0.25" bash "$root/tools/memif-pair.sh" --fwd write_bw --size 16384) &&
    [ "$(echo "$out" | grep -c '^stats client: messages=')" -ge 2 ]; then

@@ -237,6 +237,16 @@ if [ "$quick" = 1 ]; then
 fi
 inl_sizes=$(tr ',' '\n' <<<"$small_sizes" | awk -v m="$inline_max" '$1 <= m' | paste -sd,)
 echo "study: pair=$pair server=$sdev client=$cdev gid=$gid/$sgid host=$host out=$out reps=$reps"
+# What report.py says about the setup.
+{
+  echo "date=$(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "pair=$pair"; echo "server_dev=$sdev"; echo "client_dev=$cdev"; echo "gid=$gid"; echo "server_gid=$sgid"
+  echo "host=$host"; echo "reps=$reps"; echo "blast_reps=$breps"; echo "inline_max=$inline_max"; echo "quick=$quick"
+  echo "cpus=$(nproc)"; echo "cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "kernel=$(uname -r)"
+  echo "perftest=$(dpkg-query -W -f '${Version}' perftest 2>/dev/null)"
+  echo "commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+} >"$out/run-info.txt"
 
 # 1. Busy polling vs event notification: ping (SEND/RECV, WRITE_WITH_IMM/RECV)
 #    and blast, by size; perftest's ib_send_lat/ib_send_bw with and without -e.

@@ -2,13 +2,14 @@
 # Dataplane benchmark: the raw memif wire and droce-testpmd on the same wire,
 # in one invocation, reported as ratios (the machine is noisy: compare within
 # a run). Writes results.csv next to this script and prints it.
-#   bash tools/bench/dataplane/run.sh [seconds_per_point]
+#   [DROCE_BUILD_DIR=dir] bash tools/bench/dataplane/run.sh [seconds_per_point]
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
+build=${DROCE_BUILD_DIR:-build-rel}  # any release build tree; created here if missing
 secs=${1:-3}
-[ -f build-rel/build.ninja ] || meson setup build-rel -Dbuildtype=release >/dev/null
-ninja -C build-rel apps/testpmd/droce-testpmd >/dev/null
-export DROCE_TESTPMD=$PWD/build-rel/apps/testpmd/droce-testpmd
+[ -f "$build/build.ninja" ] || meson setup "$build" -Dbuildtype=release >/dev/null
+ninja -C "$build" apps/testpmd/droce-testpmd >/dev/null
+export DROCE_TESTPMD=$(realpath "$build")/apps/testpmd/droce-testpmd
 out=tools/bench/dataplane/results.csv
 field() { grep "^$1 " | grep -oE "$2=[0-9.]+" | head -1 | cut -d= -f2; }
 point() {  # name side field fwd-args...

@@ -301,7 +301,11 @@ uint32_t Device::Poll(uint64_t now_ns) {
     counters_.rx_bytes += rx[i].len;
     if (!p.ok()) {
       if (wire::IsForeign(p.status)) {
-        if (rx[i].len >= wire::kEthBytes + wire::kArpBytes) HandleArp(rx[i].data, rx[i].len);
+        if (p.status == wire::ParseStatus::kNotUdp && p.ipv6) {
+          HandleNd(rx[i].data, rx[i].len);  // ICMPv6: neighbour discovery (neighbor_v6.cc)
+        } else if (rx[i].len >= wire::kEthBytes + wire::kArpBytes) {
+          HandleArp(rx[i].data, rx[i].len);
+        }
         ++counters_.rx_foreign;
       } else {
         ++counters_.rx_parse_errors[static_cast<int>(p.status)];
@@ -332,6 +336,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
   work += n;
 
   if (!arp_out_.empty()) work += TransmitArp();
+  if (!nd_out_.empty()) work += TransmitNd();
 
   // Timers and transmission for QPs with work; idle ones leave the list.
   pktio::Frame* tx = tx_frames_.data();

@@ -19,6 +19,7 @@
 #include "queue/completion.h"
 #include "transport/qp.h"
 #include "wire/arp.h"
+#include "wire/nd.h"
 #include "wire/packet.h"
 
 namespace droce::core {
@@ -75,6 +76,10 @@ struct DeviceCounters {
   uint64_t arp_replies_sent = 0;
   uint64_t arp_requests_sent = 0;
   uint64_t neighbors_learned = 0;
+  uint64_t rx_nd = 0;                // IPv6 neighbour solicitations and advertisements
+  uint64_t rx_nd_malformed = 0;      // ... that failed RFC 4861 validation (dropped)
+  uint64_t nd_solicits_sent = 0;
+  uint64_t nd_adverts_sent = 0;
   uint64_t rx_parse_errors[static_cast<int>(wire::ParseStatus::kCount)] = {};
   uint64_t rx_bad_icrc() const { return rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)]; }
 };
@@ -93,6 +98,13 @@ class Device {
   // reply lands in the neighbour table. The device answers ARP requests for
   // its own IPv4 address by itself.
   void RequestArp(uint32_t ipv4);
+  // Queues a neighbour solicitation for an IPv6 address (neighbor_v6.cc);
+  // the advertisement lands in the neighbour table. The device answers
+  // solicitations for its own IPv6 addresses (GIDs 0 and the global one).
+  void RequestNd(const Gid& ipv6);
+  // Resolves any GID: ARP for an IPv4-mapped one, ND for IPv6. Call it every
+  // 100 ms or so while polling until HasNeighbor(ip).
+  void RequestNeighbor(const Gid& ip);
 
   uint32_t AllocPd() { return mrs_.AllocPd(); }
   absl::Status DeallocPd(uint32_t pd) { return mrs_.DeallocPd(pd); }
@@ -135,12 +147,17 @@ class Device {
   void Activate(uint32_t qpn);
   void HandleArp(const uint8_t* frame, uint32_t len);
   uint32_t TransmitArp();
+  // neighbor_v6.cc: true if the frame was an NS/NA (handled or dropped).
+  bool HandleNd(const uint8_t* frame, uint32_t len);
+  uint32_t TransmitNd();
 
   DeviceConfig config_;
   pktio::BurstIo* io_;
   std::vector<Gid> gids_;
   std::vector<std::pair<Gid, Mac>> neighbors_;
   std::vector<wire::ArpPacket> arp_out_;  // replies and requests waiting for the port
+  std::vector<wire::NdPacket> nd_out_;    // neighbour solicitations/advertisements waiting for the port
+  std::vector<Gid> nd_pending_;           // addresses we solicited (an NA for them is learnt)
   mem::MrTable mrs_;
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;

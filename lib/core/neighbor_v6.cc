@@ -1,0 +1,129 @@
+// IPv6 neighbour discovery for the device (RFC 4861), the counterpart of its
+// ARP: answer solicitations for our own addresses, solicit a peer's, learn
+// from advertisements for addresses we asked about and from the source
+// link-layer address of solicitations aimed at us. Control traffic only:
+// frames are queued and leave ahead of the QPs' packets in the next poll.
+#include <algorithm>
+
+#include "core/device.h"
+
+namespace droce::core {
+namespace {
+
+bool IsIpv4MappedGid(const Gid& g) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  return std::equal(kPrefix, kPrefix + 12, g.begin());
+}
+
+bool IsLinkLocal(const Gid& g) { return g[0] == 0xfe && (g[1] & 0xc0) == 0x80; }
+
+constexpr size_t kMaxQueued = 64;
+
+}  // namespace
+
+void Device::RequestNeighbor(const Gid& ip) {
+  if (IsIpv4MappedGid(ip)) {
+    RequestArp((uint32_t{ip[12]} << 24) | (uint32_t{ip[13]} << 16) | (uint32_t{ip[14]} << 8) | ip[15]);
+  } else {
+    RequestNd(ip);
+  }
+}
+
+void Device::RequestNd(const Gid& target) {
+  if (wire::IsMulticast(target) || wire::IsUnspecified(target) || nd_out_.size() >= kMaxQueued) return;
+  // Source: the link-local address for a link-local target, else the
+  // global one if we have it (a peer checks the NS against its own prefix).
+  const Gid* src = &gids_[0];
+  if (!IsLinkLocal(target)) {
+    for (const Gid& g : gids_) {
+      if (!IsIpv4MappedGid(g) && !IsLinkLocal(g)) src = &g;
+    }
+  }
+  wire::NdPacket ns;
+  ns.type = wire::kNdSolicit;
+  ns.eth_src = config_.mac;
+  ns.src = *src;
+  ns.dst = wire::SolicitedNodeMulticast(target);
+  ns.eth_dst = wire::MulticastMac(ns.dst);
+  ns.target = target;
+  ns.has_lla = true;
+  ns.lla = config_.mac;
+  nd_out_.push_back(ns);
+  if (std::find(nd_pending_.begin(), nd_pending_.end(), target) == nd_pending_.end()) {
+    if (nd_pending_.size() >= kMaxQueued) nd_pending_.erase(nd_pending_.begin());
+    nd_pending_.push_back(target);
+  }
+}
+
+bool Device::HandleNd(const uint8_t* frame, uint32_t len) {
+  wire::NdPacket nd;
+  const wire::NdParse r = wire::ParseNd(frame, len, &nd);
+  if (r == wire::NdParse::kNotNd) return false;
+  ++counters_.rx_nd;
+  if (r == wire::NdParse::kMalformed) {
+    ++counters_.rx_nd_malformed;
+    return true;
+  }
+  const bool ours = std::any_of(gids_.begin(), gids_.end(), [&](const Gid& g) {
+    return !IsIpv4MappedGid(g) && g == nd.target;
+  });
+  auto learn = [&](const Gid& ip, const Mac& mac) {
+    if (!HasNeighbor(ip)) ++counters_.neighbors_learned;
+    AddNeighbor(ip, mac);
+    std::erase(nd_pending_, ip);
+  };
+  if (nd.type == wire::kNdSolicit) {
+    if (!ours || (nd.dst != nd.target && nd.dst != wire::SolicitedNodeMulticast(nd.target))) return true;
+    const bool dad = wire::IsUnspecified(nd.src);  // duplicate address detection: answer all nodes
+    if (!dad && nd.has_lla) learn(nd.src, nd.lla);
+    if (nd_out_.size() >= kMaxQueued) return true;
+    wire::NdPacket na;
+    na.type = wire::kNdAdvert;
+    na.eth_src = config_.mac;
+    na.src = nd.target;
+    na.target = nd.target;
+    na.has_lla = true;
+    na.lla = config_.mac;
+    if (dad) {
+      na.dst = Gid{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+      na.eth_dst = wire::MulticastMac(na.dst);
+      na.flags = wire::kNaOverride;
+    } else {
+      na.dst = nd.src;
+      na.eth_dst = nd.has_lla ? nd.lla : nd.eth_src;
+      na.flags = wire::kNaSolicited | wire::kNaOverride;
+    }
+    nd_out_.push_back(na);
+    return true;
+  }
+  // An advertisement: learn it if we asked, or update what we know.
+  if (ours || !nd.has_lla) return true;
+  const bool asked = std::find(nd_pending_.begin(), nd_pending_.end(), nd.target) != nd_pending_.end();
+  if (asked || HasNeighbor(nd.target)) learn(nd.target, nd.lla);
+  return true;
+}
+
+uint32_t Device::TransmitNd() {
+  uint32_t sent = 0;
+  pktio::Frame* tx = tx_frames_.data();
+  while (!nd_out_.empty()) {
+    const uint16_t want = static_cast<uint16_t>(std::min<size_t>(nd_out_.size(), config_.burst));
+    const uint16_t got = io_->AllocTx(tx, want);
+    if (got == 0) break;
+    for (uint16_t i = 0; i < got; ++i) {
+      tx[i].len = wire::BuildNd(nd_out_[i], config_.vlan, config_.vlan_tci, tx[i].data);
+    }
+    const uint16_t ok = io_->TxBurst(tx, got);
+    if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
+    for (uint16_t i = 0; i < ok; ++i) {
+      ++(nd_out_[i].type == wire::kNdAdvert ? counters_.nd_adverts_sent : counters_.nd_solicits_sent);
+    }
+    counters_.tx_packets += ok;
+    nd_out_.erase(nd_out_.begin(), nd_out_.begin() + got);  // unsent ones are lost, as on a wire
+    sent += ok;
+    if (ok < got) break;
+  }
+  return sent;
+}
+
+}  // namespace droce::core

@@ -35,6 +35,29 @@ const char* Crc32ImplName(Crc32Impl impl);
 uint32_t Crc32UpdateWith(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len);
 bool Crc32ImplSupported(Crc32Impl impl);
 
+// Copies len bytes from src to dst (not overlapping) and feeds them to the
+// CRC register in the same pass: the result equals Crc32Update(state, src,
+// len) and dst equals src afterwards. The transmit path gathers a payload
+// into its frame with it instead of a memcpy followed by a CRC pass.
+uint32_t Crc32CopyUpdate(uint32_t state, uint8_t* dst, const uint8_t* src, size_t len);
+uint32_t Crc32CopyUpdateWith(Crc32Impl impl, uint32_t state, uint8_t* dst, const uint8_t* src,
+                             size_t len);
+
+// Bytes ORed into the start of a buffer before it is fed to the CRC: the
+// ICRC's "variant fields set to ones" (IBTA A17.3.3) without copying the
+// headers. Only bytes[0, kCrc32OrMaskBytes) may be non-zero; the zero tail
+// lets the vector code read the mask past a short buffer's end.
+inline constexpr size_t kCrc32OrMaskBytes = 64;
+struct alignas(64) Crc32OrMask {
+  uint8_t bytes[2 * kCrc32OrMaskBytes] = {};
+};
+// Crc32Update over data[i] | mask.bytes[i] (i < 64) and data[i] after;
+// `data` is only read, never written.
+uint32_t Crc32UpdateOrMasked(uint32_t state, const uint8_t* data, size_t len,
+                             const Crc32OrMask& mask);
+uint32_t Crc32UpdateOrMaskedWith(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len,
+                                 const Crc32OrMask& mask);
+
 }  // namespace droce::wire
 
 #endif  // DROCE_LIB_WIRE_CRC32_H_

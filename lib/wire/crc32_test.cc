@@ -57,6 +57,72 @@ TEST_P(Crc32ImplTest, SeededContinuationEqualsOneShot) {
   }
 }
 
+TEST_P(Crc32ImplTest, CopyUpdateCopiesAndMatchesPlainCrc) {
+  if (!Crc32ImplSupported(GetParam())) GTEST_SKIP() << "CPU lacks " << Crc32ImplName(GetParam());
+  std::mt19937 rng(11);
+  std::vector<uint8_t> src(9000 + 128), dst(9000 + 256);
+  for (auto& b : src) b = static_cast<uint8_t>(rng());
+  std::vector<size_t> lengths;
+  for (size_t len = 0; len <= 700; ++len) lengths.push_back(len);
+  for (size_t len : {1023, 1024, 1025, 2047, 4095, 4096, 4097, 4100, 4353, 8191, 9000}) {
+    lengths.push_back(len);
+  }
+  for (int i = 0; i < 200; ++i) lengths.push_back(rng() % 9001);
+  for (size_t len : lengths) {
+    const size_t soff = rng() % 64, doff = 64 + rng() % 64;
+    const uint32_t seed = static_cast<uint32_t>(rng());
+    std::fill(dst.begin(), dst.end(), 0xA5);
+    const uint32_t got =
+        Crc32CopyUpdateWith(GetParam(), seed, dst.data() + doff, src.data() + soff, len);
+    ASSERT_EQ(got, Crc32UpdateWith(Crc32Impl::kTable, seed, src.data() + soff, len))
+        << "len " << len << " soff " << soff << " doff " << doff;
+    ASSERT_EQ(std::memcmp(dst.data() + doff, src.data() + soff, len), 0) << "len " << len;
+    for (size_t i = 0; i < doff; ++i) ASSERT_EQ(dst[i], 0xA5) << "wrote before dst, len " << len;
+    for (size_t i = doff + len; i < dst.size(); ++i) {
+      ASSERT_EQ(dst[i], 0xA5) << "wrote past dst, len " << len;
+    }
+  }
+}
+
+TEST_P(Crc32ImplTest, OrMaskedEqualsCrcOfMaskedCopy) {
+  if (!Crc32ImplSupported(GetParam())) GTEST_SKIP() << "CPU lacks " << Crc32ImplName(GetParam());
+  std::mt19937 rng(13);
+  std::vector<uint8_t> buf(6000 + 64);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  Crc32OrMask mask;
+  for (size_t i = 0; i < kCrc32OrMaskBytes; ++i) {
+    mask.bytes[i] = (rng() % 3 == 0) ? static_cast<uint8_t>(rng()) : 0;
+  }
+  std::vector<size_t> lengths;
+  for (size_t len = 0; len <= 600; ++len) lengths.push_back(len);
+  for (size_t len : {1024, 2048, 4096, 4132, 4156, 5000, 6000}) lengths.push_back(len);
+  for (size_t len : lengths) {
+    const size_t off = rng() % 64;
+    const uint8_t* p = buf.data() + off;
+    std::vector<uint8_t> masked(p, p + len);
+    for (size_t i = 0; i < len && i < kCrc32OrMaskBytes; ++i) masked[i] |= mask.bytes[i];
+    const uint32_t seed = static_cast<uint32_t>(rng());
+    ASSERT_EQ(Crc32UpdateOrMaskedWith(GetParam(), seed, p, len, mask),
+              Crc32UpdateWith(Crc32Impl::kTable, seed, masked.data(), len))
+        << "len " << len << " off " << off;
+  }
+}
+
+TEST(Crc32, DispatchedEntryPointsMatchTheirImplementation) {
+  std::vector<uint8_t> src(5000), dst(5000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  Crc32OrMask mask;
+  mask.bytes[1] = 0xFF;
+  mask.bytes[40] = 0x0F;
+  for (size_t len : {0, 3, 17, 64, 99, 513, 4096, 4999}) {
+    const uint32_t want = Crc32UpdateWith(ActiveCrc32Impl(), 0x1234u, src.data(), len);
+    EXPECT_EQ(Crc32Update(0x1234u, src.data(), len), want);
+    EXPECT_EQ(Crc32CopyUpdate(0x1234u, dst.data(), src.data(), len), want);
+    EXPECT_EQ(Crc32UpdateOrMasked(0x1234u, src.data(), len, mask),
+              Crc32UpdateOrMaskedWith(Crc32Impl::kTable, 0x1234u, src.data(), len, mask));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, Crc32ImplTest,
                          ::testing::Values(Crc32Impl::kTable, Crc32Impl::kPclmul,
                                            Crc32Impl::kVpclmulAvx512),

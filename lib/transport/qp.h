@@ -171,6 +171,11 @@ class RcQp {
   uint32_t PacketsFor(const SendWqe& w) const;
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
+  // GatherPayload continuing an ICRC register over the bytes it copies.
+  uint32_t GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
+                            uint32_t crc) const;
+  // Payloads from this size on are copied and CRCed in one pass.
+  static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   bool IsReadOrAtomic(const SendWqe& w) const;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);

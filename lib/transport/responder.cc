@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/icrc.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -468,7 +469,7 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
                                                    : a.syndrome);
       aeth.set_msn(a.msn);
       if (a.kind == ActionKind::kAck) ++counters_.acks_sent;
-      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
+      return SealFrame(frame, route_, kBthBytes + kAethBytes);
     }
     case ActionKind::kAtomicAck: {
       bth.set_opcode(kRcAtomicAcknowledge);
@@ -476,7 +477,7 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
       aeth.set_msn(a.msn);
       AtomicAckEthWriter(ext + kAethBytes).set_original(a.original);
-      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
+      return SealFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
     }
     case ActionKind::kReadResponse: {
       const uint32_t seg = std::min(mtu_, a.length - a.offset);
@@ -492,10 +493,22 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
         aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
         aeth.set_msn(a.msn);
       }
-      if (seg > 0) std::memcpy(bth_p + op.header_bytes, a.host + a.offset, seg);
+      uint8_t* payload = bth_p + op.header_bytes;
+      const uint8_t* src = a.host + a.offset;
       a.offset += seg;
       *finished = last;
-      return FinalizeFrame(frame, route_, op.header_bytes + seg);
+      if (seg < kFusedGatherMin) {
+        if (seg > 0) std::memcpy(payload, src, seg);
+        return SealFrame(frame, route_, op.header_bytes + seg);
+      }
+      // Copied from the MR and CRCed in one pass.
+      const uint32_t icrc_offset = FinishHeaders(frame, route_, op.header_bytes + seg);
+      const uint8_t* l3 = frame + route_.l3_offset;
+      uint32_t crc = IcrcBegin(l3, static_cast<uint32_t>(payload - l3), route_.ipv6);
+      crc = Crc32CopyUpdate(crc, payload, src, seg);
+      crc = Crc32Update(crc, payload + seg, frame + icrc_offset - (payload + seg));  // pad
+      StoreLe32(frame + icrc_offset, Crc32Final(crc));
+      return icrc_offset + kIcrcBytes;
     }
   }
   return 0;

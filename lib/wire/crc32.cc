@@ -65,6 +65,44 @@ constexpr uint64_t kFold4096Hi = 0x1d741f35c;  // D = 4096 - 32
 constexpr uint64_t kPolyPrime = 0x1db710641;   // P' (reflected P with x^32)
 constexpr uint64_t kBarrettMu = 0x1f7011641;   // floor(x^64 / P), reflected
 
+// Fold constants for every distance D = 128 * j bits, j = 1..31 ({x^(D+32),
+// x^(D-32)} as above): the short path folds each 16-byte block straight onto
+// the last one, in parallel, instead of one serial chain of folds.
+constexpr uint64_t kFoldBy128[32][2] = {
+    {0, 0},  // unused
+    {0x1751997d0, 0x0ccaa009e},  // D = 128
+    {0x0f1da05aa, 0x15a546366},  // D = 256
+    {0x03db1ecdc, 0x174359406},  // D = 384
+    {0x154442bd4, 0x1c6e41596},  // D = 512
+    {0x1c7569e54, 0x0ae0b5394},  // D = 640
+    {0x0df068dc2, 0x18cb44e58},  // D = 768
+    {0x1ea89367e, 0x1d7cfc6ac},  // D = 896
+    {0x1e88ef372, 0x14a7fe880},  // D = 1024
+    {0x1fdc60a7c, 0x03f41287a},  // D = 1152
+    {0x0e3543be0, 0x14b57d3f0},  // D = 1280
+    {0x1816ab61c, 0x10aae2566},  // D = 1408
+    {0x1821d8bc0, 0x12e958ac4},  // D = 1536
+    {0x1b35adb0e, 0x1e7146aac},  // D = 1664
+    {0x19159bb02, 0x125f17dfc},  // D = 1792
+    {0x1db06f64c, 0x1c47d2a9c},  // D = 1920
+    {0x11542778a, 0x1322d1430},  // D = 2048
+    {0x0a749e894, 0x16269a506},  // D = 2176
+    {0x1f7228078, 0x1aaa44c18},  // D = 2304
+    {0x032b0733c, 0x0ff6f2fc2},  // D = 2432
+    {0x00e9bd5cc, 0x115b87256},  // D = 2560
+    {0x1ad568056, 0x1c712203a},  // D = 2688
+    {0x11e6a95a2, 0x12af2c15a},  // D = 2816
+    {0x07eaed122, 0x09b9bdbd0},  // D = 2944
+    {0x1f79525b0, 0x0d31343ea},  // D = 3072
+    {0x150fc8004, 0x04470ac44},  // D = 3200
+    {0x04b700aa8, 0x0eea395c4},  // D = 3328
+    {0x13484efdc, 0x0f9d9c7ee},  // D = 3456
+    {0x0ad0d2bb2, 0x0cd669a40},  // D = 3584
+    {0x144c76d92, 0x1b631f204},  // D = 3712
+    {0x119adc226, 0x145972f08},  // D = 3840
+    {0x0398e2ff2, 0x1cf247394},  // D = 3968
+};
+
 __attribute__((target("pclmul,sse4.1"))) inline __m128i Fold128(__m128i acc, __m128i k,
                                                                 __m128i data) {
   __m128i lo = _mm_clmulepi64_si128(acc, k, 0x00);
@@ -190,6 +228,31 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t ReduceFrom128(__m128i x1, cons
   return static_cast<uint32_t>(_mm_extract_epi32(x1, 1));
 }
 
+__attribute__((target("pclmul,sse4.1"))) inline __m128i FoldBy128(size_t j) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(kFoldBy128[j]));
+}
+
+// 16 <= len < 512: every full 16-byte block is folded straight onto the last
+// full block (independent multiplies, no serial chain), then the tail.
+template <typename Src>
+__attribute__((target("pclmul,sse4.1"))) uint32_t ShortFold(uint32_t crc, const uint8_t* buf,
+                                                            size_t len, const Src& src) {
+  const size_t k = len / 16;
+  __m128i acc = _mm_xor_si128(src.Load16(buf), _mm_cvtsi32_si128(static_cast<int>(crc)));
+  if (k > 1) {
+    __m128i other = _mm_setzero_si128();  // two XOR chains
+    acc = Fold128(acc, FoldBy128(k - 1), src.Load16(buf + 16 * (k - 1)));
+    size_t i = 1;
+    for (; i + 1 < k - 1; i += 2) {
+      acc = Fold128(src.Load16(buf + 16 * i), FoldBy128(k - 1 - i), acc);
+      other = Fold128(src.Load16(buf + 16 * (i + 1)), FoldBy128(k - 2 - i), other);
+    }
+    if (i < k - 1) acc = Fold128(src.Load16(buf + 16 * i), FoldBy128(k - 1 - i), acc);
+    acc = _mm_xor_si128(acc, other);
+  }
+  return ReduceFrom128(acc, buf + 16 * k, len - 16 * k, src);
+}
+
 // Folds four 128-bit accumulators (64 consecutive bytes of state) over the
 // remaining 64-byte blocks, then into one accumulator.
 template <typename Src>
@@ -205,22 +268,19 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t FinishFold(__m128i x1, __m128i
     buf += 64;
     len -= 64;
   }
-  const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
-  x1 = Fold128(x1, k128, x2);
-  x1 = Fold128(x1, k128, x3);
-  x1 = Fold128(x1, k128, x4);
-  return ReduceFrom128(x1, buf, len, src);
+  // 4 -> 1 in parallel: x1, x2, x3 are 48, 32, 16 bytes before x4.
+  x4 = Fold128(x3, FoldBy128(1), x4);
+  x2 = Fold128(x1, FoldBy128(3), Fold128(x2, FoldBy128(2), x4));
+  return ReduceFrom128(x2, buf, len, src);
 }
 
 template <typename Src>
 __attribute__((target("pclmul,sse4.1"))) uint32_t Crc32Pclmul(uint32_t crc, const uint8_t* buf,
                                                               size_t len, const Src& src) {
   if (len < 16) return src.Small(crc, buf, len);
+  // Short buffers (headers, ACKs, small payloads): latency, not throughput.
+  if (len < 512) return ShortFold(crc, buf, len, src);
   const __m128i c = _mm_cvtsi32_si128(static_cast<int>(crc));
-  if (len < 64) {
-    // Short buffers (the ICRC's masked headers, ACKs): one accumulator.
-    return ReduceFrom128(_mm_xor_si128(src.Load16(buf), c), buf + 16, len - 16, src);
-  }
   __m128i x1 = src.Load16(buf);
   __m128i x2 = src.Load16(buf + 16);
   __m128i x3 = src.Load16(buf + 32);

@@ -1,0 +1,236 @@
+// The hot-path ICRC against wire's reference (ComputeIcrc / FinalizeFrame /
+// ParseAndVerify), and two RC QPs whose every frame — including payloads
+// gathered and CRCed in one pass — must pass wire::ParseAndVerify.
+#include "transport/icrc.h"
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "mem/mr_table.h"
+#include "queue/completion.h"
+#include "transport/qp.h"
+#include "wire/fields.h"
+
+namespace droce::transport {
+namespace {
+
+using namespace droce::wire;
+
+RouteFields SampleRoute(bool ipv6, bool vlan) {
+  RouteFields r;
+  r.src_mac = {0x02, 0, 0, 0, 0, 1};
+  r.dst_mac = {0x02, 0, 0, 0, 0, 2};
+  r.ipv6 = ipv6;
+  r.has_vlan = vlan;
+  r.vlan_tci = 42;
+  r.tclass = (26 << 2) | kEcnEct0;
+  r.ttl = 17;
+  r.flow_label = 0x12345;
+  r.src_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1};
+  r.dst_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
+  if (ipv6) {
+    r.src_ip = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    r.dst_ip = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
+  }
+  return r;
+}
+
+TEST(Icrc, EqualsWireOnEveryOpcodeAndLength) {
+  std::mt19937 rng(5);
+  std::vector<uint8_t> payload(4096);
+  for (auto& b : payload) b = static_cast<uint8_t>(rng());
+  for (bool ipv6 : {false, true}) {
+    for (bool vlan : {false, true}) {
+      for (uint8_t opcode : {kRcWriteOnlyImm, kRcWriteMiddle, kRcSendOnly, kRcAcknowledge,
+                             kRcReadRequest, kRcAtomicAcknowledge, kRcReadResponseFirst}) {
+        for (uint32_t len : {0u, 1u, 2u, 3u, 4u, 5u, 13u, 64u, 255u, 511u, 512u, 1023u, 4096u}) {
+          if (!(OpInfo(opcode).roles & kRolePayload) && len > 0) continue;
+          PacketFields f;
+          f.route = SampleRoute(ipv6, vlan);
+          f.bth.opcode = opcode;
+          f.bth.psn = static_cast<uint32_t>(rng()) & 0xFFFFFF;
+          f.bth.fecn = (rng() & 1) != 0;  // masked fields must not matter
+          f.reth_length = len;
+          f.payload = std::span<const uint8_t>(payload.data(), len);
+          std::vector<uint8_t> frame(5000);
+          const uint32_t n = *SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size()));
+          const ParsedPacket p = ParsePacket(frame.data(), n);
+          ASSERT_TRUE(p.ok());
+          const uint32_t span = p.icrc_offset - p.l3_offset;
+          ASSERT_EQ(Icrc(frame.data() + p.l3_offset, span, ipv6),
+                    ComputeIcrc(frame.data() + p.l3_offset, span, ipv6))
+              << "opcode " << int(opcode) << " len " << len << " ipv6 " << ipv6;
+          EXPECT_TRUE(VerifyIcrc(frame.data(), p));
+          // Any change to a covered byte is caught; to a variant field, not.
+          for (uint32_t i = p.l3_offset; i < p.icrc_offset; i += 7) {
+            frame[i] ^= 0x10;
+            EXPECT_EQ(VerifyIcrc(frame.data(), p), wire::IcrcMatches(frame.data(), p)) << i;
+            frame[i] ^= 0x10;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Icrc, Ipv4OptionsFallBackToTheCopyingCode) {
+  // A hand-made IPv4 header with IHL 6..15 (options of zeros) in front of
+  // UDP, BTH and a payload: IcrcBegin must agree with ComputeIcrc.
+  for (uint32_t ihl = 5; ihl <= 15; ++ihl) {
+    std::vector<uint8_t> l3(ihl * 4 + 8 + 12 + 100, 0x3C);
+    l3[0] = static_cast<uint8_t>(0x40 | ihl);
+    const uint32_t len = static_cast<uint32_t>(l3.size());
+    EXPECT_EQ(Icrc(l3.data(), len, false), ComputeIcrc(l3.data(), len, false)) << ihl;
+  }
+}
+
+TEST(Icrc, SealFrameEqualsFinalizeFrame) {
+  std::vector<uint8_t> a(5000, 0x77), b(5000, 0x77);
+  for (bool ipv6 : {false, true}) {
+    const Route r = MakeRoute(SampleRoute(ipv6, false));
+    for (uint32_t transport_len : {12u, 16u, 28u, 29u, 30u, 31u, 100u, 4124u}) {
+      WriteRoute(a.data(), r);
+      WriteRoute(b.data(), r);
+      const uint32_t na = SealFrame(a.data(), r, transport_len);
+      const uint32_t nb = wire::FinalizeFrame(b.data(), r, transport_len);
+      ASSERT_EQ(na, nb);
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), na), 0) << transport_len;
+    }
+  }
+}
+
+// Two QPs joined by hand; every frame must pass the reference parser.
+class QpPair : public ::testing::TestWithParam<bool> {
+ protected:
+  static absl::Status Route(void* ctx, const AddressVector&, uint32_t, uint32_t,
+                            wire::Route* out) {
+    *out = MakeRoute(SampleRoute(*static_cast<bool*>(ctx), false));
+    return absl::OkStatus();
+  }
+
+  void SetUp() override {
+    ipv6_ = GetParam();
+    pd_ = mrs_.AllocPd();
+    for (int i = 0; i < 2; ++i) {
+      mem_[i].assign(1 << 20, static_cast<uint8_t>(i));
+      keys_[i] = *mrs_.Register(pd_, mem_[i].data(), mem_[i].size(),
+                                reinterpret_cast<uint64_t>(mem_[i].data()),
+                                mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
+      QpEnv env;
+      env.mrs = &mrs_;
+      env.send_cq = env.recv_cq = &cq_[i];
+      env.pd = pd_;
+      env.make_route = &QpPair::Route;
+      env.route_ctx = &ipv6_;
+      QpCaps caps;
+      caps.max_send_wr = caps.max_recv_wr = 256;
+      qp_[i] = std::make_unique<RcQp>(0x11 + i, caps, env);
+    }
+    for (int i = 0; i < 2; ++i) {
+      QpAttr a;
+      a.qp_state = QpState::kInit;
+      a.qp_access_flags = mem::kRemoteWrite | mem::kRemoteRead;
+      ASSERT_TRUE(qp_[i]->Modify(a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags).ok());
+      a.qp_state = QpState::kRtr;
+      a.path_mtu = 4096;
+      a.dest_qp_num = 0x12 - i;
+      a.max_dest_rd_atomic = 16;
+      ASSERT_TRUE(qp_[i]->Modify(a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn |
+                                        kAttrRqPsn | kAttrMaxDestRdAtomic | kAttrMinRnrTimer)
+                      .ok());
+      a.qp_state = QpState::kRts;
+      a.max_rd_atomic = 16;
+      ASSERT_TRUE(qp_[i]->Modify(a, kAttrState | kAttrSqPsn | kAttrTimeout | kAttrRetryCnt |
+                                        kAttrRnrRetry | kAttrMaxQpRdAtomic)
+                      .ok());
+    }
+  }
+
+  // Moves frames both ways until both QPs are quiet.
+  void Run() {
+    std::vector<uint8_t> storage(16 * pktio::kMaxFrameBytes);
+    pktio::Frame frames[16];
+    for (int round = 0; round < 100000; ++round) {
+      uint32_t moved = 0;
+      for (int i = 0; i < 2; ++i) {
+        for (int k = 0; k < 16; ++k) {
+          frames[k] = {storage.data() + k * pktio::kMaxFrameBytes, 0, pktio::kMaxFrameBytes, nullptr};
+        }
+        const uint32_t n = qp_[i]->Transmit(frames, 16, now_);
+        for (uint32_t k = 0; k < n; ++k) {
+          const ParsedPacket p = ParseAndVerify(frames[k].data, frames[k].len);
+          ASSERT_TRUE(p.ok()) << ParseStatusName(p.status);
+          qp_[1 - i]->OnPacket(frames[k].data, p, now_);
+        }
+        moved += n;
+      }
+      now_ += 1000;
+      if (moved == 0) return;
+    }
+    FAIL() << "did not settle";
+  }
+
+  bool ipv6_ = false;
+  uint64_t now_ = 1;
+  mem::MrTable mrs_;
+  uint32_t pd_ = 0;
+  std::vector<uint8_t> mem_[2];
+  mem::MrKeys keys_[2];
+  queue::CompletionQueue cq_[2]{queue::CompletionQueue(1024), queue::CompletionQueue(1024)};
+  std::unique_ptr<RcQp> qp_[2];
+};
+
+TEST_P(QpPair, FusedGatherFramesPassTheReferenceIcrc) {
+  std::mt19937 rng(9);
+  for (auto& b : mem_[0]) b = static_cast<uint8_t>(rng());
+  uint64_t remote = 0;
+  uint32_t posted = 0;
+  // Sizes around the fused-gather threshold and MTU; several SGEs.
+  for (uint32_t size : {1u, 3u, 511u, 512u, 513u, 4095u, 4096u, 4097u, 65536u, 100003u}) {
+    SendWr wr;
+    wr.wr_id = posted++;
+    wr.opcode = WrOpcode::kRdmaWrite;
+    wr.flags = kSendSignaled;
+    const uint32_t half = size / 2;
+    wr.num_sge = half > 0 ? 2 : 1;
+    uint64_t base = reinterpret_cast<uint64_t>(mem_[0].data()) + (rng() % 1000);
+    wr.sg_list[0] = {base, half > 0 ? half : size, keys_[0].lkey};
+    if (half > 0) wr.sg_list[1] = {base + 200000, size - half, keys_[0].lkey};
+    wr.remote_addr = reinterpret_cast<uint64_t>(mem_[1].data()) + remote;
+    wr.rkey = keys_[1].rkey;
+    ASSERT_EQ(qp_[0]->PostSend(wr), 0);
+    Run();
+    ASSERT_EQ(std::memcmp(mem_[1].data() + remote, reinterpret_cast<uint8_t*>(base), wr.sg_list[0].length), 0);
+    if (half > 0) {
+      ASSERT_EQ(std::memcmp(mem_[1].data() + remote + half, reinterpret_cast<uint8_t*>(base + 200000),
+                            size - half),
+                0);
+    }
+    remote += size + 5;
+  }
+  // READ back (the responder's fused READ responses) into another place.
+  SendWr rd;
+  rd.wr_id = posted++;
+  rd.opcode = WrOpcode::kRdmaRead;
+  rd.flags = kSendSignaled;
+  rd.num_sge = 1;
+  rd.sg_list[0] = {reinterpret_cast<uint64_t>(mem_[0].data()) + 600000, 70001, keys_[0].lkey};
+  rd.remote_addr = reinterpret_cast<uint64_t>(mem_[1].data());
+  rd.rkey = keys_[1].rkey;
+  ASSERT_EQ(qp_[0]->PostSend(rd), 0);
+  Run();
+  EXPECT_EQ(std::memcmp(mem_[0].data() + 600000, mem_[1].data(), 70001), 0);
+  queue::Completion wc[64];
+  const uint32_t n = cq_[0].Poll(wc, 64);
+  ASSERT_EQ(n, posted);
+  for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(wc[i].status, queue::WcStatus::kSuccess);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ip, QpPair, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });
+
+}  // namespace
+}  // namespace droce::transport

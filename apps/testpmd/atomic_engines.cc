@@ -17,8 +17,8 @@ void AtomicClient(Session& s, uint64_t deadline) {
   uint64_t posted = 0, done = 0;
   std::vector<uint64_t> originals;
   queue::Completion wc[64];
-  while (done < posted || (posted < limit && s.NowNs() < deadline)) {
-    while (posted < limit && posted - done < window && s.NowNs() < deadline) {
+  while (done < posted || (posted < limit && !s.Expired(deadline))) {
+    while (posted < limit && posted - done < window && !s.Expired(deadline)) {
       transport::SendWr wr;
       wr.wr_id = posted;
       wr.opcode = transport::WrOpcode::kAtomicFetchAndAdd;
@@ -58,17 +58,19 @@ void AtomicClient(Session& s, uint64_t deadline) {
   s.SendCtrl(CtrlType::kBye, posted);
 }
 
+// The counter (first word of slot 0) starts at zero: the client's first
+// atomic may arrive right after this side says ready.
+void AtomicPrepare(Session& s) { std::memset(s.slot(0), 0, 8); }
+
 void AtomicServer(Session& s) {
-  // The counter (first word of slot 0) was zeroed before the connection.
-  s.PostCtrlRecv();
   queue::Completion wc[64];
-  while (s.ctrl_inbox.empty()) {
+  while (!s.HasCtrl(CtrlType::kBye)) {
+    if (s.StopRequested()) return;  // this side quits mid-run
     s.Progress();
     const uint32_t n = s.PollCompletions(wc, 64);
     for (uint32_t i = 0; i < n; ++i) s.stats.errors += wc[i].status != queue::WcStatus::kSuccess;
   }
-  const CtrlMsg bye = s.ctrl_inbox.front();
-  s.ctrl_inbox.erase(s.ctrl_inbox.begin());
+  const CtrlMsg bye = s.TakeCtrl(CtrlType::kBye);
   uint64_t counter;
   std::memcpy(&counter, s.slot(0), 8);
   if (counter != bye.value) ++s.stats.verify_failures;
@@ -78,6 +80,6 @@ void AtomicServer(Session& s) {
 
 }  // namespace
 
-extern const Engine kAtomicBw{"atomic_bw", "FETCH_AND_ADD rate", AtomicClient, AtomicServer};
+extern const Engine kAtomicBw{"atomic_bw", "FETCH_AND_ADD rate", AtomicClient, AtomicServer, AtomicPrepare};
 
 }  // namespace droce::testpmd

@@ -33,8 +33,8 @@ void BwClient(Session& s, transport::WrOpcode op, uint64_t deadline) {
   std::vector<uint8_t> busy(s.opt.outstanding, 0);
   queue::Completion wc[64];
   const uint64_t limit = s.opt.iterations ? s.opt.iterations : UINT64_MAX;
-  while (done < posted || (posted < limit && s.NowNs() < deadline)) {
-    while (posted < limit && !busy[posted % s.opt.outstanding] && s.NowNs() < deadline) {
+  while (done < posted || (posted < limit && !s.Expired(deadline))) {
+    while (posted < limit && !busy[posted % s.opt.outstanding] && !s.Expired(deadline)) {
       if (!read) FillPattern(s.slot(static_cast<uint32_t>(posted)), s.opt.size, posted);
       if (s.dev->PostSend(s.QpnForSeq(posted), DataWr(s, op, posted)) != 0) break;
       busy[posted % s.opt.outstanding] = 1;
@@ -65,16 +65,16 @@ void BwClient(Session& s, transport::WrOpcode op, uint64_t deadline) {
 void PassiveServer(Session& s, bool post_receives, bool check_slots) {
   uint64_t expected_seq = 0;
   queue::Completion wc[64];
-  if (!post_receives) s.PostCtrlRecv();  // for the client's bye
   if (post_receives) {
     // One receive per slot, reposted as soon as its message is checked: a
     // sender that runs ahead meets an RNR NAK rather than a reused buffer.
-    for (uint32_t i = 0; i < s.opt.outstanding; ++i) {
+    // They stay posted after a run; the next send_bw run reuses them.
+    for (uint32_t i = s.data_recvs_posted; i < s.opt.outstanding; ++i) {
       transport::RecvWr r;
       r.wr_id = i;
       r.num_sge = 1;
       r.sg_list[0] = {s.slot_va(i), s.opt.size, s.keys.lkey};
-      (void)s.dev->PostRecv(s.qpn, r);
+      if (s.dev->PostRecv(s.qpn, r) == 0) ++s.data_recvs_posted;
     }
   }
   for (;;) {
@@ -86,15 +86,6 @@ void PassiveServer(Session& s, bool post_receives, bool check_slots) {
         continue;
       }
       if (wc[i].opcode != queue::WcOpcode::kRecv) continue;
-      const uint8_t* data = s.slot(static_cast<uint32_t>(wc[i].wr_id));
-      if (wc[i].byte_len == sizeof(CtrlMsg)) {
-        CtrlMsg m;
-        std::memcpy(&m, data, sizeof m);
-        if (m.magic == kCtrlMagic) {  // the bye, in a data receive
-          s.ctrl_inbox.push_back(m);
-          continue;
-        }
-      }
       // In-order delivery: receive k carries message k.
       if (!CheckPattern(s.slot(static_cast<uint32_t>(wc[i].wr_id)), s.opt.size, expected_seq)) {
         ++s.stats.verify_failures;
@@ -108,10 +99,12 @@ void PassiveServer(Session& s, bool post_receives, bool check_slots) {
       r.sg_list[0] = {s.slot_va(static_cast<uint32_t>(wc[i].wr_id)), s.opt.size, s.keys.lkey};
       (void)s.dev->PostRecv(s.qpn, r);
     }
-    if (!s.ctrl_inbox.empty()) break;
+    // The bye comes on the control QP once every message was acknowledged,
+    // so every receive completion is in the CQ ahead of it.
+    if (s.HasCtrl(CtrlType::kBye)) break;
+    if (s.StopRequested()) return;  // this side quits mid-run
   }
-  CtrlMsg bye = s.ctrl_inbox.front();
-  s.ctrl_inbox.erase(s.ctrl_inbox.begin());
+  const CtrlMsg bye = s.TakeCtrl(CtrlType::kBye);
   if (!post_receives && !check_slots) {
     // read_bw: the server saw nothing; the client's count is the result.
     s.stats.messages = bye.value;
@@ -131,14 +124,18 @@ void PassiveServer(Session& s, bool post_receives, bool check_slots) {
 void WriteClient(Session& s, uint64_t d) { BwClient(s, transport::WrOpcode::kRdmaWrite, d); }
 void WriteServer(Session& s) { PassiveServer(s, false, true); }
 void ReadClient(Session& s, uint64_t d) { BwClient(s, transport::WrOpcode::kRdmaRead, d); }
-void ReadServer(Session& s) { PassiveServer(s, false, false); }  // slots were filled before connecting
+void ReadServer(Session& s) { PassiveServer(s, false, false); }
+// READ targets: slot k holds message k's pattern for the whole run.
+void ReadPrepare(Session& s) {
+  for (uint32_t k = 0; k < s.opt.outstanding; ++k) FillPattern(s.slot(k), s.opt.size, k);
+}
 void SendClient(Session& s, uint64_t d) { BwClient(s, transport::WrOpcode::kSend, d); }
 void SendServer(Session& s) { PassiveServer(s, true, false); }
 
 }  // namespace
 
-extern const Engine kWriteBw{"write_bw", "RDMA WRITE bandwidth", WriteClient, WriteServer};
-extern const Engine kReadBw{"read_bw", "RDMA READ bandwidth", ReadClient, ReadServer};
-extern const Engine kSendBw{"send_bw", "SEND/RECV bandwidth", SendClient, SendServer};
+extern const Engine kWriteBw{"write_bw", "RDMA WRITE bandwidth", WriteClient, WriteServer, nullptr};
+extern const Engine kReadBw{"read_bw", "RDMA READ bandwidth", ReadClient, ReadServer, ReadPrepare};
+extern const Engine kSendBw{"send_bw", "SEND/RECV bandwidth", SendClient, SendServer, nullptr};
 
 }  // namespace droce::testpmd

@@ -51,14 +51,15 @@ void DrainSendCompletions(Session& s) {
 void LatClient(Session& s, uint64_t deadline) {
   const uint64_t limit = s.opt.iterations ? s.opt.iterations : UINT64_MAX;
   uint64_t seq = 1;
-  for (; seq <= limit && s.NowNs() < deadline && s.stats.errors == 0; ++seq) {
+  std::memset(s.slot(0), 0, s.opt.size);  // the last run's echo must not look like this run's
+  for (; seq <= limit && !s.Expired(deadline) && s.stats.errors == 0; ++seq) {
     Prepare(s.slot(1), s.opt.size, seq);
     const uint64_t t0 = s.NowNs();
     Write(s, seq);
     while (LastWord(s.slot(0), s.opt.size) != seq) {
       s.Progress();
       DrainSendCompletions(s);
-      if (s.NowNs() > deadline + 5'000'000'000ull) {
+      if (s.NowNs() - t0 > 5'000'000'000ull) {
         ++s.stats.errors;  // the echo never came
         break;
       }
@@ -71,10 +72,12 @@ void LatClient(Session& s, uint64_t deadline) {
   s.SendCtrl(CtrlType::kBye, seq - 1);
 }
 
+void LatPrepare(Session& s) { std::memset(s.slot(0), 0, s.opt.size); }
+
 void LatServer(Session& s) {
-  s.PostCtrlRecv();  // for the client's bye
   uint64_t seen = 0;
-  while (s.ctrl_inbox.empty()) {
+  while (!s.HasCtrl(CtrlType::kBye)) {
+    if (s.StopRequested()) return;  // this side quits mid-run
     s.Progress();
     DrainSendCompletions(s);
     const uint64_t seq = LastWord(s.slot(0), s.opt.size);
@@ -87,10 +90,11 @@ void LatServer(Session& s) {
       s.stats.bytes += s.opt.size;
     }
   }
+  s.TakeCtrl(CtrlType::kBye);
 }
 
 }  // namespace
 
-extern const Engine kWriteLat{"write_lat", "RDMA WRITE ping-pong latency", LatClient, LatServer};
+extern const Engine kWriteLat{"write_lat", "RDMA WRITE ping-pong latency", LatClient, LatServer, LatPrepare};
 
 }  // namespace droce::testpmd

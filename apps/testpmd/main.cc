@@ -2,9 +2,12 @@
 //
 //   droce-testpmd [EAL options] -- [app options]
 //
-// The server side is passive (it answers and verifies); the client drives
-// the selected traffic engine for --duration seconds and prints throughput,
-// message rate, latency percentiles and verification results.
+// The server side is passive (it answers and verifies the client's runs);
+// the client drives the selected traffic engine for --duration seconds (or,
+// with -i, from start to stop) and prints throughput, message rate, latency
+// percentiles and verification results.
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/prompt.h"
+#include "apps/testpmd/runner.h"
 #include "apps/testpmd/session.h"
 #include "pktio/bottleneck_io.h"
 #include "drivers/ethdev/eal.h"
@@ -48,24 +52,31 @@ constexpr const char kUsage[] =
     "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
     "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat, or the raw-wire\n"
     "                         baselines raw_lat | raw_stream (write_bw)\n"
-    "  --ip A.B.C.D           own IPv4 address (10.0.0.1 server, 10.0.0.2 client)\n"
-    "  --peer-ip A.B.C.D      peer's IPv4 address\n"
+    "  --ip ADDR              own IPv4 or IPv6 address (10.0.0.1 server, 10.0.0.2 client)\n"
+    "  --peer-ip ADDR         peer's address, same family as --ip (IPv6: resolved by neighbour discovery)\n"
     "  --mac MAC              own MAC (02:00:00:00:00:01 server, :02 client)\n"
-    "  --peer-mac MAC         static next hop; without it the peer is resolved by ARP\n"
+    "  --peer-mac MAC         static next hop; without it the peer is resolved by ARP or ND\n"
     "                         (raw engines use 02:00:00:00:00:02 / :01)\n"
     "  --mtu BYTES            256..4096 (4096)\n"
     "  --size BYTES           message size (65536; write_lat: at least 8)\n"
     "  --outstanding N        messages in flight, 2..4096 (16)\n"
     "  --qps N                QPs (write_bw, read_bw), 1..1024; slots spread over them (1)\n"
-    "  --duration SECONDS     client run time (3)\n"
+    "  --duration SECONDS     client run time (3; with -i: until stop)\n"
     "  --iterations N         stop after N messages instead\n"
     "  --idle-spins N         empty polls before yielding the CPU (64)\n"
     "  --drop-rate P          drop transmitted frames with probability P, 0..0.5 (0)\n"
     "  --seed N               seed for --drop-rate (1)\n"
     "  --pcap-out FILE        write every frame sent and received to a pcap file\n"
     "  --stats-period S       print a stats line every S seconds while running (0: off)\n"
-    "  -i, --interactive      a prompt: show port stats, show qp, set fwd E, set mtu N, start,\n"
-    "                         clear stats, quit (start runs the engine once per connection)\n"
+    "  --dscp N               DSCP of data packets, 0..63 (0)\n"
+    "  --ecn not-ect|ect0|ect1  ECN codepoint of data packets (ect0)\n"
+    "  --vlan ID              802.1Q tag with VLAN ID 1..4094 (untagged)\n"
+    "  --pcp P                802.1Q priority 0..7 (0; without --vlan: a priority tag, VLAN 0)\n"
+    "  -i, --interactive      a prompt: start, stop, show port stats, show qp [N], set fwd E,\n"
+    "                         set mtu N, clear stats, quit; the engine runs in the background\n"
+    "  --auto-start           with -i: start forwarding at once, then give the prompt\n"
+    "  --telemetry            DPDK telemetry socket with /droce/port and /droce/qp (off:\n"
+    "                         --no-telemetry is passed to EAL)\n"
     "  --dcqcn off|paper|mlx5 DCQCN reaction point profile (off)\n"
     "  --line-rate-gbps G     the reaction point's line rate (100)\n"
     "  --bottleneck-gbps G    emulated congestion point on the transmit path at G Gb/s (none)\n"
@@ -76,17 +87,26 @@ constexpr const char kUsage[] =
   std::exit(2);
 }
 
-uint32_t ParseIp(const std::string& s) {
+// An IPv4 address as an IPv4-mapped GID, or an IPv6 address.
+core::Gid ParseIp(const std::string& name, const std::string& s) {
+  core::Gid g{};
+  if (s.find(':') != std::string::npos) {
+    if (inet_pton(AF_INET6, s.c_str(), g.data()) != 1) Fail("bad IPv6 address '" + s + "' for " + name);
+    if (g[0] == 0xff) Fail(name + " must not be a multicast address");
+    if (g == core::Gid{} || IsIpv4Gid(g)) Fail(name + ": '" + s + "' is not a usable IPv6 address");
+    return g;
+  }
   std::vector<std::string> parts = absl::StrSplit(s, '.');
-  if (parts.size() != 4) Fail("bad IPv4 address '" + s + "'");
-  uint32_t ip = 0;
-  for (const std::string& p : parts) {
+  if (parts.size() != 4) Fail("bad IPv4 address '" + s + "' for " + name);
+  g[10] = g[11] = 0xFF;
+  for (int i = 0; i < 4; ++i) {
+    const std::string& p = parts[i];
     char* end;
     const long v = std::strtol(p.c_str(), &end, 10);
-    if (p.empty() || *end || v < 0 || v > 255) Fail("bad IPv4 address '" + s + "'");
-    ip = ip << 8 | static_cast<uint32_t>(v);
+    if (p.empty() || *end || v < 0 || v > 255) Fail("bad IPv4 address '" + s + "' for " + name);
+    g[12 + i] = static_cast<uint8_t>(v);
   }
-  return ip;
+  return g;
 }
 
 core::Mac ParseMac(const std::string& s) {
@@ -113,9 +133,19 @@ double ParseNumber(const std::string& name, const std::string& s, double lo, dou
   return v;
 }
 
+uint32_t ParseInteger(const std::string& name, const std::string& s, uint32_t lo, uint32_t hi) {
+  char* end;
+  errno = 0;
+  const unsigned long v = std::strtoul(s.c_str(), &end, 10);
+  if (s.empty() || *end || errno || s[0] == '-' || v < lo || v > hi) {
+    Fail(absl::StrFormat("%s must be an integer in [%u, %u], not '%s'", name, lo, hi, s));
+  }
+  return static_cast<uint32_t>(v);
+}
+
 Options ParseOptions(int argc, char** argv) {
   Options o;
-  bool ip_set = false, peer_ip_set = false, mac_set = false, peer_mac_set = false;
+  bool peer_mac_set = false;
   std::vector<std::pair<std::string, std::string>> kv;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -123,8 +153,17 @@ Options ParseOptions(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
-    if (a == "-i" || a == "--interactive") {  // the one option without a value
+    // Options without a value.
+    if (a == "-i" || a == "--interactive") {
       o.interactive = true;
+      continue;
+    }
+    if (a == "--auto-start") {
+      o.auto_start = true;
+      continue;
+    }
+    if (a == "--telemetry") {
+      o.telemetry = true;
       continue;
     }
     if (a.rfind("--", 0) != 0) Fail("unexpected argument '" + a + "'\n" + kUsage);
@@ -147,9 +186,9 @@ Options ParseOptions(int argc, char** argv) {
     else if (k == "--fwd") {
       if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, atomic_bw, write_lat, raw_lat, raw_stream)");
       o.fwd = v;
-    } else if (k == "--ip") o.ip = ParseIp(v), ip_set = true;
-    else if (k == "--peer-ip") o.peer_ip = ParseIp(v), peer_ip_set = true;
-    else if (k == "--mac") o.mac = ParseMac(v), mac_set = true;
+    } else if (k == "--ip") o.ip = ParseIp(k, v);
+    else if (k == "--peer-ip") o.peer_ip = ParseIp(k, v);
+    else if (k == "--mac") o.mac = ParseMac(v);
     else if (k == "--peer-mac") o.peer_mac = ParseMac(v), peer_mac_set = true;
     else if (k == "--mtu") {
       o.mtu = static_cast<uint32_t>(ParseNumber(k, v, 256, 4096));
@@ -157,13 +196,23 @@ Options ParseOptions(int argc, char** argv) {
     } else if (k == "--size") o.size = static_cast<uint32_t>(ParseNumber(k, v, 1, 1 << 24));
     else if (k == "--outstanding") o.outstanding = static_cast<uint32_t>(ParseNumber(k, v, 2, 4096));
     else if (k == "--qps") o.qps = static_cast<uint32_t>(ParseNumber(k, v, 1, 1024));
-    else if (k == "--duration") o.duration = ParseNumber(k, v, 0.01, 3600);
-    else if (k == "--iterations") o.iterations = static_cast<uint32_t>(ParseNumber(k, v, 1, 1e9));
+    else if (k == "--duration") o.duration = ParseNumber(k, v, 0.01, 3600), o.duration_set = true;
+    else if (k == "--iterations") o.iterations = static_cast<uint32_t>(ParseNumber(k, v, 1, 1e9)), o.duration_set = true;
     else if (k == "--idle-spins") o.idle_spins = static_cast<uint32_t>(ParseNumber(k, v, 0, 1e9));
     else if (k == "--drop-rate") o.drop_rate = ParseNumber(k, v, 0, 0.5);
     else if (k == "--seed") o.seed = static_cast<uint64_t>(ParseNumber(k, v, 0, 1e18));
     else if (k == "--pcap-out") o.pcap_out = v;
-    else if (k == "--dcqcn") {
+    else if (k == "--dscp") o.dscp = static_cast<uint8_t>(ParseInteger(k, v, 0, 63));
+    else if (k == "--ecn") {
+      if (v == "not-ect") o.ecn = wire::kEcnNotEct;
+      else if (v == "ect0") o.ecn = wire::kEcnEct0;
+      else if (v == "ect1") o.ecn = wire::kEcnEct1;
+      else Fail("--ecn: expected not-ect, ect0 or ect1, got '" + v + "'");
+    } else if (k == "--vlan") o.vlan = static_cast<int>(ParseInteger(k, v, 1, 4094));
+    else if (k == "--pcp") {
+      o.pcp = static_cast<uint8_t>(ParseInteger(k, v, 0, 7));
+      if (o.vlan < 0) o.vlan = 0;  // a priority tag unless --vlan says otherwise
+    } else if (k == "--dcqcn") {
       if (v != "off" && v != "paper" && v != "mlx5") Fail("--dcqcn: expected off, paper or mlx5, got '" + v + "'");
       o.dcqcn = v;
     }
@@ -177,59 +226,119 @@ Options ParseOptions(int argc, char** argv) {
     else Fail("unknown option " + k + "\n" + kUsage);
   }
   o.peer_mac_static = peer_mac_set;
-  (void)ip_set, (void)peer_ip_set, (void)mac_set;
+  if (IsIpv4Gid(o.ip) != IsIpv4Gid(o.peer_ip)) Fail("--ip and --peer-ip must both be IPv4 or both IPv6");
   if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
   if (o.kmax_kb < o.kmin_kb) Fail("--kmax-kb must not be below --kmin-kb");
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
   if (o.qps > o.outstanding) Fail("--qps must not exceed --outstanding (each QP carries at least one slot)");
+  if (o.auto_start && !o.interactive) Fail("--auto-start goes with -i (without -i the engine starts anyway)");
   return o;
 }
 
-// The prompt's view of the program (apps/testpmd/prompt.c calls these).
+bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
+
+int EngineIndex(const std::string& name) {
+  const auto& all = AllEngines();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (name == all[i]->name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// The prompt's view of the program (apps/testpmd/prompt.c calls these). It
+// runs on the main thread; the dataplane thread owns the session.
 struct PromptState {
   Options* opt;
   Session* session;
-  bool* connected;
-  std::function<int()> run;
-  ethdev::EthdevPort* port;
+  Dataplane* dp;
+  bool raw_ran = false;
 };
+
+bool Snap(PromptState* p, Snapshot* s) {
+  if (p->session->RequestSnapshot(s, 2000)) return true;
+  std::printf("the dataplane did not answer (busy connecting?)\n");
+  return false;
+}
+
+void PrintQp(const QpSnapshot& q) {
+  const transport::QpCounters& k = q.counters;
+  std::printf("qp 0x%06x %s%s: tx_packets=%llu rx_packets=%llu retransmitted=%llu timeouts=%llu naks_rx=%llu "
+              "rnr_rx=%llu naks_tx=%llu cnps_tx=%llu cnps_rx=%llu qp_memory_bytes=%llu\n",
+              q.qpn, transport::QpStateName(q.state), q.control ? " (control)" : "",
+              (unsigned long long)k.tx_packets, (unsigned long long)k.rx_packets,
+              (unsigned long long)k.retransmitted_packets, (unsigned long long)k.timeouts,
+              (unsigned long long)k.naks_received, (unsigned long long)k.rnr_naks_received,
+              (unsigned long long)k.naks_sent, (unsigned long long)k.cnps_sent, (unsigned long long)k.cnps_received,
+              (unsigned long long)q.memory_bytes);
+}
+
+void DoStart(PromptState* p) {
+  if (p->opt->role == "server") {
+    std::printf("the server serves the client's runs by itself\n");
+    return;
+  }
+  if (IsRaw(p->opt->fwd) && p->raw_ran) {
+    std::printf("a raw baseline runs once per process (the server ends after it)\n");
+    return;
+  }
+  if (!p->dp->Start(EngineIndex(p->opt->fwd))) {
+    std::printf("already running: stop first\n");
+    return;
+  }
+  p->raw_ran |= IsRaw(p->opt->fwd);
+  std::printf("started %s%s\n", p->opt->fwd.c_str(),
+              p->opt->duration_set ? " (ends by itself: --duration/--iterations)" : "; stop ends it");
+}
 
 droce_prompt_ops MakePromptOps(PromptState* ps) {
   droce_prompt_ops ops{};
   ops.ctx = ps;
   ops.show_port_stats = [](void* c) {
     auto* p = static_cast<PromptState*>(c);
-    const ethdev::PortStats& ps_ = p->port->stats();
-    const core::DeviceCounters& d = p->session->dev->counters();
+    Snapshot s;
+    if (!Snap(p, &s)) return;
+    const core::DeviceCounters& d = s.dev;
     std::printf("port %s: link %s rx_packets=%llu rx_bytes=%llu tx_packets=%llu tx_bytes=%llu tx_full=%llu\n",
-                p->opt->port.c_str(), p->port->LinkUp() ? "up" : "down", (unsigned long long)ps_.rx_packets,
-                (unsigned long long)ps_.rx_bytes, (unsigned long long)ps_.tx_packets,
-                (unsigned long long)ps_.tx_bytes, (unsigned long long)ps_.tx_full);
+                p->opt->port.c_str(), s.link_up ? "up" : "down", (unsigned long long)s.port.rx_packets,
+                (unsigned long long)s.port.rx_bytes, (unsigned long long)s.port.tx_packets,
+                (unsigned long long)s.port.tx_bytes, (unsigned long long)s.port.tx_full);
     std::printf("device: rx_packets=%llu tx_packets=%llu rx_foreign=%llu rx_unknown_qp=%llu rx_bad_icrc=%llu "
-                "rx_arp=%llu rx_cnp=%llu tx_dropped=%llu\n",
+                "rx_arp=%llu rx_nd=%llu rx_nd_malformed=%llu rx_cnp=%llu tx_dropped=%llu\n",
                 (unsigned long long)d.rx_packets, (unsigned long long)d.tx_packets,
                 (unsigned long long)d.rx_foreign, (unsigned long long)d.rx_unknown_qp,
-                (unsigned long long)d.rx_bad_icrc(), (unsigned long long)d.rx_arp, (unsigned long long)d.rx_cnp,
+                (unsigned long long)d.rx_bad_icrc(), (unsigned long long)d.rx_arp, (unsigned long long)d.rx_nd,
+                (unsigned long long)d.rx_nd_malformed, (unsigned long long)d.rx_cnp,
                 (unsigned long long)d.tx_dropped);
+    std::printf("run: %s messages=%llu bytes=%llu errors=%llu verify_failures=%llu\n",
+                s.running ? "running" : "stopped", (unsigned long long)s.messages, (unsigned long long)s.bytes,
+                (unsigned long long)s.errors, (unsigned long long)s.verify_failures);
   };
-  ops.show_qp = [](void* c) {
+  ops.show_qp = [](void* c, int qpn) {
     auto* p = static_cast<PromptState*>(c);
-    for (uint32_t q : p->session->qpns) {
-      const transport::RcQp* qp = p->session->dev->qp(q);
-      const transport::QpCounters& k = qp->counters();
-      std::printf("qp 0x%06x %s: tx_packets=%llu rx_packets=%llu retransmitted=%llu timeouts=%llu naks_rx=%llu "
-                  "rnr_rx=%llu naks_tx=%llu cnps_tx=%llu cnps_rx=%llu\n",
-                  q, transport::QpStateName(qp->state()), (unsigned long long)k.tx_packets,
-                  (unsigned long long)k.rx_packets, (unsigned long long)k.retransmitted_packets,
-                  (unsigned long long)k.timeouts, (unsigned long long)k.naks_received,
-                  (unsigned long long)k.rnr_naks_received, (unsigned long long)k.naks_sent,
-                  (unsigned long long)k.cnps_sent, (unsigned long long)k.cnps_received);
+    Snapshot s;
+    if (!Snap(p, &s)) return;
+    bool found = false;
+    for (const QpSnapshot& q : s.qps) {
+      if (qpn < 0 || q.qpn == static_cast<uint32_t>(qpn)) {
+        PrintQp(q);
+        found = true;
+      }
     }
+    if (!found) std::printf("no QP %d (QPs are 0x%x..0x%x)\n", qpn, s.qps.front().qpn, s.qps.back().qpn);
   };
-  ops.clear_stats = [](void* c) { static_cast<PromptState*>(c)->session->stats = Stats{}; };
+  ops.clear_stats = [](void* c) { static_cast<PromptState*>(c)->session->RequestClearStats(); };
   ops.set_fwd = [](void* c, const char* engine) {
-    static_cast<PromptState*>(c)->opt->fwd = engine;
+    auto* p = static_cast<PromptState*>(c);
+    if (p->dp->running() && p->opt->role == "client") {
+      std::printf("running: stop first\n");
+      return -1;
+    }
+    if (IsRaw(engine) != IsRaw(p->opt->fwd)) {
+      std::printf("the raw baselines and the RDMA engines do not mix in one process: give --fwd at start-up\n");
+      return -1;
+    }
+    p->opt->fwd = engine;
     return 0;
   };
   ops.set_mtu = [](void* c, unsigned mtu) {
@@ -238,14 +347,22 @@ droce_prompt_ops MakePromptOps(PromptState* ps) {
       std::printf("mtu must be 256, 512, 1024, 2048 or 4096\n");
       return -1;
     }
-    if (*p->connected) {
+    if (p->dp->ever_started() || p->opt->role == "server") {
       std::printf("the QPs are connected: set mtu before the first start\n");
       return -1;
     }
     p->opt->mtu = mtu;
     return 0;
   };
-  ops.start = [](void* c) { static_cast<PromptState*>(c)->run(); };
+  ops.start = [](void* c) { DoStart(static_cast<PromptState*>(c)); };
+  ops.stop = [](void* c) {
+    auto* p = static_cast<PromptState*>(c);
+    if (p->opt->role == "server") {
+      std::printf("the server follows the client's start and stop\n");
+    } else if (!p->dp->Stop()) {
+      std::printf("not running\n");
+    }
+  };
   return ops;
 }
 
@@ -253,12 +370,6 @@ uint64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
 }  // namespace
@@ -274,12 +385,22 @@ int main(int argc, char** argv) {
   }
   Options opt = ParseOptions(sep < argc ? argc - sep - 1 : 0, argv + sep + 1);  // the prompt may change fwd/mtu
   const Engine* engine = FindEngine(opt.fwd);
+  // EAL's telemetry thread only when asked for (--telemetry).
+  std::vector<char*> eal_args(argv, argv + sep);
+  char no_telemetry[] = "--no-telemetry";
+  bool eal_has_telemetry_arg = false;
+  for (char* a : eal_args) eal_has_telemetry_arg |= !std::strcmp(a, "--no-telemetry") || !std::strcmp(a, "--telemetry");
+  if (!opt.telemetry && !eal_has_telemetry_arg) eal_args.insert(eal_args.begin() + 1, no_telemetry);
   int consumed = 0;
-  if (absl::Status s = ethdev::StartEalFromArgs(sep, argv, &consumed); !s.ok()) Fail(std::string(s.message()));
+  if (absl::Status s = ethdev::StartEalFromArgs(static_cast<int>(eal_args.size()), eal_args.data(), &consumed);
+      !s.ok()) {
+    Fail(std::string(s.message()));
+  }
   auto port = ethdev::EthdevPort::Open({opt.port});
   if (!port.ok()) Fail(std::string(port.status().message()));
-  std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u; waiting for the link\n",
-              opt.role.c_str(), opt.port.c_str(), engine->name, opt.size, opt.mtu);
+  std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u, %s -> %s; waiting for the link\n",
+              opt.role.c_str(), opt.port.c_str(), engine->name, opt.size, opt.mtu, GidToString(opt.ip).c_str(),
+              GidToString(opt.peer_ip).c_str());
   std::fflush(stdout);
   if (!(*port)->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
   std::optional<pcapio::PcapWriter> pcap;
@@ -304,85 +425,26 @@ int main(int argc, char** argv) {
   PortTap tap(bottleneck ? static_cast<pktio::BurstIo*>(&*bottleneck) : port->get(), opt.drop_rate, opt.seed,
               std::move(pcap));
   Session session(opt, port->get(), &tap);
-  if (opt.role == "server") {
-    // READ targets: slot k holds message k's pattern for the whole run.
-    for (uint32_t k = 0; k < opt.outstanding; ++k) FillPattern(session.slot(k), opt.size, k);
-    // atomic_bw's counter must be zero before the peer can reach it: the
-    // client's first atomics may arrive before this side's engine starts.
-    if (opt.fwd == "atomic_bw") std::memset(session.slot(0), 0, 8);
-  }
-  bool connected = false;
-  // One run of the engine: connect (once), run, print the result line.
-  auto run_once = [&]() -> int {
-    engine = FindEngine(opt.fwd);
-    const bool raw = opt.fwd.rfind("raw_", 0) == 0;  // baselines bypass droce: no QP to connect
-    if (!raw && !connected) {
-      if (absl::Status s = session.Connect(); !s.ok()) Fail(std::string(s.message()));
-      connected = true;
-    }
-    const uint64_t start = session.NowNs();
-    if (opt.role == "client") {
-      engine->client(session, start + static_cast<uint64_t>(opt.duration * 1e9));
-    } else {
-      engine->server(session);
-    }
-    const double secs = double(session.NowNs() - start) / 1e9;
-    // Let the last ACKs and the bye drain before the port goes away.
-    const uint64_t drain_until = session.NowNs() + 200'000'000;
-    while (!raw && session.NowNs() < drain_until) session.Progress();
-    Stats& st = session.stats;
-    std::printf("%s %s: messages=%llu bytes=%llu seconds=%.3f gbps=%.3f mmsgps=%.4f errors=%llu verify_failures=%llu",
-                opt.role.c_str(), engine->name, (unsigned long long)st.messages, (unsigned long long)st.bytes,
-                secs, st.bytes * 8 / secs / 1e9, st.messages / secs / 1e6, (unsigned long long)st.errors,
-                (unsigned long long)st.verify_failures);
-    if (!st.latencies_us.empty()) {
-      std::printf(" lat_us_p50=%.2f p99=%.2f p999=%.2f", Percentile(st.latencies_us, 0.5),
-                  Percentile(st.latencies_us, 0.99), Percentile(st.latencies_us, 0.999));
-    }
-    transport::QpCounters qc;
-    for (uint32_t q : session.qpns) {
-      const auto& c = session.dev->qp(q)->counters();
-      qc.retransmitted_packets += c.retransmitted_packets;
-      qc.timeouts += c.timeouts;
-      qc.naks_received += c.naks_received;
-      qc.rnr_naks_received += c.rnr_naks_received;
-    }
-    std::printf(" retransmitted=%llu timeouts=%llu naks_rx=%llu rnr_rx=%llu dropped_on_purpose=%llu captured=%llu",
-                (unsigned long long)qc.retransmitted_packets, (unsigned long long)qc.timeouts,
-                (unsigned long long)qc.naks_received, (unsigned long long)qc.rnr_naks_received,
-                (unsigned long long)tap.dropped(), (unsigned long long)tap.captured());
-    {  // congestion control: CNPs both ways, the first QP's reaction point, the bottleneck
-      uint64_t cnps_tx = 0, cnps_rx = 0, ce_rx = 0;
-      for (uint32_t q : session.qpns) {
-        const auto& c = session.dev->qp(q)->counters();
-        cnps_tx += c.cnps_sent;
-        cnps_rx += c.cnps_received;
-        ce_rx += c.ce_marked_received;
-      }
-      std::printf(" ce_rx=%llu cnps_tx=%llu cnps_rx=%llu", (unsigned long long)ce_rx, (unsigned long long)cnps_tx,
-                  (unsigned long long)cnps_rx);
-      if (const cc::ReactionPoint* rp = session.dev->qp(session.qpn)->reaction_point()) {
-        std::printf(" rc_gbps=%.3f rt_gbps=%.3f alpha=%.4f", rp->current_rate_bps() / 1e9,
-                    rp->target_rate_bps() / 1e9, rp->alpha());
-      }
-      if (bottleneck) {
-        const auto& b = bottleneck->counters();
-        std::printf(" cp_marked=%llu cp_dropped=%llu cp_port_refused=%llu cp_queue_max_kb=%.1f",
-                    (unsigned long long)b.ce_marked, (unsigned long long)b.dropped,
-                    (unsigned long long)b.port_refused, bottleneck->bottleneck().max_queue_bytes() / 1e3);
-      }
-      std::printf("\n");
-    }
-    return (st.errors == 0 && st.verify_failures == 0 && st.messages > 0) ? 0 : 1;
-  };
+  Runner runner(opt, session, tap, bottleneck ? &*bottleneck : nullptr);
+  if (opt.telemetry) RegisterTelemetry(&session);
   int rc = 0;
   if (opt.interactive) {
-    PromptState ps{&opt, &session, &connected, run_once, port->get()};
+    // The dataplane thread owns the session from here; this thread runs the prompt.
+    Dataplane dp(runner, session, opt.role == "server");
+    PromptState ps{&opt, &session, &dp};
+    if (opt.auto_start) DoStart(&ps);
     const droce_prompt_ops ops = MakePromptOps(&ps);
     droce_prompt_run(&ops);
+    rc = dp.Quit();
+  } else if (IsRaw(opt.fwd)) {
+    rc = runner.RawRun(engine);  // baselines bypass droce: no QP to connect
+  } else if (opt.role == "client") {
+    rc = runner.ClientRun(engine);
+    runner.ClientFinish();
   } else {
-    rc = run_once();
+    rc = runner.Serve();
   }
+  UnregisterTelemetry();
   (*port)->Stop();
   port->reset();
   ethdev::StopEal();

@@ -1,5 +1,6 @@
-/* droce-testpmd's interactive prompt: show port stats, show qp, set fwd,
- * set mtu, start, stop, clear stats, quit. */
+/* droce-testpmd's interactive prompt: show port stats, show qp [N], set fwd,
+ * set mtu, start, stop, clear stats, quit. It runs on the main thread; the
+ * engine runs on the dataplane thread (see runner.h). */
 #include "apps/testpmd/prompt.h"
 
 #include <stddef.h>
@@ -24,8 +25,19 @@ static void cmd_show_port_parsed(void *r, struct cmdline *cl, void *data) {
 }
 static void cmd_show_qp_parsed(void *r, struct cmdline *cl, void *data) {
   (void)r, (void)cl, (void)data;
-  g_ops->show_qp(g_ops->ctx);
+  g_ops->show_qp(g_ops->ctx, -1);
 }
+struct cmd_show_qp_n {
+  cmdline_fixed_string_t show, qp;
+  uint32_t qpn;
+};
+static void cmd_show_qp_n_parsed(void *r, struct cmdline *cl, void *data) {
+  (void)cl, (void)data;
+  g_ops->show_qp(g_ops->ctx, (int)((struct cmd_show_qp_n *)r)->qpn);
+}
+static cmdline_parse_token_string_t tok_sq_show = TOKEN_STRING_INITIALIZER(struct cmd_show_qp_n, show, "show");
+static cmdline_parse_token_string_t tok_sq_qp = TOKEN_STRING_INITIALIZER(struct cmd_show_qp_n, qp, "qp");
+static cmdline_parse_token_num_t tok_sq_qpn = TOKEN_NUM_INITIALIZER(struct cmd_show_qp_n, qpn, RTE_UINT32);
 static cmdline_parse_token_string_t tok_show = TOKEN_STRING_INITIALIZER(struct cmd_show, show, "show");
 static cmdline_parse_token_string_t tok_qp = TOKEN_STRING_INITIALIZER(struct cmd_show, what, "qp");
 struct cmd_show_port {
@@ -39,6 +51,9 @@ static cmdline_parse_inst_t cmd_show_port_stats = {
     {(void *)&tok_sp_show, (void *)&tok_sp_port, (void *)&tok_sp_stats, NULL}};
 static cmdline_parse_inst_t cmd_show_qp = {
     cmd_show_qp_parsed, NULL, "show qp: every QP's state and counters", {(void *)&tok_show, (void *)&tok_qp, NULL}};
+static cmdline_parse_inst_t cmd_show_qp_n = {
+    cmd_show_qp_n_parsed, NULL, "show qp N: one QP's state and counters (N: 17 or 0x11)",
+    {(void *)&tok_sq_show, (void *)&tok_sq_qp, (void *)&tok_sq_qpn, NULL}};
 
 /* set fwd ENGINE */
 struct cmd_set_fwd {
@@ -82,7 +97,7 @@ static void cmd_start_parsed(void *r, struct cmdline *cl, void *data) {
 }
 static void cmd_stop_parsed(void *r, struct cmdline *cl, void *data) {
   (void)r, (void)cl, (void)data;
-  printf("not running: start runs the engine for --duration (or --iterations) and returns\n");
+  g_ops->stop(g_ops->ctx);
 }
 static void cmd_quit_parsed(void *r, struct cmdline *cl, void *data) {
   (void)r, (void)data;
@@ -91,8 +106,8 @@ static void cmd_quit_parsed(void *r, struct cmdline *cl, void *data) {
 static cmdline_parse_token_string_t tok_start = TOKEN_STRING_INITIALIZER(struct cmd_word, word, "start");
 static cmdline_parse_token_string_t tok_stop = TOKEN_STRING_INITIALIZER(struct cmd_word, word, "stop");
 static cmdline_parse_token_string_t tok_quit = TOKEN_STRING_INITIALIZER(struct cmd_word, word, "quit");
-static cmdline_parse_inst_t cmd_start = {cmd_start_parsed, NULL, "start: run the engine", {(void *)&tok_start, NULL}};
-static cmdline_parse_inst_t cmd_stop = {cmd_stop_parsed, NULL, "stop", {(void *)&tok_stop, NULL}};
+static cmdline_parse_inst_t cmd_start = {cmd_start_parsed, NULL, "start: run the engine in the background", {(void *)&tok_start, NULL}};
+static cmdline_parse_inst_t cmd_stop = {cmd_stop_parsed, NULL, "stop: end the engine, print its result", {(void *)&tok_stop, NULL}};
 static cmdline_parse_inst_t cmd_quit = {cmd_quit_parsed, NULL, "quit", {(void *)&tok_quit, NULL}};
 struct cmd_clear {
   cmdline_fixed_string_t clear, stats;
@@ -107,8 +122,8 @@ static cmdline_parse_inst_t cmd_clear = {
     cmd_clear_parsed, NULL, "clear stats", {(void *)&tok_cl_clear, (void *)&tok_cl_stats, NULL}};
 
 static cmdline_parse_ctx_t main_ctx[] = {
-    &cmd_show_port_stats, &cmd_show_qp, &cmd_set_fwd, &cmd_set_mtu, &cmd_start,
-    &cmd_stop,            &cmd_quit,    &cmd_clear,   NULL,
+    &cmd_show_port_stats, &cmd_show_qp, &cmd_show_qp_n, &cmd_set_fwd, &cmd_set_mtu,
+    &cmd_start,           &cmd_stop,    &cmd_quit,      &cmd_clear,   NULL,
 };
 
 void droce_prompt_run(const struct droce_prompt_ops *ops) {

@@ -10,11 +10,12 @@ extern "C" {
 struct droce_prompt_ops {
   void *ctx;
   void (*show_port_stats)(void *ctx);
-  void (*show_qp)(void *ctx);
+  void (*show_qp)(void *ctx, int qpn); /* qpn < 0: every QP */
   void (*clear_stats)(void *ctx);
   int (*set_fwd)(void *ctx, const char *engine); /* 0 or an error printed by the callee */
   int (*set_mtu)(void *ctx, unsigned mtu);
-  void (*start)(void *ctx);
+  void (*start)(void *ctx); /* runs the engine in the background */
+  void (*stop)(void *ctx);  /* ends it and prints its result line */
 };
 
 /* Runs the prompt on stdin until `quit` or end of input. */

@@ -53,6 +53,7 @@ uint32_t Receive(Session& s, uint64_t* last_seq) {
 }
 
 void Idle(Session& s, uint32_t* idle) {
+  s.ServeRequests();
   if (++*idle > s.opt.idle_spins) {
     s.port->RefreshLink();
     sched_yield();
@@ -67,12 +68,13 @@ void SendStop(Session& s) {
 
 void LatClient(Session& s, uint64_t deadline) {
   uint64_t seq = 0;
-  while (s.NowNs() < deadline) {
+  while (!s.Expired(deadline)) {
     const uint64_t t0 = s.NowNs();
     if (!SendFrame(s, seq)) continue;
     uint64_t got = kStop;
     uint32_t idle = 0;
-    while (got != seq && s.NowNs() < deadline + 1'000'000'000) {
+    const uint64_t give_up = s.NowNs() + 1'000'000'000;
+    while (got != seq && s.NowNs() < give_up) {
       if (Receive(s, &got) == 0) Idle(s, &idle);
     }
     if (got != seq) {
@@ -103,7 +105,8 @@ void LatServer(Session& s) {
 
 void StreamClient(Session& s, uint64_t deadline) {
   uint64_t seq = 0;
-  while (s.NowNs() < deadline) {
+  while (!s.Expired(deadline)) {
+    s.ServeRequests();
     if (SendFrame(s, seq)) {
       ++seq;
       ++s.stats.messages;
@@ -133,7 +136,7 @@ void StreamServer(Session& s) {
 
 }  // namespace
 
-extern const Engine kRawLat{"raw_lat", "raw frame ping-pong (no droce)", LatClient, LatServer};
-extern const Engine kRawStream{"raw_stream", "raw frame stream (no droce)", StreamClient, StreamServer};
+extern const Engine kRawLat{"raw_lat", "raw frame ping-pong (no droce)", LatClient, LatServer, nullptr};
+extern const Engine kRawStream{"raw_stream", "raw frame stream (no droce)", StreamClient, StreamServer, nullptr};
 
 }  // namespace droce::testpmd

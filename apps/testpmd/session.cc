@@ -1,5 +1,6 @@
 #include "apps/testpmd/session.h"
 
+#include <arpa/inet.h>
 #include <sched.h>
 #include <time.h>
 
@@ -8,9 +9,25 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "apps/testpmd/alloc_meter.h"
 #include "core/connect.h"
 
 namespace droce::testpmd {
+
+bool IsIpv4Gid(const core::Gid& g) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  return std::memcmp(g.data(), kPrefix, 12) == 0;
+}
+
+std::string GidToString(const core::Gid& g) {
+  char s[INET6_ADDRSTRLEN] = "?";
+  if (IsIpv4Gid(g)) {
+    inet_ntop(AF_INET, g.data() + 12, s, sizeof s);
+  } else {
+    inet_ntop(AF_INET6, g.data(), s, sizeof s);
+  }
+  return s;
+}
 
 void FillPattern(uint8_t* p, uint32_t n, uint64_t seq) {
   uint64_t x = seq * 0x9E3779B97F4A7C15ull + 1;
@@ -31,7 +48,17 @@ bool CheckPattern(const uint8_t* p, uint32_t n, uint64_t seq) {
 Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : opt(o), port(p) {
   core::DeviceConfig cfg;
   cfg.mac = o.mac;
-  cfg.ipv4 = o.ip;
+  if (IsIpv4Gid(o.ip)) {
+    cfg.ipv4 = wire::LoadBe32(o.ip.data() + 12);
+  } else {
+    cfg.has_ipv6_global = true;
+    cfg.ipv6_global = o.ip;
+  }
+  cfg.dscp = o.dscp;
+  cfg.ecn = o.ecn;
+  cfg.vlan = o.vlan >= 0;
+  cfg.vlan_tci = static_cast<uint16_t>((o.pcp << 13) | (o.vlan > 0 ? o.vlan : 0));
+  cfg.max_qp = o.qps + 1;  // the data QPs and the control QP
   if (o.dcqcn != "off") {
     const uint64_t line = static_cast<uint64_t>(o.line_rate_gbps * 1e9);
     cfg.dcqcn = true;
@@ -39,9 +66,11 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
     cfg.min_time_between_cnps_ns = uint64_t{cfg.dcqcn_params.min_time_between_cnps_us} * 1000;
   }
   dev = std::make_unique<core::Device>(cfg, io);
-  core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  wire::StoreBe32(peer.data() + 12, o.peer_ip);
-  if (o.peer_mac_static) dev->AddNeighbor(peer, o.peer_mac);  // else ARP in Connect()
+  for (uint32_t i = 0; i < dev->gids().size(); ++i) {
+    if (dev->gids()[i] == o.ip) sgid_index = static_cast<uint8_t>(i);
+  }
+  peer_gid = o.peer_ip;
+  if (o.peer_mac_static) dev->AddNeighbor(peer_gid, o.peer_mac);  // else ARP/ND in Connect()
   pd = dev->AllocPd();
   cq = *dev->CreateCq(8192);
   core::QpInitAttr init;
@@ -51,8 +80,17 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   const uint32_t per_qp = std::clamp<uint32_t>(2 * o.outstanding / o.qps + 8, 16, 2048);
   init.caps.max_send_wr = per_qp;
   init.caps.max_recv_wr = per_qp;
-  for (uint32_t i = 0; i < o.qps; ++i) qpns.push_back(*dev->CreateQp(init));
+  auto create = [&](const core::QpInitAttr& a) {
+    AllocMeter meter;  // everything the QP allocates happens at creation
+    const uint32_t q = *dev->CreateQp(a);
+    qp_memory.push_back(static_cast<uint64_t>(std::max<int64_t>(meter.bytes(), 0)));
+    return q;
+  };
+  for (uint32_t i = 0; i < o.qps; ++i) qpns.push_back(create(init));
   qpn = qpns.front();
+  init.caps.max_send_wr = init.caps.max_recv_wr = 2 * kCtrlRecvs;
+  ctrl_qpn = create(init);
+  snapshot_.qps.resize(qpns.size() + 1);  // filled in place by the owner: no allocation then
   buf.assign(uint64_t{o.outstanding} * o.size + 4096, 0);
   va = reinterpret_cast<uint64_t>(buf.data());
   keys = *dev->RegMr(pd, buf.data(), buf.size(), va,
@@ -66,10 +104,14 @@ uint64_t Session::NowNs() const {
 }
 
 void Session::MaybePrintStats(uint64_t now) {
-  if (opt.stats_period <= 0) return;
+  if (opt.stats_period <= 0 || !running_.load(std::memory_order_relaxed)) {
+    next_stats_ns_ = 0;
+    return;
+  }
   if (next_stats_ns_ == 0) {
     next_stats_ns_ = now + static_cast<uint64_t>(opt.stats_period * 1e9);
     last_stats_ns_ = now;
+    last_stats_bytes_ = stats.bytes;
     return;
   }
   if (now < next_stats_ns_) return;
@@ -87,6 +129,7 @@ void Session::MaybePrintStats(uint64_t now) {
 
 uint32_t Session::Progress() {
   const uint64_t now = NowNs();
+  ServeRequests();
   MaybePrintStats(now);
   const uint32_t work = dev->Poll(now);
   if (work > 0) {
@@ -100,25 +143,82 @@ uint32_t Session::Progress() {
   return work;
 }
 
-void Session::PostCtrlRecv() {
-  const uint64_t id = ctrl_recv_id_++;
+bool Session::RequestSnapshot(Snapshot* out, int timeout_ms) {
+  std::lock_guard<std::mutex> lock(mu_);  // requesters only: the owner never takes it
+  want_snapshot_ = true;
+  const uint64_t req = requests_.fetch_add(1, std::memory_order_release) + 1;
+  for (int waited_us = 0; waited_us < timeout_ms * 1000; waited_us += 100) {
+    if (served_.load(std::memory_order_acquire) >= req) {
+      *out = snapshot_;
+      return true;
+    }
+    const timespec ts{0, 100'000};
+    nanosleep(&ts, nullptr);
+  }
+  return false;
+}
+
+void Session::RequestClearStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  want_clear_ = true;
+  requests_.fetch_add(1, std::memory_order_release);
+}
+
+// The owner's side of the handshake (want_* are written before the requester's
+// release increment and read after this acquire load).
+void Session::ServeSlow() {
+  const uint64_t req = requests_.load(std::memory_order_acquire);
+  if (want_clear_) {
+    stats.messages = stats.bytes = stats.errors = stats.verify_failures = 0;
+    stats.latencies_us.clear();
+    want_clear_ = false;
+  }
+  if (want_snapshot_) {
+    Snapshot& s = snapshot_;
+    s.link_up = port->LinkUp();
+    s.port = port->stats();
+    s.dev = dev->counters();
+    for (size_t i = 0; i < s.qps.size(); ++i) {
+      const uint32_t q = i < qpns.size() ? qpns[i] : ctrl_qpn;
+      const transport::RcQp* qp = dev->qp(q);
+      s.qps[i].qpn = q;
+      s.qps[i].state = qp->state();
+      s.qps[i].counters = qp->counters();
+      s.qps[i].memory_bytes = qp_memory[i];
+      s.qps[i].control = q == ctrl_qpn;
+    }
+    s.running = running_.load(std::memory_order_relaxed);
+    s.messages = stats.messages;
+    s.bytes = stats.bytes;
+    s.errors = stats.errors;
+    s.verify_failures = stats.verify_failures;
+    want_snapshot_ = false;
+  }
+  served_.store(req, std::memory_order_release);
+}
+
+void Session::PostCtrlRecv(uint32_t k) {
   transport::RecvWr r;
-  r.wr_id = kCtrlWrIdBase + id;
+  r.wr_id = kCtrlWrIdBase + k;
   r.num_sge = 1;
-  r.sg_list[0] = {va + ctrl_offset() + 2048 + (id % 8) * 64, 64, keys.lkey};
-  (void)dev->PostRecv(qpn, r);
+  r.sg_list[0] = {va + ctrl_offset() + 2048 + k * 64, 64, keys.lkey};
+  (void)dev->PostRecv(ctrl_qpn, r);
 }
 
 void Session::SendCtrl(CtrlType type, uint64_t value) {
+  // Eight send buffers in turn: a message is gathered when it is transmitted,
+  // so one buffer could be overwritten by the next message before that.
+  static_assert(sizeof(CtrlMsg) <= 64);
   CtrlMsg m{kCtrlMagic, static_cast<uint32_t>(type), keys.rkey, va, value};
-  std::memcpy(buf.data() + ctrl_offset(), &m, sizeof m);
+  const uint64_t off = ctrl_offset() + (ctrl_sends_++ % 8) * 64;
+  std::memcpy(buf.data() + off, &m, sizeof m);
   transport::SendWr wr;
   wr.wr_id = kCtrlWrIdBase - 1;
   wr.opcode = transport::WrOpcode::kSend;
   wr.flags = transport::kSendSignaled;
   wr.num_sge = 1;
-  wr.sg_list[0] = {va + ctrl_offset(), sizeof m, keys.lkey};
-  (void)dev->PostSend(qpn, wr);
+  wr.sg_list[0] = {va + off, sizeof m, keys.lkey};
+  (void)dev->PostSend(ctrl_qpn, wr);
 }
 
 uint32_t Session::PollCompletions(queue::Completion* out, uint32_t n) {
@@ -132,9 +232,11 @@ uint32_t Session::PollCompletions(queue::Completion* out, uint32_t n) {
         continue;
       }
       if (wc[i].opcode == queue::WcOpcode::kRecv) {
+        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id - kCtrlWrIdBase);
         CtrlMsg m;
-        std::memcpy(&m, buf.data() + ctrl_offset() + 2048 + ((wc[i].wr_id - kCtrlWrIdBase) % 8) * 64, sizeof m);
+        std::memcpy(&m, buf.data() + ctrl_offset() + 2048 + slot * 64, sizeof m);
         if (m.magic == kCtrlMagic) ctrl_inbox.push_back(m);
+        PostCtrlRecv(slot);
       }
       continue;
     }
@@ -143,54 +245,73 @@ uint32_t Session::PollCompletions(queue::Completion* out, uint32_t n) {
   return k;
 }
 
-bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out) {
+bool Session::HasCtrl(CtrlType type) const {
+  return std::any_of(ctrl_inbox.begin(), ctrl_inbox.end(),
+                     [&](const CtrlMsg& m) { return m.type == static_cast<uint32_t>(type); });
+}
+
+CtrlMsg Session::TakeCtrl(CtrlType type) {
+  auto it = std::find_if(ctrl_inbox.begin(), ctrl_inbox.end(),
+                         [&](const CtrlMsg& m) { return m.type == static_cast<uint32_t>(type); });
+  const CtrlMsg m = *it;
+  ctrl_inbox.erase(it);
+  return m;
+}
+
+bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out, bool stoppable) {
   queue::Completion wc[64];
-  while (NowNs() < deadline_ns) {
-    for (size_t i = 0; i < ctrl_inbox.size(); ++i) {
-      if (ctrl_inbox[i].type == static_cast<uint32_t>(type)) {
-        *out = ctrl_inbox[i];
-        ctrl_inbox.erase(ctrl_inbox.begin() + i);
-        return true;
-      }
+  while (NowNs() < deadline_ns && !(stoppable && StopRequested())) {
+    if (HasCtrl(type)) {
+      *out = TakeCtrl(type);
+      return true;
     }
     Progress();
     const uint32_t n = PollCompletions(wc, 64);
-    stats.errors += n;  // nothing else is expected while waiting for control
+    for (uint32_t i = 0; i < n; ++i) {
+      // Between runs only a send_bw receive flushed by an error may show up.
+      stats.errors += wc[i].status != queue::WcStatus::kSuccess;
+    }
   }
   return false;
 }
 
 absl::Status Session::Connect() {
-  // Resolve the peer by ARP. This also waits for it: a peer that is not
-  // running yet does not answer, and no QP burns its retries into the void
-  // (af_packet's link is up long before the far end listens).
-  core::Gid peer{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  wire::StoreBe32(peer.data() + 12, opt.peer_ip);
-  const uint64_t arp_deadline = NowNs() + 30'000'000'000ull;
-  for (uint64_t next_request = 0; !dev->HasNeighbor(peer);) {
+  // Resolve the peer by ARP (IPv4) or neighbour discovery (IPv6). This also
+  // waits for it: a peer that is not running yet does not answer, and no QP
+  // burns its retries into the void (af_packet's link is up long before the
+  // far end listens).
+  const uint64_t resolve_deadline = NowNs() + 30'000'000'000ull;
+  for (uint64_t next_request = 0; !dev->HasNeighbor(peer_gid);) {
     const uint64_t now = NowNs();
-    if (now >= arp_deadline) return absl::DeadlineExceededError("the peer did not answer ARP within 30 s");
+    if (now >= resolve_deadline) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "the peer %s did not answer %s within 30 s", GidToString(peer_gid),
+          IsIpv4Gid(peer_gid) ? "ARP" : "neighbour solicitations"));
+    }
     if (now >= next_request) {
-      dev->RequestArp(opt.peer_ip);
+      dev->RequestNeighbor(peer_gid);
       next_request = now + 100'000'000;
     }
     Progress();
   }
   core::ConnectParams c;
-  c.peer_gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  wire::StoreBe32(c.peer_gid.data() + 12, opt.peer_ip);
-  c.peer_mac_known = false;  // the static neighbour entry
+  c.peer_gid = peer_gid;
+  c.sgid_index = sgid_index;
+  c.peer_mac_known = false;  // the neighbour table
   c.mtu = opt.mtu;
   c.timeout = 14;  // 67 ms
   absl::Status st;
+  // Both sides create the same QPs in the same order: numbers agree.
   for (uint32_t i = 0; i < qpns.size() && st.ok(); ++i) {
-    c.peer_qpn = core::Device::kFirstQpn + i;  // both sides create the same QPs: numbers agree
+    c.peer_qpn = core::Device::kFirstQpn + i;
     st = core::ConnectQp(*dev, qpns[i], c);
   }
+  if (st.ok()) {
+    c.peer_qpn = core::Device::kFirstQpn + static_cast<uint32_t>(qpns.size());
+    st = core::ConnectQp(*dev, ctrl_qpn, c);
+  }
   if (!st.ok()) return st;
-  // Exactly one receive for the peer's hello: after it, receives belong to
-  // the engine (send_bw's data receives also take the client's bye).
-  PostCtrlRecv();
+  for (uint32_t k = 0; k < kCtrlRecvs; ++k) PostCtrlRecv(k);
   SendCtrl(CtrlType::kHello, 0);
   CtrlMsg hello;
   if (!WaitCtrl(CtrlType::kHello, NowNs() + 30'000'000'000ull, &hello)) {

@@ -1,10 +1,18 @@
-// One droce-testpmd endpoint: a device on a DPDK port, one connected RC QP,
-// one registered buffer (data slots plus a control area), and the progress
-// loop every engine runs on.
+// One droce-testpmd endpoint: a device on a DPDK port, connected RC QPs (the
+// data QPs and one control QP), one registered buffer (data slots plus a
+// control area), and the progress loop every engine runs on.
+//
+// Threads: one thread owns a Session (its device, QPs and buffer) and calls
+// everything below except the "any thread" members. Other threads (the
+// prompt, DPDK's telemetry thread) ask the owner for a Snapshot or a stop
+// through atomics the owner checks once per poll round; they never touch
+// the device.
 #ifndef DROCE_APPS_TESTPMD_SESSION_H_
 #define DROCE_APPS_TESTPMD_SESSION_H_
 
+#include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -17,21 +25,31 @@ struct Options {
   std::string role = "server";  // server (passive side) or client (drives the engine)
   std::string port = "net_memif0";
   std::string fwd = "write_bw";
-  uint32_t ip = 0x0A000001, peer_ip = 0x0A000002;  // 10.0.0.1 / 10.0.0.2
+  // Own and peer address as GIDs: IPv4-mapped (::ffff:a.b.c.d) or IPv6.
+  core::Gid ip{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1};
+  core::Gid peer_ip{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
   core::Mac mac{0x02, 0, 0, 0, 0, 1}, peer_mac{0x02, 0, 0, 0, 0, 2};
-  bool peer_mac_static = false;  // --peer-mac given: no ARP (RDMA engines resolve the peer by ARP)
+  bool peer_mac_static = false;  // --peer-mac given: no ARP/ND (RDMA engines resolve the peer)
   uint32_t mtu = 4096;
   uint32_t size = 65536;
   uint32_t outstanding = 16;
   uint32_t qps = 1;          // write_bw/read_bw spread slots over this many QPs
   double duration = 3;
+  bool duration_set = false;  // --duration or --iterations given (-i: otherwise run until stop)
   bool interactive = false;  // a prompt instead of one run
+  bool auto_start = false;   // -i: start forwarding before giving the prompt
+  bool telemetry = false;    // DPDK telemetry socket with /droce/ commands
   double stats_period = 0;   // print a stats line this often while running (0: only at the end)
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU
   double drop_rate = 0;      // transmitted frames dropped on purpose
   uint64_t seed = 1;
   std::string pcap_out;      // write sent and received frames here
+  // Traffic class: DSCP and ECN codepoint of data packets, 802.1Q tag.
+  uint8_t dscp = 0;
+  uint8_t ecn = 2;           // wire::kEcnEct0
+  int vlan = -1;             // -1: untagged; 0 with --pcp alone (priority tag)
+  uint8_t pcp = 0;
   // Congestion control (issue 6): the reaction point's profile and line rate,
   // and an emulated congestion point on this side's transmit path.
   std::string dcqcn = "off";  // off | paper | mlx5
@@ -40,44 +58,89 @@ struct Options {
   double kmin_kb = 5, kmax_kb = 200, pmax = 0.01, buffer_kb = 0;
 };
 
+bool IsIpv4Gid(const core::Gid& g);
+std::string GidToString(const core::Gid& g);
+
 struct Stats {
   uint64_t messages = 0, bytes = 0, errors = 0, verify_failures = 0;
   std::vector<double> latencies_us;
 };
 
-// Control messages travel as small SENDs in the buffer's control area.
-enum class CtrlType : uint32_t { kHello = 1, kBye = 2 };
+// What another thread may see of a session: copies the owner makes.
+struct QpSnapshot {
+  uint32_t qpn = 0;
+  transport::QpState state = transport::QpState::kReset;
+  transport::QpCounters counters;
+  uint64_t memory_bytes = 0;
+  bool control = false;  // the control QP
+};
+struct Snapshot {
+  bool link_up = false;
+  ethdev::PortStats port;
+  core::DeviceCounters dev;
+  std::vector<QpSnapshot> qps;
+  bool running = false;
+  uint64_t messages = 0, bytes = 0, errors = 0, verify_failures = 0;
+};
+
+// Control messages travel as small SENDs on the control QP. One run:
+// client start(engine) -> server ready -> the engine's data -> client bye(n).
+// quit ends the server.
+enum class CtrlType : uint32_t { kHello = 1, kBye = 2, kStart = 3, kReady = 4, kQuit = 5 };
 struct CtrlMsg {
   uint64_t magic;  // kCtrlMagic
   uint32_t type;
   uint32_t rkey;
   uint64_t va;
-  uint64_t value;  // bye: messages sent (lets the passive side verify)
+  uint64_t value;  // bye: messages sent (lets the passive side verify); start: engine index
 };
 inline constexpr uint64_t kCtrlMagic = 0x64726F6365637472ull;  // "droce ctr"
 inline constexpr uint64_t kCtrlWrIdBase = 1ull << 62;
+inline constexpr uint32_t kCtrlRecvs = 8;  // receives kept posted on the control QP
 
 class Session {
  public:
   // `io` carries the frames (the port itself, or a tap around it).
   Session(const Options& opt, ethdev::EthdevPort* port, pktio::BurstIo* io);
-  absl::Status Connect();     // QP to RTS, hello exchange (peer's buffer address and key)
+  absl::Status Connect();     // resolve the peer, QPs to RTS, hello exchange
   uint32_t Progress();         // one poll round, with idle back-off (and periodic stats)
   uint64_t NowNs() const;
+  // The client's loop condition: the deadline passed or a stop was asked for.
+  bool Expired(uint64_t deadline_ns) {
+    return stop_requested_.load(std::memory_order_relaxed) || NowNs() >= deadline_ns;
+  }
+  bool StopRequested() const { return stop_requested_.load(std::memory_order_relaxed); }
+  // Serves other threads' requests (snapshot, clear stats); Progress calls it.
+  void ServeRequests() {
+    if (requests_.load(std::memory_order_relaxed) != served_.load(std::memory_order_relaxed)) ServeSlow();
+  }
 
-  // Posts a receive for a control message.
-  void PostCtrlRecv();
   void SendCtrl(CtrlType type, uint64_t value);
-  // Polls until a control message of `type` arrives (or the deadline passes).
-  bool WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out);
+  // Polls until a control message of `type` arrives (or the deadline passes,
+  // or a stop is asked for when `stoppable`).
+  bool WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out, bool stoppable = false);
+  bool HasCtrl(CtrlType type) const;
+  CtrlMsg TakeCtrl(CtrlType type);  // HasCtrl(type) must be true
   // Drains completions: control ones are consumed here, the rest returned.
   uint32_t PollCompletions(queue::Completion* out, uint32_t n);
+
+  // --- any thread
+  void RequestStop(bool stop) { stop_requested_.store(stop, std::memory_order_relaxed); }
+  // Asks the owner for a copy of its counters; false if it did not answer
+  // within timeout_ms (it is not polling).
+  bool RequestSnapshot(Snapshot* out, int timeout_ms);
+  void RequestClearStats();
+  void set_running(bool r) { running_.store(r, std::memory_order_release); }
 
   const Options& opt;
   ethdev::EthdevPort* port;
   std::unique_ptr<core::Device> dev;
-  uint32_t pd = 0, cq = 0, qpn = 0;  // qpn: the first QP (control messages, single-QP engines)
-  std::vector<uint32_t> qpns;        // all QPs; slot k travels on qpns[k % qps]
+  uint32_t pd = 0, cq = 0, qpn = 0;  // qpn: the first data QP (single-QP engines)
+  uint32_t ctrl_qpn = 0;             // control messages
+  std::vector<uint32_t> qpns;        // data QPs; slot k travels on qpns[k % qps]
+  std::vector<uint64_t> qp_memory;   // per data QP, then the control QP: bytes its creation left allocated
+  uint8_t sgid_index = 1;
+  core::Gid peer_gid{};
   uint32_t QpnForSeq(uint64_t seq) const {
     return qpns[(seq % opt.outstanding) % qpns.size()];  // one QP per slot keeps its writes ordered
   }
@@ -88,6 +151,7 @@ class Session {
   uint32_t peer_rkey = 0;
   Stats stats;
   std::vector<CtrlMsg> ctrl_inbox;
+  uint32_t data_recvs_posted = 0;  // send_bw server: receives on the data QP (kept across runs)
 
   uint8_t* slot(uint32_t i) { return buf.data() + uint64_t{i % opt.outstanding} * opt.size; }
   uint64_t slot_va(uint32_t i) const { return va + uint64_t{i % opt.outstanding} * opt.size; }
@@ -95,10 +159,21 @@ class Session {
 
  private:
   void MaybePrintStats(uint64_t now);
+  void PostCtrlRecv(uint32_t k);
+  void ServeSlow();
   uint64_t next_stats_ns_ = 0, last_stats_ns_ = 0, last_stats_bytes_ = 0;
   uint64_t ctrl_offset() const { return uint64_t{opt.outstanding} * opt.size; }
   uint32_t idle_ = 0;
-  uint64_t ctrl_recv_id_ = 0;
+  uint64_t ctrl_sends_ = 0;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> running_{false};
+  // Requests from other threads: a requester (one at a time, under mu_)
+  // fills in what it wants, bumps requests_ (release); the owner serves and
+  // sets served_ = requests_ (release).
+  std::mutex mu_;
+  std::atomic<uint64_t> requests_{0}, served_{0};
+  std::atomic<bool> want_snapshot_{false}, want_clear_{false};  // relaxed: ordered by requests_
+  Snapshot snapshot_;
 };
 
 // Fills `n` bytes with the pattern of message `seq` (its first 8 bytes are seq).
@@ -111,6 +186,7 @@ struct Engine {
   const char* description;
   void (*client)(Session& s, uint64_t deadline_ns);
   void (*server)(Session& s);
+  void (*prepare)(Session& s);  // server, before it says ready (may be null)
 };
 
 const Engine* FindEngine(const std::string& name);

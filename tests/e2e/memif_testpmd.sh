@@ -50,14 +50,107 @@ for profile in paper mlx5; do
     echo "FAIL dcqcn $profile"; echo "$out"; status=1
   fi
 done
-# The interactive prompt (commands from a pipe): counters, a refused MTU, a run, the QP table.
-if out=$(printf 'show port stats\nset mtu 3000\nset fwd write_bw\nstart\nshow qp\nquit\n' |
-         CLIENT_ARGS="-i --duration 0.5" bash "$root/tools/memif-pair.sh" --fwd write_bw --size 16384) &&
-   echo "$out" | grep -q '^port net_memif0: link up' && echo "$out" | grep -q '^client write_bw: messages=[1-9]' &&
-   echo "$out" | grep -qE '^qp 0x0+11 RTS: tx_packets=[1-9]'; then
-  echo "ok   interactive prompt"
+# A pair started here (not by tools/memif-pair.sh) when a test needs the
+# logs, its own EAL file prefixes (the telemetry socket) or a client fed from
+# a pipe: pair_start DIR SERVER-ARGS... ; pair_client DIR CLIENT-ARGS... ; pair_wait DIR.
+pair_eal() {  # pair_eal DIR server|client
+  echo "--file-prefix=$(basename "$1")-$2 --no-huge -m 512 --no-pci --log-level=error \
+    --vdev=net_memif0,role=$2,socket=$1/memif.sock,socket-abstract=no,bsize=10240"
+}
+pair_start() {
+  local dir=$1; shift
+  # shellcheck disable=SC2046
+  timeout 120 "$DROCE_TESTPMD" $(pair_eal "$dir" server) -- --role server "$@" >"$dir/server.log" 2>&1 </dev/null &
+  echo $! >"$dir/server.pid"
+  for _ in $(seq 100); do [ -S "$dir/memif.sock" ] && break; sleep 0.05; done
+}
+pair_client() {
+  local dir=$1; shift
+  # shellcheck disable=SC2046
+  timeout 120 "$DROCE_TESTPMD" $(pair_eal "$dir" client) -- --role client "$@" >"$dir/client.log" 2>&1
+}
+pair_wait() { wait "$(cat "$1/server.pid")"; }
+pair_show() { echo "--- client"; cat "$1/client.log"; echo "--- server"; cat "$1/server.log"; }
+work=$(mktemp -d /tmp/droce-e2e.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# The interactive prompt (commands from a pipe, with pauses): counters, a
+# refused MTU, start in the background, stats and QPs while it runs, stop
+# (result line), another engine on the same connection, start again, quit
+# while running.
+d=$work/prompt; mkdir -p "$d"
+pair_start "$d" --fwd write_bw --size 16384
+{ echo 'show port stats'; echo 'set mtu 3000'; echo 'start'; sleep 2; echo 'show port stats'; echo 'show qp';
+  echo 'show qp 17'; echo 'start'; echo 'stop'; echo 'stop'; echo 'set fwd read_bw'; echo 'start'; sleep 1; echo 'stop';
+  echo 'set fwd send_bw'; echo 'start'; sleep 1; echo 'quit'; } | pair_client "$d" -i --fwd write_bw --size 16384
+crc=$?; pair_wait "$d"; src=$?
+if [ $crc -eq 0 ] && [ $src -eq 0 ] &&
+   grep -q '^port net_memif0: link up' "$d/client.log" &&
+   grep -q 'mtu must be' "$d/client.log" &&
+   grep -qE '^run: running messages=[1-9]' "$d/client.log" &&
+   grep -qE '^qp 0x0+11 RTS: tx_packets=[1-9].* qp_memory_bytes=[1-9]' "$d/client.log" &&
+   grep -q 'already running' "$d/client.log" && grep -q '^not running' "$d/client.log" &&
+   grep -qE '^client write_bw: messages=[1-9][0-9]* .*errors=0 verify_failures=0' "$d/client.log" &&
+   grep -qE '^client read_bw: messages=[1-9][0-9]* .*errors=0 verify_failures=0' "$d/client.log" &&
+   grep -qE '^client send_bw: messages=[1-9][0-9]* .*errors=0 verify_failures=0' "$d/client.log" &&
+   [ "$(grep -cE '^server (write|read|send)_bw: messages=[1-9][0-9]* .*errors=0 verify_failures=0' "$d/server.log")" -eq 3 ]; then
+  echo "ok   interactive prompt: background start, stop, start again (3 runs on one connection)"
 else
-  echo "FAIL interactive prompt"; echo "$out"; status=1
+  echo "FAIL interactive prompt (client $crc, server $src)"; pair_show "$d"; status=1
+fi
+# --auto-start: forwarding before the first command; stop prints the result.
+d=$work/auto; mkdir -p "$d"
+pair_start "$d" --fwd write_lat --size 64
+{ sleep 1.5; echo 'stop'; echo 'quit'; } | pair_client "$d" -i --auto-start --fwd write_lat --size 64
+crc=$?; pair_wait "$d"; src=$?
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -qE '^client write_lat: messages=[1-9].* lat_us_p50=[0-9.]+ p99=[0-9.]+ p999=' "$d/client.log"; then
+  echo "ok   --auto-start: $(grep -oE 'lat_us_p50=[0-9.]+' "$d/client.log")"
+else
+  echo "FAIL --auto-start (client $crc, server $src)"; pair_show "$d"; status=1
+fi
+# Traffic class: 802.1Q tag (VLAN 100, PCP 3), DSCP 26 and ECT(1) on every
+# RoCE frame both ways; tagged frames are parsed on receive (the run verifies).
+d=$work/tc; mkdir -p "$d"
+tc="--vlan 100 --pcp 3 --dscp 26 --ecn ect1"
+# shellcheck disable=SC2086
+pair_start "$d" --fwd send_bw --size 3000 --mtu 1024 $tc
+# shellcheck disable=SC2086
+pair_client "$d" --fwd send_bw --size 3000 --mtu 1024 --iterations 50 --pcap-out "$d/c.pcap" $tc
+crc=$?; pair_wait "$d"; src=$?
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && tc_out=$(python3 "$root/tests/e2e/pcap_fields.py" "$d/c.pcap" --vlan 100 --pcp 3 --dscp 26 --ecn 1); then
+  echo "ok   --vlan/--pcp/--dscp/--ecn on the wire: $tc_out"
+else
+  echo "FAIL traffic class (client $crc, server $src): ${tc_out:-}"; pair_show "$d"; status=1
+fi
+# IPv6: the peer resolved by neighbour discovery (no static MAC), RoCEv2 over IPv6.
+d=$work/v6; mkdir -p "$d"
+pair_start "$d" --fwd write_bw --size 8192 --ip 2001:db8::1 --peer-ip 2001:db8::2
+pair_client "$d" --fwd write_bw --size 8192 --ip 2001:db8::2 --peer-ip 2001:db8::1 --duration 0.5 --pcap-out "$d/c.pcap"
+crc=$?; pair_wait "$d"; src=$?
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -qE '^client write_bw: messages=[1-9]' "$d/client.log" &&
+   v6_out=$(python3 "$root/tests/e2e/pcap_fields.py" "$d/c.pcap" --ipv6 --nd); then
+  echo "ok   IPv6 with neighbour discovery: $v6_out"
+else
+  echo "FAIL IPv6 (client $crc, server $src): ${v6_out:-}"; pair_show "$d"; status=1
+fi
+# Telemetry: only with --telemetry; /droce/port and /droce/qp answer with
+# dicts on the socket while the engine runs.
+d=$work/tel; mkdir -p "$d"
+pair_start "$d" --fwd write_bw --size 16384 --telemetry
+pair_client "$d" --fwd write_bw --size 16384 --duration 2.5 &
+cpid=$!
+sock=/var/run/dpdk/$(basename "$d")-server/dpdk_telemetry.v2
+for _ in $(seq 40); do [ -S "$sock" ] && break; sleep 0.05; done
+sleep 1
+tel_out=$(python3 "$root/tests/e2e/telemetry_query.py" "$sock" 2>&1); tel_rc=$?
+no_sock=/var/run/dpdk/$(basename "$d")-client/dpdk_telemetry.v2
+client_has_socket=0; [ -S "$no_sock" ] && client_has_socket=1
+wait $cpid; crc=$?; pair_wait "$d"; src=$?
+if [ $crc -eq 0 ] && [ $src -eq 0 ] && [ $tel_rc -eq 0 ] && [ $client_has_socket -eq 0 ]; then
+  echo "ok   --telemetry: $tel_out"
+else
+  echo "FAIL telemetry (client $crc, server $src, query $tel_rc, socket without --telemetry: $client_has_socket): $tel_out"
+  pair_show "$d"; status=1
 fi
 # --stats-period prints progress lines while the engine runs.
 if out=$(CLIENT_ARGS="--duration 1 --stats-period 0.25" bash "$root/tools/memif-pair.sh" --fwd write_bw --size 16384) &&
@@ -75,7 +168,9 @@ else
   echo "FAIL --pcap-out"; status=1
 fi
 rm -rf "$pcap_dir"
-for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5" "--stats-period -1"; do
+for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5" "--stats-period -1" \
+    "--dscp 64" "--dscp -1" "--dscp 2.5" "--ecn ce" "--vlan 0" "--vlan 4095" "--pcp 8" "--vlan" "--auto-start" \
+    "--ip 2001:db8::zz" "--ip 2001:db8::1" "--ip ff02::1 --peer-ip 2001:db8::2" "--peer-ip ::" "--telemetry x"; do
   # shellcheck disable=SC2086
   if "$DROCE_TESTPMD" --no-huge -- $bad >/dev/null 2>&1; then echo "FAIL: '$bad' accepted"; status=1; fi
   # shellcheck disable=SC2086

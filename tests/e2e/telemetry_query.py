@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Queries droce-testpmd's DPDK telemetry socket (SOCK_SEQPACKET, JSON) for the
+e2e test: /droce/port and /droce/qp must answer with counter dicts that show
+traffic, /droce/qp,17 with QP 0x11's dict. Prints a one-line summary."""
+import json
+import socket
+import sys
+
+
+def query(sock, cmd):
+    sock.send(cmd.encode())
+    return json.loads(sock.recv(1 << 16).decode())
+
+
+def main():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    json.loads(s.recv(1024).decode())  # the greeting: version, pid, max_output_len
+    cmds = query(s, "/")["/"]
+    assert "/droce/port" in cmds and "/droce/qp" in cmds, cmds
+    port = query(s, "/droce/port")["/droce/port"]
+    assert port["link_up"] == 1 and port["rx_packets"] > 0 and port["tx_packets"] > 0, port
+    qps = query(s, "/droce/qp")["/droce/qp"]
+    assert "17" in qps and qps["17"]["rx_packets"] > 0 and qps["17"]["qp_memory_bytes"] > 0, qps
+    qp = query(s, "/droce/qp,17")["/droce/qp"]
+    assert qp["qpn"] == 17 and qp["state"] == "RTS", qp
+    print(f"port rx_packets={port['rx_packets']} running={port['running']} messages={port['messages']}; "
+          f"qps={sorted(int(k) for k in qps)} qp17 rx_packets={qp['rx_packets']} qp_memory_bytes={qp['qp_memory_bytes']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -258,9 +258,9 @@ CtrlMsg Session::TakeCtrl(CtrlType type) {
   return m;
 }
 
-bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out, bool stoppable) {
+bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out) {
   queue::Completion wc[64];
-  while (NowNs() < deadline_ns && !(stoppable && StopRequested())) {
+  while (NowNs() < deadline_ns) {
     if (HasCtrl(type)) {
       *out = TakeCtrl(type);
       return true;

@@ -116,9 +116,8 @@ class Session {
   }
 
   void SendCtrl(CtrlType type, uint64_t value);
-  // Polls until a control message of `type` arrives (or the deadline passes,
-  // or a stop is asked for when `stoppable`).
-  bool WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out, bool stoppable = false);
+  // Polls until a control message of `type` arrives (or the deadline passes).
+  bool WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out);
   bool HasCtrl(CtrlType type) const;
   CtrlMsg TakeCtrl(CtrlType type);  // HasCtrl(type) must be true
   // Drains completions: control ones are consumed here, the rest returned.

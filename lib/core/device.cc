@@ -298,7 +298,13 @@ uint32_t Device::Poll(uint64_t now_ns) {
   const uint16_t n = io_->RxBurst(rx, config_.burst);
   for (uint16_t i = 0; i < n; ++i) {
     wire::ParsedPacket p = wire::ParsePacket(rx[i].data, rx[i].len);
-    if (p.ok() && !transport::VerifyIcrc(rx[i].data, p)) p.status = wire::ParseStatus::kBadIcrc;
+    // RC WRITE MIDDLE: the QP checks the ICRC while it places the payload.
+    RcQp* placer = p.ok() && RcQp::VerifiesWhilePlacing(p)
+                       ? qp(wire::BthView(rx[i].data + p.bth_offset).dest_qp())
+                       : nullptr;
+    if (p.ok() && placer == nullptr && !transport::VerifyIcrc(rx[i].data, p)) {
+      p.status = wire::ParseStatus::kBadIcrc;
+    }
     ++counters_.rx_packets;
     counters_.rx_bytes += rx[i].len;
     if (!p.ok()) {
@@ -315,6 +321,15 @@ uint32_t Device::Poll(uint64_t now_ns) {
       continue;
     }
     const uint32_t qpn = wire::BthView(rx[i].data + p.bth_offset).dest_qp();
+    if (placer != nullptr) {
+      if (!placer->OnUnverifiedPacket(rx[i].data, p, now_ns)) {
+        ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+        continue;
+      }
+      if (p.ecn() == wire::kEcnCe) placer->OnCongestionMark(now_ns);
+      Activate(qpn);
+      continue;
+    }
     RcQp* q = qp(qpn);
     if (p.opcode == wire::kCnp) {
       ++counters_.rx_cnp;

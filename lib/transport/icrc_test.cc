@@ -149,6 +149,56 @@ class QpPair : public ::testing::TestWithParam<bool> {
     }
   }
 
+  // Moves frames both ways until both QPs are quiet. `corrupt` may change a
+  // frame (and return true) before delivery: such frames go through
+  // OnUnverifiedPacket when the QP verifies them while placing, else they
+  // must fail the reference check.
+  template <typename Corrupt>
+  void RunWith(Corrupt&& corrupt) {
+    std::vector<uint8_t> storage(16 * pktio::kMaxFrameBytes);
+    pktio::Frame frames[16];
+    for (int round = 0; round < 100000; ++round) {
+      uint32_t moved = 0;
+      for (int i = 0; i < 2; ++i) {
+        for (int k = 0; k < 16; ++k) {
+          frames[k] = {storage.data() + k * pktio::kMaxFrameBytes, 0, pktio::kMaxFrameBytes, nullptr};
+        }
+        const uint32_t n = qp_[i]->Transmit(frames, 16, now_);
+        for (uint32_t k = 0; k < n; ++k) {
+          ASSERT_TRUE(ParseAndVerify(frames[k].data, frames[k].len).ok());
+          const bool corrupted = corrupt(frames[k].data, frames[k].len);
+          const ParsedPacket p = ParsePacket(frames[k].data, frames[k].len);
+          if (!p.ok()) continue;
+          if (RcQp::VerifiesWhilePlacing(p)) {
+            const uint32_t epsn = qp_[1 - i]->expected_psn();
+            const bool accepted = qp_[1 - i]->OnUnverifiedPacket(frames[k].data, p, now_);
+            EXPECT_EQ(accepted, !corrupted);
+            if (!accepted) {
+              ++dropped_;
+              EXPECT_EQ(qp_[1 - i]->expected_psn(), epsn);
+            }
+          } else if (wire::IcrcMatches(frames[k].data, p)) {
+            qp_[1 - i]->OnPacket(frames[k].data, p, now_);
+          } else {
+            ++dropped_;
+          }
+        }
+        moved += n;
+      }
+      now_ += 1000;
+      if (moved == 0) {
+        // Quiet: let retransmission timers fire once, then stop if still quiet.
+        bool timers = false;
+        for (int i = 0; i < 2; ++i) timers |= qp_[i]->HasWork();
+        if (!timers) return;
+        now_ += 1'000'000'000;
+        for (int i = 0; i < 2; ++i) qp_[i]->OnTimer(now_);
+      }
+    }
+    FAIL() << "did not settle";
+  }
+  uint32_t dropped_ = 0;
+
   // Moves frames both ways until both QPs are quiet.
   void Run() {
     std::vector<uint8_t> storage(16 * pktio::kMaxFrameBytes);
@@ -227,6 +277,53 @@ TEST_P(QpPair, FusedGatherFramesPassTheReferenceIcrc) {
   const uint32_t n = cq_[0].Poll(wc, 64);
   ASSERT_EQ(n, posted);
   for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(wc[i].status, queue::WcStatus::kSuccess);
+}
+
+// A WRITE MIDDLE whose payload or headers were corrupted on the wire is
+// dropped after it was placed: nothing in the QP changes, no byte outside the
+// WRITE's own target is touched, and the retransmission leaves the right data.
+TEST_P(QpPair, CorruptedMiddleIsDroppedAndRewritten) {
+  std::mt19937 rng(21);
+  for (auto& b : mem_[0]) b = static_cast<uint8_t>(rng());
+  constexpr uint32_t kSize = 6 * 4096;
+  std::fill(mem_[1].begin(), mem_[1].end(), 0xEE);
+  const uint32_t target = 8192;
+  for (int trial = 0; trial < 40; ++trial) {
+    SendWr wr;
+    wr.wr_id = static_cast<uint64_t>(trial);
+    wr.opcode = WrOpcode::kRdmaWrite;
+    wr.flags = kSendSignaled;
+    wr.num_sge = 1;
+    const uint64_t src = reinterpret_cast<uint64_t>(mem_[0].data()) + 4096 * trial;
+    wr.sg_list[0] = {src, kSize, keys_[0].lkey};
+    wr.remote_addr = reinterpret_cast<uint64_t>(mem_[1].data()) + target;
+    wr.rkey = keys_[1].rkey;
+    ASSERT_EQ(qp_[0]->PostSend(wr), 0);
+    int middles = 0;
+    const int victim = 1 + trial % 4;  // which MIDDLE (1..4) is hit the first time round
+    bool hit = false;
+    RunWith([&](uint8_t* f, uint32_t len) {
+      const ParsedPacket p = ParsePacket(f, len);
+      if (hit || !p.ok() || p.opcode != kRcWriteMiddle || ++middles != victim) return false;
+      hit = true;
+      // Flip a bit: in the payload, the PSN, the dest QP or the ICRC itself.
+      const uint32_t where[] = {p.payload_offset + static_cast<uint32_t>(rng() % p.payload_len),
+                                p.bth_offset + 11u, p.bth_offset + 7u, p.icrc_offset};
+      f[where[trial % 4]] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      return true;
+    });
+    ASSERT_TRUE(hit);
+    ASSERT_EQ(std::memcmp(mem_[1].data() + target, reinterpret_cast<uint8_t*>(src), kSize), 0) << trial;
+    for (uint32_t i = 0; i < target; ++i) ASSERT_EQ(mem_[1][i], 0xEE) << "before the target";
+    for (size_t i = target + kSize; i < mem_[1].size(); ++i) ASSERT_EQ(mem_[1][i], 0xEE) << "after";
+    queue::Completion wc;
+    ASSERT_EQ(cq_[0].Poll(&wc, 1), 1u);
+    EXPECT_EQ(wc.status, queue::WcStatus::kSuccess);
+    EXPECT_EQ(wc.wr_id, static_cast<uint64_t>(trial));
+  }
+  EXPECT_GE(dropped_, 40u);
+  EXPECT_EQ(qp_[0]->state(), QpState::kRts);
+  EXPECT_EQ(qp_[1]->state(), QpState::kRts);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ip, QpPair, ::testing::Values(false, true),

@@ -100,6 +100,18 @@ class RcQp {
   // A packet for this QP (BTH dest QP matched); parsed and ICRC-checked.
   void OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
 
+  // Packets the poll loop hands over with the ICRC not yet checked, so that
+  // the QP checks it while placing the payload (one pass instead of two):
+  // RC WRITE MIDDLE only. See doc/transport.md "ICRC and placement".
+  static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
+    return p.opcode == wire::kRcWriteMiddle;
+  }
+  // OnPacket for such a packet. False: the ICRC failed and the packet was
+  // dropped without any change to the QP (the caller counts it); it may have
+  // left bytes in the unacknowledged part of the WRITE in progress, which
+  // the retransmission overwrites before anything completes.
+  bool OnUnverifiedPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+
   // Fills up to n transmit buffers (each with capacity >= kMaxFrameBytes);
   // returns how many it used.
   uint32_t Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns);
@@ -190,7 +202,9 @@ class RcQp {
   bool Outstanding() const;
 
   // --- responder (responder.cc)
-  void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
+  // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
+  void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now,
+                 bool payload_placed = false);
   void OnUcRequest(const uint8_t* frame, const wire::ParsedPacket& p);
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn);
   void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);

@@ -226,7 +226,35 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
   }
 }
 
-void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
+bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+  const uint32_t len = p.payload_len;
+  // Place while verifying only where the destination follows from verified
+  // state alone: the WRITE in progress (its RETH was checked on a verified
+  // FIRST), at the expected PSN, inside what that WRITE has left. Anything
+  // else is verified first and takes the ordinary path.
+  const bool in_place = VerifiesWhilePlacing(p) && reliable() && state_ != QpState::kReset &&
+                        state_ != QpState::kInit && state_ != QpState::kErr &&
+                        in_message_ == InMessage::kWrite && len == mtu_ &&
+                        len <= write_remaining_ && BthView(frame + p.bth_offset).psn() == epsn_;
+  if (!in_place) {
+    if (!VerifyIcrc(frame, p)) return false;
+    OnPacket(frame, p, now_ns);
+    return true;
+  }
+  const uint8_t* l3 = frame + p.l3_offset;
+  const uint8_t* payload = frame + p.payload_offset;
+  uint32_t crc = IcrcBegin(l3, p.payload_offset - p.l3_offset, p.ipv6);
+  crc = Crc32CopyUpdate(crc, write_host_ + (write_total_ - write_remaining_), payload, len);
+  crc = Crc32Update(crc, payload + len, p.icrc_offset - p.payload_offset - len);  // pad
+  if (Crc32Final(crc) != StoredIcrc(frame, p)) return false;  // silently dropped, state untouched
+  ++counters_.rx_packets;
+  counters_.rx_bytes += p.payload_len;
+  OnRequest(frame, p, now_ns, /*payload_placed=*/true);
+  return true;
+}
+
+void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
+                     bool payload_placed) {
   (void)now;
   const uint8_t* bth_p = frame + p.bth_offset;
   const BthView bth(bth_p);
@@ -330,7 +358,9 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now) 
       ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
       return;
     }
-    if (len > 0) std::memcpy(write_host_ + (write_total_ - write_remaining_), payload, len);
+    if (len > 0 && !payload_placed) {
+      std::memcpy(write_host_ + (write_total_ - write_remaining_), payload, len);
+    }
     write_remaining_ -= len;
     if (last) {
       if (op.Has(kHdrImmDt)) {

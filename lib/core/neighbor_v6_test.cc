@@ -156,5 +156,28 @@ TEST(NeighborV6, UnsolicitedAdvertisementIsNotLearntButAnAnswerIs) {
   EXPECT_TRUE(a.HasNeighbor(Ip6({0x0c})));
 }
 
+// Mutated and truncated solicitations (run under ASan by tools/run-tests.sh):
+// the parser stays inside the frame, and whatever it accepts has hop limit
+// 255 and a correct checksum.
+TEST(NeighborV6, MutatedFramesStayInBounds) {
+  pktio::ScriptedIo io;
+  Device b(V6Config(0xb, Ip6({0x0b})), &io);
+  uint64_t x = 12345;
+  auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> f = kNsFrame;
+    for (int k = next() % 4; k >= 0; --k) f[next() % f.size()] ^= static_cast<uint8_t>(1u << (next() % 8));
+    f.resize(next() % (f.size() + 1));
+    std::vector<uint8_t> exact(f);  // heap block of exactly the frame's size
+    wire::NdPacket p;
+    if (wire::ParseNd(exact.data(), static_cast<uint32_t>(exact.size()), &p) == wire::NdParse::kOk) {
+      EXPECT_EQ(exact[(exact[12] == 0x81 ? 18 : 14) + 7], 255);
+    }
+    io.rx.push_back(std::move(exact));
+    b.Poll(i);
+  }
+  EXPECT_GT(b.counters().rx_nd_malformed, 0u);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -7,6 +7,8 @@
 # Env: BUILD (build dir, default ./build), PAIR_TIMEOUT (s, default 60),
 #      SERVER_DELAY (s before the client starts, default 1), KEEP_LOGS=1,
 #      PAIR_IP6=1 (IPv6 addresses as well: GID index 2),
+#      LINK_SET='k=v ...' (device-file settings for both devices, e.g.
+#      'progress_wakeup=off'),
 #      WIRE=veth: af_packet on a veth pair between two network namespaces
 #      made here (path MTU <= 2048); the server then runs in one namespace,
 #      the client in the other, and reaches the server's side channel at
@@ -44,9 +46,11 @@ if [ "${WIRE:-memif}" = veth ]; then
 else
   wire0=(type memif socket "$run/wire.sock" role server) wire1=(type memif socket "$run/wire.sock" role client)
 fi
+link_set=()
+for kv in ${LINK_SET:-}; do link_set+=(set "$kv"); done
 # lid-peer: LID-addressed QPs (qperf's) reach the other end of the wire.
-"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" lid-peer 10.0.0.2 >/dev/null || exit 2
-"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" lid-peer 10.0.0.1 >/dev/null || exit 2
+"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" lid-peer 10.0.0.2 "${link_set[@]}" >/dev/null || exit 2
+"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" lid-peer 10.0.0.1 "${link_set[@]}" >/dev/null || exit 2
 eval "$("$ctl" env)"
 t=${PAIR_TIMEOUT:-60}
 timeout "$t" "${wrap_s[@]}" bash -c "$1" >"$run/server.log" 2>&1 &

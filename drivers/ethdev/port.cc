@@ -33,18 +33,21 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   int rc = rte_eth_dev_configure(port, 1, 1, &conf);
   if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, c.rx_ring, rte_eth_dev_socket_id(port), nullptr, pool);
   if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, c.tx_ring, rte_eth_dev_socket_id(port), nullptr);
+  bool start_failed = false;
   if (rc == 0) {
     rc = rte_eth_dev_start(port);
     // A memif client whose server is not listening yet fails to start; its
     // owner restarts it later (Reconnect) instead of giving up.
-    if (rc != 0 && c.start_may_fail) rc = 0;
+    if (rc != 0 && c.start_may_fail) rc = 0, start_failed = true;
   }
   if (rc != 0) {
     rte_mempool_free(pool);
     return absl::UnavailableError(absl::StrFormat("setting up port %s: %s", c.name, rte_strerror(-rc)));
   }
   rte_eth_promiscuous_enable(port);
-  return std::unique_ptr<EthdevPort>(new EthdevPort(port, pool));
+  auto opened = std::unique_ptr<EthdevPort>(new EthdevPort(port, pool));
+  opened->start_failed_ = start_failed;
+  return opened;
 }
 
 EthdevPort::~EthdevPort() {
@@ -63,7 +66,8 @@ bool EthdevPort::Reconnect() {
   if (!started_) return false;
   link_up_ = false;
   rte_eth_dev_stop(port_);
-  return rte_eth_dev_start(port_) == 0;
+  start_failed_ = rte_eth_dev_start(port_) != 0;
+  return !start_failed_;
 }
 
 bool EthdevPort::LinkUp() const {

@@ -49,6 +49,9 @@ class EthdevPort final : public pktio::BurstIo {
   // when started, so one that started before the server listened stays down
   // until restarted.
   bool Reconnect();
+  // The last start (Open's or Reconnect's) failed: a memif client whose
+  // server was not listening. One that started waits for its handshake.
+  bool start_failed() const { return start_failed_; }
   // Waits up to timeout_ms for the link (memif: the peer connected).
   bool WaitLinkUp(int timeout_ms);
   uint16_t port_id() const { return port_; }
@@ -63,6 +66,7 @@ class EthdevPort final : public pktio::BurstIo {
   rte_mempool* pool_;
   bool started_ = true;
   bool link_up_ = false;
+  bool start_failed_ = false;
   PortStats stats_;
 };
 

@@ -240,6 +240,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.dev.broadcast_unresolved = *x;
+    } else if (key == "progress_wakeup") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.progress.wakeup = *x;
     } else if (key == "progress_spins" || key == "progress_hot_us" || key == "progress_hot_sleep_us" ||
                key == "progress_max_sleep_us" || key == "progress_app_active_us") {
       auto x = ParseU32(key, v, 0, 100000000);
@@ -284,9 +288,9 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
-                        "progress_max_sleep_us=%u\nprogress_app_active_us=%u\n", f.progress.spins,
-                        f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
-                        f.progress.app_active_us);
+                        "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_wakeup=%s\n",
+                        f.progress.spins, f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
+                        f.progress.app_active_us, f.progress.wakeup ? "on" : "off");
   return out;
 }
 

@@ -26,6 +26,7 @@ struct ProgressConfig {
   uint32_t hot_sleep_us = 5;
   uint32_t max_sleep_us = 1000;   // then sleep steps double up to this
   uint32_t app_active_us = 20;    // the program called poll_cq this recently: let it drive
+  bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
 };
 
 struct DeviceFile {

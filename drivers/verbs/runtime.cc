@@ -1,5 +1,6 @@
 #include "drivers/verbs/runtime.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -128,8 +129,16 @@ absl::Status Runtime::Start() {
   if (!port.ok()) return port.status();
   port_ = std::move(*port);
   next_reconnect_ns_ = NowNs() + 100'000'000;
+  attempt_ns_ = NowNs();
   link_up_ = port_->RefreshLink();
   dev_ = std::make_unique<core::Device>(file_.dev, port_.get());
+  if (file_.progress.wakeup) {
+    std::string why_not;
+    wakeup_ = ethdev::RxWakeup::For(port_->port_id(), &why_not);
+    if (wakeup_ == nullptr && std::getenv("DROCE_DEBUG") != nullptr) {
+      std::fprintf(stderr, "droce %s: no wake-up on arrival (%s)\n", file_.name.c_str(), why_not.c_str());
+    }
+  }
   for (const auto& [gid, mac] : file_.neighbors) dev_->AddNeighbor(gid, mac);
   event_socket_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (event_socket_ < 0) return absl::UnavailableError("cannot create the event socket");
@@ -150,6 +159,7 @@ void Runtime::Stop() {
     dev_.reset();
     // A program may open the device again (qperf does per test): the vdev
     // must go too, or probing it again fails. Removing it closes the port.
+    wakeup_.reset();
     if (port_) port_->Stop(/*close=*/false);
     (void)ethdev::RemoveVdev(file_.port_name());
     port_.reset();
@@ -166,10 +176,13 @@ void Runtime::PrintStats() {
                reconnects_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, rx_foreign %lu, rx_unknown_qp %lu, "
-               "rx_bad_icrc %lu, port tx_full %lu, progress polls %lu sleeps %lu, events %lu comp %lu async\n",
+               "rx_bad_icrc %lu, port tx_full %lu, progress polls %lu sleeps %lu (woken by arrival %lu, %s), "
+               "events %lu comp %lu async\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_foreign,
                c.rx_unknown_qp, c.rx_bad_icrc(), p.tx_full, stats_.progress_polls.load(),
-               stats_.progress_sleeps.load(), stats_.comp_events.load(), stats_.async_events.load());
+               stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(),
+               wakeup_ ? wakeup_->kind() : "timed sleeps only", stats_.comp_events.load(),
+               stats_.async_events.load());
   for (uint32_t qpn = core::Device::kFirstQpn; qpn < core::Device::kFirstQpn + dev_->config().max_qp; ++qpn) {
     transport::RcQp* q = dev_->qp(qpn);
     if (q == nullptr) continue;
@@ -220,15 +233,25 @@ void Runtime::DeliverEvents() {
   }
 }
 
-// Refreshes the link state; a memif client whose link is down retries its
-// connection every 100 ms (its server may have started after it).
+// Refreshes the link state. A memif client whose link is down restarts its
+// port every 100 ms if its connection attempt failed (its server may have
+// started after it) or the link dropped; one whose attempt is still in its
+// handshake is left alone for up to 2 s: restarting a client mid-handshake
+// makes DPDK 22.11's memif server close a control socket its interrupt
+// thread still watches, and EAL panics in the server.
 void Runtime::CheckLink(uint64_t now_ns) {
   const bool up = port_->RefreshLink();
   link_up_.store(up, std::memory_order_relaxed);
   next_link_check_ns_ = now_ns + 1'000'000;
-  if (up || !memif_client_ || now_ns < next_reconnect_ns_) return;
+  if (up) {
+    attempt_ns_ = 0;  // connected: a later drop restarts at once
+    return;
+  }
+  if (!memif_client_ || now_ns < next_reconnect_ns_) return;
+  if (!port_->start_failed() && attempt_ns_ != 0 && now_ns - attempt_ns_ < 2'000'000'000) return;
   next_reconnect_ns_ = now_ns + 100'000'000;
   port_->Reconnect();
+  attempt_ns_ = now_ns;
   ++reconnects_;
 }
 
@@ -361,13 +384,41 @@ void Runtime::ProgressLoop() {
       continue;
     }
     stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
-    if (waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000) {
-      SleepUs(std::max<uint32_t>(pc.hot_sleep_us, 1));
-      continue;
+    const bool hot = waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000;
+    const uint32_t found = IdleWait(hot ? std::max<uint32_t>(pc.hot_sleep_us, 1) : sleep_us);
+    if (found > 0) {
+      idle = 0, last_work = NowNs(), sleep_us = 1;
+    } else if (!hot) {
+      sleep_us = std::min<uint32_t>(sleep_us * 2, std::max<uint32_t>(pc.max_sleep_us, 1));
     }
-    SleepUs(sleep_us);
-    sleep_us = std::min<uint32_t>(sleep_us * 2, std::max<uint32_t>(pc.max_sleep_us, 1));
   }
+}
+
+// Sleeps up to `us`, or until a frame arrives when the port can say so:
+// asks the port to notify, polls once more (a frame may have come in before
+// the request was seen), then sleeps on the descriptor. Returns the work that
+// last poll found (the caller then keeps polling instead of sleeping).
+uint32_t Runtime::IdleWait(uint32_t us) {
+  int fd = -1;
+  if (wakeup_ != nullptr && link_up() && mu.try_lock()) {
+    fd = wakeup_->Arm();
+    const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
+    if (work > 0) wakeup_->Disarm();
+    mu.unlock();
+    if (work > 0) return work;
+  }
+  if (fd < 0) {
+    SleepUs(us);
+    return 0;
+  }
+  pollfd pfd{fd, POLLIN, 0};
+  const timespec timeout{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+  if (ppoll(&pfd, 1, &timeout, nullptr) > 0 && (pfd.revents & POLLIN)) {
+    stats_.progress_arrival_wakeups.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  wakeup_->Disarm();
+  return 0;
 }
 
 }  // namespace droce::verbs

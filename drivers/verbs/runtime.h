@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "core/device.h"
 #include "drivers/ethdev/port.h"
+#include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/verbs/device_config.h"
 
 namespace droce::verbs {
@@ -81,7 +82,8 @@ class Runtime {
   void RearmQp(uint32_t qpn);
 
   struct Stats {
-    std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, comp_events{0}, async_events{0};
+    std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
+        async_events{0};
   };
   const Stats& stats() const { return stats_; }
 
@@ -90,6 +92,7 @@ class Runtime {
   absl::Status Start();
   void Stop();
   void ProgressLoop();
+  uint32_t IdleWait(uint32_t us);
   void DeliverEvents();
   void PrintStats();
   void CheckLink(uint64_t now_ns);
@@ -97,6 +100,7 @@ class Runtime {
   DeviceFile file_;
   int refs_ = 0;
   std::unique_ptr<ethdev::EthdevPort> port_;
+  std::unique_ptr<ethdev::RxWakeup> wakeup_;  // null: idle sleeps are timed only
   std::unique_ptr<core::Device> dev_;
   std::vector<CqWatch> watches_;
   struct QpWatch {
@@ -111,6 +115,7 @@ class Runtime {
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;
   uint64_t next_reconnect_ns_ = 0;
+  uint64_t attempt_ns_ = 0;  // when the pending memif connection attempt started (0: none)
   uint64_t reconnects_ = 0;
   std::atomic<bool> link_up_{false};
   std::atomic<int> armed_channels_{0};

@@ -1,0 +1,262 @@
+// rte_intr_fd_get() is still marked experimental in 22.11.
+#define ALLOW_EXPERIMENTAL_API 1
+#include "drivers/ethdev/rx_wakeup.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <rte_ethdev.h>
+#include <rte_interrupts.h>
+#include <rte_version.h>
+
+namespace droce::ethdev {
+namespace {
+
+// DPDK 22.11 private layouts (x86-64), from drivers/net/memif/{memif.h,
+// rte_eth_memif.h}, drivers/net/af_packet/rte_eth_af_packet.c and
+// lib/ethdev/ethdev_driver.h. Each use is guarded by a run-time check.
+constexpr size_t kEthDevDataOffset = 48;            // rte_eth_dev::data
+constexpr size_t kEthDevProcessPrivateOffset = 56;  // rte_eth_dev::process_private
+constexpr size_t kEthDevDataRxQueuesOffset = RTE_ETH_NAME_MAX_LEN;  // rte_eth_dev_data::rx_queues
+
+constexpr size_t kMemifQueueTypeOffset = 16;        // memif_queue::type (enum)
+constexpr size_t kMemifQueueRegionOffset = 20;      // memif_queue::region (u16)
+constexpr size_t kMemifQueueInPortOffset = 22;      // memif_queue::in_port (u16)
+constexpr size_t kMemifQueueRingOffsetOffset = 24;  // memif_queue::ring_offset (u32)
+constexpr size_t kMemifQueueIntrHandleOffset = 56;  // memif_queue::intr_handle
+constexpr size_t kMemifMaxRegions = 256;            // pmd_process_private::regions[]
+constexpr size_t kMemifRegionFdOffset = 16;         // memif_region::fd (int)
+constexpr uint32_t kMemifCookie = 0x3E31F20;        // memif_ring_t::cookie
+constexpr size_t kMemifRingFlagsOffset = 4;         // memif_ring_t::flags (u16)
+constexpr size_t kMemifRingHeaderBytes = 128;
+constexpr uint16_t kMemifRingFlagMaskInt = 1;
+
+template <typename T>
+T Load(const void* base, size_t offset) {
+  T v;
+  std::memcpy(&v, static_cast<const uint8_t*>(base) + offset, sizeof v);
+  return v;
+}
+
+bool IsEventFd(int fd) {
+  char path[64], target[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(path, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+// rte_eth_devices[port]: exported (version INTERNAL) but declared only in a
+// header Debian does not ship; its element size comes from the symbol's size.
+const uint8_t* EthDev(uint16_t port, std::string* why_not) {
+  void* base = dlsym(RTLD_DEFAULT, "rte_eth_devices");
+  if (base == nullptr) {
+    *why_not = "rte_eth_devices not found";
+    return nullptr;
+  }
+  Dl_info info;
+  ElfW(Sym)* sym = nullptr;
+  if (dladdr1(base, &info, reinterpret_cast<void**>(&sym), RTLD_DL_SYMENT) == 0 || sym == nullptr ||
+      sym->st_size % RTE_MAX_ETHPORTS != 0) {
+    *why_not = "rte_eth_devices has an unexpected size";
+    return nullptr;
+  }
+  const size_t stride = sym->st_size / RTE_MAX_ETHPORTS;
+  const uint8_t* dev = static_cast<const uint8_t*>(base) + size_t{port} * stride;
+  // The layout is right if the device's burst function and first RX queue
+  // are the ones the public fast-path table holds for this port.
+  const struct rte_eth_fp_ops& fp = ::rte_eth_fp_ops[port];
+  const auto* data = Load<const uint8_t*>(dev, kEthDevDataOffset);
+  if (Load<void*>(dev, 0) != reinterpret_cast<void*>(fp.rx_pkt_burst) || data == nullptr) {
+    *why_not = "rte_eth_dev layout differs from DPDK 22.11's";
+    return nullptr;
+  }
+  char name[RTE_ETH_NAME_MAX_LEN];
+  void** rx_queues = Load<void**>(data, kEthDevDataRxQueuesOffset);
+  if (rte_eth_dev_get_name_by_port(port, name) != 0 || std::strncmp(name, reinterpret_cast<const char*>(data),
+                                                                    RTE_ETH_NAME_MAX_LEN) != 0 ||
+      rx_queues == nullptr || rx_queues[0] != fp.rxq.data[0]) {
+    *why_not = "rte_eth_dev_data layout differs from DPDK 22.11's";
+    return nullptr;
+  }
+  return dev;
+}
+
+// DPDK's memif thread unmaps the rings and closes the eventfds when the peer
+// leaves, at any moment, so this never touches DPDK's mapping or descriptor
+// numbers: it maps the ring's page through its own duplicate of the region's
+// memfd and sleeps on its own duplicate of the eventfd, both valid until it
+// lets them go. From DPDK's structures it only reads fields that live in
+// DPDK's heap (never unmapped while EAL runs), and re-checks them after
+// taking its duplicates.
+class MemifWakeup final : public RxWakeup {
+ public:
+  MemifWakeup(uint16_t port, const uint8_t* dev) : port_(port), dev_(dev) {}
+  ~MemifWakeup() override { Drop(); }
+  const char* kind() const override { return "memif interrupt"; }
+
+  int Arm() override {
+    if (!Refresh()) return -1;
+    __atomic_store_n(flags_, uint16_t(*flags_ & ~kMemifRingFlagMaskInt), __ATOMIC_RELAXED);
+    // The sender stores its ring index, then reads the flag; we store the
+    // flag, then (the caller) read the index: without this fence both could
+    // miss the other and the wake-up is lost (the caller's sleep has a
+    // time limit anyway, and DPDK's sender has no fence between the two).
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return event_fd_;
+  }
+
+  void Disarm() override {
+    if (flags_ == nullptr) return;
+    __atomic_store_n(flags_, uint16_t(*flags_ | kMemifRingFlagMaskInt), __ATOMIC_RELAXED);
+    uint64_t count;
+    (void)!read(event_fd_, &count, sizeof count);  // non-blocking: drains the count
+  }
+
+ private:
+  struct Source {  // what DPDK's structures say about the current connection
+    const void* region = nullptr;
+    const void* addr = nullptr;
+    int region_fd = -1;
+    int event_fd = -1;
+    uint32_t ring_offset = 0;
+    bool operator==(const Source&) const = default;
+  };
+
+  bool ReadSource(Source* out) const {
+    const void* queue = ::rte_eth_fp_ops[port_].rxq.data[0];
+    if (queue == nullptr || Load<uint16_t>(queue, kMemifQueueInPortOffset) != port_) return false;
+    const uint16_t region = Load<uint16_t>(queue, kMemifQueueRegionOffset);
+    const auto* regions = Load<void* const*>(dev_, kEthDevProcessPrivateOffset);
+    if (regions == nullptr || region >= kMemifMaxRegions || regions[region] == nullptr) return false;
+    out->region = regions[region];
+    out->addr = Load<const void*>(out->region, 0);
+    out->region_fd = Load<int>(out->region, kMemifRegionFdOffset);
+    out->ring_offset = Load<uint32_t>(queue, kMemifQueueRingOffsetOffset);
+    auto* handle = Load<rte_intr_handle*>(queue, kMemifQueueIntrHandleOffset);
+    out->event_fd = handle != nullptr ? rte_intr_fd_get(handle) : -1;
+    return out->addr != nullptr && out->region_fd >= 0 && out->event_fd >= 0;
+  }
+
+  // True with flags_ and event_fd_ set for the current connection.
+  bool Refresh() {
+    Source now;
+    if (!ReadSource(&now)) return false;
+    if (flags_ != nullptr && now == source_) return true;
+    Drop();
+    const int region_fd = fcntl(now.region_fd, F_DUPFD_CLOEXEC, 0);
+    const int event_fd = fcntl(now.event_fd, F_DUPFD_CLOEXEC, 0);
+    Source again;
+    struct stat st;
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t len = (size_t{now.ring_offset} + kMemifRingHeaderBytes + page - 1) / page * page;
+    void* map = MAP_FAILED;
+    if (region_fd >= 0 && event_fd >= 0 && ReadSource(&again) && again == now && IsEventFd(event_fd) &&
+        fstat(region_fd, &st) == 0 && uint64_t(st.st_size) >= len) {
+      map = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, region_fd, 0);
+    }
+    if (map == MAP_FAILED || Load<uint32_t>(map, now.ring_offset) != kMemifCookie) {
+      if (map != MAP_FAILED) munmap(map, len);
+      if (region_fd >= 0) close(region_fd);
+      if (event_fd >= 0) close(event_fd);
+      return false;
+    }
+    close(region_fd);  // the mapping keeps the memory
+    map_ = map;
+    map_len_ = len;
+    flags_ = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(map) + now.ring_offset + kMemifRingFlagsOffset);
+    event_fd_ = event_fd;
+    source_ = now;
+    return true;
+  }
+
+  void Drop() {
+    if (map_ != nullptr) munmap(map_, map_len_);
+    if (event_fd_ >= 0) close(event_fd_);
+    map_ = nullptr;
+    flags_ = nullptr;
+    event_fd_ = -1;
+    source_ = Source{};
+  }
+
+  uint16_t port_;
+  const uint8_t* dev_;
+  Source source_;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  uint16_t* flags_ = nullptr;  // the RX ring's flags word, in our own mapping
+  int event_fd_ = -1;          // our duplicate of the ring's eventfd
+};
+
+class AfPacketWakeup final : public RxWakeup {
+ public:
+  explicit AfPacketWakeup(int fd) : fd_(fd) {}  // our own duplicate of the queue's socket
+  ~AfPacketWakeup() override { close(fd_); }
+  const char* kind() const override { return "af_packet socket"; }
+  int Arm() override { return fd_; }
+  void Disarm() override {}
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::unique_ptr<RxWakeup> RxWakeup::For(uint16_t port_id, std::string* why_not) {
+  std::string unused;
+  if (why_not == nullptr) why_not = &unused;
+  if (std::strncmp(rte_version(), "DPDK 22.11", 10) != 0) {
+    *why_not = std::string("built for DPDK 22.11's PMD layouts, running ") + rte_version();
+    return nullptr;
+  }
+  rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(port_id, &info) != 0 || info.driver_name == nullptr) {
+    *why_not = "no such port";
+    return nullptr;
+  }
+  const void* queue = ::rte_eth_fp_ops[port_id].rxq.data[0];
+  if (queue == nullptr) {
+    *why_not = "RX queue 0 is not set up";
+    return nullptr;
+  }
+  const std::string driver = info.driver_name;
+  if (driver == "net_memif") {
+    const uint8_t* dev = EthDev(port_id, why_not);
+    if (dev == nullptr) return nullptr;
+    const uint32_t type = Load<uint32_t>(queue, kMemifQueueTypeOffset);
+    if (type > 1 || Load<uint16_t>(queue, kMemifQueueInPortOffset) != port_id) {
+      *why_not = "memif queue layout differs from DPDK 22.11's";
+      return nullptr;
+    }
+    return std::make_unique<MemifWakeup>(port_id, dev);
+  }
+  if (driver == "net_af_packet") {
+    const int fd = Load<int>(queue, 0);  // pkt_rx_queue::sockfd
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_PACKET) {
+      *why_not = "af_packet queue layout differs from DPDK 22.11's";
+      return nullptr;
+    }
+    const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+      *why_not = "cannot duplicate the af_packet socket";
+      return nullptr;
+    }
+    return std::make_unique<AfPacketWakeup>(own);
+  }
+  *why_not = driver + " has no wake-up source";
+  return nullptr;
+}
+
+}  // namespace droce::ethdev

@@ -59,6 +59,16 @@ check "ib_write_bw -a (all sizes)" "$pair" "ib_write_bw -d droce0 -x 1 -a -n 200
 check "ib_write_lat" "$pair" "ib_write_lat -d droce0 -x 1 -n 1000" "ib_write_lat -d droce1 -x 1 -n 1000 127.0.0.1"
 check "ib_send_lat -e" "$pair" "ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
 check "ib_read_lat" "$pair" "ib_read_lat -d droce0 -x 1 -n 1000" "ib_read_lat -d droce1 -x 1 -n 1000 127.0.0.1"
+# ib_read_lat's server never polls: its progress thread serves every READ.
+# It must be woken by the arrivals (memif interrupt mode), not only by timers.
+woken_by_arrival() {  # kind, then the pair's arguments
+  local kind=$1; shift
+  local out; out=$(env "$@" 2>&1) || { echo "$out"; return 1; }
+  echo "$out" | grep "woken by arrival"
+  grep -Eq "droce0: .*woken by arrival [1-9][0-9]*, $kind" <<<"$out"
+}
+check "progress thread woken by arrival (memif)" woken_by_arrival "memif interrupt" "$pair" \
+  "DROCE_STATS=1 ib_read_lat -d droce0 -x 1 -n 300" "ib_read_lat -d droce1 -x 1 -n 300 127.0.0.1"
 check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -d droce0 -x 2 -D 1" "ib_write_bw -d droce1 -x 2 -D 1 127.0.0.1"
 check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
 
@@ -94,6 +104,8 @@ if ip netns add droce-probe-$$ 2>/dev/null; then
     check "veth: $prog -m 2048" env WIRE=veth "$pair" "$prog -d droce0 -x 1 -m 2048 -D 1" "$prog -d droce1 -x 1 -m 2048 -D 1 10.99.0.1"
   done
   check "veth: ib_write_lat -m 1024" env WIRE=veth "$pair" "ib_write_lat -d droce0 -x 1 -m 1024 -n 500" "ib_write_lat -d droce1 -x 1 -m 1024 -n 500 10.99.0.1"
+  check "veth: progress thread woken by arrival (af_packet)" woken_by_arrival "af_packet socket" WIRE=veth "$pair" \
+    "DROCE_STATS=1 ib_read_lat -d droce0 -x 1 -m 1024 -n 300" "ib_read_lat -d droce1 -x 1 -m 1024 -n 300 10.99.0.1"
   check "veth: ib_send_lat -e" env WIRE=veth "$pair" "ib_send_lat -d droce0 -x 1 -e -n 500" "ib_send_lat -d droce1 -x 1 -e -n 500 10.99.0.1"
 else
   echo "SKIP veth: cannot create network namespaces"

@@ -410,8 +410,19 @@ ibv_srq* CreateSrq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
   return &srq->srq;
 }
 
-int ModifySrq(ibv_srq*, ibv_srq_attr*, int mask) {
-  return mask == 0 ? 0 : EOPNOTSUPP;  // neither resizing nor the limit event
+// IBV_SRQ_LIMIT arms the limit event (IBV_EVENT_SRQ_LIMIT_REACHED on
+// async_fd when a receive taken leaves fewer than `srq_limit` posted; it then
+// disarms, as rxe and mlx5 do); 0 disarms. Resizing is not supported.
+int ModifySrq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
+  if (mask & ~IBV_SRQ_LIMIT) return EOPNOTSUPP;
+  if (mask == 0) return 0;
+  auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
+  Runtime* rt = Rt(ibsrq->context);
+  std::lock_guard<std::mutex> lock(rt->mu);
+  if (attr->srq_limit > rt->dev().srq(srq->id)->ring().depth()) return EINVAL;
+  rt->ArmSrqLimit(srq->id, reinterpret_cast<uintptr_t>(ibsrq), attr->srq_limit,
+                  ToCtx(ibsrq->context)->async_write_fd);
+  return 0;
 }
 
 int QuerySrq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
@@ -420,14 +431,18 @@ int QuerySrq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
   std::lock_guard<std::mutex> lock(rt->mu);
   attr->max_wr = rt->dev().srq(srq->id)->ring().depth();
   attr->max_sge = transport::kMaxSge;
-  attr->srq_limit = 0;
+  attr->srq_limit = rt->SrqLimit(srq->id);
   return 0;
 }
 
 int DestroySrq(ibv_srq* ibsrq) {
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  const int err = DestroyLocked(rt, [&] { return rt->dev().DestroySrq(srq->id); });
+  const int err = DestroyLocked(rt, [&] {
+    const absl::Status s = rt->dev().DestroySrq(srq->id);
+    if (s.ok()) rt->ArmSrqLimit(srq->id, 0, 0, -1);
+    return s;
+  });
   if (err == 0) delete srq;
   return err;
 }
@@ -464,7 +479,11 @@ int PostRecvList(Runtime* rt, ibv_recv_wr* wr, ibv_recv_wr** bad, PostFn post) {
 int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  return PostRecvList(rt, wr, bad, [&](const RecvWr& r) { return rt->dev().PostSrqRecv(srq->id, r); });
+  return PostRecvList(rt, wr, bad, [&](const RecvWr& r) {
+    const int err = rt->dev().PostSrqRecv(srq->id, r);
+    rt->NoteSrqPosted(srq->id);
+    return err;
+  });
 }
 
 // ---------------------------------------------------------------- QP

@@ -205,6 +205,7 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
   }
   const uint32_t work = dev_->Poll(now_ns);
   if (!watches_.empty()) DeliverEvents();
+  if (!srq_limits_.empty()) CheckSrqLimits();
   return work;
 }
 
@@ -312,6 +313,44 @@ void Runtime::NoteQpErrorByUser(uint32_t qpn) {
 void Runtime::RearmQp(uint32_t qpn) {
   for (QpWatch& w : qp_watches_) {
     if (w.qpn == qpn) w.reported = false;
+  }
+}
+
+void Runtime::ArmSrqLimit(uint32_t srq_id, uint64_t handle, uint32_t limit, int async_write_fd) {
+  std::erase_if(srq_limits_, [&](const SrqLimitWatch& w) { return w.srq_id == srq_id; });
+  transport::Srq* srq = dev_->srq(srq_id);
+  if (limit == 0 || srq == nullptr) return;
+  srq_limits_.push_back({srq_id, handle, limit, srq->ring().size(), async_write_fd});
+}
+
+uint32_t Runtime::SrqLimit(uint32_t srq_id) const {
+  for (const SrqLimitWatch& w : srq_limits_) {
+    if (w.srq_id == srq_id) return w.limit;
+  }
+  return 0;
+}
+
+void Runtime::NoteSrqPosted(uint32_t srq_id) {
+  for (SrqLimitWatch& w : srq_limits_) {
+    if (w.srq_id == srq_id) w.last_size = dev_->srq(srq_id)->ring().size();
+  }
+}
+
+void Runtime::CheckSrqLimits() {
+  for (size_t i = 0; i < srq_limits_.size();) {
+    SrqLimitWatch& w = srq_limits_[i];
+    transport::Srq* srq = dev_->srq(w.srq_id);
+    const uint32_t size = srq != nullptr ? srq->ring().size() : 0;
+    if (srq != nullptr && size < w.limit && size < w.last_size) {
+      droce_async_event_desc ev{w.handle, IBV_EVENT_SRQ_LIMIT_REACHED, 0};
+      if (w.async_write_fd >= 0 && write(w.async_write_fd, &ev, sizeof ev) == sizeof ev) {
+        stats_.async_events.fetch_add(1, std::memory_order_relaxed);
+      }
+      srq_limits_.erase(srq_limits_.begin() + static_cast<long>(i));
+      continue;
+    }
+    w.last_size = size;
+    ++i;
   }
 }
 

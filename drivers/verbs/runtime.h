@@ -80,6 +80,12 @@ class Runtime {
   void UnwatchQp(uint32_t qpn);
   void NoteQpErrorByUser(uint32_t qpn);
   void RearmQp(uint32_t qpn);
+  // ibv_modify_srq(IBV_SRQ_LIMIT): once a receive taken from the SRQ leaves
+  // fewer than `limit` posted, IBV_EVENT_SRQ_LIMIT_REACHED goes to
+  // async_write_fd and the limit disarms. limit 0 disarms. Caller holds mu.
+  void ArmSrqLimit(uint32_t srq_id, uint64_t handle, uint32_t limit, int async_write_fd);
+  uint32_t SrqLimit(uint32_t srq_id) const;
+  void NoteSrqPosted(uint32_t srq_id);  // posting is not a drop: the next check starts here
 
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
@@ -111,6 +117,15 @@ class Runtime {
   };
   std::vector<QpWatch> qp_watches_;
   void CheckQps();
+  struct SrqLimitWatch {
+    uint32_t srq_id;
+    uint64_t handle;
+    uint32_t limit;
+    uint32_t last_size;  // posted receives at the last check: only a drop fires
+    int async_write_fd;
+  };
+  std::vector<SrqLimitWatch> srq_limits_;
+  void CheckSrqLimits();
   int event_socket_ = -1;  // sends completion events to channels
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;

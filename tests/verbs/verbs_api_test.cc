@@ -80,9 +80,10 @@ class VerbsApi : public ::testing::Test {
     if (pd_) ibv_dealloc_pd(pd_);
   }
 
-  ibv_qp* NewQp(bool ex = false) {
+  ibv_qp* NewQp(bool ex = false, ibv_srq* srq = nullptr) {
     ibv_qp_init_attr_ex a{};
     a.send_cq = a.recv_cq = cq_;
+    a.srq = srq;
     a.qp_type = IBV_QPT_RC;
     a.cap.max_send_wr = a.cap.max_recv_wr = 64;
     a.cap.max_send_sge = a.cap.max_recv_sge = 4;
@@ -138,9 +139,9 @@ class VerbsApi : public ::testing::Test {
   }
 
   // Two QPs connected to each other.
-  void Connect(ibv_qp** a, ibv_qp** b, bool ex = false) {
+  void Connect(ibv_qp** a, ibv_qp** b, bool ex = false, ibv_srq* b_srq = nullptr) {
     *a = NewQp(ex);
-    *b = NewQp(ex);
+    *b = NewQp(ex, b_srq);
     ASSERT_NE(*a, nullptr);
     ASSERT_NE(*b, nullptr);
     ASSERT_EQ(ToInit(*a), 0);
@@ -394,6 +395,82 @@ TEST_F(VerbsApi, ProtectionErrorsCompleteWithTheirStatusAndFlush) {
   EXPECT_NE(std::find(fatal.begin(), fatal.end(), c), fatal.end());
   EXPECT_NE(std::find(fatal.begin(), fatal.end(), a), fatal.end());
   EXPECT_EQ(std::find(fatal.begin(), fatal.end(), d), fatal.end());  // the responder is fine
+}
+
+// SENDs to a QP with a shared receive queue take its receives in order; an
+// armed SRQ limit raises IBV_EVENT_SRQ_LIMIT_REACHED once, when a receive
+// taken leaves fewer posted than the limit, and then reads back as 0.
+TEST_F(VerbsApi, SharedReceiveQueueAndItsLimitEvent) {
+  ibv_srq_init_attr init{};
+  init.attr.max_wr = 16;
+  init.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &init);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp *a, *b;
+  Connect(&a, &b, /*ex=*/false, srq);
+  for (uint64_t i = 0; i < 6; ++i) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + 0x80000 + i * 256), 256, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = 200 + i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+  ibv_srq_attr attr{};
+  attr.srq_limit = 17;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT), EINVAL);  // above max_wr
+  attr.max_wr = 32;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_MAX_WR), EOPNOTSUPP);
+  attr.srq_limit = 4;
+  ASSERT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT), 0);
+  ASSERT_EQ(ibv_query_srq(srq, &attr), 0);
+  EXPECT_EQ(attr.srq_limit, 4u);
+
+  // The context is shared by the tests: QP events an earlier test left are
+  // not ours.
+  auto limit_events = [&] {
+    int n = 0;
+    pollfd pfd{ctx_->async_fd, POLLIN, 0};
+    while (poll(&pfd, 1, 50) > 0) {
+      ibv_async_event ev{};
+      if (ibv_get_async_event(ctx_, &ev) != 0) break;
+      if (ev.event_type != IBV_EVENT_QP_FATAL) {
+        EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+        EXPECT_EQ(ev.element.srq, srq);
+        ++n;
+      }
+      ibv_ack_async_event(&ev);
+    }
+    return n;
+  };
+  // 6 posted, limit 4: two SENDs leave 4 (not below), the third leaves 3.
+  Fill(0x1000, 64, 9);
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_EQ(PostSend(a, IBV_WR_SEND, 1 + i, 0x1000, 64, 0), 0);
+  ASSERT_EQ(Poll(4).size(), 4u);
+  EXPECT_EQ(limit_events(), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 3, 0x1000, 64, 0), 0);
+  std::vector<ibv_wc> wcs = Poll(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(limit_events(), 1);
+  ASSERT_EQ(ibv_query_srq(srq, &attr), 0);
+  EXPECT_EQ(attr.srq_limit, 0u);  // disarmed by the event
+  // Receives were taken in posting order, each holding the SEND's bytes.
+  for (const ibv_wc& wc : wcs) {
+    if (wc.opcode != IBV_WC_RECV) continue;
+    EXPECT_EQ(wc.wr_id, 202u);
+    EXPECT_EQ(wc.byte_len, 64u);
+    EXPECT_TRUE(std::equal(buf_.begin() + 0x1000, buf_.begin() + 0x1000 + 64, buf_.begin() + 0x80000 + 2 * 256));
+  }
+  // Disarmed: a fourth SEND raises nothing.
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 4, 0x1000, 64, 0), 0);
+  ASSERT_EQ(Poll(2).size(), 2u);
+  EXPECT_EQ(limit_events(), 0);
+  for (ibv_qp* q : {a, b}) {
+    ibv_destroy_qp(q);
+    qps_.erase(std::find(qps_.begin(), qps_.end(), q));
+  }
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 TEST_F(VerbsApi, ExtendedPostSendApi) {

@@ -80,9 +80,18 @@ trap 'rm -rf "$work"' EXIT
 # while running.
 d=$work/prompt; mkdir -p "$d"
 pair_start "$d" --fwd write_bw --size 16384
-{ echo 'show port stats'; echo 'set mtu 3000'; echo 'start'; sleep 2; echo 'show port stats'; echo 'show qp';
-  echo 'show qp 17'; echo 'start'; echo 'stop'; echo 'stop'; echo 'set fwd read_bw'; echo 'start'; sleep 1; echo 'stop';
-  echo 'set fwd send_bw'; echo 'start'; sleep 1; echo 'quit'; } | pair_client "$d" -i --fwd write_bw --size 16384
+# Waits (asking 'show port stats') until the run in progress has moved data,
+# instead of sleeping a fixed time on a loaded machine.
+until_running() {
+  local before; before=$(grep -cE '^run: running messages=[1-9]' "$d/client.log" 2>/dev/null)
+  for _ in $(seq 100); do
+    echo 'show port stats'; sleep 0.2
+    [ "$(grep -cE '^run: running messages=[1-9]' "$d/client.log" 2>/dev/null)" -gt "${before:-0}" ] && return
+  done
+}
+{ echo 'show port stats'; echo 'set mtu 3000'; echo 'start'; until_running; echo 'show qp';
+  echo 'show qp 17'; echo 'start'; echo 'stop'; echo 'stop'; echo 'set fwd read_bw'; echo 'start'; until_running;
+  echo 'stop'; echo 'set fwd send_bw'; echo 'start'; until_running; echo 'quit'; } | pair_client "$d" -i --fwd write_bw --size 16384
 crc=$?; pair_wait "$d"; src=$?
 if [ $crc -eq 0 ] && [ $src -eq 0 ] &&
    grep -q '^port net_memif0: link up' "$d/client.log" &&
@@ -101,7 +110,7 @@ fi
 # --auto-start: forwarding before the first command; stop prints the result.
 d=$work/auto; mkdir -p "$d"
 pair_start "$d" --fwd write_lat --size 64
-{ sleep 1.5; echo 'stop'; echo 'quit'; } | pair_client "$d" -i --auto-start --fwd write_lat --size 64
+{ until_running; echo 'stop'; echo 'quit'; } | pair_client "$d" -i --auto-start --fwd write_lat --size 64
 crc=$?; pair_wait "$d"; src=$?
 if [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -qE '^client write_lat: messages=[1-9].* lat_us_p50=[0-9.]+ p99=[0-9.]+ p999=' "$d/client.log"; then
   echo "ok   --auto-start: $(grep -oE 'lat_us_p50=[0-9.]+' "$d/client.log")"
@@ -137,11 +146,10 @@ fi
 # dicts on the socket while the engine runs.
 d=$work/tel; mkdir -p "$d"
 pair_start "$d" --fwd write_bw --size 16384 --telemetry
-pair_client "$d" --fwd write_bw --size 16384 --duration 2.5 &
+pair_client "$d" --fwd write_bw --size 16384 --duration 4 &
 cpid=$!
 sock=/var/run/dpdk/$(basename "$d")-server/dpdk_telemetry.v2
-for _ in $(seq 40); do [ -S "$sock" ] && break; sleep 0.05; done
-sleep 1
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 tel_out=$(python3 "$root/tests/e2e/telemetry_query.py" "$sock" 2>&1); tel_rc=$?
 no_sock=/var/run/dpdk/$(basename "$d")-client/dpdk_telemetry.v2
 client_has_socket=0; [ -S "$no_sock" ] && client_has_socket=1

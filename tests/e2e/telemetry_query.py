@@ -5,6 +5,7 @@ traffic, /droce/qp,17 with QP 0x11's dict. Prints a one-line summary."""
 import json
 import socket
 import sys
+import time
 
 
 def query(sock, cmd):
@@ -16,9 +17,17 @@ def main():
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sys.argv[1])
     json.loads(s.recv(1024).decode())  # the greeting: version, pid, max_output_len
-    cmds = query(s, "/")["/"]
+    for _ in range(100):  # the socket exists from EAL start; droce's commands come once the port is up
+        cmds = query(s, "/")["/"]
+        if "/droce/port" in cmds:
+            break
+        time.sleep(0.1)
     assert "/droce/port" in cmds and "/droce/qp" in cmds, cmds
-    port = query(s, "/droce/port")["/droce/port"]
+    for _ in range(50):  # until the engine moves data (a loaded machine connects slowly)
+        port = query(s, "/droce/port")["/droce/port"]
+        if port["rx_packets"] > 0 and port["running"]:
+            break
+        time.sleep(0.1)
     assert port["link_up"] == 1 and port["rx_packets"] > 0 and port["tx_packets"] > 0, port
     qps = query(s, "/droce/qp")["/droce/qp"]
     assert "17" in qps and qps["17"]["rx_packets"] > 0 and qps["17"]["qp_memory_bytes"] > 0, qps

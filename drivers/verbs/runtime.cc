@@ -270,9 +270,6 @@ bool Runtime::WaitLinkUp() {
 }
 
 bool Runtime::ResolveNeighbor(const core::Gid& gid) {
-  static constexpr uint8_t kV4Prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(gid.data(), kV4Prefix, 12) != 0) return false;  // IPv6: static neighbours only (no ND yet)
-  const uint32_t ip = (uint32_t{gid[12]} << 24) | (gid[13] << 16) | (gid[14] << 8) | gid[15];
   const uint64_t deadline = NowNs() + uint64_t{file_.link_wait_ms} * 1'000'000;
   uint64_t next_request = 0;
   while (true) {
@@ -282,7 +279,7 @@ bool Runtime::ResolveNeighbor(const core::Gid& gid) {
       const uint64_t now = NowNs();
       if (now >= deadline) return false;
       if (now >= next_request) {
-        dev_->RequestArp(ip);
+        dev_->RequestNeighbor(gid);  // ARP for IPv4-mapped GIDs, neighbour solicitation for IPv6
         next_request = now + 100'000'000;
       }
       PollLocked(now);

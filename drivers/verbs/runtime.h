@@ -65,8 +65,9 @@ class Runtime {
 
   // Waits (without mu) up to the device's link_wait_ms for the link.
   bool WaitLinkUp();
-  // Resolves an IPv4 GID's MAC by ARP, waiting up to link_wait_ms; false if
-  // nobody answered (the device then falls back to broadcast if allowed).
+  // Resolves a GID's MAC (ARP for IPv4, neighbour discovery for IPv6),
+  // waiting up to link_wait_ms; false if nobody answered (the device then
+  // falls back to broadcast if allowed).
   bool ResolveNeighbor(const core::Gid& gid);
 
   // Caller holds mu.

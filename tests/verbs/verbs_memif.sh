@@ -106,6 +106,11 @@ if ip netns add droce-probe-$$ 2>/dev/null; then
   check "veth: ib_write_lat -m 1024" env WIRE=veth "$pair" "ib_write_lat -d droce0 -x 1 -m 1024 -n 500" "ib_write_lat -d droce1 -x 1 -m 1024 -n 500 10.99.0.1"
   check "veth: progress thread woken by arrival (af_packet)" woken_by_arrival "af_packet socket" WIRE=veth "$pair" \
     "DROCE_STATS=1 ib_read_lat -d droce0 -x 1 -m 1024 -n 300" "ib_read_lat -d droce1 -x 1 -m 1024 -n 300 10.99.0.1"
+  # No broadcast fallback: the peers' MACs must come from ARP / neighbour discovery.
+  check "veth: IPv6 GID resolved by neighbour discovery" env WIRE=veth PAIR_IP6=1 LINK_SET=broadcast_unresolved=off \
+    "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 10.99.0.1"
+  check "veth: IPv4 GID resolved by ARP" env WIRE=veth LINK_SET=broadcast_unresolved=off \
+    "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 200" "ibv_rc_pingpong -d droce1 -g 1 -n 200 10.99.0.1"
   check "veth: ib_send_lat -e" env WIRE=veth "$pair" "ib_send_lat -d droce0 -x 1 -e -n 500" "ib_send_lat -d droce1 -x 1 -e -n 500 10.99.0.1"
 else
   echo "SKIP veth: cannot create network namespaces"

@@ -61,14 +61,6 @@ absl::StatusOr<MrKeys> MrTable::Register(uint32_t pd, void* host, uint64_t lengt
   return MrKeys{mr.key, mr.key};
 }
 
-const MemoryRegion* MrTable::Find(uint32_t key) const {
-  const uint32_t slot = key >> 8;
-  if (slot == 0 || slot >= regions_.size()) return nullptr;
-  const MemoryRegion& mr = regions_[slot];
-  if (!mr.in_use || mr.key != key) return nullptr;
-  return &mr;
-}
-
 absl::Status MrTable::Deregister(uint32_t lkey) {
   const MemoryRegion* found = Find(lkey);
   if (found == nullptr) return absl::NotFoundError(absl::StrFormat("no memory region 0x%x", lkey));
@@ -86,31 +78,6 @@ AccessResult MrTable::Invalidate(uint32_t key, uint32_t pd) {
   if (found->pd != pd) return AccessResult::kWrongPd;
   regions_[key >> 8].valid = false;
   return AccessResult::kOk;
-}
-
-MrTable::Resolved MrTable::Check(uint32_t key, uint32_t pd, uint64_t va, uint64_t length,
-                                uint32_t access) const {
-  const MemoryRegion* mr = Find(key);
-  if (mr == nullptr || !mr->valid) return {AccessResult::kBadKey, nullptr};
-  if (mr->pd != pd) return {AccessResult::kWrongPd, nullptr};
-  if ((mr->access & access) != access) return {AccessResult::kNoPermission, nullptr};
-  // va >= iova and va + length <= iova + mr_length, without overflow.
-  if (va < mr->iova) return {AccessResult::kOutOfBounds, nullptr};
-  const uint64_t offset = va - mr->iova;
-  if (offset > mr->length || length > mr->length - offset) {
-    return {AccessResult::kOutOfBounds, nullptr};
-  }
-  return {AccessResult::kOk, mr->host + offset};
-}
-
-MrTable::Resolved MrTable::CheckRemote(uint32_t rkey, uint32_t pd, uint64_t va, uint64_t length,
-                                      uint32_t required_access) const {
-  return Check(rkey, pd, va, length, required_access);
-}
-
-MrTable::Resolved MrTable::CheckLocal(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length,
-                                     bool needs_write) const {
-  return Check(lkey, pd, addr, length, needs_write ? kLocalWrite : 0);
 }
 
 const char* AccessResultName(AccessResult r) {

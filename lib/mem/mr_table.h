@@ -70,17 +70,40 @@ class MrTable {
     AccessResult result;
     uint8_t* host;
   };
+  // Inline: every WQE start and every RDMA request makes one or more.
   Resolved CheckRemote(uint32_t rkey, uint32_t pd, uint64_t va, uint64_t length,
-                      uint32_t required_access) const;
+                      uint32_t required_access) const {
+    return Check(rkey, pd, va, length, required_access);
+  }
   // Local SGE: addr is the iova the application registered (ibv_sge.addr).
   Resolved CheckLocal(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length,
-                     bool needs_write) const;
+                     bool needs_write) const {
+    return Check(lkey, pd, addr, length, needs_write ? kLocalWrite : 0);
+  }
 
-  const MemoryRegion* Find(uint32_t key) const;
+  const MemoryRegion* Find(uint32_t key) const {
+    const uint32_t slot = key >> 8;
+    if (slot == 0 || slot >= regions_.size()) return nullptr;
+    const MemoryRegion& mr = regions_[slot];
+    if (!mr.in_use || mr.key != key) return nullptr;
+    return &mr;
+  }
   uint32_t live_regions() const { return live_; }
 
  private:
-  Resolved Check(uint32_t key, uint32_t pd, uint64_t va, uint64_t length, uint32_t access) const;
+  Resolved Check(uint32_t key, uint32_t pd, uint64_t va, uint64_t length, uint32_t access) const {
+    const MemoryRegion* mr = Find(key);
+    if (mr == nullptr || !mr->valid) return {AccessResult::kBadKey, nullptr};
+    if (mr->pd != pd) return {AccessResult::kWrongPd, nullptr};
+    if ((mr->access & access) != access) return {AccessResult::kNoPermission, nullptr};
+    // va >= iova and va + length <= iova + mr_length, without overflow.
+    if (va < mr->iova) return {AccessResult::kOutOfBounds, nullptr};
+    const uint64_t offset = va - mr->iova;
+    if (offset > mr->length || length > mr->length - offset) {
+      return {AccessResult::kOutOfBounds, nullptr};
+    }
+    return {AccessResult::kOk, mr->host + offset};
+  }
 
   std::vector<MemoryRegion> regions_;
   std::vector<uint32_t> free_slots_;

@@ -223,7 +223,20 @@ int RcQp::PostSend(const SendWr& wr) {
   }
   SendWqe* w = sq_.Reserve();
   if (w == nullptr) return ENOMEM;
-  w->wr = wr;
+  // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
+  static_assert(sizeof(SendWr) == 192, "a new SendWr field must be copied here too");
+  SendWr& d = w->wr;
+  d.wr_id = wr.wr_id;
+  d.opcode = wr.opcode;
+  d.flags = wr.flags;
+  d.num_sge = wr.num_sge;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) d.sg_list[i] = wr.sg_list[i];
+  d.remote_addr = wr.remote_addr;
+  d.rkey = wr.rkey;
+  d.imm_data = wr.imm_data;
+  d.invalidate_rkey = wr.invalidate_rkey;
+  d.compare_add = wr.compare_add;
+  d.swap = wr.swap;
   w->started = w->fully_sent = w->done = false;
   w->read_done_bytes = 0;
   w->status = WcStatus::kSuccess;

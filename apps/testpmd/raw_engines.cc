@@ -52,12 +52,15 @@ uint32_t Receive(Session& s, uint64_t* last_seq) {
   return raw;
 }
 
-void Idle(Session& s, uint32_t* idle) {
+// Returns false once the link is down: the peer left (memif takes the rings,
+// and any end marker still in them, with it).
+bool Idle(Session& s, uint32_t* idle) {
   s.ServeRequests();
   if (++*idle > s.opt.idle_spins) {
-    s.port->RefreshLink();
     sched_yield();
+    return s.port->RefreshLink();
   }
+  return true;
 }
 
 // The end marker must get through a full ring: retry for up to a second.
@@ -75,7 +78,7 @@ void LatClient(Session& s, uint64_t deadline) {
     uint32_t idle = 0;
     const uint64_t give_up = s.NowNs() + 1'000'000'000;
     while (got != seq && s.NowNs() < give_up) {
-      if (Receive(s, &got) == 0) Idle(s, &idle);
+      if (Receive(s, &got) == 0 && !Idle(s, &idle)) break;
     }
     if (got != seq) {
       ++s.stats.errors;
@@ -93,7 +96,7 @@ void LatServer(Session& s) {
   for (;;) {
     uint64_t seq;
     if (Receive(s, &seq) == 0) {
-      Idle(s, &idle);
+      if (!Idle(s, &idle)) break;
       continue;
     }
     idle = 0;
@@ -123,8 +126,7 @@ void StreamServer(Session& s) {
     uint64_t seq = 0;
     const uint32_t n = Receive(s, &seq);
     if (n == 0) {
-      Idle(s, &idle);
-      if (s.NowNs() - start > 600'000'000'000ull) break;
+      if (!Idle(s, &idle) || s.NowNs() - start > 600'000'000'000ull) break;
       continue;
     }
     idle = 0;

@@ -194,6 +194,9 @@ int Runner::RawRun(const Engine* engine) {
   }
   const double secs = double(s_.NowNs() - start) / 1e9;
   s_.set_running(false);
+  // Give the peer a moment to drain the ring (and the end marker in it)
+  // before this side's port goes away; memif takes its rings along.
+  if (opt_.role == "client") SleepUs(200'000);
   return Report(engine, secs);
 }
 

@@ -17,6 +17,14 @@ for mtu in 1024 4096; do
     fi
   done
 done
+# The raw-wire baselines (no droce): both sides end, counts agree for the stream.
+for fwd in raw_lat raw_stream; do
+  if out=$(CLIENT_ARGS="--duration 0.3" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --size 64); then
+    echo "ok   $fwd: $(echo "$out" | grep '^client' | grep -oE 'mmsgps=[0-9.]+|lat_us_p50=[0-9.]+' | tr '\n' ' ')"
+  else
+    echo "FAIL $fwd"; echo "$out"; status=1
+  fi
+done
 # Loss injected on both sides' transmit path: go-back-N must deliver everything intact.
 for fwd in write_bw read_bw send_bw atomic_bw; do
   if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --mtu 1024 --size 16384 \

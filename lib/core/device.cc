@@ -363,7 +363,8 @@ uint32_t Device::Poll(uint64_t now_ns) {
     if (q != nullptr) {
       q->OnTimer(now_ns);
       while (q->WantsToTransmit(now_ns)) {
-        const uint16_t got = io_->AllocTx(tx, config_.burst);
+        const uint16_t got =
+            io_->AllocTx(tx, static_cast<uint16_t>(q->TransmitDemand(config_.burst)));
         if (got == 0) break;
         const uint32_t used = q->Transmit(tx, got, now_ns);
         uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;

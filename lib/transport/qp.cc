@@ -428,6 +428,16 @@ bool RcQp::WantsToTransmit(uint64_t now_ns) const {
   return sq_next_ != sq_.tail();
 }
 
+uint32_t RcQp::TransmitDemand(uint32_t burst) const {
+  if (sq_next_ != sq_.tail() && (state_ == QpState::kRts || state_ == QpState::kSqd)) return burst;
+  uint32_t n = cnps_pending_;
+  for (uint32_t i = actions_.head(); i != actions_.tail() && n < burst; ++i) {
+    if (actions_.at(i).kind == ActionKind::kReadResponse) return burst;  // many packets
+    ++n;
+  }
+  return n == 0 ? 1 : (n < burst ? n : burst);
+}
+
 bool RcQp::HasWork() const {
   return cnps_pending_ > 0 || !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
          retransmit_deadline_ != 0 || rnr_resume_at_ != 0 || (rp_ && rp_->rate_limited());

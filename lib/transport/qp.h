@@ -124,6 +124,10 @@ class RcQp {
   // True if Transmit() would produce a packet now (lets the poll loop skip
   // allocating transmit buffers for idle QPs).
   bool WantsToTransmit(uint64_t now_ns) const;
+  // How many transmit buffers the next Transmit() can use, at most `burst`:
+  // a QP with only ACKs or CNPs queued needs one or two, not a burst (the
+  // poll loop allocates and frees what it asks for).
+  uint32_t TransmitDemand(uint32_t burst) const;
 
   // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
   void OnCongestionMark(uint64_t now_ns);

@@ -261,5 +261,47 @@ TEST(RcErrors, RnrWithSendsInFlightDoesNotExhaustRetries) {
   EXPECT_GT(a.dev->qp(a.qpn)->counters().rnr_naks_received, 0u);
 }
 
+
+// The security boundary holds for a message in flight: once the target's MR
+// is deregistered, the rest of a multi-packet WRITE or READ neither writes
+// into nor reads from that memory (the program may already reuse it), and the
+// requester's WR fails with a remote access error. The wire has only 64
+// frame buffers, so the READ's responses cannot all leave in one poll and
+// straddle the deregistration.
+TEST(RcErrors, DeregisteringAnMrStopsARemoteWriteOrReadInFlight) {
+  for (WrOpcode op : {WrOpcode::kRdmaWrite, WrOpcode::kRdmaRead}) {
+    SCOPED_TRACE(op == WrOpcode::kRdmaWrite ? "WRITE" : "READ");
+    const bool read = op == WrOpcode::kRdmaRead;
+    RcPair pair({}, 3, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
+                nullptr, /*pool_frames=*/64);
+    // WRITE: a writes into b. READ: b reads from a.
+    Side& req = read ? pair.b() : pair.a();
+    Side& resp = read ? pair.a() : pair.b();
+    const uint32_t len = 256 * 1024;
+    const uint64_t off = 0x100000;
+    Fill(req.mem, 0, len, 1);
+    Fill(resp.mem, off, len, 2);
+    ASSERT_EQ(req.dev->PostSend(req.qpn, MakeWr(1, op, req, 0, len, resp, off)), 0);
+    // The WRITE's first packets reach the responder, or it sends the READ's first responses.
+    req.dev->Poll(pair.now());
+    resp.dev->Poll(pair.now());
+    const uint64_t sent_before = resp.dev->counters().tx_packets;
+    if (read) ASSERT_LT(sent_before, len / 1024);
+    ASSERT_TRUE(resp.dev->DeregMr(resp.keys.lkey).ok());
+    // The program reuses the memory it no longer lends out.
+    std::fill(resp.mem.begin() + off, resp.mem.begin() + off + len, 0xEE);
+    const std::vector<uint8_t> after_dereg = resp.mem;
+    std::vector<Completion> ca, cb;
+    ASSERT_TRUE(pair.Run(&ca, read ? 0 : 1, &cb, read ? 1 : 0));
+    const Completion& c = read ? cb[0] : ca[0];
+    EXPECT_EQ(c.status, WcStatus::kRemAccessErr) << sent_before << " responses left before";
+    EXPECT_EQ(resp.mem, after_dereg) << "written after deregistration";
+    const uint8_t reused[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
+                                0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
+    EXPECT_EQ(std::search(req.mem.begin(), req.mem.begin() + len, reused, reused + 16), req.mem.begin() + len)
+        << "read after deregistration";
+  }
+}
+
 }  // namespace
 }  // namespace droce::core

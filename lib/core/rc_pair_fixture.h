@@ -39,8 +39,9 @@ class RcPair {
          uint32_t start_psn_a = 0, uint32_t start_psn_b = 0, uint8_t timeout = 8,
          uint8_t retry = 7, uint8_t rnr_retry = 7,
          transport::QpType type = transport::QpType::kRc,
-         uint64_t min_time_between_cnps_ns = 4000, const cc::DcqcnParams* dcqcn_a = nullptr)
-      : link_(LinkConfig(imp, seed)) {
+         uint64_t min_time_between_cnps_ns = 4000, const cc::DcqcnParams* dcqcn_a = nullptr,
+         uint32_t pool_frames = 16384)
+      : link_(LinkConfig(imp, seed, pool_frames)) {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
@@ -106,10 +107,10 @@ class RcPair {
   }
 
  private:
-  static pktio::MemWireConfig LinkConfig(Impairments imp, uint32_t seed) {
+  static pktio::MemWireConfig LinkConfig(Impairments imp, uint32_t seed, uint32_t pool_frames) {
     pktio::MemWireConfig c;
     c.seed = seed;
-    c.pool_frames = 16384;
+    c.pool_frames = pool_frames;  // a small pool stops a sender mid-message
     c.queue_frames = 8192;
     for (auto& d : c.impair) {
       d.drop = imp.drop;

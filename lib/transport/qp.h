@@ -174,8 +174,10 @@ class RcQp {
     uint8_t syndrome = 0;
     uint32_t psn = 0;
     uint32_t msn = 0;
-    // READ response progress.
+    // READ response progress. `rkey` is re-checked for every packet: a
+    // region deregistered (or invalidated) mid-READ is read no further.
     uint8_t* host = nullptr;
+    uint32_t rkey = 0;
     uint32_t length = 0;
     uint32_t offset = 0;
     uint64_t original = 0;
@@ -183,6 +185,7 @@ class RcQp {
 
   // --- requester / completer (requester.cc, completer.cc)
   int ValidateSend(const SendWr& wr) const;
+  bool MrStillLent(uint32_t rkey) const;
   bool StartWqe(SendWqe& w);
   uint32_t PacketsFor(const SendWqe& w) const;
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame);
@@ -276,6 +279,7 @@ class RcQp {
   RecvWr recv_wqe_;
   uint32_t recv_offset_ = 0;
   uint8_t* write_host_ = nullptr;
+  uint32_t write_rkey_ = 0;  // re-checked for every packet of the WRITE (see MrStillLent)
   uint32_t write_remaining_ = 0;
   uint32_t write_total_ = 0;
   std::vector<Resource> resources_;

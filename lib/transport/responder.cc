@@ -88,6 +88,16 @@ void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uin
   env_.recv_cq->Push(c);
 }
 
+// A multi-packet WRITE or READ resolves its region once, on its first
+// packet; the region must still be lent out for each later one. Once the
+// program deregisters (or a SEND_WITH_INV / LOCAL_INV invalidates) it, the
+// memory may already hold something else (IBTA 10.6: a deregistered key
+// grants no access).
+bool RcQp::MrStillLent(uint32_t rkey) const {
+  const mem::MemoryRegion* mr = env_.mrs->Find(rkey);
+  return mr != nullptr && mr->valid;
+}
+
 void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status) {
   ++counters_.naks_sent;
   QueueNak(MakeSyndrome(AethType::kNak, nak_code), psn);
@@ -204,10 +214,11 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
       return;
     }
     write_host_ = r.host;
+    write_rkey_ = reth.rkey();
     write_total_ = write_remaining_ = reth.dma_length();
     in_message_ = InMessage::kWrite;
   }
-  if (len > write_remaining_ || (last && len != write_remaining_)) {
+  if (len > write_remaining_ || (last && len != write_remaining_) || !MrStillLent(write_rkey_)) {
     drop_message();
     return;
   }
@@ -235,7 +246,8 @@ bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint6
   const bool in_place = VerifiesWhilePlacing(p) && reliable() && state_ != QpState::kReset &&
                         state_ != QpState::kInit && state_ != QpState::kErr &&
                         in_message_ == InMessage::kWrite && len == mtu_ &&
-                        len <= write_remaining_ && BthView(frame + p.bth_offset).psn() == epsn_;
+                        len <= write_remaining_ && BthView(frame + p.bth_offset).psn() == epsn_ &&
+                        MrStillLent(write_rkey_);
   if (!in_place) {
     if (!VerifyIcrc(frame, p)) return false;
     OnPacket(frame, p, now_ns);
@@ -350,12 +362,17 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
         return;
       }
       write_host_ = r.host;
+      write_rkey_ = reth.rkey();
       write_total_ = write_remaining_ = reth.dma_length();
       in_message_ = InMessage::kWrite;
     }
     if (len > write_remaining_ || (last && len != write_remaining_)) {
       // More (or less) data than the RETH announced.
       ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+      return;
+    }
+    if (!first && !MrStillLent(write_rkey_)) {
+      ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
     }
     if (len > 0 && !payload_placed) {
@@ -392,6 +409,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     a->psn = psn;
     a->msn = msn_;
     a->host = r.host;
+    a->rkey = reth.rkey();
     a->length = reth.dma_length();
     actions_.Commit();
     epsn_ = PsnAdd(psn, packets);
@@ -462,6 +480,7 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
         if (r.result != mem::AccessResult::kOk) return;
         a.kind = ActionKind::kReadResponse;
         a.host = r.host;
+        a.rkey = reth.rkey();
         a.length = reth.dma_length();
         // A stream for the same READ still queued restarts here instead of
         // running to its end beside a second copy.
@@ -510,6 +529,17 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       return SealFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
     }
     case ActionKind::kReadResponse: {
+      if (a.offset > 0 && !MrStillLent(a.rkey)) {
+        // Deregistered mid-READ: end the stream with a NAK (remote access
+        // error) at the next response PSN instead of reading on.
+        ++counters_.naks_sent;
+        bth.set_opcode(kRcAcknowledge);
+        bth.set_psn(PsnAdd(a.psn, a.offset / mtu_));
+        AethWriter aeth(ext);
+        aeth.set_syndrome(MakeSyndrome(AethType::kNak, kNakRemoteAccessError));
+        aeth.set_msn(a.msn);
+        return SealFrame(frame, route_, kBthBytes + kAethBytes);
+      }
       const uint32_t seg = std::min(mtu_, a.length - a.offset);
       const bool first = a.offset == 0;
       const bool last = a.offset + seg == a.length;

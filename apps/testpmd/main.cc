@@ -92,7 +92,7 @@ core::Gid ParseIp(const std::string& name, const std::string& s) {
   if (s.find(':') != std::string::npos) {
     if (inet_pton(AF_INET6, s.c_str(), g.data()) != 1) Fail("bad IPv6 address '" + s + "' for " + name);
     if (g[0] == 0xff) Fail(name + " must not be a multicast address");
-    if (g == core::Gid{} || IsIpv4Gid(g)) Fail(name + ": '" + s + "' is not a usable IPv6 address");
+    if (g == core::Gid{} || core::IsIpv4MappedGid(g)) Fail(name + ": '" + s + "' is not a usable IPv6 address");
     return g;
   }
   std::vector<std::string> parts = absl::StrSplit(s, '.');
@@ -225,7 +225,7 @@ Options ParseOptions(int argc, char** argv) {
     else Fail("unknown option " + k + "\n" + kUsage);
   }
   o.peer_mac_static = peer_mac_set;
-  if (IsIpv4Gid(o.ip) != IsIpv4Gid(o.peer_ip)) Fail("--ip and --peer-ip must both be IPv4 or both IPv6");
+  if (core::IsIpv4MappedGid(o.ip) != core::IsIpv4MappedGid(o.peer_ip)) Fail("--ip and --peer-ip must both be IPv4 or both IPv6");
   if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
   if (o.kmax_kb < o.kmin_kb) Fail("--kmax-kb must not be below --kmin-kb");
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");

@@ -14,14 +14,9 @@
 
 namespace droce::testpmd {
 
-bool IsIpv4Gid(const core::Gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  return std::memcmp(g.data(), kPrefix, 12) == 0;
-}
-
 std::string GidToString(const core::Gid& g) {
   char s[INET6_ADDRSTRLEN] = "?";
-  if (IsIpv4Gid(g)) {
+  if (core::IsIpv4MappedGid(g)) {
     inet_ntop(AF_INET, g.data() + 12, s, sizeof s);
   } else {
     inet_ntop(AF_INET6, g.data(), s, sizeof s);
@@ -48,7 +43,7 @@ bool CheckPattern(const uint8_t* p, uint32_t n, uint64_t seq) {
 Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : opt(o), port(p) {
   core::DeviceConfig cfg;
   cfg.mac = o.mac;
-  if (IsIpv4Gid(o.ip)) {
+  if (core::IsIpv4MappedGid(o.ip)) {
     cfg.ipv4 = wire::LoadBe32(o.ip.data() + 12);
   } else {
     cfg.has_ipv6_global = true;
@@ -286,7 +281,7 @@ absl::Status Session::Connect() {
     if (now >= resolve_deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
           "the peer %s did not answer %s within 30 s", GidToString(peer_gid),
-          IsIpv4Gid(peer_gid) ? "ARP" : "neighbour solicitations"));
+          core::IsIpv4MappedGid(peer_gid) ? "ARP" : "neighbour solicitations"));
     }
     if (now >= next_request) {
       dev->RequestNeighbor(peer_gid);

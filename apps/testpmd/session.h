@@ -58,7 +58,6 @@ struct Options {
   double kmin_kb = 5, kmax_kb = 200, pmax = 0.01, buffer_kb = 0;
 };
 
-bool IsIpv4Gid(const core::Gid& g);
 std::string GidToString(const core::Gid& g);
 
 struct Stats {

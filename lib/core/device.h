@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,12 @@ namespace droce::core {
 
 using Gid = std::array<uint8_t, 16>;
 using Mac = std::array<uint8_t, 6>;
+
+// ::ffff:a.b.c.d, the GID form of an IPv4 address (RoCEv2 over IPv4).
+inline bool IsIpv4MappedGid(const Gid& g) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  return std::memcmp(g.data(), kPrefix, 12) == 0;
+}
 
 struct DeviceConfig {
   Mac mac{0x02, 0, 0, 0, 0, 1};

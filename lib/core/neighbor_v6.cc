@@ -10,11 +10,6 @@
 namespace droce::core {
 namespace {
 
-bool IsIpv4MappedGid(const Gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  return std::equal(kPrefix, kPrefix + 12, g.begin());
-}
-
 bool IsLinkLocal(const Gid& g) { return g[0] == 0xfe && (g[1] & 0xc0) == 0x80; }
 
 constexpr size_t kMaxQueued = 64;

@@ -303,5 +303,28 @@ TEST(RcErrors, DeregisteringAnMrStopsARemoteWriteOrReadInFlight) {
   }
 }
 
+
+// The same on the requester's side: READ data that comes back after the
+// program deregistered its local buffer is not written there; the WR fails
+// with a local protection error.
+TEST(RcErrors, ReadResponsesAreNotScatteredIntoADeregisteredBuffer) {
+  RcPair pair({}, 4, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
+              nullptr, /*pool_frames=*/64);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  const uint32_t len = 256 * 1024;
+  Fill(b.mem, 0x100000, len, 5);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaRead, a, 0, len, b, 0x100000)), 0);
+  a.dev->Poll(pair.now());
+  b.dev->Poll(pair.now());
+  a.dev->Poll(pair.now());  // the first responses land
+  ASSERT_TRUE(a.dev->DeregMr(a.keys.lkey).ok());
+  std::fill(a.mem.begin(), a.mem.begin() + len, 0xEE);
+  const std::vector<uint8_t> after_dereg = a.mem;
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+  EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(a.mem, after_dereg) << "written after deregistration";
+}
 }  // namespace
 }  // namespace droce::core

@@ -43,6 +43,17 @@ void RcQp::CompleteHead() {
   if (static_cast<int32_t>(sq_next_ - sq_.head()) < 0) sq_next_ = sq_.head();
 }
 
+// The local SGEs of a READ/atomic were resolved when it started; their
+// regions must still be registered when the data comes back (the program may
+// have deregistered and reused the memory meanwhile).
+bool RcQp::SgesStillLent(const SendWqe& w) const {
+  if (w.wr.flags & kSendInline) return true;
+  for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
+    if (!MrStillLent(w.wr.sg_list[i].lkey)) return false;
+  }
+  return true;
+}
+
 void RcQp::FailWqe(SendWqe& w, WcStatus status) {
   w.done = true;
   w.status = status;
@@ -235,6 +246,11 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
     }
     // The original value lands in host byte order, as verbs defines it.
     const uint64_t original = AtomicAckEthView(bth_p + op.atomic_ack_offset).original();
+    if (!SgesStillLent(w)) {
+      --rd_atomic_outstanding_;
+      FailWqe(w, WcStatus::kLocProtErr);
+      return;
+    }
     ScatterToSges(w, 0, reinterpret_cast<const uint8_t*>(&original), 8);
   } else {
     if (!(op.roles & kRoleReadResponse) || w.wr.opcode != WrOpcode::kRdmaRead) {
@@ -257,6 +273,11 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
     const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
     if (!valid) {
       ++counters_.dropped_bad_response;
+      return;
+    }
+    if (!SgesStillLent(w)) {
+      --rd_atomic_outstanding_;
+      FailWqe(w, WcStatus::kLocProtErr);
       return;
     }
     ScatterToSges(w, w.read_done_bytes, frame + p.payload_offset, seg);

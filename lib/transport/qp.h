@@ -186,6 +186,7 @@ class RcQp {
   // --- requester / completer (requester.cc, completer.cc)
   int ValidateSend(const SendWr& wr) const;
   bool MrStillLent(uint32_t rkey) const;
+  bool SgesStillLent(const SendWqe& w) const;
   bool StartWqe(SendWqe& w);
   uint32_t PacketsFor(const SendWqe& w) const;
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame);

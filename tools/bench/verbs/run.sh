@@ -26,12 +26,22 @@ put raw_memif_half_rtt_64B_p50_us "$raw"
 lat=$(pair ib_write_lat "-s 2 -n 5000" | row)
 put ib_write_lat_2B_typical_us "$(awk '{print $5}' <<<"$lat")"
 put ib_write_lat_2B_p99_us "$(awk '{print $8}' <<<"$lat")"
+# The same with the progress thread woken by timers only (no memif interrupt mode).
+lat=$(LINK_SET=progress_wakeup=off pair ib_write_lat "-s 2 -n 5000" | row)
+put ib_write_lat_2B_timed_sleeps_typical_us "$(awk '{print $5}' <<<"$lat")"
+put ib_write_lat_2B_timed_sleeps_p99_us "$(awk '{print $8}' <<<"$lat")"
 lat=$(pair ib_send_lat "-s 2 -n 5000" | row)
 put ib_send_lat_2B_typical_us "$(awk '{print $5}' <<<"$lat")"
 lat=$(pair ib_send_lat "-s 2 -n 5000 -e" | row)
 put ib_send_lat_2B_event_typical_us "$(awk '{print $5}' <<<"$lat")"
 lat=$(pair ib_read_lat "-s 2 -n 5000" | row)
 put ib_read_lat_2B_typical_us "$(awk '{print $5}' <<<"$lat")"
+lat=$(LINK_SET=progress_wakeup=off pair ib_read_lat "-s 2 -n 5000" | row)
+put ib_read_lat_2B_timed_sleeps_typical_us "$(awk '{print $5}' <<<"$lat")"
+# What one thread wake-up costs here (eventfd ping-pong between two threads):
+# event mode pays at least one per one-way trip.
+cc -O2 -pthread "$dir/wakeup_floor.c" -o build-rel/wakeup_floor
+put os_wakeup_p50_us "$(build-rel/wakeup_floor 20000 0 | grep -oE 'half_rtt_p50_us=[0-9.]+' | cut -d= -f2)"
 
 # bw columns: bytes iters peak avg(MB/s) msgrate(Mpps)
 for q in 1 8; do
@@ -61,4 +71,5 @@ awk -F, 'NR>1 {v[$1]=$2} END {
   printf "ratio_write_lat_vs_raw_half_rtt,%.2f\n", v["ib_write_lat_2B_typical_us"] / v["raw_memif_half_rtt_64B_p50_us"];
   printf "ratio_write_bw_vs_tcp_bw,%.2f\n", v["ib_write_bw_64KiB_1qp_gbps"] / v["qperf_tcp_bw_gbps"];
   printf "ratio_send_lat_event_vs_poll,%.2f\n", v["ib_send_lat_2B_event_typical_us"] / v["ib_send_lat_2B_typical_us"];
+  printf "ratio_write_lat_timed_sleeps_vs_wakeup,%.2f\n", v["ib_write_lat_2B_timed_sleeps_typical_us"] / v["ib_write_lat_2B_typical_us"];
 }' "$out" | tee -a "$out"

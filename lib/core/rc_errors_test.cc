@@ -326,5 +326,29 @@ TEST(RcErrors, ReadResponsesAreNotScatteredIntoADeregisteredBuffer) {
   EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr);
   EXPECT_EQ(a.mem, after_dereg) << "written after deregistration";
 }
+
+// And for what the requester sends: once the program deregistered the
+// buffer of a WRITE still being sent, the rest is not read from it (it would
+// leak whatever the memory holds now); the WR fails with a local protection
+// error.
+TEST(RcErrors, PayloadIsNotGatheredFromADeregisteredBuffer) {
+  RcPair pair({}, 5, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
+              nullptr, /*pool_frames=*/64);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  const uint32_t len = 256 * 1024;
+  Fill(a.mem, 0, len, 6);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, len, b, 0x100000)), 0);
+  a.dev->Poll(pair.now());
+  ASSERT_LT(a.dev->counters().tx_packets, len / 1024);
+  ASSERT_TRUE(a.dev->DeregMr(a.keys.lkey).ok());
+  std::fill(a.mem.begin(), a.mem.begin() + len, 0xEE);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+  EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr);
+  const uint8_t reused[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
+                              0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
+  EXPECT_EQ(std::search(b.mem.begin(), b.mem.end(), reused, reused + 16), b.mem.end()) << "sent after deregistration";
+}
 }  // namespace
 }  // namespace droce::core

@@ -65,6 +65,7 @@ absl::Status MrTable::Deregister(uint32_t lkey) {
   const MemoryRegion* found = Find(lkey);
   if (found == nullptr) return absl::NotFoundError(absl::StrFormat("no memory region 0x%x", lkey));
   MemoryRegion& mr = regions_[lkey >> 8];
+  ++epoch_;
   --pd_refs_[mr.pd];
   --live_;
   mr = MemoryRegion{};
@@ -77,6 +78,7 @@ AccessResult MrTable::Invalidate(uint32_t key, uint32_t pd) {
   if (found == nullptr || !found->valid) return AccessResult::kBadKey;
   if (found->pd != pd) return AccessResult::kWrongPd;
   regions_[key >> 8].valid = false;
+  ++epoch_;
   return AccessResult::kOk;
 }
 

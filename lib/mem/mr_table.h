@@ -89,6 +89,10 @@ class MrTable {
     return &mr;
   }
   uint32_t live_regions() const { return live_; }
+  // Bumped by every deregistration and invalidation: a holder of host
+  // pointers resolved at epoch E need not re-check its keys while epoch()
+  // is still E.
+  uint64_t epoch() const { return epoch_; }
 
  private:
   Resolved Check(uint32_t key, uint32_t pd, uint64_t va, uint64_t length, uint32_t access) const {
@@ -111,6 +115,7 @@ class MrTable {
   std::vector<uint32_t> pd_refs_;  // regions per PD; index = pd id
   std::vector<bool> pd_live_;
   uint32_t live_ = 0;
+  uint64_t epoch_ = 0;
 };
 
 const char* AccessResultName(AccessResult r);

@@ -43,14 +43,17 @@ void RcQp::CompleteHead() {
   if (static_cast<int32_t>(sq_next_ - sq_.head()) < 0) sq_next_ = sq_.head();
 }
 
-// The local SGEs of a READ/atomic were resolved when it started; their
-// regions must still be registered when the data comes back (the program may
-// have deregistered and reused the memory meanwhile).
-bool RcQp::SgesStillLent(const SendWqe& w) const {
-  if (w.wr.flags & kSendInline) return true;
+// A WQE's local SGEs were resolved when it started; their regions must still
+// be registered whenever the payload is read again (a retransmission) or a
+// READ/atomic's data comes back: the program may have deregistered and
+// reused the memory meanwhile. Free while no region was deregistered or
+// invalidated since (the table's epoch).
+bool RcQp::SgesStillLent(SendWqe& w) const {
+  if ((w.wr.flags & kSendInline) || w.mr_epoch == env_.mrs->epoch()) return true;
   for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
     if (!MrStillLent(w.wr.sg_list[i].lkey)) return false;
   }
+  w.mr_epoch = env_.mrs->epoch();
   return true;
 }
 

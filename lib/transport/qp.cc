@@ -358,6 +358,10 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     if (wire::PsnDiff(w.next_psn, psn_una_) >= static_cast<int32_t>(env_.max_inflight_packets)) {
       break;
     }
+    if (!SgesStillLent(w)) {  // the payload's region was deregistered meanwhile
+      FailWqe(w, queue::WcStatus::kLocProtErr);
+      break;
+    }
     const uint32_t len = BuildRequest(w, frames[used].data);
     if (len == 0) break;
     frames[used].len = len;

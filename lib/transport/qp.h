@@ -154,6 +154,7 @@ class RcQp {
     uint32_t last_psn = 0;
     uint32_t next_psn = 0;    // next packet to (re)send
     uint32_t read_done_bytes = 0;  // READ: response bytes placed
+    uint64_t mr_epoch = 0;    // MrTable::epoch() when sge_host was last known good
     queue::WcStatus status = queue::WcStatus::kSuccess;
   };
 
@@ -186,7 +187,7 @@ class RcQp {
   // --- requester / completer (requester.cc, completer.cc)
   int ValidateSend(const SendWr& wr) const;
   bool MrStillLent(uint32_t rkey) const;
-  bool SgesStillLent(const SendWqe& w) const;
+  bool SgesStillLent(SendWqe& w) const;
   bool StartWqe(SendWqe& w);
   uint32_t PacketsFor(const SendWqe& w) const;
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame);

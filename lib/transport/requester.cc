@@ -81,6 +81,7 @@ bool RcQp::StartWqe(SendWqe& w) {
       }
       w.sge_host[i] = r.host;
     }
+    w.mr_epoch = env_.mrs->epoch();
   }
   const uint32_t n = PacketsFor(w);
   w.first_psn = psn_next_;

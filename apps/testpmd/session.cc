@@ -278,6 +278,7 @@ absl::Status Session::Connect() {
   const uint64_t resolve_deadline = NowNs() + 30'000'000'000ull;
   for (uint64_t next_request = 0; !dev->HasNeighbor(peer_gid);) {
     const uint64_t now = NowNs();
+    if (StopRequested()) return absl::CancelledError("stopped while resolving the peer");
     if (now >= resolve_deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
           "the peer %s did not answer %s within 30 s", GidToString(peer_gid),

@@ -78,7 +78,7 @@ class MrTable {
   // Local SGE: addr is the iova the application registered (ibv_sge.addr).
   Resolved CheckLocal(uint32_t lkey, uint32_t pd, uint64_t addr, uint64_t length,
                      bool needs_write) const {
-    return Check(lkey, pd, addr, length, needs_write ? kLocalWrite : 0);
+    return Check(lkey, pd, addr, length, needs_write ? uint32_t{kLocalWrite} : 0u);
   }
 
   const MemoryRegion* Find(uint32_t key) const {

@@ -358,6 +358,31 @@ bool CpuHas(Crc32Impl impl) {
 
 #else
 bool CpuHas(Crc32Impl impl) { return impl == Crc32Impl::kTable; }
+
+// Without x86 vector code every policy runs the table through Small().
+struct PlainSrc {
+  uint32_t Small(uint32_t crc, const uint8_t* p, size_t n) const { return Crc32Table(crc, p, n); }
+};
+struct OrMaskSrc {
+  const uint8_t* base;
+  const uint8_t* mask;
+  uint32_t Small(uint32_t crc, const uint8_t* p, size_t n) const {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t off = static_cast<size_t>(p + i - base);
+      const uint8_t b = p[i] | (off < kCrc32OrMaskBytes ? mask[off] : 0);
+      crc = Crc32Table(crc, &b, 1);
+    }
+    return crc;
+  }
+};
+struct CopySrc {
+  const uint8_t* base;
+  uint8_t* dst;
+  uint32_t Small(uint32_t crc, const uint8_t* p, size_t n) const {
+    std::memcpy(dst + (p - base), p, n);
+    return Crc32Table(crc, p, n);
+  }
+};
 #endif
 
 Crc32Impl DetectImpl() {
@@ -377,6 +402,7 @@ namespace {
 // Runs `impl` (or the table when the CPU lacks it) with a source policy.
 template <typename Src>
 uint32_t Dispatch(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len, const Src& src) {
+  (void)impl;
 #if defined(__x86_64__)
   if (impl == Crc32Impl::kVpclmulAvx512 && kHasVpclmul) return Crc32Vpclmul(state, data, len, src);
   if (impl == Crc32Impl::kPclmul && kHasPclmul) return Crc32Pclmul(state, data, len, src);

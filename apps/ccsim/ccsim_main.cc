@@ -30,7 +30,9 @@ void Usage() {
       "  --sample-us S          time-series resolution (100)\n"
       "  --conv-window-us W     averaging window of the convergence test (1000)\n"
       "  --csv-out FILE         time series: t, queue, per-flow RC and throughput\n"
-      "  --seed S               RED marking RNG seed (1)\n");
+      "  --seed S               RED marking RNG seed (1)\n"
+      "  --set KNOB=V           override one profile knob (a DcqcnParams field, e.g.\n"
+      "                         dce_tcp_rtt_us=55); repeatable; for sensitivity runs\n");
 }
 
 bool ParseOnOff(const char* v, bool* out) {
@@ -81,6 +83,16 @@ int main(int argc, char** argv) {
     else if (a == "--conv-window-us") cfg.conv_window_us = num();
     else if (a == "--csv-out") csv = v;
     else if (a == "--seed") cfg.seed = unum();
+    else if (a == "--set") {
+      const char* eq = std::strchr(v, '=');
+      ok = eq != nullptr && eq != v;
+      if (ok) {
+        const std::string val(eq + 1);
+        const double d = std::strtod(val.c_str(), &end);
+        ok = !val.empty() && end && *end == '\0';
+        if (ok) cfg.overrides.emplace_back(std::string(v, eq), d);
+      }
+    }
     else {
       std::fprintf(stderr, "droce-ccsim: unknown option %s\n", a.c_str());
       Usage();

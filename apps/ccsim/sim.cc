@@ -312,6 +312,39 @@ Convergence ConvergenceTimes(const std::vector<std::vector<double>>& thr, double
   return c;
 }
 
+bool SetKnob(cc::DcqcnParams* p, const std::string& name, double v) {
+  if (!(v >= 0) || v != std::floor(v)) return false;
+  struct U32 { const char* name; uint32_t cc::DcqcnParams::*field; };
+  static constexpr U32 kU32[] = {
+      {"rpg_time_reset_us", &cc::DcqcnParams::rpg_time_reset_us},
+      {"rpg_threshold", &cc::DcqcnParams::rpg_threshold},
+      {"rpg_ai_rate_mbps", &cc::DcqcnParams::rpg_ai_rate_mbps},
+      {"rpg_hai_rate_mbps", &cc::DcqcnParams::rpg_hai_rate_mbps},
+      {"rpg_gd", &cc::DcqcnParams::rpg_gd},
+      {"rpg_min_dec_fac", &cc::DcqcnParams::rpg_min_dec_fac},
+      {"rpg_min_rate_mbps", &cc::DcqcnParams::rpg_min_rate_mbps},
+      {"rate_to_set_on_first_cnp_mbps", &cc::DcqcnParams::rate_to_set_on_first_cnp_mbps},
+      {"rate_reduce_monitor_period_us", &cc::DcqcnParams::rate_reduce_monitor_period_us},
+      {"dce_tcp_g", &cc::DcqcnParams::dce_tcp_g},
+      {"dce_tcp_rtt_us", &cc::DcqcnParams::dce_tcp_rtt_us},
+      {"initial_alpha_value", &cc::DcqcnParams::initial_alpha_value},
+      {"min_time_between_cnps_us", &cc::DcqcnParams::min_time_between_cnps_us},
+  };
+  if (name == "rpg_byte_reset") {
+    if (v > 1e15) return false;
+    p->rpg_byte_reset = static_cast<uint64_t>(v);
+    return true;
+  }
+  for (const U32& k : kU32) {
+    if (name == k.name) {
+      if (v > UINT32_MAX) return false;
+      p->*k.field = static_cast<uint32_t>(v);
+      return true;
+    }
+  }
+  return false;
+}
+
 bool RunSim(const SimConfig& cfg, SimResult* out, std::string* error) {
   if (cfg.senders < 1) return *error = "--senders must be >= 1", false;
   if (cfg.line_rate_gbps <= 0) return *error = "--line-rate-gbps must be > 0", false;
@@ -330,6 +363,9 @@ bool RunSim(const SimConfig& cfg, SimResult* out, std::string* error) {
     p = cc::Mlx5Profile(line);
   } else {
     return *error = "--profile must be paper or mlx5", false;
+  }
+  for (const auto& [name, value] : cfg.overrides) {
+    if (!SetKnob(&p, name, value)) return *error = "--set: no knob " + name + " taking " + std::to_string(value), false;
   }
   Simulation sim(cfg, p);
   *out = SimResult{};
@@ -360,7 +396,12 @@ std::string SummaryLine(const SimConfig& cfg, const SimResult& r) {
                 static_cast<unsigned long long>(r.drops_2h), static_cast<unsigned long long>(r.cnps),
                 static_cast<unsigned long long>(r.marks), r.utilization);
   std::ostringstream os;
-  os << buf;
+  os << "set=";
+  if (cfg.overrides.empty()) os << "none";
+  for (size_t i = 0; i < cfg.overrides.size(); ++i) {
+    os << (i ? "+" : "") << cfg.overrides[i].first << ':' << static_cast<unsigned long long>(cfg.overrides[i].second);
+  }
+  os << ' ' << buf;
   for (size_t i = 0; i < r.flow_gbps.size(); ++i) {
     char f[32];
     std::snprintf(f, sizeof f, "%s%.3f", i ? "," : "", r.flow_gbps[i]);

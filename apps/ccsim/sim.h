@@ -9,7 +9,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "cc/dcqcn.h"
 
 namespace droce::ccsim {
 
@@ -32,7 +35,15 @@ struct SimConfig {
   double sample_us = 100;          // time-series resolution
   double conv_window_us = 1000;    // windows for the convergence test
   uint64_t seed = 1;
+  // Profile knobs overridden by name (DcqcnParams fields, e.g. "dce_tcp_rtt_us"),
+  // applied in order after the profile: for sensitivity runs, never the goal's
+  // configuration. Printed in the summary line as set=name:value+...
+  std::vector<std::pair<std::string, double>> overrides;
 };
+
+// Sets one DcqcnParams field by its name; false if there is no such knob or
+// the value does not fit it.
+bool SetKnob(cc::DcqcnParams* p, const std::string& name, double value);
 
 struct FlowSeries {
   std::vector<double> rc_gbps;   // reaction point's RC at each sample

@@ -128,6 +128,31 @@ TEST(Sim, LateJoinerSendsNothingBeforeItStarts) {
   EXPECT_GT(r.flow_gbps[1], 1.0);
 }
 
+TEST(Sim, KnobOverridesChangeTheRunAndAreNamedInTheSummary) {
+  cc::DcqcnParams p = cc::Mlx5Profile(25'000'000'000);
+  EXPECT_TRUE(SetKnob(&p, "dce_tcp_rtt_us", 55));
+  EXPECT_EQ(p.dce_tcp_rtt_us, 55u);
+  EXPECT_TRUE(SetKnob(&p, "rpg_byte_reset", 1e7));
+  EXPECT_EQ(p.rpg_byte_reset, 10'000'000u);
+  EXPECT_FALSE(SetKnob(&p, "no_such_knob", 1));
+  EXPECT_FALSE(SetKnob(&p, "rpg_threshold", -1));
+  EXPECT_FALSE(SetKnob(&p, "rpg_threshold", 1.5));
+
+  SimConfig cfg = Small();
+  cfg.profile = "mlx5";
+  SimResult plain, changed;
+  std::string err;
+  ASSERT_TRUE(RunSim(cfg, &plain, &err)) << err;
+  EXPECT_NE(SummaryLine(cfg, plain).find("set=none "), std::string::npos);
+  cfg.overrides = {{"dce_tcp_rtt_us", 55}, {"min_time_between_cnps_us", 50}};
+  ASSERT_TRUE(RunSim(cfg, &changed, &err)) << err;
+  EXPECT_NE(SummaryLine(cfg, changed).find("set=dce_tcp_rtt_us:55+min_time_between_cnps_us:50 "),
+            std::string::npos);
+  EXPECT_NE(plain.cnps, changed.cnps);  // the NP interval comes from the overridden profile
+  cfg.overrides = {{"dce_tcp_rtt", 55}};
+  EXPECT_FALSE(RunSim(cfg, &changed, &err));
+}
+
 TEST(Sim, RejectsBadOptions) {
   SimResult r;
   std::string err;

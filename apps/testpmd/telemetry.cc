@@ -65,6 +65,7 @@ int PortCmd(const char*, const char*, rte_tel_data* d) {
   rte_tel_data_add_dict_u64(d, "tx_packets", c.tx_packets);
   rte_tel_data_add_dict_u64(d, "tx_bytes", c.tx_bytes);
   rte_tel_data_add_dict_u64(d, "tx_dropped", c.tx_dropped);
+  rte_tel_data_add_dict_u64(d, "tx_port_full", c.tx_port_full);
   rte_tel_data_add_dict_u64(d, "rx_foreign", c.rx_foreign);
   rte_tel_data_add_dict_u64(d, "rx_unknown_qp", c.rx_unknown_qp);
   rte_tel_data_add_dict_u64(d, "rx_bad_icrc", c.rx_bad_icrc());

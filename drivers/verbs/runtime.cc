@@ -175,10 +175,12 @@ void Runtime::PrintStats() {
   std::fprintf(stderr, "droce %s: link %s, reconnects %lu\n", file_.name.c_str(), port_->LinkUp() ? "up" : "down",
                reconnects_);
   std::fprintf(stderr,
-               "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, rx_foreign %lu, rx_unknown_qp %lu, "
+               "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, tx_port_full %lu, rx_foreign %lu, "
+               "rx_unknown_qp %lu, "
                "rx_bad_icrc %lu, port tx_full %lu, progress polls %lu sleeps %lu (woken by arrival %lu, %s), "
                "events %lu comp %lu async\n",
-               file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_dropped, c.rx_foreign,
+               file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_dropped, c.tx_port_full,
+               c.rx_foreign,
                c.rx_unknown_qp, c.rx_bad_icrc(), p.tx_full, stats_.progress_polls.load(),
                stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(),
                wakeup_ ? wakeup_->kind() : "timed sleeps only", stats_.comp_events.load(),

@@ -43,9 +43,33 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   is_active_.resize(kFirstQpn);
   rx_frames_.resize(config.burst);
   tx_frames_.resize(config.burst);
+  tx_backlog_.reserve(config.burst);  // never more than one burst's tail
 }
 
-Device::~Device() = default;
+Device::~Device() {
+  // Frames still waiting for the port go back to it.
+  if (tx_backlog_head_ < tx_backlog_.size()) {
+    io_->Release(tx_backlog_.data() + tx_backlog_head_,
+                 static_cast<uint16_t>(tx_backlog_.size() - tx_backlog_head_));
+  }
+}
+
+uint32_t Device::FlushTxBacklog() {
+  uint32_t sent_total = 0;
+  while (tx_backlog_head_ < tx_backlog_.size()) {
+    pktio::Frame* f = tx_backlog_.data() + tx_backlog_head_;
+    const auto n = static_cast<uint16_t>(tx_backlog_.size() - tx_backlog_head_);
+    const uint16_t sent = io_->TxBurst(f, n);
+    for (uint16_t k = 0; k < sent; ++k) counters_.tx_bytes += f[k].len;
+    counters_.tx_packets += sent;
+    sent_total += sent;
+    tx_backlog_head_ += sent;
+    if (sent < n) return sent_total;
+  }
+  tx_backlog_.clear();
+  tx_backlog_head_ = 0;
+  return sent_total;
+}
 
 void Device::AddNeighbor(const Gid& ip, const Mac& mac) {
   for (auto& [g, m] : neighbors_) {
@@ -114,6 +138,7 @@ uint32_t Device::TransmitArp() {
     }
     const uint16_t ok = io_->TxBurst(tx, got);
     if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
+    counters_.tx_dropped += got - ok;
     for (uint16_t i = 0; i < ok; ++i) {
       ++(arp_out_[i].op == wire::kArpReply ? counters_.arp_replies_sent : counters_.arp_requests_sent);
     }
@@ -355,6 +380,13 @@ uint32_t Device::Poll(uint64_t now_ns) {
   if (!arp_out_.empty()) work += TransmitArp();
   if (!nd_out_.empty()) work += TransmitNd();
 
+  // Frames the port refused last round go first, in order; while any are
+  // left, QPs run their timers but build nothing new. A full TX ring is the
+  // wire pushing back (as PFC would): dropping those frames instead made
+  // every QP of a 1024-QP run retransmit in lockstep until retries ran out.
+  work += FlushTxBacklog();
+  bool port_full = tx_backlog_head_ < tx_backlog_.size();
+
   // Timers and transmission for QPs with work; idle ones leave the list.
   pktio::Frame* tx = tx_frames_.data();
   for (size_t i = 0; i < active_.size();) {
@@ -362,7 +394,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     RcQp* q = qp(qpn);
     if (q != nullptr) {
       q->OnTimer(now_ns);
-      while (q->WantsToTransmit(now_ns)) {
+      while (!port_full && q->WantsToTransmit(now_ns)) {
         const uint16_t got =
             io_->AllocTx(tx, static_cast<uint16_t>(q->TransmitDemand(config_.burst)));
         if (got == 0) break;
@@ -371,9 +403,11 @@ uint32_t Device::Poll(uint64_t now_ns) {
         for (uint32_t k = 0; k < sent; ++k) counters_.tx_bytes += tx[k].len;
         counters_.tx_packets += sent;
         if (sent < used) {
-          // The port is full: those packets count as lost; go-back-N recovers.
-          counters_.tx_dropped += used - sent;
-          io_->Release(tx + sent, static_cast<uint16_t>(used - sent));
+          // The port is full: keep the rest for the next round.
+          tx_backlog_.assign(tx + sent, tx + used);
+          tx_backlog_head_ = 0;
+          counters_.tx_port_full += used - sent;
+          port_full = true;
         }
         if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
         work += sent;

@@ -74,7 +74,8 @@ struct DeviceCounters {
   uint64_t rx_bytes = 0;
   uint64_t tx_packets = 0;
   uint64_t tx_bytes = 0;
-  uint64_t tx_dropped = 0;  // the port refused a burst's tail
+  uint64_t tx_dropped = 0;    // ARP/ND frames the port refused (lost, as on a wire)
+  uint64_t tx_port_full = 0;  // frames the port refused at first and that waited for the next round
   uint64_t rx_foreign = 0;  // not RoCEv2 (or not for us)
   uint64_t rx_unknown_qp = 0;
   uint64_t rx_cnp = 0;
@@ -174,6 +175,9 @@ class Device {
   std::vector<uint8_t> is_active_;  // index = QPN
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
+  std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
+  size_t tx_backlog_head_ = 0;
+  uint32_t FlushTxBacklog();
   DeviceCounters counters_;
 
  public:

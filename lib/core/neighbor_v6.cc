@@ -110,6 +110,7 @@ uint32_t Device::TransmitNd() {
     }
     const uint16_t ok = io_->TxBurst(tx, got);
     if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
+    counters_.tx_dropped += got - ok;
     for (uint16_t i = 0; i < ok; ++i) {
       ++(nd_out_[i].type == wire::kNdAdvert ? counters_.nd_adverts_sent : counters_.nd_solicits_sent);
     }

@@ -71,10 +71,22 @@ done
 for prof in paper mlx5; do
   run "pmax10_25g_$prof" --senders 2 --line-rate-gbps 25 --profile $prof --pmax 0.1
 done
+# Variants, NOT the goals' configuration (plot.py lists them apart): the RED
+# slope the fluid model (tools/cc/fluid.py) says N = 8 and 16 need with the
+# paper's DCQCN parameters (p* = 0.9 % and 2.1 % > what Pmax 1 % gives below
+# Kmax), and a diagnostic of the mlx5 sawtooth: the alpha period alone set to
+# the paper's 55 us (every other mlx5 knob unchanged).
+run "var_pmax5_n8_25g_paper" --senders 8 --line-rate-gbps 25 --profile paper --pmax 0.05
+run "var_pmax10_n16_25g_paper" --senders 16 --line-rate-gbps 25 --profile paper --pmax 0.1
+run "diag_alpha55us_n2_25g_mlx5" --senders 2 --line-rate-gbps 25 --profile mlx5 --set dce_tcp_rtt_us=55
 # 4. DCQCN off (ECN marks ignored, no CNPs) for 2 and 8 senders.
 for n in 2 8; do
   run "off_n${n}_25g" --senders $n --line-rate-gbps 25 --dcqcn off
 done
+
+# The slowest-converging 2:1 paper-profile seed at 25 Gb/s, for its rate plot.
+"$CCSIM" "${COMMON[@]}" --senders 2 --line-rate-gbps 25 --profile paper --seed 5 \
+  --csv-out "$SERIES/incast2_25g_paper_seed5.csv" > /dev/null
 
 PY=
 for py in python3 /usr/bin/python3; do

@@ -84,9 +84,13 @@ def plot_experiment(name, rows, series_dir, out_dir):
     ax1.set_ylabel("throughput, 1 ms mean (Gb/s)")
     ax1.set_ylim(0, rate * 1.05)
     ax1.legend(loc="upper right", fontsize=8)
-    dcqcn = "DCQCN %s" % ("off" if r["dcqcn"] == "off" else r["profile"] + " profile")
-    ax1.set_title("%s: %d:1 at %g Gb/s, %s, Pmax %g (seed 1)" % (name, n, rate, dcqcn, float(r["pmax"])),
-                  fontsize=10)
+    dcqcn = "DCQCN %s" % ("off" if r["dcqcn"] == "off" else dcqcn_label(r) + " profile")
+    if is_variant(r):
+        title = "%s: %d:1 at %g Gb/s (seed 1)\n%s, Pmax %g: a variant, not the goals' configuration" % (
+            name, n, rate, dcqcn, float(r["pmax"]))
+    else:
+        title = "%s: %d:1 at %g Gb/s, %s, Pmax %g (seed 1)" % (name, n, rate, dcqcn, float(r["pmax"]))
+    ax1.set_title(title, fontsize=10)
     ax2.plot(t, q, lw=0.6, color="tab:red")
     ax2.axhline(int(r["kmin"]) / 1000, color="k", ls=":", lw=0.8, label="Kmin")
     ax2.axhline(int(r["kmax"]) / 1000, color="k", ls="--", lw=0.8, label="Kmax")

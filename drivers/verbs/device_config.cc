@@ -218,6 +218,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 0, 1000000);
       if (!x.ok()) return fail(x.status());
       f.dev.min_time_between_cnps_ns = uint64_t{*x} * 1000;
+      f.cnp_interval_set = true;
     } else if (key == "cnp_dscp") {
       auto x = ParseU32(key, v, 0, 63);
       if (!x.ok()) return fail(x.status());
@@ -261,6 +262,9 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
     const uint64_t line = static_cast<uint64_t>(f.dcqcn_line_rate_gbps * 1e9);
     f.dev.dcqcn = true;
     f.dev.dcqcn_params = f.dcqcn == "paper" ? cc::PaperProfile(line) : cc::Mlx5Profile(line);
+    if (!f.cnp_interval_set) {
+      f.dev.min_time_between_cnps_ns = uint64_t{f.dev.dcqcn_params.min_time_between_cnps_us} * 1000;
+    }
   }
   if (f.name.empty()) return absl::InvalidArgumentError("no device name");
   if (f.vdev.empty()) return absl::InvalidArgumentError("no vdev (dataplane port)");
@@ -282,8 +286,11 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   if (!f.eal_args.empty()) absl::StrAppend(&out, "eal_args=", absl::StrJoin(f.eal_args, " "), "\n");
   absl::StrAppendFormat(&out, "dscp=%u\necn=%u\n", f.dev.dscp, f.dev.ecn);
   if (f.dev.vlan) absl::StrAppendFormat(&out, "vlan=%u\npcp=%u\n", f.dev.vlan_tci & 0xfff, f.dev.vlan_tci >> 13);
-  absl::StrAppendFormat(&out, "max_qp=%u\ncnp=%s\nmin_time_between_cnps_us=%u\ncnp_dscp=%u\n", f.dev.max_qp,
-                        f.dev.cnp_enabled ? "on" : "off", f.dev.min_time_between_cnps_ns / 1000, f.dev.cnp_dscp);
+  absl::StrAppendFormat(&out, "max_qp=%u\ncnp=%s\ncnp_dscp=%u\n", f.dev.max_qp, f.dev.cnp_enabled ? "on" : "off",
+                        f.dev.cnp_dscp);
+  if (f.cnp_interval_set) {
+    absl::StrAppendFormat(&out, "min_time_between_cnps_us=%u\n", f.dev.min_time_between_cnps_ns / 1000);
+  }
   absl::StrAppendFormat(&out, "broadcast_unresolved=%s\n", f.dev.broadcast_unresolved ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");

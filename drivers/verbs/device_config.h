@@ -46,6 +46,9 @@ struct DeviceFile {
   bool has_lid_peer = false;
   core::Gid lid_peer{};
   std::string dcqcn = "off";     // reaction point profile: off | paper | mlx5
+  // min_time_between_cnps_us was given: otherwise a DCQCN profile's own CNP
+  // interval applies (the paper's 50 us, mlx5's 4 us), as in droce-testpmd.
+  bool cnp_interval_set = false;
   double dcqcn_line_rate_gbps = 100;
 
   // The ethdev name of the vdev (text before the first comma).

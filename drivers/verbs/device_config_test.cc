@@ -44,6 +44,14 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->dev.vlan_tci, (3 << 13) | 100);
   EXPECT_FALSE(g->dev.cnp_enabled);
   EXPECT_EQ(g->dev.min_time_between_cnps_ns, 50000u);
+  // Without the key, a DCQCN profile brings its own CNP interval.
+  auto paper = ParseDeviceFile(std::string(kMinimal) + "dcqcn=paper\n");
+  ASSERT_TRUE(paper.ok()) << paper.status();
+  EXPECT_EQ(paper->dev.min_time_between_cnps_ns, uint64_t{paper->dev.dcqcn_params.min_time_between_cnps_us} * 1000);
+  EXPECT_EQ(paper->dev.min_time_between_cnps_ns, 50000u);
+  auto again = ParseDeviceFile(FormatDeviceFile(*paper));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->dev.min_time_between_cnps_ns, 50000u);
   EXPECT_EQ(g->progress.app_active_us, 300u);
   EXPECT_FALSE(g->progress.wakeup);
   EXPECT_EQ(g->netdev, "eth0");

@@ -387,33 +387,41 @@ uint32_t Device::Poll(uint64_t now_ns) {
   work += FlushTxBacklog();
   bool port_full = tx_backlog_head_ < tx_backlog_.size();
 
-  // Timers and transmission for QPs with work; idle ones leave the list.
+  // Timers and transmission for QPs with work, starting one QP further on
+  // every round: when the port is the bottleneck, the QPs first in the list
+  // would otherwise take it every round and starve the rest into retry
+  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs).
   pktio::Frame* tx = tx_frames_.data();
+  const size_t n_active = active_.size();
+  const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
+  for (size_t k = 0; k < n_active; ++k) {
+    RcQp* q = qp(active_[(start + k) % n_active]);
+    if (q == nullptr) continue;
+    q->OnTimer(now_ns);
+    while (!port_full && q->WantsToTransmit(now_ns)) {
+      const uint16_t got =
+          io_->AllocTx(tx, static_cast<uint16_t>(q->TransmitDemand(config_.burst)));
+      if (got == 0) break;
+      const uint32_t used = q->Transmit(tx, got, now_ns);
+      uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;
+      for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
+      counters_.tx_packets += sent;
+      if (sent < used) {
+        // The port is full: keep the rest for the next round.
+        tx_backlog_.assign(tx + sent, tx + used);
+        tx_backlog_head_ = 0;
+        counters_.tx_port_full += used - sent;
+        port_full = true;
+      }
+      if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
+      work += sent;
+      if (used < got || sent < used) break;
+    }
+  }
+  // Idle QPs leave the list.
   for (size_t i = 0; i < active_.size();) {
     const uint32_t qpn = active_[i];
     RcQp* q = qp(qpn);
-    if (q != nullptr) {
-      q->OnTimer(now_ns);
-      while (!port_full && q->WantsToTransmit(now_ns)) {
-        const uint16_t got =
-            io_->AllocTx(tx, static_cast<uint16_t>(q->TransmitDemand(config_.burst)));
-        if (got == 0) break;
-        const uint32_t used = q->Transmit(tx, got, now_ns);
-        uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;
-        for (uint32_t k = 0; k < sent; ++k) counters_.tx_bytes += tx[k].len;
-        counters_.tx_packets += sent;
-        if (sent < used) {
-          // The port is full: keep the rest for the next round.
-          tx_backlog_.assign(tx + sent, tx + used);
-          tx_backlog_head_ = 0;
-          counters_.tx_port_full += used - sent;
-          port_full = true;
-        }
-        if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
-        work += sent;
-        if (used < got || sent < used) break;
-      }
-    }
     if (q == nullptr || !q->HasWork()) {
       is_active_[qpn] = 0;
       active_[i] = active_.back();

@@ -177,6 +177,7 @@ class Device {
   std::vector<pktio::Frame> tx_frames_;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
   size_t tx_backlog_head_ = 0;
+  size_t tx_round_robin_ = 0;  // which active QP transmits first this round
   uint32_t FlushTxBacklog();
   DeviceCounters counters_;
 

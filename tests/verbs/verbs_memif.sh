@@ -55,6 +55,8 @@ for mtu in 1024 4096; do
   done
   check "ib_atomic_bw -m $mtu" "$pair" "ib_atomic_bw -d droce0 -x 1 -m $mtu -D 1" "ib_atomic_bw -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
 done
+# 8 QPs x 128 outstanding 64 KiB WRITEs keep memif's 1024-slot ring full: no QP may starve into retry exhaustion.
+check "ib_write_bw -q 8 (a full ring shared fairly)" "$pair" "ib_write_bw -d droce0 -x 1 -s 65536 -q 8 -D 2" "ib_write_bw -d droce1 -x 1 -s 65536 -q 8 -D 2 127.0.0.1"
 check "ib_write_bw -a (all sizes)" "$pair" "ib_write_bw -d droce0 -x 1 -a -n 200" "ib_write_bw -d droce1 -x 1 -a -n 200 127.0.0.1"
 check "ib_write_lat" "$pair" "ib_write_lat -d droce0 -x 1 -n 1000" "ib_write_lat -d droce1 -x 1 -n 1000 127.0.0.1"
 check "ib_send_lat -e" "$pair" "ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"

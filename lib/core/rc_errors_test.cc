@@ -262,6 +262,21 @@ TEST(RcErrors, RnrWithSendsInFlightDoesNotExhaustRetries) {
 }
 
 
+// Deregistration tests: a pair whose wire has only 64 frame buffers, so a
+// 256-packet message cannot leave in one poll and straddles the
+// deregistration; and a check that no 16-byte run of the "reused memory"
+// byte 0xEE reached a buffer.
+RcPair NarrowPair(uint32_t seed) {
+  return RcPair({}, seed, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
+                nullptr, /*pool_frames=*/64);
+}
+constexpr uint8_t kReused = 0xEE;
+bool HoldsReusedRun(const std::vector<uint8_t>& m, size_t len) {
+  const std::vector<uint8_t> run(16, kReused);
+  return std::search(m.begin(), m.begin() + static_cast<long>(len), run.begin(), run.end()) !=
+         m.begin() + static_cast<long>(len);
+}
+
 // The security boundary holds for a message in flight: once the target's MR
 // is deregistered, the rest of a multi-packet WRITE or READ neither writes
 // into nor reads from that memory (the program may already reuse it), and the
@@ -272,8 +287,7 @@ TEST(RcErrors, DeregisteringAnMrStopsARemoteWriteOrReadInFlight) {
   for (WrOpcode op : {WrOpcode::kRdmaWrite, WrOpcode::kRdmaRead}) {
     SCOPED_TRACE(op == WrOpcode::kRdmaWrite ? "WRITE" : "READ");
     const bool read = op == WrOpcode::kRdmaRead;
-    RcPair pair({}, 3, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
-                nullptr, /*pool_frames=*/64);
+    RcPair pair = NarrowPair(3);
     // WRITE: a writes into b. READ: b reads from a.
     Side& req = read ? pair.b() : pair.a();
     Side& resp = read ? pair.a() : pair.b();
@@ -286,30 +300,27 @@ TEST(RcErrors, DeregisteringAnMrStopsARemoteWriteOrReadInFlight) {
     req.dev->Poll(pair.now());
     resp.dev->Poll(pair.now());
     const uint64_t sent_before = resp.dev->counters().tx_packets;
-    if (read) ASSERT_LT(sent_before, len / 1024);
+    if (read) {
+      ASSERT_LT(sent_before, len / 1024);
+    }
     ASSERT_TRUE(resp.dev->DeregMr(resp.keys.lkey).ok());
     // The program reuses the memory it no longer lends out.
-    std::fill(resp.mem.begin() + off, resp.mem.begin() + off + len, 0xEE);
+    std::fill(resp.mem.begin() + off, resp.mem.begin() + off + len, kReused);
     const std::vector<uint8_t> after_dereg = resp.mem;
     std::vector<Completion> ca, cb;
     ASSERT_TRUE(pair.Run(&ca, read ? 0 : 1, &cb, read ? 1 : 0));
     const Completion& c = read ? cb[0] : ca[0];
     EXPECT_EQ(c.status, WcStatus::kRemAccessErr) << sent_before << " responses left before";
     EXPECT_EQ(resp.mem, after_dereg) << "written after deregistration";
-    const uint8_t reused[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
-                                0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
-    EXPECT_EQ(std::search(req.mem.begin(), req.mem.begin() + len, reused, reused + 16), req.mem.begin() + len)
-        << "read after deregistration";
+    EXPECT_FALSE(HoldsReusedRun(req.mem, len)) << "read after deregistration";
   }
 }
-
 
 // The same on the requester's side: READ data that comes back after the
 // program deregistered its local buffer is not written there; the WR fails
 // with a local protection error.
 TEST(RcErrors, ReadResponsesAreNotScatteredIntoADeregisteredBuffer) {
-  RcPair pair({}, 4, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
-              nullptr, /*pool_frames=*/64);
+  RcPair pair = NarrowPair(4);
   Side& a = pair.a();
   Side& b = pair.b();
   const uint32_t len = 256 * 1024;
@@ -319,7 +330,7 @@ TEST(RcErrors, ReadResponsesAreNotScatteredIntoADeregisteredBuffer) {
   b.dev->Poll(pair.now());
   a.dev->Poll(pair.now());  // the first responses land
   ASSERT_TRUE(a.dev->DeregMr(a.keys.lkey).ok());
-  std::fill(a.mem.begin(), a.mem.begin() + len, 0xEE);
+  std::fill(a.mem.begin(), a.mem.begin() + len, kReused);
   const std::vector<uint8_t> after_dereg = a.mem;
   std::vector<Completion> ca, cb;
   ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
@@ -332,8 +343,7 @@ TEST(RcErrors, ReadResponsesAreNotScatteredIntoADeregisteredBuffer) {
 // leak whatever the memory holds now); the WR fails with a local protection
 // error.
 TEST(RcErrors, PayloadIsNotGatheredFromADeregisteredBuffer) {
-  RcPair pair({}, 5, /*mtu=*/1024, /*mem_bytes=*/4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000,
-              nullptr, /*pool_frames=*/64);
+  RcPair pair = NarrowPair(5);
   Side& a = pair.a();
   Side& b = pair.b();
   const uint32_t len = 256 * 1024;
@@ -342,13 +352,11 @@ TEST(RcErrors, PayloadIsNotGatheredFromADeregisteredBuffer) {
   a.dev->Poll(pair.now());
   ASSERT_LT(a.dev->counters().tx_packets, len / 1024);
   ASSERT_TRUE(a.dev->DeregMr(a.keys.lkey).ok());
-  std::fill(a.mem.begin(), a.mem.begin() + len, 0xEE);
+  std::fill(a.mem.begin(), a.mem.begin() + len, kReused);
   std::vector<Completion> ca, cb;
   ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
   EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr);
-  const uint8_t reused[16] = {0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE,
-                              0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE, 0xEE};
-  EXPECT_EQ(std::search(b.mem.begin(), b.mem.end(), reused, reused + 16), b.mem.end()) << "sent after deregistration";
+  EXPECT_FALSE(HoldsReusedRun(b.mem, b.mem.size())) << "sent after deregistration";
 }
 }  // namespace
 }  // namespace droce::core

@@ -28,6 +28,9 @@ point droce_write_bw_64KiB_mtu4096_gbps server gbps --fwd write_bw --size 65536 
 for q in 1 16 256 1024; do
   point droce_write_bw_64KiB_${q}qp_gbps server gbps --fwd write_bw --size 65536 --mtu 4096 --outstanding 1024 --qps $q
 done
+# Memory one QP occupies (its rings, WQEs, responder resources: measured by
+# droce-testpmd from the QP's allocations), with the 1024-QP run's queue sizes.
+point droce_qp_memory_bytes_1024qp server qp_memory_bytes --fwd write_bw --size 65536 --mtu 4096 --outstanding 1024 --qps 1024
 awk -F, 'NR>1 {v[$1]=$2} END {
   printf "ratio_write_lat_p50_vs_raw_64B,%.2f\n", v["droce_write_lat_8B_p50_us"] / v["raw_half_rtt_64B_p50_us"];
   printf "ratio_write_bw_vs_raw_stream,%.3f\n", v["droce_write_bw_64KiB_mtu4096_gbps"] / v["raw_stream_4KiB_gbps"];

@@ -425,8 +425,9 @@ void Runtime::ProgressLoop() {
     const bool hot = waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000;
     // Hot: short timed sleeps, not an armed wait. A thread woken by the
     // peer's eventfd write may be placed on the waker's CPU and wait there
-    // behind a spinning program for a scheduler slice (ib_write_lat went from
-    // ~30 us to ~3 ms typical); a timer wakes it where it slept.
+    // behind a spinning program for a scheduler slice (ib_write_lat runs
+    // with armed hot sleeps showed ms typicals); a timer wakes it where it
+    // slept.
     if (hot) {
       SleepUs(std::max<uint32_t>(pc.hot_sleep_us, 1));
       continue;
@@ -434,7 +435,7 @@ void Runtime::ProgressLoop() {
     const uint32_t found = IdleWait(sleep_us);
     if (found > 0) {
       idle = 0, last_work = NowNs(), sleep_us = 1;
-    } else if (!hot) {
+    } else {
       sleep_us = std::min<uint32_t>(sleep_us * 2, std::max<uint32_t>(pc.max_sleep_us, 1));
     }
   }

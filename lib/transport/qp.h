@@ -179,6 +179,7 @@ class RcQp {
     // region deregistered (or invalidated) mid-READ is read no further.
     uint8_t* host = nullptr;
     uint32_t rkey = 0;
+    uint64_t epoch = 0;  // MrTable::epoch() when host was resolved
     uint32_t length = 0;
     uint32_t offset = 0;
     uint64_t original = 0;
@@ -187,6 +188,15 @@ class RcQp {
   // --- requester / completer (requester.cc, completer.cc)
   int ValidateSend(const SendWr& wr) const;
   bool MrStillLent(uint32_t rkey) const;
+  // MrStillLent, free while no region was deregistered or invalidated since
+  // *epoch (MrTable::epoch()); advances *epoch when the key is still good.
+  bool MrStillLentSince(uint32_t rkey, uint64_t* epoch) const {
+    const uint64_t now = env_.mrs->epoch();
+    if (*epoch == now) return true;
+    if (!MrStillLent(rkey)) return false;
+    *epoch = now;
+    return true;
+  }
   bool SgesStillLent(SendWqe& w) const;
   bool StartWqe(SendWqe& w);
   uint32_t PacketsFor(const SendWqe& w) const;
@@ -281,7 +291,8 @@ class RcQp {
   RecvWr recv_wqe_;
   uint32_t recv_offset_ = 0;
   uint8_t* write_host_ = nullptr;
-  uint32_t write_rkey_ = 0;  // re-checked for every packet of the WRITE (see MrStillLent)
+  uint32_t write_rkey_ = 0;  // re-checked for every packet of the WRITE (see MrStillLentSince)
+  uint64_t write_epoch_ = 0;
   uint32_t write_remaining_ = 0;
   uint32_t write_total_ = 0;
   std::vector<Resource> resources_;

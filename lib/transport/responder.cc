@@ -215,10 +215,12 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
     }
     write_host_ = r.host;
     write_rkey_ = reth.rkey();
+    write_epoch_ = env_.mrs->epoch();
     write_total_ = write_remaining_ = reth.dma_length();
     in_message_ = InMessage::kWrite;
   }
-  if (len > write_remaining_ || (last && len != write_remaining_) || !MrStillLent(write_rkey_)) {
+  if (len > write_remaining_ || (last && len != write_remaining_) ||
+      !MrStillLentSince(write_rkey_, &write_epoch_)) {
     drop_message();
     return;
   }
@@ -247,7 +249,7 @@ bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint6
                         state_ != QpState::kInit && state_ != QpState::kErr &&
                         in_message_ == InMessage::kWrite && len == mtu_ &&
                         len <= write_remaining_ && BthView(frame + p.bth_offset).psn() == epsn_ &&
-                        MrStillLent(write_rkey_);
+                        MrStillLentSince(write_rkey_, &write_epoch_);
   if (!in_place) {
     if (!VerifyIcrc(frame, p)) return false;
     OnPacket(frame, p, now_ns);
@@ -363,6 +365,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
       }
       write_host_ = r.host;
       write_rkey_ = reth.rkey();
+      write_epoch_ = env_.mrs->epoch();
       write_total_ = write_remaining_ = reth.dma_length();
       in_message_ = InMessage::kWrite;
     }
@@ -371,7 +374,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
       ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
       return;
     }
-    if (!first && !MrStillLent(write_rkey_)) {
+    if (!first && !MrStillLentSince(write_rkey_, &write_epoch_)) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
     }
@@ -410,6 +413,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     a->msn = msn_;
     a->host = r.host;
     a->rkey = reth.rkey();
+    a->epoch = env_.mrs->epoch();
     a->length = reth.dma_length();
     actions_.Commit();
     epsn_ = PsnAdd(psn, packets);
@@ -481,6 +485,7 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
         a.kind = ActionKind::kReadResponse;
         a.host = r.host;
         a.rkey = reth.rkey();
+        a.epoch = env_.mrs->epoch();
         a.length = reth.dma_length();
         // A stream for the same READ still queued restarts here instead of
         // running to its end beside a second copy.
@@ -529,7 +534,7 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       return SealFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
     }
     case ActionKind::kReadResponse: {
-      if (a.offset > 0 && !MrStillLent(a.rkey)) {
+      if (a.offset > 0 && !MrStillLentSince(a.rkey, &a.epoch)) {
         // Deregistered mid-READ: end the stream with a NAK (remote access
         // error) at the next response PSN instead of reading on.
         ++counters_.naks_sent;

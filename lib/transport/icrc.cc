@@ -57,26 +57,4 @@ bool VerifyIcrc(const uint8_t* frame, const ParsedPacket& p) {
   return Icrc(frame + p.l3_offset, p.icrc_offset - p.l3_offset, p.ipv6) == StoredIcrc(frame, p);
 }
 
-uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
-  uint8_t* bth = frame + r.len;
-  const uint32_t pad = PadFor(transport_len);
-  std::memset(bth + transport_len, 0, pad);
-  BthWriter(bth).set_pad_count(static_cast<uint8_t>(pad));
-  const uint32_t udp_len = kUdpBytes + transport_len + pad + kIcrcBytes;
-  UdpWriter(frame + r.l4_offset).set_length(static_cast<uint16_t>(udp_len));
-  uint8_t* l3 = frame + r.l3_offset;
-  if (r.ipv6) {
-    Ipv6Writer(l3).set_payload_length(static_cast<uint16_t>(udp_len));
-  } else {
-    Ipv4Writer ip(l3);
-    const uint32_t total = kIpv4MinBytes + udp_len;
-    ip.set_total_length(static_cast<uint16_t>(total));
-    uint32_t sum = r.ipv4_partial_sum + total;
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    ip.set_checksum(static_cast<uint16_t>(~sum));
-  }
-  return r.len + transport_len + pad;
-}
-
 }  // namespace droce::transport

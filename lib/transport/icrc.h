@@ -33,9 +33,7 @@ inline uint32_t Icrc(const uint8_t* l3, uint32_t len, bool ipv6) {
 // The received frame's ICRC matches (wire::IcrcMatches, without the copy).
 bool VerifyIcrc(const uint8_t* frame, const wire::ParsedPacket& p);
 
-// FinalizeFrame without the ICRC: zeroes the pad, sets the pad count, IP and
-// UDP lengths and the IPv4 checksum. Returns the ICRC's offset in the frame.
-uint32_t FinishHeaders(uint8_t* frame, const wire::Route& r, uint32_t transport_len);
+using wire::FinishHeaders;  // FinalizeFrame without the ICRC (lib/wire/packet.h)
 
 // wire::FinalizeFrame with the ICRC computed here.
 inline uint32_t SealFrame(uint8_t* frame, const wire::Route& r, uint32_t transport_len) {

@@ -256,7 +256,7 @@ Route WithTrafficClass(const Route& r, uint8_t tclass) {
   return out;
 }
 
-uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
+uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
   uint8_t* bth = frame + r.len;
   const uint32_t pad = PadFor(transport_len);
   std::memset(bth + transport_len, 0, pad);
@@ -275,8 +275,12 @@ uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
     sum = (sum & 0xFFFF) + (sum >> 16);
     ip.set_checksum(static_cast<uint16_t>(~sum));
   }
-  const uint32_t icrc_offset = r.len + transport_len + pad;
-  StoreLe32(frame + icrc_offset, ComputeIcrc(l3, icrc_offset - r.l3_offset, r.ipv6));
+  return r.len + transport_len + pad;
+}
+
+uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
+  const uint32_t icrc_offset = FinishHeaders(frame, r, transport_len);
+  StoreLe32(frame + icrc_offset, ComputeIcrc(frame + r.l3_offset, icrc_offset - r.l3_offset, r.ipv6));
   return icrc_offset + kIcrcBytes;
 }
 

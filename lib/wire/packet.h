@@ -133,6 +133,11 @@ inline uint8_t* WriteRoute(uint8_t* frame, const Route& r) {
 // Returns the frame length.
 uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len);
 
+// FinalizeFrame without the ICRC: zeroes the pad, sets the pad count, IP and
+// UDP lengths and the IPv4 checksum. Returns the ICRC's offset in the frame
+// (for callers that compute the ICRC their own way, as lib/transport does).
+uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len);
+
 // Recomputes lengths-independent fields after a change to masked fields
 // (ECN marking by a congestion point): only the IPv4 checksum needs fixing,
 // the ICRC does not cover TOS.

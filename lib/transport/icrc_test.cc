@@ -149,12 +149,11 @@ class QpPair : public ::testing::TestWithParam<bool> {
     }
   }
 
-  // Moves frames both ways until both QPs are quiet. `corrupt` may change a
-  // frame (and return true) before delivery: such frames go through
-  // OnUnverifiedPacket when the QP verifies them while placing, else they
-  // must fail the reference check.
-  template <typename Corrupt>
-  void RunWith(Corrupt&& corrupt) {
+  // Moves frames both ways, handing each to deliver(receiver, frame, len),
+  // until both QPs are quiet; with `fire_timers`, quiet QPs with timers left
+  // get one late OnTimer (retransmission) before it stops.
+  template <typename Deliver>
+  void Shuttle(Deliver&& deliver, bool fire_timers) {
     std::vector<uint8_t> storage(16 * pktio::kMaxFrameBytes);
     pktio::Frame frames[16];
     for (int round = 0; round < 100000; ++round) {
@@ -164,63 +163,58 @@ class QpPair : public ::testing::TestWithParam<bool> {
           frames[k] = {storage.data() + k * pktio::kMaxFrameBytes, 0, pktio::kMaxFrameBytes, nullptr};
         }
         const uint32_t n = qp_[i]->Transmit(frames, 16, now_);
-        for (uint32_t k = 0; k < n; ++k) {
-          ASSERT_TRUE(ParseAndVerify(frames[k].data, frames[k].len).ok());
-          const bool corrupted = corrupt(frames[k].data, frames[k].len);
-          const ParsedPacket p = ParsePacket(frames[k].data, frames[k].len);
-          if (!p.ok()) continue;
-          if (RcQp::VerifiesWhilePlacing(p)) {
-            const uint32_t epsn = qp_[1 - i]->expected_psn();
-            const bool accepted = qp_[1 - i]->OnUnverifiedPacket(frames[k].data, p, now_);
-            EXPECT_EQ(accepted, !corrupted);
-            if (!accepted) {
-              ++dropped_;
-              EXPECT_EQ(qp_[1 - i]->expected_psn(), epsn);
-            }
-          } else if (wire::IcrcMatches(frames[k].data, p)) {
-            qp_[1 - i]->OnPacket(frames[k].data, p, now_);
-          } else {
-            ++dropped_;
-          }
-        }
+        for (uint32_t k = 0; k < n; ++k) deliver(*qp_[1 - i], frames[k].data, frames[k].len);
         moved += n;
       }
       now_ += 1000;
-      if (moved == 0) {
-        // Quiet: let retransmission timers fire once, then stop if still quiet.
-        bool timers = false;
-        for (int i = 0; i < 2; ++i) timers |= qp_[i]->HasWork();
-        if (!timers) return;
-        now_ += 1'000'000'000;
-        for (int i = 0; i < 2; ++i) qp_[i]->OnTimer(now_);
-      }
+      if (moved > 0) continue;
+      bool timers = false;
+      for (int i = 0; i < 2; ++i) timers |= qp_[i]->HasWork();
+      if (!fire_timers || !timers) return;
+      now_ += 1'000'000'000;
+      for (int i = 0; i < 2; ++i) qp_[i]->OnTimer(now_);
     }
     FAIL() << "did not settle";
   }
+
+  // `corrupt` may change a frame (and return true) before delivery: such
+  // frames go through OnUnverifiedPacket when the QP verifies them while
+  // placing, else they must fail the reference check.
+  template <typename Corrupt>
+  void RunWith(Corrupt&& corrupt) {
+    Shuttle(
+        [&](RcQp& to, uint8_t* frame, uint32_t len) {
+          ASSERT_TRUE(ParseAndVerify(frame, len).ok());
+          const bool corrupted = corrupt(frame, len);
+          const ParsedPacket p = ParsePacket(frame, len);
+          if (!p.ok()) return;
+          if (RcQp::VerifiesWhilePlacing(p)) {
+            const uint32_t epsn = to.expected_psn();
+            const bool accepted = to.OnUnverifiedPacket(frame, p, now_);
+            EXPECT_EQ(accepted, !corrupted);
+            if (!accepted) {
+              ++dropped_;
+              EXPECT_EQ(to.expected_psn(), epsn);
+            }
+          } else if (wire::IcrcMatches(frame, p)) {
+            to.OnPacket(frame, p, now_);
+          } else {
+            ++dropped_;
+          }
+        },
+        /*fire_timers=*/true);
+  }
   uint32_t dropped_ = 0;
 
-  // Moves frames both ways until both QPs are quiet.
+  // Every frame must pass the reference check and goes the ordinary way.
   void Run() {
-    std::vector<uint8_t> storage(16 * pktio::kMaxFrameBytes);
-    pktio::Frame frames[16];
-    for (int round = 0; round < 100000; ++round) {
-      uint32_t moved = 0;
-      for (int i = 0; i < 2; ++i) {
-        for (int k = 0; k < 16; ++k) {
-          frames[k] = {storage.data() + k * pktio::kMaxFrameBytes, 0, pktio::kMaxFrameBytes, nullptr};
-        }
-        const uint32_t n = qp_[i]->Transmit(frames, 16, now_);
-        for (uint32_t k = 0; k < n; ++k) {
-          const ParsedPacket p = ParseAndVerify(frames[k].data, frames[k].len);
+    Shuttle(
+        [&](RcQp& to, uint8_t* frame, uint32_t len) {
+          const ParsedPacket p = ParseAndVerify(frame, len);
           ASSERT_TRUE(p.ok()) << ParseStatusName(p.status);
-          qp_[1 - i]->OnPacket(frames[k].data, p, now_);
-        }
-        moved += n;
-      }
-      now_ += 1000;
-      if (moved == 0) return;
-    }
-    FAIL() << "did not settle";
+          to.OnPacket(frame, p, now_);
+        },
+        /*fire_timers=*/false);
   }
 
   bool ipv6_ = false;

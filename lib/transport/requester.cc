@@ -93,57 +93,52 @@ bool RcQp::StartWqe(SendWqe& w) {
   return true;
 }
 
+namespace {
+// Calls span(host, n) for each piece of [offset, offset+len) of a WQE's
+// message, walking its SGEs in order (resolved host addresses).
+template <typename Wqe, typename Span>
+inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& span) {
+  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
+    const uint32_t sge_len = w.wr.sg_list[i].length;
+    if (offset >= sge_len) {
+      offset -= sge_len;
+      continue;
+    }
+    const uint32_t n = std::min(len, sge_len - offset);
+    span(w.sge_host[i] + offset, n);
+    len -= n;
+    offset = 0;
+  }
+}
+}  // namespace
+
 void RcQp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
   if (w.wr.flags & kSendInline) {
     std::memcpy(out, w.inline_data + offset, len);
     return;
   }
-  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
-    const uint32_t sge_len = w.wr.sg_list[i].length;
-    if (offset >= sge_len) {
-      offset -= sge_len;
-      continue;
-    }
-    const uint32_t n = std::min(len, sge_len - offset);
-    std::memcpy(out, w.sge_host[i] + offset, n);
+  ForEachSgeSpan(w, offset, len, [&out](const uint8_t* host, uint32_t n) {
+    std::memcpy(out, host, n);
     out += n;
-    len -= n;
-    offset = 0;
-  }
+  });
 }
 
 uint32_t RcQp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
                                 uint32_t crc) const {
   if (w.wr.flags & kSendInline) return Crc32CopyUpdate(crc, out, w.inline_data + offset, len);
-  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
-    const uint32_t sge_len = w.wr.sg_list[i].length;
-    if (offset >= sge_len) {
-      offset -= sge_len;
-      continue;
-    }
-    const uint32_t n = std::min(len, sge_len - offset);
-    crc = Crc32CopyUpdate(crc, out, w.sge_host[i] + offset, n);
+  ForEachSgeSpan(w, offset, len, [&out, &crc](const uint8_t* host, uint32_t n) {
+    crc = Crc32CopyUpdate(crc, out, host, n);
     out += n;
-    len -= n;
-    offset = 0;
-  }
+  });
   return crc;
 }
 
 void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
                          uint32_t len) const {
-  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
-    const uint32_t sge_len = w.wr.sg_list[i].length;
-    if (offset >= sge_len) {
-      offset -= sge_len;
-      continue;
-    }
-    const uint32_t n = std::min(len, sge_len - offset);
-    std::memcpy(w.sge_host[i] + offset, data, n);
+  ForEachSgeSpan(w, offset, len, [&data](uint8_t* host, uint32_t n) {
+    std::memcpy(host, data, n);
     data += n;
-    len -= n;
-    offset = 0;
-  }
+  });
 }
 
 uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {

@@ -127,27 +127,14 @@ void Device::HandleArp(const uint8_t* frame, uint32_t len) {
 }
 
 uint32_t Device::TransmitArp() {
-  uint32_t sent = 0;
-  pktio::Frame* tx = tx_frames_.data();
-  while (!arp_out_.empty()) {
-    const uint16_t want = static_cast<uint16_t>(std::min<size_t>(arp_out_.size(), config_.burst));
-    const uint16_t got = io_->AllocTx(tx, want);
-    if (got == 0) break;
-    for (uint16_t i = 0; i < got; ++i) {
-      tx[i].len = wire::BuildArp(arp_out_[i], config_.vlan, config_.vlan_tci, tx[i].data);
-    }
-    const uint16_t ok = io_->TxBurst(tx, got);
-    if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
-    counters_.tx_dropped += got - ok;
-    for (uint16_t i = 0; i < ok; ++i) {
-      ++(arp_out_[i].op == wire::kArpReply ? counters_.arp_replies_sent : counters_.arp_requests_sent);
-    }
-    counters_.tx_packets += ok;
-    arp_out_.erase(arp_out_.begin(), arp_out_.begin() + got);  // unsent ones are lost, as on a wire
-    sent += ok;
-    if (ok < got) break;
-  }
-  return sent;
+  return TransmitQueued(
+      arp_out_,
+      [this](const wire::ArpPacket& m, uint8_t* data) {
+        return wire::BuildArp(m, config_.vlan, config_.vlan_tci, data);
+      },
+      [this](const wire::ArpPacket& m) {
+        ++(m.op == wire::kArpReply ? counters_.arp_replies_sent : counters_.arp_requests_sent);
+      });
 }
 
 absl::StatusOr<uint32_t> Device::CreateCq(uint32_t depth) {

@@ -158,6 +158,11 @@ class Device {
   // neighbor_v6.cc: true if the frame was an NS/NA (handled or dropped).
   bool HandleNd(const uint8_t* frame, uint32_t len);
   uint32_t TransmitNd();
+  // Sends queued control frames (ARP, ND) a burst at a time: build(msg, data)
+  // writes one and returns its length, sent(msg) counts it once it left.
+  // Frames the port refuses are lost, as on a wire (tx_dropped).
+  template <typename Msg, typename Build, typename Sent>
+  uint32_t TransmitQueued(std::vector<Msg>& queue, Build build, Sent sent);
 
   DeviceConfig config_;
   pktio::BurstIo* io_;
@@ -184,6 +189,27 @@ class Device {
  public:
   static constexpr uint32_t kFirstQpn = 0x11;  // 0 and 1 are the special QPs
 };
+
+template <typename Msg, typename Build, typename Sent>
+uint32_t Device::TransmitQueued(std::vector<Msg>& queue, Build build, Sent sent) {
+  uint32_t total = 0;
+  pktio::Frame* tx = tx_frames_.data();
+  while (!queue.empty()) {
+    const uint16_t want = static_cast<uint16_t>(queue.size() < config_.burst ? queue.size() : config_.burst);
+    const uint16_t got = io_->AllocTx(tx, want);
+    if (got == 0) break;
+    for (uint16_t i = 0; i < got; ++i) tx[i].len = build(queue[i], tx[i].data);
+    const uint16_t ok = io_->TxBurst(tx, got);
+    if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
+    counters_.tx_dropped += got - ok;
+    for (uint16_t i = 0; i < ok; ++i) sent(queue[i]);
+    counters_.tx_packets += ok;
+    queue.erase(queue.begin(), queue.begin() + got);
+    total += ok;
+    if (ok < got) break;
+  }
+  return total;
+}
 
 }  // namespace droce::core
 

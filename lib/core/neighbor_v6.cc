@@ -99,27 +99,14 @@ bool Device::HandleNd(const uint8_t* frame, uint32_t len) {
 }
 
 uint32_t Device::TransmitNd() {
-  uint32_t sent = 0;
-  pktio::Frame* tx = tx_frames_.data();
-  while (!nd_out_.empty()) {
-    const uint16_t want = static_cast<uint16_t>(std::min<size_t>(nd_out_.size(), config_.burst));
-    const uint16_t got = io_->AllocTx(tx, want);
-    if (got == 0) break;
-    for (uint16_t i = 0; i < got; ++i) {
-      tx[i].len = wire::BuildNd(nd_out_[i], config_.vlan, config_.vlan_tci, tx[i].data);
-    }
-    const uint16_t ok = io_->TxBurst(tx, got);
-    if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
-    counters_.tx_dropped += got - ok;
-    for (uint16_t i = 0; i < ok; ++i) {
-      ++(nd_out_[i].type == wire::kNdAdvert ? counters_.nd_adverts_sent : counters_.nd_solicits_sent);
-    }
-    counters_.tx_packets += ok;
-    nd_out_.erase(nd_out_.begin(), nd_out_.begin() + got);  // unsent ones are lost, as on a wire
-    sent += ok;
-    if (ok < got) break;
-  }
-  return sent;
+  return TransmitQueued(
+      nd_out_,
+      [this](const wire::NdPacket& m, uint8_t* data) {
+        return wire::BuildNd(m, config_.vlan, config_.vlan_tci, data);
+      },
+      [this](const wire::NdPacket& m) {
+        ++(m.type == wire::kNdAdvert ? counters_.nd_adverts_sent : counters_.nd_solicits_sent);
+      });
 }
 
 }  // namespace droce::core

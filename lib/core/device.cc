@@ -55,6 +55,7 @@ Device::~Device() {
 }
 
 uint32_t Device::FlushTxBacklog() {
+  if (tx_backlog_.empty()) return 0;
   uint32_t sent_total = 0;
   while (tx_backlog_head_ < tx_backlog_.size()) {
     pktio::Frame* f = tx_backlog_.data() + tx_backlog_head_;

@@ -27,6 +27,10 @@ struct ProgressConfig {
   uint32_t max_sleep_us = 1000;   // then sleep steps double up to this
   uint32_t app_active_us = 20;    // the program called poll_cq this recently: let it drive
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
+  // ibv_get_cq_event (through libdroce-preload.so) polls the dataplane this
+  // long before it sleeps on the wire and the channel (like Linux's
+  // net.core.busy_poll for sockets); 0 sleeps at once.
+  uint32_t event_busy_poll_us = 50;
 };
 
 struct DeviceFile {

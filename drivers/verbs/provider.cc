@@ -299,6 +299,7 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int c
       return nullptr;
     }
     watch.has_channel = true;
+    watch.channel_fd = channel->fd;
   }
   Runtime* rt = EnsureRuntime(ctx);
   if (rt == nullptr) return nullptr;
@@ -1044,3 +1045,21 @@ __attribute__((constructor)) void RegisterDriver() { verbs_register_driver_34(&k
 
 }  // namespace
 }  // namespace droce::verbs
+
+// libdroce-preload.so's ibv_get_cq_event calls this (found by dlsym in the
+// library that holds the device's ops): the waiting thread drives the
+// dataplane until an event is there. *cq_handle is the event's ibv_cq* when
+// it was handed over in the process, or 0 when the channel's fd holds it
+// (libibverbs then reads it). Returns 0 or an errno; a channel whose context
+// has no dataplane yet (no CQ was created) is left to the plain read.
+extern "C" __attribute__((visibility("default"))) int droce_wait_comp_channel(ibv_comp_channel* channel,
+                                                                              uint64_t* cq_handle) {
+  using droce::verbs::Runtime;
+  *cq_handle = 0;
+  if (channel == nullptr || channel->context == nullptr) return EINVAL;
+  Runtime* rt = droce::verbs::Rt(channel->context);
+  if (rt == nullptr) return 0;
+  const int flags = fcntl(channel->fd, F_GETFL);
+  if (flags < 0) return errno;
+  return rt->WaitForChannel(channel->fd, (flags & O_NONBLOCK) != 0, cq_handle);
+}

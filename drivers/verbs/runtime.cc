@@ -1,8 +1,12 @@
 #include "drivers/verbs/runtime.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -148,6 +152,8 @@ absl::Status Runtime::Start() {
 
 void Runtime::Stop() {
   stop_ = true;
+  stop_word_.store(1);
+  syscall(SYS_futex, &stop_word_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
   if (progress_.joinable()) progress_.join();
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -178,13 +184,15 @@ void Runtime::PrintStats() {
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, tx_port_full %lu, rx_foreign %lu, "
                "rx_unknown_qp %lu, "
                "rx_bad_icrc %lu, port tx_full %lu, progress polls %lu sleeps %lu (woken by arrival %lu, %s), "
-               "events %lu comp %lu async\n",
+               "events %lu comp (%lu handed over in process) %lu async, event waits slept %lu (woken by arrival "
+               "%lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_dropped, c.tx_port_full,
                c.rx_foreign,
                c.rx_unknown_qp, c.rx_bad_icrc(), p.tx_full, stats_.progress_polls.load(),
                stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(),
                wakeup_ ? wakeup_->kind() : "timed sleeps only", stats_.comp_events.load(),
-               stats_.async_events.load());
+               stats_.events_handed_over.load(), stats_.async_events.load(), stats_.event_wait_sleeps.load(),
+               stats_.event_wait_arrivals.load());
   for (uint32_t qpn = core::Device::kFirstQpn; qpn < core::Device::kFirstQpn + dev_->config().max_qp; ++qpn) {
     transport::RcQp* q = dev_->qp(qpn);
     if (q == nullptr) continue;
@@ -211,6 +219,19 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
   return work;
 }
 
+void Runtime::SendCompEvent(const CqWatch& w) {
+  droce_comp_event_desc ev{w.handle};
+  sendto(event_socket_, &ev, sizeof ev, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&w.channel_addr),
+         w.channel_addr_len);
+}
+
+Runtime::ChannelWaiters* Runtime::FindWaitersLocked(int channel_fd) {
+  for (ChannelWaiters& cw : channel_waiters_) {
+    if (cw.fd == channel_fd) return &cw;
+  }
+  return nullptr;
+}
+
 void Runtime::DeliverEvents() {
   for (CqWatch& w : watches_) {
     queue::CompletionQueue* cq = dev_->cq(w.cq_id);
@@ -221,9 +242,12 @@ void Runtime::DeliverEvents() {
         w.armed = false;
         armed_channels_.fetch_sub(1, std::memory_order_relaxed);
       }
-      droce_comp_event_desc ev{w.handle};
-      sendto(event_socket_, &ev, sizeof ev, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&w.channel_addr),
-             w.channel_addr_len);
+      ChannelWaiters* cw = channel_waiters_.empty() ? nullptr : FindWaitersLocked(w.channel_fd);
+      if (cw != nullptr && cw->waiters > cw->sleepers) {
+        cw->pending.push_back(w.handle);  // an awake waiter takes it (WaitForChannel)
+      } else {
+        SendCompEvent(w);
+      }
       stats_.comp_events.fetch_add(1, std::memory_order_relaxed);
     }
     if (cq->overflowed() && !w.overrun_reported && w.async_write_fd >= 0) {
@@ -399,7 +423,20 @@ void Runtime::ProgressLoop() {
   uint32_t sleep_us = 1;
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
-    const bool waiting_for_event = armed_channels_.load(std::memory_order_relaxed) > 0;
+    if (app_waiters_.load(std::memory_order_acquire) > 0) {
+      // A program thread waits for an event and drives the dataplane
+      // meanwhile (WaitForChannel): look back after max_sleep_us (or when
+      // the device stops).
+      const uint32_t us = std::max<uint32_t>(pc.max_sleep_us, 1);
+      const timespec timeout{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+      syscall(SYS_futex, &stop_word_, FUTEX_WAIT_PRIVATE, 0, &timeout, nullptr, 0);
+      continue;
+    }
+    // An armed channel keeps this thread hot unless the program waits for
+    // its events in ibv_get_cq_event (it then drives the dataplane itself).
+    const bool waiting_for_event =
+        armed_channels_.load(std::memory_order_relaxed) > 0 &&
+        now - last_event_wait_ns_.load(std::memory_order_relaxed) > uint64_t{pc.max_sleep_us} * 1000;
     const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
     if (!waiting_for_event && now - last_app < uint64_t{pc.app_active_us} * 1000) {
       SleepUs(std::max<uint32_t>(pc.app_active_us, 1));
@@ -448,9 +485,9 @@ void Runtime::ProgressLoop() {
 uint32_t Runtime::IdleWait(uint32_t us) {
   int fd = -1;
   if (wakeup_ != nullptr && link_up() && mu.try_lock()) {
-    fd = wakeup_->Arm();
+    fd = ArmWireLocked();
     const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
-    if (work > 0) wakeup_->Disarm();
+    if (work > 0) DisarmWireLocked();
     mu.unlock();
     if (work > 0) return work;
   }
@@ -464,8 +501,192 @@ uint32_t Runtime::IdleWait(uint32_t us) {
     stats_.progress_arrival_wakeups.fetch_add(1, std::memory_order_relaxed);
   }
   std::lock_guard<std::mutex> lock(mu);
-  wakeup_->Disarm();
+  DisarmWireLocked();
   return 0;
+}
+
+int Runtime::ArmWireLocked() {
+  if (wakeup_ == nullptr || !link_up()) return -1;
+  const int fd = wakeup_->Arm();  // idempotent: a second sleeper gets the same descriptor
+  if (fd >= 0) ++wire_armers_;
+  return fd;
+}
+
+// The last sleeper out masks the notification and drains it; an earlier one
+// leaves it for the others (poll wakes every sleeper on one write).
+void Runtime::DisarmWireLocked() {
+  if (wire_armers_ > 0 && --wire_armers_ == 0) wakeup_->Disarm();
+}
+
+bool Runtime::ChannelReadable(int channel_fd) const {
+  pollfd pfd{channel_fd, POLLIN, 0};
+  return poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN) != 0;
+}
+
+namespace {
+
+// libibverbs' own ibv_get_cq_event blocks in read(), which fails with EINTR
+// when a signal handler without SA_RESTART runs meanwhile (qperf ends each
+// test with such a SIGALRM and expects exactly that). WaitForChannel polls
+// in user space, where a handler runs without the call noticing, so it
+// blocks signals while it waits and looks at what is pending: SA_RESTART
+// handlers and default actions are let through and the wait goes on; any
+// other handler ends the wait with EINTR and runs when the mask is restored.
+class SignalGate {
+ public:
+  SignalGate() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &original_);
+  }
+  ~SignalGate() { pthread_sigmask(SIG_SETMASK, &original_, nullptr); }
+  SignalGate(const SignalGate&) = delete;
+  SignalGate& operator=(const SignalGate&) = delete;
+
+  // True when a pending signal must end the wait with EINTR.
+  bool Interrupted() {
+    sigset_t pending;
+    if (sigpending(&pending) != 0) return false;
+    bool any = false, interrupt = false;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sigismember(&pending, sig) != 1 || sigismember(&original_, sig) == 1) continue;  // the program blocks it
+      any = true;
+      struct sigaction sa {};
+      if (sigaction(sig, nullptr, &sa) != 0) continue;
+      const bool handler = (sa.sa_flags & SA_SIGINFO) != 0
+                               ? sa.sa_sigaction != nullptr
+                               : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+      if (handler && (sa.sa_flags & SA_RESTART) == 0) interrupt = true;
+    }
+    if (any && !interrupt) {  // let them run, then go on waiting
+      pthread_sigmask(SIG_SETMASK, &original_, nullptr);
+      sigset_t all;
+      sigfillset(&all);
+      pthread_sigmask(SIG_BLOCK, &all, nullptr);
+    }
+    return interrupt;
+  }
+
+ private:
+  sigset_t original_;
+};
+
+constexpr uint64_t kSignalCheckNs = 10'000;  // while polling; and after every sleep
+
+}  // namespace
+
+int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handle) {
+  *cq_handle = 0;
+  if (nonblocking) {
+    std::lock_guard<std::mutex> lock(mu);
+    NoteAppPoll(NowNs());
+    PollLocked(NowNs());
+    return 0;
+  }
+  app_waiters_.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ChannelWaiters* cw = FindWaitersLocked(channel_fd)) {
+      ++cw->waiters;
+    } else {
+      channel_waiters_.push_back({channel_fd, 1, 0, {}});
+    }
+  }
+  // Leaving: the last waiter of a channel sends what is still pending
+  // through the socket, so no event is lost. The progress thread is not
+  // woken: the program is about to poll its CQ and will likely wait again;
+  // the thread looks back within max_sleep_us and stands aside as for a
+  // polling program.
+  struct Leave {
+    Runtime* rt;
+    int fd;
+    ~Leave() {
+      {
+        std::lock_guard<std::mutex> lock(rt->mu);
+        ChannelWaiters* cw = rt->FindWaitersLocked(fd);
+        if (--cw->waiters == 0) {
+          for (const uint64_t handle : cw->pending) {
+            for (const CqWatch& w : rt->watches_) {
+              if (w.handle == handle) rt->SendCompEvent(w);
+            }
+          }
+          cw->pending.clear();  // the entry stays (channels are few): no allocation per wait
+        }
+      }
+      const uint64_t now = NowNs();
+      rt->NoteAppPoll(now);
+      rt->last_event_wait_ns_.store(now, std::memory_order_relaxed);
+      rt->app_waiters_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } leave{this, channel_fd};
+  // Registered first, then the socket looked at: an event sent before the
+  // registration is found here, one after it is handed over.
+  if (ChannelReadable(channel_fd)) return 0;
+  const auto take_pending = [&](ChannelWaiters* cw) {
+    if (cw->pending.empty()) return false;
+    *cq_handle = cw->pending.front();
+    cw->pending.erase(cw->pending.begin());
+    stats_.events_handed_over.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  };
+  const ProgressConfig& pc = file_.progress;
+  SignalGate signals;  // declared after leave: the mask is restored first
+  uint64_t now = NowNs();
+  const uint64_t busy_until = now + uint64_t{pc.event_busy_poll_us} * 1000;
+  uint64_t next_signal_check = now + kSignalCheckNs;
+  while (true) {
+    uint32_t work;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      now = NowNs();
+      work = PollLocked(now);
+      if (take_pending(FindWaitersLocked(channel_fd))) return 0;
+    }
+    if (now >= next_signal_check) {
+      if (signals.Interrupted()) return EINTR;
+      next_signal_check = now + kSignalCheckNs;
+    }
+    if (work > 0) continue;
+    if (now < busy_until) {
+      CpuRelax();
+      continue;
+    }
+    int wire_fd = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      wire_fd = ArmWireLocked();
+      // A frame may have come in before the request was seen.
+      if (wire_fd >= 0 && (work = PollLocked(NowNs())) > 0) DisarmWireLocked();
+      ChannelWaiters* cw = FindWaitersLocked(channel_fd);
+      if (take_pending(cw)) {
+        if (work == 0 && wire_fd >= 0) DisarmWireLocked();
+        return 0;
+      }
+      if (work == 0) ++cw->sleepers;  // from now on events come through the socket
+    }
+    if (work > 0) continue;
+    // With an arrival descriptor the timeout only paces timers (retransmit,
+    // link checks), as in the progress thread's idle sleep; without one,
+    // sleeps stay hot_sleep_us, as the progress thread's do while a program
+    // waits for an event.
+    const uint32_t us =
+        wire_fd >= 0 ? std::max<uint32_t>(pc.max_sleep_us, 1) : std::max<uint32_t>(pc.hot_sleep_us, 1);
+    pollfd pfd[2] = {{channel_fd, POLLIN, 0}, {wire_fd, POLLIN, 0}};
+    const timespec timeout{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
+    stats_.event_wait_sleeps.fetch_add(1, std::memory_order_relaxed);
+    const int ready = ppoll(pfd, wire_fd >= 0 ? 2 : 1, &timeout, nullptr);
+    const int poll_errno = errno;
+    if (ready > 0 && (pfd[1].revents & POLLIN)) stats_.event_wait_arrivals.fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (wire_fd >= 0) DisarmWireLocked();
+      --FindWaitersLocked(channel_fd)->sleepers;
+    }
+    if (ready > 0 && (pfd[0].revents & POLLIN)) return 0;
+    if (ready < 0 && poll_errno != EINTR) return poll_errno;
+    if (signals.Interrupted()) return EINTR;
+    next_signal_check = NowNs() + kSignalCheckNs;
+  }
 }
 
 }  // namespace droce::verbs

@@ -38,6 +38,7 @@ struct CqWatch {
   uint32_t cq_id = 0;
   uint64_t handle = 0;          // the ibv_cq* the event names
   bool has_channel = false;
+  int channel_fd = -1;          // in this process (for WaitForChannel's hand-over)
   sockaddr_un channel_addr{};
   socklen_t channel_addr_len = 0;
   int async_write_fd = -1;
@@ -62,6 +63,18 @@ class Runtime {
   uint32_t PollLocked(uint64_t now_ns);
   // The program is polling: the progress thread stays out of its way.
   void NoteAppPoll(uint64_t now_ns) { last_app_poll_ns_.store(now_ns, std::memory_order_relaxed); }
+
+  // ibv_get_cq_event on one of this device's channels (libdroce-preload.so
+  // routes it here): the calling thread drives the dataplane itself until
+  // an event comes — polling for event_busy_poll_us, then sleeping on the
+  // channel and the wire's arrival descriptor together — so a completion
+  // costs the program one wake-up, not the progress thread's and then the
+  // program's. Events for the channel found while a waiter is awake are
+  // handed over here (*cq_handle) instead of through the socket: no system
+  // call on the way. Returns 0 with *cq_handle set, or 0 with *cq_handle 0
+  // when the channel's fd holds an event (or, nonblocking, after one round
+  // without waiting); an errno otherwise. Without mu.
+  int WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handle);
 
   // Waits (without mu) up to the device's link_wait_ms for the link.
   bool WaitLinkUp();
@@ -91,6 +104,9 @@ class Runtime {
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
         async_events{0};
+    // ibv_get_cq_event waits: events handed over in the process, sleeps,
+    // and sleeps the wire ended (an arrival).
+    std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
   };
   const Stats& stats() const { return stats_; }
 
@@ -100,6 +116,22 @@ class Runtime {
   void Stop();
   void ProgressLoop();
   uint32_t IdleWait(uint32_t us);
+  // The wire's arrival descriptor, shared by the progress thread and
+  // programs waiting for events: armed while anyone sleeps on it. Caller
+  // holds mu; -1 when the port cannot notify now.
+  int ArmWireLocked();
+  void DisarmWireLocked();
+  bool ChannelReadable(int channel_fd) const;
+  // Threads in WaitForChannel on one channel, and the events handed to them.
+  struct ChannelWaiters {
+    int fd;
+    int waiters = 0;
+    int sleepers = 0;  // in ppoll: an event must go through the socket to wake them
+    std::vector<uint64_t> pending;
+  };
+  std::vector<ChannelWaiters> channel_waiters_;  // under mu; one per channel ever waited on
+  ChannelWaiters* FindWaitersLocked(int channel_fd);
+  void SendCompEvent(const CqWatch& w);
   void DeliverEvents();
   void PrintStats();
   void CheckLink(uint64_t now_ns);
@@ -136,6 +168,12 @@ class Runtime {
   std::atomic<bool> link_up_{false};
   std::atomic<int> armed_channels_{0};
   std::atomic<uint64_t> last_app_poll_ns_{0};
+  int wire_armers_ = 0;  // under mu
+  // Threads inside WaitForChannel: they drive the dataplane, so the progress
+  // thread sleeps meanwhile, on stop_word_ (a futex Stop() wakes).
+  std::atomic<int> app_waiters_{0};
+  std::atomic<uint64_t> last_event_wait_ns_{0};  // when a WaitForChannel last ended
+  std::atomic<uint32_t> stop_word_{0};
   std::atomic<bool> stop_{false};
   std::thread progress_;
   Stats stats_;

@@ -2,19 +2,26 @@
 // device on a DPDK net_ring loopback port (what it sends comes back to it),
 // two RC QPs connected to each other. Checks every RC opcode end to end, the
 // errnos verbs callers get for bad arguments, and the completions of
-// protection errors.
+// protection errors; completion events through libdroce-preload.so (meson
+// runs this test with it preloaded).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "drivers/verbs/device_config.h"
@@ -497,6 +504,91 @@ TEST_F(VerbsApi, ExtendedPostSendApi) {
   for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(&buf_[0x20000], &buf_[0x1000], 2048), 0);
   EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[0xc0000]), "inline through the wr API");
+}
+
+volatile sig_atomic_t g_alarms = 0;
+
+void StartAlarm(int ms) {
+  itimerval t{};
+  t.it_value.tv_usec = ms * 1000;
+  ASSERT_EQ(setitimer(ITIMER_REAL, &t, nullptr), 0);
+}
+
+// ibv_get_cq_event on a droce channel waits in the provider (it drives the
+// dataplane itself) yet behaves as libibverbs' blocking read of the channel:
+// an event that comes while it waits ends it; a signal handler without
+// SA_RESTART makes it fail with EINTR (qperf ends its tests that way), one
+// with SA_RESTART does not; a non-blocking channel answers EAGAIN.
+TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
+  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
+  ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, channel, 0);
+  ASSERT_NE(event_cq, nullptr);
+  std::swap(cq_, event_cq);  // the QPs below complete on the channel's CQ
+  ibv_qp *a = nullptr, *b = nullptr;
+  Connect(&a, &b);
+  const auto send_later = [&](int ms) {
+    return std::thread([this, a, b, ms] {
+      usleep(ms * 1000);
+      EXPECT_EQ(PostRecv(b, 1, 4096, 64), 0);
+      EXPECT_EQ(PostSend(a, IBV_WR_SEND, 2, 0, 64, 0), 0);
+    });
+  };
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+
+  ASSERT_EQ(ibv_req_notify_cq(cq_, 0), 0);
+  std::thread sender = send_later(20);
+  EXPECT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0);
+  sender.join();
+  EXPECT_EQ(cq, cq_);
+  ibv_ack_cq_events(cq_, 1);
+  EXPECT_EQ(Poll(2).size(), 2u);
+
+  struct sigaction on_alarm {}, old {};
+  on_alarm.sa_handler = [](int) { g_alarms = g_alarms + 1; };
+  sigemptyset(&on_alarm.sa_mask);
+  on_alarm.sa_flags = 0;
+  ASSERT_EQ(sigaction(SIGALRM, &on_alarm, &old), 0);
+  ASSERT_EQ(ibv_req_notify_cq(cq_, 0), 0);
+  StartAlarm(50);
+  // Should the signal not end the wait, an event does after 3 s: a failure, not a hang.
+  std::promise<void> interrupted;
+  std::thread rescue([&, a, b] {
+    if (interrupted.get_future().wait_for(std::chrono::seconds(3)) == std::future_status::ready) return;
+    EXPECT_EQ(PostRecv(b, 1, 4096, 64), 0);
+    EXPECT_EQ(PostSend(a, IBV_WR_SEND, 2, 0, 64, 0), 0);
+  });
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), -1);
+  EXPECT_EQ(errno, EINTR);
+  EXPECT_EQ(g_alarms, 1);
+  interrupted.set_value();
+  rescue.join();
+
+  on_alarm.sa_flags = SA_RESTART;
+  ASSERT_EQ(sigaction(SIGALRM, &on_alarm, nullptr), 0);
+  StartAlarm(20);
+  sender = send_later(200);
+  EXPECT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0);  // after the alarm, on the event
+  sender.join();
+  EXPECT_EQ(g_alarms, 2);
+  ibv_ack_cq_events(cq_, 1);
+  EXPECT_EQ(Poll(2).size(), 2u);
+  ASSERT_EQ(sigaction(SIGALRM, &old, nullptr), 0);
+
+  const int flags = fcntl(channel->fd, F_GETFL);
+  ASSERT_EQ(fcntl(channel->fd, F_SETFL, flags | O_NONBLOCK), 0);
+  ASSERT_EQ(ibv_req_notify_cq(cq_, 0), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), -1);
+  EXPECT_EQ(errno, EAGAIN);
+
+  for (ibv_qp* q : qps_) ibv_destroy_qp(q);
+  qps_.clear();
+  std::swap(cq_, event_cq);
+  EXPECT_EQ(ibv_destroy_cq(event_cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 
 }  // namespace

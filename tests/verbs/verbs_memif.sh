@@ -59,7 +59,20 @@ done
 check "ib_write_bw -q 8 (a full ring shared fairly)" "$pair" "ib_write_bw -d droce0 -x 1 -s 65536 -q 8 -D 2" "ib_write_bw -d droce1 -x 1 -s 65536 -q 8 -D 2 127.0.0.1"
 check "ib_write_bw -a (all sizes)" "$pair" "ib_write_bw -d droce0 -x 1 -a -n 200" "ib_write_bw -d droce1 -x 1 -a -n 200 127.0.0.1"
 check "ib_write_lat" "$pair" "ib_write_lat -d droce0 -x 1 -n 1000" "ib_write_lat -d droce1 -x 1 -n 1000 127.0.0.1"
-check "ib_send_lat -e" "$pair" "ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
+# ibv_get_cq_event (through libdroce-preload.so) drives the dataplane in the
+# waiting thread: events it finds itself are handed over without the socket;
+# with event_busy_poll_us=0 it sleeps at once and the wire's arrival wakes it.
+event_wait() {  # pattern the server's stats line must match, then the pair's arguments
+  local want=$1; shift
+  local out; out=$(env "$@" 2>&1) || { echo "$out"; return 1; }
+  echo "$out" | grep "handed over"
+  grep -Eq "droce0: .*$want" <<<"$out"
+}
+check "ib_send_lat -e: events handed over in process" event_wait "\\(([1-9][0-9]*) handed over in process\\)" \
+  "$pair" "DROCE_STATS=1 ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
+check "ib_send_lat -e, no busy poll: waits sleep and arrivals wake them" event_wait \
+  "event waits slept [1-9][0-9]* \\(woken by arrival [1-9][0-9]*\\)" LINK_SET=event_busy_poll_us=0 \
+  "$pair" "DROCE_STATS=1 ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
 check "ib_read_lat" "$pair" "ib_read_lat -d droce0 -x 1 -n 1000" "ib_read_lat -d droce1 -x 1 -n 1000 127.0.0.1"
 # ib_read_lat's server never polls: its progress thread serves every READ.
 # It must be woken by the arrivals (memif interrupt mode), not only by timers.

@@ -34,6 +34,9 @@ lat=$(pair ib_send_lat "-s 2 -n 5000" | row)
 put ib_send_lat_2B_typical_us "$(awk '{print $5}' <<<"$lat")"
 lat=$(pair ib_send_lat "-s 2 -n 5000 -e" | row)
 put ib_send_lat_2B_event_typical_us "$(awk '{print $5}' <<<"$lat")"
+# The same with ibv_get_cq_event sleeping at once (no busy-poll window): one OS wake-up per completion.
+lat=$(LINK_SET=event_busy_poll_us=0 pair ib_send_lat "-s 2 -n 5000 -e" | row)
+put ib_send_lat_2B_event_no_busy_poll_typical_us "$(awk '{print $5}' <<<"$lat")"
 lat=$(pair ib_read_lat "-s 2 -n 5000" | row)
 put ib_read_lat_2B_typical_us "$(awk '{print $5}' <<<"$lat")"
 lat=$(LINK_SET=progress_wakeup=off pair ib_read_lat "-s 2 -n 5000" | row)

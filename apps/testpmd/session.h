@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/testpmd/pattern.h"
 #include "core/device.h"
 #include "drivers/ethdev/port.h"
 
@@ -173,10 +174,6 @@ class Session {
   std::atomic<bool> want_snapshot_{false}, want_clear_{false};  // relaxed: ordered by requests_
   Snapshot snapshot_;
 };
-
-// Fills `n` bytes with the pattern of message `seq` (its first 8 bytes are seq).
-void FillPattern(uint8_t* p, uint32_t n, uint64_t seq);
-bool CheckPattern(const uint8_t* p, uint32_t n, uint64_t seq);
 
 // A traffic engine: what the client drives and what the passive side does.
 struct Engine {

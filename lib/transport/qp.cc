@@ -429,16 +429,34 @@ bool RcQp::WantsToTransmit(uint64_t now_ns) const {
   if (!actions_.empty()) return true;
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
   if (rnr_resume_at_ != 0 && now_ns < rnr_resume_at_) return false;
-  return sq_next_ != sq_.tail();
+  return RequestRoom() > 0;
+}
+
+// How many request packets the send queue could put on the wire now: none
+// while the next WQE waits to start (fence, rd_atomic limit, SQD) or the
+// in-flight window is full. The poll loop allocates frames by this, so a QP
+// whose window is full costs no frame allocation and release per round.
+uint32_t RcQp::RequestRoom() const {
+  if (sq_next_ == sq_.tail() || (state_ != QpState::kRts && state_ != QpState::kSqd)) return 0;
+  const SendWqe& w = sq_.at(sq_next_);
+  uint32_t next_psn = w.next_psn;
+  if (!w.started) {
+    if (state_ == QpState::kSqd || !MayStart(w)) return 0;
+    if (w.wr.opcode == WrOpcode::kLocalInv) return 1;
+    next_psn = psn_next_;
+  }
+  const int32_t inflight = wire::PsnDiff(next_psn, psn_una_);
+  const auto window = static_cast<int32_t>(env_.max_inflight_packets);
+  return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
 }
 
 uint32_t RcQp::TransmitDemand(uint32_t burst) const {
-  if (sq_next_ != sq_.tail() && (state_ == QpState::kRts || state_ == QpState::kSqd)) return burst;
   uint32_t n = cnps_pending_;
   for (uint32_t i = actions_.head(); i != actions_.tail() && n < burst; ++i) {
     if (actions_.at(i).kind == ActionKind::kReadResponse) return burst;  // many packets
     ++n;
   }
+  n += std::min(RequestRoom(), burst);
   return n == 0 ? 1 : (n < burst ? n : burst);
 }
 

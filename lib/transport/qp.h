@@ -128,6 +128,7 @@ class RcQp {
   // a QP with only ACKs or CNPs queued needs one or two, not a burst (the
   // poll loop allocates and frees what it asks for).
   uint32_t TransmitDemand(uint32_t burst) const;
+  uint32_t RequestRoom() const;
 
   // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
   void OnCongestionMark(uint64_t now_ns);
@@ -209,6 +210,7 @@ class RcQp {
   static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   bool IsReadOrAtomic(const SendWqe& w) const;
+  bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
   void AckUpTo(uint32_t psn, uint64_t now);
   void NoteProgress(uint64_t now);

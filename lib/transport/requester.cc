@@ -55,14 +55,15 @@ uint32_t RcQp::PacketsFor(const SendWqe& w) const {
   return std::max<uint32_t>(1, (w.total_len + mtu_ - 1) / mtu_);
 }
 
-bool RcQp::StartWqe(SendWqe& w) {
-  const bool read_or_atomic = IsReadOrAtomic(w);
+bool RcQp::MayStart(const SendWqe& w) const {
   // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
   if ((w.wr.flags & kSendFence) && rd_atomic_outstanding_ > 0) return false;
-  if (read_or_atomic &&
-      rd_atomic_outstanding_ >= std::max<uint32_t>(1, attr_.max_rd_atomic)) {
-    return false;
-  }
+  return !IsReadOrAtomic(w) || rd_atomic_outstanding_ < std::max<uint32_t>(1, attr_.max_rd_atomic);
+}
+
+bool RcQp::StartWqe(SendWqe& w) {
+  const bool read_or_atomic = IsReadOrAtomic(w);
+  if (!MayStart(w)) return false;
   if (w.wr.opcode == WrOpcode::kLocalInv) {
     w.done = true;
     if (env_.mrs->Invalidate(w.wr.invalidate_rkey, env_.pd) != mem::AccessResult::kOk) {

@@ -7,6 +7,7 @@
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_lcore.h>
 
 #include "absl/strings/str_format.h"
 
@@ -99,5 +100,12 @@ void StopEal() {
   rte_eal_cleanup();
   g_started = false;
 }
+
+bool RegisterThread() {
+  if (rte_lcore_id() != LCORE_ID_ANY) return true;  // an EAL thread, or registered already
+  return rte_thread_register() == 0;
+}
+
+void UnregisterThread() { rte_thread_unregister(); }
 
 }  // namespace droce::ethdev

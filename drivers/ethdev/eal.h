@@ -34,6 +34,13 @@ absl::Status ProbeVdev(const std::string& vdev);
 absl::Status RemoveVdev(const std::string& name);
 bool EalStarted();
 void StopEal();
+// Gives the calling thread (not one EAL started) an lcore id, so that DPDK's
+// per-lcore mempool caches serve it: without one every mbuf allocation and
+// free goes through the pool's shared ring, which is FIFO, so every mbuf is
+// cold. False if EAL has no lcore id left (the thread still works, slower).
+// A registered thread calls UnregisterThread() before it ends.
+bool RegisterThread();
+void UnregisterThread();
 
 }  // namespace droce::ethdev
 

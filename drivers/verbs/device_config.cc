@@ -247,7 +247,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       f.progress.wakeup = *x;
     } else if (key == "progress_spins" || key == "progress_hot_us" || key == "progress_hot_sleep_us" ||
                key == "progress_max_sleep_us" || key == "progress_app_active_us" ||
-               key == "event_busy_poll_us") {
+               key == "event_busy_poll_us" || key == "progress_slice_us") {
       auto x = ParseU32(key, v, 0, 100000000);
       if (!x.ok()) return fail(x.status());
       if (key == "progress_spins") f.progress.spins = *x;
@@ -256,6 +256,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       if (key == "progress_max_sleep_us") f.progress.max_sleep_us = *x;
       if (key == "progress_app_active_us") f.progress.app_active_us = *x;
       if (key == "event_busy_poll_us") f.progress.event_busy_poll_us = *x;
+      if (key == "progress_slice_us") f.progress.slice_us = *x;
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("line %d: unknown key '%s'", line_no, key));
     }
@@ -298,9 +299,10 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_wakeup=%s\n"
-                        "event_busy_poll_us=%u\n",
+                        "event_busy_poll_us=%u\nprogress_slice_us=%u\n",
                         f.progress.spins, f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
-                        f.progress.app_active_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us);
+                        f.progress.app_active_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us,
+                        f.progress.slice_us);
   return out;
 }
 

@@ -31,6 +31,10 @@ struct ProgressConfig {
   // long before it sleeps on the wire and the channel (like Linux's
   // net.core.busy_poll for sockets); 0 sleeps at once.
   uint32_t event_busy_poll_us = 50;
+  // The progress thread asks for this scheduler time slice (EEVDF's
+  // sched_runtime): short, so that it preempts a program spinning on memory
+  // when it wakes. 0 keeps the kernel's default.
+  uint32_t slice_us = 100;
 };
 
 struct DeviceFile {

@@ -115,6 +115,7 @@ class Runtime {
   absl::Status Start();
   void Stop();
   void ProgressLoop();
+  static void RequestShortSlice(uint32_t slice_us);
   uint32_t IdleWait(uint32_t us);
   // The wire's arrival descriptor, shared by the progress thread and
   // programs waiting for events: armed while anyone sleeps on it. Caller

@@ -1059,7 +1059,5 @@ extern "C" __attribute__((visibility("default"))) int droce_wait_comp_channel(ib
   if (channel == nullptr || channel->context == nullptr) return EINVAL;
   Runtime* rt = droce::verbs::Rt(channel->context);
   if (rt == nullptr) return 0;
-  const int flags = fcntl(channel->fd, F_GETFL);
-  if (flags < 0) return errno;
-  return rt->WaitForChannel(channel->fd, (flags & O_NONBLOCK) != 0, cq_handle);
+  return rt->WaitForChannel(channel->fd, cq_handle);
 }

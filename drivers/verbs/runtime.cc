@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -220,7 +221,8 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
   return work;
 }
 
-void Runtime::SendCompEvent(const CqWatch& w) {
+void Runtime::SendCompEvent(const CqWatch& w, ChannelWaiters* cw) {
+  if (cw != nullptr) ++cw->socket_sent;
   droce_comp_event_desc ev{w.handle};
   sendto(event_socket_, &ev, sizeof ev, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&w.channel_addr),
          w.channel_addr_len);
@@ -247,7 +249,7 @@ void Runtime::DeliverEvents() {
       if (cw != nullptr && cw->waiters > cw->sleepers) {
         cw->pending.push_back(w.handle);  // an awake waiter takes it (WaitForChannel)
       } else {
-        SendCompEvent(w);
+        SendCompEvent(w, cw);
       }
       stats_.comp_events.fetch_add(1, std::memory_order_relaxed);
     }
@@ -575,23 +577,57 @@ namespace {
 // libibverbs' own ibv_get_cq_event blocks in read(), which fails with EINTR
 // when a signal handler without SA_RESTART runs meanwhile (qperf ends each
 // test with such a SIGALRM and expects exactly that). WaitForChannel polls
-// in user space, where a handler runs without the call noticing, so it
-// blocks signals while it waits and looks at what is pending: SA_RESTART
-// handlers and default actions are let through and the wait goes on; any
-// other handler ends the wait with EINTR and runs when the mask is restored.
+// in user space, where a handler runs without the call noticing, so, when
+// the program has such a handler, it blocks signals while it waits and
+// looks at what is pending: SA_RESTART handlers and default actions are let
+// through and the wait goes on; any other handler ends the wait with EINTR
+// and runs when the mask is restored.
+bool IsHandler(const struct sigaction& sa) {
+  return (sa.sa_flags & SA_SIGINFO) != 0 ? sa.sa_sigaction != nullptr
+                                          : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
+}
+
+// Whether any signal has a handler without SA_RESTART, i.e. whether a wait
+// can be interrupted at all. Looked up at most once a millisecond (64
+// sigaction calls, ~6 us), or at once with `fresh`: most programs have none
+// (perftest's signal() handlers restart), and their waits then skip the two
+// mask changes per wait. A handler installed less than 1 ms before a signal
+// that lands while such a wait is polling goes unnoticed; the wait then ends
+// with the next event instead of EINTR.
+bool SignalsCanInterrupt(bool fresh = false) {
+  static std::atomic<uint64_t> valid_until{0};
+  static std::atomic<bool> can{true};
+  const uint64_t now = NowNs();
+  if (!fresh && now < valid_until.load(std::memory_order_relaxed)) return can.load(std::memory_order_relaxed);
+  bool any = false;
+  for (int sig = 1; sig < NSIG && !any; ++sig) {
+    struct sigaction sa {};
+    if (sigaction(sig, nullptr, &sa) == 0 && IsHandler(sa) && (sa.sa_flags & SA_RESTART) == 0) any = true;
+  }
+  can.store(any, std::memory_order_relaxed);
+  valid_until.store(now + 1'000'000, std::memory_order_relaxed);
+  return any;
+}
+
 class SignalGate {
  public:
-  SignalGate() {
+  explicit SignalGate(bool active) : active_(active) {
+    if (!active_) return;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &original_);
   }
-  ~SignalGate() { pthread_sigmask(SIG_SETMASK, &original_, nullptr); }
+  ~SignalGate() {
+    if (active_) pthread_sigmask(SIG_SETMASK, &original_, nullptr);
+  }
   SignalGate(const SignalGate&) = delete;
   SignalGate& operator=(const SignalGate&) = delete;
 
+  bool active() const { return active_; }
+
   // True when a pending signal must end the wait with EINTR.
   bool Interrupted() {
+    if (!active_) return false;
     sigset_t pending;
     if (sigpending(&pending) != 0) return false;
     bool any = false, interrupt = false;
@@ -599,11 +635,7 @@ class SignalGate {
       if (sigismember(&pending, sig) != 1 || sigismember(&original_, sig) == 1) continue;  // the program blocks it
       any = true;
       struct sigaction sa {};
-      if (sigaction(sig, nullptr, &sa) != 0) continue;
-      const bool handler = (sa.sa_flags & SA_SIGINFO) != 0
-                               ? sa.sa_sigaction != nullptr
-                               : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
-      if (handler && (sa.sa_flags & SA_RESTART) == 0) interrupt = true;
+      if (sigaction(sig, nullptr, &sa) == 0 && IsHandler(sa) && (sa.sa_flags & SA_RESTART) == 0) interrupt = true;
     }
     if (any && !interrupt) {  // let them run, then go on waiting
       pthread_sigmask(SIG_SETMASK, &original_, nullptr);
@@ -615,6 +647,7 @@ class SignalGate {
   }
 
  private:
+  bool active_;
   sigset_t original_;
 };
 
@@ -622,22 +655,24 @@ constexpr uint64_t kSignalCheckNs = 10'000;  // while polling; and after every s
 
 }  // namespace
 
-int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handle) {
+int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   *cq_handle = 0;
-  if (nonblocking) {
-    std::lock_guard<std::mutex> lock(mu);
-    NoteAppPoll(NowNs());
-    PollLocked(NowNs());
-    return 0;
-  }
   app_waiters_.fetch_add(1, std::memory_order_relaxed);
+  bool check_socket, check_flags, nonblocking;
+  uint64_t sent_before;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (ChannelWaiters* cw = FindWaitersLocked(channel_fd)) {
-      ++cw->waiters;
-    } else {
-      channel_waiters_.push_back({channel_fd, 1, 0, {}});
+    ChannelWaiters* cw = FindWaitersLocked(channel_fd);
+    if (cw == nullptr) {
+      channel_waiters_.push_back({});
+      cw = &channel_waiters_.back();
+      cw->fd = channel_fd;
     }
+    ++cw->waiters;
+    sent_before = cw->socket_sent;
+    check_socket = cw->clean_at != sent_before;
+    check_flags = NowNs() >= cw->flags_valid_until;
+    nonblocking = cw->nonblocking;
   }
   // Leaving: the last waiter of a channel sends what is still pending
   // through the socket, so no event is lost. The progress thread is not
@@ -654,7 +689,7 @@ int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handl
         if (--cw->waiters == 0) {
           for (const uint64_t handle : cw->pending) {
             for (const CqWatch& w : rt->watches_) {
-              if (w.handle == handle) rt->SendCompEvent(w);
+              if (w.handle == handle) rt->SendCompEvent(w, cw);
             }
           }
           cw->pending.clear();  // the entry stays (channels are few): no allocation per wait
@@ -667,8 +702,29 @@ int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handl
     }
   } leave{this, channel_fd};
   // Registered first, then the socket looked at: an event sent before the
-  // registration is found here, one after it is handed over.
-  if (ChannelReadable(channel_fd)) return 0;
+  // registration is found there, one after it is handed over. The look (a
+  // system call) is skipped while every datagram sent to the channel was
+  // seen consumed.
+  if (check_socket) {
+    if (ChannelReadable(channel_fd)) return 0;
+    std::lock_guard<std::mutex> lock(mu);
+    FindWaitersLocked(channel_fd)->clean_at = sent_before;
+  }
+  // A non-blocking channel gets one round and no wait (libibverbs' read then
+  // says EAGAIN). Its flags are looked up at most once a millisecond.
+  const auto refresh_flags = [&]() -> int {
+    const int flags = fcntl(channel_fd, F_GETFL);
+    if (flags < 0) return errno;
+    nonblocking = (flags & O_NONBLOCK) != 0;
+    std::lock_guard<std::mutex> lock(mu);
+    ChannelWaiters* cw = FindWaitersLocked(channel_fd);
+    cw->nonblocking = nonblocking;
+    cw->flags_valid_until = NowNs() + 1'000'000;
+    return 0;
+  };
+  if (check_flags) {
+    if (const int err = refresh_flags(); err != 0) return err;
+  }
   const auto take_pending = [&](ChannelWaiters* cw) {
     if (cw->pending.empty()) return false;
     *cq_handle = cw->pending.front();
@@ -676,11 +732,19 @@ int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handl
     stats_.events_handed_over.fetch_add(1, std::memory_order_relaxed);
     return true;
   };
+  if (nonblocking) {
+    std::lock_guard<std::mutex> lock(mu);
+    NoteAppPoll(NowNs());
+    PollLocked(NowNs());
+    take_pending(FindWaitersLocked(channel_fd));
+    return 0;
+  }
   const ProgressConfig& pc = file_.progress;
-  SignalGate signals;  // declared after leave: the mask is restored first
+  SignalGate signals(SignalsCanInterrupt());  // declared after leave: the mask is restored first
   uint64_t now = NowNs();
   const uint64_t busy_until = now + uint64_t{pc.event_busy_poll_us} * 1000;
   uint64_t next_signal_check = now + kSignalCheckNs;
+  uint64_t next_flags_check = now + 1'000'000;
   while (true) {
     uint32_t work;
     {
@@ -697,6 +761,11 @@ int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handl
     if (now < busy_until) {
       CpuRelax();
       continue;
+    }
+    if (NowNs() >= next_flags_check) {  // the program may have made the channel non-blocking
+      if (const int err = refresh_flags(); err != 0) return err;
+      if (nonblocking) return 0;
+      next_flags_check = NowNs() + 1'000'000;
     }
     int wire_fd = -1;
     {
@@ -732,6 +801,9 @@ int Runtime::WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handl
     if (ready > 0 && (pfd[0].revents & POLLIN)) return 0;
     if (ready < 0 && poll_errno != EINTR) return poll_errno;
     if (signals.Interrupted()) return EINTR;
+    // Unguarded (no such handler when the wait began): a handler just ran;
+    // if one that does not restart exists now, it is the likely one.
+    if (ready < 0 && !signals.active() && SignalsCanInterrupt(/*fresh=*/true)) return EINTR;
     next_signal_check = NowNs() + kSignalCheckNs;
   }
 }

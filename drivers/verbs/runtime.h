@@ -72,9 +72,9 @@ class Runtime {
   // program's. Events for the channel found while a waiter is awake are
   // handed over here (*cq_handle) instead of through the socket: no system
   // call on the way. Returns 0 with *cq_handle set, or 0 with *cq_handle 0
-  // when the channel's fd holds an event (or, nonblocking, after one round
-  // without waiting); an errno otherwise. Without mu.
-  int WaitForChannel(int channel_fd, bool nonblocking, uint64_t* cq_handle);
+  // when the channel's fd holds an event (or, for a non-blocking fd, after
+  // one round without waiting); an errno otherwise. Without mu.
+  int WaitForChannel(int channel_fd, uint64_t* cq_handle);
 
   // Waits (without mu) up to the device's link_wait_ms for the link.
   bool WaitLinkUp();
@@ -125,14 +125,18 @@ class Runtime {
   bool ChannelReadable(int channel_fd) const;
   // Threads in WaitForChannel on one channel, and the events handed to them.
   struct ChannelWaiters {
-    int fd;
+    int fd = -1;
     int waiters = 0;
     int sleepers = 0;  // in ppoll: an event must go through the socket to wake them
     std::vector<uint64_t> pending;
+    uint64_t socket_sent = 0;          // datagrams sent to the channel
+    uint64_t clean_at = UINT64_MAX;    // socket_sent when the socket was last seen empty
+    bool nonblocking = false;          // the fd's O_NONBLOCK, as last looked up
+    uint64_t flags_valid_until = 0;
   };
   std::vector<ChannelWaiters> channel_waiters_;  // under mu; one per channel ever waited on
   ChannelWaiters* FindWaitersLocked(int channel_fd);
-  void SendCompEvent(const CqWatch& w);
+  void SendCompEvent(const CqWatch& w, ChannelWaiters* cw);  // cw: the channel's waiters entry, if any
   void DeliverEvents();
   void PrintStats();
   void CheckLink(uint64_t now_ns);

@@ -125,7 +125,7 @@ T* New() {
 // object is still in use, or the errno of the failure.
 template <typename Fn>
 int DestroyLocked(Runtime* rt, Fn destroy) {
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   const absl::Status s = destroy();
   if (s.ok()) return 0;
   return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
@@ -212,7 +212,7 @@ ibv_pd* AllocPd(ibv_context* context) {
   if (rt == nullptr) return nullptr;
   auto* pd = New<DrocePd>();
   if (pd == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   pd->id = rt->dev().AllocPd();
   pd->pd.context = context;
   pd->pd.handle = pd->id;
@@ -248,7 +248,7 @@ ibv_mr* RegMr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acce
   Runtime* rt = Rt(ibpd->context);
   absl::StatusOr<mem::MrKeys> keys;
   {
-    std::lock_guard<std::mutex> lock(rt->mu);
+    AppLock lock(rt->mu);
     keys = rt->dev().RegMr(pd->id, addr, length, hca_va, static_cast<uint32_t>(access & kSupportedAccess));
   }
   if (!keys.ok()) {
@@ -305,7 +305,7 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int c
   if (rt == nullptr) return nullptr;
   auto* cq = New<DroceCq>();
   if (cq == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   absl::StatusOr<uint32_t> id = rt->dev().CreateCq(static_cast<uint32_t>(cqe));
   if (!id.ok()) {
     delete cq;
@@ -358,7 +358,7 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   constexpr int kChunk = 32;
   queue::Completion buf[kChunk];
   const uint32_t want = static_cast<uint32_t>(std::min(num_entries, kChunk));
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
   uint32_t got = rt->dev().PollCq(cq->id, buf, want);
@@ -374,7 +374,7 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   DroceCq* cq = ToCq(ibcq);
   Runtime* rt = Rt(ibcq->context);
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   rt->dev().cq(cq->id)->ArmNotify(solicited_only != 0);
   rt->ArmCq(cq->id);
   return 0;
@@ -393,7 +393,7 @@ ibv_srq* CreateSrq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
   Runtime* rt = Rt(ibpd->context);
   auto* srq = New<DroceSrq>();
   if (srq == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   absl::StatusOr<uint32_t> id = rt->dev().CreateSrq(init->attr.max_wr);
   if (!id.ok()) {
     delete srq;
@@ -419,7 +419,7 @@ int ModifySrq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
   if (mask == 0) return 0;
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   if (attr->srq_limit > rt->dev().srq(srq->id)->ring().depth()) return EINVAL;
   rt->ArmSrqLimit(srq->id, reinterpret_cast<uintptr_t>(ibsrq), attr->srq_limit,
                   ToCtx(ibsrq->context)->async_write_fd);
@@ -429,7 +429,7 @@ int ModifySrq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
 int QuerySrq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   attr->max_wr = rt->dev().srq(srq->id)->ring().depth();
   attr->max_sge = transport::kMaxSge;
   attr->srq_limit = rt->SrqLimit(srq->id);
@@ -464,7 +464,7 @@ int ToRecvWr(const ibv_recv_wr* in, RecvWr* out) {
 // *bad names (those before it stay posted, as verbs specifies).
 template <typename PostFn>
 int PostRecvList(Runtime* rt, ibv_recv_wr* wr, ibv_recv_wr** bad, PostFn post) {
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   for (; wr != nullptr; wr = wr->next) {
     RecvWr r;
     int err = ToRecvWr(wr, &r);
@@ -542,7 +542,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   init.caps.sq_sig_all = attr->sq_sig_all != 0;
   auto* qp = New<DroceQp>();
   if (qp == nullptr) return nullptr;
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   absl::StatusOr<uint32_t> qpn = rt->dev().CreateQp(init);
   if (!qpn.ok()) {
     delete qp;
@@ -681,7 +681,7 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     rt->WaitLinkUp();
     if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
   }
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) rt->RearmQp(qp->qpn);  // may fail again
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
@@ -692,7 +692,7 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
 int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   transport::RcQp* q = rt->dev().qp(qp->qpn);
   if (q == nullptr) return EINVAL;
   const transport::QpAttr& a = q->attr();
@@ -792,7 +792,7 @@ int ToSendWr(const ibv_send_wr* in, SendWr* out) {
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  std::lock_guard<std::mutex> lock(rt->mu);
+  AppLock lock(rt->mu);
   int err = 0;
   for (; wr != nullptr; wr = wr->next) {
     SendWr s;
@@ -849,7 +849,7 @@ int WrComplete(ibv_qp_ex* qpx) {
   int err = qp->batch_error;
   if (err == 0) {
     Runtime* rt = Rt(qpx->qp_base.context);
-    std::lock_guard<std::mutex> lock(rt->mu);
+    AppLock lock(rt->mu);
     for (const SendWr& w : qp->batch) {
       err = rt->dev().PostSend(qp->qpn, w);
       if (err != 0) break;

@@ -661,7 +661,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   bool check_socket, check_flags, nonblocking;
   uint64_t sent_before;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    AppLock lock(mu);
     ChannelWaiters* cw = FindWaitersLocked(channel_fd);
     if (cw == nullptr) {
       channel_waiters_.push_back({});
@@ -684,7 +684,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     int fd;
     ~Leave() {
       {
-        std::lock_guard<std::mutex> lock(rt->mu);
+        AppLock lock(rt->mu);
         ChannelWaiters* cw = rt->FindWaitersLocked(fd);
         if (--cw->waiters == 0) {
           for (const uint64_t handle : cw->pending) {
@@ -707,7 +707,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   // seen consumed.
   if (check_socket) {
     if (ChannelReadable(channel_fd)) return 0;
-    std::lock_guard<std::mutex> lock(mu);
+    AppLock lock(mu);
     FindWaitersLocked(channel_fd)->clean_at = sent_before;
   }
   // A non-blocking channel gets one round and no wait (libibverbs' read then
@@ -716,7 +716,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     const int flags = fcntl(channel_fd, F_GETFL);
     if (flags < 0) return errno;
     nonblocking = (flags & O_NONBLOCK) != 0;
-    std::lock_guard<std::mutex> lock(mu);
+    AppLock lock(mu);
     ChannelWaiters* cw = FindWaitersLocked(channel_fd);
     cw->nonblocking = nonblocking;
     cw->flags_valid_until = NowNs() + 1'000'000;
@@ -733,7 +733,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     return true;
   };
   if (nonblocking) {
-    std::lock_guard<std::mutex> lock(mu);
+    AppLock lock(mu);
     NoteAppPoll(NowNs());
     PollLocked(NowNs());
     take_pending(FindWaitersLocked(channel_fd));
@@ -748,7 +748,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   while (true) {
     uint32_t work;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      AppLock lock(mu);
       now = NowNs();
       work = PollLocked(now);
       if (take_pending(FindWaitersLocked(channel_fd))) return 0;
@@ -769,7 +769,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     }
     int wire_fd = -1;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      AppLock lock(mu);
       wire_fd = ArmWireLocked();
       // A frame may have come in before the request was seen.
       if (wire_fd >= 0 && (work = PollLocked(NowNs())) > 0) DisarmWireLocked();
@@ -794,7 +794,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     const int poll_errno = errno;
     if (ready > 0 && (pfd[1].revents & POLLIN)) stats_.event_wait_arrivals.fetch_add(1, std::memory_order_relaxed);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      AppLock lock(mu);
       if (wire_fd >= 0) DisarmWireLocked();
       --FindWaitersLocked(channel_fd)->sleepers;
     }

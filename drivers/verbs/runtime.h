@@ -47,6 +47,28 @@ struct CqWatch {
   bool overrun_reported = false;
 };
 
+// The program's side of Runtime::mu. The progress thread holds it for one
+// poll round (microseconds), so the program spins for it before sleeping in
+// the kernel: a thread woken from a futex on a 2-core machine whose CPUs run
+// a spinning program can wait there for a scheduler slice (milliseconds).
+class AppLock {
+ public:
+  explicit AppLock(std::mutex& mu) : mu_(mu) {
+    for (int i = 0; i < kSpins; ++i) {
+      if (mu_.try_lock()) return;
+      __builtin_ia32_pause();
+    }
+    mu_.lock();
+  }
+  ~AppLock() { mu_.unlock(); }
+  AppLock(const AppLock&) = delete;
+  AppLock& operator=(const AppLock&) = delete;
+
+ private:
+  static constexpr int kSpins = 2000;  // tens of microseconds
+  std::mutex& mu_;
+};
+
 class Runtime {
  public:
   // The runtime of device f.name in this process, created on first use.

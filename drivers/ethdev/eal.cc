@@ -1,6 +1,8 @@
 #include "drivers/ethdev/eal.h"
 
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <mutex>
 
@@ -23,7 +25,15 @@ absl::Status InitWithAffinityRestored(std::vector<std::string> args, int* consum
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // EAL's threads (interrupts, multi-process) inherit this mask: with every
+  // signal blocked they never run the program's handlers, which belong to
+  // its own threads (a SIGALRM meant to interrupt a blocking verb would
+  // otherwise be delivered to DPDK's interrupt thread).
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old_mask);
   const int ret = rte_eal_init(static_cast<int>(args.size()), argv.data());
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (have_affinity) sched_setaffinity(0, sizeof before, &before);
   if (ret < 0) {
     return absl::UnavailableError(absl::StrFormat("DPDK EAL initialisation failed: %s", rte_strerror(rte_errno)));

@@ -52,7 +52,7 @@ for q in 1 8; do
   put ib_write_bw_64KiB_${q}qp_gbps "$(awk '{printf "%.2f", $4 * 8 / 1000}' <<<"$bw")"
 done
 bw=$(pair ib_write_bw "-s 64 -D $secs" | row)
-put ib_write_bw_64B_mpps "$(awk '{print $5}' <<<"$bw")"
+put ib_write_bw_64B_mpps "$(awk '{print $5 + 0}' <<<"$bw")"  # +0: an EAL line can end up glued to the number
 
 # All sizes, 1 and 8 QPs (ib_write_bw -a).
 echo "qps,bytes,gbps,mpps" >"$dir/sizes.csv"

@@ -386,9 +386,10 @@ uint32_t Device::Poll(uint64_t now_ns) {
     RcQp* q = qp(active_[(start + k) % n_active]);
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
-    while (!port_full && q->WantsToTransmit(now_ns)) {
-      const uint16_t got =
-          io_->AllocTx(tx, static_cast<uint16_t>(q->TransmitDemand(config_.burst)));
+    while (!port_full) {
+      const uint32_t demand = q->TransmitDemand(now_ns, config_.burst);
+      if (demand == 0) break;
+      const uint16_t got = io_->AllocTx(tx, static_cast<uint16_t>(demand));
       if (got == 0) break;
       const uint32_t used = q->Transmit(tx, got, now_ns);
       uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;

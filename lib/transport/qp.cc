@@ -423,15 +423,6 @@ void RcQp::OnCnp(uint64_t now_ns) {
   if (rp_) rp_->OnCnp(now_ns);
 }
 
-bool RcQp::WantsToTransmit(uint64_t now_ns) const {
-  if (cnps_pending_ > 0) return true;
-  if (Paced(now_ns)) return false;
-  if (!actions_.empty()) return true;
-  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
-  if (rnr_resume_at_ != 0 && now_ns < rnr_resume_at_) return false;
-  return RequestRoom() > 0;
-}
-
 // How many request packets the send queue could put on the wire now: none
 // while the next WQE waits to start (fence, rd_atomic limit, SQD) or the
 // in-flight window is full. The poll loop allocates frames by this, so a QP
@@ -450,14 +441,15 @@ uint32_t RcQp::RequestRoom() const {
   return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
 }
 
-uint32_t RcQp::TransmitDemand(uint32_t burst) const {
-  uint32_t n = cnps_pending_;
+uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
+  uint32_t n = cnps_pending_;  // CNPs leave even while the pacer holds the rest
+  if (Paced(now_ns)) return std::min(n, burst);
   for (uint32_t i = actions_.head(); i != actions_.tail() && n < burst; ++i) {
     if (actions_.at(i).kind == ActionKind::kReadResponse) return burst;  // many packets
     ++n;
   }
-  n += std::min(RequestRoom(), burst);
-  return n == 0 ? 1 : (n < burst ? n : burst);
+  if (rnr_resume_at_ == 0 || now_ns >= rnr_resume_at_) n += std::min(RequestRoom(), burst);
+  return std::min(n, burst);
 }
 
 bool RcQp::HasWork() const {

@@ -121,14 +121,11 @@ class RcQp {
 
   // True while the QP has something to send or a timer armed.
   bool HasWork() const;
-  // True if Transmit() would produce a packet now (lets the poll loop skip
-  // allocating transmit buffers for idle QPs).
-  bool WantsToTransmit(uint64_t now_ns) const;
-  // How many transmit buffers the next Transmit() can use, at most `burst`:
-  // a QP with only ACKs or CNPs queued needs one or two, not a burst (the
-  // poll loop allocates and frees what it asks for).
-  uint32_t TransmitDemand(uint32_t burst) const;
-  uint32_t RequestRoom() const;
+  // How many transmit buffers Transmit() can use now, at most `burst`; 0 if
+  // it would produce nothing. The poll loop allocates (and frees the unused
+  // rest of) what this asks for, so it must not ask for a burst when only an
+  // ACK is queued or the in-flight window is full.
+  uint32_t TransmitDemand(uint64_t now_ns, uint32_t burst) const;
 
   // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
   void OnCongestionMark(uint64_t now_ns);
@@ -211,6 +208,7 @@ class RcQp {
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   bool IsReadOrAtomic(const SendWqe& w) const;
   bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
+  uint32_t RequestRoom() const;           // request packets the send queue may send now
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
   void AckUpTo(uint32_t psn, uint64_t now);
   void NoteProgress(uint64_t now);

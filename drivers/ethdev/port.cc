@@ -1,6 +1,10 @@
 #include "drivers/ethdev/port.h"
 
 #include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -16,6 +20,23 @@ namespace {
 // receive ring whose frames exceed the mbuf; memif's bsize is 10240) plus
 // DPDK's headroom. droce's own frames never exceed pktio::kMaxFrameBytes.
 constexpr uint16_t kDataRoom = 10240 + RTE_PKTMBUF_HEADROOM;
+
+// net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
+// memory as the AF_XDP UMEM, one chunk per mempool object, and the kernel
+// takes no chunk larger than a page from memory not backed by huge pages:
+// with kDataRoom the port fails to start ("xdp_umem_configure(): Failed to
+// create umem", EINVAL). Its receive pool gets the largest data room whose
+// object (header, mbuf, data room, padded by the mempool) fits one page.
+uint16_t AfXdpDataRoom() {
+  const uint32_t page = static_cast<uint32_t>(getpagesize());
+  for (uint32_t room = page; room > RTE_PKTMBUF_HEADROOM + 1024; room -= RTE_CACHE_LINE_SIZE) {
+    if (rte_mempool_calc_obj_size(sizeof(rte_mbuf) + room, 0, nullptr) <= page) return static_cast<uint16_t>(room);
+  }
+  return 0;
+}
+// The kernel puts a received frame this far (XDP_PACKET_HEADROOM) behind the
+// chunk headroom the PMD asks for (mempool header, mbuf, RTE_PKTMBUF_HEADROOM).
+constexpr uint32_t kXdpPacketHeadroom = 256;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c) {
@@ -29,9 +50,30 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   if (pool == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat("mbuf pool for %s: %s", c.name, rte_strerror(rte_errno)));
   }
+  // net_af_xdp: page-sized receive buffers in a pool of their own; transmit
+  // buffers stay in `pool` (capacity >= pktio::kMaxFrameBytes, as BurstIo
+  // promises) and the PMD copies each into a UMEM chunk. The largest frame is
+  // then what a chunk receives (the PMD's copy does not check the length).
+  rte_mempool* rx_pool = nullptr;
+  uint32_t max_frame = pktio::kMaxFrameBytes;
+  rte_eth_dev_info info{};
+  const char* driver = rte_eth_dev_info_get(port, &info) == 0 && info.driver_name ? info.driver_name : "";
+  if (std::strcmp(driver, "net_af_xdp") == 0) {
+    const uint16_t room = AfXdpDataRoom();
+    const std::string rx_name = "droce_rxpool_" + std::to_string(port);
+    rx_pool = room ? rte_pktmbuf_pool_create(rx_name.c_str(), c.mbufs, 256, 0, room, rte_eth_dev_socket_id(port))
+                   : nullptr;
+    if (rx_pool == nullptr) {
+      rte_mempool_free(pool);
+      return absl::ResourceExhaustedError(absl::StrFormat("receive pool for %s: %s", c.name, rte_strerror(rte_errno)));
+    }
+    max_frame = room - RTE_PKTMBUF_HEADROOM - kXdpPacketHeadroom;
+  }
   rte_eth_conf conf{};
   int rc = rte_eth_dev_configure(port, 1, 1, &conf);
-  if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, c.rx_ring, rte_eth_dev_socket_id(port), nullptr, pool);
+  if (rc == 0) {
+    rc = rte_eth_rx_queue_setup(port, 0, c.rx_ring, rte_eth_dev_socket_id(port), nullptr, rx_pool ? rx_pool : pool);
+  }
   if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, c.tx_ring, rte_eth_dev_socket_id(port), nullptr);
   bool start_failed = false;
   if (rc == 0) {
@@ -42,17 +84,29 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   }
   if (rc != 0) {
     rte_mempool_free(pool);
+    rte_mempool_free(rx_pool);
     return absl::UnavailableError(absl::StrFormat("setting up port %s: %s", c.name, rte_strerror(-rc)));
   }
   rte_eth_promiscuous_enable(port);
-  auto opened = std::unique_ptr<EthdevPort>(new EthdevPort(port, pool));
+  // net_tap drops (counting an error) every frame longer than the port's MTU
+  // + 22 bytes (Ethernet header, VLAN tag, CRC), and DPDK 22.11 refuses it
+  // an MTU above 1500 (max_rx_pktlen 1522: "Frame size (4018) > device max
+  // frame size (1522)", EINVAL). Its path MTU is 1024 at most.
+  if (std::strcmp(driver, "net_tap") == 0) {
+    uint16_t mtu = RTE_ETHER_MTU;
+    rte_eth_dev_get_mtu(port, &mtu);
+    max_frame = std::min<uint32_t>(max_frame, mtu + RTE_ETHER_HDR_LEN + RTE_VLAN_HLEN + RTE_ETHER_CRC_LEN);
+  }
+  auto opened = std::unique_ptr<EthdevPort>(new EthdevPort(port, pool, rx_pool));
   opened->start_failed_ = start_failed;
+  opened->max_frame_bytes_ = max_frame;
   return opened;
 }
 
 EthdevPort::~EthdevPort() {
   Stop();
   rte_mempool_free(pool_);
+  rte_mempool_free(rx_pool_);
 }
 
 void EthdevPort::Stop(bool close) {

@@ -55,15 +55,22 @@ class EthdevPort final : public pktio::BurstIo {
   // Waits up to timeout_ms for the link (memif: the peer connected).
   bool WaitLinkUp(int timeout_ms);
   uint16_t port_id() const { return port_; }
+  // The largest frame (Ethernet header to ICRC) the port carries both ways:
+  // pktio::kMaxFrameBytes unless the PMD takes less (net_af_xdp: one 4 KiB
+  // UMEM chunk per receive buffer; net_tap: 1522 bytes).
+  uint32_t max_frame_bytes() const { return max_frame_bytes_; }
   const PortStats& stats() const { return stats_; }
   // Stops the port and closes it; close=false leaves closing to whoever
   // removes the vdev (hot-unplug closes it; closing twice frees twice).
   void Stop(bool close = true);
 
  private:
-  EthdevPort(uint16_t port, rte_mempool* pool) : port_(port), pool_(pool) {}
+  EthdevPort(uint16_t port, rte_mempool* pool, rte_mempool* rx_pool)
+      : port_(port), pool_(pool), rx_pool_(rx_pool) {}
   uint16_t port_;
-  rte_mempool* pool_;
+  rte_mempool* pool_;     // transmit buffers (and receive buffers unless rx_pool_)
+  rte_mempool* rx_pool_;  // net_af_xdp only: page-sized receive buffers, the UMEM
+  uint32_t max_frame_bytes_ = pktio::kMaxFrameBytes;
   bool started_ = true;
   bool link_up_ = false;
   bool start_failed_ = false;

@@ -25,6 +25,8 @@
 #include "apps/testpmd/session.h"
 #include "pktio/bottleneck_io.h"
 #include "drivers/ethdev/eal.h"
+#include "wire/headers.h"
+#include "wire/opcode.h"
 
 namespace droce::testpmd {
 
@@ -237,6 +239,17 @@ Options ParseOptions(int argc, char** argv) {
 
 bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
 
+// The largest path MTU whose frames fit the port (tagged, IPv6, RETH and
+// ImmDt: the most header bytes a droce data packet carries). Every port but
+// net_af_xdp (4 KiB receive buffers: 2048) takes 4096.
+uint32_t LargestMtu(uint32_t max_frame_bytes) {
+  constexpr uint32_t kHeaders = wire::kEthBytes + wire::kVlanTagBytes + wire::kIpv6Bytes + wire::kUdpBytes +
+                                wire::kBthBytes + wire::kRethBytes + wire::kImmDtBytes + wire::kIcrcBytes;
+  uint32_t mtu = 4096;
+  while (mtu > 256 && mtu + kHeaders > max_frame_bytes) mtu /= 2;
+  return mtu;
+}
+
 int EngineIndex(const std::string& name) {
   const auto& all = AllEngines();
   for (size_t i = 0; i < all.size(); ++i) {
@@ -251,6 +264,7 @@ struct PromptState {
   Options* opt;
   Session* session;
   Dataplane* dp;
+  uint32_t largest_mtu;
   bool raw_ran = false;
 };
 
@@ -350,6 +364,10 @@ droce_prompt_ops MakePromptOps(PromptState* ps) {
       std::printf("the QPs are connected: set mtu before the first start\n");
       return -1;
     }
+    if (mtu > p->largest_mtu) {
+      std::printf("port %s carries path MTU %u at most\n", p->opt->port.c_str(), p->largest_mtu);
+      return -1;
+    }
     p->opt->mtu = mtu;
     return 0;
   };
@@ -397,6 +415,14 @@ int main(int argc, char** argv) {
   }
   auto port = ethdev::EthdevPort::Open({opt.port});
   if (!port.ok()) Fail(std::string(port.status().message()));
+  const uint32_t largest_mtu = LargestMtu((*port)->max_frame_bytes());
+  if (opt.mtu > largest_mtu) {
+    const std::string msg = absl::StrFormat("--mtu %u: port %s carries %u-byte frames, path MTU %u at most",
+                                            opt.mtu, opt.port, (*port)->max_frame_bytes(), largest_mtu);
+    port->reset();  // closes the port (net_af_xdp: detaches its XDP program)
+    ethdev::StopEal();
+    Fail(msg);
+  }
   std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u, %s -> %s; waiting for the link\n",
               opt.role.c_str(), opt.port.c_str(), engine->name, opt.size, opt.mtu, GidToString(opt.ip).c_str(),
               GidToString(opt.peer_ip).c_str());
@@ -430,7 +456,7 @@ int main(int argc, char** argv) {
   if (opt.interactive) {
     // The dataplane thread owns the session from here; this thread runs the prompt.
     Dataplane dp(runner, session, opt.role == "server");
-    PromptState ps{&opt, &session, &dp};
+    PromptState ps{&opt, &session, &dp, largest_mtu};
     if (opt.auto_start) DoStart(&ps);
     const droce_prompt_ops ops = MakePromptOps(&ps);
     droce_prompt_run(&ops);

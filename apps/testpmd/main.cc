@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -16,11 +17,13 @@
 #include <ctime>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/prompt.h"
+#include "apps/testpmd/ring_pair.h"
 #include "apps/testpmd/runner.h"
 #include "apps/testpmd/session.h"
 #include "pktio/bottleneck_io.h"
@@ -49,7 +52,8 @@ namespace {
 
 constexpr const char kUsage[] =
     "usage: droce-testpmd [EAL options] -- [options]\n"
-    "  --role server|client   server answers and verifies; client drives the engine (server)\n"
+    "  --role server|client|pair  server answers and verifies; client drives the engine; pair:\n"
+    "                         both in one process on a net_ring pair, no --vdev needed (server)\n"
     "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
     "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat, or the raw-wire\n"
     "                         baselines raw_lat | raw_stream (write_bw)\n"
@@ -144,6 +148,8 @@ uint32_t ParseInteger(const std::string& name, const std::string& s, uint32_t lo
   return static_cast<uint32_t>(v);
 }
 
+bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
+
 Options ParseOptions(int argc, char** argv) {
   Options o;
   bool peer_mac_set = false;
@@ -173,7 +179,7 @@ Options ParseOptions(int argc, char** argv) {
   }
   for (auto& [k, v] : kv) {
     if (k == "--role") {
-      if (v != "server" && v != "client") Fail("--role must be server or client");
+      if (v != "server" && v != "client" && v != "pair") Fail("--role must be server, client or pair");
       o.role = v;
     }
   }
@@ -234,10 +240,11 @@ Options ParseOptions(int argc, char** argv) {
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
   if (o.qps > o.outstanding) Fail("--qps must not exceed --outstanding (each QP carries at least one slot)");
   if (o.auto_start && !o.interactive) Fail("--auto-start goes with -i (without -i the engine starts anyway)");
+  if (o.role == "pair" && (o.interactive || o.telemetry || !o.pcap_out.empty() || IsRaw(o.fwd))) {
+    Fail("--role pair runs one RDMA engine once: no -i, --telemetry, --pcap-out or raw baseline");
+  }
   return o;
 }
-
-bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
 
 // The largest path MTU whose frames fit the port (tagged, IPv6, RETH and
 // ImmDt: the most header bytes a droce data packet carries). Every port but
@@ -389,6 +396,103 @@ uint64_t MonotonicNs() {
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
+// One endpoint: its options, port, transmit path (tap, emulated congestion
+// point), session and runner. A process has one, or two with --role pair.
+struct Side {
+  explicit Side(const Options& o) : opt(o) {}
+  Options opt;  // the prompt may change fwd/mtu
+  std::unique_ptr<ethdev::EthdevPort> port;
+  uint32_t largest_mtu = 4096;
+  std::optional<pktio::BottleneckIo> bottleneck;
+  std::optional<PortTap> tap;
+  std::optional<Session> session;
+  std::optional<Runner> runner;
+};
+
+// Opens side.opt.port, checks that its frames take the MTU, waits for the link.
+void OpenSide(Side& side) {
+  const Options& opt = side.opt;
+  auto port = ethdev::EthdevPort::Open({opt.port});
+  if (!port.ok()) Fail(std::string(port.status().message()));
+  side.port = std::move(*port);
+  side.largest_mtu = LargestMtu(side.port->max_frame_bytes());
+  if (opt.mtu > side.largest_mtu) {
+    const std::string msg = absl::StrFormat("--mtu %u: port %s carries %u-byte frames, path MTU %u at most",
+                                            opt.mtu, opt.port, side.port->max_frame_bytes(), side.largest_mtu);
+    side.port.reset();  // closes the port (net_af_xdp: detaches its XDP program)
+    ethdev::StopEal();
+    Fail(msg);
+  }
+  std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u, %s -> %s; waiting for the link\n",
+              opt.role.c_str(), opt.port.c_str(), opt.fwd.c_str(), opt.size, opt.mtu, GidToString(opt.ip).c_str(),
+              GidToString(opt.peer_ip).c_str());
+  std::fflush(stdout);
+  if (!side.port->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
+}
+
+// Transmit path: session -> tap (loss injection, capture) -> emulated
+// congestion point (if any) -> port.
+void StartSide(Side& side, std::optional<pcapio::PcapWriter> pcap) {
+  const Options& opt = side.opt;
+  if (opt.bottleneck_gbps > 0) {
+    cc::BottleneckConfig bc;
+    bc.line_rate_bps = static_cast<uint64_t>(opt.bottleneck_gbps * 1e9);
+    bc.kmin_bytes = static_cast<uint64_t>(opt.kmin_kb * 1000);
+    bc.kmax_bytes = static_cast<uint64_t>(opt.kmax_kb * 1000);
+    bc.pmax = opt.pmax;
+    bc.buffer_bytes = static_cast<uint64_t>(opt.buffer_kb * 1000);
+    bc.seed = opt.seed;
+    side.bottleneck.emplace(side.port.get(), bc, [](void*) { return MonotonicNs(); }, nullptr);
+  }
+  side.tap.emplace(side.bottleneck ? static_cast<pktio::BurstIo*>(&*side.bottleneck) : side.port.get(),
+                   opt.drop_rate, opt.seed, std::move(pcap));
+  side.session.emplace(side.opt, side.port.get(), &*side.tap);
+  side.runner.emplace(side.opt, *side.session, *side.tap, side.bottleneck ? &*side.bottleneck : nullptr);
+}
+
+// --role pair: a server and a client in one process, each on its own thread
+// and its own end of a net_ring pair (ring_pair.h). Options are the server's;
+// the client takes --ip/--peer-ip and --mac/--peer-mac the other way round.
+int RunPair(const Options& opt, const Engine* engine) {
+  auto names = CreateRingPair("droce_pair_");
+  if (!names.ok()) Fail(std::string(names.status().message()));
+  Side server(opt), client(opt);
+  server.opt.role = "server";
+  server.opt.port = names->first;
+  client.opt.role = "client";
+  client.opt.port = names->second;
+  std::swap(client.opt.ip, client.opt.peer_ip);
+  std::swap(client.opt.mac, client.opt.peer_mac);
+  OpenSide(server);
+  OpenSide(client);
+  StartSide(server, std::nullopt);
+  StartSide(client, std::nullopt);
+  std::atomic<bool> server_done{false};
+  int server_rc = 1;
+  std::thread server_thread([&] {
+    const bool registered = ethdev::RegisterThread();  // mempool caches for this thread
+    server_rc = server.runner->Serve();
+    if (registered) ethdev::UnregisterThread();
+    server_done.store(true, std::memory_order_release);
+  });
+  const int client_rc = client.runner->ClientRun(engine);
+  client.runner->ClientFinish();
+  // The server ends at the client's quit; one that never got it (the client
+  // failed to connect) is stopped after 3 s.
+  for (int i = 0; i < 300 && !server_done.load(std::memory_order_acquire); ++i) {
+    const timespec ts{0, 10'000'000};
+    nanosleep(&ts, nullptr);
+  }
+  server.session->RequestStop(true);
+  server_thread.join();
+  for (Side* side : {&client, &server}) {
+    side->port->Stop();
+    side->port.reset();
+  }
+  ethdev::StopEal();
+  return client_rc != 0 ? client_rc : server_rc;
+}
+
 }  // namespace
 }  // namespace droce::testpmd
 
@@ -413,50 +517,24 @@ int main(int argc, char** argv) {
       !s.ok()) {
     Fail(std::string(s.message()));
   }
-  auto port = ethdev::EthdevPort::Open({opt.port});
-  if (!port.ok()) Fail(std::string(port.status().message()));
-  const uint32_t largest_mtu = LargestMtu((*port)->max_frame_bytes());
-  if (opt.mtu > largest_mtu) {
-    const std::string msg = absl::StrFormat("--mtu %u: port %s carries %u-byte frames, path MTU %u at most",
-                                            opt.mtu, opt.port, (*port)->max_frame_bytes(), largest_mtu);
-    port->reset();  // closes the port (net_af_xdp: detaches its XDP program)
-    ethdev::StopEal();
-    Fail(msg);
-  }
-  std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u, %s -> %s; waiting for the link\n",
-              opt.role.c_str(), opt.port.c_str(), engine->name, opt.size, opt.mtu, GidToString(opt.ip).c_str(),
-              GidToString(opt.peer_ip).c_str());
-  std::fflush(stdout);
-  if (!(*port)->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
+  if (opt.role == "pair") return RunPair(opt, engine);
+  Side side(opt);
+  OpenSide(side);
   std::optional<pcapio::PcapWriter> pcap;
   if (!opt.pcap_out.empty()) {
     auto w = pcapio::PcapWriter::Create(opt.pcap_out);
     if (!w.ok()) Fail(std::string(w.status().message()));
     pcap.emplace(std::move(*w));
   }
-  // Transmit path: session -> tap (loss injection, capture) -> emulated
-  // congestion point (if any) -> port.
-  std::optional<pktio::BottleneckIo> bottleneck;
-  if (opt.bottleneck_gbps > 0) {
-    cc::BottleneckConfig bc;
-    bc.line_rate_bps = static_cast<uint64_t>(opt.bottleneck_gbps * 1e9);
-    bc.kmin_bytes = static_cast<uint64_t>(opt.kmin_kb * 1000);
-    bc.kmax_bytes = static_cast<uint64_t>(opt.kmax_kb * 1000);
-    bc.pmax = opt.pmax;
-    bc.buffer_bytes = static_cast<uint64_t>(opt.buffer_kb * 1000);
-    bc.seed = opt.seed;
-    bottleneck.emplace(port->get(), bc, [](void*) { return MonotonicNs(); }, nullptr);
-  }
-  PortTap tap(bottleneck ? static_cast<pktio::BurstIo*>(&*bottleneck) : port->get(), opt.drop_rate, opt.seed,
-              std::move(pcap));
-  Session session(opt, port->get(), &tap);
-  Runner runner(opt, session, tap, bottleneck ? &*bottleneck : nullptr);
+  StartSide(side, std::move(pcap));
+  Session& session = *side.session;
+  Runner& runner = *side.runner;
   if (opt.telemetry) RegisterTelemetry(&session);
   int rc = 0;
   if (opt.interactive) {
     // The dataplane thread owns the session from here; this thread runs the prompt.
     Dataplane dp(runner, session, opt.role == "server");
-    PromptState ps{&opt, &session, &dp, largest_mtu};
+    PromptState ps{&side.opt, &session, &dp, side.largest_mtu};
     if (opt.auto_start) DoStart(&ps);
     const droce_prompt_ops ops = MakePromptOps(&ps);
     droce_prompt_run(&ops);
@@ -470,8 +548,8 @@ int main(int argc, char** argv) {
     rc = runner.Serve();
   }
   UnregisterTelemetry();
-  (*port)->Stop();
-  port->reset();
+  side.port->Stop();
+  side.port.reset();
   ethdev::StopEal();
   return rc;
 }

@@ -292,10 +292,21 @@ absl::Status Session::Connect() {
   }
   if (!st.ok()) return st;
   for (uint32_t k = 0; k < kCtrlRecvs; ++k) PostCtrlRecv(k);
-  SendCtrl(CtrlType::kHello, 0);
+  SendCtrl(CtrlType::kHello, opt.mtu);
   CtrlMsg hello;
   if (!WaitCtrl(CtrlType::kHello, NowNs() + 30'000'000'000ull, &hello)) {
     return absl::DeadlineExceededError("no hello from the peer within 30 s");
+  }
+  // The path MTU is fixed when a QP goes to RTR; both ends must agree (a
+  // responder NAKs packets longer than its own), so a mismatch is an error
+  // here rather than failed transfers later.
+  if (hello.value != 0 && hello.value != opt.mtu) {
+    // Our hello may still be on its way (or due for a retransmission): give
+    // it a second, so that the peer can say the same instead of timing out.
+    for (const uint64_t until = NowNs() + 1'000'000'000; NowNs() < until;) Progress();
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the peer's path MTU is %u, this side's %u: give both the same --mtu (or set mtu on both)",
+        static_cast<uint32_t>(hello.value), opt.mtu));
   }
   peer_va = hello.va;
   peer_rkey = hello.rkey;

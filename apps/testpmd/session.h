@@ -92,7 +92,7 @@ struct CtrlMsg {
   uint32_t type;
   uint32_t rkey;
   uint64_t va;
-  uint64_t value;  // bye: messages sent (lets the passive side verify); start: engine index
+  uint64_t value;  // hello: path MTU; bye: messages sent (lets the passive side verify); start: engine index
 };
 inline constexpr uint64_t kCtrlMagic = 0x64726F6365637472ull;  // "droce ctr"
 inline constexpr uint64_t kCtrlWrIdBase = 1ull << 62;

@@ -184,6 +184,15 @@ else
   echo "FAIL --pcap-out"; status=1
 fi
 rm -rf "$pcap_dir"
+# Two ends started with different path MTUs both say so and fail, instead of
+# failing transfers (a QP's path MTU is fixed at RTR).
+if out=$(CLIENT_ARGS="--duration 0.5 --mtu 1024" bash "$root/tools/memif-pair.sh" --fwd write_bw --mtu 4096 2>&1); then
+  echo "FAIL MTU mismatch accepted"; echo "$out" | tail -5; status=1
+elif [ "$(grep -c "the peer's path MTU is" <<<"$out")" -ne 2 ]; then
+  echo "FAIL MTU mismatch: not both ends explained it"; echo "$out" | tail -8; status=1
+else
+  echo "ok   an MTU mismatch is refused by both ends"
+fi
 for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5" "--stats-period -1" \
     "--dscp 64" "--dscp -1" "--dscp 2.5" "--ecn ce" "--vlan 0" "--vlan 4095" "--pcp 8" "--vlan" "--auto-start" \
     "--ip 2001:db8::zz" "--ip 2001:db8::1" "--ip ff02::1 --peer-ip 2001:db8::2" "--peer-ip ::" "--telemetry x"; do

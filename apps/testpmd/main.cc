@@ -407,6 +407,18 @@ struct Side {
   std::optional<PortTap> tap;
   std::optional<Session> session;
   std::optional<Runner> runner;
+
+  // Tears down in dependency order: the session's device hands frames still
+  // queued for the port (a TX backlog, e.g. after the peer vanished with the
+  // ring full) back to the port's pool, so it must go before the port.
+  void Close() {
+    runner.reset();
+    session.reset();
+    tap.reset();
+    bottleneck.reset();
+    if (port) port->Stop();
+    port.reset();
+  }
 };
 
 // Opens side.opt.port, checks that its frames take the MTU, waits for the link.
@@ -485,10 +497,7 @@ int RunPair(const Options& opt, const Engine* engine) {
   }
   server.session->RequestStop(true);
   server_thread.join();
-  for (Side* side : {&client, &server}) {
-    side->port->Stop();
-    side->port.reset();
-  }
+  for (Side* side : {&client, &server}) side->Close();
   ethdev::StopEal();
   return client_rc != 0 ? client_rc : server_rc;
 }
@@ -548,8 +557,7 @@ int main(int argc, char** argv) {
     rc = runner.Serve();
   }
   UnregisterTelemetry();
-  side.port->Stop();
-  side.port.reset();
+  side.Close();
   ethdev::StopEal();
   return rc;
 }

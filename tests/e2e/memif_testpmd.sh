@@ -193,6 +193,32 @@ elif [ "$(grep -c "the peer's path MTU is" <<<"$out")" -ne 2 ]; then
 else
   echo "ok   an MTU mismatch is refused by both ends"
 fi
+# A server killed (SIGKILL) mid-run: the client's QPs time out, its work
+# requests complete with errors, and it exits 1 with its result line — no
+# crash (its device used to hand a full TX backlog back to a closed port).
+vanish() {
+  local run sock srv cli rc
+  run=$(mktemp -d /tmp/droce-vanish.XXXXXX); sock=$run/m.sock
+  eal() { echo "--file-prefix=droce-vanish-$1-$$ --no-huge -m 512 --no-pci --log-level=error \
+    --vdev=net_memif0,role=$2,socket=$sock,socket-abstract=no,bsize=10240"; }
+  # shellcheck disable=SC2046
+  "$DROCE_TESTPMD" $(eal s server) -- --role server --fwd write_bw >"$run/s.log" 2>&1 & srv=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+  # shellcheck disable=SC2046
+  timeout 60 "$DROCE_TESTPMD" $(eal c client) -- --role client --fwd write_bw --duration 10 >"$run/c.log" 2>&1 & cli=$!
+  for _ in $(seq 200); do grep -q 'waiting for the link' "$run/c.log" 2>/dev/null && break; sleep 0.05; done
+  sleep 1.5
+  kill -9 "$srv"; wait "$srv" 2>/dev/null
+  wait "$cli"; rc=$?
+  cat "$run/c.log"; rm -rf "$run"
+  echo "client exit $rc"
+  [ "$rc" -eq 1 ]
+}
+if out=$(vanish 2>&1) && grep -qE '^client write_bw: .* errors=[1-9]' <<<"$out"; then
+  echo "ok   a peer killed mid-run: the survivor ends with error completions, no crash"
+else
+  echo "FAIL a peer killed mid-run"; echo "$out" | tail -8; status=1
+fi
 for bad in "--fwd nope" "--mtu 3000" "--role boss" "--ip 1.2.3" "--size" "--outstanding 1" "--drop-rate 2" "--qps 4 --fwd send_bw" "--pcap-out /nonexistent/dir/x.pcap" "--dcqcn fast" "--kmin-kb 10 --kmax-kb 5" "--stats-period -1" \
     "--dscp 64" "--dscp -1" "--dscp 2.5" "--ecn ce" "--vlan 0" "--vlan 4095" "--pcp 8" "--vlan" "--auto-start" \
     "--ip 2001:db8::zz" "--ip 2001:db8::1" "--ip ff02::1 --peer-ip 2001:db8::2" "--peer-ip ::" "--telemetry x"; do

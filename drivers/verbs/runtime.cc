@@ -5,7 +5,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -162,8 +161,6 @@ absl::Status Runtime::Start() {
 
 void Runtime::Stop() {
   stop_ = true;
-  stop_word_.store(1);
-  syscall(SYS_futex, &stop_word_, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
   if (progress_.joinable()) progress_.join();
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -253,7 +250,7 @@ void Runtime::DeliverEvents() {
         w.armed = false;
         armed_channels_.fetch_sub(1, std::memory_order_relaxed);
       }
-      ChannelWaiters* cw = channel_waiters_.empty() ? nullptr : FindWaitersLocked(w.channel_fd);
+      ChannelWaiters* cw = FindWaitersLocked(w.channel_fd);  // none unless a thread ever waited
       if (cw != nullptr && cw->waiters > cw->sleepers) {
         cw->pending.push_back(w.handle);  // an awake waiter takes it (WaitForChannel)
       } else {
@@ -482,11 +479,8 @@ void Runtime::ProgressLoop() {
     const uint64_t now = NowNs();
     if (app_waiters_.load(std::memory_order_acquire) > 0) {
       // A program thread waits for an event and drives the dataplane
-      // meanwhile (WaitForChannel): look back after max_sleep_us (or when
-      // the device stops).
-      const uint32_t us = std::max<uint32_t>(pc.max_sleep_us, 1);
-      const timespec timeout{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
-      syscall(SYS_futex, &stop_word_, FUTEX_WAIT_PRIVATE, 0, &timeout, nullptr, 0);
+      // meanwhile (WaitForChannel): look back after max_sleep_us.
+      SleepUs(std::max<uint32_t>(pc.max_sleep_us, 1));
       continue;
     }
     // An armed channel keeps this thread hot unless the program waits for
@@ -590,7 +584,11 @@ namespace {
 // looks at what is pending: SA_RESTART handlers and default actions are let
 // through and the wait goes on; any other handler ends the wait with EINTR
 // and runs when the mask is restored.
-bool IsHandler(const struct sigaction& sa) {
+// True if `sig` has a handler installed without SA_RESTART: its delivery
+// makes a blocking read() fail with EINTR.
+bool InterruptsBlockingCalls(int sig) {
+  struct sigaction sa {};
+  if (sigaction(sig, nullptr, &sa) != 0 || (sa.sa_flags & SA_RESTART) != 0) return false;
   return (sa.sa_flags & SA_SIGINFO) != 0 ? sa.sa_sigaction != nullptr
                                           : sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN;
 }
@@ -608,10 +606,7 @@ bool SignalsCanInterrupt(bool fresh = false) {
   const uint64_t now = NowNs();
   if (!fresh && now < valid_until.load(std::memory_order_relaxed)) return can.load(std::memory_order_relaxed);
   bool any = false;
-  for (int sig = 1; sig < NSIG && !any; ++sig) {
-    struct sigaction sa {};
-    if (sigaction(sig, nullptr, &sa) == 0 && IsHandler(sa) && (sa.sa_flags & SA_RESTART) == 0) any = true;
-  }
+  for (int sig = 1; sig < NSIG && !any; ++sig) any = InterruptsBlockingCalls(sig);
   can.store(any, std::memory_order_relaxed);
   valid_until.store(now + 1'000'000, std::memory_order_relaxed);
   return any;
@@ -642,8 +637,7 @@ class SignalGate {
     for (int sig = 1; sig < NSIG; ++sig) {
       if (sigismember(&pending, sig) != 1 || sigismember(&original_, sig) == 1) continue;  // the program blocks it
       any = true;
-      struct sigaction sa {};
-      if (sigaction(sig, nullptr, &sa) == 0 && IsHandler(sa) && (sa.sa_flags & SA_RESTART) == 0) interrupt = true;
+      interrupt |= InterruptsBlockingCalls(sig);
     }
     if (any && !interrupt) {  // let them run, then go on waiting
       pthread_sigmask(SIG_SETMASK, &original_, nullptr);
@@ -742,7 +736,6 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   };
   if (nonblocking) {
     AppLock lock(mu);
-    NoteAppPoll(NowNs());
     PollLocked(NowNs());
     take_pending(FindWaitersLocked(channel_fd));
     return 0;

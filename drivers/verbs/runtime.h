@@ -197,10 +197,9 @@ class Runtime {
   std::atomic<uint64_t> last_app_poll_ns_{0};
   int wire_armers_ = 0;  // under mu
   // Threads inside WaitForChannel: they drive the dataplane, so the progress
-  // thread sleeps meanwhile, on stop_word_ (a futex Stop() wakes).
+  // thread sleeps meanwhile.
   std::atomic<int> app_waiters_{0};
   std::atomic<uint64_t> last_event_wait_ns_{0};  // when a WaitForChannel last ended
-  std::atomic<uint32_t> stop_word_{0};
   std::atomic<bool> stop_{false};
   std::thread progress_;
   Stats stats_;

@@ -678,8 +678,13 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     // About to talk to the peer: give a wire whose far end is still
     // attaching (memif's client connects asynchronously) time to come up,
     // rather than burning the retry budget on a dead link.
-    rt->WaitLinkUp();
-    if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
+    // A path to one of our own GIDs is the device's internal loopback: no
+    // wire, no neighbour to resolve.
+    const bool local = (mask & IBV_QP_AV) && rt->IsLocalGid(a.ah.dgid);
+    if (!local) {
+      rt->WaitLinkUp();
+      if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
+    }
   }
   AppLock lock(rt->mu);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);

@@ -103,6 +103,10 @@ class Runtime {
   // Resolves a GID's MAC (ARP for IPv4, neighbour discovery for IPv6),
   // waiting up to link_wait_ms; false if nobody answered (the device then
   // falls back to broadcast if allowed).
+  bool IsLocalGid(const core::Gid& gid) {
+    std::lock_guard<std::mutex> lock(mu);
+    return dev_->IsLocalGid(gid);
+  }
   bool ResolveNeighbor(const core::Gid& gid);
 
   // Caller holds mu.

@@ -22,7 +22,8 @@ bool IsIpv4Mapped(const Gid& g) {
 }  // namespace
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
-    : config_(config), io_(io), mrs_(config.max_mr) {
+    : config_(config), loopback_(io, config.mac), io_(io != nullptr ? &loopback_ : nullptr),
+      mrs_(config.max_mr) {
   Gid link_local{0xfe, 0x80};
   link_local[8] = config.mac[0] ^ 0x02;
   link_local[9] = config.mac[1];
@@ -82,8 +83,12 @@ void Device::AddNeighbor(const Gid& ip, const Mac& mac) {
   neighbors_.emplace_back(ip, mac);
 }
 
+bool Device::IsLocalGid(const Gid& gid) const {
+  return std::find(gids_.begin(), gids_.end(), gid) != gids_.end();
+}
+
 bool Device::HasNeighbor(const Gid& ip) const {
-  return std::any_of(neighbors_.begin(), neighbors_.end(), [&](const auto& n) { return n.first == ip; });
+  return IsLocalGid(ip) || std::any_of(neighbors_.begin(), neighbors_.end(), [&](const auto& n) { return n.first == ip; });
 }
 
 namespace {
@@ -276,7 +281,9 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   }
   wire::RouteFields f;
   f.src_mac = config_.mac;
-  if (av.dmac_valid) {
+  if (IsLocalGid(av.dgid)) {
+    f.dst_mac = config_.mac;  // another QP of this device: internal loopback
+  } else if (av.dmac_valid) {
     f.dst_mac = av.dmac;
   } else {
     auto it = std::find_if(neighbors_.begin(), neighbors_.end(),

@@ -17,6 +17,7 @@
 #include "cc/dcqcn.h"
 #include "mem/mr_table.h"
 #include "pktio/burst_io.h"
+#include "pktio/loopback_io.h"
 #include "queue/completion.h"
 #include "transport/qp.h"
 #include "wire/arp.h"
@@ -101,7 +102,10 @@ class Device {
   // GID table as rxe fills it: 0 = fe80::EUI-64(mac), 1 = ::ffff:IPv4, 2 = IPv6 global.
   const std::vector<Gid>& gids() const { return gids_; }
   void AddNeighbor(const Gid& ip, const Mac& mac);
+  // True for resolved neighbours and for the device's own GIDs (loopback).
   bool HasNeighbor(const Gid& ip) const;
+  // One of this device's GIDs: a path to it is the device's internal loopback.
+  bool IsLocalGid(const Gid& gid) const;
   // Queues an ARP request for an IPv4 address (sent by the next Poll); the
   // reply lands in the neighbour table. The device answers ARP requests for
   // its own IPv4 address by itself.
@@ -146,6 +150,7 @@ class Device {
   uint32_t Poll(uint64_t now_ns);
 
   const DeviceCounters& counters() const { return counters_; }
+  const pktio::LoopbackCounters& loopback_counters() const { return loopback_.counters(); }
 
  private:
   static absl::Status MakeRouteThunk(void* ctx, const transport::AddressVector& av,
@@ -165,6 +170,9 @@ class Device {
   uint32_t TransmitQueued(std::vector<Msg>& queue, Build build, Sent sent);
 
   DeviceConfig config_;
+  // Frames to our own MAC turn around here (pktio/loopback_io.h); io_ is
+  // this wrapper whenever the device has a port.
+  pktio::LoopbackIo loopback_;
   pktio::BurstIo* io_;
   std::vector<Gid> gids_;
   std::vector<std::pair<Gid, Mac>> neighbors_;

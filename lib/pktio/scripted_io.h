@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "pktio/burst_io.h"
@@ -20,30 +22,36 @@ class ScriptedIo final : public BurstIo {
   uint16_t RxBurst(Frame* f, uint16_t n) override {
     uint16_t i = 0;
     for (; i < n && !rx.empty(); ++i) {
-      held_.push_back(std::move(rx.front()));  // deque: earlier frames stay put
+      auto b = std::make_unique<std::vector<uint8_t>>(std::move(rx.front()));
       rx.pop_front();
-      auto& b = held_.back();
-      f[i] = {b.data(), static_cast<uint32_t>(b.size()), static_cast<uint32_t>(b.size()), nullptr};
+      f[i] = {b->data(), static_cast<uint32_t>(b->size()), static_cast<uint32_t>(b->size()), b.get()};
+      held_.emplace(b.get(), std::move(b));
     }
     return i;
   }
   uint16_t AllocTx(Frame* f, uint16_t n) override {
-    tx_.resize(n);
     for (uint16_t i = 0; i < n; ++i) {
-      tx_[i].assign(kMaxFrameBytes, 0);
-      f[i] = {tx_[i].data(), 0, kMaxFrameBytes, nullptr};
+      auto b = std::make_unique<std::vector<uint8_t>>(kMaxFrameBytes, 0);
+      f[i] = {b->data(), 0, kMaxFrameBytes, b.get()};
+      held_.emplace(b.get(), std::move(b));
     }
     return n;
   }
   uint16_t TxBurst(Frame* f, uint16_t n) override {
-    for (uint16_t i = 0; i < n; ++i) sent.emplace_back(f[i].data, f[i].data + f[i].len);
+    for (uint16_t i = 0; i < n; ++i) {
+      sent.emplace_back(f[i].data, f[i].data + f[i].len);
+      held_.erase(f[i].handle);
+    }
     return n;
   }
-  void Release(Frame*, uint16_t) override { held_.clear(); }
+  // Buffers stay valid until released (or sent), so a loopback can hold a
+  // transmitted frame and hand it back as a received one.
+  void Release(Frame* f, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) held_.erase(f[i].handle);
+  }
 
  private:
-  std::deque<std::vector<uint8_t>> held_;
-  std::vector<std::vector<uint8_t>> tx_;
+  std::unordered_map<void*, std::unique_ptr<std::vector<uint8_t>>> held_;
 };
 
 }  // namespace droce::pktio

@@ -55,6 +55,15 @@ struct DrocePd {
 struct DroceCq {
   verbs_cq vcq;
   uint32_t id;
+  // ibv_cq_ex polling (start_poll/next_poll/end_poll): completions taken from
+  // the device but not yet read stay here and are served first by either
+  // polling API. `poll_mu` is held from a successful start_poll to end_poll,
+  // as mlx5 does, and by poll_cq.
+  std::mutex poll_mu;
+  static constexpr uint32_t kBatch = 32;
+  queue::Completion batch[kBatch];
+  uint32_t batch_head = 0;
+  uint32_t batch_count = 0;
 };
 
 struct DroceSrq {
@@ -133,6 +142,12 @@ int DestroyLocked(Runtime* rt, Fn destroy) {
 
 // ---------------------------------------------------------------- device
 
+// Software devices have no IEEE OUI: like siw ("bmt") droce reports ASCII
+// "dro". ECE (enhanced connection establishment) will carry it to tell a
+// droce peer from rxe (0xffffff) or a ConnectX (0x02c9).
+constexpr uint32_t kDroceVendorId = 0x64726f;
+constexpr uint32_t kDroceVendorPartId = 1;
+
 int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, ibv_device_attr_ex* attr,
                   size_t attr_size) {
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
@@ -147,8 +162,8 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   o.sys_image_guid = o.node_guid;
   o.max_mr_size = 1ull << 40;
   o.page_size_cap = 0xfffff000;
-  o.vendor_id = 0;
-  o.vendor_part_id = 0;
+  o.vendor_id = kDroceVendorId;
+  o.vendor_part_id = kDroceVendorPartId;
   o.hw_ver = 0;
   o.max_qp = static_cast<int>(f.dev.max_qp);
   o.max_qp_wr = kMaxQpWr;
@@ -174,6 +189,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   o.phys_port_cnt = 1;
   a.comp_mask = 0;
   a.max_dm_size = 0;
+  a.phys_port_cnt_ex = o.phys_port_cnt;
   std::memcpy(attr, &a, std::min(attr_size, sizeof a));
   return 0;
 }
@@ -277,12 +293,12 @@ int DeregMr(verbs_mr* vmr) {
 
 // ---------------------------------------------------------------- CQ
 
-ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+// Creates the device CQ behind `cq` and its event watch; 0 or an errno.
+int InitCq(DroceCq* cq, ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
   DroceContext* ctx = ToCtx(context);
   if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors) {
-    errno = EINVAL;
-    return nullptr;
+    return EINVAL;
   }
   CqWatch watch;
   if (channel != nullptr) {
@@ -295,23 +311,16 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int c
         getsockname(channel->fd, reinterpret_cast<sockaddr*>(&watch.channel_addr), &watch.channel_addr_len) != 0 ||
         watch.channel_addr.sun_family != AF_UNIX) {
       std::fprintf(stderr, "droce: completion channel was not created by droce (is LD_PRELOAD set?)\n");
-      errno = EINVAL;
-      return nullptr;
+      return EINVAL;
     }
     watch.has_channel = true;
     watch.channel_fd = channel->fd;
   }
   Runtime* rt = EnsureRuntime(ctx);
-  if (rt == nullptr) return nullptr;
-  auto* cq = New<DroceCq>();
-  if (cq == nullptr) return nullptr;
+  if (rt == nullptr) return ENODEV;
   AppLock lock(rt->mu);
   absl::StatusOr<uint32_t> id = rt->dev().CreateCq(static_cast<uint32_t>(cqe));
-  if (!id.ok()) {
-    delete cq;
-    errno = ErrnoOf(id.status());
-    return nullptr;
-  }
+  if (!id.ok()) return ErrnoOf(id.status());
   cq->id = *id;
   cq->vcq.cq.context = context;
   cq->vcq.cq.cqe = cqe;
@@ -320,6 +329,17 @@ ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int c
   watch.handle = reinterpret_cast<uintptr_t>(&cq->vcq.cq);
   watch.async_write_fd = ctx->async_write_fd;
   rt->WatchCq(watch);
+  return 0;
+}
+
+ibv_cq* CreateCq(ibv_context* context, int cqe, ibv_comp_channel* channel, int comp_vector) {
+  auto* cq = New<DroceCq>();
+  if (cq == nullptr) return nullptr;
+  if (const int err = InitCq(cq, context, cqe, channel, comp_vector); err != 0) {
+    delete cq;
+    errno = err;
+    return nullptr;
+  }
   return &cq->vcq.cq;
 }
 
@@ -351,6 +371,20 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->dlid_path_bits = 0;
 }
 
+// Up to n completions of CQ `id`; when fewer are there, one poll round of
+// the dataplane first (the program's polling drives it).
+uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint32_t n) {
+  AppLock lock(rt->mu);
+  const uint64_t now = NowNs();
+  rt->NoteAppPoll(now);
+  uint32_t got = rt->dev().PollCq(id, out, n);
+  if (got < n) {
+    rt->PollLocked(now);
+    got += rt->dev().PollCq(id, out + got, n - got);
+  }
+  return got;
+}
+
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (num_entries <= 0) return 0;
   DroceCq* cq = ToCq(ibcq);
@@ -358,17 +392,119 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   constexpr int kChunk = 32;
   queue::Completion buf[kChunk];
   const uint32_t want = static_cast<uint32_t>(std::min(num_entries, kChunk));
-  AppLock lock(rt->mu);
-  const uint64_t now = NowNs();
-  rt->NoteAppPoll(now);
-  uint32_t got = rt->dev().PollCq(cq->id, buf, want);
-  if (got < want) {
-    // Inline progress: the program's polling drives the dataplane.
-    rt->PollLocked(now);
-    got += rt->dev().PollCq(cq->id, buf + got, want - got);
-  }
+  std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
+  uint32_t got = 0;
+  while (got < want && cq->batch_head < cq->batch_count) buf[got++] = cq->batch[cq->batch_head++];
+  if (got < want) got += TakeCompletions(rt, cq->id, buf + got, want - got);
   for (uint32_t i = 0; i < got; ++i) ToWc(buf[i], &wc[i]);
   return static_cast<int>(got);
+}
+
+// ---------------------------------------------------------------- extended CQ
+
+constexpr uint64_t kSupportedWcFlags = IBV_WC_STANDARD_FLAGS;
+
+DroceCq* ToCq(ibv_cq_ex* c) { return reinterpret_cast<DroceCq*>(c); }
+const queue::Completion& Current(ibv_cq_ex* c) {
+  DroceCq* cq = ToCq(c);
+  return cq->batch[cq->batch_head];
+}
+
+// Makes batch[batch_head] the next completion: ENOENT when there is none.
+int NextCompletion(DroceCq* cq) {
+  if (cq->batch_head >= cq->batch_count) {
+    cq->batch_head = 0;
+    cq->batch_count = TakeCompletions(Rt(cq->vcq.cq.context), cq->id, cq->batch, DroceCq::kBatch);
+    if (cq->batch_count == 0) return ENOENT;
+  }
+  const queue::Completion& c = cq->batch[cq->batch_head];
+  cq->vcq.cq_ex.wr_id = c.wr_id;
+  cq->vcq.cq_ex.status = static_cast<ibv_wc_status>(c.status);
+  return 0;
+}
+
+int StartPollEx(ibv_cq_ex* ibcq, ibv_poll_cq_attr* attr) {
+  if (attr->comp_mask != 0) return EINVAL;
+  DroceCq* cq = ToCq(ibcq);
+  cq->poll_mu.lock();
+  const int err = NextCompletion(cq);
+  if (err != 0) cq->poll_mu.unlock();  // end_poll is not called after ENOENT
+  return err;
+}
+
+int NextPollEx(ibv_cq_ex* ibcq) {
+  DroceCq* cq = ToCq(ibcq);
+  ++cq->batch_head;  // the one read since start_poll / the last next_poll
+  return NextCompletion(cq);
+}
+
+void EndPollEx(ibv_cq_ex* ibcq) {
+  DroceCq* cq = ToCq(ibcq);
+  ++cq->batch_head;  // the last one read; any others stay for the next poll
+  cq->poll_mu.unlock();
+}
+
+ibv_wc_opcode ReadOpcode(ibv_cq_ex* c) { return static_cast<ibv_wc_opcode>(Current(c).opcode); }
+uint32_t ReadVendorErr(ibv_cq_ex*) { return 0; }
+uint32_t ReadByteLen(ibv_cq_ex* c) { return Current(c).byte_len; }
+__be32 ReadImmData(ibv_cq_ex* c) { return Current(c).imm_or_inv; }
+uint32_t ReadQpNum(ibv_cq_ex* c) { return Current(c).qp_num; }
+uint32_t ReadSrcQp(ibv_cq_ex* c) { return Current(c).src_qp; }
+unsigned int ReadWcFlags(ibv_cq_ex* c) { return Current(c).flags; }
+uint32_t ReadSlid(ibv_cq_ex*) { return 0; }
+uint8_t ReadSl(ibv_cq_ex*) { return 0; }
+uint8_t ReadDlidPathBits(ibv_cq_ex*) { return 0; }
+
+ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
+    errno = EOPNOTSUPP;  // parent domains
+    return nullptr;
+  }
+  if ((attr->wc_flags & ~kSupportedWcFlags) != 0) {
+    errno = EOPNOTSUPP;  // timestamps, cvlan, flow tag, tag matching
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (attr->cqe > static_cast<uint32_t>(INT32_MAX) || attr->comp_vector > static_cast<uint32_t>(INT32_MAX)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = New<DroceCq>();
+  if (cq == nullptr) return nullptr;
+  if (const int err = InitCq(cq, context, static_cast<int>(attr->cqe), attr->channel,
+                             static_cast<int>(attr->comp_vector));
+      err != 0) {
+    delete cq;
+    errno = err;
+    return nullptr;
+  }
+  // libibverbs' ibv_create_cq_ex calls this op directly: the fields its
+  // ibv_create_cq wrapper would set are ours to set.
+  ibv_cq_ex& x = cq->vcq.cq_ex;
+  x.channel = attr->channel;
+  x.cq_context = attr->cq_context;
+  x.comp_events_completed = 0;
+  x.async_events_completed = 0;
+  pthread_mutex_init(&x.mutex, nullptr);
+  pthread_cond_init(&x.cond, nullptr);
+  x.start_poll = StartPollEx;
+  x.next_poll = NextPollEx;
+  x.end_poll = EndPollEx;
+  x.read_opcode = ReadOpcode;
+  x.read_vendor_err = ReadVendorErr;
+  x.read_byte_len = ReadByteLen;
+  x.read_imm_data = ReadImmData;
+  x.read_qp_num = ReadQpNum;
+  x.read_src_qp = ReadSrcQp;
+  x.read_wc_flags = ReadWcFlags;
+  x.read_slid = ReadSlid;
+  x.read_sl = ReadSl;
+  x.read_dlid_path_bits = ReadDlidPathBits;
+  return &x;
 }
 
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
@@ -962,6 +1098,7 @@ const verbs_context_ops kContextOps = [] {
   ops.async_event = AsyncEvent;
   ops.cq_event = CqEvent;
   ops.create_cq = CreateCq;
+  ops.create_cq_ex = CreateCqEx;
   ops.create_qp = CreateQp;
   ops.create_qp_ex = CreateQpEx;
   ops.create_srq = CreateSrq;

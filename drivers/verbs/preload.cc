@@ -39,9 +39,18 @@ bool IsDroce(ibv_context* context) {
   return vdev->ops != nullptr && vdev->ops->name != nullptr && std::strcmp(vdev->ops->name, "droce") == 0;
 }
 
+// libibverbs' own definition. RTLD_NEXT finds it when the program links
+// libibverbs; a program that dlopen()s it privately (Python's pyverbs
+// extension modules are loaded RTLD_LOCAL) is not in that search scope, so
+// fall back to the already-loaded library itself.
 template <typename Fn>
 Fn Next(const char* name, const char* version = "IBVERBS_1.0") {
-  return reinterpret_cast<Fn>(dlvsym(RTLD_NEXT, name, version));
+  if (void* sym = dlvsym(RTLD_NEXT, name, version)) return reinterpret_cast<Fn>(sym);
+  void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return nullptr;
+  void* sym = dlvsym(lib, name, version);
+  dlclose(lib);  // RTLD_NOLOAD took a reference; the loader keeps its own
+  return reinterpret_cast<Fn>(sym);
 }
 
 using WaitFn = int (*)(ibv_comp_channel*, uint64_t* cq_handle);
@@ -104,7 +113,8 @@ __attribute__((visibility("default"))) ibv_comp_channel* ibv_create_comp_channel
 __attribute__((visibility("default"))) int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq,
                                                             void** cq_context) {
   using Fn = int (*)(ibv_comp_channel*, ibv_cq**, void**);
-  static Fn next = Next<Fn>("ibv_get_cq_event", "IBVERBS_1.1");
+  static Fn next = nullptr;
+  if (next == nullptr) next = Next<Fn>("ibv_get_cq_event", "IBVERBS_1.1");
   if (next == nullptr) {
     errno = ENOSYS;
     return -1;

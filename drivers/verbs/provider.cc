@@ -747,8 +747,15 @@ ibv_qp* CreateQp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  constexpr uint32_t kSupportedMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  constexpr uint32_t kSupportedMask =
+      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
   if ((attr->comp_mask & ~kSupportedMask) != 0) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // Creation flags (scatter FCS, loopback blocking, source QPN, ...) are
+  // hardware features; asking for none of them is fine, as on rxe.
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }

@@ -342,11 +342,15 @@ absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_
       {ibdev / "ports/1/cap_mask", "0x04010000\n"},
       {ibdev / "ports/1/pkeys/0", "0xffff\n"},
   };
-  for (size_t i = 0; i < gids.size(); ++i) {
+  // The port's GID table has room for kGidTableLen entries, as a kernel
+  // RoCE device's has for more addresses: unused ones read as the zero GID
+  // (libibverbs then answers ENODATA for them and skips them in tables).
+  for (size_t i = 0; i < kGidTableLen; ++i) {
     const std::string idx = std::to_string(i);
-    files.push_back({ibdev / "ports/1/gids" / idx, FormatGid(gids[i]) + "\n"});
+    const bool used = i < gids.size();
+    files.push_back({ibdev / "ports/1/gids" / idx, FormatGid(used ? gids[i] : core::Gid{}) + "\n"});
     files.push_back({ibdev / "ports/1/gid_attrs/types" / idx, "RoCE v2\n"});
-    files.push_back({ibdev / "ports/1/gid_attrs/ndevs" / idx, f.netdev + "\n"});
+    if (used) files.push_back({ibdev / "ports/1/gid_attrs/ndevs" / idx, f.netdev + "\n"});
   }
   for (const auto& [p, content] : files) {
     absl::Status s = WriteFile(p, content);

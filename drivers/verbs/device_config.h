@@ -37,6 +37,10 @@ struct ProgressConfig {
   uint32_t slice_us = 100;
 };
 
+// Entries of the port's GID table as verbs reports it (gid_tbl_len): the
+// device's GIDs first, the rest empty.
+inline constexpr size_t kGidTableLen = 16;
+
 struct DeviceFile {
   std::string name;       // ibdev name, e.g. droce0
   std::string vdev;       // DPDK vdev string, e.g. net_memif_droce0,role=server,socket=...,bsize=10240

@@ -209,7 +209,7 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   attr->phys_state = (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
   attr->max_mtu = IBV_MTU_4096;
   attr->active_mtu = MtuEnum(ctx->file->mtu);
-  attr->gid_tbl_len = static_cast<int>(model.gids().size());
+  attr->gid_tbl_len = static_cast<int>(kGidTableLen);
   attr->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
   attr->max_msg_sz = 1u << 31;
   attr->pkey_tbl_len = 1;

@@ -12,5 +12,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libabsl-dev libgtest-dev libgmock-dev googletest \
   libpcap-dev tshark \
   clang libclang-rt-14-dev \
-  python3 python3-matplotlib \
+  python3 python3-matplotlib python3-pyverbs \
   iproute2 procps >/dev/null

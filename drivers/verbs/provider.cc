@@ -649,17 +649,20 @@ constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WIT
                                        IBV_QP_EX_WITH_SEND_WITH_INV;
 
 ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  // Capabilities beyond the device's limits are EINVAL whatever the QP type,
+  // before the type is looked at (pyverbs checks that a UD QP with illegal
+  // caps fails with an error, not as unsupported).
+  ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > kMaxQpWr || cap.max_recv_wr > kMaxQpWr || cap.max_send_sge > transport::kMaxSge ||
+      cap.max_recv_sge > transport::kMaxSge || cap.max_inline_data > transport::kMaxInlineData) {
+    errno = EINVAL;
+    return nullptr;
+  }
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) {
     errno = EOPNOTSUPP;  // UD, XRC and raw packet QPs are not implemented
     return nullptr;
   }
   if (attr->pd == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  ibv_qp_cap& cap = attr->cap;
-  if (cap.max_send_wr > kMaxQpWr || cap.max_recv_wr > kMaxQpWr || cap.max_send_sge > transport::kMaxSge ||
-      cap.max_recv_sge > transport::kMaxSge || cap.max_inline_data > transport::kMaxInlineData) {
     errno = EINVAL;
     return nullptr;
   }

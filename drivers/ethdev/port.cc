@@ -179,9 +179,9 @@ uint16_t EthdevPort::TxBurst(pktio::Frame* frames, uint16_t n) {
     m->data_len = static_cast<uint16_t>(frames[i].len);
     m->pkt_len = frames[i].len;
     mbufs[i] = m;
-    stats_.tx_bytes += frames[i].len;
   }
   const uint16_t sent = started_ && link_up_ ? rte_eth_tx_burst(port_, 0, mbufs, n) : 0;
+  for (uint16_t i = 0; i < sent; ++i) stats_.tx_bytes += frames[i].len;  // not the refused ones
   stats_.tx_packets += sent;
   stats_.tx_full += n - sent;
   return sent;

@@ -228,6 +228,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   qps_[qpn].reset();
+  mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state
   return absl::OkStatus();
 }
 

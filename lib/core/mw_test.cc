@@ -379,5 +379,25 @@ TEST(MemoryWindows, RebindWithTheSameKeyMidMessageStopsIt) {
   EXPECT_EQ(b.mem, after);
 }
 
+// A QP moved to RESET leaves nothing behind in its CQs: the flushed
+// receives of its failed life do not surface after it is connected again
+// (pyverbs' restate_qps, then traffic, as in test_mr_rereg_pd).
+TEST(QpReset, DropsTheQpsCompletionsOnly) {
+  RcPair pair({}, 21);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  ASSERT_EQ(a.dev->PostRecv(a.qpn, MakeRecv(1, a, 0, 64)), 0);
+  ASSERT_EQ(a.dev->PostRecv(a.qpn, MakeRecv(2, a, 0, 64)), 0);
+  transport::QpAttr attr;
+  attr.qp_state = QpState::kErr;
+  ASSERT_TRUE(a.dev->ModifyQp(a.qpn, attr, transport::kAttrState).ok());
+  a.dev->Poll(pair.now());
+  ASSERT_EQ(a.dev->cq(a.cq)->size(), 2u);  // two flushed receives
+  attr.qp_state = QpState::kReset;
+  ASSERT_TRUE(a.dev->ModifyQp(a.qpn, attr, transport::kAttrState).ok());
+  EXPECT_EQ(a.dev->cq(a.cq)->size(), 0u);
+  (void)b;
+}
+
 }  // namespace
 }  // namespace droce::core

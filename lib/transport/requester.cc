@@ -70,8 +70,8 @@ bool RcQp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (!MayStart(w)) return false;
   if (IsLocalOp(w)) {
-    // Executed in send-queue order, without a packet (IBTA 10.6.7.2,
-    // 10.8.3.x); a failure completes in error and moves the QP to ERR, as
+    // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
+    // a failure completes in error and moves the QP to ERR, as
     // in rxe (bind: MW_BIND_ERR; local invalidate: LOC_QP_OP_ERR).
     w.done = true;
     if (w.wr.opcode == WrOpcode::kLocalInv) {

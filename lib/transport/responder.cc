@@ -322,7 +322,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
         value = ImmDtView(bth_p + op.immdt_offset).value();
       } else if (op.Has(kHdrIeth)) {
         value = IethView(bth_p + op.ieth_offset).value();
-        // Remote invalidation (IBTA 9.4.4 / 10.6.7.2.4): only a type-2 window
+        // Remote invalidation (IBTA 10.6.7, as rxe): only a type-2 window
         // of this PD bound through this QP; any other key (a region, the
         // program's receive buffer) is refused and stays as it was.
         if (env_.mrs->RemoteInvalidate(value, env_.pd, qpn_) != mem::AccessResult::kOk) {

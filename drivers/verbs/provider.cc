@@ -181,6 +181,9 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   o.max_qp_init_rd_atom = transport::kMaxRdAtomic;
   o.max_ee_init_rd_atom = 0;
   o.atomic_cap = IBV_ATOMIC_HCA;
+  // Memory windows of type 1 and 2B, as rxe; they share the key table with regions.
+  o.device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  o.max_mw = static_cast<int>(f.dev.max_mr);
   o.max_srq = 1 << 16;
   o.max_srq_wr = kMaxSrqWr;
   o.max_srq_sge = transport::kMaxSge;
@@ -244,7 +247,7 @@ int DeallocPd(ibv_pd* ibpd) {
 }
 
 constexpr int kSupportedAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                                 IBV_ACCESS_REMOTE_ATOMIC;
+                                 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND;
 
 ibv_mr* RegMr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int access) {
   auto* pd = reinterpret_cast<DrocePd*>(ibpd);
@@ -289,6 +292,127 @@ int DeregMr(verbs_mr* vmr) {
   const int err = DestroyLocked(rt, [&] { return rt->dev().DeregMr(vmr->ibv_mr.lkey); });
   if (err == 0) delete vmr;
   return err;
+}
+
+// ibv_rereg_mr: translation, PD and access change in place; the keys stay
+// (a peer keeps using the rkey it was given). Refused while windows are
+// bound to the region.
+int ReregMr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t length, int access) {
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    const int mandatory = access & ~IBV_ACCESS_OPTIONAL_RANGE;
+    if ((mandatory & ~kSupportedAccess) != 0 ||
+        ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+      errno = EINVAL;
+      return EINVAL;
+    }
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && ibpd == nullptr) {
+    errno = EINVAL;
+    return EINVAL;
+  }
+  Runtime* rt = Rt(vmr->ibv_mr.context);
+  const uint32_t pd = (flags & IBV_REREG_MR_CHANGE_PD) ? reinterpret_cast<DrocePd*>(ibpd)->id : 0;
+  absl::Status s;
+  {
+    AppLock lock(rt->mu);
+    s = rt->dev().mrs().Reregister(vmr->ibv_mr.lkey, static_cast<uint32_t>(flags), pd, addr, length,
+                                   reinterpret_cast<uintptr_t>(addr),
+                                   static_cast<uint32_t>(access & kSupportedAccess));
+  }
+  const int err = ErrnoOf(s);
+  if (err != 0) {
+    errno = err;
+    return err;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) vmr->access = access;
+  return 0;
+}
+
+// ---------------------------------------------------------------- MW
+
+// Memory windows (IBTA 10.6.7), type 1 and 2B as rxe offers them. The
+// window's handle is its slot in the device's key table.
+ibv_mw* AllocMw(ibv_pd* ibpd, ibv_mw_type type) {
+  if (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* mw = New<ibv_mw>();
+  if (mw == nullptr) return nullptr;
+  Runtime* rt = Rt(ibpd->context);
+  absl::StatusOr<mem::MrTable::MwKeys> keys;
+  {
+    AppLock lock(rt->mu);
+    keys = rt->dev().mrs().AllocMw(reinterpret_cast<DrocePd*>(ibpd)->id, static_cast<int>(type));
+  }
+  if (!keys.ok()) {
+    delete mw;
+    errno = ErrnoOf(keys.status());
+    return nullptr;
+  }
+  mw->context = ibpd->context;
+  mw->pd = ibpd;
+  mw->rkey = keys->rkey;
+  mw->handle = keys->handle;
+  mw->type = type;
+  return mw;
+}
+
+// Unbinds the window if it is bound: its key stops working at once.
+int DeallocMw(ibv_mw* mw) {
+  Runtime* rt = Rt(mw->context);
+  const int err = DestroyLocked(rt, [&] { return rt->dev().mrs().DeallocMw(mw->handle); });
+  if (err == 0) delete mw;
+  return err;
+}
+
+transport::BindWr ToBindWr(ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& info) {
+  transport::BindWr b;
+  b.mw_handle = mw->handle;
+  b.new_key = rkey;
+  b.mr_lkey = info.mr != nullptr ? info.mr->lkey : 0;
+  b.addr = info.addr;
+  b.length = info.length;
+  b.access = info.mw_access_flags;
+  return b;
+}
+
+// ibv_bind_mw (type 1): a BIND_MW work request on `ibqp`, as rdma-core's rxe
+// provider posts it. The window's new key (a fresh random low byte) is its
+// key from now on; if the bind completes in error the program must undo it,
+// as with rxe.
+int BindMw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
+  const ibv_mw_bind_info& info = mw_bind->bind_info;
+  if (mw->type != IBV_MW_TYPE_1 || (info.mr == nullptr && (info.addr != 0 || info.length != 0)) ||
+      (info.mw_access_flags & IBV_ACCESS_ZERO_BASED)) {
+    errno = EINVAL;
+    return EINVAL;
+  }
+  if (info.mr != nullptr && info.mr->pd != mw->pd) {
+    errno = EPERM;
+    return EPERM;
+  }
+  DroceQp* qp = ToQp(ibqp);
+  Runtime* rt = Rt(ibqp->context);
+  AppLock lock(rt->mu);
+  SendWr s;
+  s.wr_id = mw_bind->wr_id;
+  s.opcode = transport::WrOpcode::kBindMw;
+  s.flags = mw_bind->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED);
+  const uint32_t new_key = rt->dev().mrs().NextMwKey(mw->handle);
+  if (new_key == 0) {
+    errno = EINVAL;
+    return EINVAL;
+  }
+  s.bind = ToBindWr(mw, new_key, info);
+  const int err = rt->dev().PostSend(qp->qpn, s);
+  if (err != 0) {
+    errno = err;
+    return err;
+  }
+  mw->rkey = new_key;
+  rt->PollLocked(NowNs());
+  return 0;
 }
 
 // ---------------------------------------------------------------- CQ
@@ -637,6 +761,7 @@ void WrRdmaRead(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr);
 void WrCmpSwp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap);
 void WrFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add);
 void WrLocalInv(ibv_qp_ex* qpx, uint32_t rkey);
+void WrBindMw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info);
 void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length);
 void WrSetSgeList(ibv_qp_ex* qpx, size_t n, const ibv_sge* sges);
 void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length);
@@ -646,7 +771,7 @@ constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WIT
                                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                        IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
-                                       IBV_QP_EX_WITH_SEND_WITH_INV;
+                                       IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
 
 ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   // Capabilities beyond the device's limits are EINVAL whatever the QP type,
@@ -725,6 +850,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     x.wr_atomic_cmp_swp = WrCmpSwp;
     x.wr_atomic_fetch_add = WrFetchAdd;
     x.wr_local_inv = WrLocalInv;
+    x.wr_bind_mw = WrBindMw;
     x.wr_set_sge = WrSetSge;
     x.wr_set_sge_list = WrSetSgeList;
     x.wr_set_inline_data = WrSetInline;
@@ -910,7 +1036,8 @@ int DestroyQp(ibv_qp* ibqp) {
 int ToSendWr(const ibv_send_wr* in, SendWr* out) {
   if (in->num_sge < 0 || static_cast<uint32_t>(in->num_sge) > transport::kMaxSge) return EINVAL;
   if (in->num_sge > 0 && in->sg_list == nullptr) return EINVAL;
-  if (static_cast<uint32_t>(in->opcode) > IBV_WR_SEND_WITH_INV || in->opcode == IBV_WR_BIND_MW) return EINVAL;
+  if (static_cast<uint32_t>(in->opcode) > IBV_WR_SEND_WITH_INV) return EINVAL;
+  if (in->opcode == IBV_WR_BIND_MW && in->bind_mw.mw == nullptr) return EINVAL;
   out->wr_id = in->wr_id;
   out->opcode = static_cast<transport::WrOpcode>(in->opcode);
   out->flags = in->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
@@ -931,6 +1058,9 @@ int ToSendWr(const ibv_send_wr* in, SendWr* out) {
       out->rkey = in->wr.atomic.rkey;
       out->compare_add = in->wr.atomic.compare_add;
       out->swap = in->wr.atomic.swap;
+      break;
+    case IBV_WR_BIND_MW:
+      out->bind = ToBindWr(in->bind_mw.mw, in->bind_mw.rkey, in->bind_mw.bind_info);
       break;
     default:
       break;
@@ -1044,6 +1174,14 @@ void WrFetchAdd(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
   NewRemoteWr(qpx, transport::WrOpcode::kAtomicFetchAndAdd, rkey, addr)->compare_add = add;
 }
 void WrLocalInv(ibv_qp_ex* qpx, uint32_t rkey) { NewWr(qpx, transport::WrOpcode::kLocalInv)->invalidate_rkey = rkey; }
+void WrBindMw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  SendWr* w = NewWr(qpx, transport::WrOpcode::kBindMw);
+  if (mw == nullptr || info == nullptr) {
+    ToQp(qpx)->batch_error = EINVAL;
+    return;
+  }
+  w->bind = ToBindWr(mw, rkey, *info);
+}
 
 void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
   SendWr* w = LastWr(qpx);
@@ -1104,14 +1242,17 @@ void FreeContext(ibv_context* context) {
 
 const verbs_context_ops kContextOps = [] {
   verbs_context_ops ops{};
+  ops.alloc_mw = AllocMw;
   ops.alloc_pd = AllocPd;
   ops.async_event = AsyncEvent;
+  ops.bind_mw = BindMw;
   ops.cq_event = CqEvent;
   ops.create_cq = CreateCq;
   ops.create_cq_ex = CreateCqEx;
   ops.create_qp = CreateQp;
   ops.create_qp_ex = CreateQpEx;
   ops.create_srq = CreateSrq;
+  ops.dealloc_mw = DeallocMw;
   ops.dealloc_pd = DeallocPd;
   ops.dereg_mr = DeregMr;
   ops.destroy_cq = DestroyCq;
@@ -1130,6 +1271,7 @@ const verbs_context_ops kContextOps = [] {
   ops.query_srq = QuerySrq;
   ops.reg_mr = RegMr;
   ops.req_notify_cq = ReqNotifyCq;
+  ops.rereg_mr = ReregMr;
   return ops;
 }();
 

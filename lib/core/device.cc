@@ -226,6 +226,12 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
   RcQp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   absl::Status s = q->Modify(attr, mask);
+  if (s.ok() && (mask & transport::kAttrState) && attr.qp_state == transport::QpState::kReset) {
+    // Completions the QP left behind (flushed WRs) go with its old life, as
+    // rdma-core's mlx5 provider cleans the CQs of a QP moved to RESET.
+    q->env().send_cq->RemoveQp(qpn);
+    q->env().recv_cq->RemoveQp(qpn);
+  }
   if (s.ok()) Activate(qpn);  // e.g. a move to ERR has flush work
   return s;
 }
@@ -233,6 +239,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   qps_[qpn].reset();
+  mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state
   return absl::OkStatus();
 }
 

@@ -184,35 +184,6 @@ TEST(RcErrors, WrongStateAndBadArguments) {
   EXPECT_EQ(a.dev->PostSend(a.qpn, inline_read), EINVAL);
 }
 
-TEST(RcErrors, SendWithInvalidateAndLocalInvalidate) {
-  RcPair pair({}, 1);
-  Side& a = pair.a();
-  Side& b = pair.b();
-  std::vector<uint8_t> buf(64);
-  auto victim = *b.dev->RegMr(b.pd, buf.data(), buf.size(), reinterpret_cast<uint64_t>(buf.data()),
-                              mem::kLocalWrite | mem::kRemoteRead);
-  ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(9, b, 0, 64)), 0);
-  SendWr wr = MakeWr(1, WrOpcode::kSendWithInv, a, 0, 16, b, 0);
-  wr.invalidate_rkey = victim.rkey;
-  ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0);
-  std::vector<Completion> ca, cb;
-  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
-  EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
-  EXPECT_EQ(cb[0].flags & queue::kWcWithInv, queue::kWcWithInv);
-  EXPECT_EQ(cb[0].imm_or_inv, victim.rkey);
-  EXPECT_EQ(b.dev->mrs().CheckRemote(victim.rkey, b.pd, reinterpret_cast<uint64_t>(buf.data()), 8,
-                                     mem::kRemoteRead).result,
-            mem::AccessResult::kBadKey);
-  // A READ through the invalidated key is now refused.
-  SendWr rd = MakeWr(2, WrOpcode::kRdmaRead, a, 0, 8, b, 0);
-  rd.remote_addr = reinterpret_cast<uint64_t>(buf.data());
-  rd.rkey = victim.rkey;
-  ASSERT_EQ(a.dev->PostSend(a.qpn, rd), 0);
-  ca.clear();
-  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
-  EXPECT_EQ(ca[0].status, WcStatus::kRemAccessErr);
-}
-
 TEST(RcErrors, UnsignaledWrsCompleteSilentlyAndInOrder) {
   RcPair pair({0.03, 0, 0, 0}, 5);
   Side& a = pair.a();

@@ -93,6 +93,16 @@ class CompletionQueue {
     return i;
   }
 
+  // Drops the queued completions of one QP, keeping the others in order
+  // (a QP moved to RESET: rdma-core's mlx5 provider cleans its CQs so).
+  void RemoveQp(uint32_t qpn) {
+    for (uint32_t n = ring_.size(); n > 0; --n) {
+      const Completion c = ring_.front();
+      ring_.Pop();
+      if (c.qp_num != qpn) ring_.Push(c);
+    }
+  }
+
   // ibv_req_notify_cq: the next (solicited) completion raises a notification.
   void ArmNotify(bool solicited_only) {
     notify_armed_ = true;

@@ -36,6 +36,22 @@ TEST(CompletionQueue, OverflowIsDetectedNotOverwritten) {
   EXPECT_EQ(out[1].wr_id, 2u);
 }
 
+TEST(CompletionQueue, RemoveQpKeepsTheOthersInOrder) {
+  CompletionQueue cq(8);
+  for (uint32_t i = 0; i < 6; ++i) {
+    Completion c;
+    c.wr_id = i;
+    c.qp_num = i % 2 ? 17 : 18;
+    ASSERT_TRUE(cq.Push(c));
+  }
+  cq.RemoveQp(17);
+  Completion out[8];
+  ASSERT_EQ(cq.Poll(out, 8), 3u);
+  EXPECT_EQ(out[0].wr_id, 0u);
+  EXPECT_EQ(out[1].wr_id, 2u);
+  EXPECT_EQ(out[2].wr_id, 4u);
+}
+
 TEST(CompletionQueue, NotificationFiresOncePerArm) {
   CompletionQueue cq(8);
   Completion c;

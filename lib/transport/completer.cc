@@ -26,6 +26,7 @@ void RcQp::PushSendCompletion(const SendWqe& w) {
     case WrOpcode::kAtomicCmpAndSwp: c.opcode = WcOpcode::kCompSwap; break;
     case WrOpcode::kAtomicFetchAndAdd: c.opcode = WcOpcode::kFetchAdd; break;
     case WrOpcode::kLocalInv: c.opcode = WcOpcode::kLocalInv; break;
+    case WrOpcode::kBindMw: c.opcode = WcOpcode::kBindMw; break;
     default: c.opcode = WcOpcode::kSend; break;
   }
   c.byte_len = w.total_len;
@@ -51,7 +52,7 @@ void RcQp::CompleteHead() {
 bool RcQp::SgesStillLent(SendWqe& w) const {
   if ((w.wr.flags & kSendInline) || w.mr_epoch == env_.mrs->epoch()) return true;
   for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
-    if (!MrStillLent(w.wr.sg_list[i].lkey)) return false;
+    if (!MrStillLent(w.wr.sg_list[i].lkey, w.mr_epoch)) return false;
   }
   w.mr_epoch = env_.mrs->epoch();
   return true;

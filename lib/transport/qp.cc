@@ -224,7 +224,7 @@ int RcQp::PostSend(const SendWr& wr) {
   SendWqe* w = sq_.Reserve();
   if (w == nullptr) return ENOMEM;
   // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
-  static_assert(sizeof(SendWr) == 192, "a new SendWr field must be copied here too");
+  static_assert(sizeof(SendWr) == 224, "a new SendWr field must be copied here too");
   SendWr& d = w->wr;
   d.wr_id = wr.wr_id;
   d.opcode = wr.opcode;
@@ -237,6 +237,7 @@ int RcQp::PostSend(const SendWr& wr) {
   d.invalidate_rkey = wr.invalidate_rkey;
   d.compare_add = wr.compare_add;
   d.swap = wr.swap;
+  d.bind = wr.bind;
   w->started = w->fully_sent = w->done = false;
   w->read_done_bytes = 0;
   w->status = WcStatus::kSuccess;
@@ -349,7 +350,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
       if (state_ == QpState::kSqd) break;  // drained: start nothing new
       if (!StartWqe(w)) break;             // fence / rd_atomic limit
       if (state_ == QpState::kErr) break;  // a local error flushed the queue
-      if (w.done) {                        // LOCAL_INV
+      if (w.done) {                        // LOCAL_INV, BIND_MW
         ++sq_next_;
         CompleteHead();
         continue;
@@ -433,7 +434,7 @@ uint32_t RcQp::RequestRoom() const {
   uint32_t next_psn = w.next_psn;
   if (!w.started) {
     if (state_ == QpState::kSqd || !MayStart(w)) return 0;
-    if (w.wr.opcode == WrOpcode::kLocalInv) return 1;
+    if (IsLocalOp(w)) return 1;
     next_psn = psn_next_;
   }
   const int32_t inflight = wire::PsnDiff(next_psn, psn_una_);

@@ -185,13 +185,19 @@ class RcQp {
 
   // --- requester / completer (requester.cc, completer.cc)
   int ValidateSend(const SendWr& wr) const;
-  bool MrStillLent(uint32_t rkey) const;
-  // MrStillLent, free while no region was deregistered or invalidated since
-  // *epoch (MrTable::epoch()); advances *epoch when the key is still good.
+  // A multi-packet WRITE or READ resolves its region (or window) once, on
+  // its first packet; the key must still mean the same memory for each
+  // later one. Once the program deregisters (re-registers, unbinds) it, or
+  // a SEND_WITH_INV / LOCAL_INV invalidates a window, the memory may already
+  // hold something else (IBTA 10.6: a deregistered key grants no access).
+  bool MrStillLent(uint32_t key, uint64_t since) const { return env_.mrs->StillValid(key, since); }
+  // MrStillLent, free while nothing was registered, deregistered, bound or
+  // invalidated since *epoch (MrTable::epoch()); advances *epoch when the
+  // key is still good.
   bool MrStillLentSince(uint32_t rkey, uint64_t* epoch) const {
     const uint64_t now = env_.mrs->epoch();
     if (*epoch == now) return true;
-    if (!MrStillLent(rkey)) return false;
+    if (!MrStillLent(rkey, *epoch)) return false;
     *epoch = now;
     return true;
   }
@@ -207,6 +213,7 @@ class RcQp {
   static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   bool IsReadOrAtomic(const SendWqe& w) const;
+  static bool IsLocalOp(const SendWqe& w);  // LOCAL_INV, BIND_MW: no packet
   bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
   uint32_t RequestRoom() const;           // request packets the send queue may send now
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
@@ -227,6 +234,15 @@ class RcQp {
   void OnUcRequest(const uint8_t* frame, const wire::ParsedPacket& p);
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn);
   void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  // R_Key check of a remote request: the QP's own access flags, then the
+  // region or window (type-2 windows: bound through this QP).
+  mem::MrTable::Resolved CheckRkey(uint32_t rkey, uint64_t va, uint64_t length,
+                                   uint32_t access) const {
+    if ((attr_.qp_access_flags & access) != access) {
+      return {mem::AccessResult::kNoPermission, nullptr};
+    }
+    return env_.mrs->CheckRemote(rkey, env_.pd, qpn_, va, length, access);
+  }
   bool TakeRecvWqe();
   void QueueAck(uint32_t psn);
   void QueueNak(uint8_t syndrome, uint32_t psn);

@@ -13,6 +13,10 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
+bool RcQp::IsLocalOp(const SendWqe& w) {
+  return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
+}
+
 bool RcQp::IsReadOrAtomic(const SendWqe& w) const {
   return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
          w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
@@ -34,13 +38,14 @@ int RcQp::ValidateSend(const SendWr& wr) const {
     case WrOpcode::kSendWithInv:
     case WrOpcode::kRdmaRead:
     case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw:
       break;
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd:
       if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
       break;
     default:
-      return EINVAL;  // memory windows are not supported
+      return EINVAL;
   }
   if (wr.flags & kSendInline) {
     if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
@@ -64,10 +69,21 @@ bool RcQp::MayStart(const SendWqe& w) const {
 bool RcQp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (!MayStart(w)) return false;
-  if (w.wr.opcode == WrOpcode::kLocalInv) {
+  if (IsLocalOp(w)) {
+    // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
+    // a failure completes in error and moves the QP to ERR, as
+    // in rxe (bind: MW_BIND_ERR; local invalidate: LOC_QP_OP_ERR).
     w.done = true;
-    if (env_.mrs->Invalidate(w.wr.invalidate_rkey, env_.pd) != mem::AccessResult::kOk) {
-      FailWqe(w, WcStatus::kLocProtErr);
+    if (w.wr.opcode == WrOpcode::kLocalInv) {
+      if (env_.mrs->LocalInvalidate(w.wr.invalidate_rkey, env_.pd) != mem::AccessResult::kOk) {
+        FailWqe(w, WcStatus::kLocQpOpErr);
+      }
+    } else {
+      const BindWr& b = w.wr.bind;
+      const mem::MwBind bind{b.mw_handle, b.new_key, b.mr_lkey, b.addr, b.length, b.access};
+      if (env_.mrs->BindMw(bind, env_.pd, qpn_) != mem::AccessResult::kOk) {
+        FailWqe(w, WcStatus::kMwBindErr);
+      }
     }
     return true;
   }

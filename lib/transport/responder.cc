@@ -88,16 +88,6 @@ void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uin
   env_.recv_cq->Push(c);
 }
 
-// A multi-packet WRITE or READ resolves its region once, on its first
-// packet; the region must still be lent out for each later one. Once the
-// program deregisters (or a SEND_WITH_INV / LOCAL_INV invalidates) it, the
-// memory may already hold something else (IBTA 10.6: a deregistered key
-// grants no access).
-bool RcQp::MrStillLent(uint32_t rkey) const {
-  const mem::MemoryRegion* mr = env_.mrs->Find(rkey);
-  return mr != nullptr && mr->valid;
-}
-
 void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status) {
   ++counters_.naks_sent;
   QueueNak(MakeSyndrome(AethType::kNak, nak_code), psn);
@@ -205,10 +195,7 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
   // RDMA WRITE.
   if (first) {
     const RethView reth(bth_p + op.reth_offset);
-    const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
-                       ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
-                                               mem::kRemoteWrite)
-                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
     if (r.result != mem::AccessResult::kOk) {
       drop_message();
       return;
@@ -335,7 +322,10 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
         value = ImmDtView(bth_p + op.immdt_offset).value();
       } else if (op.Has(kHdrIeth)) {
         value = IethView(bth_p + op.ieth_offset).value();
-        if (env_.mrs->Invalidate(value, env_.pd) != mem::AccessResult::kOk) {
+        // Remote invalidation (IBTA 10.6.7, as rxe): only a type-2 window
+        // of this PD bound through this QP; any other key (a region, the
+        // program's receive buffer) is refused and stays as it was.
+        if (env_.mrs->RemoteInvalidate(value, env_.pd, qpn_) != mem::AccessResult::kOk) {
           ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
           return;
         }
@@ -355,10 +345,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
     if (first) {
       const RethView reth(bth_p + op.reth_offset);
-      const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
-                         ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(),
-                                                 reth.dma_length(), mem::kRemoteWrite)
-                         : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+      const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
       if (r.result != mem::AccessResult::kOk) {
         ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
         return;
@@ -393,10 +380,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
   } else if (p.opcode == kRcReadRequest) {
     const RethView reth(bth_p + op.reth_offset);
-    const auto r = (attr_.qp_access_flags & mem::kRemoteRead)
-                       ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
-                                               mem::kRemoteRead)
-                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
@@ -420,9 +404,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     return;
   } else if (op.roles & kRoleAtomic) {
     const AtomicEthView at(bth_p + op.atomic_offset);
-    const auto r = (attr_.qp_access_flags & mem::kRemoteAtomic)
-                       ? env_.mrs->CheckRemote(at.rkey(), env_.pd, at.va(), 8, mem::kRemoteAtomic)
-                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    const auto r = CheckRkey(at.rkey(), at.va(), 8, mem::kRemoteAtomic);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
@@ -477,10 +459,7 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
       } else {
         // Re-execute the (possibly partial) READ the duplicate asks for.
         const RethView reth(bth_p + op.reth_offset);
-        const auto r = (attr_.qp_access_flags & mem::kRemoteRead)
-                           ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(),
-                                                   reth.dma_length(), mem::kRemoteRead)
-                           : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+        const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
         if (r.result != mem::AccessResult::kOk) return;
         a.kind = ActionKind::kReadResponse;
         a.host = r.host;

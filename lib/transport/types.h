@@ -39,6 +39,16 @@ struct Sge {
   uint32_t lkey = 0;
 };
 
+// BIND_MW: ibv_mw_bind_info, the window and the key it gets.
+struct BindWr {
+  uint32_t mw_handle = 0;  // the window's slot (mem::MrTable::MwHandle)
+  uint32_t new_key = 0;    // its low 8 bits become the window's key variant
+  uint32_t mr_lkey = 0;
+  uint32_t access = 0;     // mem::Access bits the window grants
+  uint64_t addr = 0;
+  uint64_t length = 0;
+};
+
 struct SendWr {
   uint64_t wr_id = 0;
   WrOpcode opcode = WrOpcode::kSend;
@@ -51,6 +61,7 @@ struct SendWr {
   uint32_t invalidate_rkey = 0;  // SEND_WITH_INV, LOCAL_INV
   uint64_t compare_add = 0;
   uint64_t swap = 0;
+  BindWr bind;  // BIND_MW
 };
 
 struct RecvWr {

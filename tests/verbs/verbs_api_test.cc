@@ -526,6 +526,184 @@ void StartAlarm(int ms) {
 // an event that comes while it waits ends it; a signal handler without
 // SA_RESTART makes it fail with EINTR (qperf ends its tests that way), one
 // with SA_RESTART does not; a non-blocking channel answers EAGAIN.
+// Memory windows through the provider's ops, as rdma-core's pyverbs
+// MWTest and test_qp_ex_rc_bind_mw use them: ibv_bind_mw (type 1), a
+// BIND_MW work request and ibv_wr_bind_mw (type 2), LOCAL_INV and
+// SEND_WITH_INV, and the region's life while windows are bound to it.
+TEST_F(VerbsApi, MemoryWindows) {
+  ibv_device_attr dev{};
+  ASSERT_EQ(ibv_query_device(ctx_, &dev), 0);
+  EXPECT_TRUE(dev.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
+  EXPECT_TRUE(dev.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
+  EXPECT_GT(dev.max_mw, 0);
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_mw(pd_, static_cast<ibv_mw_type>(3)), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+
+  // The window's memory: the second half of buf_, registered with the bind right only.
+  ibv_mr* bindable = ibv_reg_mr(pd_, buf_.data() + 0x80000, 0x80000, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(bindable, nullptr);
+  const uint64_t win = reinterpret_cast<uintptr_t>(buf_.data()) + 0x80000;
+
+  // Type 1, bound with ibv_bind_mw on the responder's QP.
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  ibv_mw* mw1 = ibv_alloc_mw(pd_, IBV_MW_TYPE_1);
+  ASSERT_NE(mw1, nullptr);
+  const uint32_t first_key = mw1->rkey;
+  ibv_mw_bind bind{};
+  bind.wr_id = 11;
+  bind.send_flags = IBV_SEND_SIGNALED;
+  bind.bind_info = {bindable, win, 0x1000, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
+  ASSERT_EQ(ibv_bind_mw(b, mw1, &bind), 0);
+  EXPECT_NE(mw1->rkey, first_key);
+  EXPECT_EQ(mw1->rkey >> 8, first_key >> 8);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_BIND_MW);
+  Fill(0x1000, 256, 21);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 12, 0x1000, 256, 0x80000, IBV_SEND_SIGNALED, 0, mw1->rkey), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(wcs[0].status);
+  EXPECT_EQ(std::memcmp(&buf_[0x80000], &buf_[0x1000], 256), 0);
+  // The region stays while the window is bound to it (EINVAL, as rxe).
+  EXPECT_EQ(ibv_dereg_mr(bindable), EINVAL);
+  // Past the window's end: remote access error.
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 13, 0x1000, 256, 0x80F80, IBV_SEND_SIGNALED, 0, mw1->rkey), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  // Unbind (zero length) and deallocate; then the region goes.
+  Connect(&a, &b);
+  bind.bind_info = {bindable, 0, 0, 0};
+  ASSERT_EQ(ibv_bind_mw(b, mw1, &bind), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 14, 0x1000, 8, 0x80000, IBV_SEND_SIGNALED, 0, mw1->rkey), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dealloc_mw(mw1), 0);
+
+  // Type 2, bound by a BIND_MW work request; freed by the peer's SEND_WITH_INV.
+  Connect(&a, &b);
+  ibv_mw* mw2 = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw2, nullptr);
+  ibv_send_wr wr{};
+  wr.wr_id = 21;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.bind_mw.mw = mw2;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw2->rkey);
+  wr.bind_mw.bind_info = {bindable, win, 0x1000, IBV_ACCESS_REMOTE_WRITE};
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(b, &wr, &bad), 0);
+  const uint32_t key2 = wr.bind_mw.rkey;
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_BIND_MW);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 22, 0x1000, 64, 0x80000, IBV_SEND_SIGNALED, 0, key2), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(PostRecv(b, 23, 0x2000, 64), 0);
+  ibv_send_wr inv{};
+  inv.wr_id = 24;
+  inv.opcode = IBV_WR_SEND_WITH_INV;
+  inv.send_flags = IBV_SEND_SIGNALED;
+  inv.invalidate_rkey = key2;
+  ASSERT_EQ(ibv_post_send(a, &inv, &bad), 0);
+  wcs = Poll(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& wc : wcs) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    if (wc.opcode == IBV_WC_RECV) {
+      EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_INV);
+      EXPECT_EQ(wc.invalidated_rkey, key2);
+    }
+  }
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 25, 0x1000, 64, 0x80000, IBV_SEND_SIGNALED, 0, key2), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+
+  // ibv_wr_bind_mw on an extended QP, a window without remote rights
+  // (test_qp_ex_rc_bind_mw), then LOCAL_INV of it.
+  ibv_qp *c, *d;
+  Connect(&c, &d, /*ex=*/true);
+  ibv_qp_ex* dx = ibv_qp_to_qp_ex(d);
+  ibv_mw* mw3 = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+  ASSERT_NE(mw3, nullptr);
+  const uint32_t key3 = ibv_inc_rkey(mw3->rkey);
+  ibv_wr_start(dx);
+  dx->wr_id = 31;
+  dx->wr_flags = IBV_SEND_SIGNALED;
+  const ibv_mw_bind_info info{bindable, win, 0x1000, IBV_ACCESS_LOCAL_WRITE};
+  ibv_wr_bind_mw(dx, mw3, key3, &info);
+  ASSERT_EQ(ibv_wr_complete(dx), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ibv_send_wr linv{};
+  linv.wr_id = 32;
+  linv.opcode = IBV_WR_LOCAL_INV;
+  linv.send_flags = IBV_SEND_SIGNALED;
+  linv.invalidate_rkey = key3;
+  ASSERT_EQ(ibv_post_send(d, &linv, &bad), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs[0].opcode, IBV_WC_LOCAL_INV);
+  EXPECT_EQ(ibv_dealloc_mw(mw2), 0);
+  EXPECT_EQ(ibv_dealloc_mw(mw3), 0);
+  EXPECT_EQ(ibv_dereg_mr(bindable), 0);
+}
+
+// ibv_rereg_mr keeps the keys and changes what it is asked to
+// (pyverbs MRTest.test_mr_rereg_*).
+TEST_F(VerbsApi, ReregMr) {
+  ibv_mr* mr = ibv_reg_mr(pd_, buf_.data() + 0x80000, 0x1000, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  const uint32_t rkey = mr->rkey;
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, 0, 64, 0x80000, IBV_SEND_SIGNALED, 0, rkey), 0);
+  auto wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE), 0);
+  EXPECT_EQ(mr->rkey, rkey);
+  Connect(&a, &b);
+  Fill(0, 64, 5);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 2, 0, 64, 0x80000, IBV_SEND_SIGNALED, 0, rkey), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(&buf_[0x80000], &buf_[0], 64), 0);
+  // Another range: the old addresses are outside it now.
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, buf_.data() + 0x90000, 0x1000, 0), 0);
+  EXPECT_EQ(mr->addr, buf_.data() + 0x90000);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 3, 0, 64, 0x90000, IBV_SEND_SIGNALED, 0, rkey), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  ibv_pd* other = ibv_alloc_pd(ctx_);
+  ASSERT_NE(other, nullptr);
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, other, nullptr, 0, 0), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), EBUSY);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 4, 0, 64, 0x90000, IBV_SEND_SIGNALED, 0, rkey), 0);
+  wcs = Poll(1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+}
+
 TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
   ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
   ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;

@@ -224,7 +224,8 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
     reth.set_rkey(w.wr.rkey);
     reth.set_dma_length(w.total_len);
   }
-  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_value(w.wr.imm_data);
+  // Immediate data is a __be32 already: its bytes go on the wire as they are.
+  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(w.wr.imm_data);
   if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(w.wr.invalidate_rkey);
   transport_len = op.header_bytes + seg;
   w.next_psn = PsnAdd(psn, 1);

@@ -197,7 +197,7 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
     if (last) {
       const bool imm = op.Has(kHdrImmDt);
       CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, recv_offset_, imm ? queue::kWcWithImm : 0,
-                   imm ? ImmDtView(bth_p + op.immdt_offset).value() : 0, bth.solicited());
+                   imm ? ImmDtView(bth_p + op.immdt_offset).wire_order() : 0, bth.solicited());
       in_message_ = InMessage::kNone;
     }
     return;
@@ -233,7 +233,7 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
   if (last) {
     if (op.Has(kHdrImmDt)) {
       CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_, queue::kWcWithImm,
-                   ImmDtView(bth_p + op.immdt_offset).value(), bth.solicited());
+                   ImmDtView(bth_p + op.immdt_offset).wire_order(), bth.solicited());
     }
     in_message_ = InMessage::kNone;
   }
@@ -332,7 +332,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
       uint32_t value = 0;
       if (op.Has(kHdrImmDt)) {
         flags = queue::kWcWithImm;
-        value = ImmDtView(bth_p + op.immdt_offset).value();
+        value = ImmDtView(bth_p + op.immdt_offset).wire_order();
       } else if (op.Has(kHdrIeth)) {
         value = IethView(bth_p + op.ieth_offset).value();
         if (env_.mrs->Invalidate(value, env_.pd) != mem::AccessResult::kOk) {
@@ -385,7 +385,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     if (last) {
       if (op.Has(kHdrImmDt)) {
         CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_,
-                     queue::kWcWithImm, ImmDtView(bth_p + op.immdt_offset).value(),
+                     queue::kWcWithImm, ImmDtView(bth_p + op.immdt_offset).wire_order(),
                      bth.solicited());
       }
       in_message_ = InMessage::kNone;

@@ -47,7 +47,7 @@ struct SendWr {
   std::array<Sge, kMaxSge> sg_list{};
   uint64_t remote_addr = 0;  // RDMA and atomic
   uint32_t rkey = 0;
-  uint32_t imm_data = 0;         // big-endian value as the application gave it
+  uint32_t imm_data = 0;         // a __be32 as verbs holds it: its bytes are the wire bytes, in order
   uint32_t invalidate_rkey = 0;  // SEND_WITH_INV, LOCAL_INV
   uint64_t compare_add = 0;
   uint64_t swap = 0;

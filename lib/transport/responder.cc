@@ -205,6 +205,10 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
   // RDMA WRITE.
   if (first) {
     const RethView reth(bth_p + op.reth_offset);
+    if (reth.dma_length() > kMaxMessageBytes) {
+      drop_message();
+      return;
+    }
     const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
                        ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
                                                mem::kRemoteWrite)
@@ -355,6 +359,10 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
     if (first) {
       const RethView reth(bth_p + op.reth_offset);
+      if (reth.dma_length() > kMaxMessageBytes) {  // checked before the R_Key, as rxe's check_length
+        ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+        return;
+      }
       const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
                          ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(),
                                                  reth.dma_length(), mem::kRemoteWrite)
@@ -393,6 +401,10 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
   } else if (p.opcode == kRcReadRequest) {
     const RethView reth(bth_p + op.reth_offset);
+    if (reth.dma_length() > kMaxMessageBytes) {
+      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+      return;
+    }
     const auto r = (attr_.qp_access_flags & mem::kRemoteRead)
                        ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
                                                mem::kRemoteRead)
@@ -402,7 +414,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
       return;
     }
     if (actions_.full()) return;  // more READs than negotiated: the requester retries
-    const uint32_t packets = std::max<uint32_t>(1, (reth.dma_length() + mtu_ - 1) / mtu_);
+    const uint32_t packets = PacketsForLength(reth.dma_length());
     msn_ = PsnAdd(msn_, 1);
     Resource& res = resources_[next_resource_++ % resources_.size()];
     res = Resource{true, false, psn, PsnAdd(psn, packets - 1), 0};

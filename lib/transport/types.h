@@ -12,6 +12,9 @@ namespace droce::transport {
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kMaxInlineData = 256;
 inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: peers (perftest) may ask for that many
+// IBTA 9.4.x: a DMA length (a message, a RETH's length) is 0..2^31 bytes
+// (max_msg_sz). Longer requests are NAKed invalid request, as rxe does.
+inline constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
 enum class WrOpcode : uint8_t {
   kRdmaWrite = 0,

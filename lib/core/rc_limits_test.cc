@@ -399,5 +399,85 @@ TEST(DmaLength, RequesterRefusesMoreThan2To31) {
   EXPECT_TRUE(peer.Poll().empty());
 }
 
+
+// --- Zero-length RDMA (issue 19 item 5): no R_Key or VA check (IBTA 9.4,
+// rxe's check_rkey); WRITE with immediate still takes a receive; READ
+// answers one response without payload.
+
+constexpr uint32_t kJunkRkey = 0xDEADBEEF;
+constexpr uint64_t kJunkVa = 0xFFFFFFFFFFFFF000;
+
+TEST(ZeroLength, WriteNeedsNoKeyOrAddress) {
+  Peer peer;
+  const std::vector<uint8_t> before = peer.mem();
+  PacketFields w = peer.Frame(wire::kRcWriteOnly, kPeerPsn);
+  w.reth_rkey = kJunkRkey;
+  w.reth_va = kJunkVa;
+  w.bth.ack_req = true;
+  const auto out = peer.Feed(w);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].p.opcode, wire::kRcAcknowledge);
+  EXPECT_EQ(wire::SyndromeType(out[0].f.aeth_syndrome), wire::AethType::kAck);
+  EXPECT_EQ(out[0].f.bth.psn, kPeerPsn);
+  EXPECT_EQ(peer.qp()->state(), QpState::kRts);
+  EXPECT_EQ(peer.qp()->expected_psn(), kPeerPsn + 1);
+  EXPECT_TRUE(peer.mem() == before);
+}
+
+TEST(ZeroLength, WriteWithImmediateConsumesAReceive) {
+  Peer peer;
+  PacketFields w = peer.Frame(wire::kRcWriteOnlyImm, kPeerPsn);
+  w.reth_rkey = kJunkRkey;
+  w.reth_va = kJunkVa;
+  w.imm_data = 0xA0000007;
+  w.bth.ack_req = true;
+  // No receive posted: RNR NAK, PSN not consumed.
+  auto out = peer.Feed(w);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::SyndromeType(out[0].f.aeth_syndrome), wire::AethType::kRnrNak);
+  EXPECT_EQ(peer.qp()->expected_psn(), kPeerPsn);
+  peer.PostRecv(9);
+  out = peer.Feed(w);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(wire::SyndromeType(out[0].f.aeth_syndrome), wire::AethType::kAck);
+  const auto c = peer.Completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 9u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[0].opcode, WcOpcode::kRecvRdmaWithImm);
+  EXPECT_EQ(c[0].byte_len, 0u);
+  EXPECT_EQ(Bytes(c[0].imm_or_inv), (std::vector<uint8_t>{0xA0, 0x00, 0x00, 0x07}));
+  EXPECT_EQ(peer.qp()->posted_receives(), 0u);
+}
+
+TEST(ZeroLength, ReadAnswersOneEmptyResponse) {
+  Peer peer;
+  PacketFields r = peer.Frame(wire::kRcReadRequest, kPeerPsn);
+  r.reth_rkey = kJunkRkey;
+  r.reth_va = kJunkVa;
+  const auto out = peer.Feed(r);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].p.opcode, wire::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].f.bth.psn, kPeerPsn);
+  EXPECT_EQ(out[0].p.payload_len, 0u);
+  EXPECT_EQ(wire::SyndromeType(out[0].f.aeth_syndrome), wire::AethType::kAck);
+  EXPECT_EQ(peer.qp()->expected_psn(), kPeerPsn + 1);
+  EXPECT_EQ(peer.qp()->state(), QpState::kRts);
+}
+
+TEST(ZeroLength, UcWriteNeedsNoKey) {
+  Peer peer(256, 16, transport::QpType::kUc);
+  peer.PostRecv(3);
+  PacketFields w = peer.Frame(wire::kUcWriteOnlyImm, kPeerPsn);
+  w.reth_rkey = kJunkRkey;
+  w.reth_va = kJunkVa;
+  w.imm_data = 0xA0000008;
+  EXPECT_TRUE(peer.Feed(w).empty());
+  const auto c = peer.Completions();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].opcode, WcOpcode::kRecvRdmaWithImm);
+  EXPECT_EQ(c[0].byte_len, 0u);
+}
+
 }  // namespace
 }  // namespace droce::core

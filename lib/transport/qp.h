@@ -233,6 +233,7 @@ class RcQp {
                  bool payload_placed = false);
   void OnUcRequest(const uint8_t* frame, const wire::ParsedPacket& p);
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn);
+  mem::MrTable::Resolved ResolveRemote(uint32_t rkey, uint64_t va, uint32_t length, uint32_t access) const;
   void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);
   bool TakeRecvWqe();
   void QueueAck(uint32_t psn);

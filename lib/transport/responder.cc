@@ -98,6 +98,17 @@ bool RcQp::MrStillLent(uint32_t rkey) const {
   return mr != nullptr && mr->valid;
 }
 
+// The memory an RDMA or atomic request names, once the QP itself allows the
+// access. A zero-length READ or WRITE names none: neither its R_Key nor its
+// VA is checked (IBTA 9.4, RDMA WRITE and READ with a DMA length of zero;
+// rxe's check_rkey skips them too), and nothing is read or written for it.
+mem::MrTable::Resolved RcQp::ResolveRemote(uint32_t rkey, uint64_t va, uint32_t length,
+                                           uint32_t access) const {
+  if (!(attr_.qp_access_flags & access)) return {mem::AccessResult::kNoPermission, nullptr};
+  if (length == 0) return {mem::AccessResult::kOk, nullptr};
+  return env_.mrs->CheckRemote(rkey, env_.pd, va, length, access);
+}
+
 void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status) {
   ++counters_.naks_sent;
   QueueNak(MakeSyndrome(AethType::kNak, nak_code), psn);
@@ -209,10 +220,7 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
       drop_message();
       return;
     }
-    const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
-                       ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
-                                               mem::kRemoteWrite)
-                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    const auto r = ResolveRemote(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
     if (r.result != mem::AccessResult::kOk) {
       drop_message();
       return;
@@ -363,10 +371,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
         ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
         return;
       }
-      const auto r = (attr_.qp_access_flags & mem::kRemoteWrite)
-                         ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(),
-                                                 reth.dma_length(), mem::kRemoteWrite)
-                         : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+      const auto r = ResolveRemote(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
       if (r.result != mem::AccessResult::kOk) {
         ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
         return;
@@ -405,10 +410,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
       ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
       return;
     }
-    const auto r = (attr_.qp_access_flags & mem::kRemoteRead)
-                       ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(), reth.dma_length(),
-                                               mem::kRemoteRead)
-                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    const auto r = ResolveRemote(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
@@ -432,9 +434,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     return;
   } else if (op.roles & kRoleAtomic) {
     const AtomicEthView at(bth_p + op.atomic_offset);
-    const auto r = (attr_.qp_access_flags & mem::kRemoteAtomic)
-                       ? env_.mrs->CheckRemote(at.rkey(), env_.pd, at.va(), 8, mem::kRemoteAtomic)
-                       : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+    const auto r = ResolveRemote(at.rkey(), at.va(), 8, mem::kRemoteAtomic);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
@@ -489,10 +489,7 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
       } else {
         // Re-execute the (possibly partial) READ the duplicate asks for.
         const RethView reth(bth_p + op.reth_offset);
-        const auto r = (attr_.qp_access_flags & mem::kRemoteRead)
-                           ? env_.mrs->CheckRemote(reth.rkey(), env_.pd, reth.va(),
-                                                   reth.dma_length(), mem::kRemoteRead)
-                           : mem::MrTable::Resolved{mem::AccessResult::kNoPermission, nullptr};
+        const auto r = ResolveRemote(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
         if (r.result != mem::AccessResult::kOk) return;
         a.kind = ActionKind::kReadResponse;
         a.host = r.host;

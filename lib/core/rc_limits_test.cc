@@ -479,5 +479,146 @@ TEST(ZeroLength, UcWriteNeedsNoKey) {
   EXPECT_EQ(c[0].byte_len, 0u);
 }
 
+
+// --- Responder errors raise the event verbs defines (issue 19 item 7):
+// access violation -> QP_ACCESS_ERR, invalid request -> QP_REQ_ERR, else
+// QP_FATAL (IBTA 11.6.3.1, C9-222.1.1). lib/transport reports the kind,
+// the verbs runtime turns it into the ibv_event_type (tests/verbs checks that).
+
+TEST(ErrorEvent, ResponderAccessViolationIsAnAccessError) {
+  Peer peer;
+  PacketFields w = peer.Rdma(wire::kRcWriteOnly, kPeerPsn, 0, 16);
+  w.reth_rkey ^= 0x100;
+  const std::vector<uint8_t> payload(16, 1);
+  w.payload = payload;
+  ExpectNak(peer.Feed(w), wire::kNakRemoteAccessError, kPeerPsn, "bad rkey");
+  EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kAccessError);
+}
+
+TEST(ErrorEvent, ResponderInvalidRequestIsARequestError) {
+  Peer peer;
+  const std::vector<uint8_t> payload(256, 1);
+  PacketFields m = peer.Frame(wire::kRcWriteMiddle, kPeerPsn);  // no WRITE in progress
+  m.payload = payload;
+  ExpectNak(peer.Feed(m), wire::kNakInvalidRequest, kPeerPsn, "MIDDLE without FIRST");
+  EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kRequestError);
+}
+
+TEST(ErrorEvent, RequesterErrorsAreFatalAndTheProgramsMoveIsNone) {
+  Peer peer;
+  ASSERT_EQ(peer.Post(peer.Wr(1, WrOpcode::kRdmaWrite, 0, 16)), 0);
+  ASSERT_EQ(peer.Poll().size(), 1u);
+  PacketFields nak = peer.Frame(wire::kRcAcknowledge, kOurPsn);
+  nak.aeth_syndrome = wire::MakeSyndrome(wire::AethType::kNak, wire::kNakRemoteAccessError);
+  peer.Feed(nak);
+  EXPECT_EQ(peer.qp()->state(), QpState::kErr);
+  EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kFatal);
+  peer.Reset();
+  EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kNone);
+  peer.Connect();
+  transport::QpAttr a;
+  a.qp_state = QpState::kErr;
+  ASSERT_TRUE(peer.dev().ModifyQp(peer.qp()->qpn(), a, transport::kAttrState).ok());
+  EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kNone);
+}
+
+// --- max_dest_rd_atomic (issue 19 item 7): more READ/atomic requests
+// outstanding than the responder resources negotiated is an invalid request
+// (IBTA 9.9.3.1.3 class C; rxe NAKs invalid request when it has none). A
+// request is outstanding until its last response left: a requester that keeps
+// to its max_rd_atomic can never exceed it.
+
+TEST(RdAtomicResources, OneMoreThanMaxDestRdAtomicIsNakedInvalidRequest) {
+  Peer peer(256, /*max_dest_rd_atomic=*/2);
+  peer.io().tx_room = 0;  // the responses wait in the queue
+  const uint32_t p = kPeerPsn;
+  peer.Feed({peer.Rdma(wire::kRcReadRequest, p, 0, 512), peer.Rdma(wire::kRcFetchAdd, p + 2, 8, 8)});
+  EXPECT_EQ(peer.qp()->state(), QpState::kRts);
+  peer.Feed(peer.Rdma(wire::kRcReadRequest, p + 3, 0, 256));
+  EXPECT_EQ(peer.qp()->state(), QpState::kErr);
+  EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kRequestError);
+  EXPECT_EQ(peer.qp()->counters().rd_atomic_overflows, 1u);
+  peer.io().tx_room = 64;
+  const auto out = peer.Poll();
+  ASSERT_EQ(out.size(), 4u);  // READ FIRST, LAST, atomic ACK, then the NAK
+  EXPECT_EQ(out[0].p.opcode, wire::kRcReadResponseFirst);
+  EXPECT_EQ(out[1].p.opcode, wire::kRcReadResponseLast);
+  EXPECT_EQ(out[2].p.opcode, wire::kRcAtomicAcknowledge);
+  ExpectNak({out[3]}, wire::kNakInvalidRequest, p + 3, "third READ/atomic");
+}
+
+TEST(RdAtomicResources, AResponseSentFreesItsResource) {
+  Peer peer(256, /*max_dest_rd_atomic=*/1);
+  for (uint32_t i = 0; i < 4; ++i) {
+    const auto out = peer.Feed(peer.Rdma(i % 2 ? wire::kRcCompareSwap : wire::kRcReadRequest, kPeerPsn + i, 8, 8));
+    ASSERT_EQ(out.size(), 1u) << i;
+    EXPECT_NE(out[0].p.opcode, wire::kRcAcknowledge) << i;
+  }
+  EXPECT_EQ(peer.qp()->state(), QpState::kRts);
+}
+
+TEST(RdAtomicResources, NoneNegotiatedNaksEveryRead) {
+  Peer peer(256, /*max_dest_rd_atomic=*/0);
+  ExpectNak(peer.Feed(peer.Rdma(wire::kRcReadRequest, kPeerPsn, 0, 8)), wire::kNakInvalidRequest, kPeerPsn,
+            "READ with no responder resources");
+}
+
+// --- Duplicate READs (issue 19 item 7): re-executed only for the original's
+// range or a part of it, with its R_Key, inside its PSNs (rxe's
+// duplicate_request); anything else is dropped.
+
+TEST(DuplicateRead, AskingForMoreThanTheOriginalIsIgnored) {
+  Peer peer(256);
+  const uint32_t p = kPeerPsn;
+  ASSERT_EQ(peer.Feed(peer.Rdma(wire::kRcReadRequest, p, 0, 512)).size(), 2u);  // PSNs p, p+1
+  ASSERT_EQ(peer.qp()->expected_psn(), p + 2);
+  // The whole READ again at its second PSN would be answered on p+1 and p+2.
+  EXPECT_TRUE(peer.Feed(peer.Rdma(wire::kRcReadRequest, p + 1, 0, 512)).empty());
+  // More bytes than the original, at its first PSN.
+  EXPECT_TRUE(peer.Feed(peer.Rdma(wire::kRcReadRequest, p, 0, 1024)).empty());
+  // Bytes before it, another R_Key.
+  EXPECT_TRUE(peer.Feed(peer.Rdma(wire::kRcReadRequest, p, 8, 512)).empty());
+  PacketFields other = peer.Rdma(wire::kRcReadRequest, p, 0, 512);
+  other.reth_rkey ^= 0x100;
+  EXPECT_TRUE(peer.Feed(other).empty());
+  EXPECT_EQ(peer.qp()->counters().dropped_bad_duplicates, 4u);
+  // What a requester retrying the lost second response asks for is answered.
+  auto out = peer.Feed(peer.Rdma(wire::kRcReadRequest, p + 1, 256, 256));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].p.opcode, wire::kRcReadResponseOnly);
+  EXPECT_EQ(out[0].f.bth.psn, p + 1);
+  EXPECT_EQ(std::vector<uint8_t>(out[0].f.payload.begin(), out[0].f.payload.end()),
+            std::vector<uint8_t>(peer.mem().begin() + 256, peer.mem().begin() + 512));
+  // And the whole READ again from its first PSN.
+  out = peer.Feed(peer.Rdma(wire::kRcReadRequest, p, 0, 512));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].f.bth.psn, p + 1);
+  EXPECT_EQ(peer.qp()->state(), QpState::kRts);
+  EXPECT_EQ(peer.qp()->expected_psn(), p + 2);
+}
+
+// --- NAK codes the requester does not know (issue 19 item 7): Invalid RD
+// Request (an RD-only code, syndrome 0x64) and the reserved codes complete
+// REM_OP_ERR, as rxe's completer does.
+
+TEST(NakSyndrome, UnknownCodesCompleteRemoteOperationalError) {
+  struct Case {
+    uint8_t code;
+    WcStatus status;
+  };
+  for (Case c : {Case{1, WcStatus::kRemInvReqErr}, Case{2, WcStatus::kRemAccessErr}, Case{3, WcStatus::kRemOpErr},
+                 Case{4, WcStatus::kRemOpErr}, Case{5, WcStatus::kRemOpErr}, Case{0x1F, WcStatus::kRemOpErr}}) {
+    Peer peer;
+    ASSERT_EQ(peer.Post(peer.Wr(1, WrOpcode::kRdmaWrite, 0, 16)), 0);
+    ASSERT_EQ(peer.Poll().size(), 1u);
+    PacketFields nak = peer.Frame(wire::kRcAcknowledge, kOurPsn);
+    nak.aeth_syndrome = wire::MakeSyndrome(wire::AethType::kNak, c.code);
+    peer.Feed(nak);
+    const auto wc = peer.Completions();
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, c.status) << "NAK code " << int(c.code) << ": " << queue::WcStatusName(wc[0].status);
+  }
+}
+
 }  // namespace
 }  // namespace droce::core

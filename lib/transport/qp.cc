@@ -185,6 +185,8 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     recv_wqe_held_ = false;
     retransmit_deadline_ = rnr_resume_at_ = 0;
     rd_atomic_outstanding_ = 0;
+    rd_atomic_active_ = 0;
+    error_event_ = QpEvent::kNone;
     msn_ = 0;
     nak_seq_sent_ = false;
   } else {
@@ -329,7 +331,10 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     if (Paced(now_ns)) return used;
     bool finished = false;
     const uint32_t len = BuildResponse(actions_.front(), frames[used].data, &finished);
-    if (finished) actions_.Pop();
+    if (finished) {
+      if (actions_.front().holds_resource) --rd_atomic_active_;
+      actions_.Pop();
+    }
     if (len == 0) continue;
     frames[used].len = len;
     ++counters_.tx_packets;

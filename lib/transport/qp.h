@@ -74,6 +74,16 @@ struct QpEnv {
   const cc::DcqcnParams* dcqcn = nullptr;
 };
 
+// The affiliated asynchronous event a transport error raises when it moves a
+// QP to ERR (IBTA 11.6.3.1, ibv_event_type): a responder that detected an
+// access violation (NAK remote access error) raises "Local Access Violation
+// Work Queue Error" (IBV_EVENT_QP_ACCESS_ERR), one that detected an invalid
+// request (NAK invalid request) "Invalid Request Local Work Queue Error"
+// (IBV_EVENT_QP_REQ_ERR); everything else "Local Work Queue Catastrophic
+// Error" (IBV_EVENT_QP_FATAL). kNone while no transport error happened (a
+// move to ERR the program asked for raises nothing).
+enum class QpEvent : uint8_t { kNone, kFatal, kRequestError, kAccessError };
+
 class RcQp {
  public:
   RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
@@ -139,6 +149,8 @@ class RcQp {
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
+  // Why the transport moved the QP to ERR (reset by a move to RESET).
+  QpEvent error_event() const { return error_event_; }
 
  private:
   struct SendWqe {
@@ -166,6 +178,9 @@ class RcQp {
     uint32_t first_psn = 0;
     uint32_t last_psn = 0;
     uint64_t original = 0;  // atomic result
+    uint64_t va = 0;        // READ: what the original asked for; a duplicate
+    uint32_t length = 0;    // may ask for that or a part of it, no more
+    uint32_t rkey = 0;
   };
 
   enum class ActionKind : uint8_t { kAck, kNak, kReadResponse, kAtomicAck };
@@ -182,6 +197,7 @@ class RcQp {
     uint32_t length = 0;
     uint32_t offset = 0;
     uint64_t original = 0;
+    bool holds_resource = false;  // a new READ/atomic: counts against max_dest_rd_atomic until sent
   };
 
   // --- requester / completer (requester.cc, completer.cc)
@@ -245,6 +261,10 @@ class RcQp {
   uint8_t CreditsField() const;
 
   void FlushAll();
+  void Fail(QpEvent why) {  // a transport error: ERR, and the event it raises
+    if (error_event_ == QpEvent::kNone) error_event_ = why;
+    EnterError();
+  }
   uint32_t WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
                         bool solicited, uint8_t** ext) const;
 
@@ -252,6 +272,7 @@ class RcQp {
   QpCaps caps_;
   QpEnv env_;
   QpState state_ = QpState::kReset;
+  QpEvent error_event_ = QpEvent::kNone;
   QpAttr attr_;
   wire::Route route_;
   wire::Route cnp_route_;  // route_ with the CNP DSCP and Not-ECT
@@ -305,6 +326,7 @@ class RcQp {
   uint32_t write_total_ = 0;
   std::vector<Resource> resources_;
   uint32_t next_resource_ = 0;
+  uint32_t rd_atomic_active_ = 0;  // new READ/atomic requests whose responses are not all sent
   queue::Ring<Action> actions_;
 };
 

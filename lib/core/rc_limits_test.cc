@@ -6,6 +6,7 @@
 // READs, NAK syndromes, and the state a move to RESET must clear.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -618,6 +619,76 @@ TEST(NakSyndrome, UnknownCodesCompleteRemoteOperationalError) {
     ASSERT_EQ(wc.size(), 1u);
     EXPECT_EQ(wc[0].status, c.status) << "NAK code " << int(c.code) << ": " << queue::WcStatusName(wc[0].status);
   }
+}
+
+
+// --- Issue 18's counter and RESET bugs.
+
+TEST(Counters, ADuplicateRequestsAckIsCountedOnce) {
+  Peer peer;
+  peer.PostRecv(1);
+  PacketFields send = peer.Frame(wire::kRcSendOnly, kPeerPsn);
+  send.bth.ack_req = true;
+  size_t acks = peer.Feed(send).size();
+  acks += peer.Feed(send).size();  // the duplicate is acknowledged again
+  EXPECT_EQ(acks, 2u);
+  EXPECT_EQ(peer.qp()->counters().duplicates_received, 1u);
+  EXPECT_EQ(peer.qp()->counters().acks_sent, acks);
+}
+
+bool AnyOpcode(const std::vector<Sent>& out, uint8_t opcode) {
+  return std::any_of(out.begin(), out.end(), [&](const Sent& s) { return s.p.opcode == opcode; });
+}
+
+TEST(Reset, ACnpOwedByTheOldConnectionIsNotSent) {
+  Peer peer;
+  peer.qp()->OnCongestionMark(peer.now());  // a CE-marked packet arrived; the CNP is not sent yet
+  peer.Reset();
+  peer.Connect();
+  ASSERT_EQ(peer.Post(peer.Wr(1, WrOpcode::kRdmaWrite, 0, 16)), 0);
+  const auto out = peer.Poll();
+  EXPECT_FALSE(AnyOpcode(out, wire::kCnp));
+  EXPECT_EQ(peer.qp()->counters().cnps_sent, 0u);
+}
+
+// The old connection's implied NAK (a READ response lost) must not stop the
+// new one from asking again for its own READ at the same PSN.
+TEST(Reset, AnImpliedNakOfTheOldConnectionIsForgotten) {
+  Peer peer;
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_EQ(peer.Post(peer.Wr(1, WrOpcode::kRdmaRead, 0, 16)), 0);     // PSN kOurPsn
+    ASSERT_EQ(peer.Post(peer.Wr(2, WrOpcode::kRdmaWrite, 64, 16)), 0);   // PSN kOurPsn + 1
+    ASSERT_EQ(peer.Poll().size(), 2u) << round;
+    PacketFields ack = peer.Frame(wire::kRcAcknowledge, kOurPsn + 1);  // no READ response came
+    ack.aeth_syndrome = wire::MakeSyndrome(wire::AethType::kAck, 0x1F);
+    const auto out = peer.Feed(ack);
+    ASSERT_FALSE(out.empty()) << "round " << round << ": the READ was not asked again";
+    EXPECT_EQ(out[0].p.opcode, wire::kRcReadRequest) << round;
+    EXPECT_EQ(out[0].f.bth.psn, kOurPsn) << round;
+    peer.Reset();
+    peer.Connect();
+  }
+}
+
+// The old connection's RNR NAK must not make the new one take a sequence NAK
+// for the same PSN as its echo.
+TEST(Reset, AnRnrNakOfTheOldConnectionIsForgotten) {
+  Peer peer;
+  ASSERT_EQ(peer.Post(peer.Wr(1, WrOpcode::kSend, 0, 16)), 0);
+  ASSERT_EQ(peer.Poll().size(), 1u);
+  PacketFields rnr = peer.Frame(wire::kRcAcknowledge, kOurPsn);
+  rnr.aeth_syndrome = wire::MakeSyndrome(wire::AethType::kRnrNak, 20);
+  peer.Feed(rnr);
+  peer.Reset();
+  peer.Connect();
+  ASSERT_EQ(peer.Post(peer.Wr(2, WrOpcode::kSend, 0, 16)), 0);
+  ASSERT_EQ(peer.Poll().size(), 1u);
+  PacketFields seq = peer.Frame(wire::kRcAcknowledge, kOurPsn);
+  seq.aeth_syndrome = wire::MakeSyndrome(wire::AethType::kNak, wire::kNakPsnSequenceError);
+  const auto out = peer.Feed(seq);
+  ASSERT_EQ(out.size(), 1u) << "the sequence NAK was taken for an old RNR NAK's echo";
+  EXPECT_EQ(out[0].p.opcode, wire::kRcSendOnly);
+  EXPECT_EQ(out[0].f.bth.psn, kOurPsn);
 }
 
 }  // namespace

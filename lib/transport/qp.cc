@@ -189,6 +189,13 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     error_event_ = QpEvent::kNone;
     msn_ = 0;
     nak_seq_sent_ = false;
+    // Nothing of the old connection may act on the next one: a CNP owed,
+    // an implied NAK or RNR NAK being waited out.
+    cnps_pending_ = 0;
+    implied_nak_pending_ = false;
+    rnr_nak_pending_ = false;
+    packets_since_ack_req_ = 0;
+    progress_since_retry_ = true;
   } else {
     state_ = next;
   }

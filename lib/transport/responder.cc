@@ -543,8 +543,8 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
     }
     return;  // too old to be in the cache: ignore (9.7.5.1.2)
   }
-  // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN).
-  ++counters_.acks_sent;
+  // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN). The
+  // ACK is counted when it is sent (BuildResponse), like every other.
   QueueAck(PsnAdd(epsn_, -1));
 }
 

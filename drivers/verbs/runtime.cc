@@ -391,7 +391,11 @@ void Runtime::CheckQps() {
     const transport::RcQp* q = dev_->qp(w.qpn);
     if (q == nullptr || q->state() != transport::QpState::kErr) continue;
     w.reported = true;
-    droce_async_event_desc ev{w.handle, IBV_EVENT_QP_FATAL, 0};
+    // The kind of error that put it there (transport::QpEvent, IBTA 11.6.3.1).
+    const ibv_event_type type = q->error_event() == transport::QpEvent::kAccessError    ? IBV_EVENT_QP_ACCESS_ERR
+                                : q->error_event() == transport::QpEvent::kRequestError ? IBV_EVENT_QP_REQ_ERR
+                                                                                        : IBV_EVENT_QP_FATAL;
+    droce_async_event_desc ev{w.handle, type, 0};
     if (write(w.async_write_fd, &ev, sizeof ev) == sizeof ev) {
       stats_.async_events.fetch_add(1, std::memory_order_relaxed);
     }

@@ -113,9 +113,11 @@ class Runtime {
   void WatchCq(const CqWatch& w);
   void UnwatchCq(uint32_t cq_id);
   void ArmCq(uint32_t cq_id);
-  // QPs whose transport errors (retry exhausted, a NAK that ends the
-  // connection) raise IBV_EVENT_QP_FATAL on async_fd; a move to ERR the
-  // program asked for does not.
+  // QPs whose transport errors put them in ERR raise an event on async_fd:
+  // IBV_EVENT_QP_ACCESS_ERR when the responder detected an access violation,
+  // IBV_EVENT_QP_REQ_ERR when it detected an invalid request, else
+  // IBV_EVENT_QP_FATAL (retry exhausted, a NAK that ends the connection); a
+  // move to ERR the program asked for raises none.
   void WatchQp(uint32_t qpn, uint64_t handle, int async_write_fd);
   void UnwatchQp(uint32_t qpn);
   void NoteQpErrorByUser(uint32_t qpn);

@@ -24,7 +24,7 @@ absl::Status ConnectQp(Device& dev, uint32_t qpn, const ConnectParams& p) {
   a.path_mtu = p.mtu;
   a.dest_qp_num = p.peer_qpn;
   a.rq_psn = p.rq_psn;
-  a.max_dest_rd_atomic = 16;
+  a.max_dest_rd_atomic = p.max_dest_rd_atomic;
   a.min_rnr_timer = p.min_rnr_timer;
   const uint32_t rtr_rc = kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
   if (absl::Status s = dev.ModifyQp(qpn, a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn |

@@ -24,6 +24,7 @@ struct ConnectParams {
   uint8_t rnr_retry = 7;
   uint8_t min_rnr_timer = 1;
   uint8_t max_rd_atomic = 16;
+  uint8_t max_dest_rd_atomic = 16;  // responder resources for the peer's READs and atomics
   bool to_rts = true;        // false: stop at RTR (a pure responder)
 };
 

@@ -323,6 +323,11 @@ class DirectionReplay : public ReplayBase {
           f.atomic_rkey = r->droce_rkey;
         }
       }
+      // The immediate each new message carries, as its wire bytes (one per PSN: an RNR'd request comes again).
+      if (expected && op.Has(kHdrImmDt) &&
+          std::none_of(immediates_.begin(), immediates_.end(), [&](const auto& e) { return e.first == f.bth.psn; })) {
+        immediates_.emplace_back(f.bth.psn, ImmDtView(k.data + k.p.bth_offset + op.immdt_offset).wire_order());
+      }
       f.bth.dest_qp = droce_qpn_;
       std::vector<uint8_t> frame(pktio::kMaxFrameBytes);
       auto n = SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size()));
@@ -333,6 +338,7 @@ class DirectionReplay : public ReplayBase {
       for (int i = 0; i < 4; ++i) dev_->Poll(now += 1000);
     }
     for (int i = 0; i < 16; ++i) dev_->Poll(now += 1000);
+    CheckImmediates();
     for (const auto& bytes : io_.sent) {
       const ParsedPacket p = ParseAndVerify(bytes.data(), static_cast<uint32_t>(bytes.size()));
       if (!p.ok()) {
@@ -343,6 +349,40 @@ class DirectionReplay : public ReplayBase {
     }
     result_.reference_responses = static_cast<uint32_t>(reference_.size());
     result_.droce_responses = static_cast<uint32_t>(droce_.size());
+  }
+
+  // Every immediate rxe's requester sent must reach droce's receive
+  // completion byte for byte (ibv_wc.imm_data is the completion's value,
+  // unchanged), in message order.
+  void CheckImmediates() {
+    std::vector<uint32_t> got;
+    queue::Completion wc[64];
+    for (uint32_t n; (n = dev_->PollCq(cq_, wc, 64)) > 0;) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (wc[i].status == queue::WcStatus::kSuccess && (wc[i].flags & queue::kWcWithImm)) {
+          got.push_back(wc[i].imm_or_inv);
+        }
+      }
+    }
+    auto bytes = [](uint32_t v) {
+      uint8_t b[4];
+      std::memcpy(b, &v, 4);
+      return absl::StrFormat("%02x %02x %02x %02x", b[0], b[1], b[2], b[3]);
+    };
+    for (size_t i = 0; i < std::max(got.size(), immediates_.size()); ++i) {
+      if (i >= got.size()) {
+        result_.mismatches.push_back(absl::StrFormat("no completion for the immediate of PSN %u (%s)",
+                                                     immediates_[i].first, bytes(immediates_[i].second)));
+      } else if (i >= immediates_.size()) {
+        result_.mismatches.push_back("a completion with an immediate no request carried: " + bytes(got[i]));
+      } else if (got[i] != immediates_[i].second) {
+        result_.mismatches.push_back(absl::StrFormat("immediate of PSN %u: the wire carried %s, the completion has %s",
+                                                     immediates_[i].first, bytes(immediates_[i].second),
+                                                     bytes(got[i])));
+      } else {
+        ++result_.immediates_checked;
+      }
+    }
   }
 
   // Whether READ data for [va, va+len) can be compared (written earlier in the capture).
@@ -466,6 +506,7 @@ class DirectionReplay : public ReplayBase {
   }
 
   uint32_t pd_ = 0, cq_ = 0, droce_qpn_ = 0, b_qpn_ = 0;
+  std::vector<std::pair<uint32_t, uint32_t>> immediates_;  // PSN, ImmDt in wire order
   std::map<uint32_t, Region> regions_;
   std::vector<uint8_t> recv_mem_;
   mem::MrKeys recv_key_{};
@@ -619,7 +660,8 @@ class RequesterReplay : public ReplayBase {
           data.insert(data.end(), m.data + m.p.payload_offset, m.data + m.p.payload_offset + m.p.payload_len);
           if (!(mop.roles & kRoleLast)) continue;
           const PacketFields last = DecodeFields(m.data, m.p);
-          if (mop.Has(kHdrImmDt)) wr.imm_data = last.imm_data;
+          // As a program would: the immediate's wire bytes, unswapped (a __be32).
+          if (mop.Has(kHdrImmDt)) wr.imm_data = ImmDtView(m.data + m.p.bth_offset + mop.immdt_offset).wire_order();
           if (mop.Has(kHdrIeth)) wr.invalidate_rkey = last.ieth_rkey;
           if (last.bth.solicited) wr.flags |= transport::kSendSolicited;
           const bool imm = mop.Has(kHdrImmDt), inv = mop.Has(kHdrIeth);

@@ -32,6 +32,7 @@ struct ReplayResult {
   uint32_t requests_fed = 0;
   uint32_t reference_responses = 0;
   uint32_t droce_responses = 0;
+  uint32_t immediates_checked = 0;  // responder: immediates that reached a completion byte for byte
   std::vector<std::string> mismatches;
   bool equivalent() const { return !skipped && mismatches.empty(); }
 };

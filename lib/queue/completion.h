@@ -59,7 +59,7 @@ struct Completion {
   WcOpcode opcode = WcOpcode::kSend;
   uint8_t flags = 0;
   uint32_t byte_len = 0;
-  uint32_t imm_or_inv = 0;  // imm_data as on the wire (big-endian value), or the invalidated rkey
+  uint32_t imm_or_inv = 0;  // imm_data: the wire bytes unswapped (a __be32, as ibv_wc); or the invalidated rkey
   uint32_t qp_num = 0;
   uint32_t src_qp = 0;
 };

@@ -61,7 +61,7 @@ bool RcQp::SgesStillLent(SendWqe& w) const {
 void RcQp::FailWqe(SendWqe& w, WcStatus status) {
   w.done = true;
   w.status = status;
-  EnterError();  // flushes everything behind it and completes in order
+  Fail(QpEvent::kFatal);  // flushes everything behind it and completes in order
 }
 
 void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
@@ -213,11 +213,11 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
           RetryFrom(psn);
           return;
         }
+        // Invalid RD request (4, an RD-only code) and the reserved codes
+        // complete REM_OP_ERR, as rxe's completer does (check_ack).
         const WcStatus status = code == kNakInvalidRequest      ? WcStatus::kRemInvReqErr
                                 : code == kNakRemoteAccessError ? WcStatus::kRemAccessErr
-                                : code == kNakRemoteOperationalError
-                                    ? WcStatus::kRemOpErr
-                                    : WcStatus::kRemInvRdReqErr;
+                                                                : WcStatus::kRemOpErr;
         FailWqe(sq_.front(), status);
         return;
       }

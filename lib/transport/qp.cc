@@ -185,8 +185,17 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     recv_wqe_held_ = false;
     retransmit_deadline_ = rnr_resume_at_ = 0;
     rd_atomic_outstanding_ = 0;
+    rd_atomic_active_ = 0;
+    error_event_ = QpEvent::kNone;
     msn_ = 0;
     nak_seq_sent_ = false;
+    // Nothing of the old connection may act on the next one: a CNP owed,
+    // an implied NAK or RNR NAK being waited out.
+    cnps_pending_ = 0;
+    implied_nak_pending_ = false;
+    rnr_nak_pending_ = false;
+    packets_since_ack_req_ = 0;
+    progress_since_retry_ = true;
   } else {
     state_ = next;
   }
@@ -330,7 +339,10 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     if (Paced(now_ns)) return used;
     bool finished = false;
     const uint32_t len = BuildResponse(actions_.front(), frames[used].data, &finished);
-    if (finished) actions_.Pop();
+    if (finished) {
+      if (actions_.front().holds_resource) --rd_atomic_active_;
+      actions_.Pop();
+    }
     if (len == 0) continue;
     frames[used].len = len;
     ++counters_.tx_packets;

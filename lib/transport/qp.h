@@ -10,6 +10,7 @@
 #ifndef DROCE_LIB_TRANSPORT_QP_H_
 #define DROCE_LIB_TRANSPORT_QP_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -72,6 +73,16 @@ struct QpEnv {
   // the transmit scheduler paces every packet but CNPs to it.
   const cc::DcqcnParams* dcqcn = nullptr;
 };
+
+// The affiliated asynchronous event a transport error raises when it moves a
+// QP to ERR (IBTA 11.6.3.1, ibv_event_type): a responder that detected an
+// access violation (NAK remote access error) raises "Local Access Violation
+// Work Queue Error" (IBV_EVENT_QP_ACCESS_ERR), one that detected an invalid
+// request (NAK invalid request) "Invalid Request Local Work Queue Error"
+// (IBV_EVENT_QP_REQ_ERR); everything else "Local Work Queue Catastrophic
+// Error" (IBV_EVENT_QP_FATAL). kNone while no transport error happened (a
+// move to ERR the program asked for raises nothing).
+enum class QpEvent : uint8_t { kNone, kFatal, kRequestError, kAccessError };
 
 class RcQp {
  public:
@@ -138,6 +149,8 @@ class RcQp {
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
+  // Why the transport moved the QP to ERR (reset by a move to RESET).
+  QpEvent error_event() const { return error_event_; }
 
  private:
   struct SendWqe {
@@ -165,6 +178,9 @@ class RcQp {
     uint32_t first_psn = 0;
     uint32_t last_psn = 0;
     uint64_t original = 0;  // atomic result
+    uint64_t va = 0;        // READ: what the original asked for; a duplicate
+    uint32_t length = 0;    // may ask for that or a part of it, no more
+    uint32_t rkey = 0;
   };
 
   enum class ActionKind : uint8_t { kAck, kNak, kReadResponse, kAtomicAck };
@@ -181,6 +197,7 @@ class RcQp {
     uint32_t length = 0;
     uint32_t offset = 0;
     uint64_t original = 0;
+    bool holds_resource = false;  // a new READ/atomic: counts against max_dest_rd_atomic until sent
   };
 
   // --- requester / completer (requester.cc, completer.cc)
@@ -204,6 +221,12 @@ class RcQp {
   bool SgesStillLent(SendWqe& w) const;
   bool StartWqe(SendWqe& w);
   uint32_t PacketsFor(const SendWqe& w) const;
+  // Packets (PSNs) a message of `len` bytes takes at the path MTU, at least
+  // one; 64-bit arithmetic, so any 32-bit length is counted right (2^31
+  // bytes at MTU 256 is 2^23 PSNs).
+  uint32_t PacketsForLength(uint32_t len) const {
+    return static_cast<uint32_t>(std::max<uint64_t>(1, (uint64_t{len} + mtu_ - 1) / mtu_));
+  }
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.
@@ -235,12 +258,16 @@ class RcQp {
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn);
   void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);
   // R_Key check of a remote request: the QP's own access flags, then the
-  // region or window (type-2 windows: bound through this QP).
+  // region or window (type-2 windows: bound through this QP). A zero-length
+  // READ or WRITE names no memory: neither its R_Key nor its VA is checked
+  // (IBTA 9.4, RDMA WRITE and READ with a DMA length of zero; rxe's
+  // check_rkey skips them too), and nothing is read or written for it.
   mem::MrTable::Resolved CheckRkey(uint32_t rkey, uint64_t va, uint64_t length,
                                    uint32_t access) const {
     if ((attr_.qp_access_flags & access) != access) {
       return {mem::AccessResult::kNoPermission, nullptr};
     }
+    if (length == 0) return {mem::AccessResult::kOk, nullptr};
     return env_.mrs->CheckRemote(rkey, env_.pd, qpn_, va, length, access);
   }
   bool TakeRecvWqe();
@@ -253,6 +280,10 @@ class RcQp {
   uint8_t CreditsField() const;
 
   void FlushAll();
+  void Fail(QpEvent why) {  // a transport error: ERR, and the event it raises
+    if (error_event_ == QpEvent::kNone) error_event_ = why;
+    EnterError();
+  }
   uint32_t WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
                         bool solicited, uint8_t** ext) const;
 
@@ -260,6 +291,7 @@ class RcQp {
   QpCaps caps_;
   QpEnv env_;
   QpState state_ = QpState::kReset;
+  QpEvent error_event_ = QpEvent::kNone;
   QpAttr attr_;
   wire::Route route_;
   wire::Route cnp_route_;  // route_ with the CNP DSCP and Not-ECT
@@ -313,6 +345,7 @@ class RcQp {
   uint32_t write_total_ = 0;
   std::vector<Resource> resources_;
   uint32_t next_resource_ = 0;
+  uint32_t rd_atomic_active_ = 0;  // new READ/atomic requests whose responses are not all sent
   queue::Ring<Action> actions_;
 };
 

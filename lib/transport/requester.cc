@@ -26,7 +26,7 @@ int RcQp::ValidateSend(const SendWr& wr) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
   uint64_t total = 0;
   for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (total > (1u << 31)) return EINVAL;  // max_msg_sz
+  if (total > kMaxMessageBytes) return EINVAL;  // max_msg_sz
   const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
                               wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
                               wr.opcode == WrOpcode::kAtomicFetchAndAdd;
@@ -57,7 +57,7 @@ uint32_t RcQp::PacketsFor(const SendWqe& w) const {
   if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
     return 1;
   }
-  return std::max<uint32_t>(1, (w.total_len + mtu_ - 1) / mtu_);
+  return PacketsForLength(w.total_len);
 }
 
 bool RcQp::MayStart(const SendWqe& w) const {
@@ -240,7 +240,8 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
     reth.set_rkey(w.wr.rkey);
     reth.set_dma_length(w.total_len);
   }
-  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_value(w.wr.imm_data);
+  // Immediate data is a __be32 already: its bytes go on the wire as they are.
+  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(w.wr.imm_data);
   if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(w.wr.invalidate_rkey);
   transport_len = op.header_bytes + seg;
   w.next_psn = PsnAdd(psn, 1);

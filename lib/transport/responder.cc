@@ -92,8 +92,11 @@ void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status)
   ++counters_.naks_sent;
   QueueNak(MakeSyndrome(AethType::kNak, nak_code), psn);
   if (recv_wqe_held_) CompleteRecv(local_status, WcOpcode::kRecv, 0, 0, 0, false);
-  // Class C/D errors move the responder to ERR after the NAK (9.9.3.1).
-  EnterError();
+  // Class C/D errors move the responder to ERR after the NAK (9.9.3.1) and
+  // raise the affiliated asynchronous error of their kind (C9-222.1.1, 11.6.3.1).
+  Fail(nak_code == kNakRemoteAccessError ? QpEvent::kAccessError
+       : nak_code == kNakInvalidRequest  ? QpEvent::kRequestError
+                                         : QpEvent::kFatal);
 }
 
 // Scatters a SEND payload into the held receive WQE at the running offset.
@@ -114,7 +117,7 @@ bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn) 
         ResponderError(kNakRemoteOperationalError, psn, WcStatus::kLocProtErr);
       } else {
         CompleteRecv(WcStatus::kLocProtErr, WcOpcode::kRecv, 0, 0, 0, false);
-        EnterError();
+        Fail(QpEvent::kFatal);
       }
       return false;
     }
@@ -129,7 +132,7 @@ bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn) 
       ResponderError(kNakInvalidRequest, psn, WcStatus::kLocLenErr);
     } else {
       CompleteRecv(WcStatus::kLocLenErr, WcOpcode::kRecv, 0, 0, 0, false);
-      EnterError();
+      Fail(QpEvent::kFatal);
     }
     return false;
   }
@@ -187,7 +190,7 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
     if (last) {
       const bool imm = op.Has(kHdrImmDt);
       CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, recv_offset_, imm ? queue::kWcWithImm : 0,
-                   imm ? ImmDtView(bth_p + op.immdt_offset).value() : 0, bth.solicited());
+                   imm ? ImmDtView(bth_p + op.immdt_offset).wire_order() : 0, bth.solicited());
       in_message_ = InMessage::kNone;
     }
     return;
@@ -195,6 +198,10 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
   // RDMA WRITE.
   if (first) {
     const RethView reth(bth_p + op.reth_offset);
+    if (reth.dma_length() > kMaxMessageBytes) {
+      drop_message();
+      return;
+    }
     const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
     if (r.result != mem::AccessResult::kOk) {
       drop_message();
@@ -220,7 +227,7 @@ void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
   if (last) {
     if (op.Has(kHdrImmDt)) {
       CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_, queue::kWcWithImm,
-                   ImmDtView(bth_p + op.immdt_offset).value(), bth.solicited());
+                   ImmDtView(bth_p + op.immdt_offset).wire_order(), bth.solicited());
     }
     in_message_ = InMessage::kNone;
   }
@@ -319,7 +326,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
       uint32_t value = 0;
       if (op.Has(kHdrImmDt)) {
         flags = queue::kWcWithImm;
-        value = ImmDtView(bth_p + op.immdt_offset).value();
+        value = ImmDtView(bth_p + op.immdt_offset).wire_order();
       } else if (op.Has(kHdrIeth)) {
         value = IethView(bth_p + op.ieth_offset).value();
         // Remote invalidation (IBTA 10.6.7, as rxe): only a type-2 window
@@ -345,6 +352,10 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
     if (first) {
       const RethView reth(bth_p + op.reth_offset);
+      if (reth.dma_length() > kMaxMessageBytes) {  // checked before the R_Key, as rxe's check_length
+        ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+        return;
+      }
       const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
       if (r.result != mem::AccessResult::kOk) {
         ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
@@ -372,7 +383,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     if (last) {
       if (op.Has(kHdrImmDt)) {
         CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_,
-                     queue::kWcWithImm, ImmDtView(bth_p + op.immdt_offset).value(),
+                     queue::kWcWithImm, ImmDtView(bth_p + op.immdt_offset).wire_order(),
                      bth.solicited());
       }
       in_message_ = InMessage::kNone;
@@ -380,18 +391,31 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
   } else if (p.opcode == kRcReadRequest) {
     const RethView reth(bth_p + op.reth_offset);
+    if (rd_atomic_active_ >= attr_.max_dest_rd_atomic) {
+      // More READ/atomic requests outstanding than the responder resources
+      // negotiated (max_dest_rd_atomic): invalid request (class C, 9.9.3.1.3).
+      ++counters_.rd_atomic_overflows;
+      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+      return;
+    }
+    if (reth.dma_length() > kMaxMessageBytes) {
+      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+      return;
+    }
     const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
       return;
     }
     if (actions_.full()) return;  // more READs than negotiated: the requester retries
-    const uint32_t packets = std::max<uint32_t>(1, (reth.dma_length() + mtu_ - 1) / mtu_);
+    const uint32_t packets = PacketsForLength(reth.dma_length());
     msn_ = PsnAdd(msn_, 1);
     Resource& res = resources_[next_resource_++ % resources_.size()];
-    res = Resource{true, false, psn, PsnAdd(psn, packets - 1), 0};
+    res = Resource{true, false, psn, PsnAdd(psn, packets - 1), 0, reth.va(), reth.dma_length(), reth.rkey()};
     Action* a = actions_.Reserve();
     *a = Action{};
+    a->holds_resource = true;
+    ++rd_atomic_active_;
     a->kind = ActionKind::kReadResponse;
     a->psn = psn;
     a->msn = msn_;
@@ -404,6 +428,11 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     return;
   } else if (op.roles & kRoleAtomic) {
     const AtomicEthView at(bth_p + op.atomic_offset);
+    if (rd_atomic_active_ >= attr_.max_dest_rd_atomic) {
+      ++counters_.rd_atomic_overflows;
+      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+      return;
+    }
     const auto r = CheckRkey(at.rkey(), at.va(), 8, mem::kRemoteAtomic);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
@@ -429,6 +458,8 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     res = Resource{true, true, psn, psn, original};
     Action* a = actions_.Reserve();
     *a = Action{};
+    a->holds_resource = true;
+    ++rd_atomic_active_;
     a->kind = ActionKind::kAtomicAck;
     a->psn = psn;
     a->msn = msn_;
@@ -457,8 +488,19 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
         a.kind = ActionKind::kAtomicAck;  // replay, never re-execute
         a.original = res.original;
       } else {
-        // Re-execute the (possibly partial) READ the duplicate asks for.
+        // Re-execute the (possibly partial) READ the duplicate asks for: the
+        // original or a part of it, with its R_Key, answered within the
+        // original's PSNs; anything else is dropped (rxe's duplicate_request).
         const RethView reth(bth_p + op.reth_offset);
+        const uint64_t skip = reth.va() - res.va;
+        const bool inside = reth.rkey() == res.rkey && reth.va() >= res.va && skip <= res.length &&
+                            reth.dma_length() <= res.length - skip &&
+                            PacketsForLength(reth.dma_length()) <=
+                                static_cast<uint32_t>(PsnDiff(res.last_psn, psn)) + 1;
+        if (!inside) {
+          ++counters_.dropped_bad_duplicates;
+          return;
+        }
         const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
         if (r.result != mem::AccessResult::kOk) return;
         a.kind = ActionKind::kReadResponse;
@@ -472,6 +514,7 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
           Action& q = actions_.at(i);
           if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res.first_psn) &&
               !PsnLess(res.last_psn, q.psn)) {
+            a.holds_resource = q.holds_resource;
             q = a;
             return;
           }
@@ -482,8 +525,8 @@ void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
     }
     return;  // too old to be in the cache: ignore (9.7.5.1.2)
   }
-  // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN).
-  ++counters_.acks_sent;
+  // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN). The
+  // ACK is counted when it is sent (BuildResponse), like every other.
   QueueAck(PsnAdd(epsn_, -1));
 }
 

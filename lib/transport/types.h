@@ -12,6 +12,9 @@ namespace droce::transport {
 inline constexpr uint32_t kMaxSge = 8;
 inline constexpr uint32_t kMaxInlineData = 256;
 inline constexpr uint32_t kMaxRdAtomic = 128;  // as rxe: peers (perftest) may ask for that many
+// IBTA 9.4.x: a DMA length (a message, a RETH's length) is 0..2^31 bytes
+// (max_msg_sz). Longer requests are NAKed invalid request, as rxe does.
+inline constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
 enum class WrOpcode : uint8_t {
   kRdmaWrite = 0,
@@ -57,7 +60,7 @@ struct SendWr {
   std::array<Sge, kMaxSge> sg_list{};
   uint64_t remote_addr = 0;  // RDMA and atomic
   uint32_t rkey = 0;
-  uint32_t imm_data = 0;         // big-endian value as the application gave it
+  uint32_t imm_data = 0;         // a __be32 as verbs holds it: its bytes are the wire bytes, in order
   uint32_t invalidate_rkey = 0;  // SEND_WITH_INV, LOCAL_INV
   uint64_t compare_add = 0;
   uint64_t swap = 0;

@@ -260,6 +260,9 @@ class DethT : public HeaderView<B> {
 };
 
 // A single big-endian 32-bit field: ImmDt (9.3.6) or IETH's R_Key (9.3.7).
+// value() is the number the four bytes spell big-endian (as Wireshark shows
+// it); wire_order() is the four bytes themselves, unswapped, as verbs holds
+// immediate data (a __be32: ibv_send_wr.imm_data, ibv_wc.imm_data).
 template <typename B>
 class Be32FieldT : public HeaderView<B> {
   using HeaderView<B>::p_;
@@ -268,6 +271,12 @@ class Be32FieldT : public HeaderView<B> {
   using HeaderView<B>::HeaderView;
   uint32_t value() const { return LoadBe32(p_); }
   void set_value(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_, v); }
+  uint32_t wire_order() const {
+    uint32_t v;
+    std::memcpy(&v, p_, sizeof v);
+    return v;
+  }
+  void set_wire_order(uint32_t v) requires HeaderView<B>::kWritable { std::memcpy(p_, &v, sizeof v); }
 };
 
 using EthView = EthT<const uint8_t>;

@@ -16,7 +16,8 @@
  *  10 ATOMIC_FETCH_AND_ADD, 11 ATOMIC_CMP_AND_SWP
  *  12 SEND 61 B (inline)
  * -R <ms> (server): post receives only <ms> after RTS -> RNR NAKs.
- * Server posts 8 receives and reports completions (opcode, byte_len, imm).
+ * Server posts 8 receives, reports completions (opcode, byte_len, imm) and exits 1 if any differs from what
+ * the client sent (immediate values in wire order, SEND lengths).
  */
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
@@ -172,11 +173,22 @@ int main(int argc, char **argv) {
 			usleep(20000);
 		}
 	} else {
+		/* what the client's ops 1-5 and 12 must deliver, in order: opcode, imm (0 = none), SEND byte_len (-1 = any) */
+		static const struct { int opcode; uint32_t imm; int len; } want[6] = {
+			{ IBV_WC_RECV, 0xA0000000u, 61 }, { IBV_WC_RECV, 0xA0000001u, 2999 },
+			{ IBV_WC_RECV_RDMA_WITH_IMM, 0xA0000002u, -1 }, { IBV_WC_RECV_RDMA_WITH_IMM, 0xA0000003u, -1 },
+			{ IBV_WC_RECV, 0, 0 }, { IBV_WC_RECV, 0, 61 } };
+		int bad = 0;
 		for (int n = 0; n < 6; n++) {
 			struct ibv_wc wc = wait_cq(cq, "recv");
-			printf("server recv wc: opcode %d byte_len %u wc_flags 0x%x imm 0x%08x\n", wc.opcode, wc.byte_len, wc.wc_flags,
-			       (wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0);
+			uint32_t imm = (wc.wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc.imm_data) : 0;
+			printf("server recv wc: opcode %d byte_len %u wc_flags 0x%x imm 0x%08x\n", wc.opcode, wc.byte_len, wc.wc_flags, imm);
+			if ((int)wc.opcode != want[n].opcode || imm != want[n].imm || (want[n].len >= 0 && (int)wc.byte_len != want[n].len)) {
+				printf("MISMATCH on receive %d: want opcode %d imm 0x%08x byte_len %d\n", n + 1, want[n].opcode, want[n].imm, want[n].len);
+				bad = 1;
+			}
 		}
+		if (bad) { sync_sock(s); return 1; }
 	}
 	sync_sock(s);
 	if (!server) printf("server atomic target now 0x%llx, write target[0..3]=%.4s\n", (unsigned long long)*(uint64_t *)(buf + 60000), buf + 40960);

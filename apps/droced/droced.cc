@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -39,6 +40,7 @@
 #include "absl/strings/str_format.h"
 #include "apps/droced/fabric_state.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
 
 namespace droce::droced {
@@ -209,9 +211,23 @@ class Daemon {
       }
       // Idle: sleep on the control sockets. Short sleeps for 2 ms after the
       // last frame (a ping-pong's next message), then doubling to 1 ms.
-      const bool hot = now - last_work < 2'000'000;
-      ServiceControl(hot ? 5 : sleep_us);
-      if (!hot) sleep_us = std::min<uint32_t>(sleep_us * 2, 1000);
+      // The switch has no timers: it sleeps until a frame or a request comes.
+      if (ArmWakeups()) {
+        // Every process's ring will say when a frame comes (memif interrupt
+        // mode, drivers/ethdev/rx_wakeup.cc); one may have come meanwhile.
+        if (PollOnce() > 0) {
+          DisarmWakeups();
+          idle = 0, sleep_us = 1, last_work = NowNs();
+          continue;
+        }
+        ServiceControl(100'000);
+        DisarmWakeups();
+      } else if (now - last_work < 2'000'000) {
+        ServiceControl(5);  // hot, and some ring cannot notify: short timed sleeps
+      } else {
+        ServiceControl(sleep_us);
+        sleep_us = std::min<uint32_t>(sleep_us * 2, 1000);
+      }
       next_control = NowNs() + 200'000;
     }
     Log("stopping (%s)", g_stop ? "signal" : "shutdown request");
@@ -339,15 +355,55 @@ class Daemon {
  private:
   std::FILE* trace_ = nullptr;
 
+  // Arms every attached port's arrival notification; false (nothing left
+  // armed) if one cannot notify now (a process still connecting, or a
+  // layout check in rx_wakeup.cc failed): the loop then sleeps by the clock.
+  bool ArmWakeups() {
+    nwake_ = 0;
+    bool all = true, any = false;
+    for (uint32_t i = 0; i < kMaxPorts && all; ++i) {
+      const Port& p = state_.ports()[i];
+      if (!p.in_use) {
+        wakeups_[i].reset();
+        continue;
+      }
+      any = true;
+      if (wakeups_[i] == nullptr || wakeup_memif_[i] != p.memif_id) {
+        std::string why_not;
+        wakeups_[i] = ethdev::RxWakeup::For(static_cast<uint16_t>(p.handle), &why_not);
+        wakeup_memif_[i] = p.memif_id;
+      }
+      const int fd = wakeups_[i] != nullptr ? wakeups_[i]->Arm() : -1;
+      if (fd < 0) {
+        all = false;
+        break;
+      }
+      armed_[nwake_] = i;
+      wake_fds_[nwake_++] = fd;
+    }
+    if (!all) DisarmWakeups();
+    // No process attached: nothing to poll, a control request ends the sleep.
+    return all && (any || nwake_ == 0);
+  }
+
+  void DisarmWakeups() {
+    for (uint32_t k = 0; k < nwake_; ++k) {
+      if (wakeups_[armed_[k]] != nullptr) wakeups_[armed_[k]]->Disarm();
+    }
+    nwake_ = 0;
+  }
+
   // Accepts connections and answers requests; waits up to timeout_us for one.
   void ServiceControl(uint32_t timeout_us) {
-    pollfd fds[1 + kMaxConns];
+    pollfd fds[1 + kMaxConns + kMaxPorts];
     nfds_t nfds = 0;
     fds[nfds++] = {listen_fd_, POLLIN, 0};
     for (const Conn& c : conns_) fds[nfds++] = {c.fd, POLLIN, 0};
-    const timespec timeout{0, static_cast<long>(timeout_us) * 1000};
+    const nfds_t nconn = nfds;
+    for (uint32_t i = 0; i < nwake_; ++i) fds[nfds++] = {wake_fds_[i], POLLIN, 0};  // arrivals only wake us
+    const timespec timeout{0, static_cast<long>(timeout_us) * 1000};  // < 1 s
     if (ppoll(fds, nfds, &timeout, nullptr) <= 0) return;
-    for (nfds_t i = nfds; i-- > 1;) {  // backwards: closing a connection moves the ones after it
+    for (nfds_t i = nconn; i-- > 1;) {  // backwards: closing a connection moves the ones after it
       if (fds[i].revents != 0) ServeConn(i - 1);
     }
     if (fds[0].revents & POLLIN) Accept();
@@ -434,6 +490,11 @@ class Daemon {
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
   int dirty_[kMaxPorts * kBurst];
+  std::unique_ptr<ethdev::RxWakeup> wakeups_[kMaxPorts];  // per port index, for memif wakeup_memif_[i]
+  uint32_t wakeup_memif_[kMaxPorts] = {};
+  uint32_t armed_[kMaxPorts] = {};
+  int wake_fds_[kMaxPorts] = {};
+  uint32_t nwake_ = 0;
   uint32_t ndirty_ = 0;
 };
 

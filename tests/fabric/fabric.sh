@@ -65,6 +65,22 @@ check "ib_send_bw droce0 <-> droce1" pair \
   "ib_send_bw -p $p -d droce0 -x 1 -D 2" "ib_send_bw -p $p -d droce1 -x 1 -D 2 127.0.0.1"
 check "ib_read_bw droce1 <-> droce0" pair \
   "ib_read_bw -p $p -d droce1 -x 1 -D 2" "ib_read_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1"
+# Four processes at once, three of them on droce0: two pairs side by side.
+four() {
+  local p2=$((p + 1)) rc=0
+  timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 2 >"$run/a_s.log" 2>&1 & local a_s=$!
+  timeout "$t" ib_send_bw -p $p2 -d droce0 -x 1 -D 2 >"$run/b_s.log" 2>&1 & local b_s=$!
+  sleep "${SERVER_DELAY:-1.5}"
+  timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1 >"$run/a_c.log" 2>&1 & local a_c=$!
+  timeout "$t" ib_send_bw -p $p2 -d droce1 -x 1 -D 2 127.0.0.1 >"$run/b_c.log" 2>&1 & local b_c=$!
+  sleep 1
+  "$ctl" link show droce0
+  [ "$("$ctl" link show droce0 | grep -c 'process pid')" = 3 ] || { echo "expected 3 processes on droce0"; rc=1; }
+  for pid in $a_s $b_s $a_c $b_c; do wait $pid || rc=1; done
+  for f in a_s a_c b_s b_c; do echo "--- $f"; tail -3 "$run/$f.log"; done
+  return $rc
+}
+check "four processes at once (three on droce0)" four
 check "daemon counters" bash -c "'$ctl' daemon status | tee /dev/stderr | grep -q 'arp_replies [1-9]'"
 
 # A client killed mid-transfer: the daemon keeps running and frees its range;

@@ -1,16 +1,19 @@
 // droce-ctl: registers droce devices for libibverbs, like
 // `rdma link add rxe0 type rxe netdev eth0` does for Soft-RoCE.
 //
+//   droce-ctl link add NAME ip ADDR [options]      (a device of the host fabric, served by droced)
 //   droce-ctl link add NAME type memif socket PATH role server|client ip ADDR [options]
 //   droce-ctl link add NAME type af_packet iface IFACE ip ADDR [options]
 //   droce-ctl link add NAME type vdev vdev DPDK-VDEV-STRING ip ADDR [options]
 //   droce-ctl link del NAME
 //   droce-ctl link show [NAME]
+//   droce-ctl daemon start|stop|status
 //   droce-ctl env
 //
 // Options (keyword value): ip ADDR (again for a second, IPv6 address),
 // mac MAC, neighbor IP,MAC (repeatable), mtu N, netdev IFACE, eal "ARGS",
 // set KEY=VALUE (any key of the device file, see doc/verbs.md).
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -22,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "drivers/verbs/device_config.h"
+#include "drivers/verbs/fabric.h"
 
 namespace droce::verbs {
 namespace {
@@ -29,11 +33,14 @@ namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
     "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n"
+    "  link add NAME ip ADDR [OPTIONS]   a device of the host fabric (droced, started as needed):\n"
+    "                                    any number of processes open it\n"
     "  link add NAME type memif socket PATH role server|client ip ADDR [OPTIONS]\n"
     "  link add NAME type af_packet iface IFACE ip ADDR [OPTIONS]\n"
     "  link add NAME type vdev vdev DPDK-VDEV ip ADDR [OPTIONS]\n"
     "  link del NAME\n"
     "  link show [NAME]\n"
+    "  daemon start|stop|status   the run directory's fabric daemon (droced)\n"
     "  env            print the environment a verbs program needs\n"
     "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
     "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
@@ -71,11 +78,100 @@ int Env(const std::string& run_dir) {
   return 0;
 }
 
-void Show(const DeviceFile& f) {
-  std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
+// droced: next to droce-ctl in a build tree or an installation, else $PATH.
+std::string DrocedPath() {
+#ifdef DROCE_BUILD_DROCED
+  if (fs::exists(DROCE_BUILD_DROCED)) return DROCE_BUILD_DROCED;
+#endif
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(self.parent_path() / "droced")) return (self.parent_path() / "droced").string();
+  return "droced";
+}
+
+bool DaemonRunning(const std::string& run_dir) {
+  const int fd = fabric::Connect(fabric::ControlSocketPath(run_dir));
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+// Starts droced for the run directory unless it runs; it returns once the
+// daemon listens.
+int DaemonStart(const std::string& run_dir, bool quiet) {
+  if (DaemonRunning(run_dir)) {
+    if (!quiet) std::printf("droced is running for %s\n", run_dir.c_str());
+    return 0;
+  }
+  const std::string exe = DrocedPath();
+  const pid_t pid = fork();
+  if (pid < 0) return Fail("fork failed");
+  if (pid == 0) {
+    execlp(exe.c_str(), exe.c_str(), "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
+    std::fprintf(stderr, "droce-ctl: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return Fail("droced did not start (see " + fabric::LogFilePath(run_dir) + ")");
+  }
+  if (!quiet) std::printf("droced started for %s\n", run_dir.c_str());
+  return 0;
+}
+
+int DaemonCommand(const std::string& run_dir, const std::vector<std::string>& args) {
+  const std::string cmd = args.empty() ? "status" : args[0];
+  const std::string control = fabric::ControlSocketPath(run_dir);
+  if (cmd == "start") return DaemonStart(run_dir, false);
+  if (cmd == "stop") {
+    if (!DaemonRunning(run_dir)) {
+      std::printf("droced is not running for %s\n", run_dir.c_str());
+      return 0;
+    }
+    absl::StatusOr<fabric::Reply> r = fabric::CallOnce(control, fabric::MakeRequest(fabric::kOpShutdown, ""), 5000);
+    if (!r.ok()) return Fail(std::string(r.status().message()));
+    if (r->error != 0) return Fail(std::string("droced: ") + r->message);
+    for (int i = 0; i < 100 && DaemonRunning(run_dir); ++i) usleep(100000);  // it detaches everyone first
+    return 0;
+  }
+  if (cmd == "status") {
+    std::string text;
+    absl::StatusOr<fabric::Reply> r =
+        fabric::CallOnce(control, fabric::MakeRequest(fabric::kOpStatus, args.size() > 1 ? args[1] : ""), 5000, &text);
+    if (!r.ok()) return Fail(std::string(r.status().message()));
+    if (r->error != 0) return Fail(std::string("droced: ") + r->message);
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
+  return Fail("daemon start|stop|status");
+}
+
+// Tells a running daemon that the run directory's devices changed.
+void DaemonRescan(const std::string& run_dir) {
+  (void)fabric::CallOnce(fabric::ControlSocketPath(run_dir), fabric::MakeRequest(fabric::kOpRescan, ""), 5000);
+}
+
+void Show(const std::string& run_dir, const DeviceFile& f) {
+  if (f.fabric) {
+    std::printf("%s: fabric mtu %u mac %s", f.name.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
+  } else {
+    std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
+  }
   const core::Device model(f.dev, nullptr);
   for (size_t i = 0; i < model.gids().size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(model.gids()[i]).c_str());
   std::printf("\n");
+  if (!f.fabric) return;
+  // Attached processes and their QPN ranges, as the daemon knows them.
+  std::string text;
+  absl::StatusOr<fabric::Reply> r = fabric::CallOnce(
+      fabric::ControlSocketPath(f.fabric_dir), fabric::MakeRequest(fabric::kOpStatus, f.name), 5000, &text);
+  if (!r.ok() || r->error != 0) {
+    std::printf("  droced is not running for %s\n", f.fabric_dir.c_str());
+  } else {
+    std::fputs(text.c_str(), stdout);
+  }
+  (void)run_dir;
 }
 
 int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::vector<std::string>& args) {
@@ -142,8 +238,16 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     sets.insert(sets.begin(), "mtu=2048");
   } else if (type == "vdev") {
     if (vdev.empty()) return Fail("type vdev needs 'vdev DPDK-VDEV-STRING'");
+  } else if (type.empty()) {
+    // The host fabric: no wire of its own; droced switches its frames.
+    if (!vdev.empty() || !socket.empty() || !iface.empty()) return Fail("a fabric device takes no vdev/socket/iface");
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    f.fabric = true;
+    f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
+    if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
   } else {
-    return Fail(type.empty() ? "link add: missing 'type memif|af_packet|vdev'" : "unknown type '" + type + "'");
+    return Fail("unknown type '" + type + "' (memif, af_packet, vdev, or none for the fabric)");
   }
   f.vdev = vdev;
   // Validate everything through the same parser the provider uses.
@@ -156,7 +260,12 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   }
   absl::Status s = WriteDeviceTree(run_dir, dev_dir, *parsed);
   if (!s.ok()) return Fail(std::string(s.message()));
-  Show(*parsed);
+  if (parsed->fabric) {
+    const int rc = DaemonStart(parsed->fabric_dir, /*quiet=*/true);
+    if (rc != 0) return rc;
+    DaemonRescan(parsed->fabric_dir);
+  }
+  Show(run_dir, *parsed);
   return 0;
 }
 
@@ -180,6 +289,7 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (args[0] == "env") return Env(run_dir);
+  if (args[0] == "daemon") return DaemonCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
   if (args[0] != "link" || args.size() < 2) {
     std::fputs(kUsage, stderr);
     return 2;
@@ -190,6 +300,7 @@ int Main(int argc, char** argv) {
   if (cmd == "del" || cmd == "delete") {
     if (rest.size() != 1) return Fail("link del NAME");
     absl::Status s = RemoveDeviceTree(run_dir, dev_dir, rest[0]);
+    if (s.ok() && DaemonRunning(run_dir)) DaemonRescan(run_dir);
     return s.ok() ? 0 : Fail(std::string(s.message()));
   }
   if (cmd == "show") {
@@ -201,7 +312,7 @@ int Main(int argc, char** argv) {
         rc = Fail(std::string(f.status().message()));
         continue;
       }
-      Show(*f);
+      Show(run_dir, *f);
     }
     return rc;
   }

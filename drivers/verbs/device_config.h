@@ -62,6 +62,11 @@ struct DeviceFile {
   // interval applies (the paper's 50 us, mlx5's 4 us), as in droce-testpmd.
   bool cnp_interval_set = false;
   double dcqcn_line_rate_gbps = 100;
+  // A device of the host fabric (doc/droced.md): no wire of its own; the
+  // program attaches to the droced of run directory fabric_dir, which gives
+  // it a memif interface on the daemon's socket and its QPN range.
+  bool fabric = false;
+  std::string fabric_dir;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/verbs/abi.h"
+#include "drivers/verbs/fabric.h"
 
 namespace droce::verbs {
 
@@ -93,6 +94,7 @@ absl::StatusOr<Runtime*> Runtime::Acquire(const DeviceFile& f) {
   auto* rt = new Runtime(f);
   absl::Status s = rt->Start();
   if (!s.ok()) {
+    if (rt->fabric_fd_ >= 0) close(rt->fabric_fd_);
     delete rt;
     return absl::Status(s.code(), absl::StrCat(f.name, ": ", s.message()));
   }
@@ -112,7 +114,40 @@ void Runtime::Release(Runtime* rt) {
   delete rt;
 }
 
+absl::Status Runtime::AttachFabric() {
+  const std::string control = fabric::ControlSocketPath(file_.fabric_dir);
+  fabric_fd_ = fabric::Connect(control);
+  if (fabric_fd_ < 0) {
+    return absl::UnavailableError(absl::StrCat("the fabric daemon is not running (", control, ": ",
+                                               std::strerror(errno), "); start it with `droce-ctl daemon start`"));
+  }
+  absl::StatusOr<fabric::Reply> r =
+      fabric::Call(fabric_fd_, fabric::MakeRequest(fabric::kOpAttach, file_.name), 10000);
+  if (!r.ok()) return r.status();
+  if (r->error != 0) {
+    return absl::UnavailableError(absl::StrCat("droced refused to attach: ", r->message, " (",
+                                               std::strerror(r->error), ")"));
+  }
+  if (std::memcmp(r->mac, file_.dev.mac.data(), 6) != 0) {
+    return absl::FailedPreconditionError("droced knows the device with another MAC (re-register it)");
+  }
+  if (r->qpn_count == 0 || r->qpn_base < 2 || r->qpn_base + r->qpn_count > fabric::kQpnSpace) {
+    return absl::FailedPreconditionError("droced gave an invalid QPN range");
+  }
+  // Only QPNs of our range: the daemon steers the device's others to the
+  // processes that own them.
+  file_.dev.qpn_base = r->qpn_base;
+  file_.dev.max_qp = std::min(file_.dev.max_qp, r->qpn_count);
+  file_.vdev = absl::StrCat("net_memif_", file_.name, "_fabric,role=client,socket=", r->memif_socket,
+                            ",id=", r->memif_id, ",secret=", r->secret, ",socket-abstract=no,bsize=10240");
+  return absl::OkStatus();
+}
+
 absl::Status Runtime::Start() {
+  if (file_.fabric) {
+    absl::Status s = AttachFabric();
+    if (!s.ok()) return s;
+  }
   RemoveStaleMemifSocket(file_.vdev);
   if (!ethdev::EalStarted()) {
     ethdev::EalConfig eal;
@@ -137,6 +172,12 @@ absl::Status Runtime::Start() {
   attempt_ns_ = NowNs();
   link_up_ = port_->RefreshLink();
   dev_ = std::make_unique<core::Device>(file_.dev, port_.get());
+  if (file_.fabric) {
+    dev_->loopback().SetOwnQpns(file_.dev.qpn_base, file_.dev.max_qp);
+    // The daemon listens already: the handshake takes milliseconds. QPs of
+    // the device in other processes are reached only through it.
+    link_up_ = port_->WaitLinkUp(static_cast<int>(file_.link_wait_ms));
+  }
   if (file_.progress.wakeup) {
     std::string why_not;
     wakeup_ = ethdev::RxWakeup::For(port_->port_id(), &why_not);
@@ -178,6 +219,8 @@ void Runtime::Stop() {
     port_.reset();
   }
   if (event_socket_ >= 0) close(event_socket_);
+  // After the memif interface went: the daemon then frees it and our QPNs.
+  if (fabric_fd_ >= 0) close(fabric_fd_);
 }
 
 // DROCE_STATS=1: the device's and every QP's counters on stderr at close,
@@ -185,8 +228,9 @@ void Runtime::Stop() {
 void Runtime::PrintStats() {
   const core::DeviceCounters& c = dev_->counters();
   const ethdev::PortStats& p = port_->stats();
-  std::fprintf(stderr, "droce %s: link %s, reconnects %lu\n", file_.name.c_str(), port_->LinkUp() ? "up" : "down",
-               reconnects_);
+  std::fprintf(stderr, "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu, looped %lu\n",
+               file_.name.c_str(), port_->LinkUp() ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
+               p.rx_multi_segment, dev_->loopback_counters().looped);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, tx_port_full %lu, rx_foreign %lu, "
                "rx_unknown_qp %lu, "
@@ -200,7 +244,7 @@ void Runtime::PrintStats() {
                wakeup_ ? wakeup_->kind() : "timed sleeps only", stats_.comp_events.load(),
                stats_.events_handed_over.load(), stats_.async_events.load(), stats_.event_wait_sleeps.load(),
                stats_.event_wait_arrivals.load());
-  for (uint32_t qpn = core::Device::kFirstQpn; qpn < core::Device::kFirstQpn + dev_->config().max_qp; ++qpn) {
+  for (uint32_t qpn = dev_->config().qpn_base; qpn < dev_->config().qpn_base + dev_->config().max_qp; ++qpn) {
     transport::RcQp* q = dev_->qp(qpn);
     if (q == nullptr) continue;
     const transport::QpCounters& k = q->counters();

@@ -141,6 +141,9 @@ class Runtime {
  private:
   explicit Runtime(const DeviceFile& f) : file_(f) {}
   absl::Status Start();
+  // A fabric device: attach to droced (memif id, QPN range) and point the
+  // device file's vdev at the daemon's memif socket.
+  absl::Status AttachFabric();
   void Stop();
   void ProgressLoop();
   static void RequestShortSlice(uint32_t slice_us);
@@ -193,6 +196,7 @@ class Runtime {
   std::vector<SrqLimitWatch> srq_limits_;
   void CheckSrqLimits();
   int event_socket_ = -1;  // sends completion events to channels
+  int fabric_fd_ = -1;     // the attachment to droced: lives as long as this socket
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;
   uint64_t next_reconnect_ns_ = 0;

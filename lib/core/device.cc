@@ -40,8 +40,7 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     gids_.push_back(v4);
   }
   if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
-  qps_.resize(kFirstQpn);
-  is_active_.resize(kFirstQpn);
+  next_qpn_ = config.qpn_base;
   rx_frames_.resize(config.burst);
   tx_frames_.resize(config.burst);
   tx_backlog_.reserve(config.burst);  // never more than one burst's tail
@@ -201,7 +200,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
       c.max_inline_data > transport::kMaxInlineData) {
     return absl::InvalidArgumentError("QP capabilities exceed the device limits");
   }
-  if (next_qpn_ - kFirstQpn >= config_.max_qp) return absl::ResourceExhaustedError("too many QPs");
+  if (next_qpn_ - config_.qpn_base >= config_.max_qp || next_qpn_ >= (1u << 24)) {
+    return absl::ResourceExhaustedError("too many QPs");
+  }
   transport::QpEnv env;
   env.mrs = &mrs_;
   env.send_cq = cq(init.send_cq);
@@ -220,7 +221,10 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   return qpn;
 }
 
-RcQp* Device::qp(uint32_t qpn) { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
+RcQp* Device::qp(uint32_t qpn) {
+  const uint32_t i = qpn - config_.qpn_base;  // wraps for QPNs below the base
+  return i < qps_.size() ? qps_[i].get() : nullptr;
+}
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
   RcQp* q = qp(qpn);
@@ -238,7 +242,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
-  qps_[qpn].reset();
+  qps_[qpn - config_.qpn_base].reset();
   mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state
   return absl::OkStatus();
 }
@@ -265,8 +269,8 @@ uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
 }
 
 void Device::Activate(uint32_t qpn) {
-  if (!is_active_[qpn]) {
-    is_active_[qpn] = 1;
+  if (!is_active_[qpn - config_.qpn_base]) {
+    is_active_[qpn - config_.qpn_base] = 1;
     active_.push_back(qpn);
   }
 }
@@ -426,7 +430,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     const uint32_t qpn = active_[i];
     RcQp* q = qp(qpn);
     if (q == nullptr || !q->HasWork()) {
-      is_active_[qpn] = 0;
+      is_active_[qpn - config_.qpn_base] = 0;
       active_[i] = active_.back();
       active_.pop_back();
     } else {

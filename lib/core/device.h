@@ -45,6 +45,9 @@ struct DeviceConfig {
   bool vlan = false;
   uint16_t vlan_tci = 0;
   uint32_t max_qp = 1024;
+  // QPNs are [qpn_base, qpn_base + max_qp); 0 and 1 are the special QPs. A
+  // device shared through droced gets its range from the daemon.
+  uint32_t qpn_base = 0x11;
   uint32_t max_mr = 1u << 16;
   uint16_t burst = 32;
   // Destinations with no neighbour entry go to the broadcast MAC instead of
@@ -151,6 +154,9 @@ class Device {
 
   const DeviceCounters& counters() const { return counters_; }
   const pktio::LoopbackCounters& loopback_counters() const { return loopback_.counters(); }
+  // The internal loopback, e.g. to restrict it to this process's QPNs on a
+  // shared port (pktio::LoopbackIo::SetOwnQpns).
+  pktio::LoopbackIo& loopback() { return loopback_; }
 
  private:
   static absl::Status MakeRouteThunk(void* ctx, const transport::AddressVector& av,
@@ -182,10 +188,10 @@ class Device {
   mem::MrTable mrs_;
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;
-  std::vector<std::unique_ptr<transport::RcQp>> qps_;  // index = QPN
-  uint32_t next_qpn_ = kFirstQpn;
+  std::vector<std::unique_ptr<transport::RcQp>> qps_;  // index = QPN - qpn_base
+  uint32_t next_qpn_ = 0;
   std::vector<uint32_t> active_;    // QPNs with work or timers
-  std::vector<uint8_t> is_active_;  // index = QPN
+  std::vector<uint8_t> is_active_;  // index = QPN - qpn_base
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round

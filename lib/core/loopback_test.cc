@@ -22,8 +22,10 @@ using transport::WrOpcode;
 
 class LoopbackDevice {
  public:
-  explicit LoopbackDevice(transport::QpType type = transport::QpType::kRc) : wire_(pktio::MemWireConfig{}) {
+  explicit LoopbackDevice(transport::QpType type = transport::QpType::kRc, uint32_t qpn_base = 0x11)
+      : wire_(pktio::MemWireConfig{}) {
     DeviceConfig cfg;
+    cfg.qpn_base = qpn_base;
     cfg.mac = {0x02, 0, 0, 0, 0, 0x11};
     cfg.ipv4 = 0x0A000001;
     cfg.has_ipv6_global = true;
@@ -89,6 +91,9 @@ class LoopbackDevice {
     return wr;
   }
 
+  void Pattern0() {
+    for (uint32_t i = 0; i < 4096; ++i) mem_[i] = static_cast<uint8_t>(i * 13 + 5);
+  }
   Device& dev() { return *dev_; }
   pktio::MemWire& wire() { return wire_; }
   uint32_t qpn(int i) const { return qpn_[i]; }
@@ -208,6 +213,46 @@ TEST(Loopback, OtherDestinationsUseTheWire) {
   d.dev().Poll(2'000'000);
   EXPECT_EQ(d.wire().counters(0).sent, 1u);
   EXPECT_EQ(d.dev().loopback_counters().looped, 0u);
+}
+
+// A device shared by processes through droced: this process owns QPNs
+// [base, base + max_qp); a frame to the device's own MAC for a QPN outside
+// that range belongs to another process and leaves through the port (the
+// daemon steers it), while frames between this process's QPs still loop.
+TEST(Loopback, SharedPortLoopsOnlyThisProcessesQpns) {
+  constexpr uint32_t kBase = 0x2000;
+  LoopbackDevice d(transport::QpType::kRc, kBase);
+  d.dev().loopback().SetOwnQpns(kBase, d.dev().config().max_qp);
+  EXPECT_EQ(d.qpn(0), kBase);
+  EXPECT_EQ(d.qpn(1), kBase + 1);
+  EXPECT_NE(d.dev().qp(kBase), nullptr);
+  EXPECT_EQ(d.dev().qp(0x11), nullptr);
+  EXPECT_EQ(d.dev().qp(kBase - 1), nullptr);
+  // Own QPs: the loopback.
+  ASSERT_TRUE(d.Connect(1, 1024).ok());
+  d.Pattern0();
+  ASSERT_EQ(d.dev().PostSend(d.qpn(0), d.Wr(1, WrOpcode::kRdmaWrite, 0, 3000, 1 << 16)), 0);
+  auto done = d.Run(1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(d.mem().data(), d.mem().data() + (1 << 16), 3000), 0);
+  const uint64_t looped = d.dev().loopback_counters().looped;
+  EXPECT_GT(looped, 0u);
+  EXPECT_EQ(d.wire().counters(0).sent, 0u);
+  // Another process's QP of the same device (same GID, same MAC): the wire.
+  ASSERT_TRUE(d.dev().ModifyQp(d.qpn(0), transport::QpAttr{.qp_state = transport::QpState::kReset},
+                               transport::kAttrState).ok());
+  ConnectParams c;
+  c.sgid_index = 1;
+  c.peer_gid = d.dev().gids()[1];
+  c.peer_mac_known = false;
+  c.peer_qpn = kBase + 0x1000 + 5;
+  c.mtu = 1024;
+  ASSERT_TRUE(ConnectQp(d.dev(), d.qpn(0), c).ok());
+  ASSERT_EQ(d.dev().PostSend(d.qpn(0), d.Wr(2, WrOpcode::kRdmaWrite, 0, 100, 0)), 0);
+  d.dev().Poll(3'000'000);
+  EXPECT_EQ(d.wire().counters(0).sent, 1u);
+  EXPECT_EQ(d.dev().loopback_counters().looped, looped);
 }
 
 }  // namespace

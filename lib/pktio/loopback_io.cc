@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "wire/steer.h"
+
 namespace droce::pktio {
 
 LoopbackIo::LoopbackIo(BurstIo* inner, const std::array<uint8_t, 6>& own_mac, uint32_t ring_frames)
@@ -17,7 +19,10 @@ LoopbackIo::~LoopbackIo() {
 }
 
 bool LoopbackIo::IsOwn(const Frame& f) const {
-  return f.len >= 6 && std::memcmp(f.data, mac_.data(), 6) == 0;
+  if (f.len < 6 || std::memcmp(f.data, mac_.data(), 6) != 0) return false;
+  if (own_qpn_count_ >= (1u << 24)) return true;
+  const int64_t qpn = wire::RoceDestQp(f.data, f.len);
+  return qpn >= 0 && static_cast<uint32_t>(qpn) - own_qpn_first_ < own_qpn_count_;
 }
 
 uint16_t LoopbackIo::RxBurst(Frame* frames, uint16_t n) {

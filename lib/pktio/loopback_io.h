@@ -38,6 +38,15 @@ class LoopbackIo final : public BurstIo {
   uint16_t TxBurst(Frame* frames, uint16_t n) override;
   void Release(Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
 
+  // On a shared port (a droced fabric: other processes own the device's
+  // other QPs) only RoCEv2 frames for QPNs [first, first + count) are this
+  // process's; frames to the device's MAC for any other QPN leave through
+  // the port (the switch steers them). By default every QPN is ours.
+  void SetOwnQpns(uint32_t first, uint32_t count) {
+    own_qpn_first_ = first;
+    own_qpn_count_ = count;
+  }
+
   const LoopbackCounters& counters() const { return counters_; }
   uint32_t pending() const { return count_; }
 
@@ -46,6 +55,8 @@ class LoopbackIo final : public BurstIo {
 
   BurstIo* inner_;
   std::array<uint8_t, 6> mac_;
+  uint32_t own_qpn_first_ = 0;
+  uint32_t own_qpn_count_ = 1u << 24;  // every QPN
   std::vector<Frame> ring_;  // looped frames waiting for RxBurst, FIFO
   uint32_t head_ = 0;
   uint32_t count_ = 0;

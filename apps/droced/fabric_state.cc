@@ -1,0 +1,406 @@
+#include "apps/droced/fabric_state.h"
+
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "wire/arp.h"
+#include "wire/nd.h"
+#include "wire/steer.h"
+
+namespace droce::droced {
+namespace {
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+std::string RandomSecret() {
+  uint8_t b[8] = {};
+  if (getrandom(b, sizeof b, 0) != sizeof b) {
+    const uint64_t x = NowNs() ^ (uint64_t(getpid()) << 32);
+    std::memcpy(b, &x, sizeof b);
+  }
+  std::string s;
+  for (uint8_t c : b) absl::StrAppendFormat(&s, "%02x", c);
+  return s;
+}
+
+std::string Ipv4Text(uint32_t ip) {
+  return absl::StrFormat("%u.%u.%u.%u", ip >> 24, (ip >> 16) & 255, (ip >> 8) & 255, ip & 255);
+}
+
+bool IsMulticastMac(const uint8_t* mac) { return (mac[0] & 1) != 0; }
+
+}  // namespace
+
+FabricState::FabricState(std::string run_dir, PortBackend* backend)
+    : run_dir_(std::move(run_dir)), backend_(backend), ports_(kMaxPorts), start_ns_(NowNs()) {}
+
+int FabricState::FindDevice(const std::string& name) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int FabricState::FindDeviceByMac(const uint8_t* mac) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (std::memcmp(devices_[i].mac.data(), mac, 6) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int FabricState::FindDeviceByGid(const uint8_t* gid) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    for (const core::Gid& g : devices_[i].gids) {
+      if (std::memcmp(g.data(), gid, 16) == 0) return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+void FabricState::Rescan() {
+  std::vector<std::string> names = verbs::ListDevices(run_dir_);
+  for (FabricDevice& d : devices_) d.registered = false;
+  for (const std::string& name : names) {
+    absl::StatusOr<verbs::DeviceFile> f = verbs::ReadDevice(run_dir_, name);
+    if (!f.ok() || !f->fabric) continue;
+    const core::Device model(f->dev, nullptr);  // the GID table exactly as the device builds it
+    int i = FindDevice(name);
+    if (i < 0) {
+      devices_.push_back({});
+      i = static_cast<int>(devices_.size() - 1);
+      devices_[i].name = name;
+      devices_[i].slot_owner.assign(kSlots, -1);
+    }
+    FabricDevice& d = devices_[i];
+    const bool attached = std::any_of(ports_.begin(), ports_.end(),
+                                      [&](const Port& p) { return p.in_use && p.device == uint32_t(i); });
+    if (!attached) {  // addresses change only while nobody uses the device
+      d.mac = f->dev.mac;
+      d.ipv4 = f->dev.ipv4;
+      d.gids = model.gids();
+      d.vlan = f->dev.vlan;
+      d.vlan_tci = f->dev.vlan_tci;
+    }
+    d.registered = true;
+  }
+}
+
+fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer_pid, uid_t peer_uid,
+                                  std::string* text) {
+  ++counters_.requests;
+  fabric::Request req;
+  std::memset(&req, 0, sizeof req);
+  auto reject = [&](int error, const std::string& why) {
+    ++counters_.requests_rejected;
+    return fabric::MakeReply(req, error, why);
+  };
+  if (n != static_cast<ssize_t>(sizeof req)) {
+    if (n >= 8) std::memcpy(&req, buf, 8);  // answer with its op if it has one
+    return reject(EINVAL, absl::StrFormat("request of %d bytes, expected %u", n, sizeof req));
+  }
+  std::memcpy(&req, buf, sizeof req);
+  if (req.magic != fabric::kMagic) return reject(EPROTO, "bad magic");
+  if (req.version != fabric::kVersion) {
+    return reject(EPROTONOSUPPORT, absl::StrFormat("protocol version %u, droced speaks %u", req.version,
+                                                   fabric::kVersion));
+  }
+  if (req.size != sizeof req) return reject(EINVAL, "bad size field");
+  if (std::any_of(std::begin(req.reserved), std::end(req.reserved), [](uint8_t b) { return b != 0; })) {
+    return reject(EINVAL, "reserved bytes are not zero");
+  }
+  if (std::memchr(req.device, 0, sizeof req.device) == nullptr) return reject(EINVAL, "device name not terminated");
+  const std::string device(req.device);
+  if (req.pid != static_cast<uint32_t>(peer_pid)) return reject(EPERM, "pid is not the sender's");
+
+  switch (req.op) {
+    case fabric::kOpAttach: {
+      if (!verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      std::string message;
+      int error = 0;
+      fabric::Reply r = Attach(req, fd, peer_pid, &message, &error);
+      if (error != 0) return reject(error, message);
+      return r;
+    }
+    case fabric::kOpDetach: {
+      for (size_t i = 0; i < ports_.size(); ++i) {
+        if (ports_[i].in_use && ports_[i].conn_fd == fd) {
+          Detach(static_cast<int>(i));
+          return fabric::MakeReply(req, 0, "");
+        }
+      }
+      return reject(ENOENT, "this connection has no attachment");
+    }
+    case fabric::kOpStatus: {
+      if (!device.empty() && !verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      if (text != nullptr) {
+        *text = StatusText(device);
+        if (text->size() > fabric::kMaxStatusText) text->resize(fabric::kMaxStatusText);
+      }
+      return fabric::MakeReply(req, 0, "");
+    }
+    case fabric::kOpShutdown:
+      if (peer_uid != 0 && peer_uid != getuid()) return reject(EPERM, "only root or the daemon's user");
+      shutdown_requested_ = true;
+      return fabric::MakeReply(req, 0, "");
+    case fabric::kOpRescan:
+      Rescan();
+      return fabric::MakeReply(req, 0, "");
+    default:
+      return reject(EOPNOTSUPP, absl::StrFormat("unknown op %u", req.op));
+  }
+}
+
+fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error) {
+  fabric::Reply r = fabric::MakeReply(req, 0, "");
+  for (const Port& p : ports_) {
+    if (p.in_use && p.conn_fd == fd) {
+      *error = EBUSY;
+      *message = "this connection is attached already (one device per connection)";
+      return r;
+    }
+  }
+  int dev = FindDevice(req.device);
+  if (dev < 0 || !devices_[dev].registered) {
+    Rescan();  // registered after the daemon looked
+    dev = FindDevice(req.device);
+  }
+  if (dev < 0 || !devices_[dev].registered) {
+    *error = ENODEV;
+    *message = absl::StrCat("no fabric device ", req.device, " in ", run_dir_);
+    return r;
+  }
+  auto free_port = std::find_if(ports_.begin(), ports_.end(), [](const Port& p) { return !p.in_use; });
+  if (free_port == ports_.end()) {
+    *error = ENOSPC;
+    *message = absl::StrFormat("%u processes attached: no port left", kMaxPorts);
+    return r;
+  }
+  FabricDevice& d = devices_[dev];
+  uint32_t slot = 0;
+  for (uint32_t k = 0; k < kSlots - 1 && slot == 0; ++k) {
+    const uint32_t s = 1 + (d.next_slot - 1 + k) % (kSlots - 1);  // slot 0 holds QPNs 0 and 1
+    if (d.slot_owner[s] < 0) slot = s;
+  }
+  if (slot == 0) {
+    *error = ENOSPC;
+    *message = "no QPN range left on the device";
+    return r;
+  }
+  Port& p = *free_port;
+  const int index = static_cast<int>(free_port - ports_.begin());
+  p = Port{};
+  p.secret = RandomSecret();
+  p.memif_id = next_memif_id_++;
+  absl::StatusOr<int> handle = backend_->OpenPort(p.memif_id, p.secret);
+  if (!handle.ok()) {
+    *error = EIO;
+    *message = std::string(handle.status().message());
+    return r;
+  }
+  p.in_use = true;
+  p.conn_fd = fd;
+  p.pid = pid;
+  p.device = static_cast<uint32_t>(dev);
+  p.slot = slot;
+  p.handle = *handle;
+  d.slot_owner[slot] = static_cast<int16_t>(index);
+  d.next_slot = slot + 1;
+  r.memif_id = p.memif_id;
+  r.qpn_base = slot * fabric::kQpnsPerProcess;
+  r.qpn_count = fabric::kQpnsPerProcess;
+  std::memcpy(r.mac, d.mac.data(), 6);
+  r.num_gids = static_cast<uint32_t>(std::min<size_t>(d.gids.size(), fabric::kMaxGids));
+  for (uint32_t i = 0; i < r.num_gids; ++i) std::memcpy(r.gids[i], d.gids[i].data(), 16);
+  std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
+  std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
+  return r;
+}
+
+void FabricState::Detach(int port) {
+  Port& p = ports_[port];
+  if (!p.in_use) return;
+  FabricDevice& d = devices_[p.device];
+  if (d.slot_owner[p.slot] == port) d.slot_owner[p.slot] = -1;
+  backend_->ClosePort(p.handle);
+  p.in_use = false;
+  p.conn_fd = -1;
+}
+
+void FabricState::ConnectionClosed(int fd) {
+  for (size_t i = 0; i < ports_.size(); ++i) {
+    if (ports_[i].in_use && ports_[i].conn_fd == fd) Detach(static_cast<int>(i));
+  }
+}
+
+// RFC 826 for the devices' addresses: the request is turned into the reply
+// in place (same buffer, same VLAN tag).
+bool FabricState::AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len) {
+  wire::ArpPacket a;
+  if (!wire::ParseArp(frame, len, &a) || a.op != wire::kArpRequest) return false;
+  int target = dev;
+  if (target < 0) {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      if (devices_[i].ipv4 != 0 && devices_[i].ipv4 == a.target_ip) target = static_cast<int>(i);
+    }
+  }
+  if (target < 0 || devices_[target].ipv4 == 0 || devices_[target].ipv4 != a.target_ip) return false;
+  if (capacity < wire::kArpFrameBytes + wire::kVlanTagBytes) return false;
+  const bool vlan = wire::LoadBe16(frame + 12) == wire::kEtherTypeVlan;
+  const uint16_t tci = vlan ? wire::LoadBe16(frame + 14) : 0;
+  wire::ArpPacket reply;
+  reply.op = wire::kArpReply;
+  reply.sender_mac = devices_[target].mac;
+  reply.sender_ip = devices_[target].ipv4;
+  reply.target_mac = a.sender_mac;
+  reply.target_ip = a.sender_ip;
+  *out_len = wire::BuildArp(reply, vlan, tci, frame);
+  ++devices_[target].counters.arp_replies;
+  return true;
+}
+
+// RFC 4861 7.2.4 for the devices' IPv6 addresses (GID 0, the link-local
+// one, and the global one), as core::Device answers for itself.
+bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len) {
+  wire::NdPacket nd;
+  if (wire::ParseNd(frame, len, &nd) != wire::NdParse::kOk || nd.type != wire::kNdSolicit) return false;
+  int target = -1;
+  for (size_t i = 0; i < devices_.size() && target < 0; ++i) {
+    if (dev_hint >= 0 && static_cast<int>(i) != dev_hint) continue;
+    for (const core::Gid& g : devices_[i].gids) {
+      if (!core::IsIpv4MappedGid(g) && g == nd.target) target = static_cast<int>(i);
+    }
+  }
+  if (target < 0) return false;
+  if (nd.dst != nd.target && nd.dst != wire::SolicitedNodeMulticast(nd.target)) return false;
+  if (capacity < wire::kNdFrameMaxBytes) return false;
+  const bool vlan = wire::LoadBe16(frame + 12) == wire::kEtherTypeVlan;
+  const uint16_t tci = vlan ? wire::LoadBe16(frame + 14) : 0;
+  const FabricDevice& d = devices_[target];
+  wire::NdPacket na;
+  na.type = wire::kNdAdvert;
+  na.eth_src = d.mac;
+  na.src = nd.target;
+  na.target = nd.target;
+  na.has_lla = true;
+  na.lla = d.mac;
+  if (wire::IsUnspecified(nd.src)) {  // duplicate address detection: all nodes
+    na.dst = wire::Ip6{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    na.eth_dst = wire::MulticastMac(na.dst);
+    na.flags = wire::kNaOverride;
+  } else {
+    na.dst = nd.src;
+    na.eth_dst = nd.has_lla ? nd.lla : nd.eth_src;
+    na.flags = wire::kNaSolicited | wire::kNaOverride;
+  }
+  *out_len = wire::BuildNd(na, vlan, tci, frame);
+  ++devices_[target].counters.nd_replies;
+  return true;
+}
+
+Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity) {
+  Decision d;
+  if (len < wire::kEthBytes) {
+    ++counters_.rx_malformed;
+    return d;
+  }
+  const int64_t qpn = wire::RoceDestQp(frame, len);
+  int dev = -1;
+  if (!IsMulticastMac(frame)) {
+    dev = FindDeviceByMac(frame);
+    if (dev < 0) {
+      // TODO(issue 14): the uplink (memif to another droced, af_packet/af_xdp
+      // on a netdev, a DPDK PMD) takes unicast frames for other hosts.
+      ++counters_.rx_unknown_dst;
+      return d;
+    }
+  } else if (qpn >= 0) {
+    // Broadcast RoCEv2 (a sender whose neighbour was unresolved): the
+    // destination IP names the device.
+    uint8_t gid[16];
+    if (wire::DestIpAsGid(frame, len, gid)) dev = FindDeviceByGid(gid);
+    if (dev < 0) {
+      ++counters_.rx_no_route;
+      return d;
+    }
+  }
+  if (qpn >= 0) {
+    FabricDevice& fd = devices_[dev];
+    const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
+    if (owner < 0) {
+      ++fd.counters.rx_no_owner;
+      return d;
+    }
+    ++fd.counters.rx_roce;
+    d.kind = Decision::kToPort;
+    d.port = owner;
+    return d;
+  }
+  // Not RoCEv2: the control frames of the segment.
+  uint32_t out_len = 0;
+  const uint16_t type = wire::ReadL3(frame, len).ether_type;
+  if (type == wire::kEtherTypeArp && AnswerArp(dev, frame, len, capacity, &out_len)) {
+    d.kind = Decision::kReplyHere;
+    d.port = src;
+    d.len = out_len;
+    return d;
+  }
+  if (type == wire::kEtherTypeIpv6 && AnswerNd(dev, frame, len, capacity, &out_len)) {
+    d.kind = Decision::kReplyHere;
+    d.port = src;
+    d.len = out_len;
+    return d;
+  }
+  // Anything else: to every other port of the device it is addressed to, or
+  // (broadcast, multicast) of the segment.
+  d.kind = Decision::kFlood;
+  d.device = dev;
+  return d;
+}
+
+std::string FabricState::StatusText(const std::string& only_device) const {
+  std::string out;
+  if (only_device.empty()) {
+    absl::StrAppendFormat(&out, "droced pid %d, run directory %s, up %lu s, memif socket %s\n", getpid(), run_dir_,
+                          (NowNs() - start_ns_) / 1'000'000'000ull, memif_socket());
+    absl::StrAppendFormat(&out,
+                          "  switch: rx_unknown_dst %lu rx_no_route %lu rx_malformed %lu flooded %lu "
+                          "requests %lu rejected %lu\n",
+                          counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
+                          counters_.requests, counters_.requests_rejected);
+    out += "  uplink: none (not implemented yet: only the devices of this run directory are reachable)\n";
+  }
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const FabricDevice& d = devices_[i];
+    if (!only_device.empty() && d.name != only_device) continue;
+    int attached = 0;
+    for (const Port& p : ports_) attached += p.in_use && p.device == i;
+    absl::StrAppendFormat(&out, "device %s mac %s%s%s: %d attached, rx_roce %lu rx_no_owner %lu arp_replies %lu "
+                          "nd_replies %lu%s\n",
+                          d.name, verbs::FormatMac(d.mac), d.ipv4 ? " ip " : "", d.ipv4 ? Ipv4Text(d.ipv4) : "",
+                          attached, d.counters.rx_roce, d.counters.rx_no_owner, d.counters.arp_replies,
+                          d.counters.nd_replies, d.registered ? "" : " (unregistered)");
+    for (size_t k = 0; k < ports_.size(); ++k) {
+      const Port& p = ports_[k];
+      if (!p.in_use || p.device != i) continue;
+      const uint32_t base = p.slot * fabric::kQpnsPerProcess;
+      absl::StrAppendFormat(&out, "  process pid %d port %zu memif %u qpns %u-%u: rx %lu pkts %lu B, tx %lu pkts %lu B, "
+                            "tx_dropped %lu\n",
+                            p.pid, k, p.memif_id, base, base + fabric::kQpnsPerProcess - 1, p.counters.rx_packets,
+                            p.counters.rx_bytes, p.counters.tx_packets, p.counters.tx_bytes, p.counters.tx_dropped);
+    }
+  }
+  return out;
+}
+
+}  // namespace droce::droced

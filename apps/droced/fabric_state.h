@@ -1,0 +1,138 @@
+// droced's state without DPDK: the fabric devices of the run directory, the
+// attached processes (one memif port each) and their QPN ranges, the control
+// protocol's request handling, and the switch's forwarding rules. The DPDK
+// side (droced.cc) supplies ports through PortBackend and moves the frames;
+// everything here is testable in memory (fabric_state_test.cc).
+#ifndef DROCE_APPS_DROCED_FABRIC_STATE_H_
+#define DROCE_APPS_DROCED_FABRIC_STATE_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/device.h"
+#include "drivers/verbs/device_config.h"
+#include "drivers/verbs/fabric.h"
+
+namespace droce::droced {
+
+inline constexpr uint32_t kMaxPorts = 256;  // attached processes, all devices together
+inline constexpr uint32_t kSlots = fabric::kQpnSpace / fabric::kQpnsPerProcess;
+
+// Creates and destroys a process's memif server interface (droced.cc:
+// rte_dev_probe on the daemon's memif socket). Returns an opaque port handle.
+class PortBackend {
+ public:
+  virtual ~PortBackend() = default;
+  virtual absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) = 0;
+  virtual void ClosePort(int handle) = 0;
+};
+
+struct PortCounters {
+  uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
+  uint64_t tx_dropped = 0;  // the process's receive ring was full: dropped, as a switch port does
+};
+
+struct DeviceCounters {
+  uint64_t rx_no_owner = 0;   // RoCEv2 for a QPN no live process of the device owns
+  uint64_t arp_replies = 0;   // answered by the daemon
+  uint64_t nd_replies = 0;
+  uint64_t rx_roce = 0;       // RoCEv2 frames steered to a process of the device
+};
+
+struct FabricDevice {
+  std::string name;
+  core::Mac mac{};
+  uint32_t ipv4 = 0;
+  std::vector<core::Gid> gids;  // as core::Device builds them
+  bool vlan = false;
+  uint16_t vlan_tci = 0;
+  std::vector<int16_t> slot_owner;  // QPN / kQpnsPerProcess -> port index, -1: none
+  uint32_t next_slot = 1;           // ranges rotate: a freed one is reused last
+  DeviceCounters counters;
+  bool registered = true;           // still has a device file
+};
+
+struct Port {
+  bool in_use = false;
+  int conn_fd = -1;
+  pid_t pid = 0;
+  uint32_t device = 0;
+  uint32_t slot = 0;
+  uint32_t memif_id = 0;
+  int handle = -1;  // PortBackend's
+  std::string secret;
+  PortCounters counters;
+};
+
+struct GlobalCounters {
+  uint64_t rx_unknown_dst = 0;   // unicast to a MAC that is no fabric device (no uplink yet)
+  uint64_t rx_no_route = 0;      // broadcast RoCEv2 to an IP that is no fabric device
+  uint64_t rx_malformed = 0;     // too short, multi-segment, or a bad ARP/ND
+  uint64_t flooded = 0;          // broadcast/multicast frames copied to other ports
+  uint64_t requests = 0, requests_rejected = 0;
+};
+
+// What the switch does with one frame that arrived on port `src`.
+struct Decision {
+  enum Kind : uint8_t {
+    kDrop,
+    kToPort,     // port
+    kFlood,      // every port but src (of device `device` if device >= 0, else all)
+    kReplyHere,  // the frame was rewritten in place (ARP/NA answer): send it back to src, new length len
+  } kind = kDrop;
+  int port = -1;
+  int device = -1;
+  uint32_t len = 0;
+};
+
+class FabricState {
+ public:
+  FabricState(std::string run_dir, PortBackend* backend);
+
+  // (Re)reads the run directory's fabric devices. New ones are added;
+  // removed ones stay while processes are attached.
+  void Rescan();
+
+  // One control request (`n` bytes as received) on connection `fd` whose
+  // peer is pid/uid (SO_PEERCRED). Never trusts a field it did not check.
+  fabric::Reply Handle(int fd, const void* buf, ssize_t n, pid_t peer_pid, uid_t peer_uid, std::string* text);
+  // The connection closed: its attachment (if any) goes.
+  void ConnectionClosed(int fd);
+  bool shutdown_requested() const { return shutdown_requested_; }
+
+  // The forwarding rules. `frame` may be rewritten (replies).
+  Decision Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity);
+
+  std::string StatusText(const std::string& only_device) const;
+
+  std::vector<Port>& ports() { return ports_; }
+  const std::vector<FabricDevice>& devices() const { return devices_; }
+  GlobalCounters& counters() { return counters_; }
+  std::string memif_socket() const { return fabric::MemifSocketPath(run_dir_); }
+
+ private:
+  int FindDevice(const std::string& name) const;
+  int FindDeviceByMac(const uint8_t* mac) const;
+  int FindDeviceByGid(const uint8_t* gid) const;
+  fabric::Reply Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error);
+  void Detach(int port);
+  bool AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);
+  bool AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);
+
+  std::string run_dir_;
+  PortBackend* backend_;
+  std::vector<FabricDevice> devices_;
+  std::vector<Port> ports_;  // kMaxPorts entries; index = port
+  uint32_t next_memif_id_ = 1;  // 0: the daemon's own pinned interface
+  uint64_t start_ns_;
+  GlobalCounters counters_;
+  bool shutdown_requested_ = false;
+};
+
+}  // namespace droce::droced
+
+#endif  // DROCE_APPS_DROCED_FABRIC_STATE_H_

@@ -1,0 +1,296 @@
+// droced's control protocol and forwarding rules, in memory (no DPDK): the
+// ports are a fake backend, the devices are registered in a private run
+// directory exactly as droce-ctl registers them.
+#include "apps/droced/fabric_state.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+#include "wire/arp.h"
+#include "wire/byte_order.h"
+#include "wire/steer.h"
+
+namespace droce::droced {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakePorts : public PortBackend {
+ public:
+  absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) override {
+    if (fail_next) {
+      fail_next = false;
+      return absl::UnavailableError("probe failed");
+    }
+    opened.insert(next);
+    ids.push_back(memif_id);
+    secrets.push_back(secret);
+    return next++;
+  }
+  void ClosePort(int handle) override { opened.erase(handle); }
+  std::set<int> opened;
+  std::vector<uint32_t> ids;
+  std::vector<std::string> secrets;
+  int next = 100;
+  bool fail_next = false;
+};
+
+constexpr core::Mac kMac0{0x02, 0xd0, 0xce, 0, 0, 1};
+constexpr core::Mac kMac1{0x02, 0xd0, 0xce, 0, 0, 2};
+constexpr core::Mac kOtherMac{0x02, 0x11, 0x22, 0x33, 0x44, 0x55};
+
+class FabricStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/droced-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Register("droce0", kMac0, 0x0a000001, true);
+    Register("droce1", kMac1, 0x0a000002, true);
+    Register("direct0", kOtherMac, 0x0a000009, false);  // not a fabric device
+    state_ = std::make_unique<FabricState>(dir_, &ports_);
+    state_->Rescan();
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void Register(const std::string& name, const core::Mac& mac, uint32_t ip, bool fabric) {
+    verbs::DeviceFile f;
+    f.name = name;
+    f.dev.mac = mac;
+    f.dev.ipv4 = ip;
+    if (fabric) {
+      f.fabric = true;
+      f.fabric_dir = dir_;
+    } else {
+      f.vdev = "net_null0";
+    }
+    ASSERT_TRUE(verbs::WriteDeviceTree(dir_, dir_ + "/dev", f).ok());
+  }
+
+  fabric::Reply Send(int fd, const fabric::Request& req, pid_t pid = 4242) {
+    return state_->Handle(fd, &req, sizeof req, pid, 0, &text_);
+  }
+  fabric::Reply Attach(int fd, const std::string& dev, pid_t pid = 4242) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpAttach, dev);
+    req.pid = static_cast<uint32_t>(pid);
+    return Send(fd, req, pid);
+  }
+  int PortsInUse() {
+    int n = 0;
+    for (const Port& p : state_->ports()) n += p.in_use;
+    return n;
+  }
+
+  std::string dir_;
+  FakePorts ports_;
+  std::unique_ptr<FabricState> state_;
+  std::string text_;
+};
+
+TEST_F(FabricStateTest, AttachGivesEachProcessItsOwnRangeAndInterface) {
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  const fabric::Reply b = Attach(11, "droce0", 222);
+  ASSERT_EQ(a.error, 0) << a.message;
+  ASSERT_EQ(b.error, 0) << b.message;
+  EXPECT_EQ(a.op, fabric::kOpAttach);
+  EXPECT_EQ(a.qpn_count, fabric::kQpnsPerProcess);
+  EXPECT_GE(a.qpn_base, fabric::kQpnsPerProcess);  // never QPN 0 or 1
+  EXPECT_NE(a.qpn_base, b.qpn_base);
+  EXPECT_TRUE(a.qpn_base + a.qpn_count <= b.qpn_base || b.qpn_base + b.qpn_count <= a.qpn_base);
+  EXPECT_NE(a.memif_id, b.memif_id);
+  EXPECT_NE(a.memif_id, 0u);  // the daemon's own pinned interface
+  EXPECT_EQ(std::memcmp(a.mac, kMac0.data(), 6), 0);
+  EXPECT_EQ(a.num_gids, 2u);  // link-local and IPv4
+  EXPECT_STRNE(a.secret, "");
+  EXPECT_STRNE(a.secret, b.secret);
+  EXPECT_EQ(std::string(a.memif_socket), fabric::MemifSocketPath(dir_));
+  // Ranges are per device: droce1's first process may get droce0's range.
+  const fabric::Reply c = Attach(12, "droce1", 333);
+  ASSERT_EQ(c.error, 0) << c.message;
+  EXPECT_EQ(PortsInUse(), 3);
+  state_->StatusText("");
+  EXPECT_NE(state_->StatusText("droce0").find("pid 111"), std::string::npos);
+  EXPECT_NE(state_->StatusText("droce0").find("pid 222"), std::string::npos);
+  EXPECT_EQ(state_->StatusText("droce0").find("pid 333"), std::string::npos);
+}
+
+TEST_F(FabricStateTest, ClosedConnectionFreesRangeAndPort) {
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  ASSERT_EQ(a.error, 0);
+  ASSERT_EQ(ports_.opened.size(), 1u);
+  state_->ConnectionClosed(10);
+  EXPECT_EQ(PortsInUse(), 0);
+  EXPECT_TRUE(ports_.opened.empty());
+  EXPECT_EQ(state_->StatusText("droce0").find("pid 111"), std::string::npos);
+  // Its QPNs belong to nobody now: frames for them are dropped and counted.
+  // (Checked through the switch in SteersRoceByDestinationQpn.)
+  fabric::Request det = fabric::MakeRequest(fabric::kOpDetach, "");
+  det.pid = 4242;
+  EXPECT_EQ(Send(11, det).error, ENOENT);
+}
+
+TEST_F(FabricStateTest, DetachFreesTheAttachmentAndConnectionMayReattach) {
+  ASSERT_EQ(Attach(10, "droce0", 4242).error, 0);
+  EXPECT_EQ(Attach(10, "droce0", 4242).error, EBUSY);  // one attachment per connection
+  fabric::Request det = fabric::MakeRequest(fabric::kOpDetach, "");
+  det.pid = 4242;
+  EXPECT_EQ(Send(10, det).error, 0);
+  EXPECT_EQ(PortsInUse(), 0);
+  EXPECT_EQ(Attach(10, "droce0", 4242).error, 0);
+}
+
+TEST_F(FabricStateTest, RejectsMalformedAndHostileRequests) {
+  fabric::Request good = fabric::MakeRequest(fabric::kOpAttach, "droce0");
+  good.pid = 4242;
+  auto with = [&](auto mutate) {
+    fabric::Request r = good;
+    mutate(r);
+    return Send(10, r).error;
+  };
+  EXPECT_EQ(with([](fabric::Request& r) { r.magic = 0x12345678; }), EPROTO);
+  EXPECT_EQ(with([](fabric::Request& r) { r.version = 99; }), EPROTONOSUPPORT);
+  EXPECT_EQ(with([](fabric::Request& r) { r.size = 12; }), EINVAL);
+  EXPECT_EQ(with([](fabric::Request& r) { r.reserved[3] = 1; }), EINVAL);
+  EXPECT_EQ(with([](fabric::Request& r) { std::memset(r.device, 'a', sizeof r.device); }), EINVAL);
+  EXPECT_EQ(with([](fabric::Request& r) { std::strcpy(r.device, "../etc"); }), EINVAL);
+  EXPECT_EQ(with([](fabric::Request& r) { std::strcpy(r.device, "nosuch"); }), ENODEV);
+  EXPECT_EQ(with([](fabric::Request& r) { std::strcpy(r.device, "direct0"); }), ENODEV);  // not on the fabric
+  EXPECT_EQ(with([](fabric::Request& r) { r.pid = 1; }), EPERM);  // someone else's pid
+  EXPECT_EQ(with([](fabric::Request& r) { r.op = 77; }), EOPNOTSUPP);
+  // Short and long datagrams.
+  EXPECT_EQ(state_->Handle(10, &good, 3, 4242, 0, &text_).error, EINVAL);
+  EXPECT_EQ(state_->Handle(10, &good, sizeof good - 1, 4242, 0, &text_).error, EINVAL);
+  EXPECT_EQ(state_->Handle(10, &good, -1, 4242, 0, &text_).error, EINVAL);  // truncated (longer than a request)
+  // Shutdown: only root or the daemon's user.
+  fabric::Request stop = fabric::MakeRequest(fabric::kOpShutdown, "");
+  stop.pid = 4242;
+  EXPECT_EQ(state_->Handle(10, &stop, sizeof stop, 4242, getuid() + 1000, &text_).error,
+            getuid() == 0 ? EPERM : EPERM);
+  EXPECT_FALSE(state_->shutdown_requested());
+  EXPECT_EQ(PortsInUse(), 0);
+  EXPECT_TRUE(ports_.opened.empty());
+  // A probe that fails leaves nothing behind.
+  ports_.fail_next = true;
+  EXPECT_EQ(with([](fabric::Request&) {}), EIO);
+  EXPECT_EQ(PortsInUse(), 0);
+  EXPECT_EQ(with([](fabric::Request&) {}), 0);
+}
+
+TEST_F(FabricStateTest, RandomGarbageNeverAttachesOrCrashes) {
+  std::mt19937_64 rng(14);
+  std::vector<uint8_t> buf(512);
+  fabric::Request good = fabric::MakeRequest(fabric::kOpAttach, "droce0");
+  good.pid = 4242;
+  for (int i = 0; i < 20000; ++i) {
+    for (auto& b : buf) b = static_cast<uint8_t>(rng());
+    if (i % 2 == 0) {  // a valid header with random damage: reaches the field checks
+      std::memcpy(buf.data(), &good, sizeof good);
+      for (int k = 0; k < 3; ++k) buf[rng() % sizeof good] = static_cast<uint8_t>(rng());
+    }
+    const ssize_t n = (i % 2 == 0) ? static_cast<ssize_t>(sizeof good) : static_cast<ssize_t>(rng() % buf.size());
+    const fabric::Reply r = state_->Handle(20 + i, buf.data(), n, 4242, 1000, &text_);
+    if (r.error == 0) {  // damage that left a valid request (e.g. a flipped byte of the pid back)
+      state_->ConnectionClosed(20 + i);
+    }
+  }
+  EXPECT_EQ(PortsInUse(), 0);
+  EXPECT_FALSE(state_->shutdown_requested());
+}
+
+// Ethernet + IPv4 + UDP:4791 + BTH to `qpn`.
+std::vector<uint8_t> RoceFrame(const core::Mac& dst, uint32_t dst_ip, uint32_t qpn) {
+  std::vector<uint8_t> f(14 + 20 + 8 + 12 + 4, 0);
+  std::memcpy(f.data(), dst.data(), 6);
+  std::memcpy(f.data() + 6, kOtherMac.data(), 6);
+  wire::StoreBe16(f.data() + 12, wire::kEtherTypeIpv4);
+  f[14] = 0x45;
+  f[14 + 8] = 64;
+  f[14 + 9] = wire::kIpProtoUdp;
+  wire::StoreBe32(f.data() + 14 + 16, dst_ip);
+  wire::StoreBe16(f.data() + 34 + 2, wire::kRoceV2Port);
+  f[42 + 5] = static_cast<uint8_t>(qpn >> 16);
+  f[42 + 6] = static_cast<uint8_t>(qpn >> 8);
+  f[42 + 7] = static_cast<uint8_t>(qpn);
+  return f;
+}
+
+TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  const fabric::Reply b = Attach(11, "droce0", 222);
+  const fabric::Reply c = Attach(12, "droce1", 333);
+  ASSERT_EQ(a.error | b.error | c.error, 0);
+  auto classify = [&](std::vector<uint8_t> f, int src = 0) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  auto port_of = [&](int fd) {
+    for (size_t i = 0; i < state_->ports().size(); ++i) {
+      if (state_->ports()[i].in_use && state_->ports()[i].conn_fd == fd) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  Decision d = classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 5));
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, port_of(10));
+  d = classify(RoceFrame(kMac0, 0x0a000001, b.qpn_base + b.qpn_count - 1));
+  EXPECT_EQ(d.port, port_of(11));
+  d = classify(RoceFrame(kMac1, 0x0a000002, c.qpn_base));
+  EXPECT_EQ(d.port, port_of(12));
+  // A broadcast RoCEv2 frame (unresolved neighbour) goes by destination IP.
+  d = classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a000002, c.qpn_base + 1));
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, port_of(12));
+  d = classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a0000ff, c.qpn_base + 1));
+  EXPECT_EQ(d.kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().rx_no_route, 1u);
+  // No owner: QPN 1 (GSI), a free range, and a dead process's range.
+  EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, 1)).kind, Decision::kDrop);
+  EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, 0xfff000)).kind, Decision::kDrop);
+  state_->ConnectionClosed(10);
+  EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 5)).kind, Decision::kDrop);
+  EXPECT_EQ(state_->devices()[0].counters.rx_no_owner, 3u);
+  // Unicast to a MAC that is no device of this fabric: no uplink yet.
+  EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000009, 0x20)).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().rx_unknown_dst, 1u);
+}
+
+TEST_F(FabricStateTest, AnswersArpForDeviceAddressesAndFloodsTheRest) {
+  ASSERT_EQ(Attach(10, "droce0", 111).error, 0);
+  std::vector<uint8_t> f(64, 0);
+  wire::ArpPacket req;
+  req.op = wire::kArpRequest;
+  req.sender_mac = kMac0;
+  req.sender_ip = 0x0a000001;
+  req.target_ip = 0x0a000002;  // droce1, with no process attached: the daemon still answers
+  uint32_t len = wire::BuildArp(req, false, 0, f.data());
+  Decision d = state_->Classify(3, f.data(), len, static_cast<uint32_t>(f.size()));
+  ASSERT_EQ(d.kind, Decision::kReplyHere);
+  EXPECT_EQ(d.port, 3);
+  wire::ArpPacket reply;
+  ASSERT_TRUE(wire::ParseArp(f.data(), d.len, &reply));
+  EXPECT_EQ(reply.op, wire::kArpReply);
+  EXPECT_EQ(reply.sender_mac, kMac1);
+  EXPECT_EQ(reply.sender_ip, 0x0a000002u);
+  EXPECT_EQ(reply.target_mac, kMac0);
+  EXPECT_EQ(std::memcmp(f.data(), kMac0.data(), 6), 0);  // to the asker
+  EXPECT_EQ(state_->devices()[1].counters.arp_replies, 1u);
+  // A request for an address no device has: flooded to the segment.
+  req.target_ip = 0x0a0000ee;
+  len = wire::BuildArp(req, false, 0, f.data());
+  d = state_->Classify(3, f.data(), len, static_cast<uint32_t>(f.size()));
+  EXPECT_EQ(d.kind, Decision::kFlood);
+  EXPECT_EQ(d.device, -1);
+  // Too short to be anything.
+  EXPECT_EQ(state_->Classify(3, f.data(), 6, 64).kind, Decision::kDrop);
+}
+
+}  // namespace
+}  // namespace droce::droced

@@ -1,0 +1,96 @@
+// The host fabric's control protocol: how a program (the verbs runtime),
+// droce-ctl and droced talk over the daemon's control socket
+// (<run dir>/droced.sock, AF_UNIX SOCK_SEQPACKET). doc/droced.md.
+//
+// Fixed-size versioned messages, one per datagram, as Linux's ucma ABI: a
+// request names its op; the daemon checks every field (magic, version, op,
+// size, the device name's characters and terminator, the pid against the
+// socket's SO_PEERCRED) and answers every request with a reply of the same
+// op whose `error` is 0 or a positive errno, with a message saying why.
+// An attachment lives as long as its connection: the daemon frees the
+// process's QPN range and memif interface when the socket closes, whether
+// the program detached, exited or was killed.
+//
+// Pure POSIX + Abseil: used by droce-ctl, the provider and droced.
+#ifndef DROCE_DRIVERS_VERBS_FABRIC_H_
+#define DROCE_DRIVERS_VERBS_FABRIC_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace droce::fabric {
+
+inline constexpr uint32_t kMagic = 0x64524f43;  // "dROC"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr uint32_t kNameBytes = 48;      // device name, NUL-terminated (IsValidDeviceName: <= 32)
+inline constexpr uint32_t kSecretBytes = 24;    // memif secret (DPDK's ETH_MEMIF_SECRET_SIZE)
+inline constexpr uint32_t kMessageBytes = 128;
+inline constexpr uint32_t kMaxGids = 4;
+// Each attached process owns this many QPNs of its device: [base, base + count).
+inline constexpr uint32_t kQpnsPerProcess = 1024;
+inline constexpr uint32_t kQpnSpace = 1u << 24;
+// A status reply carries up to this much text after its header.
+inline constexpr uint32_t kMaxStatusText = 60 * 1024;
+
+enum Op : uint16_t {
+  kOpAttach = 1,    // attach this process to a fabric device: memif id, QPN range
+  kOpDetach = 2,    // give the attachment back (closing the socket does too)
+  kOpStatus = 3,    // text: devices, attached processes, counters
+  kOpShutdown = 4,  // stop the daemon (same user or root)
+  kOpRescan = 5,    // re-read the run directory's device files
+};
+
+struct Request {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t op;
+  uint32_t size;      // sizeof(Request)
+  uint32_t pid;       // must be the sender's (SO_PEERCRED)
+  char device[kNameBytes];
+  uint8_t reserved[16];  // must be zero
+};
+static_assert(sizeof(Request) == 80);
+
+struct Reply {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t op;
+  uint32_t size;       // sizeof(Reply), plus the text of a status reply
+  int32_t error;       // 0 or a positive errno
+  // kOpAttach:
+  uint32_t memif_id;   // the process's memif interface on the daemon's socket
+  uint32_t qpn_base;   // QPNs [qpn_base, qpn_base + qpn_count) are the process's
+  uint32_t qpn_count;
+  uint32_t num_gids;
+  uint8_t mac[6];
+  uint8_t pad[2];
+  uint8_t gids[kMaxGids][16];
+  char secret[kSecretBytes];  // memif secret of the interface (NUL-terminated)
+  char memif_socket[112];     // path of the daemon's memif socket (sun_path: < 108)
+  char message[kMessageBytes];  // why, when error != 0
+};
+static_assert(sizeof(Reply) == 368);
+
+// Files of the daemon in a run directory.
+inline std::string ControlSocketPath(const std::string& run_dir) { return run_dir + "/droced.sock"; }
+inline std::string MemifSocketPath(const std::string& run_dir) { return run_dir + "/droced.memif.sock"; }
+inline std::string PidFilePath(const std::string& run_dir) { return run_dir + "/droced.pid"; }
+inline std::string LogFilePath(const std::string& run_dir) { return run_dir + "/droced.log"; }
+
+Request MakeRequest(Op op, const std::string& device);
+Reply MakeReply(const Request& req, int error, const std::string& message);
+
+// Connects to the control socket (SOCK_CLOEXEC); -1 with errno if nobody listens.
+int Connect(const std::string& control_socket);
+// Sends one request and waits up to timeout_ms for its reply. For a status
+// request, *text receives the text that follows the reply.
+absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::string* text = nullptr);
+// Connect, call, close: for one-shot requests (droce-ctl).
+absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request& req, int timeout_ms,
+                               std::string* text = nullptr);
+
+}  // namespace droce::fabric
+
+#endif  // DROCE_DRIVERS_VERBS_FABRIC_H_

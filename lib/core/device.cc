@@ -378,7 +378,9 @@ uint32_t Device::Poll(uint64_t now_ns) {
   // Timers and transmission for QPs with work, starting one QP further on
   // every round: when the port is the bottleneck, the QPs first in the list
   // would otherwise take it every round and starve the rest into retry
-  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs).
+  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
+  // fills at most tx_bursts_per_qp bursts per round, so a port that never
+  // pushes back (af_packet) cannot let one long message run a round forever.
   pktio::Frame* tx = tx_frames_.data();
   const size_t n_active = active_.size();
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
@@ -386,7 +388,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     RcQp* q = qp(active_[(start + k) % n_active]);
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
-    while (!port_full) {
+    for (uint32_t b = 0; b < config_.tx_bursts_per_qp && !port_full; ++b) {
       const uint32_t demand = q->TransmitDemand(now_ns, config_.burst);
       if (demand == 0) break;
       const uint16_t got = io_->AllocTx(tx, static_cast<uint16_t>(demand));

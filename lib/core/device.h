@@ -46,6 +46,12 @@ struct DeviceConfig {
   uint32_t max_qp = 1024;
   uint32_t max_mr = 1u << 16;
   uint16_t burst = 32;
+  // Transmit bursts one QP may fill per Poll round. A QP with more to send
+  // (a long READ response, a big WRITE) continues next round, after the
+  // receive burst and every other active QP's turn: one peer's 2 GiB READ
+  // cannot hold the port, the receive ring or the caller's lock for longer
+  // than a round.
+  uint16_t tx_bursts_per_qp = 2;
   // Destinations with no neighbour entry go to the broadcast MAC instead of
   // failing (point-to-point wires such as memif, where any MAC arrives).
   bool broadcast_unresolved = false;

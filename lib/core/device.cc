@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -39,8 +40,18 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     gids_.push_back(v4);
   }
   if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
+  for (const Gid& g : gids_) {
+    if (!IsIpv4Mapped(g)) own_ipv6_.push_back(g);
+  }
+  rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
+  std::memcpy(&mac_lo_, config.mac.data(), 4);
+  std::memcpy(&mac_hi_, config.mac.data() + 4, 2);
+  uint8_t ipv4_bytes[4];
+  wire::StoreBe32(ipv4_bytes, config.ipv4);
+  std::memcpy(&ipv4_raw_, ipv4_bytes, 4);
+  std::random_device rd;
+  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()});
   qps_.resize(kFirstQpn);
-  is_active_.resize(kFirstQpn);
   rx_frames_.resize(config.burst);
   tx_frames_.resize(config.burst);
   tx_backlog_.reserve(config.burst);  // never more than one burst's tail
@@ -72,18 +83,53 @@ uint32_t Device::FlushTxBacklog() {
   return sent_total;
 }
 
-void Device::AddNeighbor(const Gid& ip, const Mac& mac) {
-  for (auto& [g, m] : neighbors_) {
-    if (g == ip) {
-      m = mac;
-      return;
+// Makes room for one entry if the table is full: evicts the oldest learnt
+// one (order entries for addresses since made static are skipped). False if
+// every entry is static.
+bool Device::MakeNeighborRoom() {
+  while (neighbors_.size() >= config_.max_neighbors && !learnt_order_.empty()) {
+    auto old = neighbors_.find(learnt_order_.front());
+    learnt_order_.pop_front();
+    if (old != neighbors_.end() && !old->second.is_static) {
+      neighbors_.erase(old);
+      ++counters_.neighbors_evicted;
     }
   }
-  neighbors_.emplace_back(ip, mac);
+  if (neighbors_.size() < config_.max_neighbors) return true;
+  ++counters_.neighbors_refused;
+  return false;
 }
 
-bool Device::HasNeighbor(const Gid& ip) const {
-  return std::any_of(neighbors_.begin(), neighbors_.end(), [&](const auto& n) { return n.first == ip; });
+bool Device::AddNeighbor(const Gid& ip, const Mac& mac) {
+  auto it = neighbors_.find(ip);
+  if (it != neighbors_.end()) {
+    it->second = {mac, true};
+    return true;
+  }
+  if (!MakeNeighborRoom()) return false;
+  neighbors_.emplace(ip, Neighbor{mac, true});
+  return true;
+}
+
+void Device::LearnNeighbor(const Gid& ip, const Mac& mac) {
+  auto it = neighbors_.find(ip);
+  if (it != neighbors_.end()) {
+    if (it->second.is_static) {
+      if (it->second.mac != mac) ++counters_.neighbors_refused;
+    } else {
+      it->second.mac = mac;
+    }
+    return;
+  }
+  if (!MakeNeighborRoom()) return;
+  neighbors_.emplace(ip, Neighbor{mac, false});
+  learnt_order_.push_back(ip);
+  ++counters_.neighbors_learned;
+}
+
+const Mac* Device::FindNeighbor(const Gid& ip) const {
+  auto it = neighbors_.find(ip);
+  return it == neighbors_.end() ? nullptr : &it->second.mac;
 }
 
 namespace {
@@ -113,9 +159,7 @@ void Device::HandleArp(const uint8_t* frame, uint32_t len) {
   if (!wire::ParseArp(frame, len, &a)) return;
   ++counters_.rx_arp;
   if (config_.ipv4 == 0 || a.target_ip != config_.ipv4 || a.sender_ip == 0) return;
-  const Gid sender = Ipv4Gid(a.sender_ip);
-  if (!HasNeighbor(sender)) ++counters_.neighbors_learned;
-  AddNeighbor(sender, a.sender_mac);
+  LearnNeighbor(Ipv4Gid(a.sender_ip), a.sender_mac);
   if (a.op == wire::kArpRequest && arp_out_.size() < 64) {
     wire::ArpPacket reply;
     reply.op = wire::kArpReply;
@@ -152,7 +196,8 @@ queue::CompletionQueue* Device::cq(uint32_t id) {
 
 absl::Status Device::DestroyCq(uint32_t id) {
   if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
-  for (const auto& q : qps_) {
+  for (const QpSlot& slot : qps_) {
+    const RcQp* q = slot.qp.get();
     if (q && (q->env().send_cq == cqs_[id].get() || q->env().recv_cq == cqs_[id].get())) {
       return absl::FailedPreconditionError("CQ still in use by a QP");
     }
@@ -163,8 +208,8 @@ absl::Status Device::DestroyCq(uint32_t id) {
 
 absl::Status Device::DestroySrq(uint32_t id) {
   if (srq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no SRQ %u", id));
-  for (const auto& q : qps_) {
-    if (q && q->env().srq == srqs_[id].get()) return absl::FailedPreconditionError("SRQ still in use by a QP");
+  for (const QpSlot& slot : qps_) {
+    if (slot.qp && slot.qp->env().srq == srqs_[id].get()) return absl::FailedPreconditionError("SRQ still in use by a QP");
   }
   srqs_[id].reset();
   return absl::OkStatus();
@@ -210,24 +255,43 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.cnp_dscp = config_.cnp_dscp;
   env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
   const uint32_t qpn = next_qpn_++;
-  qps_.push_back(std::make_unique<RcQp>(qpn, c, env));
-  is_active_.push_back(0);
+  qps_.emplace_back();
+  qps_.back().qp = std::make_unique<RcQp>(qpn, c, env);
   return qpn;
 }
 
-RcQp* Device::qp(uint32_t qpn) { return qpn < qps_.size() ? qps_[qpn].get() : nullptr; }
+RcQp* Device::qp(uint32_t qpn) { return qpn < qps_.size() ? qps_[qpn].qp.get() : nullptr; }
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
   RcQp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   absl::Status s = q->Modify(attr, mask);
-  if (s.ok()) Activate(qpn);  // e.g. a move to ERR has flush work
+  if (!s.ok()) return s;
+  Activate(qpn);  // e.g. a move to ERR has flush work
+  // The receive filter follows the QP's path: on from RTR (when the AV is
+  // set) on, off again in RESET/INIT; ERR keeps what it had.
+  PathFilter& f = qps_[qpn].path;
+  switch (q->state()) {
+    case transport::QpState::kReset:
+    case transport::QpState::kInit:
+      f = PathFilter{};
+      break;
+    case transport::QpState::kErr:
+      break;
+    default: {
+      // MakeRoute checked sgid_index and that both GIDs are of one IP version.
+      const transport::AddressVector& av = q->attr().ah;
+      if (av.sgid_index < gids_.size()) f = MakePathFilter(av.dgid, gids_[av.sgid_index]);
+      break;
+    }
+  }
   return s;
 }
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
-  qps_[qpn].reset();
+  qps_[qpn].qp.reset();
+  qps_[qpn].path = PathFilter{};
   return absl::OkStatus();
 }
 
@@ -253,10 +317,24 @@ uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
 }
 
 void Device::Activate(uint32_t qpn) {
-  if (!is_active_[qpn]) {
-    is_active_[qpn] = 1;
+  if (!qps_[qpn].active) {
+    qps_[qpn].active = true;
     active_.push_back(qpn);
   }
+}
+
+Device::PathFilter Device::MakePathFilter(const Gid& peer, const Gid& own) {
+  PathFilter f;
+  if (IsIpv4Mapped(peer)) {
+    f.ip_version = 4;
+    std::memcpy(f.addrs, peer.data() + 12, 4);
+    std::memcpy(f.addrs + 4, own.data() + 12, 4);
+  } else {
+    f.ip_version = 6;
+    std::memcpy(f.addrs, peer.data(), 16);
+    std::memcpy(f.addrs + 16, own.data(), 16);
+  }
+  return f;
 }
 
 absl::Status Device::MakeRouteThunk(void* ctx, const transport::AddressVector& av,
@@ -279,10 +357,8 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   if (av.dmac_valid) {
     f.dst_mac = av.dmac;
   } else {
-    auto it = std::find_if(neighbors_.begin(), neighbors_.end(),
-                           [&](const auto& n) { return n.first == av.dgid; });
-    if (it != neighbors_.end()) {
-      f.dst_mac = it->second;
+    if (const Mac* mac = FindNeighbor(av.dgid); mac != nullptr) {
+      f.dst_mac = *mac;
     } else if (config_.broadcast_unresolved) {
       f.dst_mac = Mac{0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     } else {
@@ -309,23 +385,34 @@ uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
   const uint16_t n = io_->RxBurst(rx, config_.burst);
+  // The receive checks, in order (doc/rx-checks.md): the cheap ones that
+  // decide whether a frame is for us at all come before the ICRC.
   for (uint16_t i = 0; i < n; ++i) {
-    wire::ParsedPacket p = wire::ParsePacket(rx[i].data, rx[i].len);
-    // RC WRITE MIDDLE: the QP checks the ICRC while it places the payload.
-    RcQp* placer = p.ok() && RcQp::VerifiesWhilePlacing(p)
-                       ? qp(wire::BthView(rx[i].data + p.bth_offset).dest_qp())
-                       : nullptr;
-    if (p.ok() && placer == nullptr && !transport::VerifyIcrc(rx[i].data, p)) {
-      p.status = wire::ParseStatus::kBadIcrc;
-    }
+    const uint8_t* frame = rx[i].data;
     ++counters_.rx_packets;
     counters_.rx_bytes += rx[i].len;
+    const wire::ParsedPacket p = wire::ParsePacket(frame, rx[i].len);
+    if (rx[i].len < wire::kEthBytes) {
+      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kTruncated)];
+      continue;
+    }
+    // 1. Link layer: the VLAN (0 = untagged or priority-tagged), then the
+    //    destination MAC (the port may be promiscuous).
+    if ((p.has_vlan ? (p.vlan_tci & 0xFFF) : 0) != rx_vid_) {
+      ++counters_.rx_drop_vlan;
+      continue;
+    }
+    if (!DstMacAccepted(frame, p.ok() || !wire::IsForeign(p.status))) {
+      ++counters_.rx_drop_dst_mac;
+      continue;
+    }
+    // 2. Structure (lib/wire ParsePacket), IPv4 header checksum and TTL.
     if (!p.ok()) {
       if (wire::IsForeign(p.status)) {
         if (p.status == wire::ParseStatus::kNotUdp && p.ipv6) {
-          HandleNd(rx[i].data, rx[i].len);  // ICMPv6: neighbour discovery (neighbor_v6.cc)
+          HandleNd(frame, rx[i].len);  // ICMPv6: neighbour discovery (neighbor_v6.cc)
         } else if (rx[i].len >= wire::kEthBytes + wire::kArpBytes) {
-          HandleArp(rx[i].data, rx[i].len);
+          HandleArp(frame, rx[i].len);
         }
         ++counters_.rx_foreign;
       } else {
@@ -333,21 +420,36 @@ uint32_t Device::Poll(uint64_t now_ns) {
       }
       continue;
     }
-    const uint32_t qpn = wire::BthView(rx[i].data + p.bth_offset).dest_qp();
-    if (placer != nullptr) {
-      if (!placer->OnUnverifiedPacket(rx[i].data, p, now_ns)) {
-        ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
-        continue;
-      }
-      if (p.ecn() == wire::kEcnCe) placer->OnCongestionMark(now_ns);
-      Activate(qpn);
+    // 3. Network layer: addressed to one of our GIDs.
+    if (!DstIpAccepted(frame, p)) {
+      ++counters_.rx_drop_dst_ip;
       continue;
     }
-    RcQp* q = qp(qpn);
+    // 4. The BTH P_Key against the port's one-entry P_Key table, the default
+    //    partition 0xFFFF (full member): IBTA 10.9.3 matches when the low 15
+    //    bits agree and one side is a full member, so 0xFFFF and 0x7FFF.
+    const wire::BthView bth(frame + p.bth_offset);
+    if ((bth.pkey() & 0x7FFF) != 0x7FFF) {
+      ++counters_.rx_drop_pkey;
+      continue;
+    }
+    // 5. ICRC. RC WRITE MIDDLE: the QP checks it while it places the payload.
+    const uint32_t qpn = bth.dest_qp();
+    QpSlot* slot = qpn < qps_.size() ? &qps_[qpn] : nullptr;
+    RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
+    const bool placer = q != nullptr && RcQp::VerifiesWhilePlacing(p);
+    if (!placer && !transport::VerifyIcrc(frame, p)) {
+      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+      continue;
+    }
+    // 6. The QP: it exists, takes this transport, and the frame came along
+    //    its path (connected QPs from RTR on).
     if (p.opcode == wire::kCnp) {
       ++counters_.rx_cnp;
       if (q == nullptr) {
         ++counters_.rx_cnp_dropped;
+      } else if (!PathMatches(frame, p, slot->path)) {
+        ++counters_.rx_drop_path;
       } else {
         q->OnCnp(now_ns);
       }
@@ -358,8 +460,20 @@ uint32_t Device::Poll(uint64_t now_ns) {
       ++counters_.rx_unknown_qp;
       continue;
     }
-    if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
-    q->OnPacket(rx[i].data, p, now_ns);
+    if (!PathMatches(frame, p, slot->path)) {
+      ++counters_.rx_drop_path;
+      continue;
+    }
+    if (placer) {
+      if (!q->OnUnverifiedPacket(frame, p, now_ns)) {
+        ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+        continue;
+      }
+      if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
+    } else {
+      if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
+      q->OnPacket(frame, p, now_ns);
+    }
     Activate(qpn);
   }
   if (n > 0) io_->Release(rx, n);
@@ -414,7 +528,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     const uint32_t qpn = active_[i];
     RcQp* q = qp(qpn);
     if (q == nullptr || !q->HasWork()) {
-      is_active_[qpn] = 0;
+      qps_[qpn].active = false;
       active_[i] = active_.back();
       active_.pop_back();
     } else {

@@ -10,7 +10,9 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +36,19 @@ inline bool IsIpv4MappedGid(const Gid& g) {
   return std::memcmp(g.data(), kPrefix, 12) == 0;
 }
 
+// A GID hash with a seed (for tables keyed by addresses a peer chooses).
+struct SeededGidHash {
+  uint64_t seed = 0;
+  size_t operator()(const Gid& g) const {
+    uint64_t a, b;
+    std::memcpy(&a, g.data(), 8);
+    std::memcpy(&b, g.data() + 8, 8);
+    uint64_t h = (a ^ seed) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 29) ^ b) * 0xBF58476D1CE4E5B9ull;
+    return static_cast<size_t>(h ^ (h >> 32));
+  }
+};
+
 struct DeviceConfig {
   Mac mac{0x02, 0, 0, 0, 0, 1};
   uint32_t ipv4 = 0;        // host order; 0 = none
@@ -45,6 +60,9 @@ struct DeviceConfig {
   uint16_t vlan_tci = 0;
   uint32_t max_qp = 1024;
   uint32_t max_mr = 1u << 16;
+  // Neighbour table entries (static and learnt). When full, a newly learnt
+  // entry evicts the oldest learnt one; static entries are never evicted.
+  uint32_t max_neighbors = 1024;
   uint16_t burst = 32;
   // Transmit bursts one QP may fill per Poll round. A QP with more to send
   // (a long READ response, a big WRITE) continues next round, after the
@@ -83,6 +101,12 @@ struct DeviceCounters {
   uint64_t tx_dropped = 0;    // ARP/ND frames the port refused (lost, as on a wire)
   uint64_t tx_port_full = 0;  // frames the port refused at first and that waited for the next round
   uint64_t rx_foreign = 0;  // not RoCEv2 (or not for us)
+  // Receive checks, in the order the poll loop makes them (doc/rx-checks.md).
+  uint64_t rx_drop_vlan = 0;     // 802.1Q VLAN id not the device's (a tag where it has none, or none where it has one)
+  uint64_t rx_drop_dst_mac = 0;  // destination MAC neither ours nor broadcast (nor, outside RoCEv2, multicast)
+  uint64_t rx_drop_dst_ip = 0;   // RoCEv2 to an IP address that is not one of the device's GIDs
+  uint64_t rx_drop_pkey = 0;     // BTH P_Key not a member of the default partition
+  uint64_t rx_drop_path = 0;     // connected QP: IP version, source or destination address not the QP's path
   uint64_t rx_unknown_qp = 0;
   uint64_t rx_cnp = 0;
   uint64_t rx_cnp_dropped = 0;  // CNPs for no known QP
@@ -90,6 +114,8 @@ struct DeviceCounters {
   uint64_t arp_replies_sent = 0;
   uint64_t arp_requests_sent = 0;
   uint64_t neighbors_learned = 0;
+  uint64_t neighbors_refused = 0;  // learnt addresses that would override a static entry (or no room: all static)
+  uint64_t neighbors_evicted = 0;  // learnt entries pushed out by newer ones (table full)
   uint64_t rx_nd = 0;                // IPv6 neighbour solicitations and advertisements
   uint64_t rx_nd_malformed = 0;      // ... that failed RFC 4861 validation (dropped)
   uint64_t nd_solicits_sent = 0;
@@ -106,8 +132,13 @@ class Device {
   const DeviceConfig& config() const { return config_; }
   // GID table as rxe fills it: 0 = fe80::EUI-64(mac), 1 = ::ffff:IPv4, 2 = IPv6 global.
   const std::vector<Gid>& gids() const { return gids_; }
-  void AddNeighbor(const Gid& ip, const Mac& mac);
-  bool HasNeighbor(const Gid& ip) const;
+  // A static neighbour (configuration): ARP and ND never override it, and
+  // learnt entries never evict it. False if the table is full of static ones.
+  bool AddNeighbor(const Gid& ip, const Mac& mac);
+  bool HasNeighbor(const Gid& ip) const { return neighbors_.count(ip) != 0; }
+  // The neighbour's MAC, or null.
+  const Mac* FindNeighbor(const Gid& ip) const;
+  size_t neighbor_count() const { return neighbors_.size(); }
   // Queues an ARP request for an IPv4 address (sent by the next Poll); the
   // reply lands in the neighbour table. The device answers ARP requests for
   // its own IPv4 address by itself.
@@ -159,6 +190,55 @@ class Device {
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
   void Activate(uint32_t qpn);
+  // A neighbour learnt from ARP/ND: never overrides a static entry.
+  void LearnNeighbor(const Gid& ip, const Mac& mac);
+  bool MakeNeighborRoom();
+  // The address filter of a connected QP (doc/rx-checks.md): once it has a
+  // path (RTR and later), frames for it must come from the path's
+  // destination GID to its source GID, in the path's IP version.
+  struct PathFilter {
+    uint8_t ip_version = 0;  // 0: no path yet, 4 or 6
+    // Source then destination address, as the IP header carries them: the
+    // AV's dgid (the peer), then the GID its sgid_index names (ours).
+    alignas(8) uint8_t addrs[32] = {};
+  };
+  static bool PathMatches(const uint8_t* frame, const wire::ParsedPacket& p, const PathFilter& f) {
+    if (f.ip_version == 0) return true;
+    const uint8_t* l3 = frame + p.l3_offset;
+    if (!p.ipv6) {
+      uint64_t got, want;
+      std::memcpy(&got, l3 + 12, 8);
+      std::memcpy(&want, f.addrs, 8);
+      return f.ip_version == 4 && got == want;
+    }
+    return f.ip_version == 6 && std::memcmp(l3 + 8, f.addrs, 32) == 0;
+  }
+  static PathFilter MakePathFilter(const Gid& peer, const Gid& own);
+  // Destination MAC: ours or broadcast; group addresses only outside RoCEv2
+  // (no RoCEv2 multicast group can be joined yet; ARP and neighbour
+  // discovery check their own destinations).
+  bool DstMacAccepted(const uint8_t* frame, bool roce) const {
+    uint32_t lo;
+    uint16_t hi;
+    std::memcpy(&lo, frame, 4);
+    std::memcpy(&hi, frame + 4, 2);
+    if ((lo == mac_lo_ && hi == mac_hi_) || (lo == 0xFFFFFFFFu && hi == 0xFFFF)) return true;
+    return !roce && (frame[0] & 1) != 0;
+  }
+  // Destination IP of a RoCEv2 frame: our IPv4 address, or one of our
+  // native IPv6 GIDs (not the IPv4-mapped one written in an IPv6 header).
+  bool DstIpAccepted(const uint8_t* frame, const wire::ParsedPacket& p) const {
+    const uint8_t* l3 = frame + p.l3_offset;
+    if (!p.ipv6) {
+      uint32_t dst;
+      std::memcpy(&dst, l3 + 16, 4);
+      return config_.ipv4 != 0 && dst == ipv4_raw_;
+    }
+    for (const Gid& g : own_ipv6_) {
+      if (std::memcmp(l3 + 24, g.data(), 16) == 0) return true;
+    }
+    return false;
+  }
   void HandleArp(const uint8_t* frame, uint32_t len);
   uint32_t TransmitArp();
   // neighbor_v6.cc: true if the frame was an NS/NA (handled or dropped).
@@ -173,17 +253,33 @@ class Device {
   DeviceConfig config_;
   pktio::BurstIo* io_;
   std::vector<Gid> gids_;
-  std::vector<std::pair<Gid, Mac>> neighbors_;
+  struct Neighbor {
+    Mac mac{};
+    bool is_static = false;
+  };
+  // Keyed by GID with a per-device random hash seed: a peer choosing the
+  // addresses it announces cannot pile them into one bucket.
+  std::unordered_map<Gid, Neighbor, SeededGidHash> neighbors_;
+  std::deque<Gid> learnt_order_;  // learnt entries, oldest first (may hold stale ones)
+  uint16_t rx_vid_ = 0;           // VLAN id frames must carry (0: untagged or priority-tagged)
+  uint32_t mac_lo_ = 0;           // our MAC's first four bytes as a native load reads them
+  uint16_t mac_hi_ = 0;           // ... and its last two
+  uint32_t ipv4_raw_ = 0;         // our IPv4 address as a native load of the header reads it
+  std::vector<Gid> own_ipv6_;     // the GIDs that are native IPv6 addresses
   std::vector<wire::ArpPacket> arp_out_;  // replies and requests waiting for the port
   std::vector<wire::NdPacket> nd_out_;    // neighbour solicitations/advertisements waiting for the port
   std::vector<Gid> nd_pending_;           // addresses we solicited (an NA for them is learnt)
   mem::MrTable mrs_;
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;
-  std::vector<std::unique_ptr<transport::RcQp>> qps_;  // index = QPN
+  struct QpSlot {
+    std::unique_ptr<transport::RcQp> qp;
+    bool active = false;  // on active_
+    PathFilter path;
+  };
+  std::vector<QpSlot> qps_;  // index = QPN
   uint32_t next_qpn_ = kFirstQpn;
   std::vector<uint32_t> active_;    // QPNs with work or timers
-  std::vector<uint8_t> is_active_;  // index = QPN
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round

@@ -200,7 +200,7 @@ void Runtime::PrintStats() {
                wakeup_ ? wakeup_->kind() : "timed sleeps only", stats_.comp_events.load(),
                stats_.events_handed_over.load(), stats_.async_events.load(), stats_.event_wait_sleeps.load(),
                stats_.event_wait_arrivals.load());
-  for (uint32_t qpn = core::Device::kFirstQpn; qpn < core::Device::kFirstQpn + dev_->config().max_qp; ++qpn) {
+  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
     transport::RcQp* q = dev_->qp(qpn);
     if (q == nullptr) continue;
     const transport::QpCounters& k = q->counters();

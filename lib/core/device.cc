@@ -51,7 +51,12 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   std::memcpy(&ipv4_raw_, ipv4_bytes, 4);
   std::random_device rd;
   neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()});
-  qps_.resize(kFirstQpn);
+  if (config_.max_qp > kQpnLimit - 2) config_.max_qp = kQpnLimit - 2;
+  qpn_base_ = config_.qpn_base;
+  if (qpn_base_ < 2 || qpn_base_ > kQpnLimit - config_.max_qp) {
+    qpn_base_ = 2 + rd() % (kQpnLimit - config_.max_qp - 1);  // [2, 2^24 - max_qp]
+  }
+  qps_.reserve(std::min<uint32_t>(config_.max_qp, 4096));
   rx_frames_.resize(config.burst);
   tx_frames_.resize(config.burst);
   tx_backlog_.reserve(config.burst);  // never more than one burst's tail
@@ -241,7 +246,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
       c.max_inline_data > transport::kMaxInlineData) {
     return absl::InvalidArgumentError("QP capabilities exceed the device limits");
   }
-  if (next_qpn_ - kFirstQpn >= config_.max_qp) return absl::ResourceExhaustedError("too many QPs");
+  if (qps_.size() >= config_.max_qp) return absl::ResourceExhaustedError("too many QPs");
   transport::QpEnv env;
   env.mrs = &mrs_;
   env.send_cq = cq(init.send_cq);
@@ -254,13 +259,12 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
   env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
-  const uint32_t qpn = next_qpn_++;
+  const uint32_t qpn = qpn_base_ + static_cast<uint32_t>(qps_.size());
   qps_.emplace_back();
   qps_.back().qp = std::make_unique<RcQp>(qpn, c, env);
   return qpn;
 }
 
-RcQp* Device::qp(uint32_t qpn) { return qpn < qps_.size() ? qps_[qpn].qp.get() : nullptr; }
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
   RcQp* q = qp(qpn);
@@ -270,7 +274,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
   Activate(qpn);  // e.g. a move to ERR has flush work
   // The receive filter follows the QP's path: on from RTR (when the AV is
   // set) on, off again in RESET/INIT; ERR keeps what it had.
-  PathFilter& f = qps_[qpn].path;
+  PathFilter& f = qps_[qpn - qpn_base_].path;
   switch (q->state()) {
     case transport::QpState::kReset:
     case transport::QpState::kInit:
@@ -290,8 +294,8 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
-  qps_[qpn].qp.reset();
-  qps_[qpn].path = PathFilter{};
+  qps_[qpn - qpn_base_].qp.reset();
+  qps_[qpn - qpn_base_].path = PathFilter{};
   return absl::OkStatus();
 }
 
@@ -317,9 +321,10 @@ uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
 }
 
 void Device::Activate(uint32_t qpn) {
-  if (!qps_[qpn].active) {
-    qps_[qpn].active = true;
-    active_.push_back(qpn);
+  const uint32_t i = qpn - qpn_base_;
+  if (!qps_[i].active) {
+    qps_[i].active = true;
+    active_.push_back(i);
   }
 }
 
@@ -435,7 +440,8 @@ uint32_t Device::Poll(uint64_t now_ns) {
     }
     // 5. ICRC. RC WRITE MIDDLE: the QP checks it while it places the payload.
     const uint32_t qpn = bth.dest_qp();
-    QpSlot* slot = qpn < qps_.size() ? &qps_[qpn] : nullptr;
+    const uint32_t index = qpn - qpn_base_;
+    QpSlot* slot = index < qps_.size() ? &qps_[index] : nullptr;
     RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
     const bool placer = q != nullptr && RcQp::VerifiesWhilePlacing(p);
     if (!placer && !transport::VerifyIcrc(frame, p)) {
@@ -499,7 +505,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
   const size_t n_active = active_.size();
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
   for (size_t k = 0; k < n_active; ++k) {
-    RcQp* q = qp(active_[(start + k) % n_active]);
+    RcQp* q = qps_[active_[(start + k) % n_active]].qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
     for (uint32_t b = 0; b < config_.tx_bursts_per_qp && !port_full; ++b) {
@@ -525,10 +531,9 @@ uint32_t Device::Poll(uint64_t now_ns) {
   }
   // Idle QPs leave the list.
   for (size_t i = 0; i < active_.size();) {
-    const uint32_t qpn = active_[i];
-    RcQp* q = qp(qpn);
-    if (q == nullptr || !q->HasWork()) {
-      qps_[qpn].active = false;
+    QpSlot& slot = qps_[active_[i]];
+    if (slot.qp == nullptr || !slot.qp->HasWork()) {
+      slot.active = false;
       active_[i] = active_.back();
       active_.pop_back();
     } else {

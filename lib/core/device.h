@@ -59,6 +59,12 @@ struct DeviceConfig {
   bool vlan = false;
   uint16_t vlan_tci = 0;
   uint32_t max_qp = 1024;
+  // QPNs are [qpn_base, qpn_base + max_qp), within 24 bits and never 0 or 1
+  // (the special QPs). 0: a random base per device, so a peer cannot guess
+  // a QPN cheaply; tests, replays and tools whose peers must know the QPNs
+  // ahead set it (a fabric daemon hands each process its range). A base
+  // that does not fit is replaced by a random one.
+  uint32_t qpn_base = 0;
   uint32_t max_mr = 1u << 16;
   // Neighbour table entries (static and learnt). When full, a newly learnt
   // entry evicts the oldest learnt one; static entries are never evicted.
@@ -172,7 +178,12 @@ class Device {
   absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);
   absl::Status ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
   absl::Status DestroyQp(uint32_t qpn);
-  transport::RcQp* qp(uint32_t qpn);
+  transport::RcQp* qp(uint32_t qpn) {
+    const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
+    return i < qps_.size() ? qps_[i].qp.get() : nullptr;
+  }
+  // This device's QPNs are [qpn_base(), qpn_base() + config().max_qp).
+  uint32_t qpn_base() const { return qpn_base_; }
 
   int PostSend(uint32_t qpn, const transport::SendWr& wr);
   int PostRecv(uint32_t qpn, const transport::RecvWr& wr);
@@ -277,9 +288,9 @@ class Device {
     bool active = false;  // on active_
     PathFilter path;
   };
-  std::vector<QpSlot> qps_;  // index = QPN
-  uint32_t next_qpn_ = kFirstQpn;
-  std::vector<uint32_t> active_;    // QPNs with work or timers
+  std::vector<QpSlot> qps_;  // index = QPN - qpn_base_; QPNs are never reused
+  uint32_t qpn_base_ = 0;
+  std::vector<uint32_t> active_;    // indices into qps_ of QPs with work or timers
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
@@ -289,7 +300,10 @@ class Device {
   DeviceCounters counters_;
 
  public:
-  static constexpr uint32_t kFirstQpn = 0x11;  // 0 and 1 are the special QPs
+  // The fixed base droce used before QPNs were randomised (rxe's first QPN
+  // too): for tools whose two ends must know each other's QPNs in advance.
+  static constexpr uint32_t kFirstQpn = 0x11;
+  static constexpr uint32_t kQpnLimit = 1u << 24;
 };
 
 template <typename Msg, typename Build, typename Sent>

@@ -318,6 +318,73 @@ TEST_F(RxChecks, ForgedAckFromAnotherAddressCompletesNothing) {
   EXPECT_EQ(wc.wr_id, 7u);
 }
 
+// --- QPNs a peer cannot guess cheaply.
+
+TEST(Qpns, RandomBasePerDeviceWithin24BitsNeverTheSpecialQps) {
+  pktio::ScriptedIo io;
+  std::vector<uint32_t> firsts;
+  for (int i = 0; i < 8; ++i) {
+    DeviceConfig cfg;
+    cfg.max_qp = 4;
+    Device dev(cfg, &io);
+    const uint32_t pd = dev.AllocPd();
+    const uint32_t cq = *dev.CreateCq(16);
+    QpInitAttr init;
+    init.pd = pd;
+    init.send_cq = init.recv_cq = cq;
+    std::vector<uint32_t> qpns;
+    for (int k = 0; k < 4; ++k) qpns.push_back(*dev.CreateQp(init));
+    EXPECT_FALSE(dev.CreateQp(init).ok());  // max_qp
+    for (uint32_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(qpns[k], dev.qpn_base() + k);
+      EXPECT_GE(qpns[k], 2u);
+      EXPECT_LT(qpns[k], 1u << 24);
+      EXPECT_NE(dev.qp(qpns[k]), nullptr);
+    }
+    EXPECT_EQ(dev.qp(dev.qpn_base() - 1), nullptr);
+    EXPECT_EQ(dev.qp(dev.qpn_base() + 4), nullptr);
+    EXPECT_EQ(dev.qp(0), nullptr);
+    EXPECT_EQ(dev.qp(1), nullptr);
+    firsts.push_back(qpns[0]);
+  }
+  std::sort(firsts.begin(), firsts.end());
+  // Eight devices, 2^24 possible bases: equal ones would mean a fixed start.
+  EXPECT_EQ(std::unique(firsts.begin(), firsts.end()), firsts.end());
+  EXPECT_NE(firsts[0], Device::kFirstQpn);
+}
+
+TEST(Qpns, AFixedBaseIsHonouredAndABadOneReplaced) {
+  pktio::ScriptedIo io;
+  DeviceConfig cfg;
+  cfg.max_qp = 16;
+  cfg.qpn_base = (1u << 24) - 16;  // the last range that fits
+  Device top(cfg, &io);
+  EXPECT_EQ(top.qpn_base(), (1u << 24) - 16);
+  cfg.qpn_base = Device::kFirstQpn;
+  Device fixed(cfg, &io);
+  EXPECT_EQ(fixed.qpn_base(), Device::kFirstQpn);
+  for (uint32_t bad : {1u, (1u << 24) - 15, 0xFFFFFFF0u}) {
+    cfg.qpn_base = bad;
+    Device d(cfg, &io);
+    EXPECT_GE(d.qpn_base(), 2u);
+    EXPECT_LE(d.qpn_base() + cfg.max_qp, 1u << 24);
+  }
+}
+
+TEST_F(RxChecks, FramesForQpnsOutsideTheRangeFindNoQp) {
+  for (uint32_t qpn : {qpn_ - 1, qpn_ + 1, uint32_t{Device::kFirstQpn}, 0u, 1u}) {
+    if (qpn == qpn_) continue;
+    wire::PacketFields f = Write(13);
+    f.bth.dest_qp = qpn & 0xFFFFFF;
+    std::vector<uint8_t> frame(pktio::kMaxFrameBytes);
+    frame.resize(*wire::SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size())));
+    io_.rx.push_back(frame);
+  }
+  dev_->Poll(now_ += 1000);
+  EXPECT_EQ(c().rx_unknown_qp, 5u);
+  EXPECT_TRUE(Feed(Write(13)));
+}
+
 // --- The neighbour table.
 
 std::vector<uint8_t> ArpFrame(uint16_t op, uint32_t sender_ip, const Mac& sender_mac, uint32_t target_ip,

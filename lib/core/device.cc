@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -21,6 +22,18 @@ bool IsIpv4Mapped(const Gid& g) {
 }
 
 }  // namespace
+
+const char* ParseErrorCounterName(wire::ParseStatus s) {
+  static const auto* names = [] {
+    auto* n = new std::array<std::string, static_cast<int>(wire::ParseStatus::kCount)>;
+    for (int i = 0; i < static_cast<int>(n->size()); ++i) {
+      (*n)[i] = std::string("rx_") + wire::ParseStatusName(static_cast<wire::ParseStatus>(i));
+    }
+    return n;
+  }();
+  const int i = static_cast<int>(s);
+  return i >= 0 && i < static_cast<int>(names->size()) ? (*names)[i].c_str() : "rx_?";
+}
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     : config_(config), io_(io), mrs_(config.max_mr) {

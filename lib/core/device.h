@@ -98,37 +98,60 @@ struct QpInitAttr {
   transport::QpCaps caps;
 };
 
-// Drops and events the poll loop counts (never logs).
+// Drops and events the poll loop counts (never logs): one list, so that
+// every place that prints counters (DROCE_STATS, droce-testpmd's `show port
+// stats` and telemetry) prints all of them. X(name, what it counts).
+#define DROCE_DEVICE_COUNTERS(X)                                                                          \
+  X(rx_packets, "frames received")                                                                        \
+  X(rx_bytes, "bytes received")                                                                           \
+  X(tx_packets, "frames sent (RoCEv2, ARP, ND)")                                                          \
+  X(tx_bytes, "bytes sent (RoCEv2, ARP, ND)")                                                             \
+  X(tx_dropped, "ARP/ND frames the port refused (lost, as on a wire)")                                    \
+  X(tx_port_full, "frames the port refused at first and that waited for the next round")                  \
+  X(rx_foreign, "not RoCEv2 (ARP, ND and other traffic for us)")                                          \
+  X(rx_drop_vlan, "802.1Q VLAN id not the device's (a tag where it has none, or none where it has one)")  \
+  X(rx_drop_dst_mac, "destination MAC neither ours nor broadcast (nor, outside RoCEv2, multicast)")       \
+  X(rx_drop_dst_ip, "RoCEv2 to an IP address that is not one of the device's GIDs")                       \
+  X(rx_drop_pkey, "BTH P_Key not a member of the default partition")                                      \
+  X(rx_drop_path, "connected QP: IP version, source or destination address not the QP's path")            \
+  X(rx_unknown_qp, "no QP with that number, or an opcode of another transport")                           \
+  X(rx_cnp, "congestion notification packets received")                                                  \
+  X(rx_cnp_dropped, "CNPs for no known QP")                                                               \
+  X(rx_arp, "ARP requests and replies received")                                                          \
+  X(arp_replies_sent, "ARP replies sent")                                                                 \
+  X(arp_requests_sent, "ARP requests sent")                                                               \
+  X(neighbors_learned, "neighbours learnt from ARP/ND")                                                   \
+  X(neighbors_refused, "learnt addresses that would override a static entry (or no room: all static)")    \
+  X(neighbors_evicted, "learnt entries pushed out by newer ones (table full)")                            \
+  X(rx_nd, "IPv6 neighbour solicitations and advertisements received")                                    \
+  X(rx_nd_malformed, "... that failed RFC 4861 validation (dropped)")                                     \
+  X(nd_solicits_sent, "neighbour solicitations sent")                                                     \
+  X(nd_adverts_sent, "neighbour advertisements sent")
+
 struct DeviceCounters {
-  uint64_t rx_packets = 0;
-  uint64_t rx_bytes = 0;
-  uint64_t tx_packets = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t tx_dropped = 0;    // ARP/ND frames the port refused (lost, as on a wire)
-  uint64_t tx_port_full = 0;  // frames the port refused at first and that waited for the next round
-  uint64_t rx_foreign = 0;  // not RoCEv2 (or not for us)
-  // Receive checks, in the order the poll loop makes them (doc/rx-checks.md).
-  uint64_t rx_drop_vlan = 0;     // 802.1Q VLAN id not the device's (a tag where it has none, or none where it has one)
-  uint64_t rx_drop_dst_mac = 0;  // destination MAC neither ours nor broadcast (nor, outside RoCEv2, multicast)
-  uint64_t rx_drop_dst_ip = 0;   // RoCEv2 to an IP address that is not one of the device's GIDs
-  uint64_t rx_drop_pkey = 0;     // BTH P_Key not a member of the default partition
-  uint64_t rx_drop_path = 0;     // connected QP: IP version, source or destination address not the QP's path
-  uint64_t rx_unknown_qp = 0;
-  uint64_t rx_cnp = 0;
-  uint64_t rx_cnp_dropped = 0;  // CNPs for no known QP
-  uint64_t rx_arp = 0;
-  uint64_t arp_replies_sent = 0;
-  uint64_t arp_requests_sent = 0;
-  uint64_t neighbors_learned = 0;
-  uint64_t neighbors_refused = 0;  // learnt addresses that would override a static entry (or no room: all static)
-  uint64_t neighbors_evicted = 0;  // learnt entries pushed out by newer ones (table full)
-  uint64_t rx_nd = 0;                // IPv6 neighbour solicitations and advertisements
-  uint64_t rx_nd_malformed = 0;      // ... that failed RFC 4861 validation (dropped)
-  uint64_t nd_solicits_sent = 0;
-  uint64_t nd_adverts_sent = 0;
+#define DROCE_DECLARE_COUNTER(name, what) uint64_t name = 0;
+  DROCE_DEVICE_COUNTERS(DROCE_DECLARE_COUNTER)
+#undef DROCE_DECLARE_COUNTER
+  // Malformed RoCEv2 frames by reason (the foreign reasons count in rx_foreign).
   uint64_t rx_parse_errors[static_cast<int>(wire::ParseStatus::kCount)] = {};
   uint64_t rx_bad_icrc() const { return rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)]; }
 };
+
+// "rx_<reason>" (rx_bad_icrc, rx_truncated, ...) for a malformed-frame reason.
+const char* ParseErrorCounterName(wire::ParseStatus s);
+
+// Calls f(name, value) for every device counter: the DROCE_DEVICE_COUNTERS
+// list, then rx_<reason> for every reason a RoCEv2 frame can be malformed.
+template <typename F>
+void ForEachDeviceCounter(const DeviceCounters& c, F&& f) {
+#define DROCE_VISIT_COUNTER(name, what) f(#name, c.name);
+  DROCE_DEVICE_COUNTERS(DROCE_VISIT_COUNTER)
+#undef DROCE_VISIT_COUNTER
+  for (int i = 1; i < static_cast<int>(wire::ParseStatus::kCount); ++i) {
+    const auto s = static_cast<wire::ParseStatus>(i);
+    if (!wire::IsForeign(s)) f(ParseErrorCounterName(s), c.rx_parse_errors[i]);
+  }
+}
 
 class Device {
  public:
@@ -316,6 +339,7 @@ uint32_t Device::TransmitQueued(std::vector<Msg>& queue, Build build, Sent sent)
     if (got == 0) break;
     for (uint16_t i = 0; i < got; ++i) tx[i].len = build(queue[i], tx[i].data);
     const uint16_t ok = io_->TxBurst(tx, got);
+    for (uint16_t i = 0; i < ok; ++i) counters_.tx_bytes += tx[i].len;
     if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
     counters_.tx_dropped += got - ok;
     for (uint16_t i = 0; i < ok; ++i) sent(queue[i]);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -318,6 +319,64 @@ TEST_F(RxChecks, ForgedAckFromAnotherAddressCompletesNothing) {
   EXPECT_EQ(wc.wr_id, 7u);
 }
 
+std::vector<uint8_t> ArpFrame(uint16_t op, uint32_t sender_ip, const Mac& sender_mac, uint32_t target_ip,
+                              const Mac& dst) {
+  wire::ArpPacket a;
+  a.op = op;
+  a.sender_ip = sender_ip;
+  a.sender_mac = sender_mac;
+  a.target_ip = target_ip;
+  a.target_mac = dst;
+  std::vector<uint8_t> f(wire::kArpFrameBytes + wire::kVlanTagBytes);
+  f.resize(wire::BuildArp(a, false, 0, f.data()));
+  return f;
+}
+
+// --- Counters: one list for every printer, ARP/ND bytes counted.
+
+TEST(Counters, EveryFieldIsVisitedOnceUnderItsOwnName) {
+  // Give every uint64_t of the struct a distinct value; the visitor must
+  // report each (but the never-counted parse slots: ok and foreign reasons).
+  DeviceCounters c;
+  static_assert(sizeof(DeviceCounters) % sizeof(uint64_t) == 0);
+  constexpr size_t kWords = sizeof(DeviceCounters) / sizeof(uint64_t);
+  uint64_t words[kWords];
+  for (size_t i = 0; i < kWords; ++i) words[i] = 1000 + i;
+  std::memcpy(&c, words, sizeof c);
+  std::vector<uint64_t> seen;
+  std::vector<std::string> names;
+  ForEachDeviceCounter(c, [&](const char* name, uint64_t v) {
+    seen.push_back(v);
+    names.emplace_back(name);
+  });
+  size_t never_counted = 1;  // kOk
+  for (int i = 0; i < static_cast<int>(wire::ParseStatus::kCount); ++i) {
+    never_counted += wire::IsForeign(static_cast<wire::ParseStatus>(i)) ? 1 : 0;
+  }
+  EXPECT_EQ(seen.size(), kWords - never_counted);
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(std::unique(seen.begin(), seen.end()), seen.end());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(std::unique(names.begin(), names.end()), names.end());
+  for (const char* want : {"rx_cnp", "rx_bad_icrc", "rx_truncated", "rx_bad_ip_checksum", "rx_ip_ttl_zero",
+                           "rx_drop_pkey", "rx_drop_path", "neighbors_refused", "tx_bytes"}) {
+    EXPECT_TRUE(std::binary_search(names.begin(), names.end(), std::string(want))) << want;
+  }
+}
+
+TEST(Counters, ArpFramesCountInTxBytes) {
+  pktio::ScriptedIo io;
+  DeviceConfig cfg;
+  cfg.ipv4 = kOwnIp;
+  Device dev(cfg, &io);
+  io.rx.push_back(ArpFrame(wire::kArpRequest, kPeerIp, kPeerMac, kOwnIp, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff}));
+  dev.RequestArp(0x0A000003);
+  dev.Poll(1);
+  ASSERT_EQ(io.sent.size(), 2u);
+  EXPECT_EQ(dev.counters().tx_packets, 2u);
+  EXPECT_EQ(dev.counters().tx_bytes, io.sent[0].size() + io.sent[1].size());
+}
+
 // --- QPNs a peer cannot guess cheaply.
 
 TEST(Qpns, RandomBasePerDeviceWithin24BitsNeverTheSpecialQps) {
@@ -386,19 +445,6 @@ TEST_F(RxChecks, FramesForQpnsOutsideTheRangeFindNoQp) {
 }
 
 // --- The neighbour table.
-
-std::vector<uint8_t> ArpFrame(uint16_t op, uint32_t sender_ip, const Mac& sender_mac, uint32_t target_ip,
-                              const Mac& dst) {
-  wire::ArpPacket a;
-  a.op = op;
-  a.sender_ip = sender_ip;
-  a.sender_mac = sender_mac;
-  a.target_ip = target_ip;
-  a.target_mac = dst;
-  std::vector<uint8_t> f(wire::kArpFrameBytes + wire::kVlanTagBytes);
-  f.resize(wire::BuildArp(a, false, 0, f.data()));
-  return f;
-}
 
 TEST(Neighbors, ArpNeverOverridesAStaticEntry) {
   pktio::ScriptedIo io;

@@ -323,13 +323,11 @@ droce_prompt_ops MakePromptOps(PromptState* ps) {
                 p->opt->port.c_str(), s.link_up ? "up" : "down", (unsigned long long)s.port.rx_packets,
                 (unsigned long long)s.port.rx_bytes, (unsigned long long)s.port.tx_packets,
                 (unsigned long long)s.port.tx_bytes, (unsigned long long)s.port.tx_full);
-    std::printf("device: rx_packets=%llu tx_packets=%llu rx_foreign=%llu rx_unknown_qp=%llu rx_bad_icrc=%llu "
-                "rx_arp=%llu rx_nd=%llu rx_nd_malformed=%llu rx_cnp=%llu tx_dropped=%llu tx_port_full=%llu\n",
-                (unsigned long long)d.rx_packets, (unsigned long long)d.tx_packets,
-                (unsigned long long)d.rx_foreign, (unsigned long long)d.rx_unknown_qp,
-                (unsigned long long)d.rx_bad_icrc(), (unsigned long long)d.rx_arp, (unsigned long long)d.rx_nd,
-                (unsigned long long)d.rx_nd_malformed, (unsigned long long)d.rx_cnp,
-                (unsigned long long)d.tx_dropped, (unsigned long long)d.tx_port_full);
+    std::printf("device:");
+    core::ForEachDeviceCounter(d, [](const char* name, uint64_t v) {
+      std::printf(" %s=%llu", name, static_cast<unsigned long long>(v));
+    });
+    std::printf("\n");
     std::printf("run: %s messages=%llu bytes=%llu errors=%llu verify_failures=%llu\n",
                 s.running ? "running" : "stopped", (unsigned long long)s.messages, (unsigned long long)s.bytes,
                 (unsigned long long)s.errors, (unsigned long long)s.verify_failures);

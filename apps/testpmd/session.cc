@@ -38,6 +38,9 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   cfg.vlan = o.vlan >= 0;
   cfg.vlan_tci = static_cast<uint16_t>((o.pcp << 13) | (o.vlan > 0 ? o.vlan : 0));
   cfg.max_qp = o.qps + 1;  // the data QPs and the control QP
+  // Both ends derive the peer's QPNs from their own (Connect): a fixed base,
+  // not the random one a verbs program gets.
+  cfg.qpn_base = core::Device::kFirstQpn;
   if (o.dcqcn != "off") {
     const uint64_t line = static_cast<uint64_t>(o.line_rate_gbps * 1e9);
     cfg.dcqcn = true;

@@ -232,19 +232,18 @@ void Runtime::PrintStats() {
                file_.name.c_str(), port_->LinkUp() ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
                p.rx_multi_segment, dev_->loopback_counters().looped);
   std::fprintf(stderr,
-               "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu, tx_port_full %lu, rx_foreign %lu, "
-               "rx_unknown_qp %lu, "
-               "rx_bad_icrc %lu, port tx_full %lu, progress polls %lu sleeps %lu (woken by arrival %lu, %s), "
-               "events %lu comp (%lu handed over in process) %lu async, event waits slept %lu (woken by arrival "
-               "%lu)\n",
-               file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, c.tx_dropped, c.tx_port_full,
-               c.rx_foreign,
-               c.rx_unknown_qp, c.rx_bad_icrc(), p.tx_full, stats_.progress_polls.load(),
-               stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(),
-               wakeup_ ? wakeup_->kind() : "timed sleeps only", stats_.comp_events.load(),
-               stats_.events_handed_over.load(), stats_.async_events.load(), stats_.event_wait_sleeps.load(),
-               stats_.event_wait_arrivals.load());
-  for (uint32_t qpn = dev_->config().qpn_base; qpn < dev_->config().qpn_base + dev_->config().max_qp; ++qpn) {
+               "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
+               "(woken by arrival %lu, %s), events %lu comp (%lu handed over in process) %lu async, event waits "
+               "slept %lu (woken by arrival %lu)\n",
+               file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
+               stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
+               stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
+               stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
+  // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
+  std::string line = absl::StrCat("droce ", file_.name, " device:");
+  core::ForEachDeviceCounter(c, [&](const char* name, uint64_t v) { absl::StrAppend(&line, " ", name, " ", v); });
+  std::fprintf(stderr, "%s\n", line.c_str());
+  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
     transport::RcQp* q = dev_->qp(qpn);
     if (q == nullptr) continue;
     const transport::QpCounters& k = q->counters();

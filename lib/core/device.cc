@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -20,6 +22,18 @@ bool IsIpv4Mapped(const Gid& g) {
 }
 
 }  // namespace
+
+const char* ParseErrorCounterName(wire::ParseStatus s) {
+  static const auto* names = [] {
+    auto* n = new std::array<std::string, static_cast<int>(wire::ParseStatus::kCount)>;
+    for (int i = 0; i < static_cast<int>(n->size()); ++i) {
+      (*n)[i] = std::string("rx_") + wire::ParseStatusName(static_cast<wire::ParseStatus>(i));
+    }
+    return n;
+  }();
+  const int i = static_cast<int>(s);
+  return i >= 0 && i < static_cast<int>(names->size()) ? (*names)[i].c_str() : "rx_?";
+}
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     : config_(config), loopback_(io, config.mac), io_(io != nullptr ? &loopback_ : nullptr),
@@ -40,7 +54,23 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     gids_.push_back(v4);
   }
   if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
-  next_qpn_ = config.qpn_base;
+  for (const Gid& g : gids_) {
+    if (!IsIpv4Mapped(g)) own_ipv6_.push_back(g);
+  }
+  rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
+  std::memcpy(&mac_lo_, config.mac.data(), 4);
+  std::memcpy(&mac_hi_, config.mac.data() + 4, 2);
+  uint8_t ipv4_bytes[4];
+  wire::StoreBe32(ipv4_bytes, config.ipv4);
+  std::memcpy(&ipv4_raw_, ipv4_bytes, 4);
+  std::random_device rd;
+  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()});
+  if (config_.max_qp > kQpnLimit - 2) config_.max_qp = kQpnLimit - 2;
+  qpn_base_ = config_.qpn_base;
+  if (qpn_base_ < 2 || qpn_base_ > kQpnLimit - config_.max_qp) {
+    qpn_base_ = 2 + rd() % (kQpnLimit - config_.max_qp - 1);  // [2, 2^24 - max_qp]
+  }
+  qps_.reserve(std::min<uint32_t>(config_.max_qp, 4096));
   rx_frames_.resize(config.burst);
   tx_frames_.resize(config.burst);
   tx_backlog_.reserve(config.burst);  // never more than one burst's tail
@@ -72,22 +102,57 @@ uint32_t Device::FlushTxBacklog() {
   return sent_total;
 }
 
-void Device::AddNeighbor(const Gid& ip, const Mac& mac) {
-  for (auto& [g, m] : neighbors_) {
-    if (g == ip) {
-      m = mac;
-      return;
+// Makes room for one entry if the table is full: evicts the oldest learnt
+// one (order entries for addresses since made static are skipped). False if
+// every entry is static.
+bool Device::MakeNeighborRoom() {
+  while (neighbors_.size() >= config_.max_neighbors && !learnt_order_.empty()) {
+    auto old = neighbors_.find(learnt_order_.front());
+    learnt_order_.pop_front();
+    if (old != neighbors_.end() && !old->second.is_static) {
+      neighbors_.erase(old);
+      ++counters_.neighbors_evicted;
     }
   }
-  neighbors_.emplace_back(ip, mac);
+  if (neighbors_.size() < config_.max_neighbors) return true;
+  ++counters_.neighbors_refused;
+  return false;
 }
 
 bool Device::IsLocalGid(const Gid& gid) const {
   return std::find(gids_.begin(), gids_.end(), gid) != gids_.end();
 }
 
-bool Device::HasNeighbor(const Gid& ip) const {
-  return IsLocalGid(ip) || std::any_of(neighbors_.begin(), neighbors_.end(), [&](const auto& n) { return n.first == ip; });
+bool Device::AddNeighbor(const Gid& ip, const Mac& mac) {
+  auto it = neighbors_.find(ip);
+  if (it != neighbors_.end()) {
+    it->second = {mac, true};
+    return true;
+  }
+  if (!MakeNeighborRoom()) return false;
+  neighbors_.emplace(ip, Neighbor{mac, true});
+  return true;
+}
+
+void Device::LearnNeighbor(const Gid& ip, const Mac& mac) {
+  auto it = neighbors_.find(ip);
+  if (it != neighbors_.end()) {
+    if (it->second.is_static) {
+      if (it->second.mac != mac) ++counters_.neighbors_refused;
+    } else {
+      it->second.mac = mac;
+    }
+    return;
+  }
+  if (!MakeNeighborRoom()) return;
+  neighbors_.emplace(ip, Neighbor{mac, false});
+  learnt_order_.push_back(ip);
+  ++counters_.neighbors_learned;
+}
+
+const Mac* Device::FindNeighbor(const Gid& ip) const {
+  auto it = neighbors_.find(ip);
+  return it == neighbors_.end() ? nullptr : &it->second.mac;
 }
 
 namespace {
@@ -117,9 +182,7 @@ void Device::HandleArp(const uint8_t* frame, uint32_t len) {
   if (!wire::ParseArp(frame, len, &a)) return;
   ++counters_.rx_arp;
   if (config_.ipv4 == 0 || a.target_ip != config_.ipv4 || a.sender_ip == 0) return;
-  const Gid sender = Ipv4Gid(a.sender_ip);
-  if (!HasNeighbor(sender)) ++counters_.neighbors_learned;
-  AddNeighbor(sender, a.sender_mac);
+  LearnNeighbor(Ipv4Gid(a.sender_ip), a.sender_mac);
   if (a.op == wire::kArpRequest && arp_out_.size() < 64) {
     wire::ArpPacket reply;
     reply.op = wire::kArpReply;
@@ -156,7 +219,8 @@ queue::CompletionQueue* Device::cq(uint32_t id) {
 
 absl::Status Device::DestroyCq(uint32_t id) {
   if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
-  for (const auto& q : qps_) {
+  for (const QpSlot& slot : qps_) {
+    const RcQp* q = slot.qp.get();
     if (q && (q->env().send_cq == cqs_[id].get() || q->env().recv_cq == cqs_[id].get())) {
       return absl::FailedPreconditionError("CQ still in use by a QP");
     }
@@ -167,8 +231,8 @@ absl::Status Device::DestroyCq(uint32_t id) {
 
 absl::Status Device::DestroySrq(uint32_t id) {
   if (srq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no SRQ %u", id));
-  for (const auto& q : qps_) {
-    if (q && q->env().srq == srqs_[id].get()) return absl::FailedPreconditionError("SRQ still in use by a QP");
+  for (const QpSlot& slot : qps_) {
+    if (slot.qp && slot.qp->env().srq == srqs_[id].get()) return absl::FailedPreconditionError("SRQ still in use by a QP");
   }
   srqs_[id].reset();
   return absl::OkStatus();
@@ -200,9 +264,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
       c.max_inline_data > transport::kMaxInlineData) {
     return absl::InvalidArgumentError("QP capabilities exceed the device limits");
   }
-  if (next_qpn_ - config_.qpn_base >= config_.max_qp || next_qpn_ >= (1u << 24)) {
-    return absl::ResourceExhaustedError("too many QPs");
-  }
+  if (qps_.size() >= config_.max_qp) return absl::ResourceExhaustedError("too many QPs");
   transport::QpEnv env;
   env.mrs = &mrs_;
   env.send_cq = cq(init.send_cq);
@@ -215,34 +277,49 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
   env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
-  const uint32_t qpn = next_qpn_++;
-  qps_.push_back(std::make_unique<RcQp>(qpn, c, env));
-  is_active_.push_back(0);
+  const uint32_t qpn = qpn_base_ + static_cast<uint32_t>(qps_.size());
+  qps_.emplace_back();
+  qps_.back().qp = std::make_unique<RcQp>(qpn, c, env);
   return qpn;
 }
 
-RcQp* Device::qp(uint32_t qpn) {
-  const uint32_t i = qpn - config_.qpn_base;  // wraps for QPNs below the base
-  return i < qps_.size() ? qps_[i].get() : nullptr;
-}
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
   RcQp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   absl::Status s = q->Modify(attr, mask);
-  if (s.ok() && (mask & transport::kAttrState) && attr.qp_state == transport::QpState::kReset) {
+  if (!s.ok()) return s;
+  if ((mask & transport::kAttrState) && attr.qp_state == transport::QpState::kReset) {
     // Completions the QP left behind (flushed WRs) go with its old life, as
     // rdma-core's mlx5 provider cleans the CQs of a QP moved to RESET.
     q->env().send_cq->RemoveQp(qpn);
     q->env().recv_cq->RemoveQp(qpn);
   }
-  if (s.ok()) Activate(qpn);  // e.g. a move to ERR has flush work
+  Activate(qpn);  // e.g. a move to ERR has flush work
+  // The receive filter follows the QP's path: on from RTR (when the AV is
+  // set) on, off again in RESET/INIT; ERR keeps what it had.
+  PathFilter& f = qps_[qpn - qpn_base_].path;
+  switch (q->state()) {
+    case transport::QpState::kReset:
+    case transport::QpState::kInit:
+      f = PathFilter{};
+      break;
+    case transport::QpState::kErr:
+      break;
+    default: {
+      // MakeRoute checked sgid_index and that both GIDs are of one IP version.
+      const transport::AddressVector& av = q->attr().ah;
+      if (av.sgid_index < gids_.size()) f = MakePathFilter(av.dgid, gids_[av.sgid_index]);
+      break;
+    }
+  }
   return s;
 }
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
-  qps_[qpn - config_.qpn_base].reset();
+  qps_[qpn - qpn_base_].qp.reset();
+  qps_[qpn - qpn_base_].path = PathFilter{};
   mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state
   return absl::OkStatus();
 }
@@ -269,10 +346,25 @@ uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
 }
 
 void Device::Activate(uint32_t qpn) {
-  if (!is_active_[qpn - config_.qpn_base]) {
-    is_active_[qpn - config_.qpn_base] = 1;
-    active_.push_back(qpn);
+  const uint32_t i = qpn - qpn_base_;
+  if (!qps_[i].active) {
+    qps_[i].active = true;
+    active_.push_back(i);
   }
+}
+
+Device::PathFilter Device::MakePathFilter(const Gid& peer, const Gid& own) {
+  PathFilter f;
+  if (IsIpv4Mapped(peer)) {
+    f.ip_version = 4;
+    std::memcpy(f.addrs, peer.data() + 12, 4);
+    std::memcpy(f.addrs + 4, own.data() + 12, 4);
+  } else {
+    f.ip_version = 6;
+    std::memcpy(f.addrs, peer.data(), 16);
+    std::memcpy(f.addrs + 16, own.data(), 16);
+  }
+  return f;
 }
 
 absl::Status Device::MakeRouteThunk(void* ctx, const transport::AddressVector& av,
@@ -297,10 +389,8 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   } else if (av.dmac_valid) {
     f.dst_mac = av.dmac;
   } else {
-    auto it = std::find_if(neighbors_.begin(), neighbors_.end(),
-                           [&](const auto& n) { return n.first == av.dgid; });
-    if (it != neighbors_.end()) {
-      f.dst_mac = it->second;
+    if (const Mac* mac = FindNeighbor(av.dgid); mac != nullptr) {
+      f.dst_mac = *mac;
     } else if (config_.broadcast_unresolved) {
       f.dst_mac = Mac{0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     } else {
@@ -327,23 +417,34 @@ uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
   const uint16_t n = io_->RxBurst(rx, config_.burst);
+  // The receive checks, in order (doc/rx-checks.md): the cheap ones that
+  // decide whether a frame is for us at all come before the ICRC.
   for (uint16_t i = 0; i < n; ++i) {
-    wire::ParsedPacket p = wire::ParsePacket(rx[i].data, rx[i].len);
-    // RC WRITE MIDDLE: the QP checks the ICRC while it places the payload.
-    RcQp* placer = p.ok() && RcQp::VerifiesWhilePlacing(p)
-                       ? qp(wire::BthView(rx[i].data + p.bth_offset).dest_qp())
-                       : nullptr;
-    if (p.ok() && placer == nullptr && !transport::VerifyIcrc(rx[i].data, p)) {
-      p.status = wire::ParseStatus::kBadIcrc;
-    }
+    const uint8_t* frame = rx[i].data;
     ++counters_.rx_packets;
     counters_.rx_bytes += rx[i].len;
+    const wire::ParsedPacket p = wire::ParsePacket(frame, rx[i].len);
+    if (rx[i].len < wire::kEthBytes) {
+      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kTruncated)];
+      continue;
+    }
+    // 1. Link layer: the VLAN (0 = untagged or priority-tagged), then the
+    //    destination MAC (the port may be promiscuous).
+    if ((p.has_vlan ? (p.vlan_tci & 0xFFF) : 0) != rx_vid_) {
+      ++counters_.rx_drop_vlan;
+      continue;
+    }
+    if (!DstMacAccepted(frame, p.ok() || !wire::IsForeign(p.status))) {
+      ++counters_.rx_drop_dst_mac;
+      continue;
+    }
+    // 2. Structure (lib/wire ParsePacket), IPv4 header checksum and TTL.
     if (!p.ok()) {
       if (wire::IsForeign(p.status)) {
         if (p.status == wire::ParseStatus::kNotUdp && p.ipv6) {
-          HandleNd(rx[i].data, rx[i].len);  // ICMPv6: neighbour discovery (neighbor_v6.cc)
+          HandleNd(frame, rx[i].len);  // ICMPv6: neighbour discovery (neighbor_v6.cc)
         } else if (rx[i].len >= wire::kEthBytes + wire::kArpBytes) {
-          HandleArp(rx[i].data, rx[i].len);
+          HandleArp(frame, rx[i].len);
         }
         ++counters_.rx_foreign;
       } else {
@@ -351,21 +452,37 @@ uint32_t Device::Poll(uint64_t now_ns) {
       }
       continue;
     }
-    const uint32_t qpn = wire::BthView(rx[i].data + p.bth_offset).dest_qp();
-    if (placer != nullptr) {
-      if (!placer->OnUnverifiedPacket(rx[i].data, p, now_ns)) {
-        ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
-        continue;
-      }
-      if (p.ecn() == wire::kEcnCe) placer->OnCongestionMark(now_ns);
-      Activate(qpn);
+    // 3. Network layer: addressed to one of our GIDs.
+    if (!DstIpAccepted(frame, p)) {
+      ++counters_.rx_drop_dst_ip;
       continue;
     }
-    RcQp* q = qp(qpn);
+    // 4. The BTH P_Key against the port's one-entry P_Key table, the default
+    //    partition 0xFFFF (full member): IBTA 10.9.3 matches when the low 15
+    //    bits agree and one side is a full member, so 0xFFFF and 0x7FFF.
+    const wire::BthView bth(frame + p.bth_offset);
+    if ((bth.pkey() & 0x7FFF) != 0x7FFF) {
+      ++counters_.rx_drop_pkey;
+      continue;
+    }
+    // 5. ICRC. RC WRITE MIDDLE: the QP checks it while it places the payload.
+    const uint32_t qpn = bth.dest_qp();
+    const uint32_t index = qpn - qpn_base_;
+    QpSlot* slot = index < qps_.size() ? &qps_[index] : nullptr;
+    RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
+    const bool placer = q != nullptr && RcQp::VerifiesWhilePlacing(p);
+    if (!placer && !transport::VerifyIcrc(frame, p)) {
+      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+      continue;
+    }
+    // 6. The QP: it exists, takes this transport, and the frame came along
+    //    its path (connected QPs from RTR on).
     if (p.opcode == wire::kCnp) {
       ++counters_.rx_cnp;
       if (q == nullptr) {
         ++counters_.rx_cnp_dropped;
+      } else if (!PathMatches(frame, p, slot->path)) {
+        ++counters_.rx_drop_path;
       } else {
         q->OnCnp(now_ns);
       }
@@ -376,8 +493,20 @@ uint32_t Device::Poll(uint64_t now_ns) {
       ++counters_.rx_unknown_qp;
       continue;
     }
-    if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
-    q->OnPacket(rx[i].data, p, now_ns);
+    if (!PathMatches(frame, p, slot->path)) {
+      ++counters_.rx_drop_path;
+      continue;
+    }
+    if (placer) {
+      if (!q->OnUnverifiedPacket(frame, p, now_ns)) {
+        ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+        continue;
+      }
+      if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
+    } else {
+      if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
+      q->OnPacket(frame, p, now_ns);
+    }
     Activate(qpn);
   }
   if (n > 0) io_->Release(rx, n);
@@ -396,15 +525,17 @@ uint32_t Device::Poll(uint64_t now_ns) {
   // Timers and transmission for QPs with work, starting one QP further on
   // every round: when the port is the bottleneck, the QPs first in the list
   // would otherwise take it every round and starve the rest into retry
-  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs).
+  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
+  // fills at most tx_bursts_per_qp bursts per round, so a port that never
+  // pushes back (af_packet) cannot let one long message run a round forever.
   pktio::Frame* tx = tx_frames_.data();
   const size_t n_active = active_.size();
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
   for (size_t k = 0; k < n_active; ++k) {
-    RcQp* q = qp(active_[(start + k) % n_active]);
+    RcQp* q = qps_[active_[(start + k) % n_active]].qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
-    while (!port_full) {
+    for (uint32_t b = 0; b < config_.tx_bursts_per_qp && !port_full; ++b) {
       const uint32_t demand = q->TransmitDemand(now_ns, config_.burst);
       if (demand == 0) break;
       const uint16_t got = io_->AllocTx(tx, static_cast<uint16_t>(demand));
@@ -427,10 +558,9 @@ uint32_t Device::Poll(uint64_t now_ns) {
   }
   // Idle QPs leave the list.
   for (size_t i = 0; i < active_.size();) {
-    const uint32_t qpn = active_[i];
-    RcQp* q = qp(qpn);
-    if (q == nullptr || !q->HasWork()) {
-      is_active_[qpn - config_.qpn_base] = 0;
+    QpSlot& slot = qps_[active_[i]];
+    if (slot.qp == nullptr || !slot.qp->HasWork()) {
+      slot.active = false;
       active_[i] = active_.back();
       active_.pop_back();
     } else {

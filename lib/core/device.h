@@ -10,7 +10,9 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +37,19 @@ inline bool IsIpv4MappedGid(const Gid& g) {
   return std::memcmp(g.data(), kPrefix, 12) == 0;
 }
 
+// A GID hash with a seed (for tables keyed by addresses a peer chooses).
+struct SeededGidHash {
+  uint64_t seed = 0;
+  size_t operator()(const Gid& g) const {
+    uint64_t a, b;
+    std::memcpy(&a, g.data(), 8);
+    std::memcpy(&b, g.data() + 8, 8);
+    uint64_t h = (a ^ seed) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 29) ^ b) * 0xBF58476D1CE4E5B9ull;
+    return static_cast<size_t>(h ^ (h >> 32));
+  }
+};
+
 struct DeviceConfig {
   Mac mac{0x02, 0, 0, 0, 0, 1};
   uint32_t ipv4 = 0;        // host order; 0 = none
@@ -45,11 +60,23 @@ struct DeviceConfig {
   bool vlan = false;
   uint16_t vlan_tci = 0;
   uint32_t max_qp = 1024;
-  // QPNs are [qpn_base, qpn_base + max_qp); 0 and 1 are the special QPs. A
-  // device shared through droced gets its range from the daemon.
-  uint32_t qpn_base = 0x11;
+  // QPNs are [qpn_base, qpn_base + max_qp), within 24 bits and never 0 or 1
+  // (the special QPs). 0: a random base per device, so a peer cannot guess
+  // a QPN cheaply; tests, replays and tools whose peers must know the QPNs
+  // ahead set it (a fabric daemon hands each process its range). A base
+  // that does not fit is replaced by a random one.
+  uint32_t qpn_base = 0;
   uint32_t max_mr = 1u << 16;
+  // Neighbour table entries (static and learnt). When full, a newly learnt
+  // entry evicts the oldest learnt one; static entries are never evicted.
+  uint32_t max_neighbors = 1024;
   uint16_t burst = 32;
+  // Transmit bursts one QP may fill per Poll round. A QP with more to send
+  // (a long READ response, a big WRITE) continues next round, after the
+  // receive burst and every other active QP's turn: one peer's 2 GiB READ
+  // cannot hold the port, the receive ring or the caller's lock for longer
+  // than a round.
+  uint16_t tx_bursts_per_qp = 2;
   // Destinations with no neighbour entry go to the broadcast MAC instead of
   // failing (point-to-point wires such as memif, where any MAC arrives).
   bool broadcast_unresolved = false;
@@ -72,29 +99,60 @@ struct QpInitAttr {
   transport::QpCaps caps;
 };
 
-// Drops and events the poll loop counts (never logs).
+// Drops and events the poll loop counts (never logs): one list, so that
+// every place that prints counters (DROCE_STATS, droce-testpmd's `show port
+// stats` and telemetry) prints all of them. X(name, what it counts).
+#define DROCE_DEVICE_COUNTERS(X)                                                                          \
+  X(rx_packets, "frames received")                                                                        \
+  X(rx_bytes, "bytes received")                                                                           \
+  X(tx_packets, "frames sent (RoCEv2, ARP, ND)")                                                          \
+  X(tx_bytes, "bytes sent (RoCEv2, ARP, ND)")                                                             \
+  X(tx_dropped, "ARP/ND frames the port refused (lost, as on a wire)")                                    \
+  X(tx_port_full, "frames the port refused at first and that waited for the next round")                  \
+  X(rx_foreign, "not RoCEv2 (ARP, ND and other traffic for us)")                                          \
+  X(rx_drop_vlan, "802.1Q VLAN id not the device's (a tag where it has none, or none where it has one)")  \
+  X(rx_drop_dst_mac, "destination MAC neither ours nor broadcast (nor, outside RoCEv2, multicast)")       \
+  X(rx_drop_dst_ip, "RoCEv2 to an IP address that is not one of the device's GIDs")                       \
+  X(rx_drop_pkey, "BTH P_Key not a member of the default partition")                                      \
+  X(rx_drop_path, "connected QP: IP version, source or destination address not the QP's path")            \
+  X(rx_unknown_qp, "no QP with that number, or an opcode of another transport")                           \
+  X(rx_cnp, "congestion notification packets received")                                                  \
+  X(rx_cnp_dropped, "CNPs for no known QP")                                                               \
+  X(rx_arp, "ARP requests and replies received")                                                          \
+  X(arp_replies_sent, "ARP replies sent")                                                                 \
+  X(arp_requests_sent, "ARP requests sent")                                                               \
+  X(neighbors_learned, "neighbours learnt from ARP/ND")                                                   \
+  X(neighbors_refused, "learnt addresses that would override a static entry (or no room: all static)")    \
+  X(neighbors_evicted, "learnt entries pushed out by newer ones (table full)")                            \
+  X(rx_nd, "IPv6 neighbour solicitations and advertisements received")                                    \
+  X(rx_nd_malformed, "... that failed RFC 4861 validation (dropped)")                                     \
+  X(nd_solicits_sent, "neighbour solicitations sent")                                                     \
+  X(nd_adverts_sent, "neighbour advertisements sent")
+
 struct DeviceCounters {
-  uint64_t rx_packets = 0;
-  uint64_t rx_bytes = 0;
-  uint64_t tx_packets = 0;
-  uint64_t tx_bytes = 0;
-  uint64_t tx_dropped = 0;    // ARP/ND frames the port refused (lost, as on a wire)
-  uint64_t tx_port_full = 0;  // frames the port refused at first and that waited for the next round
-  uint64_t rx_foreign = 0;  // not RoCEv2 (or not for us)
-  uint64_t rx_unknown_qp = 0;
-  uint64_t rx_cnp = 0;
-  uint64_t rx_cnp_dropped = 0;  // CNPs for no known QP
-  uint64_t rx_arp = 0;
-  uint64_t arp_replies_sent = 0;
-  uint64_t arp_requests_sent = 0;
-  uint64_t neighbors_learned = 0;
-  uint64_t rx_nd = 0;                // IPv6 neighbour solicitations and advertisements
-  uint64_t rx_nd_malformed = 0;      // ... that failed RFC 4861 validation (dropped)
-  uint64_t nd_solicits_sent = 0;
-  uint64_t nd_adverts_sent = 0;
+#define DROCE_DECLARE_COUNTER(name, what) uint64_t name = 0;
+  DROCE_DEVICE_COUNTERS(DROCE_DECLARE_COUNTER)
+#undef DROCE_DECLARE_COUNTER
+  // Malformed RoCEv2 frames by reason (the foreign reasons count in rx_foreign).
   uint64_t rx_parse_errors[static_cast<int>(wire::ParseStatus::kCount)] = {};
   uint64_t rx_bad_icrc() const { return rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)]; }
 };
+
+// "rx_<reason>" (rx_bad_icrc, rx_truncated, ...) for a malformed-frame reason.
+const char* ParseErrorCounterName(wire::ParseStatus s);
+
+// Calls f(name, value) for every device counter: the DROCE_DEVICE_COUNTERS
+// list, then rx_<reason> for every reason a RoCEv2 frame can be malformed.
+template <typename F>
+void ForEachDeviceCounter(const DeviceCounters& c, F&& f) {
+#define DROCE_VISIT_COUNTER(name, what) f(#name, c.name);
+  DROCE_DEVICE_COUNTERS(DROCE_VISIT_COUNTER)
+#undef DROCE_VISIT_COUNTER
+  for (int i = 1; i < static_cast<int>(wire::ParseStatus::kCount); ++i) {
+    const auto s = static_cast<wire::ParseStatus>(i);
+    if (!wire::IsForeign(s)) f(ParseErrorCounterName(s), c.rx_parse_errors[i]);
+  }
+}
 
 class Device {
  public:
@@ -104,11 +162,16 @@ class Device {
   const DeviceConfig& config() const { return config_; }
   // GID table as rxe fills it: 0 = fe80::EUI-64(mac), 1 = ::ffff:IPv4, 2 = IPv6 global.
   const std::vector<Gid>& gids() const { return gids_; }
-  void AddNeighbor(const Gid& ip, const Mac& mac);
+  // A static neighbour (configuration): ARP and ND never override it, and
+  // learnt entries never evict it. False if the table is full of static ones.
+  bool AddNeighbor(const Gid& ip, const Mac& mac);
   // True for resolved neighbours and for the device's own GIDs (loopback).
-  bool HasNeighbor(const Gid& ip) const;
+  bool HasNeighbor(const Gid& ip) const { return IsLocalGid(ip) || neighbors_.count(ip) != 0; }
   // One of this device's GIDs: a path to it is the device's internal loopback.
   bool IsLocalGid(const Gid& gid) const;
+  // The neighbour's MAC, or null.
+  const Mac* FindNeighbor(const Gid& ip) const;
+  size_t neighbor_count() const { return neighbors_.size(); }
   // Queues an ARP request for an IPv4 address (sent by the next Poll); the
   // reply lands in the neighbour table. The device answers ARP requests for
   // its own IPv4 address by itself.
@@ -142,7 +205,12 @@ class Device {
   absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);
   absl::Status ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
   absl::Status DestroyQp(uint32_t qpn);
-  transport::RcQp* qp(uint32_t qpn);
+  transport::RcQp* qp(uint32_t qpn) {
+    const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
+    return i < qps_.size() ? qps_[i].qp.get() : nullptr;
+  }
+  // This device's QPNs are [qpn_base(), qpn_base() + config().max_qp).
+  uint32_t qpn_base() const { return qpn_base_; }
 
   int PostSend(uint32_t qpn, const transport::SendWr& wr);
   int PostRecv(uint32_t qpn, const transport::RecvWr& wr);
@@ -164,6 +232,55 @@ class Device {
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
   void Activate(uint32_t qpn);
+  // A neighbour learnt from ARP/ND: never overrides a static entry.
+  void LearnNeighbor(const Gid& ip, const Mac& mac);
+  bool MakeNeighborRoom();
+  // The address filter of a connected QP (doc/rx-checks.md): once it has a
+  // path (RTR and later), frames for it must come from the path's
+  // destination GID to its source GID, in the path's IP version.
+  struct PathFilter {
+    uint8_t ip_version = 0;  // 0: no path yet, 4 or 6
+    // Source then destination address, as the IP header carries them: the
+    // AV's dgid (the peer), then the GID its sgid_index names (ours).
+    alignas(8) uint8_t addrs[32] = {};
+  };
+  static bool PathMatches(const uint8_t* frame, const wire::ParsedPacket& p, const PathFilter& f) {
+    if (f.ip_version == 0) return true;
+    const uint8_t* l3 = frame + p.l3_offset;
+    if (!p.ipv6) {
+      uint64_t got, want;
+      std::memcpy(&got, l3 + 12, 8);
+      std::memcpy(&want, f.addrs, 8);
+      return f.ip_version == 4 && got == want;
+    }
+    return f.ip_version == 6 && std::memcmp(l3 + 8, f.addrs, 32) == 0;
+  }
+  static PathFilter MakePathFilter(const Gid& peer, const Gid& own);
+  // Destination MAC: ours or broadcast; group addresses only outside RoCEv2
+  // (no RoCEv2 multicast group can be joined yet; ARP and neighbour
+  // discovery check their own destinations).
+  bool DstMacAccepted(const uint8_t* frame, bool roce) const {
+    uint32_t lo;
+    uint16_t hi;
+    std::memcpy(&lo, frame, 4);
+    std::memcpy(&hi, frame + 4, 2);
+    if ((lo == mac_lo_ && hi == mac_hi_) || (lo == 0xFFFFFFFFu && hi == 0xFFFF)) return true;
+    return !roce && (frame[0] & 1) != 0;
+  }
+  // Destination IP of a RoCEv2 frame: our IPv4 address, or one of our
+  // native IPv6 GIDs (not the IPv4-mapped one written in an IPv6 header).
+  bool DstIpAccepted(const uint8_t* frame, const wire::ParsedPacket& p) const {
+    const uint8_t* l3 = frame + p.l3_offset;
+    if (!p.ipv6) {
+      uint32_t dst;
+      std::memcpy(&dst, l3 + 16, 4);
+      return config_.ipv4 != 0 && dst == ipv4_raw_;
+    }
+    for (const Gid& g : own_ipv6_) {
+      if (std::memcmp(l3 + 24, g.data(), 16) == 0) return true;
+    }
+    return false;
+  }
   void HandleArp(const uint8_t* frame, uint32_t len);
   uint32_t TransmitArp();
   // neighbor_v6.cc: true if the frame was an NS/NA (handled or dropped).
@@ -181,17 +298,33 @@ class Device {
   pktio::LoopbackIo loopback_;
   pktio::BurstIo* io_;
   std::vector<Gid> gids_;
-  std::vector<std::pair<Gid, Mac>> neighbors_;
+  struct Neighbor {
+    Mac mac{};
+    bool is_static = false;
+  };
+  // Keyed by GID with a per-device random hash seed: a peer choosing the
+  // addresses it announces cannot pile them into one bucket.
+  std::unordered_map<Gid, Neighbor, SeededGidHash> neighbors_;
+  std::deque<Gid> learnt_order_;  // learnt entries, oldest first (may hold stale ones)
+  uint16_t rx_vid_ = 0;           // VLAN id frames must carry (0: untagged or priority-tagged)
+  uint32_t mac_lo_ = 0;           // our MAC's first four bytes as a native load reads them
+  uint16_t mac_hi_ = 0;           // ... and its last two
+  uint32_t ipv4_raw_ = 0;         // our IPv4 address as a native load of the header reads it
+  std::vector<Gid> own_ipv6_;     // the GIDs that are native IPv6 addresses
   std::vector<wire::ArpPacket> arp_out_;  // replies and requests waiting for the port
   std::vector<wire::NdPacket> nd_out_;    // neighbour solicitations/advertisements waiting for the port
   std::vector<Gid> nd_pending_;           // addresses we solicited (an NA for them is learnt)
   mem::MrTable mrs_;
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;
-  std::vector<std::unique_ptr<transport::RcQp>> qps_;  // index = QPN - qpn_base
-  uint32_t next_qpn_ = 0;
-  std::vector<uint32_t> active_;    // QPNs with work or timers
-  std::vector<uint8_t> is_active_;  // index = QPN - qpn_base
+  struct QpSlot {
+    std::unique_ptr<transport::RcQp> qp;
+    bool active = false;  // on active_
+    PathFilter path;
+  };
+  std::vector<QpSlot> qps_;  // index = QPN - qpn_base_; QPNs are never reused
+  uint32_t qpn_base_ = 0;
+  std::vector<uint32_t> active_;    // indices into qps_ of QPs with work or timers
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
@@ -201,7 +334,10 @@ class Device {
   DeviceCounters counters_;
 
  public:
-  static constexpr uint32_t kFirstQpn = 0x11;  // 0 and 1 are the special QPs
+  // The fixed base droce used before QPNs were randomised (rxe's first QPN
+  // too): for tools whose two ends must know each other's QPNs in advance.
+  static constexpr uint32_t kFirstQpn = 0x11;
+  static constexpr uint32_t kQpnLimit = 1u << 24;
 };
 
 template <typename Msg, typename Build, typename Sent>
@@ -214,6 +350,7 @@ uint32_t Device::TransmitQueued(std::vector<Msg>& queue, Build build, Sent sent)
     if (got == 0) break;
     for (uint16_t i = 0; i < got; ++i) tx[i].len = build(queue[i], tx[i].data);
     const uint16_t ok = io_->TxBurst(tx, got);
+    for (uint16_t i = 0; i < ok; ++i) counters_.tx_bytes += tx[i].len;
     if (ok < got) io_->Release(tx + ok, static_cast<uint16_t>(got - ok));
     counters_.tx_dropped += got - ok;
     for (uint16_t i = 0; i < ok; ++i) sent(queue[i]);

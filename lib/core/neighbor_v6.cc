@@ -63,8 +63,7 @@ bool Device::HandleNd(const uint8_t* frame, uint32_t len) {
     return !IsIpv4MappedGid(g) && g == nd.target;
   });
   auto learn = [&](const Gid& ip, const Mac& mac) {
-    if (!HasNeighbor(ip)) ++counters_.neighbors_learned;
-    AddNeighbor(ip, mac);
+    LearnNeighbor(ip, mac);
     std::erase(nd_pending_, ip);
   };
   if (nd.type == wire::kNdSolicit) {

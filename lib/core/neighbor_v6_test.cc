@@ -144,7 +144,10 @@ TEST(NeighborV6, UnsolicitedAdvertisementIsNotLearntButAnAnswerIs) {
   std::vector<uint8_t> frame(wire::kNdFrameMaxBytes);
   frame.resize(wire::BuildNd(na, true, (5 << 13) | 42, frame.data()));  // 802.1Q-tagged
   pktio::ScriptedIo io;
-  Device a(V6Config(0xa, Ip6({0x0a})), &io);
+  DeviceConfig cfg = V6Config(0xa, Ip6({0x0a}));
+  cfg.vlan = true;  // on VLAN 42 (a tagged frame to a device without a VLAN is dropped)
+  cfg.vlan_tci = 42;
+  Device a(cfg, &io);
   io.rx.push_back(frame);
   a.Poll(0);
   EXPECT_FALSE(a.HasNeighbor(Ip6({0x0c})));

@@ -120,6 +120,14 @@ TEST(Negative, EveryParseStatusHasACause) {
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { StoreBe16(f.data() + p.l4_offset + 2, 4792); }), S::kNotRoce);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { StoreBe16(f.data() + p.l3_offset + 6, 0x2000); }), S::kIpFragment);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.l3_offset] = 0x44; }), S::kBadIpHeader);
+  // A changed TOS without the checksum fixed; TTL 0 even with a correct checksum.
+  EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.l3_offset + 1] ^= 0x04; }), S::kBadIpChecksum);
+  EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.l3_offset + 10] ^= 0x80; }), S::kBadIpChecksum);
+  EXPECT_EQ(StatusAfter([](auto& f, const auto& p) {
+              f[p.l3_offset + 8] = 0;
+              Ipv4Writer(f.data() + p.l3_offset).set_checksum(Ipv4HeaderChecksum(f.data() + p.l3_offset, 20));
+            }),
+            S::kIpTtlZero);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { StoreBe16(f.data() + p.l4_offset + 4, 9); }), S::kBadUdpLength);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.bth_offset + 1] |= 0x01; }), S::kBadBthVersion);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.bth_offset] = 0x15; }), S::kUnknownOpcode);
@@ -140,7 +148,18 @@ TEST(Negative, EveryParseStatusHasACause) {
             S::kLengthMismatch);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.payload_offset] ^= 1; }), S::kBadIcrc);
   // Every reason above is one the enum names; kOk and kCount aside, none is missing.
-  EXPECT_EQ(static_cast<int>(S::kCount), 13);
+  EXPECT_EQ(static_cast<int>(S::kCount), 15);
+}
+
+// TTL and TOS are masked in the ICRC: with the IPv4 checksum fixed, any TTL
+// but 0 (here 1, as a router's last hop leaves it) and any TOS still verify.
+TEST(Negative, MaskedIpv4FieldsWithAFixedChecksumStillVerify) {
+  EXPECT_EQ(StatusAfter([](auto& f, const auto& p) {
+              f[p.l3_offset + 8] = 1;
+              f[p.l3_offset + 1] = 0xB9;
+              Ipv4Writer(f.data() + p.l3_offset).set_checksum(Ipv4HeaderChecksum(f.data() + p.l3_offset, 20));
+            }),
+            ParseStatus::kOk);
 }
 
 }  // namespace

@@ -15,6 +15,8 @@ const char* ParseStatusName(ParseStatus s) {
     case ParseStatus::kIpFragment: return "ip_fragment";
     case ParseStatus::kTruncated: return "truncated";
     case ParseStatus::kBadIpHeader: return "bad_ip_header";
+    case ParseStatus::kBadIpChecksum: return "bad_ip_checksum";
+    case ParseStatus::kIpTtlZero: return "ip_ttl_zero";
     case ParseStatus::kBadUdpLength: return "bad_udp_length";
     case ParseStatus::kBadBthVersion: return "bad_bth_version";
     case ParseStatus::kUnknownOpcode: return "unknown_opcode";
@@ -83,6 +85,27 @@ ParsedPacket Parse(const uint8_t* f, uint32_t len, bool cut) {
   if (len < l4 + kUdpBytes) return Fail(p, ParseStatus::kTruncated);
   UdpView udp(f + l4);
   if (udp.dst_port() != kRoceV2Port) return Fail(p, ParseStatus::kNotRoce);
+  if (!p.ipv6) {
+    // The whole IPv4 header is present (l4 + UDP bytes are). Its checksum
+    // (RFC 791) sums to 0xFFFF over all of it; only RoCEv2 frames are
+    // checked: foreign ones are not ours to judge.
+    // Summed in native 32-bit words: a one's-complement sum does not depend
+    // on byte order (RFC 1071 2(B)) and 0xFFFF reads the same both ways.
+    const uint8_t* ip = f + p.l3_offset;
+    if (Ipv4View(ip).ttl() == 0) return Fail(p, ParseStatus::kIpTtlZero);
+    uint32_t w[5];
+    std::memcpy(w, ip, 20);
+    uint64_t sum = uint64_t{w[0]} + w[1] + w[2] + w[3] + w[4];
+    for (uint32_t i = 20; i < l4 - p.l3_offset; i += 4) {  // options
+      std::memcpy(w, ip + i, 4);
+      sum += w[0];
+    }
+    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    if (sum != 0xFFFF) return Fail(p, ParseStatus::kBadIpChecksum);
+  }
   if (ip_end < l4 + kUdpBytes || udp.length() != ip_end - l4) {
     return Fail(p, ParseStatus::kBadUdpLength);
   }

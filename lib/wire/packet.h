@@ -25,6 +25,8 @@ enum class ParseStatus : uint8_t {
   // Malformed RoCEv2 (or IP carrying it).
   kTruncated,         // frame ends before a header or before the IP length says
   kBadIpHeader,       // IP version/IHL inconsistent
+  kBadIpChecksum,     // IPv4 header checksum wrong (Linux ip_rcv drops it too)
+  kIpTtlZero,         // IPv4 TTL 0: no host may send it (RFC 1122 3.2.1.7), so it was never sent as is
   kBadUdpLength,      // UDP length disagrees with the IP length
   kBadBthVersion,     // BTH TVer != 0
   kUnknownOpcode,     // opcode not in the table

@@ -287,22 +287,7 @@ bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t 
   const bool vlan = wire::LoadBe16(frame + 12) == wire::kEtherTypeVlan;
   const uint16_t tci = vlan ? wire::LoadBe16(frame + 14) : 0;
   const FabricDevice& d = devices_[target];
-  wire::NdPacket na;
-  na.type = wire::kNdAdvert;
-  na.eth_src = d.mac;
-  na.src = nd.target;
-  na.target = nd.target;
-  na.has_lla = true;
-  na.lla = d.mac;
-  if (wire::IsUnspecified(nd.src)) {  // duplicate address detection: all nodes
-    na.dst = wire::Ip6{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-    na.eth_dst = wire::MulticastMac(na.dst);
-    na.flags = wire::kNaOverride;
-  } else {
-    na.dst = nd.src;
-    na.eth_dst = nd.has_lla ? nd.lla : nd.eth_src;
-    na.flags = wire::kNaSolicited | wire::kNaOverride;
-  }
+  const wire::NdPacket na = wire::AdvertFor(nd, d.mac);
   *out_len = wire::BuildNd(na, vlan, tci, frame);
   ++devices_[target].counters.nd_replies;
   return true;

@@ -71,23 +71,7 @@ bool Device::HandleNd(const uint8_t* frame, uint32_t len) {
     const bool dad = wire::IsUnspecified(nd.src);  // duplicate address detection: answer all nodes
     if (!dad && nd.has_lla) learn(nd.src, nd.lla);
     if (nd_out_.size() >= kMaxQueued) return true;
-    wire::NdPacket na;
-    na.type = wire::kNdAdvert;
-    na.eth_src = config_.mac;
-    na.src = nd.target;
-    na.target = nd.target;
-    na.has_lla = true;
-    na.lla = config_.mac;
-    if (dad) {
-      na.dst = Gid{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-      na.eth_dst = wire::MulticastMac(na.dst);
-      na.flags = wire::kNaOverride;
-    } else {
-      na.dst = nd.src;
-      na.eth_dst = nd.has_lla ? nd.lla : nd.eth_src;
-      na.flags = wire::kNaSolicited | wire::kNaOverride;
-    }
-    nd_out_.push_back(na);
+    nd_out_.push_back(wire::AdvertFor(nd, config_.mac));
     return true;
   }
   // An advertisement: learn it if we asked, or update what we know.

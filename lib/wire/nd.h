@@ -60,6 +60,30 @@ inline MacAddr MulticastMac(const Ip6& group) {
   return MacAddr{0x33, 0x33, group[12], group[13], group[14], group[15]};
 }
 
+// The advertisement answering solicitation `ns` for an address we own, sent
+// from `mac` (RFC 4861 7.2.4): to the solicitor, or to all nodes (without
+// the Solicited flag) when it came from the unspecified address (duplicate
+// address detection).
+inline NdPacket AdvertFor(const NdPacket& ns, const MacAddr& mac) {
+  NdPacket na;
+  na.type = kNdAdvert;
+  na.eth_src = mac;
+  na.src = ns.target;
+  na.target = ns.target;
+  na.has_lla = true;
+  na.lla = mac;
+  if (IsUnspecified(ns.src)) {
+    na.dst = Ip6{0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    na.eth_dst = MulticastMac(na.dst);
+    na.flags = kNaOverride;
+  } else {
+    na.dst = ns.src;
+    na.eth_dst = ns.has_lla ? ns.lla : ns.eth_src;
+    na.flags = kNaSolicited | kNaOverride;
+  }
+  return na;
+}
+
 // ICMPv6 checksum (RFC 4443 2.3): one's-complement sum over the pseudo-header
 // (source, destination, upper-layer length, next header 58) and the message.
 inline uint16_t Icmpv6Checksum(const Ip6& src, const Ip6& dst, const uint8_t* msg, uint32_t len) {

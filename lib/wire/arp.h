@@ -28,15 +28,9 @@ struct ArpPacket {
 // Parses an ARP frame (optionally 802.1Q-tagged). False if it is not an
 // Ethernet/IPv4 ARP request or reply of sane length.
 inline bool ParseArp(const uint8_t* f, uint32_t len, ArpPacket* out) {
-  if (len < kEthBytes) return false;
-  uint32_t off = kEthBytes;
-  uint16_t type = LoadBe16(f + 12);
-  if (type == kEtherTypeVlan) {
-    if (len < off + kVlanTagBytes) return false;
-    type = LoadBe16(f + off + 2);
-    off += kVlanTagBytes;
-  }
-  if (type != kEtherTypeArp || len < off + kArpBytes) return false;
+  const L3Info l3 = ReadL3(f, len);
+  const uint32_t off = l3.l3_offset;
+  if (l3.ether_type != kEtherTypeArp || len < off + kArpBytes) return false;
   const uint8_t* a = f + off;
   if (LoadBe16(a) != 1 || LoadBe16(a + 2) != kEtherTypeIpv4 || a[4] != 6 || a[5] != 4) return false;
   out->op = LoadBe16(a + 6);

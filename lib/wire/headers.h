@@ -325,6 +325,27 @@ constexpr uint8_t MakeSyndrome(AethType t, uint8_t value) {
   return static_cast<uint8_t>((static_cast<uint8_t>(t) << 5) | (value & 0x1F));
 }
 
+// Where a frame's IP header starts and what it carries.
+struct L3Info {
+  uint16_t ether_type = 0;  // after an 802.1Q tag, if any
+  uint32_t l3_offset = 0;
+};
+
+inline L3Info ReadL3(const uint8_t* f, uint32_t len) {
+  L3Info r;
+  if (len < kEthBytes) return r;
+  uint32_t off = kEthBytes;
+  uint16_t type = LoadBe16(f + 12);
+  if (type == kEtherTypeVlan) {
+    if (len < off + kVlanTagBytes) return r;
+    type = LoadBe16(f + off + 2);
+    off += kVlanTagBytes;
+  }
+  r.ether_type = type;
+  r.l3_offset = off;
+  return r;
+}
+
 }  // namespace droce::wire
 
 #endif  // DROCE_LIB_WIRE_HEADERS_H_

@@ -14,27 +14,6 @@
 
 namespace droce::wire {
 
-// Where a frame's IP header starts and what it carries.
-struct L3Info {
-  uint16_t ether_type = 0;  // after an 802.1Q tag, if any
-  uint32_t l3_offset = 0;
-};
-
-inline L3Info ReadL3(const uint8_t* f, uint32_t len) {
-  L3Info r;
-  if (len < kEthBytes) return r;
-  uint32_t off = kEthBytes;
-  uint16_t type = LoadBe16(f + 12);
-  if (type == kEtherTypeVlan) {
-    if (len < off + kVlanTagBytes) return r;
-    type = LoadBe16(f + off + 2);
-    off += kVlanTagBytes;
-  }
-  r.ether_type = type;
-  r.l3_offset = off;
-  return r;
-}
-
 // The BTH of a RoCEv2 frame (Ethernet [802.1Q] IPv4|IPv6 UDP:4791 BTH):
 // its offset, or 0 if the frame is not RoCEv2 or too short to hold a BTH.
 inline uint32_t RoceBthOffset(const uint8_t* f, uint32_t len) {

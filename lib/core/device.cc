@@ -264,7 +264,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
       c.max_inline_data > transport::kMaxInlineData) {
     return absl::InvalidArgumentError("QP capabilities exceed the device limits");
   }
-  if (qps_.size() >= config_.max_qp) return absl::ResourceExhaustedError("too many QPs");
+  if (qps_.size() >= config_.max_qp && free_slots_.empty()) {
+    return absl::ResourceExhaustedError(absl::StrFormat("all %u QPs of the device are in use", config_.max_qp));
+  }
   transport::QpEnv env;
   env.mrs = &mrs_;
   env.send_cq = cq(init.send_cq);
@@ -277,9 +279,17 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
   env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
-  const uint32_t qpn = qpn_base_ + static_cast<uint32_t>(qps_.size());
-  qps_.emplace_back();
-  qps_.back().qp = std::make_unique<RcQp>(qpn, c, env);
+  uint32_t index;
+  if (qps_.size() < config_.max_qp) {
+    index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet
+    qps_.emplace_back();
+  } else {
+    index = free_slots_.front();  // the one freed longest ago
+    free_slots_.pop_front();
+  }
+  const uint32_t qpn = qpn_base_ + index;
+  qps_[index].qp = std::make_unique<RcQp>(qpn, c, env);
+  qps_[index].path = PathFilter{};
   return qpn;
 }
 
@@ -318,8 +328,14 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
-  qps_[qpn - qpn_base_].qp.reset();
-  qps_[qpn - qpn_base_].path = PathFilter{};
+  QpSlot& slot = qps_[qpn - qpn_base_];
+  // Its completions still in the CQs go with it (as mlx5 cleans the CQs on
+  // destroy): a later QP with the same number must not be credited with them.
+  slot.qp->env().send_cq->RemoveQp(qpn);
+  slot.qp->env().recv_cq->RemoveQp(qpn);
+  slot.qp.reset();
+  slot.path = PathFilter{};
+  free_slots_.push_back(qpn - qpn_base_);
   mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state
   return absl::OkStatus();
 }

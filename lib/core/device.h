@@ -322,7 +322,12 @@ class Device {
     bool active = false;  // on active_
     PathFilter path;
   };
-  std::vector<QpSlot> qps_;  // index = QPN - qpn_base_; QPNs are never reused
+  std::vector<QpSlot> qps_;  // index = QPN - qpn_base_, grown up to max_qp slots
+  // Slots of destroyed QPs, oldest first. A QPN is reused only once every
+  // QPN of the range has been handed out, and then the one freed longest
+  // ago: stale packets for the old QP have had the most time to drain
+  // (doc/core.md).
+  std::deque<uint32_t> free_slots_;
   uint32_t qpn_base_ = 0;
   std::vector<uint32_t> active_;    // indices into qps_ of QPs with work or timers
   std::vector<pktio::Frame> rx_frames_;

@@ -6,7 +6,10 @@
 # here too, except those listed in waits-for-ud.txt.
 #   tests/conformance/pyverbs.sh [PER_TEST_SECONDS=30] [TEST_ID_REGEX=.]
 # Env: BUILD (default ./build), CONFORMANCE_DIR (default ../shared/conformance
-# beside the checkout), OUT (result folder, default a temporary one).
+# beside the checkout), OUT (result folder, default a temporary one),
+# DEVICE=null (a device on DPDK's null port: the QPs of one process meet in
+# its internal loopback) or DEVICE=fabric (a device of the host fabric:
+# every test process attaches to droced).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -19,11 +22,16 @@ run=$(mktemp -d /tmp/droce-pyverbs.XXXXXX)
 out=${OUT:-$run/results}
 export DROCE_RUN_DIR=$run
 ctl="$build/apps/ctl/droce-ctl"
-cleanup() { "$ctl" link del droce0 >/dev/null 2>&1; rm -rf "$run"; }
+cleanup() { "$ctl" daemon stop >/dev/null 2>&1; "$ctl" link del droce0 >/dev/null 2>&1; rm -rf "$run"; }
 trap cleanup EXIT
-# One device on DPDK's null port: everything the suite sends is between QPs
-# of this device (internal loopback). GID 0 (link-local) is its default.
-"$ctl" link add droce0 type vdev vdev net_null0 ip 10.0.0.1 ip fd00::1 >/dev/null || { echo "FAIL: link add"; exit 1; }
+# Everything the suite sends is between QPs of this one device (internal
+# loopback). GID 0 (link-local) is the suite's default.
+case ${DEVICE:-null} in
+  null) wire=(type vdev vdev net_null0) ;;
+  fabric) wire=() ;;
+  *) echo "FAIL: DEVICE must be null or fabric"; exit 1 ;;
+esac
+"$ctl" link add droce0 "${wire[@]}" ip 10.0.0.1 ip fd00::1 >/dev/null || { echo "FAIL: link add"; exit 1; }
 eval "$("$ctl" env)"
 # The runner counts a test as passed by its "... ok" line; a test that prints
 # (test_fork does, with -v) splits that line when stdout is unbuffered.
@@ -46,5 +54,5 @@ if [ -n "$missing" ]; then echo "FAIL: passes on rxe but not here:"; printf '%s'
 rxe_ok=$(grep -c '^ok' "$conf/rxe-6.1-pyverbs-v44.txt")
 both=$(grep -vE '^#' "$conf/rxe-6.1-pyverbs-v44.txt" | awk '$1=="ok"{print "ok "$2}' | grep -cxFf - "$out/summary.txt")
 echo "of rxe's $rxe_ok passing tests, $both pass on droce; $(grep -cvE '^#' "$here/waits-for-ud.txt") wait for UD"
-[ $rc -eq 0 ] && echo "PASS pyverbs conformance" || echo "FAIL pyverbs conformance"
+[ $rc -eq 0 ] && echo "PASS pyverbs conformance (${DEVICE:-null} device)" || echo "FAIL pyverbs conformance (${DEVICE:-null} device)"
 exit $rc

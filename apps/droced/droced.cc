@@ -164,6 +164,7 @@ class Daemon {
       : run_dir_(run_dir), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
 
   void set_busy_poll(bool on) { busy_poll_ = on; }
+  void set_busy_window_us(uint32_t us) { busy_window_ns_ = uint64_t{us} * 1000; }
   void set_realtime(bool on) { realtime_ = on; }
 
   absl::Status Listen() {
@@ -201,7 +202,10 @@ class Daemon {
         }
         continue;
       }
-      if (busy_poll_ || idle++ < 200) {
+      // Spin a while after the last frame before sleeping: a ping-pong's
+      // next message comes within a round trip, and a sleep costs an OS
+      // wake-up on every one (tools/bench/fabric measures the window).
+      if (busy_poll_ || idle++ < 200 || now - last_work < busy_window_ns_) {
         if (busy_poll_ && now >= next_control) {
           ServiceControl(0);
           next_control = now + 200'000;
@@ -465,6 +469,7 @@ class Daemon {
   FabricState state_;
   int listen_fd_ = -1;
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)
+  uint64_t busy_window_ns_ = 0;  // spin this long after the last frame (--busy-window-us)
   bool realtime_ = true;
 
   // Every frame between two processes crosses this loop, so it must run as
@@ -501,6 +506,10 @@ class Daemon {
 int Main(int argc, char** argv) {
   std::string run_dir = verbs::DefaultRunDir();
   bool foreground = false, busy_poll = false, realtime = true;
+  // DROCED_BUSY_WINDOW_US: for daemons droce-ctl starts (benchmarks).
+  uint32_t busy_window_us = std::getenv("DROCED_BUSY_WINDOW_US") != nullptr
+                                ? static_cast<uint32_t>(std::strtoul(std::getenv("DROCED_BUSY_WINDOW_US"), nullptr, 10))
+                                : 0;
   unsigned memory_mb = 256;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -510,12 +519,15 @@ int Main(int argc, char** argv) {
       realtime = false;
     } else if (a == "--busy-poll") {
       busy_poll = true;
+    } else if (a == "--busy-window-us" && i + 1 < argc) {
+      busy_window_us = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
     } else if (a == "--foreground") {
       foreground = true;
     } else if (a == "--memory-mb" && i + 1 < argc) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
-      std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--no-realtime]\n");
+      std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
+                   "[--no-realtime]\n");
       return 2;
     }
   }
@@ -588,6 +600,7 @@ int Main(int argc, char** argv) {
   auto* daemon = s.ok() ? new Daemon(run_dir, pool) : nullptr;
   if (daemon != nullptr) {
     daemon->set_busy_poll(busy_poll);
+    daemon->set_busy_window_us(busy_window_us);
     daemon->set_realtime(realtime);
     s = daemon->Listen();
   }

@@ -173,7 +173,7 @@ absl::Status Runtime::Start() {
   link_up_ = port_->RefreshLink();
   dev_ = std::make_unique<core::Device>(file_.dev, port_.get());
   if (file_.fabric) {
-    dev_->loopback().SetOwnQpns(file_.dev.qpn_base, file_.dev.max_qp);
+    dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
     // The daemon listens already: the handshake takes milliseconds. QPs of
     // the device in other processes are reached only through it.
     link_up_ = port_->WaitLinkUp(static_cast<int>(file_.link_wait_ms));

@@ -274,6 +274,7 @@ class RcQp {
   void QueueAck(uint32_t psn);
   void QueueNak(uint8_t syndrome, uint32_t psn);
   void ResponderError(uint8_t nak_code, uint32_t psn, queue::WcStatus local_status);
+  bool RdAtomicResourceFree(uint32_t psn);
   void CompleteRecv(queue::WcStatus status, queue::WcOpcode opcode, uint32_t byte_len,
                     uint8_t flags, uint32_t imm_or_inv, bool solicited);
   uint32_t BuildResponse(Action& a, uint8_t* frame, bool* finished);

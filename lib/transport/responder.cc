@@ -88,6 +88,16 @@ void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uin
   env_.recv_cq->Push(c);
 }
 
+// A new READ or atomic needs one of the responder resources the connection
+// negotiated (max_dest_rd_atomic); with none left it is an invalid request
+// (class C, IBTA 9.9.3.1.3): NAKed here, and false.
+bool RcQp::RdAtomicResourceFree(uint32_t psn) {
+  if (rd_atomic_active_ < attr_.max_dest_rd_atomic) return true;
+  ++counters_.rd_atomic_overflows;
+  ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
+  return false;
+}
+
 void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status) {
   ++counters_.naks_sent;
   QueueNak(MakeSyndrome(AethType::kNak, nak_code), psn);
@@ -391,13 +401,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     }
   } else if (p.opcode == kRcReadRequest) {
     const RethView reth(bth_p + op.reth_offset);
-    if (rd_atomic_active_ >= attr_.max_dest_rd_atomic) {
-      // More READ/atomic requests outstanding than the responder resources
-      // negotiated (max_dest_rd_atomic): invalid request (class C, 9.9.3.1.3).
-      ++counters_.rd_atomic_overflows;
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-      return;
-    }
+    if (!RdAtomicResourceFree(psn)) return;
     if (reth.dma_length() > kMaxMessageBytes) {
       ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
       return;
@@ -428,11 +432,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
     return;
   } else if (op.roles & kRoleAtomic) {
     const AtomicEthView at(bth_p + op.atomic_offset);
-    if (rd_atomic_active_ >= attr_.max_dest_rd_atomic) {
-      ++counters_.rd_atomic_overflows;
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-      return;
-    }
+    if (!RdAtomicResourceFree(psn)) return;
     const auto r = CheckRkey(at.rkey(), at.va(), 8, mem::kRemoteAtomic);
     if (r.result != mem::AccessResult::kOk) {
       ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);

@@ -14,15 +14,6 @@ namespace droce::core {
 
 using transport::RcQp;
 
-namespace {
-
-bool IsIpv4Mapped(const Gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  return std::memcmp(g.data(), kPrefix, 12) == 0;
-}
-
-}  // namespace
-
 const char* ParseErrorCounterName(wire::ParseStatus s) {
   static const auto* names = [] {
     auto* n = new std::array<std::string, static_cast<int>(wire::ParseStatus::kCount)>;
@@ -55,7 +46,7 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   }
   if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
   for (const Gid& g : gids_) {
-    if (!IsIpv4Mapped(g)) own_ipv6_.push_back(g);
+    if (!IsIpv4MappedGid(g)) own_ipv6_.push_back(g);
   }
   rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
   std::memcpy(&mac_lo_, config.mac.data(), 4);
@@ -294,16 +285,20 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
 }
 
 
+// Removes a QP's completions from its CQs, as rdma-core's mlx5 provider
+// cleans the CQs of a QP moved to RESET or destroyed.
+void Device::DropCompletions(const RcQp& q) {
+  q.env().send_cq->RemoveQp(q.qpn());
+  q.env().recv_cq->RemoveQp(q.qpn());
+}
+
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
   RcQp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   absl::Status s = q->Modify(attr, mask);
   if (!s.ok()) return s;
   if ((mask & transport::kAttrState) && attr.qp_state == transport::QpState::kReset) {
-    // Completions the QP left behind (flushed WRs) go with its old life, as
-    // rdma-core's mlx5 provider cleans the CQs of a QP moved to RESET.
-    q->env().send_cq->RemoveQp(qpn);
-    q->env().recv_cq->RemoveQp(qpn);
+    DropCompletions(*q);  // what the QP left behind (flushed WRs) goes with its old life
   }
   Activate(qpn);  // e.g. a move to ERR has flush work
   // The receive filter follows the QP's path: on from RTR (when the AV is
@@ -329,10 +324,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   QpSlot& slot = qps_[qpn - qpn_base_];
-  // Its completions still in the CQs go with it (as mlx5 cleans the CQs on
-  // destroy): a later QP with the same number must not be credited with them.
-  slot.qp->env().send_cq->RemoveQp(qpn);
-  slot.qp->env().recv_cq->RemoveQp(qpn);
+  DropCompletions(*slot.qp);  // a later QP with the same number must not be credited with them
   slot.qp.reset();
   slot.path = PathFilter{};
   free_slots_.push_back(qpn - qpn_base_);
@@ -371,7 +363,7 @@ void Device::Activate(uint32_t qpn) {
 
 Device::PathFilter Device::MakePathFilter(const Gid& peer, const Gid& own) {
   PathFilter f;
-  if (IsIpv4Mapped(peer)) {
+  if (IsIpv4MappedGid(peer)) {
     f.ip_version = 4;
     std::memcpy(f.addrs, peer.data() + 12, 4);
     std::memcpy(f.addrs + 4, own.data() + 12, 4);
@@ -394,8 +386,8 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
     return absl::InvalidArgumentError(absl::StrFormat("sgid_index %u out of range", av.sgid_index));
   }
   const Gid& sgid = gids_[av.sgid_index];
-  const bool v4 = IsIpv4Mapped(av.dgid);
-  if (v4 != IsIpv4Mapped(sgid)) {
+  const bool v4 = IsIpv4MappedGid(av.dgid);
+  if (v4 != IsIpv4MappedGid(sgid)) {
     return absl::InvalidArgumentError("source and destination GIDs are of different IP versions");
   }
   wire::RouteFields f;

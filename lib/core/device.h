@@ -232,6 +232,7 @@ class Device {
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
   void Activate(uint32_t qpn);
+  void DropCompletions(const transport::RcQp& q);
   // A neighbour learnt from ARP/ND: never overrides a static entry.
   void LearnNeighbor(const Gid& ip, const Mac& mac);
   bool MakeNeighborRoom();

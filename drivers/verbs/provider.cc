@@ -58,7 +58,9 @@ struct DroceCq {
   // ibv_cq_ex polling (start_poll/next_poll/end_poll): completions taken from
   // the device but not yet read stay here and are served first by either
   // polling API. `poll_mu` is held from a successful start_poll to end_poll,
-  // as mlx5 does, and by poll_cq.
+  // as mlx5 does, and by poll_cq on an extended CQ (a plain CQ has no
+  // read-ahead, so its poll_cq takes no CQ lock).
+  bool extended = false;
   std::mutex poll_mu;
   static constexpr uint32_t kBatch = 32;
   queue::Completion batch[kBatch];
@@ -516,10 +518,15 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   constexpr int kChunk = 32;
   queue::Completion buf[kChunk];
   const uint32_t want = static_cast<uint32_t>(std::min(num_entries, kChunk));
-  std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
   uint32_t got = 0;
-  while (got < want && cq->batch_head < cq->batch_count) buf[got++] = cq->batch[cq->batch_head++];
-  if (got < want) got += TakeCompletions(rt, cq->id, buf + got, want - got);
+  if (cq->extended) {
+    // Completions an extended CQ's start/next_poll read ahead come first.
+    std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
+    while (got < want && cq->batch_head < cq->batch_count) buf[got++] = cq->batch[cq->batch_head++];
+    if (got < want) got += TakeCompletions(rt, cq->id, buf + got, want - got);
+  } else {
+    got = TakeCompletions(rt, cq->id, buf, want);  // no read-ahead: no CQ lock on the plain path
+  }
   for (uint32_t i = 0; i < got; ++i) ToWc(buf[i], &wc[i]);
   return static_cast<int>(got);
 }
@@ -608,6 +615,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   }
   // libibverbs' ibv_create_cq_ex calls this op directly: the fields its
   // ibv_create_cq wrapper would set are ours to set.
+  cq->extended = true;
   ibv_cq_ex& x = cq->vcq.cq_ex;
   x.channel = attr->channel;
   x.cq_context = attr->cq_context;

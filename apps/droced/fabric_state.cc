@@ -258,13 +258,7 @@ bool FabricState::AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capa
   if (capacity < wire::kArpFrameBytes + wire::kVlanTagBytes) return false;
   const bool vlan = wire::LoadBe16(frame + 12) == wire::kEtherTypeVlan;
   const uint16_t tci = vlan ? wire::LoadBe16(frame + 14) : 0;
-  wire::ArpPacket reply;
-  reply.op = wire::kArpReply;
-  reply.sender_mac = devices_[target].mac;
-  reply.sender_ip = devices_[target].ipv4;
-  reply.target_mac = a.sender_mac;
-  reply.target_ip = a.sender_ip;
-  *out_len = wire::BuildArp(reply, vlan, tci, frame);
+  *out_len = wire::BuildArp(wire::ArpReplyFor(a, devices_[target].mac, devices_[target].ipv4), vlan, tci, frame);
   ++devices_[target].counters.arp_replies;
   return true;
 }

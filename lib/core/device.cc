@@ -175,13 +175,7 @@ void Device::HandleArp(const uint8_t* frame, uint32_t len) {
   if (config_.ipv4 == 0 || a.target_ip != config_.ipv4 || a.sender_ip == 0) return;
   LearnNeighbor(Ipv4Gid(a.sender_ip), a.sender_mac);
   if (a.op == wire::kArpRequest && arp_out_.size() < 64) {
-    wire::ArpPacket reply;
-    reply.op = wire::kArpReply;
-    reply.sender_mac = config_.mac;
-    reply.sender_ip = config_.ipv4;
-    reply.target_mac = a.sender_mac;
-    reply.target_ip = a.sender_ip;
-    arp_out_.push_back(reply);
+    arp_out_.push_back(wire::ArpReplyFor(a, config_.mac, config_.ipv4));
   }
 }
 

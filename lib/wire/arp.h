@@ -25,6 +25,17 @@ struct ArpPacket {
   uint32_t target_ip = 0;
 };
 
+// The reply to ARP request `req` for our address `ip` at `mac` (RFC 826).
+inline ArpPacket ArpReplyFor(const ArpPacket& req, const std::array<uint8_t, 6>& mac, uint32_t ip) {
+  ArpPacket reply;
+  reply.op = kArpReply;
+  reply.sender_mac = mac;
+  reply.sender_ip = ip;
+  reply.target_mac = req.sender_mac;
+  reply.target_ip = req.sender_ip;
+  return reply;
+}
+
 // Parses an ARP frame (optionally 802.1Q-tagged). False if it is not an
 // Ethernet/IPv4 ARP request or reply of sane length.
 inline bool ParseArp(const uint8_t* f, uint32_t len, ArpPacket* out) {

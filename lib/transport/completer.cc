@@ -181,7 +181,7 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
         AckUpTo(PsnAdd(psn, -1), now);
         if (state_ == QpState::kErr || sq_.empty()) return;
         if (rnr_retry_left_ == 0) {
-          FailWqe(sq_.front(), WcStatus::kRnrRetryExcErr);
+          FailWqe(sq_.front(), Info(RespError::kRnr).send_status);
           return;
         }
         if (rnr_retry_left_ != 7) --rnr_retry_left_;  // 7 means retry forever
@@ -204,7 +204,7 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
           if (rnr_nak_pending_ && psn == rnr_nak_psn_) return;
           if (!progress_since_retry_) {
             if (retry_left_ == 0) {
-              FailWqe(sq_.front(), WcStatus::kRetryExcErr);
+              FailWqe(sq_.front(), Info(RespError::kPsnSequence).send_status);
               return;
             }
             --retry_left_;
@@ -213,12 +213,10 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
           RetryFrom(psn);
           return;
         }
-        // Invalid RD request (4, an RD-only code) and the reserved codes
-        // complete REM_OP_ERR, as rxe's completer does (check_ack).
-        const WcStatus status = code == kNakInvalidRequest      ? WcStatus::kRemInvReqErr
-                                : code == kNakRemoteAccessError ? WcStatus::kRemAccessErr
-                                                                : WcStatus::kRemOpErr;
-        FailWqe(sq_.front(), status);
+        // The status for each code comes from the responder's error table
+        // (transport/states.h): invalid RD request (4, an RD-only code) and
+        // the reserved codes complete REM_OP_ERR, as rxe's check_ack.
+        FailWqe(sq_.front(), RequesterStatusForNak(code));
         return;
       }
       case AethType::kReserved:

@@ -286,10 +286,8 @@ void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t 
     ++counters_.dropped_wrong_state;  // RC packet to a UC QP or the reverse
     return;
   }
-  if (!reliable()) {
-    OnUcRequest(frame, p);
-  } else if (p.op().roles & wire::kRoleRequest) {
-    OnRequest(frame, p, now_ns);
+  if (p.op().roles & wire::kRoleRequest) {
+    OnRequest(frame, p);  // RC and UC: one pipeline (responder.cc)
   } else {
     OnResponse(frame, p, now_ns);
   }

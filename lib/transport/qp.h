@@ -22,6 +22,7 @@
 #include "queue/completion.h"
 #include "queue/ring.h"
 #include "transport/counters.h"
+#include "transport/states.h"
 #include "transport/types.h"
 #include "wire/packet.h"
 
@@ -73,16 +74,6 @@ struct QpEnv {
   // the transmit scheduler paces every packet but CNPs to it.
   const cc::DcqcnParams* dcqcn = nullptr;
 };
-
-// The affiliated asynchronous event a transport error raises when it moves a
-// QP to ERR (IBTA 11.6.3.1, ibv_event_type): a responder that detected an
-// access violation (NAK remote access error) raises "Local Access Violation
-// Work Queue Error" (IBV_EVENT_QP_ACCESS_ERR), one that detected an invalid
-// request (NAK invalid request) "Invalid Request Local Work Queue Error"
-// (IBV_EVENT_QP_REQ_ERR); everything else "Local Work Queue Catastrophic
-// Error" (IBV_EVENT_QP_FATAL). kNone while no transport error happened (a
-// move to ERR the program asked for raises nothing).
-enum class QpEvent : uint8_t { kNone, kFatal, kRequestError, kAccessError };
 
 class RcQp {
  public:
@@ -250,13 +241,28 @@ class RcQp {
   void PushSendCompletion(const SendWqe& w);
   bool Outstanding() const;
 
-  // --- responder (responder.cc)
+  // --- responder (responder.cc): RespState steps, one function each,
+  // returning the next state (transport/states.h, doc/transport.md).
+  struct ReqCtx;
   // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
-  void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now,
-                 bool payload_placed = false);
-  void OnUcRequest(const uint8_t* frame, const wire::ParsedPacket& p);
-  bool PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn);
-  void OnDuplicateRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
+  RespState CheckPsn(ReqCtx& c);
+  RespState CheckOpSequence(ReqCtx& c);
+  RespState CheckLength(ReqCtx& c);
+  RespState CheckResource(ReqCtx& c);
+  RespState CheckRkeyStep(ReqCtx& c);
+  RespState Execute(ReqCtx& c);
+  RespState ExecuteSend(ReqCtx& c);
+  RespState ExecuteWrite(ReqCtx& c);
+  RespState ExecuteRead(ReqCtx& c);
+  RespState ExecuteAtomic(ReqCtx& c);
+  RespState Acknowledge(ReqCtx& c);
+  RespState Duplicate(ReqCtx& c);
+  // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
+  void RespondError(RespError e, uint32_t psn);
+  void DropUcMessage();
+  // Scatters a SEND payload into the held receive WQE at the running offset.
+  bool PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error);
   // R_Key check of a remote request: the QP's own access flags, then the
   // region or window (type-2 windows: bound through this QP). A zero-length
   // READ or WRITE names no memory: neither its R_Key nor its VA is checked
@@ -273,8 +279,6 @@ class RcQp {
   bool TakeRecvWqe();
   void QueueAck(uint32_t psn);
   void QueueNak(uint8_t syndrome, uint32_t psn);
-  void ResponderError(uint8_t nak_code, uint32_t psn, queue::WcStatus local_status);
-  bool RdAtomicResourceFree(uint32_t psn);
   void CompleteRecv(queue::WcStatus status, queue::WcOpcode opcode, uint32_t byte_len,
                     uint8_t flags, uint32_t imm_or_inv, bool solicited);
   uint32_t BuildResponse(Action& a, uint8_t* frame, bool* finished);

@@ -1,6 +1,9 @@
-// Responder (IBTA 9.7.5): PSN and opcode-sequence checks, R_Key/PD/access/
-// bounds checks, placement of SEND/WRITE data, READ and atomic execution,
-// duplicate handling from the resource cache, RNR NAK, coalesced ACKs.
+// Responder (IBTA 9.7.5 RC, 9.8.3 UC) as a state machine in rxe's manner
+// (rxe_resp.c): OnRequest runs the RespState steps of transport/states.h,
+// each a function returning the next state; every failure is a RespError
+// whose NAK, completion status, event and counter come from one table
+// (kRespErrors). RC and UC share the pipeline: the reliable flag chooses a
+// NAK or a silent drop. doc/transport.md draws it.
 #include <algorithm>
 #include <cstring>
 
@@ -23,6 +26,29 @@ constexpr uint32_t kCreditCounts[31] = {0,    1,    2,    3,     4,     6,     8
                                         4096, 6144, 8192, 12288, 16384, 24576, 32768};
 
 }  // namespace
+
+// One request on its way through the steps.
+struct RcQp::ReqCtx {
+  const uint8_t* frame;
+  const ParsedPacket& p;
+  const OpcodeInfo& op;
+  const uint8_t* bth_p;
+  uint32_t psn;
+  uint32_t len;            // payload bytes
+  bool payload_placed;     // OnUnverifiedPacket already copied the payload
+  RespError error = RespError::kCount;
+  mem::MrTable::Resolved target{};  // CheckRkeyStep's resolution (READ, atomic, WRITE FIRST)
+  bool first() const { return (op.roles & kRoleFirst) != 0; }
+  bool last() const { return (op.roles & kRoleLast) != 0; }
+  bool is_send() const { return (op.roles & kRoleSend) != 0; }
+  bool is_write() const { return (op.roles & kRoleWrite) != 0; }
+  bool is_read() const { return (op.roles & kRoleReadRequest) != 0; }
+  bool is_atomic() const { return (op.roles & kRoleAtomic) != 0; }
+  RespState Fail(RespError e) {
+    error = e;
+    return RespState::kError;
+  }
+};
 
 uint8_t RcQp::CreditsField() const {
   if (env_.srq != nullptr) return kAethCreditsInvalid;  // no per-QP credits with an SRQ
@@ -88,30 +114,42 @@ void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uin
   env_.recv_cq->Push(c);
 }
 
-// A new READ or atomic needs one of the responder resources the connection
-// negotiated (max_dest_rd_atomic); with none left it is an invalid request
-// (class C, IBTA 9.9.3.1.3): NAKed here, and false.
-bool RcQp::RdAtomicResourceFree(uint32_t psn) {
-  if (rd_atomic_active_ < attr_.max_dest_rd_atomic) return true;
-  ++counters_.rd_atomic_overflows;
-  ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-  return false;
+// UC (9.8.3): the rest of the message is dropped; the next FIRST/ONLY
+// resynchronises, reusing a held receive WQE.
+void RcQp::DropUcMessage() {
+  ++counters_.uc_messages_dropped;
+  in_message_ = InMessage::kNone;
+  recv_offset_ = 0;
 }
 
-void RcQp::ResponderError(uint8_t nak_code, uint32_t psn, WcStatus local_status) {
+// The error state, read from kRespErrors.
+void RcQp::RespondError(RespError e, uint32_t psn) {
+  const RespErrorInfo& info = Info(e);
+  if (!reliable()) {
+    if (!info.receive_fault) {
+      DropUcMessage();
+      return;
+    }
+    CompleteRecv(info.recv_status, WcOpcode::kRecv, 0, 0, 0, false);
+    Fail(QpEvent::kFatal);
+    return;
+  }
+  if (info.counter != nullptr) ++(counters_.*info.counter);
+  if (info.nak_type == AethType::kRnrNak) {
+    // The PSN is not consumed (9.7.5.2.8): the requester resends it.
+    QueueNak(MakeSyndrome(AethType::kRnrNak, attr_.min_rnr_timer), psn);
+    return;
+  }
   ++counters_.naks_sent;
-  QueueNak(MakeSyndrome(AethType::kNak, nak_code), psn);
-  if (recv_wqe_held_) CompleteRecv(local_status, WcOpcode::kRecv, 0, 0, 0, false);
+  QueueNak(MakeSyndrome(AethType::kNak, info.nak_code), psn);
+  if (!info.fatal) return;
+  if (recv_wqe_held_) CompleteRecv(info.recv_status, WcOpcode::kRecv, 0, 0, 0, false);
   // Class C/D errors move the responder to ERR after the NAK (9.9.3.1) and
   // raise the affiliated asynchronous error of their kind (C9-222.1.1, 11.6.3.1).
-  Fail(nak_code == kNakRemoteAccessError ? QpEvent::kAccessError
-       : nak_code == kNakInvalidRequest  ? QpEvent::kRequestError
-                                         : QpEvent::kFatal);
+  Fail(info.event);
 }
 
-// Scatters a SEND payload into the held receive WQE at the running offset.
-// On failure the responder has already reported the error.
-bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn) {
+bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
   uint32_t skip = recv_offset_, left = len;
   const uint8_t* src = payload;
   for (uint32_t i = 0; i < recv_wqe_.num_sge && left > 0; ++i) {
@@ -123,12 +161,7 @@ bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn) 
     const uint32_t n = std::min(left, sge.length - skip);
     const auto r = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr + skip, n, true);
     if (r.result != mem::AccessResult::kOk) {
-      if (reliable()) {
-        ResponderError(kNakRemoteOperationalError, psn, WcStatus::kLocProtErr);
-      } else {
-        CompleteRecv(WcStatus::kLocProtErr, WcOpcode::kRecv, 0, 0, 0, false);
-        Fail(QpEvent::kFatal);
-      }
+      *error = RespError::kRecvNotWritable;
       return false;
     }
     std::memcpy(r.host, src, n);
@@ -137,110 +170,10 @@ bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, uint32_t psn) 
     skip = 0;
   }
   if (left > 0) {
-    // Message longer than the posted buffers (9.7.5.2.4 / 10.8.3.4).
-    if (reliable()) {
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kLocLenErr);
-    } else {
-      CompleteRecv(WcStatus::kLocLenErr, WcOpcode::kRecv, 0, 0, 0, false);
-      Fail(QpEvent::kFatal);
-    }
+    *error = RespError::kRecvTooSmall;  // longer than the posted buffers (9.7.5.2.4 / 10.8.3.4)
     return false;
   }
   return true;
-}
-
-// Unreliable Connection responder (9.8.3): no ACKs, NAKs or RNR. A PSN gap,
-// a missing receive or an access violation drops the rest of the message;
-// the next FIRST/ONLY resynchronises.
-void RcQp::OnUcRequest(const uint8_t* frame, const ParsedPacket& p) {
-  const uint8_t* bth_p = frame + p.bth_offset;
-  const BthView bth(bth_p);
-  const uint32_t psn = bth.psn();
-  const OpcodeInfo& op = p.op();
-  if (op.transport != Transport::kUc) {
-    ++counters_.dropped_wrong_state;
-    return;
-  }
-  const bool first = op.roles & kRoleFirst;
-  const bool last = op.roles & kRoleLast;
-  const bool is_send = op.roles & kRoleSend;
-  auto drop_message = [&] {
-    ++counters_.uc_messages_dropped;
-    in_message_ = InMessage::kNone;
-    recv_offset_ = 0;  // a held receive WQE is reused by the next message
-  };
-  if (psn != epsn_) {
-    ++counters_.out_of_sequence;
-    if (in_message_ != InMessage::kNone) drop_message();
-    if (!first) {
-      epsn_ = PsnAdd(psn, 1);
-      return;
-    }
-  }
-  epsn_ = PsnAdd(psn, 1);
-  if (first && in_message_ != InMessage::kNone) drop_message();  // previous one never finished
-  if (!first && in_message_ == InMessage::kNone) return;          // tail of a dropped message
-  const uint32_t len = p.payload_len;
-  if (last ? len > mtu_ : len != mtu_) {
-    drop_message();
-    return;
-  }
-  const uint8_t* payload = frame + p.payload_offset;
-  if (is_send) {
-    if (first) {
-      if (!TakeRecvWqe()) {
-        ++counters_.uc_messages_dropped;  // no receive posted: the message is lost
-        return;
-      }
-      recv_offset_ = 0;
-      in_message_ = InMessage::kSend;
-    }
-    if (!PlaceSendPayload(payload, len, psn)) return;
-    recv_offset_ += len;
-    if (last) {
-      const bool imm = op.Has(kHdrImmDt);
-      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, recv_offset_, imm ? queue::kWcWithImm : 0,
-                   imm ? ImmDtView(bth_p + op.immdt_offset).wire_order() : 0, bth.solicited());
-      in_message_ = InMessage::kNone;
-    }
-    return;
-  }
-  // RDMA WRITE.
-  if (first) {
-    const RethView reth(bth_p + op.reth_offset);
-    if (reth.dma_length() > kMaxMessageBytes) {
-      drop_message();
-      return;
-    }
-    const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
-    if (r.result != mem::AccessResult::kOk) {
-      drop_message();
-      return;
-    }
-    write_host_ = r.host;
-    write_rkey_ = reth.rkey();
-    write_epoch_ = env_.mrs->epoch();
-    write_total_ = write_remaining_ = reth.dma_length();
-    in_message_ = InMessage::kWrite;
-  }
-  if (len > write_remaining_ || (last && len != write_remaining_) ||
-      !MrStillLentSince(write_rkey_, &write_epoch_)) {
-    drop_message();
-    return;
-  }
-  if (last && op.Has(kHdrImmDt) && !TakeRecvWqe()) {
-    drop_message();
-    return;
-  }
-  if (len > 0) std::memcpy(write_host_ + (write_total_ - write_remaining_), payload, len);
-  write_remaining_ -= len;
-  if (last) {
-    if (op.Has(kHdrImmDt)) {
-      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_, queue::kWcWithImm,
-                   ImmDtView(bth_p + op.immdt_offset).wire_order(), bth.solicited());
-    }
-    in_message_ = InMessage::kNone;
-  }
 }
 
 bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
@@ -267,267 +200,306 @@ bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint6
   if (Crc32Final(crc) != StoredIcrc(frame, p)) return false;  // silently dropped, state untouched
   ++counters_.rx_packets;
   counters_.rx_bytes += p.payload_len;
-  OnRequest(frame, p, now_ns, /*payload_placed=*/true);
+  OnRequest(frame, p, /*payload_placed=*/true);
   return true;
 }
 
-void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now,
-                     bool payload_placed) {
-  (void)now;
+void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
   const uint8_t* bth_p = frame + p.bth_offset;
-  const BthView bth(bth_p);
-  const uint32_t psn = bth.psn();
-  const OpcodeInfo& op = p.op();
+  ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, payload_placed};
+  RespState s = RespState::kCheckPsn;
+  for (;;) {
+    switch (s) {
+      case RespState::kCheckPsn: s = CheckPsn(c); break;
+      case RespState::kCheckOpSequence: s = CheckOpSequence(c); break;
+      case RespState::kCheckLength: s = CheckLength(c); break;
+      case RespState::kCheckResource: s = CheckResource(c); break;
+      case RespState::kCheckRkey: s = CheckRkeyStep(c); break;
+      case RespState::kExecute: s = Execute(c); break;
+      case RespState::kAcknowledge: s = Acknowledge(c); break;
+      case RespState::kDuplicate: s = Duplicate(c); break;
+      case RespState::kError:
+        RespondError(c.error, c.error == RespError::kPsnSequence ? epsn_ : c.psn);
+        return;
+      case RespState::kDone:
+      case RespState::kCount:
+        return;
+    }
+  }
+}
 
-  const int32_t ahead = PsnDiff(psn, epsn_);
+RespState RcQp::CheckPsn(ReqCtx& c) {
+  if (!reliable()) {
+    // UC (9.8.3): a gap drops the message in progress; a MIDDLE/LAST after
+    // it is skipped, a FIRST/ONLY starts afresh.
+    if (c.psn != epsn_) {
+      ++counters_.out_of_sequence;
+      if (in_message_ != InMessage::kNone) DropUcMessage();
+      if (!c.first()) {
+        epsn_ = PsnAdd(c.psn, 1);
+        return RespState::kDone;
+      }
+    }
+    epsn_ = PsnAdd(c.psn, 1);
+    return RespState::kCheckOpSequence;
+  }
+  const int32_t ahead = PsnDiff(c.psn, epsn_);
   if (ahead > 0) {
     // Out of sequence: one NAK until the expected PSN arrives (9.7.5.1.2).
     ++counters_.out_of_sequence;
-    if (!nak_seq_sent_) {
-      nak_seq_sent_ = true;
-      ++counters_.seq_naks_sent;
-      ++counters_.naks_sent;
-      QueueNak(MakeSyndrome(AethType::kNak, kNakPsnSequenceError), epsn_);
-    }
-    return;
+    if (nak_seq_sent_) return RespState::kDone;
+    nak_seq_sent_ = true;
+    return c.Fail(RespError::kPsnSequence);
   }
   if (ahead < 0) {
     ++counters_.duplicates_received;
-    OnDuplicateRequest(frame, p);
-    return;
+    return RespState::kDuplicate;
   }
   nak_seq_sent_ = false;
-
-  const bool first = op.roles & kRoleFirst;
-  const bool last = op.roles & kRoleLast;
-  const bool is_send = op.roles & kRoleSend;
-  const bool is_write = op.roles & kRoleWrite;
-  // Opcode sequence (9.7.5.1.3): MIDDLE/LAST continue the message in progress.
-  const bool sequence_ok = in_message_ == InMessage::kNone
-                               ? (first || !(is_send || is_write))
-                               : (!first && ((in_message_ == InMessage::kSend && is_send) ||
-                                             (in_message_ == InMessage::kWrite && is_write)));
-  if (!sequence_ok) {
-    ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-    return;
-  }
-  const uint32_t len = p.payload_len;
-  if (is_send || is_write) {
-    const bool length_ok = last ? (len <= mtu_ && (first || len > 0)) : len == mtu_;
-    if (!length_ok) {
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-      return;
-    }
-  }
-  const uint8_t* payload = frame + p.payload_offset;
-
-  if (is_send) {
-    if (!TakeRecvWqe()) {
-      // No receive posted: RNR NAK; the PSN is not consumed (9.7.5.2.8).
-      ++counters_.rnr_naks_sent;
-      QueueNak(MakeSyndrome(AethType::kRnrNak, attr_.min_rnr_timer), psn);
-      return;
-    }
-    in_message_ = InMessage::kSend;
-    if (!PlaceSendPayload(payload, len, psn)) return;
-    recv_offset_ += len;
-    if (last) {
-      uint8_t flags = 0;
-      uint32_t value = 0;
-      if (op.Has(kHdrImmDt)) {
-        flags = queue::kWcWithImm;
-        value = ImmDtView(bth_p + op.immdt_offset).wire_order();
-      } else if (op.Has(kHdrIeth)) {
-        value = IethView(bth_p + op.ieth_offset).value();
-        // Remote invalidation (IBTA 10.6.7, as rxe): only a type-2 window
-        // of this PD bound through this QP; any other key (a region, the
-        // program's receive buffer) is refused and stays as it was.
-        if (env_.mrs->RemoteInvalidate(value, env_.pd, qpn_) != mem::AccessResult::kOk) {
-          ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-          return;
-        }
-        flags = queue::kWcWithInv;
-      }
-      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, recv_offset_, flags, value,
-                   bth.solicited());
-      in_message_ = InMessage::kNone;
-      msn_ = PsnAdd(msn_, 1);
-    }
-  } else if (is_write) {
-    // WRITE with immediate consumes a receive WQE: check before touching memory.
-    if (last && op.Has(kHdrImmDt) && !TakeRecvWqe()) {
-      ++counters_.rnr_naks_sent;
-      QueueNak(MakeSyndrome(AethType::kRnrNak, attr_.min_rnr_timer), psn);
-      return;
-    }
-    if (first) {
-      const RethView reth(bth_p + op.reth_offset);
-      if (reth.dma_length() > kMaxMessageBytes) {  // checked before the R_Key, as rxe's check_length
-        ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-        return;
-      }
-      const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteWrite);
-      if (r.result != mem::AccessResult::kOk) {
-        ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
-        return;
-      }
-      write_host_ = r.host;
-      write_rkey_ = reth.rkey();
-      write_epoch_ = env_.mrs->epoch();
-      write_total_ = write_remaining_ = reth.dma_length();
-      in_message_ = InMessage::kWrite;
-    }
-    if (len > write_remaining_ || (last && len != write_remaining_)) {
-      // More (or less) data than the RETH announced.
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-      return;
-    }
-    if (!first && !MrStillLentSince(write_rkey_, &write_epoch_)) {
-      ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
-      return;
-    }
-    if (len > 0 && !payload_placed) {
-      std::memcpy(write_host_ + (write_total_ - write_remaining_), payload, len);
-    }
-    write_remaining_ -= len;
-    if (last) {
-      if (op.Has(kHdrImmDt)) {
-        CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_,
-                     queue::kWcWithImm, ImmDtView(bth_p + op.immdt_offset).wire_order(),
-                     bth.solicited());
-      }
-      in_message_ = InMessage::kNone;
-      msn_ = PsnAdd(msn_, 1);
-    }
-  } else if (p.opcode == kRcReadRequest) {
-    const RethView reth(bth_p + op.reth_offset);
-    if (!RdAtomicResourceFree(psn)) return;
-    if (reth.dma_length() > kMaxMessageBytes) {
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-      return;
-    }
-    const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
-    if (r.result != mem::AccessResult::kOk) {
-      ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
-      return;
-    }
-    if (actions_.full()) return;  // more READs than negotiated: the requester retries
-    const uint32_t packets = PacketsForLength(reth.dma_length());
-    msn_ = PsnAdd(msn_, 1);
-    Resource& res = resources_[next_resource_++ % resources_.size()];
-    res = Resource{true, false, psn, PsnAdd(psn, packets - 1), 0, reth.va(), reth.dma_length(), reth.rkey()};
-    Action* a = actions_.Reserve();
-    *a = Action{};
-    a->holds_resource = true;
-    ++rd_atomic_active_;
-    a->kind = ActionKind::kReadResponse;
-    a->psn = psn;
-    a->msn = msn_;
-    a->host = r.host;
-    a->rkey = reth.rkey();
-    a->epoch = env_.mrs->epoch();
-    a->length = reth.dma_length();
-    actions_.Commit();
-    epsn_ = PsnAdd(psn, packets);
-    return;
-  } else if (op.roles & kRoleAtomic) {
-    const AtomicEthView at(bth_p + op.atomic_offset);
-    if (!RdAtomicResourceFree(psn)) return;
-    const auto r = CheckRkey(at.rkey(), at.va(), 8, mem::kRemoteAtomic);
-    if (r.result != mem::AccessResult::kOk) {
-      ResponderError(kNakRemoteAccessError, psn, WcStatus::kRemAccessErr);
-      return;
-    }
-    if (at.va() % 8 != 0) {
-      ResponderError(kNakInvalidRequest, psn, WcStatus::kRemInvReqErr);
-      return;
-    }
-    if (actions_.full()) return;
-    auto* target = reinterpret_cast<uint64_t*>(r.host);
-    uint64_t original;
-    if (p.opcode == kRcCompareSwap) {
-      original = at.compare();
-      // On failure `original` receives the current value; either way it is the old value.
-      __atomic_compare_exchange_n(target, &original, at.swap_add(), false, __ATOMIC_SEQ_CST,
-                                  __ATOMIC_SEQ_CST);
-    } else {
-      original = __atomic_fetch_add(target, at.swap_add(), __ATOMIC_SEQ_CST);
-    }
-    msn_ = PsnAdd(msn_, 1);
-    Resource& res = resources_[next_resource_++ % resources_.size()];
-    res = Resource{true, true, psn, psn, original};
-    Action* a = actions_.Reserve();
-    *a = Action{};
-    a->holds_resource = true;
-    ++rd_atomic_active_;
-    a->kind = ActionKind::kAtomicAck;
-    a->psn = psn;
-    a->msn = msn_;
-    a->original = original;
-    actions_.Commit();
-    epsn_ = PsnAdd(psn, 1);
-    return;
-  }
-  epsn_ = PsnAdd(psn, 1);
-  if (bth.ack_req()) QueueAck(psn);
+  return RespState::kCheckOpSequence;
 }
 
-void RcQp::OnDuplicateRequest(const uint8_t* frame, const ParsedPacket& p) {
-  const uint8_t* bth_p = frame + p.bth_offset;
-  const uint32_t psn = BthView(bth_p).psn();
-  const OpcodeInfo& op = p.op();
-  if (p.opcode == kRcReadRequest || (op.roles & kRoleAtomic)) {
-    for (const Resource& res : resources_) {
-      if (!res.valid || PsnLess(psn, res.first_psn) || PsnLess(res.last_psn, psn)) continue;
-      if (res.atomic != ((op.roles & kRoleAtomic) != 0)) return;
-      Action a{};
-      a.psn = psn;
-      a.msn = msn_;
-      if (res.atomic) {
-        if (psn != res.first_psn) return;
-        a.kind = ActionKind::kAtomicAck;  // replay, never re-execute
-        a.original = res.original;
-      } else {
-        // Re-execute the (possibly partial) READ the duplicate asks for: the
-        // original or a part of it, with its R_Key, answered within the
-        // original's PSNs; anything else is dropped (rxe's duplicate_request).
-        const RethView reth(bth_p + op.reth_offset);
-        const uint64_t skip = reth.va() - res.va;
-        const bool inside = reth.rkey() == res.rkey && reth.va() >= res.va && skip <= res.length &&
-                            reth.dma_length() <= res.length - skip &&
-                            PacketsForLength(reth.dma_length()) <=
-                                static_cast<uint32_t>(PsnDiff(res.last_psn, psn)) + 1;
-        if (!inside) {
-          ++counters_.dropped_bad_duplicates;
-          return;
-        }
-        const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
-        if (r.result != mem::AccessResult::kOk) return;
-        a.kind = ActionKind::kReadResponse;
-        a.host = r.host;
-        a.rkey = reth.rkey();
-        a.epoch = env_.mrs->epoch();
-        a.length = reth.dma_length();
-        // A stream for the same READ still queued restarts here instead of
-        // running to its end beside a second copy.
-        for (uint32_t i = actions_.head(); i != actions_.tail(); ++i) {
-          Action& q = actions_.at(i);
-          if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res.first_psn) &&
-              !PsnLess(res.last_psn, q.psn)) {
-            a.holds_resource = q.holds_resource;
-            q = a;
-            return;
-          }
+// Opcode sequence (9.7.5.1.3): MIDDLE/LAST continue the message in progress.
+RespState RcQp::CheckOpSequence(ReqCtx& c) {
+  const bool first = c.first();
+  if (!reliable()) {
+    if (first && in_message_ != InMessage::kNone) DropUcMessage();  // the previous one never finished
+    if (!first && in_message_ == InMessage::kNone) return RespState::kDone;  // tail of a dropped one
+    return RespState::kCheckLength;
+  }
+  const bool send = c.is_send(), write = c.is_write();
+  const bool ok = in_message_ == InMessage::kNone
+                      ? (first || !(send || write))
+                      : (!first && ((in_message_ == InMessage::kSend && send) ||
+                                    (in_message_ == InMessage::kWrite && write)));
+  return ok ? RespState::kCheckLength : c.Fail(RespError::kOpcodeSequence);
+}
+
+// FIRST and MIDDLE carry exactly one MTU, LAST and ONLY up to one; an RC
+// LAST that is not also FIRST carries at least one byte.
+RespState RcQp::CheckLength(ReqCtx& c) {
+  if (!(c.op.roles & kRolePayload)) return RespState::kCheckResource;
+  const bool ok = c.last() ? (c.len <= mtu_ && (c.first() || c.len > 0 || !reliable()))
+                           : c.len == mtu_;
+  return ok ? RespState::kCheckResource : c.Fail(RespError::kLength);
+}
+
+// A receive WQE for what consumes one (checked before any memory is
+// touched), a responder resource for a new READ or atomic (max_dest_rd_atomic).
+RespState RcQp::CheckResource(ReqCtx& c) {
+  if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
+    if (!TakeRecvWqe()) return c.Fail(RespError::kRnr);
+    if (c.first()) recv_offset_ = 0;
+  } else if (c.is_read() || c.is_atomic()) {
+    if (rd_atomic_active_ >= attr_.max_dest_rd_atomic) return c.Fail(RespError::kRdAtomicOverflow);
+  }
+  return RespState::kCheckRkey;
+}
+
+// The one remote-access check: a RETH (WRITE FIRST/ONLY, READ) or an
+// AtomicETH names memory; the DMA length is bounded before the R_Key is
+// checked, as rxe's check_length; an atomic's alignment after it.
+RespState RcQp::CheckRkeyStep(ReqCtx& c) {
+  if (c.op.Has(kHdrReth)) {
+    const RethView reth(c.bth_p + c.op.reth_offset);
+    if (reth.dma_length() > kMaxMessageBytes) return c.Fail(RespError::kMessageTooLong);
+    c.target = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(),
+                         c.is_read() ? mem::kRemoteRead : mem::kRemoteWrite);
+    if (c.target.result != mem::AccessResult::kOk) return c.Fail(RespError::kRemoteAccess);
+  } else if (c.op.Has(kHdrAtomicEth)) {
+    const AtomicEthView at(c.bth_p + c.op.atomic_offset);
+    c.target = CheckRkey(at.rkey(), at.va(), 8, mem::kRemoteAtomic);
+    if (c.target.result != mem::AccessResult::kOk) return c.Fail(RespError::kRemoteAccess);
+    if (at.va() % 8 != 0) return c.Fail(RespError::kAtomicAlignment);
+  }
+  return RespState::kExecute;
+}
+
+RespState RcQp::Execute(ReqCtx& c) {
+  if (c.is_send()) return ExecuteSend(c);
+  if (c.is_write()) return ExecuteWrite(c);
+  if (c.is_read()) return ExecuteRead(c);
+  if (c.is_atomic()) return ExecuteAtomic(c);
+  return RespState::kAcknowledge;
+}
+
+RespState RcQp::ExecuteSend(ReqCtx& c) {
+  in_message_ = InMessage::kSend;
+  RespError error;
+  if (!PlaceSendPayload(c.frame + c.p.payload_offset, c.len, &error)) return c.Fail(error);
+  recv_offset_ += c.len;
+  if (!c.last()) return RespState::kAcknowledge;
+  uint8_t flags = 0;
+  uint32_t value = 0;
+  if (c.op.roles & kRoleImmediate) {
+    flags = queue::kWcWithImm;
+    value = ImmDtView(c.bth_p + c.op.immdt_offset).wire_order();
+  } else if (c.op.roles & kRoleInvalidate) {
+    value = IethView(c.bth_p + c.op.ieth_offset).value();
+    // Remote invalidation (IBTA 10.6.7, as rxe): only a type-2 window of
+    // this PD bound through this QP; any other key (a region, the
+    // program's receive buffer) is refused and stays as it was.
+    if (env_.mrs->RemoteInvalidate(value, env_.pd, qpn_) != mem::AccessResult::kOk) {
+      return c.Fail(RespError::kInvalidate);
+    }
+    flags = queue::kWcWithInv;
+  }
+  CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, recv_offset_, flags, value,
+               BthView(c.bth_p).solicited());
+  in_message_ = InMessage::kNone;
+  msn_ = PsnAdd(msn_, 1);
+  return RespState::kAcknowledge;
+}
+
+RespState RcQp::ExecuteWrite(ReqCtx& c) {
+  if (c.first()) {
+    const RethView reth(c.bth_p + c.op.reth_offset);
+    write_host_ = c.target.host;
+    write_rkey_ = reth.rkey();
+    write_epoch_ = env_.mrs->epoch();
+    write_total_ = write_remaining_ = reth.dma_length();
+    in_message_ = InMessage::kWrite;
+  }
+  // More (or less) data than the RETH announced.
+  if (c.len > write_remaining_ || (c.last() && c.len != write_remaining_)) {
+    return c.Fail(RespError::kLength);
+  }
+  // Deregistered (invalidated) since the FIRST: read no further.
+  if (!c.first() && !MrStillLentSince(write_rkey_, &write_epoch_)) {
+    return c.Fail(RespError::kRemoteAccess);
+  }
+  if (c.len > 0 && !c.payload_placed) {
+    std::memcpy(write_host_ + (write_total_ - write_remaining_), c.frame + c.p.payload_offset, c.len);
+  }
+  write_remaining_ -= c.len;
+  if (c.last()) {
+    if (c.op.roles & kRoleImmediate) {
+      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecvRdmaWithImm, write_total_, queue::kWcWithImm,
+                   ImmDtView(c.bth_p + c.op.immdt_offset).wire_order(),
+                   BthView(c.bth_p).solicited());
+    }
+    in_message_ = InMessage::kNone;
+    msn_ = PsnAdd(msn_, 1);
+  }
+  return RespState::kAcknowledge;
+}
+
+RespState RcQp::ExecuteRead(ReqCtx& c) {
+  if (actions_.full()) return RespState::kDone;  // more READs than negotiated: the requester retries
+  const RethView reth(c.bth_p + c.op.reth_offset);
+  const uint32_t packets = PacketsForLength(reth.dma_length());
+  msn_ = PsnAdd(msn_, 1);
+  Resource& res = resources_[next_resource_++ % resources_.size()];
+  res = Resource{true, false, c.psn, PsnAdd(c.psn, packets - 1), 0, reth.va(), reth.dma_length(),
+                 reth.rkey()};
+  Action* a = actions_.Reserve();
+  *a = Action{};
+  a->holds_resource = true;
+  ++rd_atomic_active_;
+  a->kind = ActionKind::kReadResponse;
+  a->psn = c.psn;
+  a->msn = msn_;
+  a->host = c.target.host;
+  a->rkey = reth.rkey();
+  a->epoch = env_.mrs->epoch();
+  a->length = reth.dma_length();
+  actions_.Commit();
+  epsn_ = PsnAdd(c.psn, packets);  // the responses carry the ACK
+  return RespState::kDone;
+}
+
+RespState RcQp::ExecuteAtomic(ReqCtx& c) {
+  if (actions_.full()) return RespState::kDone;
+  const AtomicEthView at(c.bth_p + c.op.atomic_offset);
+  auto* target = reinterpret_cast<uint64_t*>(c.target.host);
+  uint64_t original;
+  if (c.op.roles & kRoleCompare) {
+    original = at.compare();
+    // On failure `original` receives the current value; either way it is the old value.
+    __atomic_compare_exchange_n(target, &original, at.swap_add(), false, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+  } else {
+    original = __atomic_fetch_add(target, at.swap_add(), __ATOMIC_SEQ_CST);
+  }
+  msn_ = PsnAdd(msn_, 1);
+  Resource& res = resources_[next_resource_++ % resources_.size()];
+  res = Resource{true, true, c.psn, c.psn, original};
+  Action* a = actions_.Reserve();
+  *a = Action{};
+  a->holds_resource = true;
+  ++rd_atomic_active_;
+  a->kind = ActionKind::kAtomicAck;
+  a->psn = c.psn;
+  a->msn = msn_;
+  a->original = original;
+  actions_.Commit();
+  epsn_ = PsnAdd(c.psn, 1);  // the ATOMIC ACKNOWLEDGE is the ACK
+  return RespState::kDone;
+}
+
+RespState RcQp::Acknowledge(ReqCtx& c) {
+  if (!reliable()) return RespState::kDone;  // UC moved epsn_ in CheckPsn and never ACKs
+  epsn_ = PsnAdd(c.psn, 1);
+  if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
+  return RespState::kDone;
+}
+
+RespState RcQp::Duplicate(ReqCtx& c) {
+  const OpcodeInfo& op = c.op;
+  const uint32_t psn = c.psn;
+  if (!c.is_read() && !c.is_atomic()) {
+    // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN). The
+    // ACK is counted when it is sent (BuildResponse), like every other.
+    QueueAck(PsnAdd(epsn_, -1));
+    return RespState::kDone;
+  }
+  for (const Resource& res : resources_) {
+    if (!res.valid || PsnLess(psn, res.first_psn) || PsnLess(res.last_psn, psn)) continue;
+    if (res.atomic != c.is_atomic()) return RespState::kDone;
+    Action a{};
+    a.psn = psn;
+    a.msn = msn_;
+    if (res.atomic) {
+      if (psn != res.first_psn) return RespState::kDone;
+      a.kind = ActionKind::kAtomicAck;  // replay, never re-execute
+      a.original = res.original;
+    } else {
+      // Re-execute the (possibly partial) READ the duplicate asks for: the
+      // original or a part of it, with its R_Key, answered within the
+      // original's PSNs; anything else is dropped (rxe's duplicate_request).
+      const RethView reth(c.bth_p + op.reth_offset);
+      const uint64_t skip = reth.va() - res.va;
+      const bool inside = reth.rkey() == res.rkey && reth.va() >= res.va && skip <= res.length &&
+                          reth.dma_length() <= res.length - skip &&
+                          PacketsForLength(reth.dma_length()) <=
+                              static_cast<uint32_t>(PsnDiff(res.last_psn, psn)) + 1;
+      if (!inside) {
+        ++counters_.dropped_bad_duplicates;
+        return RespState::kDone;
+      }
+      const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
+      if (r.result != mem::AccessResult::kOk) return RespState::kDone;
+      a.kind = ActionKind::kReadResponse;
+      a.host = r.host;
+      a.rkey = reth.rkey();
+      a.epoch = env_.mrs->epoch();
+      a.length = reth.dma_length();
+      // A stream for the same READ still queued restarts here instead of
+      // running to its end beside a second copy.
+      for (uint32_t i = actions_.head(); i != actions_.tail(); ++i) {
+        Action& q = actions_.at(i);
+        if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res.first_psn) &&
+            !PsnLess(res.last_psn, q.psn)) {
+          a.holds_resource = q.holds_resource;
+          q = a;
+          return RespState::kDone;
         }
       }
-      actions_.Push(a);
-      return;
     }
-    return;  // too old to be in the cache: ignore (9.7.5.1.2)
+    actions_.Push(a);
+    return RespState::kDone;
   }
-  // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN). The
-  // ACK is counted when it is sent (BuildResponse), like every other.
-  QueueAck(PsnAdd(epsn_, -1));
+  return RespState::kDone;  // too old to be in the cache: ignore (9.7.5.1.2)
 }
 
 uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {

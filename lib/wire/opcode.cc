@@ -94,7 +94,7 @@ constexpr OpcodeTable BuildTable() {
   t[kRcAcknowledge] = Make("RC_ACKNOWLEDGE", rc, kHdrAeth, kResp | kRoleAck | kRoleOnly);
   t[kRcAtomicAcknowledge] = Make("RC_ATOMIC_ACKNOWLEDGE", rc, kHdrAeth | kHdrAtomicAckEth,
                                  kResp | kRoleAck | kRoleAtomic | kRoleOnly);
-  t[kRcCompareSwap] = Make("RC_COMPARE_SWAP", rc, kHdrAtomicEth, kReq | kRoleAtomic | kRoleOnly);
+  t[kRcCompareSwap] = Make("RC_COMPARE_SWAP", rc, kHdrAtomicEth, kReq | kRoleAtomic | kRoleCompare | kRoleOnly);
   t[kRcFetchAdd] = Make("RC_FETCH_ADD", rc, kHdrAtomicEth, kReq | kRoleAtomic | kRoleOnly);
   t[kRcSendLastInv] = Make("RC_SEND_LAST_WITH_INVALIDATE", rc, kHdrIeth,
                            kReq | kSendP | kRoleLast | kRoleInvalidate | kRecv);

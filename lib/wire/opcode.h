@@ -88,6 +88,7 @@ enum RoleBit : uint32_t {
   kRoleInvalidate = 1 << 13,  // carries IETH
   kRoleConsumesRecv = 1 << 14,  // consumes a receive WQE when it completes a message
   kRoleCnp = 1 << 15,
+  kRoleCompare = 1 << 16,  // COMPARE SWAP: the atomic compares before it swaps
 };
 
 inline constexpr uint32_t kBthBytes = 12;

@@ -153,148 +153,193 @@ void RcQp::RetryFrom(uint32_t psn) {
   }
 }
 
+// One response on its way through the completer's steps.
+struct RcQp::RespCtx {
+  const uint8_t* frame;
+  const ParsedPacket& p;
+  const OpcodeInfo& op;
+  const uint8_t* bth_p;
+  uint32_t psn;
+  uint64_t now;
+  uint8_t syndrome = 0;
+  SendWqe* wqe = nullptr;  // the READ/atomic a response answers
+};
+
+// The completer (IBTA 9.7.5.2, 9.9) as rxe's rxe_comp.c reads: each
+// CompState step returns the next (transport/states.h).
 void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   const uint8_t* bth_p = frame + p.bth_offset;
-  const BthView bth(bth_p);
-  const uint32_t psn = bth.psn();
-  const OpcodeInfo& op = p.op();
-  // Responses for PSNs never sent, or already acknowledged, are stale.
-  if (!PsnLess(psn, psn_next_) || PsnLess(psn, psn_una_)) {
-    if (PsnLess(psn, psn_una_)) {
-      ++counters_.duplicates_received;
-    } else {
-      ++counters_.dropped_bad_response;
-    }
-    return;
-  }
-
-  if (p.opcode == kRcAcknowledge) {
-    const AethView aeth(bth_p + op.aeth_offset);
-    const uint8_t syn = aeth.syndrome();
-    switch (SyndromeType(syn)) {
-      case AethType::kAck:
-        ++counters_.acks_received;
-        AckUpTo(psn, now);
-        return;
-      case AethType::kRnrNak: {
-        ++counters_.rnr_naks_received;
-        AckUpTo(PsnAdd(psn, -1), now);
-        if (state_ == QpState::kErr || sq_.empty()) return;
-        if (rnr_retry_left_ == 0) {
-          FailWqe(sq_.front(), Info(RespError::kRnr).send_status);
-          return;
-        }
-        if (rnr_retry_left_ != 7) --rnr_retry_left_;  // 7 means retry forever
-        rnr_nak_pending_ = true;
-        rnr_nak_psn_ = psn;
-        rnr_resume_at_ = now + RnrTimerNs(SyndromeValue(syn));
-        RetryFrom(psn);
-        retransmit_deadline_ = 0;
-        return;
-      }
-      case AethType::kNak: {
-        ++counters_.naks_received;
-        AckUpTo(PsnAdd(psn, -1), now);
-        if (state_ == QpState::kErr || sq_.empty()) return;
-        const uint8_t code = SyndromeValue(syn);
-        if (code == kNakPsnSequenceError) {
-          // The responder also NAKs the packets that were in flight behind a
-          // request it answered with RNR NAK: that sequence NAK names the
-          // RNR'd PSN and is its echo, not a loss; the RNR wait resends them.
-          if (rnr_nak_pending_ && psn == rnr_nak_psn_) return;
-          if (!progress_since_retry_) {
-            if (retry_left_ == 0) {
-              FailWqe(sq_.front(), Info(RespError::kPsnSequence).send_status);
-              return;
-            }
-            --retry_left_;
-          }
-          progress_since_retry_ = false;
-          RetryFrom(psn);
-          return;
-        }
-        // The status for each code comes from the responder's error table
-        // (transport/states.h): invalid RD request (4, an RD-only code) and
-        // the reserved codes complete REM_OP_ERR, as rxe's check_ack.
-        FailWqe(sq_.front(), RequesterStatusForNak(code));
-        return;
-      }
-      case AethType::kReserved:
+  RespCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), now};
+  CompState s = CompState::kCheckPsn;
+  for (;;) {
+    switch (s) {
+      case CompState::kCheckPsn: s = CompCheckPsn(c); break;
+      case CompState::kCheckAck: s = CompCheckAck(c); break;
+      case CompState::kAck: s = CompAck(c); break;
+      case CompState::kRnrNak: s = CompRnrNak(c); break;
+      case CompState::kNak: s = CompNak(c); break;
+      case CompState::kGetWqe: s = CompGetWqe(c); break;
+      case CompState::kAtomic: s = CompAtomic(c); break;
+      case CompState::kRead: s = CompRead(c); break;
+      case CompState::kComplete: s = CompComplete(c); break;
+      case CompState::kBadResponse:
         ++counters_.dropped_bad_response;
         return;
+      case CompState::kDone:
+      case CompState::kCount:
+        return;
     }
   }
+}
 
-  // READ responses and atomic acknowledgements answer the oldest outstanding
-  // READ/atomic; everything before it is implicitly acknowledged (9.7.5.1.6).
-  AckUpTo(PsnAdd(psn, -1), now);
-  if (state_ == QpState::kErr || sq_.empty()) return;
-  SendWqe* target = nullptr;
+// Responses for PSNs never sent, or already acknowledged, are stale.
+CompState RcQp::CompCheckPsn(RespCtx& c) {
+  if (PsnLess(c.psn, psn_una_)) {
+    ++counters_.duplicates_received;
+    return CompState::kDone;
+  }
+  if (!PsnLess(c.psn, psn_next_)) return CompState::kBadResponse;
+  return CompState::kCheckAck;
+}
+
+// ACKNOWLEDGE by its AETH type; READ responses and atomic acknowledgements
+// to the WQE they answer.
+CompState RcQp::CompCheckAck(RespCtx& c) {
+  if (!(c.op.roles & kRoleAck) || (c.op.roles & kRoleAtomic)) return CompState::kGetWqe;
+  c.syndrome = AethView(c.bth_p + c.op.aeth_offset).syndrome();
+  switch (SyndromeType(c.syndrome)) {
+    case AethType::kAck: return CompState::kAck;
+    case AethType::kRnrNak: return CompState::kRnrNak;
+    case AethType::kNak: return CompState::kNak;
+    case AethType::kReserved: break;
+  }
+  return CompState::kBadResponse;
+}
+
+CompState RcQp::CompAck(RespCtx& c) {
+  ++counters_.acks_received;
+  AckUpTo(c.psn, c.now);
+  return CompState::kDone;
+}
+
+// RNR NAK (9.7.5.2.8): what precedes it is acknowledged; wait the timer it
+// names, then resend from its PSN; rnr_retry bounds the waits (7: forever).
+CompState RcQp::CompRnrNak(RespCtx& c) {
+  ++counters_.rnr_naks_received;
+  AckUpTo(PsnAdd(c.psn, -1), c.now);
+  if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
+  if (rnr_retry_left_ == 0) {
+    FailWqe(sq_.front(), Info(RespError::kRnr).send_status);
+    return CompState::kDone;
+  }
+  if (rnr_retry_left_ != 7) --rnr_retry_left_;  // 7 means retry forever
+  rnr_nak_pending_ = true;
+  rnr_nak_psn_ = c.psn;
+  rnr_resume_at_ = c.now + RnrTimerNs(SyndromeValue(c.syndrome));
+  RetryFrom(c.psn);
+  retransmit_deadline_ = 0;
+  return CompState::kDone;
+}
+
+// NAK (9.7.5.2.5 / 9.9.2): a PSN sequence error resends from its PSN
+// (retry_cnt bounds the retries without progress); every other code
+// completes the oldest WQE with the status of the error table.
+CompState RcQp::CompNak(RespCtx& c) {
+  ++counters_.naks_received;
+  AckUpTo(PsnAdd(c.psn, -1), c.now);
+  if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
+  const uint8_t code = SyndromeValue(c.syndrome);
+  if (code != kNakPsnSequenceError) {
+    FailWqe(sq_.front(), RequesterStatusForNak(code));
+    return CompState::kDone;
+  }
+  // The responder also NAKs the packets that were in flight behind a
+  // request it answered with RNR NAK: that sequence NAK names the RNR'd
+  // PSN and is its echo, not a loss; the RNR wait resends them.
+  if (rnr_nak_pending_ && c.psn == rnr_nak_psn_) return CompState::kDone;
+  if (!progress_since_retry_) {
+    if (retry_left_ == 0) {
+      FailWqe(sq_.front(), Info(RespError::kPsnSequence).send_status);
+      return CompState::kDone;
+    }
+    --retry_left_;
+  }
+  progress_since_retry_ = false;
+  RetryFrom(c.psn);
+  return CompState::kDone;
+}
+
+// READ responses and atomic acknowledgements answer the oldest outstanding
+// READ/atomic; everything before it is implicitly acknowledged (9.7.5.1.6).
+CompState RcQp::CompGetWqe(RespCtx& c) {
+  AckUpTo(PsnAdd(c.psn, -1), c.now);
+  if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.done) continue;
-    if (w.started && IsReadOrAtomic(w)) target = &w;
+    if (w.started && IsReadOrAtomic(w)) c.wqe = &w;
     break;
   }
-  if (target == nullptr || PsnLess(psn, target->first_psn) || PsnLess(target->last_psn, psn)) {
-    ++counters_.dropped_bad_response;
-    return;
+  if (c.wqe == nullptr || PsnLess(c.psn, c.wqe->first_psn) || PsnLess(c.wqe->last_psn, c.psn)) {
+    return CompState::kBadResponse;
   }
-  SendWqe& w = *target;
-  if (p.opcode == kRcAtomicAcknowledge) {
-    if (w.wr.opcode == WrOpcode::kRdmaRead) {
-      ++counters_.dropped_bad_response;
-      return;
-    }
-    // The original value lands in host byte order, as verbs defines it.
-    const uint64_t original = AtomicAckEthView(bth_p + op.atomic_ack_offset).original();
-    if (!SgesStillLent(w)) {
-      --rd_atomic_outstanding_;
-      FailWqe(w, WcStatus::kLocProtErr);
-      return;
-    }
-    ScatterToSges(w, 0, reinterpret_cast<const uint8_t*>(&original), 8);
-  } else {
-    if (!(op.roles & kRoleReadResponse) || w.wr.opcode != WrOpcode::kRdmaRead) {
-      ++counters_.dropped_bad_response;
-      return;
-    }
-    const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
-    if (psn != expected) {
-      if (PsnLess(psn, expected)) {
-        ++counters_.duplicates_received;
-      } else {
-        ++counters_.out_of_sequence;  // a response was lost: implied NAK
-        ImpliedNak(expected);
-      }
-      return;
-    }
-    const uint32_t remaining = w.total_len - w.read_done_bytes;
-    const uint32_t seg = p.payload_len;
-    const bool ends = (op.roles & kRoleLast) != 0;
-    const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
-    if (!valid) {
-      ++counters_.dropped_bad_response;
-      return;
-    }
-    if (!SgesStillLent(w)) {
-      --rd_atomic_outstanding_;
-      FailWqe(w, WcStatus::kLocProtErr);
-      return;
-    }
-    ScatterToSges(w, w.read_done_bytes, frame + p.payload_offset, seg);
-    w.read_done_bytes += seg;
-    if (!ends) {
-      psn_una_ = PsnAdd(psn, 1);
-      NoteProgress(now);
-      return;
-    }
+  const bool read = c.wqe->wr.opcode == WrOpcode::kRdmaRead;
+  if (c.op.roles & kRoleAtomic) return read ? CompState::kBadResponse : CompState::kAtomic;
+  if (!(c.op.roles & kRoleReadResponse) || !read) return CompState::kBadResponse;
+  return CompState::kRead;
+}
+
+CompState RcQp::CompAtomic(RespCtx& c) {
+  SendWqe& w = *c.wqe;
+  // The original value lands in host byte order, as verbs defines it.
+  const uint64_t original = AtomicAckEthView(c.bth_p + c.op.atomic_ack_offset).original();
+  if (!SgesStillLent(w)) {
+    --rd_atomic_outstanding_;
+    FailWqe(w, WcStatus::kLocProtErr);
+    return CompState::kDone;
   }
+  ScatterToSges(w, 0, reinterpret_cast<const uint8_t*>(&original), 8);
+  return CompState::kComplete;
+}
+
+CompState RcQp::CompRead(RespCtx& c) {
+  SendWqe& w = *c.wqe;
+  const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+  if (c.psn != expected) {
+    if (PsnLess(c.psn, expected)) {
+      ++counters_.duplicates_received;
+    } else {
+      ++counters_.out_of_sequence;  // a response was lost: implied NAK
+      ImpliedNak(expected);
+    }
+    return CompState::kDone;
+  }
+  const uint32_t remaining = w.total_len - w.read_done_bytes;
+  const uint32_t seg = c.p.payload_len;
+  const bool ends = (c.op.roles & kRoleLast) != 0;
+  const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
+  if (!valid) return CompState::kBadResponse;
+  if (!SgesStillLent(w)) {
+    --rd_atomic_outstanding_;
+    FailWqe(w, WcStatus::kLocProtErr);
+    return CompState::kDone;
+  }
+  ScatterToSges(w, w.read_done_bytes, c.frame + c.p.payload_offset, seg);
+  w.read_done_bytes += seg;
+  if (ends) return CompState::kComplete;
+  psn_una_ = PsnAdd(c.psn, 1);
+  NoteProgress(c.now);
+  return CompState::kDone;
+}
+
+CompState RcQp::CompComplete(RespCtx& c) {
+  SendWqe& w = *c.wqe;
   w.done = true;
   --rd_atomic_outstanding_;
   psn_una_ = PsnAdd(w.last_psn, 1);
-  NoteProgress(now);
+  NoteProgress(c.now);
   AdvancePastDone();
+  return CompState::kDone;
 }
 
 }  // namespace droce::transport

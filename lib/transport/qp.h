@@ -230,7 +230,18 @@ class RcQp {
   static bool IsLocalOp(const SendWqe& w);  // LOCAL_INV, BIND_MW: no packet
   bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
   uint32_t RequestRoom() const;           // request packets the send queue may send now
+  // The completer's CompState steps (completer.cc, transport/states.h).
+  struct RespCtx;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
+  CompState CompCheckPsn(RespCtx& c);
+  CompState CompCheckAck(RespCtx& c);
+  CompState CompAck(RespCtx& c);
+  CompState CompRnrNak(RespCtx& c);
+  CompState CompNak(RespCtx& c);
+  CompState CompGetWqe(RespCtx& c);
+  CompState CompAtomic(RespCtx& c);
+  CompState CompRead(RespCtx& c);
+  CompState CompComplete(RespCtx& c);
   void AckUpTo(uint32_t psn, uint64_t now);
   void NoteProgress(uint64_t now);
   void AdvancePastDone();

@@ -51,6 +51,30 @@ inline constexpr std::array<const char*, static_cast<size_t>(RespState::kCount)>
     "execute",   "acknowledge",       "duplicate",    "error",          "done"};
 constexpr const char* RespStateName(RespState s) { return kRespStateNames[static_cast<size_t>(s)]; }
 
+// The completer's steps (completer.cc), as rxe_comp.c: a response is
+// checked against the PSNs in flight, then by kind; ACKs and NAKs act on
+// the send queue, READ responses and atomic acknowledgements on the
+// WQE they answer.
+enum class CompState : uint8_t {
+  kCheckPsn,     // stale (already acknowledged: duplicate) or never sent (bad)
+  kCheckAck,     // ACKNOWLEDGE by AETH type, or a READ/atomic response
+  kAck,          // 9.7.5.2.1: acknowledge up to the PSN
+  kRnrNak,       // 9.7.5.2.8: wait the RNR timer, resend; rnr_retry
+  kNak,          // 9.7.5.2.5 / 9.9.2: resend (PSN sequence) or complete in error
+  kGetWqe,       // 9.7.5.1.6: the oldest outstanding READ/atomic, implied ACKs before it
+  kAtomic,       // 9.7.5.2.2: the original value into the local buffer
+  kRead,         // 9.7.5.2.3: in-order READ response segments; a gap is an implied NAK
+  kComplete,     // the WQE is done: completions in order (10.8.3)
+  kBadResponse,  // counted in dropped_bad_response, otherwise ignored (9.7.5.2: silently dropped)
+  kDone,
+  kCount,
+};
+
+inline constexpr std::array<const char*, static_cast<size_t>(CompState::kCount)> kCompStateNames = {
+    "check_psn", "check_ack", "ack",      "rnr_nak",      "nak", "get_wqe",
+    "atomic",    "read",      "complete", "bad_response", "done"};
+constexpr const char* CompStateName(CompState s) { return kCompStateNames[static_cast<size_t>(s)]; }
+
 // The responder's error states. RC answers each with its NAK (class B
 // ones leave the QP as it is, the others move it to ERR: 9.9.3.1); UC drops
 // the message silently (9.8.3).

@@ -28,7 +28,7 @@ const char* ParseErrorCounterName(wire::ParseStatus s) {
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     : config_(config), loopback_(io, config.mac), io_(io != nullptr ? &loopback_ : nullptr),
-      mrs_(config.max_mr) {
+      mrs_(config.max_mr), ahs_(kMaxAh) {
   Gid link_local{0xfe, 0x80};
   link_local[8] = config.mac[0] ^ 0x02;
   link_local[9] = config.mac[1];
@@ -235,6 +235,26 @@ int Device::PostSrqRecv(uint32_t srq, const transport::RecvWr& wr) {
   return srqs_[srq]->ring().Push(wr) ? 0 : ENOMEM;
 }
 
+absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressVector& av) {
+  if (!mrs_.PdExists(pd)) return absl::InvalidArgumentError("no such protection domain");
+  transport::AddressVector v = av;
+  if (const std::optional<Mac> group = MulticastMac(v.dgid)) {
+    v.dmac = *group;  // RFC 1112 / RFC 2464: the group's MAC, no neighbour to resolve
+    v.dmac_valid = true;
+  }
+  wire::Route route;
+  absl::Status s = MakeRoute(v, 0, 0, &route);  // the UDP source port is the sending QP's
+  if (!s.ok()) return s;
+  const int64_t id = ahs_.Add(pd, v, route);
+  if (id < 0) return absl::ResourceExhaustedError("no address handle left");
+  return static_cast<uint32_t>(id);
+}
+
+absl::Status Device::DestroyAh(uint32_t ah) {
+  if (!ahs_.Remove(ah)) return absl::NotFoundError(absl::StrFormat("no address handle %u", ah));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   if (!mrs_.PdExists(init.pd)) return absl::InvalidArgumentError("no such protection domain");
   if (cq(init.send_cq) == nullptr || cq(init.recv_cq) == nullptr) {
@@ -260,6 +280,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.pd = init.pd;
   env.make_route = &Device::MakeRouteThunk;
   env.route_ctx = this;
+  env.ahs = &ahs_;
   env.cnp_enabled = config_.cnp_enabled;
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
@@ -306,6 +327,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
     case transport::QpState::kErr:
       break;
     default: {
+      if (q->ud()) break;  // datagrams come from anyone (the Q_Key guards a UD QP)
       // MakeRoute checked sgid_index and that both GIDs are of one IP version.
       const transport::AddressVector& av = q->attr().ah;
       if (av.sgid_index < gids_.size()) f = MakePathFilter(av.dgid, gids_[av.sgid_index]);
@@ -415,6 +437,18 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   return absl::OkStatus();
 }
 
+void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* q) {
+  if (q == nullptr || !q->ud()) {
+    ++counters_.rx_unknown_qp;
+    return;
+  }
+  switch (q->OnUdPacket(frame, p)) {
+    case transport::UdRx::kBadQkey: ++counters_.rx_ud_drop_qkey; break;
+    case transport::UdRx::kNoRecv: ++counters_.rx_ud_no_recv; break;
+    default: break;
+  }
+}
+
 uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
@@ -490,8 +524,12 @@ uint32_t Device::Poll(uint64_t now_ns) {
       }
       continue;
     }
-    if (q == nullptr || (p.op().transport != wire::Transport::kRc &&
-                          p.op().transport != wire::Transport::kUc)) {
+    if (p.op().transport == wire::Transport::kUd) {
+      DeliverUd(frame, p, q);
+      continue;
+    }
+    if (q == nullptr || q->ud() ||
+        (p.op().transport != wire::Transport::kRc && p.op().transport != wire::Transport::kUc)) {
       ++counters_.rx_unknown_qp;
       continue;
     }

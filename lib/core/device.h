@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,18 @@ using Mac = std::array<uint8_t, 6>;
 inline bool IsIpv4MappedGid(const Gid& g) {
   static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   return std::memcmp(g.data(), kPrefix, 12) == 0;
+}
+
+// The Ethernet group address of a RoCEv2 multicast GID, or nullopt when the
+// GID is not multicast: ::ffff:224.0.0.0/4 -> 01:00:5e + the low 23 bits of
+// the IPv4 address (RFC 1112), ff00::/8 -> 33:33 + its last 32 bits (RFC 2464).
+inline std::optional<Mac> MulticastMac(const Gid& g) {
+  if (IsIpv4MappedGid(g)) {
+    if ((g[12] & 0xF0) != 0xE0) return std::nullopt;
+    return Mac{0x01, 0x00, 0x5e, static_cast<uint8_t>(g[13] & 0x7F), g[14], g[15]};
+  }
+  if (g[0] != 0xFF) return std::nullopt;
+  return Mac{0x33, 0x33, g[12], g[13], g[14], g[15]};
 }
 
 // A GID hash with a seed (for tables keyed by addresses a peer chooses).
@@ -116,6 +129,8 @@ struct QpInitAttr {
   X(rx_drop_pkey, "BTH P_Key not a member of the default partition")                                      \
   X(rx_drop_path, "connected QP: IP version, source or destination address not the QP's path")            \
   X(rx_unknown_qp, "no QP with that number, or an opcode of another transport")                           \
+  X(rx_ud_drop_qkey, "UD datagrams whose DETH Q_Key is not the QP's (IBTA 10.2.5: dropped silently)")      \
+  X(rx_ud_no_recv, "UD datagrams for a QP with no receive posted (lost: UD has no RNR)")                   \
   X(rx_cnp, "congestion notification packets received")                                                  \
   X(rx_cnp_dropped, "CNPs for no known QP")                                                               \
   X(rx_arp, "ARP requests and replies received")                                                          \
@@ -201,6 +216,12 @@ class Device {
   transport::Srq* srq(uint32_t id) { return id < srqs_.size() ? srqs_[id].get() : nullptr; }
   absl::Status DestroySrq(uint32_t id);
   int PostSrqRecv(uint32_t srq, const transport::RecvWr& wr);
+
+  // Address handles (ibv_create_ah, UD): the route is built now, from a
+  // resolved neighbour like an RC path (or the group's MAC for multicast).
+  absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av);
+  absl::Status DestroyAh(uint32_t ah);
+  const transport::AhTable& ahs() const { return ahs_; }
 
   absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);
   absl::Status ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
@@ -316,6 +337,9 @@ class Device {
   std::vector<wire::NdPacket> nd_out_;    // neighbour solicitations/advertisements waiting for the port
   std::vector<Gid> nd_pending_;           // addresses we solicited (an NA for them is learnt)
   mem::MrTable mrs_;
+  transport::AhTable ahs_;
+  // A UD datagram (ud transport) that passed the device's checks: to its QP.
+  void DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, transport::RcQp* q);
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;
   struct QpSlot {
@@ -343,6 +367,7 @@ class Device {
   // The fixed base droce used before QPNs were randomised (rxe's first QPN
   // too): for tools whose two ends must know each other's QPNs in advance.
   static constexpr uint32_t kFirstQpn = 0x11;
+  static constexpr uint32_t kMaxAh = 1u << 16;
   static constexpr uint32_t kQpnLimit = 1u << 24;
 };
 

@@ -195,6 +195,10 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   o.max_srq_wr = kMaxSrqWr;
   o.max_srq_sge = transport::kMaxSge;
   o.max_pkeys = 1;
+  o.max_ah = static_cast<int>(core::Device::kMaxAh);
+  o.max_mcast_grp = static_cast<int>(core::Device::kMaxMcastGroups);
+  o.max_mcast_qp_attach = static_cast<int>(core::Device::kMaxMcastQpAttach);
+  o.max_total_mcast_qp_attach = o.max_mcast_grp * o.max_mcast_qp_attach;
   o.local_ca_ack_delay = 15;
   o.phys_port_cnt = 1;
   a.comp_mask = 0;
@@ -1307,6 +1311,26 @@ int DestroyAh(ibv_ah* ibah) {
   return err;
 }
 
+// ibv_attach_mcast / ibv_detach_mcast: RoCEv2 groups are GIDs (the LID is
+// ignored, as on rxe); datagrams to the group reach every attached QP.
+int AttachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
+  if (gid == nullptr) return EINVAL;
+  Runtime* rt = Rt(ibqp->context);
+  core::Gid g;
+  std::memcpy(g.data(), gid->raw, 16);
+  AppLock lock(rt->mu);
+  return ErrnoOf(rt->dev().AttachMcast(ToQp(ibqp)->qpn, g));
+}
+
+int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
+  if (gid == nullptr) return EINVAL;
+  Runtime* rt = Rt(ibqp->context);
+  core::Gid g;
+  std::memcpy(g.data(), gid->raw, 16);
+  AppLock lock(rt->mu);
+  return ErrnoOf(rt->dev().DetachMcast(ToQp(ibqp)->qpn, g));
+}
+
 // ---------------------------------------------------------------- context
 
 void FreeContext(ibv_context* context) {
@@ -1322,6 +1346,7 @@ const verbs_context_ops kContextOps = [] {
   verbs_context_ops ops{};
   ops.alloc_mw = AllocMw;
   ops.alloc_pd = AllocPd;
+  ops.attach_mcast = AttachMcast;
   ops.async_event = AsyncEvent;
   ops.bind_mw = BindMw;
   ops.cq_event = CqEvent;
@@ -1338,6 +1363,7 @@ const verbs_context_ops kContextOps = [] {
   ops.destroy_cq = DestroyCq;
   ops.destroy_qp = DestroyQp;
   ops.destroy_srq = DestroySrq;
+  ops.detach_mcast = DetachMcast;
   ops.free_context = FreeContext;
   ops.modify_qp = ModifyQp;
   ops.modify_srq = ModifySrq;

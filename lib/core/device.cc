@@ -250,6 +250,34 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
   return static_cast<uint32_t>(id);
 }
 
+absl::Status Device::AttachMcast(uint32_t qpn, const Gid& group) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
+  if (!q->ud()) return absl::InvalidArgumentError("only UD QPs join multicast groups");
+  const std::optional<Mac> mac = MulticastMac(group);
+  if (!mac) return absl::InvalidArgumentError("not a multicast GID");
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const McastGroup& g) { return g.gid == group; });
+  if (it == groups_.end()) {
+    if (groups_.size() >= kMaxMcastGroups) return absl::ResourceExhaustedError("multicast group table full");
+    groups_.push_back(McastGroup{group, *mac, {}});
+    it = groups_.end() - 1;
+  }
+  if (std::find(it->qpns.begin(), it->qpns.end(), qpn) != it->qpns.end()) return absl::OkStatus();  // as rxe
+  if (it->qpns.size() >= kMaxMcastQpAttach) return absl::ResourceExhaustedError("group has too many QPs");
+  it->qpns.push_back(qpn);
+  return absl::OkStatus();
+}
+
+absl::Status Device::DetachMcast(uint32_t qpn, const Gid& group) {
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const McastGroup& g) { return g.gid == group; });
+  if (it == groups_.end()) return absl::InvalidArgumentError("no such multicast group");
+  auto q = std::find(it->qpns.begin(), it->qpns.end(), qpn);
+  if (q == it->qpns.end()) return absl::InvalidArgumentError("QP not attached to the group");
+  it->qpns.erase(q);
+  if (it->qpns.empty()) groups_.erase(it);
+  return absl::OkStatus();
+}
+
 absl::Status Device::DestroyAh(uint32_t ah) {
   if (!ahs_.Remove(ah)) return absl::NotFoundError(absl::StrFormat("no address handle %u", ah));
   return absl::OkStatus();
@@ -341,6 +369,8 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   QpSlot& slot = qps_[qpn - qpn_base_];
   DropCompletions(*slot.qp);  // a later QP with the same number must not be credited with them
+  for (McastGroup& g : groups_) std::erase(g.qpns, qpn);  // a destroyed QP leaves its groups
+  std::erase_if(groups_, [](const McastGroup& g) { return g.qpns.empty(); });
   slot.qp.reset();
   slot.path = PathFilter{};
   free_slots_.push_back(qpn - qpn_base_);
@@ -438,6 +468,28 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
 }
 
 void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* q) {
+  if (wire::BthView(frame + p.bth_offset).dest_qp() == transport::kMulticastQpn) {
+    // IBTA 10.5.3: to every QP attached to the group (each checks its Q_Key).
+    const McastGroup* g = FindGroup(frame, p);
+    if (g == nullptr) {
+      ++counters_.rx_unknown_qp;
+      return;
+    }
+    ++counters_.rx_mcast;
+    uint32_t taken = 0;
+    for (const uint32_t qpn : g->qpns) {
+      RcQp* m = qp(qpn);
+      if (m == nullptr) continue;
+      switch (m->OnUdPacket(frame, p)) {
+        case transport::UdRx::kDelivered: ++taken; break;
+        case transport::UdRx::kBadQkey: ++counters_.rx_ud_drop_qkey; break;
+        case transport::UdRx::kNoRecv: ++counters_.rx_ud_no_recv; break;
+        default: break;
+      }
+    }
+    if (taken == 0) ++counters_.rx_mcast_no_qp;
+    return;
+  }
   if (q == nullptr || !q->ud()) {
     ++counters_.rx_unknown_qp;
     return;

@@ -410,5 +410,91 @@ TEST_F(UdTest, RcPacketToAUdQpIsNotDelivered) {
   EXPECT_GE(n_[1].dev->counters().rx_unknown_qp, 1u);
 }
 
+Gid V4Group(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
+  return Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d};
+}
+
+TEST(UdMulticast, GroupMacsAreRfc1112AndRfc2464) {
+  EXPECT_EQ(*MulticastMac(V4Group(239, 129, 2, 3)), (Mac{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}));
+  const Gid v6{0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0x12, 0x34};
+  EXPECT_EQ(*MulticastMac(v6), (Mac{0x33, 0x33, 0xde, 0xad, 0x12, 0x34}));
+  EXPECT_FALSE(MulticastMac(V4Group(10, 0, 0, 1)).has_value());
+  EXPECT_FALSE(MulticastMac(Gid{0xfe, 0x80}).has_value());
+}
+
+TEST_F(UdTest, MulticastReachesEveryAttachedQpAndOnlyThem) {
+  const uint32_t qa = UdQp(0);
+  const uint32_t m1 = UdQp(1);
+  const uint32_t m2 = UdQp(1);
+  const uint32_t other = UdQp(1);
+  const Gid group = V4Group(239, 1, 2, 3);
+  Device& b = *n_[1].dev;
+  // Only UD QPs, only multicast GIDs.
+  EXPECT_FALSE(b.AttachMcast(m1, V4Group(10, 0, 0, 2)).ok());
+  QpInitAttr rc;
+  rc.pd = n_[1].pd;
+  rc.send_cq = rc.recv_cq = n_[1].cq;
+  EXPECT_FALSE(b.AttachMcast(*b.CreateQp(rc), group).ok());
+  const uint32_t ah = Ah(0, group, 1);
+  uint64_t slot = 0;
+  for (uint32_t q : {m1, m2, other}) {
+    for (int k = 0; k < 3; ++k, ++slot) ASSERT_EQ(b.PostRecv(q, Recv(1, slot, slot * 256, 256)), 0);
+  }
+  // Not joined yet: the group's MAC is not accepted.
+  ASSERT_EQ(n_[0].dev->PostSend(qa, Send(0, 0, 8, ah, t::kMulticastQpn)), 0);
+  std::vector<Completion> c0, c1;
+  Run(&c0, 1, &c1, 0);
+  EXPECT_TRUE(c1.empty());
+  EXPECT_EQ(b.counters().rx_drop_dst_mac, 1u);
+  ASSERT_EQ(cap_.frames.size(), 1u);
+  EXPECT_EQ(std::memcmp(cap_.frames[0].data(), MulticastMac(group)->data(), 6), 0);
+  const uint8_t dst_ip[4] = {239, 1, 2, 3};
+  EXPECT_EQ(std::memcmp(cap_.frames[0].data() + 14 + 16, dst_ip, 4), 0);
+  ASSERT_TRUE(b.AttachMcast(m1, group).ok());
+  ASSERT_TRUE(b.AttachMcast(m2, group).ok());
+  ASSERT_TRUE(b.AttachMcast(m2, group).ok());  // twice: still once (as rxe)
+  ASSERT_EQ(n_[0].dev->PostSend(qa, Send(0, 0, 8, ah, t::kMulticastQpn)), 0);
+  c1.clear();
+  Run(&c0, 2, &c1, 2);
+  ASSERT_EQ(c1.size(), 2u);
+  for (const Completion& c : c1) {
+    EXPECT_EQ(c.status, WcStatus::kSuccess);
+    EXPECT_TRUE(c.qp_num == m1 || c.qp_num == m2);
+    EXPECT_EQ(c.src_qp, qa);
+  }
+  EXPECT_NE(c1[0].qp_num, c1[1].qp_num);
+  EXPECT_EQ(b.counters().rx_mcast, 1u);
+  // Detached: m2 only.
+  ASSERT_TRUE(b.DetachMcast(m1, group).ok());
+  EXPECT_FALSE(b.DetachMcast(m1, group).ok());
+  ASSERT_EQ(n_[0].dev->PostSend(qa, Send(0, 0, 8, ah, t::kMulticastQpn)), 0);
+  c1.clear();
+  Run(&c0, 3, &c1, 1);
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].qp_num, m2);
+  // The last member destroyed: the group is gone, its MAC refused again.
+  ASSERT_TRUE(b.DestroyQp(m2).ok());
+  ASSERT_EQ(n_[0].dev->PostSend(qa, Send(0, 0, 8, ah, t::kMulticastQpn)), 0);
+  c1.clear();
+  Run(&c0, 4, &c1, 0);
+  EXPECT_TRUE(c1.empty());
+  EXPECT_EQ(b.counters().rx_drop_dst_mac, 2u);
+}
+
+TEST_F(UdTest, Ipv6MulticastGroup) {
+  const uint32_t qa = UdQp(0);
+  const uint32_t m = UdQp(1);
+  const Gid group{0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12, 0x34};
+  ASSERT_TRUE(n_[1].dev->AttachMcast(m, group).ok());
+  ASSERT_EQ(n_[1].dev->PostRecv(m, Recv(1, 1, 0, 256)), 0);
+  const uint32_t ah = Ah(0, group, 2);
+  ASSERT_EQ(n_[0].dev->PostSend(qa, Send(0, 0, 16, ah, t::kMulticastQpn)), 0);
+  std::vector<Completion> c0, c1;
+  Run(&c0, 1, &c1, 1);
+  ASSERT_EQ(c1.size(), 1u);
+  EXPECT_EQ(c1[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(n_[1].mem.data() + 24, group.data(), 16), 0);  // GRH: destination = the group
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -287,6 +287,10 @@ bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t 
   return true;
 }
 
+namespace {
+constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
+}  // namespace
+
 Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity) {
   Decision d;
   if (len < wire::kEthBytes) {
@@ -303,6 +307,11 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
       ++counters_.rx_unknown_dst;
       return d;
     }
+  } else if (qpn == kMulticastQpn) {
+    // RoCEv2 multicast (UD to a group): to every other attached process of
+    // the segment; each device keeps what is for the groups it joined.
+    d.kind = Decision::kFlood;
+    return d;
   } else if (qpn >= 0) {
     // Broadcast RoCEv2 (a sender whose neighbour was unresolved): the
     // destination IP names the device.

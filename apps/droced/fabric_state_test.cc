@@ -251,6 +251,12 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
   d = classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a0000ff, c.qpn_base + 1));
   EXPECT_EQ(d.kind, Decision::kDrop);
   EXPECT_EQ(state_->counters().rx_no_route, 1u);
+  // RoCEv2 multicast (UD to a group, QP 0xFFFFFF): flooded to every other
+  // process of the segment; the devices keep what is for groups they joined.
+  d = classify(RoceFrame({0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}, 0xef010203, 0xFFFFFF));
+  EXPECT_EQ(d.kind, Decision::kFlood);
+  EXPECT_EQ(d.device, -1);
+  EXPECT_EQ(state_->counters().rx_no_route, 1u);
   // No owner: QPN 1 (GSI), a free range, and a dead process's range.
   EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, 1)).kind, Decision::kDrop);
   EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, 0xfff000)).kind, Decision::kDrop);

@@ -73,6 +73,11 @@ struct DroceSrq {
   uint32_t id;
 };
 
+struct DroceAh {
+  ibv_ah ah;
+  uint32_t id;  // the device's address handle (core::Device::CreateAh)
+};
+
 struct DroceQp {
   verbs_qp vqp;
   uint32_t qpn;
@@ -190,6 +195,10 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   o.max_srq_wr = kMaxSrqWr;
   o.max_srq_sge = transport::kMaxSge;
   o.max_pkeys = 1;
+  o.max_ah = static_cast<int>(core::Device::kMaxAh);
+  o.max_mcast_grp = static_cast<int>(core::Device::kMaxMcastGroups);
+  o.max_mcast_qp_attach = static_cast<int>(core::Device::kMaxMcastQpAttach);
+  o.max_total_mcast_qp_attach = o.max_mcast_grp * o.max_mcast_qp_attach;
   o.local_ca_ack_delay = 15;
   o.phys_port_cnt = 1;
   a.comp_mask = 0;
@@ -774,12 +783,16 @@ void WrSetSge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length);
 void WrSetSgeList(ibv_qp_ex* qpx, size_t n, const ibv_sge* sges);
 void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length);
 void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs);
+void WrSetUdAddr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
 
 constexpr uint64_t kSupportedSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                                        IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
                                        IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                                        IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
                                        IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
+static_assert(IBV_QPT_RC == static_cast<int>(transport::QpType::kRc) &&
+              IBV_QPT_UC == static_cast<int>(transport::QpType::kUc) &&
+              IBV_QPT_UD == static_cast<int>(transport::QpType::kUd));
 
 ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   // Capabilities beyond the device's limits are EINVAL whatever the QP type,
@@ -791,8 +804,8 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC) {
-    errno = EOPNOTSUPP;  // UD, XRC and raw packet QPs are not implemented
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // XRC and raw packet QPs are not implemented
     return nullptr;
   }
   if (attr->pd == nullptr || attr->send_cq == nullptr || attr->recv_cq == nullptr) {
@@ -805,7 +818,8 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   init.send_cq = ToCq(attr->send_cq)->id;
   init.recv_cq = ToCq(attr->recv_cq)->id;
   init.srq = attr->srq != nullptr ? static_cast<int32_t>(reinterpret_cast<DroceSrq*>(attr->srq)->id) : -1;
-  init.caps.type = attr->qp_type == IBV_QPT_RC ? transport::QpType::kRc : transport::QpType::kUc;
+  init.caps.type = static_cast<transport::QpType>(attr->qp_type);  // RC, UC, UD: same numbers
+  init.caps.port_mtu = ToCtx(context)->file->mtu;  // UD datagrams: at most the port MTU
   init.caps.max_send_wr = std::max<uint32_t>(cap.max_send_wr, 1);
   init.caps.max_recv_wr = attr->srq != nullptr ? 0 : std::max<uint32_t>(cap.max_recv_wr, 1);
   init.caps.max_send_sge = transport::kMaxSge;
@@ -863,6 +877,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     x.wr_set_sge_list = WrSetSgeList;
     x.wr_set_inline_data = WrSetInline;
     x.wr_set_inline_data_list = WrSetInlineList;
+    x.wr_set_ud_addr = WrSetUdAddr;
   }
   return &q;
 }
@@ -1078,6 +1093,15 @@ int ToSendWr(const ibv_send_wr* in, SendWr* out) {
   return 0;
 }
 
+// UD: the address handle, destination QP and Q_Key of a send (wr.ud).
+int SetUdAddr(ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey, SendWr* out) {
+  if (ah == nullptr) return EINVAL;
+  out->ah = reinterpret_cast<DroceAh*>(ah)->id;
+  out->remote_qpn = remote_qpn;
+  out->remote_qkey = remote_qkey;
+  return 0;
+}
+
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
@@ -1086,6 +1110,8 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   for (; wr != nullptr; wr = wr->next) {
     SendWr s;
     err = ToSendWr(wr, &s);
+    if (err == 0 && ibqp->qp_type == IBV_QPT_UD) err = SetUdAddr(wr->wr.ud.ah, wr->wr.ud.remote_qpn,
+                                                                 wr->wr.ud.remote_qkey, &s);
     if (err == 0) err = rt->dev().PostSend(qp->qpn, s);
     if (err != 0) {
       *bad = wr;
@@ -1232,9 +1258,77 @@ void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
   w->sg_list[0] = {reinterpret_cast<uintptr_t>(copy.data()), static_cast<uint32_t>(total), 0};
 }
 
+void WrSetUdAddr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  SendWr* w = LastWr(qpx);
+  if (w == nullptr) return;
+  if (const int err = SetUdAddr(ah, remote_qpn, remote_qkey, w); err != 0) ToQp(qpx)->batch_error = err;
+}
+
 void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length) {
   const ibv_data_buf buf{addr, length};
   WrSetInlineList(qpx, 1, &buf);
+}
+
+// ---------------------------------------------------------------- address handles
+
+// ibv_create_ah: RoCE addresses by GID, so the GRH is required (as rxe);
+// the destination MAC is resolved like an RC path's (ARP / neighbour
+// discovery), a multicast GID maps to its group MAC (core::MulticastMac).
+ibv_ah* CreateAh(ibv_pd* ibpd, ibv_ah_attr* attr) {
+  if (attr == nullptr || attr->port_num != 1 || !attr->is_global) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Runtime* rt = Rt(ibpd->context);
+  transport::AddressVector av;
+  std::memcpy(av.dgid.data(), attr->grh.dgid.raw, 16);
+  av.sgid_index = attr->grh.sgid_index;
+  av.hop_limit = attr->grh.hop_limit != 0 ? attr->grh.hop_limit : 64;
+  av.traffic_class = attr->grh.traffic_class;
+  av.flow_label = attr->grh.flow_label;
+  if (!rt->IsLocalGid(av.dgid) && !core::MulticastMac(av.dgid).has_value()) {
+    rt->WaitLinkUp();
+    rt->ResolveNeighbor(av.dgid);
+  }
+  auto* ah = New<DroceAh>();
+  if (ah == nullptr) return nullptr;
+  AppLock lock(rt->mu);
+  absl::StatusOr<uint32_t> id = rt->dev().CreateAh(reinterpret_cast<DrocePd*>(ibpd)->id, av);
+  if (!id.ok()) {
+    delete ah;
+    errno = ErrnoOf(id.status());
+    return nullptr;
+  }
+  ah->id = *id;
+  return &ah->ah;
+}
+
+int DestroyAh(ibv_ah* ibah) {
+  auto* ah = reinterpret_cast<DroceAh*>(ibah);
+  Runtime* rt = Rt(ibah->context);
+  const int err = DestroyLocked(rt, [&] { return rt->dev().DestroyAh(ah->id); });
+  if (err == 0) delete ah;
+  return err;
+}
+
+// ibv_attach_mcast / ibv_detach_mcast: RoCEv2 groups are GIDs (the LID is
+// ignored, as on rxe); datagrams to the group reach every attached QP.
+int AttachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
+  if (gid == nullptr) return EINVAL;
+  Runtime* rt = Rt(ibqp->context);
+  core::Gid g;
+  std::memcpy(g.data(), gid->raw, 16);
+  AppLock lock(rt->mu);
+  return ErrnoOf(rt->dev().AttachMcast(ToQp(ibqp)->qpn, g));
+}
+
+int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
+  if (gid == nullptr) return EINVAL;
+  Runtime* rt = Rt(ibqp->context);
+  core::Gid g;
+  std::memcpy(g.data(), gid->raw, 16);
+  AppLock lock(rt->mu);
+  return ErrnoOf(rt->dev().DetachMcast(ToQp(ibqp)->qpn, g));
 }
 
 // ---------------------------------------------------------------- context
@@ -1252,20 +1346,24 @@ const verbs_context_ops kContextOps = [] {
   verbs_context_ops ops{};
   ops.alloc_mw = AllocMw;
   ops.alloc_pd = AllocPd;
+  ops.attach_mcast = AttachMcast;
   ops.async_event = AsyncEvent;
   ops.bind_mw = BindMw;
   ops.cq_event = CqEvent;
   ops.create_cq = CreateCq;
+  ops.create_ah = CreateAh;
   ops.create_cq_ex = CreateCqEx;
   ops.create_qp = CreateQp;
   ops.create_qp_ex = CreateQpEx;
   ops.create_srq = CreateSrq;
   ops.dealloc_mw = DeallocMw;
   ops.dealloc_pd = DeallocPd;
+  ops.destroy_ah = DestroyAh;
   ops.dereg_mr = DeregMr;
   ops.destroy_cq = DestroyCq;
   ops.destroy_qp = DestroyQp;
   ops.destroy_srq = DestroySrq;
+  ops.detach_mcast = DetachMcast;
   ops.free_context = FreeContext;
   ops.modify_qp = ModifyQp;
   ops.modify_srq = ModifySrq;

@@ -28,7 +28,7 @@ const char* ParseErrorCounterName(wire::ParseStatus s) {
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     : config_(config), loopback_(io, config.mac), io_(io != nullptr ? &loopback_ : nullptr),
-      mrs_(config.max_mr) {
+      mrs_(config.max_mr), ahs_(kMaxAh) {
   Gid link_local{0xfe, 0x80};
   link_local[8] = config.mac[0] ^ 0x02;
   link_local[9] = config.mac[1];
@@ -235,6 +235,54 @@ int Device::PostSrqRecv(uint32_t srq, const transport::RecvWr& wr) {
   return srqs_[srq]->ring().Push(wr) ? 0 : ENOMEM;
 }
 
+absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressVector& av) {
+  if (!mrs_.PdExists(pd)) return absl::InvalidArgumentError("no such protection domain");
+  transport::AddressVector v = av;
+  if (const std::optional<Mac> group = MulticastMac(v.dgid)) {
+    v.dmac = *group;  // RFC 1112 / RFC 2464: the group's MAC, no neighbour to resolve
+    v.dmac_valid = true;
+  }
+  wire::Route route;
+  absl::Status s = MakeRoute(v, 0, 0, &route);  // the UDP source port is the sending QP's
+  if (!s.ok()) return s;
+  const int64_t id = ahs_.Add(pd, v, route);
+  if (id < 0) return absl::ResourceExhaustedError("no address handle left");
+  return static_cast<uint32_t>(id);
+}
+
+absl::Status Device::AttachMcast(uint32_t qpn, const Gid& group) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
+  if (!q->ud()) return absl::InvalidArgumentError("only UD QPs join multicast groups");
+  const std::optional<Mac> mac = MulticastMac(group);
+  if (!mac) return absl::InvalidArgumentError("not a multicast GID");
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const McastGroup& g) { return g.gid == group; });
+  if (it == groups_.end()) {
+    if (groups_.size() >= kMaxMcastGroups) return absl::ResourceExhaustedError("multicast group table full");
+    groups_.push_back(McastGroup{group, *mac, {}});
+    it = groups_.end() - 1;
+  }
+  if (std::find(it->qpns.begin(), it->qpns.end(), qpn) != it->qpns.end()) return absl::OkStatus();  // as rxe
+  if (it->qpns.size() >= kMaxMcastQpAttach) return absl::ResourceExhaustedError("group has too many QPs");
+  it->qpns.push_back(qpn);
+  return absl::OkStatus();
+}
+
+absl::Status Device::DetachMcast(uint32_t qpn, const Gid& group) {
+  auto it = std::find_if(groups_.begin(), groups_.end(), [&](const McastGroup& g) { return g.gid == group; });
+  if (it == groups_.end()) return absl::InvalidArgumentError("no such multicast group");
+  auto q = std::find(it->qpns.begin(), it->qpns.end(), qpn);
+  if (q == it->qpns.end()) return absl::InvalidArgumentError("QP not attached to the group");
+  it->qpns.erase(q);
+  if (it->qpns.empty()) groups_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status Device::DestroyAh(uint32_t ah) {
+  if (!ahs_.Remove(ah)) return absl::NotFoundError(absl::StrFormat("no address handle %u", ah));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   if (!mrs_.PdExists(init.pd)) return absl::InvalidArgumentError("no such protection domain");
   if (cq(init.send_cq) == nullptr || cq(init.recv_cq) == nullptr) {
@@ -260,6 +308,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.pd = init.pd;
   env.make_route = &Device::MakeRouteThunk;
   env.route_ctx = this;
+  env.ahs = &ahs_;
   env.cnp_enabled = config_.cnp_enabled;
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
@@ -306,6 +355,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
     case transport::QpState::kErr:
       break;
     default: {
+      if (q->ud()) break;  // datagrams come from anyone (the Q_Key guards a UD QP)
       // MakeRoute checked sgid_index and that both GIDs are of one IP version.
       const transport::AddressVector& av = q->attr().ah;
       if (av.sgid_index < gids_.size()) f = MakePathFilter(av.dgid, gids_[av.sgid_index]);
@@ -319,6 +369,8 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   QpSlot& slot = qps_[qpn - qpn_base_];
   DropCompletions(*slot.qp);  // a later QP with the same number must not be credited with them
+  for (McastGroup& g : groups_) std::erase(g.qpns, qpn);  // a destroyed QP leaves its groups
+  std::erase_if(groups_, [](const McastGroup& g) { return g.qpns.empty(); });
   slot.qp.reset();
   slot.path = PathFilter{};
   free_slots_.push_back(qpn - qpn_base_);
@@ -415,6 +467,40 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   return absl::OkStatus();
 }
 
+void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* q) {
+  if (wire::BthView(frame + p.bth_offset).dest_qp() == transport::kMulticastQpn) {
+    // IBTA 10.5.3: to every QP attached to the group (each checks its Q_Key).
+    const McastGroup* g = FindGroup(frame, p);
+    if (g == nullptr) {
+      ++counters_.rx_unknown_qp;
+      return;
+    }
+    ++counters_.rx_mcast;
+    uint32_t taken = 0;
+    for (const uint32_t qpn : g->qpns) {
+      RcQp* m = qp(qpn);
+      if (m == nullptr) continue;
+      switch (m->OnUdPacket(frame, p)) {
+        case transport::UdRx::kDelivered: ++taken; break;
+        case transport::UdRx::kBadQkey: ++counters_.rx_ud_drop_qkey; break;
+        case transport::UdRx::kNoRecv: ++counters_.rx_ud_no_recv; break;
+        default: break;
+      }
+    }
+    if (taken == 0) ++counters_.rx_mcast_no_qp;
+    return;
+  }
+  if (q == nullptr || !q->ud()) {
+    ++counters_.rx_unknown_qp;
+    return;
+  }
+  switch (q->OnUdPacket(frame, p)) {
+    case transport::UdRx::kBadQkey: ++counters_.rx_ud_drop_qkey; break;
+    case transport::UdRx::kNoRecv: ++counters_.rx_ud_no_recv; break;
+    default: break;
+  }
+}
+
 uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
@@ -490,8 +576,12 @@ uint32_t Device::Poll(uint64_t now_ns) {
       }
       continue;
     }
-    if (q == nullptr || (p.op().transport != wire::Transport::kRc &&
-                          p.op().transport != wire::Transport::kUc)) {
+    if (p.op().transport == wire::Transport::kUd) {
+      DeliverUd(frame, p, q);
+      continue;
+    }
+    if (q == nullptr || q->ud() ||
+        (p.op().transport != wire::Transport::kRc && p.op().transport != wire::Transport::kUc)) {
       ++counters_.rx_unknown_qp;
       continue;
     }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,18 @@ using Mac = std::array<uint8_t, 6>;
 inline bool IsIpv4MappedGid(const Gid& g) {
   static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   return std::memcmp(g.data(), kPrefix, 12) == 0;
+}
+
+// The Ethernet group address of a RoCEv2 multicast GID, or nullopt when the
+// GID is not multicast: ::ffff:224.0.0.0/4 -> 01:00:5e + the low 23 bits of
+// the IPv4 address (RFC 1112), ff00::/8 -> 33:33 + its last 32 bits (RFC 2464).
+inline std::optional<Mac> MulticastMac(const Gid& g) {
+  if (IsIpv4MappedGid(g)) {
+    if ((g[12] & 0xF0) != 0xE0) return std::nullopt;
+    return Mac{0x01, 0x00, 0x5e, static_cast<uint8_t>(g[13] & 0x7F), g[14], g[15]};
+  }
+  if (g[0] != 0xFF) return std::nullopt;
+  return Mac{0x33, 0x33, g[12], g[13], g[14], g[15]};
 }
 
 // A GID hash with a seed (for tables keyed by addresses a peer chooses).
@@ -116,6 +129,10 @@ struct QpInitAttr {
   X(rx_drop_pkey, "BTH P_Key not a member of the default partition")                                      \
   X(rx_drop_path, "connected QP: IP version, source or destination address not the QP's path")            \
   X(rx_unknown_qp, "no QP with that number, or an opcode of another transport")                           \
+  X(rx_ud_drop_qkey, "UD datagrams whose DETH Q_Key is not the QP's (IBTA 10.2.5: dropped silently)")      \
+  X(rx_ud_no_recv, "UD datagrams for a QP with no receive posted (lost: UD has no RNR)")                   \
+  X(rx_mcast, "multicast datagrams received for a joined group (each counted once)")                      \
+  X(rx_mcast_no_qp, "multicast datagrams with no attached QP in RTR or later to take them")                \
   X(rx_cnp, "congestion notification packets received")                                                  \
   X(rx_cnp_dropped, "CNPs for no known QP")                                                               \
   X(rx_arp, "ARP requests and replies received")                                                          \
@@ -202,6 +219,19 @@ class Device {
   absl::Status DestroySrq(uint32_t id);
   int PostSrqRecv(uint32_t srq, const transport::RecvWr& wr);
 
+  // Address handles (ibv_create_ah, UD): the route is built now, from a
+  // resolved neighbour like an RC path (or the group's MAC for multicast).
+  absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av);
+  absl::Status DestroyAh(uint32_t ah);
+  const transport::AhTable& ahs() const { return ahs_; }
+  // ibv_attach_mcast / ibv_detach_mcast (UD QPs, RoCEv2 multicast GIDs:
+  // ::ffff:224.0.0.0/4 or ff00::/8). A datagram to the group (destination
+  // QP 0xFFFFFF, the group's IP and MAC) goes to every attached QP.
+  absl::Status AttachMcast(uint32_t qpn, const Gid& group);
+  absl::Status DetachMcast(uint32_t qpn, const Gid& group);
+  static constexpr uint32_t kMaxMcastGroups = 256;
+  static constexpr uint32_t kMaxMcastQpAttach = 1024;
+
   absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);
   absl::Status ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
   absl::Status DestroyQp(uint32_t qpn);
@@ -266,7 +296,8 @@ class Device {
     std::memcpy(&lo, frame, 4);
     std::memcpy(&hi, frame + 4, 2);
     if ((lo == mac_lo_ && hi == mac_hi_) || (lo == 0xFFFFFFFFu && hi == 0xFFFF)) return true;
-    return !roce && (frame[0] & 1) != 0;
+    if ((frame[0] & 1) == 0) return false;
+    return !roce || JoinedMac(frame);  // RoCEv2 to a group: only one we joined
   }
   // Destination IP of a RoCEv2 frame: our IPv4 address, or one of our
   // native IPv6 GIDs (not the IPv4-mapped one written in an IPv6 header).
@@ -275,12 +306,13 @@ class Device {
     if (!p.ipv6) {
       uint32_t dst;
       std::memcpy(&dst, l3 + 16, 4);
-      return config_.ipv4 != 0 && dst == ipv4_raw_;
+      if (config_.ipv4 != 0 && dst == ipv4_raw_) return true;
+      return (l3[16] & 0xF0) == 0xE0 && FindGroup(frame, p) != nullptr;
     }
     for (const Gid& g : own_ipv6_) {
       if (std::memcmp(l3 + 24, g.data(), 16) == 0) return true;
     }
-    return false;
+    return l3[24] == 0xFF && FindGroup(frame, p) != nullptr;
   }
   void HandleArp(const uint8_t* frame, uint32_t len);
   uint32_t TransmitArp();
@@ -316,6 +348,32 @@ class Device {
   std::vector<wire::NdPacket> nd_out_;    // neighbour solicitations/advertisements waiting for the port
   std::vector<Gid> nd_pending_;           // addresses we solicited (an NA for them is learnt)
   mem::MrTable mrs_;
+  transport::AhTable ahs_;
+  struct McastGroup {
+    Gid gid{};
+    Mac mac{};
+    std::vector<uint32_t> qpns;  // attached UD QPs
+  };
+  std::vector<McastGroup> groups_;  // few: searched linearly, only for multicast frames
+  bool JoinedMac(const uint8_t* frame) const {
+    for (const McastGroup& g : groups_) {
+      if (std::memcmp(frame, g.mac.data(), 6) == 0) return true;
+    }
+    return false;
+  }
+  // The joined group a frame's destination IP names, or null.
+  const McastGroup* FindGroup(const uint8_t* frame, const wire::ParsedPacket& p) const {
+    const uint8_t* l3 = frame + p.l3_offset;
+    for (const McastGroup& g : groups_) {
+      if (p.ipv6 ? std::memcmp(l3 + 24, g.gid.data(), 16) == 0
+                 : IsIpv4MappedGid(g.gid) && std::memcmp(l3 + 16, g.gid.data() + 12, 4) == 0) {
+        return &g;
+      }
+    }
+    return nullptr;
+  }
+  // A UD datagram (ud transport) that passed the device's checks: to its QP.
+  void DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, transport::RcQp* q);
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;
   struct QpSlot {
@@ -343,6 +401,7 @@ class Device {
   // The fixed base droce used before QPNs were randomised (rxe's first QPN
   // too): for tools whose two ends must know each other's QPNs in advance.
   static constexpr uint32_t kFirstQpn = 0x11;
+  static constexpr uint32_t kMaxAh = 1u << 16;
   static constexpr uint32_t kQpnLimit = 1u << 24;
 };
 

@@ -834,7 +834,7 @@ std::optional<ReplayResult> LoadPackets(const std::vector<CapturedFrame>& frames
     if (p.op().transport != Transport::kRc) {
       r.skip_reason = p.op().transport == Transport::kUc
                           ? "UC traffic: the responder sends nothing to compare"
-                          : "UD traffic: droce implements RC and UC only so far";
+                          : "UD traffic mixed with RC: replay UD captures on their own";
       return r;
     }
     Packet k{i, fr.bytes.data(), static_cast<uint32_t>(fr.bytes.size()), p,
@@ -882,10 +882,12 @@ std::vector<ReplayResult> ReplayEachDirection(const std::vector<CapturedFrame>& 
 }  // namespace
 
 std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& frames) {
+  if (IsUdCapture(frames)) return ReplayUd(frames, /*sender=*/false);
   return ReplayEachDirection<DirectionReplay>(frames);
 }
 
 std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& frames) {
+  if (IsUdCapture(frames)) return ReplayUd(frames, /*sender=*/true);
   return ReplayEachDirection<RequesterReplay>(frames);
 }
 

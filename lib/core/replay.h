@@ -49,6 +49,20 @@ std::vector<ReplayResult> ReplayResponder(const std::vector<CapturedFrame>& fram
 // Retransmissions on either side are ignored (their timing is the VM's).
 std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& frames);
 
+// UD captures (replay_ud.cc), one result per direction. Receiver mode (what
+// ReplayResponder does for them): a droce UD QP with the receiver's MAC,
+// address, QPN and Q_Key is fed the datagrams and must deliver each one as
+// rxe did: in order, 40 + payload bytes with the GRH area (20 zero bytes,
+// then the IPv4 header as received), the payload, src_qp, the immediate.
+// Sender mode (ReplayRequester): a droce UD QP with the sender's MAC,
+// address, QPN, Q_Key and first PSN posts one send per datagram and must
+// emit the same frames, byte for byte but for the IPv4 identification and
+// checksum and the ICRC (which covers the identification; droce's must
+// verify). "Responses" are the datagrams: reference_responses counts the
+// capture's, droce_responses what droce delivered or sent.
+bool IsUdCapture(const std::vector<CapturedFrame>& frames);
+std::vector<ReplayResult> ReplayUd(const std::vector<CapturedFrame>& frames, bool sender);
+
 }  // namespace droce::core
 
 #endif  // DROCE_LIB_CORE_REPLAY_H_

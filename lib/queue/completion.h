@@ -49,6 +49,7 @@ enum class WcOpcode : uint8_t {
 };
 
 enum WcFlags : uint8_t {
+  kWcGrh = 1 << 0,           // IBV_WC_GRH: the receive buffer starts with the 40-byte GRH area
   kWcWithImm = 1 << 1,       // IBV_WC_WITH_IMM
   kWcWithInv = 1 << 3,       // IBV_WC_WITH_INV
 };

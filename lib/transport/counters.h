@@ -30,6 +30,10 @@ struct QpCounters {
   uint64_t ce_marked_received = 0;
   uint64_t acks_sent = 0;
   uint64_t acks_received = 0;
+  // UD (ud_qp.cc).
+  uint64_t ud_dropped_qkey = 0;      // DETH Q_Key not the QP's (IBTA 10.2.5): silently dropped
+  uint64_t ud_dropped_no_recv = 0;   // no receive WQE posted: the datagram is dropped (9.8.4)
+  uint64_t ud_oversize_sends = 0;    // sends longer than the port MTU: no packet, success (C10-93.1.1)
 };
 
 }  // namespace droce::transport

@@ -23,6 +23,10 @@ RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
       // bounds READ/atomic responses in flight plus NAKs.
       actions_(kMaxRdAtomic * 2 + 8) {
   if (env.dcqcn != nullptr) rp_.emplace(*env.dcqcn);
+  if (caps.type == QpType::kUd) {
+    mtu_ = caps.port_mtu;
+    ud_src_port_ = UdSourcePort(qpn);
+  }
 }
 
 namespace {
@@ -70,6 +74,20 @@ constexpr Transition kUcTransitions[] = {
     {QpState::kSqe, QpState::kRts, 0, kAttrAccessFlags},
 };
 
+// UD (Table 91's UD columns, as ib_modify_qp_is_ok): a Q_Key instead of a
+// path; no access flags, AV, PSN for the receive side or retry attributes.
+constexpr Transition kUdTransitions[] = {
+    {QpState::kReset, QpState::kInit, kAttrPkeyIndex | kAttrPort | kAttrQkey, 0},
+    {QpState::kInit, QpState::kInit, 0, kAttrPkeyIndex | kAttrPort | kAttrQkey},
+    {QpState::kInit, QpState::kRtr, 0, kAttrPkeyIndex | kAttrQkey},
+    {QpState::kRtr, QpState::kRts, kAttrSqPsn, kAttrQkey},
+    {QpState::kRts, QpState::kRts, 0, kAttrQkey},
+    {QpState::kRts, QpState::kSqd, 0, kAttrEnSqdAsyncNotify},
+    {QpState::kSqd, QpState::kRts, 0, kAttrQkey},
+    {QpState::kSqd, QpState::kSqd, 0, kAttrPkeyIndex | kAttrQkey},
+    {QpState::kSqe, QpState::kRts, 0, kAttrQkey},
+};
+
 }  // namespace
 
 absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
@@ -89,6 +107,10 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     const Transition* t = nullptr;
     if (reliable()) {
       for (const Transition& x : kTransitions) {
+        if (x.from == cur && x.to == next) t = &x;
+      }
+    } else if (ud()) {
+      for (const Transition& x : kUdTransitions) {
         if (x.from == cur && x.to == next) t = &x;
       }
     } else {
@@ -149,6 +171,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrAccessFlags) attr_.qp_access_flags = a.qp_access_flags;
   if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
   if (mask & kAttrPort) attr_.port_num = a.port_num;
+  if (mask & kAttrQkey) attr_.qkey = a.qkey;
   if (mask & kAttrAv) {
     attr_.ah = a.ah;
     route_ = route;
@@ -230,10 +253,16 @@ int RcQp::PostSend(const SendWr& wr) {
       wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
     return EINVAL;  // UC has no READ, atomics or SEND with invalidate (9.8.2)
   }
+  if (ud() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm) {
+    return EINVAL;  // UD sends datagrams only (9.8.4)
+  }
   SendWqe* w = sq_.Reserve();
   if (w == nullptr) return ENOMEM;
+  if (ud()) {
+    if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing committed
+  }
   // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
-  static_assert(sizeof(SendWr) == 224, "a new SendWr field must be copied here too");
+  static_assert(sizeof(SendWr) == 240, "a new SendWr field must be copied here too");
   SendWr& d = w->wr;
   d.wr_id = wr.wr_id;
   d.opcode = wr.opcode;
@@ -247,6 +276,9 @@ int RcQp::PostSend(const SendWr& wr) {
   d.compare_add = wr.compare_add;
   d.swap = wr.swap;
   d.bind = wr.bind;
+  d.ah = wr.ah;
+  d.remote_qpn = wr.remote_qpn;
+  d.remote_qkey = wr.remote_qkey;
   w->started = w->fully_sent = w->done = false;
   w->read_done_bytes = 0;
   w->status = WcStatus::kSuccess;
@@ -368,6 +400,12 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     }
     if (wire::PsnDiff(w.next_psn, psn_una_) >= static_cast<int32_t>(env_.max_inflight_packets)) {
       break;
+    }
+    if (ud() && w.total_len > mtu_) {  // never on the wire (ud_qp.cc)
+      SkipOversizeUd(w);
+      ++sq_next_;
+      CompleteHead();
+      continue;
     }
     if (!SgesStillLent(w)) {  // the payload's region was deregistered meanwhile
       FailWqe(w, queue::WcStatus::kLocProtErr);

@@ -24,6 +24,7 @@
 #include "transport/counters.h"
 #include "transport/states.h"
 #include "transport/types.h"
+#include "transport/ud_qp.h"
 #include "wire/packet.h"
 
 namespace droce::transport {
@@ -38,7 +39,7 @@ class Srq {
   queue::Ring<RecvWr> ring_;
 };
 
-enum class QpType : uint8_t { kRc = 2, kUc = 3 };  // ibv_qp_type values
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };  // ibv_qp_type values
 
 struct QpCaps {
   uint32_t max_send_wr = 128;
@@ -48,6 +49,8 @@ struct QpCaps {
   uint32_t max_inline_data = kMaxInlineData;
   bool sq_sig_all = false;  // every send WR completes with a CQE
   QpType type = QpType::kRc;
+  // UD: the port MTU bounds a datagram (a UD QP has no path MTU).
+  uint32_t port_mtu = 4096;
 };
 
 // What a QP needs from its device, fixed at creation.
@@ -62,6 +65,8 @@ struct QpEnv {
   absl::Status (*make_route)(void* ctx, const AddressVector& av, uint32_t local_qpn,
                              uint32_t remote_qpn, wire::Route* out) = nullptr;
   void* route_ctx = nullptr;
+  // UD: the device's address handles, which send WRs name.
+  const AhTable* ahs = nullptr;
   // Requester tuning (not visible in verbs).
   uint32_t max_inflight_packets = 512;
   uint32_t ack_req_every = 64;  // AckReq at least every N packets of a long message
@@ -82,6 +87,7 @@ class RcQp {
   uint32_t qpn() const { return qpn_; }
   QpType type() const { return caps_.type; }
   bool reliable() const { return caps_.type == QpType::kRc; }
+  bool ud() const { return caps_.type == QpType::kUd; }
   QpState state() const { return state_; }
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
@@ -101,6 +107,9 @@ class RcQp {
 
   // A packet for this QP (BTH dest QP matched); parsed and ICRC-checked.
   void OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+  // A datagram (UD opcode) for this UD QP, or a multicast datagram for a
+  // group it is attached to; parsed and ICRC-checked (ud_qp.cc).
+  UdRx OnUdPacket(const uint8_t* frame, const wire::ParsedPacket& p);
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
@@ -158,6 +167,9 @@ class RcQp {
     uint32_t read_done_bytes = 0;  // READ: response bytes placed
     uint64_t mr_epoch = 0;    // MrTable::epoch() when sge_host was last known good
     queue::WcStatus status = queue::WcStatus::kSuccess;
+    // UD: the address handle's prefix and the Q_Key, copied when posted.
+    wire::Route ud_route;
+    uint32_t ud_qkey = 0;
   };
 
   // Responder resources for READ and atomic requests (9.7.5.1.3), kept for
@@ -252,6 +264,11 @@ class RcQp {
   void PushSendCompletion(const SendWqe& w);
   bool Outstanding() const;
 
+  // --- UD (ud_qp.cc)
+  int PostUdSend(const SendWr& wr, SendWqe* w);  // checks and the AH copy; 0 or errno
+  uint32_t BuildUdRequest(SendWqe& w, uint8_t* frame);
+  void SkipOversizeUd(SendWqe& w);  // C10-93.1.1: no packet, a successful completion
+
   // --- responder (responder.cc): RespState steps, one function each,
   // returning the next state (transport/states.h, doc/transport.md).
   struct ReqCtx;
@@ -315,6 +332,7 @@ class RcQp {
   bool cnp_ever_sent_ = false;
   uint64_t last_cnp_ns_ = 0;
   uint32_t mtu_ = 1024;
+  uint16_t ud_src_port_ = 0xC000;  // UD: the UDP source port of every packet (UdSourcePort)
   QpCounters counters_;
   std::optional<cc::ReactionPoint> rp_;
   cc::Pacer pacer_;

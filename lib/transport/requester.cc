@@ -54,6 +54,7 @@ int RcQp::ValidateSend(const SendWr& wr) const {
 }
 
 uint32_t RcQp::PacketsFor(const SendWqe& w) const {
+  if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
   if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
     return 1;
   }
@@ -159,6 +160,7 @@ void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
 }
 
 uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
+  if (ud()) return BuildUdRequest(w, frame);
   const uint32_t psn = w.next_psn;
   if (PsnLess(psn, psn_high_)) {
     ++counters_.retransmitted_packets;

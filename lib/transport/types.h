@@ -65,6 +65,12 @@ struct SendWr {
   uint64_t compare_add = 0;
   uint64_t swap = 0;
   BindWr bind;  // BIND_MW
+  // UD (ibv_send_wr.wr.ud): the address handle (Device::CreateAh), the
+  // destination QP and its Q_Key; a Q_Key with the high bit set means the
+  // QP's own (controlled Q_Key, IBTA 10.2.5).
+  uint32_t ah = 0;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_qkey = 0;
 };
 
 struct RecvWr {

@@ -63,6 +63,32 @@ check "ibv_rc_pingpong droce0 <-> droce1 over IPv6 (ND answered by droced)" pair
   "ibv_rc_pingpong -p $p -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $p -d droce1 -g 2 -n 200 127.0.0.1"
 check "ib_send_bw droce0 <-> droce1" pair \
   "ib_send_bw -p $p -d droce0 -x 1 -D 2" "ib_send_bw -p $p -d droce1 -x 1 -D 2 127.0.0.1"
+# UD (issue 15): datagrams between processes of one device and across devices.
+check "ibv_ud_pingpong, server and client on droce0" pair \
+  "ibv_ud_pingpong -p $p -d droce0 -g 1 -n 300" "ibv_ud_pingpong -p $p -d droce0 -g 1 -n 300 127.0.0.1"
+check "ibv_ud_pingpong droce0 <-> droce1" pair \
+  "ibv_ud_pingpong -p $p -d droce0 -g 1 -n 300" "ibv_ud_pingpong -p $p -d droce1 -g 1 -n 300 127.0.0.1"
+# Multicast: two member processes (droce0 and droce1) join 239.1.2.3, a
+# third process on droce0 sends; droced floods the group's frames, each
+# device delivers them to its attached QPs.
+mcast_test() {
+  local mc=${UD_MCAST:-$build/tests/fabric/ud_mcast}
+  timeout "$t" "$mc" recv droce0 239.1.2.3 20 >"$run/m0.log" 2>&1 & local m0=$!
+  timeout "$t" "$mc" recv droce1 239.1.2.3 20 >"$run/m1.log" 2>&1 & local m1=$!
+  for _ in $(seq 100); do grep -q ready "$run/m0.log" && grep -q ready "$run/m1.log" && break; sleep 0.1; done
+  timeout "$t" "$mc" send droce0 239.1.2.3 20 >"$run/ms.log" 2>&1; local s=$?
+  wait $m0; local r0=$?; wait $m1; local r1=$?
+  echo "--- sender ($s)"; cat "$run/ms.log"; echo "--- member droce0 ($r0)"; cat "$run/m0.log"
+  echo "--- member droce1 ($r1)"; cat "$run/m1.log"
+  [ $s -eq 0 ] && [ $r0 -eq 0 ] && [ $r1 -eq 0 ]
+}
+check "UD multicast: two member processes (droce0, droce1), a sender on droce0" mcast_test
+check "ib_send_bw -c UD droce0 <-> droce1" pair \
+  "ib_send_bw -p $p -d droce0 -x 1 -c UD -D 2" "ib_send_bw -p $p -d droce1 -x 1 -c UD -D 2 127.0.0.1"
+check "ib_send_lat -c UD, server and client on droce0" pair \
+  "ib_send_lat -p $p -d droce0 -x 1 -c UD -n 500" "ib_send_lat -p $p -d droce0 -x 1 -c UD -n 500 127.0.0.1"
+check "ib_send_lat -c UD droce0 <-> droce1" pair \
+  "ib_send_lat -p $p -d droce0 -x 1 -c UD -n 200" "ib_send_lat -p $p -d droce1 -x 1 -c UD -n 200 127.0.0.1"
 check "ib_read_bw droce1 <-> droce0" pair \
   "ib_read_bw -p $p -d droce1 -x 1 -D 2" "ib_read_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1"
 # Four processes at once, three of them on droce0: two pairs side by side.

@@ -413,7 +413,7 @@ int BindMw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
     return err;
   }
   mw->rkey = new_key;
-  rt->PollLocked(NowNs());
+  rt->DoorbellLocked(qp->qpn, NowNs());
   return 0;
 }
 
@@ -1092,7 +1092,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       break;
     }
   }
-  rt->PollLocked(NowNs());  // doorbell: start transmitting now
+  rt->DoorbellLocked(qp->qpn, NowNs());  // this QP transmits now; receive and timers are the poll loop's
   return err;
 }
 
@@ -1143,7 +1143,7 @@ int WrComplete(ibv_qp_ex* qpx) {
       err = rt->dev().PostSend(qp->qpn, w);
       if (err != 0) break;
     }
-    rt->PollLocked(NowNs());
+    rt->DoorbellLocked(qp->qpn, NowNs());
   }
   qp->batch.clear();
   qp->inline_copies.clear();

@@ -269,6 +269,12 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
   return work;
 }
 
+uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns) {
+  const uint32_t work = dev_->Doorbell(qpn, now_ns);
+  if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
+  return work;
+}
+
 void Runtime::SendCompEvent(const CqWatch& w, ChannelWaiters* cw) {
   if (cw != nullptr) ++cw->socket_sent;
   droce_comp_event_desc ev{w.handle};

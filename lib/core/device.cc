@@ -415,6 +415,45 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   return absl::OkStatus();
 }
 
+// Lets one QP fill at most tx_bursts_per_qp bursts. Sets *port_full when
+// the port refused part of a burst (the rest waits in the backlog).
+uint32_t Device::TransmitQp(RcQp& q, uint64_t now_ns, bool* port_full) {
+  uint32_t work = 0;
+  pktio::Frame* tx = tx_frames_.data();
+  for (uint32_t b = 0; b < config_.tx_bursts_per_qp; ++b) {
+    const uint32_t demand = q.TransmitDemand(now_ns, config_.burst);
+    if (demand == 0) break;
+    const uint16_t got = io_->AllocTx(tx, static_cast<uint16_t>(demand));
+    if (got == 0) break;
+    const uint32_t used = q.Transmit(tx, got, now_ns);
+    const uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;
+    for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
+    counters_.tx_packets += sent;
+    if (sent < used) {
+      // The port is full: keep the rest for the next round.
+      tx_backlog_.assign(tx + sent, tx + used);
+      tx_backlog_head_ = 0;
+      counters_.tx_port_full += used - sent;
+      *port_full = true;
+    }
+    if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
+    work += sent;
+    if (used < got || sent < used) break;
+  }
+  return work;
+}
+
+uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr || io_ == nullptr) return 0;
+  Activate(qpn);  // what the doorbell leaves (timers, the rest of a long message) goes to Poll
+  uint32_t work = FlushTxBacklog();
+  // Frames the port refused go first (the QP's own may be among them).
+  if (tx_backlog_head_ < tx_backlog_.size()) return work;
+  bool port_full = false;
+  return work + TransmitQp(*q, now_ns, &port_full);
+}
+
 uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
@@ -530,33 +569,13 @@ uint32_t Device::Poll(uint64_t now_ns) {
   // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
   // fills at most tx_bursts_per_qp bursts per round, so a port that never
   // pushes back (af_packet) cannot let one long message run a round forever.
-  pktio::Frame* tx = tx_frames_.data();
   const size_t n_active = active_.size();
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
   for (size_t k = 0; k < n_active; ++k) {
     RcQp* q = qps_[active_[(start + k) % n_active]].qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
-    for (uint32_t b = 0; b < config_.tx_bursts_per_qp && !port_full; ++b) {
-      const uint32_t demand = q->TransmitDemand(now_ns, config_.burst);
-      if (demand == 0) break;
-      const uint16_t got = io_->AllocTx(tx, static_cast<uint16_t>(demand));
-      if (got == 0) break;
-      const uint32_t used = q->Transmit(tx, got, now_ns);
-      uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;
-      for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
-      counters_.tx_packets += sent;
-      if (sent < used) {
-        // The port is full: keep the rest for the next round.
-        tx_backlog_.assign(tx + sent, tx + used);
-        tx_backlog_head_ = 0;
-        counters_.tx_port_full += used - sent;
-        port_full = true;
-      }
-      if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
-      work += sent;
-      if (used < got || sent < used) break;
-    }
+    if (!port_full) work += TransmitQp(*q, now_ns, &port_full);
   }
   // Idle QPs leave the list.
   for (size_t i = 0; i < active_.size();) {

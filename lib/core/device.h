@@ -342,7 +342,8 @@ class Device {
   size_t tx_backlog_head_ = 0;
   size_t tx_round_robin_ = 0;  // which active QP transmits first this round
   uint32_t FlushTxBacklog();
-  uint32_t TransmitQp(transport::RcQp& q, uint64_t now_ns, bool* port_full);
+  uint32_t GatherQp(transport::RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);
+  uint32_t FlushGathered(uint16_t* pending, bool* port_full);
   DeviceCounters counters_;
 
  public:

@@ -83,7 +83,12 @@ struct DroceQp {
   uint32_t qpn;
   // ibv_wr_* batch between wr_start and wr_complete.
   std::vector<SendWr> batch;
-  std::vector<std::vector<uint8_t>> inline_copies;
+  // Inline data of the batch, back to back: a setter copies into it (the
+  // program may reuse its buffer at once) and records an offset in the WR's
+  // sge; wr_complete points the sge at it. Both vectors keep their capacity
+  // across batches: no allocation per WR once the largest batch was seen.
+  std::vector<uint8_t> inline_arena;
+  std::vector<uint32_t> inline_wrs;  // indices in batch of the WRs whose sge is an arena offset
   int batch_error = 0;
 };
 
@@ -422,7 +427,7 @@ int BindMw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
     return err;
   }
   mw->rkey = new_key;
-  rt->PollLocked(NowNs());
+  rt->DoorbellLocked(qp->qpn, NowNs());
   return 0;
 }
 
@@ -769,6 +774,9 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 void WrStart(ibv_qp_ex* qpx);
 int WrComplete(ibv_qp_ex* qpx);
 void WrAbort(ibv_qp_ex* qpx);
+// lkey of an inline sge whose addr is still an offset into the QP's inline
+// arena (an inline sge's lkey is never looked at).
+constexpr uint32_t kInlineArenaKey = 0xFFFFFFFFu;
 void WrSend(ibv_qp_ex* qpx);
 void WrSendImm(ibv_qp_ex* qpx, __be32 imm);
 void WrSendInv(ibv_qp_ex* qpx, uint32_t rkey);
@@ -1118,7 +1126,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       break;
     }
   }
-  rt->PollLocked(NowNs());  // doorbell: start transmitting now
+  rt->DoorbellLocked(qp->qpn, NowNs());  // this QP transmits now; receive and timers are the poll loop's
   return err;
 }
 
@@ -1155,7 +1163,8 @@ SendWr* LastWr(ibv_qp_ex* qpx) {
 void WrStart(ibv_qp_ex* qpx) {
   DroceQp* qp = ToQp(qpx);
   qp->batch.clear();
-  qp->inline_copies.clear();
+  qp->inline_arena.clear();
+  qp->inline_wrs.clear();
   qp->batch_error = 0;
 }
 
@@ -1164,15 +1173,25 @@ int WrComplete(ibv_qp_ex* qpx) {
   int err = qp->batch_error;
   if (err == 0) {
     Runtime* rt = Rt(qpx->qp_base.context);
+    // Inline sges hold an offset into the arena until now (it may have
+    // grown, and moved, since the setter ran).
+    for (const uint32_t i : qp->inline_wrs) {
+      SendWr& w = qp->batch[i];
+      if (w.num_sge == 1 && w.sg_list[0].lkey == kInlineArenaKey) {  // not replaced by a later set_sge
+        w.sg_list[0].addr = reinterpret_cast<uintptr_t>(qp->inline_arena.data()) + w.sg_list[0].addr;
+        w.sg_list[0].lkey = 0;
+      }
+    }
     AppLock lock(rt->mu);
     for (const SendWr& w : qp->batch) {
       err = rt->dev().PostSend(qp->qpn, w);
       if (err != 0) break;
     }
-    rt->PollLocked(NowNs());
+    rt->DoorbellLocked(qp->qpn, NowNs());
   }
   qp->batch.clear();
-  qp->inline_copies.clear();
+  qp->inline_arena.clear();
+  qp->inline_wrs.clear();
   return err;
 }
 
@@ -1235,8 +1254,9 @@ void WrSetSgeList(ibv_qp_ex* qpx, size_t n, const ibv_sge* sges) {
   for (size_t i = 0; i < n; ++i) w->sg_list[i] = {sges[i].addr, sges[i].length, sges[i].lkey};
 }
 
-// Inline data may be reused as soon as the setter returns: keep a copy
-// until wr_complete hands it to the QP (which copies it into the WQE).
+// Inline data may be reused as soon as the setter returns: keep a copy in
+// the QP's arena until wr_complete hands it to the QP (which copies it into
+// the WQE). The sge holds the arena offset, marked by kInlineArenaKey.
 void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
   SendWr* w = LastWr(qpx);
   if (w == nullptr) return;
@@ -1247,15 +1267,17 @@ void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
     qp->batch_error = EINVAL;
     return;
   }
-  std::vector<uint8_t>& copy = qp->inline_copies.emplace_back(total);
-  size_t off = 0;
+  const size_t at = qp->inline_arena.size();
+  qp->inline_arena.resize(at + total);  // within the kept capacity after the first batches
+  size_t off = at;
   for (size_t i = 0; i < n; ++i) {
-    if (bufs[i].length > 0) std::memcpy(copy.data() + off, bufs[i].addr, bufs[i].length);
+    if (bufs[i].length > 0) std::memcpy(qp->inline_arena.data() + off, bufs[i].addr, bufs[i].length);
     off += bufs[i].length;
   }
   w->flags |= IBV_SEND_INLINE;
   w->num_sge = total > 0 ? 1 : 0;
-  w->sg_list[0] = {reinterpret_cast<uintptr_t>(copy.data()), static_cast<uint32_t>(total), 0};
+  w->sg_list[0] = {at, static_cast<uint32_t>(total), kInlineArenaKey};
+  if (total > 0) qp->inline_wrs.push_back(static_cast<uint32_t>(qp->batch.size() - 1));
 }
 
 void WrSetUdAddr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {

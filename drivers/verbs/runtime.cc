@@ -269,6 +269,12 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
   return work;
 }
 
+uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns) {
+  const uint32_t work = dev_->Doorbell(qpn, now_ns);
+  if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
+  return work;
+}
+
 void Runtime::SendCompEvent(const CqWatch& w, ChannelWaiters* cw) {
   if (cw != nullptr) ++cw->socket_sent;
   droce_comp_event_desc ev{w.handle};
@@ -536,8 +542,12 @@ void Runtime::ProgressLoop() {
         armed_channels_.load(std::memory_order_relaxed) > 0 &&
         now - last_event_wait_ns_.load(std::memory_order_relaxed) > uint64_t{pc.max_sleep_us} * 1000;
     const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
-    if (!waiting_for_event && now - last_app < uint64_t{pc.app_active_us} * 1000) {
-      SleepUs(std::max<uint32_t>(pc.app_active_us, 1));
+    const uint64_t stand_aside_ns = uint64_t{pc.app_active_us} * 1000;
+    if (!waiting_for_event && now - last_app < stand_aside_ns) {
+      // Until the program has not polled for app_active_us: one that stops
+      // polling (to spin on memory) gets this thread after app_active_us,
+      // not after up to twice that as with whole app_active_us sleeps.
+      SleepUs(std::max<uint32_t>(static_cast<uint32_t>((last_app + stand_aside_ns - now) / 1000), 1));
       continue;
     }
     uint32_t work = 0;

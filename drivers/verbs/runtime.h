@@ -83,6 +83,12 @@ class Runtime {
 
   // One round of the dataplane plus event delivery. Caller holds mu.
   uint32_t PollLocked(uint64_t now_ns);
+  // post_send's doorbell: QP qpn transmits what it can now and nothing else
+  // runs (core::Device::Doorbell); receive, timers, link checks and events
+  // are the poll loop's (poll_cq, the progress thread, event waits). An
+  // armed channel still gets its event at once (a local completion, e.g. a
+  // bind or a flush). Caller holds mu.
+  uint32_t DoorbellLocked(uint32_t qpn, uint64_t now_ns);
   // The program is polling: the progress thread stays out of its way.
   void NoteAppPoll(uint64_t now_ns) { last_app_poll_ns_.store(now_ns, std::memory_order_relaxed); }
 

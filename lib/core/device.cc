@@ -501,6 +501,61 @@ void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* 
   }
 }
 
+// Sends the gathered frames tx_frames_[0, *pending) in one burst. What the
+// port refuses waits in the backlog (sent first next round) and sets
+// *port_full. Returns the frames sent.
+uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
+  if (*pending == 0) return 0;
+  pktio::Frame* tx = tx_frames_.data();
+  const uint16_t sent = io_->TxBurst(tx, *pending);
+  for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
+  counters_.tx_packets += sent;
+  if (sent < *pending) {
+    tx_backlog_.assign(tx + sent, tx + *pending);
+    tx_backlog_head_ = 0;
+    counters_.tx_port_full += *pending - sent;
+    *port_full = true;
+  }
+  *pending = 0;
+  return sent;
+}
+
+// Lets one QP add at most tx_bursts_per_qp bursts' worth of frames to the
+// gathered burst tx_frames_[0, *pending), flushing it whenever it fills:
+// the frames of several QPs leave in one TxBurst. Returns the frames sent.
+uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full) {
+  uint32_t sent = 0;
+  uint32_t budget = uint32_t{config_.tx_bursts_per_qp} * config_.burst;
+  pktio::Frame* tx = tx_frames_.data();
+  while (budget > 0 && !*port_full) {
+    const uint32_t room = std::min<uint32_t>(budget, config_.burst - *pending);
+    const uint32_t demand = q.TransmitDemand(now_ns, room);
+    if (demand == 0) break;
+    const uint16_t got = io_->AllocTx(tx + *pending, static_cast<uint16_t>(demand));
+    if (got == 0) break;
+    const uint32_t used = q.Transmit(tx + *pending, got, now_ns);
+    if (used < got) io_->Release(tx + *pending + used, static_cast<uint16_t>(got - used));
+    *pending = static_cast<uint16_t>(*pending + used);
+    budget -= used;
+    if (*pending == config_.burst) sent += FlushGathered(pending, port_full);
+    if (used < got || used == 0) break;  // the QP has nothing more now
+  }
+  return sent;
+}
+
+uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr || io_ == nullptr) return 0;
+  Activate(qpn);  // what the doorbell leaves (timers, the rest of a long message) goes to Poll
+  uint32_t work = FlushTxBacklog();
+  // Frames the port refused go first (the QP's own may be among them).
+  if (tx_backlog_head_ < tx_backlog_.size()) return work;
+  bool port_full = false;
+  uint16_t pending = 0;
+  work += GatherQp(*q, now_ns, &pending, &port_full);
+  return work + FlushGathered(&pending, &port_full);
+}
+
 uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
@@ -620,34 +675,18 @@ uint32_t Device::Poll(uint64_t now_ns) {
   // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
   // fills at most tx_bursts_per_qp bursts per round, so a port that never
   // pushes back (af_packet) cannot let one long message run a round forever.
-  pktio::Frame* tx = tx_frames_.data();
+  // The QPs' frames are gathered into shared bursts (one TxBurst for many
+  // QPs with a packet or two each, as with -q 8 and small messages).
   const size_t n_active = active_.size();
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
+  uint16_t pending = 0;
   for (size_t k = 0; k < n_active; ++k) {
     RcQp* q = qps_[active_[(start + k) % n_active]].qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
-    for (uint32_t b = 0; b < config_.tx_bursts_per_qp && !port_full; ++b) {
-      const uint32_t demand = q->TransmitDemand(now_ns, config_.burst);
-      if (demand == 0) break;
-      const uint16_t got = io_->AllocTx(tx, static_cast<uint16_t>(demand));
-      if (got == 0) break;
-      const uint32_t used = q->Transmit(tx, got, now_ns);
-      uint16_t sent = used > 0 ? io_->TxBurst(tx, static_cast<uint16_t>(used)) : 0;
-      for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
-      counters_.tx_packets += sent;
-      if (sent < used) {
-        // The port is full: keep the rest for the next round.
-        tx_backlog_.assign(tx + sent, tx + used);
-        tx_backlog_head_ = 0;
-        counters_.tx_port_full += used - sent;
-        port_full = true;
-      }
-      if (used < got) io_->Release(tx + used, static_cast<uint16_t>(got - used));
-      work += sent;
-      if (used < got || sent < used) break;
-    }
+    if (!port_full) work += GatherQp(*q, now_ns, &pending, &port_full);
   }
+  work += FlushGathered(&pending, &port_full);
   // Idle QPs leave the list.
   for (size_t i = 0; i < active_.size();) {
     QpSlot& slot = qps_[active_[i]];

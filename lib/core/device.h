@@ -249,6 +249,11 @@ class Device {
   // One round of the run-to-completion loop: receive a burst, run timers,
   // transmit. Returns packets received + sent (0 = idle, back off).
   uint32_t Poll(uint64_t now_ns);
+  // The doorbell of one QP (after PostSend): flushes the port's backlog,
+  // then lets this QP transmit what it can now (at most tx_bursts_per_qp
+  // bursts) and nothing else: no receive, no timers, no other QP. What is
+  // left stays on the active list for Poll. Returns packets sent.
+  uint32_t Doorbell(uint32_t qpn, uint64_t now_ns);
 
   const DeviceCounters& counters() const { return counters_; }
   const pktio::LoopbackCounters& loopback_counters() const { return loopback_.counters(); }
@@ -395,6 +400,8 @@ class Device {
   size_t tx_backlog_head_ = 0;
   size_t tx_round_robin_ = 0;  // which active QP transmits first this round
   uint32_t FlushTxBacklog();
+  uint32_t GatherQp(transport::RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);
+  uint32_t FlushGathered(uint16_t* pending, bool* port_full);
   DeviceCounters counters_;
 
  public:

@@ -33,7 +33,9 @@ using wire::PacketFields;
 
 // A port that receives the frames a test queues and keeps every frame sent.
 // `tx_room` bounds how many frames it still takes (a READ of gigabytes must
-// not fill the test's memory, whatever the transport does).
+// not fill the test's memory, whatever the transport does); buffers handed
+// out and not yet sent or released count against it. The device may hold
+// several AllocTx results at once (it gathers a burst across QPs).
 class FrameIo final : public pktio::BurstIo {
  public:
   std::deque<std::vector<uint8_t>> rx;
@@ -51,24 +53,36 @@ class FrameIo final : public pktio::BurstIo {
     return i;
   }
   uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
-    n = static_cast<uint16_t>(std::min<size_t>(n, tx_room));
-    tx_.resize(n);
+    n = static_cast<uint16_t>(std::min<size_t>(n, tx_room - allocated_));
     for (uint16_t i = 0; i < n; ++i) {
-      tx_[i].assign(pktio::kMaxFrameBytes, 0);
-      f[i] = {tx_[i].data(), 0, pktio::kMaxFrameBytes, nullptr};
+      tx_.emplace_back(pktio::kMaxFrameBytes, 0);  // a deque: earlier buffers stay where they are
+      f[i] = {tx_.back().data(), 0, pktio::kMaxFrameBytes, &kTxTag};
     }
+    allocated_ += n;
     return n;
   }
   uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
     for (uint16_t i = 0; i < n; ++i) sent.emplace_back(f[i].data, f[i].data + f[i].len);
     tx_room -= n;
+    Returned(n);
     return n;
   }
-  void Release(pktio::Frame*, uint16_t) override { held_.clear(); }
+  void Release(pktio::Frame* f, uint16_t n) override {
+    uint16_t tx = 0;
+    for (uint16_t i = 0; i < n; ++i) tx += f[i].handle == &kTxTag;
+    if (tx < n) held_.clear();
+    Returned(tx);
+  }
 
  private:
+  void Returned(size_t n) {
+    allocated_ -= n;
+    if (allocated_ == 0) tx_.clear();
+  }
+  static inline int kTxTag = 0;
   std::deque<std::vector<uint8_t>> held_;
-  std::vector<std::vector<uint8_t>> tx_;
+  std::deque<std::vector<uint8_t>> tx_;
+  size_t allocated_ = 0;
 };
 
 // A frame droce sent, decoded.

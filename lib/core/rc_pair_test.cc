@@ -17,6 +17,30 @@ struct Scenario {
   Impairments imp;
 };
 
+// post_send's doorbell (Device::Doorbell) sends the posting QP's packets at
+// once and does nothing else: a frame waiting on the receive side stays
+// there, for the poll loop.
+TEST(Doorbell, TransmitsThePostingQpAndReceivesNothing) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  Fill(a.mem, 0, 64, 1);
+  Fill(b.mem, 0, 64, 2);
+  ASSERT_EQ(b.dev->PostSend(b.qpn, MakeWr(1, WrOpcode::kRdmaWrite, b, 0, 64, a, 4096)), 0);
+  EXPECT_EQ(b.dev->Doorbell(b.qpn, pair.now()), 1u);  // b's WRITE is on the wire to a
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(2, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096)), 0);
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 1u);
+  EXPECT_EQ(a.dev->counters().tx_packets, 1u);
+  EXPECT_EQ(a.dev->counters().rx_packets, 0u);  // b's WRITE waits for a's poll loop
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 0u);  // nothing more to send
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
+  EXPECT_EQ(ca[0].wr_id, 2u);
+  EXPECT_EQ(cb[0].wr_id, 1u);
+  EXPECT_EQ(std::memcmp(a.mem.data() + 4096, b.mem.data(), 64), 0);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
+}
+
 class RcMatrix : public ::testing::TestWithParam<std::tuple<Scenario, uint32_t>> {};
 
 // Every opcode and size: data verified byte for byte, each WR completed once.

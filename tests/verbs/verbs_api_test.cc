@@ -13,9 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -23,10 +25,28 @@
 #include <string>
 #include <thread>
 #include <map>
+#include <new>
 #include <vector>
 
 #include "drivers/verbs/device_config.h"
 #include "gtest/gtest.h"
+
+// The replacement pair below allocates with malloc and frees with free.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+// Allocations made by the calling thread while g_count_allocations is set
+// (the provider's operator new resolves to this one too).
+thread_local bool g_count_allocations = false;
+thread_local int g_allocations = 0;
+
+void* operator new(size_t n) {
+  if (g_count_allocations) ++g_allocations;
+  void* p = std::malloc(n != 0 ? n : 1);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace droce::verbs {
 namespace {
@@ -519,6 +539,166 @@ TEST_F(VerbsApi, ExtendedPostSendApi) {
   for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(&buf_[0x20000], &buf_[0x1000], 2048), 0);
   EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[0xc0000]), "inline through the wr API");
+}
+
+// Several threads of one program posting at once (verbs lets any thread
+// post on any QP): on one QP shared by all, and on one QP each. Every send
+// carries its id inline and as immediate data; one poller thread drives the
+// dataplane, reposts receives, and records the completions. Each WR must
+// complete exactly once, on both ends, and a thread's WRs in the order it
+// posted them (one QP completes in order, IBTA 10.8.3).
+void ConcurrentPosting(ibv_cq* cq, const std::vector<ibv_qp*>& senders,
+                       const std::vector<ibv_qp*>& receivers, uint8_t* buf, uint32_t lkey, int threads,
+                       int per_thread) {
+  constexpr int kSlots = 64;  // max_send_wr = max_recv_wr of the fixture's QPs
+  std::map<uint32_t, ibv_qp*> receiver_of_qpn;
+  for (ibv_qp* r : receivers) receiver_of_qpn[r->qp_num] = r;
+  const auto post_recv = [&](ibv_qp* r, uint64_t slot) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf + 0x80000 + slot * 64), 64, lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(r, &wr, &bad);
+  };
+  // Receive slots: kSlots per receiving QP, each QP's in its own range.
+  for (size_t i = 0; i < receivers.size(); ++i) {
+    for (int s = 0; s < kSlots; ++s) ASSERT_EQ(post_recv(receivers[i], i * kSlots + s), 0);
+  }
+  // A thread may have its share of one send queue outstanding: at most
+  // kSlots sends (and as many receives) in flight in all, within the CQ.
+  const int budget = kSlots / threads;
+  std::vector<std::atomic<int>> completed(threads);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> posters;
+  for (int th = 0; th < threads; ++th) {
+    posters.emplace_back([&, th] {
+      ibv_qp* q = senders[th % senders.size()];
+      for (int seq = 0; seq < per_thread && !failed;) {
+        if (seq - completed[th].load(std::memory_order_acquire) >= budget) {
+          std::this_thread::yield();
+          continue;
+        }
+        uint64_t id = (uint64_t(th) << 32) | uint32_t(seq);
+        ibv_sge sge{reinterpret_cast<uintptr_t>(&id), sizeof id, 0};
+        ibv_send_wr wr{};
+        wr.wr_id = id;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND_WITH_IMM;
+        wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+        wr.imm_data = htonl((uint32_t(th) << 24) | uint32_t(seq));
+        ibv_send_wr* bad = nullptr;
+        if (const int err = ibv_post_send(q, &wr, &bad); err != 0) {
+          ADD_FAILURE() << "thread " << th << " seq " << seq << ": post_send " << err;
+          failed = true;
+          return;
+        }
+        ++seq;
+      }
+    });
+  }
+  // The poller: every completion, checked as it comes.
+  const int total = threads * per_thread;
+  int sends = 0, recvs = 0;
+  std::vector<int> next_send(threads, 0), next_recv(threads, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((sends < total || recvs < total) && !failed && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc[16];
+    const int got = ibv_poll_cq(cq, 16, wc);
+    ASSERT_GE(got, 0);
+    for (int i = 0; i < got; ++i) {
+      ASSERT_EQ(wc[i].status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc[i].status) << " wr_id " << wc[i].wr_id;
+      if (wc[i].opcode == IBV_WC_SEND) {
+        const int th = static_cast<int>(wc[i].wr_id >> 32);
+        const int seq = static_cast<int>(wc[i].wr_id & 0xFFFFFFFFu);
+        ASSERT_TRUE(th >= 0 && th < threads);
+        // Exactly once and in the thread's order: anything else is a lost,
+        // duplicated or reordered WR.
+        ASSERT_EQ(seq, next_send[th]) << "send completion of thread " << th;
+        ++next_send[th];
+        completed[th].store(next_send[th], std::memory_order_release);
+        ++sends;
+      } else {
+        ASSERT_EQ(wc[i].opcode, IBV_WC_RECV);
+        ASSERT_TRUE(wc[i].wc_flags & IBV_WC_WITH_IMM);
+        const uint32_t imm = ntohl(wc[i].imm_data);
+        const int th = static_cast<int>(imm >> 24);
+        const int seq = static_cast<int>(imm & 0xFFFFFF);
+        ASSERT_TRUE(th >= 0 && th < threads);
+        ASSERT_EQ(seq, next_recv[th]) << "receive of thread " << th;
+        ++next_recv[th];
+        ASSERT_EQ(wc[i].byte_len, 8u);
+        uint64_t payload;
+        std::memcpy(&payload, buf + 0x80000 + wc[i].wr_id * 64, 8);
+        ASSERT_EQ(payload, (uint64_t(th) << 32) | uint32_t(seq)) << "inline payload";
+        ++recvs;
+        ibv_qp* r = receiver_of_qpn.at(wc[i].qp_num);
+        ASSERT_EQ(post_recv(r, wc[i].wr_id), 0);
+      }
+    }
+  }
+  for (std::thread& p : posters) p.join();
+  EXPECT_EQ(sends, total);
+  EXPECT_EQ(recvs, total);
+}
+
+TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnOneQp) {
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  ConcurrentPosting(cq_, {a}, {b}, buf_.data(), mr_->lkey, 4, 3000);
+}
+
+TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
+  std::vector<ibv_qp*> senders, receivers;
+  for (int i = 0; i < 4; ++i) {
+    ibv_qp *a, *b;
+    Connect(&a, &b);
+    senders.push_back(a);
+    receivers.push_back(b);
+  }
+  ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
+}
+
+// ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse
+// its buffer at once) without allocating: once a batch of that shape was
+// posted, a whole wr_start .. wr_complete allocates nothing.
+TEST_F(VerbsApi, ExtendedApiInlineDataDoesNotAllocatePerRequest) {
+  ibv_qp *a, *b;
+  Connect(&a, &b, /*ex=*/true);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  ASSERT_NE(x, nullptr);
+  constexpr int kWrs = 4;
+  char data[kWrs][48];
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kWrs; ++i) {
+      ASSERT_EQ(PostRecv(b, 100 + i, 0xc0000 + i * 64, 64), 0);
+      std::snprintf(data[i], sizeof data[i], "round %d inline %d", round, i);
+    }
+    if (round > 0) g_count_allocations = true;  // round 0 sizes the batch's buffers
+    ibv_wr_start(x);
+    for (int i = 0; i < kWrs; ++i) {
+      x->wr_id = 10 + i;
+      x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+      ibv_wr_send(x);
+      ibv_wr_set_inline_data(x, data[i], sizeof data[i]);
+      std::memset(data[i], 0, sizeof data[i]);
+    }
+    const int err = ibv_wr_complete(x);
+    g_count_allocations = false;
+    ASSERT_EQ(err, 0);
+    if (round > 0) EXPECT_EQ(g_allocations, 0) << "round " << round;
+    g_allocations = 0;
+    auto wcs = Poll(2 * kWrs);
+    ASSERT_EQ(wcs.size(), size_t{2 * kWrs});
+    for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    for (int i = 0; i < kWrs; ++i) {
+      char want[48];
+      std::snprintf(want, sizeof want, "round %d inline %d", round, i);
+      EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[0xc0000 + i * 64]), want);
+    }
+  }
 }
 
 volatile sig_atomic_t g_alarms = 0;

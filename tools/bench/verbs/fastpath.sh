@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue 17's numbers for one or two release trees, in one run: the engine's
+# one-core message rate, perftest's 64 B and 64 KiB ib_write_bw (1 and 8 QPs),
+# ib_send_lat, ib_read_lat, ibv_rc_pingpong -s 64 and ten ib_write_lat -s 2.
+# With two trees the metrics alternate tree by tree (A B A B ...), so a
+# machine whose speed drifts shifts both; compare within one run only.
+#   bash tools/bench/verbs/fastpath.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
+#   e.g. bash tools/bench/verbs/fastpath.sh before=/work/wt-fastpath-base/build-rel after=build-rel
+# Prints CSV rows tree,metric,value on stdout (a failed run is "failed").
+# Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+secs=${SECS:-3}
+lat_runs=${LAT_RUNS:-10}
+names=() dirs=()
+for a in "$@"; do names+=("${a%%=*}"); dirs+=("$(cd "${a#*=}" && pwd)"); done
+export SERVER_DELAY=1.5 PAIR_TIMEOUT=120
+pair() {  # BUILD dir, server cmd, client args
+  BUILD=$1 bash tools/verbs-pair.sh "$2 -d droce0 -x 1 $3" "$2 -d droce1 -x 1 $3 127.0.0.1" |
+    sed -n '/^--- client/,$p'
+}
+row() { grep -E '^ *[0-9]+ +[0-9]+ ' | head -1; }
+put() { echo "$1,$2,${3:-failed}"; }
+each() {  # runs "$@" once per tree with $name and $b set
+  for i in "${!names[@]}"; do name=${names[$i]} b=${dirs[$i]} "$@"; done
+}
+engine() { put "$name" engine_64B_write_mmsgs "$(taskset -c 0 "$b"/tools/bench/engine/droce-engine-bench 3 8 1000000 |
+  awk -F, '$1 == "write_64B_msg_rate" {print $2}')"; }
+bw() {  # size q
+  local r
+  r=$(pair "$b" ib_write_bw "-s $1 -D $secs -q $2" | row)
+  if [ "$1" = 64 ]; then put "$name" "ib_write_bw_64B_${2}qp_mmsgs" "$(awk '{print $5 + 0}' <<<"$r")"
+  else put "$name" "ib_write_bw_${1}B_${2}qp_gbps" "$(awk '{printf "%.2f", $4 * 8 / 1000}' <<<"$r")"; fi
+}
+lat() {  # program metric-name
+  local r
+  r=$(pair "$b" "$1" "-s 2 -n 5000" | row)
+  put "$name" "${1}_2B_typical_us" "$(awk '{print $5}' <<<"$r")"
+  put "$name" "${1}_2B_p99_us" "$(awk '{print $8}' <<<"$r")"
+}
+pingpong() {
+  local r
+  r=$(BUILD=$b bash tools/verbs-pair.sh "ibv_rc_pingpong -d droce0 -g 1 -s 64 -n 5000" \
+    "ibv_rc_pingpong -d droce1 -g 1 -s 64 -n 5000 127.0.0.1" | sed -n '/^--- client/,$p' |
+    grep -oE '[0-9.]+ usec/iter' | head -1 | awk '{print $1}')
+  put "$name" rc_pingpong_64B_us_per_iter "$r"
+}
+each engine
+for ((k = 1; k <= 2; ++k)); do each bw 64 1; each bw 64 8; done
+each bw 65536 1
+each lat ib_send_lat
+each lat ib_read_lat
+for ((k = 1; k <= 2; ++k)); do each pingpong; done
+for ((k = 1; k <= lat_runs; ++k)); do each lat ib_write_lat; done

@@ -235,16 +235,31 @@ class Daemon {
       next_control = NowNs() + 200'000;
     }
     Log("stopping (%s)", g_stop ? "signal" : "shutdown request");
-    for (Conn& c : conns_) {
-      state_.ConnectionClosed(c.fd);
-      close(c.fd);
-    }
+    // The attached programs learn it from their control connection closing:
+    // each one's runtime stops polling and removes its memif interface
+    // itself (IBV_EVENT_PORT_ERR, doc/droced.md). Tearing the interfaces
+    // down from here first would have DPDK's memif thread in each program
+    // unmap its rings while the program may be polling them.
+    for (const Conn& c : conns_) close(c.fd);
+    for (int waited_ms = 0; waited_ms < 1000 && AnyLinkUp(); ++waited_ms) usleep(1000);
+    for (const Conn& c : conns_) state_.ConnectionClosed(c.fd);
     conns_.clear();
     close(listen_fd_);
     unlink(fabric::ControlSocketPath(run_dir_).c_str());
   }
 
  private:
+  bool AnyLinkUp() {
+    for (const Port& p : state_.ports()) {
+      rte_eth_link link{};
+      if (p.in_use && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
+          link.link_status == RTE_ETH_LINK_UP) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   struct Conn {
     int fd;
     pid_t pid;

@@ -122,6 +122,13 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
   if (std::memchr(req.device, 0, sizeof req.device) == nullptr) return reject(EINVAL, "device name not terminated");
   const std::string device(req.device);
   if (req.pid != static_cast<uint32_t>(peer_pid)) return reject(EPERM, "pid is not the sender's");
+  if (req.want_qpn_base != 0) {
+    const uint32_t slot = req.want_qpn_base / fabric::kQpnsPerProcess;
+    if (req.op != fabric::kOpAttach || req.want_qpn_base % fabric::kQpnsPerProcess != 0 || slot == 0 ||
+        slot >= kSlots) {
+      return reject(EINVAL, absl::StrFormat("bad QPN range base %u", req.want_qpn_base));
+    }
+  }
 
   switch (req.op) {
     case fabric::kOpAttach: {
@@ -188,6 +195,15 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   }
   FabricDevice& d = devices_[dev];
   uint32_t slot = 0;
+  if (req.want_qpn_base != 0) {  // a range back (checked in Handle): that one or none
+    slot = req.want_qpn_base / fabric::kQpnsPerProcess;
+    if (d.slot_owner[slot] >= 0) {
+      *error = EADDRINUSE;
+      *message = absl::StrFormat("QPN range %u-%u of %s is another process's", req.want_qpn_base,
+                                 req.want_qpn_base + fabric::kQpnsPerProcess - 1, d.name);
+      return r;
+    }
+  }
   for (uint32_t k = 0; k < kSlots - 1 && slot == 0; ++k) {
     const uint32_t s = 1 + (d.next_slot - 1 + k) % (kSlots - 1);  // slot 0 holds QPNs 0 and 1
     if (d.slot_owner[s] < 0) slot = s;

@@ -123,6 +123,46 @@ TEST_F(FabricStateTest, AttachGivesEachProcessItsOwnRangeAndInterface) {
   EXPECT_EQ(state_->StatusText("droce0").find("pid 333"), std::string::npos);
 }
 
+// A program whose daemon restarted asks for its old range back: granted
+// when free, refused (EADDRINUSE) when another process holds it, and a base
+// that is no range's (unaligned, slot 0 with QPNs 0 and 1, past the 24-bit
+// space) or on another op is malformed.
+TEST_F(FabricStateTest, AttachCanAskForItsOldRangeBack) {
+  auto attach_wanting = [&](int fd, pid_t pid, uint32_t base) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpAttach, "droce0");
+    req.pid = static_cast<uint32_t>(pid);
+    req.want_qpn_base = base;
+    return Send(fd, req, pid);
+  };
+  const uint32_t want = 77 * fabric::kQpnsPerProcess;
+  const fabric::Reply a = attach_wanting(10, 111, want);
+  ASSERT_EQ(a.error, 0) << a.message;
+  EXPECT_EQ(a.qpn_base, want);
+  EXPECT_EQ(a.qpn_count, fabric::kQpnsPerProcess);
+  // Taken: nobody gets another process's QPNs.
+  const fabric::Reply b = attach_wanting(11, 222, want);
+  EXPECT_EQ(b.error, EADDRINUSE);
+  EXPECT_EQ(PortsInUse(), 1);
+  // The same range of another device is free (ranges are per device).
+  fabric::Request other = fabric::MakeRequest(fabric::kOpAttach, "droce1");
+  other.pid = 333;
+  other.want_qpn_base = want;
+  EXPECT_EQ(Send(12, other, 333).qpn_base, want);
+  // Freed: the next asker gets it.
+  state_->ConnectionClosed(10);
+  const fabric::Reply c = attach_wanting(13, 444, want);
+  ASSERT_EQ(c.error, 0) << c.message;
+  EXPECT_EQ(c.qpn_base, want);
+  for (uint32_t bad : {want + 1, 1u, fabric::kQpnsPerProcess / 2, fabric::kQpnSpace, 0xFFFFFC00u}) {
+    EXPECT_EQ(attach_wanting(20, 555, bad).error, EINVAL) << bad;
+  }
+  fabric::Request status = fabric::MakeRequest(fabric::kOpStatus, "");
+  status.pid = 4242;
+  status.want_qpn_base = want;
+  EXPECT_EQ(Send(21, status).error, EINVAL);
+  EXPECT_EQ(PortsInUse(), 2);
+}
+
 TEST_F(FabricStateTest, ClosedConnectionFreesRangeAndPort) {
   const fabric::Reply a = Attach(10, "droce0", 111);
   ASSERT_EQ(a.error, 0);

@@ -49,7 +49,12 @@ struct Request {
   uint32_t size;      // sizeof(Request)
   uint32_t pid;       // must be the sender's (SO_PEERCRED)
   char device[kNameBytes];
-  uint8_t reserved[16];  // must be zero
+  // kOpAttach: 0, or the QPN range the process asks for back (a multiple of
+  // kQpnsPerProcess): a program whose daemon restarted re-attaches with the
+  // range its QPs already use. Granted only if free (else EADDRINUSE). Other
+  // ops: zero.
+  uint32_t want_qpn_base;
+  uint8_t reserved[12];  // must be zero
 };
 static_assert(sizeof(Request) == 80);
 

@@ -119,6 +119,10 @@ Runtime* EnsureRuntime(DroceContext* ctx) {
     return nullptr;
   }
   ctx->rt = *rt;
+  {
+    std::lock_guard<std::mutex> rt_lock(ctx->rt->mu);
+    ctx->rt->AddAsyncFd(ctx->async_write_fd);  // port events
+  }
   return ctx->rt;
 }
 
@@ -210,8 +214,11 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   // switch, it does not go down because the remote host is not up yet (the
   // memif link comes up only when the peer process attaches). phys_state
   // shows the wire: LinkUp, or Polling while the peer is absent.
-  attr->state = IBV_PORT_ACTIVE;
-  attr->phys_state = (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
+  // A fabric device whose daemon is gone is DOWN (IBV_EVENT_PORT_ERR was
+  // sent) until it is attached again (IBV_EVENT_PORT_ACTIVE).
+  const bool down = ctx->rt != nullptr && ctx->rt->port_down();
+  attr->state = down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+  attr->phys_state = down ? 3 : (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
   attr->max_mtu = IBV_MTU_4096;
   attr->active_mtu = MtuEnum(ctx->file->mtu);
   attr->gid_tbl_len = static_cast<int>(kGidTableLen);
@@ -1241,6 +1248,10 @@ void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length) {
 
 void FreeContext(ibv_context* context) {
   DroceContext* ctx = ToCtx(context);
+  if (ctx->rt != nullptr) {
+    std::lock_guard<std::mutex> lock(ctx->rt->mu);
+    ctx->rt->RemoveAsyncFd(ctx->async_write_fd);
+  }
   Runtime::Release(ctx->rt);
   delete ctx->file;
   if (ctx->async_write_fd >= 0) close(ctx->async_write_fd);

@@ -22,8 +22,9 @@ failed=0; passed=0
 # The programs' TCP side channel: a port of our own (other test runs on the
 # machine use perftest's and rc_pingpong's default 18515).
 p=${SIDE_PORT:-$((20000 + $$ % 20000))}
-check() {  # name, then a command
+check() {  # name, then a command; ONLY=REGEX runs the checks whose names match
   local name=$1; shift
+  if [ -n "${ONLY:-}" ] && ! grep -qE "$ONLY" <<<"$name"; then return 0; fi
   local out; out=$("$@" 2>&1); local rc=$?
   if [ $rc -ne 0 ] && grep -q "Can't produce a report" <<<"$out"; then  # perftest's CPU clock check on a busy VM
     echo "  (perftest could not time the CPU clock: rerunning $name)"
@@ -91,30 +92,47 @@ four() {
 check "four processes at once (three on droce0)" four
 check "daemon counters" bash -c "'$ctl' daemon status | tee /dev/stderr | grep -q 'arp_replies [1-9]'"
 
-# A client killed mid-transfer: the daemon keeps running and frees its range;
-# the server's QPs end (retry exceeded), never hang; then a new pair works.
+# A program killed mid-transfer: the daemon keeps running and frees its
+# range; its peer's QP ends (retry exceeded), never hangs or crashes; another
+# pair on droce0 running meanwhile finishes normally; then a new pair works.
 kill_test() {
-  timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 20 >"$run/ks.log" 2>&1 &
-  local server=$!
+  local p3=$((p + 2))
+  # The victim: ib_write_bw's passive side (its memory is written). Its peer
+  # has WRITEs in flight when it dies: they must end in retry-exceeded
+  # completions (IBV_WC_RETRY_EXC_ERR, 12), not a hang.
+  ib_write_bw -p $p -d droce0 -x 1 -D 20 >"$run/ks.log" 2>&1 &
+  local victim=$!
+  # Bystanders: another pair on droce0 that must not notice.
+  timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 >"$run/os.log" 2>&1 &
+  local other_s=$!
   sleep "${SERVER_DELAY:-1.5}"
-  ib_write_bw -p $p -d droce0 -x 1 -D 20 127.0.0.1 >"$run/kc.log" 2>&1 &
-  local client=$!
+  timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 20 127.0.0.1 >"$run/kc.log" 2>&1 &
+  local peer=$!
+  timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 127.0.0.1 >"$run/oc.log" 2>&1 &
+  local other_c=$!
   sleep 4
   "$ctl" link show droce0
-  "$ctl" link show droce0 | grep -q "pid $client " || { echo "client $client not attached"; return 1; }
-  kill -9 $client; wait $client 2>/dev/null
+  "$ctl" link show droce0 | grep -q "pid $victim " || { echo "victim $victim not attached"; return 1; }
+  kill -9 $victim; wait $victim 2>/dev/null
   local gone=0
   for _ in $(seq 50); do
-    "$ctl" link show droce0 | grep -q "pid $client " || { gone=1; break; }
+    "$ctl" link show droce0 | grep -q "pid $victim " || { gone=1; break; }
     sleep 0.1
   done
-  [ $gone = 1 ] || { echo "the killed client's range is still attached"; return 1; }
-  wait $server; echo "server exit $? (it loses its peer: an error is expected, a hang is not)"
+  [ $gone = 1 ] || { echo "the killed process's range is still attached"; return 1; }
+  wait $peer; local prc=$?
+  echo "peer exit $prc (it loses its peer: an error is expected, a hang or a crash is not)"; tail -4 "$run/kc.log"
+  [ $prc -ne 124 ] || { echo "the killed process's peer hung"; return 1; }
+  [ $prc -le 128 ] || { echo "the killed process's peer died of signal $((prc - 128))"; return 1; }
+  grep -q "Failed status 12" "$run/kc.log" || { echo "the peer saw no retry-exceeded completion"; return 1; }
+  wait $other_s || { echo "bystander server failed"; tail -5 "$run/os.log"; return 1; }
+  wait $other_c || { echo "bystander client failed"; tail -5 "$run/oc.log"; return 1; }
+  echo "bystander pair on droce0:"; tail -2 "$run/oc.log"
   "$ctl" daemon status || return 1
   "$ctl" link show droce0 | grep -q "0 attached" || { echo "attachments left"; return 1; }
   pair "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 200" "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 200 127.0.0.1"
 }
-check "SIGKILL a client mid-transfer: daemon survives, range freed, new pair works" kill_test
+check "SIGKILL a program mid-transfer: daemon survives, range freed, peer gets retry-exceeded, bystanders unaffected, new pair works" kill_test
 
 check "control protocol rejects malformed requests, daemon survives" python3 "$root/tests/fabric/control_garbage.py" "$run"
 

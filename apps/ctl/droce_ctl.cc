@@ -154,7 +154,7 @@ void DaemonRescan(const std::string& run_dir) {
 
 void Show(const std::string& run_dir, const DeviceFile& f) {
   if (f.fabric) {
-    std::printf("%s: fabric mtu %u mac %s", f.name.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
+    std::printf("%s: fabric lid %u mtu %u mac %s", f.name.c_str(), f.lid, f.mtu, FormatMac(f.dev.mac).c_str());
   } else {
     std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
   }
@@ -245,6 +245,18 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     fs::create_directories(run_dir, ec);
     f.fabric = true;
     f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
+    // Its LID (the fabric's subnet manager is here): kept on re-registering,
+    // else the smallest one no other fabric device of the directory has.
+    std::vector<bool> taken(0xC000, false);
+    for (const std::string& other : ListDevices(run_dir)) {
+      absl::StatusOr<DeviceFile> o = ReadDevice(run_dir, other);
+      if (!o.ok() || !o->fabric || o->lid == 0) continue;
+      if (other == f.name) f.lid = o->lid;
+      else taken[o->lid] = true;
+    }
+    for (uint32_t lid = 1; lid < taken.size() && (f.lid == 0 || taken[f.lid]); ++lid) {
+      if (!taken[lid]) f.lid = static_cast<uint16_t>(lid);
+    }
     if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
   } else {
     return Fail("unknown type '" + type + "' (memif, af_packet, vdev, or none for the fabric)");

@@ -219,6 +219,7 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   const bool down = ctx->rt != nullptr && ctx->rt->port_down();
   attr->state = down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
   attr->phys_state = down ? 3 : (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
+  attr->lid = ctx->file->fabric ? ctx->file->lid : 0;
   attr->max_mtu = IBV_MTU_4096;
   attr->active_mtu = MtuEnum(ctx->file->mtu);
   attr->gid_tbl_len = static_cast<int>(kGidTableLen);
@@ -914,6 +915,20 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return CreateQpCommon(context, attr);
 }
 
+// The IPv4 GID of the run directory's fabric device whose LID is `lid`
+// (DeviceFile::lid); both ends need an IPv4 address.
+absl::StatusOr<core::Gid> FabricGidOfLid(const DeviceFile& self, uint16_t lid) {
+  if (self.dev.ipv4 == 0) return absl::FailedPreconditionError("no IPv4 address");
+  for (const std::string& name : ListDevices(self.fabric_dir)) {
+    absl::StatusOr<DeviceFile> f = ReadDevice(self.fabric_dir, name);
+    if (!f.ok() || !f->fabric || f->lid != lid || f->dev.ipv4 == 0) continue;
+    const core::Device model(f->dev, nullptr);
+    if (model.gids().size() < 2) break;
+    return model.gids()[1];
+  }
+  return absl::NotFoundError("no fabric device has that LID");
+}
+
 int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   DroceQp* qp = ToQp(ibqp);
   transport::QpAttr a;
@@ -931,6 +946,12 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (ah.is_global) {
       std::memcpy(a.ah.dgid.data(), ah.grh.dgid.raw, 16);
       a.ah.sgid_index = ah.grh.sgid_index;
+    } else if (file.fabric && ah.dlid != 0) {
+      // LID addressing on the host fabric: the fabric device with that LID.
+      absl::StatusOr<core::Gid> dgid = FabricGidOfLid(file, ah.dlid);
+      if (!dgid.ok()) return EINVAL;
+      a.ah.dgid = *dgid;
+      a.ah.sgid_index = 1;  // our IPv4 GID
     } else if (file.has_lid_peer) {
       // LID addressing on a point-to-point wire: the wire's one peer, from our
       // GID of the same IP version (1: IPv4, 2: IPv6).

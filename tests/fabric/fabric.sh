@@ -24,7 +24,7 @@ failed=0; passed=0
 p=${SIDE_PORT:-$((20000 + $$ % 20000))}
 check() {  # name, then a command; ONLY=REGEX runs the checks whose names match
   local name=$1; shift
-  if [ -n "${ONLY:-}" ] && ! grep -qE "$ONLY" <<<"$name"; then return 0; fi
+  if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then return 0; fi
   local out; out=$("$@" 2>&1); local rc=$?
   if [ $rc -ne 0 ] && grep -q "Can't produce a report" <<<"$out"; then  # perftest's CPU clock check on a busy VM
     echo "  (perftest could not time the CPU clock: rerunning $name)"
@@ -66,6 +66,25 @@ check "ib_send_bw droce0 <-> droce1" pair \
   "ib_send_bw -p $p -d droce0 -x 1 -D 2" "ib_send_bw -p $p -d droce1 -x 1 -D 2 127.0.0.1"
 check "ib_read_bw droce1 <-> droce0" pair \
   "ib_read_bw -p $p -d droce1 -x 1 -D 2" "ib_read_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1"
+# Plain qperf: its RC tests exchange LIDs only; fabric devices have LIDs
+# (droce-ctl assigns them) and a LID-addressed QP reaches the device with it.
+qperf_pair() {  # side-channel port (one per run: the last server's may linger), number of tests, the client's args
+  local qp=$1 want=$2; shift 2
+  timeout "$t" qperf -lp $qp >"$run/qs.log" 2>&1 &
+  local server=$!
+  sleep 1
+  timeout "$t" qperf -lp $qp 127.0.0.1 -t 2 "$@" >"$run/qc.log" 2>&1
+  local rc=$?
+  kill $server 2>/dev/null; wait $server 2>/dev/null
+  cat "$run/qc.log"
+  # qperf reports some failures with exit status 0: every test needs its result line.
+  [ $rc -eq 0 ] && ! grep -qiE "fail|error" "$run/qc.log" && [ "$(grep -cE '(latency|bw) += ' "$run/qc.log")" = "$want" ]
+}
+check "droce-ctl gives fabric devices LIDs 1 and 2" bash -c "'$ctl' link show | grep -q 'droce0: fabric lid 1 ' && '$ctl' link show | grep -q 'droce1: fabric lid 2 '"
+check "plain qperf (first device, droce0, both sides): rc_lat rc_bw rc_rdma_write_bw rc_rdma_read_lat" \
+  qperf_pair $((p + 3)) 4 rc_lat rc_bw rc_rdma_write_bw rc_rdma_read_lat
+check "qperf -li droce1:1 -ri droce0:1 (no lid-peer): rc_lat rc_bw" qperf_pair $((p + 4)) 2 -li droce1:1 -ri droce0:1 rc_lat rc_bw
+
 # Four processes at once, three of them on droce0: two pairs side by side.
 four() {
   local p2=$((p + 1)) rc=0

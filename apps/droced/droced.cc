@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
+#include "wire/headers.h"
 
 namespace droce::droced {
 namespace {
@@ -283,6 +285,10 @@ class Daemon {
     Port& p = state_.ports()[port];
     uint16_t sent = 0;
     if (p.in_use) {
+      SwitchKnobs& k = state_.knobs(p.device);
+      if (k.active() || !k.mirror_path().empty()) ApplyKnobs(port, p.device, k, s);
+    }
+    if (p.in_use && s.n > 0) {
       // Counted before: memif's transmit frees what it sent.
       uint64_t bytes[kBurst];
       for (uint16_t i = 0; i < s.n; ++i) bytes[i] = rte_pktmbuf_pkt_len(s.m[i]);
@@ -294,6 +300,107 @@ class Daemon {
     if (sent < s.n) rte_pktmbuf_free_bulk(s.m + sent, s.n - sent);
     s.n = 0;
     return sent;
+  }
+
+  // The device's switch-port knobs on a staged burst (switch_knobs.h): drops
+  // leave the stage, marks rewrite the ECN field, a held frame goes out after
+  // the port's next one, and what stays is mirrored.
+  void ApplyKnobs(int port, uint32_t device, SwitchKnobs& k, Stage& s) {
+    const uint64_t now = NowNs();
+    rte_mbuf* out[kBurst + 1];
+    uint16_t n = 0;
+    for (uint16_t i = 0; i < s.n; ++i) {
+      rte_mbuf* m = s.m[i];
+      const EgressVerdict v = k.Egress(m->data_len, now);
+      if (v.drop) {
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      if (v.mark) MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
+      if (v.hold && held_[port] == nullptr) {
+        held_[port] = m;
+        continue;
+      }
+      out[n++] = m;
+      if (held_[port] != nullptr && !v.hold) {
+        out[n++] = held_[port];
+        held_[port] = nullptr;
+      }
+    }
+    // At most kBurst: one frame can be held back per port.
+    if (n > kBurst) {
+      held_[port] = out[--n];
+    }
+    std::memcpy(s.m, out, n * sizeof out[0]);
+    s.n = n;
+    if (!k.mirror_path().empty()) Mirror(device, k, s);
+  }
+
+  // Sets ECN CE on an ECN-capable IPv4/IPv6 frame (RoCEv2's ICRC masks the
+  // field; the IPv4 header checksum is recomputed).
+  static void MarkCe(uint8_t* f, uint32_t len) {
+    const wire::L3Info l3 = wire::ReadL3(f, len);
+    uint8_t* ip = f + l3.l3_offset;
+    if (l3.ether_type == wire::kEtherTypeIpv4 && len >= l3.l3_offset + 20) {
+      if ((ip[1] & 3) == 0) return;  // not ECN-capable: a real switch would drop or leave it
+      ip[1] |= 3;
+      const uint32_t ihl = (ip[0] & 15u) * 4;
+      if (ihl < 20 || len < l3.l3_offset + ihl) return;
+      ip[10] = ip[11] = 0;
+      uint32_t sum = 0;
+      for (uint32_t i = 0; i < ihl; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
+      while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+      ip[10] = static_cast<uint8_t>(~sum >> 8);
+      ip[11] = static_cast<uint8_t>(~sum);
+    } else if (l3.ether_type == wire::kEtherTypeIpv6 && len >= l3.l3_offset + 40) {
+      if (((ip[1] >> 4) & 3) == 0) return;
+      ip[1] |= 0x30;
+    }
+  }
+
+  // The device's mirror (debugging: a stdio write per frame).
+  void Mirror(uint32_t device, SwitchKnobs& k, const Stage& s) {
+    MirrorFile& mf = mirrors_[device];
+    if (mf.path != k.mirror_path()) {
+      if (mf.file != nullptr) std::fclose(mf.file);
+      mf.path = k.mirror_path();
+      mf.file = std::fopen(mf.path.c_str(), "w");
+      if (mf.file == nullptr) {
+        Log("mirror %s: %s", mf.path.c_str(), std::strerror(errno));
+        return;
+      }
+      const uint32_t hdr[6] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
+      std::fwrite(hdr, sizeof hdr, 1, mf.file);
+    }
+    if (mf.file == nullptr) return;
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    for (uint16_t i = 0; i < s.n; ++i) {
+      const rte_mbuf* m = s.m[i];
+      const uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec / 1000),
+                               m->data_len, m->data_len};
+      std::fwrite(rec, sizeof rec, 1, mf.file);
+      std::fwrite(rte_pktmbuf_mtod(m, const void*), 1, m->data_len, mf.file);
+      ++k.counters().mirrored;
+    }
+    std::fflush(mf.file);
+  }
+
+  // Frames the reorder knob held back, sent once the port is idle.
+  uint32_t FlushHeld() {
+    uint32_t work = 0;
+    for (uint32_t i = 0; i < kMaxPorts; ++i) {
+      if (held_[i] == nullptr) continue;
+      rte_mbuf* m = held_[i];
+      held_[i] = nullptr;
+      const Port& p = state_.ports()[i];
+      if (p.in_use && rte_eth_tx_burst(static_cast<uint16_t>(p.handle), 0, &m, 1) == 1) {
+        ++work;
+      } else {
+        rte_pktmbuf_free(m);
+      }
+    }
+    return work;
   }
 
   uint32_t PollOnce() {
@@ -344,6 +451,7 @@ class Daemon {
       for (uint32_t k = 0; k < ndirty_; ++k) work += Flush(dirty_[k]);
       ndirty_ = 0;
     }
+    if (work == 0) work += FlushHeld();
     return work;
   }
 
@@ -445,7 +553,7 @@ class Daemon {
 
   void ServeConn(size_t i) {
     Conn c = conns_[i];
-    alignas(8) char buf[sizeof(fabric::Request) + 64];
+    alignas(8) char buf[sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64];  // the largest request and more (MSG_TRUNC tells)
     const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0) {  // EOF: the process detached, exited or died
@@ -509,6 +617,12 @@ class Daemon {
   }
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
+  rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
+  struct MirrorFile {
+    std::string path;
+    std::FILE* file = nullptr;
+  };
+  std::map<uint32_t, MirrorFile> mirrors_;  // per device
   int dirty_[kMaxPorts * kBurst];
   std::unique_ptr<ethdev::RxWakeup> wakeups_[kMaxPorts];  // per port index, for memif wakeup_memif_[i]
   uint32_t wakeup_memif_[kMaxPorts] = {};

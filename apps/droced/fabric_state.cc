@@ -105,9 +105,14 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     ++counters_.requests_rejected;
     return fabric::MakeReply(req, error, why);
   };
-  if (n != static_cast<ssize_t>(sizeof req)) {
+  // Only kOpSwitchSet carries a body (its knobs) after the request.
+  uint16_t op_peek = 0;
+  if (n >= 8) std::memcpy(&op_peek, static_cast<const char*>(buf) + 6, sizeof op_peek);
+  const ssize_t want =
+      static_cast<ssize_t>(sizeof req + (op_peek == fabric::kOpSwitchSet ? sizeof(fabric::KnobRequest) : 0));
+  if (n != want) {
     if (n >= 8) std::memcpy(&req, buf, 8);  // answer with its op if it has one
-    return reject(EINVAL, absl::StrFormat("request of %d bytes, expected %u", n, sizeof req));
+    return reject(EINVAL, absl::StrFormat("request of %d bytes, expected %u", n, want));
   }
   std::memcpy(&req, buf, sizeof req);
   if (req.magic != fabric::kMagic) return reject(EPROTO, "bad magic");
@@ -115,7 +120,7 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     return reject(EPROTONOSUPPORT, absl::StrFormat("protocol version %u, droced speaks %u", req.version,
                                                    fabric::kVersion));
   }
-  if (req.size != sizeof req) return reject(EINVAL, "bad size field");
+  if (req.size != static_cast<uint32_t>(want)) return reject(EINVAL, "bad size field");
   if (std::any_of(std::begin(req.reserved), std::end(req.reserved), [](uint8_t b) { return b != 0; })) {
     return reject(EINVAL, "reserved bytes are not zero");
   }
@@ -163,6 +168,20 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     case fabric::kOpRescan:
       Rescan();
       return fabric::MakeReply(req, 0, "");
+    case fabric::kOpSwitchSet: {
+      // Knobs change what every process of the device receives, and a mirror
+      // writes their frames to a file: the daemon's user or root only.
+      if (peer_uid != 0 && peer_uid != getuid()) return reject(EPERM, "only root or the daemon's user");
+      if (!verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      const int dev = FindDevice(device);
+      if (dev < 0) return reject(ENODEV, absl::StrCat("no fabric device ", device));
+      fabric::KnobRequest k;
+      std::memcpy(&k, static_cast<const char*>(buf) + sizeof req, sizeof k);
+      absl::Status s = SwitchKnobs::Validate(k);
+      if (!s.ok()) return reject(EINVAL, std::string(s.message()));
+      devices_[dev].knobs->Apply(k);
+      return fabric::MakeReply(req, 0, "");
+    }
     default:
       return reject(EOPNOTSUPP, absl::StrFormat("unknown op %u", req.op));
   }
@@ -385,6 +404,7 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           d.name, verbs::FormatMac(d.mac), d.ipv4 ? " ip " : "", d.ipv4 ? Ipv4Text(d.ipv4) : "",
                           attached, d.counters.rx_roce, d.counters.rx_no_owner, d.counters.arp_replies,
                           d.counters.nd_replies, d.registered ? "" : " (unregistered)");
+    out += d.knobs->Describe();
     for (size_t k = 0; k < ports_.size(); ++k) {
       const Port& p = ports_[k];
       if (!p.in_use || p.device != i) continue;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "apps/droced/switch_knobs.h"
 #include "core/device.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/fabric.h"
@@ -54,6 +55,7 @@ struct FabricDevice {
   uint32_t next_slot = 1;           // ranges rotate: a freed one is reused last
   DeviceCounters counters;
   bool registered = true;           // still has a device file
+  std::unique_ptr<SwitchKnobs> knobs = std::make_unique<SwitchKnobs>();  // its switch port's (egress)
 };
 
 struct Port {
@@ -111,6 +113,7 @@ class FabricState {
 
   std::vector<Port>& ports() { return ports_; }
   const std::vector<FabricDevice>& devices() const { return devices_; }
+  SwitchKnobs& knobs(uint32_t device) { return *devices_[device].knobs; }
   GlobalCounters& counters() { return counters_; }
   std::string memif_socket() const { return fabric::MemifSocketPath(run_dir_); }
 

@@ -332,5 +332,116 @@ TEST_F(FabricStateTest, AnswersArpForDeviceAddressesAndFloodsTheRest) {
   EXPECT_EQ(state_->Classify(3, f.data(), 6, 64).kind, Decision::kDrop);
 }
 
+// The switch knobs' request: the daemon's user or root only, a registered
+// fabric device, every field checked; accepted knobs show in the status.
+TEST_F(FabricStateTest, SwitchSetChecksEveryFieldAndWho) {
+  auto set = [&](const std::string& dev, const fabric::KnobRequest& k, uid_t uid = 0, ssize_t extra = 0) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpSwitchSet, dev);
+    req.pid = 4242;
+    req.size = sizeof req + sizeof k;
+    char buf[sizeof req + sizeof k + 8] = {};
+    std::memcpy(buf, &req, sizeof req);
+    std::memcpy(buf + sizeof req, &k, sizeof k);
+    return state_->Handle(30, buf, static_cast<ssize_t>(sizeof req + sizeof k) + extra, 4242, uid, &text_);
+  };
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobLoss | fabric::kKnobSeed | fabric::kKnobBottleneck;
+  k.loss_ppm = 10000;
+  k.seed = 7;
+  k.rate_bps = 10'000'000'000ull;
+  k.kmin_bytes = 5000;
+  k.kmax_bytes = 200000;
+  k.pmax_ppm = 10000;
+  EXPECT_EQ(set("droce0", k, getuid() + 1).error, EPERM);  // another user
+  EXPECT_EQ(set("droce0", k, 0, -1).error, EINVAL);        // short
+  EXPECT_EQ(set("droce0", k, 0, 8).error, EINVAL);         // long
+  EXPECT_EQ(set("nosuch", k).error, ENODEV);
+  EXPECT_EQ(set("bad name!", k).error, EINVAL);
+  fabric::KnobRequest bad = k;
+  bad.kmin_bytes = bad.kmax_bytes + 1;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.loss_ppm = 1'000'001;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.set |= 1u << 20;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.set |= fabric::kKnobMirror;
+  std::memcpy(bad.mirror, "rel.pcap", 8);
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  std::memset(bad.mirror, 'x', sizeof bad.mirror);  // not terminated
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.reserved[3] = 1;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  EXPECT_FALSE(state_->knobs(0).active());  // nothing refused changed anything
+  const fabric::Reply ok = set("droce0", k);
+  ASSERT_EQ(ok.error, 0) << ok.message;
+  EXPECT_TRUE(state_->knobs(0).active());
+  const std::string status = state_->StatusText("droce0");
+  EXPECT_NE(status.find("loss=0.01"), std::string::npos) << status;
+  EXPECT_NE(status.find("bottleneck rate=10000000000"), std::string::npos) << status;
+  // A switch-set body on any other op is a wrong size.
+  fabric::Request other = fabric::MakeRequest(fabric::kOpStatus, "");
+  other.pid = 4242;
+  char buf[sizeof other + sizeof k] = {};
+  std::memcpy(buf, &other, sizeof other);
+  EXPECT_EQ(state_->Handle(31, buf, sizeof buf, 4242, 0, &text_).error, EINVAL);
+  // Clearing: everything off.
+  fabric::KnobRequest clear{};
+  clear.set = fabric::kKnobAll;
+  ASSERT_EQ(set("droce0", clear).error, 0);
+  EXPECT_FALSE(state_->knobs(0).active());
+}
+
+TEST(SwitchKnobs, LossIsSeededAndAtTheGivenRate) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobLoss | fabric::kKnobSeed;
+  k.loss_ppm = 100000;  // 10%
+  k.seed = 42;
+  SwitchKnobs a, b;
+  a.Apply(k);
+  b.Apply(k);
+  int dropped = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const EgressVerdict va = a.Egress(1000, i * 1000);
+    EXPECT_EQ(va.drop, b.Egress(1000, i * 1000).drop) << i;  // the same seed, the same drops
+    dropped += va.drop;
+  }
+  EXPECT_NEAR(dropped, 2000, 200);
+  EXPECT_EQ(a.counters().loss_dropped, static_cast<uint64_t>(dropped));
+}
+
+TEST(SwitchKnobs, BottleneckMarksAboveKminAndTailDrops) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobBottleneck;
+  k.rate_bps = 1'000'000'000;  // 1 Gb/s: a 1000-byte frame takes 8 us
+  k.kmin_bytes = 10000;
+  k.kmax_bytes = 50000;
+  k.pmax_ppm = 1'000'000;
+  k.limit_bytes = 100000;
+  SwitchKnobs s;
+  s.Apply(k);
+  // At the line rate: the queue never builds, nothing is marked.
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(s.Egress(1000, uint64_t(i) * 8000).mark);
+  EXPECT_EQ(s.counters().ce_marked, 0u);
+  // At twice the line rate: the queue grows past kmin (marks), past kmax
+  // (every frame marked) and past the limit (tail drops).
+  const uint64_t t0 = 1000 * 8000;
+  bool marked_all_above_kmax = true;
+  for (int i = 0; i < 400; ++i) {
+    const uint64_t now = t0 + uint64_t(i) * 4000;
+    const uint64_t q = s.queue_bytes(now);
+    const EgressVerdict v = s.Egress(1000, now);
+    if (q > 50000 && !v.drop && !v.mark) marked_all_above_kmax = false;
+  }
+  EXPECT_GT(s.counters().ce_marked, 0u);
+  EXPECT_TRUE(marked_all_above_kmax);
+  EXPECT_GT(s.counters().queue_dropped, 0u);
+  EXPECT_LE(s.queue_bytes(t0 + 400 * 4000), 100000u);
+}
+
 }  // namespace
 }  // namespace droce::droced

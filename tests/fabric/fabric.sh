@@ -111,6 +111,53 @@ four() {
 check "four processes at once (three on droce0)" four
 check "daemon counters" bash -c "'$ctl' daemon status | tee /dev/stderr | grep -q 'arp_replies [1-9]'"
 
+# The network's knobs in the switch (droce-ctl switch set; doc/droced.md).
+knob_loss() {
+  "$ctl" switch set droce1 loss=0.02 seed=1 || return 1
+  pair "DROCE_STATS=1 ibv_rc_pingpong -p $p -d droce0 -g 1 -n 1000 -c" \
+       "DROCE_STATS=1 ibv_rc_pingpong -p $p -d droce1 -g 1 -n 1000 -c 127.0.0.1"
+  local rc=$?
+  "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
+  "$ctl" switch clear droce1 || rc=1
+  [ $rc -eq 0 ] || return 1
+  # Frames to droce1 were dropped, yet every buffer arrived and verified (-c):
+  # RC retransmitted them. (DROCE_STATS's per-QP retransmit counts are gone
+  # by then: ibv_rc_pingpong destroys its QP before it closes the device.)
+  grep -q 'loss_dropped [1-9]' "$run/knobs.txt" || { echo "no frame dropped"; return 1; }
+}
+check "switch loss=0.02 on droce1: frames dropped, ibv_rc_pingpong -c still verifies every buffer" knob_loss
+knob_bottleneck() {
+  # DCQCN on both ends for this run (registered again, nothing attached).
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d
+    "$ctl" link del $1 >/dev/null && "$ctl" link add $1 ip $2 ip $3 set dcqcn=paper >/dev/null || return 1
+  done
+  "$ctl" switch set droce1 bottleneck rate=1G kmin=20K kmax=200K pmax=0.2 || return 1
+  pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D 3" "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D 3 127.0.0.1"
+  local rc=$?
+  "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
+  "$ctl" switch clear droce1 || rc=1
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d
+    "$ctl" link del $1 >/dev/null && "$ctl" link add $1 ip $2 ip $3 >/dev/null || rc=1
+  done
+  [ $rc -eq 0 ] || return 1
+  grep -q 'ce_marked [1-9]' "$run/knobs.txt" || { echo "nothing marked"; return 1; }
+  grep -q ' rx_cnp [1-9]' "$run/client.log" || { echo "the sender got no CNP"; return 1; }
+  grep -o ' rx_cnp [0-9]*' "$run/client.log"
+}
+check "switch bottleneck rate=1G on droce1: a DCQCN ib_write_bw gets CE marks and its sender CNPs" knob_bottleneck
+knob_mirror() {
+  "$ctl" switch set droce0 mirror "$run/mirror.pcap" || return 1
+  pair "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 50" "ibv_rc_pingpong -p $p -d droce1 -g 1 -n 50 127.0.0.1" || return 1
+  "$ctl" switch set droce0 mirror off || return 1
+  "$ctl" daemon status droce0 | grep -q 'switch port' && { echo "knobs left on"; return 1; }
+  "$build/apps/pcap/droce-pcap" check "$run/mirror.pcap"
+}
+check "switch mirror on droce0: a pcap droce-pcap check accepts" knob_mirror
+check "switch knobs refuse bad values" bash -c "! '$ctl' switch set droce0 loss=2 2>/dev/null &&
+  ! '$ctl' switch set droce0 bottleneck kmin=5 2>/dev/null && ! '$ctl' switch set nosuch loss=0.1 2>/dev/null"
+
 # A program killed mid-transfer: the daemon keeps running and frees its
 # range; its peer's QP ends (retry exceeded), never hangs or crashes; another
 # pair on droce0 running meanwhile finishes normally; then a new pair works.

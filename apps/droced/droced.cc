@@ -163,7 +163,36 @@ class MemifPorts final : public PortBackend {
 class Daemon {
  public:
   Daemon(std::string run_dir, rte_mempool* pool)
-      : run_dir_(run_dir), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
+      : run_dir_(run_dir), pool_(pool), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
+
+  // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
+  // interface to another droced (another host on this machine); frames for
+  // MACs not on this segment go there (doc/droced.md, "Uplinks").
+  absl::Status OpenUplink(const std::string& spec) {
+    const size_t a = spec.find(':'), b = spec.rfind(':');
+    if (spec.rfind("memif:", 0) != 0 || a == b) return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client");
+    const std::string socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
+    if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
+    if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
+    if (role == "server") unlink(socket.c_str());  // a dead daemon's
+    const std::string name = "net_memif_uplink";
+    absl::Status s = ethdev::ProbeVdev(absl::StrCat(name, ",role=", role, ",id=0,socket=", socket,
+                                                    ",socket-abstract=no,bsize=10240"));
+    if (!s.ok()) return s;
+    uint16_t port = 0;
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) return absl::InternalError("no uplink port");
+    rte_eth_conf conf{};
+    int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, kRing, rte_eth_dev_socket_id(port), nullptr, pool_);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, kRing, rte_eth_dev_socket_id(port), nullptr);
+    if (rc != 0) return absl::UnavailableError(absl::StrFormat("uplink: %s", rte_strerror(-rc)));
+    // A client whose server is not up yet fails to start: retried (Run).
+    uplink_retry_ = rte_eth_dev_start(port) != 0 && role == "client";
+    uplink_port_ = port;
+    state_.AddUplink(port, absl::StrCat("memif ", socket, " (", role, ")"));
+    Log("uplink: memif %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
+    return absl::OkStatus();
+  }
 
   void set_busy_poll(bool on) { busy_poll_ = on; }
   void set_busy_window_us(uint32_t us) { busy_window_ns_ = uint64_t{us} * 1000; }
@@ -254,7 +283,7 @@ class Daemon {
   bool AnyLinkUp() {
     for (const Port& p : state_.ports()) {
       rte_eth_link link{};
-      if (p.in_use && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
+      if (p.in_use && !p.uplink && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
           link.link_status == RTE_ETH_LINK_UP) {
         return true;
       }
@@ -284,7 +313,7 @@ class Daemon {
     if (s.n == 0) return 0;
     Port& p = state_.ports()[port];
     uint16_t sent = 0;
-    if (p.in_use) {
+    if (p.in_use && !p.uplink) {
       SwitchKnobs& k = state_.knobs(p.device);
       if (k.active() || !k.mirror_path().empty()) ApplyKnobs(port, p.device, k, s);
     }
@@ -522,6 +551,7 @@ class Daemon {
 
   // Accepts connections and answers requests; waits up to timeout_us for one.
   void ServiceControl(uint32_t timeout_us) {
+    RetryUplink();
     pollfd fds[1 + kMaxConns + kMaxPorts];
     nfds_t nfds = 0;
     fds[nfds++] = {listen_fd_, POLLIN, 0};
@@ -588,6 +618,21 @@ class Daemon {
 
   static constexpr size_t kMaxConns = 1024;
   std::string run_dir_;
+  rte_mempool* pool_;
+  int uplink_port_ = -1;
+  bool uplink_retry_ = false;  // a memif client uplink whose server did not listen: start it again
+  uint64_t next_uplink_try_ = 0;
+  // Only after a start that failed (connect refused): restarting a client
+  // mid-handshake makes DPDK 22.11's server close a socket its interrupt
+  // thread still watches (runtime.cc's CheckLink).
+  void RetryUplink() {
+    const uint64_t now = NowNs();
+    if (!uplink_retry_ || now < next_uplink_try_) return;
+    next_uplink_try_ = now + 1'000'000'000;
+    rte_eth_dev_stop(static_cast<uint16_t>(uplink_port_));
+    uplink_retry_ = rte_eth_dev_start(static_cast<uint16_t>(uplink_port_)) != 0;
+    if (!uplink_retry_) Log("uplink: connected to its server");
+  }
   MemifPorts ports_;
   FabricState state_;
   int listen_fd_ = -1;
@@ -640,6 +685,8 @@ int Main(int argc, char** argv) {
                                 ? static_cast<uint32_t>(std::strtoul(std::getenv("DROCED_BUSY_WINDOW_US"), nullptr, 10))
                                 : 0;
   unsigned memory_mb = 256;
+  // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
+  std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--run-dir" && i + 1 < argc) {
@@ -652,11 +699,13 @@ int Main(int argc, char** argv) {
       busy_window_us = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
     } else if (a == "--foreground") {
       foreground = true;
+    } else if (a == "--uplink" && i + 1 < argc) {
+      uplink = argv[++i];
     } else if (a == "--memory-mb" && i + 1 < argc) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime]\n");
+                   "[--no-realtime] [--uplink memif:SOCKET:server|client]\n");
       return 2;
     }
   }
@@ -732,6 +781,7 @@ int Main(int argc, char** argv) {
     daemon->set_busy_window_us(busy_window_us);
     daemon->set_realtime(realtime);
     s = daemon->Listen();
+    if (s.ok() && !uplink.empty()) s = daemon->OpenUplink(uplink);
   }
   if (!s.ok()) {
     Log("cannot start: %s", std::string(s.message()).c_str());

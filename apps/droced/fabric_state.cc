@@ -262,6 +262,19 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   return r;
 }
 
+int FabricState::AddUplink(int handle, std::string describe) {
+  auto free_port = std::find_if(ports_.begin(), ports_.end(), [](const Port& p) { return !p.in_use; });
+  if (free_port == ports_.end() || uplink_ >= 0) return -1;
+  *free_port = Port{};
+  free_port->in_use = true;
+  free_port->uplink = true;
+  free_port->device = kUplinkDevice;
+  free_port->handle = handle;
+  uplink_ = static_cast<int>(free_port - ports_.begin());
+  uplink_describe_ = std::move(describe);
+  return uplink_;
+}
+
 void FabricState::Detach(int port) {
   Port& p = ports_[port];
   if (!p.in_use) return;
@@ -330,23 +343,26 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
   }
   const int64_t qpn = wire::RoceDestQp(frame, len);
   int dev = -1;
+  // Not for this segment: out of the uplink, unless it came from there.
+  auto to_uplink = [&](uint64_t& no_uplink_counter) {
+    if (uplink_ >= 0 && src != uplink_) {
+      ++counters_.to_uplink;
+      d.kind = Decision::kToPort;
+      d.port = uplink_;
+    } else {
+      ++no_uplink_counter;
+    }
+    return d;
+  };
   if (!IsMulticastMac(frame)) {
     dev = FindDeviceByMac(frame);
-    if (dev < 0) {
-      // TODO(issue 14): the uplink (memif to another droced, af_packet/af_xdp
-      // on a netdev, a DPDK PMD) takes unicast frames for other hosts.
-      ++counters_.rx_unknown_dst;
-      return d;
-    }
+    if (dev < 0) return to_uplink(counters_.rx_unknown_dst);
   } else if (qpn >= 0) {
     // Broadcast RoCEv2 (a sender whose neighbour was unresolved): the
     // destination IP names the device.
     uint8_t gid[16];
     if (wire::DestIpAsGid(frame, len, gid)) dev = FindDeviceByGid(gid);
-    if (dev < 0) {
-      ++counters_.rx_no_route;
-      return d;
-    }
+    if (dev < 0) return to_uplink(counters_.rx_no_route);
   }
   if (qpn >= 0) {
     FabricDevice& fd = devices_[dev];
@@ -392,7 +408,14 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           "requests %lu rejected %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
                           counters_.requests, counters_.requests_rejected);
-    out += "  uplink: none (not implemented yet: only the devices of this run directory are reachable)\n";
+    if (uplink_ < 0) {
+      out += "  uplink: none (only the devices of this run directory are reachable)\n";
+    } else {
+      const Port& u = ports_[uplink_];
+      absl::StrAppendFormat(&out, "  uplink %s: to_uplink %lu, rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu\n",
+                            uplink_describe_, counters_.to_uplink, u.counters.rx_packets, u.counters.rx_bytes,
+                            u.counters.tx_packets, u.counters.tx_bytes, u.counters.tx_dropped);
+    }
   }
   for (size_t i = 0; i < devices_.size(); ++i) {
     const FabricDevice& d = devices_[i];

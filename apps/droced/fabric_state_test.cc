@@ -297,9 +297,47 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
   state_->ConnectionClosed(10);
   EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 5)).kind, Decision::kDrop);
   EXPECT_EQ(state_->devices()[0].counters.rx_no_owner, 3u);
-  // Unicast to a MAC that is no device of this fabric: no uplink yet.
+  // Unicast to a MAC that is no device of this fabric, with no uplink.
   EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000009, 0x20)).kind, Decision::kDrop);
   EXPECT_EQ(state_->counters().rx_unknown_dst, 1u);
+}
+
+// With an uplink: frames for other hosts (unknown unicast MAC, broadcast
+// RoCEv2 to an IP not on the segment) go out of it, never back into it;
+// what comes in from it is steered as from a process; floods of the segment
+// reach it, a device's own floods do not.
+TEST_F(FabricStateTest, UplinkTakesWhatIsNotOnTheSegment) {
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  ASSERT_EQ(a.error, 0);
+  const int up = state_->AddUplink(77, "memif test");
+  ASSERT_GE(up, 0);
+  EXPECT_EQ(state_->AddUplink(78, "a second"), -1);  // one uplink
+  EXPECT_TRUE(state_->ports()[up].uplink);
+  int own = -1;
+  for (size_t i = 0; i < state_->ports().size(); ++i) {
+    if (state_->ports()[i].in_use && state_->ports()[i].conn_fd == 10) own = static_cast<int>(i);
+  }
+  auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  Decision d = classify(RoceFrame(kOtherMac, 0x0a000009, 0x20), own);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, up);
+  d = classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a000009, 0x20), own);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, up);
+  EXPECT_EQ(state_->counters().to_uplink, 2u);
+  // From the uplink: unknown destinations are dropped, not reflected.
+  EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000009, 0x20), up).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().rx_unknown_dst, 1u);
+  // ... and our devices' QPs are reached as from any port.
+  d = classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 3), up);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, own);
+  EXPECT_NE(state_->StatusText("").find("uplink memif test: to_uplink 2"), std::string::npos) << state_->StatusText("");
+  // Closing every connection leaves the uplink.
+  state_->ConnectionClosed(10);
+  EXPECT_TRUE(state_->ports()[up].in_use);
 }
 
 TEST_F(FabricStateTest, AnswersArpForDeviceAddressesAndFloodsTheRest) {

@@ -9,6 +9,11 @@
 #      PAIR_IP6=1 (IPv6 addresses as well: GID index 2),
 #      LINK_SET='k=v ...' (device-file settings for both devices, e.g.
 #      'progress_wakeup=off'),
+#      WIRE=fabric: droce0 and droce1 as devices of the host fabric (droced,
+#      started here and stopped at the end; doc/droced.md): any number of
+#      programs may open either;
+#      SERVER_STAYS=1: the server runs until killed (qperf): stop it after
+#      the client;
 #      WIRE=veth: af_packet on a veth pair between two network namespaces
 #      made here (path MTU <= 2048); the server then runs in one namespace,
 #      the client in the other, and reaches the server's side channel at
@@ -43,14 +48,22 @@ if [ "${WIRE:-memif}" = veth ]; then
     [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"; }
   wire0=(type af_packet iface vs$tag) wire1=(type af_packet iface vc$tag)
   wrap_s=(ip netns exec "$ns_s") wrap_c=(ip netns exec "$ns_c")
+elif [ "${WIRE:-memif}" = fabric ]; then
+  cleanup() { "$ctl" daemon stop >/dev/null 2>&1
+    "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+    [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"; }
+  wire0=() wire1=()
 else
   wire0=(type memif socket "$run/wire.sock" role server) wire1=(type memif socket "$run/wire.sock" role client)
 fi
 link_set=()
 for kv in ${LINK_SET:-}; do link_set+=(set "$kv"); done
-# lid-peer: LID-addressed QPs (qperf's) reach the other end of the wire.
-"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" lid-peer 10.0.0.2 "${link_set[@]}" >/dev/null || exit 2
-"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" lid-peer 10.0.0.1 "${link_set[@]}" >/dev/null || exit 2
+# lid-peer: LID-addressed QPs (qperf's) reach the other end of the wire (a
+# fabric device has a LID of its own instead).
+lid0=(lid-peer 10.0.0.2) lid1=(lid-peer 10.0.0.1)
+[ "${WIRE:-memif}" = fabric ] && lid0=() lid1=()
+"$ctl" link add droce0 "${wire0[@]}" ip 10.0.0.1 "${ip6_0[@]}" "${lid0[@]}" "${link_set[@]}" >/dev/null || exit 2
+"$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" "${lid1[@]}" "${link_set[@]}" >/dev/null || exit 2
 eval "$("$ctl" env)"
 t=${PAIR_TIMEOUT:-60}
 timeout "$t" "${wrap_s[@]}" bash -c "$1" >"$run/server.log" 2>&1 &
@@ -58,8 +71,10 @@ server=$!
 sleep "${SERVER_DELAY:-1}"
 timeout "$t" "${wrap_c[@]}" bash -c "$2" >"$run/client.log" 2>&1
 client_rc=$?
+[ "${SERVER_STAYS:-0}" = 1 ] && kill $server 2>/dev/null
 wait $server
 server_rc=$?
+[ "${SERVER_STAYS:-0}" = 1 ] && server_rc=0
 echo "--- server ($server_rc): $1"; cat "$run/server.log"
 echo "--- client ($client_rc): $2"; cat "$run/client.log"
 [ $client_rc -eq 0 ] && [ $server_rc -eq 0 ]

@@ -13,10 +13,13 @@
 // Options (keyword value): ip ADDR (again for a second, IPv6 address),
 // mac MAC, neighbor IP,MAC (repeatable), mtu N, netdev IFACE, eal "ARGS",
 // set KEY=VALUE (any key of the device file, see doc/verbs.md).
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -41,6 +44,10 @@ constexpr char kUsage[] =
     "  link del NAME\n"
     "  link show [NAME]\n"
     "  daemon start|stop|status   the run directory's fabric daemon (droced)\n"
+    "  switch set NAME KNOB...    the network's knobs on a fabric device's switch port (frames to it):\n"
+    "         bottleneck rate=10G kmin=BYTES kmax=BYTES pmax=0.01 [limit=BYTES] | bottleneck off,\n"
+    "         loss=P, reorder=P, seed=N, mirror FILE.pcap | mirror off\n"
+    "  switch clear NAME          every knob of the device off\n"
     "  env            print the environment a verbs program needs\n"
     "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
     "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
@@ -147,6 +154,102 @@ int DaemonCommand(const std::string& run_dir, const std::vector<std::string>& ar
   return Fail("daemon start|stop|status");
 }
 
+// "10G", "2.5g", "100M", "1000000": bits per second; "64K", "1M", "1000":
+// bytes (decimal units, as switch data sheets give buffers).
+bool ParseUnits(const std::string& v, uint64_t* out) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || x < 0) return false;
+  double mult = 1;
+  const std::string unit(end);
+  if (unit == "k" || unit == "K") mult = 1e3;
+  else if (unit == "m" || unit == "M") mult = 1e6;
+  else if (unit == "g" || unit == "G") mult = 1e9;
+  else if (!unit.empty()) return false;
+  *out = static_cast<uint64_t>(x * mult + 0.5);
+  return true;
+}
+
+bool ParseProbability(const std::string& v, uint32_t* ppm) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != 0 || x < 0 || x > 1) return false;
+  *ppm = static_cast<uint32_t>(x * 1e6 + 0.5);
+  return true;
+}
+
+// droce-ctl switch set|clear NAME ...: one kOpSwitchSet request.
+int SwitchCommand(const std::string& run_dir, const std::vector<std::string>& args) {
+  if (args.size() < 2 || (args[0] != "set" && args[0] != "clear")) return Fail("switch set|clear NAME [KNOB...]");
+  fabric::KnobRequest k{};
+  if (args[0] == "clear") {
+    k.set = fabric::kKnobAll;  // everything to zero/off; seed 0
+  }
+  for (size_t i = 2; args[0] == "set" && i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const size_t eq = a.find('=');
+    const std::string key = a.substr(0, eq), val = eq == std::string::npos ? "" : a.substr(eq + 1);
+    if (a == "bottleneck") {
+      k.set |= fabric::kKnobBottleneck;
+      if (i + 1 < args.size() && args[i + 1] == "off") {
+        ++i;
+        continue;
+      }
+      k.kmin_bytes = 5000, k.kmax_bytes = 200000, k.pmax_ppm = 10000;  // lib/cc's defaults
+      bool rate = false;
+      for (; i + 1 < args.size(); ++i) {
+        const std::string& b = args[i + 1];
+        const size_t e = b.find('=');
+        if (e == std::string::npos) break;
+        const std::string bk = b.substr(0, e), bv = b.substr(e + 1);
+        uint64_t x = 0;
+        if (bk == "rate" && ParseUnits(bv, &x)) {
+          k.rate_bps = x, rate = true;
+        } else if ((bk == "kmin" || bk == "kmax" || bk == "limit") && ParseUnits(bv, &x) && x < (1ull << 31)) {
+          (bk == "kmin" ? k.kmin_bytes : bk == "kmax" ? k.kmax_bytes : k.limit_bytes) = static_cast<uint32_t>(x);
+        } else if (bk == "pmax" && ParseProbability(bv, &k.pmax_ppm)) {
+        } else if (bk == "loss" || bk == "reorder" || bk == "seed") {
+          break;  // the next knob
+        } else {
+          return Fail("bad bottleneck setting '" + b + "'");
+        }
+      }
+      if (!rate || k.rate_bps == 0) return Fail("bottleneck needs rate=RATE (e.g. rate=10G)");
+    } else if (key == "loss" && ParseProbability(val, &k.loss_ppm)) {
+      k.set |= fabric::kKnobLoss;
+    } else if (key == "reorder" && ParseProbability(val, &k.reorder_ppm)) {
+      k.set |= fabric::kKnobReorder;
+    } else if (key == "seed" && !val.empty() && val.find_first_not_of("0123456789") == std::string::npos) {
+      k.set |= fabric::kKnobSeed;
+      k.seed = std::strtoull(val.c_str(), nullptr, 10);
+    } else if (a == "mirror" && i + 1 < args.size()) {
+      k.set |= fabric::kKnobMirror;
+      const std::string path = args[++i] == "off" ? "" : std::string(fs::absolute(args[i]));
+      if (path.size() >= sizeof k.mirror) return Fail("mirror path too long");
+      std::memcpy(k.mirror, path.c_str(), path.size());
+    } else {
+      return Fail("bad knob '" + a + "'");
+    }
+  }
+  fabric::Request req = fabric::MakeRequest(fabric::kOpSwitchSet, args[1]);
+  req.size = sizeof req + sizeof k;
+  const std::string control = fabric::ControlSocketPath(run_dir);
+  const int fd = fabric::Connect(control);
+  if (fd < 0) return Fail("droced is not running for " + run_dir);
+  char buf[sizeof req + sizeof k];
+  std::memcpy(buf, &req, sizeof req);
+  std::memcpy(buf + sizeof req, &k, sizeof k);
+  const bool sent = send(fd, buf, sizeof buf, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof buf);
+  pollfd pfd{fd, POLLIN, 0};
+  fabric::Reply r{};
+  const bool got = sent && poll(&pfd, 1, 5000) == 1 && recv(fd, &r, sizeof r, 0) == static_cast<ssize_t>(sizeof r);
+  close(fd);
+  if (!got) return Fail("droced did not answer");
+  r.message[sizeof r.message - 1] = 0;
+  if (r.error != 0) return Fail(std::string("droced: ") + r.message + " (" + std::strerror(r.error) + ")");
+  return 0;
+}
+
 // Tells a running daemon that the run directory's devices changed.
 void DaemonRescan(const std::string& run_dir) {
   (void)fabric::CallOnce(fabric::ControlSocketPath(run_dir), fabric::MakeRequest(fabric::kOpRescan, ""), 5000);
@@ -154,7 +257,7 @@ void DaemonRescan(const std::string& run_dir) {
 
 void Show(const std::string& run_dir, const DeviceFile& f) {
   if (f.fabric) {
-    std::printf("%s: fabric mtu %u mac %s", f.name.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
+    std::printf("%s: fabric lid %u mtu %u mac %s", f.name.c_str(), f.lid, f.mtu, FormatMac(f.dev.mac).c_str());
   } else {
     std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
   }
@@ -245,6 +348,18 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     fs::create_directories(run_dir, ec);
     f.fabric = true;
     f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
+    // Its LID (the fabric's subnet manager is here): kept on re-registering,
+    // else the smallest one no other fabric device of the directory has.
+    std::vector<bool> taken(0xC000, false);
+    for (const std::string& other : ListDevices(run_dir)) {
+      absl::StatusOr<DeviceFile> o = ReadDevice(run_dir, other);
+      if (!o.ok() || !o->fabric || o->lid == 0) continue;
+      if (other == f.name) f.lid = o->lid;
+      else taken[o->lid] = true;
+    }
+    for (uint32_t lid = 1; lid < taken.size() && (f.lid == 0 || taken[f.lid]); ++lid) {
+      if (!taken[lid]) f.lid = static_cast<uint16_t>(lid);
+    }
     if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
   } else {
     return Fail("unknown type '" + type + "' (memif, af_packet, vdev, or none for the fabric)");
@@ -290,6 +405,7 @@ int Main(int argc, char** argv) {
   }
   if (args[0] == "env") return Env(run_dir);
   if (args[0] == "daemon") return DaemonCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
+  if (args[0] == "switch") return SwitchCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
   if (args[0] != "link" || args.size() < 2) {
     std::fputs(kUsage, stderr);
     return 2;

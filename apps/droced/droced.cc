@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
+#include "wire/headers.h"
 
 namespace droce::droced {
 namespace {
@@ -161,7 +163,36 @@ class MemifPorts final : public PortBackend {
 class Daemon {
  public:
   Daemon(std::string run_dir, rte_mempool* pool)
-      : run_dir_(run_dir), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
+      : run_dir_(run_dir), pool_(pool), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
+
+  // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
+  // interface to another droced (another host on this machine); frames for
+  // MACs not on this segment go there (doc/droced.md, "Uplinks").
+  absl::Status OpenUplink(const std::string& spec) {
+    const size_t a = spec.find(':'), b = spec.rfind(':');
+    if (spec.rfind("memif:", 0) != 0 || a == b) return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client");
+    const std::string socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
+    if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
+    if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
+    if (role == "server") unlink(socket.c_str());  // a dead daemon's
+    const std::string name = "net_memif_uplink";
+    absl::Status s = ethdev::ProbeVdev(absl::StrCat(name, ",role=", role, ",id=0,socket=", socket,
+                                                    ",socket-abstract=no,bsize=10240"));
+    if (!s.ok()) return s;
+    uint16_t port = 0;
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) return absl::InternalError("no uplink port");
+    rte_eth_conf conf{};
+    int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, kRing, rte_eth_dev_socket_id(port), nullptr, pool_);
+    if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, kRing, rte_eth_dev_socket_id(port), nullptr);
+    if (rc != 0) return absl::UnavailableError(absl::StrFormat("uplink: %s", rte_strerror(-rc)));
+    // A client whose server is not up yet fails to start: retried (Run).
+    uplink_retry_ = rte_eth_dev_start(port) != 0 && role == "client";
+    uplink_port_ = port;
+    state_.AddUplink(port, absl::StrCat("memif ", socket, " (", role, ")"));
+    Log("uplink: memif %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
+    return absl::OkStatus();
+  }
 
   void set_busy_poll(bool on) { busy_poll_ = on; }
   void set_busy_window_us(uint32_t us) { busy_window_ns_ = uint64_t{us} * 1000; }
@@ -235,16 +266,31 @@ class Daemon {
       next_control = NowNs() + 200'000;
     }
     Log("stopping (%s)", g_stop ? "signal" : "shutdown request");
-    for (Conn& c : conns_) {
-      state_.ConnectionClosed(c.fd);
-      close(c.fd);
-    }
+    // The attached programs learn it from their control connection closing:
+    // each one's runtime stops polling and removes its memif interface
+    // itself (IBV_EVENT_PORT_ERR, doc/droced.md). Tearing the interfaces
+    // down from here first would have DPDK's memif thread in each program
+    // unmap its rings while the program may be polling them.
+    for (const Conn& c : conns_) close(c.fd);
+    for (int waited_ms = 0; waited_ms < 1000 && AnyLinkUp(); ++waited_ms) usleep(1000);
+    for (const Conn& c : conns_) state_.ConnectionClosed(c.fd);
     conns_.clear();
     close(listen_fd_);
     unlink(fabric::ControlSocketPath(run_dir_).c_str());
   }
 
  private:
+  bool AnyLinkUp() {
+    for (const Port& p : state_.ports()) {
+      rte_eth_link link{};
+      if (p.in_use && !p.uplink && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
+          link.link_status == RTE_ETH_LINK_UP) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   struct Conn {
     int fd;
     pid_t pid;
@@ -267,7 +313,11 @@ class Daemon {
     if (s.n == 0) return 0;
     Port& p = state_.ports()[port];
     uint16_t sent = 0;
-    if (p.in_use) {
+    if (p.in_use && !p.uplink) {
+      SwitchKnobs& k = state_.knobs(p.device);
+      if (k.active() || !k.mirror_path().empty()) ApplyKnobs(port, p.device, k, s);
+    }
+    if (p.in_use && s.n > 0) {
       // Counted before: memif's transmit frees what it sent.
       uint64_t bytes[kBurst];
       for (uint16_t i = 0; i < s.n; ++i) bytes[i] = rte_pktmbuf_pkt_len(s.m[i]);
@@ -279,6 +329,107 @@ class Daemon {
     if (sent < s.n) rte_pktmbuf_free_bulk(s.m + sent, s.n - sent);
     s.n = 0;
     return sent;
+  }
+
+  // The device's switch-port knobs on a staged burst (switch_knobs.h): drops
+  // leave the stage, marks rewrite the ECN field, a held frame goes out after
+  // the port's next one, and what stays is mirrored.
+  void ApplyKnobs(int port, uint32_t device, SwitchKnobs& k, Stage& s) {
+    const uint64_t now = NowNs();
+    rte_mbuf* out[kBurst + 1];
+    uint16_t n = 0;
+    for (uint16_t i = 0; i < s.n; ++i) {
+      rte_mbuf* m = s.m[i];
+      const EgressVerdict v = k.Egress(m->data_len, now);
+      if (v.drop) {
+        rte_pktmbuf_free(m);
+        continue;
+      }
+      if (v.mark) MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
+      if (v.hold && held_[port] == nullptr) {
+        held_[port] = m;
+        continue;
+      }
+      out[n++] = m;
+      if (held_[port] != nullptr && !v.hold) {
+        out[n++] = held_[port];
+        held_[port] = nullptr;
+      }
+    }
+    // At most kBurst: one frame can be held back per port.
+    if (n > kBurst) {
+      held_[port] = out[--n];
+    }
+    std::memcpy(s.m, out, n * sizeof out[0]);
+    s.n = n;
+    if (!k.mirror_path().empty()) Mirror(device, k, s);
+  }
+
+  // Sets ECN CE on an ECN-capable IPv4/IPv6 frame (RoCEv2's ICRC masks the
+  // field; the IPv4 header checksum is recomputed).
+  static void MarkCe(uint8_t* f, uint32_t len) {
+    const wire::L3Info l3 = wire::ReadL3(f, len);
+    uint8_t* ip = f + l3.l3_offset;
+    if (l3.ether_type == wire::kEtherTypeIpv4 && len >= l3.l3_offset + 20) {
+      if ((ip[1] & 3) == 0) return;  // not ECN-capable: a real switch would drop or leave it
+      ip[1] |= 3;
+      const uint32_t ihl = (ip[0] & 15u) * 4;
+      if (ihl < 20 || len < l3.l3_offset + ihl) return;
+      ip[10] = ip[11] = 0;
+      uint32_t sum = 0;
+      for (uint32_t i = 0; i < ihl; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
+      while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+      ip[10] = static_cast<uint8_t>(~sum >> 8);
+      ip[11] = static_cast<uint8_t>(~sum);
+    } else if (l3.ether_type == wire::kEtherTypeIpv6 && len >= l3.l3_offset + 40) {
+      if (((ip[1] >> 4) & 3) == 0) return;
+      ip[1] |= 0x30;
+    }
+  }
+
+  // The device's mirror (debugging: a stdio write per frame).
+  void Mirror(uint32_t device, SwitchKnobs& k, const Stage& s) {
+    MirrorFile& mf = mirrors_[device];
+    if (mf.path != k.mirror_path()) {
+      if (mf.file != nullptr) std::fclose(mf.file);
+      mf.path = k.mirror_path();
+      mf.file = std::fopen(mf.path.c_str(), "w");
+      if (mf.file == nullptr) {
+        Log("mirror %s: %s", mf.path.c_str(), std::strerror(errno));
+        return;
+      }
+      const uint32_t hdr[6] = {0xa1b2c3d4, 0x00040002, 0, 0, 65535, 1};
+      std::fwrite(hdr, sizeof hdr, 1, mf.file);
+    }
+    if (mf.file == nullptr) return;
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    for (uint16_t i = 0; i < s.n; ++i) {
+      const rte_mbuf* m = s.m[i];
+      const uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec / 1000),
+                               m->data_len, m->data_len};
+      std::fwrite(rec, sizeof rec, 1, mf.file);
+      std::fwrite(rte_pktmbuf_mtod(m, const void*), 1, m->data_len, mf.file);
+      ++k.counters().mirrored;
+    }
+    std::fflush(mf.file);
+  }
+
+  // Frames the reorder knob held back, sent once the port is idle.
+  uint32_t FlushHeld() {
+    uint32_t work = 0;
+    for (uint32_t i = 0; i < kMaxPorts; ++i) {
+      if (held_[i] == nullptr) continue;
+      rte_mbuf* m = held_[i];
+      held_[i] = nullptr;
+      const Port& p = state_.ports()[i];
+      if (p.in_use && rte_eth_tx_burst(static_cast<uint16_t>(p.handle), 0, &m, 1) == 1) {
+        ++work;
+      } else {
+        rte_pktmbuf_free(m);
+      }
+    }
+    return work;
   }
 
   uint32_t PollOnce() {
@@ -329,6 +480,7 @@ class Daemon {
       for (uint32_t k = 0; k < ndirty_; ++k) work += Flush(dirty_[k]);
       ndirty_ = 0;
     }
+    if (work == 0) work += FlushHeld();
     return work;
   }
 
@@ -399,6 +551,7 @@ class Daemon {
 
   // Accepts connections and answers requests; waits up to timeout_us for one.
   void ServiceControl(uint32_t timeout_us) {
+    RetryUplink();
     pollfd fds[1 + kMaxConns + kMaxPorts];
     nfds_t nfds = 0;
     fds[nfds++] = {listen_fd_, POLLIN, 0};
@@ -430,7 +583,7 @@ class Daemon {
 
   void ServeConn(size_t i) {
     Conn c = conns_[i];
-    alignas(8) char buf[sizeof(fabric::Request) + 64];
+    alignas(8) char buf[sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64];  // the largest request and more (MSG_TRUNC tells)
     const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0) {  // EOF: the process detached, exited or died
@@ -465,6 +618,21 @@ class Daemon {
 
   static constexpr size_t kMaxConns = 1024;
   std::string run_dir_;
+  rte_mempool* pool_;
+  int uplink_port_ = -1;
+  bool uplink_retry_ = false;  // a memif client uplink whose server did not listen: start it again
+  uint64_t next_uplink_try_ = 0;
+  // Only after a start that failed (connect refused): restarting a client
+  // mid-handshake makes DPDK 22.11's server close a socket its interrupt
+  // thread still watches (runtime.cc's CheckLink).
+  void RetryUplink() {
+    const uint64_t now = NowNs();
+    if (!uplink_retry_ || now < next_uplink_try_) return;
+    next_uplink_try_ = now + 1'000'000'000;
+    rte_eth_dev_stop(static_cast<uint16_t>(uplink_port_));
+    uplink_retry_ = rte_eth_dev_start(static_cast<uint16_t>(uplink_port_)) != 0;
+    if (!uplink_retry_) Log("uplink: connected to its server");
+  }
   MemifPorts ports_;
   FabricState state_;
   int listen_fd_ = -1;
@@ -494,6 +662,12 @@ class Daemon {
   }
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
+  rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
+  struct MirrorFile {
+    std::string path;
+    std::FILE* file = nullptr;
+  };
+  std::map<uint32_t, MirrorFile> mirrors_;  // per device
   int dirty_[kMaxPorts * kBurst];
   std::unique_ptr<ethdev::RxWakeup> wakeups_[kMaxPorts];  // per port index, for memif wakeup_memif_[i]
   uint32_t wakeup_memif_[kMaxPorts] = {};
@@ -511,6 +685,8 @@ int Main(int argc, char** argv) {
                                 ? static_cast<uint32_t>(std::strtoul(std::getenv("DROCED_BUSY_WINDOW_US"), nullptr, 10))
                                 : 0;
   unsigned memory_mb = 256;
+  // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
+  std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--run-dir" && i + 1 < argc) {
@@ -523,11 +699,13 @@ int Main(int argc, char** argv) {
       busy_window_us = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
     } else if (a == "--foreground") {
       foreground = true;
+    } else if (a == "--uplink" && i + 1 < argc) {
+      uplink = argv[++i];
     } else if (a == "--memory-mb" && i + 1 < argc) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime]\n");
+                   "[--no-realtime] [--uplink memif:SOCKET:server|client]\n");
       return 2;
     }
   }
@@ -603,6 +781,7 @@ int Main(int argc, char** argv) {
     daemon->set_busy_window_us(busy_window_us);
     daemon->set_realtime(realtime);
     s = daemon->Listen();
+    if (s.ok() && !uplink.empty()) s = daemon->OpenUplink(uplink);
   }
   if (!s.ok()) {
     Log("cannot start: %s", std::string(s.message()).c_str());

@@ -105,9 +105,14 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     ++counters_.requests_rejected;
     return fabric::MakeReply(req, error, why);
   };
-  if (n != static_cast<ssize_t>(sizeof req)) {
+  // Only kOpSwitchSet carries a body (its knobs) after the request.
+  uint16_t op_peek = 0;
+  if (n >= 8) std::memcpy(&op_peek, static_cast<const char*>(buf) + 6, sizeof op_peek);
+  const ssize_t want =
+      static_cast<ssize_t>(sizeof req + (op_peek == fabric::kOpSwitchSet ? sizeof(fabric::KnobRequest) : 0));
+  if (n != want) {
     if (n >= 8) std::memcpy(&req, buf, 8);  // answer with its op if it has one
-    return reject(EINVAL, absl::StrFormat("request of %d bytes, expected %u", n, sizeof req));
+    return reject(EINVAL, absl::StrFormat("request of %d bytes, expected %u", n, want));
   }
   std::memcpy(&req, buf, sizeof req);
   if (req.magic != fabric::kMagic) return reject(EPROTO, "bad magic");
@@ -115,13 +120,20 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     return reject(EPROTONOSUPPORT, absl::StrFormat("protocol version %u, droced speaks %u", req.version,
                                                    fabric::kVersion));
   }
-  if (req.size != sizeof req) return reject(EINVAL, "bad size field");
+  if (req.size != static_cast<uint32_t>(want)) return reject(EINVAL, "bad size field");
   if (std::any_of(std::begin(req.reserved), std::end(req.reserved), [](uint8_t b) { return b != 0; })) {
     return reject(EINVAL, "reserved bytes are not zero");
   }
   if (std::memchr(req.device, 0, sizeof req.device) == nullptr) return reject(EINVAL, "device name not terminated");
   const std::string device(req.device);
   if (req.pid != static_cast<uint32_t>(peer_pid)) return reject(EPERM, "pid is not the sender's");
+  if (req.want_qpn_base != 0) {
+    const uint32_t slot = req.want_qpn_base / fabric::kQpnsPerProcess;
+    if (req.op != fabric::kOpAttach || req.want_qpn_base % fabric::kQpnsPerProcess != 0 || slot == 0 ||
+        slot >= kSlots) {
+      return reject(EINVAL, absl::StrFormat("bad QPN range base %u", req.want_qpn_base));
+    }
+  }
 
   switch (req.op) {
     case fabric::kOpAttach: {
@@ -156,6 +168,20 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     case fabric::kOpRescan:
       Rescan();
       return fabric::MakeReply(req, 0, "");
+    case fabric::kOpSwitchSet: {
+      // Knobs change what every process of the device receives, and a mirror
+      // writes their frames to a file: the daemon's user or root only.
+      if (peer_uid != 0 && peer_uid != getuid()) return reject(EPERM, "only root or the daemon's user");
+      if (!verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      const int dev = FindDevice(device);
+      if (dev < 0) return reject(ENODEV, absl::StrCat("no fabric device ", device));
+      fabric::KnobRequest k;
+      std::memcpy(&k, static_cast<const char*>(buf) + sizeof req, sizeof k);
+      absl::Status s = SwitchKnobs::Validate(k);
+      if (!s.ok()) return reject(EINVAL, std::string(s.message()));
+      devices_[dev].knobs->Apply(k);
+      return fabric::MakeReply(req, 0, "");
+    }
     default:
       return reject(EOPNOTSUPP, absl::StrFormat("unknown op %u", req.op));
   }
@@ -188,6 +214,15 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   }
   FabricDevice& d = devices_[dev];
   uint32_t slot = 0;
+  if (req.want_qpn_base != 0) {  // a range back (checked in Handle): that one or none
+    slot = req.want_qpn_base / fabric::kQpnsPerProcess;
+    if (d.slot_owner[slot] >= 0) {
+      *error = EADDRINUSE;
+      *message = absl::StrFormat("QPN range %u-%u of %s is another process's", req.want_qpn_base,
+                                 req.want_qpn_base + fabric::kQpnsPerProcess - 1, d.name);
+      return r;
+    }
+  }
   for (uint32_t k = 0; k < kSlots - 1 && slot == 0; ++k) {
     const uint32_t s = 1 + (d.next_slot - 1 + k) % (kSlots - 1);  // slot 0 holds QPNs 0 and 1
     if (d.slot_owner[s] < 0) slot = s;
@@ -225,6 +260,19 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
   std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
   return r;
+}
+
+int FabricState::AddUplink(int handle, std::string describe) {
+  auto free_port = std::find_if(ports_.begin(), ports_.end(), [](const Port& p) { return !p.in_use; });
+  if (free_port == ports_.end() || uplink_ >= 0) return -1;
+  *free_port = Port{};
+  free_port->in_use = true;
+  free_port->uplink = true;
+  free_port->device = kUplinkDevice;
+  free_port->handle = handle;
+  uplink_ = static_cast<int>(free_port - ports_.begin());
+  uplink_describe_ = std::move(describe);
+  return uplink_;
 }
 
 void FabricState::Detach(int port) {
@@ -299,14 +347,20 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
   }
   const int64_t qpn = wire::RoceDestQp(frame, len);
   int dev = -1;
+  // Not for this segment: out of the uplink, unless it came from there.
+  auto to_uplink = [&](uint64_t& no_uplink_counter) {
+    if (uplink_ >= 0 && src != uplink_) {
+      ++counters_.to_uplink;
+      d.kind = Decision::kToPort;
+      d.port = uplink_;
+    } else {
+      ++no_uplink_counter;
+    }
+    return d;
+  };
   if (!IsMulticastMac(frame)) {
     dev = FindDeviceByMac(frame);
-    if (dev < 0) {
-      // TODO(issue 14): the uplink (memif to another droced, af_packet/af_xdp
-      // on a netdev, a DPDK PMD) takes unicast frames for other hosts.
-      ++counters_.rx_unknown_dst;
-      return d;
-    }
+    if (dev < 0) return to_uplink(counters_.rx_unknown_dst);
   } else if (qpn == kMulticastQpn) {
     // RoCEv2 multicast (UD to a group): to every other attached process of
     // the segment; each device keeps what is for the groups it joined.
@@ -317,10 +371,7 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     // destination IP names the device.
     uint8_t gid[16];
     if (wire::DestIpAsGid(frame, len, gid)) dev = FindDeviceByGid(gid);
-    if (dev < 0) {
-      ++counters_.rx_no_route;
-      return d;
-    }
+    if (dev < 0) return to_uplink(counters_.rx_no_route);
   }
   if (qpn >= 0) {
     FabricDevice& fd = devices_[dev];
@@ -366,7 +417,14 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           "requests %lu rejected %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
                           counters_.requests, counters_.requests_rejected);
-    out += "  uplink: none (not implemented yet: only the devices of this run directory are reachable)\n";
+    if (uplink_ < 0) {
+      out += "  uplink: none (only the devices of this run directory are reachable)\n";
+    } else {
+      const Port& u = ports_[uplink_];
+      absl::StrAppendFormat(&out, "  uplink %s: to_uplink %lu, rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu\n",
+                            uplink_describe_, counters_.to_uplink, u.counters.rx_packets, u.counters.rx_bytes,
+                            u.counters.tx_packets, u.counters.tx_bytes, u.counters.tx_dropped);
+    }
   }
   for (size_t i = 0; i < devices_.size(); ++i) {
     const FabricDevice& d = devices_[i];
@@ -378,6 +436,7 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           d.name, verbs::FormatMac(d.mac), d.ipv4 ? " ip " : "", d.ipv4 ? Ipv4Text(d.ipv4) : "",
                           attached, d.counters.rx_roce, d.counters.rx_no_owner, d.counters.arp_replies,
                           d.counters.nd_replies, d.registered ? "" : " (unregistered)");
+    out += d.knobs->Describe();
     for (size_t k = 0; k < ports_.size(); ++k) {
       const Port& p = ports_[k];
       if (!p.in_use || p.device != i) continue;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "apps/droced/switch_knobs.h"
 #include "core/device.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/fabric.h"
@@ -54,10 +55,14 @@ struct FabricDevice {
   uint32_t next_slot = 1;           // ranges rotate: a freed one is reused last
   DeviceCounters counters;
   bool registered = true;           // still has a device file
+  std::unique_ptr<SwitchKnobs> knobs = std::make_unique<SwitchKnobs>();  // its switch port's (egress)
 };
+
+inline constexpr uint32_t kUplinkDevice = UINT32_MAX;  // Port::device of the uplink
 
 struct Port {
   bool in_use = false;
+  bool uplink = false;  // the port to other hosts (another droced): device kUplinkDevice, no connection
   int conn_fd = -1;
   pid_t pid = 0;
   uint32_t device = 0;
@@ -73,6 +78,7 @@ struct GlobalCounters {
   uint64_t rx_no_route = 0;      // broadcast RoCEv2 to an IP that is no fabric device
   uint64_t rx_malformed = 0;     // too short, multi-segment, or a bad ARP/ND
   uint64_t flooded = 0;          // broadcast/multicast frames copied to other ports
+  uint64_t to_uplink = 0;        // unicast for MACs (broadcast RoCEv2 for IPs) not on this segment
   uint64_t requests = 0, requests_rejected = 0;
 };
 
@@ -103,6 +109,11 @@ class FabricState {
   // The connection closed: its attachment (if any) goes.
   void ConnectionClosed(int fd);
   bool shutdown_requested() const { return shutdown_requested_; }
+  // The uplink (droced's --uplink): a port that takes the frames for other
+  // hosts; what arrives on it is switched like a process's frames but never
+  // sent back to it. Returns its port index.
+  int AddUplink(int handle, std::string describe);
+  int uplink() const { return uplink_; }
 
   // The forwarding rules. `frame` may be rewritten (replies).
   Decision Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity);
@@ -111,6 +122,7 @@ class FabricState {
 
   std::vector<Port>& ports() { return ports_; }
   const std::vector<FabricDevice>& devices() const { return devices_; }
+  SwitchKnobs& knobs(uint32_t device) { return *devices_[device].knobs; }
   GlobalCounters& counters() { return counters_; }
   std::string memif_socket() const { return fabric::MemifSocketPath(run_dir_); }
 
@@ -131,6 +143,8 @@ class FabricState {
   uint64_t start_ns_;
   GlobalCounters counters_;
   bool shutdown_requested_ = false;
+  int uplink_ = -1;
+  std::string uplink_describe_;
 };
 
 }  // namespace droce::droced

@@ -123,6 +123,46 @@ TEST_F(FabricStateTest, AttachGivesEachProcessItsOwnRangeAndInterface) {
   EXPECT_EQ(state_->StatusText("droce0").find("pid 333"), std::string::npos);
 }
 
+// A program whose daemon restarted asks for its old range back: granted
+// when free, refused (EADDRINUSE) when another process holds it, and a base
+// that is no range's (unaligned, slot 0 with QPNs 0 and 1, past the 24-bit
+// space) or on another op is malformed.
+TEST_F(FabricStateTest, AttachCanAskForItsOldRangeBack) {
+  auto attach_wanting = [&](int fd, pid_t pid, uint32_t base) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpAttach, "droce0");
+    req.pid = static_cast<uint32_t>(pid);
+    req.want_qpn_base = base;
+    return Send(fd, req, pid);
+  };
+  const uint32_t want = 77 * fabric::kQpnsPerProcess;
+  const fabric::Reply a = attach_wanting(10, 111, want);
+  ASSERT_EQ(a.error, 0) << a.message;
+  EXPECT_EQ(a.qpn_base, want);
+  EXPECT_EQ(a.qpn_count, fabric::kQpnsPerProcess);
+  // Taken: nobody gets another process's QPNs.
+  const fabric::Reply b = attach_wanting(11, 222, want);
+  EXPECT_EQ(b.error, EADDRINUSE);
+  EXPECT_EQ(PortsInUse(), 1);
+  // The same range of another device is free (ranges are per device).
+  fabric::Request other = fabric::MakeRequest(fabric::kOpAttach, "droce1");
+  other.pid = 333;
+  other.want_qpn_base = want;
+  EXPECT_EQ(Send(12, other, 333).qpn_base, want);
+  // Freed: the next asker gets it.
+  state_->ConnectionClosed(10);
+  const fabric::Reply c = attach_wanting(13, 444, want);
+  ASSERT_EQ(c.error, 0) << c.message;
+  EXPECT_EQ(c.qpn_base, want);
+  for (uint32_t bad : {want + 1, 1u, fabric::kQpnsPerProcess / 2, fabric::kQpnSpace, 0xFFFFFC00u}) {
+    EXPECT_EQ(attach_wanting(20, 555, bad).error, EINVAL) << bad;
+  }
+  fabric::Request status = fabric::MakeRequest(fabric::kOpStatus, "");
+  status.pid = 4242;
+  status.want_qpn_base = want;
+  EXPECT_EQ(Send(21, status).error, EINVAL);
+  EXPECT_EQ(PortsInUse(), 2);
+}
+
 TEST_F(FabricStateTest, ClosedConnectionFreesRangeAndPort) {
   const fabric::Reply a = Attach(10, "droce0", 111);
   ASSERT_EQ(a.error, 0);
@@ -263,9 +303,47 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
   state_->ConnectionClosed(10);
   EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 5)).kind, Decision::kDrop);
   EXPECT_EQ(state_->devices()[0].counters.rx_no_owner, 3u);
-  // Unicast to a MAC that is no device of this fabric: no uplink yet.
+  // Unicast to a MAC that is no device of this fabric, with no uplink.
   EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000009, 0x20)).kind, Decision::kDrop);
   EXPECT_EQ(state_->counters().rx_unknown_dst, 1u);
+}
+
+// With an uplink: frames for other hosts (unknown unicast MAC, broadcast
+// RoCEv2 to an IP not on the segment) go out of it, never back into it;
+// what comes in from it is steered as from a process; floods of the segment
+// reach it, a device's own floods do not.
+TEST_F(FabricStateTest, UplinkTakesWhatIsNotOnTheSegment) {
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  ASSERT_EQ(a.error, 0);
+  const int up = state_->AddUplink(77, "memif test");
+  ASSERT_GE(up, 0);
+  EXPECT_EQ(state_->AddUplink(78, "a second"), -1);  // one uplink
+  EXPECT_TRUE(state_->ports()[up].uplink);
+  int own = -1;
+  for (size_t i = 0; i < state_->ports().size(); ++i) {
+    if (state_->ports()[i].in_use && state_->ports()[i].conn_fd == 10) own = static_cast<int>(i);
+  }
+  auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  Decision d = classify(RoceFrame(kOtherMac, 0x0a000009, 0x20), own);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, up);
+  d = classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a000009, 0x20), own);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, up);
+  EXPECT_EQ(state_->counters().to_uplink, 2u);
+  // From the uplink: unknown destinations are dropped, not reflected.
+  EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000009, 0x20), up).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().rx_unknown_dst, 1u);
+  // ... and our devices' QPs are reached as from any port.
+  d = classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 3), up);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, own);
+  EXPECT_NE(state_->StatusText("").find("uplink memif test: to_uplink 2"), std::string::npos) << state_->StatusText("");
+  // Closing every connection leaves the uplink.
+  state_->ConnectionClosed(10);
+  EXPECT_TRUE(state_->ports()[up].in_use);
 }
 
 TEST_F(FabricStateTest, AnswersArpForDeviceAddressesAndFloodsTheRest) {
@@ -296,6 +374,117 @@ TEST_F(FabricStateTest, AnswersArpForDeviceAddressesAndFloodsTheRest) {
   EXPECT_EQ(d.device, -1);
   // Too short to be anything.
   EXPECT_EQ(state_->Classify(3, f.data(), 6, 64).kind, Decision::kDrop);
+}
+
+// The switch knobs' request: the daemon's user or root only, a registered
+// fabric device, every field checked; accepted knobs show in the status.
+TEST_F(FabricStateTest, SwitchSetChecksEveryFieldAndWho) {
+  auto set = [&](const std::string& dev, const fabric::KnobRequest& k, uid_t uid = 0, ssize_t extra = 0) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpSwitchSet, dev);
+    req.pid = 4242;
+    req.size = sizeof req + sizeof k;
+    char buf[sizeof req + sizeof k + 8] = {};
+    std::memcpy(buf, &req, sizeof req);
+    std::memcpy(buf + sizeof req, &k, sizeof k);
+    return state_->Handle(30, buf, static_cast<ssize_t>(sizeof req + sizeof k) + extra, 4242, uid, &text_);
+  };
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobLoss | fabric::kKnobSeed | fabric::kKnobBottleneck;
+  k.loss_ppm = 10000;
+  k.seed = 7;
+  k.rate_bps = 10'000'000'000ull;
+  k.kmin_bytes = 5000;
+  k.kmax_bytes = 200000;
+  k.pmax_ppm = 10000;
+  EXPECT_EQ(set("droce0", k, getuid() + 1).error, EPERM);  // another user
+  EXPECT_EQ(set("droce0", k, 0, -1).error, EINVAL);        // short
+  EXPECT_EQ(set("droce0", k, 0, 8).error, EINVAL);         // long
+  EXPECT_EQ(set("nosuch", k).error, ENODEV);
+  EXPECT_EQ(set("bad name!", k).error, EINVAL);
+  fabric::KnobRequest bad = k;
+  bad.kmin_bytes = bad.kmax_bytes + 1;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.loss_ppm = 1'000'001;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.set |= 1u << 20;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.set |= fabric::kKnobMirror;
+  std::memcpy(bad.mirror, "rel.pcap", 8);
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  std::memset(bad.mirror, 'x', sizeof bad.mirror);  // not terminated
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  bad = k;
+  bad.reserved[3] = 1;
+  EXPECT_EQ(set("droce0", bad).error, EINVAL);
+  EXPECT_FALSE(state_->knobs(0).active());  // nothing refused changed anything
+  const fabric::Reply ok = set("droce0", k);
+  ASSERT_EQ(ok.error, 0) << ok.message;
+  EXPECT_TRUE(state_->knobs(0).active());
+  const std::string status = state_->StatusText("droce0");
+  EXPECT_NE(status.find("loss=0.01"), std::string::npos) << status;
+  EXPECT_NE(status.find("bottleneck rate=10000000000"), std::string::npos) << status;
+  // A switch-set body on any other op is a wrong size.
+  fabric::Request other = fabric::MakeRequest(fabric::kOpStatus, "");
+  other.pid = 4242;
+  char buf[sizeof other + sizeof k] = {};
+  std::memcpy(buf, &other, sizeof other);
+  EXPECT_EQ(state_->Handle(31, buf, sizeof buf, 4242, 0, &text_).error, EINVAL);
+  // Clearing: everything off.
+  fabric::KnobRequest clear{};
+  clear.set = fabric::kKnobAll;
+  ASSERT_EQ(set("droce0", clear).error, 0);
+  EXPECT_FALSE(state_->knobs(0).active());
+}
+
+TEST(SwitchKnobs, LossIsSeededAndAtTheGivenRate) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobLoss | fabric::kKnobSeed;
+  k.loss_ppm = 100000;  // 10%
+  k.seed = 42;
+  SwitchKnobs a, b;
+  a.Apply(k);
+  b.Apply(k);
+  int dropped = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const EgressVerdict va = a.Egress(1000, i * 1000);
+    EXPECT_EQ(va.drop, b.Egress(1000, i * 1000).drop) << i;  // the same seed, the same drops
+    dropped += va.drop;
+  }
+  EXPECT_NEAR(dropped, 2000, 200);
+  EXPECT_EQ(a.counters().loss_dropped, static_cast<uint64_t>(dropped));
+}
+
+TEST(SwitchKnobs, BottleneckMarksAboveKminAndTailDrops) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobBottleneck;
+  k.rate_bps = 1'000'000'000;  // 1 Gb/s: a 1000-byte frame takes 8 us
+  k.kmin_bytes = 10000;
+  k.kmax_bytes = 50000;
+  k.pmax_ppm = 1'000'000;
+  k.limit_bytes = 100000;
+  SwitchKnobs s;
+  s.Apply(k);
+  // At the line rate: the queue never builds, nothing is marked.
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(s.Egress(1000, uint64_t(i) * 8000).mark);
+  EXPECT_EQ(s.counters().ce_marked, 0u);
+  // At twice the line rate: the queue grows past kmin (marks), past kmax
+  // (every frame marked) and past the limit (tail drops).
+  const uint64_t t0 = 1000 * 8000;
+  bool marked_all_above_kmax = true;
+  for (int i = 0; i < 400; ++i) {
+    const uint64_t now = t0 + uint64_t(i) * 4000;
+    const uint64_t q = s.queue_bytes(now);
+    const EgressVerdict v = s.Egress(1000, now);
+    if (q > 50000 && !v.drop && !v.mark) marked_all_above_kmax = false;
+  }
+  EXPECT_GT(s.counters().ce_marked, 0u);
+  EXPECT_TRUE(marked_all_above_kmax);
+  EXPECT_GT(s.counters().queue_dropped, 0u);
+  EXPECT_LE(s.queue_bytes(t0 + 400 * 4000), 100000u);
 }
 
 }  // namespace

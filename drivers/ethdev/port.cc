@@ -12,6 +12,7 @@
 #include <rte_mempool.h>
 
 #include "absl/strings/str_format.h"
+#include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
 
@@ -99,6 +100,9 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   }
   auto opened = std::unique_ptr<EthdevPort>(new EthdevPort(port, pool, rx_pool));
   opened->start_failed_ = start_failed;
+  opened->rx_ring_ = c.rx_ring;
+  opened->guard_ = c.guard_peer_unmap && InstallUnmapGuard();
+  opened->tx_ring_ = c.tx_ring;
   opened->max_frame_bytes_ = max_frame;
   return opened;
 }
@@ -114,6 +118,31 @@ void EthdevPort::Stop(bool close) {
   started_ = false;
   rte_eth_dev_stop(port_);
   if (close) rte_eth_dev_close(port_);
+}
+
+absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
+  uint16_t port;
+  if (started_) return absl::FailedPreconditionError("rebinding a port that still runs");
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+    return absl::NotFoundError(absl::StrFormat("no DPDK port named %s", name));
+  }
+  rte_eth_conf conf{};
+  int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+  if (rc == 0) {
+    rc = rte_eth_rx_queue_setup(port, 0, rx_ring_, rte_eth_dev_socket_id(port), nullptr, rx_pool_ ? rx_pool_ : pool_);
+  }
+  if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, tx_ring_, rte_eth_dev_socket_id(port), nullptr);
+  if (rc != 0) return absl::UnavailableError(absl::StrFormat("setting up port %s: %s", name, rte_strerror(-rc)));
+  rc = rte_eth_dev_start(port);
+  if (rc != 0 && !start_may_fail) {
+    return absl::UnavailableError(absl::StrFormat("starting port %s: %s", name, rte_strerror(-rc)));
+  }
+  rte_eth_promiscuous_enable(port);
+  port_ = port;
+  started_ = true;
+  start_failed_ = rc != 0;
+  link_up_ = false;
+  return absl::OkStatus();
 }
 
 bool EthdevPort::Reconnect() {
@@ -142,7 +171,12 @@ uint16_t EthdevPort::RxBurst(pktio::Frame* frames, uint16_t n) {
   if (!started_ || !link_up_) return 0;
   rte_mbuf* mbufs[64];
   if (n > 64) n = 64;
-  const uint16_t got = rte_eth_rx_burst(port_, 0, mbufs, n);
+  bool faulted = false;
+  const uint16_t got = guard_ ? GuardedRxBurst(port_, mbufs, n, &faulted) : rte_eth_rx_burst(port_, 0, mbufs, n);
+  if (faulted) {
+    link_up_ = false;
+    ++stats_.unmap_faults;
+  }
   uint16_t out = 0;
   for (uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = mbufs[i];
@@ -180,7 +214,14 @@ uint16_t EthdevPort::TxBurst(pktio::Frame* frames, uint16_t n) {
     m->pkt_len = frames[i].len;
     mbufs[i] = m;
   }
-  const uint16_t sent = started_ && link_up_ ? rte_eth_tx_burst(port_, 0, mbufs, n) : 0;
+  bool faulted = false;
+  const uint16_t sent = !started_ || !link_up_ ? 0
+                        : guard_             ? GuardedTxBurst(port_, mbufs, n, &faulted)
+                                             : rte_eth_tx_burst(port_, 0, mbufs, n);
+  if (faulted) {
+    link_up_ = false;
+    ++stats_.unmap_faults;
+  }
   for (uint16_t i = 0; i < sent; ++i) stats_.tx_bytes += frames[i].len;  // not the refused ones
   stats_.tx_packets += sent;
   stats_.tx_full += n - sent;

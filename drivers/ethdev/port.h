@@ -21,6 +21,9 @@ struct PortConfig {
   uint16_t rx_ring = 1024;
   uint16_t tx_ring = 1024;
   bool start_may_fail = false;  // open anyway (link down) if starting fails
+  // Bursts under ethdev/unmap_guard.h: a memif peer that vanishes mid-burst
+  // ends the burst (link down) instead of the process.
+  bool guard_peer_unmap = false;
 };
 
 struct PortStats {
@@ -28,6 +31,7 @@ struct PortStats {
   uint64_t tx_full = 0;             // frames the PMD did not take
   uint64_t rx_multi_segment = 0;    // frames dropped: not one contiguous buffer
   uint64_t alloc_failures = 0;
+  uint64_t unmap_faults = 0;        // bursts the peer's unmap ended (guard_peer_unmap)
 };
 
 class EthdevPort final : public pktio::BurstIo {
@@ -52,6 +56,13 @@ class EthdevPort final : public pktio::BurstIo {
   // The last start (Open's or Reconnect's) failed: a memif client whose
   // server was not listening. One that started waits for its handshake.
   bool start_failed() const { return start_failed_; }
+  // Bursts do nothing until the next RefreshLink (the owner knows the peer
+  // is gone before the PMD does, e.g. a fabric daemon's control socket).
+  void MarkLinkDown() { link_up_ = false; }
+  // The port's vdev was removed (Stop(false), then ethdev::RemoveVdev) and a
+  // new one probed as `name`: this object drives it from now on, with the
+  // same pools (frames the owner still holds stay valid) and rings.
+  absl::Status Rebind(const std::string& name, bool start_may_fail);
   // Waits up to timeout_ms for the link (memif: the peer connected).
   bool WaitLinkUp(int timeout_ms);
   uint16_t port_id() const { return port_; }
@@ -74,6 +85,8 @@ class EthdevPort final : public pktio::BurstIo {
   bool started_ = true;
   bool link_up_ = false;
   bool start_failed_ = false;
+  uint16_t rx_ring_ = 1024, tx_ring_ = 1024;
+  bool guard_ = false;
   PortStats stats_;
 };
 

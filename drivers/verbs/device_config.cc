@@ -245,6 +245,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.fabric = *x;
+    } else if (key == "lid") {
+      auto x = ParseU32(key, v, 1, 0xBFFF);  // unicast LIDs
+      if (!x.ok()) return fail(x.status());
+      f.lid = static_cast<uint16_t>(*x);
     } else if (key == "fabric_dir") {
       if (v.empty() || v[0] != '/') return fail(absl::InvalidArgumentError("fabric_dir: not an absolute path"));
       f.fabric_dir = std::string(v);
@@ -279,6 +283,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
   if (f.name.empty()) return absl::InvalidArgumentError("no device name");
   if (f.fabric && f.fabric_dir.empty()) return absl::InvalidArgumentError("fabric=on needs fabric_dir");
   if (f.fabric && !f.vdev.empty()) return absl::InvalidArgumentError("a fabric device has no vdev of its own");
+  if (f.lid != 0 && !f.fabric) return absl::InvalidArgumentError("lid: only a fabric device has one (lid_peer on a wire)");
   if (!f.fabric && f.vdev.empty()) return absl::InvalidArgumentError("no vdev (dataplane port)");
   if (f.dev.ipv4 == 0 && !f.dev.has_ipv6_global) return absl::InvalidArgumentError("no IP address");
   return f;
@@ -307,6 +312,7 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");
+  if (f.lid != 0) absl::StrAppend(&out, "lid=", f.lid, "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_wakeup=%s\n"
                         "event_busy_poll_us=%u\nprogress_slice_us=%u\n",

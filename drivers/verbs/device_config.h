@@ -67,6 +67,12 @@ struct DeviceFile {
   // it a memif interface on the daemon's socket and its QPN range.
   bool fabric = false;
   std::string fabric_dir;
+  // A fabric device's LID, as a subnet manager would assign it (droce-ctl:
+  // the smallest unused in the run directory): ibv_query_port reports it,
+  // and an address vector without a GRH whose DLID is a fabric device's LID
+  // goes to that device's IPv4 address (qperf's RC tests address by LID
+  // only). 0: none (LID-addressed QPs fail with EINVAL, the RoCE rule).
+  uint16_t lid = 0;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

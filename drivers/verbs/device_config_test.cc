@@ -130,5 +130,19 @@ TEST(DeviceTree, WritesWhatLibibverbsReadsAndRemovesIt) {
   fs::remove_all(run);
 }
 
+// A fabric device's LID (what qperf's LID-addressed QPs resolve): kept
+// through the file, unicast range only, and only on a fabric device.
+TEST(DeviceFile, FabricLid) {
+  auto f = ParseDeviceFile("name=droce0\nip=10.0.0.1\nfabric=on\nfabric_dir=/tmp/run\nlid=7\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->lid, 7u);
+  auto again = ParseDeviceFile(FormatDeviceFile(*f));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->lid, 7u);
+  EXPECT_FALSE(ParseDeviceFile("name=droce0\nip=10.0.0.1\nfabric=on\nfabric_dir=/tmp/run\nlid=0\n").ok());
+  EXPECT_FALSE(ParseDeviceFile("name=droce0\nip=10.0.0.1\nfabric=on\nfabric_dir=/tmp/run\nlid=49152\n").ok());
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "lid=3\n").ok());  // a wire: lid_peer instead
+}
+
 }  // namespace
 }  // namespace droce::verbs

@@ -40,7 +40,32 @@ enum Op : uint16_t {
   kOpStatus = 3,    // text: devices, attached processes, counters
   kOpShutdown = 4,  // stop the daemon (same user or root)
   kOpRescan = 5,    // re-read the run directory's device files
+  kOpSwitchSet = 6,  // a device's switch knobs: the request is followed by a KnobRequest (root or the daemon's user)
 };
+
+// kOpSwitchSet's body (apps/droced/switch_knobs.h): the knobs `set` names
+// take these values; the others keep theirs.
+enum KnobBits : uint32_t {
+  kKnobBottleneck = 1,  // rate_bps (0: off), kmin/kmax, pmax, limit
+  kKnobLoss = 2,
+  kKnobReorder = 4,
+  kKnobMirror = 8,      // mirror ("": off)
+  kKnobSeed = 16,
+  kKnobAll = 31,
+};
+struct KnobRequest {
+  uint32_t set;
+  uint32_t pmax_ppm;       // marking probability at kmax, parts per million
+  uint64_t rate_bps;
+  uint32_t kmin_bytes, kmax_bytes;
+  uint32_t limit_bytes;    // tail drop beyond (0: unlimited)
+  uint32_t loss_ppm, reorder_ppm;
+  uint32_t reserved0;
+  uint64_t seed;
+  char mirror[112];        // absolute pcap path, NUL-terminated
+  uint8_t reserved[16];    // must be zero
+};
+static_assert(sizeof(KnobRequest) == 176);
 
 struct Request {
   uint32_t magic;
@@ -49,7 +74,12 @@ struct Request {
   uint32_t size;      // sizeof(Request)
   uint32_t pid;       // must be the sender's (SO_PEERCRED)
   char device[kNameBytes];
-  uint8_t reserved[16];  // must be zero
+  // kOpAttach: 0, or the QPN range the process asks for back (a multiple of
+  // kQpnsPerProcess): a program whose daemon restarted re-attaches with the
+  // range its QPs already use. Granted only if free (else EADDRINUSE). Other
+  // ops: zero.
+  uint32_t want_qpn_base;
+  uint8_t reserved[12];  // must be zero
 };
 static_assert(sizeof(Request) == 80);
 

@@ -129,6 +129,10 @@ Runtime* EnsureRuntime(DroceContext* ctx) {
     return nullptr;
   }
   ctx->rt = *rt;
+  {
+    std::lock_guard<std::mutex> rt_lock(ctx->rt->mu);
+    ctx->rt->AddAsyncFd(ctx->async_write_fd);  // port events
+  }
   return ctx->rt;
 }
 
@@ -224,8 +228,12 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   // switch, it does not go down because the remote host is not up yet (the
   // memif link comes up only when the peer process attaches). phys_state
   // shows the wire: LinkUp, or Polling while the peer is absent.
-  attr->state = IBV_PORT_ACTIVE;
-  attr->phys_state = (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
+  // A fabric device whose daemon is gone is DOWN (IBV_EVENT_PORT_ERR was
+  // sent) until it is attached again (IBV_EVENT_PORT_ACTIVE).
+  const bool down = ctx->rt != nullptr && ctx->rt->port_down();
+  attr->state = down ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+  attr->phys_state = down ? 3 : (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
+  attr->lid = ctx->file->fabric ? ctx->file->lid : 0;
   attr->max_mtu = IBV_MTU_4096;
   attr->active_mtu = MtuEnum(ctx->file->mtu);
   attr->gid_tbl_len = static_cast<int>(kGidTableLen);
@@ -930,6 +938,20 @@ ibv_qp* CreateQpEx(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   return CreateQpCommon(context, attr);
 }
 
+// The IPv4 GID of the run directory's fabric device whose LID is `lid`
+// (DeviceFile::lid); both ends need an IPv4 address.
+absl::StatusOr<core::Gid> FabricGidOfLid(const DeviceFile& self, uint16_t lid) {
+  if (self.dev.ipv4 == 0) return absl::FailedPreconditionError("no IPv4 address");
+  for (const std::string& name : ListDevices(self.fabric_dir)) {
+    absl::StatusOr<DeviceFile> f = ReadDevice(self.fabric_dir, name);
+    if (!f.ok() || !f->fabric || f->lid != lid || f->dev.ipv4 == 0) continue;
+    const core::Device model(f->dev, nullptr);
+    if (model.gids().size() < 2) break;
+    return model.gids()[1];
+  }
+  return absl::NotFoundError("no fabric device has that LID");
+}
+
 int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   DroceQp* qp = ToQp(ibqp);
   transport::QpAttr a;
@@ -947,6 +969,12 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (ah.is_global) {
       std::memcpy(a.ah.dgid.data(), ah.grh.dgid.raw, 16);
       a.ah.sgid_index = ah.grh.sgid_index;
+    } else if (file.fabric && ah.dlid != 0) {
+      // LID addressing on the host fabric: the fabric device with that LID.
+      absl::StatusOr<core::Gid> dgid = FabricGidOfLid(file, ah.dlid);
+      if (!dgid.ok()) return EINVAL;
+      a.ah.dgid = *dgid;
+      a.ah.sgid_index = 1;  // our IPv4 GID
     } else if (file.has_lid_peer) {
       // LID addressing on a point-to-point wire: the wire's one peer, from our
       // GID of the same IP version (1: IPv4, 2: IPv6).
@@ -1357,6 +1385,10 @@ int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
 
 void FreeContext(ibv_context* context) {
   DroceContext* ctx = ToCtx(context);
+  if (ctx->rt != nullptr) {
+    std::lock_guard<std::mutex> lock(ctx->rt->mu);
+    ctx->rt->RemoveAsyncFd(ctx->async_write_fd);
+  }
   Runtime::Release(ctx->rt);
   delete ctx->file;
   if (ctx->async_write_fd >= 0) close(ctx->async_write_fd);

@@ -114,15 +114,16 @@ void Runtime::Release(Runtime* rt) {
   delete rt;
 }
 
-absl::Status Runtime::AttachFabric() {
+absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
   const std::string control = fabric::ControlSocketPath(file_.fabric_dir);
   fabric_fd_ = fabric::Connect(control);
   if (fabric_fd_ < 0) {
     return absl::UnavailableError(absl::StrCat("the fabric daemon is not running (", control, ": ",
                                                std::strerror(errno), "); start it with `droce-ctl daemon start`"));
   }
-  absl::StatusOr<fabric::Reply> r =
-      fabric::Call(fabric_fd_, fabric::MakeRequest(fabric::kOpAttach, file_.name), 10000);
+  fabric::Request req = fabric::MakeRequest(fabric::kOpAttach, file_.name);
+  req.want_qpn_base = want_qpn_base;
+  absl::StatusOr<fabric::Reply> r = fabric::Call(fabric_fd_, req, 10000);
   if (!r.ok()) return r.status();
   if (r->error != 0) {
     return absl::UnavailableError(absl::StrCat("droced refused to attach: ", r->message, " (",
@@ -131,7 +132,8 @@ absl::Status Runtime::AttachFabric() {
   if (std::memcmp(r->mac, file_.dev.mac.data(), 6) != 0) {
     return absl::FailedPreconditionError("droced knows the device with another MAC (re-register it)");
   }
-  if (r->qpn_count == 0 || r->qpn_base < 2 || r->qpn_base + r->qpn_count > fabric::kQpnSpace) {
+  if (r->qpn_count == 0 || r->qpn_base < 2 || r->qpn_base + r->qpn_count > fabric::kQpnSpace ||
+      (want_qpn_base != 0 && (r->qpn_base != want_qpn_base || r->qpn_count < file_.dev.max_qp))) {
     return absl::FailedPreconditionError("droced gave an invalid QPN range");
   }
   // Only QPNs of our range: the daemon steers the device's others to the
@@ -145,7 +147,7 @@ absl::Status Runtime::AttachFabric() {
 
 absl::Status Runtime::Start() {
   if (file_.fabric) {
-    absl::Status s = AttachFabric();
+    absl::Status s = AttachFabric(0);
     if (!s.ok()) return s;
   }
   RemoveStaleMemifSocket(file_.vdev);
@@ -165,6 +167,7 @@ absl::Status Runtime::Start() {
   ethdev::PortConfig pc;
   pc.name = file_.port_name();
   pc.start_may_fail = memif_client_;
+  pc.guard_peer_unmap = file_.vdev.rfind("net_memif", 0) == 0;
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();
   port_ = std::move(*port);
@@ -228,9 +231,12 @@ void Runtime::Stop() {
 void Runtime::PrintStats() {
   const core::DeviceCounters& c = dev_->counters();
   const ethdev::PortStats& p = port_->stats();
-  std::fprintf(stderr, "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu, looped %lu\n",
+  std::fprintf(stderr,
+               "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
+               "%lu, fabric losses %lu re-attaches %lu\n",
                file_.name.c_str(), port_->LinkUp() ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
-               p.rx_multi_segment, dev_->loopback_counters().looped);
+               p.rx_multi_segment, p.unmap_faults, dev_->loopback_counters().looped, fabric_losses_,
+               fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
                "(woken by arrival %lu, %s), events %lu comp (%lu handed over in process) %lu async, event waits "
@@ -324,6 +330,7 @@ void Runtime::DeliverEvents() {
 // makes DPDK 22.11's memif server close a control socket its interrupt
 // thread still watches, and EAL panics in the server.
 void Runtime::CheckLink(uint64_t now_ns) {
+  if (file_.fabric && !CheckFabric(now_ns)) return;
   const bool up = port_->RefreshLink();
   link_up_.store(up, std::memory_order_relaxed);
   next_link_check_ns_ = now_ns + 1'000'000;
@@ -331,12 +338,117 @@ void Runtime::CheckLink(uint64_t now_ns) {
     attempt_ns_ = 0;  // connected: a later drop restarts at once
     return;
   }
-  if (!memif_client_ || now_ns < next_reconnect_ns_) return;
+  // A fabric device's link goes down only when its daemon goes (its control
+  // socket says so: CheckFabric); restarting the port then would run DPDK's
+  // memif disconnect in this thread while its interrupt thread runs it too.
+  if (!memif_client_ || file_.fabric || now_ns < next_reconnect_ns_) return;
   if (!port_->start_failed() && attempt_ns_ != 0 && now_ns - attempt_ns_ < 2'000'000'000) return;
   next_reconnect_ns_ = now_ns + 100'000'000;
   port_->Reconnect();
   attempt_ns_ = now_ns;
   ++reconnects_;
+}
+
+// The daemon stopped or died. Its control connection is the attachment:
+// the daemon never ends it for a live program, and closes it before it
+// tears the program's interface down when it stops (droced.cc), so the
+// program stops polling and removes the interface itself — DPDK 22.11's
+// memif thread would otherwise unmap the rings under a poll. (A daemon
+// killed outright closes both sockets at once: that window stays.)
+bool Runtime::CheckFabric(uint64_t now_ns) {
+  next_link_check_ns_ = now_ns + 1'000'000;
+  if (fabric_link_ == FabricLink::kLost) {
+    if (now_ns >= next_attach_ns_) Reattach(now_ns);
+    return false;
+  }
+  pollfd pfd{fabric_fd_, POLLIN, 0};
+  if (fabric_fd_ < 0 || poll(&pfd, 1, 0) != 0) {  // EOF or an error: the daemon sends nothing unasked
+    LoseFabric(now_ns);
+    return false;
+  }
+  if (fabric_link_ == FabricLink::kReattached) {
+    const bool up = port_->RefreshLink();
+    link_up_.store(up, std::memory_order_relaxed);
+    if (!up) return false;
+    fabric_link_ = FabricLink::kAttached;
+    fabric_lost_.store(false, std::memory_order_relaxed);
+    SendPortEvent(IBV_EVENT_PORT_ACTIVE);
+  }
+  return true;
+}
+
+void Runtime::SendPortEvent(uint32_t type) {
+  droce_async_event_desc ev{1, type, 0};  // element: the port number (ib_uverbs_async_event_desc)
+  for (int fd : async_fds_) {
+    if (write(fd, &ev, sizeof ev) == sizeof ev) stats_.async_events.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Runtime::LoseFabric(uint64_t now_ns) {
+  ++fabric_losses_;
+  fabric_link_ = FabricLink::kLost;
+  fabric_lost_.store(true, std::memory_order_relaxed);
+  link_up_.store(false, std::memory_order_relaxed);
+  port_->MarkLinkDown();
+  wakeup_stale_ = true;
+  RefreshWakeupLocked();
+  // A daemon that was killed closed its memif sockets too, and DPDK's
+  // interrupt thread is tearing that connection down (memif_disconnect);
+  // stopping the port here at the same time would run it twice at once
+  // (double frees in 22.11). Give the thread time to see the socket close
+  // and finish, as droced does for a program that leaves. A daemon that
+  // stops cleanly keeps our interface up until we remove it.
+  usleep(20'000);
+  if (!port_->LinkUp()) usleep(10'000);
+  port_->Stop(/*close=*/false);
+  (void)ethdev::RemoveVdev(file_.port_name());
+  if (fabric_fd_ >= 0) close(fabric_fd_);
+  fabric_fd_ = -1;
+  // The port is down: the QPs' peers are unreachable. Flushing them now
+  // (rather than letting each retry out) tells the program at once.
+  transport::QpAttr err;
+  err.qp_state = transport::QpState::kErr;
+  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
+    const transport::RcQp* q = dev_->qp(qpn);
+    if (q == nullptr || q->state() == transport::QpState::kReset || q->state() == transport::QpState::kErr) continue;
+    (void)dev_->ModifyQp(qpn, err, transport::kAttrState);
+  }
+  SendPortEvent(IBV_EVENT_PORT_ERR);
+  next_attach_ns_ = now_ns + 100'000'000;
+  if (std::getenv("DROCE_DEBUG") != nullptr) {
+    std::fprintf(stderr, "droce %s: the fabric daemon is gone; port down, QPs flushed\n", file_.name.c_str());
+  }
+}
+
+void Runtime::Reattach(uint64_t now_ns) {
+  next_attach_ns_ = now_ns + 200'000'000;
+  absl::Status s = AttachFabric(dev_->qpn_base());
+  if (s.ok()) s = ethdev::ProbeVdev(file_.vdev);
+  if (s.ok()) {
+    s = port_->Rebind(file_.port_name(), /*start_may_fail=*/true);
+    if (!s.ok()) (void)ethdev::RemoveVdev(file_.port_name());
+  }
+  if (!s.ok()) {
+    if (fabric_fd_ >= 0) close(fabric_fd_);
+    fabric_fd_ = -1;
+    if (std::getenv("DROCE_DEBUG") != nullptr) {
+      std::fprintf(stderr, "droce %s: re-attaching: %s\n", file_.name.c_str(), std::string(s.message()).c_str());
+    }
+    return;
+  }
+  ++fabric_reattaches_;
+  fabric_link_ = FabricLink::kReattached;  // IBV_EVENT_PORT_ACTIVE once the link is up
+  wakeup_stale_ = true;
+  RefreshWakeupLocked();
+}
+
+void Runtime::RefreshWakeupLocked() {
+  if (!wakeup_stale_ || wire_armers_ > 0) return;
+  wakeup_.reset();
+  wakeup_stale_ = false;
+  if (file_.progress.wakeup && fabric_link_ != FabricLink::kLost) {
+    wakeup_ = ethdev::RxWakeup::For(port_->port_id(), nullptr);
+  }
 }
 
 bool Runtime::WaitLinkUp() {
@@ -592,7 +704,7 @@ void Runtime::ProgressLoop() {
 // last poll found (the caller then keeps polling instead of sleeping).
 uint32_t Runtime::IdleWait(uint32_t us) {
   int fd = -1;
-  if (wakeup_ != nullptr && link_up() && mu.try_lock()) {
+  if (link_up() && mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
     fd = ArmWireLocked();
     const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
     if (work > 0) DisarmWireLocked();
@@ -614,7 +726,7 @@ uint32_t Runtime::IdleWait(uint32_t us) {
 }
 
 int Runtime::ArmWireLocked() {
-  if (wakeup_ == nullptr || !link_up()) return -1;
+  if (wakeup_ == nullptr || wakeup_stale_ || !link_up()) return -1;
   const int fd = wakeup_->Arm();  // idempotent: a second sleeper gets the same descriptor
   if (fd >= 0) ++wire_armers_;
   return fd;
@@ -623,7 +735,10 @@ int Runtime::ArmWireLocked() {
 // The last sleeper out masks the notification and drains it; an earlier one
 // leaves it for the others (poll wakes every sleeper on one write).
 void Runtime::DisarmWireLocked() {
-  if (wire_armers_ > 0 && --wire_armers_ == 0) wakeup_->Disarm();
+  if (wire_armers_ > 0 && --wire_armers_ == 0) {
+    if (wakeup_ != nullptr) wakeup_->Disarm();
+    RefreshWakeupLocked();
+  }
 }
 
 bool Runtime::ChannelReadable(int channel_fd) const {

@@ -104,6 +104,14 @@ class Runtime {
   // one round without waiting); an errno otherwise. Without mu.
   int WaitForChannel(int channel_fd, uint64_t* cq_handle);
 
+  // Every context of the device gets port events (IBV_EVENT_PORT_ERR,
+  // IBV_EVENT_PORT_ACTIVE) on its async event pipe. Caller holds mu.
+  void AddAsyncFd(int fd) { async_fds_.push_back(fd); }
+  void RemoveAsyncFd(int fd) { std::erase(async_fds_, fd); }
+  // A fabric device whose daemon stopped or died, until it is attached
+  // again: ibv_query_port says DOWN.
+  bool port_down() const { return fabric_lost_.load(std::memory_order_relaxed); }
+
   // Waits (without mu) up to the device's link_wait_ms for the link.
   bool WaitLinkUp();
   // Resolves a GID's MAC (ARP for IPv4, neighbour discovery for IPv6),
@@ -149,7 +157,20 @@ class Runtime {
   absl::Status Start();
   // A fabric device: attach to droced (memif id, QPN range) and point the
   // device file's vdev at the daemon's memif socket.
-  absl::Status AttachFabric();
+  // want_qpn_base: 0 at start; the device's range when re-attaching (a
+  // reply with another range fails).
+  absl::Status AttachFabric(uint32_t want_qpn_base);
+  // The daemon is gone (its control socket closed): stop using the port,
+  // remove its interface, move every QP to ERR (posted work completes with
+  // IBV_WC_WR_FLUSH_ERR), IBV_EVENT_PORT_ERR to every context. Caller holds mu.
+  void LoseFabric(uint64_t now_ns);
+  // Tries to attach again (the same QPN range, a new interface).
+  void Reattach(uint64_t now_ns);
+  // False if the fabric's state decided the link (lost, re-attaching).
+  bool CheckFabric(uint64_t now_ns);
+  void SendPortEvent(uint32_t type);
+  // The wake-up follows the port: a stale one goes once nobody sleeps on it.
+  void RefreshWakeupLocked();
   void Stop();
   void ProgressLoop();
   static void RequestShortSlice(uint32_t slice_us);
@@ -203,6 +224,13 @@ class Runtime {
   void CheckSrqLimits();
   int event_socket_ = -1;  // sends completion events to channels
   int fabric_fd_ = -1;     // the attachment to droced: lives as long as this socket
+  enum class FabricLink : uint8_t { kAttached, kLost, kReattached };  // kReattached: until the link is up
+  FabricLink fabric_link_ = FabricLink::kAttached;
+  std::atomic<bool> fabric_lost_{false};
+  uint64_t next_attach_ns_ = 0;
+  uint64_t fabric_losses_ = 0, fabric_reattaches_ = 0;
+  std::vector<int> async_fds_;  // under mu
+  bool wakeup_stale_ = false;   // under mu: wakeup_ is for a port that went
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;
   uint64_t next_reconnect_ns_ = 0;

@@ -5,8 +5,9 @@ and the daemon must keep answering. Usage: control_garbage.py RUN_DIR"""
 import os, random, socket, struct, sys
 
 MAGIC, VERSION = 0x64524F43, 1
-OP_ATTACH, OP_STATUS = 1, 3
-REQ = struct.Struct("<IHHII48s16s")  # magic version op size pid device reserved
+OP_ATTACH, OP_STATUS, OP_SWITCH_SET = 1, 3, 6
+KNOBS = 176  # KnobRequest, after the request
+REQ = struct.Struct("<IHHII48s16s")  # magic version op size pid device want_qpn_base+reserved
 HDR = struct.Struct("<IHHIi")         # reply: magic version op size error
 
 
@@ -42,6 +43,15 @@ def main():
         ("unknown device", request(device=b"nosuch")),
         ("someone else's pid", request(pid=1)),
         ("unknown op", request(op=999)),
+        ("switch set without knobs", request(op=OP_SWITCH_SET)),
+        ("switch set, short knobs", request(op=OP_SWITCH_SET, size=REQ.size + KNOBS) + b"\0" * (KNOBS - 1)),
+        ("switch set, unknown knob bits", request(op=OP_SWITCH_SET, size=REQ.size + KNOBS) +
+         struct.pack("<I", 1 << 20) + b"\0" * (KNOBS - 4)),
+        ("switch set, unterminated mirror", request(op=OP_SWITCH_SET, size=REQ.size + KNOBS) +
+         struct.pack("<I", 8) + b"\0" * 44 + b"/" * 112 + b"\0" * 16),
+        ("switch set, unknown device", request(op=OP_SWITCH_SET, device=b"nosuch", size=REQ.size + KNOBS) +
+         b"\0" * KNOBS),
+        ("want_qpn_base unaligned", request(reserved=struct.pack("<I", 1025))),
     ]
     rng = random.Random(14)
     for i in range(300):
@@ -51,6 +61,11 @@ def main():
         for _ in range(3):
             good[rng.randrange(len(good))] = rng.randrange(256)
         cases.append((f"damaged {i}", bytes(good)))
+        # Switch-set requests with random knob bodies (a valid one may pass: "damaged").
+        knobs = bytearray(request(op=OP_SWITCH_SET, size=REQ.size + KNOBS) + bytes(KNOBS))
+        for _ in range(4):
+            knobs[REQ.size + rng.randrange(KNOBS)] = rng.randrange(256)
+        cases.append((f"damaged knobs {i}", bytes(knobs)))
     errors = 0
     for name, payload in cases:
         error, message = call(s, payload)

@@ -1,0 +1,40 @@
+// DPDK 22.11's memif PMD unmaps an interface's shared regions from its
+// interrupt thread the moment the peer's control socket closes (the peer
+// exited or was killed: memif_disconnect clears the link and then calls
+// memif_free_regions), with no lock against a burst running in another
+// thread. A burst that had passed the PMD's "connected" check, or was
+// preempted inside, then reads unmapped memory and the process dies of
+// SIGSEGV (doc/ethdev.md "Link state"; seen killing droced under
+// ib_write_bw traffic: the program's CQ poll was inside rte_eth_rx_burst).
+//
+// The guard runs a burst so that such a fault ends the burst instead: a
+// process-wide SIGSEGV handler that, only when the faulting thread is inside
+// a guarded burst AND the PMD already reports that port's link down (memif
+// marks it down before it unmaps), jumps back out of the burst. Any other
+// fault goes to the handler that was installed before (by default: the
+// process dies with its core dump, as without the guard).
+#ifndef DROCE_DRIVERS_ETHDEV_UNMAP_GUARD_H_
+#define DROCE_DRIVERS_ETHDEV_UNMAP_GUARD_H_
+
+#include <cstdint>
+
+struct rte_mbuf;
+
+namespace droce::ethdev {
+
+// Installs the handler once per process; false if sigaction failed.
+bool InstallUnmapGuard();
+
+// rte_eth_rx_burst / rte_eth_tx_burst on queue 0 under the guard. On a
+// caught fault *faulted is set: a receive returns 0 (the mbufs the PMD had
+// taken are lost), a transmit returns n (the PMD may have freed some of
+// them: claiming all sent leaks the rest rather than freeing any twice).
+uint16_t GuardedRxBurst(uint16_t port, rte_mbuf** mbufs, uint16_t n, bool* faulted);
+uint16_t GuardedTxBurst(uint16_t port, rte_mbuf** mbufs, uint16_t n, bool* faulted);
+
+// Faults caught in this process (for stats and tests).
+uint64_t UnmapFaultsCaught();
+
+}  // namespace droce::ethdev
+
+#endif  // DROCE_DRIVERS_ETHDEV_UNMAP_GUARD_H_

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Two hosts on this machine (doc/droced.md, "Uplinks"): run directories A
+# and B, each with its own droced, joined by a memif uplink (A's daemon the
+# memif server, B's the client). droce0 (10.0.0.1) is A's, droce2
+# (10.0.0.3) B's; programs of either host reach the other's device through
+# both switches: ARP crosses the uplink, unicast for a MAC not on the
+# segment goes out of it.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${BUILD:-$root/build}
+ctl="$build/apps/ctl/droce-ctl"
+t=${PAIR_TIMEOUT:-90}
+A=$(mktemp -d /tmp/droce-hostA.XXXXXX) B=$(mktemp -d /tmp/droce-hostB.XXXXXX)
+cleanup() {
+  for d in "$B" "$A"; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
+  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$A" "$B"
+}
+trap cleanup EXIT
+failed=0; passed=0
+p=${SIDE_PORT:-$((20000 + ($$ + 11) % 20000))}
+check() {
+  local name=$1; shift
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [ $rc -eq 0 ]; then echo "PASS $name"; passed=$((passed + 1)); else
+    echo "FAIL $name"; echo "$out" | tail -50; failed=$((failed + 1))
+    for d in "$A" "$B"; do echo "--- $d/droced.log"; tail -8 "$d/droced.log" 2>/dev/null; done
+  fi
+  [ "${VERBOSE:-0}" = 1 ] && echo "$out"
+  return 0
+}
+on() {  # host dir, then a command with that host's verbs environment
+  local dir=$1; shift
+  (export DROCE_RUN_DIR=$dir; eval "$("$ctl" env)"; exec "$@")
+}
+DROCE_RUN_DIR=$A DROCED_UPLINK=memif:$A/uplink.sock:server "$ctl" link add droce0 ip 10.0.0.1 >/dev/null || exit 1
+DROCE_RUN_DIR=$B DROCED_UPLINK=memif:$A/uplink.sock:client "$ctl" link add droce2 ip 10.0.0.3 >/dev/null || exit 1
+check "both daemons report their uplink" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon status | grep 'uplink memif' &&
+  DROCE_RUN_DIR=$B '$ctl' daemon status | grep 'uplink memif'"
+pair() {  # server host, server cmd, client host, client cmd
+  timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $1 $2" >"$A/server.log" 2>&1 &
+  local server=$!
+  sleep 1.5
+  timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $3 $4" >"$A/client.log" 2>&1
+  local crc=$?
+  wait $server; local src=$?
+  echo "--- server ($src)"; tail -4 "$A/server.log"; echo "--- client ($crc)"; tail -4 "$A/client.log"
+  [ $src -eq 0 ] && [ $crc -eq 0 ]
+}
+check "ibv_rc_pingpong -c host A droce0 <-> host B droce2 across the uplink" \
+  pair "$A" "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 500 -c" "$B" "ibv_rc_pingpong -p $p -d droce2 -g 1 -n 500 -c 127.0.0.1"
+check "ib_write_bw host B droce2 -> host A droce0 across the uplink" \
+  pair "$A" "ib_write_bw -p $p -d droce0 -x 1 -D 2" "$B" "ib_write_bw -p $p -d droce2 -x 1 -D 2 127.0.0.1"
+check "uplink counters moved on both" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]' &&
+  DROCE_RUN_DIR=$B '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]'"
+echo "uplink: $passed passed, $failed failed"
+[ $failed -eq 0 ]

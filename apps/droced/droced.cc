@@ -321,6 +321,7 @@ class Daemon {
             }
             rte_pktmbuf_free(m);
             break;
+          case Decision::kToGsi:  // counted (rx_gsi); the CM takes it from the next commit on
           case Decision::kDrop:
             rte_pktmbuf_free(m);
             break;

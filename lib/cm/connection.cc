@@ -90,7 +90,7 @@ void Connection::ResetToIdle() {
   deadline_ms_.reset();
 }
 
-absl::StatusOr<Step> Connection::SendReq(const Req& req, uint64_t tid, uint64_t now_ms) {
+absl::StatusOr<Step> Connection::SendReq(const Req& req, uint64_t tid, uint64_t now_ms, uint32_t attr_mod) {
   if (state_ != State::kIdle) return BadState("REQ", state_);
   Req r = req;
   r.local_comm_id = local_comm_id_;
@@ -99,7 +99,9 @@ absl::StatusOr<Step> Connection::SendReq(const Req& req, uint64_t tid, uint64_t 
   local_ca_guid_ = r.local_ca_guid;
   max_cm_retries_ = r.max_cm_retries;
   state_ = State::kReqSent;
-  return Sent(Message(r), PathMs() + CmTimeoutMs(r.remote_cm_response_timeout), max_cm_retries_, now_ms);
+  CmMessage m = Message(r);
+  m.header.attr_mod = attr_mod;
+  return Sent(std::move(m), PathMs() + CmTimeoutMs(r.remote_cm_response_timeout), max_cm_retries_, now_ms);
 }
 
 absl::StatusOr<Step> Connection::SendRtu(const Rtu& rtu) {
@@ -130,14 +132,16 @@ absl::StatusOr<Step> Connection::SendMra(uint8_t service_timeout, std::span<cons
   return SendOnce(Message(m));
 }
 
-absl::StatusOr<Step> Connection::SendRep(const Rep& rep, uint64_t now_ms) {
+absl::StatusOr<Step> Connection::SendRep(const Rep& rep, uint64_t now_ms, uint32_t attr_mod) {
   if (state_ != State::kReqRcvd && state_ != State::kMraReqSent) return BadState("REP", state_);
   Rep r = rep;
   r.local_comm_id = local_comm_id_;
   r.remote_comm_id = remote_comm_id_;
   local_qpn_ = r.local_qpn;
   state_ = State::kRepSent;
-  return Sent(Message(r), PathMs() + response_timeout_ms_, max_cm_retries_, now_ms);
+  CmMessage m = Message(r);
+  m.header.attr_mod = attr_mod;
+  return Sent(std::move(m), PathMs() + response_timeout_ms_, max_cm_retries_, now_ms);
 }
 
 Rej Connection::MakeRej(uint16_t reason, std::span<const uint8_t> pd, std::span<const uint8_t> ari) const {

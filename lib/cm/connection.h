@@ -97,12 +97,13 @@ class Connection {
   int retries_left() const { return retries_left_; }
 
   // Active side. The REQ's local_comm_id is set to this connection's.
-  absl::StatusOr<Step> SendReq(const Req& req, uint64_t tid, uint64_t now_ms);
+  // `attr_mod`: the MAD's attribute modifier (ECE options, with the vendor id in the REQ/REP).
+  absl::StatusOr<Step> SendReq(const Req& req, uint64_t tid, uint64_t now_ms, uint32_t attr_mod = 0);
   absl::StatusOr<Step> SendRtu(const Rtu& rtu);
   // Both sides: MRA for a received REQ or REP (service_timeout: IBTA encoding).
   absl::StatusOr<Step> SendMra(uint8_t service_timeout, std::span<const uint8_t> private_data = {});
   // Passive side.
-  absl::StatusOr<Step> SendRep(const Rep& rep, uint64_t now_ms);
+  absl::StatusOr<Step> SendRep(const Rep& rep, uint64_t now_ms, uint32_t attr_mod = 0);
   absl::StatusOr<Step> SendRej(uint16_t reason, uint64_t now_ms, std::span<const uint8_t> private_data = {},
                                std::span<const uint8_t> ari = {});
   absl::StatusOr<Step> SendDreq(uint64_t tid, uint64_t now_ms, std::span<const uint8_t> private_data = {});

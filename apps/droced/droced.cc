@@ -25,6 +25,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <deque>
+#include <map>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +40,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
+#include "drivers/rdmacm/cm_protocol.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
@@ -161,7 +165,13 @@ class MemifPorts final : public PortBackend {
 class Daemon {
  public:
   Daemon(std::string run_dir, rte_mempool* pool)
-      : run_dir_(run_dir), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
+      : run_dir_(run_dir),
+        ports_(fabric::MemifSocketPath(run_dir), pool),
+        state_(run_dir, &ports_),
+        cm_([this](int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
+              CmSend(dev, path, mad);
+            },
+            NowNs() ^ (uint64_t(getpid()) << 40)) {}
 
   void set_busy_poll(bool on) { busy_poll_ = on; }
   void set_busy_window_us(uint32_t us) { busy_window_ns_ = uint64_t{us} * 1000; }
@@ -321,7 +331,12 @@ class Daemon {
             }
             rte_pktmbuf_free(m);
             break;
-          case Decision::kToGsi:  // counted (rx_gsi); the CM takes it from the next commit on
+          case Decision::kToGsi:
+            RefreshCmDevices();
+            cm_.OnGsiFrame(d.device, rte_pktmbuf_mtod(m, uint8_t*), m->data_len, NowNs() / 1'000'000);
+            rte_pktmbuf_free(m);
+            CmSettle();
+            break;
           case Decision::kDrop:
             rte_pktmbuf_free(m);
             break;
@@ -406,6 +421,7 @@ class Daemon {
     for (const Conn& c : conns_) fds[nfds++] = {c.fd, POLLIN, 0};
     const nfds_t nconn = nfds;
     for (uint32_t i = 0; i < nwake_; ++i) fds[nfds++] = {wake_fds_[i], POLLIN, 0};  // arrivals only wake us
+    CmTimers();
     const timespec timeout{0, static_cast<long>(timeout_us) * 1000};  // < 1 s
     if (ppoll(fds, nfds, &timeout, nullptr) <= 0) return;
     for (nfds_t i = nconn; i-- > 1;) {  // backwards: closing a connection moves the ones after it
@@ -431,10 +447,22 @@ class Daemon {
 
   void ServeConn(size_t i) {
     Conn c = conns_[i];
-    alignas(8) char buf[sizeof(fabric::Request) + 64];
+    alignas(8) char buf[sizeof(cmproto::CmRequest) + cmproto::kMaxCommandBytes + cmproto::kMaxOptionBytes];
     const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n >= 4 && n <= static_cast<ssize_t>(sizeof buf)) {
+      uint32_t magic;
+      std::memcpy(&magic, buf, sizeof magic);
+      if (magic == cmproto::kCmMagic) {  // an rdma_cm event channel (doc/cm.md)
+        ServeCm(c.fd, buf, static_cast<size_t>(n));
+        return;
+      }
+    }
     if (n <= 0) {  // EOF: the process detached, exited or died
+      if (cm_conns_.erase(c.fd) > 0) {
+        cm_.ConnectionClosed(c.fd, NowNs() / 1'000'000);
+        CmSettle();
+      }
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd) {
           Log("process %d left %s (memif %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu", p.pid,
@@ -449,8 +477,9 @@ class Daemon {
     }
     std::string text;
     // MSG_TRUNC: n is the datagram's real length; only what fit was read.
-    const ssize_t got = std::min<ssize_t>(n, sizeof buf);
+    const ssize_t got = std::min<ssize_t>(n, sizeof(fabric::Request) + 64);
     fabric::Reply r = state_.Handle(c.fd, buf, n == got ? n : -1, c.pid, c.uid, &text);
+    if (r.op == fabric::kOpStatus && r.error == 0) text += cm_.StatusText();
     if (r.error != 0) {
       Log("request from pid %d refused: %s (%s)", c.pid, r.message, std::strerror(r.error));
     } else if (r.op == fabric::kOpAttach) {
@@ -464,10 +493,124 @@ class Daemon {
     send(c.fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   }
 
+  // --- The connection manager (cm_service.h): ucma commands from event
+  // channels, GSI frames, timers.
+  void RefreshCmDevices() {
+    std::vector<CmDevice> devs;
+    for (const FabricDevice& d : state_.devices()) {
+      CmDevice c;
+      c.name = d.name;
+      std::memcpy(c.mac.data(), d.mac.data(), 6);
+      const uint8_t eui[8] = {static_cast<uint8_t>(d.mac[0] ^ 2), d.mac[1], d.mac[2], 0xff, 0xfe,
+                              d.mac[3], d.mac[4], d.mac[5]};
+      for (uint8_t b : eui) c.guid = (c.guid << 8) | b;  // sysfs node_guid's value
+      for (const core::Gid& g : d.gids) {
+        cm::Gid x;
+        std::memcpy(x.data(), g.data(), 16);
+        c.gids.push_back(x);
+      }
+      devs.push_back(std::move(c));
+    }
+    cm_.SetDevices(std::move(devs));
+  }
+
+  // A MAD leaves device `dev`'s QP1 as a RoCEv2 frame. Every destination is
+  // a fabric device's QP1 (there is no uplink yet), which is this same CM:
+  // the frame is queued and parsed back by CmSettle (and traced).
+  void CmSend(int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
+    (void)dev;
+    std::vector<uint8_t> frame(kGsiFrameMax);
+    frame.resize(BuildGsiFrame(path, mad, gsi_psn_++, frame.data()));
+    int to = -1;
+    for (size_t k = 0; k < state_.devices().size(); ++k) {
+      if (std::memcmp(state_.devices()[k].mac.data(), path.dst_mac.data(), 6) == 0) to = static_cast<int>(k);
+    }
+    if (trace_ != nullptr) TraceBytes(frame.data(), static_cast<uint32_t>(frame.size()));
+    if (to < 0) {
+      ++state_.counters().rx_unknown_dst;
+      return;
+    }
+    gsi_queue_.emplace_back(to, std::move(frame));
+  }
+
+  // Delivers queued GSI frames (their answers may queue more) and tells
+  // event channels that have events waiting.
+  void CmSettle() {
+    for (int guard = 0; !gsi_queue_.empty() && guard < 1024; ++guard) {
+      auto [dev, frame] = std::move(gsi_queue_.front());
+      gsi_queue_.pop_front();
+      cm_.OnGsiFrame(dev, frame.data(), static_cast<uint32_t>(frame.size()), NowNs() / 1'000'000);
+    }
+    for (auto& [fd, outstanding] : cm_conns_) {
+      if (outstanding == 0 && cm_.PendingEvents(fd) > 0) {
+        cmproto::CmReply n{cmproto::kCmMagic, cmproto::kCmVersion, cmproto::kCmNotify, sizeof n, 0,
+                           static_cast<uint32_t>(cm_.PendingEvents(fd)), 0};
+        if (send(fd, &n, sizeof n, MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof n) outstanding = 1;
+      }
+    }
+  }
+
+  void CmTimers() {
+    const uint64_t now = NowNs() / 1'000'000;
+    if (const auto d = cm_.NextDeadline(); d && *d <= now) {
+      cm_.OnTimer(now);
+      CmSettle();
+    }
+  }
+
+  void ServeCm(int fd, const char* buf, size_t n) {
+    cmproto::CmReply r{cmproto::kCmMagic, cmproto::kCmVersion, cmproto::kCmReply, sizeof r, 0, 0, 0};
+    cmproto::CmRequest q;
+    std::vector<uint8_t> out;
+    if (n < sizeof q) {
+      r.error = EINVAL;
+    } else {
+      std::memcpy(&q, buf, sizeof q);
+      if (q.version != cmproto::kCmVersion) {
+        r.error = EPROTONOSUPPORT;
+      } else if (q.size != n || q.command_len > cmproto::kMaxCommandBytes || q.option_len > cmproto::kMaxOptionBytes ||
+                 sizeof q + uint64_t{q.command_len} + q.option_len != n ||
+                 (q.kind != cmproto::kCmCommand && q.kind != cmproto::kCmSync)) {
+        r.error = EINVAL;
+      } else {
+        uint32_t& outstanding = cm_conns_[fd];
+        outstanding -= std::min(outstanding, q.notifies_consumed);
+        if (q.kind == cmproto::kCmCommand) {
+          RefreshCmDevices();
+          const auto* p = reinterpret_cast<const uint8_t*>(buf) + sizeof q;
+          CmService::Result res = cm_.Command(fd, std::span<const uint8_t>(p, q.command_len), NowNs() / 1'000'000,
+                                              std::span<const uint8_t>(p + q.command_len, q.option_len));
+          r.error = res.error;
+          out = std::move(res.out);
+        }
+      }
+    }
+    CmSettle();
+    r.events_pending = static_cast<uint32_t>(cm_.PendingEvents(fd));
+    r.payload_len = static_cast<uint32_t>(out.size());
+    r.size = static_cast<uint32_t>(sizeof r + out.size());
+    std::string msg(reinterpret_cast<const char*>(&r), sizeof r);
+    msg.append(reinterpret_cast<const char*>(out.data()), out.size());
+    send(fd, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    CmSettle();  // a notification for what the command queued, after its reply
+  }
+
+  void TraceBytes(const uint8_t* data, uint32_t len) {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec / 1000), len, len};
+    std::fwrite(rec, sizeof rec, 1, trace_);
+    std::fwrite(data, 1, len, trace_);
+  }
+
   static constexpr size_t kMaxConns = 1024;
   std::string run_dir_;
   MemifPorts ports_;
   FabricState state_;
+  CmService cm_;
+  std::map<int, uint32_t> cm_conns_;  // event channel fd -> notifications outstanding
+  std::deque<std::pair<int, std::vector<uint8_t>>> gsi_queue_;
+  uint32_t gsi_psn_ = 0;
   int listen_fd_ = -1;
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)
   uint64_t busy_window_ns_ = 0;  // spin this long after the last frame (--busy-window-us)

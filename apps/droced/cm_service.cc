@@ -136,8 +136,9 @@ int CmService::GidIndex(int device, const cm::Gid& gid) const {
 
 bool CmService::PortInUse(uint16_t ps, uint16_t port, const Addr& a, const Id* except) const {
   for (const auto& [h, id] : ids_) {
-    if (&id == except || id.ps != ps || id.src.port != port) continue;
-    if (id.state == IdState::kIdle) continue;
+    // Only ids that were bound hold a port; the connections a listener
+    // accepted share its port and hold none (as Linux's bind lists).
+    if (&id == except || !id.owns_port || id.ps != ps || id.src.port != port) continue;
     if (id.src.any() || a.any() || id.src.ip == a.ip) {
       if (!(id.reuseaddr && except != nullptr && except->reuseaddr && id.state != IdState::kListen)) return true;
     }
@@ -170,6 +171,7 @@ int CmService::Bind(Id& id, const Addr& a) {
   id.src = b;
   id.device = device;
   id.state = IdState::kAddrBound;
+  id.owns_port = true;
   return 0;
 }
 
@@ -577,8 +579,26 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       if (c.event == kCommEst) Apply(*id, id->cm->CommEstablished(), nullptr, now_ms);
       return {0, {}};
     }
+    case RDMA_USER_CM_CMD_MIGRATE_ID: {
+      // rdma_migrate_id: written to the destination event channel (`conn`);
+      // the id and its undelivered events move there from the channel the
+      // command names (Linux's ucma_migrate_id takes it as an fd; `option`
+      // carries the connection the caller resolved it to).
+      rdma_ucm_migrate_id c;
+      int from;
+      if (!Load(in, &c) || option.size() != sizeof from) return {EINVAL, {}};
+      std::memcpy(&from, option.data(), sizeof from);
+      Id* id = from >= 0 ? Find(from, c.id) : nullptr;
+      if (id == nullptr) return {EINVAL, {}};
+      id->conn = conn;
+      for (Event& e : events_) {
+        if (e.handle == c.id) e.conn = conn;
+      }
+      rdma_ucm_migrate_resp resp{id->events_reported};
+      return {0, Bytes(resp)};
+    }
     default:
-      // GET_OPTION (Linux: ENOSYS too), MIGRATE_ID, multicast joins: not yet.
+      // GET_OPTION (Linux: ENOSYS too), multicast joins: not yet.
       return {ENOSYS, {}};
   }
 }

@@ -119,6 +119,7 @@ class CmService {
     int device = -1;
     Addr src, dst;
     bool reuseaddr = false;
+    bool owns_port = false;  // bound (explicitly or by resolve/listen), not accepted
     uint8_t tos = 0;
     bool tos_set = false;
     std::optional<uint8_t> ack_timeout;

@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
@@ -42,6 +43,7 @@
 #include "absl/strings/str_format.h"
 #include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
+#include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
@@ -536,12 +538,23 @@ class Daemon {
   // Delivers queued GSI frames (their answers may queue more) and tells
   // event channels that have events waiting.
   void CmSettle() {
+    CmDeliver();
+    CmNotify();
+  }
+
+  void CmDeliver() {
     for (int guard = 0; !gsi_queue_.empty() && guard < 1024; ++guard) {
       auto [dev, frame] = std::move(gsi_queue_.front());
       gsi_queue_.pop_front();
       cm_.OnGsiFrame(dev, frame.data(), static_cast<uint32_t>(frame.size()), NowNs() / 1'000'000);
     }
-    for (auto& [fd, outstanding] : cm_conns_) {
+  }
+
+  // A notification goes after any reply: the shim reads a command's reply
+  // as the first datagram that is not one, and counts what it skipped.
+  void CmNotify() {
+    for (auto& [fd, ch] : cm_conns_) {
+      uint32_t& outstanding = ch.outstanding;
       if (outstanding == 0 && cm_.PendingEvents(fd) > 0) {
         cmproto::CmReply n{cmproto::kCmMagic, cmproto::kCmVersion, cmproto::kCmNotify, sizeof n, 0,
                            static_cast<uint32_t>(cm_.PendingEvents(fd)), 0};
@@ -573,26 +586,45 @@ class Daemon {
                  (q.kind != cmproto::kCmCommand && q.kind != cmproto::kCmSync)) {
         r.error = EINVAL;
       } else {
-        uint32_t& outstanding = cm_conns_[fd];
-        outstanding -= std::min(outstanding, q.notifies_consumed);
+        CmChannel& ch = cm_conns_[fd];
+        while (ch.token == 0) {  // unguessable: a token is what lets a channel take ids
+          if (getrandom(&ch.token, sizeof ch.token, 0) != sizeof ch.token) ch.token = NowNs() ^ ++cm_token_salt_;
+        }
+        ch.outstanding -= std::min(ch.outstanding, q.notifies_consumed);
+        const auto* p = reinterpret_cast<const uint8_t*>(buf) + sizeof q;
+        std::span<const uint8_t> option(p + q.command_len, q.option_len);
+        rdma_ucm_cmd_hdr hdr{};
+        if (q.command_len >= sizeof hdr) std::memcpy(&hdr, p, sizeof hdr);
+        int dest = -1;
+        if (q.kind == cmproto::kCmCommand && hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID) {
+          // The id's current channel, by its token (drivers/rdmacm/cm_protocol.h).
+          uint64_t token = 0;
+          if (option.size() == sizeof token) std::memcpy(&token, option.data(), sizeof token);
+          for (const auto& [other, och] : cm_conns_) {
+            if (token != 0 && och.token == token) dest = other;
+          }
+          option = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&dest), sizeof dest);
+        }
         if (q.kind == cmproto::kCmCommand) {
           RefreshCmDevices();
-          const auto* p = reinterpret_cast<const uint8_t*>(buf) + sizeof q;
-          CmService::Result res = cm_.Command(fd, std::span<const uint8_t>(p, q.command_len), NowNs() / 1'000'000,
-                                              std::span<const uint8_t>(p + q.command_len, q.option_len));
+          CmService::Result res =
+              cm_.Command(fd, std::span<const uint8_t>(p, q.command_len), NowNs() / 1'000'000, option);
           r.error = res.error;
           out = std::move(res.out);
+        } else {
+          out.resize(sizeof ch.token);
+          std::memcpy(out.data(), &ch.token, sizeof ch.token);
         }
       }
     }
-    CmSettle();
+    CmDeliver();
     r.events_pending = static_cast<uint32_t>(cm_.PendingEvents(fd));
     r.payload_len = static_cast<uint32_t>(out.size());
     r.size = static_cast<uint32_t>(sizeof r + out.size());
     std::string msg(reinterpret_cast<const char*>(&r), sizeof r);
     msg.append(reinterpret_cast<const char*>(out.data()), out.size());
     send(fd, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    CmSettle();  // a notification for what the command queued, after its reply
+    CmNotify();  // for what the command queued (here or on other channels), after the reply
   }
 
   void TraceBytes(const uint8_t* data, uint32_t len) {
@@ -608,7 +640,12 @@ class Daemon {
   MemifPorts ports_;
   FabricState state_;
   CmService cm_;
-  std::map<int, uint32_t> cm_conns_;  // event channel fd -> notifications outstanding
+  struct CmChannel {
+    uint32_t outstanding = 0;  // notifications sent and not yet reported read
+    uint64_t token = 0;        // names the channel in rdma_migrate_id
+  };
+  std::map<int, CmChannel> cm_conns_;  // by event channel fd
+  uint64_t cm_token_salt_ = 0;
   std::deque<std::pair<int, std::vector<uint8_t>>> gsi_queue_;
   uint32_t gsi_psn_ = 0;
   int listen_fd_ = -1;

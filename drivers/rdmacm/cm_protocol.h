@@ -12,6 +12,9 @@
 // kCmNotify, no payload) when events wait for the connection and none is
 // outstanding, so the fd polls readable as the kernel's does; the shim
 // reports the notifications it consumed in its next request.
+// rdma_migrate_id (written to the destination channel) names the id's
+// current channel by an fd of the program: the shim sends that channel's token (learnt from a kCmSync when it opened it)
+// as the MIGRATE_ID's option bytes.
 // Every field is checked by the daemon; a malformed request closes nothing
 // and is answered with EINVAL (EPROTO for a bad magic or version).
 #ifndef DROCE_DRIVERS_RDMACM_CM_PROTOCOL_H_
@@ -29,7 +32,8 @@ inline constexpr uint32_t kMaxReplyPayload = 1024;
 
 enum CmKind : uint16_t {
   kCmCommand = 1,  // request: a ucma command
-  kCmSync = 2,     // request: nothing but notifies_consumed (re-arms the notification)
+  kCmSync = 2,     // request: nothing but notifies_consumed (re-arms the notification);
+                   // its reply carries the channel's token (uint64_t)
   kCmReply = 3,    // reply to either
   kCmNotify = 4,   // unsolicited: events wait
 };

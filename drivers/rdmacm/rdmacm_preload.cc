@@ -64,6 +64,7 @@ constexpr int kFGetfl = 3;         // F_GETFL
 struct FdState {
   std::atomic<bool> cm{false};
   std::atomic<uint32_t> consumed{0};  // notifications read since the last request
+  std::atomic<uint64_t> token{0};     // names the channel to the daemon (rdma_migrate_id)
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 };
 FdState g_fds[kMaxFd];
@@ -81,6 +82,10 @@ using CloseFn = int (*)(int);
 bool IsCmPath(const char* path) { return path != nullptr && std::strcmp(path, kCmPath) == 0; }
 
 bool IsCmFd(int fd) { return fd >= 0 && fd < kMaxFd && g_fds[fd].cm.load(std::memory_order_acquire); }
+
+struct Answer;
+Answer Exchange(int fd, uint16_t kind, const void* cmd, size_t cmd_len, const void* opt, size_t opt_len,
+                void* payload, size_t payload_cap);
 
 // A connection to the daemon of the run directory, or -1 (then the real
 // open() runs: a host with a kernel rdma_cm and no droced keeps working).
@@ -100,9 +105,13 @@ int ConnectDaemon(int flags) {
     return -1;
   }
   g_fds[fd].consumed.store(0);
+  g_fds[fd].token.store(0);
   g_fds[fd].cm.store(true, std::memory_order_release);
   return fd;
 }
+
+// The channel's token, asked for once (a kCmSync's reply carries it).
+uint64_t TokenOf(int fd);
 
 // Waits for and reads one datagram; -1 with errno on failure.
 ssize_t RecvOne(int fd, void* buf, size_t cap) {
@@ -181,6 +190,26 @@ Answer Exchange(int fd, uint16_t kind, const void* cmd, size_t cmd_len, const vo
   }
 }
 
+uint64_t TokenOf(int fd) {
+  uint64_t t = g_fds[fd].token.load();
+  if (t != 0) return t;
+  pthread_mutex_lock(&g_fds[fd].lock);
+  const Answer a = Exchange(fd, kCmSync, nullptr, 0, nullptr, 0, &t, sizeof t);
+  pthread_mutex_unlock(&g_fds[fd].lock);
+  if (a.error != 0 || a.payload_len != sizeof t) return 0;
+  g_fds[fd].token.store(t);
+  return t;
+}
+
+// DROCE_RDMACM_TRACE=1: every command and its answer on stderr (debugging).
+bool Tracing() {
+  static const bool on = [] {
+    const char* e = std::getenv("DROCE_RDMACM_TRACE");
+    return e != nullptr && *e == '1';
+  }();
+  return on;
+}
+
 // The offset of a command's response pointer (every ucma command that has
 // a response starts with it, except CREATE_ID, where it follows the uid).
 int ResponseOffset(uint32_t cmd) {
@@ -232,6 +261,20 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
     option = reinterpret_cast<const void*>(static_cast<uintptr_t>(so.optval));
     option_len = so.optlen;
   }
+  uint64_t dest_token = 0;
+  if (hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID && hdr.in >= sizeof(rdma_ucm_migrate_id)) {
+    // Written to the destination channel; mi.fd is the id's current channel,
+    // an fd of this program that the daemon knows by its token.
+    rdma_ucm_migrate_id mi;
+    std::memcpy(&mi, body, sizeof mi);
+    const int to = static_cast<int>(mi.fd);
+    if (!IsCmFd(to) || (dest_token = TokenOf(to)) == 0) {
+      errno = EINVAL;
+      return -1;
+    }
+    option = &dest_token;
+    option_len = sizeof dest_token;
+  }
   alignas(8) uint8_t payload[kMaxReplyPayload];
   for (;;) {
     if (!IsCmFd(fd)) {  // closed by another thread meanwhile
@@ -259,6 +302,11 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
         return -1;
       }
       continue;
+    }
+    if (Tracing()) {
+      std::fprintf(stderr, "droce-rdmacm: fd %d cmd %u in %u out %u -> %s (%u bytes, %u events pending)\n", fd,
+                   hdr.cmd, hdr.in, hdr.out, a.error != 0 ? std::strerror(a.error) : "ok", a.payload_len,
+                   a.events_pending);
     }
     if (a.error != 0) {
       errno = a.error;

@@ -459,6 +459,57 @@ TEST_F(CmServiceTest, BadCommandsAreRefused) {
   EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_SET_OPTION, o, 0, std::span<const uint8_t>(&tos, 1)).error, EINVAL);
 }
 
+TEST_F(CmServiceTest, AcceptedConnectionsDoNotHoldTheListenersPort) {
+  // perftest -R: its first (parameter exchange) listener goes, its connection
+  // stays, and a second listener binds the same port.
+  const auto [cid, sid] = Establish(0, 0x0a000001);
+  ASSERT_NE(sid, 0u);
+  uint32_t lid = 0;
+  for (uint32_t h = 1; h < sid; ++h) {
+    rdma_ucm_query q{};
+    q.id = h;
+    if (Cmd(kServer, RDMA_USER_CM_CMD_QUERY_ROUTE, q).error == 0) lid = h;
+  }
+  ASSERT_NE(lid, 0u);
+  rdma_ucm_destroy_id d{};
+  d.id = lid;
+  ASSERT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_DESTROY_ID, d).error, 0);
+  Listen(0x0a000001, 7174);  // asserts the bind and listen succeed
+}
+
+TEST_F(CmServiceTest, MigrateIdMovesTheIdAndItsEvents) {
+  constexpr int kOther = 12;
+  const uint32_t id = CreateId(kClient, 7);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = Sin(0x0a000001, 1);
+  r.id = id;
+  ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+  ASSERT_EQ(cm_.PendingEvents(kClient), 1u);
+  // Written to the destination channel; names the current one.
+  rdma_ucm_migrate_id m{};
+  m.id = id;
+  const int from = kClient;
+  const auto res = Cmd(kOther, RDMA_USER_CM_CMD_MIGRATE_ID, m, 4,
+                       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&from), sizeof from));
+  ASSERT_EQ(res.error, 0);
+  EXPECT_EQ(cm_.PendingEvents(kClient), 0u);
+  EXPECT_EQ(cm_.PendingEvents(kOther), 1u);
+  auto e = GetEvent(kOther);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{id, 1}).error, EINVAL);
+  EXPECT_EQ(Cmd(kOther, RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{id, 1}).error, 0);
+  // A channel that does not hold the id cannot take it.
+  const int wrong = 99;
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_MIGRATE_ID, m, 4,
+                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&wrong), sizeof wrong))
+                .error,
+            EINVAL);
+  // Closing the new channel destroys the id.
+  cm_.ConnectionClosed(kOther, now_);
+  EXPECT_EQ(cm_.id_count(), 0u);
+}
+
 TEST_F(CmServiceTest, MalformedMadsAreCountedAndDropped) {
   std::array<uint8_t, cm::kMadSize> mad{};
   mad[0] = 1;

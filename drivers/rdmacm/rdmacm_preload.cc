@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 
 #include <rdma/rdma_user_cm.h>
 
@@ -137,6 +138,7 @@ struct Answer {
   uint32_t events_pending = 0;
   uint32_t payload_len = 0;
   bool ate_notification = false;
+  bool closed = false;  // another thread closed the fd during the exchange
 };
 
 // One request/reply exchange, under the fd's lock.
@@ -152,13 +154,15 @@ Answer Exchange(int fd, uint16_t kind, const void* cmd, size_t cmd_len, const vo
   if (opt_len > 0) std::memcpy(out + sizeof q + cmd_len, opt, opt_len);
   if (send(fd, out, q.size, MSG_NOSIGNAL) != static_cast<ssize_t>(q.size)) {
     a.error = errno == EAGAIN ? EAGAIN : ENODEV;
+    a.closed = !IsCmFd(fd);
     return a;
   }
   alignas(8) char in[sizeof(CmReply) + kMaxReplyPayload];
   for (;;) {
     const ssize_t n = RecvOne(fd, in, sizeof in);
     if (n < static_cast<ssize_t>(sizeof(CmReply))) {
-      a.error = ENODEV;  // the daemon went away
+      a.error = ENODEV;  // the daemon went away, or the program closed the fd
+      a.closed = !IsCmFd(fd);
       return a;
     }
     CmReply r;
@@ -288,6 +292,11 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
       (void)Exchange(fd, kCmSync, nullptr, 0, nullptr, 0, nullptr, 0);
     }
     pthread_mutex_unlock(&g_fds[fd].lock);
+    if (a.closed) {
+      // rdma_destroy_event_channel in another thread while this one was in
+      // the channel: the kernel's write would not return either.
+      for (;;) pause();
+    }
     if (a.error == EAGAIN && hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && !(fcntl(fd, kFGetfl) & kONonblock)) {
       // A blocking rdma_get_cm_event: wait for the daemon's notification.
       pollfd p{fd, POLLIN, 0};
@@ -304,9 +313,11 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
       continue;
     }
     if (Tracing()) {
-      std::fprintf(stderr, "droce-rdmacm: fd %d cmd %u in %u out %u -> %s (%u bytes, %u events pending)\n", fd,
-                   hdr.cmd, hdr.in, hdr.out, a.error != 0 ? std::strerror(a.error) : "ok", a.payload_len,
-                   a.events_pending);
+      timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      std::fprintf(stderr, "droce-rdmacm: %ld.%03ld fd %d cmd %u in %u out %u -> %s (%u bytes, %u events pending)\n",
+                   static_cast<long>(ts.tv_sec), ts.tv_nsec / 1000000, fd, hdr.cmd, hdr.in, hdr.out,
+                   a.error != 0 ? std::strerror(a.error) : "ok", a.payload_len, a.events_pending);
     }
     if (a.error != 0) {
       errno = a.error;

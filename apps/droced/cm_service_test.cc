@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <deque>
+#include <random>
 
 namespace droce::droced {
 namespace {
@@ -508,6 +509,50 @@ TEST_F(CmServiceTest, MigrateIdMovesTheIdAndItsEvents) {
   // Closing the new channel destroys the id.
   cm_.ConnectionClosed(kOther, now_);
   EXPECT_EQ(cm_.id_count(), 0u);
+}
+
+TEST_F(CmServiceTest, RandomCommandsAndMadsLeaveItWorking) {
+  std::mt19937 rng(7);
+  // Some ids to hit, on both connections.
+  for (int i = 0; i < 4; ++i) CreateId(i % 2 ? kServer : kClient, 100 + i);
+  for (int i = 0; i < 20000; ++i) {
+    const uint32_t cmd = rng() % 26;
+    const uint16_t in = static_cast<uint16_t>(rng() % 320);
+    std::vector<uint8_t> b(sizeof(rdma_ucm_cmd_hdr) + in);
+    const rdma_ucm_cmd_hdr h{cmd, in, static_cast<uint16_t>(rng() % 400)};
+    std::memcpy(b.data(), &h, sizeof h);
+    for (size_t k = sizeof h; k < b.size(); ++k) b[k] = static_cast<uint8_t>(rng() % 4 == 0 ? rng() : 0);
+    if (in >= 4 && rng() % 2) {  // a plausible id somewhere near the front
+      const uint32_t id = 1 + rng() % 6;
+      std::memcpy(b.data() + sizeof h + (rng() % 3) * 4, &id, sizeof id);
+    }
+    if (rng() % 8 == 0) b.resize(rng() % (b.size() + 1));  // a length that lies
+    std::vector<uint8_t> opt(rng() % 6);
+    for (auto& x : opt) x = static_cast<uint8_t>(rng());
+    (void)cm_.Command(i % 3 == 0 ? kServer : kClient, b, now_, opt);
+    if (i % 64 == 0) {
+      std::array<uint8_t, cm::kMadSize> mad{};
+      for (auto& x : mad) x = static_cast<uint8_t>(rng() % 3 == 0 ? rng() : 0);
+      mad[0] = 1;
+      mad[1] = 7;
+      mad[2] = 2;
+      mad[3] = 3;
+      mad[17] = static_cast<uint8_t>(0x10 + rng() % 9);
+      GsiPath p;
+      p.dst_mac = cm_.devices()[rng() % 2].mac;
+      cm_.OnMad(static_cast<int>(rng() % 2), p, mad, now_);
+      Pump();
+    }
+    now_ += rng() % 50;
+    cm_.OnTimer(now_);
+    wire_.clear();
+  }
+  cm_.ConnectionClosed(kServer, now_);
+  cm_.ConnectionClosed(kClient, now_);
+  EXPECT_EQ(cm_.id_count(), 0u);
+  wire_.clear();
+  const auto [cid, sid] = Establish(0x0a000002, 0x0a000001);
+  EXPECT_NE(sid, 0u);
 }
 
 TEST_F(CmServiceTest, MalformedMadsAreCountedAndDropped) {

@@ -452,10 +452,12 @@ class Daemon {
     alignas(8) char buf[sizeof(cmproto::CmRequest) + cmproto::kMaxCommandBytes + cmproto::kMaxOptionBytes];
     const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n >= 4 && n <= static_cast<ssize_t>(sizeof buf)) {
+    if (n >= 4) {
       uint32_t magic;
       std::memcpy(&magic, buf, sizeof magic);
       if (magic == cmproto::kCmMagic) {  // an rdma_cm event channel (doc/cm.md)
+        // n is the datagram's real length (MSG_TRUNC); ServeCm reads only
+        // what its checked lengths say, which never exceed the buffer.
         ServeCm(c.fd, buf, static_cast<size_t>(n));
         return;
       }

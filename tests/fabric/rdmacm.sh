@@ -6,7 +6,7 @@
 # connections, rdma_server/rdma_client (synchronous ids: rdma_migrate_id),
 # ib_send_bw -R / ib_write_bw -R / ib_read_lat -R; a connect to a port nobody
 # listens on fails within a second; a server killed mid-connection leaves its
-# client DISCONNECTED; the daemon has no ids left at the end.
+# client DISCONNECTED; malformed channel requests; the daemon has no ids left.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -51,8 +51,8 @@ pair() {  # 'SERVER CMD' 'CLIENT CMD'
 }
 next_port() { p=$((p + 1)); }
 
-"$ctl" link add droce0 ip 10.0.0.1 || exit 1
-"$ctl" link add droce1 ip 10.0.0.2 || exit 1
+"$ctl" link add droce0 ip 10.0.0.1 ip fd00::1 || exit 1
+"$ctl" link add droce1 ip 10.0.0.2 ip fd00::2 || exit 1
 eval "$("$ctl" env)"
 check "droce-ctl env preloads libdroce-rdmacm.so" bash -c "grep -q libdroce-rdmacm.so <<<\"\$LD_PRELOAD\""
 
@@ -62,6 +62,12 @@ check "rping -C 10, server and client on droce0" pair \
 next_port
 check "rping -C 10 -S 4000, droce1 -> droce0" pair \
   "rping -s -a 10.0.0.1 -p $p -C 10 -S 4000" "rping -c -a 10.0.0.1 -I 10.0.0.2 -p $p -C 10 -S 4000"
+next_port
+check "rping, server on the wildcard address, client to droce1's" pair \
+  "rping -s -p $p -C 5" "rping -c -a 10.0.0.2 -p $p -C 5"
+next_port
+check "rping over IPv6, droce1 -> droce0" pair \
+  "rping -s -a fd00::1 -p $p -C 5" "rping -c -a fd00::1 -I fd00::2 -p $p -C 5"
 next_port
 check "ucmatose, 4 connections droce1 -> droce0" pair \
   "ucmatose -b 10.0.0.1 -p $p -c 4 -C 20" "ucmatose -s 10.0.0.1 -b 10.0.0.2 -p $p -c 4 -C 20"
@@ -108,6 +114,8 @@ killed_peer() {
 }
 check "server SIGKILLed mid-connection: the client gets DISCONNECTED" killed_peer
 
+check "malformed rdma_cm channel requests are refused, the daemon survives" \
+  python3 "$root/tests/fabric/cm_garbage.py" "$run"
 check "no rdma_cm ids left in the daemon" bash -c "sleep 1; '$ctl' daemon status | grep -q '^cm: 0 ids'"
 check "no malformed CM MADs" bash -c "! '$ctl' daemon status | grep -E '^cm' | grep -qE 'bad_|gsi_'"
 

@@ -3,7 +3,7 @@
 # droce0 (10.0.0.1) and droce1 (10.0.0.2); droced is the connection manager,
 # libdroce-rdmacm.so (preloaded by `droce-ctl env`) its /dev/infiniband/rdma_cm.
 # rping on one device and across two (large -S), ucmatose with several
-# connections, rdma_server/rdma_client (synchronous ids: rdma_migrate_id),
+# connections, rdma_server/rdma_client (synchronous ids: rdma_migrate_id), rstream,
 # ib_send_bw -R / ib_write_bw -R / ib_read_lat -R; a connect to a port nobody
 # listens on fails within a second; a server killed mid-connection leaves its
 # client DISCONNECTED; malformed channel requests; the daemon has no ids left.
@@ -74,6 +74,9 @@ check "ucmatose, 4 connections droce1 -> droce0" pair \
 next_port
 check "rdma_server / rdma_client" pair \
   "rdma_server -s 10.0.0.1 -p $p" "rdma_client -s 10.0.0.1 -p $p"
+next_port
+check "rstream (rsockets over rdma_cm)" pair \
+  "rstream -b 10.0.0.1 -p $p -S 4096 -C 100" "rstream -s 10.0.0.1 -p $p -S 4096 -C 100"
 next_port
 check "ib_send_bw -R" pair "ib_send_bw -R -d droce0 -p $p -D 2" "ib_send_bw -R -d droce0 -p $p -D 2 10.0.0.1"
 next_port

@@ -23,7 +23,6 @@ constexpr uint8_t kPacketLifeTime = 16;     // CMA_IBOE_PACKET_LIFETIME
 constexpr uint8_t kLocalAckTimeout = 18;
 constexpr uint8_t kHopLimit = 64;
 constexpr uint32_t kCommEst = 4;            // IB_EVENT_COMM_EST (rdma_notify)
-constexpr uint16_t kAfIb = 27;
 
 template <typename T>
 bool Load(std::span<const uint8_t> in, T* out) {

@@ -510,11 +510,12 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       if (!Load(in, &c)) return {EINVAL, {}};
       Id* id = Find(conn, c.id);
       if (id == nullptr || !id->cm) return {EINVAL, {}};
-      // Linux's rdma_disconnect: a DREQ, or the DREP to a received DREQ.
+      // Linux's rdma_disconnect: a DREQ, or the DREP to a received DREQ; in
+      // any other state nothing is sent and it still succeeds (a program
+      // disconnects after its DISCONNECTED event, when time wait has begun).
       absl::StatusOr<cm::Step> step = id->cm->SendDreq(next_tid_++, now_ms);
       if (!step.ok()) step = id->cm->SendDrep(now_ms);
-      if (!step.ok()) return {EINVAL, {}};
-      Apply(*id, *step, nullptr, now_ms);
+      if (step.ok()) Apply(*id, *step, nullptr, now_ms);
       return {0, {}};
     }
     case RDMA_USER_CM_CMD_INIT_QP_ATTR: {

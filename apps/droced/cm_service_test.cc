@@ -313,6 +313,10 @@ TEST_F(CmServiceTest, RpingExchangeOnOneDevice) {
   ASSERT_TRUE(cd.has_value());
   EXPECT_EQ(cd->event, kEvDisconnected);
   EXPECT_FALSE(GetEvent(kClient).has_value());
+  // Disconnecting again (both ends in time wait) succeeds and sends nothing, as Linux's rdma_disconnect.
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{cid}).error, 0);
+  EXPECT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{sid}).error, 0);
+  EXPECT_TRUE(wire_.empty());
 
   // rdma_destroy_id waits for the events it was told were reported.
   rdma_ucm_destroy_id d{};

@@ -117,6 +117,7 @@ killed_peer() {
 }
 check "server SIGKILLed mid-connection: the client gets DISCONNECTED" killed_peer
 
+check "event channel: pollable, O_NONBLOCK gives EAGAIN" python3 "$root/tests/fabric/cm_channel.py" 10.0.0.1
 check "malformed rdma_cm channel requests are refused, the daemon survives" \
   python3 "$root/tests/fabric/cm_garbage.py" "$run"
 check "no rdma_cm ids left in the daemon" bash -c "sleep 1; '$ctl' daemon status | grep -q '^cm: 0 ids'"

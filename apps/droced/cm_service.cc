@@ -81,8 +81,22 @@ void StoreSockaddr(bool v6, const cm::IpAddr& ip, uint16_t port, void* out) {
   }
 }
 
-bool IsPsSupported(uint16_t ps) {
-  return ps == static_cast<uint16_t>(cm::PortSpace::kTcp) || ps == static_cast<uint16_t>(cm::PortSpace::kIb);
+constexpr uint32_t kUdpQkey = 0x01234567;  // RDMA_UDP_QKEY: rdma_cm's Q_Key for UD ids
+
+// The QP type of a port space, as Linux's ucma_get_qp_type: TCP is RC, UDP
+// and IPoIB are UD, the IB port space takes the command's; -1: refused.
+int QpTypeOf(uint16_t ps, uint8_t qp_type) {
+  switch (ps) {
+    case static_cast<uint16_t>(cm::PortSpace::kTcp):
+      return IBV_QPT_RC;
+    case static_cast<uint16_t>(cm::PortSpace::kUdp):
+    case static_cast<uint16_t>(cm::PortSpace::kIpoib):
+      return IBV_QPT_UD;
+    case static_cast<uint16_t>(cm::PortSpace::kIb):
+      return qp_type == IBV_QPT_RC || qp_type == IBV_QPT_UD ? qp_type : -1;
+    default:
+      return -1;
+  }
 }
 
 }  // namespace
@@ -221,14 +235,14 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
     case RDMA_USER_CM_CMD_CREATE_ID: {
       rdma_ucm_create_id c;
       if (!Load(in, &c)) return {EINVAL, {}};
-      if (!IsPsSupported(c.ps)) return {EINVAL, {}};
-      if (c.qp_type != IBV_QPT_RC) return {EINVAL, {}};  // UD (RDMA_PS_UDP) and UC: not yet
+      const int qp_type = QpTypeOf(c.ps, c.qp_type);
+      if (qp_type < 0) return {EINVAL, {}};
       Id id;
       id.handle = next_handle_++;
       id.conn = conn;
       id.uid = c.uid;
       id.ps = c.ps;
-      id.qp_type = c.qp_type;
+      id.qp_type = static_cast<uint8_t>(qp_type);
       id.seq_num = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
       rdma_ucm_create_id_resp resp{id.handle};
       ids_.emplace(id.handle, std::move(id));
@@ -407,6 +421,29 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       Id* id = Find(conn, c.id);
       if (id == nullptr) return {EINVAL, {}};
       if (id->state != IdState::kRouteResolved || !c.conn_param.valid) return {EINVAL, {}};
+      if (id->qp_type == IBV_QPT_UD) {
+        // UD: a service id resolution (SIDR_REQ), as Linux's cma_resolve_ib_udp.
+        if (c.conn_param.private_data_len > cm::kSidrReqPrivateDataSize - cm::kCmaHeaderSize) return {EINVAL, {}};
+        const uint32_t request_id = static_cast<uint32_t>(rng_());
+        id->cm.emplace(request_id, cm::ConnectionConfig{kPacketLifeTime});
+        by_comm_id_[request_id] = id->handle;
+        cm::SidrReq sreq;
+        sreq.pkey = 0xFFFF;
+        sreq.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->dst.port);
+        cm::CmaHeader h;
+        h.ip_version = id->src.v6 ? 6 : 4;
+        h.port = id->src.port;
+        h.src = id->src.ip;
+        h.dst = id->dst.ip;
+        cm::StoreCmaHeader(h, sreq.private_data);
+        std::memcpy(sreq.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
+                    c.conn_param.private_data_len);
+        auto step = id->cm->SendSidrReq(sreq, next_tid_++, kCmResponseTimeout, kMaxCmRetries, now_ms);
+        if (!step.ok()) return {EINVAL, {}};
+        id->state = IdState::kConnect;
+        Apply(*id, *step, nullptr, now_ms);
+        return {0, {}};
+      }
       if (c.conn_param.private_data_len > cm::kRdmaCmReqUserPrivateData) return {EINVAL, {}};
       const uint32_t comm_id = static_cast<uint32_t>(rng_());
       id->cm.emplace(comm_id, cm::ConnectionConfig{kPacketLifeTime});
@@ -469,6 +506,22 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
         Apply(*id, *step, nullptr, now_ms);
         return {0, {}};
       }
+      if (id->qp_type == IBV_QPT_UD) {  // the SIDR_REP: our QPN and Q_Key
+        if (c.conn_param.private_data_len > cm::kSidrRepPrivateDataSize) return {EINVAL, {}};
+        id->uid = c.uid;
+        cm::SidrRep srep;
+        srep.status = cm::SidrStatus::kOk;
+        srep.qpn = c.conn_param.qp_num & 0xFFFFFF;
+        srep.qkey = c.conn_param.qkey != 0 ? c.conn_param.qkey : kUdpQkey;
+        srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
+        srep.vendor_id = c.ece.vendor_id & 0xFFFFFF;
+        std::memcpy(srep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
+        auto step = id->cm->SendSidrRep(srep);
+        if (!step.ok()) return {EINVAL, {}};
+        id->state = IdState::kConnected;
+        Apply(*id, *step, nullptr, now_ms);
+        return {0, {}};
+      }
       if (c.conn_param.private_data_len > cm::kRepPrivateDataSize) return {EINVAL, {}};
       id->uid = c.uid;
       id->local_qpn = c.conn_param.qp_num & 0xFFFFFF;
@@ -499,6 +552,17 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       if (c.private_data_len > cm::kRejPrivateDataSize) return {EINVAL, {}};
       // Linux's rdma_reject: "consumer defined" with the user's private data
       // (the reason byte selects that or, with ECE, "vendor option not supported").
+      if (id->qp_type == IBV_QPT_UD) {
+        cm::SidrRep srep;
+        srep.status = cm::SidrStatus::kReject;
+        srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
+        std::memcpy(srep.private_data.data(), c.private_data,
+                    std::min<size_t>(c.private_data_len, cm::kSidrRepPrivateDataSize));
+        auto step = id->cm->SendSidrRep(srep);
+        if (!step.ok()) return {EINVAL, {}};
+        Apply(*id, *step, nullptr, now_ms);
+        return {0, {}};
+      }
       const uint16_t reason = c.reason == 35 ? 35 : static_cast<uint16_t>(cm::RejReason::kConsumerDefined);
       auto step = id->cm->SendRej(reason, now_ms, std::span<const uint8_t>(c.private_data, c.private_data_len));
       if (!step.ok()) return {EINVAL, {}};
@@ -642,6 +706,26 @@ std::vector<uint8_t> CmService::InitQpAttr(const Id& id, uint32_t qp_state, int*
     *error = EINVAL;
     return {};
   }
+  if (id.qp_type == IBV_QPT_UD) {  // Linux's cma_ib_init_qp_attr for UD
+    switch (qp_state) {
+      case IBV_QPS_INIT:
+        a.qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+        a.port_num = 1;
+        a.qkey = id.qkey;
+        break;
+      case IBV_QPS_RTR:
+        a.qp_attr_mask = IBV_QP_STATE;
+        break;
+      case IBV_QPS_RTS:
+        a.qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+        a.sq_psn = id.seq_num;
+        break;
+      default:
+        *error = EINVAL;
+        return {};
+    }
+    return Bytes(a);
+  }
   const bool connected = id.cm.has_value() && id.cm->state() != cm::State::kIdle;
   switch (qp_state) {
     case IBV_QPS_INIT:
@@ -759,6 +843,31 @@ void CmService::Apply(Id& id, const cm::Step& step, const cm::CmMessage* receive
     case cm::Upcall::kTimewaitExit:
       QueueEvent(id, kEvTimewaitExit, 0);
       break;
+    case cm::Upcall::kSidrRepReceived: {
+      const auto& srep = std::get<cm::SidrRep>(received->body);
+      rdma_ucm_ud_param u{};
+      std::memcpy(u.private_data, srep.private_data.data(), cm::kSidrRepPrivateDataSize);
+      u.private_data_len = cm::kSidrRepPrivateDataSize;
+      if (srep.status != cm::SidrStatus::kOk) {
+        QueueEvent(id, kEvUnreachable, static_cast<int32_t>(srep.status), &u, sizeof u);
+        id.state = IdState::kDisconnected;
+        break;
+      }
+      id.remote_qpn = srep.qpn;
+      id.qkey = srep.qkey;
+      u.qp_num = srep.qpn;
+      u.qkey = srep.qkey;
+      FillAh(id, &u.ah_attr);
+      id.state = IdState::kConnected;
+      QueueEvent(id, kEvEstablished, 0, &u, sizeof u, srep.vendor_id);
+      break;
+    }
+    case cm::Upcall::kSidrReqError:
+      if (id.state == IdState::kConnect) {
+        QueueEvent(id, kEvUnreachable, -ETIMEDOUT);
+        id.state = IdState::kDisconnected;
+      }
+      break;
     default:
       break;
   }
@@ -823,8 +932,17 @@ void CmService::OnMad(int device, const GsiPath& from, std::span<const uint8_t> 
     HandleReq(device, from, m, now_ms);
     return;
   }
-  if (std::holds_alternative<cm::SidrReq>(m.body) || std::holds_alternative<cm::SidrRep>(m.body)) {
-    ++counters_.sidr_unsupported;  // UD rdma_cm (RDMA_PS_UDP): not yet
+  if (std::holds_alternative<cm::SidrReq>(m.body)) {
+    HandleSidrReq(device, from, m, now_ms);
+    return;
+  }
+  if (const auto* srep = std::get_if<cm::SidrRep>(&m.body)) {
+    Id* id = FindByLocalComm(srep->request_id);
+    if (id == nullptr || !id->cm) {
+      ++counters_.unmatched;
+      return;
+    }
+    Apply(*id, id->cm->OnMad(m, now_ms), &m, now_ms);
     return;
   }
   // Every other message names our communication id as its remote id, except
@@ -885,7 +1003,10 @@ void CmService::HandleReq(int device, const GsiPath& from, const cm::CmMessage& 
   if (sp && hdr && req.transport == cm::TransportType::kRc) {
     const Addr dst{hdr->ip_version == 6, hdr->dst, sp->port};
     for (auto& [h, x] : ids_) {
-      if (x.state != IdState::kListen || x.ps != static_cast<uint16_t>(sp->ps) || x.src.port != sp->port) continue;
+      if (x.state != IdState::kListen || x.qp_type != IBV_QPT_RC || x.ps != static_cast<uint16_t>(sp->ps) ||
+          x.src.port != sp->port) {
+        continue;
+      }
       if (!x.src.any() && (x.src.ip != dst.ip || x.device != device)) continue;
       listener = &x;
       break;
@@ -945,6 +1066,78 @@ void CmService::HandleReq(int device, const GsiPath& from, const cm::CmMessage& 
   }
 }
 
+void CmService::FillAh(const Id& id, ib_uverbs_ah_attr* ah) const {
+  std::memcpy(ah->grh.dgid, id.path.dst_gid.data(), 16);
+  ah->grh.sgid_index = static_cast<uint8_t>(std::max(0, GidIndex(id.device, id.path.src_gid)));
+  ah->grh.hop_limit = id.path.hop_limit;
+  ah->grh.traffic_class = id.path.tclass;
+  ah->is_global = 1;
+  ah->port_num = 1;
+}
+
+// A SIDR_REQ (UD rdma_cm): to the listener of its service id, as a
+// CONNECT_REQUEST on a new id; nobody listens: SIDR_REP "no such service"
+// (Linux's IB_SIDR_UNSUPPORTED).
+void CmService::HandleSidrReq(int device, const GsiPath& from, const cm::CmMessage& m, uint64_t now_ms) {
+  const auto& sreq = std::get<cm::SidrReq>(m.body);
+  const GsiPath reply = ReplyPath(from);
+  const auto sp = cm::DecodeServiceId(sreq.service_id);
+  const auto hdr = cm::ParseCmaHeader(sreq.private_data);
+  Id* listener = nullptr;
+  if (sp && hdr) {
+    for (auto& [h, x] : ids_) {
+      if (x.state != IdState::kListen || x.qp_type != IBV_QPT_UD || x.ps != static_cast<uint16_t>(sp->ps) ||
+          x.src.port != sp->port) {
+        continue;
+      }
+      if (!x.src.any() && (x.src.ip != hdr->dst || x.device != device)) continue;
+      listener = &x;
+      break;
+    }
+  }
+  if (listener == nullptr) {
+    ++counters_.rej_no_listener;
+    cm::CmMessage r;
+    r.header.tid = m.header.tid;
+    cm::SidrRep srep;
+    srep.request_id = sreq.request_id;
+    srep.status = cm::SidrStatus::kNoSuchService;
+    srep.service_id = sreq.service_id;
+    r.header.attr_id = cm::AttrId::kSidrRep;
+    r.body = srep;
+    ++counters_.mads_tx;
+    send_(device, reply, cm::SerializeMad(r));
+    return;
+  }
+  Id id;
+  id.handle = next_handle_++;
+  id.conn = listener->conn;
+  id.uid = listener->uid;
+  id.ps = listener->ps;
+  id.qp_type = listener->qp_type;
+  id.state = IdState::kConnect;
+  id.device = device;
+  id.src = Addr{hdr->ip_version == 6, hdr->dst, sp->port};
+  id.dst = Addr{hdr->ip_version == 6, hdr->src, hdr->port};
+  id.path = reply;
+  id.seq_num = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
+  id.qkey = kUdpQkey;
+  const uint32_t comm_id = static_cast<uint32_t>(rng_());
+  id.cm.emplace(comm_id, cm::ConnectionConfig{kPacketLifeTime});
+  const cm::Step step = id.cm->OnMad(m, now_ms);
+  const uint32_t listen_handle = listener->handle;
+  const uint64_t listen_uid = listener->uid;
+  auto [it, inserted] = ids_.emplace(id.handle, std::move(id));
+  if (step.upcall == cm::Upcall::kSidrReqReceived) {
+    rdma_ucm_ud_param u{};
+    const size_t user = cm::kSidrReqPrivateDataSize - cm::kCmaHeaderSize;
+    std::memcpy(u.private_data, sreq.private_data.data() + cm::kCmaHeaderSize, std::min(user, sizeof u.private_data));
+    u.private_data_len = static_cast<uint8_t>(std::min(user, sizeof u.private_data));
+    FillAh(it->second, &u.ah_attr);
+    QueueEvent(it->second, kEvConnectRequest, 0, &u, sizeof u, 0, 0, listen_uid, listen_handle);
+  }
+}
+
 void CmService::OnTimer(uint64_t now_ms) {
   std::vector<uint32_t> handles;
   for (const auto& [h, id] : ids_) {
@@ -988,10 +1181,9 @@ std::optional<uint64_t> CmService::NextDeadline() const {
 std::string CmService::StatusText() const {
   std::string out = absl::StrFormat(
       "cm: %zu ids, %zu in time wait; commands %lu (failed %lu), mads rx %lu tx %lu, unmatched %lu, ignored %lu, "
-      "rej_no_listener %lu, sidr_unsupported %lu",
+      "rej_no_listener %lu",
       ids_.size(), zombies_.size(), counters_.commands, counters_.commands_failed, counters_.mads_rx,
-      counters_.mads_tx, counters_.unmatched, counters_.ignored, counters_.rej_no_listener,
-      counters_.sidr_unsupported);
+      counters_.mads_tx, counters_.unmatched, counters_.ignored, counters_.rej_no_listener);
   for (size_t e = 1; e < static_cast<size_t>(cm::MadError::kCount); ++e) {
     if (counters_.mad_errors[e] != 0) {
       absl::StrAppendFormat(&out, ", %s %lu", cm::MadErrorName(static_cast<cm::MadError>(e)), counters_.mad_errors[e]);

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <rdma/ib_user_verbs.h>
+
 #include "apps/droced/cm_gsi.h"
 #include "cm/connection.h"
 #include "cm/mad.h"
@@ -48,8 +50,7 @@ struct CmCounters {
   uint64_t gsi_drops[static_cast<size_t>(GsiDrop::kCount)] = {};
   uint64_t unmatched = 0;        // a MAD for no connection of ours
   uint64_t ignored = 0;          // a MAD the connection's state machine ignored (stray, duplicate)
-  uint64_t rej_no_listener = 0;  // REQs answered with REJ "invalid service ID"
-  uint64_t sidr_unsupported = 0;
+  uint64_t rej_no_listener = 0;  // REQs answered with REJ "invalid service ID", SIDR_REQs with "no such service"
 };
 
 // rdma_cm event numbers (enum rdma_cm_event_type, the kernel's and librdmacm's).
@@ -135,6 +136,7 @@ class CmService {
     uint8_t path_mtu = 3;
     uint64_t remote_guid = 0;
     uint32_t remote_comm_id = 0;
+    uint32_t qkey = 0x01234567;  // UD ids: RDMA_UDP_QKEY, or the peer's from its SIDR_REP
   };
   struct Event {
     int conn;
@@ -158,6 +160,8 @@ class CmService {
   void Apply(Id& id, const cm::Step& step, const cm::CmMessage* received, uint64_t now_ms);
   void DestroyId(uint32_t handle, uint64_t now_ms);
   void HandleReq(int device, const GsiPath& from, const cm::CmMessage& m, uint64_t now_ms);
+  void HandleSidrReq(int device, const GsiPath& from, const cm::CmMessage& m, uint64_t now_ms);
+  void FillAh(const Id& id, ib_uverbs_ah_attr* ah) const;
   Id* FindByLocalComm(uint32_t comm_id);
   std::vector<uint8_t> QueryRoute(const Id& id) const;
   std::vector<uint8_t> InitQpAttr(const Id& id, uint32_t qp_state, int* error) const;

@@ -559,6 +559,118 @@ TEST_F(CmServiceTest, RandomCommandsAndMadsLeaveItWorking) {
   EXPECT_NE(sid, 0u);
 }
 
+// UD rdma_cm (RDMA_PS_UDP, udaddy's exchange): SIDR_REQ / SIDR_REP.
+TEST_F(CmServiceTest, UdServiceIdResolution) {
+  auto create = [&](int conn, uint64_t uid) {
+    rdma_ucm_create_id c{};
+    c.uid = uid;
+    c.ps = RDMA_PS_UDP;
+    c.qp_type = IBV_QPT_UD;
+    const auto r = Cmd(conn, RDMA_USER_CM_CMD_CREATE_ID, c);
+    EXPECT_EQ(r.error, 0);
+    rdma_ucm_create_id_resp resp{};
+    std::memcpy(&resp, r.out.data(), sizeof resp);
+    return resp.id;
+  };
+  rdma_ucm_create_id bad{};
+  bad.ps = 0x0999;
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_CREATE_ID, bad).error, EINVAL);  // no such port space
+
+  const uint32_t lid = create(kServer, 0x7000);
+  rdma_ucm_bind_ip b{};
+  b.id = lid;
+  b.addr = Sin(0x0a000001, 7174);
+  ASSERT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_BIND_IP, b).error, 0);
+  ASSERT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_LISTEN, rdma_ucm_listen{lid, 10}).error, 0);
+
+  auto resolve = [&](uint16_t port) {
+    const uint32_t id = create(kClient, 0x8000 + port);
+    rdma_ucm_resolve_ip r{};
+    r.src_addr = Sin(0x0a000002, 0);
+    r.dst_addr = Sin(0x0a000001, port);
+    r.id = id;
+    EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+    EXPECT_EQ(GetEvent(kClient)->event, kEvAddrResolved);
+    EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{id, 100}).error, 0);
+    EXPECT_EQ(GetEvent(kClient)->event, kEvRouteResolved);
+    int err = 0;
+    const ib_uverbs_qp_attr init = InitQpAttr(kClient, id, IBV_QPS_INIT, &err);
+    EXPECT_EQ(err, 0);
+    EXPECT_TRUE(init.qp_attr_mask & IBV_QP_QKEY);
+    EXPECT_EQ(init.qkey, 0x01234567u);  // RDMA_UDP_QKEY
+    rdma_ucm_connect c{};
+    c.id = id;
+    c.conn_param.qp_num = 0x405;
+    c.conn_param.valid = 1;
+    c.conn_param.private_data_len = 4;
+    std::memcpy(c.conn_param.private_data, "udpd", 4);
+    EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_CONNECT, c).error, 0);
+    return id;
+  };
+
+  const uint32_t cid = resolve(7174);
+  EXPECT_EQ(Pump(), 1);  // SIDR_REQ
+  auto req = GetEvent(kServer);
+  ASSERT_TRUE(req.has_value());
+  EXPECT_EQ(req->event, kEvConnectRequest);
+  EXPECT_EQ(req->uid, 0x7000u);
+  EXPECT_EQ(std::memcmp(req->param.ud.private_data, "udpd", 4), 0);
+  EXPECT_EQ(std::memcmp(req->param.ud.ah_attr.grh.dgid, V4Gid(0x0a000002).data(), 16), 0);
+  rdma_ucm_accept a{};
+  a.uid = 0x7001;
+  a.id = req->id;
+  a.conn_param.valid = 1;
+  a.conn_param.qp_num = 0x805;
+  ASSERT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_ACCEPT, a).error, 0);
+  EXPECT_EQ(Pump(), 1);  // SIDR_REP
+  auto est = GetEvent(kClient);
+  ASSERT_TRUE(est.has_value());
+  EXPECT_EQ(est->event, kEvEstablished);
+  EXPECT_EQ(est->id, cid);
+  EXPECT_EQ(est->param.ud.qp_num, 0x805u);
+  EXPECT_EQ(est->param.ud.qkey, 0x01234567u);
+  EXPECT_EQ(est->param.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(std::memcmp(est->param.ud.ah_attr.grh.dgid, V4Gid(0x0a000001).data(), 16), 0);
+  EXPECT_EQ(est->param.ud.ah_attr.grh.sgid_index, 1);
+
+  // Nobody listens on the port: SIDR_REP "no such service", UNREACHABLE with that status.
+  resolve(7999);
+  EXPECT_EQ(Pump(), 2);
+  auto un = GetEvent(kClient);
+  ASSERT_TRUE(un.has_value());
+  EXPECT_EQ(un->event, kEvUnreachable);
+  EXPECT_EQ(un->status, 1u);
+  // The listener rejects: status 2.
+  resolve(7174);
+  Pump();
+  auto req2 = GetEvent(kServer);
+  ASSERT_TRUE(req2.has_value());
+  rdma_ucm_reject rj{};
+  rj.id = req2->id;
+  ASSERT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_REJECT, rj).error, 0);
+  Pump();
+  auto rejected = GetEvent(kClient);
+  ASSERT_TRUE(rejected.has_value());
+  EXPECT_EQ(rejected->event, kEvUnreachable);
+  EXPECT_EQ(rejected->status, 2u);
+  // Nobody answers: retried, then UNREACHABLE -ETIMEDOUT.
+  resolve(7174);
+  wire_.clear();
+  while (auto d = cm_.NextDeadline()) {
+    now_ = *d;
+    cm_.OnTimer(now_);
+    wire_.clear();
+    if (cm_.PendingEvents(kClient) > 0) break;
+  }
+  auto to = GetEvent(kClient);
+  ASSERT_TRUE(to.has_value());
+  EXPECT_EQ(to->event, kEvUnreachable);
+  EXPECT_EQ(static_cast<int32_t>(to->status), -ETIMEDOUT);
+  cm_.ConnectionClosed(kServer, now_);
+  cm_.ConnectionClosed(kClient, now_);
+  EXPECT_EQ(cm_.id_count(), 0u);
+}
+
 TEST_F(CmServiceTest, MalformedMadsAreCountedAndDropped) {
   std::array<uint8_t, cm::kMadSize> mad{};
   mad[0] = 1;

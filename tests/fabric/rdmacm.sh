@@ -86,16 +86,18 @@ next_port
 check "ib_read_lat -R" pair "ib_read_lat -R -d droce0 -p $p -n 200" "ib_read_lat -R -d droce0 -p $p -n 200 10.0.0.1"
 
 # Nobody listens: REJ "invalid service ID" at once, not a REQ timeout. Timed
-# from the CONNECT command (6) to the GET_EVENT (12) that returns the REJECTED
-# event, by the shim's trace (the program's start-up, EAL included, is not the CM's).
+# by the shim's trace from the GET_EVENT that returned ROUTE_RESOLVED (rping
+# then creates its QP and connects) to the one that returns REJECTED: the
+# program's start-up, EAL included, is not the CM's. (The CONNECT's own trace
+# line may never be printed: rping exits from its CM thread on REJECTED.)
 closed_port() {
   next_port
   local out rc
   out=$(DROCE_RDMACM_TRACE=1 timeout 10 rping -c -a 10.0.0.1 -p $p -C 1 2>&1); rc=$?
   grep -v "^droce-rdmacm" <<<"$out"
   local ms
-  ms=$(awk '/droce-rdmacm: .* cmd 6 in .* -> ok/ {t = $2} t && / cmd 12 in .* -> ok/ {print int(($2 - t) * 1000); exit}' <<<"$out")
-  echo "rc $rc, REJECTED $ms ms after CONNECT"
+  ms=$(awk '/droce-rdmacm: .* cmd 12 in .* -> ok/ {prev = last; last = $2} END {if (prev) print int((last - prev) * 1000)}' <<<"$out")
+  echo "rc $rc, REJECTED $ms ms after ROUTE_RESOLVED"
   [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "REJECTED, error 8" <<<"$out" && [ -n "$ms" ] && [ "$ms" -lt 1000 ]
 }
 check "connect to a port nobody listens on: REJECTED within 1 s" closed_port

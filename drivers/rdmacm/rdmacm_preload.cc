@@ -359,7 +359,8 @@ int open(const char* path, int flags, ...) {
     const int fd = ConnectDaemon(flags);
     if (fd >= 0) return fd;
   }
-  return Next<OpenFn>("open")(path, flags, mode);
+  static const OpenFn real = Next<OpenFn>("open");
+  return real(path, flags, mode);
 }
 
 int open64(const char* path, int flags, ...) {
@@ -374,7 +375,8 @@ int open64(const char* path, int flags, ...) {
     const int fd = ConnectDaemon(flags);
     if (fd >= 0) return fd;
   }
-  return Next<OpenFn>("open64")(path, flags, mode);
+  static const OpenFn real = Next<OpenFn>("open64");
+  return real(path, flags, mode);
 }
 
 int openat(int dirfd, const char* path, int flags, ...) {
@@ -389,7 +391,8 @@ int openat(int dirfd, const char* path, int flags, ...) {
     const int fd = ConnectDaemon(flags);
     if (fd >= 0) return fd;
   }
-  return Next<OpenatFn>("openat")(dirfd, path, flags, mode);
+  static const OpenatFn real = Next<OpenatFn>("openat");
+  return real(dirfd, path, flags, mode);
 }
 
 int openat64(int dirfd, const char* path, int flags, ...) {
@@ -404,7 +407,8 @@ int openat64(int dirfd, const char* path, int flags, ...) {
     const int fd = ConnectDaemon(flags);
     if (fd >= 0) return fd;
   }
-  return Next<OpenatFn>("openat64")(dirfd, path, flags, mode);
+  static const OpenatFn real = Next<OpenatFn>("openat64");
+  return real(dirfd, path, flags, mode);
 }
 
 int fstat(int fd, struct stat* st) noexcept {
@@ -412,7 +416,8 @@ int fstat(int fd, struct stat* st) noexcept {
     FakeStat(st);
     return 0;
   }
-  return Next<int (*)(int, struct stat*)>("fstat")(fd, st);
+  static const auto real = Next<int (*)(int, struct stat*)>("fstat");
+  return real(fd, st);
 }
 
 int fstat64(int fd, struct stat64* st) noexcept {
@@ -420,17 +425,20 @@ int fstat64(int fd, struct stat64* st) noexcept {
     FakeStat(reinterpret_cast<struct stat*>(st));  // the same layout on LP64
     return 0;
   }
-  return Next<int (*)(int, struct stat64*)>("fstat64")(fd, st);
+  static const auto real = Next<int (*)(int, struct stat64*)>("fstat64");
+  return real(fd, st);
 }
 
 ssize_t write(int fd, const void* buf, size_t n) {
   if (IsCmFd(fd)) return CmWrite(fd, buf, n);
-  return Next<WriteFn>("write")(fd, buf, n);
+  static const WriteFn real = Next<WriteFn>("write");
+  return real(fd, buf, n);
 }
 
 int close(int fd) {
   if (IsCmFd(fd)) g_fds[fd].cm.store(false, std::memory_order_release);
-  return Next<CloseFn>("close")(fd);
+  static const CloseFn real = Next<CloseFn>("close");
+  return real(fd);
 }
 
 }  // extern "C"

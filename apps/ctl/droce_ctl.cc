@@ -73,14 +73,25 @@ std::string ProviderDir() {
   return "";
 }
 
+// The rdma_cm shim (drivers/rdmacm, doc/cm.md) next to the provider's in a build tree.
+std::string RdmacmPreload() {
+#ifdef DROCE_BUILD_RDMACM_DIR
+  if (fs::exists(fs::path(DROCE_BUILD_RDMACM_DIR) / "libdroce-rdmacm.so")) {
+    return std::string(DROCE_BUILD_RDMACM_DIR) + "/libdroce-rdmacm.so";
+  }
+#endif
+  return "libdroce-rdmacm.so";
+}
+
 int Env(const std::string& run_dir) {
   std::printf("export SYSFS_PATH=%s\n", SysfsRoot(run_dir).c_str());
+  std::printf("export DROCE_RUN_DIR=%s\n", run_dir.c_str());
   const std::string dir = ProviderDir();
   if (!dir.empty()) {
     std::printf("export RDMAV_DRIVERS=%s/libdroce\n", dir.c_str());
-    std::printf("export LD_PRELOAD=%s/libdroce-preload.so\n", dir.c_str());
+    std::printf("export LD_PRELOAD=%s/libdroce-preload.so:%s\n", dir.c_str(), RdmacmPreload().c_str());
   } else {
-    std::printf("export LD_PRELOAD=libdroce-preload.so\n");
+    std::printf("export LD_PRELOAD=libdroce-preload.so:%s\n", RdmacmPreload().c_str());
   }
   return 0;
 }

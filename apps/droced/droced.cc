@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
@@ -25,6 +26,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <deque>
+#include <map>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -39,7 +42,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
+#include <rdma/rdma_user_cm.h>
+#include "drivers/rdmacm/cm_protocol.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
@@ -163,7 +169,14 @@ class MemifPorts final : public PortBackend {
 class Daemon {
  public:
   Daemon(std::string run_dir, rte_mempool* pool)
-      : run_dir_(run_dir), pool_(pool), ports_(fabric::MemifSocketPath(run_dir), pool), state_(run_dir, &ports_) {}
+      : run_dir_(run_dir),
+        pool_(pool),
+        ports_(fabric::MemifSocketPath(run_dir), pool),
+        state_(run_dir, &ports_),
+        cm_([this](int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
+              CmSend(dev, path, mad);
+            },
+            NowNs() ^ (uint64_t(getpid()) << 40)) {}
 
   // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
   // interface to another droced (another host on this machine); frames for
@@ -472,6 +485,12 @@ class Daemon {
             }
             rte_pktmbuf_free(m);
             break;
+          case Decision::kToGsi:
+            RefreshCmDevices();
+            cm_.OnGsiFrame(d.device, rte_pktmbuf_mtod(m, uint8_t*), m->data_len, NowNs() / 1'000'000);
+            rte_pktmbuf_free(m);
+            CmSettle();
+            break;
           case Decision::kDrop:
             rte_pktmbuf_free(m);
             break;
@@ -558,6 +577,7 @@ class Daemon {
     for (const Conn& c : conns_) fds[nfds++] = {c.fd, POLLIN, 0};
     const nfds_t nconn = nfds;
     for (uint32_t i = 0; i < nwake_; ++i) fds[nfds++] = {wake_fds_[i], POLLIN, 0};  // arrivals only wake us
+    CmTimers();
     const timespec timeout{0, static_cast<long>(timeout_us) * 1000};  // < 1 s
     if (ppoll(fds, nfds, &timeout, nullptr) <= 0) return;
     for (nfds_t i = nconn; i-- > 1;) {  // backwards: closing a connection moves the ones after it
@@ -583,10 +603,26 @@ class Daemon {
 
   void ServeConn(size_t i) {
     Conn c = conns_[i];
-    alignas(8) char buf[sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64];  // the largest request and more (MSG_TRUNC tells)
+    // The largest request of either protocol (MSG_TRUNC tells the real length).
+    alignas(8) char buf[std::max(sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64,
+                                 sizeof(cmproto::CmRequest) + cmproto::kMaxCommandBytes + cmproto::kMaxOptionBytes)];
     const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_TRUNC | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n >= 4) {
+      uint32_t magic;
+      std::memcpy(&magic, buf, sizeof magic);
+      if (magic == cmproto::kCmMagic) {  // an rdma_cm event channel (doc/cm.md)
+        // n is the datagram's real length (MSG_TRUNC); ServeCm reads only
+        // what its checked lengths say, which never exceed the buffer.
+        ServeCm(c.fd, buf, static_cast<size_t>(n));
+        return;
+      }
+    }
     if (n <= 0) {  // EOF: the process detached, exited or died
+      if (cm_conns_.erase(c.fd) > 0) {
+        cm_.ConnectionClosed(c.fd, NowNs() / 1'000'000);
+        CmSettle();
+      }
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd) {
           Log("process %d left %s (memif %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu", p.pid,
@@ -601,8 +637,9 @@ class Daemon {
     }
     std::string text;
     // MSG_TRUNC: n is the datagram's real length; only what fit was read.
-    const ssize_t got = std::min<ssize_t>(n, sizeof buf);
+    const ssize_t got = std::min<ssize_t>(n, sizeof(fabric::Request) + 64);
     fabric::Reply r = state_.Handle(c.fd, buf, n == got ? n : -1, c.pid, c.uid, &text);
+    if (r.op == fabric::kOpStatus && r.error == 0) text += cm_.StatusText();
     if (r.error != 0) {
       Log("request from pid %d refused: %s (%s)", c.pid, r.message, std::strerror(r.error));
     } else if (r.op == fabric::kOpAttach) {
@@ -614,6 +651,146 @@ class Daemon {
     fabric::Reply* hdr = reinterpret_cast<fabric::Reply*>(out.data());
     hdr->size = static_cast<uint32_t>(out.size());
     send(c.fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+
+  // --- The connection manager (cm_service.h): ucma commands from event
+  // channels, GSI frames, timers.
+  void RefreshCmDevices() {
+    std::vector<CmDevice> devs;
+    for (const FabricDevice& d : state_.devices()) {
+      CmDevice c;
+      c.name = d.name;
+      std::memcpy(c.mac.data(), d.mac.data(), 6);
+      const uint8_t eui[8] = {static_cast<uint8_t>(d.mac[0] ^ 2), d.mac[1], d.mac[2], 0xff, 0xfe,
+                              d.mac[3], d.mac[4], d.mac[5]};
+      for (uint8_t b : eui) c.guid = (c.guid << 8) | b;  // sysfs node_guid's value
+      for (const core::Gid& g : d.gids) {
+        cm::Gid x;
+        std::memcpy(x.data(), g.data(), 16);
+        c.gids.push_back(x);
+      }
+      devs.push_back(std::move(c));
+    }
+    cm_.SetDevices(std::move(devs));
+  }
+
+  // A MAD leaves device `dev`'s QP1 as a RoCEv2 frame. Every destination is
+  // a fabric device's QP1 (there is no uplink yet), which is this same CM:
+  // the frame is queued and parsed back by CmSettle (and traced).
+  void CmSend(int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
+    (void)dev;
+    std::vector<uint8_t> frame(kGsiFrameMax);
+    frame.resize(BuildGsiFrame(path, mad, gsi_psn_++, frame.data()));
+    int to = -1;
+    for (size_t k = 0; k < state_.devices().size(); ++k) {
+      if (std::memcmp(state_.devices()[k].mac.data(), path.dst_mac.data(), 6) == 0) to = static_cast<int>(k);
+    }
+    if (trace_ != nullptr) TraceBytes(frame.data(), static_cast<uint32_t>(frame.size()));
+    if (to < 0) {
+      ++state_.counters().rx_unknown_dst;
+      return;
+    }
+    gsi_queue_.emplace_back(to, std::move(frame));
+  }
+
+  // Delivers queued GSI frames (their answers may queue more) and tells
+  // event channels that have events waiting.
+  void CmSettle() {
+    CmDeliver();
+    CmNotify();
+  }
+
+  void CmDeliver() {
+    for (int guard = 0; !gsi_queue_.empty() && guard < 1024; ++guard) {
+      auto [dev, frame] = std::move(gsi_queue_.front());
+      gsi_queue_.pop_front();
+      cm_.OnGsiFrame(dev, frame.data(), static_cast<uint32_t>(frame.size()), NowNs() / 1'000'000);
+    }
+  }
+
+  // A notification goes after any reply: the shim reads a command's reply
+  // as the first datagram that is not one, and counts what it skipped.
+  void CmNotify() {
+    for (auto& [fd, ch] : cm_conns_) {
+      uint32_t& outstanding = ch.outstanding;
+      if (outstanding == 0 && cm_.PendingEvents(fd) > 0) {
+        cmproto::CmReply n{cmproto::kCmMagic, cmproto::kCmVersion, cmproto::kCmNotify, sizeof n, 0,
+                           static_cast<uint32_t>(cm_.PendingEvents(fd)), 0};
+        if (send(fd, &n, sizeof n, MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof n) outstanding = 1;
+      }
+    }
+  }
+
+  void CmTimers() {
+    const uint64_t now = NowNs() / 1'000'000;
+    if (const auto d = cm_.NextDeadline(); d && *d <= now) {
+      cm_.OnTimer(now);
+      CmSettle();
+    }
+  }
+
+  void ServeCm(int fd, const char* buf, size_t n) {
+    cmproto::CmReply r{cmproto::kCmMagic, cmproto::kCmVersion, cmproto::kCmReply, sizeof r, 0, 0, 0};
+    cmproto::CmRequest q;
+    std::vector<uint8_t> out;
+    if (n < sizeof q) {
+      r.error = EINVAL;
+    } else {
+      std::memcpy(&q, buf, sizeof q);
+      if (q.version != cmproto::kCmVersion) {
+        r.error = EPROTONOSUPPORT;
+      } else if (q.size != n || q.command_len > cmproto::kMaxCommandBytes || q.option_len > cmproto::kMaxOptionBytes ||
+                 sizeof q + uint64_t{q.command_len} + q.option_len != n ||
+                 (q.kind != cmproto::kCmCommand && q.kind != cmproto::kCmSync)) {
+        r.error = EINVAL;
+      } else {
+        CmChannel& ch = cm_conns_[fd];
+        while (ch.token == 0) {  // unguessable: a token is what lets a channel take ids
+          if (getrandom(&ch.token, sizeof ch.token, 0) != sizeof ch.token) ch.token = NowNs() ^ ++cm_token_salt_;
+        }
+        ch.outstanding -= std::min(ch.outstanding, q.notifies_consumed);
+        const auto* p = reinterpret_cast<const uint8_t*>(buf) + sizeof q;
+        std::span<const uint8_t> option(p + q.command_len, q.option_len);
+        rdma_ucm_cmd_hdr hdr{};
+        if (q.command_len >= sizeof hdr) std::memcpy(&hdr, p, sizeof hdr);
+        int dest = -1;
+        if (q.kind == cmproto::kCmCommand && hdr.cmd == RDMA_USER_CM_CMD_MIGRATE_ID) {
+          // The id's current channel, by its token (drivers/rdmacm/cm_protocol.h).
+          uint64_t token = 0;
+          if (option.size() == sizeof token) std::memcpy(&token, option.data(), sizeof token);
+          for (const auto& [other, och] : cm_conns_) {
+            if (token != 0 && och.token == token) dest = other;
+          }
+          option = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&dest), sizeof dest);
+        }
+        if (q.kind == cmproto::kCmCommand) {
+          RefreshCmDevices();
+          CmService::Result res =
+              cm_.Command(fd, std::span<const uint8_t>(p, q.command_len), NowNs() / 1'000'000, option);
+          r.error = res.error;
+          out = std::move(res.out);
+        } else {
+          out.resize(sizeof ch.token);
+          std::memcpy(out.data(), &ch.token, sizeof ch.token);
+        }
+      }
+    }
+    CmDeliver();
+    r.events_pending = static_cast<uint32_t>(cm_.PendingEvents(fd));
+    r.payload_len = static_cast<uint32_t>(out.size());
+    r.size = static_cast<uint32_t>(sizeof r + out.size());
+    std::string msg(reinterpret_cast<const char*>(&r), sizeof r);
+    msg.append(reinterpret_cast<const char*>(out.data()), out.size());
+    send(fd, msg.data(), msg.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    CmNotify();  // for what the command queued (here or on other channels), after the reply
+  }
+
+  void TraceBytes(const uint8_t* data, uint32_t len) {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const uint32_t rec[4] = {static_cast<uint32_t>(ts.tv_sec), static_cast<uint32_t>(ts.tv_nsec / 1000), len, len};
+    std::fwrite(rec, sizeof rec, 1, trace_);
+    std::fwrite(data, 1, len, trace_);
   }
 
   static constexpr size_t kMaxConns = 1024;
@@ -635,6 +812,15 @@ class Daemon {
   }
   MemifPorts ports_;
   FabricState state_;
+  CmService cm_;
+  struct CmChannel {
+    uint32_t outstanding = 0;  // notifications sent and not yet reported read
+    uint64_t token = 0;        // names the channel in rdma_migrate_id
+  };
+  std::map<int, CmChannel> cm_conns_;  // by event channel fd
+  uint64_t cm_token_salt_ = 0;
+  std::deque<std::pair<int, std::vector<uint8_t>>> gsi_queue_;
+  uint32_t gsi_psn_ = 0;
   int listen_fd_ = -1;
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)
   uint64_t busy_window_ns_ = 0;  // spin this long after the last frame (--busy-window-us)

@@ -373,6 +373,12 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     if (wire::DestIpAsGid(frame, len, gid)) dev = FindDeviceByGid(gid);
     if (dev < 0) return to_uplink(counters_.rx_no_route);
   }
+  if (qpn == 1) {  // GSI: QP 1 lives in the daemon, which plays the kernel's CM
+    ++devices_[dev].counters.rx_gsi;
+    d.kind = Decision::kToGsi;
+    d.device = dev;
+    return d;
+  }
   if (qpn >= 0) {
     FabricDevice& fd = devices_[dev];
     const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
@@ -431,10 +437,10 @@ std::string FabricState::StatusText(const std::string& only_device) const {
     if (!only_device.empty() && d.name != only_device) continue;
     int attached = 0;
     for (const Port& p : ports_) attached += p.in_use && p.device == i;
-    absl::StrAppendFormat(&out, "device %s mac %s%s%s: %d attached, rx_roce %lu rx_no_owner %lu arp_replies %lu "
-                          "nd_replies %lu%s\n",
+    absl::StrAppendFormat(&out, "device %s mac %s%s%s: %d attached, rx_roce %lu rx_no_owner %lu rx_gsi %lu "
+                          "arp_replies %lu nd_replies %lu%s\n",
                           d.name, verbs::FormatMac(d.mac), d.ipv4 ? " ip " : "", d.ipv4 ? Ipv4Text(d.ipv4) : "",
-                          attached, d.counters.rx_roce, d.counters.rx_no_owner, d.counters.arp_replies,
+                          attached, d.counters.rx_roce, d.counters.rx_no_owner, d.counters.rx_gsi, d.counters.arp_replies,
                           d.counters.nd_replies, d.registered ? "" : " (unregistered)");
     out += d.knobs->Describe();
     for (size_t k = 0; k < ports_.size(); ++k) {

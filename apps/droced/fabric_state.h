@@ -42,6 +42,7 @@ struct DeviceCounters {
   uint64_t arp_replies = 0;   // answered by the daemon
   uint64_t nd_replies = 0;
   uint64_t rx_roce = 0;       // RoCEv2 frames steered to a process of the device
+  uint64_t rx_gsi = 0;        // RoCEv2 frames for QP 1: to the daemon's CM (doc/cm.md)
 };
 
 struct FabricDevice {
@@ -89,6 +90,7 @@ struct Decision {
     kToPort,     // port
     kFlood,      // every port but src (of device `device` if device >= 0, else all)
     kReplyHere,  // the frame was rewritten in place (ARP/NA answer): send it back to src, new length len
+    kToGsi,      // for QP 1 (GSI) of device `device`: the daemon's CM takes it
   } kind = kDrop;
   int port = -1;
   int device = -1;

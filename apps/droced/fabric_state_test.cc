@@ -297,12 +297,16 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
   EXPECT_EQ(d.kind, Decision::kFlood);
   EXPECT_EQ(d.device, -1);
   EXPECT_EQ(state_->counters().rx_no_route, 1u);
-  // No owner: QPN 1 (GSI), a free range, and a dead process's range.
-  EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, 1)).kind, Decision::kDrop);
+  // QPN 1 (GSI) of a device: to the daemon's CM, never to a process.
+  d = classify(RoceFrame(kMac1, 0x0a000002, 1));
+  EXPECT_EQ(d.kind, Decision::kToGsi);
+  EXPECT_EQ(d.device, 1);
+  EXPECT_EQ(state_->devices()[1].counters.rx_gsi, 1u);
+  // No owner: a free range, and a dead process's range.
   EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, 0xfff000)).kind, Decision::kDrop);
   state_->ConnectionClosed(10);
   EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000001, a.qpn_base + 5)).kind, Decision::kDrop);
-  EXPECT_EQ(state_->devices()[0].counters.rx_no_owner, 3u);
+  EXPECT_EQ(state_->devices()[0].counters.rx_no_owner, 2u);
   // Unicast to a MAC that is no device of this fabric, with no uplink.
   EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000009, 0x20)).kind, Decision::kDrop);
   EXPECT_EQ(state_->counters().rx_unknown_dst, 1u);

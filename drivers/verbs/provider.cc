@@ -90,6 +90,7 @@ struct DroceQp {
   std::vector<uint8_t> inline_arena;
   std::vector<uint32_t> inline_wrs;  // indices in batch of the WRs whose sge is an arena offset
   int batch_error = 0;
+  uint32_t ece_options = 0;  // ECE options accepted for this QP (doc/cm.md)
 };
 
 DroceContext* ToCtx(ibv_context* c) {
@@ -1025,6 +1026,26 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   return 0;
 }
 
+// ECE (Enhanced Connection Establishment, IBA comment #9434): the vendor id
+// and option bits the CM carries in REQ/REP so two droce ends can agree on
+// options. droce defines no option yet: a request for options is reduced to
+// none (librdmacm then sends what was accepted), another vendor's is refused.
+constexpr uint32_t kDroceEceOptions = 0;
+
+int QueryEce(ibv_qp* ibqp, ibv_ece* ece) {
+  ece->vendor_id = kDroceVendorId;
+  ece->options = ToQp(ibqp)->ece_options;
+  ece->comp_mask = 0;
+  return 0;
+}
+
+int SetEce(ibv_qp* ibqp, ibv_ece* ece) {
+  if (ece->comp_mask != 0 || ece->vendor_id != kDroceVendorId) return EINVAL;
+  ece->options &= kDroceEceOptions;
+  ToQp(ibqp)->ece_options = ece->options;
+  return 0;
+}
+
 int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
@@ -1427,11 +1448,13 @@ const verbs_context_ops kContextOps = [] {
   ops.post_srq_recv = PostSrqRecv;
   ops.query_device_ex = QueryDeviceEx;
   ops.query_port = QueryPort;
+  ops.query_ece = QueryEce;
   ops.query_qp = QueryQp;
   ops.query_srq = QuerySrq;
   ops.reg_mr = RegMr;
   ops.req_notify_cq = ReqNotifyCq;
   ops.rereg_mr = ReregMr;
+  ops.set_ece = SetEce;
   return ops;
 }();
 

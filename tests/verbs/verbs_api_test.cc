@@ -972,5 +972,23 @@ TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
   EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 
+TEST_F(VerbsApi, EceVendorIdAndOptions) {
+  // What librdmacm does with ECE (doc/cm.md): it queries the new QP's, and
+  // on the passive side sets the peer's, keeping the options left.
+  ibv_qp* q = NewQp();
+  ASSERT_NE(q, nullptr);
+  ibv_ece ece{};
+  ASSERT_EQ(ibv_query_ece(q, &ece), 0);
+  EXPECT_EQ(ece.vendor_id, 0x64726fu);  // the device's vendor_id
+  EXPECT_EQ(ece.options, 0u);
+  ibv_ece asked{0x64726f, 0xffffffff, 0};
+  ASSERT_EQ(ibv_set_ece(q, &asked), 0);
+  EXPECT_EQ(asked.options, 0u);  // no option defined yet: all reduced away
+  ibv_ece other{0x02c9, 1, 0};   // another vendor's
+  EXPECT_EQ(ibv_set_ece(q, &other), EINVAL);
+  ibv_ece mask{0x64726f, 0, 1};
+  EXPECT_EQ(ibv_set_ece(q, &mask), EINVAL);
+}
+
 }  // namespace
 }  // namespace droce::verbs

@@ -348,6 +348,7 @@ class Daemon {
       if (v.mark) MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
       if (v.hold && held_[port] == nullptr) {
         held_[port] = m;
+        ++nheld_;
         continue;
       }
       out[n++] = m;
@@ -359,6 +360,7 @@ class Daemon {
     // At most kBurst: one frame can be held back per port.
     if (n > kBurst) {
       held_[port] = out[--n];
+      ++nheld_;
     }
     std::memcpy(s.m, out, n * sizeof out[0]);
     s.n = n;
@@ -418,6 +420,8 @@ class Daemon {
   // Frames the reorder knob held back, sent once the port is idle.
   uint32_t FlushHeld() {
     uint32_t work = 0;
+    if (nheld_ == 0) return 0;
+    nheld_ = 0;
     for (uint32_t i = 0; i < kMaxPorts; ++i) {
       if (held_[i] == nullptr) continue;
       rte_mbuf* m = held_[i];
@@ -436,9 +440,8 @@ class Daemon {
     uint32_t work = 0;
     std::vector<Port>& ports = state_.ports();
     rte_mbuf* rx[kBurst];
-    for (uint32_t idx = 0; idx < kMaxPorts; ++idx) {
+    for (const uint32_t idx : state_.active_ports()) {
       Port& src = ports[idx];
-      if (!src.in_use) continue;
       const uint16_t n = rte_eth_rx_burst(static_cast<uint16_t>(src.handle), 0, rx, kBurst);
       work += n;
       for (uint16_t i = 0; i < n; ++i) {
@@ -463,7 +466,7 @@ class Daemon {
             Push(d.port, m);
             break;
           case Decision::kFlood:
-            for (uint32_t k = 0; k < kMaxPorts; ++k) {
+            for (const uint32_t k : state_.active_ports()) {
               const Port& p = ports[k];
               if (!p.in_use || k == idx || (d.device >= 0 && p.device != static_cast<uint32_t>(d.device))) continue;
               rte_mbuf_refcnt_update(m, 1);  // one reference per copy: memif copies and frees each
@@ -663,6 +666,7 @@ class Daemon {
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
   rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
+  uint32_t nheld_ = 0;               // frames held since the last FlushHeld (0: nothing to scan)
   struct MirrorFile {
     std::string path;
     std::FILE* file = nullptr;

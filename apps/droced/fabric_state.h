@@ -121,6 +121,9 @@ class FabricState {
   std::string StatusText(const std::string& only_device) const;
 
   std::vector<Port>& ports() { return ports_; }
+  // Indices of the ports in use, ascending: the loop walks these, not all
+  // kMaxPorts slots (a scan of the 256 slots was most of the loop's own time).
+  const std::vector<uint32_t>& active_ports() const { return active_ports_; }
   const std::vector<FabricDevice>& devices() const { return devices_; }
   SwitchKnobs& knobs(uint32_t device) { return *devices_[device].knobs; }
   GlobalCounters& counters() { return counters_; }
@@ -144,6 +147,8 @@ class FabricState {
   GlobalCounters counters_;
   bool shutdown_requested_ = false;
   int uplink_ = -1;
+  std::vector<uint32_t> active_ports_;
+  void RefreshActivePorts();
   std::string uplink_describe_;
 };
 

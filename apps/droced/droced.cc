@@ -42,6 +42,7 @@
 #include "apps/droced/fabric_state.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "drivers/ethdev/unmap_guard.h"
 #include "pktio/burst_io.h"
 #include "wire/headers.h"
 
@@ -321,7 +322,11 @@ class Daemon {
       // Counted before: memif's transmit frees what it sent.
       uint64_t bytes[kBurst];
       for (uint16_t i = 0; i < s.n; ++i) bytes[i] = rte_pktmbuf_pkt_len(s.m[i]);
-      sent = rte_eth_tx_burst(static_cast<uint16_t>(p.handle), 0, s.m, s.n);
+      // A process killed mid-burst: DPDK's memif thread unmaps its rings
+      // under us (ethdev/unmap_guard.h); the burst then ends, not the daemon.
+      bool faulted = false;
+      sent = ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), s.m, s.n, &faulted);
+      if (faulted) ++state_.counters().unmap_faults;
       for (uint16_t i = 0; i < sent; ++i) p.counters.tx_bytes += bytes[i];
       p.counters.tx_packets += sent;
       p.counters.tx_dropped += s.n - sent;
@@ -427,7 +432,8 @@ class Daemon {
       rte_mbuf* m = held_[i];
       held_[i] = nullptr;
       const Port& p = state_.ports()[i];
-      if (p.in_use && rte_eth_tx_burst(static_cast<uint16_t>(p.handle), 0, &m, 1) == 1) {
+      bool faulted = false;
+      if (p.in_use && ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), &m, 1, &faulted) == 1) {
         ++work;
       } else {
         rte_pktmbuf_free(m);
@@ -442,7 +448,9 @@ class Daemon {
     rte_mbuf* rx[kBurst];
     for (const uint32_t idx : state_.active_ports()) {
       Port& src = ports[idx];
-      const uint16_t n = rte_eth_rx_burst(static_cast<uint16_t>(src.handle), 0, rx, kBurst);
+      bool faulted = false;
+      const uint16_t n = ethdev::GuardedRxBurst(static_cast<uint16_t>(src.handle), rx, kBurst, &faulted);
+      if (faulted) ++state_.counters().unmap_faults;
       work += n;
       for (uint16_t i = 0; i < n; ++i) {
         rte_mbuf* m = rx[i];
@@ -776,6 +784,7 @@ int Main(int argc, char** argv) {
   eal.vdevs = {absl::StrCat("net_memif_droced,role=server,id=0,socket=", memif_socket,
                             ",socket-abstract=no,secret=", pin_secret)};
   absl::Status s = ethdev::StartEal(eal);
+  if (s.ok() && !ethdev::InstallUnmapGuard()) Log("no SIGSEGV guard for memif's unmap race: %s", std::strerror(errno));
   rte_mempool* pool = s.ok() ? rte_pktmbuf_pool_create("droced_pool", 16383, 256, 0, kDataRoom, SOCKET_ID_ANY)
                              : nullptr;
   if (s.ok() && pool == nullptr) s = absl::ResourceExhaustedError(rte_strerror(rte_errno));

@@ -415,9 +415,9 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           (NowNs() - start_ns_) / 1'000'000'000ull, memif_socket());
     absl::StrAppendFormat(&out,
                           "  switch: rx_unknown_dst %lu rx_no_route %lu rx_malformed %lu flooded %lu "
-                          "requests %lu rejected %lu\n",
+                          "requests %lu rejected %lu unmap_faults %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
-                          counters_.requests, counters_.requests_rejected);
+                          counters_.requests, counters_.requests_rejected, counters_.unmap_faults);
     if (uplink_ < 0) {
       out += "  uplink: none (only the devices of this run directory are reachable)\n";
     } else {

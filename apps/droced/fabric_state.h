@@ -79,6 +79,7 @@ struct GlobalCounters {
   uint64_t rx_malformed = 0;     // too short, multi-segment, or a bad ARP/ND
   uint64_t flooded = 0;          // broadcast/multicast frames copied to other ports
   uint64_t to_uplink = 0;        // unicast for MACs (broadcast RoCEv2 for IPs) not on this segment
+  uint64_t unmap_faults = 0;     // bursts a leaving process's memif teardown ended (ethdev/unmap_guard.h)
   uint64_t requests = 0, requests_rejected = 0;
 };
 

@@ -169,16 +169,29 @@ class Daemon {
   // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
   // interface to another droced (another host on this machine); frames for
   // MACs not on this segment go there (doc/droced.md, "Uplinks").
+  // Or --uplink vdev:DPDK-VDEV (any DPDK port given as a vdev string, e.g.
+  // net_af_packet_up,iface=veth0,...: a netdev; the port is named by the
+  // text before the first comma).
   absl::Status OpenUplink(const std::string& spec) {
-    const size_t a = spec.find(':'), b = spec.rfind(':');
-    if (spec.rfind("memif:", 0) != 0 || a == b) return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client");
-    const std::string socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
-    if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
-    if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
-    if (role == "server") unlink(socket.c_str());  // a dead daemon's
-    const std::string name = "net_memif_uplink";
-    absl::Status s = ethdev::ProbeVdev(absl::StrCat(name, ",role=", role, ",id=0,socket=", socket,
-                                                    ",socket-abstract=no,bsize=10240"));
+    std::string name, vdev, role = "vdev", socket;
+    if (spec.rfind("vdev:", 0) == 0) {
+      vdev = spec.substr(5);
+      name = vdev.substr(0, vdev.find(','));
+      if (name.empty()) return absl::InvalidArgumentError("uplink: vdev:NAME,ARGS");
+      socket = vdev;
+    } else {
+      const size_t a = spec.find(':'), b = spec.rfind(':');
+      if (spec.rfind("memif:", 0) != 0 || a == b) {
+        return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client or vdev:DPDK-VDEV");
+      }
+      socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
+      if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
+      if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
+      if (role == "server") unlink(socket.c_str());  // a dead daemon's
+      name = "net_memif_uplink";
+      vdev = absl::StrCat(name, ",role=", role, ",id=0,socket=", socket, ",socket-abstract=no,bsize=10240");
+    }
+    absl::Status s = ethdev::ProbeVdev(vdev);
     if (!s.ok()) return s;
     uint16_t port = 0;
     if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) return absl::InternalError("no uplink port");
@@ -190,8 +203,9 @@ class Daemon {
     // A client whose server is not up yet fails to start: retried (Run).
     uplink_retry_ = rte_eth_dev_start(port) != 0 && role == "client";
     uplink_port_ = port;
-    state_.AddUplink(port, absl::StrCat("memif ", socket, " (", role, ")"));
-    Log("uplink: memif %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
+    if (role == "vdev") rte_eth_promiscuous_enable(port);  // a netdev: frames for every device's MAC
+    state_.AddUplink(port, role == "vdev" ? vdev : absl::StrCat("memif ", socket, " (", role, ")"));
+    Log("uplink: %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
     return absl::OkStatus();
   }
 
@@ -717,7 +731,7 @@ int Main(int argc, char** argv) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--uplink memif:SOCKET:server|client]\n");
+                   "[--no-realtime] [--uplink memif:SOCKET:server|client | vdev:DPDK-VDEV]\n");
       return 2;
     }
   }

@@ -48,6 +48,7 @@
 #include "drivers/rdmacm/cm_protocol.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "drivers/ethdev/unmap_guard.h"
 #include "pktio/burst_io.h"
 #include "wire/headers.h"
 
@@ -181,16 +182,29 @@ class Daemon {
   // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
   // interface to another droced (another host on this machine); frames for
   // MACs not on this segment go there (doc/droced.md, "Uplinks").
+  // Or --uplink vdev:DPDK-VDEV (any DPDK port given as a vdev string, e.g.
+  // net_af_packet_up,iface=veth0,...: a netdev; the port is named by the
+  // text before the first comma).
   absl::Status OpenUplink(const std::string& spec) {
-    const size_t a = spec.find(':'), b = spec.rfind(':');
-    if (spec.rfind("memif:", 0) != 0 || a == b) return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client");
-    const std::string socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
-    if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
-    if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
-    if (role == "server") unlink(socket.c_str());  // a dead daemon's
-    const std::string name = "net_memif_uplink";
-    absl::Status s = ethdev::ProbeVdev(absl::StrCat(name, ",role=", role, ",id=0,socket=", socket,
-                                                    ",socket-abstract=no,bsize=10240"));
+    std::string name, vdev, role = "vdev", socket;
+    if (spec.rfind("vdev:", 0) == 0) {
+      vdev = spec.substr(5);
+      name = vdev.substr(0, vdev.find(','));
+      if (name.empty()) return absl::InvalidArgumentError("uplink: vdev:NAME,ARGS");
+      socket = vdev;
+    } else {
+      const size_t a = spec.find(':'), b = spec.rfind(':');
+      if (spec.rfind("memif:", 0) != 0 || a == b) {
+        return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client or vdev:DPDK-VDEV");
+      }
+      socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
+      if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
+      if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
+      if (role == "server") unlink(socket.c_str());  // a dead daemon's
+      name = "net_memif_uplink";
+      vdev = absl::StrCat(name, ",role=", role, ",id=0,socket=", socket, ",socket-abstract=no,bsize=10240");
+    }
+    absl::Status s = ethdev::ProbeVdev(vdev);
     if (!s.ok()) return s;
     uint16_t port = 0;
     if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) return absl::InternalError("no uplink port");
@@ -202,8 +216,9 @@ class Daemon {
     // A client whose server is not up yet fails to start: retried (Run).
     uplink_retry_ = rte_eth_dev_start(port) != 0 && role == "client";
     uplink_port_ = port;
-    state_.AddUplink(port, absl::StrCat("memif ", socket, " (", role, ")"));
-    Log("uplink: memif %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
+    if (role == "vdev") rte_eth_promiscuous_enable(port);  // a netdev: frames for every device's MAC
+    state_.AddUplink(port, role == "vdev" ? vdev : absl::StrCat("memif ", socket, " (", role, ")"));
+    Log("uplink: %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
     return absl::OkStatus();
   }
 
@@ -334,7 +349,11 @@ class Daemon {
       // Counted before: memif's transmit frees what it sent.
       uint64_t bytes[kBurst];
       for (uint16_t i = 0; i < s.n; ++i) bytes[i] = rte_pktmbuf_pkt_len(s.m[i]);
-      sent = rte_eth_tx_burst(static_cast<uint16_t>(p.handle), 0, s.m, s.n);
+      // A process killed mid-burst: DPDK's memif thread unmaps its rings
+      // under us (ethdev/unmap_guard.h); the burst then ends, not the daemon.
+      bool faulted = false;
+      sent = ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), s.m, s.n, &faulted);
+      if (faulted) ++state_.counters().unmap_faults;
       for (uint16_t i = 0; i < sent; ++i) p.counters.tx_bytes += bytes[i];
       p.counters.tx_packets += sent;
       p.counters.tx_dropped += s.n - sent;
@@ -361,6 +380,7 @@ class Daemon {
       if (v.mark) MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
       if (v.hold && held_[port] == nullptr) {
         held_[port] = m;
+        ++nheld_;
         continue;
       }
       out[n++] = m;
@@ -372,6 +392,7 @@ class Daemon {
     // At most kBurst: one frame can be held back per port.
     if (n > kBurst) {
       held_[port] = out[--n];
+      ++nheld_;
     }
     std::memcpy(s.m, out, n * sizeof out[0]);
     s.n = n;
@@ -431,12 +452,15 @@ class Daemon {
   // Frames the reorder knob held back, sent once the port is idle.
   uint32_t FlushHeld() {
     uint32_t work = 0;
+    if (nheld_ == 0) return 0;
+    nheld_ = 0;
     for (uint32_t i = 0; i < kMaxPorts; ++i) {
       if (held_[i] == nullptr) continue;
       rte_mbuf* m = held_[i];
       held_[i] = nullptr;
       const Port& p = state_.ports()[i];
-      if (p.in_use && rte_eth_tx_burst(static_cast<uint16_t>(p.handle), 0, &m, 1) == 1) {
+      bool faulted = false;
+      if (p.in_use && ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), &m, 1, &faulted) == 1) {
         ++work;
       } else {
         rte_pktmbuf_free(m);
@@ -449,10 +473,11 @@ class Daemon {
     uint32_t work = 0;
     std::vector<Port>& ports = state_.ports();
     rte_mbuf* rx[kBurst];
-    for (uint32_t idx = 0; idx < kMaxPorts; ++idx) {
+    for (const uint32_t idx : state_.active_ports()) {
       Port& src = ports[idx];
-      if (!src.in_use) continue;
-      const uint16_t n = rte_eth_rx_burst(static_cast<uint16_t>(src.handle), 0, rx, kBurst);
+      bool faulted = false;
+      const uint16_t n = ethdev::GuardedRxBurst(static_cast<uint16_t>(src.handle), rx, kBurst, &faulted);
+      if (faulted) ++state_.counters().unmap_faults;
       work += n;
       for (uint16_t i = 0; i < n; ++i) {
         rte_mbuf* m = rx[i];
@@ -476,7 +501,7 @@ class Daemon {
             Push(d.port, m);
             break;
           case Decision::kFlood:
-            for (uint32_t k = 0; k < kMaxPorts; ++k) {
+            for (const uint32_t k : state_.active_ports()) {
               const Port& p = ports[k];
               if (!p.in_use || k == idx || (d.device >= 0 && p.device != static_cast<uint32_t>(d.device))) continue;
               rte_mbuf_refcnt_update(m, 1);  // one reference per copy: memif copies and frees each
@@ -849,6 +874,7 @@ class Daemon {
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
   rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
+  uint32_t nheld_ = 0;               // frames held since the last FlushHeld (0: nothing to scan)
   struct MirrorFile {
     std::string path;
     std::FILE* file = nullptr;
@@ -891,7 +917,7 @@ int Main(int argc, char** argv) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--uplink memif:SOCKET:server|client]\n");
+                   "[--no-realtime] [--uplink memif:SOCKET:server|client | vdev:DPDK-VDEV]\n");
       return 2;
     }
   }
@@ -958,6 +984,7 @@ int Main(int argc, char** argv) {
   eal.vdevs = {absl::StrCat("net_memif_droced,role=server,id=0,socket=", memif_socket,
                             ",socket-abstract=no,secret=", pin_secret)};
   absl::Status s = ethdev::StartEal(eal);
+  if (s.ok() && !ethdev::InstallUnmapGuard()) Log("no SIGSEGV guard for memif's unmap race: %s", std::strerror(errno));
   rte_mempool* pool = s.ok() ? rte_pktmbuf_pool_create("droced_pool", 16383, 256, 0, kDataRoom, SOCKET_ID_ANY)
                              : nullptr;
   if (s.ok() && pool == nullptr) s = absl::ResourceExhaustedError(rte_strerror(rte_errno));

@@ -251,6 +251,7 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   p.handle = *handle;
   d.slot_owner[slot] = static_cast<int16_t>(index);
   d.next_slot = slot + 1;
+  RefreshActivePorts();
   r.memif_id = p.memif_id;
   r.qpn_base = slot * fabric::kQpnsPerProcess;
   r.qpn_count = fabric::kQpnsPerProcess;
@@ -260,6 +261,13 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
   std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
   return r;
+}
+
+void FabricState::RefreshActivePorts() {
+  active_ports_.clear();
+  for (uint32_t i = 0; i < ports_.size(); ++i) {
+    if (ports_[i].in_use) active_ports_.push_back(i);
+  }
 }
 
 int FabricState::AddUplink(int handle, std::string describe) {
@@ -272,6 +280,7 @@ int FabricState::AddUplink(int handle, std::string describe) {
   free_port->handle = handle;
   uplink_ = static_cast<int>(free_port - ports_.begin());
   uplink_describe_ = std::move(describe);
+  RefreshActivePorts();
   return uplink_;
 }
 
@@ -283,6 +292,7 @@ void FabricState::Detach(int port) {
   backend_->ClosePort(p.handle);
   p.in_use = false;
   p.conn_fd = -1;
+  RefreshActivePorts();
 }
 
 void FabricState::ConnectionClosed(int fd) {
@@ -420,9 +430,9 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           (NowNs() - start_ns_) / 1'000'000'000ull, memif_socket());
     absl::StrAppendFormat(&out,
                           "  switch: rx_unknown_dst %lu rx_no_route %lu rx_malformed %lu flooded %lu "
-                          "requests %lu rejected %lu\n",
+                          "requests %lu rejected %lu unmap_faults %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
-                          counters_.requests, counters_.requests_rejected);
+                          counters_.requests, counters_.requests_rejected, counters_.unmap_faults);
     if (uplink_ < 0) {
       out += "  uplink: none (only the devices of this run directory are reachable)\n";
     } else {

@@ -80,6 +80,7 @@ struct GlobalCounters {
   uint64_t rx_malformed = 0;     // too short, multi-segment, or a bad ARP/ND
   uint64_t flooded = 0;          // broadcast/multicast frames copied to other ports
   uint64_t to_uplink = 0;        // unicast for MACs (broadcast RoCEv2 for IPs) not on this segment
+  uint64_t unmap_faults = 0;     // bursts a leaving process's memif teardown ended (ethdev/unmap_guard.h)
   uint64_t requests = 0, requests_rejected = 0;
 };
 
@@ -123,6 +124,9 @@ class FabricState {
   std::string StatusText(const std::string& only_device) const;
 
   std::vector<Port>& ports() { return ports_; }
+  // Indices of the ports in use, ascending: the loop walks these, not all
+  // kMaxPorts slots (a scan of the 256 slots was most of the loop's own time).
+  const std::vector<uint32_t>& active_ports() const { return active_ports_; }
   const std::vector<FabricDevice>& devices() const { return devices_; }
   SwitchKnobs& knobs(uint32_t device) { return *devices_[device].knobs; }
   GlobalCounters& counters() { return counters_; }
@@ -146,6 +150,8 @@ class FabricState {
   GlobalCounters counters_;
   bool shutdown_requested_ = false;
   int uplink_ = -1;
+  std::vector<uint32_t> active_ports_;
+  void RefreshActivePorts();
   std::string uplink_describe_;
 };
 

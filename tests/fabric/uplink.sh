@@ -52,5 +52,31 @@ check "ib_write_bw host B droce2 -> host A droce0 across the uplink" \
   pair "$A" "ib_write_bw -p $p -d droce0 -x 1 -D 2" "$B" "ib_write_bw -p $p -d droce2 -x 1 -D 2 127.0.0.1"
 check "uplink counters moved on both" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]' &&
   DROCE_RUN_DIR=$B '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]'"
+
+# The same two hosts joined by a netdev instead: each daemon's uplink is
+# net_af_packet on one end of a veth pair (root only; path MTU 2048 on
+# af_packet, doc/ethdev.md).
+if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null; then
+  for d in "$B" "$A"; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
+  C=$(mktemp -d /tmp/droce-hostC.XXXXXX) D=$(mktemp -d /tmp/droce-hostD.XXXXXX)
+  cleanup() {
+    for d in "$B" "$A" "$D" "$C"; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
+    ip link del dfu$$a 2>/dev/null
+    [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$A" "$B" "$C" "$D"
+  }
+  ip link set dfu$$a mtu 9000 up; ip link set dfu$$b mtu 9000 up
+  afp="framesz=4096,blocksz=4096,framecnt=1024,qpairs=1"
+  DROCE_RUN_DIR=$C DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$a,$afp" "$ctl" link add droce0 ip 10.0.0.1 mtu 2048 >/dev/null &&
+  DROCE_RUN_DIR=$D DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$b,$afp" "$ctl" link add droce2 ip 10.0.0.3 mtu 2048 >/dev/null ||
+    { echo "FAIL registering the af_packet hosts"; failed=$((failed + 1)); }
+  A=$C B=$D
+  check "af_packet uplinks on a veth pair: ibv_rc_pingpong -c droce0 <-> droce2" \
+    pair "$C" "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 300 -c" "$D" "ibv_rc_pingpong -p $p -d droce2 -g 1 -n 300 -c 127.0.0.1"
+  check "af_packet uplinks on a veth pair: ib_write_bw droce2 -> droce0" \
+    pair "$C" "ib_write_bw -p $p -d droce0 -x 1 -D 2" "$D" "ib_write_bw -p $p -d droce2 -x 1 -D 2 127.0.0.1"
+  check "af_packet uplink counters moved" bash -c "DROCE_RUN_DIR=$D '$ctl' daemon status | grep -E 'uplink net_af_packet_up.*to_uplink [1-9].*rx [1-9]'"
+else
+  echo "SKIP af_packet uplinks (cannot create a veth pair: not root?)"
+fi
 echo "uplink: $passed passed, $failed failed"
 [ $failed -eq 0 ]

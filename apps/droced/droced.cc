@@ -662,7 +662,7 @@ class Daemon {
     }
     std::string text;
     // MSG_TRUNC: n is the datagram's real length; only what fit was read.
-    const ssize_t got = std::min<ssize_t>(n, sizeof(fabric::Request) + 64);
+    const ssize_t got = std::min<ssize_t>(n, sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64);
     fabric::Reply r = state_.Handle(c.fd, buf, n == got ? n : -1, c.pid, c.uid, &text);
     if (r.op == fabric::kOpStatus && r.error == 0) text += cm_.StatusText();
     if (r.error != 0) {

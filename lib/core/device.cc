@@ -214,6 +214,15 @@ absl::Status Device::DestroyCq(uint32_t id) {
   return absl::OkStatus();
 }
 
+absl::Status Device::ResizeCq(uint32_t id, uint32_t depth) {
+  if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
+  if (depth == 0 || depth > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("CQ depth %u not in 1..%u", depth, 1u << 20));
+  }
+  if (!cqs_[id]->Resize(depth)) return absl::InvalidArgumentError("more completions queued than the new depth");
+  return absl::OkStatus();
+}
+
 absl::Status Device::DestroySrq(uint32_t id) {
   if (srq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no SRQ %u", id));
   for (const QpSlot& slot : qps_) {

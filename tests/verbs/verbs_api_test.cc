@@ -255,14 +255,19 @@ TEST_F(VerbsApi, BadArgumentsGetTheErrnoVerbsCallersExpect) {
   EXPECT_EQ(ibv_create_cq(ctx_, 16, nullptr, nullptr, 5), nullptr);  // no such completion vector
   EXPECT_EQ(errno, EINVAL);
 
-  ibv_qp_init_attr ud{};
-  ud.send_cq = ud.recv_cq = cq_;
-  ud.qp_type = IBV_QPT_UD;
-  ud.cap.max_send_wr = ud.cap.max_recv_wr = 1;
+  ibv_qp_init_attr raw{};
+  raw.send_cq = raw.recv_cq = cq_;
+  raw.qp_type = IBV_QPT_RAW_PACKET;  // UD is supported since issue 15; raw packet QPs are not
+  raw.cap.max_send_wr = raw.cap.max_recv_wr = 1;
   errno = 0;
-  EXPECT_EQ(ibv_create_qp(pd_, &ud), nullptr);
+  EXPECT_EQ(ibv_create_qp(pd_, &raw), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
-  ibv_qp_init_attr big = ud;
+  ibv_ah_attr no_grh{};
+  no_grh.port_num = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd_, &no_grh), nullptr);  // RoCE: an AH needs the GRH
+  EXPECT_EQ(errno, EINVAL);
+  ibv_qp_init_attr big = raw;
   big.qp_type = IBV_QPT_RC;
   big.cap.max_send_sge = 100;
   errno = 0;

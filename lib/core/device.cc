@@ -306,6 +306,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
       c.max_inline_data > transport::kMaxInlineData) {
     return absl::InvalidArgumentError("QP capabilities exceed the device limits");
   }
+  if (qps_.size() < config_.max_qp && qpn_base_ + qps_.size() == transport::kMulticastQpn) {
+    qps_.emplace_back();  // QPN 0xFFFFFF addresses multicast groups (IBTA 10.5.3): never a QP's
+  }
   if (qps_.size() >= config_.max_qp && free_slots_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat("all %u QPs of the device are in use", config_.max_qp));
   }

@@ -434,6 +434,28 @@ TEST_F(UdTest, ResizeCqKeepsCompletionsAndRefusesToDropThem) {
   EXPECT_FALSE(a.ResizeCq(n_[0].cq + 9, 4).ok());
 }
 
+// QPN 0xFFFFFF is the multicast QPN: a device whose range ends there never
+// gives it to a QP (a unicast datagram to it would be taken for multicast).
+TEST(UdMulticast, NoQpGetsTheMulticastQpn) {
+  DeviceConfig cfg;
+  cfg.qpn_base = 0xFFFFFC;
+  cfg.max_qp = 4;
+  Device dev(cfg, nullptr);
+  ASSERT_EQ(dev.qpn_base(), 0xFFFFFCu);
+  const uint32_t pd = dev.AllocPd();
+  const uint32_t cq = *dev.CreateCq(16);
+  QpInitAttr init;
+  init.pd = pd;
+  init.send_cq = init.recv_cq = cq;
+  init.caps.type = t::QpType::kUd;
+  std::vector<uint32_t> qpns;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<uint32_t> q = dev.CreateQp(init);
+    if (q.ok()) qpns.push_back(*q);
+  }
+  EXPECT_EQ(qpns, (std::vector<uint32_t>{0xFFFFFC, 0xFFFFFD, 0xFFFFFE}));
+}
+
 TEST(UdMulticast, GroupMacsAreRfc1112AndRfc2464) {
   EXPECT_EQ(*MulticastMac(V4Group(239, 129, 2, 3)), (Mac{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}));
   const Gid v6{0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0x12, 0x34};

@@ -504,6 +504,19 @@ int DestroyCq(ibv_cq* ibcq) {
   return err;
 }
 
+// ibv_resize_cq: work already posted completes first (one poll round), so
+// shrinking below what is outstanding fails with EINVAL rather than losing
+// completions, as rxe refuses a size below the queued count.
+int ResizeCq(ibv_cq* ibcq, int cqe) {
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe) return EINVAL;
+  Runtime* rt = Rt(ibcq->context);
+  AppLock lock(rt->mu);
+  rt->PollLocked(NowNs());
+  const int err = ErrnoOf(rt->dev().ResizeCq(ToCq(ibcq)->id, static_cast<uint32_t>(cqe)));
+  if (err == 0) ibcq->cqe = cqe;
+  return err;
+}
+
 void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->wr_id = c.wr_id;
   wc->status = static_cast<ibv_wc_status>(c.status);
@@ -1453,6 +1466,7 @@ const verbs_context_ops kContextOps = [] {
   ops.query_srq = QuerySrq;
   ops.reg_mr = RegMr;
   ops.req_notify_cq = ReqNotifyCq;
+  ops.resize_cq = ResizeCq;
   ops.rereg_mr = ReregMr;
   ops.set_ece = SetEce;
   return ops;

@@ -214,6 +214,15 @@ absl::Status Device::DestroyCq(uint32_t id) {
   return absl::OkStatus();
 }
 
+absl::Status Device::ResizeCq(uint32_t id, uint32_t depth) {
+  if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
+  if (depth == 0 || depth > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrFormat("CQ depth %u not in 1..%u", depth, 1u << 20));
+  }
+  if (!cqs_[id]->Resize(depth)) return absl::InvalidArgumentError("more completions queued than the new depth");
+  return absl::OkStatus();
+}
+
 absl::Status Device::DestroySrq(uint32_t id) {
   if (srq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no SRQ %u", id));
   for (const QpSlot& slot : qps_) {
@@ -296,6 +305,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
       c.max_send_sge > transport::kMaxSge || c.max_recv_sge > transport::kMaxSge ||
       c.max_inline_data > transport::kMaxInlineData) {
     return absl::InvalidArgumentError("QP capabilities exceed the device limits");
+  }
+  if (qps_.size() < config_.max_qp && qpn_base_ + qps_.size() == transport::kMulticastQpn) {
+    qps_.emplace_back();  // QPN 0xFFFFFF addresses multicast groups (IBTA 10.5.3): never a QP's
   }
   if (qps_.size() >= config_.max_qp && free_slots_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat("all %u QPs of the device are in use", config_.max_qp));

@@ -214,6 +214,8 @@ class Device {
   queue::CompletionQueue* cq(uint32_t id);
   // Fails (FailedPrecondition) while a QP still uses the CQ / SRQ.
   absl::Status DestroyCq(uint32_t id);
+  // ibv_resize_cq: InvalidArgument when more completions are queued than `depth`.
+  absl::Status ResizeCq(uint32_t id, uint32_t depth);
   absl::StatusOr<uint32_t> CreateSrq(uint32_t depth);
   transport::Srq* srq(uint32_t id) { return id < srqs_.size() ? srqs_[id].get() : nullptr; }
   absl::Status DestroySrq(uint32_t id);

@@ -91,6 +91,7 @@ uint32_t UdQp(Device& dev, uint32_t pd, uint32_t cq, uint32_t qkey, uint32_t sq_
 ReplayResult Receive(const Endpoints& e, const std::vector<Datagram>& dgs) {
   ReplayResult r;
   r.direction = Text(e.src) + " -> " + Text(e.dst) + " (UD receiver)";
+  r.mtu = 4096;  // the port MTU of the droce end (a datagram is one packet)
   if (!IsIpv4MappedGid(e.dst)) {
     r.skipped = true;
     r.skip_reason = "UD over IPv6: not in the reference captures yet";
@@ -154,6 +155,7 @@ ReplayResult Receive(const Endpoints& e, const std::vector<Datagram>& dgs) {
 ReplayResult Send(const Endpoints& e, const std::vector<Datagram>& dgs) {
   ReplayResult r;
   r.direction = Text(e.src) + " -> " + Text(e.dst) + " (UD sender)";
+  r.mtu = 4096;
   if (!IsIpv4MappedGid(e.src)) {
     r.skipped = true;
     r.skip_reason = "UD over IPv6: not in the reference captures yet";

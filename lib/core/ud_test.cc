@@ -414,6 +414,48 @@ Gid V4Group(uint8_t a, uint8_t b, uint8_t c, uint8_t d) {
   return Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, a, b, c, d};
 }
 
+// ibv_resize_cq (pyverbs' test_resize_cq fills a CQ with UD send completions).
+TEST_F(UdTest, ResizeCqKeepsCompletionsAndRefusesToDropThem) {
+  const uint32_t qa = UdQp(0);
+  const uint32_t qb = UdQp(1);
+  const uint32_t ah = Ah(0, n_[1].dev->gids()[1], 1);
+  Device& a = *n_[0].dev;
+  ASSERT_TRUE(a.ResizeCq(n_[0].cq, 1).ok());
+  ASSERT_TRUE(a.ResizeCq(n_[0].cq, 7).ok());
+  EXPECT_EQ(a.cq(n_[0].cq)->depth(), 7u);
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(a.PostSend(qa, Send(0, 0, 8, ah, qb)), 0);
+  for (int i = 0; i < 5; ++i) a.Poll(now_ += 1000);
+  ASSERT_EQ(a.cq(n_[0].cq)->size(), 6u);
+  EXPECT_FALSE(a.ResizeCq(n_[0].cq, 1).ok());  // would lose completions
+  ASSERT_TRUE(a.ResizeCq(n_[0].cq, 6).ok());
+  Completion c[8];
+  ASSERT_EQ(a.PollCq(n_[0].cq, c, 8), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(c[i].status, WcStatus::kSuccess);
+  EXPECT_FALSE(a.ResizeCq(n_[0].cq + 9, 4).ok());
+}
+
+// QPN 0xFFFFFF is the multicast QPN: a device whose range ends there never
+// gives it to a QP (a unicast datagram to it would be taken for multicast).
+TEST(UdMulticast, NoQpGetsTheMulticastQpn) {
+  DeviceConfig cfg;
+  cfg.qpn_base = 0xFFFFFC;
+  cfg.max_qp = 4;
+  Device dev(cfg, nullptr);
+  ASSERT_EQ(dev.qpn_base(), 0xFFFFFCu);
+  const uint32_t pd = dev.AllocPd();
+  const uint32_t cq = *dev.CreateCq(16);
+  QpInitAttr init;
+  init.pd = pd;
+  init.send_cq = init.recv_cq = cq;
+  init.caps.type = t::QpType::kUd;
+  std::vector<uint32_t> qpns;
+  for (int i = 0; i < 4; ++i) {
+    absl::StatusOr<uint32_t> q = dev.CreateQp(init);
+    if (q.ok()) qpns.push_back(*q);
+  }
+  EXPECT_EQ(qpns, (std::vector<uint32_t>{0xFFFFFC, 0xFFFFFD, 0xFFFFFE}));
+}
+
 TEST(UdMulticast, GroupMacsAreRfc1112AndRfc2464) {
   EXPECT_EQ(*MulticastMac(V4Group(239, 129, 2, 3)), (Mac{0x01, 0x00, 0x5e, 0x01, 0x02, 0x03}));
   const Gid v6{0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0x12, 0x34};

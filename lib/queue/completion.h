@@ -5,6 +5,7 @@
 #define DROCE_LIB_QUEUE_COMPLETION_H_
 
 #include <cstdint>
+#include <utility>
 
 #include "queue/ring.h"
 
@@ -113,6 +114,20 @@ class CompletionQueue {
 
   uint32_t size() const { return ring_.size(); }
   uint32_t depth() const { return ring_.depth(); }
+
+  // ibv_resize_cq: a new depth, keeping the queued completions in order.
+  // False (nothing changed) when more completions are queued than it holds.
+  // Control path: allocates.
+  bool Resize(uint32_t depth) {
+    if (depth == 0 || ring_.size() > depth) return false;
+    Ring<Completion> next(depth);
+    while (!ring_.empty()) {
+      next.Push(ring_.front());
+      ring_.Pop();
+    }
+    ring_ = std::move(next);
+    return true;
+  }
   bool overflowed() const { return overflowed_; }
   uint64_t overflow_count() const { return overflow_count_; }
 

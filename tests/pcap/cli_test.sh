@@ -27,6 +27,10 @@ grep -q '^2: RC_ACKNOWLEDGE .*aeth(RNR-NAK timer=12 msn=0)' "$tmp/dump.out" || f
 
 "$tool" replay --responder "$dir/rc_ops_imm_zero_pad_mtu1024.pcap" >"$tmp/replay.out" || fail "replay: $(cat "$tmp/replay.out")"
 grep -q EQUIVALENT "$tmp/replay.out" || fail "replay output"
+for mode in --responder --requester; do  # the UD capture: both directions, both modes
+  "$tool" replay $mode "$dir/ud_pingpong_512.pcap" >"$tmp/replay_ud.out" || fail "UD replay $mode: $(cat "$tmp/replay_ud.out")"
+  [ "$(grep -c EQUIVALENT "$tmp/replay_ud.out")" = 2 ] || fail "UD replay $mode output: $(cat "$tmp/replay_ud.out")"
+done
 
 for bad in "" "frobnicate" "check" "dump" "dump a b" "replay" "replay --sideways x"; do
   # shellcheck disable=SC2086

@@ -275,14 +275,19 @@ TEST_F(VerbsApi, BadArgumentsGetTheErrnoVerbsCallersExpect) {
   EXPECT_EQ(ibv_create_cq(ctx_, 16, nullptr, nullptr, 5), nullptr);  // no such completion vector
   EXPECT_EQ(errno, EINVAL);
 
-  ibv_qp_init_attr ud{};
-  ud.send_cq = ud.recv_cq = cq_;
-  ud.qp_type = IBV_QPT_UD;
-  ud.cap.max_send_wr = ud.cap.max_recv_wr = 1;
+  ibv_qp_init_attr raw{};
+  raw.send_cq = raw.recv_cq = cq_;
+  raw.qp_type = IBV_QPT_RAW_PACKET;  // UD is supported since issue 15; raw packet QPs are not
+  raw.cap.max_send_wr = raw.cap.max_recv_wr = 1;
   errno = 0;
-  EXPECT_EQ(ibv_create_qp(pd_, &ud), nullptr);
+  EXPECT_EQ(ibv_create_qp(pd_, &raw), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
-  ibv_qp_init_attr big = ud;
+  ibv_ah_attr no_grh{};
+  no_grh.port_num = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd_, &no_grh), nullptr);  // RoCE: an AH needs the GRH
+  EXPECT_EQ(errno, EINVAL);
+  ibv_qp_init_attr big = raw;
   big.qp_type = IBV_QPT_RC;
   big.cap.max_send_sge = 100;
   errno = 0;
@@ -513,6 +518,91 @@ TEST_F(VerbsApi, SharedReceiveQueueAndItsLimitEvent) {
     qps_.erase(std::find(qps_.begin(), qps_.end(), q));
   }
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+// UD through libibverbs: a datagram between two UD QPs of the device, then
+// a reply addressed with ibv_create_ah_from_wc (libibverbs builds the AH from
+// the completion's IBV_WC_GRH and the GRH area, query_port and sysfs GIDs).
+TEST_F(VerbsApi, UdDatagramAndAhFromWc) {
+  ibv_qp* ud[2];
+  for (ibv_qp*& q : ud) {
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = cq_;
+    a.qp_type = IBV_QPT_UD;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 4;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    q = ibv_create_qp(pd_, &a);
+    ASSERT_NE(q, nullptr);
+    qps_.push_back(q);
+    ibv_qp_attr m{};
+    m.qp_state = IBV_QPS_INIT;
+    m.port_num = 1;
+    m.qkey = 0x1234;
+    ASSERT_EQ(ibv_modify_qp(q, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    m.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(q, &m, IBV_QP_STATE), 0);
+    m.qp_state = IBV_QPS_RTS;
+    m.sq_psn = 7;
+    ASSERT_EQ(ibv_modify_qp(q, &m, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    ibv_qp_attr got{};
+    ibv_qp_init_attr init{};
+    ASSERT_EQ(ibv_query_qp(q, &got, IBV_QP_QKEY, &init), 0);
+    EXPECT_EQ(got.qkey, 0x1234u);
+    EXPECT_EQ(init.qp_type, IBV_QPT_UD);
+  }
+  auto post_recv = [&](ibv_qp* q, size_t off) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + off), 40 + 64, mr_->lkey};
+    ibv_recv_wr wr{}, *bad;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return ibv_post_recv(q, &wr, &bad);
+  };
+  auto send = [&](ibv_qp* q, ibv_ah* ah, uint32_t qpn, char fill) {
+    std::memset(buf_.data() + 4096, fill, 64);
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + 4096), 64, mr_->lkey};
+    ibv_send_wr wr{}, *bad;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = qpn;
+    wr.wr.ud.remote_qkey = 0x1234;
+    return ibv_post_send(q, &wr, &bad);
+  };
+  ibv_ah_attr aa{};
+  aa.is_global = 1;
+  aa.port_num = 1;
+  aa.grh.sgid_index = 1;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &aa.grh.dgid), 0);
+  ibv_ah* ah = ibv_create_ah(pd_, &aa);
+  ASSERT_NE(ah, nullptr);
+  ASSERT_EQ(post_recv(ud[1], 0), 0);
+  ASSERT_EQ(send(ud[0], ah, ud[1]->qp_num, 'x'), 0);
+  ibv_wc recv{};
+  for (const ibv_wc& wc : Poll(2)) {
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (wc.opcode == IBV_WC_RECV) recv = wc;
+  }
+  EXPECT_EQ(recv.qp_num, ud[1]->qp_num);
+  EXPECT_EQ(recv.src_qp, ud[0]->qp_num);
+  EXPECT_EQ(recv.byte_len, 40u + 64u);
+  EXPECT_TRUE(recv.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(buf_[40], 'x');
+  // The reply: AH from the completion and its GRH area.
+  ibv_ah* back = ibv_create_ah_from_wc(pd_, &recv, reinterpret_cast<ibv_grh*>(buf_.data()), 1);
+  ASSERT_NE(back, nullptr) << "errno " << errno;
+  ASSERT_EQ(post_recv(ud[0], 1024), 0);
+  ASSERT_EQ(send(ud[1], back, recv.src_qp, 'y'), 0);
+  bool replied = false;
+  for (const ibv_wc& wc : Poll(2)) {
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    if (wc.opcode == IBV_WC_RECV) replied = wc.qp_num == ud[0]->qp_num && wc.src_qp == ud[1]->qp_num;
+  }
+  EXPECT_TRUE(replied);
+  EXPECT_EQ(buf_[1024 + 40], 'y');
+  EXPECT_EQ(ibv_destroy_ah(back), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
 TEST_F(VerbsApi, ExtendedPostSendApi) {

@@ -82,6 +82,11 @@ check "progress thread woken by arrival (memif)" server_stats_match "woken by ar
   "DROCE_STATS=1 ib_read_lat -d droce0 -x 1 -n 300" "ib_read_lat -d droce1 -x 1 -n 300 127.0.0.1"
 check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -d droce0 -x 2 -D 1" "ib_write_bw -d droce1 -x 2 -D 1 127.0.0.1"
 check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
+# UD (issue 15): address handles resolved over the wire (ARP; ND for IPv6).
+check "ibv_ud_pingpong" "$pair" "ibv_ud_pingpong -d droce0 -g 1 -n 500" "ibv_ud_pingpong -d droce1 -g 1 -n 500 127.0.0.1"
+check "ibv_ud_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_ud_pingpong -d droce0 -g 2 -n 200" "ibv_ud_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
+check "ib_send_bw -c UD" "$pair" "ib_send_bw -d droce0 -x 1 -c UD -D 1" "ib_send_bw -d droce1 -x 1 -c UD -D 1 127.0.0.1"
+check "ib_send_lat -c UD" "$pair" "ib_send_lat -d droce0 -x 1 -c UD -n 500" "ib_send_lat -d droce1 -x 1 -c UD -n 500 127.0.0.1"
 
 # qperf's RC tests address the peer by LID only (no GID in their exchange):
 # the devices' lid-peer (the wire's other end) makes them work on droce.
@@ -110,6 +115,7 @@ fi
 if ip netns add droce-probe-$$ 2>/dev/null; then
   ip netns del droce-probe-$$
   check "veth: ibv_rc_pingpong" env WIRE=veth "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500" "ibv_rc_pingpong -d droce1 -g 1 -n 500 10.99.0.1"
+  check "veth: ibv_ud_pingpong" env WIRE=veth "$pair" "ibv_ud_pingpong -d droce0 -g 1 -n 300" "ibv_ud_pingpong -d droce1 -g 1 -n 300 10.99.0.1"
   check "veth: ibv_rc_pingpong -e" env WIRE=veth "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -d droce1 -g 1 -n 500 -e 10.99.0.1"
   for prog in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
     check "veth: $prog -m 2048" env WIRE=veth "$pair" "$prog -d droce0 -x 1 -m 2048 -D 1" "$prog -d droce1 -x 1 -m 2048 -D 1 10.99.0.1"

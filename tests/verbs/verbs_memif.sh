@@ -7,6 +7,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 export BUILD=${BUILD:-$root/build}
 export SERVER_DELAY=${SERVER_DELAY:-1.5} PAIR_TIMEOUT=${PAIR_TIMEOUT:-60}
 pair="$root/tools/verbs-pair.sh"
+# A TCP port of our own for the programs' exchange: other runs on the machine (helpers, the
+# fabric suite) use perftest's and the pingpongs' default 18515, and a client that reaches
+# another run's server exchanges QPNs with the wrong process.
+vp=${VERBS_PORT:-$((30000 + $$ % 20000))}
 failed=0; passed=0
 check() {  # name, then a command; prints PASS/FAIL and the output on failure
   local name=$1; shift
@@ -47,18 +51,18 @@ check "droce-ctl rejects bad input" bash -c "
   ! DROCE_RUN_DIR=\$(mktemp -d) '$BUILD/apps/ctl/droce-ctl' link add droce0 type memif socket /tmp/x role sideways ip 10.0.0.1 2>&1 | tee /dev/stderr | grep -q . ||
   DROCE_RUN_DIR=\$(mktemp -d) '$BUILD/apps/ctl/droce-ctl' link add droce0 type memif socket /tmp/x role server ip 10.0.0.999 2>&1 | grep -q 'bad IP'"
 
-check "ibv_rc_pingpong" "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500" "ibv_rc_pingpong -d droce1 -g 1 -n 500 127.0.0.1"
-check "ibv_rc_pingpong -e" "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -d droce1 -g 1 -n 500 -e 127.0.0.1"
+check "ibv_rc_pingpong" "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 500" "ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 500 127.0.0.1"
+check "ibv_rc_pingpong -e" "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 500 -e 127.0.0.1"
 for mtu in 1024 4096; do
   for prog in ib_send_bw ib_write_bw ib_read_bw; do
-    check "$prog -m $mtu" "$pair" "$prog -d droce0 -x 1 -m $mtu -D 1" "$prog -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
+    check "$prog -m $mtu" "$pair" "$prog -p $vp -d droce0 -x 1 -m $mtu -D 1" "$prog -p $vp -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
   done
-  check "ib_atomic_bw -m $mtu" "$pair" "ib_atomic_bw -d droce0 -x 1 -m $mtu -D 1" "ib_atomic_bw -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
+  check "ib_atomic_bw -m $mtu" "$pair" "ib_atomic_bw -p $vp -d droce0 -x 1 -m $mtu -D 1" "ib_atomic_bw -p $vp -d droce1 -x 1 -m $mtu -D 1 127.0.0.1"
 done
 # 8 QPs x 128 outstanding 64 KiB WRITEs keep memif's 1024-slot ring full: no QP may starve into retry exhaustion.
-check "ib_write_bw -q 8 (a full ring shared fairly)" "$pair" "ib_write_bw -d droce0 -x 1 -s 65536 -q 8 -D 2" "ib_write_bw -d droce1 -x 1 -s 65536 -q 8 -D 2 127.0.0.1"
-check "ib_write_bw -a (all sizes)" "$pair" "ib_write_bw -d droce0 -x 1 -a -n 200" "ib_write_bw -d droce1 -x 1 -a -n 200 127.0.0.1"
-check "ib_write_lat" "$pair" "ib_write_lat -d droce0 -x 1 -n 1000" "ib_write_lat -d droce1 -x 1 -n 1000 127.0.0.1"
+check "ib_write_bw -q 8 (a full ring shared fairly)" "$pair" "ib_write_bw -p $vp -d droce0 -x 1 -s 65536 -q 8 -D 2" "ib_write_bw -p $vp -d droce1 -x 1 -s 65536 -q 8 -D 2 127.0.0.1"
+check "ib_write_bw -a (all sizes)" "$pair" "ib_write_bw -p $vp -d droce0 -x 1 -a -n 200" "ib_write_bw -p $vp -d droce1 -x 1 -a -n 200 127.0.0.1"
+check "ib_write_lat" "$pair" "ib_write_lat -p $vp -d droce0 -x 1 -n 1000" "ib_write_lat -p $vp -d droce1 -x 1 -n 1000 127.0.0.1"
 # A pair whose server (droce0, DROCE_STATS=1) must print a device stats line
 # matching a pattern: counters that show which mechanism did the work.
 server_stats_match() {  # pattern, then the pair's arguments (env assignments first)
@@ -71,22 +75,22 @@ server_stats_match() {  # pattern, then the pair's arguments (env assignments fi
 # waiting thread: events it finds itself are handed over without the socket;
 # with event_busy_poll_us=0 it sleeps at once and the wire's arrival wakes it.
 check "ib_send_lat -e: events handed over in process" server_stats_match "\\(([1-9][0-9]*) handed over in process\\)" \
-  "$pair" "DROCE_STATS=1 ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
+  "$pair" "DROCE_STATS=1 ib_send_lat -p $vp -d droce0 -x 1 -e -n 1000" "ib_send_lat -p $vp -d droce1 -x 1 -e -n 1000 127.0.0.1"
 check "ib_send_lat -e, no busy poll: waits sleep and arrivals wake them" server_stats_match \
   "event waits slept [1-9][0-9]* \\(woken by arrival [1-9][0-9]*\\)" LINK_SET=event_busy_poll_us=0 \
-  "$pair" "DROCE_STATS=1 ib_send_lat -d droce0 -x 1 -e -n 1000" "ib_send_lat -d droce1 -x 1 -e -n 1000 127.0.0.1"
-check "ib_read_lat" "$pair" "ib_read_lat -d droce0 -x 1 -n 1000" "ib_read_lat -d droce1 -x 1 -n 1000 127.0.0.1"
+  "$pair" "DROCE_STATS=1 ib_send_lat -p $vp -d droce0 -x 1 -e -n 1000" "ib_send_lat -p $vp -d droce1 -x 1 -e -n 1000 127.0.0.1"
+check "ib_read_lat" "$pair" "ib_read_lat -p $vp -d droce0 -x 1 -n 1000" "ib_read_lat -p $vp -d droce1 -x 1 -n 1000 127.0.0.1"
 # ib_read_lat's server never polls: its progress thread serves every READ.
 # It must be woken by the arrivals (memif interrupt mode), not only by timers.
 check "progress thread woken by arrival (memif)" server_stats_match "woken by arrival [1-9][0-9]*, memif interrupt" "$pair" \
-  "DROCE_STATS=1 ib_read_lat -d droce0 -x 1 -n 300" "ib_read_lat -d droce1 -x 1 -n 300 127.0.0.1"
-check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -d droce0 -x 2 -D 1" "ib_write_bw -d droce1 -x 2 -D 1 127.0.0.1"
-check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
+  "DROCE_STATS=1 ib_read_lat -p $vp -d droce0 -x 1 -n 300" "ib_read_lat -p $vp -d droce1 -x 1 -n 300 127.0.0.1"
+check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -p $vp -d droce0 -x 2 -D 1" "ib_write_bw -p $vp -d droce1 -x 2 -D 1 127.0.0.1"
+check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 2 -n 200 127.0.0.1"
 # UD (issue 15): address handles resolved over the wire (ARP; ND for IPv6).
-check "ibv_ud_pingpong" "$pair" "ibv_ud_pingpong -d droce0 -g 1 -n 500" "ibv_ud_pingpong -d droce1 -g 1 -n 500 127.0.0.1"
-check "ibv_ud_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_ud_pingpong -d droce0 -g 2 -n 200" "ibv_ud_pingpong -d droce1 -g 2 -n 200 127.0.0.1"
-check "ib_send_bw -c UD" "$pair" "ib_send_bw -d droce0 -x 1 -c UD -D 1" "ib_send_bw -d droce1 -x 1 -c UD -D 1 127.0.0.1"
-check "ib_send_lat -c UD" "$pair" "ib_send_lat -d droce0 -x 1 -c UD -n 500" "ib_send_lat -d droce1 -x 1 -c UD -n 500 127.0.0.1"
+check "ibv_ud_pingpong" "$pair" "ibv_ud_pingpong -p $vp -d droce0 -g 1 -n 500" "ibv_ud_pingpong -p $vp -d droce1 -g 1 -n 500 127.0.0.1"
+check "ibv_ud_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_ud_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_ud_pingpong -p $vp -d droce1 -g 2 -n 200 127.0.0.1"
+check "ib_send_bw -c UD" "$pair" "ib_send_bw -p $vp -d droce0 -x 1 -c UD -D 1" "ib_send_bw -p $vp -d droce1 -x 1 -c UD -D 1 127.0.0.1"
+check "ib_send_lat -c UD" "$pair" "ib_send_lat -p $vp -d droce0 -x 1 -c UD -n 500" "ib_send_lat -p $vp -d droce1 -x 1 -c UD -n 500 127.0.0.1"
 
 # qperf's RC tests address the peer by LID only (no GID in their exchange):
 # the devices' lid-peer (the wire's other end) makes them work on droce.
@@ -114,21 +118,21 @@ fi
 # namespaces (the side channel runs over the same veth, at 10.99.0.1).
 if ip netns add droce-probe-$$ 2>/dev/null; then
   ip netns del droce-probe-$$
-  check "veth: ibv_rc_pingpong" env WIRE=veth "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500" "ibv_rc_pingpong -d droce1 -g 1 -n 500 10.99.0.1"
-  check "veth: ibv_ud_pingpong" env WIRE=veth "$pair" "ibv_ud_pingpong -d droce0 -g 1 -n 300" "ibv_ud_pingpong -d droce1 -g 1 -n 300 10.99.0.1"
-  check "veth: ibv_rc_pingpong -e" env WIRE=veth "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -d droce1 -g 1 -n 500 -e 10.99.0.1"
+  check "veth: ibv_rc_pingpong" env WIRE=veth "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 500" "ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 500 10.99.0.1"
+  check "veth: ibv_ud_pingpong" env WIRE=veth "$pair" "ibv_ud_pingpong -p $vp -d droce0 -g 1 -n 300" "ibv_ud_pingpong -p $vp -d droce1 -g 1 -n 300 10.99.0.1"
+  check "veth: ibv_rc_pingpong -e" env WIRE=veth "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 500 -e" "ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 500 -e 10.99.0.1"
   for prog in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
-    check "veth: $prog -m 2048" env WIRE=veth "$pair" "$prog -d droce0 -x 1 -m 2048 -D 1" "$prog -d droce1 -x 1 -m 2048 -D 1 10.99.0.1"
+    check "veth: $prog -m 2048" env WIRE=veth "$pair" "$prog -p $vp -d droce0 -x 1 -m 2048 -D 1" "$prog -p $vp -d droce1 -x 1 -m 2048 -D 1 10.99.0.1"
   done
-  check "veth: ib_write_lat -m 1024" env WIRE=veth "$pair" "ib_write_lat -d droce0 -x 1 -m 1024 -n 500" "ib_write_lat -d droce1 -x 1 -m 1024 -n 500 10.99.0.1"
+  check "veth: ib_write_lat -m 1024" env WIRE=veth "$pair" "ib_write_lat -p $vp -d droce0 -x 1 -m 1024 -n 500" "ib_write_lat -p $vp -d droce1 -x 1 -m 1024 -n 500 10.99.0.1"
   check "veth: progress thread woken by arrival (af_packet)" server_stats_match "woken by arrival [1-9][0-9]*, af_packet socket" WIRE=veth "$pair" \
-    "DROCE_STATS=1 ib_read_lat -d droce0 -x 1 -m 1024 -n 300" "ib_read_lat -d droce1 -x 1 -m 1024 -n 300 10.99.0.1"
+    "DROCE_STATS=1 ib_read_lat -p $vp -d droce0 -x 1 -m 1024 -n 300" "ib_read_lat -p $vp -d droce1 -x 1 -m 1024 -n 300 10.99.0.1"
   # No broadcast fallback: the peers' MACs must come from ARP / neighbour discovery.
   check "veth: IPv6 GID resolved by neighbour discovery" env WIRE=veth PAIR_IP6=1 LINK_SET=broadcast_unresolved=off \
-    "$pair" "ibv_rc_pingpong -d droce0 -g 2 -n 200" "ibv_rc_pingpong -d droce1 -g 2 -n 200 10.99.0.1"
+    "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 2 -n 200 10.99.0.1"
   check "veth: IPv4 GID resolved by ARP" env WIRE=veth LINK_SET=broadcast_unresolved=off \
-    "$pair" "ibv_rc_pingpong -d droce0 -g 1 -n 200" "ibv_rc_pingpong -d droce1 -g 1 -n 200 10.99.0.1"
-  check "veth: ib_send_lat -e" env WIRE=veth "$pair" "ib_send_lat -d droce0 -x 1 -e -n 500" "ib_send_lat -d droce1 -x 1 -e -n 500 10.99.0.1"
+    "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 200 10.99.0.1"
+  check "veth: ib_send_lat -e" env WIRE=veth "$pair" "ib_send_lat -p $vp -d droce0 -x 1 -e -n 500" "ib_send_lat -p $vp -d droce1 -x 1 -e -n 500 10.99.0.1"
 else
   echo "SKIP veth: cannot create network namespaces"
 fi

@@ -170,30 +170,22 @@ struct RcQp::RespCtx {
 void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   const uint8_t* bth_p = frame + p.bth_offset;
   RespCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), now};
-  CompState s = CompState::kCheckPsn;
-  for (;;) {
-    switch (s) {
-      case CompState::kCheckPsn: s = CompCheckPsn(c); break;
-      case CompState::kCheckAck: s = CompCheckAck(c); break;
-      case CompState::kAck: s = CompAck(c); break;
-      case CompState::kRnrNak: s = CompRnrNak(c); break;
-      case CompState::kNak: s = CompNak(c); break;
-      case CompState::kGetWqe: s = CompGetWqe(c); break;
-      case CompState::kAtomic: s = CompAtomic(c); break;
-      case CompState::kRead: s = CompRead(c); break;
-      case CompState::kComplete: s = CompComplete(c); break;
-      case CompState::kBadResponse:
-        ++counters_.dropped_bad_response;
-        return;
-      case CompState::kDone:
-      case CompState::kCount:
-        return;
-    }
-  }
+  // The states run in their order (CompState lists them so), as in the
+  // responder: a step that returns a later state skips the ones between.
+  CompState s = CompCheckPsn(c);
+  if (s == CompState::kCheckAck) s = CompCheckAck(c);
+  if (s == CompState::kAck) s = CompAck(c);
+  if (s == CompState::kRnrNak) s = CompRnrNak(c);
+  if (s == CompState::kNak) s = CompNak(c);
+  if (s == CompState::kGetWqe) s = CompGetWqe(c);
+  if (s == CompState::kAtomic) s = CompAtomic(c);
+  if (s == CompState::kRead) s = CompRead(c);
+  if (s == CompState::kComplete) s = CompComplete(c);
+  if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.
-CompState RcQp::CompCheckPsn(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
   if (PsnLess(c.psn, psn_una_)) {
     ++counters_.duplicates_received;
     return CompState::kDone;
@@ -204,7 +196,7 @@ CompState RcQp::CompCheckPsn(RespCtx& c) {
 
 // ACKNOWLEDGE by its AETH type; READ responses and atomic acknowledgements
 // to the WQE they answer.
-CompState RcQp::CompCheckAck(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
   if (!(c.op.roles & kRoleAck) || (c.op.roles & kRoleAtomic)) return CompState::kGetWqe;
   c.syndrome = AethView(c.bth_p + c.op.aeth_offset).syndrome();
   switch (SyndromeType(c.syndrome)) {
@@ -216,7 +208,7 @@ CompState RcQp::CompCheckAck(RespCtx& c) {
   return CompState::kBadResponse;
 }
 
-CompState RcQp::CompAck(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
   AckUpTo(c.psn, c.now);
   return CompState::kDone;
@@ -224,7 +216,7 @@ CompState RcQp::CompAck(RespCtx& c) {
 
 // RNR NAK (9.7.5.2.8): what precedes it is acknowledged; wait the timer it
 // names, then resend from its PSN; rnr_retry bounds the waits (7: forever).
-CompState RcQp::CompRnrNak(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompRnrNak(RespCtx& c) {
   ++counters_.rnr_naks_received;
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
@@ -244,7 +236,7 @@ CompState RcQp::CompRnrNak(RespCtx& c) {
 // NAK (9.7.5.2.5 / 9.9.2): a PSN sequence error resends from its PSN
 // (retry_cnt bounds the retries without progress); every other code
 // completes the oldest WQE with the status of the error table.
-CompState RcQp::CompNak(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompNak(RespCtx& c) {
   ++counters_.naks_received;
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
@@ -271,7 +263,7 @@ CompState RcQp::CompNak(RespCtx& c) {
 
 // READ responses and atomic acknowledgements answer the oldest outstanding
 // READ/atomic; everything before it is implicitly acknowledged (9.7.5.1.6).
-CompState RcQp::CompGetWqe(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
@@ -289,7 +281,7 @@ CompState RcQp::CompGetWqe(RespCtx& c) {
   return CompState::kRead;
 }
 
-CompState RcQp::CompAtomic(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompAtomic(RespCtx& c) {
   SendWqe& w = *c.wqe;
   // The original value lands in host byte order, as verbs defines it.
   const uint64_t original = AtomicAckEthView(c.bth_p + c.op.atomic_ack_offset).original();
@@ -302,7 +294,7 @@ CompState RcQp::CompAtomic(RespCtx& c) {
   return CompState::kComplete;
 }
 
-CompState RcQp::CompRead(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
   SendWqe& w = *c.wqe;
   const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
   if (c.psn != expected) {
@@ -332,7 +324,7 @@ CompState RcQp::CompRead(RespCtx& c) {
   return CompState::kDone;
 }
 
-CompState RcQp::CompComplete(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
   SendWqe& w = *c.wqe;
   w.done = true;
   --rd_atomic_outstanding_;

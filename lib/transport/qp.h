@@ -233,15 +233,15 @@ class RcQp {
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
-  CompState CompCheckPsn(RespCtx& c);
-  CompState CompCheckAck(RespCtx& c);
-  CompState CompAck(RespCtx& c);
-  CompState CompRnrNak(RespCtx& c);
-  CompState CompNak(RespCtx& c);
-  CompState CompGetWqe(RespCtx& c);
-  CompState CompAtomic(RespCtx& c);
-  CompState CompRead(RespCtx& c);
-  CompState CompComplete(RespCtx& c);
+  DROCE_STEP CompState CompCheckPsn(RespCtx& c);
+  DROCE_STEP CompState CompCheckAck(RespCtx& c);
+  DROCE_STEP CompState CompAck(RespCtx& c);
+  DROCE_STEP CompState CompRnrNak(RespCtx& c);
+  DROCE_STEP CompState CompNak(RespCtx& c);
+  DROCE_STEP CompState CompGetWqe(RespCtx& c);
+  DROCE_STEP CompState CompAtomic(RespCtx& c);
+  DROCE_STEP CompState CompRead(RespCtx& c);
+  DROCE_STEP CompState CompComplete(RespCtx& c);
   void AckUpTo(uint32_t psn, uint64_t now);
   void NoteProgress(uint64_t now);
   void AdvancePastDone();
@@ -257,17 +257,17 @@ class RcQp {
   struct ReqCtx;
   // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
-  RespState CheckPsn(ReqCtx& c);
-  RespState CheckOpSequence(ReqCtx& c);
-  RespState CheckLength(ReqCtx& c);
-  RespState CheckResource(ReqCtx& c);
-  RespState CheckRkeyStep(ReqCtx& c);
-  RespState Execute(ReqCtx& c);
-  RespState ExecuteSend(ReqCtx& c);
-  RespState ExecuteWrite(ReqCtx& c);
-  RespState ExecuteRead(ReqCtx& c);
-  RespState ExecuteAtomic(ReqCtx& c);
-  RespState Acknowledge(ReqCtx& c);
+  DROCE_STEP RespState CheckPsn(ReqCtx& c);
+  DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
+  DROCE_STEP RespState CheckLength(ReqCtx& c);
+  DROCE_STEP RespState CheckResource(ReqCtx& c);
+  DROCE_STEP RespState CheckRkeyStep(ReqCtx& c);
+  DROCE_STEP RespState Execute(ReqCtx& c);
+  DROCE_STEP RespState ExecuteSend(ReqCtx& c);
+  DROCE_STEP RespState ExecuteWrite(ReqCtx& c);
+  DROCE_STEP RespState ExecuteRead(ReqCtx& c);
+  DROCE_STEP RespState ExecuteAtomic(ReqCtx& c);
+  DROCE_STEP RespState Acknowledge(ReqCtx& c);
   RespState Duplicate(ReqCtx& c);
   // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
   void RespondError(RespError e, uint32_t psn);

@@ -23,19 +23,15 @@
 #include "queue/completion.h"
 #include "transport/qp.h"
 #include "wire/arp.h"
+#include "wire/gid.h"
 #include "wire/nd.h"
 #include "wire/packet.h"
 
 namespace droce::core {
 
-using Gid = std::array<uint8_t, 16>;
+using Gid = wire::Gid;
 using Mac = std::array<uint8_t, 6>;
-
-// ::ffff:a.b.c.d, the GID form of an IPv4 address (RoCEv2 over IPv4).
-inline bool IsIpv4MappedGid(const Gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  return std::memcmp(g.data(), kPrefix, 12) == 0;
-}
+using wire::IsIpv4MappedGid;  // wire/gid.h
 
 // A GID hash with a seed (for tables keyed by addresses a peer chooses).
 struct SeededGidHash {

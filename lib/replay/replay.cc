@@ -1,4 +1,4 @@
-#include "core/replay.h"
+#include "replay/replay.h"
 
 #include <algorithm>
 #include <deque>

@@ -10,8 +10,8 @@
 //  - Plain ACKs may be coalesced differently: between two of the responses
 //    above, both sides must acknowledge up to the same PSN, and where both
 //    sent an ACK for the same PSN its MSN must agree.
-#ifndef DROCE_LIB_CORE_REPLAY_H_
-#define DROCE_LIB_CORE_REPLAY_H_
+#ifndef DROCE_LIB_REPLAY_REPLAY_H_
+#define DROCE_LIB_REPLAY_REPLAY_H_
 
 #include <cstdint>
 #include <string>
@@ -51,4 +51,4 @@ std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& fram
 
 }  // namespace droce::core
 
-#endif  // DROCE_LIB_CORE_REPLAY_H_
+#endif  // DROCE_LIB_REPLAY_REPLAY_H_

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "core/replay.h"
+#include "replay/replay.h"
 #include "drivers/pcap/pcap_io.h"
 #include "wire/fields.h"
 #include "wire/packet.h"

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "wire/gid.h"
 
 namespace droce::verbs {
 namespace fs = std::filesystem;
@@ -39,14 +40,9 @@ absl::StatusOr<bool> ParseOnOff(absl::string_view key, absl::string_view v) {
   return absl::InvalidArgumentError(absl::StrFormat("%s: '%s' is not on/off", key, v));
 }
 
-bool IsIpv4Mapped(const core::Gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(g.data(), kPrefix, 12) == 0;
-}
-
 std::string FormatIp(const core::Gid& g) {
   char buf[INET6_ADDRSTRLEN] = {};
-  if (IsIpv4Mapped(g)) {
+  if (wire::IsIpv4MappedGid(g)) {
     inet_ntop(AF_INET, g.data() + 12, buf, sizeof buf);
   } else {
     inet_ntop(AF_INET6, g.data(), buf, sizeof buf);
@@ -160,7 +156,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
     } else if (key == "ip") {
       auto g = ParseIpAsGid(v);
       if (!g.ok()) return fail(g.status());
-      if (IsIpv4Mapped(*g)) {
+      if (wire::IsIpv4MappedGid(*g)) {
         f.dev.ipv4 = (uint32_t{(*g)[12]} << 24) | ((*g)[13] << 16) | ((*g)[14] << 8) | (*g)[15];
       } else {
         f.dev.has_ipv6_global = true;

@@ -3,7 +3,7 @@
 // a valid ICRC, DSCP 48 and Not-ECT, at most one per min_time_between_cnps.
 #include <vector>
 
-#include "core/rc_pair_fixture.h"
+#include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
 namespace {

@@ -40,9 +40,7 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   link_local[15] = config.mac[5];
   gids_.push_back(link_local);
   if (config.ipv4 != 0) {
-    Gid v4{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-    wire::StoreBe32(v4.data() + 12, config.ipv4);
-    gids_.push_back(v4);
+    gids_.push_back(wire::Ipv4MappedGid(config.ipv4));
   }
   if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
   for (const Gid& g : gids_) {

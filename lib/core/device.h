@@ -24,19 +24,15 @@
 #include "queue/completion.h"
 #include "transport/qp.h"
 #include "wire/arp.h"
+#include "wire/gid.h"
 #include "wire/nd.h"
 #include "wire/packet.h"
 
 namespace droce::core {
 
-using Gid = std::array<uint8_t, 16>;
+using Gid = wire::Gid;
 using Mac = std::array<uint8_t, 6>;
-
-// ::ffff:a.b.c.d, the GID form of an IPv4 address (RoCEv2 over IPv4).
-inline bool IsIpv4MappedGid(const Gid& g) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  return std::memcmp(g.data(), kPrefix, 12) == 0;
-}
+using wire::IsIpv4MappedGid;  // wire/gid.h
 
 // The Ethernet group address of a RoCEv2 multicast GID, or nullopt when the
 // GID is not multicast: ::ffff:224.0.0.0/4 -> 01:00:5e + the low 23 bits of

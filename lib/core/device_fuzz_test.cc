@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/device_fuzz_body.h"
+#include "tests/support/device_fuzz_body.h"
 
 namespace droce::core::fuzz {
 namespace {

@@ -4,7 +4,7 @@
 // invalidated or unbound while a message through it is in flight.
 #include <algorithm>
 
-#include "core/rc_pair_fixture.h"
+#include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
 namespace {

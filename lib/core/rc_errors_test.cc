@@ -2,7 +2,7 @@
 // may not, and every failure completes with the status verbs defines.
 #include <cerrno>
 
-#include "core/rc_pair_fixture.h"
+#include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
 namespace {

@@ -4,6 +4,7 @@
 // counters each case moves. Responder (IBTA 9.7.5), completer (9.7.5.2, 9.9),
 // UC (9.8.3). These pin the transport's behaviour so that its state machines
 // can be rewritten underneath.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -81,7 +82,19 @@ class Frames : public ::testing::Test {
     init.caps.max_recv_wr = 64;
     init.caps.type = type;
     qpn_ = *dev_->CreateQp(init);
+    Connect(type, max_dest_rd_atomic, rq_psn, sq_psn);
+  }
+
+  // RESET (if not there) -> INIT -> RTR -> RTS.
+  void Connect(transport::QpType type, uint8_t max_dest_rd_atomic, uint32_t rq_psn = kRqPsn,
+               uint32_t sq_psn = kSqPsn) {
+    using namespace droce::mem;
     transport::QpAttr a;
+    if (qp().state() != QpState::kReset) {
+      a.qp_state = QpState::kReset;
+      ASSERT_TRUE(dev_->ModifyQp(qpn_, a, transport::kAttrState).ok());
+      (void)Cqes();
+    }
     a.qp_state = QpState::kInit;
     a.qp_access_flags = kRemoteWrite | kRemoteRead | kRemoteAtomic;
     ASSERT_TRUE(dev_->ModifyQp(qpn_, a, transport::kAttrState | transport::kAttrPkeyIndex |
@@ -737,6 +750,47 @@ TEST_F(Completer, RetryExhaustedAfterTimeouts) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, WcStatus::kRetryExcErr);
   EXPECT_EQ(ctr().timeouts, 3u);
+}
+
+// --- RESET forgets the connection --------------------------------------
+
+TEST_F(Frames, ResetForgetsTheCnpRateLimit) {
+  // A CE-marked request makes the QP send a CNP (A17.9), at most one per
+  // min_time_between_cnps (4 us) -- per connection: a move to RESET
+  // value-initialises the notification point with the rest.
+  auto ce_write = [&](uint32_t psn) {
+    PacketFields f = Request(kRcWriteOnly, psn);
+    f.route.tclass = kEcnCe;
+    f.reth_va = kIova;
+    f.reth_rkey = keys_.rkey;
+    f.reth_length = 8;
+    In(f, Bytes(8, 1));
+  };
+  auto cnps = [](const std::vector<Out>& out) {
+    return std::count_if(out.begin(), out.end(), [](const Out& o) { return o.opcode == kCnp; });
+  };
+  ce_write(kRqPsn);
+  EXPECT_EQ(cnps(Poll()), 1);
+  ce_write(kRqPsn + 1);
+  EXPECT_EQ(cnps(Poll()), 0);  // within 4 us of the last one
+  Connect(transport::QpType::kRc, 1, 7000);
+  ce_write(7000);
+  EXPECT_EQ(cnps(Poll()), 1);
+  EXPECT_EQ(ctr().cnps_sent, 2u);
+}
+
+TEST_F(Frames, ResetForgetsAHalfReceivedMessage) {
+  PostRecv(1);
+  Send(kRcSendFirst, kRqPsn, kMtu, false);
+  (void)Poll();
+  Connect(transport::QpType::kRc, 1, 7000);
+  PostRecv(2);
+  Send(kRcSendOnly, 7000, 10);  // a FIRST would be refused inside the old SEND
+  EXPECT_THAT(Poll(), ::testing::ElementsAre(AckOut(7000, Ack(0), 1)));
+  const auto c = Cqes();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].wr_id, 2u);
+  EXPECT_EQ(c[0].byte_len, 10u);
 }
 
 // --- UC: the same pipeline, silent drops ----------------------------------

@@ -1,7 +1,7 @@
 // Two devices on an in-memory wire, exchanging every RC opcode under loss,
 // reordering, duplication and corruption. Every WR must complete exactly once
 // with the right status and the data must match byte for byte.
-#include "core/rc_pair_fixture.h"
+#include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
 namespace {

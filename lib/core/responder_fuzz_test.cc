@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/responder_fuzz_body.h"
+#include "tests/support/responder_fuzz_body.h"
 
 namespace droce::core::fuzz {
 namespace {

@@ -2,7 +2,7 @@
 // never corrupted; the sender completes each WR once it is on the wire.
 #include <cerrno>
 
-#include "core/rc_pair_fixture.h"
+#include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
 namespace {

@@ -12,7 +12,7 @@ using queue::WcOpcode;
 using queue::WcStatus;
 using namespace droce::wire;
 
-bool RcQp::Outstanding() const { return psn_una_ != psn_next_; }
+bool RcQp::Outstanding() const { return req_.psn_una != req_.psn_next; }
 
 void RcQp::PushSendCompletion(const SendWqe& w) {
   queue::Completion c;
@@ -41,7 +41,7 @@ void RcQp::CompleteHead() {
     }
     sq_.Pop();
   }
-  if (static_cast<int32_t>(sq_next_ - sq_.head()) < 0) sq_next_ = sq_.head();
+  if (static_cast<int32_t>(req_.sq_next - sq_.head()) < 0) req_.sq_next = sq_.head();
 }
 
 // A WQE's local SGEs were resolved when it started; their regions must still
@@ -66,7 +66,7 @@ void RcQp::FailWqe(SendWqe& w, WcStatus status) {
 
 void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
   bool progress = false;
-  // Started WQEs may lie beyond sq_next_ after a go-back-N rewind; an ACK
+  // Started WQEs may lie beyond req_.sq_next after a go-back-N rewind; an ACK
   // from their first transmission still counts.
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     SendWqe& w = sq_.at(i);
@@ -80,8 +80,8 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
           w.wr.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_)
                                              : w.first_psn;
       if (PsnLess(psn, missing)) break;
-      if (PsnLess(psn_una_, missing)) {
-        psn_una_ = missing;
+      if (PsnLess(req_.psn_una, missing)) {
+        req_.psn_una = missing;
         progress = true;
       }
       ImpliedNak(missing);
@@ -89,15 +89,15 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
     }
     if (PsnLess(psn, w.last_psn)) {
       // Part of a multi-packet message acknowledged.
-      if (PsnLess(psn_una_, PsnAdd(psn, 1))) {
-        psn_una_ = PsnAdd(psn, 1);
+      if (PsnLess(req_.psn_una, PsnAdd(psn, 1))) {
+        req_.psn_una = PsnAdd(psn, 1);
         progress = true;
       }
       break;
     }
     w.done = true;
     progress = true;
-    if (PsnLess(psn_una_, PsnAdd(w.last_psn, 1))) psn_una_ = PsnAdd(w.last_psn, 1);
+    if (PsnLess(req_.psn_una, PsnAdd(w.last_psn, 1))) req_.psn_una = PsnAdd(w.last_psn, 1);
   }
   if (progress) NoteProgress(now);
   AdvancePastDone();
@@ -105,26 +105,26 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
 
 // Forward progress restores the retry budgets and restarts the ACK timer.
 void RcQp::NoteProgress(uint64_t now) {
-  implied_nak_pending_ = false;
-  rnr_nak_pending_ = false;
-  retry_left_ = attr_.retry_cnt;
-  rnr_retry_left_ = attr_.rnr_retry;
-  progress_since_retry_ = true;
-  retransmit_deadline_ =
+  req_.implied_nak_pending = false;
+  req_.rnr_nak_pending = false;
+  req_.retry_left = attr_.retry_cnt;
+  req_.rnr_retry_left = attr_.rnr_retry;
+  req_.progress_since_retry = true;
+  req_.retransmit_deadline =
       Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
 // what can be completed in order.
 void RcQp::AdvancePastDone() {
-  while (sq_next_ != sq_.tail() && sq_.at(sq_next_).done) ++sq_next_;
+  while (req_.sq_next != sq_.tail() && sq_.at(req_.sq_next).done) ++req_.sq_next;
   CompleteHead();
 }
 
 void RcQp::ImpliedNak(uint32_t missing_psn) {
-  if (implied_nak_pending_ && implied_nak_psn_ == missing_psn) return;
-  implied_nak_pending_ = true;
-  implied_nak_psn_ = missing_psn;
+  if (req_.implied_nak_pending && req_.implied_nak_psn == missing_psn) return;
+  req_.implied_nak_pending = true;
+  req_.implied_nak_psn = missing_psn;
   RetryFrom(missing_psn);
 }
 
@@ -140,7 +140,7 @@ void RcQp::RetryFrom(uint32_t psn) {
       w.read_done_bytes = static_cast<uint32_t>(PsnDiff(w.next_psn, w.first_psn)) * mtu_;
     }
     w.fully_sent = false;
-    if (static_cast<int32_t>(i - sq_next_) < 0) sq_next_ = i;
+    if (static_cast<int32_t>(i - req_.sq_next) < 0) req_.sq_next = i;
     // Later WQEs restart at their first PSN.
     for (uint32_t j = i + 1; j != sq_.tail(); ++j) {
       SendWqe& later = sq_.at(j);
@@ -170,41 +170,33 @@ struct RcQp::RespCtx {
 void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   const uint8_t* bth_p = frame + p.bth_offset;
   RespCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), now};
-  CompState s = CompState::kCheckPsn;
-  for (;;) {
-    switch (s) {
-      case CompState::kCheckPsn: s = CompCheckPsn(c); break;
-      case CompState::kCheckAck: s = CompCheckAck(c); break;
-      case CompState::kAck: s = CompAck(c); break;
-      case CompState::kRnrNak: s = CompRnrNak(c); break;
-      case CompState::kNak: s = CompNak(c); break;
-      case CompState::kGetWqe: s = CompGetWqe(c); break;
-      case CompState::kAtomic: s = CompAtomic(c); break;
-      case CompState::kRead: s = CompRead(c); break;
-      case CompState::kComplete: s = CompComplete(c); break;
-      case CompState::kBadResponse:
-        ++counters_.dropped_bad_response;
-        return;
-      case CompState::kDone:
-      case CompState::kCount:
-        return;
-    }
-  }
+  // The states run in their order (CompState lists them so), as in the
+  // responder: a step that returns a later state skips the ones between.
+  CompState s = CompCheckPsn(c);
+  if (s == CompState::kCheckAck) s = CompCheckAck(c);
+  if (s == CompState::kAck) s = CompAck(c);
+  if (s == CompState::kRnrNak) s = CompRnrNak(c);
+  if (s == CompState::kNak) s = CompNak(c);
+  if (s == CompState::kGetWqe) s = CompGetWqe(c);
+  if (s == CompState::kAtomic) s = CompAtomic(c);
+  if (s == CompState::kRead) s = CompRead(c);
+  if (s == CompState::kComplete) s = CompComplete(c);
+  if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.
-CompState RcQp::CompCheckPsn(RespCtx& c) {
-  if (PsnLess(c.psn, psn_una_)) {
+DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
+  if (PsnLess(c.psn, req_.psn_una)) {
     ++counters_.duplicates_received;
     return CompState::kDone;
   }
-  if (!PsnLess(c.psn, psn_next_)) return CompState::kBadResponse;
+  if (!PsnLess(c.psn, req_.psn_next)) return CompState::kBadResponse;
   return CompState::kCheckAck;
 }
 
 // ACKNOWLEDGE by its AETH type; READ responses and atomic acknowledgements
 // to the WQE they answer.
-CompState RcQp::CompCheckAck(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
   if (!(c.op.roles & kRoleAck) || (c.op.roles & kRoleAtomic)) return CompState::kGetWqe;
   c.syndrome = AethView(c.bth_p + c.op.aeth_offset).syndrome();
   switch (SyndromeType(c.syndrome)) {
@@ -216,7 +208,7 @@ CompState RcQp::CompCheckAck(RespCtx& c) {
   return CompState::kBadResponse;
 }
 
-CompState RcQp::CompAck(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
   AckUpTo(c.psn, c.now);
   return CompState::kDone;
@@ -224,27 +216,27 @@ CompState RcQp::CompAck(RespCtx& c) {
 
 // RNR NAK (9.7.5.2.8): what precedes it is acknowledged; wait the timer it
 // names, then resend from its PSN; rnr_retry bounds the waits (7: forever).
-CompState RcQp::CompRnrNak(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompRnrNak(RespCtx& c) {
   ++counters_.rnr_naks_received;
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
-  if (rnr_retry_left_ == 0) {
+  if (req_.rnr_retry_left == 0) {
     FailWqe(sq_.front(), Info(RespError::kRnr).send_status);
     return CompState::kDone;
   }
-  if (rnr_retry_left_ != 7) --rnr_retry_left_;  // 7 means retry forever
-  rnr_nak_pending_ = true;
-  rnr_nak_psn_ = c.psn;
-  rnr_resume_at_ = c.now + RnrTimerNs(SyndromeValue(c.syndrome));
+  if (req_.rnr_retry_left != 7) --req_.rnr_retry_left;  // 7 means retry forever
+  req_.rnr_nak_pending = true;
+  req_.rnr_nak_psn = c.psn;
+  req_.rnr_resume_at = c.now + RnrTimerNs(SyndromeValue(c.syndrome));
   RetryFrom(c.psn);
-  retransmit_deadline_ = 0;
+  req_.retransmit_deadline = 0;
   return CompState::kDone;
 }
 
 // NAK (9.7.5.2.5 / 9.9.2): a PSN sequence error resends from its PSN
 // (retry_cnt bounds the retries without progress); every other code
 // completes the oldest WQE with the status of the error table.
-CompState RcQp::CompNak(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompNak(RespCtx& c) {
   ++counters_.naks_received;
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
@@ -256,22 +248,22 @@ CompState RcQp::CompNak(RespCtx& c) {
   // The responder also NAKs the packets that were in flight behind a
   // request it answered with RNR NAK: that sequence NAK names the RNR'd
   // PSN and is its echo, not a loss; the RNR wait resends them.
-  if (rnr_nak_pending_ && c.psn == rnr_nak_psn_) return CompState::kDone;
-  if (!progress_since_retry_) {
-    if (retry_left_ == 0) {
+  if (req_.rnr_nak_pending && c.psn == req_.rnr_nak_psn) return CompState::kDone;
+  if (!req_.progress_since_retry) {
+    if (req_.retry_left == 0) {
       FailWqe(sq_.front(), Info(RespError::kPsnSequence).send_status);
       return CompState::kDone;
     }
-    --retry_left_;
+    --req_.retry_left;
   }
-  progress_since_retry_ = false;
+  req_.progress_since_retry = false;
   RetryFrom(c.psn);
   return CompState::kDone;
 }
 
 // READ responses and atomic acknowledgements answer the oldest outstanding
 // READ/atomic; everything before it is implicitly acknowledged (9.7.5.1.6).
-CompState RcQp::CompGetWqe(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
@@ -289,12 +281,12 @@ CompState RcQp::CompGetWqe(RespCtx& c) {
   return CompState::kRead;
 }
 
-CompState RcQp::CompAtomic(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompAtomic(RespCtx& c) {
   SendWqe& w = *c.wqe;
   // The original value lands in host byte order, as verbs defines it.
   const uint64_t original = AtomicAckEthView(c.bth_p + c.op.atomic_ack_offset).original();
   if (!SgesStillLent(w)) {
-    --rd_atomic_outstanding_;
+    --req_.rd_atomic_outstanding;
     FailWqe(w, WcStatus::kLocProtErr);
     return CompState::kDone;
   }
@@ -302,7 +294,7 @@ CompState RcQp::CompAtomic(RespCtx& c) {
   return CompState::kComplete;
 }
 
-CompState RcQp::CompRead(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
   SendWqe& w = *c.wqe;
   const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
   if (c.psn != expected) {
@@ -320,23 +312,23 @@ CompState RcQp::CompRead(RespCtx& c) {
   const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
   if (!valid) return CompState::kBadResponse;
   if (!SgesStillLent(w)) {
-    --rd_atomic_outstanding_;
+    --req_.rd_atomic_outstanding;
     FailWqe(w, WcStatus::kLocProtErr);
     return CompState::kDone;
   }
   ScatterToSges(w, w.read_done_bytes, c.frame + c.p.payload_offset, seg);
   w.read_done_bytes += seg;
   if (ends) return CompState::kComplete;
-  psn_una_ = PsnAdd(c.psn, 1);
+  req_.psn_una = PsnAdd(c.psn, 1);
   NoteProgress(c.now);
   return CompState::kDone;
 }
 
-CompState RcQp::CompComplete(RespCtx& c) {
+DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
   SendWqe& w = *c.wqe;
   w.done = true;
-  --rd_atomic_outstanding_;
-  psn_una_ = PsnAdd(w.last_psn, 1);
+  --req_.rd_atomic_outstanding;
+  req_.psn_una = PsnAdd(w.last_psn, 1);
   NoteProgress(c.now);
   AdvancePastDone();
   return CompState::kDone;

@@ -182,12 +182,12 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     mtu_ = a.path_mtu;
   }
   if (mask & kAttrTimeout) attr_.timeout = a.timeout;
-  if (mask & kAttrRetryCnt) attr_.retry_cnt = retry_left_ = a.retry_cnt;
-  if (mask & kAttrRnrRetry) attr_.rnr_retry = rnr_retry_left_ = a.rnr_retry;
-  if (mask & kAttrRqPsn) attr_.rq_psn = epsn_ = a.rq_psn & wire::kPsnMask;
+  if (mask & kAttrRetryCnt) attr_.retry_cnt = req_.retry_left = a.retry_cnt;
+  if (mask & kAttrRnrRetry) attr_.rnr_retry = req_.rnr_retry_left = a.rnr_retry;
+  if (mask & kAttrRqPsn) attr_.rq_psn = resp_.epsn = a.rq_psn & wire::kPsnMask;
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
-    psn_next_ = psn_una_ = psn_high_ = attr_.sq_psn;
+    req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -203,22 +203,13 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     rq_.Reset(env_.srq ? 1 : caps_.max_recv_wr);
     actions_.Reset(kMaxRdAtomic * 2 + 8);
     for (Resource& r : resources_) r = Resource{};
-    sq_next_ = 0;
-    in_message_ = InMessage::kNone;
-    recv_wqe_held_ = false;
-    retransmit_deadline_ = rnr_resume_at_ = 0;
-    rd_atomic_outstanding_ = 0;
-    rd_atomic_active_ = 0;
+    // Nothing of the old connection may act on the next one (PSNs, MSN,
+    // a message half received, a CNP owed, an implied NAK or RNR NAK being
+    // waited out): the per-connection state is value-initialised.
+    req_ = {};
+    resp_ = {};
+    cnp_ = {};
     error_event_ = QpEvent::kNone;
-    msn_ = 0;
-    nak_seq_sent_ = false;
-    // Nothing of the old connection may act on the next one: a CNP owed,
-    // an implied NAK or RNR NAK being waited out.
-    cnps_pending_ = 0;
-    implied_nak_pending_ = false;
-    rnr_nak_pending_ = false;
-    packets_since_ack_req_ = 0;
-    progress_since_retry_ = true;
   } else {
     state_ = next;
   }
@@ -344,8 +335,8 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   uint32_t used = 0;
   // An ERR QP still sends what is queued (the NAK that put it there).
   if (state_ == QpState::kReset || state_ == QpState::kInit) return 0;
-  while (cnps_pending_ > 0 && used < n) {
-    --cnps_pending_;
+  while (cnp_.cnps_pending > 0 && used < n) {
+    --cnp_.cnps_pending;
     uint8_t* bth_p = wire::WriteRoute(frames[used].data, cnp_route_);
     wire::BthWriter bth(bth_p);
     bth.set_opcode(wire::kCnp);
@@ -370,7 +361,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     bool finished = false;
     const uint32_t len = BuildResponse(actions_.front(), frames[used].data, &finished);
     if (finished) {
-      if (actions_.front().holds_resource) --rd_atomic_active_;
+      if (actions_.front().holds_resource) --resp_.rd_atomic_active;
       actions_.Pop();
     }
     if (len == 0) continue;
@@ -381,29 +372,29 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     ++used;
   }
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return used;
-  if (rnr_resume_at_ != 0) {
-    if (now_ns < rnr_resume_at_) return used;
-    rnr_resume_at_ = 0;
+  if (req_.rnr_resume_at != 0) {
+    if (now_ns < req_.rnr_resume_at) return used;
+    req_.rnr_resume_at = 0;
   }
-  while (used < n && sq_next_ != sq_.tail()) {
+  while (used < n && req_.sq_next != sq_.tail()) {
     if (Paced(now_ns)) break;
-    SendWqe& w = sq_.at(sq_next_);
+    SendWqe& w = sq_.at(req_.sq_next);
     if (!w.started) {
       if (state_ == QpState::kSqd) break;  // drained: start nothing new
       if (!StartWqe(w)) break;             // fence / rd_atomic limit
       if (state_ == QpState::kErr) break;  // a local error flushed the queue
       if (w.done) {                        // LOCAL_INV, BIND_MW
-        ++sq_next_;
+        ++req_.sq_next;
         CompleteHead();
         continue;
       }
     }
-    if (wire::PsnDiff(w.next_psn, psn_una_) >= static_cast<int32_t>(env_.max_inflight_packets)) {
+    if (wire::PsnDiff(w.next_psn, req_.psn_una) >= static_cast<int32_t>(env_.max_inflight_packets)) {
       break;
     }
     if (ud() && w.total_len > mtu_) {  // never on the wire (ud_qp.cc)
       SkipOversizeUd(w);
-      ++sq_next_;
+      ++req_.sq_next;
       CompleteHead();
       continue;
     }
@@ -422,16 +413,16 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
       // UC: a WR is complete once its last packet is on the wire (9.8.1).
       if (w.fully_sent) {
         w.done = true;
-        psn_una_ = w.next_psn;
-        ++sq_next_;
+        req_.psn_una = w.next_psn;
+        ++req_.sq_next;
         CompleteHead();
       }
       continue;
     }
-    if (retransmit_deadline_ == 0 && AckTimeoutNs(attr_.timeout) != 0) {
-      retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
+    if (req_.retransmit_deadline == 0 && AckTimeoutNs(attr_.timeout) != 0) {
+      req_.retransmit_deadline = now_ns + AckTimeoutNs(attr_.timeout);
     }
-    if (w.fully_sent) ++sq_next_;
+    if (w.fully_sent) ++req_.sq_next;
   }
   return used;
 }
@@ -439,32 +430,32 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
 void RcQp::OnTimer(uint64_t now_ns) {
   if (rp_) rp_->Advance(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
-  if (retransmit_deadline_ == 0 || now_ns < retransmit_deadline_) return;
+  if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
-    retransmit_deadline_ = 0;
+    req_.retransmit_deadline = 0;
     return;
   }
   ++counters_.timeouts;
   // retry_cnt bounds consecutive retries without forward progress (IBTA
   // 9.7.6.1.3); an ACK that advances restores it.
-  if (retry_left_ == 0) {
+  if (req_.retry_left == 0) {
     FailWqe(sq_.front(), WcStatus::kRetryExcErr);
     return;
   }
-  --retry_left_;
-  progress_since_retry_ = false;
-  implied_nak_pending_ = false;
-  RetryFrom(psn_una_);
-  retransmit_deadline_ = now_ns + AckTimeoutNs(attr_.timeout);
+  --req_.retry_left;
+  req_.progress_since_retry = false;
+  req_.implied_nak_pending = false;
+  RetryFrom(req_.psn_una);
+  req_.retransmit_deadline = now_ns + AckTimeoutNs(attr_.timeout);
 }
 
 void RcQp::OnCongestionMark(uint64_t now_ns) {
   ++counters_.ce_marked_received;
   if (!env_.cnp_enabled || state_ == QpState::kReset || state_ == QpState::kInit) return;
-  if (cnp_ever_sent_ && now_ns - last_cnp_ns_ < env_.min_time_between_cnps_ns) return;
-  cnp_ever_sent_ = true;
-  last_cnp_ns_ = now_ns;
-  ++cnps_pending_;
+  if (cnp_.cnp_ever_sent && now_ns - cnp_.last_cnp_ns < env_.min_time_between_cnps_ns) return;
+  cnp_.cnp_ever_sent = true;
+  cnp_.last_cnp_ns = now_ns;
+  ++cnp_.cnps_pending;
 }
 
 void RcQp::OnCnp(uint64_t now_ns) {
@@ -477,40 +468,40 @@ void RcQp::OnCnp(uint64_t now_ns) {
 // in-flight window is full. The poll loop allocates frames by this, so a QP
 // whose window is full costs no frame allocation and release per round.
 uint32_t RcQp::RequestRoom() const {
-  if (sq_next_ == sq_.tail() || (state_ != QpState::kRts && state_ != QpState::kSqd)) return 0;
-  const SendWqe& w = sq_.at(sq_next_);
+  if (req_.sq_next == sq_.tail() || (state_ != QpState::kRts && state_ != QpState::kSqd)) return 0;
+  const SendWqe& w = sq_.at(req_.sq_next);
   uint32_t next_psn = w.next_psn;
   if (!w.started) {
     if (state_ == QpState::kSqd || !MayStart(w)) return 0;
     if (IsLocalOp(w)) return 1;
-    next_psn = psn_next_;
+    next_psn = req_.psn_next;
   }
-  const int32_t inflight = wire::PsnDiff(next_psn, psn_una_);
+  const int32_t inflight = wire::PsnDiff(next_psn, req_.psn_una);
   const auto window = static_cast<int32_t>(env_.max_inflight_packets);
   return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
 }
 
 uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
-  uint32_t n = cnps_pending_;  // CNPs leave even while the pacer holds the rest
+  uint32_t n = cnp_.cnps_pending;  // CNPs leave even while the pacer holds the rest
   if (Paced(now_ns)) return std::min(n, burst);
   for (uint32_t i = actions_.head(); i != actions_.tail() && n < burst; ++i) {
     if (actions_.at(i).kind == ActionKind::kReadResponse) return burst;  // many packets
     ++n;
   }
-  if (rnr_resume_at_ == 0 || now_ns >= rnr_resume_at_) n += std::min(RequestRoom(), burst);
+  if (req_.rnr_resume_at == 0 || now_ns >= req_.rnr_resume_at) n += std::min(RequestRoom(), burst);
   return std::min(n, burst);
 }
 
 bool RcQp::HasWork() const {
-  return cnps_pending_ > 0 || !actions_.empty() || (sq_next_ != sq_.tail() && state_ == QpState::kRts) ||
-         retransmit_deadline_ != 0 || rnr_resume_at_ != 0 || (rp_ && rp_->rate_limited());
+  return cnp_.cnps_pending > 0 || !actions_.empty() || (req_.sq_next != sq_.tail() && state_ == QpState::kRts) ||
+         req_.retransmit_deadline != 0 || req_.rnr_resume_at != 0 || (rp_ && rp_->rate_limited());
 }
 
 void RcQp::EnterError() {
   state_ = QpState::kErr;
   attr_.qp_state = state_;
-  retransmit_deadline_ = 0;
-  rnr_resume_at_ = 0;
+  req_.retransmit_deadline = 0;
+  req_.rnr_resume_at = 0;
   FlushAll();
 }
 
@@ -524,12 +515,12 @@ void RcQp::FlushAll() {
       w.status = WcStatus::kWrFlushErr;
     }
   }
-  sq_next_ = sq_.tail();
+  req_.sq_next = sq_.tail();
   CompleteHead();
-  if (recv_wqe_held_) {
-    recv_wqe_held_ = false;
+  if (resp_.recv_wqe_held) {
+    resp_.recv_wqe_held = false;
     queue::Completion c;
-    c.wr_id = recv_wqe_.wr_id;
+    c.wr_id = resp_.recv_wqe.wr_id;
     c.status = WcStatus::kWrFlushErr;
     c.opcode = queue::WcOpcode::kRecv;
     c.qp_num = qpn_;
@@ -544,7 +535,7 @@ void RcQp::FlushAll() {
     env_.recv_cq->Push(c);
     rq_.Pop();
   }
-  in_message_ = InMessage::kNone;
+  resp_.in_message = InMessage::kNone;
 }
 
 }  // namespace droce::transport

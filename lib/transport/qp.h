@@ -93,9 +93,9 @@ class RcQp {
   const QpCaps& caps() const { return caps_; }
   const QpEnv& env() const { return env_; }
   const QpCounters& counters() const { return counters_; }
-  uint32_t expected_psn() const { return epsn_; }  // responder's next PSN
-  uint32_t next_psn() const { return psn_next_; }   // requester's next new PSN
-  uint32_t posted_receives() const { return rq_.size() + (recv_wqe_held_ ? 1 : 0); }
+  uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
+  uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
+  uint32_t posted_receives() const { return rq_.size() + (resp_.recv_wqe_held ? 1 : 0); }
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
   // 10.3.1, the required/optional attributes of each transition).
@@ -245,15 +245,15 @@ class RcQp {
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
-  CompState CompCheckPsn(RespCtx& c);
-  CompState CompCheckAck(RespCtx& c);
-  CompState CompAck(RespCtx& c);
-  CompState CompRnrNak(RespCtx& c);
-  CompState CompNak(RespCtx& c);
-  CompState CompGetWqe(RespCtx& c);
-  CompState CompAtomic(RespCtx& c);
-  CompState CompRead(RespCtx& c);
-  CompState CompComplete(RespCtx& c);
+  DROCE_STEP CompState CompCheckPsn(RespCtx& c);
+  DROCE_STEP CompState CompCheckAck(RespCtx& c);
+  DROCE_STEP CompState CompAck(RespCtx& c);
+  DROCE_STEP CompState CompRnrNak(RespCtx& c);
+  DROCE_STEP CompState CompNak(RespCtx& c);
+  DROCE_STEP CompState CompGetWqe(RespCtx& c);
+  DROCE_STEP CompState CompAtomic(RespCtx& c);
+  DROCE_STEP CompState CompRead(RespCtx& c);
+  DROCE_STEP CompState CompComplete(RespCtx& c);
   void AckUpTo(uint32_t psn, uint64_t now);
   void NoteProgress(uint64_t now);
   void AdvancePastDone();
@@ -274,17 +274,17 @@ class RcQp {
   struct ReqCtx;
   // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
-  RespState CheckPsn(ReqCtx& c);
-  RespState CheckOpSequence(ReqCtx& c);
-  RespState CheckLength(ReqCtx& c);
-  RespState CheckResource(ReqCtx& c);
-  RespState CheckRkeyStep(ReqCtx& c);
-  RespState Execute(ReqCtx& c);
-  RespState ExecuteSend(ReqCtx& c);
-  RespState ExecuteWrite(ReqCtx& c);
-  RespState ExecuteRead(ReqCtx& c);
-  RespState ExecuteAtomic(ReqCtx& c);
-  RespState Acknowledge(ReqCtx& c);
+  DROCE_STEP RespState CheckPsn(ReqCtx& c);
+  DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
+  DROCE_STEP RespState CheckLength(ReqCtx& c);
+  DROCE_STEP RespState CheckResource(ReqCtx& c);
+  DROCE_STEP RespState CheckRkeyStep(ReqCtx& c);
+  DROCE_STEP RespState Execute(ReqCtx& c);
+  DROCE_STEP RespState ExecuteSend(ReqCtx& c);
+  DROCE_STEP RespState ExecuteWrite(ReqCtx& c);
+  DROCE_STEP RespState ExecuteRead(ReqCtx& c);
+  DROCE_STEP RespState ExecuteAtomic(ReqCtx& c);
+  DROCE_STEP RespState Acknowledge(ReqCtx& c);
   RespState Duplicate(ReqCtx& c);
   // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
   void RespondError(RespError e, uint32_t psn);
@@ -328,9 +328,12 @@ class RcQp {
   QpAttr attr_;
   wire::Route route_;
   wire::Route cnp_route_;  // route_ with the CNP DSCP and Not-ECT
-  uint32_t cnps_pending_ = 0;  // several when min_time_between_cnps is 0
-  bool cnp_ever_sent_ = false;
-  uint64_t last_cnp_ns_ = 0;
+  // Notification point state: a move to RESET value-initialises it.
+  struct CnpConn {
+    uint32_t cnps_pending = 0;  // several when min_time_between_cnps is 0
+    bool cnp_ever_sent = false;
+    uint64_t last_cnp_ns = 0;
+  } cnp_;
   uint32_t mtu_ = 1024;
   uint16_t ud_src_port_ = 0xC000;  // UD: the UDP source port of every packet (UdSourcePort)
   QpCounters counters_;
@@ -345,41 +348,49 @@ class RcQp {
 
   // Requester.
   queue::Ring<SendWqe> sq_;
-  uint32_t sq_next_ = 0;      // ring index of the next WQE to (re)transmit
-  uint32_t psn_next_ = 0;     // PSN for the next new WQE
-  uint32_t psn_una_ = 0;      // oldest unacknowledged PSN
-  uint32_t rd_atomic_outstanding_ = 0;
-  uint8_t retry_left_ = 7;
-  uint8_t rnr_retry_left_ = 7;
-  bool rnr_nak_pending_ = false;  // an RNR NAK for rnr_nak_psn_ not yet followed by progress
-  uint32_t rnr_nak_psn_ = 0;
-  uint64_t retransmit_deadline_ = 0;  // 0: not armed
-  uint64_t rnr_resume_at_ = 0;        // 0: not waiting for an RNR timer
-  uint32_t packets_since_ack_req_ = 0;
-  bool progress_since_retry_ = true;
-  uint32_t psn_high_ = 0;
-  // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
-  // until progress; otherwise every later response would rewind again.
-  bool implied_nak_pending_ = false;
-  uint32_t implied_nak_psn_ = 0;  // one past the highest PSN ever sent (counts retransmissions)
+  // The requester's per-connection state: a move to RESET value-initialises
+  // it (RTR/RTS set the PSNs and retry budgets again).
+  struct RequesterConn {
+    uint32_t sq_next = 0;      // ring index of the next WQE to (re)transmit
+    uint32_t psn_next = 0;     // PSN for the next new WQE
+    uint32_t psn_una = 0;      // oldest unacknowledged PSN
+    uint32_t psn_high = 0;     // one past the highest PSN ever sent (counts retransmissions)
+    uint32_t rd_atomic_outstanding = 0;
+    uint8_t retry_left = 7;
+    uint8_t rnr_retry_left = 7;
+    bool rnr_nak_pending = false;  // an RNR NAK for rnr_nak_psn not yet followed by progress
+    uint32_t rnr_nak_psn = 0;
+    uint64_t retransmit_deadline = 0;  // 0: not armed
+    uint64_t rnr_resume_at = 0;        // 0: not waiting for an RNR timer
+    uint32_t packets_since_ack_req = 0;
+    bool progress_since_retry = true;
+    // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
+    // until progress; otherwise every later response would rewind again.
+    bool implied_nak_pending = false;
+    uint32_t implied_nak_psn = 0;
+  } req_;
 
   // Responder.
   queue::Ring<RecvWr> rq_;
-  uint32_t epsn_ = 0;
-  uint32_t msn_ = 0;
-  bool nak_seq_sent_ = false;
-  enum class InMessage : uint8_t { kNone, kSend, kWrite } in_message_ = InMessage::kNone;
-  bool recv_wqe_held_ = false;
-  RecvWr recv_wqe_;
-  uint32_t recv_offset_ = 0;
-  uint8_t* write_host_ = nullptr;
-  uint32_t write_rkey_ = 0;  // re-checked for every packet of the WRITE (see MrStillLentSince)
-  uint64_t write_epoch_ = 0;
-  uint32_t write_remaining_ = 0;
-  uint32_t write_total_ = 0;
+  enum class InMessage : uint8_t { kNone, kSend, kWrite };
+  // The responder's per-connection state: a move to RESET value-initialises it.
+  struct ResponderConn {
+    uint32_t epsn = 0;
+    uint32_t msn = 0;
+    bool nak_seq_sent = false;
+    InMessage in_message = InMessage::kNone;
+    bool recv_wqe_held = false;
+    RecvWr recv_wqe;
+    uint32_t recv_offset = 0;
+    uint8_t* write_host = nullptr;
+    uint32_t write_rkey = 0;  // re-checked for every packet of the WRITE (see MrStillLentSince)
+    uint64_t write_epoch = 0;
+    uint32_t write_remaining = 0;
+    uint32_t write_total = 0;
+    uint32_t next_resource = 0;
+    uint32_t rd_atomic_active = 0;  // new READ/atomic requests whose responses are not all sent
+  } resp_;
   std::vector<Resource> resources_;
-  uint32_t next_resource_ = 0;
-  uint32_t rd_atomic_active_ = 0;  // new READ/atomic requests whose responses are not all sent
   queue::Ring<Action> actions_;
 };
 

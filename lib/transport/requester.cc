@@ -63,8 +63,8 @@ uint32_t RcQp::PacketsFor(const SendWqe& w) const {
 
 bool RcQp::MayStart(const SendWqe& w) const {
   // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
-  if ((w.wr.flags & kSendFence) && rd_atomic_outstanding_ > 0) return false;
-  return !IsReadOrAtomic(w) || rd_atomic_outstanding_ < std::max<uint32_t>(1, attr_.max_rd_atomic);
+  if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
+  return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
 }
 
 bool RcQp::StartWqe(SendWqe& w) {
@@ -102,12 +102,12 @@ bool RcQp::StartWqe(SendWqe& w) {
     w.mr_epoch = env_.mrs->epoch();
   }
   const uint32_t n = PacketsFor(w);
-  w.first_psn = psn_next_;
-  w.last_psn = PsnAdd(psn_next_, n - 1);
+  w.first_psn = req_.psn_next;
+  w.last_psn = PsnAdd(req_.psn_next, n - 1);
   w.next_psn = w.first_psn;
-  psn_next_ = PsnAdd(psn_next_, n);
+  req_.psn_next = PsnAdd(req_.psn_next, n);
   w.started = true;
-  if (read_or_atomic) ++rd_atomic_outstanding_;
+  if (read_or_atomic) ++req_.rd_atomic_outstanding;
   return true;
 }
 
@@ -162,10 +162,10 @@ void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
 uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
   if (ud()) return BuildUdRequest(w, frame);
   const uint32_t psn = w.next_psn;
-  if (PsnLess(psn, psn_high_)) {
+  if (PsnLess(psn, req_.psn_high)) {
     ++counters_.retransmitted_packets;
   } else {
-    psn_high_ = PsnAdd(psn, 1);
+    req_.psn_high = PsnAdd(psn, 1);
   }
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
   uint8_t* ext;
@@ -231,9 +231,9 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
   if (!reliable()) opcode += kUcSendFirst;  // UC opcodes mirror RC's at 0x20 (Table 35)
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
-  ++packets_since_ack_req_;
-  const bool ack_req = reliable() && (last || packets_since_ack_req_ >= env_.ack_req_every);
-  if (ack_req) packets_since_ack_req_ = 0;
+  ++req_.packets_since_ack_req;
+  const bool ack_req = reliable() && (last || req_.packets_since_ack_req >= env_.ack_req_every);
+  if (ack_req) req_.packets_since_ack_req = 0;
   bth.set_ack_req(ack_req);
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
   if (op.Has(kHdrReth)) {

@@ -16,6 +16,11 @@
 #include "transport/counters.h"
 #include "wire/headers.h"
 
+// A state machine's step: one function per state, inlined into the loop
+// that runs them (the per-packet path pays no call per step). Defined in,
+// and used only by, the .cc of its state machine.
+#define DROCE_STEP [[gnu::always_inline]] inline
+
 namespace droce::transport {
 
 // The affiliated asynchronous event a transport error raises when it moves a

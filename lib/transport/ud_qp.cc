@@ -56,7 +56,7 @@ void RcQp::SkipOversizeUd(SendWqe& w) {
   w.next_psn = PsnAdd(w.first_psn, 1);
   w.fully_sent = true;
   w.done = true;
-  psn_una_ = w.next_psn;
+  req_.psn_una = w.next_psn;
 }
 
 uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
@@ -119,12 +119,12 @@ UdRx RcQp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {
   const uint32_t len = p.payload_len;
   const uint8_t* payload = frame + p.payload_offset;
   uint64_t room = 0;
-  for (uint32_t i = 0; i < recv_wqe_.num_sge; ++i) room += recv_wqe_.sg_list[i].length;
+  for (uint32_t i = 0; i < resp_.recv_wqe.num_sge; ++i) room += resp_.recv_wqe.sg_list[i].length;
   queue::Completion c;
-  c.wr_id = recv_wqe_.wr_id;
+  c.wr_id = resp_.recv_wqe.wr_id;
   c.opcode = queue::WcOpcode::kRecv;
   c.qp_num = qpn_;
-  recv_wqe_held_ = false;
+  resp_.recv_wqe_held = false;
   if (room < kGrhBytes + uint64_t{len}) {
     // Class D (rxe RESPST_ERR_LENGTH for UD): the WQE completes in error,
     // the QP keeps running.
@@ -136,8 +136,8 @@ UdRx RcQp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {
   const uint8_t* src = grh;
   uint32_t src_left = kGrhBytes;
   bool in_payload = false;
-  for (uint32_t i = 0; i < recv_wqe_.num_sge && (src_left > 0 || !in_payload); ++i) {
-    const Sge& sge = recv_wqe_.sg_list[i];
+  for (uint32_t i = 0; i < resp_.recv_wqe.num_sge && (src_left > 0 || !in_payload); ++i) {
+    const Sge& sge = resp_.recv_wqe.sg_list[i];
     uint32_t off = 0;
     while (off < sge.length) {
       if (src_left == 0) {

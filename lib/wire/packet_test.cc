@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "wire/fields.h"
+#include "wire/gid.h"
 
 namespace droce::wire {
 namespace {
@@ -91,6 +92,18 @@ TEST(Packet, UdpSourcePortMatchesLinux) {
     const uint16_t port = UdpSourcePortForFlowLabel(FlowLabelForQpPair(a, a + 3));
     EXPECT_GE(port, 0xC000);
   }
+}
+
+TEST(Gid, Ipv4MappedFormAndItsTest) {
+  const Gid g = Ipv4MappedGid(0x0A000102);
+  EXPECT_EQ(g, (Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 1, 2}));
+  EXPECT_TRUE(IsIpv4MappedGid(g));
+  Gid v6 = g;
+  v6[0] = 0xFE;  // ffff in bytes 10-11 alone does not make it IPv4
+  EXPECT_FALSE(IsIpv4MappedGid(v6));
+  v6 = g;
+  v6[11] = 0;
+  EXPECT_FALSE(IsIpv4MappedGid(v6));
 }
 
 }  // namespace

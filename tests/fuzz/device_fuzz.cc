@@ -1,11 +1,11 @@
 // libFuzzer target: sequences of frames (and of the program's own verbs
 // calls) against a whole device with two RC QPs at RTS and guarded memory
-// (lib/core/device_fuzz_body.h). Any write outside a permitted range, any
+// (lib/tests/support/device_fuzz_body.h). Any write outside a permitted range, any
 // change to a region a peer may not write, or any invalid frame sent aborts.
 #include <cstddef>
 #include <cstdint>
 
-#include "core/device_fuzz_body.h"
+#include "tests/support/device_fuzz_body.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 8192) return 0;

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/replay.h"
+#include "replay/replay.h"
 #include "drivers/pcap/pcap_io.h"
 #include "wire/fields.h"
 

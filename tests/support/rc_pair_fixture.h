@@ -1,7 +1,7 @@
 // Test fixture: two devices with one connected RC QP each, on a seeded
 // lossy link, driven in virtual time.
-#ifndef DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
-#define DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
+#ifndef DROCE_TESTS_SUPPORT_RC_PAIR_FIXTURE_H_
+#define DROCE_TESTS_SUPPORT_RC_PAIR_FIXTURE_H_
 #include <cstring>
 #include <vector>
 
@@ -153,4 +153,4 @@ inline void Fill(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint32_t s
 
 }  // namespace droce::core::testing
 
-#endif  // DROCE_LIB_CORE_RC_PAIR_FIXTURE_H_
+#endif  // DROCE_TESTS_SUPPORT_RC_PAIR_FIXTURE_H_

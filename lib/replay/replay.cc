@@ -1,4 +1,4 @@
-#include "core/replay.h"
+#include "replay/replay.h"
 
 #include <algorithm>
 #include <deque>
@@ -53,7 +53,7 @@ Gid DstGid(const uint8_t* f, const ParsedPacket& p) {
 }
 
 std::string GidText(const Gid& g) {
-  if (g[10] == 0xFF && g[11] == 0xFF && g[0] == 0) {
+  if (IsIpv4MappedGid(g)) {
     return absl::StrFormat("%u.%u.%u.%u", g[12], g[13], g[14], g[15]);
   }
   std::string s;
@@ -199,7 +199,7 @@ class DirectionReplay : public ReplayBase {
 
     DeviceConfig cfg;
     cfg.mac = b_mac;
-    const bool v4 = b_[10] == 0xFF && b_[11] == 0xFF;
+    const bool v4 = IsIpv4MappedGid(b_);
     if (v4) cfg.ipv4 = LoadBe32(b_.data() + 12);
     cfg.ecn = kEcnNotEct;
     cfg.cnp_enabled = false;  // rxe (Linux 6.1) has no notification point  // rxe sends Not-ECT; keep the bytes comparable
@@ -561,7 +561,7 @@ class RequesterReplay : public ReplayBase {
     result_.mtu = InferMtu(all_, a_, b_);
     DeviceConfig cfg;
     cfg.mac = a_mac;
-    const bool v4 = a_[10] == 0xFF && a_[11] == 0xFF;
+    const bool v4 = IsIpv4MappedGid(a_);
     if (v4) cfg.ipv4 = LoadBe32(a_.data() + 12);
     cfg.ecn = kEcnNotEct;
     cfg.cnp_enabled = false;  // rxe (Linux 6.1) has no notification point

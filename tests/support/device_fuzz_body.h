@@ -14,8 +14,8 @@
 // - every frame the device sends parses and carries a valid ICRC.
 // Shared by the libFuzzer target (tests/fuzz/device_fuzz.cc) and a
 // deterministic random-input unit test (lib/core/device_fuzz_test.cc).
-#ifndef DROCE_LIB_CORE_DEVICE_FUZZ_BODY_H_
-#define DROCE_LIB_CORE_DEVICE_FUZZ_BODY_H_
+#ifndef DROCE_TESTS_SUPPORT_DEVICE_FUZZ_BODY_H_
+#define DROCE_TESTS_SUPPORT_DEVICE_FUZZ_BODY_H_
 
 #include <cstdint>
 #include <cstdlib>
@@ -283,4 +283,4 @@ class DeviceFuzz {
 
 }  // namespace droce::core::fuzz
 
-#endif  // DROCE_LIB_CORE_DEVICE_FUZZ_BODY_H_
+#endif  // DROCE_TESTS_SUPPORT_DEVICE_FUZZ_BODY_H_

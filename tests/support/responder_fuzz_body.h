@@ -2,8 +2,8 @@
 // canaries, and checks that nothing outside what a request may touch changed.
 // Shared by the libFuzzer target (tests/fuzz/responder_fuzz.cc) and a
 // deterministic random-input unit test (lib/core/responder_fuzz_test.cc).
-#ifndef DROCE_LIB_CORE_RESPONDER_FUZZ_BODY_H_
-#define DROCE_LIB_CORE_RESPONDER_FUZZ_BODY_H_
+#ifndef DROCE_TESTS_SUPPORT_RESPONDER_FUZZ_BODY_H_
+#define DROCE_TESTS_SUPPORT_RESPONDER_FUZZ_BODY_H_
 
 #include <cstdint>
 #include <cstdlib>
@@ -201,4 +201,4 @@ class FencedResponder {
 
 }  // namespace droce::core::fuzz
 
-#endif  // DROCE_LIB_CORE_RESPONDER_FUZZ_BODY_H_
+#endif  // DROCE_TESTS_SUPPORT_RESPONDER_FUZZ_BODY_H_

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/device.h"
-#include "core/replay.h"
+#include "replay/replay.h"
 #include "pktio/scripted_io.h"
 #include "transport/ud_qp.h"
 #include "wire/packet.h"

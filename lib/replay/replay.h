@@ -10,8 +10,8 @@
 //  - Plain ACKs may be coalesced differently: between two of the responses
 //    above, both sides must acknowledge up to the same PSN, and where both
 //    sent an ACK for the same PSN its MSN must agree.
-#ifndef DROCE_LIB_CORE_REPLAY_H_
-#define DROCE_LIB_CORE_REPLAY_H_
+#ifndef DROCE_LIB_REPLAY_REPLAY_H_
+#define DROCE_LIB_REPLAY_REPLAY_H_
 
 #include <cstdint>
 #include <string>
@@ -65,4 +65,4 @@ std::vector<ReplayResult> ReplayUd(const std::vector<CapturedFrame>& frames, boo
 
 }  // namespace droce::core
 
-#endif  // DROCE_LIB_CORE_REPLAY_H_
+#endif  // DROCE_LIB_REPLAY_REPLAY_H_

@@ -62,10 +62,12 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   qps_.reserve(std::min<uint32_t>(config_.max_qp, 4096));
   rx_frames_.resize(config.burst);
   tx_frames_.resize(config.burst);
+  gather_frames_.resize(config.burst);
   tx_backlog_.reserve(config.burst);  // never more than one burst's tail
 }
 
 Device::~Device() {
+  if (gather_spare_ > 0) io_->Release(gather_frames_.data(), gather_spare_);
   // Frames still waiting for the port go back to it.
   if (tx_backlog_head_ < tx_backlog_.size()) {
     io_->Release(tx_backlog_.data() + tx_backlog_head_,
@@ -511,12 +513,13 @@ void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* 
   }
 }
 
-// Sends the gathered frames tx_frames_[0, *pending) in one burst. What the
-// port refuses waits in the backlog (sent first next round) and sets
-// *port_full. Returns the frames sent.
+// Sends the gathered frames gather_frames_[0, *pending) in one burst. What
+// the port refuses waits in the backlog (sent first next round) and sets
+// *port_full. The spare empty frames behind them move to the front. Returns
+// the frames sent.
 uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
   if (*pending == 0) return 0;
-  pktio::Frame* tx = tx_frames_.data();
+  pktio::Frame* tx = gather_frames_.data();
   const uint16_t sent = io_->TxBurst(tx, *pending);
   for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
   counters_.tx_packets += sent;
@@ -526,26 +529,37 @@ uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
     counters_.tx_port_full += *pending - sent;
     *port_full = true;
   }
+  std::copy(tx + *pending, tx + *pending + gather_spare_, tx);
   *pending = 0;
   return sent;
 }
 
 // Lets one QP add at most tx_bursts_per_qp bursts' worth of frames to the
-// gathered burst tx_frames_[0, *pending), flushing it whenever it fills:
-// the frames of several QPs leave in one TxBurst. Returns the frames sent.
+// gathered burst gather_frames_[0, *pending), flushing it whenever it fills:
+// the frames of several QPs leave in one TxBurst. Buffers the QP did not use
+// stay with the device as spares (gather_frames_[*pending, + gather_spare_))
+// for the next call, instead of going back to the port: a QP asks for a
+// burst's worth when its window allows it, whatever it has queued, and one
+// 64 B WRITE used to cost 32 buffer allocations and 31 frees (a third of
+// its CPU time over DPDK). Returns the frames sent.
 uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full) {
   uint32_t sent = 0;
   uint32_t budget = uint32_t{config_.tx_bursts_per_qp} * config_.burst;
-  pktio::Frame* tx = tx_frames_.data();
+  pktio::Frame* tx = gather_frames_.data();
   while (budget > 0 && !*port_full) {
     const uint32_t room = std::min<uint32_t>(budget, config_.burst - *pending);
     const uint32_t demand = q.TransmitDemand(now_ns, room);
     if (demand == 0) break;
-    const uint16_t got = io_->AllocTx(tx + *pending, static_cast<uint16_t>(demand));
+    if (gather_spare_ < demand) {
+      gather_spare_ = static_cast<uint16_t>(
+          gather_spare_ + io_->AllocTx(tx + *pending + gather_spare_, static_cast<uint16_t>(demand - gather_spare_)));
+    }
+    const uint32_t got = std::min<uint32_t>(demand, gather_spare_);
     if (got == 0) break;
     const uint32_t used = q.Transmit(tx + *pending, got, now_ns);
-    if (used < got) io_->Release(tx + *pending + used, static_cast<uint16_t>(got - used));
     *pending = static_cast<uint16_t>(*pending + used);
+    gather_spare_ = static_cast<uint16_t>(gather_spare_ - used);
+    for (uint16_t i = 0; i < gather_spare_; ++i) tx[*pending + i].len = 0;
     budget -= used;
     if (*pending == config_.burst) sent += FlushGathered(pending, port_full);
     if (used < got || used == 0) break;  // the QP has nothing more now

@@ -394,6 +394,10 @@ class Device {
   std::vector<uint32_t> active_;    // indices into qps_ of QPs with work or timers
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
+  // The QPs' shared transmit burst (GatherQp): at rest, its first
+  // gather_spare_ entries are empty buffers kept from the port for the next.
+  std::vector<pktio::Frame> gather_frames_;
+  uint16_t gather_spare_ = 0;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
   size_t tx_backlog_head_ = 0;
   size_t tx_round_robin_ = 0;  // which active QP transmits first this round

@@ -7,7 +7,10 @@
 #   bash tools/bench/verbs/fastpath.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
 #   e.g. bash tools/bench/verbs/fastpath.sh before=/work/wt-fastpath-base/build-rel after=build-rel
 # Prints CSV rows tree,metric,value on stdout (a failed run is "failed").
-# Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10).
+# Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10),
+#      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone).
+# perftest's side channel is TCP port 18515: run nothing else that uses it
+# meanwhile (the verbs_memif test does), or pairs fail.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 secs=${SECS:-3}
@@ -45,8 +48,9 @@ pingpong() {
     grep -oE '[0-9.]+ usec/iter' | head -1 | awk '{print $1}')
   put "$name" rc_pingpong_64B_us_per_iter "$r"
 }
-each engine
-for ((k = 1; k <= 2; ++k)); do each bw 64 1; each bw 64 8; done
+[ "${ONLY:-}" = bw ] || each engine
+for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
+[ "${ONLY:-}" = bw ] && exit 0
 each bw 65536 1
 each lat ib_send_lat
 each lat ib_read_lat

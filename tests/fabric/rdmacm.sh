@@ -4,6 +4,7 @@
 # libdroce-rdmacm.so (preloaded by `droce-ctl env`) its /dev/infiniband/rdma_cm.
 # rping on one device and across two (large -S), ucmatose with several
 # connections, rdma_server/rdma_client (synchronous ids: rdma_migrate_id), rstream,
+# udaddy (UD: SIDR),
 # ib_send_bw -R / ib_write_bw -R / ib_read_lat -R; a connect to a port nobody
 # listens on fails within a second; a server killed mid-connection leaves its
 # client DISCONNECTED; malformed channel requests; the daemon has no ids left.
@@ -77,6 +78,11 @@ check "rdma_server / rdma_client" pair \
 next_port
 check "rstream (rsockets over rdma_cm)" pair \
   "rstream -b 10.0.0.1 -p $p -S 4096 -C 100" "rstream -s 10.0.0.1 -p $p -S 4096 -C 100"
+# UD rdma_cm (RDMA_PS_UDP: SIDR_REQ/SIDR_REP). udaddy has no port option:
+# its fixed port 7174 (this run's daemon is its own).
+check "udaddy on droce0" pair "udaddy -b 10.0.0.1 -C 10" "udaddy -s 10.0.0.1 -C 10"
+check "udaddy, 2 connections droce1 -> droce0" pair \
+  "udaddy -b 10.0.0.1 -c 2 -C 10" "udaddy -s 10.0.0.1 -b 10.0.0.2 -c 2 -C 10"
 next_port
 check "ib_send_bw -R" pair "ib_send_bw -R -d droce0 -p $p -D 2" "ib_send_bw -R -d droce0 -p $p -D 2 10.0.0.1"
 next_port

@@ -81,6 +81,16 @@ void StoreSockaddr(bool v6, const cm::IpAddr& ip, uint16_t port, void* out) {
   }
 }
 
+// A multicast destination (IPv4 224.0.0.0/4, IPv6 ff00::/8; cma_ip_addr form).
+bool IsMulticastIp(bool v6, const cm::IpAddr& ip) { return v6 ? ip[0] == 0xff : (ip[12] & 0xF0) == 0xE0; }
+
+// The Ethernet group address an IP multicast group maps to: 01:00:5e and
+// the low 23 bits (RFC 1112 6.4), 33:33 and the low 32 bits (RFC 2464 7).
+std::array<uint8_t, 6> MulticastMacOf(bool v6, const cm::IpAddr& ip) {
+  if (v6) return {0x33, 0x33, ip[12], ip[13], ip[14], ip[15]};
+  return {0x01, 0x00, 0x5e, static_cast<uint8_t>(ip[13] & 0x7F), ip[14], ip[15]};
+}
+
 constexpr uint32_t kUdpQkey = 0x01234567;  // RDMA_UDP_QKEY: rdma_cm's Q_Key for UD ids
 
 // The QP type of a port space, as Linux's ucma_get_qp_type: TCP is RC, UDP
@@ -344,14 +354,18 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       }
       id->dst = dst;
       const int dst_dev = DeviceOfIp(dst);
-      if (id->device < 0 || dst_dev < 0 || dst.v6 != id->src.v6) {
+      // A multicast destination (mckey resolves its group address) resolves
+      // on the source's device to the group's MAC, as Linux's neighbour
+      // lookup maps it; rdma_join_multicast follows.
+      const bool mcast = IsMulticastIp(dst.v6, dst.ip);
+      if (id->device < 0 || (dst_dev < 0 && !mcast) || dst.v6 != id->src.v6) {
         // No droce device reaches it (no uplink yet): ADDR_ERROR, as Linux
         // reports an unreachable destination.
         QueueEvent(*id, kEvAddrError, -EHOSTUNREACH);
         return {0, {}};
       }
       id->path.src_mac = devices_[id->device].mac;
-      id->path.dst_mac = devices_[dst_dev].mac;
+      id->path.dst_mac = mcast ? MulticastMacOf(dst.v6, dst.ip) : devices_[dst_dev].mac;
       id->path.src_gid = GidOf(id->src);
       id->path.dst_gid = GidOf(dst);
       id->path.hop_limit = kHopLimit;
@@ -597,6 +611,7 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       for (auto it = events_.begin(); it != events_.end(); ++it) {
         if (it->conn != conn) continue;
         if (auto id = ids_.find(it->handle); id != ids_.end()) ++id->second.events_reported;
+        if (auto mc = mcasts_.find(it->mc); it->mc != 0 && mc != mcasts_.end()) ++mc->second.events_reported;
         r.out = std::move(it->resp);
         events_.erase(it);
         return r;
@@ -661,10 +676,89 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       rdma_ucm_migrate_resp resp{id->events_reported};
       return {0, Bytes(resp)};
     }
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: {
+      rdma_ucm_join_ip_mcast c;
+      if (!Load(in, &c)) return {EINVAL, {}};
+      Addr group;
+      const int err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), sizeof c.addr, &group.ip, &group.v6,
+                                    &group.port);
+      if (err != 0) return {err, {}};
+      return Join(conn, c.id, c.uid, group, RDMA_MC_JOIN_FLAG_FULLMEMBER);
+    }
+    case RDMA_USER_CM_CMD_JOIN_MCAST: {
+      rdma_ucm_join_mcast c;
+      if (!Load(in, &c)) return {EINVAL, {}};
+      // As ucma_join_multicast: the size must be the family's own.
+      sa_family_t family;
+      std::memcpy(&family, &c.addr, sizeof family);
+      const size_t want = family == AF_INET ? sizeof(sockaddr_in) : family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
+      if (want == 0 || c.addr_size != want) return {EINVAL, {}};
+      Addr group;
+      const int err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), c.addr_size, &group.ip, &group.v6,
+                                    &group.port);
+      if (err != 0) return {err, {}};
+      return Join(conn, c.id, c.uid, group, c.join_flags);
+    }
+    case RDMA_USER_CM_CMD_LEAVE_MCAST: {
+      // rdma_leave_multicast: no event; the group's undelivered events go
+      // (ucma_cleanup_mc_events) and the answer counts the ones delivered,
+      // which librdmacm waits to be acknowledged before it frees the join.
+      rdma_ucm_destroy_id c;
+      if (!Load(in, &c)) return {EINVAL, {}};
+      auto it = mcasts_.find(c.id);
+      if (it == mcasts_.end()) return {ENOENT, {}};
+      if (Find(conn, it->second.id_handle) == nullptr) return {EINVAL, {}};
+      std::erase_if(events_, [&](const Event& e) { return e.mc == c.id; });
+      rdma_ucm_destroy_id_resp resp{it->second.events_reported};
+      mcasts_.erase(it);
+      return {0, Bytes(resp)};
+    }
     default:
-      // GET_OPTION (Linux: ENOSYS too), multicast joins: not yet.
+      // GET_OPTION (Linux: ENOSYS too).
       return {ENOSYS, {}};
   }
+}
+
+// rdma_join_multicast on RoCE, as Linux's cma_iboe_join_multicast: no SA
+// and no MAD; the group's MGID is the IPv4 address mapped (::ffff:a.b.c.d,
+// cma_iboe_set_mgid for RoCEv2) and MULTICAST_JOIN follows at once with the
+// address handle to send to it (QP 0xFFFFFF, the id's Q_Key; hop limit 64).
+// librdmacm attaches the id's QP to the MGID when it reads the event
+// (ucma_process_join). IPv6 groups: Linux refuses them on RoCEv2 (ENOTSUPP).
+CmService::Result CmService::Join(int conn, uint32_t handle, uint64_t uid, const Addr& group, uint16_t join_flags) {
+  if (join_flags != RDMA_MC_JOIN_FLAG_FULLMEMBER && join_flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER) {
+    return {EINVAL, {}};
+  }
+  Id* id = Find(conn, handle);
+  if (id == nullptr || id->device < 0) return {EINVAL, {}};  // ucma_get_ctx_dev: bound to a device
+  if (id->state != IdState::kAddrBound && id->state != IdState::kAddrResolved) return {EINVAL, {}};
+  if (id->qp_type != IBV_QPT_UD) return {EINVAL, {}};
+  if (group.any()) return {EINVAL, {}};
+  if (group.v6) return {EOPNOTSUPP, {}};
+  Mcast mc;
+  mc.id_handle = handle;
+  mc.uid = uid;
+  mc.mgid = GidOf(group);
+  mc.send_only = join_flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+  const uint32_t mh = next_mc_handle_++;
+  mcasts_.emplace(mh, mc);
+
+  rdma_ucm_event_resp r{};
+  r.uid = uid;
+  r.id = mh;
+  r.event = kEvMulticastJoin;
+  rdma_ucm_ud_param& ud = r.param.ud;
+  ud.qp_num = 0xFFFFFF;
+  ud.qkey = id->qkey;
+  std::memcpy(ud.ah_attr.grh.dgid, mc.mgid.data(), 16);
+  ud.ah_attr.grh.sgid_index = static_cast<uint8_t>(std::max(0, GidIndex(id->device, GidOf(id->src))));
+  ud.ah_attr.grh.hop_limit = kHopLimit;
+  ud.ah_attr.grh.traffic_class = id->tos;
+  ud.ah_attr.is_global = 1;
+  ud.ah_attr.port_num = 1;
+  events_.push_back(Event{conn, handle, Bytes(r), mh});
+  rdma_ucm_create_id_resp resp{mh};
+  return {0, Bytes(resp)};
 }
 
 std::vector<uint8_t> CmService::QueryRoute(const Id& id) const {
@@ -898,6 +992,9 @@ void CmService::DestroyId(uint32_t handle, uint64_t now_ms) {
       zombies_.emplace(id.cm->local_comm_id(), std::make_pair(*id.cm, std::make_pair(id.device, id.path)));
     }
   }
+  // Its multicast joins go with it (ucma_cleanup_multicast); their events
+  // were counted for the id and went above.
+  std::erase_if(mcasts_, [&](const auto& m) { return m.second.id_handle == handle; });
   ids_.erase(it);
   for (uint32_t o : orphans) DestroyId(o, now_ms);
 }
@@ -1180,9 +1277,9 @@ std::optional<uint64_t> CmService::NextDeadline() const {
 
 std::string CmService::StatusText() const {
   std::string out = absl::StrFormat(
-      "cm: %zu ids, %zu in time wait; commands %lu (failed %lu), mads rx %lu tx %lu, unmatched %lu, ignored %lu, "
-      "rej_no_listener %lu",
-      ids_.size(), zombies_.size(), counters_.commands, counters_.commands_failed, counters_.mads_rx,
+      "cm: %zu ids, %zu in time wait, %zu multicast joins; commands %lu (failed %lu), mads rx %lu tx %lu, "
+      "unmatched %lu, ignored %lu, rej_no_listener %lu",
+      ids_.size(), zombies_.size(), mcasts_.size(), counters_.commands, counters_.commands_failed, counters_.mads_rx,
       counters_.mads_tx, counters_.unmatched, counters_.ignored, counters_.rej_no_listener);
   for (size_t e = 1; e < static_cast<size_t>(cm::MadError::kCount); ++e) {
     if (counters_.mad_errors[e] != 0) {

@@ -67,6 +67,8 @@ enum CmEvent : uint32_t {
   kEvEstablished = 9,
   kEvDisconnected = 10,
   kEvDeviceRemoval = 11,
+  kEvMulticastJoin = 12,
+  kEvMulticastError = 13,
   kEvTimewaitExit = 15,
 };
 
@@ -98,6 +100,7 @@ class CmService {
 
   const CmCounters& counters() const { return counters_; }
   size_t id_count() const { return ids_.size(); }
+  size_t mcast_count() const { return mcasts_.size(); }
   std::string StatusText() const;
 
  private:
@@ -142,8 +145,19 @@ class CmService {
     int conn;
     uint32_t handle;  // the id the event is counted for (the listener's for CONNECT_REQUEST)
     std::vector<uint8_t> resp;  // struct rdma_ucm_event_resp
+    uint32_t mc = 0;  // a MULTICAST_JOIN's group membership: counted for it too
+  };
+  // A multicast group an id joined (rdma_join_multicast): Linux's
+  // ucma_multicast. Its handle is the JOIN's response and LEAVE's argument.
+  struct Mcast {
+    uint32_t id_handle = 0;
+    uint64_t uid = 0;  // librdmacm's struct cma_multicast
+    cm::Gid mgid{};
+    bool send_only = false;
+    uint32_t events_reported = 0;
   };
 
+  Result Join(int conn, uint32_t handle, uint64_t uid, const Addr& group, uint16_t join_flags);
   Result Dispatch(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
                   std::span<const uint8_t> option);
   Id* Find(int conn, uint32_t handle);
@@ -175,6 +189,8 @@ class CmService {
   // Destroyed ids' connections in time wait: they still answer a retried DREQ.
   std::map<uint32_t, std::pair<cm::Connection, std::pair<int, GsiPath>>> zombies_;
   std::deque<Event> events_;
+  std::map<uint32_t, Mcast> mcasts_;  // by multicast handle
+  uint32_t next_mc_handle_ = 1;
   uint64_t next_tid_ = 1;
   CmCounters counters_;
 };

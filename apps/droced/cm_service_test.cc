@@ -671,6 +671,162 @@ TEST_F(CmServiceTest, UdServiceIdResolution) {
   EXPECT_EQ(cm_.id_count(), 0u);
 }
 
+// rdma_cm multicast on RoCE (mckey's exchange), as Linux's
+// cma_iboe_join_multicast: the group address resolves on the bound device,
+// JOIN answers with a handle and MULTICAST_JOIN follows with the group's
+// address handle; LEAVE is event-free and counts the events delivered.
+TEST_F(CmServiceTest, MulticastJoinAndLeave) {
+  auto create = [&](int conn, uint64_t uid, uint16_t ps = RDMA_PS_UDP) {
+    rdma_ucm_create_id c{};
+    c.uid = uid;
+    c.ps = ps;
+    c.qp_type = ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC;
+    const auto r = Cmd(conn, RDMA_USER_CM_CMD_CREATE_ID, c);
+    EXPECT_EQ(r.error, 0);
+    rdma_ucm_create_id_resp resp{};
+    std::memcpy(&resp, r.out.data(), sizeof resp);
+    return resp.id;
+  };
+  auto resolve_group = [&](int conn, uint32_t id, uint32_t src, uint32_t group) {
+    rdma_ucm_bind_ip b{};
+    b.id = id;
+    b.addr = Sin(src, 0);
+    EXPECT_EQ(Cmd(conn, RDMA_USER_CM_CMD_BIND_IP, b).error, 0);
+    rdma_ucm_resolve_ip r{};
+    r.src_addr = Sin(src, 0);
+    r.dst_addr = Sin(group, 0);
+    r.id = id;
+    EXPECT_EQ(Cmd(conn, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+    auto e = GetEvent(conn);
+    EXPECT_TRUE(e.has_value());
+    if (e) {
+      EXPECT_EQ(e->event, kEvAddrResolved);  // not ADDR_ERROR: a group is reachable on the source's device
+    }
+  };
+  auto join_ip = [&](int conn, uint32_t id, uint64_t uid, uint32_t group, int* err = nullptr) {
+    rdma_ucm_join_ip_mcast j{};
+    j.uid = uid;
+    j.id = id;
+    j.addr = Sin(group, 0);
+    const auto r = Cmd(conn, RDMA_USER_CM_CMD_JOIN_IP_MCAST, j);
+    if (err != nullptr) *err = r.error;
+    rdma_ucm_create_id_resp resp{};
+    if (r.error == 0) std::memcpy(&resp, r.out.data(), sizeof resp);
+    return resp.id;
+  };
+  auto leave = [&](int conn, uint32_t mc, int* err) {
+    rdma_ucm_destroy_id l{};
+    l.id = mc;
+    const auto r = Cmd(conn, RDMA_USER_CM_CMD_LEAVE_MCAST, l);
+    *err = r.error;
+    rdma_ucm_destroy_id_resp resp{};
+    if (r.error == 0) std::memcpy(&resp, r.out.data(), sizeof resp);
+    return resp.events_reported;
+  };
+
+  // A receiver on droce0 (mckey -m 239.1.1.1 -b 10.0.0.1).
+  const uint32_t rid = create(kServer, 0x9000);
+  resolve_group(kServer, rid, 0x0a000001, 0xEF010101);
+  EXPECT_EQ(QueryRoute(kServer, rid).node_guid, htobe64(cm_.devices()[0].guid));
+  int err = -1;
+  const ib_uverbs_qp_attr init = InitQpAttr(kServer, rid, IBV_QPS_INIT, &err);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(init.qkey, 0x01234567u);
+  const uint32_t mc = join_ip(kServer, rid, 0xAAAA, 0xEF010101, &err);
+  ASSERT_EQ(err, 0);
+  EXPECT_EQ(wire_.size(), 0u);  // no SA, no MAD
+  auto ev = GetEvent(kServer);
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, 12u);  // RDMA_CM_EVENT_MULTICAST_JOIN in librdmacm's <rdma/rdma_cma.h>
+  EXPECT_EQ(ev->status, 0u);
+  EXPECT_EQ(ev->uid, 0xAAAAu);  // the join's uid: librdmacm's struct cma_multicast
+  EXPECT_EQ(ev->id, mc);
+  EXPECT_EQ(ev->param.ud.qp_num, 0xFFFFFFu);
+  EXPECT_EQ(ev->param.ud.qkey, 0x01234567u);
+  EXPECT_EQ(ev->param.ud.ah_attr.is_global, 1);
+  EXPECT_EQ(ev->param.ud.ah_attr.port_num, 1);
+  EXPECT_EQ(ev->param.ud.ah_attr.dlid, 0);
+  EXPECT_EQ(ev->param.ud.ah_attr.grh.hop_limit, 64);
+  EXPECT_EQ(ev->param.ud.ah_attr.grh.sgid_index, 1);  // the bound address's GID
+  EXPECT_EQ(std::memcmp(ev->param.ud.ah_attr.grh.dgid, V4Gid(0xEF010101).data(), 16), 0);  // ::ffff:239.1.1.1
+
+  // A sender on droce1 joins send-only through JOIN_MCAST (the AF_IB-era command).
+  const uint32_t sid = create(kClient, 0x9100);
+  resolve_group(kClient, sid, 0x0a000002, 0xEF010101);
+  rdma_ucm_join_mcast jm{};
+  jm.uid = 0xBBBB;
+  jm.id = sid;
+  jm.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+  jm.addr_size = sizeof(sockaddr_in);
+  const sockaddr_in6 g = Sin(0xEF010101, 0);
+  std::memcpy(&jm.addr, &g, sizeof(sockaddr_in));
+  auto r = Cmd(kClient, RDMA_USER_CM_CMD_JOIN_MCAST, jm);
+  ASSERT_EQ(r.error, 0);
+  ev = GetEvent(kClient);
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->event, kEvMulticastJoin);
+  EXPECT_EQ(ev->uid, 0xBBBBu);
+  EXPECT_EQ(std::memcmp(ev->param.ud.ah_attr.grh.dgid, V4Gid(0xEF010101).data(), 16), 0);
+  EXPECT_EQ(cm_.mcast_count(), 2u);
+  // Refused as Linux refuses them.
+  rdma_ucm_join_mcast bad = jm;
+  bad.join_flags = 7;
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_JOIN_MCAST, bad).error, EINVAL);  // no such join state
+  bad = jm;
+  bad.addr_size = sizeof(sockaddr_in6);
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_JOIN_MCAST, bad).error, EINVAL);  // size not the family's
+  bad = jm;
+  bad.id = rid;  // another channel's id
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_JOIN_MCAST, bad).error, EINVAL);
+  join_ip(kClient, sid, 1, 0, &err);
+  EXPECT_EQ(err, EINVAL);  // the zero address
+  rdma_ucm_join_ip_mcast j6{};
+  j6.id = sid;
+  j6.addr.sin6_family = AF_INET6;
+  j6.addr.sin6_addr.s6_addr[0] = 0xff;
+  j6.addr.sin6_addr.s6_addr[1] = 0x0e;
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_JOIN_IP_MCAST, j6).error, EOPNOTSUPP);  // IPv6 on RoCEv2
+  const uint32_t unbound = create(kClient, 0x9200);
+  join_ip(kClient, unbound, 1, 0xEF010101, &err);
+  EXPECT_EQ(err, EINVAL);  // no device yet
+  const uint32_t rc = create(kClient, 0x9300, RDMA_PS_TCP);
+  resolve_group(kClient, rc, 0x0a000002, 0xEF010101);
+  join_ip(kClient, rc, 1, 0xEF010101, &err);
+  EXPECT_EQ(err, EINVAL);  // not UD
+  EXPECT_EQ(cm_.mcast_count(), 2u);
+
+  // LEAVE: no event; it counts the one MULTICAST_JOIN delivered.
+  EXPECT_EQ(leave(kServer, mc, &err), 1u);
+  EXPECT_EQ(err, 0);
+  EXPECT_FALSE(GetEvent(kServer).has_value());
+  leave(kServer, mc, &err);
+  EXPECT_EQ(err, ENOENT);  // already left
+  // A join whose event was never read: LEAVE takes the event away, counts none.
+  const uint32_t mc2 = join_ip(kServer, rid, 0xCCCC, 0xEF010102, &err);
+  ASSERT_EQ(err, 0);
+  EXPECT_EQ(cm_.PendingEvents(kServer), 1u);
+  leave(kClient, mc2, &err);
+  EXPECT_EQ(err, EINVAL);  // not the owner's channel
+  EXPECT_EQ(leave(kServer, mc2, &err), 0u);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(cm_.PendingEvents(kServer), 0u);
+  // DESTROY_ID counts the id's events, joins included, and leaves its groups.
+  join_ip(kServer, rid, 0xDDDD, 0xEF010103, &err);
+  ASSERT_EQ(err, 0);
+  ASSERT_TRUE(GetEvent(kServer).has_value());
+  const auto d = Cmd(kServer, RDMA_USER_CM_CMD_DESTROY_ID, rdma_ucm_destroy_id{0, rid, 0});
+  ASSERT_EQ(d.error, 0);
+  rdma_ucm_destroy_id_resp dr{};
+  std::memcpy(&dr, d.out.data(), sizeof dr);
+  EXPECT_EQ(dr.events_reported, 3u);  // ADDR_RESOLVED, two MULTICAST_JOINs
+  EXPECT_EQ(cm_.mcast_count(), 1u);   // the sender's
+  EXPECT_NE(cm_.StatusText().find("1 multicast joins"), std::string::npos);
+  // The sender's program exits: its joins go with its ids.
+  cm_.ConnectionClosed(kClient, now_);
+  EXPECT_EQ(cm_.mcast_count(), 0u);
+  EXPECT_EQ(cm_.id_count(), 0u);
+}
+
 TEST_F(CmServiceTest, MalformedMadsAreCountedAndDropped) {
   std::array<uint8_t, cm::kMadSize> mad{};
   mad[0] = 1;

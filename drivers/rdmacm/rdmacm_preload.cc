@@ -227,6 +227,7 @@ int ResponseOffset(uint32_t cmd) {
     case RDMA_USER_CM_CMD_GET_EVENT:
     case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
     case RDMA_USER_CM_CMD_JOIN_MCAST:
+    case RDMA_USER_CM_CMD_LEAVE_MCAST:
     case RDMA_USER_CM_CMD_MIGRATE_ID:
       return 0;
     default:

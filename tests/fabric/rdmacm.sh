@@ -4,6 +4,7 @@
 # libdroce-rdmacm.so (preloaded by `droce-ctl env`) its /dev/infiniband/rdma_cm.
 # rping on one device and across two (large -S), ucmatose with several
 # connections, rdma_server/rdma_client (synchronous ids: rdma_migrate_id), rstream,
+# udaddy (UD: SIDR), mckey (multicast: one receiver, receivers in two processes),
 # ib_send_bw -R / ib_write_bw -R / ib_read_lat -R; a connect to a port nobody
 # listens on fails within a second; a server killed mid-connection leaves its
 # client DISCONNECTED; malformed channel requests; the daemon has no ids left.
@@ -77,6 +78,38 @@ check "rdma_server / rdma_client" pair \
 next_port
 check "rstream (rsockets over rdma_cm)" pair \
   "rstream -b 10.0.0.1 -p $p -S 4096 -C 100" "rstream -s 10.0.0.1 -p $p -S 4096 -C 100"
+# UD rdma_cm (RDMA_PS_UDP: SIDR_REQ/SIDR_REP). udaddy has no port option:
+# its fixed port 7174 (this run's daemon is its own).
+check "udaddy on droce0" pair "udaddy -b 10.0.0.1 -C 10" "udaddy -s 10.0.0.1 -C 10"
+check "udaddy, 2 connections droce1 -> droce0" pair \
+  "udaddy -b 10.0.0.1 -c 2 -C 10" "udaddy -s 10.0.0.1 -b 10.0.0.2 -c 2 -C 10"
+# rdma_cm multicast (JOIN_IP_MCAST, MULTICAST_JOIN, LEAVE_MCAST): mckey
+# receivers wait for all -C messages the sender sends to the group. UD
+# multicast is not retried: the sender starts once the daemon holds the
+# receivers' joins (librdmacm attaches the QP as it reads the join event).
+wait_joins() {  # N: the daemon has N multicast joins
+  for _ in $(seq 300); do
+    "$ctl" daemon status | grep -q "^cm: .* $1 multicast joins" && { sleep 0.5; return 0; }
+    sleep 0.1
+  done
+  echo "the receivers did not join"; return 1
+}
+export -f wait_joins; export ctl
+check "mckey 239.1.1.1, receiver on droce0, sender on droce1" pair \
+  "mckey -m 239.1.1.1 -b 10.0.0.1 -C 10" "wait_joins 1 && mckey -m 239.1.1.1 -b 10.0.0.2 -s -C 10"
+two_receivers() {
+  mckey -m 239.1.1.2 -b 10.0.0.1 -C 10 >"$run/mr1.log" 2>&1 &
+  local a=$!
+  mckey -m 239.1.1.2 -b 10.0.0.2 -c 2 -C 10 >"$run/mr2.log" 2>&1 &
+  local b=$!
+  wait $a; local ra=$?
+  wait $b; local rb=$?
+  tail -3 "$run/mr1.log" "$run/mr2.log"
+  [ $ra -eq 0 ] && [ $rb -eq 0 ]
+}
+export -f two_receivers; export run
+check "mckey 239.1.1.2, receivers in two processes (droce0; droce1 with 2 ids), sender on droce0" pair \
+  "two_receivers" "wait_joins 3 && mckey -m 239.1.1.2 -b 10.0.0.1 -s -C 10"
 next_port
 check "ib_send_bw -R" pair "ib_send_bw -R -d droce0 -p $p -D 2" "ib_send_bw -R -d droce0 -p $p -D 2 10.0.0.1"
 next_port
@@ -122,7 +155,8 @@ check "server SIGKILLed mid-connection: the client gets DISCONNECTED" killed_pee
 check "event channel: pollable, O_NONBLOCK gives EAGAIN" python3 "$root/tests/fabric/cm_channel.py" 10.0.0.1
 check "malformed rdma_cm channel requests are refused, the daemon survives" \
   python3 "$root/tests/fabric/cm_garbage.py" "$run"
-check "no rdma_cm ids left in the daemon" bash -c "sleep 1; '$ctl' daemon status | grep -q '^cm: 0 ids'"
+check "no rdma_cm ids or multicast joins left in the daemon" \
+  bash -c "sleep 1; '$ctl' daemon status | grep -q '^cm: 0 ids, .* 0 multicast joins'"
 check "no malformed CM MADs" bash -c "! '$ctl' daemon status | grep -E '^cm' | grep -qE 'bad_|gsi_'"
 
 echo "rdmacm e2e: $passed passed, $failed failed"

@@ -2,7 +2,7 @@
 // the input is a script of ucma commands from three event channels, MADs
 // from the wire, time steps and channel closes; the CM's own MADs are looped
 // back between two devices. Nothing may crash or read out of bounds (ASan),
-// and once every channel is closed no rdma_cm id may be left.
+// and once every channel is closed no rdma_cm id or multicast join may be left.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -93,5 +93,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (int conn = 10; conn < 13; ++conn) cm.ConnectionClosed(conn, now);
   if (cm.id_count() != 0) std::abort();
+  if (cm.mcast_count() != 0) std::abort();  // multicast joins leave with their ids
   return 0;
 }

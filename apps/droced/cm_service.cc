@@ -1276,10 +1276,12 @@ std::optional<uint64_t> CmService::NextDeadline() const {
 }
 
 std::string CmService::StatusText() const {
+  size_t listening = 0;
+  for (const auto& [handle, id] : ids_) listening += id.state == IdState::kListen ? 1 : 0;
   std::string out = absl::StrFormat(
-      "cm: %zu ids, %zu in time wait, %zu multicast joins; commands %lu (failed %lu), mads rx %lu tx %lu, "
-      "unmatched %lu, ignored %lu, rej_no_listener %lu",
-      ids_.size(), zombies_.size(), mcasts_.size(), counters_.commands, counters_.commands_failed, counters_.mads_rx,
+      "cm: %zu ids, %zu listening, %zu in time wait, %zu multicast joins; commands %lu (failed %lu), mads rx %lu "
+      "tx %lu, unmatched %lu, ignored %lu, rej_no_listener %lu",
+      ids_.size(), listening, zombies_.size(), mcasts_.size(), counters_.commands, counters_.commands_failed, counters_.mads_rx,
       counters_.mads_tx, counters_.unmatched, counters_.ignored, counters_.rej_no_listener);
   for (size_t e = 1; e < static_cast<size_t>(cm::MadError::kCount); ++e) {
     if (counters_.mad_errors[e] != 0) {

@@ -39,10 +39,18 @@ check() {  # name, then a command
     echo "--- daemon status"; "$ctl" daemon status 2>&1 | grep -E '^cm' 
   fi
 }
+listening() { "$ctl" daemon status 2>/dev/null | sed -n 's/^cm: [0-9]* ids, \([0-9]*\) listening.*/\1/p'; }
 pair() {  # 'SERVER CMD' 'CLIENT CMD'
+  local before; before=$(listening); before=${before:-0}
   timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
   local server=$!
-  sleep "${SERVER_DELAY:-1.5}"
+  # The client starts once the server listens (a connect before that is rejected
+  # at once, as on Linux): a fixed wait was too short on a loaded host.
+  local waited=0
+  while [ "$(listening)" -le "$before" ] 2>/dev/null && [ $waited -lt 200 ] && kill -0 $server 2>/dev/null; do
+    sleep 0.1; waited=$((waited + 1))
+  done
+  sleep 0.2
   timeout "$t" bash -c "$2" >"$run/client.log" 2>&1
   local client_rc=$?
   wait $server; local server_rc=$?

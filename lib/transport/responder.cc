@@ -539,8 +539,8 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       const uint32_t seg = std::min(mtu_, a.length - a.offset);
       const bool first = a.offset == 0;
       const bool last = a.offset + seg == a.length;
-      const uint8_t opcode = first ? (last ? kRcReadResponseOnly : kRcReadResponseFirst)
-                                   : (last ? kRcReadResponseLast : kRcReadResponseMiddle);
+      const uint8_t opcode =
+          OpcodeFor(Transport::kRc, Operation::kReadResponse, PositionOf(first, last));
       const OpcodeInfo& op = OpInfo(opcode);
       bth.set_opcode(opcode);
       bth.set_psn(PsnAdd(a.psn, a.offset / mtu_));

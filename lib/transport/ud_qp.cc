@@ -64,7 +64,8 @@ uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
   uint8_t* bth_p = WriteRoute(frame, r);
   StoreBe16(frame + r.l4_offset, ud_src_port_);  // per QP, not per destination (as rxe)
   const bool imm = w.wr.opcode == WrOpcode::kSendWithImm;
-  const uint8_t opcode = imm ? kUdSendOnlyImm : kUdSendOnly;
+  const uint8_t opcode = OpcodeFor(Transport::kUd, Operation::kSend, Position::kOnly,
+                                   imm ? Extra::kImmediate : Extra::kNone);
   const OpcodeInfo& op = OpInfo(opcode);
   BthWriter bth(bth_p);
   bth.set_opcode(opcode);

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -348,7 +348,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     bth.set_psn(0);
     std::memset(bth_p + wire::kBthBytes, 0, wire::kCnpPadBytes);  // 16 reserved bytes
     frames[used].len =
-        SealFrame(frames[used].data, cnp_route_, wire::kBthBytes + wire::kCnpPadBytes);
+        wire::FinalizeFrame(frames[used].data, cnp_route_, wire::kBthBytes + wire::kCnpPadBytes);
     ++counters_.cnps_sent;
     ++counters_.tx_packets;
     counters_.tx_bytes += frames[used].len;

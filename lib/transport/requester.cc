@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -290,7 +290,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
-      return SealFrame(frame, route_, transport_len);
+      return FinalizeFrame(frame, route_, transport_len);
     }
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd: {
@@ -306,7 +306,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       transport_len += kAtomicEthBytes;
       w.next_psn = PsnAdd(psn, 1);
       w.fully_sent = true;
-      return SealFrame(frame, route_, transport_len);
+      return FinalizeFrame(frame, route_, transport_len);
     }
     default:
       break;
@@ -349,7 +349,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
     GatherPayload(w, offset, seg, payload);
-    return SealFrame(frame, route_, transport_len);
+    return FinalizeFrame(frame, route_, transport_len);
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -82,7 +82,7 @@ uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
   GatherPayload(w, 0, w.total_len, bth_p + op.header_bytes);
   w.next_psn = PsnAdd(w.first_psn, 1);
   w.fully_sent = true;
-  return SealFrame(frame, r, op.header_bytes + w.total_len);
+  return FinalizeFrame(frame, r, op.header_bytes + w.total_len);
 }
 
 UdRx RcQp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {

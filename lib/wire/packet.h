@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "wire/headers.h"
+#include "wire/icrc.h"
 #include "wire/opcode.h"
 
 namespace droce::wire {
@@ -75,12 +76,7 @@ ParsedPacket ParseHeaders(const uint8_t* frame, uint32_t caplen);
 // ParsePacket, then checks the ICRC (kBadIcrc on mismatch).
 ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len);
 
-// ICRC over the masked pseudo-packet (IBTA Annex A17.3.3): 8 bytes of 0xFF
-// standing in for the LRH, the IP header with TOS/TTL/checksum (IPv6: traffic
-// class/flow label/hop limit) set to ones, UDP with checksum ones, BTH with
-// byte 4 (FECN/BECN/resv) ones, then everything up to the ICRC.
-// `l3` points at the IP header; `len` counts bytes from there to the ICRC.
-uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6);
+// The ICRC: ComputeIcrc and IcrcBegin in wire/icrc.h.
 // The ICRC field as stored: CRC-32 bytes in little-endian order.
 uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p);
 bool IcrcMatches(const uint8_t* frame, const ParsedPacket& p);

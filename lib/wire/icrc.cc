@@ -42,20 +42,23 @@ const uint32_t kPseudoLrhState = PseudoLrhState();
 const Crc32OrMask kMaskV4 = MakeMask(false);
 const Crc32OrMask kMaskV6 = MakeMask(true);
 
+// IPv4 options move the UDP and BTH fields past the constant mask: the
+// headers (at most 60 + 8 + 12 bytes) are copied and set to ones. Out of
+// line, so the common path carries no stack buffer.
+[[gnu::noinline]] uint32_t IcrcBeginIpv4Options(const uint8_t* l3, uint32_t len) {
+  const uint32_t ip_bytes = (l3[0] & 0x0F) * 4u;
+  uint8_t headers[60 + kUdpBytes + kBthBytes];
+  const uint32_t masked = std::min(len, ip_bytes + kUdpBytes + kBthBytes);
+  std::memcpy(headers, l3, masked);
+  SetVariantFields(headers, false, ip_bytes);
+  const uint32_t crc = Crc32Update(kPseudoLrhState, headers, masked);
+  return Crc32Update(crc, l3 + masked, len - masked);
+}
+
 }  // namespace
 
 uint32_t IcrcBegin(const uint8_t* l3, uint32_t len, bool ipv6) {
-  if (!ipv6 && (l3[0] & 0x0F) != 5) {
-    // IPv4 options move the UDP and BTH fields past the constant mask: the
-    // headers (at most 60 + 8 + 12 bytes) are copied and set to ones here.
-    const uint32_t ip_bytes = (l3[0] & 0x0F) * 4u;
-    uint8_t headers[60 + kUdpBytes + kBthBytes];
-    const uint32_t masked = std::min(len, ip_bytes + kUdpBytes + kBthBytes);
-    std::memcpy(headers, l3, masked);
-    SetVariantFields(headers, false, ip_bytes);
-    const uint32_t crc = Crc32Update(kPseudoLrhState, headers, masked);
-    return Crc32Update(crc, l3 + masked, len - masked);
-  }
+  if (!ipv6 && (l3[0] & 0x0F) != 5) [[unlikely]] return IcrcBeginIpv4Options(l3, len);
   return Crc32UpdateOrMasked(kPseudoLrhState, l3, len, ipv6 ? kMaskV6 : kMaskV4);
 }
 

@@ -265,12 +265,6 @@ uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
   return r.len + transport_len + pad;
 }
 
-uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
-  const uint32_t icrc_offset = FinishHeaders(frame, r, transport_len);
-  StoreLe32(frame + icrc_offset, ComputeIcrc(frame + r.l3_offset, icrc_offset - r.l3_offset, r.ipv6));
-  return icrc_offset + kIcrcBytes;
-}
-
 void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {
   uint8_t* l3 = frame + p.l3_offset;
   if (p.ipv6) {

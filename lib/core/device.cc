@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 
 namespace droce::core {
 
@@ -638,7 +638,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
     QpSlot* slot = index < qps_.size() ? &qps_[index] : nullptr;
     RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
     const bool placer = q != nullptr && RcQp::VerifiesWhilePlacing(p);
-    if (!placer && !transport::VerifyIcrc(frame, p)) {
+    if (!placer && !wire::IcrcMatches(frame, p)) {
       ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
       continue;
     }

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -348,7 +348,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     bth.set_psn(0);
     std::memset(bth_p + wire::kBthBytes, 0, wire::kCnpPadBytes);  // 16 reserved bytes
     frames[used].len =
-        SealFrame(frames[used].data, cnp_route_, wire::kBthBytes + wire::kCnpPadBytes);
+        wire::FinalizeFrame(frames[used].data, cnp_route_, wire::kBthBytes + wire::kCnpPadBytes);
     ++counters_.cnps_sent;
     ++counters_.tx_packets;
     counters_.tx_bytes += frames[used].len;
@@ -376,55 +376,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
     if (now_ns < req_.rnr_resume_at) return used;
     req_.rnr_resume_at = 0;
   }
-  while (used < n && req_.sq_next != sq_.tail()) {
-    if (Paced(now_ns)) break;
-    SendWqe& w = sq_.at(req_.sq_next);
-    if (!w.started) {
-      if (state_ == QpState::kSqd) break;  // drained: start nothing new
-      if (!StartWqe(w)) break;             // fence / rd_atomic limit
-      if (state_ == QpState::kErr) break;  // a local error flushed the queue
-      if (w.done) {                        // LOCAL_INV, BIND_MW
-        ++req_.sq_next;
-        CompleteHead();
-        continue;
-      }
-    }
-    if (wire::PsnDiff(w.next_psn, req_.psn_una) >= static_cast<int32_t>(env_.max_inflight_packets)) {
-      break;
-    }
-    if (ud() && w.total_len > mtu_) {  // never on the wire (ud_qp.cc)
-      SkipOversizeUd(w);
-      ++req_.sq_next;
-      CompleteHead();
-      continue;
-    }
-    if (!SgesStillLent(w)) {  // the payload's region was deregistered meanwhile
-      FailWqe(w, queue::WcStatus::kLocProtErr);
-      break;
-    }
-    const uint32_t len = BuildRequest(w, frames[used].data);
-    if (len == 0) break;
-    frames[used].len = len;
-    ++counters_.tx_packets;
-    counters_.tx_bytes += len;
-    NoteSent(len, now_ns);
-    ++used;
-    if (!reliable()) {
-      // UC: a WR is complete once its last packet is on the wire (9.8.1).
-      if (w.fully_sent) {
-        w.done = true;
-        req_.psn_una = w.next_psn;
-        ++req_.sq_next;
-        CompleteHead();
-      }
-      continue;
-    }
-    if (req_.retransmit_deadline == 0 && AckTimeoutNs(attr_.timeout) != 0) {
-      req_.retransmit_deadline = now_ns + AckTimeoutNs(attr_.timeout);
-    }
-    if (w.fully_sent) ++req_.sq_next;
-  }
-  return used;
+  return TransmitRequests(frames, used, n, now_ns);
 }
 
 void RcQp::OnTimer(uint64_t now_ns) {

@@ -222,7 +222,19 @@ class RcQp {
     return true;
   }
   bool SgesStillLent(SendWqe& w) const;
-  bool StartWqe(SendWqe& w);
+  bool StartWqe(SendWqe& w);  // after MayStart: local op, lkeys, PSNs
+  // The requester's ReqState steps (requester.cc, transport/states.h):
+  // request packets into frames[used, n); returns the new `used`.
+  struct SendCtx;
+  uint32_t TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
+  DROCE_STEP ReqState ReqGetWqe(SendCtx& c);
+  DROCE_STEP ReqState ReqCheckLimits(SendCtx& c);
+  DROCE_STEP ReqState ReqStartWqe(SendCtx& c);
+  DROCE_STEP ReqState ReqCheckWindow(SendCtx& c);
+  DROCE_STEP ReqState ReqCheckLength(SendCtx& c);
+  DROCE_STEP ReqState ReqCheckSges(SendCtx& c);
+  DROCE_STEP ReqState ReqBuildPacket(SendCtx& c);
+  DROCE_STEP ReqState ReqUpdate(SendCtx& c);
   uint32_t PacketsFor(const SendWqe& w) const;
   // Packets (PSNs) a message of `len` bytes takes at the path MTU, at least
   // one; 64-bit arithmetic, so any 32-bit length is counted right (2^31

@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -69,7 +69,6 @@ bool RcQp::MayStart(const SendWqe& w) const {
 
 bool RcQp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
-  if (!MayStart(w)) return false;
   if (IsLocalOp(w)) {
     // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
     // a failure completes in error and moves the QP to ERR, as
@@ -109,6 +108,110 @@ bool RcQp::StartWqe(SendWqe& w) {
   w.started = true;
   if (read_or_atomic) ++req_.rd_atomic_outstanding;
   return true;
+}
+
+struct RcQp::SendCtx {
+  pktio::Frame* frames;
+  uint32_t used;
+  uint32_t n;
+  uint64_t now_ns;
+  SendWqe* w = nullptr;
+};
+
+uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+  SendCtx c{frames, used, n, now_ns};
+  ReqState s = ReqState::kGetWqe;
+  while (s != ReqState::kDone) {
+    switch (s) {
+      case ReqState::kGetWqe: s = ReqGetWqe(c); break;
+      case ReqState::kCheckLimits: s = ReqCheckLimits(c); break;
+      case ReqState::kStartWqe: s = ReqStartWqe(c); break;
+      case ReqState::kCheckWindow: s = ReqCheckWindow(c); break;
+      case ReqState::kCheckLength: s = ReqCheckLength(c); break;
+      case ReqState::kCheckSges: s = ReqCheckSges(c); break;
+      case ReqState::kBuildPacket: s = ReqBuildPacket(c); break;
+      case ReqState::kUpdate: s = ReqUpdate(c); break;
+      case ReqState::kDone:
+      case ReqState::kCount: s = ReqState::kDone; break;
+    }
+  }
+  return c.used;
+}
+
+DROCE_STEP ReqState RcQp::ReqGetWqe(SendCtx& c) {
+  if (c.used >= c.n || req_.sq_next == sq_.tail()) return ReqState::kDone;
+  if (Paced(c.now_ns)) return ReqState::kDone;
+  c.w = &sq_.at(req_.sq_next);
+  if (c.w->started) return ReqState::kCheckWindow;
+  return state_ == QpState::kSqd ? ReqState::kDone : ReqState::kCheckLimits;  // SQD: drained
+}
+
+DROCE_STEP ReqState RcQp::ReqCheckLimits(SendCtx& c) {
+  return MayStart(*c.w) ? ReqState::kStartWqe : ReqState::kDone;  // wait for completions
+}
+
+DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
+  StartWqe(*c.w);
+  if (state_ == QpState::kErr) return ReqState::kDone;  // a local error flushed the queue
+  if (c.w->done) {  // LOCAL_INV, BIND_MW: no packet
+    ++req_.sq_next;
+    CompleteHead();
+    return ReqState::kGetWqe;
+  }
+  return ReqState::kCheckWindow;
+}
+
+DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
+  const int32_t in_flight = PsnDiff(c.w->next_psn, req_.psn_una);
+  return in_flight >= static_cast<int32_t>(env_.max_inflight_packets) ? ReqState::kDone
+                                                                        : ReqState::kCheckLength;
+}
+
+DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
+  if (ud() && c.w->total_len > mtu_) {  // never on the wire (ud_qp.cc)
+    SkipOversizeUd(*c.w);
+    ++req_.sq_next;
+    CompleteHead();
+    return ReqState::kGetWqe;
+  }
+  return ReqState::kCheckSges;
+}
+
+DROCE_STEP ReqState RcQp::ReqCheckSges(SendCtx& c) {
+  if (SgesStillLent(*c.w)) return ReqState::kBuildPacket;
+  FailWqe(*c.w, WcStatus::kLocProtErr);  // the payload's region was deregistered meanwhile
+  return ReqState::kDone;
+}
+
+DROCE_STEP ReqState RcQp::ReqBuildPacket(SendCtx& c) {
+  const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data);
+  if (len == 0) return ReqState::kDone;
+  c.frames[c.used].len = len;
+  return ReqState::kUpdate;
+}
+
+DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
+  SendWqe& w = *c.w;
+  const uint32_t len = c.frames[c.used].len;
+  ++counters_.tx_packets;
+  counters_.tx_bytes += len;
+  NoteSent(len, c.now_ns);
+  ++c.used;
+  if (!reliable()) {
+    // UC: a WR is complete once its last packet is on the wire (9.8.1).
+    if (w.fully_sent) {
+      w.done = true;
+      req_.psn_una = w.next_psn;
+      ++req_.sq_next;
+      CompleteHead();
+    }
+    return ReqState::kGetWqe;
+  }
+  if (req_.retransmit_deadline == 0 && AckTimeoutNs(attr_.timeout) != 0) {
+    req_.retransmit_deadline = c.now_ns + AckTimeoutNs(attr_.timeout);
+  }
+  if (w.fully_sent) ++req_.sq_next;
+  return ReqState::kGetWqe;
 }
 
 namespace {
@@ -178,7 +281,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
     case WrOpcode::kRdmaRead: {
       // A retried READ asks only for what has not arrived (9.7.4.1.4).
       const uint32_t offset = index * mtu_;
-      bth.set_opcode(kRcReadRequest);
+      bth.set_opcode(OpcodeFor(Transport::kRc, Operation::kReadRequest, Position::kOnly));
       bth.set_ack_req(true);
       RethWriter reth(ext);
       reth.set_va(w.wr.remote_addr + offset);
@@ -187,12 +290,13 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
-      return SealFrame(frame, route_, transport_len);
+      return FinalizeFrame(frame, route_, transport_len);
     }
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd: {
       const bool cas = w.wr.opcode == WrOpcode::kAtomicCmpAndSwp;
-      bth.set_opcode(cas ? kRcCompareSwap : kRcFetchAdd);
+      bth.set_opcode(OpcodeFor(Transport::kRc, cas ? Operation::kCompareSwap : Operation::kFetchAdd,
+                               Position::kOnly));
       bth.set_ack_req(true);
       AtomicEthWriter a(ext);
       a.set_va(w.wr.remote_addr);
@@ -202,7 +306,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       transport_len += kAtomicEthBytes;
       w.next_psn = PsnAdd(psn, 1);
       w.fully_sent = true;
-      return SealFrame(frame, route_, transport_len);
+      return FinalizeFrame(frame, route_, transport_len);
     }
     default:
       break;
@@ -218,17 +322,10 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
   const bool imm =
       w.wr.opcode == WrOpcode::kRdmaWriteWithImm || w.wr.opcode == WrOpcode::kSendWithImm;
   const bool inv = w.wr.opcode == WrOpcode::kSendWithInv;
-  uint8_t opcode;
-  if (is_write) {
-    opcode = first ? (last ? (imm ? kRcWriteOnlyImm : kRcWriteOnly) : kRcWriteFirst)
-                   : (last ? (imm ? kRcWriteLastImm : kRcWriteLast) : kRcWriteMiddle);
-  } else {
-    opcode = first ? (last ? (imm ? kRcSendOnlyImm : inv ? kRcSendOnlyInv : kRcSendOnly)
-                           : kRcSendFirst)
-                   : (last ? (imm ? kRcSendLastImm : inv ? kRcSendLastInv : kRcSendLast)
-                           : kRcSendMiddle);
-  }
-  if (!reliable()) opcode += kUcSendFirst;  // UC opcodes mirror RC's at 0x20 (Table 35)
+  const Extra extra = imm ? Extra::kImmediate : inv ? Extra::kInvalidate : Extra::kNone;
+  const uint8_t opcode = OpcodeFor(reliable() ? Transport::kRc : Transport::kUc,
+                                   is_write ? Operation::kWrite : Operation::kSend,
+                                   PositionOf(first, last), extra);
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
   ++req_.packets_since_ack_req;
@@ -252,7 +349,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
     GatherPayload(w, offset, seg, payload);
-    return SealFrame(frame, route_, transport_len);
+    return FinalizeFrame(frame, route_, transport_len);
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -188,7 +188,7 @@ bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint6
                         len <= resp_.write_remaining && BthView(frame + p.bth_offset).psn() == resp_.epsn &&
                         MrStillLentSince(resp_.write_rkey, &resp_.write_epoch);
   if (!in_place) {
-    if (!VerifyIcrc(frame, p)) return false;
+    if (!IcrcMatches(frame, p)) return false;
     OnPacket(frame, p, now_ns);
     return true;
   }
@@ -514,7 +514,7 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
                                                    : a.syndrome);
       aeth.set_msn(a.msn);
       if (a.kind == ActionKind::kAck) ++counters_.acks_sent;
-      return SealFrame(frame, route_, kBthBytes + kAethBytes);
+      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
     }
     case ActionKind::kAtomicAck: {
       bth.set_opcode(kRcAtomicAcknowledge);
@@ -522,7 +522,7 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
       aeth.set_msn(a.msn);
       AtomicAckEthWriter(ext + kAethBytes).set_original(a.original);
-      return SealFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
+      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
     }
     case ActionKind::kReadResponse: {
       if (a.offset > 0 && !MrStillLentSince(a.rkey, &a.epoch)) {
@@ -534,13 +534,13 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
         AethWriter aeth(ext);
         aeth.set_syndrome(MakeSyndrome(AethType::kNak, kNakRemoteAccessError));
         aeth.set_msn(a.msn);
-        return SealFrame(frame, route_, kBthBytes + kAethBytes);
+        return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
       }
       const uint32_t seg = std::min(mtu_, a.length - a.offset);
       const bool first = a.offset == 0;
       const bool last = a.offset + seg == a.length;
-      const uint8_t opcode = first ? (last ? kRcReadResponseOnly : kRcReadResponseFirst)
-                                   : (last ? kRcReadResponseLast : kRcReadResponseMiddle);
+      const uint8_t opcode =
+          OpcodeFor(Transport::kRc, Operation::kReadResponse, PositionOf(first, last));
       const OpcodeInfo& op = OpInfo(opcode);
       bth.set_opcode(opcode);
       bth.set_psn(PsnAdd(a.psn, a.offset / mtu_));
@@ -555,7 +555,7 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       *finished = last;
       if (seg < kFusedGatherMin) {
         if (seg > 0) std::memcpy(payload, src, seg);
-        return SealFrame(frame, route_, op.header_bytes + seg);
+        return FinalizeFrame(frame, route_, op.header_bytes + seg);
       }
       // Copied from the MR and CRCed in one pass.
       const uint32_t icrc_offset = FinishHeaders(frame, route_, op.header_bytes + seg);

@@ -33,6 +33,28 @@ namespace droce::transport {
 // move to ERR the program asked for raises nothing).
 enum class QpEvent : uint8_t { kNone, kFatal, kRequestError, kAccessError };
 
+// The requester's steps (requester.cc, RcQp::TransmitRequests), as
+// rxe_req.c: each call walks the send queue from its next WQE, one packet
+// per pass through kBuildPacket, until the burst is full or a step says
+// wait (kDone). RC, UC and UD run the same steps; UD's WQEs are one packet.
+enum class ReqState : uint8_t {
+  kGetWqe,       // the WQE at sq_next (none: done); the pacer may hold the burst
+  kCheckLimits,  // a new WQE: SQD starts nothing; fence (10.8.3.3), max_rd_atomic (9.9.3.1.3)
+  kStartWqe,     // LOCAL_INV / BIND_MW run here (10.6.7.2); lkeys checked, PSNs assigned (9.7.1)
+  kCheckWindow,  // at most max_inflight_packets unacknowledged PSNs
+  kCheckLength,  // UD: a message longer than the path MTU never goes out (C10-93.1.1)
+  kCheckSges,    // the payload's regions are still registered (else LOC_PROT_ERR)
+  kBuildPacket,  // opcode from the opcode table (wire::OpcodeFor), headers, payload, ICRC
+  kUpdate,       // count and pace the packet; UC completes at its last packet (9.8.1), RC arms the timer
+  kDone,
+  kCount,
+};
+
+inline constexpr std::array<const char*, static_cast<size_t>(ReqState::kCount)> kReqStateNames = {
+    "get_wqe",     "check_limits", "start_wqe",    "check_window", "check_length",
+    "check_sges",  "build_packet", "update",       "done"};
+constexpr const char* ReqStateName(ReqState s) { return kReqStateNames[static_cast<size_t>(s)]; }
+
 // The responder's steps (responder.cc), in rxe's manner: each step is one
 // function that returns the next state. Requests of RC and UC QPs run the
 // same pipeline; the steps ask reliable() where IBTA 9.7.5 (RC) and 9.8.3

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "transport/icrc.h"
+#include "wire/icrc.h"
 #include "transport/qp.h"
 #include "wire/psn.h"
 
@@ -64,7 +64,8 @@ uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
   uint8_t* bth_p = WriteRoute(frame, r);
   StoreBe16(frame + r.l4_offset, ud_src_port_);  // per QP, not per destination (as rxe)
   const bool imm = w.wr.opcode == WrOpcode::kSendWithImm;
-  const uint8_t opcode = imm ? kUdSendOnlyImm : kUdSendOnly;
+  const uint8_t opcode = OpcodeFor(Transport::kUd, Operation::kSend, Position::kOnly,
+                                   imm ? Extra::kImmediate : Extra::kNone);
   const OpcodeInfo& op = OpInfo(opcode);
   BthWriter bth(bth_p);
   bth.set_opcode(opcode);
@@ -81,7 +82,7 @@ uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
   GatherPayload(w, 0, w.total_len, bth_p + op.header_bytes);
   w.next_psn = PsnAdd(w.first_psn, 1);
   w.fully_sent = true;
-  return SealFrame(frame, r, op.header_bytes + w.total_len);
+  return FinalizeFrame(frame, r, op.header_bytes + w.total_len);
 }
 
 UdRx RcQp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {

@@ -109,8 +109,104 @@ constexpr OpcodeTable BuildTable() {
   return t;
 }
 
+constexpr uint32_t OperationRoles(Operation o) {
+  switch (o) {
+    case Operation::kSend: return kRoleSend;
+    case Operation::kWrite: return kRoleWrite;
+    case Operation::kReadRequest: return kRoleReadRequest;
+    case Operation::kReadResponse: return kRoleReadResponse;
+    case Operation::kCompareSwap: return kRoleAtomic | kRoleCompare;
+    case Operation::kFetchAdd: return kRoleAtomic;
+    case Operation::kCount: break;
+  }
+  return 0;
+}
+
+constexpr uint32_t PositionRoles(Position p) {
+  switch (p) {
+    case Position::kFirst: return kRoleFirst;
+    case Position::kMiddle: return kRoleMiddle;
+    case Position::kLast: return kRoleLast;
+    case Position::kOnly: return kRoleOnly;
+    case Position::kCount: break;
+  }
+  return 0;
+}
+
+constexpr uint32_t ExtraRoles(Extra e) {
+  switch (e) {
+    case Extra::kNone: return 0;
+    case Extra::kImmediate: return kRoleImmediate;
+    case Extra::kInvalidate: return kRoleInvalidate;
+    case Extra::kCount: break;
+  }
+  return 0;
+}
+
+// The one opcode of transport t whose operation, position and extra roles
+// are exactly these (the other role bits say nothing about the choice).
+constexpr uint8_t FindOpcode(const OpcodeTable& table, Transport t, Operation o, Position p,
+                             Extra e) {
+  constexpr uint32_t kChoice = kRoleSend | kRoleWrite | kRoleReadRequest | kRoleReadResponse |
+                               kRoleAtomic | kRoleCompare | kRoleFirst | kRoleMiddle | kRoleLast |
+                               kRoleImmediate | kRoleInvalidate | kRoleAck;
+  if (p == Position::kFirst || p == Position::kMiddle) e = Extra::kNone;
+  const uint32_t want = OperationRoles(o) | PositionRoles(p) | ExtraRoles(e);
+  for (size_t op = 0; op < table.size(); ++op) {
+    const OpcodeInfo& info = table[op];
+    if (info.valid() && info.transport == t && (info.roles & kChoice) == want) {
+      return static_cast<uint8_t>(op);
+    }
+  }
+  return kOpcodeNone;
+}
+
+constexpr std::array<uint8_t, kOpcodeSelectSize> BuildSelect() {
+  const OpcodeTable table = BuildTable();
+  std::array<uint8_t, kOpcodeSelectSize> s{};
+  for (uint8_t t = 0; t < 4; ++t) {
+    for (uint8_t o = 0; o < static_cast<uint8_t>(Operation::kCount); ++o) {
+      for (uint8_t p = 0; p < static_cast<uint8_t>(Position::kCount); ++p) {
+        for (uint8_t e = 0; e < static_cast<uint8_t>(Extra::kCount); ++e) {
+          const auto tr = static_cast<Transport>(t);
+          const auto op = static_cast<Operation>(o);
+          const auto pos = static_cast<Position>(p);
+          const auto ex = static_cast<Extra>(e);
+          s[OpcodeSelectIndex(tr, op, pos, ex)] = FindOpcode(table, tr, op, pos, ex);
+        }
+      }
+    }
+  }
+  return s;
+}
+
+constexpr std::array<uint8_t, kOpcodeSelectSize> kSelect = BuildSelect();
+
+constexpr uint8_t Sel(Transport t, Operation o, Position p, Extra e = Extra::kNone) {
+  return kSelect[OpcodeSelectIndex(t, o, p, e)];
+}
+// The lookup agrees with Table 35 where a requester or responder asks it.
+static_assert(Sel(Transport::kRc, Operation::kWrite, Position::kOnly, Extra::kImmediate) ==
+              kRcWriteOnlyImm);
+static_assert(Sel(Transport::kRc, Operation::kWrite, Position::kFirst, Extra::kImmediate) ==
+              kRcWriteFirst);
+static_assert(Sel(Transport::kUc, Operation::kSend, Position::kLast, Extra::kImmediate) ==
+              kUcSendLastImm);
+static_assert(Sel(Transport::kRc, Operation::kSend, Position::kOnly, Extra::kInvalidate) ==
+              kRcSendOnlyInv);
+static_assert(Sel(Transport::kUc, Operation::kSend, Position::kOnly, Extra::kInvalidate) ==
+              kOpcodeNone);
+static_assert(Sel(Transport::kRc, Operation::kReadRequest, Position::kOnly) == kRcReadRequest);
+static_assert(Sel(Transport::kRc, Operation::kReadResponse, Position::kMiddle) ==
+              kRcReadResponseMiddle);
+static_assert(Sel(Transport::kRc, Operation::kCompareSwap, Position::kOnly) == kRcCompareSwap);
+static_assert(Sel(Transport::kRc, Operation::kFetchAdd, Position::kOnly) == kRcFetchAdd);
+static_assert(Sel(Transport::kUd, Operation::kSend, Position::kOnly, Extra::kImmediate) ==
+              kUdSendOnlyImm);
+
 }  // namespace
 
 constinit const OpcodeTable kOpcodeTable = BuildTable();
+constinit const std::array<uint8_t, kOpcodeSelectSize> kOpcodeSelect = kSelect;
 
 }  // namespace droce::wire

@@ -6,6 +6,7 @@
 #define DROCE_LIB_WIRE_OPCODE_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 
 namespace droce::wire {
@@ -112,15 +113,61 @@ struct OpcodeInfo {
       ieth_offset;
   uint8_t header_bytes;  // BTH + all extended headers: where the payload starts
 
-  bool valid() const { return name != nullptr; }
-  bool Has(HeaderBit h) const { return (headers & h) != 0; }
-  bool Is(uint32_t role_bits) const { return (roles & role_bits) == role_bits; }
+  constexpr bool valid() const { return name != nullptr; }
+  constexpr bool Has(HeaderBit h) const { return (headers & h) != 0; }
+  constexpr bool Is(uint32_t role_bits) const { return (roles & role_bits) == role_bits; }
 };
 
 using OpcodeTable = std::array<OpcodeInfo, 256>;
 extern const OpcodeTable kOpcodeTable;
 
 inline const OpcodeInfo& OpInfo(uint8_t opcode) { return kOpcodeTable[opcode]; }
+
+// Choosing an opcode to send: the table entry for (transport, operation,
+// position in the message, immediate/invalidate), found by the role bits
+// at compile time (opcode.cc) rather than by opcode arithmetic.
+enum class Operation : uint8_t {
+  kSend,          // kRoleSend
+  kWrite,         // kRoleWrite
+  kReadRequest,   // kRoleReadRequest
+  kReadResponse,  // kRoleReadResponse
+  kCompareSwap,   // kRoleAtomic | kRoleCompare
+  kFetchAdd,      // kRoleAtomic
+  kCount,
+};
+// Where a packet sits in its message (IBTA 9.2: FIRST, MIDDLE, LAST, ONLY).
+enum class Position : uint8_t { kFirst, kMiddle, kLast, kOnly, kCount };
+// What the message's last packet carries besides its payload.
+enum class Extra : uint8_t { kNone, kImmediate, kInvalidate, kCount };
+
+constexpr Position PositionOf(bool first, bool last) {
+  return first ? (last ? Position::kOnly : Position::kFirst)
+               : (last ? Position::kLast : Position::kMiddle);
+}
+
+// kOpcodeNone where the table has no such opcode (a UC READ, a WRITE with
+// invalidate, ...). FIRST and MIDDLE packets carry no immediate or IETH
+// (those go with the last packet): asked for one, they answer the plain
+// FIRST/MIDDLE opcode.
+inline constexpr uint8_t kOpcodeNone = 0xFF;  // reserved in Table 35
+
+inline constexpr size_t kOpcodeSelectSize = 4 * static_cast<size_t>(Operation::kCount) *
+                                            static_cast<size_t>(Position::kCount) *
+                                            static_cast<size_t>(Extra::kCount);
+extern const std::array<uint8_t, kOpcodeSelectSize> kOpcodeSelect;
+
+constexpr size_t OpcodeSelectIndex(Transport t, Operation o, Position p, Extra e) {
+  return ((static_cast<size_t>(t) * static_cast<size_t>(Operation::kCount) +
+           static_cast<size_t>(o)) *
+              static_cast<size_t>(Position::kCount) +
+          static_cast<size_t>(p)) *
+             static_cast<size_t>(Extra::kCount) +
+         static_cast<size_t>(e);
+}
+
+inline uint8_t OpcodeFor(Transport t, Operation o, Position p, Extra e = Extra::kNone) {
+  return kOpcodeSelect[OpcodeSelectIndex(t, o, p, e)];
+}
 
 }  // namespace droce::wire
 

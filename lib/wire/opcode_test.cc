@@ -44,5 +44,43 @@ TEST(OpcodeTable, RolesAreConsistent) {
   EXPECT_TRUE(OpInfo(kRcSendOnly).Is(kRoleFirst | kRoleLast));
 }
 
+// Every data-carrying request and READ response is what the lookup answers
+// for its own transport, operation, position and extra: each is found, and
+// only once (no two opcodes share a choice).
+TEST(OpcodeSelect, EveryRequestOpcodeIsItsOwnChoice) {
+  int found = 0;
+  for (int i = 0; i < 256; ++i) {
+    const OpcodeInfo& op = OpInfo(static_cast<uint8_t>(i));
+    if (!op.valid() || (op.roles & kRoleAck) || (op.roles & kRoleCnp)) continue;
+    Operation o;
+    if (op.roles & kRoleSend) o = Operation::kSend;
+    else if (op.roles & kRoleWrite) o = Operation::kWrite;
+    else if (op.roles & kRoleReadRequest) o = Operation::kReadRequest;
+    else if (op.roles & kRoleReadResponse) o = Operation::kReadResponse;
+    else if (op.roles & kRoleCompare) o = Operation::kCompareSwap;
+    else o = Operation::kFetchAdd;
+    const Position p = PositionOf(op.Is(kRoleFirst), op.Is(kRoleLast));
+    const Extra e = (op.roles & kRoleImmediate)    ? Extra::kImmediate
+                    : (op.roles & kRoleInvalidate) ? Extra::kInvalidate
+                                                   : Extra::kNone;
+    EXPECT_EQ(OpcodeFor(op.transport, o, p, e), i) << op.name;
+    ++found;
+  }
+  EXPECT_EQ(found, 21 + 12 + 2);  // RC without the two ACKs, UC, UD
+}
+
+TEST(OpcodeSelect, AbsentCombinationsAndExtrasOnlyAtTheEnd) {
+  EXPECT_EQ(OpcodeFor(Transport::kUc, Operation::kReadRequest, Position::kOnly), kOpcodeNone);
+  EXPECT_EQ(OpcodeFor(Transport::kUc, Operation::kSend, Position::kLast, Extra::kInvalidate),
+            kOpcodeNone);
+  EXPECT_EQ(OpcodeFor(Transport::kRc, Operation::kWrite, Position::kOnly, Extra::kInvalidate),
+            kOpcodeNone);
+  EXPECT_EQ(OpcodeFor(Transport::kUd, Operation::kSend, Position::kFirst), kOpcodeNone);
+  EXPECT_EQ(OpcodeFor(Transport::kRc, Operation::kSend, Position::kMiddle, Extra::kImmediate),
+            kRcSendMiddle);
+  EXPECT_EQ(OpcodeFor(Transport::kUc, Operation::kWrite, Position::kFirst, Extra::kImmediate),
+            kUcWriteFirst);
+}
+
 }  // namespace
 }  // namespace droce::wire

@@ -156,42 +156,6 @@ ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len) {
   return p;
 }
 
-uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6) {
-  // The CRC runs over 8 bytes of 0xFF (the pseudo-LRH) and a copy of the IP,
-  // UDP and BTH headers with the variant fields set to ones; small packets
-  // are copied whole (one pass), larger ones continue over the payload in
-  // place. Both parts are made multiples of 16 bytes so the folding CRC never
-  // falls back to the byte table: after the first four 0xFF bytes the CRC
-  // register is zero (0xFFFFFFFF ^ 0xFFFFFFFF), and zero bytes fed into a zero
-  // register leave it zero, so zeros inserted there change nothing.
-  constexpr uint32_t kWholeCopyMax = 256;
-  alignas(16) uint8_t pseudo[8 + 16 + kWholeCopyMax];
-  const uint32_t ip_bytes = ipv6 ? kIpv6Bytes : (l3[0] & 0x0F) * 4u;
-  const uint32_t masked = ip_bytes + kUdpBytes + kBthBytes;  // callers pass len >= masked
-  const uint32_t copied = len <= kWholeCopyMax ? len : masked + ((len - masked) & 15);
-  const uint32_t zeros = (16 - (8 + copied) % 16) % 16;
-  std::memset(pseudo, 0xFF, 4);
-  std::memset(pseudo + 4, 0, zeros);
-  std::memset(pseudo + 4 + zeros, 0xFF, 4);
-  uint8_t* ip = pseudo + 8 + zeros;
-  std::memcpy(ip, l3, copied);
-  if (ipv6) {
-    ip[0] |= 0x0F;  // traffic class (high nibble) and flow label
-    ip[1] = ip[2] = ip[3] = 0xFF;
-    ip[7] = 0xFF;  // hop limit
-  } else {
-    ip[1] = 0xFF;  // TOS
-    ip[8] = 0xFF;  // TTL
-    ip[10] = ip[11] = 0xFF;  // header checksum
-  }
-  uint8_t* udp = ip + ip_bytes;
-  udp[6] = udp[7] = 0xFF;  // UDP checksum
-  udp[kUdpBytes + 4] = 0xFF;  // BTH byte 4: FECN, BECN, reserved
-  uint32_t crc = Crc32Update(kCrc32Init, pseudo, 8 + zeros + copied);
-  if (copied < len) crc = Crc32Update(crc, l3 + copied, len - copied);
-  return Crc32Final(crc);
-}
-
 uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p) {
   return LoadLe32(frame + p.icrc_offset);
 }
@@ -299,12 +263,6 @@ uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
     ip.set_checksum(static_cast<uint16_t>(~sum));
   }
   return r.len + transport_len + pad;
-}
-
-uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
-  const uint32_t icrc_offset = FinishHeaders(frame, r, transport_len);
-  StoreLe32(frame + icrc_offset, ComputeIcrc(frame + r.l3_offset, icrc_offset - r.l3_offset, r.ipv6));
-  return icrc_offset + kIcrcBytes;
 }
 
 void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {

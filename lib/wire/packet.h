@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "wire/headers.h"
+#include "wire/icrc.h"
 #include "wire/opcode.h"
 
 namespace droce::wire {
@@ -75,12 +76,7 @@ ParsedPacket ParseHeaders(const uint8_t* frame, uint32_t caplen);
 // ParsePacket, then checks the ICRC (kBadIcrc on mismatch).
 ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len);
 
-// ICRC over the masked pseudo-packet (IBTA Annex A17.3.3): 8 bytes of 0xFF
-// standing in for the LRH, the IP header with TOS/TTL/checksum (IPv6: traffic
-// class/flow label/hop limit) set to ones, UDP with checksum ones, BTH with
-// byte 4 (FECN/BECN/resv) ones, then everything up to the ICRC.
-// `l3` points at the IP header; `len` counts bytes from there to the ICRC.
-uint32_t ComputeIcrc(const uint8_t* l3, uint32_t len, bool ipv6);
+// The ICRC: ComputeIcrc and IcrcBegin in wire/icrc.h.
 // The ICRC field as stored: CRC-32 bytes in little-endian order.
 uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p);
 bool IcrcMatches(const uint8_t* frame, const ParsedPacket& p);
@@ -129,16 +125,21 @@ inline uint8_t* WriteRoute(uint8_t* frame, const Route& r) {
   return frame + r.len;
 }
 
-// Completes a frame whose route, BTH (pad count is set here), extended
-// headers and payload are in place: zero pad bytes, IP/UDP lengths, IPv4
-// header checksum, ICRC. `transport_len` = BTH + ext headers + payload bytes.
-// Returns the frame length.
-uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len);
-
 // FinalizeFrame without the ICRC: zeroes the pad, sets the pad count, IP and
 // UDP lengths and the IPv4 checksum. Returns the ICRC's offset in the frame
 // (for callers that compute the ICRC their own way, as lib/transport does).
 uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len);
+
+// Completes a frame whose route, BTH (pad count is set here), extended
+// headers and payload are in place: zero pad bytes, IP/UDP lengths, IPv4
+// header checksum, ICRC. `transport_len` = BTH + ext headers + payload bytes.
+// Returns the frame length. Inline: every short frame's ICRC goes through it.
+inline uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport_len) {
+  const uint32_t icrc_offset = FinishHeaders(frame, r, transport_len);
+  StoreLe32(frame + icrc_offset,
+            ComputeIcrc(frame + r.l3_offset, icrc_offset - r.l3_offset, r.ipv6));
+  return icrc_offset + kIcrcBytes;
+}
 
 // Recomputes lengths-independent fields after a change to masked fields
 // (ECN marking by a congestion point): only the IPv4 checksum needs fixing,

@@ -13,6 +13,7 @@ namespace {
 
 template <size_t N>
 void CopyPd(std::array<uint8_t, N>& dst, std::span<const uint8_t> src) {
+  if (src.empty()) return;  // an empty span's data() may be null: memcpy's arguments must not be
   std::memcpy(dst.data(), src.data(), std::min(N, src.size()));
 }
 

@@ -528,7 +528,8 @@ TEST_F(CmServiceTest, RandomCommandsAndMadsLeaveItWorking) {
     for (size_t k = sizeof h; k < b.size(); ++k) b[k] = static_cast<uint8_t>(rng() % 4 == 0 ? rng() : 0);
     if (in >= 4 && rng() % 2) {  // a plausible id somewhere near the front
       const uint32_t id = 1 + rng() % 6;
-      std::memcpy(b.data() + sizeof h + (rng() % 3) * 4, &id, sizeof id);
+      const size_t at = (rng() % 3) * 4;
+      if (at + sizeof id <= in) std::memcpy(b.data() + sizeof h + at, &id, sizeof id);
     }
     if (rng() % 8 == 0) b.resize(rng() % (b.size() + 1));  // a length that lies
     std::vector<uint8_t> opt(rng() % 6);

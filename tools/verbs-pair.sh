@@ -66,10 +66,14 @@ lid0=(lid-peer 10.0.0.2) lid1=(lid-peer 10.0.0.1)
 "$ctl" link add droce1 "${wire1[@]}" ip 10.0.0.2 "${ip6_1[@]}" "${lid1[@]}" "${link_set[@]}" >/dev/null || exit 2
 eval "$("$ctl" env)"
 t=${PAIR_TIMEOUT:-60}
-timeout "$t" "${wrap_s[@]}" bash -c "$1" >"$run/server.log" 2>&1 &
+# Each side runs in a directory of its own with core dumps on (the kernel's
+# core_pattern "core" writes them there): a side that dies of a signal gets
+# its backtrace printed below when gdb is installed.
+mkdir -p "$run/s" "$run/c"
+timeout "$t" "${wrap_s[@]}" bash -c "cd '$run/s'; ulimit -c unlimited 2>/dev/null; $1" >"$run/server.log" 2>&1 &
 server=$!
 sleep "${SERVER_DELAY:-1}"
-timeout "$t" "${wrap_c[@]}" bash -c "$2" >"$run/client.log" 2>&1
+timeout "$t" "${wrap_c[@]}" bash -c "cd '$run/c'; ulimit -c unlimited 2>/dev/null; $2" >"$run/client.log" 2>&1
 client_rc=$?
 [ "${SERVER_STAYS:-0}" = 1 ] && kill $server 2>/dev/null
 wait $server
@@ -77,4 +81,14 @@ server_rc=$?
 [ "${SERVER_STAYS:-0}" = 1 ] && server_rc=0
 echo "--- server ($server_rc): $1"; cat "$run/server.log"
 echo "--- client ($client_rc): $2"; cat "$run/client.log"
+backtrace() {  # DIR: the core a side left there, if any
+  local core; core=$(ls "$1"/core* 2>/dev/null | head -1)
+  [ -n "$core" ] && command -v gdb >/dev/null || return 0
+  local exe; exe=$(gdb -q -batch -ex 'info proc' -c "$core" 2>/dev/null | sed -n "s/^exe = '\([^ ']*\).*/\1/p")
+  [ -n "$exe" ] || exe=$(file "$core" | sed -n "s/.*execfn: '\([^']*\)'.*/\1/p")
+  echo "--- backtrace of $core ($exe)"
+  gdb -q -batch -ex 'thread apply all bt 12' "$(command -v "$exe" || echo "$exe")" "$core" 2>&1 | grep -E '^Thread|^#' | head -60
+}
+[ $server_rc -gt 128 ] && backtrace "$run/s"
+[ $client_rc -gt 128 ] && backtrace "$run/c"
 [ $client_rc -eq 0 ] && [ $server_rc -eq 0 ]

@@ -217,6 +217,13 @@ void Runtime::Stop() {
     // A program may open the device again (qperf does per test): the vdev
     // must go too, or probing it again fails. Removing it closes the port.
     wakeup_.reset();
+    // A peer that exits as we do closes its memif socket, and DPDK's
+    // interrupt thread then tears the connection down (memif_disconnect)
+    // while our close would do the same: two teardowns at once fault in
+    // 22.11 (seen: rte_dev_remove -> memif close, SIGSEGV, the interrupt
+    // thread inside its own disconnect). A link already down means that
+    // teardown is under way: give it time to finish first.
+    if (port_ && file_.vdev.rfind("net_memif", 0) == 0 && !port_->LinkUp()) usleep(30'000);
     if (port_) port_->Stop(/*close=*/false);
     (void)ethdev::RemoveVdev(file_.port_name());
     port_.reset();

@@ -17,25 +17,7 @@ namespace droce::wire {
 namespace {
 
 using testing::ReferenceIcrc;
-
-RouteFields SampleRoute(bool ipv6, bool vlan) {
-  RouteFields r;
-  r.src_mac = {0x02, 0, 0, 0, 0, 1};
-  r.dst_mac = {0x02, 0, 0, 0, 0, 2};
-  r.ipv6 = ipv6;
-  r.has_vlan = vlan;
-  r.vlan_tci = 42;
-  r.tclass = (26 << 2) | kEcnEct0;
-  r.ttl = 17;
-  r.flow_label = 0x12345;
-  r.src_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 1};
-  r.dst_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-  if (ipv6) {
-    r.src_ip = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-    r.dst_ip = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
-  }
-  return r;
-}
+using testing::SampleRoute;
 
 TEST(Icrc, EqualsTheReferenceOnEveryOpcodeAndLength) {
   std::mt19937 rng(5);

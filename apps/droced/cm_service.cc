@@ -1017,6 +1017,22 @@ void CmService::OnGsiFrame(int device, const uint8_t* frame, uint32_t len, uint6
   OnMad(device, g.from, g.mad, now_ms);
 }
 
+// The id a REQ or SIDR_REQ creates on a listener: the listener's channel,
+// context and port space; its addresses are the request's, seen from here.
+CmService::Id CmService::IncomingId(const Id& listener, int device, const cm::CmaHeader& hdr, uint16_t port) {
+  Id id;
+  id.handle = next_handle_++;
+  id.conn = listener.conn;
+  id.uid = listener.uid;
+  id.ps = listener.ps;
+  id.qp_type = listener.qp_type;
+  id.state = IdState::kConnect;
+  id.device = device;
+  id.src = Addr{hdr.ip_version == 6, hdr.dst, port};
+  id.dst = Addr{hdr.ip_version == 6, hdr.src, hdr.port};
+  return id;
+}
+
 void CmService::OnMad(int device, const GsiPath& from, std::span<const uint8_t> mad, uint64_t now_ms) {
   ++counters_.mads_rx;
   const cm::ParsedMad p = cm::ParseMad(mad);
@@ -1114,16 +1130,7 @@ void CmService::HandleReq(int device, const GsiPath& from, const cm::CmMessage& 
     reject(cm::RejReason::kInvalidServiceId);
     return;
   }
-  Id id;
-  id.handle = next_handle_++;
-  id.conn = listener->conn;
-  id.uid = listener->uid;
-  id.ps = listener->ps;
-  id.qp_type = listener->qp_type;
-  id.state = IdState::kConnect;
-  id.device = device;
-  id.src = Addr{hdr->ip_version == 6, hdr->dst, sp->port};
-  id.dst = Addr{hdr->ip_version == 6, hdr->src, hdr->port};
+  Id id = IncomingId(*listener, device, *hdr, sp->port);
   id.tos = listener->tos;
   id.path = reply;
   id.path.tclass = req.primary.traffic_class;
@@ -1206,16 +1213,7 @@ void CmService::HandleSidrReq(int device, const GsiPath& from, const cm::CmMessa
     send_(device, reply, cm::SerializeMad(r));
     return;
   }
-  Id id;
-  id.handle = next_handle_++;
-  id.conn = listener->conn;
-  id.uid = listener->uid;
-  id.ps = listener->ps;
-  id.qp_type = listener->qp_type;
-  id.state = IdState::kConnect;
-  id.device = device;
-  id.src = Addr{hdr->ip_version == 6, hdr->dst, sp->port};
-  id.dst = Addr{hdr->ip_version == 6, hdr->src, hdr->port};
+  Id id = IncomingId(*listener, device, *hdr, sp->port);
   id.path = reply;
   id.seq_num = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
   id.qkey = kUdpQkey;

@@ -141,6 +141,7 @@ class CmService {
     uint32_t remote_comm_id = 0;
     uint32_t qkey = 0x01234567;  // UD ids: RDMA_UDP_QKEY, or the peer's from its SIDR_REP
   };
+  Id IncomingId(const Id& listener, int device, const cm::CmaHeader& hdr, uint16_t port);
   struct Event {
     int conn;
     uint32_t handle;  // the id the event is counted for (the listener's for CONNECT_REQUEST)

@@ -293,7 +293,7 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
     }
     case RDMA_USER_CM_CMD_RESOLVE_IP:
     case RDMA_USER_CM_CMD_RESOLVE_ADDR: {
-      uint32_t handle;
+      uint32_t handle, timeout_ms;
       Addr src, dst;
       bool has_src = false;
       int err = 0;
@@ -301,6 +301,7 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
         rdma_ucm_resolve_ip c;
         if (!Load(in, &c)) return {EINVAL, {}};
         handle = c.id;
+        timeout_ms = c.timeout_ms;
         err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.dst_addr), sizeof c.dst_addr, &dst.ip, &dst.v6,
                             &dst.port);
         if (err == 0 && c.src_addr.sin6_family != 0) {
@@ -312,6 +313,7 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
         rdma_ucm_resolve_addr c;
         if (!Load(in, &c)) return {EINVAL, {}};
         handle = c.id;
+        timeout_ms = c.timeout_ms;
         if (c.dst_size > sizeof c.dst_addr || c.src_size > sizeof c.src_addr) return {EINVAL, {}};
         err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.dst_addr), c.dst_size, &dst.ip, &dst.v6, &dst.port);
         if (err == 0 && c.src_size != 0) {
@@ -358,21 +360,27 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       // on the source's device to the group's MAC, as Linux's neighbour
       // lookup maps it; rdma_join_multicast follows.
       const bool mcast = IsMulticastIp(dst.v6, dst.ip);
-      if (id->device < 0 || (dst_dev < 0 && !mcast) || dst.v6 != id->src.v6) {
-        // No droce device reaches it (no uplink yet): ADDR_ERROR, as Linux
+      // Another host's IPv4 address: through the uplink, by ARP.
+      const bool remote = dst_dev < 0 && !mcast && !dst.v6 && resolve_ != nullptr;
+      if (id->device < 0 || (dst_dev < 0 && !mcast && !remote) || dst.v6 != id->src.v6) {
+        // No droce device reaches it (and no uplink): ADDR_ERROR, as Linux
         // reports an unreachable destination.
         QueueEvent(*id, kEvAddrError, -EHOSTUNREACH);
         return {0, {}};
       }
-      id->path.src_mac = devices_[id->device].mac;
-      id->path.dst_mac = mcast ? MulticastMacOf(dst.v6, dst.ip) : devices_[dst_dev].mac;
-      id->path.src_gid = GidOf(id->src);
-      id->path.dst_gid = GidOf(dst);
-      id->path.hop_limit = kHopLimit;
-      id->path.tclass = id->tos;
-      id->path_mtu = devices_[id->device].path_mtu;
-      id->state = IdState::kAddrResolved;
-      QueueEvent(*id, kEvAddrResolved, 0);
+      if (remote) {
+        const auto n = neighbours_.find(GidOf(dst));
+        if (n != neighbours_.end()) {
+          AddrResolved(*id, n->second);
+          return {0, {}};
+        }
+        id->state = IdState::kAddrQuery;
+        id->resolve_deadline_ms = now_ms + (timeout_ms != 0 ? timeout_ms : 2000);
+        id->resolve_retry_ms = now_ms + 1000;
+        resolve_(id->device, GidOf(id->src), GidOf(dst));
+        return {0, {}};
+      }
+      AddrResolved(*id, mcast ? MulticastMacOf(dst.v6, dst.ip) : devices_[dst_dev].mac);
       return {0, {}};
     }
     case RDMA_USER_CM_CMD_RESOLVE_ROUTE: {
@@ -761,6 +769,26 @@ CmService::Result CmService::Join(int conn, uint32_t handle, uint64_t uid, const
   return {0, Bytes(resp)};
 }
 
+void CmService::AddrResolved(Id& id, const std::array<uint8_t, 6>& dst_mac) {
+  id.path.src_mac = devices_[id.device].mac;
+  id.path.dst_mac = dst_mac;
+  id.path.src_gid = GidOf(id.src);
+  id.path.dst_gid = GidOf(id.dst);
+  id.path.hop_limit = kHopLimit;
+  id.path.tclass = id.tos;
+  id.path_mtu = devices_[id.device].path_mtu;
+  id.state = IdState::kAddrResolved;
+  QueueEvent(id, kEvAddrResolved, 0);
+}
+
+void CmService::LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms) {
+  (void)now_ms;
+  neighbours_[ip] = mac;
+  for (auto& [h, id] : ids_) {
+    if (id.state == IdState::kAddrQuery && GidOf(id.dst) == ip) AddrResolved(id, mac);
+  }
+}
+
 std::vector<uint8_t> CmService::QueryRoute(const Id& id) const {
   rdma_ucm_query_route_resp resp{};
   if (id.device >= 0) {
@@ -861,7 +889,7 @@ std::vector<uint8_t> CmService::InitQpAttr(const Id& id, uint32_t qp_state, int*
       }
       a.qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                        IBV_QP_MAX_QP_RD_ATOMIC;
-      a.sq_psn = id.seq_num;
+      a.sq_psn = id.sq_psn;
       a.timeout = id.ack_timeout.value_or(kLocalAckTimeout);
       a.retry_cnt = id.retry_count;
       a.rnr_retry = id.rnr_retry_count;
@@ -883,6 +911,7 @@ void CmService::Apply(Id& id, const cm::Step& step, const cm::CmMessage* receive
     case cm::Upcall::kRepReceived: {
       const auto& rep = std::get<cm::Rep>(received->body);
       id.remote_qpn = rep.local_qpn;
+      id.sq_psn = rep.starting_psn;  // cm_rep_handler: we send from the REP's starting PSN
       id.remote_guid = rep.local_ca_guid;
       id.remote_comm_id = rep.local_comm_id;
       // ib_cm: what the peer will read from us is what it can initiate.
@@ -1134,7 +1163,8 @@ void CmService::HandleReq(int device, const GsiPath& from, const cm::CmMessage& 
   id.tos = listener->tos;
   id.path = reply;
   id.path.tclass = req.primary.traffic_class;
-  id.seq_num = req.starting_psn;
+  id.seq_num = static_cast<uint32_t>(rng_()) & 0xFFFFFF;  // the REP's (cm_req_handler: rq_psn)
+  id.sq_psn = req.starting_psn;                           // ... and we send from the REQ's
   id.remote_qpn = req.local_qpn;
   id.remote_guid = req.local_ca_guid;
   id.remote_comm_id = req.local_comm_id;
@@ -1235,6 +1265,16 @@ void CmService::HandleSidrReq(int device, const GsiPath& from, const cm::CmMessa
 
 void CmService::OnTimer(uint64_t now_ms) {
   std::vector<uint32_t> handles;
+  for (auto& [h, id] : ids_) {
+    if (id.state != IdState::kAddrQuery) continue;
+    if (now_ms >= id.resolve_deadline_ms) {  // no answer: as Linux's addr_handler, -ETIMEDOUT
+      id.state = IdState::kAddrBound;
+      QueueEvent(id, kEvAddrError, -ETIMEDOUT);
+    } else if (now_ms >= id.resolve_retry_ms) {
+      id.resolve_retry_ms = now_ms + 1000;
+      if (resolve_ != nullptr) resolve_(id.device, GidOf(id.src), GidOf(id.dst));
+    }
+  }
   for (const auto& [h, id] : ids_) {
     if (id.cm && id.cm->deadline_ms() && *id.cm->deadline_ms() <= now_ms) handles.push_back(h);
   }
@@ -1268,6 +1308,10 @@ std::optional<uint64_t> CmService::NextDeadline() const {
   };
   for (const auto& [h, id] : ids_) {
     if (id.cm) take(*id.cm);
+    if (id.state == IdState::kAddrQuery) {
+      const uint64_t t = std::min(id.resolve_deadline_ms, id.resolve_retry_ms);
+      if (!best || t < *best) best = t;
+    }
   }
   for (const auto& [k, z] : zombies_) take(z.first);
   return best;

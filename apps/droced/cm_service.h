@@ -79,6 +79,19 @@ class CmService {
   CmService(SendFn send, uint64_t seed);
 
   void SetDevices(std::vector<CmDevice> devices) { devices_ = std::move(devices); }
+
+  // Addresses beyond the fabric's devices, reached through the daemon's
+  // uplink (doc/droced.md "Uplinks"): RESOLVE_IP for such an IPv4 address
+  // asks `resolve` (the daemon sends an ARP request out of the uplink from
+  // device `device`, source address `source`) and completes when
+  // LearnNeighbour hears the answer, or fails with ADDR_ERROR -ETIMEDOUT
+  // after the command's timeout (the request is repeated every second), as
+  // Linux's rdma_resolve_addr does over its neighbour table. Without a
+  // resolver such a destination is ADDR_ERROR -EHOSTUNREACH at once.
+  using ResolveFn = std::function<void(int device, const cm::Gid& source, const cm::Gid& target)>;
+  void SetResolver(ResolveFn resolve) { resolve_ = std::move(resolve); }
+  // An IP-to-MAC binding heard on the uplink (an ARP request or reply's sender).
+  void LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms);
   const std::vector<CmDevice>& devices() const { return devices_; }
 
   struct Result {
@@ -105,7 +118,7 @@ class CmService {
 
  private:
   enum class IdState : uint8_t {
-    kIdle, kAddrBound, kAddrResolved, kRouteResolved, kListen, kConnect, kConnected, kDisconnected,
+    kIdle, kAddrBound, kAddrQuery, kAddrResolved, kRouteResolved, kListen, kConnect, kConnected, kDisconnected,
   };
   struct Addr {
     bool v6 = false;
@@ -132,7 +145,11 @@ class CmService {
     // The connection.
     std::optional<cm::Connection> cm;
     GsiPath path;
-    uint32_t seq_num = 0;  // starting PSN of both directions (as Linux's rdma_cm)
+    // Starting PSNs, as Linux's ib_cm: each end offers its own (rdma_cm's
+    // random seq_num) in its REQ or REP, and that is the PSN it expects to
+    // receive; it sends from the one the peer offered.
+    uint32_t seq_num = 0;  // ours: our receive queue's (and a UD id's send) starting PSN
+    uint32_t sq_psn = 0;   // the peer's REQ/REP starting PSN: our send queue's
     uint32_t local_qpn = 0, remote_qpn = 0;
     uint8_t responder_resources = 0, initiator_depth = 0;
     uint8_t retry_count = 7, rnr_retry_count = 7;
@@ -140,6 +157,8 @@ class CmService {
     uint64_t remote_guid = 0;
     uint32_t remote_comm_id = 0;
     uint32_t qkey = 0x01234567;  // UD ids: RDMA_UDP_QKEY, or the peer's from its SIDR_REP
+    // kAddrQuery: waiting for the neighbour's ARP answer until resolve_deadline_ms.
+    uint64_t resolve_deadline_ms = 0, resolve_retry_ms = 0;
   };
   Id IncomingId(const Id& listener, int device, const cm::CmaHeader& hdr, uint16_t port);
   struct Event {
@@ -179,11 +198,14 @@ class CmService {
   void FillAh(const Id& id, ib_uverbs_ah_attr* ah) const;
   Id* FindByLocalComm(uint32_t comm_id);
   std::vector<uint8_t> QueryRoute(const Id& id) const;
+  void AddrResolved(Id& id, const std::array<uint8_t, 6>& dst_mac);
   std::vector<uint8_t> InitQpAttr(const Id& id, uint32_t qp_state, int* error) const;
 
   SendFn send_;
   std::mt19937_64 rng_;
   std::vector<CmDevice> devices_;
+  ResolveFn resolve_;
+  std::map<cm::Gid, std::array<uint8_t, 6>> neighbours_;  // learnt on the uplink
   std::map<uint32_t, Id> ids_;  // by handle
   uint32_t next_handle_ = 1;
   std::map<uint32_t, uint32_t> by_comm_id_;  // local comm id -> handle

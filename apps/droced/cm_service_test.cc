@@ -286,10 +286,15 @@ TEST_F(CmServiceTest, RpingExchangeOnOneDevice) {
   const ib_uverbs_qp_attr crtr = InitQpAttr(kClient, cid, IBV_QPS_RTR, &err);
   ASSERT_EQ(err, 0);
   EXPECT_EQ(crtr.dest_qp_num, 0x801u);
-  EXPECT_EQ(crtr.rq_psn, srtr.rq_psn);  // one starting PSN for both directions, as Linux's rdma_cm
   EXPECT_EQ(crtr.max_dest_rd_atomic, 2);  // min(ours 4, the peer's initiator depth 2)
   const ib_uverbs_qp_attr crts = InitQpAttr(kClient, cid, IBV_QPS_RTS, &err);
+  // Each end sends from the starting PSN the other offered (REQ: the
+  // client's, REP: the server's), as Linux's ib_cm; a Linux peer offers its
+  // own in the REP, so the two directions differ.
+  const ib_uverbs_qp_attr srts = InitQpAttr(kServer, sid, IBV_QPS_RTS, &err);
   EXPECT_EQ(crts.sq_psn, srtr.rq_psn);
+  EXPECT_EQ(srts.sq_psn, crtr.rq_psn);
+  EXPECT_NE(crtr.rq_psn, srtr.rq_psn);
   EXPECT_EQ(crts.max_rd_atomic, 2);
   rdma_ucm_accept rtu{};
   rtu.id = cid;
@@ -404,6 +409,82 @@ TEST_F(CmServiceTest, ReqWithoutAnswerTimesOutAsUnreachable) {
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->event, kEvUnreachable);
   EXPECT_EQ(static_cast<int32_t>(e->status), -ETIMEDOUT);
+}
+
+// Another host's address (a Linux rxe host behind the daemon's uplink):
+// without an uplink ADDR_ERROR -EHOSTUNREACH at once; with one the daemon
+// ARPs for it (every second until the command's timeout) and ADDR_RESOLVED
+// follows the answer; the REQ then goes to the neighbour's MAC; an address
+// nobody answers for is ADDR_ERROR -ETIMEDOUT.
+TEST_F(CmServiceTest, AnotherHostsAddressIsResolvedByArpThroughTheUplink) {
+  constexpr uint32_t kRxe = 0xc0a84d0b;  // 192.168.77.11
+  auto resolve_ip = [&](uint32_t dst, uint32_t timeout_ms) {
+    const uint32_t id = CreateId(kClient, 0xC000);
+    rdma_ucm_resolve_ip r{};
+    r.dst_addr = Sin(dst, 7174);
+    r.id = id;
+    r.timeout_ms = timeout_ms;
+    EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+    return id;
+  };
+  resolve_ip(kRxe, 2000);
+  auto e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrError);
+  EXPECT_EQ(static_cast<int32_t>(e->status), -EHOSTUNREACH);
+
+  std::vector<std::tuple<int, cm::Gid, cm::Gid>> arps;
+  cm_.SetResolver([&](int dev, const cm::Gid& src, const cm::Gid& dst) { arps.emplace_back(dev, src, dst); });
+  const uint32_t cid = resolve_ip(kRxe, 2000);
+  ASSERT_EQ(arps.size(), 1u);
+  EXPECT_EQ(std::get<0>(arps[0]), 0);
+  EXPECT_EQ(std::get<1>(arps[0]), V4Gid(0x0a000001));  // from the first device's IPv4 address
+  EXPECT_EQ(std::get<2>(arps[0]), V4Gid(kRxe));
+  EXPECT_FALSE(GetEvent(kClient).has_value());  // waits for the answer
+  now_ += 1000;
+  cm_.OnTimer(now_);
+  EXPECT_EQ(arps.size(), 2u);  // asked again
+  const std::array<uint8_t, 6> rxe_mac = {0x52, 0x54, 0x00, 0x77, 0x00, 0x11};
+  cm_.LearnNeighbour(V4Gid(kRxe), rxe_mac, now_);
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  EXPECT_EQ(e->id, cid);
+  ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{cid, 2000}).error, 0);
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvRouteResolved);
+  const auto route = QueryRoute(kClient, cid);
+  EXPECT_EQ(be64toh(route.node_guid), cm_.devices()[0].guid);
+  EXPECT_EQ(std::memcmp(route.ib_route[0].dgid, V4Gid(kRxe).data(), 16), 0);
+  Connect(cid, 0x401);
+  ASSERT_EQ(wire_.size(), 1u);  // the REQ, to the neighbour
+  EXPECT_EQ(std::get<1>(wire_.front()).dst_mac, rxe_mac);
+  EXPECT_EQ(std::get<1>(wire_.front()).src_mac, cm_.devices()[0].mac);
+  EXPECT_EQ(std::get<1>(wire_.front()).dst_gid, V4Gid(kRxe));
+  wire_.clear();
+
+  // Known now: resolved at once, no ARP.
+  resolve_ip(kRxe, 2000);
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  EXPECT_EQ(arps.size(), 2u);
+
+  // Nobody answers: ADDR_ERROR -ETIMEDOUT after the timeout, nothing left to wait for.
+  resolve_ip(0xc0a84d0c, 1500);
+  EXPECT_EQ(arps.size(), 3u);
+  while (auto d = cm_.NextDeadline()) {
+    if (*d > now_ + 10000) break;
+    now_ = *d;
+    cm_.OnTimer(now_);
+    if (cm_.PendingEvents(kClient) > 0) break;
+  }
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrError);
+  EXPECT_EQ(static_cast<int32_t>(e->status), -ETIMEDOUT);
+  EXPECT_EQ(arps.size(), 4u);  // the first request and one repeat in 1.5 s
 }
 
 TEST_F(CmServiceTest, BadCommandsAreRefused) {

@@ -50,6 +50,7 @@
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/ethdev/unmap_guard.h"
 #include "pktio/burst_io.h"
+#include "wire/arp.h"
 #include "wire/headers.h"
 
 namespace droce::droced {
@@ -218,6 +219,8 @@ class Daemon {
     uplink_port_ = port;
     if (role == "vdev") rte_eth_promiscuous_enable(port);  // a netdev: frames for every device's MAC
     state_.AddUplink(port, role == "vdev" ? vdev : absl::StrCat("memif ", socket, " (", role, ")"));
+    // The CM reaches other hosts' addresses through it (ARP, doc/cm.md).
+    cm_.SetResolver([this](int dev, const cm::Gid& source, const cm::Gid& target) { CmArp(dev, source, target); });
     Log("uplink: %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
     return absl::OkStatus();
   }
@@ -487,6 +490,7 @@ class Daemon {
           continue;
         }
         if (trace_ != nullptr) Trace(idx, m);
+        if (static_cast<int>(idx) == state_.uplink()) CmSnoopArp(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len);
         ++src.counters.rx_packets;
         src.counters.rx_bytes += m->data_len;
         const Decision d = state_.Classify(static_cast<int>(idx), rte_pktmbuf_mtod(m, uint8_t*), m->data_len,
@@ -699,9 +703,63 @@ class Daemon {
     cm_.SetDevices(std::move(devs));
   }
 
-  // A MAD leaves device `dev`'s QP1 as a RoCEv2 frame. Every destination is
-  // a fabric device's QP1 (there is no uplink yet), which is this same CM:
-  // the frame is queued and parsed back by CmSettle (and traced).
+  // A frame the daemon itself sends to another host: out of the uplink,
+  // counted as the switch counts what it forwards there. False: no uplink,
+  // or it did not take the frame.
+  bool SendToUplink(const uint8_t* frame, uint32_t len) {
+    const int u = state_.uplink();
+    if (u < 0) return false;
+    rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+    if (m == nullptr) return false;
+    char* p = rte_pktmbuf_append(m, static_cast<uint16_t>(len));
+    if (p == nullptr) {
+      rte_pktmbuf_free(m);
+      return false;
+    }
+    std::memcpy(p, frame, len);
+    Port& port = state_.ports()[u];
+    if (rte_eth_tx_burst(static_cast<uint16_t>(port.handle), 0, &m, 1) != 1) {
+      rte_pktmbuf_free(m);
+      ++port.counters.tx_dropped;
+      return false;
+    }
+    ++state_.counters().to_uplink;
+    ++port.counters.tx_packets;
+    port.counters.tx_bytes += len;
+    return true;
+  }
+
+  // The CM's neighbour resolution over the uplink: an ARP request from the
+  // device for `target` (IPv4-mapped GIDs); the answer is heard by CmSnoopArp.
+  void CmArp(int dev, const cm::Gid& source, const cm::Gid& target) {
+    if (dev < 0 || static_cast<size_t>(dev) >= state_.devices().size()) return;
+    const FabricDevice& d = state_.devices()[dev];
+    wire::ArpPacket a;
+    a.op = wire::kArpRequest;
+    std::memcpy(a.sender_mac.data(), d.mac.data(), 6);
+    a.sender_ip = wire::LoadBe32(source.data() + 12);
+    a.target_ip = wire::LoadBe32(target.data() + 12);
+    uint8_t buf[wire::kArpFrameBytes + wire::kVlanTagBytes];
+    const uint32_t len = wire::BuildArp(a, d.vlan, d.vlan_tci, buf);
+    if (trace_ != nullptr) TraceBytes(buf, len);
+    SendToUplink(buf, len);
+  }
+
+  // Every ARP from the uplink tells the CM where its sender is (Linux's
+  // neighbour table learns the same way).
+  void CmSnoopArp(const uint8_t* frame, uint32_t len) {
+    wire::ArpPacket a;
+    if (!wire::ParseArp(frame, len, &a) || a.sender_ip == 0) return;
+    cm::Gid g{};
+    g[10] = g[11] = 0xFF;
+    wire::StoreBe32(g.data() + 12, a.sender_ip);
+    cm_.LearnNeighbour(g, a.sender_mac, NowNs() / 1'000'000);
+    CmNotify();
+  }
+
+  // A MAD leaves device `dev`'s QP1 as a RoCEv2 frame. A destination that
+  // is a fabric device's QP1 is this same CM: the frame is queued and parsed
+  // back by CmSettle (and traced); any other goes out of the uplink.
   void CmSend(int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
     (void)dev;
     std::vector<uint8_t> frame(kGsiFrameMax);
@@ -712,7 +770,7 @@ class Daemon {
     }
     if (trace_ != nullptr) TraceBytes(frame.data(), static_cast<uint32_t>(frame.size()));
     if (to < 0) {
-      ++state_.counters().rx_unknown_dst;
+      if (!SendToUplink(frame.data(), static_cast<uint32_t>(frame.size()))) ++state_.counters().rx_unknown_dst;
       return;
     }
     gsi_queue_.emplace_back(to, std::move(frame));

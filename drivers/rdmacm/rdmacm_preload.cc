@@ -344,72 +344,70 @@ void FakeStat(struct stat* st) {
   st->st_mode = S_IFCHR | 0666;
 }
 
+// The variadic mode argument of the open calls: there only with O_CREAT or
+// O_TMPFILE, as glibc reads it.
+unsigned ModeArg(int flags, va_list ap) { return (flags & (kOCreat | kOTmpfile)) != 0 ? va_arg(ap, unsigned) : 0; }
+
+constexpr char kOpenName[] = "open";
+constexpr char kOpen64Name[] = "open64";
+constexpr char kOpenatName[] = "openat";
+constexpr char kOpenat64Name[] = "openat64";
+constexpr int kNoDirfd = -1;  // the open/open64 forms
+
+// The one body of the four open wrappers: the rdma_cm node becomes a
+// connection to the run directory's daemon when one answers; anything else
+// (or no daemon) is the real call named kName (openat* when it takes a dirfd).
+template <const char* kName>
+int OpenOrConnect(int dirfd, const char* path, int flags, unsigned mode) {
+  if (IsCmPath(path)) {
+    const int fd = ConnectDaemon(flags);
+    if (fd >= 0) return fd;
+  }
+  constexpr bool kAt = kName == kOpenatName || kName == kOpenat64Name;
+  if constexpr (kAt) {
+    static const OpenatFn real = Next<OpenatFn>(kName);
+    return real(dirfd, path, flags, mode);
+  } else {
+    (void)dirfd;
+    static const OpenFn real = Next<OpenFn>(kName);
+    return real(path, flags, mode);
+  }
+}
+
 }  // namespace
 
 extern "C" {
 
 int open(const char* path, int flags, ...) {
-  unsigned mode = 0;
-  if (flags & (kOCreat | kOTmpfile)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, unsigned);
-    va_end(ap);
-  }
-  if (IsCmPath(path)) {
-    const int fd = ConnectDaemon(flags);
-    if (fd >= 0) return fd;
-  }
-  static const OpenFn real = Next<OpenFn>("open");
-  return real(path, flags, mode);
+  va_list ap;
+  va_start(ap, flags);
+  const unsigned mode = ModeArg(flags, ap);
+  va_end(ap);
+  return OpenOrConnect<kOpenName>(kNoDirfd, path, flags, mode);
 }
 
 int open64(const char* path, int flags, ...) {
-  unsigned mode = 0;
-  if (flags & (kOCreat | kOTmpfile)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, unsigned);
-    va_end(ap);
-  }
-  if (IsCmPath(path)) {
-    const int fd = ConnectDaemon(flags);
-    if (fd >= 0) return fd;
-  }
-  static const OpenFn real = Next<OpenFn>("open64");
-  return real(path, flags, mode);
+  va_list ap;
+  va_start(ap, flags);
+  const unsigned mode = ModeArg(flags, ap);
+  va_end(ap);
+  return OpenOrConnect<kOpen64Name>(kNoDirfd, path, flags, mode);
 }
 
 int openat(int dirfd, const char* path, int flags, ...) {
-  unsigned mode = 0;
-  if (flags & (kOCreat | kOTmpfile)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, unsigned);
-    va_end(ap);
-  }
-  if (IsCmPath(path)) {
-    const int fd = ConnectDaemon(flags);
-    if (fd >= 0) return fd;
-  }
-  static const OpenatFn real = Next<OpenatFn>("openat");
-  return real(dirfd, path, flags, mode);
+  va_list ap;
+  va_start(ap, flags);
+  const unsigned mode = ModeArg(flags, ap);
+  va_end(ap);
+  return OpenOrConnect<kOpenatName>(dirfd, path, flags, mode);
 }
 
 int openat64(int dirfd, const char* path, int flags, ...) {
-  unsigned mode = 0;
-  if (flags & (kOCreat | kOTmpfile)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, unsigned);
-    va_end(ap);
-  }
-  if (IsCmPath(path)) {
-    const int fd = ConnectDaemon(flags);
-    if (fd >= 0) return fd;
-  }
-  static const OpenatFn real = Next<OpenatFn>("openat64");
-  return real(dirfd, path, flags, mode);
+  va_list ap;
+  va_start(ap, flags);
+  const unsigned mode = ModeArg(flags, ap);
+  va_end(ap);
+  return OpenOrConnect<kOpenat64Name>(dirfd, path, flags, mode);
 }
 
 int fstat(int fd, struct stat* st) noexcept {

@@ -8,32 +8,10 @@
 #    sides end (an error, never a hang or a crash), and after the restart a
 #    new pair works.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-$root/build}
-ctl="$build/apps/ctl/droce-ctl"
+. "$(dirname "$0")/lib.sh"
 prog=${DAEMON_LOSS:-$build/tests/fabric/daemon_loss}
-t=${PAIR_TIMEOUT:-90}
-run=$(mktemp -d /tmp/droce-dloss.XXXXXX)
-export DROCE_RUN_DIR=$run
-cleanup() {
-  "$ctl" daemon stop >/dev/null 2>&1
-  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
-  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
-}
-trap cleanup EXIT
-failed=0; passed=0
+single_host droce-dloss
 p=${SIDE_PORT:-$((20000 + ($$ + 7) % 20000))}
-check() {  # name, then a command
-  local name=$1; shift
-  local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "PASS $name"; passed=$((passed + 1))
-  else
-    echo "FAIL $name"; echo "$out" | tail -60; failed=$((failed + 1))
-    echo "--- droced.log"; tail -20 "$run/droced.log" 2>/dev/null
-  fi
-  [ "${VERBOSE:-0}" = 1 ] && echo "$out"
-}
 wait_for() {  # file, pattern, seconds
   for _ in $(seq $(($3 * 10))); do
     grep -q "$2" "$1" 2>/dev/null && return 0
@@ -106,5 +84,4 @@ under_traffic() {
 }
 check "daemon SIGKILLed under ib_write_bw: both ends end, no hang or crash; a new pair works" under_traffic
 
-echo "daemon_loss: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish daemon_loss

@@ -6,37 +6,11 @@
 # killed mid-transfer (the daemon survives, frees its range, a new pair
 # works); malformed control requests.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-$root/build}
-ctl="$build/apps/ctl/droce-ctl"
-t=${PAIR_TIMEOUT:-90}
-run=$(mktemp -d /tmp/droce-fabric.XXXXXX)
-export DROCE_RUN_DIR=$run
-cleanup() {
-  "$ctl" daemon stop >/dev/null 2>&1
-  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
-  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
-}
-trap cleanup EXIT
-failed=0; passed=0
+. "$(dirname "$0")/lib.sh"
+single_host droce-fabric
 # The programs' TCP side channel: a port of our own (other test runs on the
 # machine use perftest's and rc_pingpong's default 18515).
 p=${SIDE_PORT:-$((20000 + $$ % 20000))}
-check() {  # name, then a command; ONLY=REGEX runs the checks whose names match
-  local name=$1; shift
-  if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then return 0; fi
-  local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -ne 0 ] && grep -q "Can't produce a report" <<<"$out"; then  # perftest's CPU clock check on a busy VM
-    echo "  (perftest could not time the CPU clock: rerunning $name)"
-    out=$("$@" 2>&1); rc=$?
-  fi
-  if [ $rc -eq 0 ]; then
-    echo "PASS $name"; passed=$((passed + 1))
-  else
-    echo "FAIL $name"; echo "$out" | tail -60; failed=$((failed + 1))
-    echo "--- droced.log"; tail -20 "$run/droced.log" 2>/dev/null
-  fi
-}
 pair() {  # 'SERVER CMD' 'CLIENT CMD'
   timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
   local server=$!
@@ -229,5 +203,4 @@ check "SIGKILL a program mid-transfer: daemon survives, range freed, peer gets r
 check "control protocol rejects malformed requests, daemon survives" python3 "$root/tests/fabric/control_garbage.py" "$run"
 
 check "daemon stop" bash -c "'$ctl' daemon stop && ! '$ctl' daemon status 2>/dev/null && test ! -e '$run/droced.sock'"
-echo "fabric: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish fabric

@@ -6,28 +6,16 @@
 # both switches: ARP crosses the uplink, unicast for a MAC not on the
 # segment goes out of it.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-$root/build}
-ctl="$build/apps/ctl/droce-ctl"
-t=${PAIR_TIMEOUT:-90}
+. "$(dirname "$0")/lib.sh"
 A=$(mktemp -d /tmp/droce-hostA.XXXXXX) B=$(mktemp -d /tmp/droce-hostB.XXXXXX)
+log_dirs=("$A" "$B")
+FAIL_TAIL=50
 cleanup() {
   for d in "$B" "$A"; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
   [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$A" "$B"
 }
 trap cleanup EXIT
-failed=0; passed=0
 p=${SIDE_PORT:-$((20000 + ($$ + 11) % 20000))}
-check() {
-  local name=$1; shift
-  local out; out=$("$@" 2>&1); local rc=$?
-  if [ $rc -eq 0 ]; then echo "PASS $name"; passed=$((passed + 1)); else
-    echo "FAIL $name"; echo "$out" | tail -50; failed=$((failed + 1))
-    for d in "$A" "$B"; do echo "--- $d/droced.log"; tail -8 "$d/droced.log" 2>/dev/null; done
-  fi
-  [ "${VERBOSE:-0}" = 1 ] && echo "$out"
-  return 0
-}
 on() {  # host dir, then a command with that host's verbs environment
   local dir=$1; shift
   (export DROCE_RUN_DIR=$dir; eval "$("$ctl" env)"; exec "$@")
@@ -36,10 +24,13 @@ DROCE_RUN_DIR=$A DROCED_UPLINK=memif:$A/uplink.sock:server "$ctl" link add droce
 DROCE_RUN_DIR=$B DROCED_UPLINK=memif:$A/uplink.sock:client "$ctl" link add droce2 ip 10.0.0.3 >/dev/null || exit 1
 check "both daemons report their uplink" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon status | grep 'uplink memif' &&
   DROCE_RUN_DIR=$B '$ctl' daemon status | grep 'uplink memif'"
+listening() { DROCE_RUN_DIR=$1 "$ctl" daemon status 2>/dev/null | sed -n 's/^cm: [0-9]* ids, \([0-9]*\) listening.*/\1/p'; }
 pair() {  # server host, server cmd, client host, client cmd
   timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $1 $2" >"$A/server.log" 2>&1 &
   local server=$!
   sleep 1.5
+  # An rdma_cm server: the client starts once the server's daemon counts its listener.
+  for _ in $(seq 100); do [ "$(listening "$1")" != 0 ] || ! grep -q rping <<<"$2" && break; sleep 0.1; done
   timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $3 $4" >"$A/client.log" 2>&1
   local crc=$?
   wait $server; local src=$?
@@ -50,6 +41,10 @@ check "ibv_rc_pingpong -c host A droce0 <-> host B droce2 across the uplink" \
   pair "$A" "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 500 -c" "$B" "ibv_rc_pingpong -p $p -d droce2 -g 1 -n 500 -c 127.0.0.1"
 check "ib_write_bw host B droce2 -> host A droce0 across the uplink" \
   pair "$A" "ib_write_bw -p $p -d droce0 -x 1 -D 2" "$B" "ib_write_bw -p $p -d droce2 -x 1 -D 2 127.0.0.1"
+# rdma_cm across the uplink: host B's daemon resolves 10.0.0.1 by ARP out of
+# its uplink and its CM's MADs cross both switches to host A's (doc/cm.md).
+check "rping -C 10 -S 2000 host B droce2 -> host A droce0 across the uplink (rdma_cm)" \
+  pair "$A" "rping -s -a 10.0.0.1 -p $p -C 10 -S 2000" "$B" "rping -c -a 10.0.0.1 -p $p -C 10 -S 2000 -v"
 check "uplink counters moved on both" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]' &&
   DROCE_RUN_DIR=$B '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]'"
 
@@ -70,13 +65,15 @@ if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null; then
   DROCE_RUN_DIR=$D DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$b,$afp" "$ctl" link add droce2 ip 10.0.0.3 mtu 2048 >/dev/null ||
     { echo "FAIL registering the af_packet hosts"; failed=$((failed + 1)); }
   A=$C B=$D
+  log_dirs=("$C" "$D")
   check "af_packet uplinks on a veth pair: ibv_rc_pingpong -c droce0 <-> droce2" \
     pair "$C" "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 300 -c" "$D" "ibv_rc_pingpong -p $p -d droce2 -g 1 -n 300 -c 127.0.0.1"
   check "af_packet uplinks on a veth pair: ib_write_bw droce2 -> droce0" \
     pair "$C" "ib_write_bw -p $p -d droce0 -x 1 -D 2" "$D" "ib_write_bw -p $p -d droce2 -x 1 -D 2 127.0.0.1"
+  check "af_packet uplinks on a veth pair: rping droce2 -> droce0 (rdma_cm, ARP over the uplink)" \
+    pair "$C" "rping -s -a 10.0.0.1 -p $p -C 10" "$D" "rping -c -a 10.0.0.1 -p $p -C 10 -v"
   check "af_packet uplink counters moved" bash -c "DROCE_RUN_DIR=$D '$ctl' daemon status | grep -E 'uplink net_af_packet_up.*to_uplink [1-9].*rx [1-9]'"
 else
   echo "SKIP af_packet uplinks (cannot create a veth pair: not root?)"
 fi
-echo "uplink: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish uplink

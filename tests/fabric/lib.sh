@@ -1,0 +1,54 @@
+# Sourced by the fabric end-to-end scripts (fabric.sh, rdmacm.sh, uplink.sh,
+# daemon_loss.sh): the paths, the PASS/FAIL bookkeeping and the one-host
+# run directory they share.
+#   root, build, ctl, t     the tree, the build, droce-ctl, a program's timeout (PAIR_TIMEOUT)
+#   single_host PREFIX      a fresh run directory ($run, exported as DROCE_RUN_DIR), its
+#                           daemon stopped and droce0/droce1 deleted at exit (KEEP_LOGS=1 keeps it)
+#   check NAME CMD...       runs CMD, prints PASS/FAIL (on FAIL the last FAIL_TAIL lines of its
+#                           output, the daemon logs of $log_dirs and what on_fail prints, if the
+#                           script defines it); ONLY=REGEX runs the checks whose names match,
+#                           VERBOSE=1 prints every output
+#   finish NAME             the tally; its status is the script's
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${BUILD:-$root/build}
+ctl="$build/apps/ctl/droce-ctl"
+t=${PAIR_TIMEOUT:-90}
+failed=0; passed=0
+log_dirs=()
+
+single_host() {
+  run=$(mktemp -d "/tmp/$1.XXXXXX")
+  export DROCE_RUN_DIR=$run
+  log_dirs=("$run")
+  trap single_host_cleanup EXIT
+}
+single_host_cleanup() {
+  "$ctl" daemon stop >/dev/null 2>&1
+  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
+}
+
+check() {
+  local name=$1; shift
+  if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then return 0; fi
+  local out; out=$("$@" 2>&1); local rc=$?
+  if [ $rc -ne 0 ] && grep -q "Can't produce a report" <<<"$out"; then  # perftest's CPU clock check on a busy VM
+    echo "  (perftest could not time the CPU clock: rerunning $name)"
+    out=$("$@" 2>&1); rc=$?
+  fi
+  if [ $rc -eq 0 ]; then
+    echo "PASS $name"; passed=$((passed + 1))
+  else
+    echo "FAIL $name"; echo "$out" | tail -"${FAIL_TAIL:-60}"; failed=$((failed + 1))
+    local d
+    for d in "${log_dirs[@]}"; do echo "--- $d/droced.log"; tail -20 "$d/droced.log" 2>/dev/null; done
+    if declare -F on_fail >/dev/null; then on_fail; fi
+  fi
+  if [ "${VERBOSE:-0}" = 1 ]; then echo "$out"; fi
+  return 0
+}
+
+finish() {
+  echo "$1: $passed passed, $failed failed"
+  [ $failed -eq 0 ]
+}

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <type_traits>
 
 #include "wire/byte_order.h"
 
@@ -9,302 +11,287 @@ namespace droce::cm {
 namespace {
 
 using wire::LoadBe16;
-using wire::LoadBe24;
 using wire::LoadBe32;
 using wire::LoadBe64;
 using wire::StoreBe16;
-using wire::StoreBe24;
 using wire::StoreBe32;
 using wire::StoreBe64;
 
-// IBTA numbers bits from the most significant bit of a byte: bit offset 0 is
-// 0x80. Get/Put take (offset from the MSB, width).
-constexpr uint8_t GetBits(uint8_t byte, int msb_offset, int width) {
-  return static_cast<uint8_t>((byte >> (8 - msb_offset - width)) & ((1u << width) - 1));
+// Each attribute's layout is a table of fields (IBTA vol 1 12.6, tables
+// 98-121, as Linux's ibta_vol1_c12.h writes them): where a field sits in the
+// attribute data (byte, bit offset from that byte's most significant bit,
+// width in bits; a field may span bytes) and which member holds it. One
+// routine reads a table (LoadFields) and one writes it (StoreFields), as
+// lib/wire does for headers; nothing walks a message by hand.
+
+// A big-endian bit field of at most 64 bits starting `bit` bits below the MSB of d[byte].
+uint64_t GetField(const uint8_t* d, uint32_t byte, uint32_t bit, uint32_t width) {
+  const uint32_t nbytes = (bit + width + 7) / 8;
+  uint64_t raw = 0;
+  for (uint32_t i = 0; i < nbytes; ++i) raw = (raw << 8) | d[byte + i];
+  const uint64_t mask = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+  return (raw >> (nbytes * 8 - bit - width)) & mask;
 }
-constexpr uint8_t PutBits(uint8_t value, int msb_offset, int width) {
-  return static_cast<uint8_t>((value & ((1u << width) - 1)) << (8 - msb_offset - width));
+// Writes one into zeroed bytes (the fields of a byte are ORed together).
+void PutField(uint8_t* d, uint32_t byte, uint32_t bit, uint32_t width, uint64_t v) {
+  const uint32_t nbytes = (bit + width + 7) / 8;
+  const uint64_t mask = width == 64 ? ~uint64_t{0} : (uint64_t{1} << width) - 1;
+  const uint64_t raw = (v & mask) << (nbytes * 8 - bit - width);
+  for (uint32_t i = 0; i < nbytes; ++i) d[byte + i] |= static_cast<uint8_t>(raw >> (8 * (nbytes - 1 - i)));
 }
 
-constexpr uint32_t kMask24 = 0xFFFFFF;
+// A scalar field: member M of T (an integer, bool or enum).
+template <typename T, typename M>
+struct Field {
+  M T::*member;
+  uint16_t byte;
+  uint8_t bit;
+  uint8_t width;
+  uint8_t shift = 0;   // part of the member: its bits from `shift` up (an ECE vendor id split over bytes)
+  uint64_t max = 0;    // a larger value is a malformed MAD (0: any)
+  bool clamp = false;  // written as at most `max`
+  bool part = false;   // one of several fields that make up the member
+};
+// A byte array (GIDs, ARI, additional info, private data) at `byte`.
+template <typename T, size_t N>
+struct BytesField {
+  std::array<uint8_t, N> T::*member;
+  uint16_t byte;
+};
+// A nested layout (a REQ's paths) at `byte`.
+template <typename T, typename M, typename Table>
+struct SubField {
+  M T::*member;
+  uint16_t byte;
+  const Table* table;
+};
 
-template <size_t N>
-void CopyIn(std::array<uint8_t, N>& dst, const uint8_t* src) {
-  std::memcpy(dst.data(), src, N);
+template <typename T, typename M>
+constexpr Field<T, M> F(M T::*member, uint16_t byte, uint8_t bit, uint8_t width) {
+  return {member, byte, bit, width};
 }
-template <size_t N>
-void CopyOut(uint8_t* dst, const std::array<uint8_t, N>& src) {
-  std::memcpy(dst, src.data(), N);
+template <typename T, typename M>
+constexpr Field<T, M> Part(M T::*member, uint16_t byte, uint8_t width, uint8_t shift) {
+  return {member, byte, 0, width, shift, 0, false, true};
 }
-
-// A path of a REQ at data offset `p` (44 bytes).
-CmPath LoadPath(const uint8_t* p) {
-  CmPath c;
-  c.local_lid = LoadBe16(p + 0);
-  c.remote_lid = LoadBe16(p + 2);
-  std::memcpy(c.local_gid.data(), p + 4, 16);
-  std::memcpy(c.remote_gid.data(), p + 20, 16);
-  c.flow_label = LoadBe32(p + 36) >> 12;
-  c.packet_rate = GetBits(p[39], 2, 6);
-  c.traffic_class = p[40];
-  c.hop_limit = p[41];
-  c.sl = GetBits(p[42], 0, 4);
-  c.subnet_local = GetBits(p[42], 4, 1) != 0;
-  c.local_ack_timeout = GetBits(p[43], 0, 5);
-  return c;
+template <typename T, typename M>
+constexpr Field<T, M> Bounded(M T::*member, uint16_t byte, uint8_t bit, uint8_t width, uint64_t max, bool clamp) {
+  return {member, byte, bit, width, 0, max, clamp};
 }
-void StorePath(uint8_t* p, const CmPath& c, bool sap_supported) {
-  StoreBe16(p + 0, c.local_lid);
-  StoreBe16(p + 2, c.remote_lid);
-  std::memcpy(p + 4, c.local_gid.data(), 16);
-  std::memcpy(p + 20, c.remote_gid.data(), 16);
-  StoreBe32(p + 36, (c.flow_label & 0xFFFFF) << 12);
-  p[39] = PutBits(c.packet_rate, 2, 6);
-  p[40] = c.traffic_class;
-  p[41] = c.hop_limit;
-  p[42] = static_cast<uint8_t>(PutBits(c.sl, 0, 4) | PutBits(c.subnet_local, 4, 1));
-  p[43] = static_cast<uint8_t>(PutBits(c.local_ack_timeout, 0, 5) | PutBits(sap_supported, 5, 1));
-}
-
-Req LoadReq(const uint8_t* d) {
-  Req r;
-  r.local_comm_id = LoadBe32(d + 0);
-  r.vendor_id = LoadBe24(d + 5);
-  r.service_id = LoadBe64(d + 8);
-  r.local_ca_guid = LoadBe64(d + 16);
-  r.local_qkey = LoadBe32(d + 28);
-  r.local_qpn = LoadBe24(d + 32);
-  r.responder_resources = d[35];
-  r.local_eecn = LoadBe24(d + 36);
-  r.initiator_depth = d[39];
-  r.remote_eecn = LoadBe24(d + 40);
-  r.remote_cm_response_timeout = GetBits(d[43], 0, 5);
-  r.transport = static_cast<TransportType>(GetBits(d[43], 5, 2));
-  r.end_to_end_flow_control = GetBits(d[43], 7, 1) != 0;
-  r.starting_psn = LoadBe24(d + 44);
-  r.local_cm_response_timeout = GetBits(d[47], 0, 5);
-  r.retry_count = GetBits(d[47], 5, 3);
-  r.pkey = LoadBe16(d + 48);
-  r.path_mtu = GetBits(d[50], 0, 4);
-  r.rdc_exists = GetBits(d[50], 4, 1) != 0;
-  r.rnr_retry_count = GetBits(d[50], 5, 3);
-  r.max_cm_retries = GetBits(d[51], 0, 4);
-  r.srq = GetBits(d[51], 4, 1) != 0;
-  r.extended_transport = GetBits(d[51], 5, 3);
-  r.primary = LoadPath(d + 52);
-  r.alternate = LoadPath(d + 96);
-  r.sap_supported = GetBits(d[139], 5, 1) != 0;
-  CopyIn(r.private_data, d + 140);
-  return r;
-}
-void StoreReq(uint8_t* d, const Req& r) {
-  StoreBe32(d + 0, r.local_comm_id);
-  StoreBe24(d + 5, r.vendor_id & kMask24);
-  StoreBe64(d + 8, r.service_id);
-  StoreBe64(d + 16, r.local_ca_guid);
-  StoreBe32(d + 28, r.local_qkey);
-  StoreBe24(d + 32, r.local_qpn & kMask24);
-  d[35] = r.responder_resources;
-  StoreBe24(d + 36, r.local_eecn & kMask24);
-  d[39] = r.initiator_depth;
-  StoreBe24(d + 40, r.remote_eecn & kMask24);
-  d[43] = static_cast<uint8_t>(PutBits(r.remote_cm_response_timeout, 0, 5) |
-                               PutBits(static_cast<uint8_t>(r.transport), 5, 2) |
-                               PutBits(r.end_to_end_flow_control, 7, 1));
-  StoreBe24(d + 44, r.starting_psn & kMask24);
-  d[47] = static_cast<uint8_t>(PutBits(r.local_cm_response_timeout, 0, 5) | PutBits(r.retry_count, 5, 3));
-  StoreBe16(d + 48, r.pkey);
-  d[50] = static_cast<uint8_t>(PutBits(r.path_mtu, 0, 4) | PutBits(r.rdc_exists, 4, 1) |
-                               PutBits(r.rnr_retry_count, 5, 3));
-  d[51] = static_cast<uint8_t>(PutBits(r.max_cm_retries, 0, 4) | PutBits(r.srq, 4, 1) |
-                               PutBits(r.extended_transport, 5, 3));
-  StorePath(d + 52, r.primary, false);
-  StorePath(d + 96, r.alternate, r.sap_supported);
-  CopyOut(d + 140, r.private_data);
+template <typename T, size_t N>
+constexpr BytesField<T, N> B(std::array<uint8_t, N> T::*member, uint16_t byte) {
+  return {member, byte};
 }
 
-Rep LoadRep(const uint8_t* d) {
-  Rep r;
-  r.local_comm_id = LoadBe32(d + 0);
-  r.remote_comm_id = LoadBe32(d + 4);
-  r.local_qkey = LoadBe32(d + 8);
-  r.local_qpn = LoadBe24(d + 12);
-  r.vendor_id = (uint32_t{d[15]} << 16) | (uint32_t{d[19]} << 8) | d[23];
-  r.local_eecn = LoadBe24(d + 16);
-  r.starting_psn = LoadBe24(d + 20);
-  r.responder_resources = d[24];
-  r.initiator_depth = d[25];
-  r.target_ack_delay = GetBits(d[26], 0, 5);
-  r.failover_accepted = GetBits(d[26], 5, 2);
-  r.end_to_end_flow_control = GetBits(d[26], 7, 1) != 0;
-  r.rnr_retry_count = GetBits(d[27], 0, 3);
-  r.srq = GetBits(d[27], 3, 1) != 0;
-  r.local_ca_guid = LoadBe64(d + 28);
-  CopyIn(r.private_data, d + 36);
-  return r;
+template <typename T, typename M>
+bool LoadField(const uint8_t* d, T& obj, const Field<T, M>& f) {
+  const uint64_t v = GetField(d, f.byte, f.bit, f.width);
+  if (f.max != 0 && v > f.max) return false;
+  if constexpr (std::is_same_v<M, bool>) {
+    obj.*f.member = v != 0;
+  } else if (f.part) {
+    obj.*f.member = static_cast<M>(static_cast<uint64_t>(obj.*f.member) | (v << f.shift));
+  } else {
+    obj.*f.member = static_cast<M>(v);
+  }
+  return true;
 }
-void StoreRep(uint8_t* d, const Rep& r) {
-  StoreBe32(d + 0, r.local_comm_id);
-  StoreBe32(d + 4, r.remote_comm_id);
-  StoreBe32(d + 8, r.local_qkey);
-  StoreBe24(d + 12, r.local_qpn & kMask24);
-  d[15] = static_cast<uint8_t>(r.vendor_id >> 16);
-  StoreBe24(d + 16, r.local_eecn & kMask24);
-  d[19] = static_cast<uint8_t>(r.vendor_id >> 8);
-  StoreBe24(d + 20, r.starting_psn & kMask24);
-  d[23] = static_cast<uint8_t>(r.vendor_id);
-  d[24] = r.responder_resources;
-  d[25] = r.initiator_depth;
-  d[26] = static_cast<uint8_t>(PutBits(r.target_ack_delay, 0, 5) | PutBits(r.failover_accepted, 5, 2) |
-                               PutBits(r.end_to_end_flow_control, 7, 1));
-  d[27] = static_cast<uint8_t>(PutBits(r.rnr_retry_count, 0, 3) | PutBits(r.srq, 3, 1));
-  StoreBe64(d + 28, r.local_ca_guid);
-  CopyOut(d + 36, r.private_data);
+template <typename T, size_t N>
+bool LoadField(const uint8_t* d, T& obj, const BytesField<T, N>& f) {
+  std::memcpy((obj.*f.member).data(), d + f.byte, N);
+  return true;
+}
+template <typename T, typename... Fs>
+bool LoadFields(const uint8_t* d, T& obj, const std::tuple<Fs...>& table);
+template <typename T, typename M, typename Table>
+bool LoadField(const uint8_t* d, T& obj, const SubField<T, M, Table>& f) {
+  return LoadFields(d + f.byte, obj.*f.member, *f.table);
+}
+template <typename T, typename... Fs>
+bool LoadFields(const uint8_t* d, T& obj, const std::tuple<Fs...>& table) {
+  return std::apply([&](const auto&... f) { return (LoadField(d, obj, f) && ...); }, table);
+}
+
+template <typename T, typename M>
+void StoreField(uint8_t* d, const T& obj, const Field<T, M>& f) {
+  uint64_t v = static_cast<uint64_t>(obj.*f.member) >> f.shift;
+  if (f.clamp) v = std::min(v, f.max);
+  PutField(d, f.byte, f.bit, f.width, v);
+}
+template <typename T, size_t N>
+void StoreField(uint8_t* d, const T& obj, const BytesField<T, N>& f) {
+  std::memcpy(d + f.byte, (obj.*f.member).data(), N);
+}
+template <typename T, typename... Fs>
+void StoreFields(uint8_t* d, const T& obj, const std::tuple<Fs...>& table);
+template <typename T, typename M, typename Table>
+void StoreField(uint8_t* d, const T& obj, const SubField<T, M, Table>& f) {
+  StoreFields(d + f.byte, obj.*f.member, *f.table);
+}
+template <typename T, typename... Fs>
+void StoreFields(uint8_t* d, const T& obj, const std::tuple<Fs...>& table) {
+  std::apply([&](const auto&... f) { (StoreField(d, obj, f), ...); }, table);
+}
+
+constexpr uint64_t kMaxMsgRef = static_cast<uint64_t>(MsgRef::kOther);
+
+// A path of a REQ (44 bytes; table 99's primary/alternate fields).
+constexpr auto kPathFields = std::tuple{
+    F(&CmPath::local_lid, 0, 0, 16),    F(&CmPath::remote_lid, 2, 0, 16),  B(&CmPath::local_gid, 4),
+    B(&CmPath::remote_gid, 20),         F(&CmPath::flow_label, 36, 0, 20), F(&CmPath::packet_rate, 39, 2, 6),
+    F(&CmPath::traffic_class, 40, 0, 8), F(&CmPath::hop_limit, 41, 0, 8),  F(&CmPath::sl, 42, 0, 4),
+    F(&CmPath::subnet_local, 42, 4, 1), F(&CmPath::local_ack_timeout, 43, 0, 5),
+};
+
+constexpr auto kReqFields = std::tuple{
+    F(&Req::local_comm_id, 0, 0, 32),
+    F(&Req::vendor_id, 5, 0, 24),
+    F(&Req::service_id, 8, 0, 64),
+    F(&Req::local_ca_guid, 16, 0, 64),
+    F(&Req::local_qkey, 28, 0, 32),
+    F(&Req::local_qpn, 32, 0, 24),
+    F(&Req::responder_resources, 35, 0, 8),
+    F(&Req::local_eecn, 36, 0, 24),
+    F(&Req::initiator_depth, 39, 0, 8),
+    F(&Req::remote_eecn, 40, 0, 24),
+    F(&Req::remote_cm_response_timeout, 43, 0, 5),
+    F(&Req::transport, 43, 5, 2),
+    F(&Req::end_to_end_flow_control, 43, 7, 1),
+    F(&Req::starting_psn, 44, 0, 24),
+    F(&Req::local_cm_response_timeout, 47, 0, 5),
+    F(&Req::retry_count, 47, 5, 3),
+    F(&Req::pkey, 48, 0, 16),
+    F(&Req::path_mtu, 50, 0, 4),
+    F(&Req::rdc_exists, 50, 4, 1),
+    F(&Req::rnr_retry_count, 50, 5, 3),
+    F(&Req::max_cm_retries, 51, 0, 4),
+    F(&Req::srq, 51, 4, 1),
+    F(&Req::extended_transport, 51, 5, 3),
+    SubField<Req, CmPath, decltype(kPathFields)>{&Req::primary, 52, &kPathFields},
+    SubField<Req, CmPath, decltype(kPathFields)>{&Req::alternate, 96, &kPathFields},
+    F(&Req::sap_supported, 139, 5, 1),  // in the alternate path's last byte
+    B(&Req::private_data, 140),
+};
+
+constexpr auto kMraFields = std::tuple{
+    F(&Mra::local_comm_id, 0, 0, 32),
+    F(&Mra::remote_comm_id, 4, 0, 32),
+    Bounded(&Mra::message_mraed, 8, 0, 2, kMaxMsgRef, false),
+    F(&Mra::service_timeout, 9, 0, 5),
+    B(&Mra::private_data, 10),
+};
+
+constexpr auto kRejFields = std::tuple{
+    F(&Rej::local_comm_id, 0, 0, 32),
+    F(&Rej::remote_comm_id, 4, 0, 32),
+    Bounded(&Rej::message_rejected, 8, 0, 2, kMaxMsgRef, false),
+    Bounded(&Rej::ari_length, 9, 0, 7, kRejAriSize, true),
+    F(&Rej::reason, 10, 0, 16),
+    B(&Rej::ari, 12),
+    B(&Rej::private_data, 84),
+};
+
+constexpr auto kRepFields = std::tuple{
+    F(&Rep::local_comm_id, 0, 0, 32),
+    F(&Rep::remote_comm_id, 4, 0, 32),
+    F(&Rep::local_qkey, 8, 0, 32),
+    F(&Rep::local_qpn, 12, 0, 24),
+    Part(&Rep::vendor_id, 15, 8, 16),  // ECE: the vendor id's bytes after the QPN, EECN and PSN
+    F(&Rep::local_eecn, 16, 0, 24),
+    Part(&Rep::vendor_id, 19, 8, 8),
+    F(&Rep::starting_psn, 20, 0, 24),
+    Part(&Rep::vendor_id, 23, 8, 0),
+    F(&Rep::responder_resources, 24, 0, 8),
+    F(&Rep::initiator_depth, 25, 0, 8),
+    F(&Rep::target_ack_delay, 26, 0, 5),
+    F(&Rep::failover_accepted, 26, 5, 2),
+    F(&Rep::end_to_end_flow_control, 26, 7, 1),
+    F(&Rep::rnr_retry_count, 27, 0, 3),
+    F(&Rep::srq, 27, 3, 1),
+    F(&Rep::local_ca_guid, 28, 0, 64),
+    B(&Rep::private_data, 36),
+};
+
+constexpr auto kRtuFields = std::tuple{
+    F(&Rtu::local_comm_id, 0, 0, 32),
+    F(&Rtu::remote_comm_id, 4, 0, 32),
+    B(&Rtu::private_data, 8),
+};
+
+constexpr auto kDreqFields = std::tuple{
+    F(&Dreq::local_comm_id, 0, 0, 32),
+    F(&Dreq::remote_comm_id, 4, 0, 32),
+    F(&Dreq::remote_qpn, 8, 0, 24),
+    B(&Dreq::private_data, 12),
+};
+
+constexpr auto kDrepFields = std::tuple{
+    F(&Drep::local_comm_id, 0, 0, 32),
+    F(&Drep::remote_comm_id, 4, 0, 32),
+    B(&Drep::private_data, 8),
+};
+
+constexpr auto kSidrReqFields = std::tuple{
+    F(&SidrReq::request_id, 0, 0, 32),
+    F(&SidrReq::pkey, 4, 0, 16),
+    F(&SidrReq::service_id, 8, 0, 64),
+    B(&SidrReq::private_data, 16),
+};
+
+constexpr auto kSidrRepFields = std::tuple{
+    F(&SidrRep::request_id, 0, 0, 32),
+    Bounded(&SidrRep::status, 4, 0, 8, static_cast<uint64_t>(SidrStatus::kUnsupportedVersion), false),
+    Bounded(&SidrRep::info_length, 5, 0, 8, kSidrRepInfoSize, true),
+    Part(&SidrRep::vendor_id, 6, 16, 8),  // ECE: bytes 6-7 and 11
+    F(&SidrRep::qpn, 8, 0, 24),
+    Part(&SidrRep::vendor_id, 11, 8, 0),
+    F(&SidrRep::service_id, 12, 0, 64),
+    F(&SidrRep::qkey, 20, 0, 32),
+    B(&SidrRep::info, 24),
+    B(&SidrRep::private_data, 96),
+};
+
+// Each message's table.
+template <typename T>
+constexpr int kLayout = 0;  // every message has its specialisation below
+template <> constexpr const auto& kLayout<Req> = kReqFields;
+template <> constexpr const auto& kLayout<Mra> = kMraFields;
+template <> constexpr const auto& kLayout<Rej> = kRejFields;
+template <> constexpr const auto& kLayout<Rep> = kRepFields;
+template <> constexpr const auto& kLayout<Rtu> = kRtuFields;
+template <> constexpr const auto& kLayout<Dreq> = kDreqFields;
+template <> constexpr const auto& kLayout<Drep> = kDrepFields;
+template <> constexpr const auto& kLayout<SidrReq> = kSidrReqFields;
+template <> constexpr const auto& kLayout<SidrRep> = kSidrRepFields;
+
+template <typename T>
+bool LoadBody(const uint8_t* d, CmBody& body) {
+  T m;
+  if (!LoadFields(d, m, kLayout<T>)) return false;
+  body = m;
+  return true;
 }
 
 bool ParseBody(AttrId id, const uint8_t* d, CmBody& body) {
   switch (id) {
-    case AttrId::kReq:
-      body = LoadReq(d);
-      return true;
-    case AttrId::kMra: {
-      Mra m;
-      m.local_comm_id = LoadBe32(d + 0);
-      m.remote_comm_id = LoadBe32(d + 4);
-      const uint8_t ref = GetBits(d[8], 0, 2);
-      if (ref > 2) return false;
-      m.message_mraed = static_cast<MsgRef>(ref);
-      m.service_timeout = GetBits(d[9], 0, 5);
-      CopyIn(m.private_data, d + 10);
-      body = m;
-      return true;
-    }
-    case AttrId::kRej: {
-      Rej r;
-      r.local_comm_id = LoadBe32(d + 0);
-      r.remote_comm_id = LoadBe32(d + 4);
-      const uint8_t ref = GetBits(d[8], 0, 2);
-      if (ref > 2) return false;
-      r.message_rejected = static_cast<MsgRef>(ref);
-      r.ari_length = GetBits(d[9], 0, 7);
-      if (r.ari_length > kRejAriSize) return false;
-      r.reason = LoadBe16(d + 10);
-      CopyIn(r.ari, d + 12);
-      CopyIn(r.private_data, d + 84);
-      body = r;
-      return true;
-    }
-    case AttrId::kRep:
-      body = LoadRep(d);
-      return true;
-    case AttrId::kRtu: {
-      Rtu r;
-      r.local_comm_id = LoadBe32(d + 0);
-      r.remote_comm_id = LoadBe32(d + 4);
-      CopyIn(r.private_data, d + 8);
-      body = r;
-      return true;
-    }
-    case AttrId::kDreq: {
-      Dreq r;
-      r.local_comm_id = LoadBe32(d + 0);
-      r.remote_comm_id = LoadBe32(d + 4);
-      r.remote_qpn = LoadBe24(d + 8);
-      CopyIn(r.private_data, d + 12);
-      body = r;
-      return true;
-    }
-    case AttrId::kDrep: {
-      Drep r;
-      r.local_comm_id = LoadBe32(d + 0);
-      r.remote_comm_id = LoadBe32(d + 4);
-      CopyIn(r.private_data, d + 8);
-      body = r;
-      return true;
-    }
-    case AttrId::kSidrReq: {
-      SidrReq r;
-      r.request_id = LoadBe32(d + 0);
-      r.pkey = LoadBe16(d + 4);
-      r.service_id = LoadBe64(d + 8);
-      CopyIn(r.private_data, d + 16);
-      body = r;
-      return true;
-    }
-    case AttrId::kSidrRep: {
-      SidrRep r;
-      r.request_id = LoadBe32(d + 0);
-      if (d[4] > static_cast<uint8_t>(SidrStatus::kUnsupportedVersion)) return false;
-      r.status = static_cast<SidrStatus>(d[4]);
-      r.info_length = d[5];
-      if (r.info_length > kSidrRepInfoSize) return false;
-      r.vendor_id = (uint32_t{LoadBe16(d + 6)} << 8) | d[11];
-      r.qpn = LoadBe24(d + 8);
-      r.service_id = LoadBe64(d + 12);
-      r.qkey = LoadBe32(d + 20);
-      CopyIn(r.info, d + 24);
-      CopyIn(r.private_data, d + 96);
-      body = r;
-      return true;
-    }
-    default:
-      return false;
+    case AttrId::kReq: return LoadBody<Req>(d, body);
+    case AttrId::kMra: return LoadBody<Mra>(d, body);
+    case AttrId::kRej: return LoadBody<Rej>(d, body);
+    case AttrId::kRep: return LoadBody<Rep>(d, body);
+    case AttrId::kRtu: return LoadBody<Rtu>(d, body);
+    case AttrId::kDreq: return LoadBody<Dreq>(d, body);
+    case AttrId::kDrep: return LoadBody<Drep>(d, body);
+    case AttrId::kSidrReq: return LoadBody<SidrReq>(d, body);
+    case AttrId::kSidrRep: return LoadBody<SidrRep>(d, body);
+    default: return false;
   }
 }
 
 struct StoreVisitor {
   uint8_t* d;
-  void operator()(const Req& r) const { StoreReq(d, r); }
-  void operator()(const Mra& m) const {
-    StoreBe32(d + 0, m.local_comm_id);
-    StoreBe32(d + 4, m.remote_comm_id);
-    d[8] = PutBits(static_cast<uint8_t>(m.message_mraed), 0, 2);
-    d[9] = PutBits(m.service_timeout, 0, 5);
-    CopyOut(d + 10, m.private_data);
-  }
-  void operator()(const Rej& r) const {
-    StoreBe32(d + 0, r.local_comm_id);
-    StoreBe32(d + 4, r.remote_comm_id);
-    d[8] = PutBits(static_cast<uint8_t>(r.message_rejected), 0, 2);
-    d[9] = PutBits(std::min<uint8_t>(r.ari_length, kRejAriSize), 0, 7);
-    StoreBe16(d + 10, r.reason);
-    CopyOut(d + 12, r.ari);
-    CopyOut(d + 84, r.private_data);
-  }
-  void operator()(const Rep& r) const { StoreRep(d, r); }
-  void operator()(const Rtu& r) const {
-    StoreBe32(d + 0, r.local_comm_id);
-    StoreBe32(d + 4, r.remote_comm_id);
-    CopyOut(d + 8, r.private_data);
-  }
-  void operator()(const Dreq& r) const {
-    StoreBe32(d + 0, r.local_comm_id);
-    StoreBe32(d + 4, r.remote_comm_id);
-    StoreBe24(d + 8, r.remote_qpn & kMask24);
-    CopyOut(d + 12, r.private_data);
-  }
-  void operator()(const Drep& r) const {
-    StoreBe32(d + 0, r.local_comm_id);
-    StoreBe32(d + 4, r.remote_comm_id);
-    CopyOut(d + 8, r.private_data);
-  }
-  void operator()(const SidrReq& r) const {
-    StoreBe32(d + 0, r.request_id);
-    StoreBe16(d + 4, r.pkey);
-    StoreBe64(d + 8, r.service_id);
-    CopyOut(d + 16, r.private_data);
-  }
-  void operator()(const SidrRep& r) const {
-    StoreBe32(d + 0, r.request_id);
-    d[4] = static_cast<uint8_t>(r.status);
-    d[5] = std::min<uint8_t>(r.info_length, kSidrRepInfoSize);
-    StoreBe16(d + 6, static_cast<uint16_t>(r.vendor_id >> 8));
-    StoreBe24(d + 8, r.qpn & kMask24);
-    d[11] = static_cast<uint8_t>(r.vendor_id);
-    StoreBe64(d + 12, r.service_id);
-    StoreBe32(d + 20, r.qkey);
-    CopyOut(d + 24, r.info);
-    CopyOut(d + 96, r.private_data);
+  template <typename T>
+  void operator()(const T& m) const {
+    StoreFields(d, m, kLayout<T>);
   }
 };
 

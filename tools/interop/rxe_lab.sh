@@ -5,6 +5,8 @@
 # the wire is captured and checked. Opt-in (slow: the guests are emulated);
 # not part of .ci/run. Needs root.
 #   bash tools/interop/rxe_lab.sh [results.md]
+# It rewrites only its own section of the results file (tools/interop/section.sh);
+# tools/interop/rxe_cm_lab.sh writes the rdma_cm/UD one.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 lab=${ROCELAB:-$root/../shared/rocelab/rocelab}
@@ -66,8 +68,9 @@ pcap=${ROCELAB_DIR:-/var/tmp/rocelab}/pcaps/interop.pcap
 check=$("$build/apps/pcap/droce-pcap" check "$pcap" 2>&1 | head -1)
 echo "$check"
 
+. "$root/tools/interop/section.sh"
 {
-  echo "# Interop with Linux Soft-RoCE (rxe)"
+  echo "## RC verbs programs (\`tools/interop/rxe_lab.sh\`)"
   echo
   echo "Run by \`tools/interop/rxe_lab.sh\` on $(date -u +%Y-%m-%d): droce (af_packet on the lab's lab0, path MTU 1024)"
   echo "against rxe in a Debian 12 guest (kernel $guest_kernel, rdma-core 44) of \`shared/rocelab\`,"
@@ -82,5 +85,5 @@ echo "$check"
   echo "Capture of the whole session checked by droce-pcap (every RoCE frame parsed, ICRC verified):"
   echo
   echo "    $check"
-} >"$out"
-echo "wrote $out"
+} | replace_section "$out" rxe_lab.sh
+echo "wrote its section of $out"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# rdma_cm and UD interop with real Linux Soft-RoCE (rxe, kernel 6.1) in the
+# workplace lab's VM (../shared/rocelab): droce0 is a fabric device whose
+# daemon's uplink is DPDK af_packet on the lab's lab0 (so droced plays the
+# kernel's CM on QP1, doc/cm.md), with lab0's MAC and 192.168.77.2; rping,
+# perftest -R, udaddy (SIDR) and ibv_ud_pingpong run unmodified against rxe
+# in both roles; the wire is captured and checked. Opt-in (slow: the guest is
+# emulated); not part of CI. Needs root.
+#   bash tools/interop/rxe_cm_lab.sh [results.md]
+# It rewrites only its own section of the results file (tools/interop/section.sh).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+lab=${ROCELAB:-$root/../shared/rocelab/rocelab}
+build=${BUILD:-$root/build}
+ctl="$build/apps/ctl/droce-ctl"
+out=${1:-$root/doc/interop-rxe.md}
+[ -x "$lab" ] || { echo "no lab tool at $lab (set ROCELAB)" >&2; exit 2; }
+export ROCELAB_ACCEL=${ROCELAB_ACCEL:-tcg}  # KVM guests never booted on these machines
+export DROCE_RUN_DIR=$(mktemp -d /tmp/droce-cminterop.XXXXXX)
+"$lab" build >/dev/null || exit 2
+"$lab" status >/dev/null 2>&1 || "$lab" up 1 || exit 2
+trap '"$lab" down >/dev/null 2>&1; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
+mac=$("$lab" ns cat /sys/class/net/lab0/address)
+# The daemon starts inside the netns (its af_packet socket opens there); it
+# answers ARP for 192.168.77.2 out of the uplink and ARPs for the guest.
+ip netns exec rocelab env DROCE_RUN_DIR="$DROCE_RUN_DIR" DROCED_UPLINK="vdev:net_af_packet_up,iface=lab0" \
+  "$ctl" link add droce0 ip 192.168.77.2 mac "$mac" mtu 1024 || exit 2
+env_droce=$("$ctl" env | sed 's/^export //' | tr '\n' ' ')
+droce() { ip netns exec rocelab env $env_droce timeout 120 bash -c "$1"; }
+# The guest has librdmacm but not its utilities: the host's (same Debian 12
+# build) from the share.
+share=${ROCELAB_DIR:-/var/tmp/rocelab}/share
+mkdir -p "$share/bin"
+for p in rping udaddy ucmatose; do cp "$(command -v $p)" "$share/bin/" || exit 2; done
+
+results=()
+record() { results+=("| $1 | $2 | $3 |"); echo "== $1 ($2): $3"; }
+summary() { grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+|return status [0-9]+|rdma-ping-[0-9]+' | tail -1 | tr -s ' '; }
+# rxe serves, droce connects; `wait_port` waits for a TCP port in the guest
+# (the side channel of ibv_ud_pingpong), else for a LISTEN cm_id in the guest.
+rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
+  local j; j=$("$lab" bg 1 "$2")
+  if [ -n "${4:-}" ]; then
+    "$lab" waitport 1 "$4" 60 >/dev/null
+  else  # an rdma_cm listener: the guest's rdma tool lists it (a fixed wait was too short under load)
+    for _ in $(seq 60); do "$lab" exec 1 'rdma res show cm_id | grep -q LISTEN' >/dev/null 2>&1 && break; sleep 1; done
+    sleep 1
+  fi
+  local o; o=$(droce "$3" 2>&1); local rc=$?
+  local g; g=$("$lab" wait "$j" 120 2>&1); local grc=$?
+  echo "$o" | tail -3; echo "$g" | tail -3
+  record "$1" "rxe server, droce client" "$([ $rc -eq 0 ] && [ $grc -eq 0 ] && echo pass || echo "FAIL ($rc/$grc)") $(echo "$o" | summary)"
+}
+droce_server() {  # name, droce cmd, guest cmd
+  droce "$2" >"$DROCE_RUN_DIR/srv.log" 2>&1 &
+  local pid=$!
+  sleep 4
+  local g; g=$("$lab" exec -t 120 1 "$3" 2>&1); local grc=$?
+  wait $pid; local rc=$?
+  tail -3 "$DROCE_RUN_DIR/srv.log"; echo "$g" | tail -3
+  record "$1" "droce server, rxe client" "$([ $rc -eq 0 ] && [ $grc -eq 0 ] && echo pass || echo "FAIL ($rc/$grc)") $(echo "$g" | summary)"
+}
+
+guest_kernel=$("$lab" exec 1 'uname -r' 2>/dev/null | tail -1)
+"$lab" capture start cminterop 'udp port 4791 or arp' >/dev/null
+rb=/mnt/share/bin
+rxe_server "rping -v -C 10" "$rb/rping -s -a 192.168.77.11 -v -C 10" "rping -c -a 192.168.77.11 -v -C 10"
+droce_server "rping -v -C 10" "rping -s -a 192.168.77.2 -v -C 10" "$rb/rping -c -a 192.168.77.2 -v -C 10"
+rxe_server "rping -C 10 -S 4000" "$rb/rping -s -a 192.168.77.11 -C 10 -S 4000" "rping -c -a 192.168.77.11 -C 10 -S 4000 -v"
+droce_server "rping -C 10 -S 4000" "rping -s -a 192.168.77.2 -C 10 -S 4000" "$rb/rping -c -a 192.168.77.2 -C 10 -S 4000 -v"
+rxe_server "ib_send_bw -R" "ib_send_bw -d rxe0 -R -F -m 1024 -D 5" "ib_send_bw -d droce0 -R -F -m 1024 -D 5 192.168.77.11"
+droce_server "ib_send_bw -R" "ib_send_bw -d droce0 -R -F -m 1024 -D 5" "ib_send_bw -d rxe0 -R -F -m 1024 -D 5 192.168.77.2"
+rxe_server "ib_write_bw -R" "ib_write_bw -d rxe0 -R -F -m 1024 -D 5" "ib_write_bw -d droce0 -R -F -m 1024 -D 5 192.168.77.11"
+droce_server "ib_write_bw -R" "ib_write_bw -d droce0 -R -F -m 1024 -D 5" "ib_write_bw -d rxe0 -R -F -m 1024 -D 5 192.168.77.2"
+rxe_server "udaddy (UD, SIDR)" "$rb/udaddy -b 192.168.77.11" "udaddy -s 192.168.77.11"
+droce_server "udaddy (UD, SIDR)" "udaddy -b 192.168.77.2" "$rb/udaddy -s 192.168.77.2"
+rxe_server "ibv_ud_pingpong (UD, no CM)" "ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 200" \
+  "ibv_ud_pingpong -d droce0 -g 1 -s 512 -n 200 192.168.77.11" 18515
+droce_server "ibv_ud_pingpong (UD, no CM)" "ibv_ud_pingpong -d droce0 -g 1 -s 512 -n 200" \
+  "ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 200 192.168.77.1"
+# A port nobody listens on: REJ "invalid service ID" (8) both ways, at once.
+o=$(droce "rping -c -a 192.168.77.11 -p 7999 -C 1 -v" 2>&1)
+record "rping to a closed port" "droce client, rxe host" "$(echo "$o" | grep -q 'REJECTED, error 8\|connect error' && echo "pass (rejected)" || echo FAIL)"
+g=$("$lab" exec -t 30 1 "$rb/rping -c -a 192.168.77.2 -p 7999 -C 1 -v" 2>&1)
+record "rping to a closed port" "rxe client, droce host" "$(echo "$g" | grep -q 'REJECTED, error 8' && echo "pass (REJECTED 8)" || echo FAIL)"
+"$lab" capture stop cminterop
+pcap=${ROCELAB_DIR:-/var/tmp/rocelab}/pcaps/cminterop.pcap
+check=$("$build/apps/pcap/droce-pcap" check "$pcap" 2>&1 | head -1)
+echo "$check"
+cmline=$("$ctl" daemon status | grep '^cm:')
+echo "$cmline"
+# The CM MADs of both ends by attribute, and anything Wireshark's CM
+# dissector calls malformed.
+mads=""
+if command -v tshark >/dev/null; then
+  mads=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid' -T fields -e infiniband.mad.attributeid -e ip.src 2>/dev/null |
+    awk '{n[$1" from "$2]++} END {for (k in n) printf "%s %d; ", k, n[k]}')
+  malformed=$(tshark -r "$pcap" -Y '_ws.malformed' 2>/dev/null | wc -l)
+  mads="$mads malformed (Wireshark): $malformed"
+fi
+
+. "$root/tools/interop/section.sh"
+{
+  echo "## rdma_cm and UD (\`tools/interop/rxe_cm_lab.sh\`)"
+  echo
+  echo "Run by \`tools/interop/rxe_cm_lab.sh\` on $(date -u +%Y-%m-%d): droce0 a fabric device (doc/droced.md)"
+  echo "whose droced has an af_packet uplink on the lab's lab0 (lab0's MAC, 192.168.77.2, path MTU 1024),"
+  echo "so droced is the CM on QP1 (doc/cm.md), against rxe (kernel $guest_kernel, rdma-core 44, the"
+  echo "kernel's ib_cm/rdma_cm) in the guest; unmodified programs on both sides (the guest runs the host's"
+  echo "Debian rdmacm-utils binaries from the share). Results: the last rping line, udaddy's status, perftest's"
+  echo "bytes, iterations, peak and average MB/s, pingpong time per iteration (TCG: speeds mean nothing)."
+  echo
+  echo "| program | roles | result |"
+  echo "| --- | --- | --- |"
+  printf '%s\n' "${results[@]}"
+  echo
+  echo "Capture of the session checked by droce-pcap (every RoCE frame parsed, ICRC verified):"
+  echo
+  echo "    $check"
+  echo
+  echo "droced's CM afterwards (every MAD rxe sent parsed: no malformed-MAD or GSI drop reason listed):"
+  echo
+  echo "    $cmline"
+  if [ -n "$mads" ]; then
+    echo
+    echo "CM MADs in the capture by attribute id and sender (tshark):"
+    echo
+    echo "    $mads"
+  fi
+} | replace_section "$out" rxe_cm_lab.sh
+echo "wrote its section of $out"

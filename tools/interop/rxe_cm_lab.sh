@@ -3,7 +3,8 @@
 # workplace lab's VM (../shared/rocelab): droce0 is a fabric device whose
 # daemon's uplink is DPDK af_packet on the lab's lab0 (so droced plays the
 # kernel's CM on QP1, doc/cm.md), with lab0's MAC and 192.168.77.2; rping,
-# perftest -R, udaddy (SIDR) and ibv_ud_pingpong run unmodified against rxe
+# perftest -R, ucmatose, rdma_server/rdma_client, rstream, udaddy (SIDR) and
+# ibv_ud_pingpong run unmodified against rxe
 # in both roles; the wire is captured and checked. Opt-in (slow: the guest is
 # emulated); not part of CI. Needs root.
 #   bash tools/interop/rxe_cm_lab.sh [results.md]
@@ -31,11 +32,14 @@ droce() { ip netns exec rocelab env $env_droce timeout 120 bash -c "$1"; }
 # build) from the share.
 share=${ROCELAB_DIR:-/var/tmp/rocelab}/share
 mkdir -p "$share/bin"
-for p in rping udaddy ucmatose; do cp "$(command -v $p)" "$share/bin/" || exit 2; done
+for p in rping udaddy ucmatose rdma_server rdma_client rstream; do cp "$(command -v $p)" "$share/bin/" || exit 2; done
 
 results=()
 record() { results+=("| $1 | $2 | $3 |"); echo "== $1 ($2): $3"; }
-summary() { grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+|return status [0-9]+|rdma-ping-[0-9]+' | tail -1 | tr -s ' '; }
+summary() {
+  grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+|return status [0-9]+|rdma-ping-[0-9]+|rdma_client: end [0-9-]+|^custom .*' |
+    tail -1 | tr -s ' '
+}
 # rxe serves, droce connects; `wait_port` waits for a TCP port in the guest
 # (the side channel of ibv_ud_pingpong), else for a LISTEN cm_id in the guest.
 # perftest -R connects twice (an exchange, then the data connection), and its
@@ -88,6 +92,12 @@ rxe_server "ib_send_bw -R" "ib_send_bw -d rxe0 -R -F -m 1024 -D 5" "ib_send_bw -
 droce_server "ib_send_bw -R" "ib_send_bw -d droce0 -R -F -m 1024 -D 5" "ib_send_bw -d rxe0 -R -F -m 1024 -D 5 192.168.77.2"
 rxe_server "ib_write_bw -R" "ib_write_bw -d rxe0 -R -F -m 1024 -D 5" "ib_write_bw -d droce0 -R -F -m 1024 -D 5 192.168.77.11"
 droce_server "ib_write_bw -R" "ib_write_bw -d droce0 -R -F -m 1024 -D 5" "ib_write_bw -d rxe0 -R -F -m 1024 -D 5 192.168.77.2"
+rxe_server "ucmatose -c 2" "$rb/ucmatose -b 192.168.77.11 -c 2" "ucmatose -s 192.168.77.11 -c 2"
+droce_server "ucmatose -c 2" "ucmatose -b 192.168.77.2 -c 2" "$rb/ucmatose -s 192.168.77.2 -c 2"
+rxe_server "rdma_server / rdma_client" "$rb/rdma_server -s 192.168.77.11" "rdma_client -s 192.168.77.11"
+droce_server "rdma_server / rdma_client" "rdma_server -s 192.168.77.2" "$rb/rdma_client -s 192.168.77.2"
+rxe_server "rstream (rsockets)" "$rb/rstream -b 192.168.77.11 -S 4096 -C 200" "rstream -s 192.168.77.11 -S 4096 -C 200"
+droce_server "rstream (rsockets)" "rstream -b 192.168.77.2 -S 4096 -C 200" "$rb/rstream -s 192.168.77.2 -S 4096 -C 200"
 rxe_server "udaddy (UD, SIDR)" "$rb/udaddy -b 192.168.77.11" "udaddy -s 192.168.77.11"
 droce_server "udaddy (UD, SIDR)" "udaddy -b 192.168.77.2" "$rb/udaddy -s 192.168.77.2"
 rxe_server "ibv_ud_pingpong (UD, no CM)" "ibv_ud_pingpong -d rxe0 -g 1 -s 512 -n 200" \

@@ -334,8 +334,11 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
           if (d >= 0) {
             from.ip = dst.ip;
           } else if (!devices_.empty()) {
+            // The first address of the destination's family; for IPv6 of its
+            // scope too (a link-local source only for a link-local peer).
+            auto link_local = [](const cm::IpAddr& a) { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; };
             for (const cm::Gid& g : devices_[0].gids) {
-              if (IsIpv4MappedGid(g) != dst.v6) {
+              if (IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
                 if (!dst.v6) std::memcpy(from.ip.data() + 12, g.data() + 12, 4); else from.ip = g;
                 break;
               }
@@ -360,8 +363,9 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       // on the source's device to the group's MAC, as Linux's neighbour
       // lookup maps it; rdma_join_multicast follows.
       const bool mcast = IsMulticastIp(dst.v6, dst.ip);
-      // Another host's IPv4 address: through the uplink, by ARP.
-      const bool remote = dst_dev < 0 && !mcast && !dst.v6 && resolve_ != nullptr;
+      // Another host's address: through the uplink, by ARP (IPv4) or
+      // neighbour solicitation (IPv6).
+      const bool remote = dst_dev < 0 && !mcast && resolve_ != nullptr;
       if (id->device < 0 || (dst_dev < 0 && !mcast && !remote) || dst.v6 != id->src.v6) {
         // No droce device reaches it (and no uplink): ADDR_ERROR, as Linux
         // reports an unreachable destination.

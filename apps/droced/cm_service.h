@@ -81,16 +81,18 @@ class CmService {
   void SetDevices(std::vector<CmDevice> devices) { devices_ = std::move(devices); }
 
   // Addresses beyond the fabric's devices, reached through the daemon's
-  // uplink (doc/droced.md "Uplinks"): RESOLVE_IP for such an IPv4 address
-  // asks `resolve` (the daemon sends an ARP request out of the uplink from
-  // device `device`, source address `source`) and completes when
+  // uplink (doc/droced.md "Uplinks"): RESOLVE_IP for such an address asks
+  // `resolve` (the daemon sends an ARP request or, for IPv6, a neighbour
+  // solicitation out of the uplink from device `device`, source address
+  // `source`) and completes when
   // LearnNeighbour hears the answer, or fails with ADDR_ERROR -ETIMEDOUT
   // after the command's timeout (the request is repeated every second), as
   // Linux's rdma_resolve_addr does over its neighbour table. Without a
   // resolver such a destination is ADDR_ERROR -EHOSTUNREACH at once.
   using ResolveFn = std::function<void(int device, const cm::Gid& source, const cm::Gid& target)>;
   void SetResolver(ResolveFn resolve) { resolve_ = std::move(resolve); }
-  // An IP-to-MAC binding heard on the uplink (an ARP request or reply's sender).
+  // An IP-to-MAC binding heard on the uplink (an ARP request or reply's
+  // sender, a neighbour advertisement's target, a solicitation's source).
   void LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms);
   const std::vector<CmDevice>& devices() const { return devices_; }
 

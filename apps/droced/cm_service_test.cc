@@ -487,6 +487,40 @@ TEST_F(CmServiceTest, AnotherHostsAddressIsResolvedByArpThroughTheUplink) {
   EXPECT_EQ(arps.size(), 4u);  // the first request and one repeat in 1.5 s
 }
 
+// The same over IPv6: a global source address (not the link-local GID 0)
+// and a neighbour solicitation's answer.
+TEST_F(CmServiceTest, AnotherHostsIpv6AddressIsResolvedThroughTheUplink) {
+  const cm::Gid ours = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const cm::Gid theirs = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3};
+  CmDevice d = Dev("droce0", 1, 0x0a000001);
+  d.gids.push_back(ours);
+  cm_.SetDevices({d});
+  std::vector<std::pair<cm::Gid, cm::Gid>> asked;
+  cm_.SetResolver([&](int, const cm::Gid& src, const cm::Gid& dst) { asked.emplace_back(src, dst); });
+  const uint32_t id = CreateId(kClient, 0xC000);
+  rdma_ucm_resolve_ip r{};
+  r.id = id;
+  r.timeout_ms = 2000;
+  r.dst_addr.sin6_family = AF_INET6;
+  r.dst_addr.sin6_port = htons(7174);
+  std::memcpy(&r.dst_addr.sin6_addr, theirs.data(), 16);
+  ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].first, ours);  // not fe80::...: a global peer gets a global source
+  EXPECT_EQ(asked[0].second, theirs);
+  EXPECT_FALSE(GetEvent(kClient).has_value());
+  cm_.LearnNeighbour(theirs, {0x02, 0, 0, 0, 0, 0x33}, now_);
+  auto e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_ROUTE, rdma_ucm_resolve_route{id, 2000}).error, 0);
+  ASSERT_TRUE(GetEvent(kClient).has_value());
+  Connect(id, 0x401);
+  ASSERT_EQ(wire_.size(), 1u);
+  EXPECT_EQ(std::get<1>(wire_.front()).src_gid, ours);
+  EXPECT_EQ(std::get<1>(wire_.front()).dst_gid, theirs);
+}
+
 TEST_F(CmServiceTest, BadCommandsAreRefused) {
   // Short, long and unknown commands.
   std::vector<uint8_t> shorty(4, 0);

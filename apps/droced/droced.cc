@@ -51,6 +51,7 @@
 #include "drivers/ethdev/unmap_guard.h"
 #include "pktio/burst_io.h"
 #include "wire/arp.h"
+#include "wire/nd.h"
 #include "wire/headers.h"
 
 namespace droce::droced {
@@ -730,10 +731,27 @@ class Daemon {
   }
 
   // The CM's neighbour resolution over the uplink: an ARP request from the
-  // device for `target` (IPv4-mapped GIDs); the answer is heard by CmSnoopArp.
+  // device for `target` (an IPv4-mapped GID), or a neighbour solicitation to
+  // its solicited-node group (RFC 4861 7.2.2); the answer is heard by CmSnoopArp.
   void CmArp(int dev, const cm::Gid& source, const cm::Gid& target) {
     if (dev < 0 || static_cast<size_t>(dev) >= state_.devices().size()) return;
     const FabricDevice& d = state_.devices()[dev];
+    if (!IsIpv4MappedGid(target)) {
+      wire::NdPacket ns;
+      ns.type = wire::kNdSolicit;
+      std::memcpy(ns.eth_src.data(), d.mac.data(), 6);
+      ns.src = source;
+      ns.dst = wire::SolicitedNodeMulticast(target);
+      ns.eth_dst = wire::MulticastMac(ns.dst);
+      ns.target = target;
+      ns.has_lla = true;
+      ns.lla = ns.eth_src;
+      uint8_t buf[wire::kNdFrameMaxBytes];
+      const uint32_t len = wire::BuildNd(ns, d.vlan, d.vlan_tci, buf);
+      if (trace_ != nullptr) TraceBytes(buf, len);
+      SendToUplink(buf, len);
+      return;
+    }
     wire::ArpPacket a;
     a.op = wire::kArpRequest;
     std::memcpy(a.sender_mac.data(), d.mac.data(), 6);
@@ -745,15 +763,32 @@ class Daemon {
     SendToUplink(buf, len);
   }
 
-  // Every ARP from the uplink tells the CM where its sender is (Linux's
-  // neighbour table learns the same way).
+  // Every ARP and every valid NS/NA with a link-layer address from the
+  // uplink tells the CM where a host is (Linux's neighbour table learns the
+  // same way): an ARP's sender, an NA's target, an NS's source.
   void CmSnoopArp(const uint8_t* frame, uint32_t len) {
-    wire::ArpPacket a;
-    if (!wire::ParseArp(frame, len, &a) || a.sender_ip == 0) return;
     cm::Gid g{};
-    g[10] = g[11] = 0xFF;
-    wire::StoreBe32(g.data() + 12, a.sender_ip);
-    cm_.LearnNeighbour(g, a.sender_mac, NowNs() / 1'000'000);
+    std::array<uint8_t, 6> mac{};
+    wire::ArpPacket a;
+    wire::NdPacket nd;
+    if (wire::ParseArp(frame, len, &a)) {
+      if (a.sender_ip == 0) return;
+      g[10] = g[11] = 0xFF;
+      wire::StoreBe32(g.data() + 12, a.sender_ip);
+      mac = a.sender_mac;
+    } else if (wire::ParseNd(frame, len, &nd) == wire::NdParse::kOk && nd.has_lla) {
+      if (nd.type == wire::kNdAdvert) {
+        g = nd.target;
+      } else if (!wire::IsUnspecified(nd.src)) {
+        g = nd.src;
+      } else {
+        return;
+      }
+      mac = nd.lla;
+    } else {
+      return;
+    }
+    cm_.LearnNeighbour(g, mac, NowNs() / 1'000'000);
     CmNotify();
   }
 

@@ -61,8 +61,8 @@ if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null; then
   }
   ip link set dfu$$a mtu 9000 up; ip link set dfu$$b mtu 9000 up
   afp="framesz=4096,blocksz=4096,framecnt=1024,qpairs=1"
-  DROCE_RUN_DIR=$C DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$a,$afp" "$ctl" link add droce0 ip 10.0.0.1 mtu 2048 >/dev/null &&
-  DROCE_RUN_DIR=$D DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$b,$afp" "$ctl" link add droce2 ip 10.0.0.3 mtu 2048 >/dev/null ||
+  DROCE_RUN_DIR=$C DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$a,$afp" "$ctl" link add droce0 ip 10.0.0.1 ip fd00::1 mtu 2048 >/dev/null &&
+  DROCE_RUN_DIR=$D DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$b,$afp" "$ctl" link add droce2 ip 10.0.0.3 ip fd00::3 mtu 2048 >/dev/null ||
     { echo "FAIL registering the af_packet hosts"; failed=$((failed + 1)); }
   A=$C B=$D
   log_dirs=("$C" "$D")
@@ -72,6 +72,8 @@ if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null; then
     pair "$C" "ib_write_bw -p $p -d droce0 -x 1 -D 2" "$D" "ib_write_bw -p $p -d droce2 -x 1 -D 2 127.0.0.1"
   check "af_packet uplinks on a veth pair: rping droce2 -> droce0 (rdma_cm, ARP over the uplink)" \
     pair "$C" "rping -s -a 10.0.0.1 -p $p -C 10" "$D" "rping -c -a 10.0.0.1 -p $p -C 10 -v"
+  check "af_packet uplinks on a veth pair: rping over IPv6 droce2 -> droce0 (neighbour solicitation over the uplink)" \
+    pair "$C" "rping -s -a fd00::1 -p $p -C 10" "$D" "rping -c -a fd00::1 -p $p -C 10 -v"
   check "af_packet uplink counters moved" bash -c "DROCE_RUN_DIR=$D '$ctl' daemon status | grep -E 'uplink net_af_packet_up.*to_uplink [1-9].*rx [1-9]'"
 else
   echo "SKIP af_packet uplinks (cannot create a veth pair: not root?)"

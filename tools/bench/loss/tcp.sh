@@ -8,19 +8,23 @@
 # TSO/GSO/GRO off so that a loss is one wire-sized packet. Goodput: iperf3
 # (-t DURATION); completion time of a 64 KiB transfer: tcp_rpc.py (send 64 KiB,
 # wait for a one-byte answer). Needs root, nft, iperf3. Prints CSV rows.
-#   tcp.sh [LOSSES_PCT (comma list)] [DURATION_S] [RPC_COUNT]
+# ROUNDS passes over the loss list; each row is the median over the rounds.
+#   tcp.sh [LOSSES_PCT (comma list)] [DURATION_S=5] [RPC_COUNT=2000] [ROUNDS=1]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 losses=${1:-0,0.01,0.1,0.5,1,2,5}
 dur=${2:-5}
 count=${3:-2000}
+rounds=${4:-1}
 for t in nft iperf3 ip ethtool; do
   command -v $t >/dev/null || { echo "tcp.sh: $t not found (apt-get install nftables iperf3 ethtool)" >&2; exit 77; }
 done
 [ "$(id -u)" = 0 ] || { echo "tcp.sh: needs root (network namespaces)" >&2; exit 77; }
 a=dlossA$$ b=dlossB$$
 pidfile=$(mktemp /tmp/droce-loss-iperf3.XXXXXX)
+rpc_server=
 cleanup() {
+  [ -n "$rpc_server" ] && kill "$rpc_server" 2>/dev/null
   [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
   rm -f "$pidfile"
   ip netns del $a 2>/dev/null || true; ip netns del $b 2>/dev/null || true
@@ -60,30 +64,48 @@ ip netns exec $b python3 "$here/tcp_rpc.py" server 5202 65536 &
 rpc_server=$!
 sleep 0.5
 echo "setup,mode,pattern,loss_pct,timeout,goodput_gbps,goodput_vs_lossless,p50_us,p99_us,p99_vs_lossless,max_us,retransmitted_pct,timeouts,dropped,status"
-base_g=""; base_p99=""
 IFS=, read -ra list <<<"$losses"
-for p in "${list[@]}"; do
-  set_loss "$p"
-  json=$(ip netns exec $a iperf3 -c 10.77.0.2 -p 5201 -t "$dur" -J)
-  read -r g retx sent < <(python3 -c '
+raw=$(mktemp /tmp/droce-loss-tcp.XXXXXX)
+first=1
+for ((r = 1; r <= rounds; r++)); do
+  for p in "${list[@]}"; do
+    set_loss "$p"
+    json=$(ip netns exec $a iperf3 -c 10.77.0.2 -p 5201 -t "$dur" -J)
+    read -r g retx sent < <(python3 -c '
 import json, sys
-j = json.load(sys.stdin)
-e = j["end"]
-print(e["sum_received"]["bits_per_second"] / 1e9, e["sum_sent"].get("retransmits", 0),
-      e["sum_sent"]["bytes"])' <<<"$json")
-  drops=$(dropped)
-  set_loss "$p"  # resets the counters
-  # One RPC connection per loss point (the server serves one at a time).
-  [ $p = "${list[0]}" ] || { ip netns exec $b python3 "$here/tcp_rpc.py" server 5202 65536 & rpc_server=$!; sleep 0.3; }
-  rpc=$(ip netns exec $a python3 "$here/tcp_rpc.py" client 10.77.0.2 5202 65536 "$count")
-  wait $rpc_server 2>/dev/null || true
-  p50=${rpc#p50_us=}; p50=${p50%% *}
-  p99=${rpc#*p99_us=}; p99=${p99%% *}
-  mx=${rpc#*max_us=}
-  [ -n "$base_g" ] || { base_g=$g; base_p99=$p99; }
-  # retransmitted_pct: segments retransmitted per segment of 1032 payload bytes sent.
-  awk -v p="$p" -v g="$g" -v bg="$base_g" -v p50="$p50" -v p99="$p99" -v bp="$base_p99" -v mx="$mx" \
-      -v r="$retx" -v s="$sent" -v d="$drops" 'BEGIN {
-    printf "tcp,tcp,random,%g,,%.3f,%.3f,%.1f,%.1f,%.2f,%.1f,%.2f,,%d,ok\n", p, g, g / bg, p50, p99, p99 / bp, mx,
-      100 * r / (s / 1032), d }'
+e = json.load(sys.stdin)["end"]
+print(e["sum_received"]["bits_per_second"] / 1e9, e["sum_sent"].get("retransmits", 0), e["sum_sent"]["bytes"])' <<<"$json")
+    drops=$(dropped)
+    set_loss "$p"  # resets the counters
+    # One RPC connection per measurement (the server serves one, then exits).
+    [ $first = 1 ] || { ip netns exec $b python3 "$here/tcp_rpc.py" server 5202 65536 & rpc_server=$!; sleep 0.3; }
+    first=0
+    rpc=$(ip netns exec $a python3 "$here/tcp_rpc.py" client 10.77.0.2 5202 65536 "$count")
+    wait $rpc_server 2>/dev/null || true
+    p50=${rpc#p50_us=}; p50=${p50%% *}
+    p99=${rpc#*p99_us=}; p99=${p99%% *}
+    mx=${rpc#*max_us=}
+    echo "$p $g $p50 $p99 $mx $retx $sent $drops" >>"$raw"
+    echo "tcp.sh: round $r loss $p%: $g Gb/s p99 $p99 us" >&2
+  done
 done
+# Medians over the rounds; retransmitted_pct: segments retransmitted per
+# 1032-byte segment sent (iperf3's counters), dropped: nftables' drops.
+python3 - "$raw" "${list[@]}" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    runs.setdefault(f[0], []).append([float(x) for x in f[1:]])
+base = None
+for p in sys.argv[2:]:
+    rs = runs[p]
+    med = lambda i: statistics.median(r[i] for r in rs)
+    g, p50, p99, mx = med(0), med(1), med(2), med(3)
+    retx, sent, drops = sum(r[4] for r in rs), sum(r[5] for r in rs), sum(r[6] for r in rs)
+    if base is None:
+        base = (g, p99)
+    print(f"tcp,tcp,random,{p},,{g:.3f},{g / base[0]:.3f},{p50:.1f},{p99:.1f},{p99 / base[1]:.2f},{mx:.1f},"
+          f"{100 * retx / (sent / 1032):.2f},,{int(drops)},ok")
+PY
+rm -f "$raw"

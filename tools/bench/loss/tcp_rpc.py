@@ -37,7 +37,15 @@ def main():
         except (EOFError, ConnectionResetError):
             return
     host, port, size, count = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    s = socket.create_connection((host, port))
+    deadline = time.monotonic() + 20  # the server may still be starting on a loaded host
+    while True:
+        try:
+            s = socket.create_connection((host, port))
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = b"\x5a" * size
     times = []

@@ -24,6 +24,7 @@ a=dlossA$$ b=dlossB$$
 pidfile=$(mktemp /tmp/droce-loss-iperf3.XXXXXX)
 rpc_server=
 cleanup() {
+  set +e  # a kill of a process that already left must not skip the rest
   [ -n "$rpc_server" ] && kill "$rpc_server" 2>/dev/null
   [ -s "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
   rm -f "$pidfile"

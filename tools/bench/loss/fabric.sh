@@ -19,10 +19,14 @@ lv=$build/tools/bench/loss/loss_verbs
 modes=${1:-gbn,sr}; losses=${2:-0,0.01,0.1,0.5,1,2,5}; secs=${3:-3}; to=${4:-14}; window=${5:-8}; rounds=${6:-3}
 [ -x "$lv" ] || { echo "fabric.sh: $lv not built" >&2; exit 1; }
 run=$(mktemp -d /tmp/droce-loss-fabric.XXXXXX)
-export DROCE_RUN_DIR=$run
-cleanup() {
+# One run directory (so one daemon, started afresh) per mode.
+stop_fabric() {
   "$ctl" daemon stop >/dev/null 2>&1
   "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+}
+cur=  # the run directory in use (never the caller's DROCE_RUN_DIR)
+cleanup() {
+  [ -n "$cur" ] && stop_fabric
   [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
 }
 trap cleanup EXIT
@@ -37,7 +41,7 @@ measure() {  # loss_pct
     "$ctl" switch clear $d >/dev/null; "$ctl" switch set $d loss="$prob" seed=1 >/dev/null || return 1
   done
   local d0; d0=$(loss_dropped)
-  local dir; dir=$(mktemp -d "$run/pair.XXXXXX")
+  local dir; dir=$(mktemp -d "$DROCE_RUN_DIR/pair.XXXXXX")
   timeout $((secs * 4 + 60)) "$lv" server droce1 "$dir" >"$dir/server.log" 2>&1 &
   local server=$!
   local out
@@ -59,8 +63,10 @@ echo "setup,mode,pattern,loss_pct,timeout,goodput_gbps,goodput_vs_lossless,p50_u
 IFS=, read -ra mode_list <<<"$modes"
 IFS=, read -ra loss_list <<<"$losses"
 for mode in "${mode_list[@]}"; do
-  "$ctl" daemon stop >/dev/null 2>&1
-  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+  [ -n "$cur" ] && stop_fabric
+  cur=$run/$mode
+  export DROCE_RUN_DIR=$cur
+  mkdir -p "$DROCE_RUN_DIR"
   extra=()
   [ "$mode" = sr ] && extra=(set selective_repeat=on)
   if ! err=$("$ctl" link add droce0 ip 10.0.0.1 "${extra[@]}" 2>&1) ||
@@ -70,7 +76,7 @@ for mode in "${mode_list[@]}"; do
     continue
   fi
   eval "$("$ctl" env)"
-  raw=$run/raw.$mode
+  raw=$DROCE_RUN_DIR/raw
   : >"$raw"
   for ((r = 1; r <= rounds; r++)); do
     for p in "${loss_list[@]}"; do

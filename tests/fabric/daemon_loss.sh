@@ -59,7 +59,7 @@ check "daemon SIGKILLed again (same programs' ranges)" one_program kill
 under_traffic() {
   timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 15 >"$run/ts.log" 2>&1 &
   local server=$!
-  sleep "${SERVER_DELAY:-1.5}"
+  wait_listen $server $p
   timeout "$t" ib_write_bw -p $p -d droce1 -x 1 -D 15 127.0.0.1 >"$run/tc.log" 2>&1 &
   local client=$!
   sleep 4
@@ -76,7 +76,7 @@ under_traffic() {
   restart || return 1
   timeout "$t" ibv_rc_pingpong -p $p -d droce0 -g 1 -n 200 >"$run/ps.log" 2>&1 &
   local ps=$!
-  sleep "${SERVER_DELAY:-1.5}"
+  wait_listen $ps $p
   timeout "$t" ibv_rc_pingpong -p $p -d droce1 -g 1 -n 200 127.0.0.1 >"$run/pc.log" 2>&1 || rc=1
   wait $ps || rc=1
   tail -2 "$run/pc.log"

@@ -14,7 +14,7 @@ p=${SIDE_PORT:-$((20000 + $$ % 20000))}
 pair() {  # 'SERVER CMD' 'CLIENT CMD'
   timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
   local server=$!
-  sleep "${SERVER_DELAY:-1.5}"
+  wait_listen $server $p
   timeout "$t" bash -c "$2" >"$run/client.log" 2>&1
   local client_rc=$?
   wait $server; local server_rc=$?
@@ -90,7 +90,7 @@ four() {
   local p2=$((p + 1)) rc=0
   timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 2 >"$run/a_s.log" 2>&1 & local a_s=$!
   timeout "$t" ib_send_bw -p $p2 -d droce0 -x 1 -D 2 >"$run/b_s.log" 2>&1 & local b_s=$!
-  sleep "${SERVER_DELAY:-1.5}"
+  wait_listen $a_s $p; wait_listen $b_s $p2
   timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1 >"$run/a_c.log" 2>&1 & local a_c=$!
   timeout "$t" ib_send_bw -p $p2 -d droce1 -x 1 -D 2 127.0.0.1 >"$run/b_c.log" 2>&1 & local b_c=$!
   # All three on droce0 must be attached at once at some point of the run
@@ -171,7 +171,7 @@ kill_test() {
   # Bystanders: another pair on droce0 that must not notice.
   timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 >"$run/os.log" 2>&1 &
   local other_s=$!
-  sleep "${SERVER_DELAY:-1.5}"
+  wait_listen $victim $p; wait_listen $other_s $p3
   timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 20 127.0.0.1 >"$run/kc.log" 2>&1 &
   local peer=$!
   timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 127.0.0.1 >"$run/oc.log" 2>&1 &

@@ -52,3 +52,17 @@ finish() {
   echo "$1: $passed passed, $failed failed"
   [ $failed -eq 0 ]
 }
+
+# Waits until a server process PID listens on every TCP PORT given (its side
+# channel), at most 30 s, or until it exits. A fixed sleep lost this race on
+# a loaded host: the client's connect was refused and both sides failed.
+wait_listen() {  # PID PORT...
+  local pid=$1 port; shift
+  for port in "$@"; do
+    for _ in $(seq 300); do
+      ss -Hltn "sport = :$port" | grep -q . && break
+      kill -0 "$pid" 2>/dev/null || return 0
+      sleep 0.1
+    done
+  done
+}

@@ -125,10 +125,11 @@ echo "$cmline"
 # dissector calls malformed.
 mads=""
 if command -v tshark >/dev/null; then
-  mads=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid' -T fields -e ip.src -e infiniband.mad.attributeid 2>/dev/null |
-    awk 'BEGIN { split("REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP", name, " ")
+  mads=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid' -T fields -E separator=, -e ip.src -e ipv6.src \
+      -e infiniband.mad.attributeid 2>/dev/null |
+    awk -F, 'BEGIN { split("REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP", name, " ")
                  for (i = 1; i <= 9; i++) id[sprintf("0x%04x", 15 + i)] = name[i] }
-         { n[$1 " " ($2 in id ? id[$2] : $2)]++ }
+         { n[($1 != "" ? $1 : $2) " " ($3 in id ? id[$3] : $3)]++ }
          END { for (k in n) print k, n[k] }' | sort | awk '{ printf "%s%s %s %d", sep, $1, $2, $3; sep = ", " }')
   malformed=$(tshark -r "$pcap" -Y 'infiniband.mad && _ws.malformed' 2>/dev/null | wc -l)
   mads="$mads; MADs Wireshark calls malformed: $malformed"

@@ -2,7 +2,8 @@
 # rdma_cm and UD interop with real Linux Soft-RoCE (rxe, kernel 6.1) in the
 # workplace lab's VM (../shared/rocelab): droce0 is a fabric device whose
 # daemon's uplink is DPDK af_packet on the lab's lab0 (so droced plays the
-# kernel's CM on QP1, doc/cm.md), with lab0's MAC and 192.168.77.2; rping,
+# kernel's CM on QP1, doc/cm.md), with lab0's MAC, 192.168.77.2 and fd77::2
+# (the guest gets fd77::11); rping (IPv4 and IPv6),
 # perftest -R, ucmatose, rdma_server/rdma_client, rstream, udaddy (SIDR) and
 # ibv_ud_pingpong run unmodified against rxe
 # in both roles; the wire is captured and checked. Opt-in (slow: the guest is
@@ -22,10 +23,13 @@ export DROCE_RUN_DIR=$(mktemp -d /tmp/droce-cminterop.XXXXXX)
 "$lab" status >/dev/null 2>&1 || "$lab" up 1 || exit 2
 trap '"$lab" down >/dev/null 2>&1; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
+# RoCEv2 over IPv6 too: a global address on the guest's eth0 (rxe adds its GID).
+"$lab" exec 1 'ip -6 addr replace fd77::11/64 dev eth0 && for i in $(seq 30); do
+  grep -qs fd77 /sys/class/infiniband/rxe0/ports/1/gids/* && exit 0; sleep 0.5; done; exit 1' >/dev/null || exit 2
 # The daemon starts inside the netns (its af_packet socket opens there); it
 # answers ARP for 192.168.77.2 out of the uplink and ARPs for the guest.
 ip netns exec rocelab env DROCE_RUN_DIR="$DROCE_RUN_DIR" DROCED_UPLINK="vdev:net_af_packet_up,iface=lab0" \
-  "$ctl" link add droce0 ip 192.168.77.2 mac "$mac" mtu 1024 || exit 2
+  "$ctl" link add droce0 ip 192.168.77.2 ip fd77::2 mac "$mac" mtu 1024 || exit 2
 env_droce=$("$ctl" env | sed 's/^export //' | tr '\n' ' ')
 droce() { ip netns exec rocelab env $env_droce timeout 120 bash -c "$1"; }
 # The guest has librdmacm but not its utilities: the host's (same Debian 12
@@ -88,6 +92,8 @@ rxe_server "rping -v -C 10" "$rb/rping -s -a 192.168.77.11 -v -C 10" "rping -c -
 droce_server "rping -v -C 10" "rping -s -a 192.168.77.2 -v -C 10" "$rb/rping -c -a 192.168.77.2 -v -C 10"
 rxe_server "rping -C 10 -S 4000" "$rb/rping -s -a 192.168.77.11 -C 10 -S 4000" "rping -c -a 192.168.77.11 -C 10 -S 4000 -v"
 droce_server "rping -C 10 -S 4000" "rping -s -a 192.168.77.2 -C 10 -S 4000" "$rb/rping -c -a 192.168.77.2 -C 10 -S 4000 -v"
+rxe_server "rping -v -C 10 over IPv6" "$rb/rping -s -a fd77::11 -v -C 10" "rping -c -a fd77::11 -v -C 10"
+droce_server "rping -v -C 10 over IPv6" "rping -s -a fd77::2 -v -C 10" "$rb/rping -c -a fd77::2 -v -C 10"
 rxe_server "ib_send_bw -R" "ib_send_bw -d rxe0 -R -F -m 1024 -D 5" "ib_send_bw -d droce0 -R -F -m 1024 -D 5 192.168.77.11"
 droce_server "ib_send_bw -R" "ib_send_bw -d droce0 -R -F -m 1024 -D 5" "ib_send_bw -d rxe0 -R -F -m 1024 -D 5 192.168.77.2"
 rxe_server "ib_write_bw -R" "ib_write_bw -d rxe0 -R -F -m 1024 -D 5" "ib_write_bw -d droce0 -R -F -m 1024 -D 5 192.168.77.11"
@@ -119,10 +125,11 @@ echo "$cmline"
 # dissector calls malformed.
 mads=""
 if command -v tshark >/dev/null; then
-  mads=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid' -T fields -e ip.src -e infiniband.mad.attributeid 2>/dev/null |
-    awk 'BEGIN { split("REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP", name, " ")
+  mads=$(tshark -r "$pcap" -Y 'infiniband.mad.attributeid' -T fields -E separator=, -e ip.src -e ipv6.src \
+      -e infiniband.mad.attributeid 2>/dev/null |
+    awk -F, 'BEGIN { split("REQ MRA REJ REP RTU DREQ DREP SIDR_REQ SIDR_REP", name, " ")
                  for (i = 1; i <= 9; i++) id[sprintf("0x%04x", 15 + i)] = name[i] }
-         { n[$1 " " ($2 in id ? id[$2] : $2)]++ }
+         { n[($1 != "" ? $1 : $2) " " ($3 in id ? id[$3] : $3)]++ }
          END { for (k in n) print k, n[k] }' | sort | awk '{ printf "%s%s %s %d", sep, $1, $2, $3; sep = ", " }')
   malformed=$(tshark -r "$pcap" -Y 'infiniband.mad && _ws.malformed' 2>/dev/null | wc -l)
   mads="$mads; MADs Wireshark calls malformed: $malformed"
@@ -133,7 +140,7 @@ fi
   echo "## rdma_cm and UD (\`tools/interop/rxe_cm_lab.sh\`)"
   echo
   echo "Run by \`tools/interop/rxe_cm_lab.sh\` on $(date -u +%Y-%m-%d): droce0 a fabric device (doc/droced.md)"
-  echo "whose droced has an af_packet uplink on the lab's lab0 (lab0's MAC, 192.168.77.2, path MTU 1024),"
+  echo "whose droced has an af_packet uplink on the lab's lab0 (lab0's MAC, 192.168.77.2 and fd77::2, path MTU 1024),"
   echo "so droced is the CM on QP1 (doc/cm.md), against rxe (kernel $guest_kernel, rdma-core 44, the"
   echo "kernel's ib_cm/rdma_cm) in the guest; unmodified programs on both sides (the guest runs the host's"
   echo "Debian rdmacm-utils binaries from the share). Results: the last rping line, udaddy's status, perftest's"

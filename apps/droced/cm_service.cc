@@ -787,7 +787,20 @@ void CmService::AddrResolved(Id& id, const std::array<uint8_t, 6>& dst_mac) {
 
 void CmService::LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms) {
   (void)now_ms;
-  neighbours_[ip] = mac;
+  // Heard on the uplink, which anyone on that network can flood with ARP/ND:
+  // a bounded table (as Linux's neighbour gc_thresh3) whose oldest-learnt
+  // entry gives way, so a flood costs lookups, never unbounded memory.
+  auto known = neighbours_.find(ip);
+  if (known != neighbours_.end()) {
+    known->second = mac;
+  } else {
+    if (neighbours_.size() >= kMaxUplinkNeighbours) {
+      neighbours_.erase(neighbour_order_.front());
+      neighbour_order_.pop_front();
+    }
+    neighbours_.emplace(ip, mac);
+    neighbour_order_.push_back(ip);
+  }
   for (auto& [h, id] : ids_) {
     if (id.state == IdState::kAddrQuery && GidOf(id.dst) == ip) AddrResolved(id, mac);
   }

@@ -94,6 +94,9 @@ class CmService {
   // An IP-to-MAC binding heard on the uplink (an ARP request or reply's
   // sender, a neighbour advertisement's target, a solicitation's source).
   void LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms);
+  // At most this many uplink neighbours are kept; the oldest learnt gives way.
+  static constexpr size_t kMaxUplinkNeighbours = 1024;
+  size_t neighbour_count() const { return neighbours_.size(); }
   const std::vector<CmDevice>& devices() const { return devices_; }
 
   struct Result {
@@ -208,6 +211,7 @@ class CmService {
   std::vector<CmDevice> devices_;
   ResolveFn resolve_;
   std::map<cm::Gid, std::array<uint8_t, 6>> neighbours_;  // learnt on the uplink
+  std::deque<cm::Gid> neighbour_order_;  // neighbours_' keys, oldest learnt first
   std::map<uint32_t, Id> ids_;  // by handle
   uint32_t next_handle_ = 1;
   std::map<uint32_t, uint32_t> by_comm_id_;  // local comm id -> handle

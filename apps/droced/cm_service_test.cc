@@ -521,6 +521,34 @@ TEST_F(CmServiceTest, AnotherHostsIpv6AddressIsResolvedThroughTheUplink) {
   EXPECT_EQ(std::get<1>(wire_.front()).dst_gid, theirs);
 }
 
+// An uplink flooded with ARP answers from made-up addresses: the table stays
+// bounded, the newest neighbours stay usable.
+TEST_F(CmServiceTest, UplinkNeighbourFloodIsBounded) {
+  std::vector<cm::Gid> asked;
+  cm_.SetResolver([&](int, const cm::Gid&, const cm::Gid& dst) { asked.push_back(dst); });
+  const size_t flood = CmService::kMaxUplinkNeighbours * 4;
+  for (uint32_t i = 0; i < flood; ++i) {
+    cm_.LearnNeighbour(V4Gid(0xc0a80000 + i), {0x02, 0, 0, 0, uint8_t(i >> 8), uint8_t(i)}, now_);
+  }
+  EXPECT_EQ(cm_.neighbour_count(), CmService::kMaxUplinkNeighbours);
+  // The last one learnt resolves at once; the first was evicted and is asked for.
+  const uint32_t last = 0xc0a80000 + uint32_t(flood - 1);
+  for (const uint32_t dst : {last, 0xc0a80000u}) {
+    const uint32_t id = CreateId(kClient, 0xC000);
+    rdma_ucm_resolve_ip r{};
+    r.dst_addr = Sin(dst, 7174);
+    r.id = id;
+    r.timeout_ms = 2000;
+    ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+  }
+  auto e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  EXPECT_FALSE(GetEvent(kClient).has_value());
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], V4Gid(0xc0a80000));
+}
+
 TEST_F(CmServiceTest, BadCommandsAreRefused) {
   // Short, long and unknown commands.
   std::vector<uint8_t> shorty(4, 0);

@@ -157,13 +157,13 @@ TEST(FrameRing, WakeupRequestedOnlyWhileArmed) {
   EXPECT_FALSE(prod.TakeWakeupRequest());
 }
 
-// Two threads, 200000 frames of varying length through 8 slots: every
+// Two threads, 20000 frames of varying length through 32 slots: every
 // frame arrives once, in order, intact; no wake-up request is lost (the
 // consumer sleeps on a flag the producer must set after each request).
 TEST(FrameRing, ConcurrentProducerConsumer) {
-  constexpr uint32_t kFrames = 200000;
-  RingMemory m(8, 320);
-  FrameRing prod(m.mem, 8, 320), cons(m.mem, 8, 320);
+  constexpr uint32_t kFrames = 20000;
+  RingMemory m(32, 320);
+  FrameRing prod(m.mem, 32, 320), cons(m.mem, 32, 320);
   std::atomic<uint32_t> doorbell{0};
   std::thread producer([&] {
     std::vector<uint8_t> buf(256);

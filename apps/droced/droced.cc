@@ -13,7 +13,9 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -46,6 +48,7 @@
 #include "apps/droced/fabric_state.h"
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
+#include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/ethdev/unmap_guard.h"
@@ -229,6 +232,10 @@ class Daemon {
   void set_busy_poll(bool on) { busy_poll_ = on; }
   void set_busy_window_us(uint32_t us) { busy_window_ns_ = uint64_t{us} * 1000; }
   void set_realtime(bool on) { realtime_ = on; }
+  void set_direct(bool on, uint32_t ring_slots) {
+    state_.set_direct_rings(on);
+    ring_slots_ = ring_slots;
+  }
 
   absl::Status Listen() {
     const std::string path = fabric::ControlSocketPath(run_dir_);
@@ -663,6 +670,7 @@ class Daemon {
       state_.ConnectionClosed(c.fd);
       close(c.fd);
       conns_.erase(conns_.begin() + static_cast<long>(i));
+      SyncPaths();  // its peers stop using their rings to it
       return;
     }
     std::string text;
@@ -681,6 +689,86 @@ class Daemon {
     fabric::Reply* hdr = reinterpret_cast<fabric::Reply*>(out.data());
     hdr->size = static_cast<uint32_t>(out.size());
     send(c.fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    // After the reply: an attach's paths follow it on the same connection.
+    SyncPaths();
+  }
+
+  // --- Direct paths (doc/droced.md "Direct rings"): the rings between two
+  // processes are set up here and handed to both over their control
+  // connections; the daemon never maps them and keeps no descriptor.
+  void SyncPaths() {
+    for (const PathChange& c : state_.SyncDirectPaths()) {
+      if (c.add) {
+        if (!SetUpPath(c.path)) state_.ForgetDirectPath(c.path.id);
+        continue;
+      }
+      for (int side = 0; side < 2; ++side) {
+        if (c.notify[side]) SendPathRemoval(c.path.port[side], c.path.id);
+      }
+      Log("direct path %lu (memif %u - memif %u) withdrawn", c.path.id, c.path.memif[0], c.path.memif[1]);
+    }
+  }
+
+  ethdev::PeerMessage PathMessage(int port, uint64_t id, uint16_t op) {
+    ethdev::PeerMessage m{};
+    m.magic = ethdev::kPeerMagic;
+    m.version = ethdev::kPeerVersion;
+    m.op = op;
+    m.size = sizeof m;
+    m.generation = ++state_.ports()[port].peer_generation;
+    m.path_id = id;
+    return m;
+  }
+
+  void SendPathRemoval(int port, uint64_t id) {
+    const ethdev::PeerMessage m = PathMessage(port, id, ethdev::kPeerRemove);
+    if (const int err = ethdev::SendPeerMessage(state_.ports()[port].conn_fd, m, nullptr, 0); err != 0) {
+      Log("telling process %d that direct path %lu is gone: %s", state_.ports()[port].pid, id, std::strerror(err));
+    }
+  }
+
+  bool SetUpPath(const DirectPath& d) {
+    const Port& a = state_.ports()[d.port[0]];
+    const Port& b = state_.ports()[d.port[1]];
+    const uint32_t slot_bytes = pktio::FrameRing::kDefaultSlotBytes;
+    const size_t bytes = 2 * pktio::FrameRing::Bytes(ring_slots_, slot_bytes);
+    // Named for /proc/PID/maps (tests/fabric: only the pair maps it).
+    const std::string name = absl::StrFormat("droce-ring-%lu-%d-%d", d.id, a.pid, b.pid);
+    const int mem = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int efd[2] = {eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+    bool ok = mem >= 0 && efd[0] >= 0 && efd[1] >= 0 && ftruncate(mem, static_cast<off_t>(bytes)) == 0 &&
+              fcntl(mem, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
+    int sent = 0;
+    for (int side = 0; ok && side < 2; ++side) {
+      const Port& me = side == 0 ? a : b;
+      const Port& peer = side == 0 ? b : a;
+      ethdev::PeerMessage m = PathMessage(d.port[side], d.id, ethdev::kPeerAdd);
+      std::memcpy(m.peer_mac, state_.devices()[peer.device].mac.data(), 6);
+      m.peer_qpn_base = peer.slot * fabric::kQpnsPerProcess;
+      m.peer_qpn_count = fabric::kQpnsPerProcess;
+      m.slots = ring_slots_;
+      m.slot_bytes = slot_bytes;
+      m.my_ring = static_cast<uint32_t>(side);
+      m.peer_pid = static_cast<uint32_t>(peer.pid);
+      const int fds[3] = {mem, efd[side], efd[1 - side]};
+      const int err = ethdev::SendPeerMessage(me.conn_fd, m, fds, 3);
+      if (err != 0) {
+        Log("direct path %lu: telling process %d: %s", d.id, me.pid, std::strerror(err));
+        ok = false;
+      } else {
+        ++sent;
+      }
+    }
+    if (!ok && sent == 1) SendPathRemoval(d.port[0], d.id);
+    if (!ok && mem < 0) Log("direct path %lu: memfd: %s", d.id, std::strerror(errno));
+    for (int fd : {mem, efd[0], efd[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    if (ok) {
+      Log("direct path %lu: process %d (memif %u) <-> process %d (memif %u), %u slots each way", d.id, a.pid,
+          a.memif_id, b.pid, b.memif_id, ring_slots_);
+    }
+    return ok;
   }
 
   // --- The connection manager (cm_service.h): ucma commands from event
@@ -943,6 +1031,7 @@ class Daemon {
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)
   uint64_t busy_window_ns_ = 0;  // spin this long after the last frame (--busy-window-us)
   bool realtime_ = true;
+  uint32_t ring_slots_ = 256;  // per direction of a direct path (--ring-slots)
 
   // Every frame between two processes crosses this loop, so it must run as
   // soon as it wakes. Under SCHED_OTHER, next to two programs spinning on
@@ -990,6 +1079,9 @@ int Main(int argc, char** argv) {
                                 ? static_cast<uint32_t>(std::strtoul(std::getenv("DROCED_BUSY_WINDOW_US"), nullptr, 10))
                                 : 0;
   unsigned memory_mb = 256;
+  // DROCED_DIRECT=0: a daemon droce-ctl starts switches every frame (benchmarks).
+  bool direct = std::getenv("DROCED_DIRECT") == nullptr || std::string(std::getenv("DROCED_DIRECT")) != "0";
+  uint32_t ring_slots = 256;
   // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
   std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
   for (int i = 1; i < argc; ++i) {
@@ -1002,6 +1094,14 @@ int Main(int argc, char** argv) {
       busy_poll = true;
     } else if (a == "--busy-window-us" && i + 1 < argc) {
       busy_window_us = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
+    } else if (a == "--no-direct") {
+      direct = false;
+    } else if (a == "--ring-slots" && i + 1 < argc) {
+      ring_slots = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
+      if (!pktio::FrameRing::ValidGeometry(ring_slots, pktio::FrameRing::kDefaultSlotBytes)) {
+        std::fprintf(stderr, "droced: --ring-slots: a power of two, 2..65536\n");
+        return 2;
+      }
     } else if (a == "--foreground") {
       foreground = true;
     } else if (a == "--uplink" && i + 1 < argc) {
@@ -1010,7 +1110,7 @@ int Main(int argc, char** argv) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--uplink memif:SOCKET:server|client | vdev:DPDK-VDEV]\n");
+                   "[--no-realtime] [--no-direct] [--ring-slots N] [--uplink memif:SOCKET:server|client | vdev:DPDK-VDEV]\n");
       return 2;
     }
   }
@@ -1086,6 +1186,7 @@ int Main(int argc, char** argv) {
     daemon->set_busy_poll(busy_poll);
     daemon->set_busy_window_us(busy_window_us);
     daemon->set_realtime(realtime);
+    daemon->set_direct(direct, ring_slots);
     s = daemon->Listen();
     if (s.ok() && !uplink.empty()) s = daemon->OpenUplink(uplink);
   }

@@ -423,6 +423,66 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
   return d;
 }
 
+bool FabricState::DirectAllowed(uint32_t device) const {
+  if (!direct_rings_ || device >= devices_.size()) return false;
+  const SwitchKnobs& k = *devices_[device].knobs;
+  return !k.active() && k.mirror_path().empty();
+}
+
+std::vector<PathChange> FabricState::SyncDirectPaths() {
+  std::vector<PathChange> out;
+  const auto qualifies = [&](int port) {
+    const Port& p = ports_[port];
+    return p.in_use && !p.uplink && p.conn_fd >= 0 && DirectAllowed(p.device);
+  };
+  const auto same = [&](int port, uint32_t memif) {
+    return ports_[port].in_use && !ports_[port].uplink && ports_[port].memif_id == memif;
+  };
+  // Paths whose ports left, or that the switch needs back.
+  for (size_t i = 0; i < paths_.size();) {
+    const DirectPath& d = paths_[i];
+    const bool alive0 = same(d.port[0], d.memif[0]), alive1 = same(d.port[1], d.memif[1]);
+    if (alive0 && alive1 && qualifies(d.port[0]) && qualifies(d.port[1])) {
+      ++i;
+      continue;
+    }
+    PathChange c;
+    c.path = d;
+    c.notify[0] = alive0;
+    c.notify[1] = alive1;
+    out.push_back(c);
+    paths_.erase(paths_.begin() + static_cast<long>(i));
+  }
+  // Every pair of qualifying ports without one.
+  for (size_t x = 0; x < active_ports_.size(); ++x) {
+    const int a = static_cast<int>(active_ports_[x]);
+    if (!qualifies(a)) continue;
+    for (size_t y = x + 1; y < active_ports_.size(); ++y) {
+      const int b = static_cast<int>(active_ports_[y]);
+      if (!qualifies(b)) continue;
+      const bool exists = std::any_of(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
+        return (d.port[0] == a && d.port[1] == b) || (d.port[0] == b && d.port[1] == a);
+      });
+      if (exists) continue;
+      DirectPath d;
+      d.id = next_path_id_++;
+      d.port[0] = a, d.port[1] = b;
+      d.memif[0] = ports_[a].memif_id, d.memif[1] = ports_[b].memif_id;
+      paths_.push_back(d);
+      PathChange c;
+      c.add = true;
+      c.path = d;
+      c.notify[0] = c.notify[1] = true;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void FabricState::ForgetDirectPath(uint64_t id) {
+  std::erase_if(paths_, [&](const DirectPath& d) { return d.id == id; });
+}
+
 std::string FabricState::StatusText(const std::string& only_device) const {
   std::string out;
   if (only_device.empty()) {
@@ -433,6 +493,8 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           "requests %lu rejected %lu unmap_faults %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
                           counters_.requests, counters_.requests_rejected, counters_.unmap_faults);
+    absl::StrAppendFormat(&out, "  direct paths: %zu (direct rings %s)\n", paths_.size(),
+                          direct_rings_ ? "on" : "off: every frame crosses the switch");
     if (uplink_ < 0) {
       out += "  uplink: none (only the devices of this run directory are reachable)\n";
     } else {
@@ -457,10 +519,14 @@ std::string FabricState::StatusText(const std::string& only_device) const {
       const Port& p = ports_[k];
       if (!p.in_use || p.device != i) continue;
       const uint32_t base = p.slot * fabric::kQpnsPerProcess;
+      const size_t direct = static_cast<size_t>(std::count_if(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
+        return d.port[0] == static_cast<int>(k) || d.port[1] == static_cast<int>(k);
+      }));
       absl::StrAppendFormat(&out, "  process pid %d port %zu memif %u qpns %u-%u: rx %lu pkts %lu B, tx %lu pkts %lu B, "
-                            "tx_dropped %lu\n",
+                            "tx_dropped %lu, direct paths %zu\n",
                             p.pid, k, p.memif_id, base, base + fabric::kQpnsPerProcess - 1, p.counters.rx_packets,
-                            p.counters.rx_bytes, p.counters.tx_packets, p.counters.tx_bytes, p.counters.tx_dropped);
+                            p.counters.rx_bytes, p.counters.tx_packets, p.counters.tx_bytes, p.counters.tx_dropped,
+                            direct);
     }
   }
   return out;

@@ -72,6 +72,25 @@ struct Port {
   int handle = -1;  // PortBackend's
   std::string secret;
   PortCounters counters;
+  uint32_t peer_generation = 0;  // direct-path messages sent to this port (ethdev::PeerMessage)
+};
+
+// A direct path (doc/droced.md "Direct rings"): two attached ports whose
+// processes exchange frames through rings of their own; the switch sees none
+// of those frames. Ports are named by index and memif id (an index is
+// reused, a memif id never).
+struct DirectPath {
+  uint64_t id = 0;
+  int port[2] = {-1, -1};
+  uint32_t memif[2] = {0, 0};
+};
+
+// What SyncDirectPaths decided: set up a path (tell both sides), or take one
+// down (tell the sides in `notify`: a side that left is not told).
+struct PathChange {
+  bool add = false;
+  DirectPath path;
+  bool notify[2] = {false, false};
 };
 
 struct GlobalCounters {
@@ -123,6 +142,18 @@ class FabricState {
 
   std::string StatusText(const std::string& only_device) const;
 
+  // Direct paths: every two attached processes get one, unless a switch
+  // knob is set on either's device (its frames must cross the switch) or
+  // direct rings are off (droced --no-direct). Call after anything that
+  // changes ports or knobs; returns what to do, in order (removals first).
+  void set_direct_rings(bool on) { direct_rings_ = on; }
+  bool direct_rings() const { return direct_rings_; }
+  bool DirectAllowed(uint32_t device) const;
+  std::vector<PathChange> SyncDirectPaths();
+  // Setting a path up failed (a side could not be told): forget it.
+  void ForgetDirectPath(uint64_t id);
+  const std::vector<DirectPath>& direct_paths() const { return paths_; }
+
   std::vector<Port>& ports() { return ports_; }
   // Indices of the ports in use, ascending: the loop walks these, not all
   // kMaxPorts slots (a scan of the 256 slots was most of the loop's own time).
@@ -153,6 +184,9 @@ class FabricState {
   std::vector<uint32_t> active_ports_;
   void RefreshActivePorts();
   std::string uplink_describe_;
+  bool direct_rings_ = true;
+  std::vector<DirectPath> paths_;
+  uint64_t next_path_id_ = 1;
 };
 
 }  // namespace droce::droced

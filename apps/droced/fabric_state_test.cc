@@ -444,6 +444,84 @@ TEST_F(FabricStateTest, SwitchSetChecksEveryFieldAndWho) {
   EXPECT_FALSE(state_->knobs(0).active());
 }
 
+// Direct paths: every two attached processes get one; a process that
+// leaves takes its paths with it (only the survivor is told); a knob on a
+// device withdraws the paths of its processes (the switch needs their
+// frames) and clearing it brings them back; the uplink never gets one.
+TEST_F(FabricStateTest, DirectPathsFollowPortsAndKnobs) {
+  ASSERT_EQ(Attach(10, "droce0", 111).error, 0);
+  std::vector<PathChange> c = state_->SyncDirectPaths();
+  EXPECT_TRUE(c.empty());  // alone: no peer
+  ASSERT_EQ(Attach(11, "droce0", 222).error, 0);
+  ASSERT_EQ(Attach(12, "droce1", 333).error, 0);
+  state_->AddUplink(900, "test uplink");
+  c = state_->SyncDirectPaths();
+  ASSERT_EQ(c.size(), 3u);  // 10-11, 10-12, 11-12; none to the uplink
+  for (const PathChange& x : c) {
+    EXPECT_TRUE(x.add);
+    EXPECT_TRUE(x.notify[0] && x.notify[1]);
+    EXPECT_NE(x.path.port[0], state_->uplink());
+    EXPECT_NE(x.path.port[1], state_->uplink());
+  }
+  EXPECT_TRUE(state_->SyncDirectPaths().empty());  // nothing changed: nothing to do
+  EXPECT_EQ(state_->direct_paths().size(), 3u);
+  // The process on conn 11 dies: its two paths go, the survivors are told.
+  int gone = -1;
+  for (uint32_t i : state_->active_ports()) {
+    if (state_->ports()[i].conn_fd == 11) gone = static_cast<int>(i);
+  }
+  state_->ConnectionClosed(11);
+  c = state_->SyncDirectPaths();
+  ASSERT_EQ(c.size(), 2u);
+  for (const PathChange& x : c) {
+    EXPECT_FALSE(x.add);
+    for (int side = 0; side < 2; ++side) EXPECT_EQ(x.notify[side], x.path.port[side] != gone);
+  }
+  // A newcomer reusing the port index is a new attachment: new paths.
+  ASSERT_EQ(Attach(13, "droce0", 444).error, 0);
+  c = state_->SyncDirectPaths();
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(state_->direct_paths().size(), 3u);
+  // A loss knob on droce1: the paths of its process go (both sides told).
+  auto set = [&](const std::string& dev, const fabric::KnobRequest& k) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpSwitchSet, dev);
+    req.pid = 4242;
+    req.size = sizeof req + sizeof k;
+    char buf[sizeof req + sizeof k] = {};
+    std::memcpy(buf, &req, sizeof req);
+    std::memcpy(buf + sizeof req, &k, sizeof k);
+    return state_->Handle(30, buf, sizeof buf, 4242, 0, &text_);
+  };
+  fabric::KnobRequest loss{};
+  loss.set = fabric::kKnobLoss;
+  loss.loss_ppm = 1000;
+  ASSERT_EQ(set("droce1", loss).error, 0);
+  c = state_->SyncDirectPaths();
+  ASSERT_EQ(c.size(), 2u);
+  for (const PathChange& x : c) {
+    EXPECT_FALSE(x.add);
+    EXPECT_TRUE(x.notify[0] && x.notify[1]);
+  }
+  EXPECT_EQ(state_->direct_paths().size(), 1u);  // droce0's two processes keep theirs
+  fabric::KnobRequest clear{};
+  clear.set = fabric::kKnobAll;
+  ASSERT_EQ(set("droce1", clear).error, 0);
+  c = state_->SyncDirectPaths();
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(state_->direct_paths().size(), 3u);
+  // A mirror counts too; and --no-direct withdraws everything.
+  fabric::KnobRequest mirror{};
+  mirror.set = fabric::kKnobMirror;
+  std::strcpy(mirror.mirror, "/tmp/droced-test-mirror.pcap");
+  ASSERT_EQ(set("droce0", mirror).error, 0);
+  EXPECT_FALSE(state_->DirectAllowed(0));
+  state_->set_direct_rings(false);
+  c = state_->SyncDirectPaths();
+  EXPECT_EQ(c.size(), 3u);
+  EXPECT_TRUE(state_->direct_paths().empty());
+  EXPECT_NE(state_->StatusText("").find("direct paths: 0 (direct rings off"), std::string::npos);
+}
+
 TEST(SwitchKnobs, LossIsSeededAndAtTheGivenRate) {
   fabric::KnobRequest k{};
   k.set = fabric::kKnobLoss | fabric::kKnobSeed;

@@ -174,7 +174,10 @@ absl::Status Runtime::Start() {
   next_reconnect_ns_ = NowNs() + 100'000'000;
   attempt_ns_ = NowNs();
   link_up_ = port_->RefreshLink();
-  dev_ = std::make_unique<core::Device>(file_.dev, port_.get());
+  if (file_.fabric) {
+    direct_ = std::make_unique<ethdev::DirectIo>(port_.get(), file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp);
+  }
+  dev_ = std::make_unique<core::Device>(file_.dev, direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get());
   if (file_.fabric) {
     dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
     // The daemon listens already: the handshake takes milliseconds. QPs of
@@ -214,6 +217,7 @@ void Runtime::Stop() {
     }
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') PrintStats();
     dev_.reset();
+    direct_.reset();  // unmaps the rings
     // A program may open the device again (qperf does per test): the vdev
     // must go too, or probing it again fails. Removing it closes the port.
     wakeup_.reset();
@@ -238,6 +242,15 @@ void Runtime::Stop() {
 void Runtime::PrintStats() {
   const core::DeviceCounters& c = dev_->counters();
   const ethdev::PortStats& p = port_->stats();
+  if (direct_) {
+    const ethdev::DirectCounters& d = direct_->counters();
+    std::fprintf(stderr,
+                 "droce %s: direct paths %zu (table %u): tx %lu (ring full %lu) rx %lu rx_not_mine %lu "
+                 "rx_bad_length %lu wakeups sent %lu, paths added %lu removed %lu, messages refused %lu\n",
+                 file_.name.c_str(), direct_->paths(), direct_->generation(), d.tx_direct, d.tx_ring_full,
+                 d.rx_direct, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.paths_added, d.paths_removed,
+                 d.messages_refused);
+  }
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
                "%lu, fabric losses %lu re-attaches %lu\n",
@@ -369,7 +382,8 @@ bool Runtime::CheckFabric(uint64_t now_ns) {
     return false;
   }
   pollfd pfd{fabric_fd_, POLLIN, 0};
-  if (fabric_fd_ < 0 || poll(&pfd, 1, 0) != 0) {  // EOF or an error: the daemon sends nothing unasked
+  // Readable: direct paths, or the end of the connection (EOF or an error).
+  if (fabric_fd_ < 0 || (poll(&pfd, 1, 0) != 0 && !ReadFabricMessages())) {
     LoseFabric(now_ns);
     return false;
   }
@@ -380,6 +394,27 @@ bool Runtime::CheckFabric(uint64_t now_ns) {
     fabric_link_ = FabricLink::kAttached;
     fabric_lost_.store(false, std::memory_order_relaxed);
     SendPortEvent(IBV_EVENT_PORT_ACTIVE);
+  }
+  return true;
+}
+
+bool Runtime::ReadFabricMessages() {
+  for (int i = 0; i < 64; ++i) {
+    alignas(8) char buf[sizeof(ethdev::PeerMessage) + 64];
+    int fds[3], nfds = 0;
+    const long n = ethdev::ReceiveWithFds(fabric_fd_, buf, sizeof buf, fds, &nfds);
+    if (n < 0) return errno == EAGAIN || errno == EINTR;
+    if (n == 0) return false;
+    if (n == sizeof(ethdev::PeerMessage) && direct_) {
+      ethdev::PeerMessage m;
+      std::memcpy(&m, buf, sizeof m);
+      absl::Status s = direct_->Apply(m, fds, nfds);  // takes the descriptors
+      if (!s.ok() && std::getenv("DROCE_DEBUG") != nullptr) {
+        std::fprintf(stderr, "droce %s: direct path refused: %s\n", file_.name.c_str(), std::string(s.message()).c_str());
+      }
+      continue;
+    }
+    for (int k = 0; k < nfds; ++k) close(fds[k]);  // nothing we know: ignored
   }
   return true;
 }
@@ -397,6 +432,7 @@ void Runtime::LoseFabric(uint64_t now_ns) {
   fabric_lost_.store(true, std::memory_order_relaxed);
   link_up_.store(false, std::memory_order_relaxed);
   port_->MarkLinkDown();
+  if (direct_) direct_->RemoveAll();  // a new daemon sets up new ones
   wakeup_stale_ = true;
   RefreshWakeupLocked();
   // A daemon that was killed closed its memif sockets too, and DPDK's
@@ -734,7 +770,12 @@ uint32_t Runtime::IdleWait(uint32_t us) {
 
 int Runtime::ArmWireLocked() {
   if (wakeup_ == nullptr || wakeup_stale_ || !link_up()) return -1;
-  const int fd = wakeup_->Arm();  // idempotent: a second sleeper gets the same descriptor
+  int fd = wakeup_->Arm();  // idempotent: a second sleeper gets the same descriptor
+  // The direct rings' eventfds with it (one epoll set), when there are any.
+  if (fd >= 0 && direct_) {
+    fd = direct_->Arm(fd);
+    if (fd < 0) wakeup_->Disarm();
+  }
   if (fd >= 0) ++wire_armers_;
   return fd;
 }
@@ -743,6 +784,7 @@ int Runtime::ArmWireLocked() {
 // leaves it for the others (poll wakes every sleeper on one write).
 void Runtime::DisarmWireLocked() {
   if (wire_armers_ > 0 && --wire_armers_ == 0) {
+    if (direct_) direct_->Disarm();
     if (wakeup_ != nullptr) wakeup_->Disarm();
     RefreshWakeupLocked();
   }

@@ -24,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/verbs/device_config.h"
@@ -168,6 +169,9 @@ class Runtime {
   void Reattach(uint64_t now_ns);
   // False if the fabric's state decided the link (lost, re-attaching).
   bool CheckFabric(uint64_t now_ns);
+  // Applies what droced sent unasked (direct paths, ethdev/direct_io.h);
+  // false once the connection ended.
+  bool ReadFabricMessages();
   void SendPortEvent(uint32_t type);
   // The wake-up follows the port: a stale one goes once nobody sleeps on it.
   void RefreshWakeupLocked();
@@ -202,6 +206,9 @@ class Runtime {
   DeviceFile file_;
   int refs_ = 0;
   std::unique_ptr<ethdev::EthdevPort> port_;
+  // A fabric device: the direct rings to the other processes, in front of
+  // port_ (doc/droced.md "Direct rings"); the device's BurstIo.
+  std::unique_ptr<ethdev::DirectIo> direct_;
   std::unique_ptr<ethdev::RxWakeup> wakeup_;  // null: idle sleeps are timed only
   std::unique_ptr<core::Device> dev_;
   std::vector<CqWatch> watches_;

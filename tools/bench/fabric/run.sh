@@ -3,8 +3,11 @@
 # fabric daemon) against the direct memif pair, in one invocation, rounds
 # alternating so the noisy 2-core host hits all modes alike:
 #   direct    droce0 <-> droce1 joined by a memif wire (one process each)
-#   fabric    fab0 <-> fab1, two devices of one droced
-#   shared    server and client both on fab0 (one device, two processes)
+#   fabric    fab0 <-> fab1, two devices of one droced (the pair's direct rings)
+#   shared    server and client both on fab0 (one device, two processes; direct rings)
+#   switched  sw0 <-> sw1, two devices of a second droced started with
+#             DROCED_DIRECT=0: every frame crosses the daemon's switch (as before
+#             the direct rings)
 # Reports per mode the median of the rounds: 64 KiB ib_write_bw (Gb/s) and
 # 2 B ib_send_lat typical (us), the ratios the issue sets goals for, and
 # memory: droced's RSS idle and with two processes attached, and the RSS of
@@ -18,31 +21,39 @@ ninja -C build-rel >/dev/null || exit 1
 ctl=$PWD/build-rel/apps/ctl/droce-ctl
 dir=tools/bench/fabric
 run=$(mktemp -d /tmp/droce-fabric-bench.XXXXXX)
+run2=$(mktemp -d /tmp/droce-fabric-bench-sw.XXXXXX)
 export DROCE_RUN_DIR=$run
 cleanup() {
   "$ctl" daemon stop >/dev/null 2>&1
   for d in droce0 droce1 fab0 fab1; do "$ctl" link del $d >/dev/null 2>&1; done
-  rm -rf "$run"
+  DROCE_RUN_DIR=$run2 "$ctl" daemon stop >/dev/null 2>&1
+  for d in sw0 sw1; do DROCE_RUN_DIR=$run2 "$ctl" link del $d >/dev/null 2>&1; done
+  rm -rf "$run" "$run2"
 }
 trap cleanup EXIT
 "$ctl" link add droce0 type memif socket "$run/wire.sock" role server ip 10.0.0.1 >/dev/null || exit 1
 "$ctl" link add droce1 type memif socket "$run/wire.sock" role client ip 10.0.0.2 >/dev/null || exit 1
 "$ctl" link add fab0 ip 10.1.0.1 >/dev/null || exit 1
 "$ctl" link add fab1 ip 10.1.0.2 >/dev/null || exit 1
+DROCE_RUN_DIR=$run2 DROCED_DIRECT=0 "$ctl" link add sw0 ip 10.2.0.1 >/dev/null || exit 1
+DROCE_RUN_DIR=$run2 DROCED_DIRECT=0 "$ctl" link add sw1 ip 10.2.0.2 >/dev/null || exit 1
 eval "$("$ctl" env)"
 port=19300
 # pair SERVER_DEV CLIENT_DEV PROGRAM ARGS: the client's first result row.
+# sw* devices belong to the second run directory (its daemon switches every frame).
 pair() {
   port=$((port + 1))
-  timeout 120 $3 -d "$1" -x 1 -p $port $4 >"$run/server.log" 2>&1 &
+  local envs=()
+  [[ $1 == sw* ]] && envs=(env DROCE_RUN_DIR="$run2" SYSFS_PATH="$run2/sysfs")
+  "${envs[@]}" timeout 120 $3 -d "$1" -x 1 -p $port $4 >"$run/server.log" 2>&1 &
   local s=$!
-  sleep 1.5
-  timeout 120 $3 -d "$2" -x 1 -p $port $4 127.0.0.1 2>"$run/client.err" | grep -E '^ *[0-9]+ +[0-9]+ ' | head -1
+  for _ in $(seq 100); do ss -ltnH "sport = :$port" | grep -q . && break; sleep 0.1; done
+  "${envs[@]}" timeout 120 $3 -d "$2" -x 1 -p $port $4 127.0.0.1 2>"$run/client.err" | grep -E '^ *[0-9]+ +[0-9]+ ' | head -1
   wait $s
 }
 declare -A bw lat
-modes=(direct fabric shared)
-declare -A devs=([direct]="droce0 droce1" [fabric]="fab0 fab1" [shared]="fab0 fab0")
+modes=(direct fabric shared switched)
+declare -A devs=([direct]="droce0 droce1" [fabric]="fab0 fab1" [shared]="fab0 fab0" [switched]="sw0 sw1")
 for ((r = 1; r <= rounds; r++)); do
   for m in "${modes[@]}"; do
     read -r a b <<<"${devs[$m]}"
@@ -66,6 +77,8 @@ sleep 1.5
 timeout 60 ib_write_bw -d fab1 -x 1 -p 19990 -D 4 127.0.0.1 >/dev/null 2>&1 & c=$!
 sleep 2
 droced_two=$(rss "$dpid"); client_fabric=$(rss "$(child $c)")
+# The pair's ring memory as both map it (shared pages touched so far).
+ring_kb=$(awk '/droce-ring/ {m=1; next} m && /^Rss:/ {s+=$2; m=0} END {print s+0}' "/proc/$(child $c)/smaps" 2>/dev/null)
 wait $s $c
 timeout 60 ib_write_bw -d droce0 -x 1 -p 19991 -D 4 >/dev/null 2>&1 & s=$!
 sleep 1.5
@@ -85,5 +98,6 @@ wait $s $c
   echo "droced_rss_kb_two_attached,${droced_two:-?}"
   echo "verbs_process_rss_kb_fabric_device,${client_fabric:-?}"
   echo "verbs_process_rss_kb_direct_device,${client_direct:-?}"
+  echo "direct_ring_rss_kb_per_path,${ring_kb:-?}"
 } >"$dir/results.csv"
 cat "$dir/results.csv"

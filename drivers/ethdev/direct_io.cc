@@ -1,0 +1,290 @@
+#include "drivers/ethdev/direct_io.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "wire/steer.h"
+
+namespace droce::ethdev {
+
+int SendPeerMessage(int sock, const PeerMessage& m, const int* fds, int nfds) {
+  iovec iov{const_cast<PeerMessage*>(&m), sizeof m};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))] = {};
+  if (nfds > 0) {
+    if (nfds > 3) return EINVAL;
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+  }
+  return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof m) ? 0 : errno;
+}
+
+long ReceiveWithFds(int sock, void* buf, unsigned long len, int fds[3], int* nfds) {
+  *nfds = 0;
+  iovec iov{buf, len};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(3 * sizeof(int))];
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = recvmsg(sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0) return -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (*nfds < 3) {
+        fds[(*nfds)++] = fd;
+      } else {
+        close(fd);
+      }
+    }
+  }
+  return n;
+}
+
+DirectIo::DirectIo(pktio::BurstIo* inner, const std::array<uint8_t, 6>& own_mac, uint32_t qpn_first,
+                   uint32_t qpn_count)
+    : inner_(inner), mac_(own_mac), qpn_first_(qpn_first), qpn_count_(qpn_count) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+}
+
+DirectIo::~DirectIo() {
+  RemoveAll();
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+}
+
+void DirectIo::Close(Path& p) {
+  if (p.rx_efd >= 0) {
+    if (epoll_fd_ >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.rx_efd, nullptr);
+    close(p.rx_efd);
+  }
+  if (p.tx_efd >= 0) close(p.tx_efd);
+  if (p.map != nullptr) munmap(p.map, p.map_bytes);
+  p = Path{};
+  ++counters_.paths_removed;
+}
+
+void DirectIo::RemoveAll() {
+  for (Path& p : paths_) Close(p);
+  paths_.clear();
+}
+
+absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
+  int owned[3] = {-1, -1, -1};
+  for (int i = 0; i < nfds && i < 3; ++i) owned[i] = fds[i];
+  const auto refuse = [&](const std::string& why) {
+    for (int fd : owned) {
+      if (fd >= 0) close(fd);
+    }
+    ++counters_.messages_refused;
+    return absl::InvalidArgumentError(why);
+  };
+  if (m.magic != kPeerMagic || m.version != kPeerVersion || m.size != sizeof m) {
+    return refuse("not a peer message of this version");
+  }
+  for (uint8_t b : m.reserved) {
+    if (b != 0) return refuse("reserved bytes set");
+  }
+  generation_ = m.generation;
+  if (m.op == kPeerRemove) {
+    if (nfds != 0) return refuse("a removal carries no descriptors");
+    for (size_t i = 0; i < paths_.size(); ++i) {
+      if (paths_[i].id != m.path_id) continue;
+      Close(paths_[i]);
+      paths_.erase(paths_.begin() + static_cast<long>(i));
+      rx_next_ = 0;
+      return absl::OkStatus();
+    }
+    return absl::OkStatus();  // gone already
+  }
+  if (m.op != kPeerAdd) return refuse(absl::StrFormat("unknown op %u", m.op));
+  if (nfds != 3) return refuse("a path needs a memfd and two eventfds");
+  if (!pktio::FrameRing::ValidGeometry(m.slots, m.slot_bytes) || m.my_ring > 1) return refuse("bad ring geometry");
+  if (m.peer_qpn_count == 0 || m.peer_qpn_base < 2 || m.peer_qpn_count > (1u << 24) - m.peer_qpn_base) {
+    return refuse("bad peer QPN range");
+  }
+  for (const Path& p : paths_) {
+    if (p.id == m.path_id) return refuse("path exists already");
+  }
+  const size_t ring_bytes = pktio::FrameRing::Bytes(m.slots, m.slot_bytes);
+  const size_t bytes = 2 * ring_bytes;
+  struct stat st {};
+  if (fstat(owned[0], &st) != 0 || static_cast<size_t>(st.st_size) != bytes) return refuse("memfd size");
+  // Sealed against shrinking: a peer cannot truncate it under us (SIGBUS).
+  const int seals = fcntl(owned[0], F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return refuse("memfd not sealed");
+  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, owned[0], 0);
+  if (map == MAP_FAILED) return refuse(absl::StrFormat("mmap: %s", std::strerror(errno)));
+  close(owned[0]);  // the mapping keeps the memory
+  owned[0] = -1;
+  Path p;
+  p.id = m.path_id;
+  std::memcpy(p.mac.data(), m.peer_mac, 6);
+  p.qpn_first = m.peer_qpn_base;
+  p.qpn_count = m.peer_qpn_count;
+  p.map = map;
+  p.map_bytes = bytes;
+  uint8_t* base = static_cast<uint8_t*>(map);
+  p.rx = pktio::FrameRing(base + m.my_ring * ring_bytes, m.slots, m.slot_bytes);
+  p.tx = pktio::FrameRing(base + (1 - m.my_ring) * ring_bytes, m.slots, m.slot_bytes);
+  p.rx_efd = owned[1];
+  p.tx_efd = owned[2];
+  p.peer_pid = m.peer_pid;
+  if (epoll_fd_ >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = p.rx_efd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.rx_efd, &ev);
+  }
+  if (armed_) p.rx.Arm();  // a sleeper is waiting on the set already
+  paths_.push_back(p);
+  ++counters_.paths_added;
+  return absl::OkStatus();
+}
+
+int DirectIo::Route(const pktio::Frame& f) const {
+  if (f.len < 14 || (f.data[0] & 1) != 0) return -1;  // group addresses: the switch floods them
+  int64_t qpn = -2;
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    const Path& p = paths_[i];
+    if (std::memcmp(f.data, p.mac.data(), 6) != 0) continue;
+    if (qpn == -2) qpn = wire::RoceDestQp(f.data, f.len);
+    if (qpn < 0) return -1;  // not RoCEv2: the switch's
+    if (static_cast<uint32_t>(qpn) - p.qpn_first < p.qpn_count && f.len <= p.tx.max_frame()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+bool DirectIo::Mine(const pktio::Frame& f) const {
+  if (f.len < 14 || std::memcmp(f.data, mac_.data(), 6) != 0) return false;
+  const int64_t qpn = wire::RoceDestQp(f.data, f.len);
+  return qpn >= 0 && static_cast<uint32_t>(qpn) - qpn_first_ < qpn_count_;
+}
+
+uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
+  if (paths_.empty()) return inner_->TxBurst(frames, n);
+  uint16_t i = 0;
+  int route = n > 0 ? Route(frames[0]) : -1;
+  while (i < n) {
+    // A run of frames with one destination: the port's, or one ring's.
+    uint16_t run = 1;
+    int next = -1;
+    while (i + run < n && (next = Route(frames[i + run])) == route) ++run;
+    uint16_t took;
+    if (route < 0) {
+      took = inner_->TxBurst(frames + i, run);
+    } else {
+      Path& p = paths_[route];
+      took = p.tx.Produce(frames + i, run);
+      if (took > 0) {
+        inner_->Release(frames + i, took);  // copied: the buffers go back
+        counters_.tx_direct += took;
+        if (p.tx.TakeWakeupRequest()) {
+          const uint64_t one = 1;
+          if (write(p.tx_efd, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;
+        }
+      }
+      if (took < run) ++counters_.tx_ring_full;
+    }
+    i = static_cast<uint16_t>(i + took);
+    if (took < run) return i;
+    route = next;
+  }
+  return i;
+}
+
+uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
+  if (paths_.empty()) return inner_->RxBurst(frames, n);
+  const uint32_t sources = static_cast<uint32_t>(paths_.size()) + 1;
+  uint16_t got = 0;
+  for (uint32_t k = 0; k < sources && got < n; ++k) {
+    const uint32_t s = (rx_next_ + k) % sources;
+    pktio::Frame* out = frames + got;
+    const uint16_t room = static_cast<uint16_t>(std::min<uint32_t>(n - got, 64));
+    if (s == paths_.size()) {
+      got = static_cast<uint16_t>(got + inner_->RxBurst(out, room));
+      continue;
+    }
+    Path& p = paths_[s];
+    const uint32_t avail = p.rx.Available();
+    if (avail == 0) continue;
+    const uint16_t alloc = inner_->AllocTx(out, static_cast<uint16_t>(std::min<uint32_t>(avail, room)));
+    if (alloc == 0) continue;
+    const uint64_t bad_before = p.rx.counters().bad_length;
+    const uint16_t filled = p.rx.Consume(out, alloc);
+    counters_.rx_bad_length += p.rx.counters().bad_length - bad_before;
+    // Only what the switch would have delivered here: our MAC, our QPNs.
+    pktio::Frame drop[64];
+    uint16_t kept = 0, dropped = 0;
+    for (uint16_t j = 0; j < filled; ++j) {
+      if (Mine(out[j])) {
+        out[kept++] = out[j];
+      } else {
+        drop[dropped++] = out[j];
+      }
+    }
+    for (uint16_t j = filled; j < alloc; ++j) drop[dropped++] = out[j];  // buffers not filled
+    if (dropped > 0) inner_->Release(drop, dropped);
+    counters_.rx_not_mine += filled - kept;
+    counters_.rx_direct += kept;
+    got = static_cast<uint16_t>(got + kept);
+  }
+  rx_next_ = (rx_next_ + 1) % sources;
+  return got;
+}
+
+int DirectIo::Arm(int wire_fd) {
+  if (paths_.empty()) return wire_fd;
+  if (epoll_fd_ < 0 || wire_fd < 0) return -1;
+  if (!armed_) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = wire_fd;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wire_fd, &ev) != 0 && errno != EEXIST) return -1;
+    armed_wire_fd_ = wire_fd;
+    armed_ = true;
+  }
+  for (Path& p : paths_) p.rx.Arm();
+  return epoll_fd_;
+}
+
+void DirectIo::Disarm() {
+  if (!armed_) return;
+  armed_ = false;
+  for (Path& p : paths_) p.rx.Disarm();
+  // Drain the rings' eventfds that fired (the wire's is its owner's).
+  epoll_event ev[16];
+  const int ready = epoll_wait(epoll_fd_, ev, 16, 0);
+  for (int i = 0; i < ready; ++i) {
+    if (ev[i].data.fd == armed_wire_fd_) continue;
+    uint64_t v;
+    (void)!read(ev[i].data.fd, &v, sizeof v);
+  }
+  // Out of the set: the wire's descriptor may be another one next time.
+  if (armed_wire_fd_ >= 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, armed_wire_fd_, nullptr);
+  armed_wire_fd_ = -1;
+}
+
+}  // namespace droce::ethdev

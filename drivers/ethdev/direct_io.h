@@ -1,0 +1,143 @@
+// Direct rings between the processes of one droced fabric: the NIC's
+// embedded switch offloading the data path (doc/droced.md "Direct rings").
+//
+// droced pairs every two attached ports (a process on a device) with a
+// memfd holding two pktio::FrameRings, one per direction, and an eventfd per
+// direction, and passes them over each side's control connection with
+// SCM_RIGHTS: only those two processes ever map the memory (the daemon
+// never does, and closes its descriptors once sent). `DirectIo` wraps the
+// port to the daemon (memif): a transmitted frame whose destination MAC and
+// QPN belong to a peer goes into that peer's ring (one copy), everything
+// else (ARP/ND, QP 1, broadcast and multicast, uplinks, a device with switch
+// knobs set) through the port, as before. RxBurst polls the inbound rings
+// and the port. A frame read from a ring is delivered only if it is
+// addressed to this port's MAC and QPN range; anything else is dropped and
+// counted: a peer cannot make us receive what the switch would not.
+//
+// No allocation, logging or system call per frame; a wake-up (an eventfd
+// write) only when the receiver sleeps and asked for one (FrameRing::Arm).
+// Not thread-safe: the owner (the verbs runtime, under its mutex) calls
+// everything from one thread at a time.
+#ifndef DROCE_DRIVERS_ETHDEV_DIRECT_IO_H_
+#define DROCE_DRIVERS_ETHDEV_DIRECT_IO_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "pktio/burst_io.h"
+#include "pktio/frame_ring.h"
+
+namespace droce::ethdev {
+
+// droced -> process, unasked, on the control connection (SOCK_SEQPACKET),
+// one per datagram; kPeerAdd carries three descriptors (SCM_RIGHTS): the
+// memfd, this side's receive eventfd, the peer's receive eventfd.
+inline constexpr uint32_t kPeerMagic = 0x64524950;  // "dRIP"
+inline constexpr uint16_t kPeerVersion = 1;
+enum PeerOp : uint16_t {
+  kPeerAdd = 1,     // a direct path to a peer port: use it from now on
+  kPeerRemove = 2,  // withdraw path `path_id` (the peer left, or the switch needs its frames)
+};
+struct PeerMessage {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t op;
+  uint32_t size;         // sizeof(PeerMessage)
+  uint32_t generation;   // the daemon's table version for this port: +1 per message
+  uint64_t path_id;
+  uint8_t peer_mac[6];
+  uint8_t pad[2];
+  uint32_t peer_qpn_base;   // the peer's QPNs [base, base + count)
+  uint32_t peer_qpn_count;
+  uint32_t slots;           // each ring's geometry (FrameRing::ValidGeometry)
+  uint32_t slot_bytes;
+  uint32_t my_ring;         // 0 or 1: the ring this side consumes; it produces into the other
+  uint32_t peer_pid;        // for status and logs only
+  uint8_t reserved[24];     // zero
+};
+static_assert(sizeof(PeerMessage) == 80);
+
+// Sends `m` with `nfds` descriptors (SCM_RIGHTS), without blocking.
+// Returns 0 or an errno.
+int SendPeerMessage(int sock, const PeerMessage& m, const int* fds, int nfds);
+// Receives one datagram without blocking: its length (0: the peer closed
+// the connection; -1 with errno, EAGAIN: nothing there) and up to 3
+// descriptors it carried (close-on-exec); *nfds says how many.
+long ReceiveWithFds(int sock, void* buf, unsigned long len, int fds[3], int* nfds);
+
+struct DirectCounters {
+  uint64_t tx_direct = 0;      // frames put into a peer's ring
+  uint64_t tx_ring_full = 0;   // transmit bursts a full ring stopped (the device retries)
+  uint64_t rx_direct = 0;      // frames taken from the rings and delivered
+  uint64_t rx_not_mine = 0;    // frames from a ring for another MAC or QPN: dropped
+  uint64_t rx_bad_length = 0;  // ring slots with a bad length: dropped
+  uint64_t wakeups_sent = 0;   // eventfd writes (the peer slept)
+  uint64_t paths_added = 0, paths_removed = 0, messages_refused = 0;
+};
+
+class DirectIo final : public pktio::BurstIo {
+ public:
+  // `inner`: the port to the daemon. Frames are delivered to this side only
+  // for `own_mac` and QPNs [qpn_first, qpn_first + qpn_count).
+  DirectIo(pktio::BurstIo* inner, const std::array<uint8_t, 6>& own_mac, uint32_t qpn_first, uint32_t qpn_count);
+  ~DirectIo() override;
+  DirectIo(const DirectIo&) = delete;
+  DirectIo& operator=(const DirectIo&) = delete;
+
+  uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
+  uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
+  uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
+  void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+
+  // One message from the daemon with the descriptors that came with it (this
+  // takes them: kept or closed). Checks every field and the memfd (size,
+  // seals) before mapping it.
+  absl::Status Apply(const PeerMessage& m, const int* fds, int nfds);
+  // Every path goes (the daemon is gone).
+  void RemoveAll();
+  size_t paths() const { return paths_.size(); }
+  uint32_t generation() const { return generation_; }
+
+  // Sleeping: `wire_fd` is the port's armed arrival descriptor. Asks every
+  // inbound ring for a wake-up and returns the descriptor to poll: wire_fd
+  // itself without paths, else an epoll set of it and the rings' eventfds
+  // (-1 if that cannot be set up: sleep on timers). Poll once more before
+  // sleeping. Disarm after waking (drains the rings' eventfds).
+  int Arm(int wire_fd);
+  void Disarm();
+
+  const DirectCounters& counters() const { return counters_; }
+
+ private:
+  struct Path {
+    uint64_t id = 0;
+    std::array<uint8_t, 6> mac{};
+    uint32_t qpn_first = 0, qpn_count = 0;
+    void* map = nullptr;
+    size_t map_bytes = 0;
+    pktio::FrameRing rx, tx;
+    int rx_efd = -1, tx_efd = -1;
+    uint32_t peer_pid = 0;
+  };
+  // The path whose peer owns the frame's destination, or -1 (the port).
+  int Route(const pktio::Frame& f) const;
+  bool Mine(const pktio::Frame& f) const;
+  void Close(Path& p);
+
+  pktio::BurstIo* inner_;
+  std::array<uint8_t, 6> mac_;
+  uint32_t qpn_first_, qpn_count_;
+  std::vector<Path> paths_;  // few: one per peer port
+  uint32_t generation_ = 0;
+  uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
+  int epoll_fd_ = -1;
+  int armed_wire_fd_ = -1;
+  bool armed_ = false;
+  DirectCounters counters_;
+};
+
+}  // namespace droce::ethdev
+
+#endif  // DROCE_DRIVERS_ETHDEV_DIRECT_IO_H_

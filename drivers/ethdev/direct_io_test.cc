@@ -1,0 +1,235 @@
+// DirectIo without EAL: two ends in one process, each wrapping one end of a
+// pktio::MemWire (standing in for the memif port to droced), joined by a
+// memfd made here as droced makes it.
+#include "drivers/ethdev/direct_io.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "pktio/mem_wire.h"
+
+namespace droce::ethdev {
+namespace {
+
+constexpr std::array<uint8_t, 6> kMacA = {0x02, 0, 0, 0, 0, 0xa};
+constexpr std::array<uint8_t, 6> kMacB = {0x02, 0, 0, 0, 0, 0xb};
+constexpr uint32_t kSlots = 8;
+constexpr uint32_t kSlotBytes = pktio::FrameRing::kDefaultSlotBytes;
+
+// Ethernet + IPv4 + UDP:4791 + BTH with destination QP `qpn`; `tag` in the payload.
+uint32_t BuildRoce(uint8_t* f, const std::array<uint8_t, 6>& dst, uint32_t qpn, uint8_t tag) {
+  std::memset(f, 0, 80);
+  std::memcpy(f, dst.data(), 6);
+  std::memcpy(f + 6, kMacA.data(), 6);
+  f[12] = 0x08, f[13] = 0x00;
+  f[14] = 0x45;
+  f[14 + 9] = 17;  // UDP
+  f[34 + 2] = 0x12, f[34 + 3] = 0xb7;  // 4791
+  f[42 + 5] = static_cast<uint8_t>(qpn >> 16), f[42 + 6] = static_cast<uint8_t>(qpn >> 8),
+  f[42 + 7] = static_cast<uint8_t>(qpn);
+  f[60] = tag;
+  return 80;
+}
+
+struct Memfd {
+  int fd = -1;
+  explicit Memfd(size_t bytes, bool seal = true) {
+    fd = memfd_create("droce-ring-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+    if (seal) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+    }
+  }
+  ~Memfd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint32_t qpn_base, uint32_t my_ring) {
+  PeerMessage m{};
+  m.magic = kPeerMagic;
+  m.version = kPeerVersion;
+  m.op = kPeerAdd;
+  m.size = sizeof m;
+  m.generation = 1;
+  m.path_id = id;
+  std::memcpy(m.peer_mac, peer_mac.data(), 6);
+  m.peer_qpn_base = qpn_base;
+  m.peer_qpn_count = 1024;
+  m.slots = kSlots;
+  m.slot_bytes = kSlotBytes;
+  m.my_ring = my_ring;
+  return m;
+}
+
+class DirectIoTest : public ::testing::Test {
+ protected:
+  DirectIoTest() : wire_(pktio::MemWireConfig{}), a_(&wire_.end(0), kMacA, 1024, 1024), b_(&wire_.end(1), kMacB, 2048, 1024) {}
+
+  // Pairs a (QPNs 1024..) and b (2048..) as droced does: one memfd, an
+  // eventfd per direction, each side given its own copies.
+  void Pair() {
+    Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
+    efd_a_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    efd_b_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    const int fa[3] = {dup(mem.fd), dup(efd_a_), dup(efd_b_)};
+    const int fb[3] = {dup(mem.fd), dup(efd_b_), dup(efd_a_)};
+    ASSERT_TRUE(a_.Apply(AddMessage(7, kMacB, 2048, 0), fa, 3).ok());
+    ASSERT_TRUE(b_.Apply(AddMessage(7, kMacA, 1024, 1), fb, 3).ok());
+  }
+  ~DirectIoTest() override {
+    if (efd_a_ >= 0) close(efd_a_);
+    if (efd_b_ >= 0) close(efd_b_);
+  }
+
+  // Sends one frame from a; returns whether TxBurst took it.
+  bool SendFromA(const std::array<uint8_t, 6>& dst, uint32_t qpn, uint8_t tag) {
+    pktio::Frame f;
+    if (a_.AllocTx(&f, 1) != 1) return false;
+    f.len = BuildRoce(f.data, dst, qpn, tag);
+    if (a_.TxBurst(&f, 1) == 1) return true;
+    a_.Release(&f, 1);
+    return false;
+  }
+  // Receives on b; returns the tags of what arrived.
+  std::vector<uint8_t> ReceiveOnB() {
+    std::vector<uint8_t> tags;
+    pktio::Frame fs[32];
+    for (int round = 0; round < 4; ++round) {
+      const uint16_t n = b_.RxBurst(fs, 32);
+      for (uint16_t i = 0; i < n; ++i) tags.push_back(fs[i].data[60]);
+      b_.Release(fs, n);
+    }
+    return tags;
+  }
+
+  pktio::MemWire wire_;
+  DirectIo a_, b_;
+  int efd_a_ = -1, efd_b_ = -1;
+};
+
+TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
+  Pair();
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));   // b's QPN: the ring
+  ASSERT_TRUE(SendFromA(kMacB, 4096 + 5, 2));   // b's MAC, another process's QPN: the port (the switch)
+  ASSERT_TRUE(SendFromA(kMacB, 1, 3));          // QP 1 (the daemon's CM): the port
+  const std::array<uint8_t, 6> bcast = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  ASSERT_TRUE(SendFromA(bcast, 2048 + 5, 4));   // broadcast: the port
+  EXPECT_EQ(a_.counters().tx_direct, 1u);
+  EXPECT_EQ(wire_.counters(0).sent, 3u);
+  // b gets the ring's frame and, through the "switch" (here a plain wire),
+  // the others; its own check keeps only what is addressed to its range.
+  const std::vector<uint8_t> tags = ReceiveOnB();
+  EXPECT_EQ(b_.counters().rx_direct, 1u);
+  EXPECT_NE(std::find(tags.begin(), tags.end(), 1), tags.end());
+}
+
+TEST_F(DirectIoTest, ReceiverDropsFramesNotForItsQpns) {
+  Pair();
+  // a's routing would never put these into b's ring; a hostile peer could:
+  // a DirectIo told that b owns every QPN plays it.
+  pktio::MemWire wire2(pktio::MemWireConfig{});
+  DirectIo liar(&wire2.end(0), kMacA, 1024, 1024);
+  Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
+  const int e1 = eventfd(0, EFD_CLOEXEC), e2 = eventfd(0, EFD_CLOEXEC);
+  const int fl[3] = {dup(mem.fd), dup(e1), dup(e2)};
+  const int fb[3] = {dup(mem.fd), dup(e2), dup(e1)};
+  PeerMessage lm = AddMessage(9, kMacB, 2, 0);
+  lm.peer_qpn_count = (1u << 24) - 2;  // "b owns every QPN"
+  ASSERT_TRUE(liar.Apply(lm, fl, 3).ok());
+  ASSERT_TRUE(b_.Apply(AddMessage(9, kMacA, 1024, 1), fb, 3).ok());
+  for (uint32_t qpn : {4096u + 1, 2048u + 3, 1u}) {
+    pktio::Frame x;
+    ASSERT_EQ(liar.AllocTx(&x, 1), 1);
+    x.len = BuildRoce(x.data, kMacB, qpn, static_cast<uint8_t>(qpn & 0xff));
+    ASSERT_EQ(liar.TxBurst(&x, 1), 1);
+  }
+  EXPECT_EQ(liar.counters().tx_direct, 2u);  // QPN 1 is never routed to a ring (below the range)
+  const std::vector<uint8_t> tags = ReceiveOnB();
+  EXPECT_EQ(b_.counters().rx_direct, 1u);     // 2048 + 3 only
+  EXPECT_EQ(b_.counters().rx_not_mine, 1u);   // 4096 + 1: another process's QPN
+  ASSERT_EQ(tags.size(), 1u);
+  EXPECT_EQ(tags[0], 3);
+  close(e1);
+  close(e2);
+}
+
+TEST_F(DirectIoTest, RemovedPathFallsBackToThePort) {
+  Pair();
+  PeerMessage rm = AddMessage(7, kMacB, 2048, 0);
+  rm.op = kPeerRemove;
+  rm.generation = 2;
+  ASSERT_TRUE(a_.Apply(rm, nullptr, 0).ok());
+  EXPECT_EQ(a_.paths(), 0u);
+  EXPECT_EQ(a_.generation(), 2u);
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  EXPECT_EQ(a_.counters().tx_direct, 0u);
+  EXPECT_EQ(wire_.counters(0).sent, 1u);
+}
+
+TEST_F(DirectIoTest, FullRingPushesBack) {
+  Pair();
+  int sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  EXPECT_EQ(sent, static_cast<int>(kSlots));  // then TxBurst refuses: the device keeps the frame
+  EXPECT_EQ(a_.counters().tx_ring_full, 1u);
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_TRUE(SendFromA(kMacB, 2048 + 1, 0));
+}
+
+TEST_F(DirectIoTest, SleepingReceiverIsWoken) {
+  Pair();
+  const int wire = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // stands in for memif's
+  const int fd = b_.Arm(wire);
+  ASSERT_GE(fd, 0);
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 1, 1));
+  EXPECT_EQ(a_.counters().wakeups_sent, 1u);
+  EXPECT_EQ(poll(&p, 1, 1000), 1);
+  b_.Disarm();
+  EXPECT_EQ(poll(&p, 1, 0), 0);  // drained
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 1, 2));
+  EXPECT_EQ(a_.counters().wakeups_sent, 1u);  // not armed: no system call
+  EXPECT_EQ(ReceiveOnB().size(), 2u);
+  close(wire);
+}
+
+TEST_F(DirectIoTest, RefusesBadMessages) {
+  const size_t bytes = 2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes);
+  {
+    Memfd unsealed(bytes, /*seal=*/false);
+    const int f[3] = {dup(unsealed.fd), eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC)};
+    EXPECT_FALSE(a_.Apply(AddMessage(1, kMacB, 2048, 0), f, 3).ok());  // could be truncated under us
+  }
+  {
+    Memfd small(bytes - 4096);
+    const int f[3] = {dup(small.fd), eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC)};
+    EXPECT_FALSE(a_.Apply(AddMessage(1, kMacB, 2048, 0), f, 3).ok());
+  }
+  {
+    Memfd ok(bytes);
+    PeerMessage m = AddMessage(1, kMacB, 2048, 0);
+    m.slots = 6;
+    const int f[3] = {dup(ok.fd), eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC)};
+    EXPECT_FALSE(a_.Apply(m, f, 3).ok());
+    PeerMessage r = AddMessage(1, kMacB, 2048, 0);
+    r.reserved[3] = 1;
+    const int g[3] = {dup(ok.fd), eventfd(0, EFD_CLOEXEC), eventfd(0, EFD_CLOEXEC)};
+    EXPECT_FALSE(a_.Apply(r, g, 3).ok());
+    const int h[1] = {dup(ok.fd)};
+    EXPECT_FALSE(a_.Apply(AddMessage(1, kMacB, 2048, 0), h, 1).ok());
+  }
+  EXPECT_EQ(a_.paths(), 0u);
+  EXPECT_EQ(a_.counters().messages_refused, 5u);
+}
+
+}  // namespace
+}  // namespace droce::ethdev

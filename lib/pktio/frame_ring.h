@@ -1,0 +1,102 @@
+// A single-producer single-consumer ring of frames in memory two parties
+// share (a memfd mapped by two processes: droced's direct paths,
+// doc/droced.md "Direct rings"). Compute only: no EAL, no system call; the
+// owner moves the frames in and out and does the notifying.
+//
+// Layout, at the start of the region given (zeroed memory is an empty ring):
+//   [0, 64)    head: slots the producer has published (free-running u32)
+//   [64, 128)  tail: slots the consumer has released (free-running u32)
+//   [128, 192) sleeping: the consumer asks for a wake-up (memif's interrupt mode)
+//   then `slots` slots of `slot_bytes`: a u32 length, the frame at +kSlotHeader.
+//
+// The other party may be buggy or hostile and writes the same memory: each
+// side keeps its own index privately and only reads the other's, bounds
+// every value it reads (a head more than `slots` ahead is taken as `slots`,
+// a length beyond the slot is dropped and counted), so no index or length
+// from the shared memory ever makes it read or write outside the region.
+#ifndef DROCE_LIB_PKTIO_FRAME_RING_H_
+#define DROCE_LIB_PKTIO_FRAME_RING_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "pktio/burst_io.h"
+
+namespace droce::pktio {
+
+struct FrameRingCounters {
+  uint64_t produced = 0;    // frames published (producer side)
+  uint64_t full = 0;        // frames refused: no free slot (producer side)
+  uint64_t too_long = 0;    // frames refused: longer than a slot (producer side)
+  uint64_t consumed = 0;    // frames copied out (consumer side)
+  uint64_t bad_length = 0;  // slots whose length exceeded the slot or the buffer: skipped (consumer side)
+};
+
+class FrameRing {
+ public:
+  static constexpr uint32_t kHeaderBytes = 192;
+  static constexpr uint32_t kSlotHeader = 64;  // frame data starts cache-aligned
+  // A slot that carries every frame droce emits.
+  static constexpr uint32_t kDefaultSlotBytes = kSlotHeader + kMaxFrameBytes;
+
+  // Geometry check: slots a power of two in [2, 65536], slot_bytes a
+  // multiple of 64 in [kSlotHeader + 64, 64 KiB].
+  static bool ValidGeometry(uint32_t slots, uint32_t slot_bytes);
+  // Bytes one ring occupies (a multiple of 64).
+  static size_t Bytes(uint32_t slots, uint32_t slot_bytes) {
+    return kHeaderBytes + size_t{slots} * slot_bytes;
+  }
+
+  FrameRing() = default;
+  // `mem` (64-byte aligned, Bytes(slots, slot_bytes) long) holds the ring;
+  // zeroed memory is an empty one. The geometry must be valid.
+  FrameRing(void* mem, uint32_t slots, uint32_t slot_bytes);
+
+  bool valid() const { return base_ != nullptr; }
+  uint32_t slots() const { return slots_; }
+  uint32_t max_frame() const { return slot_bytes_ - kSlotHeader; }
+
+  // --- Producer.
+  // Copies a prefix of frames[0..n) into free slots and publishes them with
+  // one release store. Stops at the first frame that finds no slot (counted
+  // `full`) or is longer than a slot (`too_long`); returns how many it took.
+  uint16_t Produce(const Frame* frames, uint16_t n);
+  // After Produce: true if the consumer sleeps and asked for a wake-up (the
+  // request is consumed: one wake-up per sleep). The caller then notifies.
+  bool TakeWakeupRequest();
+
+  // --- Consumer.
+  // Frames published and not yet consumed (at most slots()).
+  uint32_t Available() const;
+  // Copies up to n frames into the caller's buffers dst[i].data (capacity
+  // dst[i].capacity), sets dst[i].len, releases their slots with one store.
+  // A slot whose length exceeds the slot or the buffer is skipped
+  // (`bad_length`) without being copied. Returns the frames filled.
+  uint16_t Consume(Frame* dst, uint16_t n);
+  // Asks for a wake-up before sleeping; returns false if frames are already
+  // there (then do not sleep). Disarm after waking.
+  bool Arm();
+  void Disarm();
+
+  const FrameRingCounters& counters() const { return counters_; }
+
+ private:
+  std::atomic<uint32_t>& head() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_); }
+  std::atomic<uint32_t>& tail() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + 64); }
+  std::atomic<uint32_t>& sleeping() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + 128); }
+  uint8_t* slot(uint32_t pos) const { return base_ + kHeaderBytes + size_t{pos & (slots_ - 1)} * slot_bytes_; }
+
+  uint8_t* base_ = nullptr;
+  uint32_t slots_ = 0;
+  uint32_t slot_bytes_ = 0;
+  uint32_t my_head_ = 0;  // producer: its own head, never re-read from the shared memory
+  uint32_t my_tail_ = 0;  // consumer: its own tail
+  FrameRingCounters counters_;
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "the ring's indices are shared between processes");
+
+}  // namespace droce::pktio
+
+#endif  // DROCE_LIB_PKTIO_FRAME_RING_H_

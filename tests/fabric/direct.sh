@@ -7,40 +7,16 @@
 # it brings them back; a process SIGKILLed while its peer writes into their
 # ring: the daemon withdraws the path, the peer's QP ends in retry-exceeded.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${BUILD:-$root/build}
-ctl="$build/apps/ctl/droce-ctl"
-t=${PAIR_TIMEOUT:-90}
-run=$(mktemp -d /tmp/droce-direct.XXXXXX)
-export DROCE_RUN_DIR=$run
+. "$(dirname "$0")/lib.sh"
+single_host droce-direct
+p=${SIDE_PORT:-$((20000 + ($$ + 7) % 20000))}
 # Programs a check started: checks run in a subshell, so they are listed in
 # a file, and killed after every check (a failed one leaves them running).
 track() { echo "$1" >>"$run/pids"; }
-reap() {
+after_check() {
   [ -f "$run/pids" ] || return 0
   while read -r x; do kill -9 "$x" 2>/dev/null; done <"$run/pids"
   : >"$run/pids"
-}
-cleanup() {
-  reap
-  "$ctl" daemon stop >/dev/null 2>&1
-  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
-  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
-}
-trap cleanup EXIT
-failed=0; passed=0
-p=${SIDE_PORT:-$((20000 + ($$ + 7) % 20000))}
-check() {  # name, then a command
-  local name=$1; shift
-  if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then return 0; fi
-  local out; out=$("$@" 2>&1); local rc=$?
-  reap
-  if [ $rc -eq 0 ]; then
-    echo "PASS $name"; passed=$((passed + 1))
-  else
-    echo "FAIL $name"; echo "$out" | tail -60; failed=$((failed + 1))
-    echo "--- droced.log"; tail -20 "$run/droced.log" 2>/dev/null
-  fi
 }
 # Waits until `link show DEV` lists N processes.
 wait_attached() {
@@ -49,11 +25,6 @@ wait_attached() {
     sleep 0.1
   done
   return 1
-}
-# Waits until a server listens on TCP port $1 (a loaded host can take seconds).
-wait_listen() {
-  for _ in $(seq 200); do ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0; sleep 0.1; done
-  echo "nobody listens on $1"; return 1
 }
 paths() { "$ctl" daemon status | sed -n 's/.*direct paths: \([0-9]*\).*/\1/p'; }
 wait_paths() {
@@ -70,7 +41,7 @@ eval "$("$ctl" env)"
 direct_used() {
   timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 2 >"$run/s.log" 2>&1 &
   local s=$!; track $s
-  wait_listen $p || return 1
+  wait_listen $s $p
   DROCE_STATS=1 timeout "$t" ib_write_bw -p $p -d droce1 -x 1 -D 2 127.0.0.1 >"$run/c.log" 2>&1 || { cat "$run/c.log"; return 1; }
   wait $s || { cat "$run/s.log"; return 1; }
   grep 'direct paths' "$run/c.log"
@@ -85,7 +56,7 @@ check "ib_write_bw droce0 <-> droce1 moves its frames through the pair's ring" d
 only_the_pair() {
   ibv_rc_pingpong -p $p -d droce0 -g 1 -n 100000 >"$run/a.log" 2>&1 & local a=$!; track $a
   ibv_rc_pingpong -p $((p + 1)) -d droce0 -g 1 -n 10 >"$run/c3.log" 2>&1 & local c=$!; track $c
-  wait_listen $p || return 1
+  wait_listen $a $p
   ibv_rc_pingpong -p $p -d droce1 -g 1 -n 100000 127.0.0.1 >"$run/b.log" 2>&1 & local b=$!; track $b
   wait_attached droce0 2 && wait_attached droce1 1 || { echo "not attached"; return 1; }
   wait_paths 3 || return 1
@@ -135,7 +106,7 @@ check "a switch knob withdraws the device's direct paths, clearing it restores t
 kill_direct() {
   ib_write_bw -p $p -d droce0 -x 1 -D 20 >"$run/ks.log" 2>&1 &
   local victim=$!; track $victim
-  wait_listen $p || return 1
+  wait_listen $victim $p
   DROCE_STATS=1 timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 20 127.0.0.1 >"$run/kc.log" 2>&1 &
   local peer=$!; track $peer
   sleep 3
@@ -152,11 +123,10 @@ kill_direct() {
   [ "${tx:-0}" -gt 1000 ] || { echo "the peer sent only ${tx:-0} frames through the ring"; return 1; }
   "$ctl" daemon status >/dev/null || { echo "the daemon is gone"; return 1; }
   timeout "$t" ibv_rc_pingpong -p $p -d droce0 -g 1 -n 200 >"$run/n.log" 2>&1 & local s=$!
-  wait_listen $p || return 1
+  wait_listen $s $p
   timeout "$t" ibv_rc_pingpong -p $p -d droce0 -g 1 -n 200 127.0.0.1 || return 1
   wait $s
 }
 check "SIGKILL a process writing through a direct ring: path withdrawn, peer gets retry-exceeded, new pair works" kill_direct
 
-echo "direct: $passed passed, $failed failed"
-[ $failed -eq 0 ]
+finish direct

@@ -8,7 +8,9 @@
 #                           output, the daemon logs of $log_dirs and what on_fail prints, if the
 #                           script defines it); ONLY=REGEX runs the checks whose names match,
 #                           VERBOSE=1 prints every output
+#                           after_check, if the script defines it, runs after every check and at exit
 #   finish NAME             the tally; its status is the script's
+#   wait_listen PID PORT... until a server listens on its side-channel ports
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
 ctl="$build/apps/ctl/droce-ctl"
@@ -23,6 +25,7 @@ single_host() {
   trap single_host_cleanup EXIT
 }
 single_host_cleanup() {
+  if declare -F after_check >/dev/null; then after_check; fi
   "$ctl" daemon stop >/dev/null 2>&1
   "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
   [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
@@ -32,9 +35,11 @@ check() {
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then return 0; fi
   local out; out=$("$@" 2>&1); local rc=$?
+  if declare -F after_check >/dev/null; then after_check; fi
   if [ $rc -ne 0 ] && grep -q "Can't produce a report" <<<"$out"; then  # perftest's CPU clock check on a busy VM
     echo "  (perftest could not time the CPU clock: rerunning $name)"
     out=$("$@" 2>&1); rc=$?
+    if declare -F after_check >/dev/null; then after_check; fi
   fi
   if [ $rc -eq 0 ]; then
     echo "PASS $name"; passed=$((passed + 1))

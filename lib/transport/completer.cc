@@ -111,7 +111,15 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
   req_.retransmit_deadline =
-      Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
+      Outstanding() && RetransmitTimeoutNs() ? now + RetransmitTimeoutNs() : 0;
+}
+
+uint64_t RcQp::RetransmitTimeoutNs() const {
+  const uint64_t high = AckTimeoutNs(attr_.timeout);
+  if (!sr_ || high == 0 || !req_.progress_since_retry) return high;
+  // IRN's RTO_low: a loss with few packets behind it produces no SACK.
+  const int32_t in_flight = PsnDiff(req_.psn_high, req_.psn_una);
+  return in_flight <= static_cast<int32_t>(env_.sr_rto_low_below) ? std::min(high, env_.sr_rto_low_ns) : high;
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
@@ -125,6 +133,10 @@ void RcQp::ImpliedNak(uint32_t missing_psn) {
   if (req_.implied_nak_pending && req_.implied_nak_psn == missing_psn) return;
   req_.implied_nak_pending = true;
   req_.implied_nak_psn = missing_psn;
+  if (sr_) {
+    SrScheduleRetransmit(missing_psn, PsnAdd(missing_psn, 1));  // that READ/atomic only
+    return;
+  }
   RetryFrom(missing_psn);
 }
 
@@ -181,11 +193,14 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
   if (s == CompState::kAtomic) s = CompAtomic(c);
   if (s == CompState::kRead) s = CompRead(c);
   if (s == CompState::kComplete) s = CompComplete(c);
+  if (s == CompState::kSack) s = CompSack(c);
   if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.
 DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
+  // A SACK that acknowledges nothing new still says what arrived.
+  if (c.p.opcode == kSrSack && c.psn == PsnAdd(req_.psn_una, -1)) return CompState::kCheckAck;
   if (PsnLess(c.psn, req_.psn_una)) {
     ++counters_.duplicates_received;
     return CompState::kDone;
@@ -198,6 +213,7 @@ DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
 // to the WQE they answer.
 DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
   if (!(c.op.roles & kRoleAck) || (c.op.roles & kRoleAtomic)) return CompState::kGetWqe;
+  if (c.op.Has(kHdrSackEth)) return sr_ ? CompState::kSack : CompState::kBadResponse;
   c.syndrome = AethView(c.bth_p + c.op.aeth_offset).syndrome();
   switch (SyndromeType(c.syndrome)) {
     case AethType::kAck: return CompState::kAck;
@@ -331,6 +347,31 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
   req_.psn_una = PsnAdd(w.last_psn, 1);
   NoteProgress(c.now);
   AdvancePastDone();
+  return CompState::kDone;
+}
+
+// Selective repeat (doc/transport.md): the SACK acknowledges up to its BTH
+// PSN like an ACK; the PSNs its bitmap holds are not resent; those missing
+// below the highest one it holds are lost and resent, once.
+DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
+  ++counters_.sr_sacks_received;
+  AckUpTo(c.psn, c.now);
+  if (state_ == QpState::kErr) return CompState::kDone;
+  SrSlide();
+  const SackEthView sack(c.bth_p + c.op.sacketh_offset);
+  const uint32_t base = sack.base_psn();
+  if (base != PsnAdd(c.psn, 1)) return CompState::kBadResponse;
+  bool any = false;
+  uint32_t highest = 0;
+  for (uint32_t i = 0; i < kSackBits; ++i) {
+    if (!sack.received(i)) continue;
+    const uint32_t psn = PsnAdd(base, 1 + i);
+    if (!PsnLess(psn, req_.psn_next) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+    BitSet(req_.sr_sacked, psn);
+    highest = psn;
+    any = true;
+  }
+  if (any) SrScheduleRetransmit(req_.psn_una, highest);
   return CompState::kDone;
 }
 

@@ -313,7 +313,9 @@ DROCE_STEP CompState RcQp::CompAtomic(RespCtx& c) {
 DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
   SendWqe& w = *c.wqe;
   const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
-  if (c.psn != expected) {
+  const bool ahead_sr = sr_ && PsnLess(expected, c.psn) &&
+                        PsnDiff(c.psn, req_.psn_una) < static_cast<int32_t>(kSrWindow);
+  if (c.psn != expected && !ahead_sr) {
     if (PsnLess(c.psn, expected)) {
       ++counters_.duplicates_received;
     } else {
@@ -322,20 +324,58 @@ DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
     }
     return CompState::kDone;
   }
-  const uint32_t remaining = w.total_len - w.read_done_bytes;
+  // Selective repeat: a response past a lost one is placed at its own
+  // offset ((PSN - first) x MTU) and remembered (sr_read_got); the READ is
+  // asked again from the first missing response.
+  const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
+  if (ahead_sr) {
+    SrSlide();
+    if (BitTest(req_.sr_read_got, c.psn)) {
+      ++counters_.duplicates_received;
+      return CompState::kDone;
+    }
+  }
+  if (offset > w.total_len) return CompState::kBadResponse;
+  const uint32_t remaining = w.total_len - offset;
   const uint32_t seg = c.p.payload_len;
   const bool ends = (c.op.roles & kRoleLast) != 0;
-  const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
+  // (Selective repeat asks for runs inside the READ: their LAST may come
+  // before the READ's end, so only the length is checked.)
+  const bool valid = sr_ ? seg == std::min(mtu_, remaining)
+                         : ends ? seg == remaining : (seg == mtu_ && seg < remaining);
   if (!valid) return CompState::kBadResponse;
   if (!SgesStillLent(w)) {
     --req_.rd_atomic_outstanding;
     FailWqe(w, WcStatus::kLocProtErr);
     return CompState::kDone;
   }
-  ScatterToSges(w, w.read_done_bytes, c.frame + c.p.payload_offset, seg);
+  ScatterToSges(w, offset, c.frame + c.p.payload_offset, seg);
+  if (ahead_sr) {
+    BitSet(req_.sr_read_got, c.psn);
+    ++counters_.out_of_sequence;
+    ++counters_.sr_out_of_order_placed;
+    ImpliedNak(expected);
+    return CompState::kDone;
+  }
   w.read_done_bytes += seg;
-  if (ends) return CompState::kComplete;
-  req_.psn_una = PsnAdd(c.psn, 1);
+  if (sr_) {
+    // Responses placed ahead of this one count now.
+    while (w.read_done_bytes < w.total_len) {
+      const uint32_t psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+      if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow) || !BitTest(req_.sr_read_got, psn)) break;
+      BitClear(req_.sr_read_got, psn);
+      w.read_done_bytes += std::min(mtu_, w.total_len - w.read_done_bytes);
+    }
+  }
+  if (w.read_done_bytes == w.total_len) return CompState::kComplete;
+  req_.psn_una = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+  if (sr_ && ends) {
+    // A run asked again ended and the READ still misses responses that
+    // later ones were placed after: ask for the next run now.
+    NoteProgress(c.now);
+    ImpliedNak(req_.psn_una);
+    return CompState::kDone;
+  }
   NoteProgress(c.now);
   return CompState::kDone;
 }

@@ -446,10 +446,12 @@ class RcQp {
     // sequence number.
     uint32_t sr_sack_base = 0;
     SrBits sr_sacked{};
+    SrBits sr_read_got{};  // READ responses placed ahead of the first missing one
     uint32_t sr_retx_next = 0;
     uint32_t sr_retx_end = 0;
     uint32_t sr_recv_seq = 0;
     bool sr_force_ack_req = false;  // a retransmission asks for an ACK
+    uint32_t sr_read_len = 0;       // a READ asked again: bytes to ask for (0: to its end)
     bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
   } req_;
 

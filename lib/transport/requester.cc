@@ -294,7 +294,9 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       RethWriter reth(ext);
       reth.set_va(w.wr.remote_addr + offset);
       reth.set_rkey(w.wr.rkey);
-      reth.set_dma_length(w.total_len - offset);
+      // Selective repeat: only the run of responses still missing.
+      reth.set_dma_length(req_.sr_read_len != 0 ? std::min(req_.sr_read_len, w.total_len - offset)
+                                                : w.total_len - offset);
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
@@ -388,8 +390,12 @@ void RcQp::SrSlide() {
   const int32_t moved = PsnDiff(req_.psn_una, req_.sr_sack_base);
   if (moved >= static_cast<int32_t>(kSrWindow) || moved < 0) {
     req_.sr_sacked = {};
+    req_.sr_read_got = {};
   } else {
-    for (int32_t i = 0; i < moved; ++i) BitClear(req_.sr_sacked, PsnAdd(req_.sr_sack_base, i));
+    for (int32_t i = 0; i < moved; ++i) {
+      BitClear(req_.sr_sacked, PsnAdd(req_.sr_sack_base, i));
+      BitClear(req_.sr_read_got, PsnAdd(req_.sr_sack_base, i));
+    }
   }
   req_.sr_sack_base = req_.psn_una;
   if (PsnLess(req_.sr_retx_next, req_.psn_una)) req_.sr_retx_next = req_.psn_una;
@@ -470,8 +476,20 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     const bool saved_sent = w.fully_sent;
     w.next_psn = psn;
     req_.sr_force_ack_req = true;
+    if (w.wr.opcode == WrOpcode::kRdmaRead) {
+      // The READ's responses placed ahead are not asked for again: the
+      // request covers the missing run up to the next one that arrived.
+      uint32_t run = 1;
+      while (PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) &&
+             PsnDiff(PsnAdd(psn, run), req_.psn_una) < static_cast<int32_t>(kSrWindow) &&
+             !BitTest(req_.sr_read_got, PsnAdd(psn, run))) {
+        ++run;
+      }
+      req_.sr_read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * mtu_ : 0;
+    }
     const uint32_t len = BuildRequest(w, frames[used].data);
     req_.sr_force_ack_req = false;
+    req_.sr_read_len = 0;
     w.next_psn = saved_next;
     w.fully_sent = saved_sent;
     req_.sr_retx_next = next;

@@ -490,8 +490,10 @@ RespState RcQp::Duplicate(ReqCtx& c) {
       a.epoch = env_.mrs->epoch();
       a.length = reth.dma_length();
       // A stream for the same READ still queued restarts here instead of
-      // running to its end beside a second copy.
-      for (uint32_t i = actions_.head(); i != actions_.tail(); ++i) {
+      // running to its end beside a second copy. (Selective repeat asks for
+      // the runs it misses, which may lie inside a stream still queued:
+      // they go after it.)
+      for (uint32_t i = actions_.head(); !sr_ && i != actions_.tail(); ++i) {
         Action& q = actions_.at(i);
         if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res.first_psn) &&
             !PsnLess(res.last_psn, q.psn)) {

@@ -821,7 +821,10 @@ uint32_t RcQp::BuildSack(uint8_t* frame) {
   uint64_t words[kSackBits / 64] = {};
   for (uint32_t i = 0; i < kSackBits; ++i) {
     const uint32_t psn = PsnAdd(ack, 1 + i);
-    if (PsnLess(psn, resp_.epsn) || SrReceived(psn)) words[i / 64] |= uint64_t{1} << (i % 64);
+    // (Only what arrived past ePSN: PSNs below it but past a READ still
+    // queued may be that READ's own responses, which the requester must
+    // not take for arrived.)
+    if (!PsnLess(psn, resp_.epsn) && SrReceived(psn)) words[i / 64] |= uint64_t{1} << (i % 64);
   }
   const bool any = (words[0] | words[1]) != 0;
   uint8_t* ext;

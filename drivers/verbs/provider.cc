@@ -1133,6 +1133,7 @@ int DestroyQp(ibv_qp* ibqp) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
   const int err = DestroyLocked(rt, [&] {
+    if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);
     return s;

@@ -256,9 +256,15 @@ void Runtime::PrintStats() {
   std::string line = absl::StrCat("droce ", file_.name, " device:");
   core::ForEachDeviceCounter(c, [&](const char* name, uint64_t v) { absl::StrAppend(&line, " ", name, " ", v); });
   std::fprintf(stderr, "%s\n", line.c_str());
-  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
-    transport::RcQp* q = dev_->qp(qpn);
-    if (q == nullptr) continue;
+  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) PrintQpStats(qpn);
+}
+
+// One QP's counters (DROCE_STATS=1): at close for the QPs still open, and
+// when a QP is destroyed (perftest destroys its QPs before closing).
+void Runtime::PrintQpStats(uint32_t qpn) {
+  transport::RcQp* q = dev_->qp(qpn);
+  if (q == nullptr) return;
+  {
     const transport::QpCounters& k = q->counters();
     std::fprintf(stderr,
                  "droce %s qp %u: tx %lu rx %lu retransmitted %lu timeouts %lu naks sent %lu (seq %lu, rnr %lu) "

@@ -110,8 +110,13 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.retry_left = attr_.retry_cnt;
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
-  req_.retransmit_deadline =
-      Outstanding() && RetransmitTimeoutNs() ? now + RetransmitTimeoutNs() : 0;
+  req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
+}
+
+uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
+  const uint64_t t = RetransmitTimeoutNs();
+  req_.sr_rto_low_armed = sr_ && t != 0 && t < AckTimeoutNs(attr_.timeout);
+  return t != 0 ? now + t : 0;
 }
 
 uint64_t RcQp::RetransmitTimeoutNs() const {

@@ -431,7 +431,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
   } else {
     RetryFrom(req_.psn_una);
   }
-  req_.retransmit_deadline = now_ns + RetransmitTimeoutNs();
+  req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
 }
 
 void RcQp::OnCongestionMark(uint64_t now_ns) {

@@ -301,6 +301,7 @@ class RcQp {
   // little is in flight and the last timeout was followed by progress, the
   // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
   uint64_t RetransmitTimeoutNs() const;
+  uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
   }
@@ -453,6 +454,7 @@ class RcQp {
     bool sr_force_ack_req = false;  // a retransmission asks for an ACK
     uint32_t sr_read_len = 0;       // a READ asked again: bytes to ask for (0: to its end)
     bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
+    bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO
   } req_;
 
   // Responder.

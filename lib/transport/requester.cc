@@ -215,8 +215,13 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
     }
     return ReqState::kGetWqe;
   }
-  if (req_.retransmit_deadline == 0 && RetransmitTimeoutNs() != 0) {
-    req_.retransmit_deadline = c.now_ns + RetransmitTimeoutNs();
+  if (req_.retransmit_deadline == 0) {
+    req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
+  } else if (req_.sr_rto_low_armed &&
+             PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(env_.sr_rto_low_below)) {
+    // Armed low with little in flight; now there is more: the high one.
+    req_.retransmit_deadline = c.now_ns + AckTimeoutNs(attr_.timeout);
+    req_.sr_rto_low_armed = false;
   }
   if (w.fully_sent) ++req_.sq_next;
   return ReqState::kGetWqe;
@@ -501,9 +506,7 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     NoteSent(len, now_ns);
     ++used;
   }
-  if (req_.retransmit_deadline == 0 && RetransmitTimeoutNs() != 0) {
-    req_.retransmit_deadline = now_ns + RetransmitTimeoutNs();
-  }
+  if (req_.retransmit_deadline == 0) req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
   return used;
 }
 

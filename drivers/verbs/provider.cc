@@ -78,6 +78,14 @@ struct DroceAh {
   uint32_t id;  // the device's address handle (core::Device::CreateAh)
 };
 
+// ECE (Enhanced Connection Establishment, IBA comment #9434): the vendor id
+// and option bits the CM carries in REQ/REP so two droce ends can agree on
+// options (doc/cm.md). Bit 0x1: selective repeat (doc/transport.md
+// "Selective repeat"), offered by every RC QP; another vendor's ECE is
+// refused, so toward rxe or ConnectX a QP stays IBTA go-back-N.
+constexpr uint32_t kDroceEceSelectiveRepeat = 0x1;
+constexpr uint32_t kDroceEceOptions = kDroceEceSelectiveRepeat;
+
 struct DroceQp {
   verbs_qp vqp;
   uint32_t qpn;
@@ -90,7 +98,10 @@ struct DroceQp {
   std::vector<uint8_t> inline_arena;
   std::vector<uint32_t> inline_wrs;  // indices in batch of the WRs whose sge is an arena offset
   int batch_error = 0;
-  uint32_t ece_options = 0;  // ECE options accepted for this QP (doc/cm.md)
+  // ECE options (doc/cm.md): what this QP offers (droce's, kDroceEceOptions)
+  // until set_ece gives the peer's, then what both offered.
+  uint32_t ece_options = 0;
+  bool ece_set = false;  // set_ece was called: ece_options is an agreement
 };
 
 DroceContext* ToCtx(ibv_context* c) {
@@ -866,6 +877,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return nullptr;
   }
   qp->qpn = *qpn;
+  if (attr->qp_type == IBV_QPT_RC) qp->ece_options = kDroceEceOptions;
   ibv_qp& q = qp->vqp.qp;
   rt->WatchQp(*qpn, reinterpret_cast<uintptr_t>(&q), ToCtx(context)->async_write_fd);
   q.context = context;
@@ -1034,16 +1046,19 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   AppLock lock(rt->mu);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) rt->RearmQp(qp->qpn);  // may fail again
+  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_RC &&
+      rt->dev().qp(qp->qpn) != nullptr && rt->dev().qp(qp->qpn)->state() == transport::QpState::kInit) {
+    // Selective repeat when the device has it on for every QP, or when ECE
+    // agreed on it with the peer (both offered the bit; doc/cm.md).
+    const bool sr = rt->dev().config().selective_repeat ||
+                    (qp->ece_set && (qp->ece_options & kDroceEceSelectiveRepeat) != 0);
+    absl::Status s = rt->dev().SetQpSelectiveRepeat(qp->qpn, sr);
+    if (!s.ok()) return ErrnoOf(s);
+  }
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
   if (!s.ok()) return ErrnoOf(s);
   return 0;
 }
-
-// ECE (Enhanced Connection Establishment, IBA comment #9434): the vendor id
-// and option bits the CM carries in REQ/REP so two droce ends can agree on
-// options. droce defines no option yet: a request for options is reduced to
-// none (librdmacm then sends what was accepted), another vendor's is refused.
-constexpr uint32_t kDroceEceOptions = 0;
 
 int QueryEce(ibv_qp* ibqp, ibv_ece* ece) {
   ece->vendor_id = kDroceVendorId;
@@ -1054,8 +1069,13 @@ int QueryEce(ibv_qp* ibqp, ibv_ece* ece) {
 
 int SetEce(ibv_qp* ibqp, ibv_ece* ece) {
   if (ece->comp_mask != 0 || ece->vendor_id != kDroceVendorId) return EINVAL;
-  ece->options &= kDroceEceOptions;
-  ToQp(ibqp)->ece_options = ece->options;
+  DroceQp* qp = ToQp(ibqp);
+  // What the peer offered, less what this QP does not: librdmacm sets the
+  // REQ's options on the passive side (and answers with what query_ece then
+  // reports), the REP's on the active side, both before RTR.
+  ece->options &= qp->ece_options;
+  qp->ece_options = ece->options;
+  qp->ece_set = true;
   return 0;
 }
 
@@ -1113,6 +1133,7 @@ int DestroyQp(ibv_qp* ibqp) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
   const int err = DestroyLocked(rt, [&] {
+    if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);
     return s;

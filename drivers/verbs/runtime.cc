@@ -269,18 +269,26 @@ void Runtime::PrintStats() {
   std::string line = absl::StrCat("droce ", file_.name, " device:");
   core::ForEachDeviceCounter(c, [&](const char* name, uint64_t v) { absl::StrAppend(&line, " ", name, " ", v); });
   std::fprintf(stderr, "%s\n", line.c_str());
-  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
-    transport::RcQp* q = dev_->qp(qpn);
-    if (q == nullptr) continue;
+  for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) PrintQpStats(qpn);
+}
+
+// One QP's counters (DROCE_STATS=1): at close for the QPs still open, and
+// when a QP is destroyed (perftest destroys its QPs before closing).
+void Runtime::PrintQpStats(uint32_t qpn) {
+  transport::RcQp* q = dev_->qp(qpn);
+  if (q == nullptr) return;
+  {
     const transport::QpCounters& k = q->counters();
     std::fprintf(stderr,
                  "droce %s qp %u: tx %lu rx %lu retransmitted %lu timeouts %lu naks sent %lu (seq %lu, rnr %lu) "
                  "received %lu (rnr %lu) duplicates %lu out_of_sequence %lu acks sent %lu received %lu "
-                 "dropped_wrong_state %lu state %s\n",
+                 "dropped_wrong_state %lu state %s selective_repeat %s sr_sacks_sent %lu sr_sacks_received %lu "
+                 "sr_retransmitted_packets %lu sr_out_of_order_placed %lu sr_dropped %lu\n",
                  file_.name.c_str(), qpn, k.tx_packets, k.rx_packets, k.retransmitted_packets, k.timeouts,
                  k.naks_sent, k.seq_naks_sent, k.rnr_naks_sent, k.naks_received, k.rnr_naks_received,
                  k.duplicates_received, k.out_of_sequence, k.acks_sent, k.acks_received, k.dropped_wrong_state,
-                 transport::QpStateName(q->state()));
+                 transport::QpStateName(q->state()), q->selective_repeat() ? "on" : "off", k.sr_sacks_sent,
+                 k.sr_sacks_received, k.sr_retransmitted_packets, k.sr_out_of_order_placed, k.sr_dropped);
   }
 }
 

@@ -75,6 +75,7 @@ class Runtime {
   // The runtime of device f.name in this process, created on first use.
   static absl::StatusOr<Runtime*> Acquire(const DeviceFile& f);
   static void Release(Runtime* rt);
+  void PrintQpStats(uint32_t qpn);  // DROCE_STATS=1: one QP's counters (at destroy and close)
   void ReportAtExit();
 
   std::mutex mu;  // guards everything below but the atomics

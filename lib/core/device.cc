@@ -325,6 +325,10 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
   env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
+  env.selective_repeat = config_.selective_repeat;
+  env.sr_max_inflight_packets = config_.sr_max_inflight_packets;
+  env.sr_rto_low_ns = config_.sr_rto_low_ns;
+  env.sr_rto_low_below = config_.sr_rto_low_below;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet
@@ -345,6 +349,12 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
 void Device::DropCompletions(const RcQp& q) {
   q.env().send_cq->RemoveQp(q.qpn());
   q.env().recv_cq->RemoveQp(q.qpn());
+}
+
+absl::Status Device::SetQpSelectiveRepeat(uint32_t qpn, bool on) {
+  RcQp* q = qp(qpn);
+  if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
+  return q->SetSelectiveRepeat(on);
 }
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {

@@ -98,6 +98,18 @@ struct DeviceConfig {
   // or cc::Mlx5Profile, or hand-tuned.
   bool dcqcn = false;
   cc::DcqcnParams dcqcn_params = cc::Mlx5Profile(100'000'000'000ull);
+  // Selective repeat (doc/transport.md "Selective repeat"): every RC QP of
+  // the device uses it, without negotiation (both ends configured the same;
+  // off by default: toward rxe or ConnectX a QP must stay IBTA go-back-N).
+  // A QP may also be switched before RTR (SetQpSelectiveRepeat, ECE).
+  bool selective_repeat = false;
+  // The cap on PSNs in flight of an SR QP (the path's bandwidth-delay
+  // product in packets; at most transport::kSrWindow - 1), and IRN's low
+  // retransmission timeout, used while at most sr_rto_low_below packets
+  // are in flight.
+  uint32_t sr_max_inflight_packets = 256;
+  uint64_t sr_rto_low_ns = 200'000;
+  uint32_t sr_rto_low_below = 4;
 };
 
 struct QpInitAttr {
@@ -233,6 +245,9 @@ class Device {
   absl::StatusOr<uint32_t> CreateQp(const QpInitAttr& init);
   absl::Status ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
   absl::Status DestroyQp(uint32_t qpn);
+  // Selective repeat for one RC QP, before RTR (the verbs provider calls it
+  // when ECE agreed on it; doc/cm.md).
+  absl::Status SetQpSelectiveRepeat(uint32_t qpn, bool on);
   transport::RcQp* qp(uint32_t qpn) {
     const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
     return i < qps_.size() ? qps_[i].qp.get() : nullptr;

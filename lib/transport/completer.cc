@@ -110,8 +110,21 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.retry_left = attr_.retry_cnt;
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
-  req_.retransmit_deadline =
-      Outstanding() && AckTimeoutNs(attr_.timeout) ? now + AckTimeoutNs(attr_.timeout) : 0;
+  req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
+}
+
+uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
+  const uint64_t t = RetransmitTimeoutNs();
+  req_.sr_rto_low_armed = sr_ && t != 0 && t < AckTimeoutNs(attr_.timeout);
+  return t != 0 ? now + t : 0;
+}
+
+uint64_t RcQp::RetransmitTimeoutNs() const {
+  const uint64_t high = AckTimeoutNs(attr_.timeout);
+  if (!sr_ || high == 0 || !req_.progress_since_retry) return high;
+  // IRN's RTO_low: a loss with few packets behind it produces no SACK.
+  const int32_t in_flight = PsnDiff(req_.psn_high, req_.psn_una);
+  return in_flight <= static_cast<int32_t>(env_.sr_rto_low_below) ? std::min(high, env_.sr_rto_low_ns) : high;
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
@@ -125,6 +138,10 @@ void RcQp::ImpliedNak(uint32_t missing_psn) {
   if (req_.implied_nak_pending && req_.implied_nak_psn == missing_psn) return;
   req_.implied_nak_pending = true;
   req_.implied_nak_psn = missing_psn;
+  if (sr_) {
+    SrScheduleRetransmit(missing_psn, PsnAdd(missing_psn, 1));  // that READ/atomic only
+    return;
+  }
   RetryFrom(missing_psn);
 }
 
@@ -181,11 +198,14 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
   if (s == CompState::kAtomic) s = CompAtomic(c);
   if (s == CompState::kRead) s = CompRead(c);
   if (s == CompState::kComplete) s = CompComplete(c);
+  if (s == CompState::kSack) s = CompSack(c);
   if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.
 DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
+  // A SACK that acknowledges nothing new still says what arrived.
+  if (c.p.opcode == kSrSack && c.psn == PsnAdd(req_.psn_una, -1)) return CompState::kCheckAck;
   if (PsnLess(c.psn, req_.psn_una)) {
     ++counters_.duplicates_received;
     return CompState::kDone;
@@ -198,6 +218,7 @@ DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
 // to the WQE they answer.
 DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
   if (!(c.op.roles & kRoleAck) || (c.op.roles & kRoleAtomic)) return CompState::kGetWqe;
+  if (c.op.Has(kHdrSackEth)) return sr_ ? CompState::kSack : CompState::kBadResponse;
   c.syndrome = AethView(c.bth_p + c.op.aeth_offset).syndrome();
   switch (SyndromeType(c.syndrome)) {
     case AethType::kAck: return CompState::kAck;
@@ -297,7 +318,9 @@ DROCE_STEP CompState RcQp::CompAtomic(RespCtx& c) {
 DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
   SendWqe& w = *c.wqe;
   const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
-  if (c.psn != expected) {
+  const bool ahead_sr = sr_ && PsnLess(expected, c.psn) &&
+                        PsnDiff(c.psn, req_.psn_una) < static_cast<int32_t>(kSrWindow);
+  if (c.psn != expected && !ahead_sr) {
     if (PsnLess(c.psn, expected)) {
       ++counters_.duplicates_received;
     } else {
@@ -306,20 +329,58 @@ DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
     }
     return CompState::kDone;
   }
-  const uint32_t remaining = w.total_len - w.read_done_bytes;
+  // Selective repeat: a response past a lost one is placed at its own
+  // offset ((PSN - first) x MTU) and remembered (sr_read_got); the READ is
+  // asked again from the first missing response.
+  const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
+  if (ahead_sr) {
+    SrSlide();
+    if (BitTest(req_.sr_read_got, c.psn)) {
+      ++counters_.duplicates_received;
+      return CompState::kDone;
+    }
+  }
+  if (offset > w.total_len) return CompState::kBadResponse;
+  const uint32_t remaining = w.total_len - offset;
   const uint32_t seg = c.p.payload_len;
   const bool ends = (c.op.roles & kRoleLast) != 0;
-  const bool valid = ends ? seg == remaining : (seg == mtu_ && seg < remaining);
+  // (Selective repeat asks for runs inside the READ: their LAST may come
+  // before the READ's end, so only the length is checked.)
+  const bool valid = sr_ ? seg == std::min(mtu_, remaining)
+                         : ends ? seg == remaining : (seg == mtu_ && seg < remaining);
   if (!valid) return CompState::kBadResponse;
   if (!SgesStillLent(w)) {
     --req_.rd_atomic_outstanding;
     FailWqe(w, WcStatus::kLocProtErr);
     return CompState::kDone;
   }
-  ScatterToSges(w, w.read_done_bytes, c.frame + c.p.payload_offset, seg);
+  ScatterToSges(w, offset, c.frame + c.p.payload_offset, seg);
+  if (ahead_sr) {
+    BitSet(req_.sr_read_got, c.psn);
+    ++counters_.out_of_sequence;
+    ++counters_.sr_out_of_order_placed;
+    ImpliedNak(expected);
+    return CompState::kDone;
+  }
   w.read_done_bytes += seg;
-  if (ends) return CompState::kComplete;
-  req_.psn_una = PsnAdd(c.psn, 1);
+  if (sr_) {
+    // Responses placed ahead of this one count now.
+    while (w.read_done_bytes < w.total_len) {
+      const uint32_t psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+      if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow) || !BitTest(req_.sr_read_got, psn)) break;
+      BitClear(req_.sr_read_got, psn);
+      w.read_done_bytes += std::min(mtu_, w.total_len - w.read_done_bytes);
+    }
+  }
+  if (w.read_done_bytes == w.total_len) return CompState::kComplete;
+  req_.psn_una = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+  if (sr_ && ends) {
+    // A run asked again ended and the READ still misses responses that
+    // later ones were placed after: ask for the next run now.
+    NoteProgress(c.now);
+    ImpliedNak(req_.psn_una);
+    return CompState::kDone;
+  }
   NoteProgress(c.now);
   return CompState::kDone;
 }
@@ -331,6 +392,31 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
   req_.psn_una = PsnAdd(w.last_psn, 1);
   NoteProgress(c.now);
   AdvancePastDone();
+  return CompState::kDone;
+}
+
+// Selective repeat (doc/transport.md): the SACK acknowledges up to its BTH
+// PSN like an ACK; the PSNs its bitmap holds are not resent; those missing
+// below the highest one it holds are lost and resent, once.
+DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
+  ++counters_.sr_sacks_received;
+  AckUpTo(c.psn, c.now);
+  if (state_ == QpState::kErr) return CompState::kDone;
+  SrSlide();
+  const SackEthView sack(c.bth_p + c.op.sacketh_offset);
+  const uint32_t base = sack.base_psn();
+  if (base != PsnAdd(c.psn, 1)) return CompState::kBadResponse;
+  bool any = false;
+  uint32_t highest = 0;
+  for (uint32_t i = 0; i < kSackBits; ++i) {
+    if (!sack.received(i)) continue;
+    const uint32_t psn = PsnAdd(base, 1 + i);
+    if (!PsnLess(psn, req_.psn_next) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+    BitSet(req_.sr_sacked, psn);
+    highest = psn;
+    any = true;
+  }
+  if (any) SrScheduleRetransmit(req_.psn_una, highest);
   return CompState::kDone;
 }
 

@@ -30,6 +30,13 @@ struct QpCounters {
   uint64_t ce_marked_received = 0;
   uint64_t acks_sent = 0;
   uint64_t acks_received = 0;
+  // Selective repeat (selective_repeat.cc, doc/transport.md).
+  uint64_t sr_sacks_sent = 0;             // SACKs sent (responder)
+  uint64_t sr_sacks_received = 0;         // SACKs received (requester)
+  uint64_t sr_retransmitted_packets = 0;  // selective retransmissions (SACK- or timeout-driven)
+  uint64_t sr_out_of_order_placed = 0;    // packets placed ahead of the expected PSN
+  uint64_t sr_dropped = 0;                // SR packets not placed: beyond the window, a READ/atomic
+                                          // ahead, no receive WQE, or an SR opcode to a non-SR QP
   // UD (ud_qp.cc).
   uint64_t ud_dropped_qkey = 0;      // DETH Q_Key not the QP's (IBTA 10.2.5): silently dropped
   uint64_t ud_dropped_no_recv = 0;   // no receive WQE posted: the datagram is dropped (9.8.4)

@@ -27,6 +27,20 @@ RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
     mtu_ = caps.port_mtu;
     ud_src_port_ = UdSourcePort(qpn);
   }
+  if (env.selective_repeat && caps.type == QpType::kRc) (void)SetSelectiveRepeat(true);
+}
+
+// Selective repeat is a property of the connection, chosen before it is
+// made (RESET/INIT): the device's default at creation, or what ECE agreed
+// (doc/transport.md "Selective repeat", doc/cm.md).
+absl::Status RcQp::SetSelectiveRepeat(bool on) {
+  if (on && !reliable()) return absl::InvalidArgumentError("selective repeat is for RC QPs only");
+  if (state_ != QpState::kReset && state_ != QpState::kInit) {
+    return absl::FailedPreconditionError("selective repeat is chosen before RTR");
+  }
+  if (on && sr_recvs_.empty()) sr_recvs_.resize(kSrMaxHeldRecvs);  // control path
+  sr_ = on;
+  return absl::OkStatus();
 }
 
 namespace {
@@ -188,6 +202,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
+    req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = attr_.sq_psn;
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -309,7 +324,15 @@ void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t 
     ++counters_.dropped_wrong_state;  // RC packet to a UC QP or the reverse
     return;
   }
+  if ((p.op().roles & wire::kRoleSr) && !sr_) {
+    ++counters_.sr_dropped;  // selective repeat was not agreed for this QP
+    return;
+  }
   if (p.op().roles & wire::kRoleRequest) {
+    if (sr_) {
+      OnSrRequest(frame, p);  // responder.cc, "Selective repeat"
+      return;
+    }
     OnRequest(frame, p);  // RC and UC: one pipeline (responder.cc)
   } else {
     OnResponse(frame, p, now_ns);
@@ -397,8 +420,18 @@ void RcQp::OnTimer(uint64_t now_ns) {
   --req_.retry_left;
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
-  RetryFrom(req_.psn_una);
-  req_.retransmit_deadline = now_ns + AckTimeoutNs(attr_.timeout);
+  if (sr_) {
+    // Selective repeat: everything sent and not SACKed is resent, from the
+    // oldest unacknowledged PSN (a lost retransmission ends here).
+    SrSlide();
+    req_.sr_retx_next = req_.psn_una;
+    req_.sr_retx_end = req_.psn_high;
+    req_.sr_timeout_probe = true;
+    if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
+  } else {
+    RetryFrom(req_.psn_una);
+  }
+  req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
 }
 
 void RcQp::OnCongestionMark(uint64_t now_ns) {
@@ -429,7 +462,7 @@ uint32_t RcQp::RequestRoom() const {
     next_psn = req_.psn_next;
   }
   const int32_t inflight = wire::PsnDiff(next_psn, req_.psn_una);
-  const auto window = static_cast<int32_t>(env_.max_inflight_packets);
+  const auto window = static_cast<int32_t>(InflightCap());
   return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
 }
 
@@ -440,12 +473,15 @@ uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
     if (actions_.at(i).kind == ActionKind::kReadResponse) return burst;  // many packets
     ++n;
   }
-  if (req_.rnr_resume_at == 0 || now_ns >= req_.rnr_resume_at) n += std::min(RequestRoom(), burst);
+  if (req_.rnr_resume_at == 0 || now_ns >= req_.rnr_resume_at) {
+    n += std::min(RequestRoom() + (sr_ ? SrPendingRetransmits() : 0), burst);
+  }
   return std::min(n, burst);
 }
 
 bool RcQp::HasWork() const {
   return cnp_.cnps_pending > 0 || !actions_.empty() || (req_.sq_next != sq_.tail() && state_ == QpState::kRts) ||
+         (sr_ && SrPendingRetransmits() > 0 && state_ == QpState::kRts) ||
          req_.retransmit_deadline != 0 || req_.rnr_resume_at != 0 || (rp_ && rp_->rate_limited());
 }
 
@@ -478,6 +514,7 @@ void RcQp::FlushAll() {
     c.qp_num = qpn_;
     env_.recv_cq->Push(c);
   }
+  SrFlushReceives();  // selective repeat: receives held for messages in the window
   while (!rq_.empty()) {
     queue::Completion c;
     c.wr_id = rq_.front().wr_id;

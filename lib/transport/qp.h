@@ -11,6 +11,7 @@
 #define DROCE_LIB_TRANSPORT_QP_H_
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -78,7 +79,23 @@ struct QpEnv {
   // Reaction point (DCQCN): null = off. When set, CNPs cut the QP's rate and
   // the transmit scheduler paces every packet but CNPs to it.
   const cc::DcqcnParams* dcqcn = nullptr;
+  // Selective repeat (doc/transport.md "Selective repeat"): the device's
+  // default for its RC QPs (set without negotiation, both ends configured
+  // the same), the cap on PSNs in flight (the path's bandwidth-delay product,
+  // at most kSrWindow - 1), and the low retransmission timeout used while at
+  // most sr_rto_low_below packets are in flight (IRN's RTO_low).
+  bool selective_repeat = false;
+  uint32_t sr_max_inflight_packets = 256;
+  uint64_t sr_rto_low_ns = 200'000;
+  uint32_t sr_rto_low_below = 4;
 };
+
+// Selective repeat: the PSNs the responder's and the requester's bitmaps
+// cover past the oldest missing/unacknowledged one.
+inline constexpr uint32_t kSrWindow = 1024;
+// Receive WQEs an SR responder holds for messages that arrive ahead of
+// earlier ones (a SEND further ahead waits for its retransmission).
+inline constexpr uint32_t kSrMaxHeldRecvs = 256;
 
 class RcQp {
  public:
@@ -95,7 +112,9 @@ class RcQp {
   const QpCounters& counters() const { return counters_; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
-  uint32_t posted_receives() const { return rq_.size() + (resp_.recv_wqe_held ? 1 : 0); }
+  uint32_t posted_receives() const {
+    return rq_.size() + (resp_.recv_wqe_held ? 1 : 0) + resp_.sr_recv_taken;
+  }
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
   // 10.3.1, the required/optional attributes of each transition).
@@ -147,6 +166,12 @@ class RcQp {
   // Earliest time the pacer lets this QP send again (0 if not paced).
   uint64_t paced_until_ns() const { return rp_ && rp_->rate_limited() ? pacer_.next_send_ns() : 0; }
 
+  // Selective repeat for this connection (RC only; before RTR). The device's
+  // default (QpEnv::selective_repeat) applies at creation; the verbs
+  // provider sets it at RTR when ECE agreed on it.
+  absl::Status SetSelectiveRepeat(bool on);
+  bool selective_repeat() const { return sr_; }
+
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
   // Why the transport moved the QP to ERR (reset by a move to RESET).
@@ -165,6 +190,7 @@ class RcQp {
     uint32_t last_psn = 0;
     uint32_t next_psn = 0;    // next packet to (re)send
     uint32_t read_done_bytes = 0;  // READ: response bytes placed
+    uint32_t recv_seq = 0;    // SR: the receive sequence number of a message consuming a receive
     uint64_t mr_epoch = 0;    // MrTable::epoch() when sge_host was last known good
     queue::WcStatus status = queue::WcStatus::kSuccess;
     // UD: the address handle's prefix and the Q_Key, copied when posted.
@@ -186,7 +212,10 @@ class RcQp {
     uint32_t rkey = 0;
   };
 
-  enum class ActionKind : uint8_t { kAck, kNak, kReadResponse, kAtomicAck };
+  // kSack (selective repeat): an ACK built when it leaves, from the
+  // responder's state then: a SACK while anything past the expected PSN has
+  // arrived, a plain ACK otherwise.
+  enum class ActionKind : uint8_t { kAck, kNak, kReadResponse, kAtomicAck, kSack };
   struct Action {
     ActionKind kind = ActionKind::kAck;
     uint8_t syndrome = 0;
@@ -266,7 +295,16 @@ class RcQp {
   DROCE_STEP CompState CompAtomic(RespCtx& c);
   DROCE_STEP CompState CompRead(RespCtx& c);
   DROCE_STEP CompState CompComplete(RespCtx& c);
+  DROCE_STEP CompState CompSack(RespCtx& c);
   void AckUpTo(uint32_t psn, uint64_t now);
+  // The retransmission timeout to arm now: selective repeat's low one while
+  // little is in flight and the last timeout was followed by progress, the
+  // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
+  uint64_t RetransmitTimeoutNs() const;
+  uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
+  uint32_t InflightCap() const {
+    return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
+  }
   void NoteProgress(uint64_t now);
   void AdvancePastDone();
   void RetryFrom(uint32_t psn);
@@ -301,6 +339,29 @@ class RcQp {
   // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
   void RespondError(RespError e, uint32_t psn);
   void DropUcMessage();
+  // --- selective repeat (selective_repeat.cc)
+  void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  bool SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error);
+  void SrAdvance();        // the expected PSN over what arrived; receives complete in order
+  void SrRespondError(RespError e, uint32_t psn);
+  void QueueSack();
+  uint32_t BuildSack(uint8_t* frame);
+  bool SrReceived(uint32_t psn) const { return BitTest(resp_.sr_received, psn); }
+  void SrSlide();          // the requester's SACK bitmap follows psn_una
+  bool SrSacked(uint32_t psn) const { return BitTest(req_.sr_sacked, psn); }
+  void SrScheduleRetransmit(uint32_t from, uint32_t end);
+  uint32_t SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
+  uint32_t SrPendingRetransmits() const;
+  void SrFlushReceives();
+  using SrBits = std::array<uint64_t, kSrWindow / 64>;
+  static bool BitTest(const SrBits& b, uint32_t psn) {
+    const uint32_t i = psn % kSrWindow;
+    return (b[i / 64] >> (i % 64)) & 1;
+  }
+  static void BitSet(SrBits& b, uint32_t psn) { b[(psn % kSrWindow) / 64] |= uint64_t{1} << (psn % 64); }
+  static void BitClear(SrBits& b, uint32_t psn) {
+    b[(psn % kSrWindow) / 64] &= ~(uint64_t{1} << (psn % 64));
+  }
   // Scatters a SEND payload into the held receive WQE at the running offset.
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error);
   // R_Key check of a remote request: the QP's own access flags, then the
@@ -380,6 +441,20 @@ class RcQp {
     // until progress; otherwise every later response would rewind again.
     bool implied_nak_pending = false;
     uint32_t implied_nak_psn = 0;
+    // Selective repeat: PSNs the responder reported holding (sr_sacked, for
+    // PSNs from sr_sack_base on), the retransmissions still to send
+    // [sr_retx_next, sr_retx_end) (unsacked ones only), the next receive
+    // sequence number.
+    uint32_t sr_sack_base = 0;
+    SrBits sr_sacked{};
+    SrBits sr_read_got{};  // READ responses placed ahead of the first missing one
+    uint32_t sr_retx_next = 0;
+    uint32_t sr_retx_end = 0;
+    uint32_t sr_recv_seq = 0;
+    bool sr_force_ack_req = false;  // a retransmission asks for an ACK
+    uint32_t sr_read_len = 0;       // a READ asked again: bytes to ask for (0: to its end)
+    bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
+    bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO
   } req_;
 
   // Responder.
@@ -401,7 +476,28 @@ class RcQp {
     uint32_t write_total = 0;
     uint32_t next_resource = 0;
     uint32_t rd_atomic_active = 0;  // new READ/atomic requests whose responses are not all sent
+    // Selective repeat: PSNs past epsn that arrived (and those of them that
+    // end a message), the receive WQEs taken for messages in the window
+    // (sr_recvs_[seq % kSrMaxHeldRecvs] for seq in [sr_recv_base, +sr_recv_taken)).
+    SrBits sr_received{};
+    SrBits sr_last{};
+    uint32_t sr_recv_base = 0;
+    uint32_t sr_recv_taken = 0;
   } resp_;
+  // A receive WQE an SR responder holds, and how its message ended.
+  struct SrRecv {
+    RecvWr wr;
+    bool ended = false;
+    uint32_t end_psn = 0;
+    uint32_t byte_len = 0;
+    uint8_t flags = 0;
+    uint32_t imm_or_inv = 0;
+    bool solicited = false;
+    bool invalidate = false;
+    queue::WcOpcode opcode = queue::WcOpcode::kRecv;
+  };
+  std::vector<SrRecv> sr_recvs_;  // kSrMaxHeldRecvs entries once SR is on (control path)
+  bool sr_ = false;
   std::vector<Resource> resources_;
   queue::Ring<Action> actions_;
 };

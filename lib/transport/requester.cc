@@ -105,6 +105,10 @@ bool RcQp::StartWqe(SendWqe& w) {
   w.last_psn = PsnAdd(req_.psn_next, n - 1);
   w.next_psn = w.first_psn;
   req_.psn_next = PsnAdd(req_.psn_next, n);
+  if (sr_ && (w.wr.opcode == WrOpcode::kSend || w.wr.opcode == WrOpcode::kSendWithImm ||
+              w.wr.opcode == WrOpcode::kSendWithInv || w.wr.opcode == WrOpcode::kRdmaWriteWithImm)) {
+    w.recv_seq = req_.sr_recv_seq++;  // which receive WQE of the peer it consumes
+  }
   w.started = true;
   if (read_or_atomic) ++req_.rd_atomic_outstanding;
   return true;
@@ -119,6 +123,11 @@ struct RcQp::SendCtx {
 };
 
 uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+  // Selective repeat: what the SACKs or a timeout showed lost goes first.
+  if (sr_) {
+    used = SrRetransmit(frames, used, n, now_ns);
+    if (state_ == QpState::kErr) return used;
+  }
   SendCtx c{frames, used, n, now_ns};
   ReqState s = ReqState::kGetWqe;
   while (s != ReqState::kDone) {
@@ -163,8 +172,7 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
 
 DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
   const int32_t in_flight = PsnDiff(c.w->next_psn, req_.psn_una);
-  return in_flight >= static_cast<int32_t>(env_.max_inflight_packets) ? ReqState::kDone
-                                                                        : ReqState::kCheckLength;
+  return in_flight >= static_cast<int32_t>(InflightCap()) ? ReqState::kDone : ReqState::kCheckLength;
 }
 
 DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
@@ -207,8 +215,13 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
     }
     return ReqState::kGetWqe;
   }
-  if (req_.retransmit_deadline == 0 && AckTimeoutNs(attr_.timeout) != 0) {
+  if (req_.retransmit_deadline == 0) {
+    req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
+  } else if (req_.sr_rto_low_armed &&
+             PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(env_.sr_rto_low_below)) {
+    // Armed low with little in flight; now there is more: the high one.
     req_.retransmit_deadline = c.now_ns + AckTimeoutNs(attr_.timeout);
+    req_.sr_rto_low_armed = false;
   }
   if (w.fully_sent) ++req_.sq_next;
   return ReqState::kGetWqe;
@@ -286,7 +299,9 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       RethWriter reth(ext);
       reth.set_va(w.wr.remote_addr + offset);
       reth.set_rkey(w.wr.rkey);
-      reth.set_dma_length(w.total_len - offset);
+      // Selective repeat: only the run of responses still missing.
+      reth.set_dma_length(req_.sr_read_len != 0 ? std::min(req_.sr_read_len, w.total_len - offset)
+                                                : w.total_len - offset);
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
@@ -323,16 +338,27 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
       w.wr.opcode == WrOpcode::kRdmaWriteWithImm || w.wr.opcode == WrOpcode::kSendWithImm;
   const bool inv = w.wr.opcode == WrOpcode::kSendWithInv;
   const Extra extra = imm ? Extra::kImmediate : inv ? Extra::kInvalidate : Extra::kNone;
-  const uint8_t opcode = OpcodeFor(reliable() ? Transport::kRc : Transport::kUc,
-                                   is_write ? Operation::kWrite : Operation::kSend,
-                                   PositionOf(first, last), extra);
+  const uint8_t ibta_opcode = OpcodeFor(reliable() ? Transport::kRc : Transport::kUc,
+                                        is_write ? Operation::kWrite : Operation::kSend,
+                                        PositionOf(first, last), extra);
+  // Selective repeat: the opcode's SR twin, an SRETH instead of the RETH.
+  const uint8_t opcode = sr_ ? SrOpcode(ibta_opcode) : ibta_opcode;
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
   ++req_.packets_since_ack_req;
-  const bool ack_req = reliable() && (last || req_.packets_since_ack_req >= env_.ack_req_every);
+  const bool ack_req = reliable() && (last || req_.packets_since_ack_req >= env_.ack_req_every ||
+                                      req_.sr_force_ack_req);
   if (ack_req) req_.packets_since_ack_req = 0;
   bth.set_ack_req(ack_req);
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
+  if (op.Has(kHdrSrEth)) {
+    SrEthWriter sr(bth_p + op.sreth_offset);
+    sr.set_va(is_write ? w.wr.remote_addr : 0);
+    sr.set_rkey(is_write ? w.wr.rkey : 0);
+    sr.set_dma_length(w.total_len);
+    sr.set_offset(offset);
+    sr.set_recv_seq(w.recv_seq);
+  }
   if (op.Has(kHdrReth)) {
     RethWriter reth(bth_p + op.reth_offset);
     reth.set_va(w.wr.remote_addr);
@@ -359,6 +385,129 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
   crc = Crc32Update(crc, payload + seg, frame + icrc_offset - (payload + seg));  // pad
   StoreLe32(frame + icrc_offset, Crc32Final(crc));
   return icrc_offset + kIcrcBytes;
+}
+
+// --- Selective repeat: the requester (doc/transport.md "Selective repeat").
+
+// Drops the SACK bits of PSNs now acknowledged: the bitmap covers
+// [psn_una, psn_una + kSrWindow).
+void RcQp::SrSlide() {
+  const int32_t moved = PsnDiff(req_.psn_una, req_.sr_sack_base);
+  if (moved >= static_cast<int32_t>(kSrWindow) || moved < 0) {
+    req_.sr_sacked = {};
+    req_.sr_read_got = {};
+  } else {
+    for (int32_t i = 0; i < moved; ++i) {
+      BitClear(req_.sr_sacked, PsnAdd(req_.sr_sack_base, i));
+      BitClear(req_.sr_read_got, PsnAdd(req_.sr_sack_base, i));
+    }
+  }
+  req_.sr_sack_base = req_.psn_una;
+  if (PsnLess(req_.sr_retx_next, req_.psn_una)) req_.sr_retx_next = req_.psn_una;
+  if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
+}
+
+// PSNs in [from, end) not SACKed are to be resent. The cursor never moves
+// back (a PSN is resent once per loss signal; a lost retransmission is
+// found by the timeout, which restarts it at psn_una), so SACKs that still
+// show a retransmitted PSN missing while it is on its way resend nothing.
+void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
+  SrSlide();
+  if (PsnLess(req_.sr_retx_next, from) && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
+    req_.sr_retx_next = from;  // nothing pending: start where the new loss is
+  }
+  if (PsnLess(req_.sr_retx_end, end)) req_.sr_retx_end = end;
+}
+
+uint32_t RcQp::SrPendingRetransmits() const {
+  const int32_t n = PsnDiff(req_.sr_retx_end, req_.sr_retx_next);
+  return n > 0 ? static_cast<uint32_t>(n) : 0;
+}
+
+uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+  if (SrPendingRetransmits() == 0) return used;
+  SrSlide();
+  uint32_t i = sq_.head();
+  while (used < n && PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
+    if (Paced(now_ns)) break;
+    const uint32_t psn = req_.sr_retx_next;
+    // A timeout resends the oldest PSN even when SACKed: only an ACK
+    // completes it, and the one that would have was lost.
+    const bool probe = req_.sr_timeout_probe && psn == req_.psn_una;
+    if (SrSacked(psn) && !probe) {
+      req_.sr_retx_next = PsnAdd(psn, 1);
+      continue;
+    }
+    req_.sr_timeout_probe = false;
+    // The WQE holding psn (WQEs hold increasing PSN ranges).
+    while (i != sq_.tail()) {
+      const SendWqe& x = sq_.at(i);
+      if (!x.done && (!x.started || !PsnLess(x.last_psn, psn))) break;
+      ++i;
+    }
+    if (i == sq_.tail() || !sq_.at(i).started) {
+      req_.sr_retx_next = req_.sr_retx_end;  // nothing sent there
+      break;
+    }
+    SendWqe& w = sq_.at(i);
+    if (PsnLess(psn, w.first_psn)) {
+      req_.sr_retx_next = w.first_psn;
+      continue;
+    }
+    if (!w.fully_sent && !PsnLess(psn, w.next_psn)) {
+      req_.sr_retx_next = req_.sr_retx_end;  // not sent yet: the send queue's walk sends it
+      break;
+    }
+    uint32_t next = PsnAdd(psn, 1);
+    if (IsReadOrAtomic(w)) {
+      // A READ is asked again from its first missing response on (its
+      // later PSNs are responses, not requests); an atomic is resent
+      // whole and the responder replays its result.
+      const uint32_t missing = w.wr.opcode == WrOpcode::kRdmaRead
+                                   ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_)
+                                   : w.first_psn;
+      next = PsnAdd(w.last_psn, 1);
+      if (psn != missing) {
+        // Before the first missing response: ask from there; after it: asked already.
+        req_.sr_retx_next = PsnLess(psn, missing) ? missing : next;
+        continue;
+      }
+    }
+    if (!SgesStillLent(w)) {
+      FailWqe(w, WcStatus::kLocProtErr);
+      return used;
+    }
+    const uint32_t saved_next = w.next_psn;
+    const bool saved_sent = w.fully_sent;
+    w.next_psn = psn;
+    req_.sr_force_ack_req = true;
+    if (w.wr.opcode == WrOpcode::kRdmaRead) {
+      // The READ's responses placed ahead are not asked for again: the
+      // request covers the missing run up to the next one that arrived.
+      uint32_t run = 1;
+      while (PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) &&
+             PsnDiff(PsnAdd(psn, run), req_.psn_una) < static_cast<int32_t>(kSrWindow) &&
+             !BitTest(req_.sr_read_got, PsnAdd(psn, run))) {
+        ++run;
+      }
+      req_.sr_read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * mtu_ : 0;
+    }
+    const uint32_t len = BuildRequest(w, frames[used].data);
+    req_.sr_force_ack_req = false;
+    req_.sr_read_len = 0;
+    w.next_psn = saved_next;
+    w.fully_sent = saved_sent;
+    req_.sr_retx_next = next;
+    if (len == 0) continue;
+    frames[used].len = len;
+    ++counters_.tx_packets;
+    ++counters_.sr_retransmitted_packets;
+    counters_.tx_bytes += len;
+    NoteSent(len, now_ns);
+    ++used;
+  }
+  if (req_.retransmit_deadline == 0) req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
+  return used;
 }
 
 }  // namespace droce::transport

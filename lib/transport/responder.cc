@@ -149,17 +149,20 @@ void RcQp::RespondError(RespError e, uint32_t psn) {
   Fail(info.event);
 }
 
-bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
-  uint32_t skip = resp_.recv_offset, left = len;
+namespace {
+// Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
+bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
+                   const uint8_t* payload, uint32_t len, RespError* error) {
+  uint32_t skip = offset, left = len;
   const uint8_t* src = payload;
-  for (uint32_t i = 0; i < resp_.recv_wqe.num_sge && left > 0; ++i) {
-    const Sge& sge = resp_.recv_wqe.sg_list[i];
+  for (uint32_t i = 0; i < wr.num_sge && left > 0; ++i) {
+    const Sge& sge = wr.sg_list[i];
     if (skip >= sge.length) {
       skip -= sge.length;
       continue;
     }
     const uint32_t n = std::min(left, sge.length - skip);
-    const auto r = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr + skip, n, true);
+    const auto r = mrs.CheckLocal(sge.lkey, pd, sge.addr + skip, n, true);
     if (r.result != mem::AccessResult::kOk) {
       *error = RespError::kRecvNotWritable;
       return false;
@@ -174,6 +177,11 @@ bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* err
     return false;
   }
   return true;
+}
+}  // namespace
+
+bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
+  return PlaceIntoRecv(*env_.mrs, env_.pd, resp_.recv_wqe, resp_.recv_offset, payload, len, error);
 }
 
 bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
@@ -482,8 +490,10 @@ RespState RcQp::Duplicate(ReqCtx& c) {
       a.epoch = env_.mrs->epoch();
       a.length = reth.dma_length();
       // A stream for the same READ still queued restarts here instead of
-      // running to its end beside a second copy.
-      for (uint32_t i = actions_.head(); i != actions_.tail(); ++i) {
+      // running to its end beside a second copy. (Selective repeat asks for
+      // the runs it misses, which may lie inside a stream still queued:
+      // they go after it.)
+      for (uint32_t i = actions_.head(); !sr_ && i != actions_.tail(); ++i) {
         Action& q = actions_.at(i);
         if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res.first_psn) &&
             !PsnLess(res.last_psn, q.psn)) {
@@ -506,6 +516,8 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
   BthWriter bth(bth_p);
   *finished = true;
   switch (a.kind) {
+    case ActionKind::kSack:
+      return BuildSack(frame);
     case ActionKind::kAck:
     case ActionKind::kNak: {
       bth.set_opcode(kRcAcknowledge);
@@ -568,6 +580,270 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
     }
   }
   return 0;
+}
+
+}  // namespace droce::transport
+
+// --- Selective repeat: the responder (doc/transport.md "Selective repeat").
+
+namespace droce::transport {
+
+// Requests to a QP that uses selective repeat. SR SEND/WRITE packets
+// (kRoleSr, an SRETH after the BTH) are placed as they arrive anywhere
+// inside the window [ePSN, ePSN + kSrWindow); READ and atomic requests run
+// the IBTA steps, in PSN order only (one that arrives ahead is dropped and
+// resent: a READ's responses and an atomic's result stay in PSN order, and
+// an atomic executes exactly once through the resource ring). Errors are
+// only acted on at the expected PSN, so they NAK exactly as go-back-N does.
+void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p) {
+  const uint8_t* bth_p = frame + p.bth_offset;
+  ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
+  const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
+  if (ahead >= static_cast<int32_t>(kSrWindow)) {
+    ++counters_.sr_dropped;  // beyond the window: the requester never sends that far
+    return;
+  }
+  if (ahead < 0 || (ahead > 0 && SrReceived(c.psn))) {
+    ++counters_.duplicates_received;
+    if (ahead < 0 && (c.is_read() || c.is_atomic())) {
+      Duplicate(c);  // re-execute a READ, replay an atomic (9.7.5.1.2)
+    } else {
+      QueueSack();
+    }
+    return;
+  }
+  if (!(c.op.roles & kRoleSr)) {
+    if (c.is_send() || c.is_write()) {
+      ++counters_.sr_dropped;  // IBTA SEND/WRITE from a peer that does not use selective repeat
+      return;
+    }
+    if (ahead > 0) {
+      ++counters_.out_of_sequence;
+      ++counters_.sr_dropped;
+      QueueSack();
+      return;
+    }
+    RespState s = CheckResource(c);
+    if (s == RespState::kCheckRkey) s = CheckRkeyStep(c);
+    if (s == RespState::kExecute) s = Execute(c);
+    if (s == RespState::kError) {
+      RespondError(c.error, c.psn);
+      return;
+    }
+    SrAdvance();
+    return;
+  }
+  RespError error = RespError::kCount;
+  if (!SrPlaceData(c, ahead, &error)) {
+    if (ahead == 0 && error != RespError::kCount) {
+      SrRespondError(error, c.psn);
+      return;
+    }
+    ++counters_.sr_dropped;
+    if (ahead > 0) QueueSack();
+    return;
+  }
+  BitSet(resp_.sr_received, c.psn);
+  if (c.last()) BitSet(resp_.sr_last, c.psn);
+  if (ahead > 0) {
+    ++counters_.sr_out_of_order_placed;
+    QueueSack();
+    return;
+  }
+  resp_.nak_seq_sent = false;
+  SrAdvance();
+  if (state_ == QpState::kErr) return;
+  bool holds_more = false;
+  for (uint64_t w : resp_.sr_received) holds_more |= w != 0;
+  if (BthView(bth_p).ack_req() || holds_more) QueueSack();
+}
+
+// Places an SR SEND/WRITE packet where its SRETH says. False: not placed;
+// *error is the request's error when it is one (acted on only at the
+// expected PSN), kCount when the packet is just dropped.
+bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
+  const SrEthView sr(c.bth_p + c.op.sreth_offset);
+  const uint64_t end = uint64_t{sr.offset()} + c.len;
+  const bool len_ok = c.last() ? c.len <= mtu_ : c.len == mtu_;
+  if (!len_ok) {
+    *error = RespError::kLength;
+    return false;
+  }
+  if (c.is_write()) {
+    if (sr.dma_length() > kMaxMessageBytes) {
+      *error = RespError::kMessageTooLong;
+      return false;
+    }
+    if (end > sr.dma_length() || (c.last() && end != sr.dma_length())) {
+      *error = RespError::kLength;
+      return false;
+    }
+  } else if (end > kMaxMessageBytes) {
+    *error = RespError::kLength;
+    return false;
+  }
+  SrRecv* r = nullptr;
+  if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
+    const uint32_t k = sr.recv_seq() - resp_.sr_recv_base;
+    if (k >= kSrMaxHeldRecvs) return false;  // too far ahead to hold a receive for (or stale)
+    queue::Ring<RecvWr>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
+    while (resp_.sr_recv_taken <= k) {
+      if (ring.empty()) {
+        if (ahead == 0) *error = RespError::kRnr;  // RNR NAK, PSN not consumed (9.7.5.2.8)
+        return false;
+      }
+      SrRecv& t = sr_recvs_[(resp_.sr_recv_base + resp_.sr_recv_taken) % kSrMaxHeldRecvs];
+      t = SrRecv{};
+      t.wr = ring.front();
+      ring.Pop();
+      ++resp_.sr_recv_taken;
+    }
+    r = &sr_recvs_[sr.recv_seq() % kSrMaxHeldRecvs];
+  }
+  const uint8_t* payload = c.frame + c.p.payload_offset;
+  if (c.is_write()) {
+    // Every packet's range is checked against its R_Key on its own: nothing
+    // lands outside [va, va + dma_length) of a region that grants it.
+    const auto t = CheckRkey(sr.rkey(), sr.va() + sr.offset(), c.len, mem::kRemoteWrite);
+    if (t.result != mem::AccessResult::kOk) {
+      *error = RespError::kRemoteAccess;
+      return false;
+    }
+    if (c.len > 0) std::memcpy(t.host, payload, c.len);
+  } else if (!PlaceIntoRecv(*env_.mrs, env_.pd, r->wr, sr.offset(), payload, c.len, error)) {
+    return false;
+  }
+  if (r != nullptr && c.last()) {
+    r->ended = true;
+    r->end_psn = c.psn;
+    r->byte_len = c.is_write() ? sr.dma_length() : static_cast<uint32_t>(end);
+    r->solicited = BthView(c.bth_p).solicited();
+    r->opcode = c.is_write() ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
+    if (c.op.roles & kRoleImmediate) {
+      r->flags = queue::kWcWithImm;
+      r->imm_or_inv = ImmDtView(c.bth_p + c.op.immdt_offset).wire_order();
+    } else if (c.op.roles & kRoleInvalidate) {
+      r->flags = queue::kWcWithInv;
+      r->imm_or_inv = IethView(c.bth_p + c.op.ieth_offset).value();
+      r->invalidate = true;
+    }
+  }
+  return true;
+}
+
+// The expected PSN moves over everything that arrived; then the receive
+// WQEs whose messages lie wholly before it complete, in order (10.8.3).
+void RcQp::SrAdvance() {
+  while (SrReceived(resp_.epsn)) {
+    BitClear(resp_.sr_received, resp_.epsn);
+    if (BitTest(resp_.sr_last, resp_.epsn)) {
+      BitClear(resp_.sr_last, resp_.epsn);
+      resp_.msn = PsnAdd(resp_.msn, 1);
+    }
+    resp_.epsn = PsnAdd(resp_.epsn, 1);
+  }
+  while (resp_.sr_recv_taken > 0) {
+    SrRecv& r = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs];
+    if (!r.ended || !PsnLess(r.end_psn, resp_.epsn)) break;
+    // Remote invalidation (10.6.7) happens in message order, at completion.
+    if (r.invalidate && env_.mrs->RemoteInvalidate(r.imm_or_inv, env_.pd, qpn_) != mem::AccessResult::kOk) {
+      SrRespondError(RespError::kInvalidate, r.end_psn);
+      return;
+    }
+    resp_.recv_wqe = r.wr;
+    CompleteRecv(WcStatus::kSuccess, r.opcode, r.byte_len, r.flags, r.imm_or_inv, r.solicited);
+    ++resp_.sr_recv_base;
+    --resp_.sr_recv_taken;
+  }
+}
+
+// The error state for an SR request at the expected PSN: the receive WQE
+// of its message (the oldest held) completes with the table's status, as
+// the held one does in go-back-N; later ones are flushed.
+void RcQp::SrRespondError(RespError e, uint32_t psn) {
+  if (Info(e).fatal && resp_.sr_recv_taken > 0 && !resp_.recv_wqe_held) {
+    const SrRecv& r = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs];
+    if (r.ended ? !PsnLess(r.end_psn, psn) : true) {
+      resp_.recv_wqe = r.wr;
+      resp_.recv_wqe_held = true;
+      ++resp_.sr_recv_base;
+      --resp_.sr_recv_taken;
+    }
+  }
+  RespondError(e, psn);
+}
+
+void RcQp::SrFlushReceives() {
+  while (resp_.sr_recv_taken > 0) {
+    queue::Completion c;
+    c.wr_id = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs].wr.wr_id;
+    c.status = WcStatus::kWrFlushErr;
+    c.opcode = WcOpcode::kRecv;
+    c.qp_num = qpn_;
+    env_.recv_cq->Push(c);
+    ++resp_.sr_recv_base;
+    --resp_.sr_recv_taken;
+  }
+}
+
+// An ACK whose contents are decided when it leaves: coalesces with a
+// queued ACK or SACK, as ACKs do (9.7.5.1.1).
+void RcQp::QueueSack() {
+  if (!actions_.empty()) {
+    Action& last = actions_.at(actions_.tail() - 1);
+    if (last.kind == ActionKind::kAck || last.kind == ActionKind::kSack) {
+      last.kind = ActionKind::kSack;
+      return;
+    }
+  }
+  Action* a = actions_.Reserve();
+  if (a == nullptr) return;  // a later one covers it
+  *a = Action{};
+  a->kind = ActionKind::kSack;
+  actions_.Commit();
+}
+
+// ACKNOWLEDGE of ePSN - 1 while nothing past ePSN has arrived; otherwise
+// SR_SACK: the same BTH PSN and AETH, and a SACKETH with ePSN and the
+// bitmap of the 128 PSNs after it.
+uint32_t RcQp::BuildSack(uint8_t* frame) {
+  // Never acknowledge past a READ/atomic whose responses are still queued
+  // behind this ACK: they carry its acknowledgement, in PSN order
+  // (an ACK beyond a READ without its responses is an implied NAK).
+  uint32_t ack = resp_.epsn;
+  for (uint32_t i = actions_.head() + 1; i != actions_.tail(); ++i) {
+    const Action& q = actions_.at(i);
+    if (q.kind == ActionKind::kReadResponse || q.kind == ActionKind::kAtomicAck) {
+      if (PsnLess(q.psn, ack)) ack = q.psn;
+      break;
+    }
+  }
+  uint64_t words[kSackBits / 64] = {};
+  for (uint32_t i = 0; i < kSackBits; ++i) {
+    const uint32_t psn = PsnAdd(ack, 1 + i);
+    // (Only what arrived past ePSN: PSNs below it but past a READ still
+    // queued may be that READ's own responses, which the requester must
+    // not take for arrived.)
+    if (!PsnLess(psn, resp_.epsn) && SrReceived(psn)) words[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  const bool any = (words[0] | words[1]) != 0;
+  uint8_t* ext;
+  const uint32_t bth_off = WriteHeaders(frame, 0, PsnAdd(ack, -1), false, false, &ext);
+  BthWriter bth(frame + bth_off);
+  AethWriter aeth(ext);
+  aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
+  aeth.set_msn(resp_.msn);
+  if (!any) {
+    bth.set_opcode(kRcAcknowledge);
+    ++counters_.acks_sent;
+    return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
+  }
+  bth.set_opcode(kSrSack);
+  SackEthWriter sack(ext + kAethBytes);
+  sack.set_base_psn(ack);
+  for (uint32_t w = 0; w < kSackBits / 64; ++w) sack.set_word(w, words[w]);
+  ++counters_.sr_sacks_sent;
+  return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kSackEthBytes);
 }
 
 }  // namespace droce::transport

@@ -93,13 +93,14 @@ enum class CompState : uint8_t {
   kRead,         // 9.7.5.2.3: in-order READ response segments; a gap is an implied NAK
   kComplete,     // the WQE is done: completions in order (10.8.3)
   kBadResponse,  // counted in dropped_bad_response, otherwise ignored (9.7.5.2: silently dropped)
+  kSack,         // selective repeat: cumulative ACK, PSNs the responder holds, what to resend
   kDone,
   kCount,
 };
 
 inline constexpr std::array<const char*, static_cast<size_t>(CompState::kCount)> kCompStateNames = {
     "check_psn", "check_ack", "ack",      "rnr_nak",      "nak", "get_wqe",
-    "atomic",    "read",      "complete", "bad_response", "done"};
+    "atomic",    "read",      "complete", "bad_response", "sack", "done"};
 constexpr const char* CompStateName(CompState s) { return kCompStateNames[static_cast<size_t>(s)]; }
 
 // The responder's error states. RC answers each with its NAK (class B

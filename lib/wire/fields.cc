@@ -76,6 +76,19 @@ PacketFields DecodeFields(const uint8_t* frame, const ParsedPacket& p) {
   }
   if (op.Has(kHdrImmDt)) f.imm_data = ImmDtView(bth_p + op.immdt_offset).value();
   if (op.Has(kHdrIeth)) f.ieth_rkey = IethView(bth_p + op.ieth_offset).value();
+  if (op.Has(kHdrSrEth)) {
+    SrEthView v(bth_p + op.sreth_offset);
+    f.sreth_va = v.va();
+    f.sreth_rkey = v.rkey();
+    f.sreth_length = v.dma_length();
+    f.sreth_offset = v.offset();
+    f.sreth_recv_seq = v.recv_seq();
+  }
+  if (op.Has(kHdrSackEth)) {
+    SackEthView v(bth_p + op.sacketh_offset);
+    f.sack_base_psn = v.base_psn();
+    for (uint32_t w = 0; w < kSackBits / 64; ++w) f.sack_bits[w] = v.word(w);
+  }
   f.payload = {frame + p.payload_offset, p.payload_len};
   f.icrc = StoredIcrc(frame, p);
   return f;
@@ -121,6 +134,19 @@ uint32_t WriteTransportHeaders(const PacketFields& f, uint8_t* bth_p) {
   }
   if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_value(f.imm_data);
   if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(f.ieth_rkey);
+  if (op.Has(kHdrSrEth)) {
+    SrEthWriter v(bth_p + op.sreth_offset);
+    v.set_va(f.sreth_va);
+    v.set_rkey(f.sreth_rkey);
+    v.set_dma_length(f.sreth_length);
+    v.set_offset(f.sreth_offset);
+    v.set_recv_seq(f.sreth_recv_seq);
+  }
+  if (op.Has(kHdrSackEth)) {
+    SackEthWriter v(bth_p + op.sacketh_offset);
+    v.set_base_psn(f.sack_base_psn);
+    for (uint32_t w = 0; w < kSackBits / 64; ++w) v.set_word(w, f.sack_bits[w]);
+  }
   return op.header_bytes;
 }
 
@@ -183,6 +209,30 @@ std::string DescribePacket(const uint8_t* frame, const ParsedPacket& p) {
   if (op.Has(kHdrDeth)) absl::StrAppendFormat(&s, " deth(qkey=0x%x srcqp=0x%06x)", f.deth_qkey, f.deth_src_qp);
   if (op.Has(kHdrImmDt)) absl::StrAppendFormat(&s, " imm=0x%08x", f.imm_data);
   if (op.Has(kHdrIeth)) absl::StrAppendFormat(&s, " inv_rkey=0x%x", f.ieth_rkey);
+  if (op.Has(kHdrSrEth)) {
+    absl::StrAppendFormat(&s, " sreth(va=0x%x rkey=0x%x len=%u off=%u rseq=%u)", f.sreth_va, f.sreth_rkey,
+                          f.sreth_length, f.sreth_offset, f.sreth_recv_seq);
+  }
+  if (op.Has(kHdrSackEth)) {
+    // The PSNs held past the first missing one, as ranges: sack(missing=100 held=102-105,110).
+    absl::StrAppendFormat(&s, " sack(missing=%u held=", f.sack_base_psn);
+    bool any = false;
+    for (uint32_t i = 0; i < kSackBits;) {
+      if (!((f.sack_bits[i / 64] >> (i % 64)) & 1)) {
+        ++i;
+        continue;
+      }
+      uint32_t j = i;
+      while (j + 1 < kSackBits && ((f.sack_bits[(j + 1) / 64] >> ((j + 1) % 64)) & 1)) ++j;
+      const uint32_t lo = (f.sack_base_psn + 1 + i) & 0xFFFFFF, hi = (f.sack_base_psn + 1 + j) & 0xFFFFFF;
+      absl::StrAppendFormat(&s, any ? ",%u" : "%u", lo);
+      if (hi != lo) absl::StrAppendFormat(&s, "-%u", hi);
+      any = true;
+      i = j + 1;
+    }
+    if (!any) s += "none";
+    s += ")";
+  }
   absl::StrAppendFormat(&s, " payload=%u pad=%u", p.payload_len, p.pad);
   static constexpr const char* kEcn[] = {"not-ect", "ect1", "ect0", "CE"};
   absl::StrAppendFormat(&s, " %s ecn=%s sport=%u", p.ipv6 ? "ipv6" : "ipv4", kEcn[p.ecn()],

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "wire/headers.h"
 #include "wire/packet.h"
 
 namespace droce::wire {
@@ -48,6 +49,14 @@ struct PacketFields {
   uint32_t deth_src_qp = 0;
   uint32_t imm_data = 0;      // as on the wire (big-endian value)
   uint32_t ieth_rkey = 0;
+  // droce selective repeat (doc/transport.md): SRETH and SACKETH.
+  uint64_t sreth_va = 0;
+  uint32_t sreth_rkey = 0;
+  uint32_t sreth_length = 0;
+  uint32_t sreth_offset = 0;
+  uint32_t sreth_recv_seq = 0;
+  uint32_t sack_base_psn = 0;
+  uint64_t sack_bits[kSackBits / 64] = {};
   std::span<const uint8_t> payload;  // points into the decoded frame
   uint32_t icrc = 0;                 // as stored
 };

@@ -279,6 +279,52 @@ class Be32FieldT : public HeaderView<B> {
   void set_wire_order(uint32_t v) requires HeaderView<B>::kWritable { std::memcpy(p_, &v, sizeof v); }
 };
 
+// droce selective repeat (doc/transport.md "Selective repeat"), after the
+// BTH of an SR SEND/WRITE packet: where its payload goes, so that a packet
+// can be placed whatever arrived before it. WRITE: the RETH's VA, R_Key and
+// DMA length; SEND: dma_length 0 until LAST, VA and R_Key 0. Both: the
+// payload's byte offset in the message, and the message's receive sequence
+// number (which receive WQE it consumes, counted from 0 at the connection;
+// SENDs and WRITE with immediate).
+template <typename B>
+class SrEthT : public HeaderView<B> {
+  using HeaderView<B>::p_;
+
+ public:
+  using HeaderView<B>::HeaderView;
+  uint64_t va() const { return LoadBe64(p_); }
+  uint32_t rkey() const { return LoadBe32(p_ + 8); }
+  uint32_t dma_length() const { return LoadBe32(p_ + 12); }
+  uint32_t offset() const { return LoadBe32(p_ + 16); }
+  uint32_t recv_seq() const { return LoadBe32(p_ + 20); }
+  void set_va(uint64_t v) requires HeaderView<B>::kWritable { StoreBe64(p_, v); }
+  void set_rkey(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 8, v); }
+  void set_dma_length(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 12, v); }
+  void set_offset(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 16, v); }
+  void set_recv_seq(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 20, v); }
+};
+
+// droce selective repeat: the SACK's extended header, after its AETH. The
+// first PSN the responder still misses (its expected PSN; the BTH PSN is the
+// one before it, the cumulative acknowledgement) and which of the 128 PSNs
+// after it arrived: bit b of 64-bit word w (big endian, LSB = bit 0) stands
+// for PSN base + 1 + 64w + b.
+inline constexpr uint32_t kSackBits = 128;
+template <typename B>
+class SackEthT : public HeaderView<B> {
+  using HeaderView<B>::p_;
+
+ public:
+  using HeaderView<B>::HeaderView;
+  uint32_t base_psn() const { return LoadBe32(p_) & 0xFFFFFF; }
+  uint64_t word(uint32_t w) const { return LoadBe64(p_ + 4 + 8 * w); }
+  bool received(uint32_t i) const {  // PSN base + 1 + i
+    return i < kSackBits && ((word(i / 64) >> (i % 64)) & 1) != 0;
+  }
+  void set_base_psn(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_, v & 0xFFFFFF); }
+  void set_word(uint32_t w, uint64_t v) requires HeaderView<B>::kWritable { StoreBe64(p_ + 4 + 8 * w, v); }
+};
+
 using EthView = EthT<const uint8_t>;
 using EthWriter = EthT<uint8_t>;
 using VlanView = VlanT<const uint8_t>;
@@ -293,6 +339,10 @@ using BthView = BthT<const uint8_t>;
 using BthWriter = BthT<uint8_t>;
 using RethView = RethT<const uint8_t>;
 using RethWriter = RethT<uint8_t>;
+using SrEthView = SrEthT<const uint8_t>;
+using SrEthWriter = SrEthT<uint8_t>;
+using SackEthView = SackEthT<const uint8_t>;
+using SackEthWriter = SackEthT<uint8_t>;
 using AethView = AethT<const uint8_t>;
 using AethWriter = AethT<uint8_t>;
 using AtomicEthView = AtomicEthT<const uint8_t>;

@@ -13,16 +13,18 @@ constexpr uint32_t HeaderSize(HeaderBit h) {
     case kHdrImmDt: return kImmDtBytes;
     case kHdrIeth: return kIethBytes;
     case kHdrCnpPad: return kCnpPadBytes;
+    case kHdrSrEth: return kSrEthBytes;
+    case kHdrSackEth: return kSackEthBytes;
   }
   return 0;
 }
 
 // Lays the extended headers out in wire order and fills in the offsets.
 constexpr OpcodeInfo Make(const char* name, Transport t, uint16_t headers, uint32_t roles) {
-  OpcodeInfo info{name, t, headers, roles, 0, 0, 0, 0, 0, 0, 0, 0};
+  OpcodeInfo info{name, t, headers, roles, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   uint32_t off = kBthBytes;
-  constexpr HeaderBit kOrder[] = {kHdrDeth, kHdrReth,    kHdrAtomicEth, kHdrAeth,
-                                  kHdrAtomicAckEth, kHdrImmDt, kHdrIeth, kHdrCnpPad};
+  constexpr HeaderBit kOrder[] = {kHdrSrEth, kHdrDeth,    kHdrReth,  kHdrAtomicEth, kHdrAeth,
+                                  kHdrSackEth, kHdrAtomicAckEth, kHdrImmDt, kHdrIeth, kHdrCnpPad};
   for (HeaderBit h : kOrder) {
     if (!(headers & h)) continue;
     const auto o = static_cast<uint8_t>(off);
@@ -34,6 +36,8 @@ constexpr OpcodeInfo Make(const char* name, Transport t, uint16_t headers, uint3
       case kHdrDeth: info.deth_offset = o; break;
       case kHdrImmDt: info.immdt_offset = o; break;
       case kHdrIeth: info.ieth_offset = o; break;
+      case kHdrSrEth: info.sreth_offset = o; break;
+      case kHdrSackEth: info.sacketh_offset = o; break;
       case kHdrCnpPad: break;
     }
     off += HeaderSize(h);
@@ -106,6 +110,23 @@ constexpr OpcodeTable BuildTable() {
   t[kUdSendOnlyImm] = Make("UD_SEND_ONLY_WITH_IMM", Transport::kUd, kHdrDeth | kHdrImmDt,
                            kReq | kSendP | kRoleOnly | kRoleImmediate | kRecv);
   t[kCnp] = Make("CNP", Transport::kCnp, kHdrCnpPad, kRoleCnp);
+
+  // droce selective repeat: each RC SEND/WRITE opcode's twin, its RETH (if
+  // any) replaced by an SRETH right after the BTH (doc/transport.md).
+  constexpr const char* kSrNames[24] = {
+      "SR_SEND_FIRST",         "SR_SEND_MIDDLE",      "SR_SEND_LAST",
+      "SR_SEND_LAST_WITH_IMM", "SR_SEND_ONLY",        "SR_SEND_ONLY_WITH_IMM",
+      "SR_WRITE_FIRST",        "SR_WRITE_MIDDLE",     "SR_WRITE_LAST",
+      "SR_WRITE_LAST_WITH_IMM", "SR_WRITE_ONLY",      "SR_WRITE_ONLY_WITH_IMM",
+      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+      "SR_SEND_LAST_WITH_INVALIDATE", "SR_SEND_ONLY_WITH_INVALIDATE"};
+  for (uint8_t op = 0; op < 24; ++op) {
+    if (kSrNames[op] == nullptr) continue;
+    const OpcodeInfo base = t[op];
+    t[SrOpcode(op)] = Make(kSrNames[op], rc, static_cast<uint16_t>((base.headers & ~kHdrReth) | kHdrSrEth),
+                           base.roles | kRoleSr);
+  }
+  t[kSrSack] = Make("SR_SACK", rc, kHdrAeth | kHdrSackEth, kResp | kRoleAck | kRoleOnly | kRoleSr);
   return t;
 }
 
@@ -149,7 +170,7 @@ constexpr uint8_t FindOpcode(const OpcodeTable& table, Transport t, Operation o,
                              Extra e) {
   constexpr uint32_t kChoice = kRoleSend | kRoleWrite | kRoleReadRequest | kRoleReadResponse |
                                kRoleAtomic | kRoleCompare | kRoleFirst | kRoleMiddle | kRoleLast |
-                               kRoleImmediate | kRoleInvalidate | kRoleAck;
+                               kRoleImmediate | kRoleInvalidate | kRoleAck | kRoleSr;
   if (p == Position::kFirst || p == Position::kMiddle) e = Extra::kNone;
   const uint32_t want = OperationRoles(o) | PositionRoles(p) | ExtraRoles(e);
   for (size_t op = 0; op < table.size(); ++op) {
@@ -201,6 +222,12 @@ static_assert(Sel(Transport::kRc, Operation::kReadResponse, Position::kMiddle) =
               kRcReadResponseMiddle);
 static_assert(Sel(Transport::kRc, Operation::kCompareSwap, Position::kOnly) == kRcCompareSwap);
 static_assert(Sel(Transport::kRc, Operation::kFetchAdd, Position::kOnly) == kRcFetchAdd);
+static_assert(Sel(Transport::kRc, Operation::kWrite, Position::kMiddle) == kRcWriteMiddle,
+              "IBTA opcodes, never the selective-repeat twins");
+static_assert(BuildTable()[SrOpcode(kRcWriteMiddle)].sreth_offset == kBthBytes &&
+              BuildTable()[SrOpcode(kRcWriteOnlyImm)].immdt_offset == kBthBytes + kSrEthBytes &&
+              !BuildTable()[SrOpcode(kRcWriteFirst)].Has(kHdrReth) &&
+              BuildTable()[kSrSack].sacketh_offset == kBthBytes + kAethBytes);
 static_assert(Sel(Transport::kUd, Operation::kSend, Position::kOnly, Extra::kImmediate) ==
               kUdSendOnlyImm);
 

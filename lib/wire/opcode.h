@@ -54,7 +54,17 @@ enum Opcode : uint8_t {
   kUdSendOnlyImm = 0x65,
   // RoCEv2 congestion notification packet.
   kCnp = 0x81,
+  // droce selective repeat (doc/transport.md "Selective repeat"): manufacturer
+  // specific opcodes (IBTA 9.2, Table 35: 110xxxxx), sent only to a peer that
+  // agreed on selective repeat. An SR data opcode is kSrOpcodeBase | the RC
+  // SEND/WRITE opcode it stands for (SrOpcode), with an SRETH after the BTH
+  // instead of a RETH; the SACK answers requests.
+  kSrOpcodeBase = 0xC0,
+  kSrSack = 0xD1,  // kSrOpcodeBase | RC ACKNOWLEDGE: BTH + AETH + SACKETH
 };
+
+// The SR variant of an RC SEND/WRITE opcode (0x00-0x0B, 0x16, 0x17).
+constexpr uint8_t SrOpcode(uint8_t rc_opcode) { return kSrOpcodeBase | rc_opcode; }
 
 enum class Transport : uint8_t { kRc, kUc, kUd, kCnp };
 
@@ -68,6 +78,8 @@ enum HeaderBit : uint16_t {
   kHdrImmDt = 1 << 5,
   kHdrIeth = 1 << 6,
   kHdrCnpPad = 1 << 7,
+  kHdrSrEth = 1 << 8,    // droce selective repeat: where a SEND/WRITE packet goes
+  kHdrSackEth = 1 << 9,  // droce selective repeat: what the responder holds
 };
 
 // What an opcode means for the transport.
@@ -90,6 +102,7 @@ enum RoleBit : uint32_t {
   kRoleConsumesRecv = 1 << 14,  // consumes a receive WQE when it completes a message
   kRoleCnp = 1 << 15,
   kRoleCompare = 1 << 16,  // COMPARE SWAP: the atomic compares before it swaps
+  kRoleSr = 1 << 17,       // a droce selective-repeat opcode (0xC0-0xDF)
 };
 
 inline constexpr uint32_t kBthBytes = 12;
@@ -102,6 +115,8 @@ inline constexpr uint32_t kImmDtBytes = 4;
 inline constexpr uint32_t kIethBytes = 4;
 inline constexpr uint32_t kCnpPadBytes = 16;
 inline constexpr uint32_t kIcrcBytes = 4;
+inline constexpr uint32_t kSrEthBytes = 24;
+inline constexpr uint32_t kSackEthBytes = 20;
 
 struct OpcodeInfo {
   const char* name;  // nullptr: not a valid opcode
@@ -110,7 +125,7 @@ struct OpcodeInfo {
   uint32_t roles;    // RoleBit set
   // Offsets from the start of the BTH; 0 where the header is absent.
   uint8_t reth_offset, aeth_offset, atomic_ack_offset, atomic_offset, deth_offset, immdt_offset,
-      ieth_offset;
+      ieth_offset, sreth_offset, sacketh_offset;
   uint8_t header_bytes;  // BTH + all extended headers: where the payload starts
 
   constexpr bool valid() const { return name != nullptr; }

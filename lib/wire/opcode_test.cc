@@ -36,7 +36,24 @@ TEST(OpcodeTable, RolesAreConsistent) {
     }
     EXPECT_EQ(op.header_bytes % 4, 0) << op.name;
   }
-  EXPECT_EQ(valid, 23 + 12 + 2 + 1);
+  EXPECT_EQ(valid, 23 + 12 + 2 + 1 + 14 + 1);  // RC, UC, UD, CNP, SR data, SR SACK
+  // Each SR data opcode is its RC twin with an SRETH after the BTH instead
+  // of a RETH (doc/transport.md "Selective repeat").
+  int twins = 0;
+  for (int i = 0; i < 0x20; ++i) {
+    const OpcodeInfo& rc = OpInfo(static_cast<uint8_t>(i));
+    const OpcodeInfo& sr = OpInfo(SrOpcode(static_cast<uint8_t>(i)));
+    if (!sr.valid() || SrOpcode(static_cast<uint8_t>(i)) == kSrSack) continue;
+    ++twins;
+    EXPECT_TRUE(rc.roles & (kRoleSend | kRoleWrite)) << sr.name;
+    EXPECT_EQ(sr.roles, rc.roles | kRoleSr) << sr.name;
+    EXPECT_EQ(sr.sreth_offset, kBthBytes) << sr.name;
+    EXPECT_FALSE(sr.Has(kHdrReth)) << sr.name;
+    EXPECT_EQ(sr.header_bytes, rc.header_bytes + kSrEthBytes - (rc.Has(kHdrReth) ? kRethBytes : 0)) << sr.name;
+  }
+  EXPECT_EQ(twins, 14);
+  EXPECT_EQ(OpInfo(kSrSack).sacketh_offset, kBthBytes + kAethBytes);
+  EXPECT_EQ(OpInfo(kSrSack).header_bytes, kBthBytes + kAethBytes + kSackEthBytes);
   EXPECT_FALSE(OpInfo(0x15).valid());
   EXPECT_FALSE(OpInfo(0xFF).valid());
   EXPECT_TRUE(OpInfo(kRcWriteFirst).Is(kRoleRequest | kRoleWrite | kRoleFirst));
@@ -51,7 +68,8 @@ TEST(OpcodeSelect, EveryRequestOpcodeIsItsOwnChoice) {
   int found = 0;
   for (int i = 0; i < 256; ++i) {
     const OpcodeInfo& op = OpInfo(static_cast<uint8_t>(i));
-    if (!op.valid() || (op.roles & kRoleAck) || (op.roles & kRoleCnp)) continue;
+    // SR opcodes are chosen as twins (SrOpcode), never by the lookup.
+    if (!op.valid() || (op.roles & kRoleAck) || (op.roles & kRoleCnp) || (op.roles & kRoleSr)) continue;
     Operation o;
     if (op.roles & kRoleSend) o = Operation::kSend;
     else if (op.roles & kRoleWrite) o = Operation::kWrite;

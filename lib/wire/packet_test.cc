@@ -67,6 +67,60 @@ TEST(Packet, SerializeParseRoundTrip) {
   }
 }
 
+// droce's selective-repeat headers (doc/transport.md "Selective repeat")
+// round-trip and are what droce-pcap dump prints.
+TEST(Packet, SelectiveRepeatHeadersRoundTripAndDescribe) {
+  std::vector<uint8_t> payload;
+  PacketFields f = SampleWrite(false, false, 100, &payload);
+  f.bth.opcode = SrOpcode(kRcWriteMiddle);
+  f.sreth_va = 0x1000;
+  f.sreth_rkey = 0x77;
+  f.sreth_length = 8192;
+  f.sreth_offset = 2048;
+  f.sreth_recv_seq = 3;
+  f.payload = {};
+  std::vector<uint8_t> mtu_payload(1024, 0xAB);
+  f.payload = mtu_payload;
+  std::vector<uint8_t> out(4096);
+  auto n = SerializeFields(f, out.data(), static_cast<uint32_t>(out.size()));
+  ASSERT_TRUE(n.ok()) << n.status();
+  ParsedPacket p = ParseAndVerify(out.data(), *n);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.payload_offset - p.bth_offset, kBthBytes + kSrEthBytes);
+  PacketFields g = DecodeFields(out.data(), p);
+  EXPECT_EQ(g.sreth_va, 0x1000u);
+  EXPECT_EQ(g.sreth_offset, 2048u);
+  EXPECT_EQ(g.sreth_recv_seq, 3u);
+  EXPECT_NE(DescribePacket(out.data(), p).find("SR_WRITE_MIDDLE"), std::string::npos);
+  EXPECT_NE(DescribePacket(out.data(), p).find("sreth(va=0x1000 rkey=0x77 len=8192 off=2048 rseq=3)"),
+            std::string::npos)
+      << DescribePacket(out.data(), p);
+
+  PacketFields s = SampleWrite(false, false, 0, &payload);
+  s.payload = {};
+  s.bth.opcode = kSrSack;
+  s.bth.psn = 99;
+  s.aeth_syndrome = 0x1F;
+  s.sack_base_psn = 100;
+  s.sack_bits[0] = 0b1111 << 1;  // 102-105
+  s.sack_bits[1] = 1;            // 100 + 1 + 64 = 165
+  n = SerializeFields(s, out.data(), static_cast<uint32_t>(out.size()));
+  ASSERT_TRUE(n.ok()) << n.status();
+  p = ParseAndVerify(out.data(), *n);
+  ASSERT_TRUE(p.ok());
+  g = DecodeFields(out.data(), p);
+  EXPECT_EQ(g.sack_base_psn, 100u);
+  EXPECT_EQ(g.sack_bits[0], s.sack_bits[0]);
+  EXPECT_EQ(g.sack_bits[1], 1u);
+  const SackEthView v(out.data() + p.bth_offset + p.op().sacketh_offset);
+  EXPECT_FALSE(v.received(0));  // 101
+  EXPECT_TRUE(v.received(1));   // 102
+  EXPECT_TRUE(v.received(64));  // 165
+  EXPECT_FALSE(v.received(128));
+  EXPECT_NE(DescribePacket(out.data(), p).find("sack(missing=100 held=102-105,165)"), std::string::npos)
+      << DescribePacket(out.data(), p);
+}
+
 TEST(Packet, EcnMarkingKeepsIcrcValid) {
   for (bool ipv6 : {false, true}) {
     std::vector<uint8_t> payload;

@@ -10,9 +10,9 @@ if [ ! -f build-fuzz/build.ninja ]; then
     -Db_lundef=false -Dbuildtype=debugoptimized -Ddpdk=disabled -Dverbs=disabled -Dpcap=disabled \
     -Dtests=disabled >/dev/null
 fi
-ninja -C build-fuzz tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma >/dev/null
+ninja -C build-fuzz tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder tests/fuzz/fuzz_sack tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma >/dev/null
 status=0
-for target in parser responder device cm_mad cm_ucma; do
+for target in parser responder sack device cm_mad cm_ucma; do
   scratch=$(mktemp -d)
   echo "fuzz_$target: ${seconds}s"
   if ! UBSAN_OPTIONS=halt_on_error=1 build-fuzz/tests/fuzz/fuzz_$target -max_total_time="$seconds" \

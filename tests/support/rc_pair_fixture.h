@@ -40,10 +40,13 @@ class RcPair {
          uint8_t retry = 7, uint8_t rnr_retry = 7,
          transport::QpType type = transport::QpType::kRc,
          uint64_t min_time_between_cnps_ns = 4000, const cc::DcqcnParams* dcqcn_a = nullptr,
-         uint32_t pool_frames = 16384)
+         uint32_t pool_frames = 16384, bool selective_repeat_a = false,
+         bool selective_repeat_b = false, uint64_t sr_rto_low_ns = 200'000)
       : link_(LinkConfig(imp, seed, pool_frames)) {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
+      cfg.selective_repeat = i == 0 ? selective_repeat_a : selective_repeat_b;  // doc/transport.md
+      cfg.sr_rto_low_ns = sr_rto_low_ns;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
       cfg.ipv4 = 0x0A000001 + i;
       cfg.min_time_between_cnps_ns = min_time_between_cnps_ns;

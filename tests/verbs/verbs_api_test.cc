@@ -319,6 +319,65 @@ TEST_F(VerbsApi, BadArgumentsGetTheErrnoVerbsCallersExpect) {
   EXPECT_EQ(ibv_destroy_cq(cq_), EBUSY);  // a QP still uses it
 }
 
+// ECE (doc/cm.md): every RC QP offers droce's selective-repeat bit
+// (0x1); set_ece with the peer's options keeps what both offered, the way
+// librdmacm calls it on each side before RTR; another vendor's is refused.
+// Two QPs that agreed use selective repeat and move every kind of WR.
+TEST_F(VerbsApi, EceGivesSelectiveRepeatOnlyWhenBothOfferIt) {
+  constexpr uint32_t kVendor = 0x64726f, kSelectiveRepeat = 0x1;
+  ibv_qp* a = NewQp();
+  ibv_qp* b = NewQp();
+  ibv_qp* c = NewQp();
+  ASSERT_TRUE(a && b && c);
+  ibv_ece ea{}, eb{}, ec{};
+  ASSERT_EQ(ibv_query_ece(a, &ea), 0);
+  EXPECT_EQ(ea.vendor_id, kVendor);
+  EXPECT_EQ(ea.options & kSelectiveRepeat, kSelectiveRepeat);
+  // Passive side b: the REQ's ECE (a's), then what it answers with.
+  ASSERT_EQ(ibv_set_ece(b, &ea), 0);
+  ASSERT_EQ(ibv_query_ece(b, &eb), 0);
+  EXPECT_EQ(eb.options & kSelectiveRepeat, kSelectiveRepeat);
+  // Active side a: the REP's.
+  ASSERT_EQ(ibv_set_ece(a, &eb), 0);
+  ASSERT_EQ(ibv_query_ece(a, &ea), 0);
+  EXPECT_EQ(ea.options & kSelectiveRepeat, kSelectiveRepeat);
+  // A peer that did not offer it: the bit is gone, and stays gone.
+  ibv_ece none{kVendor, 0, 0};
+  ASSERT_EQ(ibv_set_ece(c, &none), 0);
+  ASSERT_EQ(ibv_query_ece(c, &ec), 0);
+  EXPECT_EQ(ec.options & kSelectiveRepeat, 0u);
+  ibv_ece again = ea;
+  ASSERT_EQ(ibv_set_ece(c, &again), 0);
+  ASSERT_EQ(ibv_query_ece(c, &ec), 0);
+  EXPECT_EQ(ec.options & kSelectiveRepeat, 0u);
+  ibv_ece other{0x02c9, kSelectiveRepeat, 0};  // Mellanox's vendor id
+  EXPECT_EQ(ibv_set_ece(c, &other), EINVAL);
+  // a and b agreed: connected, they move SENDs, WRITEs, READs and atomics.
+  ASSERT_EQ(ToInit(a), 0);
+  ASSERT_EQ(ToInit(b), 0);
+  ASSERT_EQ(ToRtr(a, b->qp_num), 0);
+  ASSERT_EQ(ToRtr(b, a->qp_num), 0);
+  ASSERT_EQ(ToRts(a), 0);
+  ASSERT_EQ(ToRts(b), 0);
+  ASSERT_EQ(PostRecv(b, 100, 0x80000, 8192), 0);
+  Fill(0x1000, 5000, 3);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 1, 0x1000, 5000, 0), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 2, 0x1000, 5000, 0x40000), 0);
+  Fill(0x60000, 3000, 5);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_READ, 3, 0x6000, 3000, 0x60000), 0);
+  std::memset(&buf_[0x70000], 0, 8);
+  ASSERT_EQ(PostSend(a, IBV_WR_ATOMIC_FETCH_AND_ADD, 4, 0x7100, 8, 0x70000), 0);
+  auto wcs = Poll(5);
+  ASSERT_EQ(wcs.size(), 5u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(std::memcmp(&buf_[0x80000], &buf_[0x1000], 5000), 0);
+  EXPECT_EQ(std::memcmp(&buf_[0x40000], &buf_[0x1000], 5000), 0);
+  EXPECT_EQ(std::memcmp(&buf_[0x6000], &buf_[0x60000], 3000), 0);
+  uint64_t v;
+  std::memcpy(&v, &buf_[0x70000], 8);
+  EXPECT_EQ(v, 5u);  // once
+}
+
 TEST_F(VerbsApi, EveryRcOpcodeMovesTheRightBytes) {
   ibv_qp *a, *b;
   Connect(&a, &b);
@@ -1070,10 +1129,10 @@ TEST_F(VerbsApi, EceVendorIdAndOptions) {
   ibv_ece ece{};
   ASSERT_EQ(ibv_query_ece(q, &ece), 0);
   EXPECT_EQ(ece.vendor_id, 0x64726fu);  // the device's vendor_id
-  EXPECT_EQ(ece.options, 0u);
+  EXPECT_EQ(ece.options, 0x1u);  // selective repeat, the one option droce defines
   ibv_ece asked{0x64726f, 0xffffffff, 0};
   ASSERT_EQ(ibv_set_ece(q, &asked), 0);
-  EXPECT_EQ(asked.options, 0u);  // no option defined yet: all reduced away
+  EXPECT_EQ(asked.options, 0x1u);  // options droce does not define are reduced away
   ibv_ece other{0x02c9, 1, 0};   // another vendor's
   EXPECT_EQ(ibv_set_ece(q, &other), EINVAL);
   ibv_ece mask{0x64726f, 0, 1};

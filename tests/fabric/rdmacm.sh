@@ -142,6 +142,20 @@ check "ib_write_bw -R droce0 <- droce1 client" perftest_pair \
   "ib_write_bw -R -d droce0 -p $p -D 2" "ib_write_bw -R -d droce1 -p $p -D 2 10.0.0.1"
 next_port
 check "ib_read_lat -R" perftest_pair "ib_read_lat -R -d droce0 -p $p -n 200" "ib_read_lat -R -d droce0 -p $p -n 200 10.0.0.1"
+# Two droce programs connected by rdma_cm agree on selective repeat through
+# ECE (librdmacm: query_ece on each side, set_ece with the peer's options);
+# the devices' own setting is off, so only the CM exchange can turn it on.
+sr_by_ece() {
+  perftest_pair "DROCE_STATS=1 ib_write_bw -R -d droce0 -p $p -s 65536 -D 1" \
+    "DROCE_STATS=1 ib_write_bw -R -d droce1 -p $p -s 65536 -D 1 10.0.0.1" || return 1
+  local f
+  for f in server client; do
+    grep -o "state [A-Z]* selective_repeat [a-z]*" "$run/$f.log" | sort | uniq -c | sed "s/^/$f: /"
+    grep -q "selective_repeat on" "$run/$f.log" || { echo "$f: no QP with selective repeat"; return 1; }
+  done
+}
+next_port
+check "rdma_cm between two droce programs: both QPs use selective repeat (ECE)" sr_by_ece
 
 # Nobody listens: REJ "invalid service ID" at once, not a REQ timeout. Timed
 # by the shim's trace from the GET_EVENT that returned ROUTE_RESOLVED (rping

@@ -329,6 +329,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.sr_max_inflight_packets = config_.sr_max_inflight_packets;
   env.sr_rto_low_ns = config_.sr_rto_low_ns;
   env.sr_rto_low_below = config_.sr_rto_low_below;
+  env.sr_rto_high_ns = config_.sr_rto_high_ns;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet

@@ -106,10 +106,12 @@ struct DeviceConfig {
   // The cap on PSNs in flight of an SR QP (the path's bandwidth-delay
   // product in packets; at most transport::kSrWindow - 1), and IRN's low
   // retransmission timeout, used while at most sr_rto_low_below packets
-  // are in flight.
+  // are in flight, and its high one (IRN's RTO_high: a few round trips, not
+  // the QP's IBTA timeout; retry_cnt is still counted per IBTA timeout).
   uint32_t sr_max_inflight_packets = 256;
   uint64_t sr_rto_low_ns = 200'000;
   uint32_t sr_rto_low_below = 4;
+  uint64_t sr_rto_high_ns = 320'000;
 };
 
 struct QpInitAttr {

@@ -356,6 +356,31 @@ TEST(SelectiveRepeat, LowRtoRecoversALoneLoss) {
   }
 }
 
+// SR's timer runs on IRN's short RTOs, but retry_cnt keeps its IBTA meaning:
+// a peer that never answers ends the WR in retry-exceeded after retry_cnt + 1
+// of the QP's timeouts (14: 67 ms each), not after retry_cnt short RTOs
+// (which would be ~3 ms and kill connections across any scheduling stall).
+TEST(SelectiveRepeat, RetryCountIsSpentPerIbtaTimeoutNotPerShortRto) {
+  RcPair pair = SrPair({}, 11, 1024, true, true, /*timeout=*/14);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  pktio::Impairments all;
+  all.drop = 1.0;
+  pair.link().set_impairments(0, all);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 65536, b, 0)), 0);
+  const uint64_t t0 = pair.now();
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0, 10'000'000'000ull));
+  const uint64_t took = pair.now() - t0;
+  ASSERT_EQ(ca.size(), 1u);
+  EXPECT_EQ(ca[0].status, WcStatus::kRetryExcErr);
+  const uint64_t ibta = transport::AckTimeoutNs(14);
+  EXPECT_GE(took, 7 * ibta) << "retry-exceeded after " << took << " ns";
+  EXPECT_LT(took, 10 * ibta);
+  // Meanwhile it retransmitted on the short RTO, many times per IBTA timeout.
+  EXPECT_GT(a.dev->qp(a.qpn)->counters().timeouts, 8u * 20u);
+}
+
 // The low RTO is for little in flight: armed when a burst starts (one
 // packet out), it must give way to the QP's timeout as the burst grows, or
 // every burst whose first ACK (AckReq every 64 packets) is slower than it

@@ -110,21 +110,39 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.retry_left = attr_.retry_cnt;
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
+  req_.sr_retry_clock_ns = now;
   req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
 }
 
 uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
   const uint64_t t = RetransmitTimeoutNs();
-  req_.sr_rto_low_armed = sr_ && t != 0 && t < AckTimeoutNs(attr_.timeout);
+  req_.sr_rto_low_armed = sr_ && t != 0 && t < SrRtoHighNs();
   return t != 0 ? now + t : 0;
 }
 
+// IRN's RTO_high for an SR QP: the device's, or the QP's IBTA timeout if
+// that is shorter (0, infinite, leaves the device's).
+uint64_t RcQp::SrRtoHighNs() const {
+  const uint64_t ibta = AckTimeoutNs(attr_.timeout);
+  return ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns);
+}
+
 uint64_t RcQp::RetransmitTimeoutNs() const {
-  const uint64_t high = AckTimeoutNs(attr_.timeout);
-  if (!sr_ || high == 0 || !req_.progress_since_retry) return high;
+  if (!sr_) return AckTimeoutNs(attr_.timeout);
+  const uint64_t high = SrRtoHighNs();
+  if (!req_.progress_since_retry) return high;
   // IRN's RTO_low: a loss with few packets behind it produces no SACK.
-  const int32_t in_flight = PsnDiff(req_.psn_high, req_.psn_una);
-  return in_flight <= static_cast<int32_t>(env_.sr_rto_low_below) ? std::min(high, env_.sr_rto_low_ns) : high;
+  return SrUnsackedInFlight(env_.sr_rto_low_below) <= env_.sr_rto_low_below ? std::min(high, env_.sr_rto_low_ns)
+                                                                          : high;
+}
+
+uint32_t RcQp::SrUnsackedInFlight(uint32_t limit) const {
+  uint32_t n = 0;
+  for (uint32_t psn = req_.psn_una; n <= limit && wire::PsnLess(psn, req_.psn_high); psn = wire::PsnAdd(psn, 1)) {
+    if (!wire::PsnLess(psn, req_.sr_sack_base) && BitTest(req_.sr_sacked, psn)) continue;
+    ++n;
+  }
+  return n;
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
@@ -407,16 +425,25 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   const uint32_t base = sack.base_psn();
   if (base != PsnAdd(c.psn, 1)) return CompState::kBadResponse;
   bool any = false;
+  bool fresh = false;
   uint32_t highest = 0;
   for (uint32_t i = 0; i < kSackBits; ++i) {
     if (!sack.received(i)) continue;
     const uint32_t psn = PsnAdd(base, 1 + i);
     if (!PsnLess(psn, req_.psn_next) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+    fresh |= !BitTest(req_.sr_sacked, psn);
     BitSet(req_.sr_sacked, psn);
     highest = psn;
     any = true;
   }
   if (any) SrScheduleRetransmit(req_.psn_una, highest);
+  // IRN restarts the retransmission timer on every acknowledgement of new
+  // packets, selective ones included: with the rest SACKed, a lost
+  // retransmission is one packet in flight and waits RTO_low, not RTO_high.
+  // (Not progress for retry_cnt: that needs the cumulative ACK to move.)
+  if (fresh && req_.retransmit_deadline != 0 && Outstanding()) {
+    req_.retransmit_deadline = ArmRetransmitTimer(c.now);
+  }
   return CompState::kDone;
 }
 

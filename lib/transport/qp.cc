@@ -412,12 +412,20 @@ void RcQp::OnTimer(uint64_t now_ns) {
   }
   ++counters_.timeouts;
   // retry_cnt bounds consecutive retries without forward progress (IBTA
-  // 9.7.6.1.3); an ACK that advances restores it.
-  if (req_.retry_left == 0) {
+  // 9.7.6.1.3); an ACK that advances restores it. An SR QP's timer runs on
+  // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
+  // progress, so retry-exceeded comes after the time the QP's attributes say.
+  const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
+  const bool spends_retry =
+      !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
+  if (spends_retry && req_.retry_left == 0) {
     FailWqe(sq_.front(), WcStatus::kRetryExcErr);
     return;
   }
-  --req_.retry_left;
+  if (spends_retry) {
+    --req_.retry_left;
+    req_.sr_retry_clock_ns = now_ns;
+  }
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
   if (sr_) {

@@ -88,6 +88,10 @@ struct QpEnv {
   uint32_t sr_max_inflight_packets = 256;
   uint64_t sr_rto_low_ns = 200'000;
   uint32_t sr_rto_low_below = 4;
+  // IRN's RTO_high: the retransmission timeout of an SR QP with more in
+  // flight (capped by the QP's IBTA timeout). A timeout retransmits; only
+  // a whole IBTA timeout without progress spends one of retry_cnt.
+  uint64_t sr_rto_high_ns = 1'000'000;
 };
 
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
@@ -301,6 +305,11 @@ class RcQp {
   // little is in flight and the last timeout was followed by progress, the
   // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
   uint64_t RetransmitTimeoutNs() const;
+  uint64_t SrRtoHighNs() const;
+  // Packets sent and neither acknowledged nor SACKed, counted up to limit + 1
+  // (IRN's "in flight" for choosing RTO_low: a hole behind SACKed packets is
+  // one packet in flight, however far psn_high has gone).
+  uint32_t SrUnsackedInFlight(uint32_t limit) const;
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
@@ -455,6 +464,7 @@ class RcQp {
     uint32_t sr_read_len = 0;       // a READ asked again: bytes to ask for (0: to its end)
     bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
     bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO
+    uint64_t sr_retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
   } req_;
 
   // Responder.

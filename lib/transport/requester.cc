@@ -216,11 +216,11 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
     return ReqState::kGetWqe;
   }
   if (req_.retransmit_deadline == 0) {
+    req_.sr_retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
     req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
-  } else if (req_.sr_rto_low_armed &&
-             PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(env_.sr_rto_low_below)) {
+  } else if (req_.sr_rto_low_armed && SrUnsackedInFlight(env_.sr_rto_low_below) > env_.sr_rto_low_below) {
     // Armed low with little in flight; now there is more: the high one.
-    req_.retransmit_deadline = c.now_ns + AckTimeoutNs(attr_.timeout);
+    req_.retransmit_deadline = c.now_ns + SrRtoHighNs();
     req_.sr_rto_low_armed = false;
   }
   if (w.fully_sent) ++req_.sq_next;

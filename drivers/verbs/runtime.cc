@@ -230,6 +230,11 @@ void Runtime::Stop() {
     if (port_ && file_.vdev.rfind("net_memif", 0) == 0 && !port_->LinkUp()) usleep(30'000);
     if (port_) port_->Stop(/*close=*/false);
     (void)ethdev::RemoveVdev(file_.port_name());
+    // A peer that left during our close: the interrupt thread's disconnect
+    // frees the interface's mbufs into our pools, so the pools go only after
+    // it has had time to finish (seen in CI: ~EthdevPort's rte_mempool_free
+    // while the interrupt thread was inside memif, SIGSEGV at exit).
+    if (port_ && file_.vdev.rfind("net_memif", 0) == 0) usleep(30'000);
     port_.reset();
   }
   if (event_socket_ >= 0) close(event_socket_);

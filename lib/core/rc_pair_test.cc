@@ -64,7 +64,9 @@ TEST_P(RcMatrix, AllOpcodesAllSizes) {
       std::memset(b.mem.data() + dst, 0, len + 16);
       const bool needs_recv = op == WrOpcode::kSend || op == WrOpcode::kSendWithImm ||
                               op == WrOpcode::kRdmaWriteWithImm;
-      if (needs_recv) ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(1000 + id, b, dst, len + 16)), 0);
+      if (needs_recv) {
+        ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(1000 + id, b, dst, len + 16)), 0);
+      }
       SendWr wr = op == WrOpcode::kRdmaRead ? MakeWr(id, op, a, dst, len, b, src)
                                             : MakeWr(id, op, a, src, len, b, dst);
       wr.imm_data = 0xA0000000u + static_cast<uint32_t>(id);
@@ -81,7 +83,9 @@ TEST_P(RcMatrix, AllOpcodesAllSizes) {
         EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
         EXPECT_EQ(cb[0].byte_len, len);
         EXPECT_EQ(cb[0].src_qp, a.qpn);
-        if (op != WrOpcode::kSend) EXPECT_EQ(cb[0].imm_or_inv, wr.imm_data);
+        if (op != WrOpcode::kSend) {
+          EXPECT_EQ(cb[0].imm_or_inv, wr.imm_data);
+        }
         EXPECT_EQ(cb[0].opcode, op == WrOpcode::kRdmaWriteWithImm ? queue::WcOpcode::kRecvRdmaWithImm
                                                                    : queue::WcOpcode::kRecv);
       } else {
@@ -111,7 +115,9 @@ TEST_P(RcMatrix, AllOpcodesAllSizes) {
   ASSERT_EQ(ca.size(), 2u);
   // Impaired runs must actually have exercised recovery.
   const auto& ac = a.dev->qp(a.qpn)->counters();
-  if (scenario.imp.drop > 0 || scenario.imp.corrupt > 0) EXPECT_GT(ac.retransmitted_packets, 0u);
+  if (scenario.imp.drop > 0 || scenario.imp.corrupt > 0) {
+    EXPECT_GT(ac.retransmitted_packets, 0u);
+  }
   if (scenario.imp.duplicate > 0) {
     EXPECT_GT(ac.duplicates_received + b.dev->qp(b.qpn)->counters().duplicates_received, 0u);
   }

@@ -76,7 +76,9 @@ TEST_P(SrMatrix, AllOpcodesAllSizes) {
       std::memset(b.mem.data() + dst, 0, len + 16);
       const bool needs_recv = op == WrOpcode::kSend || op == WrOpcode::kSendWithImm ||
                               op == WrOpcode::kRdmaWriteWithImm;
-      if (needs_recv) ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(1000 + id, b, dst, len + 16)), 0);
+      if (needs_recv) {
+        ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(1000 + id, b, dst, len + 16)), 0);
+      }
       SendWr wr = op == WrOpcode::kRdmaRead ? MakeWr(id, op, a, dst, len, b, src)
                                             : MakeWr(id, op, a, src, len, b, dst);
       wr.imm_data = 0xA0000000u + static_cast<uint32_t>(id);
@@ -92,7 +94,9 @@ TEST_P(SrMatrix, AllOpcodesAllSizes) {
         EXPECT_EQ(cb[0].wr_id, 1000 + id);
         EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
         EXPECT_EQ(cb[0].byte_len, len);
-        if (op != WrOpcode::kSend) EXPECT_EQ(cb[0].imm_or_inv, wr.imm_data);
+        if (op != WrOpcode::kSend) {
+          EXPECT_EQ(cb[0].imm_or_inv, wr.imm_data);
+        }
         EXPECT_EQ(cb[0].opcode, op == WrOpcode::kRdmaWriteWithImm ? queue::WcOpcode::kRecvRdmaWithImm
                                                                    : queue::WcOpcode::kRecv);
       } else {
@@ -131,7 +135,9 @@ TEST_P(SrMatrix, AllOpcodesAllSizes) {
   EXPECT_GT(tap.Sr(), 0u);
   EXPECT_EQ(tap.IbtaSendWrite(), 0u);
   const auto& ac = a.dev->qp(a.qpn)->counters();
-  if (scenario.imp.drop > 0 || scenario.imp.corrupt > 0) EXPECT_GT(ac.retransmitted_packets, 0u);
+  if (scenario.imp.drop > 0 || scenario.imp.corrupt > 0) {
+    EXPECT_GT(ac.retransmitted_packets, 0u);
+  }
 }
 
 // Many WRs in flight at once, of every kind: the responder places packets

@@ -81,7 +81,9 @@ TEST(Negative, EveryTruncationIsRejectedWithoutOverread) {
       const ParsedPacket p = ParseAndVerify(copy.get(), static_cast<uint32_t>(len));
       EXPECT_FALSE(p.ok()) << sample.name << " cut to " << len;
       const ParsedPacket h = ParseHeaders(copy.get(), static_cast<uint32_t>(len));
-      if (h.ok()) EXPECT_LE(h.payload_offset, len) << sample.name;
+      if (h.ok()) {
+        EXPECT_LE(h.payload_offset, len) << sample.name;
+      }
     }
   }
 }

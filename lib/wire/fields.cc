@@ -225,7 +225,8 @@ std::string DescribePacket(const uint8_t* frame, const ParsedPacket& p) {
       uint32_t j = i;
       while (j + 1 < kSackBits && ((f.sack_bits[(j + 1) / 64] >> ((j + 1) % 64)) & 1)) ++j;
       const uint32_t lo = (f.sack_base_psn + 1 + i) & 0xFFFFFF, hi = (f.sack_base_psn + 1 + j) & 0xFFFFFF;
-      absl::StrAppendFormat(&s, any ? ",%u" : "%u", lo);
+      if (any) s += ',';
+      absl::StrAppendFormat(&s, "%u", lo);
       if (hi != lo) absl::StrAppendFormat(&s, "-%u", hi);
       any = true;
       i = j + 1;

@@ -10,7 +10,11 @@ if [ ! -f build-fuzz/build.ninja ]; then
     -Db_lundef=false -Dbuildtype=debugoptimized -Ddpdk=disabled -Dverbs=disabled -Dpcap=disabled \
     -Dtests=disabled >/dev/null
 fi
-ninja -C build-fuzz tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder tests/fuzz/fuzz_sack tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma >/dev/null
+# A failed build says why (it used to end the script silently under set -e).
+if ! out=$(ninja -C build-fuzz tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder tests/fuzz/fuzz_sack \
+    tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma 2>&1); then
+  echo "fuzz build failed:"; grep -E 'error|FAILED' -A3 <<<"$out" | head -40; exit 1
+fi
 status=0
 for target in parser responder sack device cm_mad cm_ucma; do
   scratch=$(mktemp -d)

@@ -189,6 +189,7 @@ class BthT : public HeaderView<B> {
 // RDMA Extended Transport Header (IBTA 9.3.3).
 template <typename B>
 class RethT : public HeaderView<B> {
+ protected:  // SrEthT extends it
   using HeaderView<B>::p_;
 
  public:
@@ -287,19 +288,13 @@ class Be32FieldT : public HeaderView<B> {
 // number (which receive WQE it consumes, counted from 0 at the connection;
 // SENDs and WRITE with immediate).
 template <typename B>
-class SrEthT : public HeaderView<B> {
-  using HeaderView<B>::p_;
+class SrEthT : public RethT<B> {  // its first 16 bytes are a RETH's (VA, R_Key, DMA length)
+  using RethT<B>::p_;
 
  public:
-  using HeaderView<B>::HeaderView;
-  uint64_t va() const { return LoadBe64(p_); }
-  uint32_t rkey() const { return LoadBe32(p_ + 8); }
-  uint32_t dma_length() const { return LoadBe32(p_ + 12); }
+  using RethT<B>::RethT;
   uint32_t offset() const { return LoadBe32(p_ + 16); }
   uint32_t recv_seq() const { return LoadBe32(p_ + 20); }
-  void set_va(uint64_t v) requires HeaderView<B>::kWritable { StoreBe64(p_, v); }
-  void set_rkey(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 8, v); }
-  void set_dma_length(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 12, v); }
   void set_offset(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 16, v); }
   void set_recv_seq(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_ + 20, v); }
 };

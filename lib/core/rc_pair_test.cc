@@ -7,9 +7,7 @@
 namespace droce::core {
 namespace {
 
-using namespace droce::core::testing;
-using queue::Completion;
-using transport::WrOpcode;
+using namespace droce::core::testing;  // RcPair, Side, MakeWr, Completion, WrOpcode...
 
 // post_send's doorbell (Device::Doorbell) sends the posting QP's packets at
 // once and does nothing else: a frame waiting on the receive side stays

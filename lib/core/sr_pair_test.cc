@@ -11,15 +11,18 @@
 namespace droce::core {
 namespace {
 
-using namespace droce::core::testing;
-using queue::Completion;
-using queue::WcStatus;
-using transport::SendWr;
-using transport::WrOpcode;
+using namespace droce::core::testing;  // RcPair, Side, MakeWr, Completion, WcStatus, WrOpcode...
 
 RcPair SrPair(Impairments imp, uint32_t seed, uint32_t mtu, bool sr_a = true, bool sr_b = true,
               uint8_t timeout = 8, const cc::DcqcnParams* dcqcn = nullptr) {
   return MatrixPair(imp, seed, mtu, sr_a, sr_b, timeout, dcqcn);
+}
+
+// Drops every frame a sends (on) or none (off).
+void DropAllFromA(RcPair& pair, bool on) {
+  pktio::Impairments imp;
+  imp.drop = on ? 1.0 : 0.0;
+  pair.link().set_impairments(0, imp);
 }
 
 class SrMatrix : public ::testing::TestWithParam<MatrixParam> {};
@@ -220,13 +223,11 @@ TEST(SelectiveRepeat, LowRtoRecoversALoneLoss) {
     RcPair pair = SrPair({}, 7, 1024, sr, sr, /*timeout=*/14);
     Side& a = pair.a();
     Side& b = pair.b();
-    pktio::Impairments all;
-    all.drop = 1.0;
-    pair.link().set_impairments(0, all);
+    DropAllFromA(pair, true);
     ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 0)), 0);
     const uint64_t t0 = pair.now();
     EXPECT_EQ(a.dev->Doorbell(a.qpn, t0), 1u);
-    pair.link().set_impairments(0, pktio::Impairments{});
+    DropAllFromA(pair, false);
     std::vector<Completion> ca, cb;
     ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
     const uint64_t took = pair.now() - t0;
@@ -246,9 +247,7 @@ TEST(SelectiveRepeat, RetryCountIsSpentPerIbtaTimeoutNotPerShortRto) {
   RcPair pair = SrPair({}, 11, 1024, true, true, /*timeout=*/14);
   Side& a = pair.a();
   Side& b = pair.b();
-  pktio::Impairments all;
-  all.drop = 1.0;
-  pair.link().set_impairments(0, all);
+  DropAllFromA(pair, true);
   ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 65536, b, 0)), 0);
   const uint64_t t0 = pair.now();
   std::vector<Completion> ca, cb;

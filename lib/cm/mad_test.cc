@@ -100,6 +100,43 @@ TEST(CmMad, ReqFieldsSitAtTheirIbtaOffsets) {
   EXPECT_EQ(b[H + 231], 92);
 }
 
+// The alternate path (IBTA table 99, bytes 96-139) has the primary's layout
+// (bytes 52-95, above) 44 bytes on: mad.cc writes both with one path table at
+// two base offsets. SAP supported shares the alternate path's last byte.
+TEST(CmMad, ReqAlternatePathSitsAtItsIbtaOffsets) {
+  Req r = SampleReq();
+  r.alternate = CmPath{.local_lid = 0x1234, .remote_lid = 0x5678,
+                       .local_gid = Gid{0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11},
+                       .remote_gid = Gid{0xFE, 0x81, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x22},
+                       .flow_label = 0x12345, .packet_rate = 0x15, .traffic_class = 0x0C, .hop_limit = 7,
+                       .sl = 9, .subnet_local = false, .local_ack_timeout = 21};
+  r.sap_supported = true;
+  const auto b = SerializeMad(CmMessage{MadHeader{}, r});
+  EXPECT_EQ(b[H + 95], 18 << 3);  // the primary path's last byte is untouched
+  EXPECT_EQ(b[H + 96], 0x12);     // alternate local LID
+  EXPECT_EQ(b[H + 97], 0x34);
+  EXPECT_EQ(b[H + 98], 0x56);  // alternate remote LID
+  EXPECT_EQ(b[H + 99], 0x78);
+  EXPECT_EQ(b[H + 100], 0xFE);  // alternate local GID
+  EXPECT_EQ(b[H + 101], 0x80);
+  EXPECT_EQ(b[H + 115], 0x11);
+  EXPECT_EQ(b[H + 116], 0xFE);  // alternate remote GID
+  EXPECT_EQ(b[H + 117], 0x81);
+  EXPECT_EQ(b[H + 131], 0x22);
+  EXPECT_EQ(b[H + 132], 0x12);  // flow label 20 bits, then 6 reserved, 6 rate
+  EXPECT_EQ(b[H + 133], 0x34);
+  EXPECT_EQ(b[H + 134], 0x50);
+  EXPECT_EQ(b[H + 135], 0x15);
+  EXPECT_EQ(b[H + 136], 0x0C);
+  EXPECT_EQ(b[H + 137], 7);
+  EXPECT_EQ(b[H + 138], 9 << 4);  // SL | subnet local (no)
+  EXPECT_EQ(b[H + 139], (21 << 3) | 0x04);  // local ACK timeout | SAP supported
+  EXPECT_EQ(b[H + 140], 1);                 // private data
+  const ParsedMad p = ParseMad(b);
+  ASSERT_TRUE(p.ok()) << MadErrorName(p.error);
+  EXPECT_EQ(std::get<Req>(p.message.body), r);
+}
+
 TEST(CmMad, RepVendorIdIsSplitOverThreeBytes) {
   Rep r;
   r.local_comm_id = 1;

@@ -5,139 +5,34 @@
 // once and in order, atomics once. The wire carries the SR opcodes only when
 // selective repeat is on, and SR retransmits far fewer packets than
 // go-back-N at 1% loss.
-#include <map>
-
+#include "tests/support/pair_matrix.h"
 #include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
 namespace {
 
-using namespace droce::core::testing;
-using queue::Completion;
-using queue::WcStatus;
-using transport::SendWr;
-using transport::WrOpcode;
-
-struct Scenario {
-  const char* name;
-  Impairments imp;
-};
-
-// Counts the opcodes that cross the wire.
-struct OpcodeTap {
-  std::map<uint8_t, uint64_t> count;
-  static void Tap(void* ctx, int, const uint8_t* data, uint32_t len) {
-    const wire::ParsedPacket p = wire::ParsePacket(data, len);
-    if (p.ok()) ++static_cast<OpcodeTap*>(ctx)->count[p.opcode];
-  }
-  uint64_t Sr() const {  // droce's selective-repeat opcodes
-    uint64_t n = 0;
-    for (const auto& [op, k] : count) n += (wire::OpInfo(op).roles & wire::kRoleSr) ? k : 0;
-    return n;
-  }
-  uint64_t IbtaSendWrite() const {  // IBTA RC SEND/WRITE opcodes
-    uint64_t n = 0;
-    for (const auto& [op, k] : count) {
-      const auto& info = wire::OpInfo(op);
-      if (!(info.roles & wire::kRoleSr) && (info.roles & (wire::kRoleSend | wire::kRoleWrite))) n += k;
-    }
-    return n;
-  }
-};
+using namespace droce::core::testing;  // RcPair, Side, MakeWr, Completion, WcStatus, WrOpcode...
 
 RcPair SrPair(Impairments imp, uint32_t seed, uint32_t mtu, bool sr_a = true, bool sr_b = true,
               uint8_t timeout = 8, const cc::DcqcnParams* dcqcn = nullptr) {
-  return RcPair(imp, seed, mtu, 8 << 20, 0xFFFFF0, 0xFFFFE0, timeout, 7, 7, transport::QpType::kRc, 4000,
-                dcqcn, 16384, sr_a, sr_b);
+  return MatrixPair(imp, seed, mtu, sr_a, sr_b, timeout, dcqcn);
 }
 
-class SrMatrix : public ::testing::TestWithParam<std::tuple<Scenario, uint32_t>> {};
+// Drops every frame a sends (on) or none (off).
+void DropAllFromA(RcPair& pair, bool on) {
+  pktio::Impairments imp;
+  imp.drop = on ? 1.0 : 0.0;
+  pair.link().set_impairments(0, imp);
+}
 
-// One WR at a time: every opcode and size, as the go-back-N matrix.
+class SrMatrix : public ::testing::TestWithParam<MatrixParam> {};
+
+// The impaired-wire matrix (tests/support/pair_matrix.h) with selective
+// repeat: every opcode and size one WR at a time, as the go-back-N matrix,
+// and only SR SEND/WRITE opcodes on the wire.
 TEST_P(SrMatrix, AllOpcodesAllSizes) {
   const auto [scenario, mtu] = GetParam();
-  RcPair pair = SrPair(scenario.imp, 1234, mtu);
-  OpcodeTap tap;
-  pair.link().set_tap(&OpcodeTap::Tap, &tap);
-  Side& a = pair.a();
-  Side& b = pair.b();
-  ASSERT_TRUE(a.dev->qp(a.qpn)->selective_repeat());
-  const uint32_t sizes[] = {0, 1, mtu - 1, mtu, mtu + 1, 1 << 20};
-  const WrOpcode ops[] = {WrOpcode::kSend, WrOpcode::kSendWithImm, WrOpcode::kRdmaWrite,
-                          WrOpcode::kRdmaWriteWithImm, WrOpcode::kRdmaRead};
-  uint64_t id = 0;
-  for (WrOpcode op : ops) {
-    for (uint32_t len : sizes) {
-      ++id;
-      const uint64_t src = 0, dst = 2 << 20;
-      Fill(a.mem, src, len, static_cast<uint32_t>(id));
-      Fill(b.mem, src, len, static_cast<uint32_t>(id) + 99);
-      std::memset(a.mem.data() + dst, 0, len + 16);
-      std::memset(b.mem.data() + dst, 0, len + 16);
-      const bool needs_recv = op == WrOpcode::kSend || op == WrOpcode::kSendWithImm ||
-                              op == WrOpcode::kRdmaWriteWithImm;
-      if (needs_recv) {
-        ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(1000 + id, b, dst, len + 16)), 0);
-      }
-      SendWr wr = op == WrOpcode::kRdmaRead ? MakeWr(id, op, a, dst, len, b, src)
-                                            : MakeWr(id, op, a, src, len, b, dst);
-      wr.imm_data = 0xA0000000u + static_cast<uint32_t>(id);
-      ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0);
-      std::vector<Completion> ca, cb;
-      ASSERT_TRUE(pair.Run(&ca, 1, &cb, needs_recv ? 1 : 0))
-          << scenario.name << " op " << int(op) << " len " << len;
-      ASSERT_EQ(ca.size(), 1u);
-      EXPECT_EQ(ca[0].wr_id, id);
-      EXPECT_EQ(ca[0].status, WcStatus::kSuccess) << queue::WcStatusName(ca[0].status);
-      if (needs_recv) {
-        ASSERT_EQ(cb.size(), 1u);
-        EXPECT_EQ(cb[0].wr_id, 1000 + id);
-        EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
-        EXPECT_EQ(cb[0].byte_len, len);
-        if (op != WrOpcode::kSend) {
-          EXPECT_EQ(cb[0].imm_or_inv, wr.imm_data);
-        }
-        EXPECT_EQ(cb[0].opcode, op == WrOpcode::kRdmaWriteWithImm ? queue::WcOpcode::kRecvRdmaWithImm
-                                                                   : queue::WcOpcode::kRecv);
-      } else {
-        EXPECT_TRUE(cb.empty());
-      }
-      if (op == WrOpcode::kRdmaRead) {
-        ASSERT_EQ(std::memcmp(a.mem.data() + dst, b.mem.data() + src, len), 0) << "read len " << len;
-        EXPECT_EQ(a.mem[dst + len], 0) << "wrote past the end";
-      } else {
-        ASSERT_EQ(std::memcmp(b.mem.data() + dst, a.mem.data() + src, len), 0) << "len " << len;
-        EXPECT_EQ(b.mem[dst + len], 0) << "wrote past the end";
-      }
-    }
-  }
-  uint64_t* target = reinterpret_cast<uint64_t*>(b.mem.data() + 4096);
-  *target = 5;
-  SendWr faa = MakeWr(++id, WrOpcode::kAtomicFetchAndAdd, a, 0, 8, b, 4096);
-  faa.compare_add = 10;
-  ASSERT_EQ(a.dev->PostSend(a.qpn, faa), 0);
-  SendWr cas = MakeWr(++id, WrOpcode::kAtomicCmpAndSwp, a, 8, 8, b, 4096);
-  cas.compare_add = 15;
-  cas.swap = 77;
-  ASSERT_EQ(a.dev->PostSend(a.qpn, cas), 0);
-  std::vector<Completion> ca, cb;
-  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 0));
-  ASSERT_EQ(ca.size(), 2u);
-  EXPECT_EQ(ca[0].status, WcStatus::kSuccess);
-  EXPECT_EQ(ca[1].status, WcStatus::kSuccess);
-  uint64_t v0, v1;
-  std::memcpy(&v0, a.mem.data(), 8);
-  std::memcpy(&v1, a.mem.data() + 8, 8);
-  EXPECT_EQ(v0, 5u);
-  EXPECT_EQ(v1, 15u);
-  EXPECT_EQ(*target, 77u);  // exactly once
-  // Only SR SEND/WRITE opcodes on the wire.
-  EXPECT_GT(tap.Sr(), 0u);
-  EXPECT_EQ(tap.IbtaSendWrite(), 0u);
-  const auto& ac = a.dev->qp(a.qpn)->counters();
-  if (scenario.imp.drop > 0 || scenario.imp.corrupt > 0) {
-    EXPECT_GT(ac.retransmitted_packets, 0u);
-  }
+  AllOpcodesAllSizes(scenario, mtu, /*selective_repeat=*/true);
 }
 
 // Many WRs in flight at once, of every kind: the responder places packets
@@ -215,23 +110,7 @@ TEST_P(SrMatrix, PipelinedMixInOrder) {
   }
 }
 
-const Scenario kScenarios[] = {
-    {"clean", {}},
-    {"loss1", {0.01, 0, 0, 0}},
-    {"loss5", {0.05, 0, 0, 0}},
-    {"reorder", {0, 0, 0.05, 0}},
-    {"duplicate", {0, 0.05, 0, 0}},
-    {"corrupt", {0, 0, 0, 0.02}},
-    {"everything", {0.02, 0.02, 0.02, 0.01}},
-};
-
-INSTANTIATE_TEST_SUITE_P(Impaired, SrMatrix,
-                         ::testing::Combine(::testing::ValuesIn(kScenarios),
-                                            ::testing::Values(1024u, 4096u)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param).name) + "_mtu" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Impaired, SrMatrix, MatrixValues(), MatrixName);
 
 // 64 KiB WRITEs at 1% loss, MTU 1024, many in flight: go-back-N resends
 // everything behind each loss, selective repeat only what was lost.
@@ -344,13 +223,11 @@ TEST(SelectiveRepeat, LowRtoRecoversALoneLoss) {
     RcPair pair = SrPair({}, 7, 1024, sr, sr, /*timeout=*/14);
     Side& a = pair.a();
     Side& b = pair.b();
-    pktio::Impairments all;
-    all.drop = 1.0;
-    pair.link().set_impairments(0, all);
+    DropAllFromA(pair, true);
     ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 0)), 0);
     const uint64_t t0 = pair.now();
     EXPECT_EQ(a.dev->Doorbell(a.qpn, t0), 1u);
-    pair.link().set_impairments(0, pktio::Impairments{});
+    DropAllFromA(pair, false);
     std::vector<Completion> ca, cb;
     ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
     const uint64_t took = pair.now() - t0;
@@ -370,9 +247,7 @@ TEST(SelectiveRepeat, RetryCountIsSpentPerIbtaTimeoutNotPerShortRto) {
   RcPair pair = SrPair({}, 11, 1024, true, true, /*timeout=*/14);
   Side& a = pair.a();
   Side& b = pair.b();
-  pktio::Impairments all;
-  all.drop = 1.0;
-  pair.link().set_impairments(0, all);
+  DropAllFromA(pair, true);
   ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 65536, b, 0)), 0);
   const uint64_t t0 = pair.now();
   std::vector<Completion> ca, cb;

@@ -4,19 +4,9 @@
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export DROCE_TESTPMD=$(realpath "${1:-$root/build/apps/testpmd/droce-testpmd}")
+. "$root/tests/e2e/engines.sh"
 status=0
-for mtu in 1024 4096; do
-  for fwd in write_bw read_bw send_bw atomic_bw write_lat; do
-    size=65536
-    [ "$fwd" = write_lat ] && size=8
-    [ "$fwd" = atomic_bw ] && size=8
-    if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --mtu "$mtu" --size "$size" --outstanding 8); then
-      echo "ok   $fwd mtu $mtu: $(echo "$out" | grep '^client' | grep -oE 'gbps=[0-9.]+|lat_us_p50=[0-9.]+' | tr '\n' ' ')"
-    else
-      echo "FAIL $fwd mtu $mtu"; echo "$out"; status=1
-    fi
-  done
-done
+engine_matrix "$root/tools/memif-pair.sh" 1024 4096
 # The raw-wire baselines (no droce): both sides end, counts agree for the stream.
 for fwd in raw_lat raw_stream; do
   if out=$(CLIENT_ARGS="--duration 0.3" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --size 64); then
@@ -26,15 +16,7 @@ for fwd in raw_lat raw_stream; do
   fi
 done
 # Loss injected on both sides' transmit path: go-back-N must deliver everything intact.
-for fwd in write_bw read_bw send_bw atomic_bw; do
-  if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/memif-pair.sh" --fwd "$fwd" --mtu 1024 --size 16384 \
-      --outstanding 4 --drop-rate 0.01 --seed 7); then
-    echo "ok   $fwd with 1% loss: $(echo "$out" | grep '^client' | grep -oE '(messages|retransmitted|dropped_on_purpose)=[0-9]+' | tr '\n' ' ')"
-    echo "$out" | grep '^client' | grep -qE 'retransmitted=[1-9]' || { echo "FAIL: no retransmission under loss"; status=1; }
-  else
-    echo "FAIL $fwd with loss"; echo "$out"; status=1
-  fi
-done
+loss_runs "$root/tools/memif-pair.sh" 'messages|retransmitted|dropped_on_purpose' write_bw read_bw send_bw atomic_bw
 # Many QPs sharing one port and one CQ.
 for spec in "write_bw 64" "read_bw 16"; do
   set -- $spec

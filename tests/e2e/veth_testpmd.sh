@@ -14,28 +14,10 @@ if ! ip netns add droce-probe-$$ 2>/dev/null; then
   echo "SKIP: cannot create network namespaces here"; exit 77
 fi
 ip netns del droce-probe-$$
+. "$root/tests/e2e/engines.sh"
 status=0
-for mtu in 1024 2048; do
-  for fwd in write_bw read_bw send_bw atomic_bw write_lat; do
-    size=65536
-    [ "$fwd" = write_lat ] && size=8
-    [ "$fwd" = atomic_bw ] && size=8
-    if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/veth-pair.sh" --fwd "$fwd" --mtu "$mtu" --size "$size" --outstanding 8); then
-      echo "ok   $fwd mtu $mtu: $(echo "$out" | grep '^client' | grep -oE 'gbps=[0-9.]+|lat_us_p50=[0-9.]+' | tr '\n' ' ')"
-    else
-      echo "FAIL $fwd mtu $mtu"; echo "$out"; status=1
-    fi
-  done
-done
-for fwd in write_bw read_bw; do
-  if out=$(CLIENT_ARGS="--duration 0.5" bash "$root/tools/veth-pair.sh" --fwd "$fwd" --mtu 1024 --size 16384 \
-      --outstanding 4 --drop-rate 0.01 --seed 7); then
-    echo "ok   $fwd with 1% loss: $(echo "$out" | grep '^client' | grep -oE '(messages|retransmitted)=[0-9]+' | tr '\n' ' ')"
-    echo "$out" | grep '^client' | grep -qE 'retransmitted=[1-9]' || { echo "FAIL: no retransmission under loss"; status=1; }
-  else
-    echo "FAIL $fwd with loss"; echo "$out"; status=1
-  fi
-done
+engine_matrix "$root/tools/veth-pair.sh" 1024 2048
+loss_runs "$root/tools/veth-pair.sh" 'messages|retransmitted' write_bw read_bw
 # IPv6 peers resolved by neighbour discovery through the kernel's veth (which
 # also carries the kernel's own ND/MLD traffic), with an 802.1Q tag and DSCP.
 if out=$(CLIENT_ARGS="--duration 0.5 --ip 2001:db8::2 --peer-ip 2001:db8::1" bash "$root/tools/veth-pair.sh" \

@@ -156,14 +156,7 @@ TEST(Replay, DetectsAWrongResponse) {
     for (CapturedFrame& f : frames) {
       wire::ParsedPacket p = wire::ParseAndVerify(f.bytes.data(), static_cast<uint32_t>(f.bytes.size()));
       if (!p.ok() || !(p.op().roles & wire::kRoleResponse) || !p.op().Has(wire::kHdrAeth)) continue;
-      wire::PacketFields fields = wire::DecodeFields(f.bytes.data(), p);
-      fields.aeth_msn += 1;  // rxe "said" a different MSN
-      std::vector<uint8_t> out(f.bytes.size() + 128);
-      auto n = wire::SerializeFields(fields, out.data(), static_cast<uint32_t>(out.size()));
-      ASSERT_TRUE(n.ok());
-      out.resize(*n);
-      f.bytes = out;
-      f.wire_len = *n;
+      Rewrite(f, [](wire::PacketFields& x) { x.aeth_msn += 1; });  // rxe "said" a different MSN
       tampered = true;
       break;
     }

@@ -10,22 +10,20 @@
 #include <cstring>
 #include <vector>
 
-#include "core/device.h"
-#include "pktio/scripted_io.h"
-#include "wire/fields.h"
+#include "tests/support/fuzz_peer.h"
 #include "wire/psn.h"
 
 namespace droce::core::fuzz {
 
 // Memory layout: three separately allocated regions so ASan's redzones
 // catch any access outside them; each is also wrapped in canary bytes.
-class FencedResponder {
+class FencedResponder : public FuzzPeerQp {
  public:
   static constexpr uint32_t kRegion = 8192;
   static constexpr uint32_t kCanary = 64;
   static constexpr uint8_t kCanaryByte = 0xC5;
 
-  FencedResponder() : io_(), dev_(Config(), &io_) {
+  FencedResponder() : FuzzPeerQp(BaseConfig()) {
     pd_ = dev_.AllocPd();
     other_pd_ = dev_.AllocPd();
     cq_ = *dev_.CreateCq(1024);
@@ -53,45 +51,20 @@ class FencedResponder {
   // RESET -> INIT -> RTR, as a responder-only QP; used again after errors.
   void Connect() {
     using namespace droce::mem;
-    transport::QpAttr a;
-    a.qp_state = transport::QpState::kReset;
-    (void)dev_.ModifyQp(qpn_, a, transport::kAttrState);
-    a.qp_state = transport::QpState::kInit;
-    a.qp_access_flags = kRemoteWrite | kRemoteRead | kRemoteAtomic;
-    (void)dev_.ModifyQp(qpn_, a, transport::kAttrState | transport::kAttrPkeyIndex |
-                                     transport::kAttrPort | transport::kAttrAccessFlags);
-    a.qp_state = transport::QpState::kRtr;
-    a.ah.dgid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-    a.ah.sgid_index = 1;
-    a.ah.dmac_valid = true;
-    a.path_mtu = 256;
-    a.dest_qp_num = kPeerQpn;
-    a.rq_psn = 100;
-    a.max_dest_rd_atomic = 4;
-    a.min_rnr_timer = 1;
-    (void)dev_.ModifyQp(qpn_, a, transport::kAttrState | transport::kAttrAv |
-                                     transport::kAttrPathMtu | transport::kAttrDestQpn |
-                                     transport::kAttrRqPsn | transport::kAttrMaxDestRdAtomic |
-                                     transport::kAttrMinRnrTimer);
+    transport::QpAttr reset;
+    reset.qp_state = transport::QpState::kReset;
+    (void)dev_.ModifyQp(qpn_, reset, transport::kAttrState);
+    ToRtr(kRemoteWrite | kRemoteRead | kRemoteAtomic, /*rq_psn=*/100, /*min_rnr_timer=*/1);
     for (int i = 0; i < 8; ++i) PostRecv(i);
   }
 
   // Interprets `data` as a sequence of requests and runs them. Aborts if any
   // byte outside what the requests may change has changed.
   void Run(const uint8_t* data, size_t size) {
-    size_t pos = 0;
-    auto take = [&](size_t n) -> uint64_t {
-      uint64_t v = 0;
-      for (size_t i = 0; i < n; ++i) v = (v << 8) | (pos < size ? data[pos++] : 0);
-      return v;
-    };
+    FuzzInput in(data, size);
     uint64_t now = 1'000'000;
-    while (pos < size) {
-      wire::PacketFields f;
-      f.route.src_mac = {2, 0, 0, 0, 0, 2};
-      f.route.dst_mac = dev_.config().mac;
-      f.route.src_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-      f.route.dst_ip = dev_.gids()[1];
+    while (in.more()) {
+      wire::PacketFields f = FromPeer();
       static constexpr uint8_t kOps[] = {
           wire::kRcSendFirst,       wire::kRcSendMiddle,   wire::kRcSendLast,
           wire::kRcSendLastImm,     wire::kRcSendOnly,     wire::kRcSendOnlyImm,
@@ -100,42 +73,38 @@ class FencedResponder {
           wire::kRcReadRequest,     wire::kRcCompareSwap,  wire::kRcFetchAdd,
           wire::kRcSendLastInv,     wire::kRcSendOnlyInv,  wire::kRcAcknowledge,
           wire::kRcReadResponseOnly};
-      const uint8_t sel = static_cast<uint8_t>(take(1));
+      const uint8_t sel = static_cast<uint8_t>(in.Take(1));
       f.bth.opcode = kOps[sel % sizeof(kOps)];
       f.bth.dest_qp = (sel & 0x80) ? qpn_ + 1 : qpn_;
-      f.bth.ack_req = take(1) & 1;
+      f.bth.ack_req = in.Take(1) & 1;
       // PSN near the expected one most of the time.
-      const int8_t psn_delta = static_cast<int8_t>(take(1));
+      const int8_t psn_delta = static_cast<int8_t>(in.Take(1));
       const uint32_t epsn = dev_.qp(qpn_)->expected_psn();
       f.bth.psn = wire::PsnAdd(epsn, psn_delta % 4 == 0 ? psn_delta / 4 : 0);
-      const uint8_t region_sel = static_cast<uint8_t>(take(1)) % 4;
-      const uint64_t base = region_sel < 3 ? kIova[region_sel] : take(8);
-      const int64_t offset = static_cast<int16_t>(take(2));
-      const uint32_t rkey = region_sel < 3 ? keys_[region_sel].rkey ^ static_cast<uint32_t>(take(1) == 0xFF)
-                                           : static_cast<uint32_t>(take(4));
-      const uint32_t len = static_cast<uint32_t>(take(2)) % (3 * 256);
+      const uint8_t region_sel = static_cast<uint8_t>(in.Take(1)) % 4;
+      const uint64_t base = region_sel < 3 ? kIova[region_sel] : in.Take(8);
+      const int64_t offset = static_cast<int16_t>(in.Take(2));
+      const uint32_t rkey = region_sel < 3 ? keys_[region_sel].rkey ^ static_cast<uint32_t>(in.Take(1) == 0xFF)
+                                           : static_cast<uint32_t>(in.Take(4));
+      const uint32_t len = static_cast<uint32_t>(in.Take(2)) % (3 * 256);
       f.reth_va = f.atomic_va = base + offset;
       f.reth_rkey = f.atomic_rkey = f.ieth_rkey = rkey;
-      f.reth_length = (take(1) & 1) ? len : static_cast<uint32_t>(take(4));
-      f.atomic_swap_add = take(8);
-      f.atomic_compare = take(8);
+      f.reth_length = (in.Take(1) & 1) ? len : static_cast<uint32_t>(in.Take(4));
+      f.atomic_swap_add = in.Take(8);
+      f.atomic_compare = in.Take(8);
       f.imm_data = 0x12345678;
       const wire::OpcodeInfo& op = wire::OpInfo(f.bth.opcode);
       std::vector<uint8_t> payload;
       if (op.roles & wire::kRolePayload) {
         const uint32_t n = std::min<uint32_t>(len, 256 + (len % 7 == 0 ? 4 : 0));
-        payload.assign(n, static_cast<uint8_t>(take(1)));
+        payload.assign(n, static_cast<uint8_t>(in.Take(1)));
       }
       f.payload = payload;
-      std::vector<uint8_t> frame(pktio::kMaxFrameBytes);
-      auto n = wire::SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size()));
-      if (!n.ok()) continue;
-      frame.resize(*n);
-      io_.rx.push_back(std::move(frame));
+      if (!Queue(f)) continue;
       dev_.Poll(now);
       CheckSent();
       now += 10'000;
-      if (take(1) % 8 == 0) PostRecv(static_cast<uint32_t>(pos));
+      if (in.Take(1) % 8 == 0) PostRecv(static_cast<uint32_t>(in.pos()));
       CheckFences();
       if (dev_.qp(qpn_)->state() == transport::QpState::kErr) {
         ++errors_;
@@ -148,13 +117,6 @@ class FencedResponder {
   }
 
  private:
-  static DeviceConfig Config() {
-    DeviceConfig c;
-    c.ipv4 = 0x0A000001;
-    c.max_mr = 16;  // small tables: the fuzzer builds a device per input
-    return c;
-  }
-  static constexpr uint32_t kPeerQpn = 0x99;
   static constexpr uint64_t kIova[3] = {0x100000, 0x200000, 0x300000};
 
   uint8_t* region(int i) { return buf_[i].data() + kCanary; }
@@ -170,10 +132,7 @@ class FencedResponder {
 
   // Every response droce emits must itself be a valid packet.
   void CheckSent() {
-    for (const auto& b : io_.sent) {
-      if (!wire::ParseAndVerify(b.data(), static_cast<uint32_t>(b.size())).ok()) std::abort();
-    }
-    io_.sent.clear();
+    FuzzPeerQp::CheckSent([](const std::vector<uint8_t>&, const wire::ParsedPacket&) {});
   }
 
   void CheckFences() {
@@ -186,9 +145,7 @@ class FencedResponder {
     if (buf_[1] != pristine_[1] || buf_[2] != pristine_[2]) std::abort();
   }
 
-  pktio::ScriptedIo io_;
-  Device dev_;
-  uint32_t pd_ = 0, other_pd_ = 0, cq_ = 0, qpn_ = 0;
+  uint32_t other_pd_ = 0;
   std::vector<uint8_t> buf_[3];
   std::vector<uint8_t> pristine_[3];
   mem::MrKeys keys_[3];

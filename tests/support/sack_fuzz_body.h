@@ -13,16 +13,14 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/device.h"
-#include "pktio/scripted_io.h"
-#include "wire/fields.h"
+#include "tests/support/fuzz_peer.h"
 #include "wire/psn.h"
 
 namespace droce::core::fuzz {
 
-class SackedRequester {
+class SackedRequester : public FuzzPeerQp {
  public:
-  SackedRequester() : dev_(Config(), &io_) {
+  SackedRequester() : FuzzPeerQp(Config()) {
     pd_ = dev_.AllocPd();
     cq_ = *dev_.CreateCq(1024);
     mem_.assign(1 << 16, 0x5A);
@@ -31,22 +29,8 @@ class SackedRequester {
     init.pd = pd_;
     init.send_cq = init.recv_cq = cq_;
     qpn_ = *dev_.CreateQp(init);
+    ToRtr(/*access=*/0, /*rq_psn=*/7);
     transport::QpAttr a;
-    a.qp_state = transport::QpState::kInit;
-    a.port_num = 1;
-    (void)dev_.ModifyQp(qpn_, a, transport::kAttrState | transport::kAttrPkeyIndex | transport::kAttrPort |
-                                     transport::kAttrAccessFlags);
-    a.qp_state = transport::QpState::kRtr;
-    a.ah.dgid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-    a.ah.sgid_index = 1;
-    a.ah.dmac_valid = true;
-    a.path_mtu = 256;
-    a.dest_qp_num = kPeerQpn;
-    a.rq_psn = 7;
-    a.max_dest_rd_atomic = 4;
-    (void)dev_.ModifyQp(qpn_, a, transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
-                                     transport::kAttrDestQpn | transport::kAttrRqPsn |
-                                     transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer);
     a.qp_state = transport::QpState::kRts;
     a.sq_psn = kFirstPsn;
     a.timeout = 10;
@@ -77,45 +61,32 @@ class SackedRequester {
   bool selective_repeat() { return dev_.qp(qpn_)->selective_repeat(); }
 
   void Run(const uint8_t* data, size_t size) {
-    size_t pos = 0;
-    auto take = [&](size_t n) -> uint64_t {
-      uint64_t v = 0;
-      for (size_t i = 0; i < n; ++i) v = (v << 8) | (pos < size ? data[pos++] : 0);
-      return v;
-    };
+    FuzzInput in(data, size);
     uint64_t now = 1'000'000;
     dev_.Poll(now);
     Check();
-    while (pos < size) {
-      wire::PacketFields f;
-      f.route.src_mac = {2, 0, 0, 0, 0, 2};
-      f.route.dst_mac = dev_.config().mac;
-      f.route.src_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-      f.route.dst_ip = dev_.gids()[1];
+    while (in.more()) {
+      wire::PacketFields f = FromPeer();
       static constexpr uint8_t kOps[] = {wire::kSrSack, wire::kSrSack, wire::kSrSack, wire::kRcAcknowledge,
                                          wire::kRcReadResponseFirst, wire::kRcReadResponseLast,
                                          wire::kRcAtomicAcknowledge};
-      const uint8_t sel = static_cast<uint8_t>(take(1));
+      const uint8_t sel = static_cast<uint8_t>(in.Take(1));
       f.bth.opcode = kOps[sel % sizeof(kOps)];
       f.bth.dest_qp = qpn_;
       // Near the requester's PSNs most of the time.
-      const int16_t delta = static_cast<int16_t>(take(2));
+      const int16_t delta = static_cast<int16_t>(in.Take(2));
       f.bth.psn = wire::PsnAdd(kFirstPsn, (sel & 0x80) ? delta : delta % 64);
-      f.aeth_syndrome = static_cast<uint8_t>(take(1)) & ((sel & 0x40) ? 0xFF : 0x1F);
-      f.aeth_msn = static_cast<uint32_t>(take(3));
-      f.sack_base_psn = (sel & 0x20) ? static_cast<uint32_t>(take(3)) : wire::PsnAdd(f.bth.psn, 1);
-      f.sack_bits[0] = take(8);
-      f.sack_bits[1] = take(8);
+      f.aeth_syndrome = static_cast<uint8_t>(in.Take(1)) & ((sel & 0x40) ? 0xFF : 0x1F);
+      f.aeth_msn = static_cast<uint32_t>(in.Take(3));
+      f.sack_base_psn = (sel & 0x20) ? static_cast<uint32_t>(in.Take(3)) : wire::PsnAdd(f.bth.psn, 1);
+      f.sack_bits[0] = in.Take(8);
+      f.sack_bits[1] = in.Take(8);
       f.atomic_ack_original = 42;
       std::vector<uint8_t> payload;
-      if (wire::OpInfo(f.bth.opcode).roles & wire::kRolePayload) payload.assign(take(1) & 1 ? 256 : 100, 0xAB);
+      if (wire::OpInfo(f.bth.opcode).roles & wire::kRolePayload) payload.assign(in.Take(1) & 1 ? 256 : 100, 0xAB);
       f.payload = payload;
-      std::vector<uint8_t> frame(pktio::kMaxFrameBytes);
-      auto n = wire::SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size()));
-      if (!n.ok()) continue;
-      frame.resize(*n);
-      io_.rx.push_back(std::move(frame));
-      now += (take(1) & 3) == 0 ? 5'000'000 : 1'000;  // sometimes past a timeout
+      if (!Queue(f)) continue;
+      now += (in.Take(1) & 3) == 0 ? 5'000'000 : 1'000;  // sometimes past a timeout
       dev_.Poll(now);
       Check();
     }
@@ -127,30 +98,24 @@ class SackedRequester {
 
  private:
   static DeviceConfig Config() {
-    DeviceConfig c;
-    c.ipv4 = 0x0A000001;
-    c.max_mr = 16;
+    DeviceConfig c = BaseConfig();
     c.selective_repeat = true;
     c.sr_max_inflight_packets = 16;
     return c;
   }
-  static constexpr uint32_t kPeerQpn = 0x99;
   static constexpr uint32_t kFirstPsn = 0xFFFFF8;  // the run crosses 2^24
   static constexpr uint64_t kIova = 0x100000;
 
   void Check() {
     const transport::RcQp& q = *dev_.qp(qpn_);
-    for (const auto& b : io_.sent) {
-      const wire::ParsedPacket p = wire::ParseAndVerify(b.data(), static_cast<uint32_t>(b.size()));
-      if (!p.ok()) std::abort();
+    CheckSent([&q](const std::vector<uint8_t>& b, const wire::ParsedPacket& p) {
       const uint32_t psn = wire::BthView(b.data() + p.bth_offset).psn();
       // Requests carry PSNs the requester assigned.
       if ((p.op().roles & wire::kRoleRequest) &&
           (wire::PsnLess(psn, kFirstPsn) || !wire::PsnLess(psn, q.next_psn()))) {
         std::abort();
       }
-    }
-    io_.sent.clear();
+    });
     queue::Completion c[16];
     for (uint32_t k; (k = dev_.PollCq(cq_, c, 16)) > 0;) {
       for (uint32_t i = 0; i < k; ++i) {
@@ -160,9 +125,6 @@ class SackedRequester {
     }
   }
 
-  pktio::ScriptedIo io_;
-  Device dev_;
-  uint32_t pd_ = 0, cq_ = 0, qpn_ = 0;
   std::vector<uint8_t> mem_;
   mem::MrKeys keys_{};
   uint64_t posted_ = 0;

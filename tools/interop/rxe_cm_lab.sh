@@ -9,17 +9,13 @@
 # in both roles; the wire is captured and checked. Opt-in (slow: the guest is
 # emulated); not part of CI. Needs root.
 #   bash tools/interop/rxe_cm_lab.sh [results.md]
-# It rewrites only its own section of the results file (tools/interop/section.sh).
+# It rewrites only its own section of the results file (replace_section,
+# tools/interop/lab.sh).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-lab=${ROCELAB:-$root/../shared/rocelab/rocelab}
-build=${BUILD:-$root/build}
-ctl="$build/apps/ctl/droce-ctl"
+. "$root/tools/interop/lab.sh"
 out=${1:-$root/doc/interop-rxe.md}
-[ -x "$lab" ] || { echo "no lab tool at $lab (set ROCELAB)" >&2; exit 2; }
-export ROCELAB_ACCEL=${ROCELAB_ACCEL:-tcg}  # KVM guests never booted on these machines
-export DROCE_RUN_DIR=$(mktemp -d /tmp/droce-cminterop.XXXXXX)
-"$lab" build >/dev/null || exit 2
+lab_setup droce-cminterop
 "$lab" status >/dev/null 2>&1 || "$lab" up 1 || exit 2
 trap '"$lab" down >/dev/null 2>&1; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
@@ -30,16 +26,13 @@ mac=$("$lab" ns cat /sys/class/net/lab0/address)
 # answers ARP for 192.168.77.2 out of the uplink and ARPs for the guest.
 ip netns exec rocelab env DROCE_RUN_DIR="$DROCE_RUN_DIR" DROCED_UPLINK="vdev:net_af_packet_up,iface=lab0" \
   "$ctl" link add droce0 ip 192.168.77.2 ip fd77::2 mac "$mac" mtu 1024 || exit 2
-env_droce=$("$ctl" env | sed 's/^export //' | tr '\n' ' ')
-droce() { ip netns exec rocelab env $env_droce timeout 120 bash -c "$1"; }
+# shellcheck disable=SC2119  # no variables of its own here
+lab_droce_env
 # The guest has librdmacm but not its utilities: the host's (same Debian 12
 # build) from the share.
-share=${ROCELAB_DIR:-/var/tmp/rocelab}/share
 mkdir -p "$share/bin"
 for p in rping udaddy ucmatose rdma_server rdma_client rstream; do cp "$(command -v $p)" "$share/bin/" || exit 2; done
 
-results=()
-record() { results+=("| $1 | $2 | $3 |"); echo "== $1 ($2): $3"; }
 summary() {
   grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+|return status [0-9]+|rdma-ping-[0-9]+|rdma_client: end [0-9-]+|^custom .*' |
     tail -1 | tr -s ' '
@@ -75,15 +68,9 @@ rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
   echo "$o" | tail -3; echo "${g:-}" | tail -3
   record "$1" "rxe server, droce client" "$([ $rc -eq 0 ] && [ "${grc:-1}" -eq 0 ] && echo pass || echo "FAIL ($rc/${grc:-})") $(echo "$o" | summary)${note}"
 }
-droce_server() {  # name, droce cmd, guest cmd
-  droce "$2" >"$DROCE_RUN_DIR/srv.log" 2>&1 &
-  local pid=$!
-  sleep 4
-  local g; g=$("$lab" exec -t 120 1 "$3" 2>&1); local grc=$?
-  wait $pid; local rc=$?
-  tail -3 "$DROCE_RUN_DIR/srv.log"; echo "$g" | tail -3
-  record "$1" "droce server, rxe client" "$([ $rc -eq 0 ] && [ $grc -eq 0 ] && echo pass || echo "FAIL ($rc/$grc)") $(echo "$g" | summary)"
-}
+# droce serves, rxe connects: droce_server (lab.sh), droced given 4 s to listen.
+lab_server_start=4
+lab_tail=3
 
 guest_kernel=$("$lab" exec 1 'uname -r' 2>/dev/null | tail -1)
 "$lab" capture start cminterop 'udp port 4791 or arp' >/dev/null
@@ -115,10 +102,7 @@ o=$(droce "rping -c -a 192.168.77.11 -p 7999 -C 1 -v" 2>&1)
 record "rping to a closed port" "droce client, rxe host" "$(echo "$o" | grep -q 'REJECTED, error 8\|connect error' && echo "pass (rejected)" || echo FAIL)"
 g=$("$lab" exec -t 30 1 "$rb/rping -c -a 192.168.77.2 -p 7999 -C 1 -v" 2>&1)
 record "rping to a closed port" "rxe client, droce host" "$(echo "$g" | grep -q 'REJECTED, error 8' && echo "pass (REJECTED 8)" || echo FAIL)"
-"$lab" capture stop cminterop
-pcap=${ROCELAB_DIR:-/var/tmp/rocelab}/pcaps/cminterop.pcap
-check=$("$build/apps/pcap/droce-pcap" check "$pcap" 2>&1 | head -1)
-echo "$check"
+lab_capture_check cminterop
 cmline=$("$ctl" daemon status | grep '^cm:')
 echo "$cmline"
 # The CM MADs of both ends by attribute, and anything Wireshark's CM
@@ -135,7 +119,6 @@ if command -v tshark >/dev/null; then
   mads="$mads; MADs Wireshark calls malformed: $malformed"
 fi
 
-. "$root/tools/interop/section.sh"
 {
   echo "## rdma_cm and UD (\`tools/interop/rxe_cm_lab.sh\`)"
   echo
@@ -146,9 +129,7 @@ fi
   echo "Debian rdmacm-utils binaries from the share). Results: the last rping line, udaddy's status, perftest's"
   echo "bytes, iterations, peak and average MB/s, pingpong time per iteration (TCG: speeds mean nothing)."
   echo
-  echo "| program | roles | result |"
-  echo "| --- | --- | --- |"
-  printf '%s\n' "${results[@]}"
+  lab_results_table
   echo
   echo "Capture of the session checked by droce-pcap (every RoCE frame parsed, ICRC verified):"
   echo

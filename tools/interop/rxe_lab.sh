@@ -5,32 +5,22 @@
 # the wire is captured and checked. Opt-in (slow: the guests are emulated);
 # not part of .ci/run. Needs root.
 #   bash tools/interop/rxe_lab.sh [results.md]
-# It rewrites only its own section of the results file (tools/interop/section.sh);
-# tools/interop/rxe_cm_lab.sh writes the rdma_cm/UD one.
+# It rewrites only its own section of the results file (replace_section,
+# tools/interop/lab.sh); tools/interop/rxe_cm_lab.sh writes the rdma_cm/UD one.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-lab=${ROCELAB:-$root/../shared/rocelab/rocelab}
-build=${BUILD:-$root/build}
-ctl="$build/apps/ctl/droce-ctl"
+. "$root/tools/interop/lab.sh"
 out=${1:-$root/doc/interop-rxe.md}
-[ -x "$lab" ] || { echo "no lab tool at $lab (set ROCELAB)" >&2; exit 2; }
-# /dev/kvm exists on these machines but guests never booted under it (no
-# console output in 300 s); TCG boots in ~20 s.
-export ROCELAB_ACCEL=${ROCELAB_ACCEL:-tcg}
-export DROCE_RUN_DIR=$(mktemp -d /tmp/droce-interop.XXXXXX)
-"$lab" build >/dev/null || exit 2
+lab_setup droce-interop
 "$lab" up 1 || exit 2
 trap '"$lab" down >/dev/null 2>&1; "$ctl" link del droce0 >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
 "$ctl" link add droce0 type af_packet iface lab0 ip 192.168.77.2 mac "$mac" || exit 2
-env_droce=$("$ctl" env | sed 's/^export //' | tr '\n' ' ')
-droce() { ip netns exec rocelab env $env_droce DROCE_STATS=1 timeout 120 bash -c "$1"; }
-share=${ROCELAB_DIR:-/var/tmp/rocelab}/share
+lab_droce_env DROCE_STATS=1
 gcc -O2 -o "$share/rxe_ops" "$root/tests/verbs/rxe_ops.c" -libverbs 2>/dev/null
 cp "$share/rxe_ops" "$DROCE_RUN_DIR/rxe_ops"
 
-results=()
-record() { results+=("| $1 | $2 | $3 |"); echo "== $1 ($2): $3"; }
+summary() { grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' '; }
 # rxe is the server, droce the client.
 rxe_server() {  # name, guest cmd, droce cmd, port
   local j; j=$("$lab" bg 1 "$2")
@@ -38,20 +28,9 @@ rxe_server() {  # name, guest cmd, droce cmd, port
   local o; o=$(droce "$3" 2>&1); local rc=$?
   local g; g=$("$lab" wait "$j" 120 2>&1); local grc=$?
   echo "$o" | tail -4; echo "$g" | tail -3
-  record "$1" "rxe server, droce client" "$([ $rc -eq 0 ] && [ $grc -eq 0 ] && echo pass || echo "FAIL ($rc/$grc)") $(echo "$o" | grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' ')"
+  record "$1" "rxe server, droce client" "$(verdict $rc $grc) $(echo "$o" | summary)"
 }
-# droce is the server, rxe the client. The guest reaches the side channel at
-# the netns' bridge address (.1): .2 is droce's RoCE address, which the kernel
-# does not own (droce answers its ARP).
-droce_server() {  # name, droce cmd, guest cmd
-  droce "$2" >"$DROCE_RUN_DIR/srv.log" 2>&1 &
-  local pid=$!
-  sleep 3
-  local g; g=$("$lab" exec -t 120 1 "$3" 2>&1); local grc=$?
-  wait $pid; local rc=$?
-  tail -4 "$DROCE_RUN_DIR/srv.log"; echo "$g" | tail -3
-  record "$1" "droce server, rxe client" "$([ $rc -eq 0 ] && [ $grc -eq 0 ] && echo pass || echo "FAIL ($rc/$grc)") $(echo "$g" | grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' ')"
-}
+# droce is the server, rxe the client: droce_server (lab.sh).
 
 guest_kernel=$("$lab" exec 1 'uname -r' 2>/dev/null | tail -1)
 "$lab" capture start interop >/dev/null
@@ -63,12 +42,8 @@ rxe_server "ib_read_bw" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d
 droce_server "ib_read_bw" "ib_read_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1"
 rxe_server "rxe_ops (every RC opcode)" "/mnt/share/rxe_ops -d rxe0 -g 1" "$DROCE_RUN_DIR/rxe_ops -d droce0 -g 1 192.168.77.11" 18600
 droce_server "rxe_ops (every RC opcode)" "$DROCE_RUN_DIR/rxe_ops -d droce0 -g 1" "/mnt/share/rxe_ops -d rxe0 -g 1 192.168.77.1"
-"$lab" capture stop interop
-pcap=${ROCELAB_DIR:-/var/tmp/rocelab}/pcaps/interop.pcap
-check=$("$build/apps/pcap/droce-pcap" check "$pcap" 2>&1 | head -1)
-echo "$check"
+lab_capture_check interop
 
-. "$root/tools/interop/section.sh"
 {
   echo "## RC verbs programs (\`tools/interop/rxe_lab.sh\`)"
   echo
@@ -78,9 +53,7 @@ echo "$check"
   echo "stack's speed, only that data moved. Results: pingpong time per iteration; perftest's"
   echo "bytes, iterations, peak and average MB/s."
   echo
-  echo "| program | roles | result |"
-  echo "| --- | --- | --- |"
-  printf '%s\n' "${results[@]}"
+  lab_results_table
   echo
   echo "Capture of the whole session checked by droce-pcap (every RoCE frame parsed, ICRC verified):"
   echo

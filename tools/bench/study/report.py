@@ -126,6 +126,28 @@ def sizes_of(rows):
     return sorted({int(r["bytes"]) for r in rows if r["bytes"] is not None})
 
 
+def poll_vs_events(g, mode, ops, sizes, metric, lower_is_better):
+    """Busy polling (events=0) against event notification (events=1) for each op and size of `mode`:
+    the table rows, and each point's (size, ratio) where ratio > 1 means polling did better
+    (events/poll for a latency, poll/events for a throughput)."""
+    rows, points = [], []
+    for op in ops:
+        for s in sizes:
+            p = best(sel(g, mode=mode, op=op, bytes=s, events=0), metric)
+            e = best(sel(g, mode=mode, op=op, bytes=s, events=1), metric)
+            rt = ratio(e, p) if lower_is_better else ratio(p, e)
+            rows.append([f"{mode} {op}", human(s), f(p), f(e), f(rt, 2)])
+            if rt is not None:
+                points.append((s, rt))
+    return rows, points
+
+
+def small_and_converged(points):
+    """Of poll_vs_events' points: (polling better, all) up to 4 KiB, and the ratios from 16 KiB on."""
+    small = [rt for s, rt in points if s <= 4096]
+    return sum(rt > 1 for rt in small), len(small), [rt for s, rt in points if s >= 16384]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=HERE)
@@ -143,41 +165,13 @@ def main():
     # ---------------------------------------------------------------- 1
     g = sel(ds, group="poll_event")
     ping_sizes = sizes_of(sel(g, mode="ping"))
-    t1 = []
-    small_wins, small_total, conv_ok, conv_total = 0, 0, 0, 0
-    conv_detail = []
-    for op in ("send", "imm"):
-        for s in ping_sizes:
-            p = best(sel(g, mode="ping", op=op, bytes=s, events=0), "lat_typ_us")
-            e = best(sel(g, mode="ping", op=op, bytes=s, events=1), "lat_typ_us")
-            rt = ratio(e, p)
-            t1.append([f"ping {op}", human(s), f(p), f(e), f(rt, 2)])
-            if rt is None:
-                continue
-            if s <= 4096:
-                small_total += 1
-                small_wins += rt > 1
-            elif s >= 16384:
-                conv_total += 1
-                conv_ok += rt <= 1.25
-                conv_detail.append(rt)
+    t1, points = poll_vs_events(g, "ping", ("send", "imm"), ping_sizes, "lat_typ_us", lower_is_better=True)
+    small_wins, small_total, conv_detail = small_and_converged(points)
+    conv_ok, conv_total = sum(rt <= 1.25 for rt in conv_detail), len(conv_detail)
     blast_sizes = sizes_of(sel(g, mode="blast"))
-    t1b = []
-    bsmall_wins, bsmall_total, bconv_ok, bconv_total = 0, 0, 0, 0
-    for op in ("send", "imm", "write"):
-        for s in blast_sizes:
-            p = best(sel(g, mode="blast", op=op, bytes=s, events=0), "gbps")
-            e = best(sel(g, mode="blast", op=op, bytes=s, events=1), "gbps")
-            rt = ratio(p, e)
-            t1b.append([f"blast {op}", human(s), f(p), f(e), f(rt, 2)])
-            if rt is None:
-                continue
-            if s <= 4096:
-                bsmall_total += 1
-                bsmall_wins += rt > 1
-            elif s >= 16384:
-                bconv_total += 1
-                bconv_ok += rt <= 1.25
+    t1b, points = poll_vs_events(g, "blast", ("send", "imm", "write"), blast_sizes, "gbps", lower_is_better=False)
+    bsmall_wins, bsmall_total, bconv = small_and_converged(points)
+    bconv_ok, bconv_total = sum(rt <= 1.25 for rt in bconv), len(bconv)
     # perftest cross-check
     t1p = []
     for s in sizes_of(sel(pt, group="poll_event", program="ib_send_lat")):

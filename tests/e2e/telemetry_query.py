@@ -25,11 +25,12 @@ def main():
     assert "/droce/port" in cmds and "/droce/qp" in cmds, cmds
     for _ in range(50):  # until the engine moves data (a loaded machine connects slowly)
         port = query(s, "/droce/port")["/droce/port"]
-        if port["rx_packets"] > 0 and port["running"]:
+        qps = query(s, "/droce/qp")["/droce/qp"]
+        # The port counts the control QP's and ARP's frames too: wait for the data QP's own.
+        if port["rx_packets"] > 0 and port["running"] and qps.get("17", {}).get("rx_packets", 0) > 0:
             break
         time.sleep(0.1)
     assert port["link_up"] == 1 and port["rx_packets"] > 0 and port["tx_packets"] > 0, port
-    qps = query(s, "/droce/qp")["/droce/qp"]
     assert "17" in qps and qps["17"]["rx_packets"] > 0 and qps["17"]["qp_memory_bytes"] > 0, qps
     qp = query(s, "/droce/qp,17")["/droce/qp"]
     assert qp["qpn"] == 17 and qp["state"] == "RTS", qp

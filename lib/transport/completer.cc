@@ -87,6 +87,7 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
       ImpliedNak(missing);
       break;
     }
+    if (sr_) req_.sr_peer_answered = true;  // an SR SEND/WRITE packet acknowledged
     if (PsnLess(psn, w.last_psn)) {
       // Part of a multi-packet message acknowledged.
       if (PsnLess(req_.psn_una, PsnAdd(psn, 1))) {
@@ -418,6 +419,7 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
 // below the highest one it holds are lost and resent, once.
 DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   ++counters_.sr_sacks_received;
+  req_.sr_peer_answered = true;
   AckUpTo(c.psn, c.now);
   if (state_ == QpState::kErr) return CompState::kDone;
   SrSlide();

@@ -39,7 +39,7 @@ absl::Status RcQp::SetSelectiveRepeat(bool on) {
     return absl::FailedPreconditionError("selective repeat is chosen before RTR");
   }
   if (on && sr_recvs_.empty()) sr_recvs_.resize(kSrMaxHeldRecvs);  // control path
-  sr_ = on;
+  sr_ = sr_chosen_ = on;
   return absl::OkStatus();
 }
 
@@ -224,6 +224,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     req_ = {};
     resp_ = {};
     cnp_ = {};
+    sr_ = sr_chosen_;  // a fallback to go-back-N lasts one connection
     error_event_ = QpEvent::kNone;
   } else {
     state_ = next;
@@ -330,7 +331,7 @@ void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t 
   }
   if (p.op().roles & wire::kRoleRequest) {
     if (sr_) {
-      OnSrRequest(frame, p);  // responder.cc, "Selective repeat"
+      OnSrRequest(frame, p, now_ns);  // responder.cc, "Selective repeat"
       return;
     }
     OnRequest(frame, p);  // RC and UC: one pipeline (responder.cc)
@@ -416,6 +417,14 @@ void RcQp::OnTimer(uint64_t now_ns) {
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
   const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
+  // Selective repeat toward a peer that never answered an SR SEND/WRITE
+  // packet for a whole IBTA timeout (8 high RTOs if that is infinite): the
+  // peer does not use it (configured off: it drops SR opcodes); go-back-N
+  // from now on (doc/transport.md "Fallback").
+  if (sr_ && !req_.sr_peer_answered && SrOldestIsSendOrWrite() &&
+      now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
+    SrFallBack(now_ns);
+  }
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
   if (spends_retry && req_.retry_left == 0) {

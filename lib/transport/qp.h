@@ -349,7 +349,12 @@ class RcQp {
   void RespondError(RespError e, uint32_t psn);
   void DropUcMessage();
   // --- selective repeat (selective_repeat.cc)
-  void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+  // The peer does not use selective repeat (it sent IBTA SEND/WRITE
+  // requests, or never answered an SR one for a whole IBTA timeout): this
+  // QP uses go-back-N from now on, resending from psn_una as IBTA packets.
+  void SrFallBack(uint64_t now_ns);
+  bool SrOldestIsSendOrWrite() const;
   bool SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error);
   void SrAdvance();        // the expected PSN over what arrived; receives complete in order
   void SrRespondError(RespError e, uint32_t psn);
@@ -465,6 +470,9 @@ class RcQp {
     bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
     bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO
     uint64_t sr_retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
+    // The peer answered an SR SEND/WRITE packet (an ACK of one, or a SACK):
+    // it uses selective repeat, and this QP never falls back.
+    bool sr_peer_answered = false;
   } req_;
 
   // Responder.
@@ -508,6 +516,7 @@ class RcQp {
   };
   std::vector<SrRecv> sr_recvs_;  // kSrMaxHeldRecvs entries once SR is on (control path)
   bool sr_ = false;
+  bool sr_chosen_ = false;  // what SetSelectiveRepeat chose (a move to RESET undoes a fallback)
   std::vector<Resource> resources_;
   queue::Ring<Action> actions_;
 };

@@ -510,4 +510,38 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
   return used;
 }
 
+// The oldest unacknowledged work is an SR SEND/WRITE (a READ or atomic
+// goes out with its IBTA opcode, so its answer says nothing of the peer).
+bool RcQp::SrOldestIsSendOrWrite() const {
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    const SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    return w.started && !IsReadOrAtomic(w) && !IsLocalOp(w);
+  }
+  return false;
+}
+
+// Fallback (doc/transport.md "Selective repeat", "Fallback"): the QP uses
+// go-back-N for the rest of the connection. The requester resends from
+// psn_una as IBTA packets; the responder forgets what it held past ePSN
+// (go-back-N resends it) but keeps the receive WQEs it took, which the
+// IBTA path consumes first, in order.
+void RcQp::SrFallBack(uint64_t now_ns) {
+  if (!sr_) return;
+  sr_ = false;
+  ++counters_.sr_fallbacks;
+  resp_.sr_received = {};
+  resp_.sr_last = {};
+  req_.sr_sacked = {};
+  req_.sr_read_got = {};
+  req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = req_.psn_una;
+  req_.sr_timeout_probe = false;
+  req_.sr_rto_low_armed = false;
+  req_.implied_nak_pending = false;
+  if (Outstanding()) {
+    RetryFrom(req_.psn_una);
+    req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
+  }
+}
+
 }  // namespace droce::transport

@@ -106,6 +106,7 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
 
 // Forward progress restores the retry budgets and restarts the ACK timer.
 void RcQp::NoteProgress(uint64_t now) {
+  if (sr_) SrSlide();  // SACK bits below the new psn_una leave the running count
   req_.implied_nak_pending = false;
   req_.rnr_nak_pending = false;
   req_.retry_left = attr_.retry_cnt;
@@ -133,13 +134,12 @@ uint64_t RcQp::RetransmitTimeoutNs() const {
   const uint64_t high = SrRtoHighNs();
   if (!req_.progress_since_retry) return high;
   // IRN's RTO_low: a loss with few packets behind it produces no SACK.
-  return SrUnsackedInFlight(env_.sr_rto_low_below) <= env_.sr_rto_low_below ? std::min(high, env_.sr_rto_low_ns)
-                                                                          : high;
+  return SrUnsackedInFlight() <= env_.sr_rto_low_below ? std::min(high, env_.sr_rto_low_ns) : high;
 }
 
-uint32_t RcQp::SrUnsackedInFlight(uint32_t limit) const {
+uint32_t RcQp::SrUnsackedInFlightByWalk() const {
   uint32_t n = 0;
-  for (uint32_t psn = req_.psn_una; n <= limit && wire::PsnLess(psn, req_.psn_high); psn = wire::PsnAdd(psn, 1)) {
+  for (uint32_t psn = req_.psn_una; wire::PsnLess(psn, req_.psn_high); psn = wire::PsnAdd(psn, 1)) {
     if (!wire::PsnLess(psn, req_.sr_sack_base) && BitTest(req_.sr_sacked, psn)) continue;
     ++n;
   }
@@ -432,9 +432,10 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   for (uint32_t i = 0; i < kSackBits; ++i) {
     if (!sack.received(i)) continue;
     const uint32_t psn = PsnAdd(base, 1 + i);
-    if (!PsnLess(psn, req_.psn_next) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+    // (Only PSNs sent: the running count of SACKed PSNs stays inside [psn_una, psn_high).)
+    if (!PsnLess(psn, req_.psn_high) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
     fresh |= !BitTest(req_.sr_sacked, psn);
-    BitSet(req_.sr_sacked, psn);
+    SrMarkSacked(psn);
     highest = psn;
     any = true;
   }

@@ -27,6 +27,7 @@
 #include "transport/types.h"
 #include "transport/ud_qp.h"
 #include "wire/packet.h"
+#include "wire/psn.h"
 
 namespace droce::transport {
 
@@ -175,6 +176,13 @@ class RcQp {
   // provider sets it at RTR when ECE agreed on it.
   absl::Status SetSelectiveRepeat(bool on);
   bool selective_repeat() const { return sr_; }
+  // Selective repeat: packets sent and neither acknowledged nor SACKed
+  // (IRN's "in flight": a hole behind SACKed packets is one), from a running
+  // count of the SACKed PSNs: O(1) per ACK/SACK.
+  uint32_t sr_unsacked_in_flight() const { return SrUnsackedInFlight(); }
+  // The same counted by walking the SACK bitmap (tests check the running
+  // count against it; O(window)).
+  uint32_t SrUnsackedInFlightByWalk() const;
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
@@ -306,10 +314,20 @@ class RcQp {
   // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
   uint64_t RetransmitTimeoutNs() const;
   uint64_t SrRtoHighNs() const;
-  // Packets sent and neither acknowledged nor SACKed, counted up to limit + 1
-  // (IRN's "in flight" for choosing RTO_low: a hole behind SACKed packets is
-  // one packet in flight, however far psn_high has gone).
-  uint32_t SrUnsackedInFlight(uint32_t limit) const;
+  // Packets sent and neither acknowledged nor SACKed (IRN's "in flight" for
+  // choosing RTO_low: a hole behind SACKed packets is one packet in flight,
+  // however far psn_high has gone): [psn_una, psn_high) less the SACKed
+  // PSNs in it (req_.sr_sacked_count).
+  uint32_t SrUnsackedInFlight() const {
+    const int32_t sent = wire::PsnDiff(req_.psn_high, req_.psn_una);
+    return sent > static_cast<int32_t>(req_.sr_sacked_count) ? static_cast<uint32_t>(sent) - req_.sr_sacked_count
+                                                               : 0;
+  }
+  void SrMarkSacked(uint32_t psn) {
+    if (BitTest(req_.sr_sacked, psn)) return;
+    BitSet(req_.sr_sacked, psn);
+    ++req_.sr_sacked_count;
+  }
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
@@ -461,6 +479,7 @@ class RcQp {
     // sequence number.
     uint32_t sr_sack_base = 0;
     SrBits sr_sacked{};
+    uint32_t sr_sacked_count = 0;  // bits set in sr_sacked (all in [psn_una, psn_high))
     SrBits sr_read_got{};  // READ responses placed ahead of the first missing one
     uint32_t sr_retx_next = 0;
     uint32_t sr_retx_end = 0;

@@ -218,7 +218,7 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
   if (req_.retransmit_deadline == 0) {
     req_.sr_retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
     req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
-  } else if (req_.sr_rto_low_armed && SrUnsackedInFlight(env_.sr_rto_low_below) > env_.sr_rto_low_below) {
+  } else if (req_.sr_rto_low_armed && SrUnsackedInFlight() > env_.sr_rto_low_below) {
     // Armed low with little in flight; now there is more: the high one.
     req_.retransmit_deadline = c.now_ns + SrRtoHighNs();
     req_.sr_rto_low_armed = false;
@@ -395,10 +395,13 @@ void RcQp::SrSlide() {
   const int32_t moved = PsnDiff(req_.psn_una, req_.sr_sack_base);
   if (moved >= static_cast<int32_t>(kSrWindow) || moved < 0) {
     req_.sr_sacked = {};
+    req_.sr_sacked_count = 0;
     req_.sr_read_got = {};
   } else {
     for (int32_t i = 0; i < moved; ++i) {
-      BitClear(req_.sr_sacked, PsnAdd(req_.sr_sack_base, i));
+      const uint32_t psn = PsnAdd(req_.sr_sack_base, i);
+      if (SrSacked(psn)) --req_.sr_sacked_count;
+      BitClear(req_.sr_sacked, psn);
       BitClear(req_.sr_read_got, PsnAdd(req_.sr_sack_base, i));
     }
   }
@@ -533,6 +536,7 @@ void RcQp::SrFallBack(uint64_t now_ns) {
   resp_.sr_received = {};
   resp_.sr_last = {};
   req_.sr_sacked = {};
+  req_.sr_sacked_count = 0;
   req_.sr_read_got = {};
   req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = req_.psn_una;
   req_.sr_timeout_probe = false;

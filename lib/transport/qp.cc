@@ -406,6 +406,11 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
 void RcQp::OnTimer(uint64_t now_ns) {
   if (rp_) rp_->Advance(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
+  if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
+    // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
+    req_.sr_tlp_deadline = 0;
+    if (Outstanding() && SrPendingRetransmits() == 0) SrProbe();
+  }
   if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
     req_.retransmit_deadline = 0;
@@ -439,10 +444,22 @@ void RcQp::OnTimer(uint64_t now_ns) {
   req_.implied_nak_pending = false;
   if (sr_) {
     // Selective repeat: everything sent and not SACKed is resent, from the
-    // oldest unacknowledged PSN (a lost retransmission ends here).
+    // oldest unacknowledged PSN (a lost retransmission ends here). Karn:
+    // the packet being timed may be resent, its sample is void; the RTO
+    // doubles until progress.
+    req_.sr_rtt_timing = false;
+    req_.sr_rack_active = false;
+    req_.sr_tlp_deadline = 0;
+    if (req_.sr_backoff < 8) ++req_.sr_backoff;
     SrSlide();
+    // Only as far as a SACK can report (kSackBits past the first missing
+    // PSN): what lies beyond may well have arrived, and the SACKs that
+    // follow this retransmission show it once the holes before it fill.
     req_.sr_retx_next = req_.psn_una;
     req_.sr_retx_end = req_.psn_high;
+    if (wire::PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(wire::kSackBits + 1)) {
+      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, wire::kSackBits + 1);
+    }
     req_.sr_timeout_probe = true;
     if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
   } else {

@@ -128,6 +128,11 @@ std::string DefaultRunDir() {
 absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
   DeviceFile f;
   f.dev.broadcast_unresolved = true;
+  // A verbs device is a process whose poll loop shares the host's cores: an
+  // ACK can be late by a scheduling quantum, so selective repeat's measured
+  // RTO (and tail-loss probe) never go below 200 us here (the library's 16 us
+  // floor fits a poll loop that owns its core; doc/loss-experiment.md).
+  f.dev.sr_rto_min_ns = 200'000;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;

@@ -240,6 +240,31 @@ TEST(SrTimers, LostTailIsRecoveredByTheProbeBeforeRtoLow) {
   }
 }
 
+// The last four packets of a WRITE lost: nothing arrives out of order, so
+// no SACK comes. The probe resends the last one; its SACK shows the three
+// before it missing, and they are resent at once, from where the
+// retransmission cursor was before the probe (not after it).
+TEST(SrTimers, HolesTheProbeShowsAreResentWithoutATimeout) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 8 * 65536, 3);
+  ASSERT_TRUE(pair.Writes(8));
+  const uint32_t first_lost = wire::PsnAdd(pair.qa().next_psn(), 60);
+  int lost = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    const int32_t k = wire::PsnDiff(PsnOf(d, l, &op), first_lost);
+    return k >= 0 && k < 4 && lost++ < 4;  // the first transmission of each
+  };
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(1));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_EQ(lost, 8) << "four lost, each sent once more";
+  EXPECT_EQ(after.tlp_probes - before.tlp_probes, 1u);
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 4u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
+}
+
 // Two packets lost, X and Y after it; X's retransmission arrives, Y's is
 // lost too. X filling its hole opens the window, packets sent after Y's
 // retransmission arrive, and their SACKs show Y still missing (RACK): Y is

@@ -449,6 +449,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
     // doubles until progress.
     req_.sr_rtt_timing = false;
     req_.sr_rack_active = false;
+    req_.sr_probe_pending = false;
     req_.sr_tlp_deadline = 0;
     if (req_.sr_backoff < 8) ++req_.sr_backoff;
     SrSlide();

@@ -559,6 +559,11 @@ class RcQp {
     // (once per progress).
     uint64_t sr_tlp_deadline = 0;
     bool sr_tlp_armable = true;
+    // A probe borrows the retransmission cursor for one PSN; it goes back to
+    // where it was (sr_probe_return) once the probe is sent, so the holes
+    // the probe's SACK shows are scheduled from there.
+    bool sr_probe_pending = false;
+    uint32_t sr_probe_return = 0;
   } req_;
 
   // Responder.

@@ -424,6 +424,13 @@ void RcQp::SrSlide() {
 // show a retransmitted PSN missing while it is on its way resend nothing.
 void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
   SrSlide();
+  if (req_.sr_probe_pending) {
+    // A probe not sent yet: the cursor goes back to where it was before it
+    // (or to the probe, if lower), and the probe is part of this pass.
+    req_.sr_probe_pending = false;
+    if (PsnLess(req_.sr_probe_return, req_.sr_retx_next)) req_.sr_retx_next = req_.sr_probe_return;
+    if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
+  }
   if (PsnLess(req_.sr_retx_next, from) && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
     req_.sr_retx_next = from;  // nothing pending: start where the new loss is
   }
@@ -529,6 +536,11 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     NoteSent(len, now_ns);
     ++used;
   }
+  if (req_.sr_probe_pending && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
+    req_.sr_probe_pending = false;  // the probe left: the cursor returns
+    req_.sr_retx_next = req_.sr_retx_end = req_.sr_probe_return;
+    SrSlide();
+  }
   if (req_.retransmit_deadline == 0) req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
   SrArmTlp(now_ns);
   return used;
@@ -608,6 +620,8 @@ void RcQp::SrProbe() {
   }
   ++counters_.tlp_probes;
   req_.sr_rack_active = false;
+  req_.sr_probe_pending = true;
+  req_.sr_probe_return = req_.sr_retx_next;
   req_.sr_retx_next = psn;
   req_.sr_retx_end = PsnAdd(psn, 1);
 }
@@ -641,6 +655,7 @@ void RcQp::SrFallBack(uint64_t now_ns) {
   req_.sr_timeout_probe = false;
   req_.sr_rto_low_armed = false;
   req_.sr_rack_active = false;
+  req_.sr_probe_pending = false;
   req_.sr_tlp_deadline = 0;
   req_.sr_resent = {};
   req_.sr_resent_count = 0;

@@ -128,6 +128,11 @@ std::string DefaultRunDir() {
 absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
   DeviceFile f;
   f.dev.broadcast_unresolved = true;
+  // A verbs device is a process whose poll loop shares the host's cores: an
+  // ACK can be late by a scheduling quantum, so selective repeat's measured
+  // RTO (and tail-loss probe) never go below 200 us here (the library's 16 us
+  // floor fits a poll loop that owns its core; doc/loss-experiment.md).
+  f.dev.sr_rto_min_ns = 200'000;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -245,6 +250,14 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 1, 10'000'000);
       if (!x.ok()) return fail(x.status());
       f.dev.sr_rto_low_ns = uint64_t{*x} * 1000;
+    } else if (key == "sr_rto_min_us") {
+      auto x = ParseU32(key, v, 1, 10'000'000);
+      if (!x.ok()) return fail(x.status());
+      f.dev.sr_rto_min_ns = uint64_t{*x} * 1000;
+    } else if (key == "sr_tlp") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.dev.sr_tlp = *x;
     } else if (key == "sr_rto_high_us") {
       auto x = ParseU32(key, v, 1, 10'000'000);
       if (!x.ok()) return fail(x.status());
@@ -324,6 +337,8 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   absl::StrAppendFormat(&out, "selective_repeat=%s\nsr_max_inflight_packets=%u\nsr_rto_low_us=%u\nsr_rto_high_us=%u\n",
                         f.dev.selective_repeat ? "on" : "off", f.dev.sr_max_inflight_packets,
                         f.dev.sr_rto_low_ns / 1000, f.dev.sr_rto_high_ns / 1000);
+  absl::StrAppendFormat(&out, "sr_rto_min_us=%u\nsr_tlp=%s\n", f.dev.sr_rto_min_ns / 1000,
+                        f.dev.sr_tlp ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");

@@ -31,7 +31,8 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "eal_args=--log-level=debug -l 1\ndscp=26\necn=0\nvlan=100\npcp=3\nmax_qp=64\ncnp=off\n"
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
                      "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nnetdev=eth0\n"
-                     "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n";
+                     "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
+                     "sr_rto_min_us=40\nsr_tlp=off\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -65,7 +66,12 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->dev.sr_max_inflight_packets, 64u);
   EXPECT_EQ(g->dev.sr_rto_low_ns, 150'000u);
   EXPECT_EQ(g->dev.sr_rto_high_ns, 700'000u);
+  EXPECT_EQ(g->dev.sr_rto_min_ns, 40'000u);
+  EXPECT_FALSE(g->dev.sr_tlp);
   EXPECT_FALSE(ParseDeviceFile(kMinimal)->dev.selective_repeat);  // off unless asked
+  // A verbs device's poll loop shares the host's cores: its RTO floor is 200 us, the probe on.
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.sr_rto_min_ns, 200'000u);
+  EXPECT_TRUE(ParseDeviceFile(kMinimal)->dev.sr_tlp);
 }
 
 TEST(DeviceFile, RejectsBadInputWithTheLine) {

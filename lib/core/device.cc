@@ -330,6 +330,8 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.sr_rto_low_ns = config_.sr_rto_low_ns;
   env.sr_rto_low_below = config_.sr_rto_low_below;
   env.sr_rto_high_ns = config_.sr_rto_high_ns;
+  env.sr_rto_min_ns = config_.sr_rto_min_ns;
+  env.sr_tlp = config_.sr_tlp;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet

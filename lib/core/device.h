@@ -112,6 +112,12 @@ struct DeviceConfig {
   uint64_t sr_rto_low_ns = 200'000;
   uint32_t sr_rto_low_below = 4;
   uint64_t sr_rto_high_ns = 320'000;
+  // Measured timers (doc/transport.md "Selective repeat"): the RTOs follow
+  // SRTT + 4 RTTVAR, at least sr_rto_min_ns, with sr_rto_low_ns and
+  // sr_rto_high_ns as ceilings and initial values; a tail-loss probe
+  // (sr_tlp) after max(sr_rto_min_ns, 2 SRTT) without anything to send.
+  uint64_t sr_rto_min_ns = 16'000;
+  bool sr_tlp = true;
 };
 
 struct QpInitAttr {

@@ -87,6 +87,7 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
       ImpliedNak(missing);
       break;
     }
+    if (sr_) req_.sr_peer_answered = true;  // an SR SEND/WRITE packet acknowledged
     if (PsnLess(psn, w.last_psn)) {
       // Part of a multi-packet message acknowledged.
       if (PsnLess(req_.psn_una, PsnAdd(psn, 1))) {
@@ -105,13 +106,18 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
 
 // Forward progress restores the retry budgets and restarts the ACK timer.
 void RcQp::NoteProgress(uint64_t now) {
+  if (sr_) SrSlide();  // SACK bits below the new psn_una leave the running count
   req_.implied_nak_pending = false;
   req_.rnr_nak_pending = false;
   req_.retry_left = attr_.retry_cnt;
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
   req_.sr_retry_clock_ns = now;
+  req_.sr_backoff = 0;
+  req_.sr_tlp_armable = true;
+  req_.sr_tlp_deadline = 0;
   req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
+  if (sr_) SrArmTlp(now);
 }
 
 uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
@@ -120,25 +126,43 @@ uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
   return t != 0 ? now + t : 0;
 }
 
-// IRN's RTO_high for an SR QP: the device's, or the QP's IBTA timeout if
-// that is shorter (0, infinite, leaves the device's).
+// IRN's RTO_high for an SR QP: 3 x the measured RTO (SRTT + 4 RTTVAR, at
+// least sr_rto_min_ns), at most the device's sr_rto_high_ns (also the value
+// before any RTT sample), and at most the QP's IBTA timeout (0, infinite,
+// leaves the device's).
 uint64_t RcQp::SrRtoHighNs() const {
   const uint64_t ibta = AckTimeoutNs(attr_.timeout);
-  return ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns);
+  uint64_t high = env_.sr_rto_high_ns;
+  if (req_.sr_rtt.valid) high = std::min(high, 3 * req_.sr_rtt.Rto(env_.sr_rto_min_ns));
+  return ibta == 0 ? high : std::min(ibta, high);
+}
+
+// IRN's RTO_low: the measured RTO, at most the device's sr_rto_low_ns (the
+// value before any RTT sample) and never above RTO_high.
+uint64_t RcQp::SrRtoLowNs() const {
+  uint64_t low = env_.sr_rto_low_ns;
+  if (req_.sr_rtt.valid) low = std::min(low, req_.sr_rtt.Rto(env_.sr_rto_min_ns));
+  return std::min(low, SrRtoHighNs());
 }
 
 uint64_t RcQp::RetransmitTimeoutNs() const {
   if (!sr_) return AckTimeoutNs(attr_.timeout);
   const uint64_t high = SrRtoHighNs();
-  if (!req_.progress_since_retry) return high;
   // IRN's RTO_low: a loss with few packets behind it produces no SACK.
-  return SrUnsackedInFlight(env_.sr_rto_low_below) <= env_.sr_rto_low_below ? std::min(high, env_.sr_rto_low_ns)
-                                                                          : high;
+  uint64_t t = req_.progress_since_retry && SrUnsackedInFlight() <= env_.sr_rto_low_below ? SrRtoLowNs() : high;
+  // Backoff: doubled per timeout without progress, up to the device's
+  // RTO_high (or the QP's IBTA timeout).
+  if (req_.sr_backoff > 0) {
+    const uint64_t ibta = AckTimeoutNs(attr_.timeout);
+    const uint64_t cap = std::max(t, ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns));
+    t = std::min(cap, t << req_.sr_backoff);
+  }
+  return t;
 }
 
-uint32_t RcQp::SrUnsackedInFlight(uint32_t limit) const {
+uint32_t RcQp::SrUnsackedInFlightByWalk() const {
   uint32_t n = 0;
-  for (uint32_t psn = req_.psn_una; n <= limit && wire::PsnLess(psn, req_.psn_high); psn = wire::PsnAdd(psn, 1)) {
+  for (uint32_t psn = req_.psn_una; wire::PsnLess(psn, req_.psn_high); psn = wire::PsnAdd(psn, 1)) {
     if (!wire::PsnLess(psn, req_.sr_sack_base) && BitTest(req_.sr_sacked, psn)) continue;
     ++n;
   }
@@ -249,6 +273,13 @@ DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
 
 DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
+  if (sr_ && !PsnLess(c.psn, req_.psn_una)) {
+    const uint32_t rack_before = req_.sr_rack_seq;
+    SrNoteDelivered(c.psn, c.now);
+    AckUpTo(c.psn, c.now);
+    if (req_.sr_rack_seq != rack_before && state_ != QpState::kErr) SrRackScan();
+    return CompState::kDone;
+  }
   AckUpTo(c.psn, c.now);
   return CompState::kDone;
 }
@@ -418,6 +449,9 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
 // below the highest one it holds are lost and resent, once.
 DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   ++counters_.sr_sacks_received;
+  req_.sr_peer_answered = true;
+  const uint32_t rack_before = req_.sr_rack_seq;
+  if (!PsnLess(c.psn, req_.psn_una)) SrNoteDelivered(c.psn, c.now);
   AckUpTo(c.psn, c.now);
   if (state_ == QpState::kErr) return CompState::kDone;
   SrSlide();
@@ -430,19 +464,27 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   for (uint32_t i = 0; i < kSackBits; ++i) {
     if (!sack.received(i)) continue;
     const uint32_t psn = PsnAdd(base, 1 + i);
-    if (!PsnLess(psn, req_.psn_next) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
-    fresh |= !BitTest(req_.sr_sacked, psn);
-    BitSet(req_.sr_sacked, psn);
+    // (Only PSNs sent: the running count of SACKed PSNs stays inside [psn_una, psn_high).)
+    if (!PsnLess(psn, req_.psn_high) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+    if (!BitTest(req_.sr_sacked, psn)) {
+      fresh = true;
+      SrNoteDelivered(psn, c.now);
+    }
+    SrMarkSacked(psn);
     highest = psn;
     any = true;
   }
   if (any) SrScheduleRetransmit(req_.psn_una, highest);
+  if (req_.sr_rack_seq != rack_before) SrRackScan();
   // IRN restarts the retransmission timer on every acknowledgement of new
   // packets, selective ones included: with the rest SACKed, a lost
   // retransmission is one packet in flight and waits RTO_low, not RTO_high.
   // (Not progress for retry_cnt: that needs the cumulative ACK to move.)
-  if (fresh && req_.retransmit_deadline != 0 && Outstanding()) {
-    req_.retransmit_deadline = ArmRetransmitTimer(c.now);
+  if (fresh) {
+    req_.sr_backoff = 0;  // the path delivers
+    req_.sr_tlp_armable = true;
+    if (req_.retransmit_deadline != 0 && Outstanding()) req_.retransmit_deadline = ArmRetransmitTimer(c.now);
+    SrArmTlp(c.now);
   }
   return CompState::kDone;
 }

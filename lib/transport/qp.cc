@@ -39,7 +39,7 @@ absl::Status RcQp::SetSelectiveRepeat(bool on) {
     return absl::FailedPreconditionError("selective repeat is chosen before RTR");
   }
   if (on && sr_recvs_.empty()) sr_recvs_.resize(kSrMaxHeldRecvs);  // control path
-  sr_ = on;
+  sr_ = sr_chosen_ = on;
   return absl::OkStatus();
 }
 
@@ -224,6 +224,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     req_ = {};
     resp_ = {};
     cnp_ = {};
+    sr_ = sr_chosen_;  // a fallback to go-back-N lasts one connection
     error_event_ = QpEvent::kNone;
   } else {
     state_ = next;
@@ -330,7 +331,7 @@ void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t 
   }
   if (p.op().roles & wire::kRoleRequest) {
     if (sr_) {
-      OnSrRequest(frame, p);  // responder.cc, "Selective repeat"
+      OnSrRequest(frame, p, now_ns);  // responder.cc, "Selective repeat"
       return;
     }
     OnRequest(frame, p);  // RC and UC: one pipeline (responder.cc)
@@ -405,6 +406,11 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
 void RcQp::OnTimer(uint64_t now_ns) {
   if (rp_) rp_->Advance(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
+  if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
+    // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
+    req_.sr_tlp_deadline = 0;
+    if (Outstanding() && SrPendingRetransmits() == 0) SrProbe();
+  }
   if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
     req_.retransmit_deadline = 0;
@@ -416,6 +422,14 @@ void RcQp::OnTimer(uint64_t now_ns) {
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
   const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
+  // Selective repeat toward a peer that never answered an SR SEND/WRITE
+  // packet for a whole IBTA timeout (8 high RTOs if that is infinite): the
+  // peer does not use it (configured off: it drops SR opcodes); go-back-N
+  // from now on (doc/transport.md "Fallback").
+  if (sr_ && !req_.sr_peer_answered && SrOldestIsSendOrWrite() &&
+      now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
+    SrFallBack(now_ns);
+  }
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
   if (spends_retry && req_.retry_left == 0) {
@@ -430,10 +444,23 @@ void RcQp::OnTimer(uint64_t now_ns) {
   req_.implied_nak_pending = false;
   if (sr_) {
     // Selective repeat: everything sent and not SACKed is resent, from the
-    // oldest unacknowledged PSN (a lost retransmission ends here).
+    // oldest unacknowledged PSN (a lost retransmission ends here). Karn:
+    // the packet being timed may be resent, its sample is void; the RTO
+    // doubles until progress.
+    req_.sr_rtt_timing = false;
+    req_.sr_rack_active = false;
+    req_.sr_probe_pending = false;
+    req_.sr_tlp_deadline = 0;
+    if (req_.sr_backoff < 8) ++req_.sr_backoff;
     SrSlide();
+    // Only as far as a SACK can report (kSackBits past the first missing
+    // PSN): what lies beyond may well have arrived, and the SACKs that
+    // follow this retransmission show it once the holes before it fill.
     req_.sr_retx_next = req_.psn_una;
     req_.sr_retx_end = req_.psn_high;
+    if (wire::PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(wire::kSackBits + 1)) {
+      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, wire::kSackBits + 1);
+    }
     req_.sr_timeout_probe = true;
     if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
   } else {

@@ -27,6 +27,7 @@
 #include "transport/types.h"
 #include "transport/ud_qp.h"
 #include "wire/packet.h"
+#include "wire/psn.h"
 
 namespace droce::transport {
 
@@ -92,6 +93,32 @@ struct QpEnv {
   // flight (capped by the QP's IBTA timeout). A timeout retransmits; only
   // a whole IBTA timeout without progress spends one of retry_cnt.
   uint64_t sr_rto_high_ns = 1'000'000;
+  // Measured timers (RFC 6298 from ACK/SACKs of packets sent once): RTO_low
+  // = max(sr_rto_min_ns, SRTT + 4 RTTVAR), RTO_high = 3 x that, capped by
+  // sr_rto_low_ns / sr_rto_high_ns (the values used before a sample); a
+  // tail-loss probe after max(sr_rto_min_ns, 2 SRTT) without anything to send.
+  uint64_t sr_rto_min_ns = 16'000;
+  bool sr_tlp = true;
+};
+
+// RFC 6298's smoothed round-trip time and its variation (alpha 1/8, beta 1/4).
+struct RttEstimator {
+  uint64_t srtt_ns = 0;
+  uint64_t rttvar_ns = 0;
+  bool valid = false;
+  void Sample(uint64_t r) {
+    if (!valid) {
+      srtt_ns = r;
+      rttvar_ns = r / 2;
+      valid = true;
+      return;
+    }
+    const uint64_t err = srtt_ns > r ? srtt_ns - r : r - srtt_ns;
+    rttvar_ns = (3 * rttvar_ns + err) / 4;
+    srtt_ns = (7 * srtt_ns + r) / 8;
+  }
+  // SRTT + 4 RTTVAR, at least `floor`.
+  uint64_t Rto(uint64_t floor) const { return std::max(floor, srtt_ns + 4 * rttvar_ns); }
 };
 
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
@@ -175,6 +202,17 @@ class RcQp {
   // provider sets it at RTR when ECE agreed on it.
   absl::Status SetSelectiveRepeat(bool on);
   bool selective_repeat() const { return sr_; }
+  // Selective repeat: packets sent and neither acknowledged nor SACKed
+  // (IRN's "in flight": a hole behind SACKed packets is one), from a running
+  // count of the SACKed PSNs: O(1) per ACK/SACK.
+  uint32_t sr_unsacked_in_flight() const { return SrUnsackedInFlight(); }
+  // Selective repeat's round-trip estimate and the timeouts it gives now.
+  const RttEstimator& sr_rtt() const { return req_.sr_rtt; }
+  uint64_t sr_rto_low_ns() const { return SrRtoLowNs(); }
+  uint64_t sr_rto_high_ns() const { return SrRtoHighNs(); }
+  // The same counted by walking the SACK bitmap (tests check the running
+  // count against it; O(window)).
+  uint32_t SrUnsackedInFlightByWalk() const;
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
@@ -275,7 +313,7 @@ class RcQp {
   uint32_t PacketsForLength(uint32_t len) const {
     return static_cast<uint32_t>(std::max<uint64_t>(1, (uint64_t{len} + mtu_ - 1) / mtu_));
   }
-  uint32_t BuildRequest(SendWqe& w, uint8_t* frame);
+  uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.
   uint32_t GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
@@ -306,10 +344,33 @@ class RcQp {
   // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
   uint64_t RetransmitTimeoutNs() const;
   uint64_t SrRtoHighNs() const;
-  // Packets sent and neither acknowledged nor SACKed, counted up to limit + 1
-  // (IRN's "in flight" for choosing RTO_low: a hole behind SACKed packets is
-  // one packet in flight, however far psn_high has gone).
-  uint32_t SrUnsackedInFlight(uint32_t limit) const;
+  uint64_t SrRtoLowNs() const;
+  // Selective repeat's per-packet send bookkeeping (RTT timing, Karn's
+  // rule, the send order RACK compares), the RTT sample when `psn` is
+  // acknowledged, the RACK scan, the tail-loss probe.
+  void SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now);
+  void SrNoteDelivered(uint32_t psn, uint64_t now);
+  void SrRackScan();
+  void SrArmTlp(uint64_t now);
+  void SrProbe();
+  bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
+    return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&
+           static_cast<int32_t>(req_.sr_sent_seq[psn % kSrWindow] - req_.sr_rack_seq) < 0;
+  }
+  // Packets sent and neither acknowledged nor SACKed (IRN's "in flight" for
+  // choosing RTO_low: a hole behind SACKed packets is one packet in flight,
+  // however far psn_high has gone): [psn_una, psn_high) less the SACKed
+  // PSNs in it (req_.sr_sacked_count).
+  uint32_t SrUnsackedInFlight() const {
+    const int32_t sent = wire::PsnDiff(req_.psn_high, req_.psn_una);
+    return sent > static_cast<int32_t>(req_.sr_sacked_count) ? static_cast<uint32_t>(sent) - req_.sr_sacked_count
+                                                               : 0;
+  }
+  void SrMarkSacked(uint32_t psn) {
+    if (BitTest(req_.sr_sacked, psn)) return;
+    BitSet(req_.sr_sacked, psn);
+    ++req_.sr_sacked_count;
+  }
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
@@ -349,7 +410,12 @@ class RcQp {
   void RespondError(RespError e, uint32_t psn);
   void DropUcMessage();
   // --- selective repeat (selective_repeat.cc)
-  void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p);
+  void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+  // The peer does not use selective repeat (it sent IBTA SEND/WRITE
+  // requests, or never answered an SR one for a whole IBTA timeout): this
+  // QP uses go-back-N from now on, resending from psn_una as IBTA packets.
+  void SrFallBack(uint64_t now_ns);
+  bool SrOldestIsSendOrWrite() const;
   bool SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error);
   void SrAdvance();        // the expected PSN over what arrived; receives complete in order
   void SrRespondError(RespError e, uint32_t psn);
@@ -456,6 +522,7 @@ class RcQp {
     // sequence number.
     uint32_t sr_sack_base = 0;
     SrBits sr_sacked{};
+    uint32_t sr_sacked_count = 0;  // bits set in sr_sacked (all in [psn_una, psn_high))
     SrBits sr_read_got{};  // READ responses placed ahead of the first missing one
     uint32_t sr_retx_next = 0;
     uint32_t sr_retx_end = 0;
@@ -465,6 +532,38 @@ class RcQp {
     bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
     bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO
     uint64_t sr_retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
+    // The peer answered an SR SEND/WRITE packet (an ACK of one, or a SACK):
+    // it uses selective repeat, and this QP never falls back.
+    bool sr_peer_answered = false;
+    // Measured timers: the RTT estimate, one packet timed at a time (sent
+    // once: Karn's rule), the retransmission backoff (doubling per timeout
+    // without progress).
+    RttEstimator sr_rtt;
+    bool sr_rtt_timing = false;
+    uint32_t sr_rtt_psn = 0;
+    uint64_t sr_rtt_sent_ns = 0;
+    uint8_t sr_backoff = 0;
+    // RACK: every packet's place in the send order (sr_sent_seq), the newest
+    // place known delivered (sr_rack_seq), the SEND/WRITE PSNs sent again
+    // (sr_resent). A retransmission still missing while something sent after
+    // it arrived is lost again: [sr_retx_next, sr_rack_limit) is then a
+    // region where only such PSNs are resent.
+    uint32_t sr_tx_seq = 0;
+    std::array<uint32_t, kSrWindow> sr_sent_seq{};
+    SrBits sr_resent{};
+    uint32_t sr_resent_count = 0;
+    uint32_t sr_rack_seq = 0;
+    bool sr_rack_active = false;
+    uint32_t sr_rack_limit = 0;
+    // Tail-loss probe: its deadline (0: none), and whether it may be armed
+    // (once per progress).
+    uint64_t sr_tlp_deadline = 0;
+    bool sr_tlp_armable = true;
+    // A probe borrows the retransmission cursor for one PSN; it goes back to
+    // where it was (sr_probe_return) once the probe is sent, so the holes
+    // the probe's SACK shows are scheduled from there.
+    bool sr_probe_pending = false;
+    uint32_t sr_probe_return = 0;
   } req_;
 
   // Responder.
@@ -508,6 +607,7 @@ class RcQp {
   };
   std::vector<SrRecv> sr_recvs_;  // kSrMaxHeldRecvs entries once SR is on (control path)
   bool sr_ = false;
+  bool sr_chosen_ = false;  // what SetSelectiveRepeat chose (a move to RESET undoes a fallback)
   std::vector<Resource> resources_;
   queue::Ring<Action> actions_;
 };

@@ -192,7 +192,7 @@ DROCE_STEP ReqState RcQp::ReqCheckSges(SendCtx& c) {
 }
 
 DROCE_STEP ReqState RcQp::ReqBuildPacket(SendCtx& c) {
-  const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data);
+  const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
@@ -218,11 +218,12 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
   if (req_.retransmit_deadline == 0) {
     req_.sr_retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
     req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
-  } else if (req_.sr_rto_low_armed && SrUnsackedInFlight(env_.sr_rto_low_below) > env_.sr_rto_low_below) {
+  } else if (req_.sr_rto_low_armed && SrUnsackedInFlight() > env_.sr_rto_low_below) {
     // Armed low with little in flight; now there is more: the high one.
     req_.retransmit_deadline = c.now_ns + SrRtoHighNs();
     req_.sr_rto_low_armed = false;
   }
+  if (sr_) SrArmTlp(c.now_ns);
   if (w.fully_sent) ++req_.sq_next;
   return ReqState::kGetWqe;
 }
@@ -275,14 +276,16 @@ void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
   });
 }
 
-uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame) {
+uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (ud()) return BuildUdRequest(w, frame);
   const uint32_t psn = w.next_psn;
-  if (PsnLess(psn, req_.psn_high)) {
+  const bool retransmission = PsnLess(psn, req_.psn_high);
+  if (retransmission) {
     ++counters_.retransmitted_packets;
   } else {
     req_.psn_high = PsnAdd(psn, 1);
   }
+  if (sr_) SrNoteSent(psn, retransmission, !IsReadOrAtomic(w), now_ns);
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
   uint8_t* ext;
   const uint32_t l4_end = WriteHeaders(frame, 0, psn, false, false, &ext);
@@ -395,15 +398,23 @@ void RcQp::SrSlide() {
   const int32_t moved = PsnDiff(req_.psn_una, req_.sr_sack_base);
   if (moved >= static_cast<int32_t>(kSrWindow) || moved < 0) {
     req_.sr_sacked = {};
+    req_.sr_sacked_count = 0;
+    req_.sr_resent = {};
+    req_.sr_resent_count = 0;
     req_.sr_read_got = {};
   } else {
     for (int32_t i = 0; i < moved; ++i) {
-      BitClear(req_.sr_sacked, PsnAdd(req_.sr_sack_base, i));
+      const uint32_t psn = PsnAdd(req_.sr_sack_base, i);
+      if (SrSacked(psn)) --req_.sr_sacked_count;
+      if (BitTest(req_.sr_resent, psn)) --req_.sr_resent_count;
+      BitClear(req_.sr_sacked, psn);
+      BitClear(req_.sr_resent, psn);
       BitClear(req_.sr_read_got, PsnAdd(req_.sr_sack_base, i));
     }
   }
   req_.sr_sack_base = req_.psn_una;
   if (PsnLess(req_.sr_retx_next, req_.psn_una)) req_.sr_retx_next = req_.psn_una;
+  if (req_.sr_rack_active && !PsnLess(req_.sr_retx_next, req_.sr_rack_limit)) req_.sr_rack_active = false;
   if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
 }
 
@@ -413,6 +424,13 @@ void RcQp::SrSlide() {
 // show a retransmitted PSN missing while it is on its way resend nothing.
 void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
   SrSlide();
+  if (req_.sr_probe_pending) {
+    // A probe not sent yet: the cursor goes back to where it was before it
+    // (or to the probe, if lower), and the probe is part of this pass.
+    req_.sr_probe_pending = false;
+    if (PsnLess(req_.sr_probe_return, req_.sr_retx_next)) req_.sr_retx_next = req_.sr_probe_return;
+    if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
+  }
   if (PsnLess(req_.sr_retx_next, from) && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
     req_.sr_retx_next = from;  // nothing pending: start where the new loss is
   }
@@ -437,6 +455,18 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     if (SrSacked(psn) && !probe) {
       req_.sr_retx_next = PsnAdd(psn, 1);
       continue;
+    }
+    if (req_.sr_rack_active) {
+      if (!PsnLess(psn, req_.sr_rack_limit)) {
+        req_.sr_rack_active = false;
+      } else if (!SrLostAgain(psn)) {
+        // RACK region: only retransmissions found lost again; the rest
+        // was resent already, or is still on its way.
+        req_.sr_retx_next = PsnAdd(psn, 1);
+        continue;
+      } else {
+        ++counters_.sr_rack_resent;
+      }
     }
     req_.sr_timeout_probe = false;
     // The WQE holding psn (WQEs hold increasing PSN ranges).
@@ -492,7 +522,7 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
       }
       req_.sr_read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * mtu_ : 0;
     }
-    const uint32_t len = BuildRequest(w, frames[used].data);
+    const uint32_t len = BuildRequest(w, frames[used].data, now_ns);
     req_.sr_force_ack_req = false;
     req_.sr_read_len = 0;
     w.next_psn = saved_next;
@@ -506,8 +536,134 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     NoteSent(len, now_ns);
     ++used;
   }
+  if (req_.sr_probe_pending && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
+    req_.sr_probe_pending = false;  // the probe left: the cursor returns
+    req_.sr_retx_next = req_.sr_retx_end = req_.sr_probe_return;
+    SrSlide();
+  }
   if (req_.retransmit_deadline == 0) req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
+  SrArmTlp(now_ns);
   return used;
+}
+
+// Every packet an SR QP sends: its place in the send order (RACK), Karn's
+// rule for the RTT timing (a retransmitted packet is never timed; timing
+// one that is resent is abandoned), SEND/WRITE retransmissions remembered.
+void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now) {
+  req_.sr_sent_seq[psn % kSrWindow] = ++req_.sr_tx_seq;
+  if (retransmission) {
+    if (req_.sr_rtt_timing && req_.sr_rtt_psn == psn) req_.sr_rtt_timing = false;
+    if (data && !BitTest(req_.sr_resent, psn)) {
+      BitSet(req_.sr_resent, psn);
+      ++req_.sr_resent_count;
+    }
+    return;
+  }
+  if (!req_.sr_rtt_timing && data) {
+    req_.sr_rtt_timing = true;
+    req_.sr_rtt_psn = psn;
+    req_.sr_rtt_sent_ns = now;
+  }
+}
+
+// `psn` was acknowledged (cumulatively or selectively): an RTT sample if
+// it is the timed packet, and the newest send-order place delivered.
+void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
+  if (!PsnLess(psn, req_.psn_high) || PsnDiff(req_.psn_high, psn) > static_cast<int32_t>(kSrWindow)) return;
+  const uint32_t seq = req_.sr_sent_seq[psn % kSrWindow];
+  if (static_cast<int32_t>(seq - req_.sr_rack_seq) > 0) req_.sr_rack_seq = seq;
+  if (req_.sr_rtt_timing && !PsnLess(psn, req_.sr_rtt_psn)) {
+    req_.sr_rtt_timing = false;
+    if (now >= req_.sr_rtt_sent_ns) req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
+  }
+}
+
+// RACK (time/order based, as TCP's RFC 8985 without its reordering window):
+// a retransmission still missing while a packet sent after it arrived was
+// lost again; resend it now instead of waiting for the timer.
+void RcQp::SrRackScan() {
+  if (req_.sr_resent_count == 0) return;
+  SrSlide();
+  for (uint32_t psn = req_.psn_una; PsnLess(psn, req_.sr_retx_next); psn = PsnAdd(psn, 1)) {
+    if (!SrLostAgain(psn)) continue;
+    if (!req_.sr_rack_active) {
+      req_.sr_rack_active = true;
+      req_.sr_rack_limit = req_.sr_retx_next;
+    }
+    req_.sr_retx_next = psn;
+    return;
+  }
+}
+
+// The tail-loss probe (RFC 8985's TLP): armed whenever something is sent or
+// acknowledged, max(floor, 2 SRTT) ahead, if that comes before the RTO.
+void RcQp::SrArmTlp(uint64_t now) {
+  if (!sr_ || !env_.sr_tlp || !req_.sr_rtt.valid || !req_.sr_tlp_armable || !Outstanding()) return;
+  const uint64_t at = now + std::max(env_.sr_rto_min_ns, 2 * req_.sr_rtt.srtt_ns);
+  req_.sr_tlp_deadline = req_.retransmit_deadline != 0 && at >= req_.retransmit_deadline ? 0 : at;
+}
+
+// The probe, once per progress: while nothing is SACKed (a lost tail, or
+// lost ACKs), the highest packet sent: its ACK or SACK shows every hole
+// before it. Once SACKs showed holes, the first missing one: the SACK
+// bitmap reaches only kSackBits PSNs past it, so packets further ahead can
+// neither be SACKed nor sent (the window counts from psn_una) until it
+// arrives.
+void RcQp::SrProbe() {
+  req_.sr_tlp_armable = false;
+  SrSlide();
+  uint32_t psn = PsnAdd(req_.psn_high, -1);
+  if (PsnLess(psn, req_.psn_una) || SrSacked(psn) || req_.sr_sacked_count > 0) {
+    psn = req_.psn_una;
+    while (PsnLess(psn, req_.psn_high) && SrSacked(psn)) psn = PsnAdd(psn, 1);
+    if (!PsnLess(psn, req_.psn_high)) return;
+  }
+  ++counters_.tlp_probes;
+  req_.sr_rack_active = false;
+  req_.sr_probe_pending = true;
+  req_.sr_probe_return = req_.sr_retx_next;
+  req_.sr_retx_next = psn;
+  req_.sr_retx_end = PsnAdd(psn, 1);
+}
+
+// The oldest unacknowledged work is an SR SEND/WRITE (a READ or atomic
+// goes out with its IBTA opcode, so its answer says nothing of the peer).
+bool RcQp::SrOldestIsSendOrWrite() const {
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    const SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    return w.started && !IsReadOrAtomic(w) && !IsLocalOp(w);
+  }
+  return false;
+}
+
+// Fallback (doc/transport.md "Selective repeat", "Fallback"): the QP uses
+// go-back-N for the rest of the connection. The requester resends from
+// psn_una as IBTA packets; the responder forgets what it held past ePSN
+// (go-back-N resends it) but keeps the receive WQEs it took, which the
+// IBTA path consumes first, in order.
+void RcQp::SrFallBack(uint64_t now_ns) {
+  if (!sr_) return;
+  sr_ = false;
+  ++counters_.sr_fallbacks;
+  resp_.sr_received = {};
+  resp_.sr_last = {};
+  req_.sr_sacked = {};
+  req_.sr_sacked_count = 0;
+  req_.sr_read_got = {};
+  req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = req_.psn_una;
+  req_.sr_timeout_probe = false;
+  req_.sr_rto_low_armed = false;
+  req_.sr_rack_active = false;
+  req_.sr_probe_pending = false;
+  req_.sr_tlp_deadline = 0;
+  req_.sr_resent = {};
+  req_.sr_resent_count = 0;
+  req_.implied_nak_pending = false;
+  if (Outstanding()) {
+    RetryFrom(req_.psn_una);
+    req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
+  }
 }
 
 }  // namespace droce::transport

@@ -90,10 +90,18 @@ void RcQp::QueueNak(uint8_t syndrome, uint32_t psn) {
 
 bool RcQp::TakeRecvWqe() {
   if (resp_.recv_wqe_held) return true;
-  queue::Ring<RecvWr>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
-  if (ring.empty()) return false;
-  resp_.recv_wqe = ring.front();
-  ring.Pop();
+  if (resp_.sr_recv_taken > 0) {
+    // Taken by selective repeat before a fallback to go-back-N: the oldest
+    // first, in posting order.
+    resp_.recv_wqe = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs].wr;
+    ++resp_.sr_recv_base;
+    --resp_.sr_recv_taken;
+  } else {
+    queue::Ring<RecvWr>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
+    if (ring.empty()) return false;
+    resp_.recv_wqe = ring.front();
+    ring.Pop();
+  }
   resp_.recv_wqe_held = true;
   resp_.recv_offset = 0;
   return true;
@@ -595,9 +603,17 @@ namespace droce::transport {
 // resent: a READ's responses and an atomic's result stay in PSN order, and
 // an atomic executes exactly once through the resource ring). Errors are
 // only acted on at the expected PSN, so they NAK exactly as go-back-N does.
-void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p) {
+void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
+  if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
+    // An IBTA SEND/WRITE: the peer does not use selective repeat (only one
+    // end configured it). Answer in its kind, IBTA, and use go-back-N for
+    // this connection from now on (doc/transport.md "Fallback").
+    SrFallBack(now_ns);
+    OnRequest(frame, p);
+    return;
+  }
   const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
   if (ahead >= static_cast<int32_t>(kSrWindow)) {
     ++counters_.sr_dropped;  // beyond the window: the requester never sends that far
@@ -613,10 +629,6 @@ void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p) {
     return;
   }
   if (!(c.op.roles & kRoleSr)) {
-    if (c.is_send() || c.is_write()) {
-      ++counters_.sr_dropped;  // IBTA SEND/WRITE from a peer that does not use selective repeat
-      return;
-    }
     if (ahead > 0) {
       ++counters_.out_of_sequence;
       ++counters_.sr_dropped;

@@ -72,7 +72,12 @@ for mode in "${mode_list[@]}"; do
   export DROCE_RUN_DIR=$cur
   mkdir -p "$DROCE_RUN_DIR"
   extra=()
-  [ "$mode" = sr ] && extra=(set selective_repeat=on)
+  # SR_SET: more device keys for the sr mode, e.g. SR_SET="sr_rto_min_us=100".
+  extra=()
+  if [ "$mode" = sr ]; then
+    extra=(set selective_repeat=on)
+    for kv in ${SR_SET:-}; do extra+=(set "$kv"); done
+  fi
   if ! err=$("$ctl" link add droce0 ip 10.0.0.1 "${extra[@]}" 2>&1) ||
      ! err=$("$ctl" link add droce1 ip 10.0.0.2 "${extra[@]}" 2>&1); then
     echo "fabric.sh: mode $mode skipped: droce-ctl link add ${extra[*]}: $err" >&2

@@ -122,6 +122,22 @@ class PathIo final : public pktio::BurstIo {
   std::deque<Held> held_;
 };
 
+// The SR in-flight cap (sr_max_inflight_packets), when asked for and the tree has it.
+template <typename C>
+void SetSrInflight(C& cfg, uint32_t n) {
+  if constexpr (requires { cfg.sr_max_inflight_packets = 1u; }) {
+    if (n != 0) cfg.sr_max_inflight_packets = n;
+  }
+}
+
+// SR's RTO floor in us (sr_rto_min_ns), when asked for and the tree has it.
+template <typename C>
+void SetSrRtoMin(C& cfg, uint32_t us) {
+  if constexpr (requires { cfg.sr_rto_min_ns = 1u; }) {
+    if (us != 0) cfg.sr_rto_min_ns = uint64_t{us} * 1000;
+  }
+}
+
 struct Options {
   std::vector<std::string> modes{"gbn"};
   std::vector<double> losses_pct{0, 0.01, 0.1, 0.5, 1, 2, 5};
@@ -138,6 +154,8 @@ struct Options {
   uint8_t timeout = 14;         // 4.096 us * 2^14 = 67 ms: ibv's and perftest's default
   uint8_t retry_cnt = 7;
   uint64_t seed = 1;
+  uint32_t sr_inflight = 0;     // SR's cap on packets in flight (0: the device's default)
+  uint32_t sr_rto_min_us = 0;   // SR's RTO floor (0: the device's default)
 };
 
 struct Pattern {
@@ -170,6 +188,8 @@ class Pair {
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
       cfg.ipv4 = 0x0A000001 + i;
       SetSelectiveRepeat(cfg, sr);
+      SetSrInflight(cfg, o.sr_inflight);
+      SetSrRtoMin(cfg, o.sr_rto_min_us);
       ep_[i].dev = std::make_unique<core::Device>(cfg, path_[i].get());
       Endpoint& e = ep_[i];
       e.pd = e.dev->AllocPd();
@@ -321,7 +341,7 @@ std::vector<std::string> Split(const std::string& s) {
 [[noreturn]] void Usage() {
   std::fprintf(stderr,
                "usage: droce-loss-bench [--modes gbn,sr] [--losses 0,0.01,...(%%)] [--no-bursty]\n"
-               "  [--ge-avg PCT] [--ge-burst FRAMES] [--writes N] [--window W] [--lat-writes N]\n"
+               "  [--ge-avg PCT] [--ge-burst FRAMES] [--writes N] [--window W] [--lat-writes N] [--sr-inflight N] [--sr-rto-min-us US]\n"
                "  [--size B] [--mtu 1024|4096] [--gbps G] [--delay-us US] [--timeout T] [--retry N] [--seed S]\n");
   std::exit(2);
 }
@@ -353,6 +373,8 @@ int main(int argc, char** argv) {
     else if (a == "--timeout") o.timeout = uint8_t(std::atoi(val().c_str()));
     else if (a == "--retry") o.retry_cnt = uint8_t(std::atoi(val().c_str()));
     else if (a == "--seed") o.seed = std::strtoull(val().c_str(), nullptr, 0);
+    else if (a == "--sr-inflight") o.sr_inflight = uint32_t(std::atoi(val().c_str()));
+    else if (a == "--sr-rto-min-us") o.sr_rto_min_us = uint32_t(std::atoi(val().c_str()));
     else Usage();
   }
   std::vector<Pattern> patterns;

@@ -1,0 +1,211 @@
+// Selective repeat's fallback (doc/transport.md "Selective repeat",
+// "Fallback"): when only one end of a connection enabled selective repeat
+// by device setting, the pair ends up in go-back-N and every WR completes,
+// whichever end is the requester: the SR end falls back when it receives an
+// IBTA SEND/WRITE, or when its SR SEND/WRITE packets went unanswered for a
+// whole IBTA timeout. After the fallback the wire is plain IBTA.
+#include <map>
+
+#include "tests/support/rc_pair_fixture.h"
+
+namespace droce::core {
+namespace {
+
+using namespace droce::core::testing;
+using queue::Completion;
+using queue::WcStatus;
+using transport::SendWr;
+using transport::WrOpcode;
+
+// Counts, per direction, the frames put on the wire after the SR end fell
+// back (the tap runs when a frame enters the wire, i.e. when it is sent, as
+// long as the link does not reorder).
+struct FallbackTap {
+  const transport::RcQp* sr_qp = nullptr;
+  uint64_t sr_opcodes_after = 0;     // droce's SR opcodes (data, SACK) after the fallback
+  uint64_t ibta_data_after = 0;      // IBTA SEND/WRITE after the fallback
+  uint64_t sr_opcodes_before = 0;
+  static void Tap(void* ctx, int, const uint8_t* data, uint32_t len) {
+    auto* t = static_cast<FallbackTap*>(ctx);
+    const wire::ParsedPacket p = wire::ParsePacket(data, len);
+    if (!p.ok()) return;
+    const auto& info = wire::OpInfo(p.opcode);
+    const bool sr = (info.roles & wire::kRoleSr) != 0;
+    if (t->sr_qp->selective_repeat()) {
+      t->sr_opcodes_before += sr;
+      return;
+    }
+    t->sr_opcodes_after += sr;
+    if (!sr && (info.roles & (wire::kRoleSend | wire::kRoleWrite))) ++t->ibta_data_after;
+  }
+};
+
+struct Case {
+  bool sr_a, sr_b;
+  bool a_requests;  // a posts the WRs (else b)
+  double drop;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& i) {
+  const Case& c = i.param;
+  return std::string(c.sr_a ? "SrA" : "GbnA") + (c.sr_b ? "SrB" : "GbnB") +
+         (c.a_requests ? "_ARequests" : "_BRequests") + "_drop" + std::to_string(int(c.drop * 1000)) + "permille";
+}
+
+class SrFallback : public ::testing::TestWithParam<Case> {};
+
+// Every opcode and a few sizes, many WRs in flight, with loss: data byte for
+// byte, every WR completed once, in posting order, on both ends.
+TEST_P(SrFallback, OneSideOnFallsBackToGoBackN) {
+  const Case k = GetParam();
+  RcPair pair(Impairments{k.drop, 0, 0, 0}, 4242, 1024, 8 << 20, 0x100, 0xFFFF00, /*timeout=*/8, 7, 7,
+              transport::QpType::kRc, 4000, nullptr, 16384, k.sr_a, k.sr_b);
+  Side& req = k.a_requests ? pair.a() : pair.b();
+  Side& resp = k.a_requests ? pair.b() : pair.a();
+  Side& sr_side = k.sr_a ? pair.a() : pair.b();
+  ASSERT_TRUE(sr_side.dev->qp(sr_side.qpn)->selective_repeat());
+  FallbackTap tap;
+  tap.sr_qp = sr_side.dev->qp(sr_side.qpn);
+  pair.link().set_tap(&FallbackTap::Tap, &tap);
+
+  const WrOpcode ops[] = {WrOpcode::kRdmaWrite, WrOpcode::kSend, WrOpcode::kRdmaRead,
+                          WrOpcode::kSendWithImm, WrOpcode::kAtomicFetchAndAdd,
+                          WrOpcode::kRdmaWriteWithImm, WrOpcode::kAtomicCmpAndSwp};
+  const uint32_t sizes[] = {1, 1024, 5000, 65536};
+  constexpr uint64_t kAtomicOff = 7 << 20;
+  uint64_t* target = reinterpret_cast<uint64_t*>(resp.mem.data() + kAtomicOff);
+  *target = 100;
+  uint64_t expect_target = 100;
+  struct Check {
+    WrOpcode op;
+    uint64_t src, dst;  // requester's / responder's offsets (READ: from dst into src)
+    uint32_t len;
+    uint64_t atomic_before;
+  };
+  std::vector<Check> checks;
+  std::vector<uint64_t> recv_ids;
+  uint64_t id = 0, off = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (WrOpcode op : ops) {
+      for (uint32_t len : sizes) {
+        const bool atomic = op == WrOpcode::kAtomicFetchAndAdd || op == WrOpcode::kAtomicCmpAndSwp;
+        if (atomic && len != 1) continue;
+        const uint32_t n = atomic ? 8 : len;
+        ++id;
+        const uint64_t src = off, dst = off;
+        off += (n + 4095) / 4096 * 4096 + 4096;
+        Fill(req.mem, src, n, static_cast<uint32_t>(id));
+        Fill(resp.mem, dst, n, static_cast<uint32_t>(id) * 7 + 1);
+        const bool needs_recv = op == WrOpcode::kSend || op == WrOpcode::kSendWithImm ||
+                                op == WrOpcode::kRdmaWriteWithImm;
+        if (needs_recv) {
+          ASSERT_EQ(resp.dev->PostRecv(resp.qpn, MakeRecv(1000 + id, resp, dst, n)), 0);
+          recv_ids.push_back(1000 + id);
+        }
+        SendWr wr = atomic ? MakeWr(id, op, req, src, 8, resp, kAtomicOff)
+                           : MakeWr(id, op, req, src, n, resp, dst);
+        wr.imm_data = 0xB0000000u + static_cast<uint32_t>(id);
+        uint64_t before = 0;
+        if (op == WrOpcode::kAtomicFetchAndAdd) {
+          wr.compare_add = 3;
+          before = expect_target;
+          expect_target += 3;
+        } else if (op == WrOpcode::kAtomicCmpAndSwp) {
+          wr.compare_add = expect_target;
+          wr.swap = expect_target * 2;
+          before = expect_target;
+          expect_target *= 2;
+        }
+        ASSERT_EQ(req.dev->PostSend(req.qpn, wr), 0);
+        checks.push_back({op, src, dst, n, before});
+      }
+    }
+  }
+  std::vector<Completion> creq, cresp;
+  std::vector<Completion>* ca = k.a_requests ? &creq : &cresp;
+  std::vector<Completion>* cb = k.a_requests ? &cresp : &creq;
+  const size_t want_a = k.a_requests ? checks.size() : recv_ids.size();
+  const size_t want_b = k.a_requests ? recv_ids.size() : checks.size();
+  ASSERT_TRUE(pair.Run(ca, want_a, cb, want_b, 20'000'000'000ull))
+      << "requester completions " << creq.size() << "/" << checks.size() << ", receives " << cresp.size() << "/"
+      << recv_ids.size();
+  ASSERT_EQ(creq.size(), checks.size());
+  for (size_t i = 0; i < checks.size(); ++i) {
+    EXPECT_EQ(creq[i].wr_id, i + 1) << "in posting order";
+    EXPECT_EQ(creq[i].status, WcStatus::kSuccess) << queue::WcStatusName(creq[i].status) << " wr " << i + 1;
+  }
+  ASSERT_EQ(cresp.size(), recv_ids.size());
+  for (size_t i = 0; i < recv_ids.size(); ++i) {
+    EXPECT_EQ(cresp[i].wr_id, recv_ids[i]) << "receives in order";
+    EXPECT_EQ(cresp[i].status, WcStatus::kSuccess);
+  }
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const Check& c = checks[i];
+    if (c.op == WrOpcode::kAtomicFetchAndAdd || c.op == WrOpcode::kAtomicCmpAndSwp) {
+      uint64_t got;
+      std::memcpy(&got, req.mem.data() + c.src, 8);
+      EXPECT_EQ(got, c.atomic_before) << "wr " << i + 1;
+    } else if (c.op == WrOpcode::kRdmaRead) {
+      EXPECT_EQ(std::memcmp(req.mem.data() + c.src, resp.mem.data() + c.dst, c.len), 0) << "READ wr " << i + 1;
+    } else {
+      EXPECT_EQ(std::memcmp(resp.mem.data() + c.dst, req.mem.data() + c.src, c.len), 0) << "wr " << i + 1;
+    }
+  }
+  EXPECT_EQ(*target, expect_target) << "each atomic executed once";
+  // The SR end fell back once; the pair speaks IBTA from then on.
+  const transport::RcQp* sq = sr_side.dev->qp(sr_side.qpn);
+  EXPECT_FALSE(sq->selective_repeat());
+  EXPECT_EQ(sq->counters().sr_fallbacks, 1u);
+  EXPECT_EQ(tap.sr_opcodes_after, 0u) << "an SR opcode on the wire after the fallback";
+  EXPECT_GT(tap.ibta_data_after, 0u);
+  // The other end never used selective repeat.
+  Side& other = k.sr_a ? pair.b() : pair.a();
+  EXPECT_EQ(other.dev->qp(other.qpn)->counters().sr_fallbacks, 0u);
+  if (k.a_requests == k.sr_a) {
+    // The SR end requested: its SR packets went unanswered (dropped by the
+    // peer, counted) until the fallback.
+    EXPECT_GT(tap.sr_opcodes_before, 0u);
+    EXPECT_GT(other.dev->qp(other.qpn)->counters().sr_dropped, 0u);
+  } else {
+    // The SR end only answered: the first IBTA SEND/WRITE switched it, and
+    // it never answered with a SACK.
+    EXPECT_EQ(sq->counters().sr_sacks_sent, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, SrFallback,
+    ::testing::Values(Case{true, false, true, 0}, Case{true, false, false, 0}, Case{false, true, true, 0},
+                      Case{false, true, false, 0}, Case{true, false, true, 0.02}, Case{true, false, false, 0.02},
+                      Case{false, true, true, 0.02}, Case{false, true, false, 0.02}),
+    CaseName);
+
+// Both ends on (the ECE case): nothing falls back, even when every packet
+// of the first burst is lost for longer than a short RTO.
+TEST(SrFallbackNot, TwoSrEndsNeverFallBack) {
+  RcPair pair(Impairments{0.05, 0, 0, 0}, 99, 1024, 8 << 20, 0, 0, /*timeout=*/8, 7, 7, transport::QpType::kRc, 4000,
+              nullptr, 16384, true, true);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  pktio::Impairments all;
+  all.drop = 1.0;
+  pair.link().set_impairments(0, all);
+  for (uint32_t i = 0; i < 8; ++i) {
+    ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(i, WrOpcode::kRdmaWrite, a, i * 65536, 65536, b, i * 65536)), 0);
+  }
+  std::vector<Completion> ca, cb;
+  pair.Run(&ca, 1, &cb, 0, 500'000);  // 0.5 ms of total loss (the IBTA timeout is 1 ms)
+  pktio::Impairments lossy;
+  lossy.drop = 0.05;
+  pair.link().set_impairments(0, lossy);
+  ASSERT_TRUE(pair.Run(&ca, 8, &cb, 0));
+  for (const Completion& c : ca) EXPECT_EQ(c.status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(a.mem.data(), b.mem.data(), 8 * 65536), 0);
+  EXPECT_TRUE(a.dev->qp(a.qpn)->selective_repeat());
+  EXPECT_TRUE(b.dev->qp(b.qpn)->selective_repeat());
+  EXPECT_EQ(a.dev->qp(a.qpn)->counters().sr_fallbacks, 0u);
+  EXPECT_EQ(b.dev->qp(b.qpn)->counters().sr_fallbacks, 0u);
+}
+
+}  // namespace
+}  // namespace droce::core

@@ -1,0 +1,301 @@
+// Selective repeat's timers and in-flight accounting (doc/transport.md
+// "Selective repeat"): the running count of packets neither acknowledged
+// nor SACKed, the RTT estimator, the tail-loss probe and the resend of a
+// lost retransmission without a timeout.
+#include <deque>
+#include <functional>
+
+#include "tests/support/rc_pair_fixture.h"
+#include "wire/headers.h"
+
+namespace droce::core {
+namespace {
+
+using namespace droce::core::testing;
+using queue::Completion;
+using queue::WcStatus;
+using transport::WrOpcode;
+
+// Every frame that enters the wire, the SR requester's running in-flight
+// count must equal a walk over its SACK bitmap.
+struct InFlightCheck {
+  const transport::RcQp* qp = nullptr;
+  uint64_t checks = 0, mismatches = 0, max_in_flight = 0;
+  static void Tap(void* ctx, int, const uint8_t*, uint32_t) {
+    auto* t = static_cast<InFlightCheck*>(ctx);
+    const uint32_t fast = t->qp->sr_unsacked_in_flight();
+    const uint32_t walk = t->qp->SrUnsackedInFlightByWalk();
+    ++t->checks;
+    if (fast != walk) ++t->mismatches;
+    t->max_in_flight = std::max<uint64_t>(t->max_in_flight, walk);
+  }
+};
+
+TEST(SrInFlight, RunningCountMatchesTheBitmapUnderLoss) {
+  for (double drop : {0.01, 0.05, 0.2}) {
+    RcPair pair(Impairments{drop, 0.01, 0, 0}, 77, 1024, 8 << 20, 0xFFFF00, 0x10, /*timeout=*/8, 7, 7,
+                transport::QpType::kRc, 4000, nullptr, 16384, true, true);
+    Side& a = pair.a();
+    Side& b = pair.b();
+    InFlightCheck check;
+    check.qp = a.dev->qp(a.qpn);
+    pair.link().set_tap(&InFlightCheck::Tap, &check);
+    Fill(a.mem, 0, 32 * 65536, 5);
+    for (uint32_t i = 0; i < 32; ++i) {
+      ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(i, WrOpcode::kRdmaWrite, a, i * 65536, 65536, b, i * 65536)), 0);
+    }
+    std::vector<Completion> ca, cb;
+    ASSERT_TRUE(pair.Run(&ca, 32, &cb, 0)) << "drop " << drop;
+    for (const Completion& c : ca) EXPECT_EQ(c.status, WcStatus::kSuccess);
+    EXPECT_EQ(std::memcmp(a.mem.data(), b.mem.data(), 32 * 65536), 0);
+    EXPECT_GT(check.checks, 2000u);
+    EXPECT_EQ(check.mismatches, 0u) << "drop " << drop;
+    EXPECT_GT(a.dev->qp(a.qpn)->counters().sr_sacks_received, 0u);
+    EXPECT_GT(check.max_in_flight, 10u);
+    EXPECT_EQ(a.dev->qp(a.qpn)->sr_unsacked_in_flight(), 0u);
+  }
+}
+
+TEST(SrRtt, EstimatorFollowsRfc6298) {
+  transport::RttEstimator e;
+  EXPECT_FALSE(e.valid);
+  e.Sample(40'000);
+  EXPECT_TRUE(e.valid);
+  EXPECT_EQ(e.srtt_ns, 40'000u);
+  EXPECT_EQ(e.rttvar_ns, 20'000u);
+  EXPECT_EQ(e.Rto(1'000), 120'000u);  // SRTT + 4 RTTVAR
+  e.Sample(20'000);                   // RTTVAR = 3/4 20 + 1/4 |40 - 20| = 20; SRTT = 7/8 40 + 1/8 20 = 37.5
+  EXPECT_EQ(e.rttvar_ns, 20'000u);
+  EXPECT_EQ(e.srtt_ns, 37'500u);
+  for (int i = 0; i < 100; ++i) e.Sample(10'000);  // a steady RTT: SRTT converges, RTTVAR vanishes
+  EXPECT_NEAR(double(e.srtt_ns), 10'000, 100);
+  EXPECT_LT(e.rttvar_ns, 200u);
+  EXPECT_EQ(e.Rto(16'000), 16'000u);  // the floor
+}
+
+// One direction of a 25 Gb/s link with a propagation delay, and a predicate that
+// drops chosen frames (the test's own loss), over a MemWire end.
+class DelayIo final : public pktio::BurstIo {
+ public:
+  DelayIo(pktio::BurstIo* port, const uint64_t* now, uint64_t delay_ns) : port_(port), now_(now), delay_(delay_ns) {}
+  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override { return port_->RxBurst(f, n); }
+  uint16_t AllocTx(pktio::Frame* f, uint16_t n) override { return port_->AllocTx(f, n); }
+  void Release(pktio::Frame* f, uint16_t n) override { port_->Release(f, n); }
+  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) {
+      if (drop && drop(f[i].data, f[i].len)) {
+        port_->Release(&f[i], 1);
+        continue;
+      }
+      // Serialized at 25 Gb/s (0.32 ns per byte, 24 bytes of Ethernet overhead), then the delay.
+      busy_until_ = std::max(*now_, busy_until_) + (f[i].len + 24) * 32 / 100;
+      held_.push_back({f[i], busy_until_ + delay_});
+    }
+    return n;
+  }
+  void Flush() {
+    while (!held_.empty() && held_.front().at <= *now_) {
+      pktio::Frame fr = held_.front().frame;
+      held_.pop_front();
+      if (port_->TxBurst(&fr, 1) != 1) port_->Release(&fr, 1);
+    }
+  }
+  std::function<bool(const uint8_t*, uint32_t)> drop;
+
+ private:
+  struct Held {
+    pktio::Frame frame;
+    uint64_t at;
+  };
+  pktio::BurstIo* port_;
+  const uint64_t* now_;
+  uint64_t delay_;
+  uint64_t busy_until_ = 0;
+  std::deque<Held> held_;
+};
+
+// Two SR devices, 25 Gb/s and 5 us apart each way, in virtual time (100 ns steps).
+class DelayPair {
+ public:
+  explicit DelayPair(bool tlp = true, uint32_t window = 256) : wire_(WireConfig()) {
+    for (int i = 0; i < 2; ++i) {
+      io_[i] = std::make_unique<DelayIo>(&wire_.end(i), &now_, 5'000);
+      DeviceConfig cfg;
+      cfg.selective_repeat = true;
+      cfg.sr_tlp = tlp;
+      cfg.sr_max_inflight_packets = window;
+      cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
+      cfg.ipv4 = 0x0A000001 + i;
+      s_[i].dev = std::make_unique<Device>(cfg, io_[i].get());
+      Side& s = s_[i];
+      s.pd = s.dev->AllocPd();
+      s.cq = *s.dev->CreateCq(4096);
+      QpInitAttr init;
+      init.pd = s.pd;
+      init.send_cq = init.recv_cq = s.cq;
+      init.caps.max_send_wr = 1024;
+      s.qpn = *s.dev->CreateQp(init);
+      s.mem.resize(4 << 20);
+      s.keys = *s.dev->RegMr(s.pd, s.mem.data(), s.mem.size(), reinterpret_cast<uint64_t>(s.mem.data()),
+                             mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
+    }
+    for (int i = 0; i < 2; ++i) {
+      ConnectParams c;
+      c.peer_gid = s_[1 - i].dev->gids()[1];
+      c.peer_mac = s_[1 - i].dev->config().mac;
+      c.peer_qpn = s_[1 - i].qpn;
+      c.mtu = 1024;
+      c.timeout = 14;
+      c.retry_cnt = 7;
+      EXPECT_TRUE(ConnectQp(*s_[i].dev, s_[i].qpn, c).ok());
+    }
+  }
+  Side& a() { return s_[0]; }
+  Side& b() { return s_[1]; }
+  DelayIo& a_to_b() { return *io_[0]; }
+  const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
+  uint64_t now() const { return now_; }
+  // Posts `n` 64 KiB WRITEs from a to b and runs until they complete.
+  bool Writes(uint32_t n, uint64_t max_ns = 1'000'000'000) {
+    for (uint32_t i = 0; i < n; ++i) {
+      if (a().dev->PostSend(a().qpn, MakeWr(i, WrOpcode::kRdmaWrite, a(), i * 65536, 65536, b(), i * 65536)) != 0) {
+        return false;
+      }
+    }
+    const uint64_t end = now_ + max_ns;
+    Completion buf[64];
+    uint32_t done = 0;
+    while (now_ < end && done < n) {
+      io_[0]->Flush();
+      io_[1]->Flush();
+      s_[0].dev->Poll(now_);
+      s_[1].dev->Poll(now_);
+      for (uint32_t k; (k = s_[0].dev->PollCq(s_[0].cq, buf, 64)) > 0;) {
+        for (uint32_t j = 0; j < k; ++j) {
+          if (buf[j].status != WcStatus::kSuccess) return false;
+        }
+        done += k;
+      }
+      now_ += 100;
+    }
+    return done == n;
+  }
+
+ private:
+  static pktio::MemWireConfig WireConfig() {
+    pktio::MemWireConfig c;
+    c.pool_frames = 16384;
+    c.queue_frames = 8192;
+    return c;
+  }
+  pktio::MemWire wire_;
+  std::unique_ptr<DelayIo> io_[2];
+  Side s_[2];
+  uint64_t now_ = 1'000'000;
+};
+
+uint32_t PsnOf(const uint8_t* data, uint32_t len, uint8_t* opcode) {
+  const wire::ParsedPacket p = wire::ParsePacket(data, len);
+  if (!p.ok()) return UINT32_MAX;
+  *opcode = p.opcode;
+  return wire::BthView(data + p.bth_offset).psn();
+}
+
+// The last packet of a WRITE lost, nothing after it: no SACK can come. The
+// tail-loss probe resends it after ~2 SRTT, long before RTO_low (200 us
+// configured); with the probe off, the timer recovers it.
+TEST(SrTimers, LostTailIsRecoveredByTheProbeBeforeRtoLow) {
+  for (bool tlp : {true, false}) {
+    DelayPair pair(tlp);
+    Fill(pair.a().mem, 0, 8 * 65536, 1);
+    ASSERT_TRUE(pair.Writes(8));  // RTT samples
+    const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+    ASSERT_TRUE(rtt.valid);
+    EXPECT_GE(rtt.srtt_ns, 10'000u) << "at least the 2 x 5 us of propagation";
+    EXPECT_LT(rtt.srtt_ns, 100'000u);
+    EXPECT_LT(pair.qa().sr_rto_low_ns(), 200'000u) << "measured, below the configured ceiling";
+    // Drop the first transmission of the next WRITE's last packet.
+    const uint32_t last_psn = wire::PsnAdd(pair.qa().next_psn(), 63);
+    int seen = 0;
+    pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+      uint8_t op = 0;
+      return PsnOf(d, l, &op) == last_psn && seen++ == 0;
+    };
+    const transport::QpCounters before = pair.qa().counters();
+    const uint64_t t0 = pair.now();
+    ASSERT_TRUE(pair.Writes(1));
+    const uint64_t took = pair.now() - t0;
+    const transport::QpCounters& after = pair.qa().counters();
+    EXPECT_EQ(seen, 2) << "the lost packet was sent again once";
+    if (tlp) {
+      EXPECT_EQ(after.tlp_probes - before.tlp_probes, 1u);
+      EXPECT_EQ(after.timeouts - before.timeouts, 0u);
+      EXPECT_LT(took, 100'000u) << "recovered in " << took << " ns";
+      EXPECT_LT(took, 40'000 + 3 * rtt.srtt_ns) << "about a loss-free WRITE plus 2 SRTT and a round trip";
+    } else {
+      EXPECT_EQ(after.tlp_probes - before.tlp_probes, 0u);
+      EXPECT_EQ(after.timeouts - before.timeouts, 1u);
+    }
+    EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
+  }
+}
+
+// The last four packets of a WRITE lost: nothing arrives out of order, so
+// no SACK comes. The probe resends the last one; its SACK shows the three
+// before it missing, and they are resent at once, from where the
+// retransmission cursor was before the probe (not after it).
+TEST(SrTimers, HolesTheProbeShowsAreResentWithoutATimeout) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 8 * 65536, 3);
+  ASSERT_TRUE(pair.Writes(8));
+  const uint32_t first_lost = wire::PsnAdd(pair.qa().next_psn(), 60);
+  int lost = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    const int32_t k = wire::PsnDiff(PsnOf(d, l, &op), first_lost);
+    return k >= 0 && k < 4 && lost++ < 4;  // the first transmission of each
+  };
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(1));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_EQ(lost, 8) << "four lost, each sent once more";
+  EXPECT_EQ(after.tlp_probes - before.tlp_probes, 1u);
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 4u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
+}
+
+// Two packets lost, X and Y after it; X's retransmission arrives, Y's is
+// lost too. X filling its hole opens the window, packets sent after Y's
+// retransmission arrive, and their SACKs show Y still missing (RACK): Y is
+// resent again without waiting for a timer. (With a window of 64 packets:
+// with 256, the packets sent after Y's retransmission lie beyond the 128
+// PSNs a SACK reports past Y, and the probe finds Y instead.)
+TEST(SrTimers, LostRetransmissionIsResentWithoutATimeout) {
+  DelayPair pair(/*tlp=*/true, /*window=*/64);
+  Fill(pair.a().mem, 0, 16 * 65536, 2);
+  ASSERT_TRUE(pair.Writes(4));
+  const uint32_t x = wire::PsnAdd(pair.qa().next_psn(), 20);
+  const uint32_t y = wire::PsnAdd(x, 10);
+  int seen_x = 0, seen_y = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    const uint32_t psn = PsnOf(d, l, &op);
+    if (psn == x) return seen_x++ < 1;  // its first transmission
+    if (psn == y) return seen_y++ < 2;  // its first transmission and its first retransmission
+    return false;
+  };
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_EQ(seen_x, 2);
+  EXPECT_EQ(seen_y, 3);
+  EXPECT_GE(after.sr_rack_resent - before.sr_rack_resent, 1u);
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u);
+  EXPECT_EQ(after.tlp_probes - before.tlp_probes, 0u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 3u) << "X once, Y twice, nothing else";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+}  // namespace
+}  // namespace droce::core

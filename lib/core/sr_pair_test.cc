@@ -203,7 +203,10 @@ TEST(SelectiveRepeat, OffLeavesTheWireIbta) {
 
 // Only one end on (a misconfiguration ECE never produces): the other end
 // drops the SR packets it does not understand, counted, and places nothing.
-TEST(SelectiveRepeat, APeerWithoutItDropsSrPackets) {
+// A peer without selective repeat drops SR packets; the requester, never
+// answered for an IBTA timeout (8: ~1 ms), falls back to go-back-N and the
+// WRITE lands (core_sr_fallback covers every opcode).
+TEST(SelectiveRepeat, APeerWithoutItDropsSrPacketsUntilTheFallback) {
   RcPair pair = SrPair({}, 6, 1024, true, false, /*timeout=*/8);
   Side& a = pair.a();
   Side& b = pair.b();
@@ -211,9 +214,12 @@ TEST(SelectiveRepeat, APeerWithoutItDropsSrPackets) {
   Fill(a.mem, 0, 4096, 3);
   ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 4096, b, 0)), 0);
   std::vector<Completion> ca, cb;
-  pair.Run(&ca, 1, &cb, 0, 100'000'000);
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0, 100'000'000));
   EXPECT_GT(b.dev->qp(b.qpn)->counters().sr_dropped, 0u);
-  EXPECT_EQ(b.mem[0], 0);
+  EXPECT_EQ(a.dev->qp(a.qpn)->counters().sr_fallbacks, 1u);
+  ASSERT_EQ(ca.size(), 1u);
+  EXPECT_EQ(ca[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(std::memcmp(a.mem.data(), b.mem.data(), 4096), 0);
 }
 
 // A lone packet lost: no SACK can come; the low RTO resends it long before

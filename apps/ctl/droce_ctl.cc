@@ -7,7 +7,7 @@
 //   droce-ctl link add NAME type vdev vdev DPDK-VDEV-STRING ip ADDR [options]
 //   droce-ctl link del NAME
 //   droce-ctl link show [NAME]
-//   droce-ctl daemon start|stop|status
+//   droce-ctl daemon start [--uplink SPEC] [--eal "ARGS"] [--hugepages] | stop | status
 //   droce-ctl env
 //
 // Options (keyword value): ip ADDR (again for a second, IPv6 address),
@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "drivers/verbs/device_config.h"
+#include "apps/droced/uplink_spec.h"
 #include "drivers/verbs/fabric.h"
 
 namespace droce::verbs {
@@ -43,13 +44,16 @@ constexpr char kUsage[] =
     "  link add NAME type vdev vdev DPDK-VDEV ip ADDR [OPTIONS]\n"
     "  link del NAME\n"
     "  link show [NAME]\n"
-    "  daemon start|stop|status   the run directory's fabric daemon (droced)\n"
+    "  daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages] | stop | status\n"
+    "                             the run directory's fabric daemon (droced); SPEC (else $DROCED_UPLINK):\n"
+    "                             memif:SOCKET:server|client, vdev:NAME[,ARGS], pci:DDDD:BB:DD.F[,ARGS]\n"
     "  switch set NAME KNOB...    the network's knobs on a fabric device's switch port (frames to it):\n"
     "         bottleneck rate=10G kmin=BYTES kmax=BYTES pmax=0.01 [limit=BYTES] | bottleneck off,\n"
     "         loss=P, reorder=P, seed=N, mirror FILE.pcap | mirror off\n"
     "  switch clear NAME          every knob of the device off\n"
     "  env            print the environment a verbs program needs\n"
     "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
+    "         uplink SPEC (a fabric device: the uplink of the daemon this starts, as daemon start --uplink),\n"
     "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
     "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\", set KEY=VALUE\n"
     "Devices live under --run-dir (default $DROCE_RUN_DIR or /run/droce).\n";
@@ -114,18 +118,50 @@ bool DaemonRunning(const std::string& run_dir) {
   return true;
 }
 
+// What `daemon start` (or `link add` when it starts the daemon) passes on.
+struct DaemonOptions {
+  std::string uplink;  // --uplink SPEC ("": DROCED_UPLINK, if set, reaches droced through the environment)
+  std::string eal;     // --eal "ARGS": EAL options of a real NIC's PMD
+  bool hugepages = false;
+  bool any() const { return !uplink.empty() || !eal.empty() || hugepages; }
+};
+
+// The uplink a daemon started now would get: checked here so that a bad one
+// is a clear error (exit 2) rather than a daemon that failed to start.
+int CheckUplink(const DaemonOptions& o) {
+  const char* env = std::getenv("DROCED_UPLINK");
+  const std::string spec = !o.uplink.empty() ? o.uplink : env != nullptr ? env : "";
+  if (spec.empty()) return 0;
+  absl::StatusOr<droced::UplinkSpec> u = droced::ParseUplinkSpec(spec);
+  if (!u.ok()) return Fail(std::string(u.status().message()) + (o.uplink.empty() ? " (from DROCED_UPLINK)" : ""));
+  return 0;
+}
+
 // Starts droced for the run directory unless it runs; it returns once the
-// daemon listens.
-int DaemonStart(const std::string& run_dir, bool quiet) {
+// daemon listens. Options for a daemon that runs already are refused: its
+// uplink and EAL are set when it starts.
+int DaemonStart(const std::string& run_dir, bool quiet, const DaemonOptions& o = {}) {
   if (DaemonRunning(run_dir)) {
+    if (o.any()) {
+      return Fail("droced is running for " + run_dir +
+                  " already: its uplink and EAL options are given when it starts (droce-ctl daemon stop first)");
+    }
     if (!quiet) std::printf("droced is running for %s\n", run_dir.c_str());
     return 0;
   }
+  if (const int rc = CheckUplink(o); rc != 0) return rc;
   const std::string exe = DrocedPath();
+  std::vector<std::string> argv_s = {exe, "--run-dir", run_dir};
+  if (!o.uplink.empty()) argv_s.insert(argv_s.end(), {"--uplink", o.uplink});
+  if (!o.eal.empty()) argv_s.insert(argv_s.end(), {"--eal", o.eal});
+  if (o.hugepages) argv_s.push_back("--hugepages");
+  std::vector<char*> argv_c;
+  for (std::string& a : argv_s) argv_c.push_back(a.data());
+  argv_c.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) return Fail("fork failed");
   if (pid == 0) {
-    execlp(exe.c_str(), exe.c_str(), "--run-dir", run_dir.c_str(), static_cast<char*>(nullptr));
+    execvp(exe.c_str(), argv_c.data());
     std::fprintf(stderr, "droce-ctl: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
     _exit(127);
   }
@@ -141,7 +177,21 @@ int DaemonStart(const std::string& run_dir, bool quiet) {
 int DaemonCommand(const std::string& run_dir, const std::vector<std::string>& args) {
   const std::string cmd = args.empty() ? "status" : args[0];
   const std::string control = fabric::ControlSocketPath(run_dir);
-  if (cmd == "start") return DaemonStart(run_dir, false);
+  if (cmd == "start") {
+    DaemonOptions o;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "--hugepages") {
+        o.hugepages = true;
+      } else if ((args[i] == "--uplink" || args[i] == "--eal") && i + 1 < args.size()) {
+        (args[i] == "--uplink" ? o.uplink : o.eal) = args[i + 1];
+        ++i;
+        if (args[i - 1] == "--uplink" && o.uplink.empty()) return Fail("--uplink: empty");
+      } else {
+        return Fail("daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages]: unexpected '" + args[i] + "'");
+      }
+    }
+    return DaemonStart(run_dir, false, o);
+  }
   if (cmd == "stop") {
     if (!DaemonRunning(run_dir)) {
       std::printf("droced is not running for %s\n", run_dir.c_str());
@@ -296,6 +346,7 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   f.dev.mac = MacFromName(f.name);
   f.dev.broadcast_unresolved = true;
   std::string type, socket, role, iface, vdev;
+  DaemonOptions daemon;
   std::vector<std::string> sets;
   for (size_t i = 1; i < args.size(); i += 2) {
     const std::string& k = args[i];
@@ -329,6 +380,9 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       sets.push_back("mtu=" + v);
     } else if (k == "netdev") {
       f.netdev = v;
+    } else if (k == "uplink") {
+      if (v.empty()) return Fail("link add: uplink: empty");
+      daemon.uplink = v;
     } else if (k == "eal") {
       sets.push_back("eal_args=" + v);
     } else if (k == "set") {
@@ -355,6 +409,12 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   } else if (type.empty()) {
     // The host fabric: no wire of its own; droced switches its frames.
     if (!vdev.empty() || !socket.empty() || !iface.empty()) return Fail("a fabric device takes no vdev/socket/iface");
+    // The daemon's uplink: checked before anything is written.
+    if (const int rc = CheckUplink(daemon); rc != 0) return rc;
+    if (!daemon.uplink.empty() && DaemonRunning(run_dir)) {
+      return Fail("link add: uplink: droced is running for " + run_dir +
+                  " already, its uplink set when it started (droce-ctl daemon stop first, or leave uplink out)");
+    }
     std::error_code ec;
     fs::create_directories(run_dir, ec);
     f.fabric = true;
@@ -375,6 +435,7 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   } else {
     return Fail("unknown type '" + type + "' (memif, af_packet, vdev, or none for the fabric)");
   }
+  if (!type.empty() && !daemon.uplink.empty()) return Fail("link add: uplink is a fabric device's (no type)");
   f.vdev = vdev;
   // Validate everything through the same parser the provider uses.
   std::string text = FormatDeviceFile(f);
@@ -387,7 +448,7 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   absl::Status s = WriteDeviceTree(run_dir, dev_dir, *parsed);
   if (!s.ok()) return Fail(std::string(s.message()));
   if (parsed->fabric) {
-    const int rc = DaemonStart(parsed->fabric_dir, /*quiet=*/true);
+    const int rc = DaemonStart(parsed->fabric_dir, /*quiet=*/true, daemon);
     if (rc != 0) return rc;
     DaemonRescan(parsed->fabric_dir);
   }

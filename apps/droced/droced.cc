@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,10 +45,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
+#include "apps/droced/uplink_spec.h"
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
@@ -189,30 +192,21 @@ class Daemon {
   // MACs not on this segment go there (doc/droced.md, "Uplinks").
   // Or --uplink vdev:DPDK-VDEV (any DPDK port given as a vdev string, e.g.
   // net_af_packet_up,iface=veth0,...: a netdev; the port is named by the
-  // text before the first comma).
-  absl::Status OpenUplink(const std::string& spec) {
-    std::string name, vdev, role = "vdev", socket;
-    if (spec.rfind("vdev:", 0) == 0) {
-      vdev = spec.substr(5);
-      name = vdev.substr(0, vdev.find(','));
-      if (name.empty()) return absl::InvalidArgumentError("uplink: vdev:NAME,ARGS");
-      socket = vdev;
-    } else {
-      const size_t a = spec.find(':'), b = spec.rfind(':');
-      if (spec.rfind("memif:", 0) != 0 || a == b) {
-        return absl::InvalidArgumentError("uplink: memif:SOCKET:server|client or vdev:DPDK-VDEV");
-      }
-      socket = spec.substr(a + 1, b - a - 1), role = spec.substr(b + 1);
-      if (role != "server" && role != "client") return absl::InvalidArgumentError("uplink role: server or client");
-      if (socket.empty() || socket[0] != '/') return absl::InvalidArgumentError("uplink socket: an absolute path");
-      if (role == "server") unlink(socket.c_str());  // a dead daemon's
-      name = "net_memif_uplink";
-      vdev = absl::StrCat(name, ",role=", role, ",id=0,socket=", socket, ",socket-abstract=no,bsize=10240");
-    }
-    absl::Status s = ethdev::ProbeVdev(vdev);
+  // text before the first comma), or pci:ADDR (a real NIC that EAL probed:
+  // Main allow-lists it). The spec was checked (uplink_spec.h).
+  absl::Status OpenUplink(const UplinkSpec& u) {
+    const std::string& name = u.port;
+    const std::string role = u.kind != UplinkSpec::Kind::kMemif ? "vdev" : u.server ? "server" : "client";
+    if (u.kind == UplinkSpec::Kind::kMemif && u.server) unlink(u.socket.c_str());  // a dead daemon's
+    absl::Status s = u.kind == UplinkSpec::Kind::kPci ? absl::OkStatus() : ethdev::ProbeVdev(u.vdev);
     if (!s.ok()) return s;
     uint16_t port = 0;
-    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) return absl::InternalError("no uplink port");
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+      return absl::NotFoundError(absl::StrCat("uplink: no port ", name,
+                                              u.kind == UplinkSpec::Kind::kPci
+                                                  ? " (is the NIC bound to a DPDK-capable driver, e.g. vfio-pci?)"
+                                                  : ""));
+    }
     rte_eth_conf conf{};
     int rc = rte_eth_dev_configure(port, 1, 1, &conf);
     if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, kRing, rte_eth_dev_socket_id(port), nullptr, pool_);
@@ -221,11 +215,11 @@ class Daemon {
     // A client whose server is not up yet fails to start: retried (Run).
     uplink_retry_ = rte_eth_dev_start(port) != 0 && role == "client";
     uplink_port_ = port;
-    if (role == "vdev") rte_eth_promiscuous_enable(port);  // a netdev: frames for every device's MAC
-    state_.AddUplink(port, role == "vdev" ? vdev : absl::StrCat("memif ", socket, " (", role, ")"));
+    if (role == "vdev") rte_eth_promiscuous_enable(port);  // a netdev or a NIC: frames for every device's MAC
+    state_.AddUplink(port, u.describe());
     // The CM reaches other hosts' addresses through it (ARP, doc/cm.md).
     cm_.SetResolver([this](int dev, const cm::Gid& source, const cm::Gid& target) { CmArp(dev, source, target); });
-    Log("uplink: %s as %s%s", socket.c_str(), role.c_str(), uplink_retry_ ? " (server not up yet)" : "");
+    Log("uplink: %s%s", u.describe().c_str(), uplink_retry_ ? " (server not up yet)" : "");
     return absl::OkStatus();
   }
 
@@ -536,6 +530,9 @@ class Daemon {
       for (uint32_t k = 0; k < ndirty_; ++k) work += Flush(dirty_[k]);
       ndirty_ = 0;
     }
+    // Two processes that just talked through the switch: their path now
+    // (once per pair: the frames that follow take it).
+    if (state_.direct_wanted()) SyncPaths();
     if (work == 0) work += FlushHeld();
     return work;
   }
@@ -1084,6 +1081,9 @@ int Main(int argc, char** argv) {
   uint32_t ring_slots = 256;
   // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
   std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
+  // A real NIC as the uplink: hugepages and the PMD's own EAL options.
+  bool hugepages = false;
+  std::vector<std::string> eal_args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--run-dir" && i + 1 < argc) {
@@ -1108,11 +1108,25 @@ int Main(int argc, char** argv) {
       uplink = argv[++i];
     } else if (a == "--memory-mb" && i + 1 < argc) {
       memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
+    } else if (a == "--hugepages") {
+      hugepages = true;
+    } else if (a == "--eal" && i + 1 < argc) {
+      for (absl::string_view w : absl::StrSplit(argv[++i], ' ', absl::SkipEmpty())) eal_args.emplace_back(w);
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--no-direct] [--ring-slots N] [--uplink memif:SOCKET:server|client | vdev:DPDK-VDEV]\n");
+                   "[--no-realtime] [--no-direct] [--ring-slots N] [--hugepages] [--eal \"EAL ARGS\"]\n"
+                   "              [--uplink memif:SOCKET:server|client | vdev:NAME[,ARGS] | pci:DDDD:BB:DD.F[,ARGS]]\n");
       return 2;
     }
+  }
+  std::optional<UplinkSpec> uplink_spec;
+  if (!uplink.empty()) {
+    absl::StatusOr<UplinkSpec> u = ParseUplinkSpec(uplink);
+    if (!u.ok()) {
+      std::fprintf(stderr, "droced: %s\n", std::string(u.status().message()).c_str());
+      return 2;
+    }
+    uplink_spec = *u;
   }
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
@@ -1169,6 +1183,12 @@ int Main(int argc, char** argv) {
   ethdev::EalConfig eal;
   eal.file_prefix = absl::StrFormat("droced-%08x", Fnv(run_dir));
   eal.memory_mb = memory_mb;
+  eal.hugepages = hugepages;
+  eal.extra_args = eal_args;
+  if (uplink_spec && uplink_spec->kind == UplinkSpec::Kind::kPci) {
+    eal.pci = true;  // only the uplink's device: allow-listed
+    eal.extra_args.insert(eal.extra_args.begin(), {"-a", uplink_spec->vdev});
+  }
   // An interface of the daemon's own that is never started (no client can
   // connect to it): it keeps the socket's listener for the daemon's life, so
   // processes coming and going never tear it down and re-create it.
@@ -1188,7 +1208,7 @@ int Main(int argc, char** argv) {
     daemon->set_realtime(realtime);
     daemon->set_direct(direct, ring_slots);
     s = daemon->Listen();
-    if (s.ok() && !uplink.empty()) s = daemon->OpenUplink(uplink);
+    if (s.ok() && uplink_spec) s = daemon->OpenUplink(*uplink_spec);
   }
   if (!s.ok()) {
     Log("cannot start: %s", std::string(s.message()).c_str());

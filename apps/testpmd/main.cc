@@ -7,6 +7,7 @@
 // with -i, from start to stop) and prints throughput, message rate, latency
 // percentiles and verification results.
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,8 +20,10 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "apps/testpmd/fabric_port.h"
 #include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/prompt.h"
 #include "apps/testpmd/ring_pair.h"
@@ -28,6 +31,8 @@
 #include "apps/testpmd/session.h"
 #include "pktio/bottleneck_io.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/verbs/device_config.h"
+#include "drivers/verbs/fabric.h"
 #include "wire/headers.h"
 #include "wire/opcode.h"
 
@@ -55,6 +60,10 @@ constexpr const char kUsage[] =
     "  --role server|client|pair  server answers and verifies; client drives the engine; pair:\n"
     "                         both in one process on a net_ring pair, no --vdev needed (server)\n"
     "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
+    "  --device NAME          a device of the host fabric instead of a port: attach to droced\n"
+    "                         ($DROCE_RUN_DIR), its MAC and addresses; needs --peer-ip\n"
+    "  --qpn-range K          on the fabric: QPNs K*1024 up, 1..16383 (1)\n"
+    "  --peer-qpn-range K     on the fabric: the peer's range (as --qpn-range)\n"
     "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat, or the raw-wire\n"
     "                         baselines raw_lat | raw_stream (write_bw)\n"
     "  --ip ADDR              own IPv4 or IPv6 address (10.0.0.1 server, 10.0.0.2 client)\n"
@@ -152,7 +161,7 @@ bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
 
 Options ParseOptions(int argc, char** argv) {
   Options o;
-  bool peer_mac_set = false;
+  bool peer_mac_set = false, port_set = false, mac_set = false;
   std::vector<std::pair<std::string, std::string>> kv;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -189,13 +198,18 @@ Options ParseOptions(int argc, char** argv) {
   }
   for (auto& [k, v] : kv) {
     if (k == "--role") continue;
-    else if (k == "--port") o.port = v;
+    else if (k == "--port") o.port = v, port_set = true;
+    else if (k == "--device") {
+      if (!verbs::IsValidDeviceName(v)) Fail("--device: bad device name '" + v + "'");
+      o.device = v;
+    } else if (k == "--qpn-range") o.qpn_range = ParseInteger(k, v, 1, 16383);
+    else if (k == "--peer-qpn-range") o.peer_qpn_range = ParseInteger(k, v, 1, 16383);
     else if (k == "--fwd") {
       if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, atomic_bw, write_lat, raw_lat, raw_stream)");
       o.fwd = v;
-    } else if (k == "--ip") o.ip = ParseIp(k, v);
-    else if (k == "--peer-ip") o.peer_ip = ParseIp(k, v);
-    else if (k == "--mac") o.mac = ParseMac(v);
+    } else if (k == "--ip") o.ip = ParseIp(k, v), o.ip_set = true;
+    else if (k == "--peer-ip") o.peer_ip = ParseIp(k, v), o.peer_ip_set = true;
+    else if (k == "--mac") o.mac = ParseMac(v), mac_set = true;
     else if (k == "--peer-mac") o.peer_mac = ParseMac(v), peer_mac_set = true;
     else if (k == "--mtu") {
       o.mtu = static_cast<uint32_t>(ParseNumber(k, v, 256, 4096));
@@ -233,8 +247,18 @@ Options ParseOptions(int argc, char** argv) {
     else Fail("unknown option " + k + "\n" + kUsage);
   }
   o.peer_mac_static = peer_mac_set;
+  if (o.peer_qpn_range == 0) o.peer_qpn_range = o.qpn_range;
+  if (!o.device.empty()) {
+    // The device gives the MAC and the addresses; the daemon's switch the wire.
+    if (port_set || mac_set) Fail("--device takes the port and MAC from the fabric: no --port or --mac");
+    if (o.role == "pair") Fail("--role pair joins two net_ring ports in one process: not with --device");
+    if (IsRaw(o.fwd)) Fail("the raw baselines bypass droce (fixed MACs, no QPN): not on the fabric (--device)");
+    if (!o.peer_ip_set) Fail("--device needs --peer-ip (the peer device's address)");
+  } else if (o.qpn_range != 1 || o.peer_qpn_range != 1) {
+    Fail("--qpn-range and --peer-qpn-range go with --device");
+  }
   if (core::IsIpv4MappedGid(o.ip) != core::IsIpv4MappedGid(o.peer_ip)) Fail("--ip and --peer-ip must both be IPv4 or both IPv6");
-  if (o.ip == o.peer_ip) Fail("--ip and --peer-ip must differ");
+  if (o.ip == o.peer_ip && o.device.empty()) Fail("--ip and --peer-ip must differ");
   if (o.kmax_kb < o.kmin_kb) Fail("--kmax-kb must not be below --kmin-kb");
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
@@ -400,6 +424,8 @@ struct Side {
   explicit Side(const Options& o) : opt(o) {}
   Options opt;  // the prompt may change fwd/mtu
   std::unique_ptr<ethdev::EthdevPort> port;
+  std::optional<FabricAttachment> fabric;  // --device: the attachment to droced
+  std::unique_ptr<FabricIo> fabric_io;     // its direct rings in front of the port
   uint32_t largest_mtu = 4096;
   std::optional<pktio::BottleneckIo> bottleneck;
   std::optional<PortTap> tap;
@@ -414,15 +440,24 @@ struct Side {
     session.reset();
     tap.reset();
     bottleneck.reset();
+    fabric_io.reset();  // unmaps the direct rings
     if (port) port->Stop();
     port.reset();
+    // After the interface closed: droced then frees it and the QPN range.
+    if (fabric && fabric->fd >= 0) close(fabric->fd);
+    fabric.reset();
   }
 };
 
 // Opens side.opt.port, checks that its frames take the MTU, waits for the link.
 void OpenSide(Side& side) {
   const Options& opt = side.opt;
-  auto port = ethdev::EthdevPort::Open({opt.port});
+  ethdev::PortConfig pc;
+  pc.name = opt.port;
+  // A fabric port is a memif client of droced: a daemon that goes away
+  // unmaps its rings, so bursts run under the unmap guard.
+  pc.guard_peer_unmap = side.fabric.has_value();
+  auto port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) Fail(std::string(port.status().message()));
   side.port = std::move(*port);
   side.largest_mtu = LargestMtu(side.port->max_frame_bytes());
@@ -433,8 +468,12 @@ void OpenSide(Side& side) {
     ethdev::StopEal();
     Fail(msg);
   }
+  const std::string where =
+      side.fabric ? absl::StrFormat("fabric device %s (QPNs 0x%x.., peer's 0x%x..)", opt.device, opt.qpn_base,
+                                    opt.peer_qpn_base)
+                  : opt.port;
   std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u, %s -> %s; waiting for the link\n",
-              opt.role.c_str(), opt.port.c_str(), opt.fwd.c_str(), opt.size, opt.mtu, GidToString(opt.ip).c_str(),
+              opt.role.c_str(), where.c_str(), opt.fwd.c_str(), opt.size, opt.mtu, GidToString(opt.ip).c_str(),
               GidToString(opt.peer_ip).c_str());
   std::fflush(stdout);
   if (!side.port->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
@@ -444,6 +483,12 @@ void OpenSide(Side& side) {
 // congestion point (if any) -> port.
 void StartSide(Side& side, std::optional<pcapio::PcapWriter> pcap) {
   const Options& opt = side.opt;
+  pktio::BurstIo* wire = side.port.get();
+  if (side.fabric) {
+    side.fabric_io = std::make_unique<FabricIo>(side.port.get(), side.fabric->fd, side.fabric->mac,
+                                                side.fabric->qpn_base, side.fabric->qpn_count);
+    wire = side.fabric_io.get();
+  }
   if (opt.bottleneck_gbps > 0) {
     cc::BottleneckConfig bc;
     bc.line_rate_bps = static_cast<uint64_t>(opt.bottleneck_gbps * 1e9);
@@ -452,12 +497,47 @@ void StartSide(Side& side, std::optional<pcapio::PcapWriter> pcap) {
     bc.pmax = opt.pmax;
     bc.buffer_bytes = static_cast<uint64_t>(opt.buffer_kb * 1000);
     bc.seed = opt.seed;
-    side.bottleneck.emplace(side.port.get(), bc, [](void*) { return MonotonicNs(); }, nullptr);
+    side.bottleneck.emplace(wire, bc, [](void*) { return MonotonicNs(); }, nullptr);
   }
-  side.tap.emplace(side.bottleneck ? static_cast<pktio::BurstIo*>(&*side.bottleneck) : side.port.get(),
+  side.tap.emplace(side.bottleneck ? static_cast<pktio::BurstIo*>(&*side.bottleneck) : wire,
                    opt.drop_rate, opt.seed, std::move(pcap));
   side.session.emplace(side.opt, side.port.get(), &*side.tap);
   side.runner.emplace(side.opt, *side.session, *side.tap, side.bottleneck ? &*side.bottleneck : nullptr);
+}
+
+// --device: attach to the fabric's daemon, take the device's MAC and
+// address, and the QPN ranges (own and peer's). Exits with a message if the
+// daemon refuses.
+FabricAttachment AttachDevice(Options& opt) {
+  absl::StatusOr<FabricAttachment> a = AttachToFabric(verbs::DefaultRunDir(), opt.device, opt.qpn_range);
+  if (!a.ok()) Fail(std::string(a.status().message()));
+  opt.mac = a->mac;
+  bool found = false;
+  for (const core::Gid& g : a->gids) {
+    if (opt.ip_set) {
+      found |= g == opt.ip;
+    } else if (core::IsIpv4MappedGid(g) == core::IsIpv4MappedGid(opt.peer_ip) && g[0] != 0xfe) {
+      opt.ip = g;  // the device's address of the peer's family (not the link-local GID)
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    close(a->fd);
+    Fail(opt.ip_set ? "--ip " + GidToString(opt.ip) + " is not an address of " + opt.device
+                    : opt.device + " has no address of --peer-ip's family");
+  }
+  opt.qpn_base = a->qpn_base;
+  opt.peer_qpn_base = opt.peer_qpn_range * fabric::kQpnsPerProcess;
+  if (opt.qps + 1 > a->qpn_count) {
+    close(a->fd);
+    Fail(absl::StrFormat("--qps %u: a fabric process owns %u QPNs", opt.qps, a->qpn_count));
+  }
+  if (opt.ip == opt.peer_ip && opt.qpn_base == opt.peer_qpn_base) {
+    close(a->fd);
+    Fail("a peer on the same device (--peer-ip is its address) needs another --peer-qpn-range");
+  }
+  return std::move(*a);
 }
 
 // --role pair: a server and a client in one process, each on its own thread
@@ -513,8 +593,17 @@ int main(int argc, char** argv) {
   }
   Options opt = ParseOptions(sep < argc ? argc - sep - 1 : 0, argv + sep + 1);  // the prompt may change fwd/mtu
   const Engine* engine = FindEngine(opt.fwd);
+  std::optional<FabricAttachment> fabric;
+  if (!opt.device.empty()) fabric = AttachDevice(opt);
   // EAL's telemetry thread only when asked for (--telemetry).
   std::vector<char*> eal_args(argv, argv + sep);
+  // On the fabric the port is a memif client the program hot-plugs: without
+  // EAL options, no hugepages, no PCI scan and a file prefix of its own.
+  std::string fabric_prefix = absl::StrCat("--file-prefix=droce-testpmd-", getpid());
+  char no_huge[] = "--no-huge", mem_opt[] = "-m", mem_mb[] = "512", no_pci[] = "--no-pci";
+  if (fabric && sep == 1) {
+    for (char* a : {no_huge, mem_opt, mem_mb, no_pci, fabric_prefix.data()}) eal_args.push_back(a);
+  }
   char no_telemetry[] = "--no-telemetry";
   bool eal_has_telemetry_arg = false;
   for (char* a : eal_args) eal_has_telemetry_arg |= !std::strcmp(a, "--no-telemetry") || !std::strcmp(a, "--telemetry");
@@ -526,6 +615,11 @@ int main(int argc, char** argv) {
   }
   if (opt.role == "pair") return RunPair(opt, engine);
   Side side(opt);
+  if (fabric) {
+    if (absl::Status s = ethdev::ProbeVdev(fabric->vdev); !s.ok()) Fail(std::string(s.message()));
+    side.opt.port = fabric->port_name;
+    side.fabric = std::move(fabric);
+  }
   OpenSide(side);
   std::optional<pcapio::PcapWriter> pcap;
   if (!opt.pcap_out.empty()) {

@@ -38,9 +38,9 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   cfg.vlan = o.vlan >= 0;
   cfg.vlan_tci = static_cast<uint16_t>((o.pcp << 13) | (o.vlan > 0 ? o.vlan : 0));
   cfg.max_qp = o.qps + 1;  // the data QPs and the control QP
-  // Both ends derive the peer's QPNs from their own (Connect): a fixed base,
-  // not the random one a verbs program gets.
-  cfg.qpn_base = core::Device::kFirstQpn;
+  // Both ends derive the peer's QPNs (Connect): a fixed base, not the
+  // random one a verbs program gets (on the fabric: the range asked for).
+  cfg.qpn_base = o.qpn_base;
   if (o.dcqcn != "off") {
     const uint64_t line = static_cast<uint64_t>(o.line_rate_gbps * 1e9);
     cfg.dcqcn = true;
@@ -48,6 +48,9 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
     cfg.min_time_between_cnps_ns = uint64_t{cfg.dcqcn_params.min_time_between_cnps_us} * 1000;
   }
   dev = std::make_unique<core::Device>(cfg, io);
+  // On the fabric the device's other QPNs live in other processes: only
+  // frames for our own range turn around inside the process.
+  if (!o.device.empty()) dev->loopback().SetOwnQpns(dev->qpn_base(), cfg.max_qp);
   for (uint32_t i = 0; i < dev->gids().size(); ++i) {
     if (dev->gids()[i] == o.ip) sgid_index = static_cast<uint8_t>(i);
   }
@@ -286,20 +289,39 @@ absl::Status Session::Connect() {
   absl::Status st;
   // Both sides create the same QPs in the same order: numbers agree.
   for (uint32_t i = 0; i < qpns.size() && st.ok(); ++i) {
-    c.peer_qpn = core::Device::kFirstQpn + i;
+    c.peer_qpn = opt.peer_qpn_base + i;
     st = core::ConnectQp(*dev, qpns[i], c);
   }
   if (st.ok()) {
-    c.peer_qpn = core::Device::kFirstQpn + static_cast<uint32_t>(qpns.size());
+    c.peer_qpn = opt.peer_qpn_base + static_cast<uint32_t>(qpns.size());
     st = core::ConnectQp(*dev, ctrl_qpn, c);
   }
   if (!st.ok()) return st;
   for (uint32_t k = 0; k < kCtrlRecvs; ++k) PostCtrlRecv(k);
   SendCtrl(CtrlType::kHello, opt.mtu);
   CtrlMsg hello;
-  if (!WaitCtrl(CtrlType::kHello, NowNs() + 30'000'000'000ull, &hello)) {
-    return absl::DeadlineExceededError("no hello from the peer within 30 s");
+  const uint64_t deadline = NowNs() + 30'000'000'000ull;
+  const uint64_t errors_before = stats.errors;
+  bool restarted = false;
+  while (!WaitCtrl(CtrlType::kHello, std::min(deadline, NowNs() + 100'000'000), &hello)) {
+    if (NowNs() >= deadline) return absl::DeadlineExceededError("no hello from the peer within 30 s");
+    // On the fabric the link is up as soon as droced is: a peer that has
+    // not attached yet owns no QPN, the switch drops our hello (rx_no_owner)
+    // and its retries run out. Start the control QP over (the same PSNs: a
+    // peer that got the hello but whose ACK was lost sees a duplicate).
+    if (opt.device.empty() || dev->qp(ctrl_qpn)->state() != transport::QpState::kErr) continue;
+    transport::QpAttr reset;
+    reset.qp_state = transport::QpState::kReset;
+    if (absl::Status r = dev->ModifyQp(ctrl_qpn, reset, transport::kAttrState); !r.ok()) return r;
+    queue::Completion wc[64];
+    while (PollCompletions(wc, 64) > 0) {
+    }
+    if (absl::Status r = core::ConnectQp(*dev, ctrl_qpn, c); !r.ok()) return r;
+    for (uint32_t k = 0; k < kCtrlRecvs; ++k) PostCtrlRecv(k);
+    SendCtrl(CtrlType::kHello, opt.mtu);
+    restarted = true;
   }
+  if (restarted) stats.errors = errors_before;  // the flushed hellos of the restarts
   // The path MTU is fixed when a QP goes to RTR; both ends must agree (a
   // responder NAKs packets longer than its own), so a mismatch is an error
   // here rather than failed transfers later.

@@ -57,6 +57,14 @@ struct Options {
   double line_rate_gbps = 100;
   double bottleneck_gbps = 0;  // 0: none
   double kmin_kb = 5, kmax_kb = 200, pmax = 0.01, buffer_kb = 0;
+  // A device of the host fabric (--device): the process attaches to droced
+  // (fabric_port.h); its QPNs start at qpn_base, the peer's at peer_qpn_base.
+  // Off the fabric both are core::Device::kFirstQpn.
+  std::string device;
+  bool ip_set = false;       // --ip given (on the fabric: one of the device's addresses)
+  bool peer_ip_set = false;
+  uint32_t qpn_range = 1, peer_qpn_range = 0;  // --qpn-range, --peer-qpn-range (0: as qpn_range)
+  uint32_t qpn_base = 0x11, peer_qpn_base = 0x11;
 };
 
 std::string GidToString(const core::Gid& g);

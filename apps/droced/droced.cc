@@ -530,9 +530,6 @@ class Daemon {
       for (uint32_t k = 0; k < ndirty_; ++k) work += Flush(dirty_[k]);
       ndirty_ = 0;
     }
-    // Two processes that just talked through the switch: their path now
-    // (once per pair: the frames that follow take it).
-    if (state_.direct_wanted()) SyncPaths();
     if (work == 0) work += FlushHeld();
     return work;
   }

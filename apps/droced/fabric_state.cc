@@ -292,30 +292,7 @@ void FabricState::Detach(int port) {
   backend_->ClosePort(p.handle);
   p.in_use = false;
   p.conn_fd = -1;
-  // The index is reused by the next process: its pairs start idle.
-  for (uint32_t other = 0; other < kMaxPorts; ++other) {
-    const uint32_t i = PairBit(port, static_cast<int>(other));
-    wanted_[i >> 6] &= ~(uint64_t{1} << (i & 63));
-  }
   RefreshActivePorts();
-}
-
-// A unicast RoCEv2 frame from one process to another crossed the switch:
-// the pair talks, and gets a path at the loop's next SyncDirectPaths. A few
-// loads per frame; nothing once the pair is noted.
-void FabricState::NoteTraffic(int src, int dst) {
-  if (!direct_rings_ || src == dst) return;
-  const uint32_t i = PairBit(src, dst);
-  const uint64_t bit = uint64_t{1} << (i & 63);
-  if (wanted_[i >> 6] & bit) return;
-  const Port& a = ports_[src];
-  const Port& b = ports_[dst];
-  if (a.uplink || b.uplink || a.conn_fd < 0 || b.conn_fd < 0 || !DirectAllowed(a.device) ||
-      !DirectAllowed(b.device)) {
-    return;  // its frames must cross the switch (a knob): asked again once they may not
-  }
-  wanted_[i >> 6] |= bit;
-  want_pending_ = true;
 }
 
 void FabricState::ConnectionClosed(int fd) {
@@ -422,7 +399,6 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     ++fd.counters.rx_roce;
     d.kind = Decision::kToPort;
     d.port = owner;
-    NoteTraffic(src, owner);
     return d;
   }
   // Not RoCEv2: the control frames of the segment.
@@ -477,14 +453,13 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
     out.push_back(c);
     paths_.erase(paths_.begin() + static_cast<long>(i));
   }
-  // Every pair of qualifying ports that talks and has none.
-  want_pending_ = false;
+  // Every pair of qualifying ports without one.
   for (size_t x = 0; x < active_ports_.size(); ++x) {
     const int a = static_cast<int>(active_ports_[x]);
     if (!qualifies(a)) continue;
     for (size_t y = x + 1; y < active_ports_.size(); ++y) {
       const int b = static_cast<int>(active_ports_[y]);
-      if (!qualifies(b) || !PairWanted(a, b)) continue;
+      if (!qualifies(b)) continue;
       const bool exists = std::any_of(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
         return (d.port[0] == a && d.port[1] == b) || (d.port[0] == b && d.port[1] == a);
       });

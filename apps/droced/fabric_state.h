@@ -142,24 +142,14 @@ class FabricState {
 
   std::string StatusText(const std::string& only_device) const;
 
-  // Direct paths, on demand: two attached processes get one once a RoCEv2
-  // frame from one to the other crossed the switch (Classify notes the
-  // pair; idle pairs never get one), unless a switch knob is set on
-  // either's device (its frames must cross the switch) or direct rings are
-  // off (droced --no-direct). Call SyncDirectPaths after anything that
-  // changes ports or knobs, and when direct_wanted(); returns what to do, in
-  // order (removals first).
+  // Direct paths: every two attached processes get one, unless a switch
+  // knob is set on either's device (its frames must cross the switch) or
+  // direct rings are off (droced --no-direct). Call after anything that
+  // changes ports or knobs; returns what to do, in order (removals first).
   void set_direct_rings(bool on) { direct_rings_ = on; }
   bool direct_rings() const { return direct_rings_; }
   bool DirectAllowed(uint32_t device) const;
   std::vector<PathChange> SyncDirectPaths();
-  // Classify noted a pair that talks and has no path yet.
-  bool direct_wanted() const { return want_pending_; }
-  // The two ports exchanged a frame (wanted pairs, both ways).
-  bool PairWanted(int a, int b) const {
-    const uint32_t i = PairBit(a, b);
-    return (wanted_[i >> 6] >> (i & 63)) & 1;
-  }
   // Setting a path up failed (a side could not be told): forget it.
   void ForgetDirectPath(uint64_t id);
   const std::vector<DirectPath>& direct_paths() const { return paths_; }
@@ -196,15 +186,6 @@ class FabricState {
   std::string uplink_describe_;
   bool direct_rings_ = true;
   std::vector<DirectPath> paths_;
-  // Pairs of ports that talk (a kMaxPorts x kMaxPorts bit matrix, the
-  // smaller index first): set by Classify, cleared when either port leaves.
-  static uint32_t PairBit(int a, int b) {
-    const uint32_t lo = static_cast<uint32_t>(a < b ? a : b), hi = static_cast<uint32_t>(a < b ? b : a);
-    return lo * kMaxPorts + hi;
-  }
-  void NoteTraffic(int src, int dst);
-  std::vector<uint64_t> wanted_ = std::vector<uint64_t>(kMaxPorts * kMaxPorts / 64, 0);
-  bool want_pending_ = false;
   uint64_t next_path_id_ = 1;
 };
 

@@ -147,7 +147,7 @@ class Runtime {
 
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
-        async_events{0};
+        async_events{0}, progress_fifo_demotions{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -179,7 +179,15 @@ class Runtime {
   void Stop();
   void ProgressLoop();
   static void RequestShortSlice(uint32_t slice_us);
-  uint32_t IdleWait(uint32_t us);
+  static bool SetFifo(uint32_t priority);
+  // A SCHED_FIFO progress thread spins at most this long without work
+  // before it sleeps, and drops to SCHED_OTHER after this long busy without
+  // a sleep (doc/verbs.md, progress_sched).
+  static constexpr uint64_t kFifoSpinNs = 5'000;
+  static constexpr uint64_t kFifoBusyNs = 2'000'000;
+  static constexpr uint32_t kFifoMinSleepUs = 50;
+  std::atomic<bool> progress_fifo_{false};
+  uint32_t IdleWait(uint32_t us, bool fifo);
   // The wire's arrival descriptor, shared by the progress thread and
   // programs waiting for events: armed while anyone sleeps on it. Caller
   // holds mu; -1 when the port cannot notify now.

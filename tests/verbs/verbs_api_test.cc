@@ -8,6 +8,8 @@
 #include <infiniband/verbs.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -808,6 +810,45 @@ TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
     receivers.push_back(b);
   }
   ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
+}
+
+// The progress thread runs SCHED_FIFO (progress_sched=fifo, the default)
+// where the process may: its wake-ups preempt a program spinning on memory
+// instead of waiting out the spinner's time slice (doc/verbs.md).
+TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
+  bool permitted = false;
+  std::thread([&] {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+  }).join();
+  int found = 0, policy = -1, priority = -1;
+  // The thread sets its policy as it starts: look again for up to a second.
+  for (int attempt = 0; attempt < 100 && (found != 1 || policy != (permitted ? SCHED_FIFO : SCHED_OTHER));
+       ++attempt) {
+  if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  found = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
+    if (f == nullptr) continue;
+    char comm[64] = {};
+    const bool named = std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n";
+    std::fclose(f);
+    if (!named) continue;
+    ++found;
+    const pid_t tid = static_cast<pid_t>(std::stoi(task.path().filename().string()));
+    policy = sched_getscheduler(tid);
+    sched_param sp{};
+    if (sched_getparam(tid, &sp) == 0) priority = sp.sched_priority;
+  }
+  }
+  ASSERT_EQ(found, 1) << "one progress thread for the device, named droce-progress";
+  if (permitted) {
+    EXPECT_EQ(policy, SCHED_FIFO);
+    EXPECT_EQ(priority, 1);
+  } else {
+    EXPECT_EQ(policy, SCHED_OTHER);
+  }
 }
 
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse

@@ -6,7 +6,8 @@
 # machine whose speed drifts shifts both; compare within one run only.
 #   bash tools/bench/verbs/fastpath.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
 #   e.g. bash tools/bench/verbs/fastpath.sh before=/work/wt-fastpath-base/build-rel after=build-rel
-# Prints CSV rows tree,metric,value on stdout (a failed run is "failed").
+# Prints CSV rows tree,metric,value,load1 on stdout (a failed run is "failed"; load1: the 1-minute
+# load average when the value was taken: the host is shared, so every number carries it).
 # Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10),
 #      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone).
 # perftest's side channel is TCP port 18515: run nothing else that uses it
@@ -23,7 +24,7 @@ pair() {  # BUILD dir, server cmd, client args
     sed -n '/^--- client/,$p'
 }
 row() { grep -E '^ *[0-9]+ +[0-9]+ ' | head -1; }
-put() { echo "$1,$2,${3:-failed}"; }
+put() { echo "$1,$2,${3:-failed},$(cut -d' ' -f1 /proc/loadavg)"; }
 each() {  # runs "$@" once per tree with $name and $b set
   for i in "${!names[@]}"; do name=${names[$i]} b=${dirs[$i]} "$@"; done
 }

@@ -35,11 +35,13 @@ struct ProgressConfig {
   // sched_runtime): short, so that it preempts a program spinning on memory
   // when it wakes. 0 keeps the kernel's default.
   uint32_t slice_us = 100;
-  // The progress thread runs SCHED_FIFO at rt_priority when the process may
-  // (CAP_SYS_NICE, root): its wake-ups (an arrival, a hot-phase timer)
-  // preempt a program spinning on memory at once, as the softirq that runs
-  // a kernel NIC's receive does. Off, or refused: SCHED_OTHER with slice_us.
-  bool sched_fifo = true;
+  // progress_sched=fifo: the progress thread runs SCHED_FIFO at rt_priority
+  // when the process may (CAP_SYS_NICE, root): its wake-ups preempt a
+  // program spinning on memory at once, as the softirq that runs a kernel
+  // NIC's receive does. Off by default: on the 2-core test VM it cut
+  // ib_write_lat's p99 but slowed busy-polling programs (doc/verbs.md).
+  // Off, or refused: SCHED_OTHER with slice_us.
+  bool sched_fifo = false;
   uint32_t rt_priority = 1;
 };
 

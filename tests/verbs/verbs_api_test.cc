@@ -60,7 +60,8 @@ class VerbsApi : public ::testing::Test {
     run_dir_ = (fs::temp_directory_path() / ("droce-verbs-api-" + std::to_string(getpid()))).string();
     fs::remove_all(run_dir_);
     auto f = ParseDeviceFile(
-        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n");
+        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n"
+        "progress_sched=fifo\n");
     ASSERT_TRUE(f.ok()) << f.status();
     absl::Status s = WriteDeviceTree(run_dir_, kDevInfinibandDir, *f);
     if (s.code() == absl::StatusCode::kPermissionDenied) {
@@ -812,8 +813,8 @@ TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
   ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
 }
 
-// The progress thread runs SCHED_FIFO (progress_sched=fifo, the default)
-// where the process may: its wake-ups preempt a program spinning on memory
+// With progress_sched=fifo (set in this suite's device file) the progress
+// thread runs SCHED_FIFO where the process may: its wake-ups preempt a program spinning on memory
 // instead of waiting out the spinner's time slice (doc/verbs.md).
 TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
   bool permitted = false;

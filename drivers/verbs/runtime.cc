@@ -835,10 +835,10 @@ uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
     }
   }
   if (fd < 0) {
-    // Unarmed, an arrival cannot end the sleep: with the device busy it is
-    // a hot-phase sleep, not a long blind one.
-    const uint32_t busy_us = fifo ? kFifoMinSleepUs : std::max<uint32_t>(file_.progress.hot_sleep_us, 1);
-    SleepUs(busy ? std::min<uint32_t>(us, busy_us) : us);
+    // Unarmed, an arrival cannot end the sleep. Under SCHED_FIFO (whose
+    // hot phase sleeps here) a busy device gets a short sleep, not a long
+    // blind one; SCHED_OTHER keeps the sleep it asked for.
+    SleepUs(busy && fifo ? std::min<uint32_t>(us, kFifoMinSleepUs) : us);
     return 0;
   }
   pollfd pfd{fd, POLLIN, 0};

@@ -824,24 +824,27 @@ TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
     permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
   }).join();
   int found = 0, policy = -1, priority = -1;
+  const auto look = [&] {
+    found = 0;
+    for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+      FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
+      if (f == nullptr) continue;
+      char comm[64] = {};
+      const bool named = std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n";
+      std::fclose(f);
+      if (!named) continue;
+      ++found;
+      const pid_t tid = static_cast<pid_t>(std::stoi(task.path().filename().string()));
+      policy = sched_getscheduler(tid);
+      sched_param sp{};
+      if (sched_getparam(tid, &sp) == 0) priority = sp.sched_priority;
+    }
+  };
   // The thread sets its policy as it starts: look again for up to a second.
-  for (int attempt = 0; attempt < 100 && (found != 1 || policy != (permitted ? SCHED_FIFO : SCHED_OTHER));
-       ++attempt) {
-  if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  found = 0;
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
-    if (f == nullptr) continue;
-    char comm[64] = {};
-    const bool named = std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n";
-    std::fclose(f);
-    if (!named) continue;
-    ++found;
-    const pid_t tid = static_cast<pid_t>(std::stoi(task.path().filename().string()));
-    policy = sched_getscheduler(tid);
-    sched_param sp{};
-    if (sched_getparam(tid, &sp) == 0) priority = sp.sched_priority;
-  }
+  look();
+  for (int i = 0; i < 100 && (found != 1 || policy != (permitted ? SCHED_FIFO : SCHED_OTHER)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    look();
   }
   ASSERT_EQ(found, 1) << "one progress thread for the device, named droce-progress";
   if (permitted) {

@@ -264,11 +264,12 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s, demoted %lu), events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s, demoted %lu, yielded to the program %lu), events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
                progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER", stats_.progress_fifo_demotions.load(),
+               stats_.progress_fifo_yields.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
@@ -672,6 +673,23 @@ void Runtime::RequestShortSlice(uint32_t slice_us) {
   (void)syscall(SYS_sched_setattr, 0, &attr, 0u);
 }
 
+// SCHED_OTHER with the default slice for thread `tid` (0: the caller): a
+// stand-aside progress thread's timer wake-ups then do not preempt the
+// program that polls (no short slice, no real-time priority).
+void Runtime::ToOther(long tid) {
+  SchedAttr attr{};
+  attr.size = sizeof attr;
+  attr.sched_policy = SCHED_OTHER;
+  (void)syscall(SYS_sched_setattr, tid, &attr, 0u);
+}
+
+void Runtime::DemoteProgressThread() {
+  const long tid = progress_tid_.load(std::memory_order_relaxed);
+  if (tid == 0) return;
+  ToOther(tid);
+  stats_.progress_fifo_yields.fetch_add(1, std::memory_order_relaxed);
+}
+
 // SCHED_FIFO at `priority` for the calling thread; false where refused
 // (no CAP_SYS_NICE, an RT-less cgroup): the thread keeps its policy.
 bool Runtime::SetFifo(uint32_t priority) {
@@ -734,6 +752,19 @@ void Runtime::ProgressLoop() {
       progress_fifo_.store(fifo, std::memory_order_relaxed);
     }
   };
+  // While a program polls, a SCHED_FIFO thread stands aside at SCHED_OTHER
+  // (default slice): its look-backs do not preempt the program. It takes
+  // SCHED_FIFO again (rested) only to sleep armed, i.e. once no program
+  // thread has polled for app_active_us: it serves programs that spin on
+  // memory or are blocked elsewhere, as NAPI busy-poll keeps the IRQ masked.
+  const auto stand_aside = [&] {
+    if (fifo) {
+      ToOther(0);
+      fifo = false;
+      progress_fifo_.store(false, std::memory_order_relaxed);
+    }
+  };
+  if (fifo_permitted) progress_tid_.store(static_cast<long>(syscall(SYS_gettid)), std::memory_order_relaxed);
   uint32_t idle = 0;
   uint64_t last_work = NowNs();
   uint64_t idle_since = 0;   // the first empty poll of this spin
@@ -750,7 +781,7 @@ void Runtime::ProgressLoop() {
     if (app_waiters_.load(std::memory_order_acquire) > 0) {
       // A program thread waits for an event and drives the dataplane
       // meanwhile (WaitForChannel): look back after max_sleep_us.
-      rested();
+      stand_aside();
       nap(pc.max_sleep_us);
       busy_since = NowNs();
       continue;
@@ -766,7 +797,7 @@ void Runtime::ProgressLoop() {
       // Until the program has not polled for app_active_us: one that stops
       // polling (to spin on memory) gets this thread after app_active_us,
       // not after up to twice that as with whole app_active_us sleeps.
-      rested();
+      stand_aside();
       nap(static_cast<uint32_t>((last_app + stand_aside_ns - now) / 1000));
       busy_since = NowNs();
       continue;
@@ -806,7 +837,12 @@ void Runtime::ProgressLoop() {
       busy_since = NowNs();
       continue;
     }
+    if (fifo) fifo_armed_.store(true, std::memory_order_release);
     const uint32_t found = IdleWait(fifo ? std::max<uint32_t>(sleep_us, kFifoMinSleepUs) : sleep_us, fifo);
+    if (fifo && !fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
+      fifo = false;  // a program polled meanwhile and demoted this thread (NoteAppPoll)
+      progress_fifo_.store(false, std::memory_order_relaxed);
+    }
     busy_since = NowNs();
     if (found > 0) {
       idle = 0, last_work = busy_since, sleep_us = 1;

@@ -855,6 +855,61 @@ TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
   }
 }
 
+// Under progress_sched=fifo the progress thread serves only programs that
+// do not poll: while a program thread calls ibv_poll_cq it stands aside at
+// SCHED_OTHER (its look-backs and the arrivals the program polls for do not
+// preempt the program); once the program has stopped polling it takes
+// SCHED_FIFO again to sleep armed (doc/verbs.md, progress_sched).
+TEST_F(VerbsApi, FifoProgressThreadStandsAsideWhileTheProgramPolls) {
+  bool permitted = false;
+  std::thread([&] {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+  }).join();
+  if (!permitted) GTEST_SKIP() << "SCHED_FIFO not permitted here";
+  pid_t tid = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
+    if (f == nullptr) continue;
+    char comm[64] = {};
+    if (std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n") {
+      tid = static_cast<pid_t>(std::stoi(task.path().filename().string()));
+    }
+    std::fclose(f);
+  }
+  ASSERT_NE(tid, 0) << "a progress thread named droce-progress";
+  // Idle first: the thread sleeps armed at SCHED_FIFO.
+  int policy = -1;
+  for (int i = 0; i < 100 && (policy = sched_getscheduler(tid)) != SCHED_FIFO; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(policy, SCHED_FIFO) << "an idle device's progress thread sleeps at SCHED_FIFO";
+  // Poll for 200 ms, looking at the thread's policy between polls: after
+  // the first 20 ms it is SCHED_OTHER (the odd SCHED_FIFO look is allowed:
+  // when this thread is descheduled for longer than app_active_us the
+  // progress thread rightly arms, and a timeout can wake it before the next
+  // poll demotes it).
+  ibv_wc wc[4];
+  int fifo_late = 0, other_late = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0;; ++i) {
+    (void)ibv_poll_cq(cq_, 4, wc);
+    if (i % 256 != 0) continue;
+    const auto t = std::chrono::steady_clock::now() - start;
+    if (t > std::chrono::milliseconds(200)) break;
+    if (t < std::chrono::milliseconds(20)) continue;
+    (sched_getscheduler(tid) == SCHED_FIFO ? fifo_late : other_late) += 1;
+  }
+  EXPECT_GT(other_late, 0);
+  EXPECT_LT(fifo_late * 10, other_late) << "SCHED_FIFO while the program polls: its wake-ups preempt the program";
+  // The program goes quiet: the thread is SCHED_FIFO again within a second.
+  for (int i = 0; i < 100 && (policy = sched_getscheduler(tid)) != SCHED_FIFO; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(policy, SCHED_FIFO) << "a quiet program's progress thread sleeps armed at SCHED_FIFO";
+}
+
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse
 // its buffer at once) without allocating: once a batch of that shape was
 // posted, a whole wr_start .. wr_complete allocates nothing.

@@ -281,6 +281,15 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.progress.wakeup = *x;
+    } else if (key == "progress_sched") {
+      if (v != "fifo" && v != "normal") {
+        return fail(absl::InvalidArgumentError("progress_sched: fifo or normal"));
+      }
+      f.progress.sched_fifo = v == "fifo";
+    } else if (key == "progress_rt_priority") {
+      auto x = ParseU32(key, v, 1, 99);
+      if (!x.ok()) return fail(x.status());
+      f.progress.rt_priority = *x;
     } else if (key == "progress_spins" || key == "progress_hot_us" || key == "progress_hot_sleep_us" ||
                key == "progress_max_sleep_us" || key == "progress_app_active_us" ||
                key == "event_busy_poll_us" || key == "progress_slice_us") {
@@ -345,10 +354,11 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   if (f.lid != 0) absl::StrAppend(&out, "lid=", f.lid, "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_wakeup=%s\n"
-                        "event_busy_poll_us=%u\nprogress_slice_us=%u\n",
+                        "event_busy_poll_us=%u\nprogress_slice_us=%u\nprogress_sched=%s\n"
+                        "progress_rt_priority=%u\n",
                         f.progress.spins, f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
                         f.progress.app_active_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us,
-                        f.progress.slice_us);
+                        f.progress.slice_us, f.progress.sched_fifo ? "fifo" : "normal", f.progress.rt_priority);
   return out;
 }
 

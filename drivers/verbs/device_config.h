@@ -35,6 +35,14 @@ struct ProgressConfig {
   // sched_runtime): short, so that it preempts a program spinning on memory
   // when it wakes. 0 keeps the kernel's default.
   uint32_t slice_us = 100;
+  // progress_sched=fifo: the progress thread runs SCHED_FIFO at rt_priority
+  // when the process may (CAP_SYS_NICE, root): its wake-ups preempt a
+  // program spinning on memory at once, as the softirq that runs a kernel
+  // NIC's receive does. Off by default: on the 2-core test VM it cut
+  // ib_write_lat's p99 but slowed busy-polling programs (doc/verbs.md).
+  // Off, or refused: SCHED_OTHER with slice_us.
+  bool sched_fifo = false;
+  uint32_t rt_priority = 1;
 };
 
 // Entries of the port's GID table as verbs reports it (gid_tbl_len): the

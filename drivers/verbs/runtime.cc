@@ -264,10 +264,12 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s), events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s, demoted %lu, yielded to the program %lu), events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
+               progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER", stats_.progress_fifo_demotions.load(),
+               stats_.progress_fifo_yields.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
@@ -671,6 +673,31 @@ void Runtime::RequestShortSlice(uint32_t slice_us) {
   (void)syscall(SYS_sched_setattr, 0, &attr, 0u);
 }
 
+// SCHED_OTHER with the default slice for thread `tid` (0: the caller): a
+// stand-aside progress thread's timer wake-ups then do not preempt the
+// program that polls (no short slice, no real-time priority).
+void Runtime::ToOther(long tid) {
+  SchedAttr attr{};
+  attr.size = sizeof attr;
+  attr.sched_policy = SCHED_OTHER;
+  (void)syscall(SYS_sched_setattr, tid, &attr, 0u);
+}
+
+void Runtime::DemoteProgressThread() {
+  const long tid = progress_tid_.load(std::memory_order_relaxed);
+  if (tid == 0) return;
+  ToOther(tid);
+  stats_.progress_fifo_yields.fetch_add(1, std::memory_order_relaxed);
+}
+
+// SCHED_FIFO at `priority` for the calling thread; false where refused
+// (no CAP_SYS_NICE, an RT-less cgroup): the thread keeps its policy.
+bool Runtime::SetFifo(uint32_t priority) {
+  sched_param sp{};
+  sp.sched_priority = static_cast<int>(priority);
+  return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+}
+
 // Back-off when there is nothing to do: spin a little, then sleep. For
 // hot_us after the last packet (and whenever a program is blocked waiting
 // for a completion event) sleeps are short, so a packet for a program that
@@ -685,6 +712,7 @@ void Runtime::ProgressLoop() {
   // ib_write_bw's receiver spent its time in the pool's ring and in memif's
   // copies from cold mbufs without it).
   const bool registered = ethdev::RegisterThread();
+  pthread_setname_np(pthread_self(), "droce-progress");
   RequestShortSlice(file_.progress.slice_us);
   struct Unregister {
     bool on;
@@ -693,15 +721,69 @@ void Runtime::ProgressLoop() {
     }
   } unregister{registered};
   const ProgressConfig& pc = file_.progress;
+  // SCHED_FIFO, as the softirq that runs a kernel NIC's receive: a wake-up
+  // (an arrival, a hot-phase timer) preempts a program spinning on memory at
+  // once instead of waiting out its slice. It stays bounded: empty spins
+  // last at most kFifoSpinNs, and a thread busy for kFifoBusyNs without a
+  // sleep drops to SCHED_OTHER until it next sleeps (as softirq work past
+  // its budget goes to ksoftirqd), so a busy receiver shares the CPU fairly.
+  bool fifo = pc.sched_fifo && SetFifo(pc.rt_priority);
+  const bool fifo_permitted = fifo;
+  progress_fifo_.store(fifo, std::memory_order_relaxed);
+  if (std::getenv("DROCE_DEBUG") != nullptr) {
+    if (fifo) {
+      std::fprintf(stderr, "droce %s: progress thread SCHED_FIFO priority %u\n", file_.name.c_str(), pc.rt_priority);
+    } else {
+      std::fprintf(stderr, "droce %s: progress thread SCHED_OTHER, slice %u us%s\n", file_.name.c_str(),
+                   pc.slice_us, pc.sched_fifo ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)" : "");
+    }
+  }
+  // A timed sleep. Under SCHED_FIFO at least kFifoMinSleepUs: a shorter
+  // one on a virtual machine often never leaves the CPU (the timer fires
+  // before the thread is switched out), so a real-time thread sleeping 5 us
+  // at a time holds its CPU (measured: two such threads took both CPUs).
+  const auto nap = [&](uint32_t us) {
+    SleepUs(fifo ? std::max<uint32_t>(us, kFifoMinSleepUs) : std::max<uint32_t>(us, 1));
+  };
+  // Called before every sleep: a demoted thread gets SCHED_FIFO back.
+  const auto rested = [&] {
+    if (fifo_permitted && !fifo) {
+      fifo = SetFifo(pc.rt_priority);
+      progress_fifo_.store(fifo, std::memory_order_relaxed);
+    }
+  };
+  // While a program polls, a SCHED_FIFO thread stands aside at SCHED_OTHER
+  // (default slice): its look-backs do not preempt the program. It takes
+  // SCHED_FIFO again (rested) only to sleep armed, i.e. once no program
+  // thread has polled for app_active_us: it serves programs that spin on
+  // memory or are blocked elsewhere, as NAPI busy-poll keeps the IRQ masked.
+  const auto stand_aside = [&] {
+    if (fifo) {
+      ToOther(0);
+      fifo = false;
+      progress_fifo_.store(false, std::memory_order_relaxed);
+    }
+  };
+  if (fifo_permitted) progress_tid_.store(static_cast<long>(syscall(SYS_gettid)), std::memory_order_relaxed);
   uint32_t idle = 0;
   uint64_t last_work = NowNs();
+  uint64_t idle_since = 0;   // the first empty poll of this spin
+  uint64_t busy_since = last_work;  // the first poll since the last sleep
   uint32_t sleep_us = 1;
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
+    if (fifo && now - busy_since > kFifoBusyNs) {
+      RequestShortSlice(pc.slice_us == 0 ? 1 : pc.slice_us);  // SCHED_OTHER again, the slice with it
+      fifo = false;
+      progress_fifo_.store(false, std::memory_order_relaxed);
+      stats_.progress_fifo_demotions.fetch_add(1, std::memory_order_relaxed);
+    }
     if (app_waiters_.load(std::memory_order_acquire) > 0) {
       // A program thread waits for an event and drives the dataplane
       // meanwhile (WaitForChannel): look back after max_sleep_us.
-      SleepUs(std::max<uint32_t>(pc.max_sleep_us, 1));
+      stand_aside();
+      nap(pc.max_sleep_us);
+      busy_since = NowNs();
       continue;
     }
     // An armed channel keeps this thread hot unless the program waits for
@@ -715,7 +797,9 @@ void Runtime::ProgressLoop() {
       // Until the program has not polled for app_active_us: one that stops
       // polling (to spin on memory) gets this thread after app_active_us,
       // not after up to twice that as with whole app_active_us sleeps.
-      SleepUs(std::max<uint32_t>(static_cast<uint32_t>((last_app + stand_aside_ns - now) / 1000), 1));
+      stand_aside();
+      nap(static_cast<uint32_t>((last_app + stand_aside_ns - now) / 1000));
+      busy_since = NowNs();
       continue;
     }
     uint32_t work = 0;
@@ -730,10 +814,12 @@ void Runtime::ProgressLoop() {
       last_work = now;
       continue;
     }
-    if (idle++ < pc.spins) {
+    if (idle == 0) idle_since = now;
+    if (idle++ < pc.spins && (!fifo || now - idle_since < kFifoSpinNs)) {
       CpuRelax();
       continue;
     }
+    rested();
     stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
     const bool hot = waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000;
     // Hot: short timed sleeps, not an armed wait. A thread woken by the
@@ -741,13 +827,25 @@ void Runtime::ProgressLoop() {
     // behind a spinning program for a scheduler slice (ib_write_lat runs
     // with armed hot sleeps showed ms typicals); a timer wakes it where it
     // slept.
-    if (hot) {
+    // SCHED_FIFO: the hot phase sleeps armed too. A woken real-time thread
+    // goes to a CPU running only SCHED_OTHER work and preempts it at once,
+    // so the arrival wakes it within microseconds and no timer wakes it in
+    // between (timed hot sleeps cost a preemption of the program every
+    // hot_sleep_us).
+    if (hot && !fifo) {
       SleepUs(std::max<uint32_t>(pc.hot_sleep_us, 1));
+      busy_since = NowNs();
       continue;
     }
-    const uint32_t found = IdleWait(sleep_us);
+    if (fifo) fifo_armed_.store(true, std::memory_order_release);
+    const uint32_t found = IdleWait(fifo ? std::max<uint32_t>(sleep_us, kFifoMinSleepUs) : sleep_us, fifo);
+    if (fifo && !fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
+      fifo = false;  // a program polled meanwhile and demoted this thread (NoteAppPoll)
+      progress_fifo_.store(false, std::memory_order_relaxed);
+    }
+    busy_since = NowNs();
     if (found > 0) {
-      idle = 0, last_work = NowNs(), sleep_us = 1;
+      idle = 0, last_work = busy_since, sleep_us = 1;
     } else {
       sleep_us = std::min<uint32_t>(sleep_us * 2, std::max<uint32_t>(pc.max_sleep_us, 1));
     }
@@ -758,17 +856,25 @@ void Runtime::ProgressLoop() {
 // asks the port to notify, polls once more (a frame may have come in before
 // the request was seen), then sleeps on the descriptor. Returns the work that
 // last poll found (the caller then keeps polling instead of sleeping).
-uint32_t Runtime::IdleWait(uint32_t us) {
+uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
   int fd = -1;
-  if (link_up() && mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
-    fd = ArmWireLocked();
-    const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
-    if (work > 0) DisarmWireLocked();
-    mu.unlock();
-    if (work > 0) return work;
+  bool busy = false;  // a program thread holds the device: it is active, look back soon
+  if (link_up()) {
+    if (mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
+      fd = ArmWireLocked();
+      const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
+      if (work > 0) DisarmWireLocked();
+      mu.unlock();
+      if (work > 0) return work;
+    } else {
+      busy = true;
+    }
   }
   if (fd < 0) {
-    SleepUs(us);
+    // Unarmed, an arrival cannot end the sleep. Under SCHED_FIFO (whose
+    // hot phase sleeps here) a busy device gets a short sleep, not a long
+    // blind one; SCHED_OTHER keeps the sleep it asked for.
+    SleepUs(busy && fifo ? std::min<uint32_t>(us, kFifoMinSleepUs) : us);
     return 0;
   }
   pollfd pfd{fd, POLLIN, 0};

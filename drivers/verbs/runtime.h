@@ -91,8 +91,16 @@ class Runtime {
   // armed channel still gets its event at once (a local completion, e.g. a
   // bind or a flush). Caller holds mu.
   uint32_t DoorbellLocked(uint32_t qpn, uint64_t now_ns);
-  // The program is polling: the progress thread stays out of its way.
-  void NoteAppPoll(uint64_t now_ns) { last_app_poll_ns_.store(now_ns, std::memory_order_relaxed); }
+  // The program is polling: the progress thread stays out of its way. A
+  // SCHED_FIFO progress thread asleep armed (it serves programs that do not
+  // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
+  // this program polls for do not preempt it (progress_sched=fifo).
+  void NoteAppPoll(uint64_t now_ns) {
+    last_app_poll_ns_.store(now_ns, std::memory_order_relaxed);
+    if (fifo_armed_.load(std::memory_order_relaxed) && fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
+      DemoteProgressThread();
+    }
+  }
 
   // ibv_get_cq_event on one of this device's channels (libdroce-preload.so
   // routes it here): the calling thread drives the dataplane itself until
@@ -147,7 +155,7 @@ class Runtime {
 
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
-        async_events{0};
+        async_events{0}, progress_fifo_demotions{0}, progress_fifo_yields{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -179,7 +187,21 @@ class Runtime {
   void Stop();
   void ProgressLoop();
   static void RequestShortSlice(uint32_t slice_us);
-  uint32_t IdleWait(uint32_t us);
+  static bool SetFifo(uint32_t priority);
+  // A SCHED_FIFO progress thread spins at most this long without work
+  // before it sleeps, and drops to SCHED_OTHER after this long busy without
+  // a sleep (doc/verbs.md, progress_sched).
+  static constexpr uint64_t kFifoSpinNs = 5'000;
+  static constexpr uint64_t kFifoBusyNs = 2'000'000;
+  static constexpr uint32_t kFifoMinSleepUs = 50;
+  std::atomic<bool> progress_fifo_{false};
+  // progress_sched=fifo: the progress thread sleeps armed at SCHED_FIFO;
+  // a program's poll clears it and demotes the thread (NoteAppPoll).
+  std::atomic<bool> fifo_armed_{false};
+  std::atomic<long> progress_tid_{0};
+  void DemoteProgressThread();
+  static void ToOther(long tid);
+  uint32_t IdleWait(uint32_t us, bool fifo);
   // The wire's arrival descriptor, shared by the progress thread and
   // programs waiting for events: armed while anyone sleeps on it. Caller
   // holds mu; -1 when the port cannot notify now.

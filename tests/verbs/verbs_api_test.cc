@@ -8,6 +8,8 @@
 #include <infiniband/verbs.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -58,7 +60,8 @@ class VerbsApi : public ::testing::Test {
     run_dir_ = (fs::temp_directory_path() / ("droce-verbs-api-" + std::to_string(getpid()))).string();
     fs::remove_all(run_dir_);
     auto f = ParseDeviceFile(
-        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n");
+        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n"
+        "progress_sched=fifo\n");
     ASSERT_TRUE(f.ok()) << f.status();
     absl::Status s = WriteDeviceTree(run_dir_, kDevInfinibandDir, *f);
     if (s.code() == absl::StatusCode::kPermissionDenied) {
@@ -808,6 +811,103 @@ TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
     receivers.push_back(b);
   }
   ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
+}
+
+// With progress_sched=fifo (set in this suite's device file) the progress
+// thread runs SCHED_FIFO where the process may: its wake-ups preempt a program spinning on memory
+// instead of waiting out the spinner's time slice (doc/verbs.md).
+TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
+  bool permitted = false;
+  std::thread([&] {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+  }).join();
+  int found = 0, policy = -1, priority = -1;
+  const auto look = [&] {
+    found = 0;
+    for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+      FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
+      if (f == nullptr) continue;
+      char comm[64] = {};
+      const bool named = std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n";
+      std::fclose(f);
+      if (!named) continue;
+      ++found;
+      const pid_t tid = static_cast<pid_t>(std::stoi(task.path().filename().string()));
+      policy = sched_getscheduler(tid);
+      sched_param sp{};
+      if (sched_getparam(tid, &sp) == 0) priority = sp.sched_priority;
+    }
+  };
+  // The thread sets its policy as it starts: look again for up to a second.
+  look();
+  for (int i = 0; i < 100 && (found != 1 || policy != (permitted ? SCHED_FIFO : SCHED_OTHER)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    look();
+  }
+  ASSERT_EQ(found, 1) << "one progress thread for the device, named droce-progress";
+  if (permitted) {
+    EXPECT_EQ(policy, SCHED_FIFO);
+    EXPECT_EQ(priority, 1);
+  } else {
+    EXPECT_EQ(policy, SCHED_OTHER);
+  }
+}
+
+// Under progress_sched=fifo the progress thread serves only programs that
+// do not poll: while a program thread calls ibv_poll_cq it stands aside at
+// SCHED_OTHER (its look-backs and the arrivals the program polls for do not
+// preempt the program); once the program has stopped polling it takes
+// SCHED_FIFO again to sleep armed (doc/verbs.md, progress_sched).
+TEST_F(VerbsApi, FifoProgressThreadStandsAsideWhileTheProgramPolls) {
+  bool permitted = false;
+  std::thread([&] {
+    sched_param sp{};
+    sp.sched_priority = 1;
+    permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
+  }).join();
+  if (!permitted) GTEST_SKIP() << "SCHED_FIFO not permitted here";
+  pid_t tid = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
+    if (f == nullptr) continue;
+    char comm[64] = {};
+    if (std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n") {
+      tid = static_cast<pid_t>(std::stoi(task.path().filename().string()));
+    }
+    std::fclose(f);
+  }
+  ASSERT_NE(tid, 0) << "a progress thread named droce-progress";
+  // Idle first: the thread sleeps armed at SCHED_FIFO.
+  int policy = -1;
+  for (int i = 0; i < 100 && (policy = sched_getscheduler(tid)) != SCHED_FIFO; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(policy, SCHED_FIFO) << "an idle device's progress thread sleeps at SCHED_FIFO";
+  // Poll for 200 ms, looking at the thread's policy between polls: after
+  // the first 20 ms it is SCHED_OTHER (the odd SCHED_FIFO look is allowed:
+  // when this thread is descheduled for longer than app_active_us the
+  // progress thread rightly arms, and a timeout can wake it before the next
+  // poll demotes it).
+  ibv_wc wc[4];
+  int fifo_late = 0, other_late = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0;; ++i) {
+    (void)ibv_poll_cq(cq_, 4, wc);
+    if (i % 256 != 0) continue;
+    const auto t = std::chrono::steady_clock::now() - start;
+    if (t > std::chrono::milliseconds(200)) break;
+    if (t < std::chrono::milliseconds(20)) continue;
+    (sched_getscheduler(tid) == SCHED_FIFO ? fifo_late : other_late) += 1;
+  }
+  EXPECT_GT(other_late, 0);
+  EXPECT_LT(fifo_late * 10, other_late) << "SCHED_FIFO while the program polls: its wake-ups preempt the program";
+  // The program goes quiet: the thread is SCHED_FIFO again within a second.
+  for (int i = 0; i < 100 && (policy = sched_getscheduler(tid)) != SCHED_FIFO; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(policy, SCHED_FIFO) << "a quiet program's progress thread sleeps armed at SCHED_FIFO";
 }
 
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse

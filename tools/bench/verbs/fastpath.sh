@@ -6,7 +6,10 @@
 # machine whose speed drifts shifts both; compare within one run only.
 #   bash tools/bench/verbs/fastpath.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
 #   e.g. bash tools/bench/verbs/fastpath.sh before=/work/wt-fastpath-base/build-rel after=build-rel
-# Prints CSV rows tree,metric,value on stdout (a failed run is "failed").
+#   One build, two device settings: normal=build-rel fifo=build-rel@progress_sched=fifo
+#   (NAME=BUILD_DIR@key=value,key=value: droce-ctl link add ... set key=value for that tree).
+# Prints CSV rows tree,metric,value,load1 on stdout (a failed run is "failed"; load1: the 1-minute
+# load average when the value was taken: the host is shared, so every number carries it).
 # Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10),
 #      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone).
 # perftest's side channel is TCP port 18515: run nothing else that uses it
@@ -16,16 +19,21 @@ cd "$(dirname "$0")/../../.."
 secs=${SECS:-3}
 lat_runs=${LAT_RUNS:-10}
 names=() dirs=()
-for a in "$@"; do names+=("${a%%=*}"); dirs+=("$(cd "${a#*=}" && pwd)"); done
+sets=()  # device keys per tree: NAME=BUILD_DIR@key=value,key=value (verbs-pair.sh's LINK_SET)
+for a in "$@"; do
+  t=${a#*=} k=
+  [[ $t == *@* ]] && k=${t#*@} t=${t%%@*}
+  names+=("${a%%=*}"); dirs+=("$(cd "$t" && pwd)"); sets+=("${k//,/ }")
+done
 export SERVER_DELAY=1.5 PAIR_TIMEOUT=120
 pair() {  # BUILD dir, server cmd, client args
-  BUILD=$1 bash tools/verbs-pair.sh "$2 -d droce0 -x 1 $3" "$2 -d droce1 -x 1 $3 127.0.0.1" |
+  BUILD=$1 LINK_SET=$set bash tools/verbs-pair.sh "$2 -d droce0 -x 1 $3" "$2 -d droce1 -x 1 $3 127.0.0.1" |
     sed -n '/^--- client/,$p'
 }
 row() { grep -E '^ *[0-9]+ +[0-9]+ ' | head -1; }
-put() { echo "$1,$2,${3:-failed}"; }
+put() { echo "$1,$2,${3:-failed},$(cut -d' ' -f1 /proc/loadavg)"; }
 each() {  # runs "$@" once per tree with $name and $b set
-  for i in "${!names[@]}"; do name=${names[$i]} b=${dirs[$i]} "$@"; done
+  for i in "${!names[@]}"; do name=${names[$i]} b=${dirs[$i]} set=${sets[$i]} "$@"; done
 }
 engine() { put "$name" engine_64B_write_mmsgs "$(taskset -c 0 "$b"/tools/bench/engine/droce-engine-bench 3 8 1000000 |
   awk -F, '$1 == "write_64B_msg_rate" {print $2}')"; }
@@ -43,7 +51,7 @@ lat() {  # program metric-name
 }
 pingpong() {
   local r
-  r=$(BUILD=$b bash tools/verbs-pair.sh "ibv_rc_pingpong -d droce0 -g 1 -s 64 -n 5000" \
+  r=$(BUILD=$b LINK_SET=$set bash tools/verbs-pair.sh "ibv_rc_pingpong -d droce0 -g 1 -s 64 -n 5000" \
     "ibv_rc_pingpong -d droce1 -g 1 -s 64 -n 5000 127.0.0.1" | sed -n '/^--- client/,$p' |
     grep -oE '[0-9.]+ usec/iter' | head -1 | awk '{print $1}')
   put "$name" rc_pingpong_64B_us_per_iter "$r"

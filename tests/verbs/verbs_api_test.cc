@@ -937,7 +937,9 @@ TEST_F(VerbsApi, ExtendedApiInlineDataDoesNotAllocatePerRequest) {
     const int err = ibv_wr_complete(x);
     g_count_allocations = false;
     ASSERT_EQ(err, 0);
-    if (round > 0) EXPECT_EQ(g_allocations, 0) << "round " << round;
+    if (round > 0) {
+      EXPECT_EQ(g_allocations, 0) << "round " << round;
+    }
     g_allocations = 0;
     auto wcs = Poll(2 * kWrs);
     ASSERT_EQ(wcs.size(), size_t{2 * kWrs});

@@ -8,6 +8,10 @@
 #   switched  sw0 <-> sw1, two devices of a second droced started with
 #             DROCED_DIRECT=0: every frame crosses the daemon's switch (as before
 #             the direct rings)
+#   loopback  two QPs of fab0 in one process (the device's internal loopback;
+#             tools/bench/verbs/post_cost.c, not perftest: 64 KiB WRITEs, 64 in
+#             flight, Gb/s; and one 2 B WRITE at a time, the median time from
+#             post to completion, i.e. a round trip, not perftest's half)
 # Reports per mode the median of the rounds: 64 KiB ib_write_bw (Gb/s) and
 # 2 B ib_send_lat typical (us), the ratios the issue sets goals for, and
 # memory: droced's RSS idle and with two processes attached, and the RSS of
@@ -38,6 +42,7 @@ trap cleanup EXIT
 DROCE_RUN_DIR=$run2 DROCED_DIRECT=0 "$ctl" link add sw0 ip 10.2.0.1 >/dev/null || exit 1
 DROCE_RUN_DIR=$run2 DROCED_DIRECT=0 "$ctl" link add sw1 ip 10.2.0.2 >/dev/null || exit 1
 eval "$("$ctl" env)"
+cc -O2 tools/bench/verbs/post_cost.c -o "$run/post_cost" -libverbs || exit 1
 port=19300
 # pair SERVER_DEV CLIENT_DEV PROGRAM ARGS: the client's first result row.
 # sw* devices belong to the second run directory (its daemon switches every frame).
@@ -52,6 +57,7 @@ pair() {
   wait $s
 }
 declare -A bw lat
+lb_bw="" lb_lat=""
 modes=(direct fabric shared switched)
 declare -A devs=([direct]="droce0 droce1" [fabric]="fab0 fab1" [shared]="fab0 fab0" [switched]="sw0 sw1")
 for ((r = 1; r <= rounds; r++)); do
@@ -64,6 +70,11 @@ for ((r = 1; r <= rounds; r++)); do
     lat[$m]+="${v:-failed} "
     echo "round $r $m: write_bw ${bw[$m]} lat ${lat[$m]}" >&2
   done
+  v=$(timeout 60 "$run/post_cost" fab0 4000 64 1 65536 | grep -oE 'gbps=[0-9.]+' | cut -d= -f2)
+  lb_bw+="${v:-failed} "
+  v=$(timeout 60 "$run/post_cost" fab0 5000 1 1 2 | grep -oE 'completion_p50_us=[0-9.]+' | cut -d= -f2)
+  lb_lat+="${v:-failed} "
+  echo "round $r loopback: write_bw ${lb_bw} completion ${lb_lat}" >&2
 done
 median() { tr ' ' '\n' | grep -E '^[0-9.]+$' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "failed"}'; }
 # Memory (kB): droced idle, droced with two processes attached (a pair
@@ -94,6 +105,10 @@ wait $s $c
     echo "ib_write_bw_64KiB_gbps_${m}_all,\"${bw[$m]% }\""
     echo "ib_send_lat_2B_typical_us_${m}_all,\"${lat[$m]% }\""
   done
+  echo "post_cost_64KiB_write_gbps_loopback,$(median <<<"$lb_bw")"
+  echo "post_cost_2B_write_completion_p50_us_loopback,$(median <<<"$lb_lat")"
+  echo "post_cost_64KiB_write_gbps_loopback_all,\"${lb_bw% }\""
+  echo "post_cost_2B_write_completion_p50_us_loopback_all,\"${lb_lat% }\""
   echo "droced_rss_kb_idle,${droced_idle:-?}"
   echo "droced_rss_kb_two_attached,${droced_two:-?}"
   echo "verbs_process_rss_kb_fabric_device,${client_fabric:-?}"

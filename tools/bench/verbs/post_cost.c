@@ -5,9 +5,12 @@
 // kept in flight, one signaled in every 32, the program polling its CQ.
 // The one thread does everything: post_send (the doorbell), and through
 // poll_cq the receive, the responder, the ACKs and the completions.
-//   post_cost DEVICE WRITES OUTSTANDING [QPS]
+//   post_cost DEVICE WRITES OUTSTANDING [QPS] [SIZE]
 // Prints: writes, wall s, thread CPU s, CPU ns per WRITE, M WRITEs/s of
-// thread CPU time.
+// thread CPU time, Gb/s of wall time. SIZE (default 64, at most 65536) is
+// the WRITE's length. OUTSTANDING 1 signals every WRITE and also prints the
+// median post-to-completion time (one WRITE and its ACK through the
+// device's loopback: tools/bench/fabric's in-process latency).
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,15 +54,25 @@ static int ToRts(struct ibv_qp* q, uint32_t dest, union ibv_gid* gid) {
                                   IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+static int CompareDouble(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s DEVICE WRITES OUTSTANDING [QPS]\n", argv[0]);
+    fprintf(stderr, "usage: %s DEVICE WRITES OUTSTANDING [QPS] [SIZE]\n", argv[0]);
     return 2;
   }
   const long writes_arg = atol(argv[2]);
   const int outstanding = atoi(argv[3]);
   const int nqp = argc > 4 ? atoi(argv[4]) : 1;
-  if (nqp < 1 || nqp > 64 || outstanding < 32 || outstanding % 32 != 0) return 2;
+  const long size = argc > 5 ? atol(argv[5]) : 64;
+  // One signaled WRITE in every 32, or every one when a single WRITE is in flight.
+  const int every = outstanding == 1 ? 1 : 32;
+  if (nqp < 1 || nqp > 64 || size < 1 || size > 65536) return 2;
+  if (outstanding != 1 && (outstanding < 32 || outstanding % 32 != 0)) return 2;
+  if (outstanding == 1 && nqp != 1) return 2;
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
   struct ibv_context* ctx = NULL;
@@ -72,7 +85,7 @@ int main(int argc, char** argv) {
   }
   struct ibv_pd* pd = ibv_alloc_pd(ctx);
   struct ibv_cq* cq = ibv_create_cq(ctx, 4096, NULL, NULL, 0);
-  static char buf[1 << 16];
+  static char buf[2 << 16];  // WRITEs from the first half into the second
   struct ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   union ibv_gid gid;
   if (!pd || !cq || !mr || ibv_query_gid(ctx, 1, 1, &gid)) return 1;
@@ -92,17 +105,19 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  // Per QP: WRs posted and completed. WRITES is rounded to whole groups of 32
-  // per QP, so every QP's last WR is a signaled one.
-  const long writes = (writes_arg + 32L * nqp - 1) / (32L * nqp) * 32L * nqp;
+  // Per QP: WRs posted and completed. WRITES is rounded to whole groups of
+  // `every` per QP, so every QP's last WR is a signaled one.
+  const long writes = (writes_arg + (long)every * nqp - 1) / ((long)every * nqp) * every * nqp;
   long posted[64] = {0}, done[64] = {0}, total_done = 0;
-  const int per_qp = outstanding / nqp < 32 ? 32 : outstanding / nqp / 32 * 32;
+  const int per_qp = outstanding == 1 ? 1 : outstanding / nqp < 32 ? 32 : outstanding / nqp / 32 * 32;
+  double* lat_us = outstanding == 1 ? calloc((size_t)writes, sizeof(double)) : NULL;
+  double posted_at = 0;
   const double w0 = Now(CLOCK_MONOTONIC), c0 = Now(CLOCK_THREAD_CPUTIME_ID);
   long total_posted = 0;
   while (total_done < writes) {
     for (int k = 0; k < nqp; ++k) {
       while (posted[k] - done[k] < per_qp && posted[k] < writes / nqp) {
-        struct ibv_sge sge = {(uintptr_t)buf, 64, mr->lkey};
+        struct ibv_sge sge = {(uintptr_t)buf, (uint32_t)size, mr->lkey};
         struct ibv_send_wr wr, *bad;
         memset(&wr, 0, sizeof wr);
         wr.sg_list = &sge;
@@ -111,8 +126,9 @@ int main(int argc, char** argv) {
         ++posted[k];
         ++total_posted;
         wr.wr_id = ((uint64_t)k << 40) | (uint64_t)posted[k];  // a signaled WR completes those before it
-        wr.send_flags = posted[k] % 32 == 0 ? IBV_SEND_SIGNALED : 0;
-        wr.wr.rdma.remote_addr = (uintptr_t)buf + 4096;
+        wr.send_flags = posted[k] % every == 0 ? IBV_SEND_SIGNALED : 0;
+        wr.wr.rdma.remote_addr = (uintptr_t)buf + (1 << 16);
+        if (lat_us) posted_at = Now(CLOCK_MONOTONIC);
         wr.wr.rdma.rkey = mr->rkey;
         if (ibv_post_send(src[k], &wr, &bad)) {
           fprintf(stderr, "post_send failed\n");
@@ -131,11 +147,18 @@ int main(int argc, char** argv) {
       const long before = done[k];
       done[k] = (long)(wc[i].wr_id & ((1ull << 40) - 1));
       total_done += done[k] - before;
+      if (lat_us) lat_us[total_done - 1] = (Now(CLOCK_MONOTONIC) - posted_at) * 1e6;
     }
   }
   const double wall = Now(CLOCK_MONOTONIC) - w0, cpu = Now(CLOCK_THREAD_CPUTIME_ID) - c0;
-  printf("writes=%ld qps=%d outstanding=%d wall_s=%.3f thread_cpu_s=%.3f cpu_ns_per_write=%.1f "
-         "mwrites_per_cpu_s=%.3f\n",
-         writes, nqp, outstanding, wall, cpu, cpu * 1e9 / writes, writes / cpu / 1e6);
+  printf("writes=%ld qps=%d outstanding=%d size=%ld wall_s=%.3f thread_cpu_s=%.3f cpu_ns_per_write=%.1f "
+         "mwrites_per_cpu_s=%.3f gbps=%.2f",
+         writes, nqp, outstanding, size, wall, cpu, cpu * 1e9 / writes, writes / cpu / 1e6,
+         writes * size * 8 / wall / 1e9);
+  if (lat_us) {
+    qsort(lat_us, (size_t)writes, sizeof(double), CompareDouble);
+    printf(" completion_p50_us=%.2f", lat_us[writes / 2]);
+  }
+  printf("\n");
   return 0;
 }

@@ -126,18 +126,7 @@ class DelayPair {
       cfg.sr_max_inflight_packets = window;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
       cfg.ipv4 = 0x0A000001 + i;
-      s_[i].dev = std::make_unique<Device>(cfg, io_[i].get());
-      Side& s = s_[i];
-      s.pd = s.dev->AllocPd();
-      s.cq = *s.dev->CreateCq(4096);
-      QpInitAttr init;
-      init.pd = s.pd;
-      init.send_cq = init.recv_cq = s.cq;
-      init.caps.max_send_wr = 1024;
-      s.qpn = *s.dev->CreateQp(init);
-      s.mem.resize(4 << 20);
-      s.keys = *s.dev->RegMr(s.pd, s.mem.data(), s.mem.size(), reinterpret_cast<uint64_t>(s.mem.data()),
-                             mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
+      OpenSide(s_[i], cfg, io_[i].get(), 4 << 20);
     }
     for (int i = 0; i < 2; ++i) {
       ConnectParams c;

@@ -33,6 +33,25 @@ struct Side {
   mem::MrKeys keys{};
 };
 
+// One end of a test pair: a device on `io`, its PD, one CQ, one QP and
+// `mem_bytes` of registered memory open to every remote access.
+inline void OpenSide(Side& s, const DeviceConfig& cfg, pktio::BurstIo* io, uint32_t mem_bytes,
+                     transport::QpType type = transport::QpType::kRc) {
+  s.dev = std::make_unique<Device>(cfg, io);
+  s.pd = s.dev->AllocPd();
+  s.cq = *s.dev->CreateCq(4096);
+  QpInitAttr init;
+  init.pd = s.pd;
+  init.send_cq = init.recv_cq = s.cq;
+  init.caps.max_send_wr = 1024;
+  init.caps.max_recv_wr = 1024;
+  init.caps.type = type;
+  s.qpn = *s.dev->CreateQp(init);
+  s.mem.resize(mem_bytes);
+  s.keys = *s.dev->RegMr(s.pd, s.mem.data(), s.mem.size(), reinterpret_cast<uint64_t>(s.mem.data()),
+                         mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
+}
+
 class RcPair {
  public:
   RcPair(Impairments imp, uint32_t seed, uint32_t mtu = 1024, uint32_t mem_bytes = 4 << 20,
@@ -54,20 +73,7 @@ class RcPair {
         cfg.dcqcn = true;
         cfg.dcqcn_params = *dcqcn_a;
       }
-      s_[i].dev = std::make_unique<Device>(cfg, &link_.end(i));
-      Side& s = s_[i];
-      s.pd = s.dev->AllocPd();
-      s.cq = *s.dev->CreateCq(4096);
-      QpInitAttr init;
-      init.pd = s.pd;
-      init.send_cq = init.recv_cq = s.cq;
-      init.caps.max_send_wr = 1024;
-      init.caps.max_recv_wr = 1024;
-      init.caps.type = type;
-      s.qpn = *s.dev->CreateQp(init);
-      s.mem.resize(mem_bytes);
-      s.keys = *s.dev->RegMr(s.pd, s.mem.data(), s.mem.size(), reinterpret_cast<uint64_t>(s.mem.data()),
-                             mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
+      OpenSide(s_[i], cfg, &link_.end(i), mem_bytes, type);
     }
     const uint32_t psn[2] = {start_psn_a, start_psn_b};
     for (int i = 0; i < 2; ++i) {

@@ -813,16 +813,23 @@ TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
   ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
 }
 
-// With progress_sched=fifo (set in this suite's device file) the progress
-// thread runs SCHED_FIFO where the process may: its wake-ups preempt a program spinning on memory
-// instead of waiting out the spinner's time slice (doc/verbs.md).
-TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
+// Whether this process may run a thread SCHED_FIFO (CAP_SYS_NICE, an
+// RT-capable cgroup): tried on a throwaway thread.
+bool SchedFifoPermitted() {
   bool permitted = false;
   std::thread([&] {
     sched_param sp{};
     sp.sched_priority = 1;
     permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
   }).join();
+  return permitted;
+}
+
+// With progress_sched=fifo (set in this suite's device file) the progress
+// thread runs SCHED_FIFO where the process may: its wake-ups preempt a program spinning on memory
+// instead of waiting out the spinner's time slice (doc/verbs.md).
+TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
+  const bool permitted = SchedFifoPermitted();
   int found = 0, policy = -1, priority = -1;
   const auto look = [&] {
     found = 0;
@@ -861,12 +868,7 @@ TEST_F(VerbsApi, ProgressThreadRunsSchedFifoWhenPermitted) {
 // preempt the program); once the program has stopped polling it takes
 // SCHED_FIFO again to sleep armed (doc/verbs.md, progress_sched).
 TEST_F(VerbsApi, FifoProgressThreadStandsAsideWhileTheProgramPolls) {
-  bool permitted = false;
-  std::thread([&] {
-    sched_param sp{};
-    sp.sched_priority = 1;
-    permitted = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
-  }).join();
+  const bool permitted = SchedFifoPermitted();
   if (!permitted) GTEST_SKIP() << "SCHED_FIFO not permitted here";
   pid_t tid = 0;
   for (const auto& task : fs::directory_iterator("/proc/self/task")) {

@@ -50,19 +50,25 @@ check "uplink counters moved on both" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon st
 
 # The same two hosts joined by a netdev instead: each daemon's uplink is
 # net_af_packet on one end of a veth pair (root only; path MTU 2048 on
-# af_packet, doc/ethdev.md).
-if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null; then
+# af_packet, doc/ethdev.md). Host D's end and daemon live in their own
+# network namespace, as another host's would: DPDK 22.11's af_packet joins
+# PACKET_FANOUT group (pid ^ ifindex) & 0xffff, and two daemons in one
+# namespace whose groups collide fail to start (EINVAL; doc/droced.md).
+ns=dfu$$
+if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null && ip netns add $ns 2>/dev/null &&
+   ip link set dfu$$b netns $ns; then
   for d in "$B" "$A"; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
   C=$(mktemp -d /tmp/droce-hostC.XXXXXX) D=$(mktemp -d /tmp/droce-hostD.XXXXXX)
   cleanup() {
     for d in "$B" "$A" "$D" "$C"; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
     ip link del dfu$$a 2>/dev/null
+    ip netns del $ns 2>/dev/null
     [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$A" "$B" "$C" "$D"
   }
-  ip link set dfu$$a mtu 9000 up; ip link set dfu$$b mtu 9000 up
+  ip link set dfu$$a mtu 9000 up; ip netns exec $ns ip link set dfu$$b mtu 9000 up
   afp="framesz=4096,blocksz=4096,framecnt=1024,qpairs=1"
   DROCE_RUN_DIR=$C DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$a,$afp" "$ctl" link add droce0 ip 10.0.0.1 ip fd00::1 mtu 2048 >/dev/null &&
-  DROCE_RUN_DIR=$D DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$b,$afp" "$ctl" link add droce2 ip 10.0.0.3 ip fd00::3 mtu 2048 >/dev/null ||
+  DROCE_RUN_DIR=$D DROCED_UPLINK="vdev:net_af_packet_up,iface=dfu$$b,$afp" ip netns exec $ns "$ctl" link add droce2 ip 10.0.0.3 ip fd00::3 mtu 2048 >/dev/null ||
     { echo "FAIL registering the af_packet hosts"; failed=$((failed + 1)); }
   A=$C B=$D
   log_dirs=("$C" "$D")
@@ -76,6 +82,7 @@ if ip link add dfu$$a type veth peer name dfu$$b 2>/dev/null; then
     pair "$C" "rping -s -a fd00::1 -p $p -C 10" "$D" "rping -c -a fd00::1 -p $p -C 10 -v"
   check "af_packet uplink counters moved" bash -c "DROCE_RUN_DIR=$D '$ctl' daemon status | grep -E 'uplink net_af_packet_up.*to_uplink [1-9].*rx [1-9]'"
 else
-  echo "SKIP af_packet uplinks (cannot create a veth pair: not root?)"
+  ip link del dfu$$a 2>/dev/null; ip netns del $ns 2>/dev/null
+  echo "SKIP af_packet uplinks (cannot create a veth pair or a network namespace: not root?)"
 fi
 finish uplink

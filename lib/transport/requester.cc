@@ -1,6 +1,7 @@
 // Requester (IBTA 9.7.1-9.7.4): validates and starts work requests, assigns
 // PSNs, segments messages by path MTU and builds request packets.
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -584,7 +585,17 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
 void RcQp::SrRackScan() {
   if (req_.sr_resent_count == 0) return;
   SrSlide();
+  // Only PSNs resent can be lost again: walk the set bits of sr_resent, a
+  // 64-PSN word at a time (at most kSrWindow / 64 words per scan).
   for (uint32_t psn = req_.psn_una; PsnLess(psn, req_.sr_retx_next); psn = PsnAdd(psn, 1)) {
+    const uint32_t bit = psn % kSrWindow;
+    const uint64_t rest = req_.sr_resent[bit / 64] >> (bit % 64);
+    if (rest == 0) {
+      psn = PsnAdd(psn, 63 - bit % 64);  // the loop's +1 lands on the next word
+      continue;
+    }
+    psn = PsnAdd(psn, static_cast<uint32_t>(std::countr_zero(rest)));
+    if (!PsnLess(psn, req_.sr_retx_next)) return;
     if (!SrLostAgain(psn)) continue;
     if (!req_.sr_rack_active) {
       req_.sr_rack_active = true;

@@ -286,13 +286,21 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
         return fail(absl::InvalidArgumentError("progress_sched: fifo or normal"));
       }
       f.progress.sched_fifo = v == "fifo";
+    } else if (key == "progress_pm_qos_us") {
+      if (v == "off") {
+        f.progress.pm_qos_us = -1;
+      } else {
+        auto x = ParseU32(key, v, 0, 2000000000);
+        if (!x.ok()) return fail(x.status());
+        f.progress.pm_qos_us = static_cast<int32_t>(*x);
+      }
     } else if (key == "progress_rt_priority") {
       auto x = ParseU32(key, v, 1, 99);
       if (!x.ok()) return fail(x.status());
       f.progress.rt_priority = *x;
     } else if (key == "progress_spins" || key == "progress_hot_us" || key == "progress_hot_sleep_us" ||
                key == "progress_max_sleep_us" || key == "progress_app_active_us" ||
-               key == "event_busy_poll_us" || key == "progress_slice_us") {
+               key == "progress_app_active_max_us" || key == "event_busy_poll_us" || key == "progress_slice_us") {
       auto x = ParseU32(key, v, 0, 100000000);
       if (!x.ok()) return fail(x.status());
       if (key == "progress_spins") f.progress.spins = *x;
@@ -300,6 +308,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       if (key == "progress_hot_sleep_us") f.progress.hot_sleep_us = *x;
       if (key == "progress_max_sleep_us") f.progress.max_sleep_us = *x;
       if (key == "progress_app_active_us") f.progress.app_active_us = *x;
+      if (key == "progress_app_active_max_us") f.progress.app_active_max_us = *x;
       if (key == "event_busy_poll_us") f.progress.event_busy_poll_us = *x;
       if (key == "progress_slice_us") f.progress.slice_us = *x;
     } else {
@@ -353,12 +362,15 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");
   if (f.lid != 0) absl::StrAppend(&out, "lid=", f.lid, "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
-                        "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_wakeup=%s\n"
+                        "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_app_active_max_us=%u\n"
+                        "progress_wakeup=%s\n"
                         "event_busy_poll_us=%u\nprogress_slice_us=%u\nprogress_sched=%s\n"
                         "progress_rt_priority=%u\n",
                         f.progress.spins, f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
-                        f.progress.app_active_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us,
+                        f.progress.app_active_us, f.progress.app_active_max_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us,
                         f.progress.slice_us, f.progress.sched_fifo ? "fifo" : "normal", f.progress.rt_priority);
+  absl::StrAppend(&out, "progress_pm_qos_us=",
+                  f.progress.pm_qos_us < 0 ? std::string("off") : absl::StrCat(f.progress.pm_qos_us), "\n");
   return out;
 }
 

@@ -6,6 +6,7 @@
 #ifndef DROCE_DRIVERS_VERBS_DEVICE_CONFIG_H_
 #define DROCE_DRIVERS_VERBS_DEVICE_CONFIG_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -26,6 +27,11 @@ struct ProgressConfig {
   uint32_t hot_sleep_us = 5;
   uint32_t max_sleep_us = 1000;   // then sleep steps double up to this
   uint32_t app_active_us = 20;    // the program called poll_cq this recently: let it drive
+  // While the program keeps polling (every look-back finds a poll within
+  // app_active_us) the look-backs space out, doubling up to this: each one
+  // is a timer wake-up that preempts a busy-polling program. app_active_us
+  // (or less) keeps them fixed.
+  uint32_t app_active_max_us = 200;
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
   // ibv_get_cq_event (through libdroce-preload.so) polls the dataplane this
   // long before it sleeps on the wire and the channel (like Linux's
@@ -43,6 +49,45 @@ struct ProgressConfig {
   // Off, or refused: SCHED_OTHER with slice_us.
   bool sched_fifo = false;
   uint32_t rt_priority = 1;
+  // progress_pm_qos_us: while the progress thread is hot (a program polled
+  // or waits for an event, or a packet came within hot_us) the runtime
+  // holds /dev/cpu_dma_latency at this many microseconds (PM QoS, as
+  // tuned's latency-performance profile does): idle CPUs then stay in
+  // shallow states (0: poll) and a wake-up does not first leave a halted
+  // vCPU. Released once the thread goes idle. Costs: idle CPUs spin while
+  // held (power, a VM host's CPU). -1: off (the default). Needs write access
+  // to the device (root); refused, it does nothing (DROCE_DEBUG says so).
+  int32_t pm_qos_us = -1;
+};
+
+// When the progress thread, standing aside for a polling program, looks
+// again (progress_app_active_us, progress_app_active_max_us): the first
+// look-back comes app_active_us after the program's last poll; each
+// further one in a row that still finds the program polling doubles the
+// spacing up to app_active_max_us. A look-back that finds the program
+// quiet (the thread then polls itself) starts again at app_active_us.
+class LookBackPacer {
+ public:
+  LookBackPacer(uint32_t active_us, uint32_t max_us)
+      : active_ns_(uint64_t{active_us} * 1000), max_ns_(uint64_t{max_us} * 1000) {}
+  // The program polled at last_app_ns, within app_active_us of now_ns:
+  // when to look again.
+  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns) {
+    uint64_t wake_ns = last_app_ns + active_ns_;
+    if (streak_++ > 0 && max_ns_ > active_ns_) {
+      spacing_ns_ = std::min(spacing_ns_ * 2, max_ns_);
+      wake_ns = std::max(wake_ns, now_ns + spacing_ns_);
+    } else {
+      spacing_ns_ = active_ns_;
+    }
+    return wake_ns;
+  }
+  void Quiet() { streak_ = 0; }
+
+ private:
+  uint64_t active_ns_, max_ns_;
+  uint64_t spacing_ns_ = 0;
+  uint32_t streak_ = 0;  // look-backs in a row that found the program polling
 };
 
 // Entries of the port's GID table as verbs reports it (gid_tbl_len): the

@@ -30,7 +30,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "ip=fd00::1\nmac=02:aa:bb:cc:dd:ee\nneighbor=10.0.0.2 02:00:00:00:00:02\nmtu=1024\n"
                      "eal_args=--log-level=debug -l 1\ndscp=26\necn=0\nvlan=100\npcp=3\nmax_qp=64\ncnp=off\n"
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
-                     "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nnetdev=eth0\n"
+                     "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
                      "sr_rto_min_us=40\nsr_tlp=off\n";
   auto f = ParseDeviceFile(text);
@@ -55,6 +55,13 @@ TEST(DeviceFile, RoundTripsEveryField) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->dev.min_time_between_cnps_ns, 50000u);
   EXPECT_EQ(g->progress.app_active_us, 300u);
+  EXPECT_EQ(g->progress.app_active_max_us, 900u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.app_active_max_us, 200u);
+  EXPECT_EQ(g->progress.pm_qos_us, 0);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.pm_qos_us, -1);  // off unless asked
+  EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "progress_pm_qos_us=50\n")->progress.pm_qos_us, 50);
+  EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "progress_pm_qos_us=off\n")->progress.pm_qos_us, -1);
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_pm_qos_us=-1\n").ok());
   EXPECT_FALSE(g->progress.wakeup);
   EXPECT_EQ(g->progress.event_busy_poll_us, 30u);
   EXPECT_EQ(g->progress.slice_us, 250u);
@@ -161,6 +168,37 @@ TEST(DeviceFile, FabricLid) {
   EXPECT_FALSE(ParseDeviceFile("name=droce0\nip=10.0.0.1\nfabric=on\nfabric_dir=/tmp/run\nlid=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile("name=droce0\nip=10.0.0.1\nfabric=on\nfabric_dir=/tmp/run\nlid=49152\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "lid=3\n").ok());  // a wire: lid_peer instead
+}
+
+}  // namespace
+}  // namespace droce::verbs
+
+namespace droce::verbs {
+namespace {
+
+// The progress thread's look-backs while a program keeps polling: the
+// first app_active_us after its last poll, then doubling to the maximum;
+// one that found the program quiet starts over (doc/verbs.md).
+TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) {
+  LookBackPacer p(20, 200);
+  uint64_t now = 1'000'000;
+  EXPECT_EQ(p.StandAside(now, now - 5'000), now + 15'000);  // 20 us after the last poll
+  now += 15'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 40'000);
+  now += 40'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 80'000);
+  now += 80'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 160'000);
+  now += 160'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 200'000);  // the maximum
+  now += 200'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 200'000);
+  p.Quiet();  // ib_write_lat: polled for its completion, then spun on memory
+  now += 500'000;
+  EXPECT_EQ(p.StandAside(now, now - 2'000), now + 18'000);
+  // A maximum at or below app_active_us keeps the fixed look-back.
+  LookBackPacer fixed(20, 20);
+  for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000), now + 17'000);
 }
 
 }  // namespace

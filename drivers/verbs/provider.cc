@@ -1573,3 +1573,17 @@ extern "C" __attribute__((visibility("default"))) int droce_wait_comp_channel(ib
   if (rt == nullptr) return 0;
   return rt->WaitForChannel(channel->fd, cq_handle);
 }
+
+// The progress thread's counters for tests (DROCE_STATS prints them at
+// exit): look-backs that found the program polling, and progress_pm_qos_us
+// holds. Found like droce_wait_comp_channel (dladdr on the device's ops).
+// Returns 0, or EINVAL for a context without a dataplane yet.
+extern "C" __attribute__((visibility("default"))) int droce_progress_counters(ibv_context* context,
+                                                                              uint64_t* stand_asides,
+                                                                              uint64_t* pm_qos_holds) {
+  droce::verbs::Runtime* rt = context != nullptr ? droce::verbs::Rt(context) : nullptr;
+  if (rt == nullptr) return EINVAL;
+  *stand_asides = rt->stats().progress_stand_asides.load(std::memory_order_relaxed);
+  *pm_qos_holds = rt->stats().pm_qos_holds.load(std::memory_order_relaxed);
+  return 0;
+}

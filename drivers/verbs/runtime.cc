@@ -264,12 +264,12 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s, demoted %lu, yielded to the program %lu), events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s, demoted %lu, yielded to the program %lu), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
                progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER", stats_.progress_fifo_demotions.load(),
-               stats_.progress_fifo_yields.load(),
+               stats_.progress_fifo_yields.load(), stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
@@ -770,6 +770,7 @@ void Runtime::ProgressLoop() {
   uint64_t idle_since = 0;   // the first empty poll of this spin
   uint64_t busy_since = last_work;  // the first poll since the last sleep
   uint32_t sleep_us = 1;
+  LookBackPacer pacer(pc.app_active_us, pc.app_active_max_us);
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
     if (fifo && now - busy_since > kFifoBusyNs) {
@@ -781,6 +782,7 @@ void Runtime::ProgressLoop() {
     if (app_waiters_.load(std::memory_order_acquire) > 0) {
       // A program thread waits for an event and drives the dataplane
       // meanwhile (WaitForChannel): look back after max_sleep_us.
+      HoldPmQos();
       stand_aside();
       nap(pc.max_sleep_us);
       busy_since = NowNs();
@@ -797,18 +799,31 @@ void Runtime::ProgressLoop() {
       // Until the program has not polled for app_active_us: one that stops
       // polling (to spin on memory) gets this thread after app_active_us,
       // not after up to twice that as with whole app_active_us sleeps.
+      // A program that is still polling at the next look-back polls
+      // continuously (ibv_rc_pingpong, ib_send_lat): the look-backs then
+      // double up to app_active_max_us. Each is a timer wake-up whose short
+      // slice preempts the polling program (measured: every 20 us cost
+      // ibv_rc_pingpong most of its time, doc/verbs.md); one that found the
+      // program quiet starts again at app_active_us (ib_write_lat polls for
+      // its send completion, then spins on memory: its look-back still
+      // lands app_active_us after that poll).
+      HoldPmQos();
       stand_aside();
-      nap(static_cast<uint32_t>((last_app + stand_aside_ns - now) / 1000));
+      const uint64_t wake_ns = pacer.StandAside(now, last_app);
+      stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
+      nap(static_cast<uint32_t>((wake_ns - now) / 1000));
       busy_since = NowNs();
       continue;
     }
+    pacer.Quiet();
     uint32_t work = 0;
-    if (mu.try_lock()) {
+    if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {
       work = PollLocked(NowNs());
       mu.unlock();
       stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
     }
     if (work > 0) {
+      HoldPmQos();
       idle = 0;
       sleep_us = 1;
       last_work = now;
@@ -832,6 +847,7 @@ void Runtime::ProgressLoop() {
     // so the arrival wakes it within microseconds and no timer wakes it in
     // between (timed hot sleeps cost a preemption of the program every
     // hot_sleep_us).
+    if (!hot) ReleasePmQos();  // idle: CPUs may sleep deeply again
     if (hot && !fifo) {
       SleepUs(std::max<uint32_t>(pc.hot_sleep_us, 1));
       busy_since = NowNs();
@@ -850,6 +866,32 @@ void Runtime::ProgressLoop() {
       sleep_us = std::min<uint32_t>(sleep_us * 2, std::max<uint32_t>(pc.max_sleep_us, 1));
     }
   }
+  ReleasePmQos();
+}
+
+// progress_pm_qos_us (doc/verbs.md): a PM QoS CPU latency request lives as
+// long as the descriptor it was written to.
+void Runtime::HoldPmQos() {
+  const int32_t us = file_.progress.pm_qos_us;
+  if (us < 0 || pm_qos_fd_ >= 0 || pm_qos_refused_) return;
+  const int fd = open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, &us, sizeof us) != sizeof us) {
+    pm_qos_refused_ = true;  // not asked again: this is the hot loop
+    if (std::getenv("DROCE_DEBUG") != nullptr) {
+      std::fprintf(stderr, "droce %s: progress_pm_qos_us refused: /dev/cpu_dma_latency: %s\n", file_.name.c_str(),
+                   std::strerror(errno));
+    }
+    if (fd >= 0) close(fd);
+    return;
+  }
+  pm_qos_fd_ = fd;
+  stats_.pm_qos_holds.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Runtime::ReleasePmQos() {
+  if (pm_qos_fd_ < 0) return;
+  close(pm_qos_fd_);
+  pm_qos_fd_ = -1;
 }
 
 // Sleeps up to `us`, or until a frame arrives when the port can say so:
@@ -860,7 +902,7 @@ uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
   int fd = -1;
   bool busy = false;  // a program thread holds the device: it is active, look back soon
   if (link_up()) {
-    if (mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
+    if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
       fd = ArmWireLocked();
       const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
       if (work > 0) DisarmWireLocked();

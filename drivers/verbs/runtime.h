@@ -48,18 +48,30 @@ struct CqWatch {
   bool overrun_reported = false;
 };
 
+// Runtime::mu: the device's mutex, and how many program threads are
+// waiting for it. The progress thread does not try-lock while one is: its
+// next round would take the device back the moment it let go (a woken
+// futex waiter loses that race), and the program is about to drive anyway.
+struct DeviceMutex : std::mutex {
+  std::atomic<int> app_waiting{0};
+};
+
 // The program's side of Runtime::mu. The progress thread holds it for one
 // poll round (microseconds), so the program spins for it before sleeping in
 // the kernel: a thread woken from a futex on a 2-core machine whose CPUs run
 // a spinning program can wait there for a scheduler slice (milliseconds).
 class AppLock {
  public:
-  explicit AppLock(std::mutex& mu) : mu_(mu) {
-    for (int i = 0; i < kSpins; ++i) {
-      if (mu_.try_lock()) return;
+  explicit AppLock(DeviceMutex& mu) : mu_(mu) {
+    if (mu_.try_lock()) return;
+    mu_.app_waiting.fetch_add(1, std::memory_order_relaxed);
+    bool got = false;
+    for (int i = 0; i < kSpins && !got; ++i) {
       __builtin_ia32_pause();
+      got = mu_.try_lock();
     }
-    mu_.lock();
+    if (!got) mu_.lock();
+    mu_.app_waiting.fetch_sub(1, std::memory_order_relaxed);
   }
   ~AppLock() { mu_.unlock(); }
   AppLock(const AppLock&) = delete;
@@ -67,7 +79,7 @@ class AppLock {
 
  private:
   static constexpr int kSpins = 2000;  // tens of microseconds
-  std::mutex& mu_;
+  DeviceMutex& mu_;
 };
 
 class Runtime {
@@ -78,7 +90,7 @@ class Runtime {
   void PrintQpStats(uint32_t qpn);  // DROCE_STATS=1: one QP's counters (at destroy and close)
   void ReportAtExit();
 
-  std::mutex mu;  // guards everything below but the atomics
+  DeviceMutex mu;  // guards everything below but the atomics
   core::Device& dev() { return *dev_; }
   const DeviceFile& file() const { return file_; }
   bool link_up() const { return link_up_.load(std::memory_order_relaxed); }
@@ -155,7 +167,9 @@ class Runtime {
 
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
-        async_events{0}, progress_fifo_demotions{0}, progress_fifo_yields{0};
+        async_events{0}, progress_fifo_demotions{0}, progress_fifo_yields{0},
+        progress_stand_asides{0},
+        pm_qos_holds{0};  // progress_pm_qos_us: times the request was taken (released when idle)  // look-backs that found the program polling (naps while it drives)
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -202,6 +216,12 @@ class Runtime {
   void DemoteProgressThread();
   static void ToOther(long tid);
   uint32_t IdleWait(uint32_t us, bool fifo);
+  // progress_pm_qos_us: the progress thread holds a CPU latency request
+  // while hot and drops it when it goes idle. Progress thread only.
+  void HoldPmQos();
+  void ReleasePmQos();
+  int pm_qos_fd_ = -1;
+  bool pm_qos_refused_ = false;
   // The wire's arrival descriptor, shared by the progress thread and
   // programs waiting for events: armed while anyone sleeps on it. Caller
   // holds mu; -1 when the port cannot notify now.

@@ -6,6 +6,7 @@
 // runs this test with it preloaded).
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -22,7 +23,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <climits>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -61,7 +64,7 @@ class VerbsApi : public ::testing::Test {
     fs::remove_all(run_dir_);
     auto f = ParseDeviceFile(
         "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n"
-        "progress_sched=fifo\n");
+        "progress_sched=fifo\nprogress_pm_qos_us=100\n");
     ASSERT_TRUE(f.ok()) << f.status();
     absl::Status s = WriteDeviceTree(run_dir_, kDevInfinibandDir, *f);
     if (s.code() == absl::StatusCode::kPermissionDenied) {
@@ -910,6 +913,66 @@ TEST_F(VerbsApi, FifoProgressThreadStandsAsideWhileTheProgramPolls) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(policy, SCHED_FIFO) << "a quiet program's progress thread sleeps armed at SCHED_FIFO";
+}
+
+// The provider's droce_progress_counters (found as libdroce-preload.so finds
+// droce_wait_comp_channel: in the library that holds the context's ops).
+struct ProgressCounters {
+  uint64_t stand_asides = 0, pm_qos_holds = 0;
+};
+ProgressCounters ReadProgressCounters(ibv_context* ctx) {
+  using Fn = int (*)(ibv_context*, uint64_t*, uint64_t*);
+  Dl_info info{};
+  ProgressCounters c;
+  if (dladdr(reinterpret_cast<void*>(ctx->ops.poll_cq), &info) == 0 || info.dli_fname == nullptr) {
+    ADD_FAILURE() << "no provider library";
+    return c;
+  }
+  void* lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) {
+    ADD_FAILURE() << "provider not loaded";
+    return c;
+  }
+  auto fn = reinterpret_cast<Fn>(dlsym(lib, "droce_progress_counters"));
+  dlclose(lib);
+  if (fn == nullptr) {
+    ADD_FAILURE() << "no droce_progress_counters";
+    return c;
+  }
+  EXPECT_EQ(fn(ctx, &c.stand_asides, &c.pm_qos_holds), 0);
+  return c;
+}
+
+// progress_pm_qos_us (100 in this suite's device file, a bound that keeps
+// the host's idle states): the progress thread holds /dev/cpu_dma_latency
+// while the program polls and lets it go once the device is idle
+// (doc/verbs.md). Needs write access to the device (root).
+TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
+  if (access("/dev/cpu_dma_latency", W_OK) != 0) GTEST_SKIP() << "no write access to /dev/cpu_dma_latency";
+  const auto held = [] {
+    for (const auto& fd : fs::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (fs::read_symlink(fd.path(), ec) == "/dev/cpu_dma_latency") return true;
+    }
+    return false;
+  };
+  const uint64_t holds_before = ReadProgressCounters(ctx_).pm_qos_holds;
+  ibv_wc wc[4];
+  bool seen = false;
+  const auto start = std::chrono::steady_clock::now();
+  while (!seen && std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
+    for (int i = 0; i < 1000; ++i) (void)ibv_poll_cq(cq_, 4, wc);
+    seen = held();
+  }
+  EXPECT_TRUE(seen) << "no PM QoS request while the program polled";
+  EXPECT_GT(ReadProgressCounters(ctx_).pm_qos_holds, holds_before);
+  // Quiet: after progress_hot_us (2 ms) the thread goes idle and lets go.
+  bool released = false;
+  for (int i = 0; i < 200 && !released; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    released = !held();
+  }
+  EXPECT_TRUE(released) << "the PM QoS request outlived the hot phase";
 }
 
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse

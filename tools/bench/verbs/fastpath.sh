@@ -11,7 +11,9 @@
 # Prints CSV rows tree,metric,value,load1 on stdout (a failed run is "failed"; load1: the 1-minute
 # load average when the value was taken: the host is shared, so every number carries it).
 # Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10),
-#      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone).
+#      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone),
+#      or ONLY=a comma list of engine,bw,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone),
+#      PINGPONG_RUNS (default 2).
 # perftest's side channel is TCP port 18515: run nothing else that uses it
 # meanwhile (the verbs_memif test does), or pairs fail.
 set -uo pipefail
@@ -56,11 +58,14 @@ pingpong() {
     grep -oE '[0-9.]+ usec/iter' | head -1 | awk '{print $1}')
   put "$name" rc_pingpong_64B_us_per_iter "$r"
 }
-[ "${ONLY:-}" = bw ] || each engine
-for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
+want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+want engine && each engine
+if want bw; then
+  for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
+fi
 [ "${ONLY:-}" = bw ] && exit 0
-each bw 65536 1
-each lat ib_send_lat
-each lat ib_read_lat
-for ((k = 1; k <= 2; ++k)); do each pingpong; done
-for ((k = 1; k <= lat_runs; ++k)); do each lat ib_write_lat; done
+want bw64k && each bw 65536 1
+want send_lat && each lat ib_send_lat
+want read_lat && each lat ib_read_lat
+if want pingpong; then for ((k = 1; k <= ${PINGPONG_RUNS:-2}; ++k)); do each pingpong; done; fi
+if want write_lat; then for ((k = 1; k <= lat_runs; ++k)); do each lat ib_write_lat; done; fi

@@ -63,16 +63,22 @@ struct ProgressConfig {
 // When the progress thread, standing aside for a polling program, looks
 // again (progress_app_active_us, progress_app_active_max_us): the first
 // look-back comes app_active_us after the program's last poll; each
-// further one in a row that still finds the program polling doubles the
-// spacing up to app_active_max_us. A look-back that finds the program
-// quiet (the thread then polls itself) starts again at app_active_us.
+// further one in a row that still finds the program polling, and polling
+// without a pause since the last one, doubles the spacing up to
+// app_active_max_us. A look-back that finds the program quiet (the thread
+// then polls itself), or that follows a pause, starts again at
+// app_active_us.
 class LookBackPacer {
  public:
   LookBackPacer(uint32_t active_us, uint32_t max_us)
       : active_ns_(uint64_t{active_us} * 1000), max_ns_(uint64_t{max_us} * 1000) {}
-  // The program polled at last_app_ns, within app_active_us of now_ns:
-  // when to look again.
-  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns) {
+  // The program polled at last_app_ns, within app_active_us of now_ns;
+  // max_gap_ns: the longest pause between its polls since the last
+  // look-back. When to look again. A pause of half app_active_us or more
+  // means it does stop polling (ib_write_lat spins on memory between its
+  // completions): no doubling then.
+  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns) {
+    if (max_gap_ns >= active_ns_ / 2) streak_ = 0;
     uint64_t wake_ns = last_app_ns + active_ns_;
     if (streak_++ > 0 && max_ns_ > active_ns_) {
       spacing_ns_ = std::min(spacing_ns_ * 2, max_ns_);

@@ -182,23 +182,31 @@ namespace {
 TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) {
   LookBackPacer p(20, 200);
   uint64_t now = 1'000'000;
-  EXPECT_EQ(p.StandAside(now, now - 5'000), now + 15'000);  // 20 us after the last poll
+  EXPECT_EQ(p.StandAside(now, now - 5'000, 0), now + 15'000);  // 20 us after the last poll
   now += 15'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 40'000);
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 2'000), now + 40'000);
   now += 40'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 80'000);
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 2'000), now + 80'000);
   now += 80'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 160'000);
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 2'000), now + 160'000);
   now += 160'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 200'000);  // the maximum
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 2'000), now + 200'000);  // the maximum
   now += 200'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000), now + 200'000);
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 2'000), now + 200'000);
   p.Quiet();  // ib_write_lat: polled for its completion, then spun on memory
   now += 500'000;
-  EXPECT_EQ(p.StandAside(now, now - 2'000), now + 18'000);
+  EXPECT_EQ(p.StandAside(now, now - 2'000, 0), now + 18'000);
+  now += 18'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 0), now + 40'000);
+  // A pause of half app_active_us since the last look-back: the program
+  // does stop polling (ib_write_lat), so no doubling.
+  now += 40'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 10'000), now + 19'000);
+  now += 19'000;
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 9'000), now + 40'000);
   // A maximum at or below app_active_us keeps the fixed look-back.
   LookBackPacer fixed(20, 20);
-  for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000), now + 17'000);
+  for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);
 }
 
 }  // namespace

@@ -806,10 +806,12 @@ void Runtime::ProgressLoop() {
       // ibv_rc_pingpong most of its time, doc/verbs.md); one that found the
       // program quiet starts again at app_active_us (ib_write_lat polls for
       // its send completion, then spins on memory: its look-back still
-      // lands app_active_us after that poll).
+      // lands app_active_us after that poll, and its pauses keep the
+      // spacing from doubling).
       HoldPmQos();
       stand_aside();
-      const uint64_t wake_ns = pacer.StandAside(now, last_app);
+      const uint64_t wake_ns =
+          pacer.StandAside(now, last_app, app_max_gap_ns_.exchange(0, std::memory_order_relaxed));
       stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
       nap(static_cast<uint32_t>((wake_ns - now) / 1000));
       busy_since = NowNs();

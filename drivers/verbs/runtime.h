@@ -108,6 +108,11 @@ class Runtime {
   // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
   // this program polls for do not preempt it (progress_sched=fifo).
   void NoteAppPoll(uint64_t now_ns) {
+    // The longest pause between polls since the progress thread last
+    // looked (LookBackPacer). Threads racing here only blur a heuristic.
+    const uint64_t prev = last_app_poll_ns_.load(std::memory_order_relaxed);
+    const uint64_t gap = now_ns > prev ? now_ns - prev : 0;
+    if (gap > app_max_gap_ns_.load(std::memory_order_relaxed)) app_max_gap_ns_.store(gap, std::memory_order_relaxed);
     last_app_poll_ns_.store(now_ns, std::memory_order_relaxed);
     if (fifo_armed_.load(std::memory_order_relaxed) && fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
       DemoteProgressThread();
@@ -289,6 +294,7 @@ class Runtime {
   std::atomic<bool> link_up_{false};
   std::atomic<int> armed_channels_{0};
   std::atomic<uint64_t> last_app_poll_ns_{0};
+  std::atomic<uint64_t> app_max_gap_ns_{0};  // see NoteAppPoll
   int wire_armers_ = 0;  // under mu
   // Threads inside WaitForChannel: they drive the dataplane, so the progress
   // thread sleeps meanwhile.

@@ -74,11 +74,11 @@ class LookBackPacer {
       : active_ns_(uint64_t{active_us} * 1000), max_ns_(uint64_t{max_us} * 1000) {}
   // The program polled at last_app_ns, within app_active_us of now_ns;
   // max_gap_ns: the longest pause between its polls since the last
-  // look-back. When to look again. A pause of half app_active_us or more
+  // look-back. When to look again. A pause of app_active_us or more
   // means it does stop polling (ib_write_lat spins on memory between its
   // completions): no doubling then.
   uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns) {
-    if (max_gap_ns >= active_ns_ / 2) streak_ = 0;
+    if (max_gap_ns >= active_ns_) streak_ = 0;
     uint64_t wake_ns = last_app_ns + active_ns_;
     if (streak_++ > 0 && max_ns_ > active_ns_) {
       spacing_ns_ = std::min(spacing_ns_ * 2, max_ns_);

@@ -198,12 +198,12 @@ TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) 
   EXPECT_EQ(p.StandAside(now, now - 2'000, 0), now + 18'000);
   now += 18'000;
   EXPECT_EQ(p.StandAside(now, now - 1'000, 0), now + 40'000);
-  // A pause of half app_active_us since the last look-back: the program
+  // A pause of app_active_us since the last look-back: the program
   // does stop polling (ib_write_lat), so no doubling.
   now += 40'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000, 10'000), now + 19'000);
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 20'000), now + 19'000);
   now += 19'000;
-  EXPECT_EQ(p.StandAside(now, now - 1'000, 9'000), now + 40'000);
+  EXPECT_EQ(p.StandAside(now, now - 1'000, 19'000), now + 40'000);
   // A maximum at or below app_active_us keeps the fixed look-back.
   LookBackPacer fixed(20, 20);
   for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);

@@ -403,8 +403,12 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   return TransmitRequests(frames, used, n, now_ns);
 }
 
+// The reaction point's timers matter while they can change the rate; an
+// unlimited QP's alpha decay waits for the next CNP (which runs it first).
+static bool RateTimersRun(const cc::ReactionPoint& rp) { return rp.rate_limited() || rp.decrease_pending(); }
+
 void RcQp::OnTimer(uint64_t now_ns) {
-  if (rp_) rp_->Advance(now_ns);
+  if (rp_ && RateTimersRun(*rp_)) rp_->Advance(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
   if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
     // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
@@ -512,6 +516,36 @@ uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
     n += std::min(RequestRoom() + (sr_ ? SrPendingRetransmits() : 0), burst);
   }
   return std::min(n, burst);
+}
+
+uint64_t RcQp::NextDeadline() const {
+  uint64_t d = UINT64_MAX;
+  const auto take = [&d](uint64_t t) {
+    if (t != 0 && t < d) d = t;
+  };
+  const bool limited = rp_ && rp_->rate_limited();
+  if (rp_ && RateTimersRun(*rp_)) take(rp_->next_deadline_ns());  // UINT64_MAX: none
+  // The pacer's release, for what it holds back (CNPs it never holds).
+  const uint64_t pace = limited ? pacer_.next_send_ns() : 0;
+  if (state_ == QpState::kReset || state_ == QpState::kInit) return d == UINT64_MAX ? 0 : d;
+  if (!actions_.empty()) take(pace);
+  if (state_ == QpState::kRts || state_ == QpState::kSqd) {
+    take(req_.retransmit_deadline);
+    if (sr_) take(req_.sr_tlp_deadline);
+    // Requests waiting for the RNR timer and the pacer: the later of the two.
+    if (RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0)) take(std::max(req_.rnr_resume_at, pace));
+  }
+  return d == UINT64_MAX ? 0 : d;
+}
+
+bool RcQp::HasTransmitWork(uint64_t now_ns) const {
+  if (state_ == QpState::kReset || state_ == QpState::kInit) return false;
+  if (cnp_.cnps_pending > 0) return true;
+  if (Paced(now_ns)) return false;
+  if (!actions_.empty()) return true;
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
+  if (req_.rnr_resume_at != 0 && now_ns < req_.rnr_resume_at) return false;
+  return RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0);
 }
 
 bool RcQp::HasWork() const {

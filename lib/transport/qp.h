@@ -177,8 +177,22 @@ class RcQp {
   // returns how many it used.
   uint32_t Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns);
 
-  // Runs retransmission and RNR timers.
+  // Runs the retransmission timer (RTO), selective repeat's tail-loss
+  // probe and the DCQCN reaction point's timers (while they can change the
+  // rate: rate limited or a decrease pending; alpha's decay is otherwise
+  // caught up at the next CNP, ReactionPoint::Advance). Does nothing before
+  // NextDeadline().
   void OnTimer(uint64_t now_ns);
+  // The earliest instant (ns) at which time alone changes what the QP does,
+  // 0 if none: OnTimer acts (retransmit deadline, TLP, reaction point
+  // timers), or transmit work held back only by time is released (RNR wait,
+  // the pacer). Before it, OnTimer changes nothing and HasTransmitWork
+  // stays as it is. The device files it in its timing wheel (doc/core.md).
+  uint64_t NextDeadline() const;
+  // True if Transmit would build a frame now (what keeps a QP on the
+  // device's active list): a CNP, a response or a request the window, the
+  // RNR timer and the pacer let go now.
+  bool HasTransmitWork(uint64_t now_ns) const;
 
   // True while the QP has something to send or a timer armed.
   bool HasWork() const;

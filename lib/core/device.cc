@@ -719,14 +719,6 @@ uint32_t Device::Poll(uint64_t now_ns) {
   work += FlushTxBacklog();
   bool port_full = tx_backlog_head_ < tx_backlog_.size();
 
-  // Timers and transmission for QPs with work, starting one QP further on
-  // every round: when the port is the bottleneck, the QPs first in the list
-  // would otherwise take it every round and starve the rest into retry
-  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
-  // fills at most tx_bursts_per_qp bursts per round, so a port that never
-  // pushes back (af_packet) cannot let one long message run a round forever.
-  // The QPs' frames are gathered into shared bursts (one TxBurst for many
-  // QPs with a packet or two each, as with -q 8 and small messages).
   // QPs whose deadline came join the active list for this round (lazily
   // filed ones, whose deadline moved later, are filed again instead): each
   // runs its timers in its turn below as every active QP does.
@@ -740,6 +732,14 @@ uint32_t Device::Poll(uint64_t now_ns) {
       timers_.Arm(i, d);
     }
   }
+  // Timers and transmission for QPs with work, starting one QP further on
+  // every round: when the port is the bottleneck, the QPs first in the list
+  // would otherwise take it every round and starve the rest into retry
+  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
+  // fills at most tx_bursts_per_qp bursts per round, so a port that never
+  // pushes back (af_packet) cannot let one long message run a round forever.
+  // The QPs' frames are gathered into shared bursts (one TxBurst for many
+  // QPs with a packet or two each, as with -q 8 and small messages).
   const size_t n_active = active_.size();
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
   uint16_t pending = 0;

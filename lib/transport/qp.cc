@@ -533,7 +533,8 @@ uint64_t RcQp::NextDeadline() const {
     take(req_.retransmit_deadline);
     if (sr_) take(req_.sr_tlp_deadline);
     // Requests waiting for the RNR timer and the pacer: the later of the two.
-    if (RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0)) take(std::max(req_.rnr_resume_at, pace));
+    const uint64_t hold = std::max(req_.rnr_resume_at, pace);
+    if (hold != 0 && (RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0))) take(hold);
   }
   return d == UINT64_MAX ? 0 : d;
 }

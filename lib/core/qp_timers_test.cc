@@ -162,6 +162,64 @@ TEST(NextDeadline, Pacer) {
   EXPECT_EQ(q->counters().tx_packets, 2u);
 }
 
+// A CNP for an idle QP (nothing to send, so not on the active list) files
+// the reaction point's timers in the wheel: the rate recovers on time.
+TEST(TimerWheelDevice, CnpForAnIdleQpFilesItsRateTimers) {
+  RcPair pair({}, 8, 1024, 4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000, &kPaper);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  const uint64_t t0 = pair.now();
+  a.dev->Poll(t0 - 1000);  // the connected QPs leave the active list (nothing to send)
+  b.dev->Poll(t0 - 1000);
+  ASSERT_EQ(a.dev->active_qps(), 0u);
+  // B owes A a CNP and sends it alone (the doorbell transmits B's QP only).
+  b.dev->qp(b.qpn)->OnCongestionMark(t0);
+  ASSERT_EQ(b.dev->Doorbell(b.qpn, t0), 1u);
+  a.dev->Poll(t0);
+  const RcQp* q = a.dev->qp(a.qpn);
+  const cc::ReactionPoint& rp = *q->reaction_point();
+  ASSERT_EQ(rp.cnps_received(), 1u);
+  EXPECT_EQ(a.dev->active_qps(), 0u);
+  EXPECT_EQ(a.dev->timers().deadline(a.qpn - a.dev->qpn_base()), t0 + 55'000);
+  const uint64_t cut = rp.current_rate_bps();
+  a.dev->Poll(t0 + 54'999);
+  EXPECT_EQ(rp.current_rate_bps(), cut);
+  a.dev->Poll(t0 + 55'000);
+  EXPECT_GT(rp.current_rate_bps(), cut);  // the first rate-increase event (timer T)
+}
+
+// An ACK that moves the retransmission deadline later leaves the QP filed
+// at the old one (lazy re-arm): the wheel hands it back then, the device
+// files it again, and the timer fires at the new deadline, not before.
+TEST(TimerWheelDevice, ADeadlineMovedLaterFiresAtTheNewOne) {
+  RcPair pair({}, 9);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  RcQp* q = a.dev->qp(a.qpn);
+  const uint64_t t0 = pair.now();
+  const uint64_t timeout = transport::AckTimeoutNs(8);
+  // 100 packets: the first round sends 64 (two bursts), the first 64th asks for an ACK.
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 100 * 1024, b, 0)), 0);
+  a.dev->Poll(t0);
+  ASSERT_EQ(q->counters().tx_packets, 64u);
+  EXPECT_EQ(q->NextDeadline(), t0 + timeout);
+  b.dev->Poll(t0 + 1000);
+  b.dev->Poll(t0 + 1000);  // B acknowledges PSN 63
+  const uint64_t t1 = t0 + 2000;
+  a.dev->Poll(t1);  // the ACK: progress, the deadline moves to t1 + timeout
+  for (uint64_t t = t1 + 1000; q->counters().tx_packets < 100; t += 1000) a.dev->Poll(t);
+  EXPECT_EQ(q->NextDeadline(), t1 + timeout);
+  EXPECT_EQ(a.dev->active_qps(), 0u);
+  EXPECT_EQ(a.dev->timers().deadline(a.qpn - a.dev->qpn_base()), t0 + timeout);  // filed early
+  a.dev->Poll(t0 + timeout);
+  EXPECT_EQ(q->counters().timeouts, 0u);
+  EXPECT_EQ(a.dev->timers().deadline(a.qpn - a.dev->qpn_base()), t1 + timeout);  // filed again
+  a.dev->Poll(t1 + timeout - 1);
+  EXPECT_EQ(q->counters().timeouts, 0u);
+  a.dev->Poll(t1 + timeout);
+  EXPECT_EQ(q->counters().timeouts, 1u);
+}
+
 // 64 QPs with one WRITE each that no one answers: after the first round the
 // active list is empty (a Poll round visits none of them), every QP is in
 // the wheel at its retransmit deadline, and the retransmissions go out at

@@ -339,6 +339,7 @@ class RcQp {
   static bool IsLocalOp(const SendWqe& w);  // LOCAL_INV, BIND_MW: no packet
   bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
   uint32_t RequestRoom() const;           // request packets the send queue may send now
+  uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);

@@ -587,7 +587,9 @@ uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* por
     for (uint16_t i = 0; i < gather_spare_; ++i) tx[*pending + i].len = 0;
     budget -= used;
     if (*pending == config_.burst) sent += FlushGathered(pending, port_full);
-    if (used < got || used == 0) break;  // the QP has nothing more now
+    // The QP has nothing more now: it built fewer than it was given, or it
+    // asked for less than it could have had (asking again only returns 0).
+    if (used < got || used == 0 || demand < room) break;
   }
   return sent;
 }

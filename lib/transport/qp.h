@@ -353,6 +353,13 @@ class RcQp {
   void SrRackScan();
   void SrArmTlp(uint64_t now);
   void SrProbe();
+  // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
+  // first acknowledgement after a timeout's resend of psn_una decides
+  // whether the timeout was spurious (undone) or the rest is resent
+  // (SrFrtoRelease). `acked`: the cumulative PSN it acknowledges
+  // (inclusive); `holds_more`: it SACKs a PSN past that.
+  void SrFrtoDecide(uint32_t acked, bool holds_more);
+  void SrFrtoRelease();
   bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
     return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&
            static_cast<int32_t>(req_.sr_sent_seq[psn % kSrWindow] - req_.sr_rack_seq) < 0;
@@ -564,6 +571,22 @@ class RcQp {
     // the probe's SACK shows are scheduled from there.
     bool sr_probe_pending = false;
     uint32_t sr_probe_return = 0;
+    // F-RTO: a timeout resends psn_una (sr_frto_una) alone; the rest of
+    // what it would resend, up to sr_frto_end, waits for the first
+    // acknowledgement after it (SrFrtoDecide). The retry state before the
+    // timeout, restored if it was spurious; then the doubled RTO is kept
+    // until a fresh RTT sample (Karn: sr_backoff_hold).
+    bool sr_frto = false;
+    uint32_t sr_frto_una = 0;
+    uint32_t sr_frto_end = 0;
+    uint8_t sr_frto_retry_left = 0;
+    bool sr_frto_progress = false;
+    uint64_t sr_frto_retry_clock_ns = 0;
+    bool sr_backoff_hold = false;
+    // The PSNs sent with AckReq (originals and retransmissions, not the
+    // timeout's own resend): an ACK past psn_una that one of them asked
+    // for was sent before the timeout's resend arrived.
+    SrBits sr_ackreq{};
   } req_;
 
   // Responder.

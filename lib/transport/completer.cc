@@ -183,6 +183,13 @@ void RcQp::ImpliedNak(uint32_t missing_psn) {
   req_.implied_nak_psn = missing_psn;
   if (sr_) {
     SrScheduleRetransmit(missing_psn, PsnAdd(missing_psn, 1));  // that READ/atomic only
+    // The cursor moves only forward for SACKed losses; a READ's later
+    // missing run (its first run asked again took the cursor past the
+    // READ's end) is asked for now, or it would wait for a timeout.
+    if (PsnLess(missing_psn, req_.sr_retx_next) && !PsnLess(missing_psn, req_.psn_una)) {
+      req_.sr_rack_active = false;
+      req_.sr_retx_next = missing_psn;
+    }
     return;
   }
   RetryFrom(missing_psn);
@@ -349,6 +356,17 @@ DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
     if (w.started && IsReadOrAtomic(w)) c.wqe = &w;
     break;
   }
+  if (sr_ && c.wqe != nullptr && PsnLess(c.wqe->last_psn, c.psn) && (c.op.roles & kRoleReadResponse)) {
+    // Selective repeat: a later READ's response while the oldest waits for
+    // a lost one (its responses keep coming): placed, not dropped.
+    for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+      SendWqe& w = sq_.at(i);
+      if (!w.started) break;
+      if (w.done || &w == c.wqe || w.wr.opcode != WrOpcode::kRdmaRead) continue;
+      if (!PsnLess(c.psn, w.first_psn) && !PsnLess(w.last_psn, c.psn)) return SrPlaceLaterRead(c, w);
+    }
+    return CompState::kBadResponse;
+  }
   if (c.wqe == nullptr || PsnLess(c.psn, c.wqe->first_psn) || PsnLess(c.wqe->last_psn, c.psn)) {
     return CompState::kBadResponse;
   }
@@ -448,7 +466,73 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
   req_.psn_una = PsnAdd(w.last_psn, 1);
   NoteProgress(c.now);
   AdvancePastDone();
+  if (sr_ && state_ != QpState::kErr) SrCatchUpReads(c.now);
   return CompState::kDone;
+}
+
+CompState RcQp::SrPlaceLaterRead(RespCtx& c, SendWqe& w) {
+  if (PsnDiff(c.psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) return CompState::kBadResponse;
+  const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
+  SrSlide();
+  if (offset < w.read_done_bytes || BitTest(req_.sr_read_got, c.psn)) {
+    ++counters_.duplicates_received;
+    return CompState::kDone;
+  }
+  if (offset >= w.total_len && !(offset == 0 && w.total_len == 0)) return CompState::kBadResponse;
+  const uint32_t seg = c.p.payload_len;
+  if (seg != std::min(mtu_, w.total_len - offset)) return CompState::kBadResponse;
+  if (!SgesStillLent(w)) {
+    --req_.rd_atomic_outstanding;
+    FailWqe(w, WcStatus::kLocProtErr);
+    return CompState::kDone;
+  }
+  ScatterToSges(w, offset, c.frame + c.p.payload_offset, seg);
+  BitSet(req_.sr_read_got, c.psn);
+  ++counters_.sr_out_of_order_placed;
+  return CompState::kDone;
+}
+
+// After the oldest READ/atomic completed: the READs now oldest take the
+// responses placed for them while they waited (in order, from their first
+// missing one); a READ they complete is done, a READ with a gap before
+// responses that arrived asks for the missing run (implied NAK).
+void RcQp::SrCatchUpReads(uint64_t now) {
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    if (!w.started || w.wr.opcode != WrOpcode::kRdmaRead) return;
+    SrSlide();
+    bool any_ahead = false;
+    while (w.read_done_bytes < w.total_len) {
+      const uint32_t psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+      if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow) || !BitTest(req_.sr_read_got, psn)) break;
+      BitClear(req_.sr_read_got, psn);
+      w.read_done_bytes += std::min(mtu_, w.total_len - w.read_done_bytes);
+    }
+    if (w.read_done_bytes < w.total_len) {
+      const uint32_t missing = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+      for (uint32_t psn = PsnAdd(missing, 1); !PsnLess(w.last_psn, psn); psn = PsnAdd(psn, 1)) {
+        if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+        if (BitTest(req_.sr_read_got, psn)) {
+          any_ahead = true;
+          break;
+        }
+      }
+      if (PsnLess(req_.psn_una, missing)) {
+        req_.psn_una = missing;
+        NoteProgress(now);
+      }
+      if (any_ahead) ImpliedNak(missing);
+      return;
+    }
+    w.done = true;
+    --req_.rd_atomic_outstanding;
+    req_.psn_una = PsnAdd(w.last_psn, 1);
+    NoteProgress(now);
+    AdvancePastDone();
+    if (state_ == QpState::kErr) return;
+    i = sq_.head() - 1;  // completions popped the ring: walk again from its head
+  }
 }
 
 // Selective repeat (doc/transport.md): the SACK acknowledges up to its BTH

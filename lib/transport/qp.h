@@ -337,6 +337,12 @@ class RcQp {
   DROCE_STEP CompState CompAtomic(RespCtx& c);
   DROCE_STEP CompState CompRead(RespCtx& c);
   DROCE_STEP CompState CompComplete(RespCtx& c);
+  // Selective repeat: a READ response for an outstanding READ that is not
+  // the oldest, placed at its offset and remembered (sr_read_got); and,
+  // once the oldest completes, the next READ taking what was placed for it
+  // (completing it, or asking for what it misses).
+  CompState SrPlaceLaterRead(RespCtx& c, SendWqe& w);
+  void SrCatchUpReads(uint64_t now);
   DROCE_STEP CompState CompSack(RespCtx& c);
   void AckUpTo(uint32_t psn, uint64_t now);
   // The retransmission timeout to arm now: selective repeat's low one while

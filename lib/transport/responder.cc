@@ -511,7 +511,20 @@ RespState RcQp::Duplicate(ReqCtx& c) {
         }
       }
     }
-    actions_.Push(a);
+    if (!actions_.Push(a)) return RespState::kDone;
+    // Selective repeat: the requester takes responses for its oldest
+    // outstanding READ only; a run asked again goes before the queued
+    // streams of later READs/atomics (after its own READ's stream), or
+    // those would all be sent, and dropped, while this READ waits for it.
+    if (sr_ && a.kind == ActionKind::kReadResponse) {
+      for (uint32_t i = actions_.tail() - 1; i != actions_.head(); --i) {
+        Action& prev = actions_.at(i - 1);
+        const bool later = (prev.kind == ActionKind::kReadResponse || prev.kind == ActionKind::kAtomicAck) &&
+                           PsnLess(res.last_psn, prev.psn);
+        if (!later) break;
+        std::swap(prev, actions_.at(i));
+      }
+    }
     return RespState::kDone;
   }
   return RespState::kDone;  // too old to be in the cache: ignore (9.7.5.1.2)

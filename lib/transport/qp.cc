@@ -434,6 +434,11 @@ void RcQp::OnTimer(uint64_t now_ns) {
       now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
     SrFallBack(now_ns);
   }
+  if (sr_) {  // F-RTO: what a spurious timeout restores
+    req_.sr_frto_retry_left = req_.retry_left;
+    req_.sr_frto_progress = req_.progress_since_retry;
+    req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
+  }
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
   if (spends_retry && req_.retry_left == 0) {
@@ -467,6 +472,18 @@ void RcQp::OnTimer(uint64_t now_ns) {
     }
     req_.sr_timeout_probe = true;
     if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
+    // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): psn_una
+    // alone now, the rest once the first acknowledgement after it shows the
+    // timeout was not spurious. Not twice in a row (a timeout while the
+    // previous one is undecided resends everything).
+    const bool undecided = req_.sr_frto;
+    req_.sr_frto = false;
+    if (!undecided && wire::PsnDiff(req_.sr_retx_end, req_.psn_una) > 1) {
+      req_.sr_frto = true;
+      req_.sr_frto_una = req_.psn_una;
+      req_.sr_frto_end = req_.sr_retx_end;
+      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
+    }
   } else {
     RetryFrom(req_.psn_una);
   }

@@ -104,6 +104,8 @@ class ReactionPoint {
 
   // Earliest time at which Advance has work to do (UINT64_MAX if none).
   uint64_t next_deadline_ns() const { return next_deadline_ns_; }
+  // A CNP's decrease waits for the end of the monitor period.
+  bool decrease_pending() const { return decrease_pending_; }
 
   const DcqcnParams& params() const { return p_; }
 

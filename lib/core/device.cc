@@ -308,6 +308,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   }
   if (qps_.size() < config_.max_qp && qpn_base_ + qps_.size() == transport::kMulticastQpn) {
     qps_.emplace_back();  // QPN 0xFFFFFF addresses multicast groups (IBTA 10.5.3): never a QP's
+    timers_.Reserve(static_cast<uint32_t>(qps_.size()));
   }
   if (qps_.size() >= config_.max_qp && free_slots_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat("all %u QPs of the device are in use", config_.max_qp));
@@ -336,6 +337,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet
     qps_.emplace_back();
+    timers_.Reserve(static_cast<uint32_t>(qps_.size()));
   } else {
     index = free_slots_.front();  // the one freed longest ago
     free_slots_.pop_front();
@@ -398,6 +400,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   std::erase_if(groups_, [](const McastGroup& g) { return g.qpns.empty(); });
   slot.qp.reset();
   slot.path = PathFilter{};
+  timers_.Cancel(qpn - qpn_base_);
   free_slots_.push_back(qpn - qpn_base_);
   mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state
   return absl::OkStatus();
@@ -422,6 +425,15 @@ uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
   const uint32_t got = c->Poll(out, n);
   for (uint32_t i = 0; i < got; ++i) out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
   return got;
+}
+
+void Device::Refile(uint32_t index) {
+  const uint64_t d = qps_[index].qp->NextDeadline();
+  if (d == 0) {
+    timers_.Cancel(index);
+  } else if (!timers_.armed(index) || d < timers_.deadline(index)) {
+    timers_.Arm(index, d);
+  }
 }
 
 void Device::Activate(uint32_t qpn) {
@@ -575,7 +587,9 @@ uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* por
     for (uint16_t i = 0; i < gather_spare_; ++i) tx[*pending + i].len = 0;
     budget -= used;
     if (*pending == config_.burst) sent += FlushGathered(pending, port_full);
-    if (used < got || used == 0) break;  // the QP has nothing more now
+    // The QP has nothing more now: it built fewer than it was given, or it
+    // asked for less than it could have had (asking again only returns 0).
+    if (used < got || used == 0 || demand < room) break;
   }
   return sent;
 }
@@ -665,6 +679,7 @@ uint32_t Device::Poll(uint64_t now_ns) {
         ++counters_.rx_drop_path;
       } else {
         q->OnCnp(now_ns);
+        Refile(index);  // the reaction point's timers (the QP stays where it is)
       }
       continue;
     }
@@ -706,6 +721,19 @@ uint32_t Device::Poll(uint64_t now_ns) {
   work += FlushTxBacklog();
   bool port_full = tx_backlog_head_ < tx_backlog_.size();
 
+  // QPs whose deadline came join the active list for this round (lazily
+  // filed ones, whose deadline moved later, are filed again instead): each
+  // runs its timers in its turn below as every active QP does.
+  for (const uint32_t i : timers_.Expire(now_ns)) {
+    const RcQp* q = qps_[i].qp.get();
+    if (q == nullptr) continue;
+    const uint64_t d = q->NextDeadline();
+    if (d != 0 && d <= now_ns) {
+      Activate(qpn_base_ + i);
+    } else if (d != 0) {
+      timers_.Arm(i, d);
+    }
+  }
   // Timers and transmission for QPs with work, starting one QP further on
   // every round: when the port is the bottleneck, the QPs first in the list
   // would otherwise take it every round and starve the rest into retry
@@ -718,16 +746,19 @@ uint32_t Device::Poll(uint64_t now_ns) {
   const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
   uint16_t pending = 0;
   for (size_t k = 0; k < n_active; ++k) {
-    RcQp* q = qps_[active_[(start + k) % n_active]].qp.get();
+    const uint32_t index = active_[(start + k) % n_active];
+    RcQp* q = qps_[index].qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
     if (!port_full) work += GatherQp(*q, now_ns, &pending, &port_full);
+    Refile(index);
   }
   work += FlushGathered(&pending, &port_full);
-  // Idle QPs leave the list.
+  // QPs with nothing to transmit now leave the list; their timers are in
+  // the wheel (filed just above, after their last change).
   for (size_t i = 0; i < active_.size();) {
     QpSlot& slot = qps_[active_[i]];
-    if (slot.qp == nullptr || !slot.qp->HasWork()) {
+    if (slot.qp == nullptr || !slot.qp->HasTransmitWork(now_ns)) {
       slot.active = false;
       active_[i] = active_.back();
       active_.pop_back();

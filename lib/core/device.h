@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "cc/dcqcn.h"
+#include "core/timer_wheel.h"
 #include "mem/mr_table.h"
 #include "pktio/burst_io.h"
 #include "pktio/loopback_io.h"
@@ -281,6 +282,10 @@ class Device {
   // The internal loopback, e.g. to restrict it to this process's QPNs on a
   // shared port (pktio::LoopbackIo::SetOwnQpns).
   pktio::LoopbackIo& loopback() { return loopback_; }
+  // The QPs' timers (indexed by QPN - qpn_base()) and the QPs on the active
+  // list (doc/core.md "Timers"): for tests and benchmarks.
+  const TimerWheel& timers() const { return timers_; }
+  size_t active_qps() const { return active_.size(); }
 
  private:
   static absl::Status MakeRouteThunk(void* ctx, const transport::AddressVector& av,
@@ -288,6 +293,10 @@ class Device {
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
   void Activate(uint32_t qpn);
+  // Files the QP of slot `index` in the timing wheel at its NextDeadline(),
+  // or takes it out; a deadline that moved later stays filed at the earlier
+  // one (the wheel hands it back then and it is filed again).
+  void Refile(uint32_t index);
   void DropCompletions(const transport::RcQp& q);
   // A neighbour learnt from ARP/ND: never overrides a static entry.
   void LearnNeighbor(const Gid& ip, const Mac& mac);
@@ -414,7 +423,8 @@ class Device {
   // (doc/core.md).
   std::deque<uint32_t> free_slots_;
   uint32_t qpn_base_ = 0;
-  std::vector<uint32_t> active_;    // indices into qps_ of QPs with work or timers
+  std::vector<uint32_t> active_;    // indices into qps_ of QPs with transmit work
+  TimerWheel timers_;               // every other QP's next deadline, by index into qps_
   std::vector<pktio::Frame> rx_frames_;
   std::vector<pktio::Frame> tx_frames_;
   // The QPs' shared transmit burst (GatherQp): at rest, its first

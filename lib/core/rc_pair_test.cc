@@ -33,6 +33,30 @@ TEST(Doorbell, TransmitsThePostingQpAndReceivesNothing) {
   EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
 }
 
+// A QP asks the device for the buffers its queued requests fill, not for
+// its window's room: one 64 B WRITE's doorbell takes one buffer.
+TEST(Doorbell, DemandCountsQueuedRequestPackets) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  transport::RcQp* q = a.dev->qp(a.qpn);
+  ASSERT_NE(q, nullptr);
+  const uint32_t burst = 32;
+  EXPECT_EQ(q->TransmitDemand(pair.now(), burst), 0u);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096)), 0);
+  EXPECT_EQ(q->TransmitDemand(pair.now(), burst), 1u);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(2, WrOpcode::kRdmaRead, a, 8192, 8192, b, 0)), 0);
+  EXPECT_EQ(q->TransmitDemand(pair.now(), burst), 2u);  // a READ: one request packet
+  const uint32_t mtu_packets = 4096 / q->attr().path_mtu;
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(3, WrOpcode::kRdmaWrite, a, 0, 4096, b, 4096)), 0);
+  EXPECT_EQ(q->TransmitDemand(pair.now(), burst), 2u + mtu_packets);
+  EXPECT_EQ(q->TransmitDemand(pair.now(), 2), 2u);  // never more than asked
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 2u + mtu_packets);
+  EXPECT_EQ(q->TransmitDemand(pair.now(), burst), 0u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 3, &cb, 0));
+}
+
 // The impaired-wire matrix (tests/support/pair_matrix.h) with go-back-N:
 // every opcode and size, data byte for byte, each WR completed once, only
 // IBTA opcodes on the wire.

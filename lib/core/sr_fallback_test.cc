@@ -6,6 +6,8 @@
 // whole IBTA timeout. After the fallback the wire is plain IBTA.
 #include <map>
 
+#include "wire/fields.h"
+
 #include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
@@ -205,6 +207,73 @@ TEST(SrFallbackNot, TwoSrEndsNeverFallBack) {
   EXPECT_TRUE(b.dev->qp(b.qpn)->selective_repeat());
   EXPECT_EQ(a.dev->qp(a.qpn)->counters().sr_fallbacks, 0u);
   EXPECT_EQ(b.dev->qp(b.qpn)->counters().sr_fallbacks, 0u);
+}
+
+// Keeps the first SR WRITE frame a sends to b.
+struct FirstSrWrite {
+  std::vector<uint8_t> frame;
+  static void Tap(void* ctx, int from, const uint8_t* data, uint32_t len) {
+    auto* t = static_cast<FirstSrWrite*>(ctx);
+    if (from != 0 || !t->frame.empty()) return;
+    const wire::ParsedPacket p = wire::ParsePacket(data, len);
+    if (p.ok() && (p.op().roles & wire::kRoleSr) && (p.op().roles & wire::kRoleWrite)) t->frame.assign(data, data + len);
+  }
+};
+
+// An IBTA WRITE for b's QP that is not at b's expected PSN (a stale or
+// spoofed packet with the QP's number) says nothing of the peer: an SR
+// responder does not fall back for it (it used to, on any IBTA SEND/WRITE,
+// before the PSN check). It acknowledges an old one and drops one ahead;
+// selective repeat goes on.
+TEST(SrFallbackNot, AnIbtaWriteAwayFromTheExpectedPsnDoesNotFallBack) {
+  for (int32_t shift : {-200, 5}) {
+    RcPair pair(Impairments{0, 0, 0, 0}, 7, 1024, 8 << 20, 0, 0, /*timeout=*/8, 7, 7, transport::QpType::kRc,
+                4000, nullptr, 16384, true, true);
+    Side& a = pair.a();
+    Side& b = pair.b();
+    FirstSrWrite first;
+    pair.link().set_tap(&FirstSrWrite::Tap, &first);
+    Fill(a.mem, 0, 16 * 65536, 9);
+    for (uint32_t i = 0; i < 8; ++i) {
+      ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(i, WrOpcode::kRdmaWrite, a, i * 65536, 65536, b, i * 65536)), 0);
+    }
+    std::vector<Completion> ca, cb;
+    ASSERT_TRUE(pair.Run(&ca, 8, &cb, 0));
+    ASSERT_FALSE(first.frame.empty());
+    // The same bytes as an IBTA RDMA WRITE ONLY at a PSN away from b's expected one.
+    const wire::ParsedPacket p = wire::ParsePacket(first.frame.data(), static_cast<uint32_t>(first.frame.size()));
+    wire::PacketFields f = wire::DecodeFields(first.frame.data(), p);
+    f.bth.opcode = wire::kRcWriteOnly;
+    f.bth.psn = wire::PsnAdd(b.dev->qp(b.qpn)->expected_psn(), shift);
+    f.bth.ack_req = true;
+    f.reth_va = f.sreth_va + f.sreth_offset;
+    f.reth_rkey = f.sreth_rkey;
+    f.reth_length = static_cast<uint32_t>(f.payload.size());
+    std::vector<uint8_t> out(pktio::kMaxFrameBytes);
+    auto n = wire::SerializeFields(f, out.data(), static_cast<uint32_t>(out.size()));
+    ASSERT_TRUE(n.ok());
+    pktio::Frame fr;
+    ASSERT_EQ(pair.link().end(0).AllocTx(&fr, 1), 1);
+    std::memcpy(fr.data, out.data(), *n);
+    fr.len = *n;
+    ASSERT_EQ(pair.link().end(0).TxBurst(&fr, 1), 1);
+    const transport::QpCounters before = b.dev->qp(b.qpn)->counters();
+    for (uint32_t i = 8; i < 16; ++i) {
+      ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(i, WrOpcode::kRdmaWrite, a, i * 65536, 65536, b, i * 65536)), 0);
+    }
+    ASSERT_TRUE(pair.Run(&ca, 16, &cb, 0)) << shift;
+    for (const Completion& c : ca) EXPECT_EQ(c.status, WcStatus::kSuccess);
+    EXPECT_EQ(std::memcmp(a.mem.data(), b.mem.data(), 16 * 65536), 0);
+    const transport::QpCounters& after = b.dev->qp(b.qpn)->counters();
+    EXPECT_EQ(after.sr_fallbacks, 0u) << shift;
+    EXPECT_TRUE(b.dev->qp(b.qpn)->selective_repeat()) << shift;
+    EXPECT_TRUE(a.dev->qp(a.qpn)->selective_repeat()) << shift;
+    if (shift < 0) {
+      EXPECT_EQ(after.duplicates_received - before.duplicates_received, 1u);
+    } else {
+      EXPECT_EQ(after.out_of_sequence - before.out_of_sequence, 1u);
+    }
+  }
 }
 
 }  // namespace

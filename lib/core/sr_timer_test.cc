@@ -94,6 +94,7 @@ class DelayIo final : public pktio::BurstIo {
     return n;
   }
   void Flush() {
+    if (stall) return;  // a delay spike: nothing leaves until it ends
     while (!held_.empty() && held_.front().at <= *now_) {
       pktio::Frame fr = held_.front().frame;
       held_.pop_front();
@@ -101,6 +102,9 @@ class DelayIo final : public pktio::BurstIo {
     }
   }
   std::function<bool(const uint8_t*, uint32_t)> drop;
+  // Holds every frame on the wire (those already on it and those that
+  // enter) while set; they leave in order once it is cleared.
+  bool stall = false;
 
  private:
   struct Held {
@@ -117,13 +121,14 @@ class DelayIo final : public pktio::BurstIo {
 // Two SR devices, 25 Gb/s and 5 us apart each way, in virtual time (100 ns steps).
 class DelayPair {
  public:
-  explicit DelayPair(bool tlp = true, uint32_t window = 256) : wire_(WireConfig()) {
+  explicit DelayPair(bool tlp = true, uint32_t window = 256, uint64_t rto_low_ns = 200'000) : wire_(WireConfig()) {
     for (int i = 0; i < 2; ++i) {
       io_[i] = std::make_unique<DelayIo>(&wire_.end(i), &now_, 5'000);
       DeviceConfig cfg;
       cfg.selective_repeat = true;
       cfg.sr_tlp = tlp;
       cfg.sr_max_inflight_packets = window;
+      cfg.sr_rto_low_ns = rto_low_ns;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
       cfg.ipv4 = 0x0A000001 + i;
       OpenSide(s_[i], cfg, io_[i].get(), 4 << 20);
@@ -142,6 +147,9 @@ class DelayPair {
   Side& a() { return s_[0]; }
   Side& b() { return s_[1]; }
   DelayIo& a_to_b() { return *io_[0]; }
+  DelayIo& b_to_a() { return *io_[1]; }
+  // Called once per 100 ns step of Writes() (a test's impairment schedule).
+  std::function<void()> each_step;
   const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
   uint64_t now() const { return now_; }
   // Posts `n` 64 KiB WRITEs from a to b and runs until they complete.
@@ -155,6 +163,7 @@ class DelayPair {
     Completion buf[64];
     uint32_t done = 0;
     while (now_ < end && done < n) {
+      if (each_step) each_step();
       io_[0]->Flush();
       io_[1]->Flush();
       s_[0].dev->Poll(now_);
@@ -224,6 +233,9 @@ TEST(SrTimers, LostTailIsRecoveredByTheProbeBeforeRtoLow) {
     } else {
       EXPECT_EQ(after.tlp_probes - before.tlp_probes, 0u);
       EXPECT_EQ(after.timeouts - before.timeouts, 1u);
+      // F-RTO: the ACK of the resent first packet comes a round trip later
+      // and shows the last one missing: a real loss, not a spurious timeout.
+      EXPECT_EQ(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 0u);
     }
     EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
   }
@@ -284,6 +296,95 @@ TEST(SrTimers, LostRetransmissionIsResentWithoutATimeout) {
   EXPECT_EQ(after.tlp_probes - before.tlp_probes, 0u);
   EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 3u) << "X once, Y twice, nothing else";
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+// A delay spike on the ACK path (RFC 5682's spurious timeout): every ACK
+// and SACK from b is held until a's retransmission timer fires, then they
+// all arrive. Nothing was lost: the timeout resends the oldest packet only
+// (F-RTO), the late ACKs (asked for by packets past it, before the
+// timeout) show the originals arrived, and the rest of the window is not
+// resent. Before
+// F-RTO the timeout resent the 129 PSNs a SACK can report.
+TEST(SrSpurious, DelaySpikeTimeoutIsUndoneWithoutResendingTheWindow) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 16 * 65536, 4);
+  ASSERT_TRUE(pair.Writes(8));  // RTT samples
+  const transport::QpCounters before = pair.qa().counters();
+  const uint64_t spike_at = pair.now() + 20'000;
+  bool spiked = false;
+  uint64_t fired_at = 0;
+  pair.each_step = [&] {
+    if (!spiked && pair.now() >= spike_at) {
+      spiked = true;
+      pair.b_to_a().stall = true;
+    }
+    if (pair.b_to_a().stall && pair.qa().counters().timeouts != before.timeouts) {
+      fired_at = pair.now();
+      pair.b_to_a().stall = false;  // the spike ends just after the timeout
+    }
+  };
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  ASSERT_TRUE(spiked);
+  ASSERT_NE(fired_at, 0u) << "the spike outlasted no RTO";
+  EXPECT_EQ(after.timeouts - before.timeouts, 1u);
+  EXPECT_EQ(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 1u);
+  // The oldest packet, and the tail-loss probe that fired in the spike
+  // before the timeout (nothing was acknowledged for 2 SRTT).
+  EXPECT_LE(after.tlp_probes - before.tlp_probes, 1u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets,
+            1u + (after.tlp_probes - before.tlp_probes));
+  EXPECT_EQ(pair.b().dev->qp(pair.b().qpn)->counters().sr_out_of_order_placed, 0u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+// The same spike with a packet lost inside it: the late SACKs show it
+// missing and it is resent (once), the timeout is still undone.
+TEST(SrSpurious, ALossInsideTheSpikeIsStillResent) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 16 * 65536, 6);
+  ASSERT_TRUE(pair.Writes(8));
+  const transport::QpCounters before = pair.qa().counters();
+  const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 100);
+  int seen = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    return PsnOf(d, l, &op) == lost && seen++ == 0;
+  };
+  const uint64_t spike_at = pair.now() + 20'000;
+  bool spiked = false;
+  pair.each_step = [&] {
+    if (!spiked && pair.now() >= spike_at) {
+      spiked = true;
+      pair.b_to_a().stall = true;
+    }
+    if (pair.b_to_a().stall && pair.qa().counters().timeouts != before.timeouts) pair.b_to_a().stall = false;
+  };
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_EQ(seen, 2) << "the lost packet was sent again once";
+  EXPECT_EQ(after.timeouts - before.timeouts, 1u);
+  EXPECT_EQ(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 1u);
+  EXPECT_LE(after.tlp_probes - before.tlp_probes, 1u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets,
+            2u + (after.tlp_probes - before.tlp_probes))
+      << "the oldest, the lost one and the probe";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+// RTO_low follows the measured RTO even above the device's sr_rto_low_ns
+// (the value before the first sample): a ceiling below SRTT + 4 RTTVAR
+// only makes spurious timeouts.
+TEST(SrRtt, MeasuredRtoWinsOverTheLowSetting) {
+  DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/5'000);
+  EXPECT_EQ(pair.qa().sr_rto_low_ns(), 5'000u) << "before any sample";
+  Fill(pair.a().mem, 0, 8 * 65536, 7);
+  ASSERT_TRUE(pair.Writes(8));
+  const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+  ASSERT_TRUE(rtt.valid);
+  EXPECT_GT(rtt.Rto(16'000), 5'000u);
+  EXPECT_EQ(pair.qa().sr_rto_low_ns(), std::min(rtt.Rto(16'000), pair.qa().sr_rto_high_ns()));
+  EXPECT_GE(rtt.srtt_ns, 10'000u) << "at least the 2 x 5 us of propagation";
 }
 
 }  // namespace

@@ -113,7 +113,7 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
   req_.sr_retry_clock_ns = now;
-  req_.sr_backoff = 0;
+  if (!req_.sr_backoff_hold) req_.sr_backoff = 0;  // (after a spurious timeout: at the next RTT sample)
   req_.sr_tlp_armable = true;
   req_.sr_tlp_deadline = 0;
   req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
@@ -137,11 +137,12 @@ uint64_t RcQp::SrRtoHighNs() const {
   return ibta == 0 ? high : std::min(ibta, high);
 }
 
-// IRN's RTO_low: the measured RTO, at most the device's sr_rto_low_ns (the
-// value before any RTT sample) and never above RTO_high.
+// IRN's RTO_low: the device's sr_rto_low_ns before any RTT sample, then
+// the measured RTO (SRTT + 4 RTTVAR, at least sr_rto_min_ns), even above
+// sr_rto_low_ns (a ceiling below the measured value only makes spurious
+// timeouts), never above RTO_high.
 uint64_t RcQp::SrRtoLowNs() const {
-  uint64_t low = env_.sr_rto_low_ns;
-  if (req_.sr_rtt.valid) low = std::min(low, req_.sr_rtt.Rto(env_.sr_rto_min_ns));
+  const uint64_t low = req_.sr_rtt.valid ? req_.sr_rtt.Rto(env_.sr_rto_min_ns) : env_.sr_rto_low_ns;
   return std::min(low, SrRtoHighNs());
 }
 
@@ -182,6 +183,13 @@ void RcQp::ImpliedNak(uint32_t missing_psn) {
   req_.implied_nak_psn = missing_psn;
   if (sr_) {
     SrScheduleRetransmit(missing_psn, PsnAdd(missing_psn, 1));  // that READ/atomic only
+    // The cursor moves only forward for SACKed losses; a READ's later
+    // missing run (its first run asked again took the cursor past the
+    // READ's end) is asked for now, or it would wait for a timeout.
+    if (PsnLess(missing_psn, req_.sr_retx_next) && !PsnLess(missing_psn, req_.psn_una)) {
+      req_.sr_rack_active = false;
+      req_.sr_retx_next = missing_psn;
+    }
     return;
   }
   RetryFrom(missing_psn);
@@ -233,6 +241,11 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
   // responder: a step that returns a later state skips the ones between.
   CompState s = CompCheckPsn(c);
   if (s == CompState::kCheckAck) s = CompCheckAck(c);
+  // F-RTO decides on ACKs and SACKs only; a NAK or a READ/atomic response
+  // after a timeout resends the rest, as before F-RTO.
+  if (req_.sr_frto && (s == CompState::kRnrNak || s == CompState::kNak || s == CompState::kGetWqe)) {
+    SrFrtoRelease();
+  }
   if (s == CompState::kAck) s = CompAck(c);
   if (s == CompState::kRnrNak) s = CompRnrNak(c);
   if (s == CompState::kNak) s = CompNak(c);
@@ -274,6 +287,7 @@ DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
 DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
   if (sr_ && !PsnLess(c.psn, req_.psn_una)) {
+    if (req_.sr_frto) SrFrtoDecide(c.psn, false);
     const uint32_t rack_before = req_.sr_rack_seq;
     SrNoteDelivered(c.psn, c.now);
     AckUpTo(c.psn, c.now);
@@ -341,6 +355,17 @@ DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
     if (w.done) continue;
     if (w.started && IsReadOrAtomic(w)) c.wqe = &w;
     break;
+  }
+  if (sr_ && c.wqe != nullptr && PsnLess(c.wqe->last_psn, c.psn) && (c.op.roles & kRoleReadResponse)) {
+    // Selective repeat: a later READ's response while the oldest waits for
+    // a lost one (its responses keep coming): placed, not dropped.
+    for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+      SendWqe& w = sq_.at(i);
+      if (!w.started) break;
+      if (w.done || &w == c.wqe || w.wr.opcode != WrOpcode::kRdmaRead) continue;
+      if (!PsnLess(c.psn, w.first_psn) && !PsnLess(w.last_psn, c.psn)) return SrPlaceLaterRead(c, w);
+    }
+    return CompState::kBadResponse;
   }
   if (c.wqe == nullptr || PsnLess(c.psn, c.wqe->first_psn) || PsnLess(c.wqe->last_psn, c.psn)) {
     return CompState::kBadResponse;
@@ -441,7 +466,73 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
   req_.psn_una = PsnAdd(w.last_psn, 1);
   NoteProgress(c.now);
   AdvancePastDone();
+  if (sr_ && state_ != QpState::kErr) SrCatchUpReads(c.now);
   return CompState::kDone;
+}
+
+CompState RcQp::SrPlaceLaterRead(RespCtx& c, SendWqe& w) {
+  if (PsnDiff(c.psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) return CompState::kBadResponse;
+  const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
+  SrSlide();
+  if (offset < w.read_done_bytes || BitTest(req_.sr_read_got, c.psn)) {
+    ++counters_.duplicates_received;
+    return CompState::kDone;
+  }
+  if (offset >= w.total_len && !(offset == 0 && w.total_len == 0)) return CompState::kBadResponse;
+  const uint32_t seg = c.p.payload_len;
+  if (seg != std::min(mtu_, w.total_len - offset)) return CompState::kBadResponse;
+  if (!SgesStillLent(w)) {
+    --req_.rd_atomic_outstanding;
+    FailWqe(w, WcStatus::kLocProtErr);
+    return CompState::kDone;
+  }
+  ScatterToSges(w, offset, c.frame + c.p.payload_offset, seg);
+  BitSet(req_.sr_read_got, c.psn);
+  ++counters_.sr_out_of_order_placed;
+  return CompState::kDone;
+}
+
+// After the oldest READ/atomic completed: the READs now oldest take the
+// responses placed for them while they waited (in order, from their first
+// missing one); a READ they complete is done, a READ with a gap before
+// responses that arrived asks for the missing run (implied NAK).
+void RcQp::SrCatchUpReads(uint64_t now) {
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    if (!w.started || w.wr.opcode != WrOpcode::kRdmaRead) return;
+    SrSlide();
+    bool any_ahead = false;
+    while (w.read_done_bytes < w.total_len) {
+      const uint32_t psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+      if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow) || !BitTest(req_.sr_read_got, psn)) break;
+      BitClear(req_.sr_read_got, psn);
+      w.read_done_bytes += std::min(mtu_, w.total_len - w.read_done_bytes);
+    }
+    if (w.read_done_bytes < w.total_len) {
+      const uint32_t missing = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+      for (uint32_t psn = PsnAdd(missing, 1); !PsnLess(w.last_psn, psn); psn = PsnAdd(psn, 1)) {
+        if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
+        if (BitTest(req_.sr_read_got, psn)) {
+          any_ahead = true;
+          break;
+        }
+      }
+      if (PsnLess(req_.psn_una, missing)) {
+        req_.psn_una = missing;
+        NoteProgress(now);
+      }
+      if (any_ahead) ImpliedNak(missing);
+      return;
+    }
+    w.done = true;
+    --req_.rd_atomic_outstanding;
+    req_.psn_una = PsnAdd(w.last_psn, 1);
+    NoteProgress(now);
+    AdvancePastDone();
+    if (state_ == QpState::kErr) return;
+    i = sq_.head() - 1;  // completions popped the ring: walk again from its head
+  }
 }
 
 // Selective repeat (doc/transport.md): the SACK acknowledges up to its BTH
@@ -450,6 +541,10 @@ DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
 DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   ++counters_.sr_sacks_received;
   req_.sr_peer_answered = true;
+  if (req_.sr_frto) {
+    const SackEthView sk(c.bth_p + c.op.sacketh_offset);
+    SrFrtoDecide(c.psn, (sk.word(0) | sk.word(1)) != 0);
+  }
   const uint32_t rack_before = req_.sr_rack_seq;
   if (!PsnLess(c.psn, req_.psn_una)) SrNoteDelivered(c.psn, c.now);
   AckUpTo(c.psn, c.now);
@@ -481,12 +576,51 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   // retransmission is one packet in flight and waits RTO_low, not RTO_high.
   // (Not progress for retry_cnt: that needs the cumulative ACK to move.)
   if (fresh) {
-    req_.sr_backoff = 0;  // the path delivers
+    if (!req_.sr_backoff_hold) req_.sr_backoff = 0;  // the path delivers
     req_.sr_tlp_armable = true;
     if (req_.retransmit_deadline != 0 && Outstanding()) req_.retransmit_deadline = ArmRetransmitTimer(c.now);
     SrArmTlp(c.now);
   }
   return CompState::kDone;
+}
+
+// F-RTO (RFC 5682), adapted to SACKs and coalesced ACKs (doc/transport.md
+// "Spurious timeouts"). A timeout resent psn_una alone (with AckReq). The
+// first ACK or SACK after it decides. The responder acknowledges only what
+// asks for it (AckReq) and answers out-of-order packets with SACKs: an ACK
+// that covers a PSN past psn_una sent with AckReq before the timeout, or a
+// SACK that holds PSNs past its cumulative point, acknowledges original
+// transmissions the timeout did not resend, sent on their own: they were
+// late, and the timeout was spurious. Then nothing else is resent (what
+// the SACKs show missing is resent as always), the retry state is
+// restored, and the doubled RTO stays until a fresh RTT sample (Karn).
+// Otherwise the ACK can only be the answer to the timeout's resend (a lost
+// tail whose AckReq packet was lost: it acknowledges up to the hole): the
+// rest is resent, as a timeout did before F-RTO.
+void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more) {
+  const uint32_t una = req_.sr_frto_una;
+  bool spurious = false;
+  if (!PsnLess(acked, una) && PsnDiff(acked, una) < static_cast<int32_t>(kSrWindow)) {
+    spurious = holds_more;
+    for (uint32_t psn = PsnAdd(una, 1); !spurious && !PsnLess(acked, psn); psn = PsnAdd(psn, 1)) {
+      spurious = BitTest(req_.sr_ackreq, psn);
+    }
+  }
+  if (!spurious) {
+    SrFrtoRelease();
+    return;
+  }
+  req_.sr_frto = false;
+  ++counters_.sr_spurious_timeouts;
+  req_.retry_left = req_.sr_frto_retry_left;
+  req_.progress_since_retry = req_.sr_frto_progress;
+  req_.sr_retry_clock_ns = req_.sr_frto_retry_clock_ns;
+  req_.sr_backoff_hold = true;
+}
+
+void RcQp::SrFrtoRelease() {
+  req_.sr_frto = false;
+  if (PsnLess(req_.sr_retx_end, req_.sr_frto_end)) req_.sr_retx_end = req_.sr_frto_end;
 }
 
 }  // namespace droce::transport

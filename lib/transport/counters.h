@@ -37,9 +37,10 @@ struct QpCounters {
   uint64_t sr_out_of_order_placed = 0;    // packets placed ahead of the expected PSN
   uint64_t sr_dropped = 0;                // SR packets not placed: beyond the window, a READ/atomic
                                           // ahead, no receive WQE, or an SR opcode to a non-SR QP
-  uint64_t sr_fallbacks = 0;
+  uint64_t sr_fallbacks = 0;              // SR QPs that fell back to go-back-N (a peer without SR)
   uint64_t tlp_probes = 0;                // SR tail-loss probes sent (doc/transport.md)
-  uint64_t sr_rack_resent = 0;            // SR retransmissions found lost again by a later packet's SACK              // SR QPs that fell back to go-back-N (a peer without SR)
+  uint64_t sr_rack_resent = 0;            // SR retransmissions found lost again by a later packet's SACK
+  uint64_t sr_spurious_timeouts = 0;      // SR timeouts found spurious (F-RTO) and undone
   // UD (ud_qp.cc).
   uint64_t ud_dropped_qkey = 0;      // DETH Q_Key not the QP's (IBTA 10.2.5): silently dropped
   uint64_t ud_dropped_no_recv = 0;   // no receive WQE posted: the datagram is dropped (9.8.4)

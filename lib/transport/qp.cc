@@ -403,8 +403,12 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   return TransmitRequests(frames, used, n, now_ns);
 }
 
+// The reaction point's timers matter while they can change the rate; an
+// unlimited QP's alpha decay waits for the next CNP (which runs it first).
+static bool RateTimersRun(const cc::ReactionPoint& rp) { return rp.rate_limited() || rp.decrease_pending(); }
+
 void RcQp::OnTimer(uint64_t now_ns) {
-  if (rp_) rp_->Advance(now_ns);
+  if (rp_ && RateTimersRun(*rp_)) rp_->Advance(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
   if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
     // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
@@ -429,6 +433,11 @@ void RcQp::OnTimer(uint64_t now_ns) {
   if (sr_ && !req_.sr_peer_answered && SrOldestIsSendOrWrite() &&
       now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
     SrFallBack(now_ns);
+  }
+  if (sr_) {  // F-RTO: what a spurious timeout restores
+    req_.sr_frto_retry_left = req_.retry_left;
+    req_.sr_frto_progress = req_.progress_since_retry;
+    req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
   }
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
@@ -463,6 +472,18 @@ void RcQp::OnTimer(uint64_t now_ns) {
     }
     req_.sr_timeout_probe = true;
     if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
+    // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): psn_una
+    // alone now, the rest once the first acknowledgement after it shows the
+    // timeout was not spurious. Not twice in a row (a timeout while the
+    // previous one is undecided resends everything).
+    const bool undecided = req_.sr_frto;
+    req_.sr_frto = false;
+    if (!undecided && wire::PsnDiff(req_.sr_retx_end, req_.psn_una) > 1) {
+      req_.sr_frto = true;
+      req_.sr_frto_una = req_.psn_una;
+      req_.sr_frto_end = req_.sr_retx_end;
+      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
+    }
   } else {
     RetryFrom(req_.psn_una);
   }
@@ -501,6 +522,25 @@ uint32_t RcQp::RequestRoom() const {
   return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
 }
 
+// Request packets queued from sq_next on, counted up to `cap` (an upper
+// bound: a READ or atomic counts its one request packet, a local operation
+// one). Without it the demand was the whole window's room: one 64 B WRITE's
+// doorbell took a burst of buffers and the device moved the 31 it did not
+// use aside on every flush (a fifth of ib_write_bw -s 64's posting thread).
+uint32_t RcQp::QueuedRequestPackets(uint32_t cap) const {
+  uint32_t n = 0;
+  for (uint32_t i = req_.sq_next; i != sq_.tail() && n < cap; ++i) {
+    const SendWqe& w = sq_.at(i);
+    if (IsReadOrAtomic(w) || IsLocalOp(w) || !w.started) {
+      n += IsReadOrAtomic(w) || IsLocalOp(w) ? 1 : PacketsFor(w);
+    } else {
+      const int32_t left = wire::PsnDiff(w.last_psn, w.next_psn) + 1;
+      n += left > 0 ? static_cast<uint32_t>(left) : 1;
+    }
+  }
+  return std::min(n, cap);
+}
+
 uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
   uint32_t n = cnp_.cnps_pending;  // CNPs leave even while the pacer holds the rest
   if (Paced(now_ns)) return std::min(n, burst);
@@ -509,9 +549,42 @@ uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
     ++n;
   }
   if (req_.rnr_resume_at == 0 || now_ns >= req_.rnr_resume_at) {
-    n += std::min(RequestRoom() + (sr_ ? SrPendingRetransmits() : 0), burst);
+    const uint32_t room = RequestRoom();
+    const uint32_t requests = room == 0 ? 0 : std::min(room, QueuedRequestPackets(burst));
+    n += std::min(requests + (sr_ ? SrPendingRetransmits() : 0), burst);
   }
   return std::min(n, burst);
+}
+
+uint64_t RcQp::NextDeadline() const {
+  uint64_t d = UINT64_MAX;
+  const auto take = [&d](uint64_t t) {
+    if (t != 0 && t < d) d = t;
+  };
+  const bool limited = rp_ && rp_->rate_limited();
+  if (rp_ && RateTimersRun(*rp_)) take(rp_->next_deadline_ns());  // UINT64_MAX: none
+  // The pacer's release, for what it holds back (CNPs it never holds).
+  const uint64_t pace = limited ? pacer_.next_send_ns() : 0;
+  if (state_ == QpState::kReset || state_ == QpState::kInit) return d == UINT64_MAX ? 0 : d;
+  if (!actions_.empty()) take(pace);
+  if (state_ == QpState::kRts || state_ == QpState::kSqd) {
+    take(req_.retransmit_deadline);
+    if (sr_) take(req_.sr_tlp_deadline);
+    // Requests waiting for the RNR timer and the pacer: the later of the two.
+    const uint64_t hold = std::max(req_.rnr_resume_at, pace);
+    if (hold != 0 && (RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0))) take(hold);
+  }
+  return d == UINT64_MAX ? 0 : d;
+}
+
+bool RcQp::HasTransmitWork(uint64_t now_ns) const {
+  if (state_ == QpState::kReset || state_ == QpState::kInit) return false;
+  if (cnp_.cnps_pending > 0) return true;
+  if (Paced(now_ns)) return false;
+  if (!actions_.empty()) return true;
+  if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
+  if (req_.rnr_resume_at != 0 && now_ns < req_.rnr_resume_at) return false;
+  return RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0);
 }
 
 bool RcQp::HasWork() const {

@@ -177,8 +177,22 @@ class RcQp {
   // returns how many it used.
   uint32_t Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns);
 
-  // Runs retransmission and RNR timers.
+  // Runs the retransmission timer (RTO), selective repeat's tail-loss
+  // probe and the DCQCN reaction point's timers (while they can change the
+  // rate: rate limited or a decrease pending; alpha's decay is otherwise
+  // caught up at the next CNP, ReactionPoint::Advance). Does nothing before
+  // NextDeadline().
   void OnTimer(uint64_t now_ns);
+  // The earliest instant (ns) at which time alone changes what the QP does,
+  // 0 if none: OnTimer acts (retransmit deadline, TLP, reaction point
+  // timers), or transmit work held back only by time is released (RNR wait,
+  // the pacer). Before it, OnTimer changes nothing and HasTransmitWork
+  // stays as it is. The device files it in its timing wheel (doc/core.md).
+  uint64_t NextDeadline() const;
+  // True if Transmit would build a frame now (what keeps a QP on the
+  // device's active list): a CNP, a response or a request the window, the
+  // RNR timer and the pacer let go now.
+  bool HasTransmitWork(uint64_t now_ns) const;
 
   // True while the QP has something to send or a timer armed.
   bool HasWork() const;
@@ -325,6 +339,7 @@ class RcQp {
   static bool IsLocalOp(const SendWqe& w);  // LOCAL_INV, BIND_MW: no packet
   bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
   uint32_t RequestRoom() const;           // request packets the send queue may send now
+  uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
@@ -337,6 +352,12 @@ class RcQp {
   DROCE_STEP CompState CompAtomic(RespCtx& c);
   DROCE_STEP CompState CompRead(RespCtx& c);
   DROCE_STEP CompState CompComplete(RespCtx& c);
+  // Selective repeat: a READ response for an outstanding READ that is not
+  // the oldest, placed at its offset and remembered (sr_read_got); and,
+  // once the oldest completes, the next READ taking what was placed for it
+  // (completing it, or asking for what it misses).
+  CompState SrPlaceLaterRead(RespCtx& c, SendWqe& w);
+  void SrCatchUpReads(uint64_t now);
   DROCE_STEP CompState CompSack(RespCtx& c);
   void AckUpTo(uint32_t psn, uint64_t now);
   // The retransmission timeout to arm now: selective repeat's low one while
@@ -353,6 +374,13 @@ class RcQp {
   void SrRackScan();
   void SrArmTlp(uint64_t now);
   void SrProbe();
+  // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
+  // first acknowledgement after a timeout's resend of psn_una decides
+  // whether the timeout was spurious (undone) or the rest is resent
+  // (SrFrtoRelease). `acked`: the cumulative PSN it acknowledges
+  // (inclusive); `holds_more`: it SACKs a PSN past that.
+  void SrFrtoDecide(uint32_t acked, bool holds_more);
+  void SrFrtoRelease();
   bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
     return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&
            static_cast<int32_t>(req_.sr_sent_seq[psn % kSrWindow] - req_.sr_rack_seq) < 0;
@@ -564,6 +592,22 @@ class RcQp {
     // the probe's SACK shows are scheduled from there.
     bool sr_probe_pending = false;
     uint32_t sr_probe_return = 0;
+    // F-RTO: a timeout resends psn_una (sr_frto_una) alone; the rest of
+    // what it would resend, up to sr_frto_end, waits for the first
+    // acknowledgement after it (SrFrtoDecide). The retry state before the
+    // timeout, restored if it was spurious; then the doubled RTO is kept
+    // until a fresh RTT sample (Karn: sr_backoff_hold).
+    bool sr_frto = false;
+    uint32_t sr_frto_una = 0;
+    uint32_t sr_frto_end = 0;
+    uint8_t sr_frto_retry_left = 0;
+    bool sr_frto_progress = false;
+    uint64_t sr_frto_retry_clock_ns = 0;
+    bool sr_backoff_hold = false;
+    // The PSNs sent with AckReq (originals and retransmissions, not the
+    // timeout's own resend): an ACK past psn_una that one of them asked
+    // for was sent before the timeout's resend arrived.
+    SrBits sr_ackreq{};
   } req_;
 
   // Responder.

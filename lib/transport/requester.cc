@@ -353,6 +353,8 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const bool ack_req = reliable() && (last || req_.packets_since_ack_req >= env_.ack_req_every ||
                                       req_.sr_force_ack_req);
   if (ack_req) req_.packets_since_ack_req = 0;
+  // F-RTO: which ACKs were asked for before a timeout (not by its own resend).
+  if (sr_ && ack_req && !(req_.sr_frto && psn == req_.sr_frto_una)) BitSet(req_.sr_ackreq, psn);
   bth.set_ack_req(ack_req);
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
   if (op.Has(kHdrSrEth)) {
@@ -403,6 +405,7 @@ void RcQp::SrSlide() {
     req_.sr_resent = {};
     req_.sr_resent_count = 0;
     req_.sr_read_got = {};
+    req_.sr_ackreq = {};
   } else {
     for (int32_t i = 0; i < moved; ++i) {
       const uint32_t psn = PsnAdd(req_.sr_sack_base, i);
@@ -410,6 +413,7 @@ void RcQp::SrSlide() {
       if (BitTest(req_.sr_resent, psn)) --req_.sr_resent_count;
       BitClear(req_.sr_sacked, psn);
       BitClear(req_.sr_resent, psn);
+      BitClear(req_.sr_ackreq, psn);
       BitClear(req_.sr_read_got, PsnAdd(req_.sr_sack_base, i));
     }
   }
@@ -575,7 +579,10 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
   if (static_cast<int32_t>(seq - req_.sr_rack_seq) > 0) req_.sr_rack_seq = seq;
   if (req_.sr_rtt_timing && !PsnLess(psn, req_.sr_rtt_psn)) {
     req_.sr_rtt_timing = false;
-    if (now >= req_.sr_rtt_sent_ns) req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
+    if (now >= req_.sr_rtt_sent_ns) {
+      req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
+      req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
+    }
   }
 }
 
@@ -670,6 +677,9 @@ void RcQp::SrFallBack(uint64_t now_ns) {
   req_.sr_tlp_deadline = 0;
   req_.sr_resent = {};
   req_.sr_resent_count = 0;
+  req_.sr_frto = false;
+  req_.sr_ackreq = {};
+  req_.sr_backoff_hold = false;
   req_.implied_nak_pending = false;
   if (Outstanding()) {
     RetryFrom(req_.psn_una);

@@ -511,7 +511,20 @@ RespState RcQp::Duplicate(ReqCtx& c) {
         }
       }
     }
-    actions_.Push(a);
+    if (!actions_.Push(a)) return RespState::kDone;
+    // Selective repeat: the requester takes responses for its oldest
+    // outstanding READ only; a run asked again goes before the queued
+    // streams of later READs/atomics (after its own READ's stream), or
+    // those would all be sent, and dropped, while this READ waits for it.
+    if (sr_ && a.kind == ActionKind::kReadResponse) {
+      for (uint32_t i = actions_.tail() - 1; i != actions_.head(); --i) {
+        Action& prev = actions_.at(i - 1);
+        const bool later = (prev.kind == ActionKind::kReadResponse || prev.kind == ActionKind::kAtomicAck) &&
+                           PsnLess(res.last_psn, prev.psn);
+        if (!later) break;
+        std::swap(prev, actions_.at(i));
+      }
+    }
     return RespState::kDone;
   }
   return RespState::kDone;  // too old to be in the cache: ignore (9.7.5.1.2)
@@ -606,15 +619,30 @@ namespace droce::transport {
 void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
+  const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
   if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
-    // An IBTA SEND/WRITE: the peer does not use selective repeat (only one
-    // end configured it). Answer in its kind, IBTA, and use go-back-N for
-    // this connection from now on (doc/transport.md "Fallback").
-    SrFallBack(now_ns);
-    OnRequest(frame, p);
+    // An IBTA SEND/WRITE at the expected PSN: the peer does not use
+    // selective repeat (only one end configured it). Answer in its kind,
+    // IBTA, and use go-back-N for this connection from now on
+    // (doc/transport.md "Fallback"). Anywhere else it proves nothing (a
+    // stale or spoofed packet with this QP's number; a non-SR peer's
+    // later packets after a loss, which it resends from the expected PSN
+    // when its timer fires): a duplicate is acknowledged, as IBTA's are,
+    // the rest dropped.
+    if (ahead == 0) {
+      SrFallBack(now_ns);
+      OnRequest(frame, p);
+      return;
+    }
+    if (ahead < 0) {
+      ++counters_.duplicates_received;
+      QueueSack();  // an ACK of ePSN - 1 (a SACK while anything is held past it)
+    } else {
+      ++counters_.out_of_sequence;
+      ++counters_.sr_dropped;
+    }
     return;
   }
-  const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
   if (ahead >= static_cast<int32_t>(kSrWindow)) {
     ++counters_.sr_dropped;  // beyond the window: the requester never sends that far
     return;

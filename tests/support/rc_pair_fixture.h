@@ -60,7 +60,7 @@ class RcPair {
          transport::QpType type = transport::QpType::kRc,
          uint64_t min_time_between_cnps_ns = 4000, const cc::DcqcnParams* dcqcn_a = nullptr,
          uint32_t pool_frames = 16384, bool selective_repeat_a = false,
-         bool selective_repeat_b = false, uint64_t sr_rto_low_ns = 200'000)
+         bool selective_repeat_b = false, uint64_t sr_rto_low_ns = 200'000, uint8_t max_rd_atomic = 16)
       : link_(LinkConfig(imp, seed, pool_frames)) {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
@@ -89,6 +89,7 @@ class RcPair {
       c.timeout = timeout;
       c.retry_cnt = retry;
       c.rnr_retry = rnr_retry;
+      c.max_rd_atomic = c.max_dest_rd_atomic = max_rd_atomic;
       const absl::Status st = ConnectQp(*s.dev, s.qpn, c);
       EXPECT_TRUE(st.ok()) << st;
     }

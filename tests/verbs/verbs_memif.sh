@@ -71,6 +71,19 @@ server_stats_match() {  # pattern, then the pair's arguments (env assignments fi
   echo "$out" | grep "droce droce0: rx"
   grep -Eq "droce0: .*$want" <<<"$out"
 }
+# The per-QP DROCE_STATS line (printed when a QP is destroyed) carries every
+# selective-repeat counter; an SR pair (both devices selective_repeat=on)
+# shows them, with no fallback.
+server_qp_stats_match() {  # pattern, then the pair's arguments (env assignments first)
+  local want=$1; shift
+  local out; out=$(env "$@" 2>&1) || { echo "$out"; return 1; }
+  echo "$out" | grep "droce droce0 qp"
+  grep -Eq "droce0 qp [0-9]+: .*$want" <<<"$out"
+}
+check "DROCE_STATS QP line: every sr_* counter" server_qp_stats_match \
+  "selective_repeat on sr_sacks_sent [0-9]+ sr_sacks_received [0-9]+ sr_retransmitted_packets [0-9]+ sr_out_of_order_placed [0-9]+ sr_dropped [0-9]+ sr_fallbacks 0 tlp_probes [0-9]+ sr_rack_resent [0-9]+ sr_spurious_timeouts [0-9]+" \
+  LINK_SET=selective_repeat=on "$pair" "DROCE_STATS=1 ib_write_bw -p $vp -d droce0 -x 1 -s 65536 -n 200" \
+  "ib_write_bw -p $vp -d droce1 -x 1 -s 65536 -n 200 127.0.0.1"
 # ibv_get_cq_event (through libdroce-preload.so) drives the dataplane in the
 # waiting thread: events it finds itself are handed over without the socket;
 # with event_busy_poll_us=0 it sleeps at once and the wire's arrival wakes it.

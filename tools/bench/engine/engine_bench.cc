@@ -109,6 +109,88 @@ Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstan
   return {double(count) / secs, double(count) * size * 8 / secs / 1e9};
 }
 
+// Many QPs, each with one 64 B WRITE outstanding, toward a peer that
+// answers late: device B is polled once every `ack_every` rounds of A, so
+// most of A's rounds find every QP waiting for its ACK (retransmission
+// timer armed, nothing to send). Returns the message rate and A's cost per
+// Poll round (ns; B's rounds are timed apart and not counted).
+struct ManyQpResult {
+  double msgs_per_s;
+  double ns_per_round;
+};
+ManyQpResult ManyQpWrites(uint32_t nqp, uint64_t count, uint32_t ack_every) {
+  pktio::MemWireConfig wire_config;
+  wire_config.pool_frames = 16384;
+  wire_config.queue_frames = 16384;
+  pktio::MemWire wire(wire_config);
+  Endpoint ep[2];
+  std::vector<uint32_t> qpns[2];
+  for (int i = 0; i < 2; ++i) {
+    core::DeviceConfig cfg;
+    cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
+    cfg.ipv4 = 0x0A000001 + i;
+    cfg.max_qp = std::max<uint32_t>(1024, nqp);
+    ep[i].dev = std::make_unique<core::Device>(cfg, &wire.end(i));
+    ep[i].pd = ep[i].dev->AllocPd();
+    ep[i].cq = *ep[i].dev->CreateCq(std::max<uint32_t>(4096, 2 * nqp));
+    core::QpInitAttr init;
+    init.pd = ep[i].pd;
+    init.send_cq = init.recv_cq = ep[i].cq;
+    init.caps.max_send_wr = 4;
+    init.caps.max_recv_wr = 4;
+    for (uint32_t k = 0; k < nqp; ++k) qpns[i].push_back(*ep[i].dev->CreateQp(init));
+    ep[i].mem.assign(8192, 0x5A);
+    ep[i].keys = *ep[i].dev->RegMr(ep[i].pd, ep[i].mem.data(), ep[i].mem.size(),
+                                   reinterpret_cast<uint64_t>(ep[i].mem.data()),
+                                   mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (uint32_t k = 0; k < nqp; ++k) {
+      core::ConnectParams c;
+      c.peer_gid = ep[1 - i].dev->gids()[1];
+      c.peer_mac = ep[1 - i].dev->config().mac;
+      c.peer_qpn = qpns[1 - i][k];
+      (void)core::ConnectQp(*ep[i].dev, qpns[i][k], c);
+    }
+  }
+  transport::SendWr wr;
+  wr.opcode = transport::WrOpcode::kRdmaWrite;
+  wr.num_sge = 1;
+  wr.flags = transport::kSendSignaled;
+  wr.sg_list[0] = {reinterpret_cast<uint64_t>(ep[0].mem.data()), 64, ep[0].keys.lkey};
+  wr.remote_addr = reinterpret_cast<uint64_t>(ep[1].mem.data());
+  wr.rkey = ep[1].keys.rkey;
+  uint64_t posted = 0, completed = 0, now = 0, rounds = 0, a_ns = 0;
+  queue::Completion wc[256];
+  auto post = [&](uint32_t qpn) {
+    if (posted >= count) return;
+    wr.wr_id = qpn;
+    if (ep[0].dev->PostSend(qpn, wr) == 0) ++posted;
+  };
+  for (uint32_t qpn : qpns[0]) post(qpn);
+  const uint64_t start = NowNs();
+  while (completed < count) {
+    now += 100;
+    const uint64_t t = NowNs();
+    ep[0].dev->Poll(now);
+    a_ns += NowNs() - t;
+    ++rounds;
+    if (rounds % ack_every == 0) ep[1].dev->Poll(now);
+    for (uint32_t n; (n = ep[0].dev->PollCq(ep[0].cq, wc, 256)) > 0;) {
+      for (uint32_t i = 0; i < n; ++i) {
+        if (wc[i].status != queue::WcStatus::kSuccess) {
+          std::fprintf(stderr, "completion error %s\n", queue::WcStatusName(wc[i].status));
+          std::exit(1);
+        }
+        ++completed;
+        post(static_cast<uint32_t>(wc[i].wr_id));
+      }
+    }
+  }
+  const double secs = double(NowNs() - start) / 1e9;
+  return {double(count) / secs, double(a_ns) / double(rounds)};
+}
+
 double MemcpyGbps(uint32_t size, uint64_t total_bytes) {
   std::vector<uint8_t> src(size, 1), dst(size);
   const uint64_t iters = total_bytes / size;
@@ -128,14 +210,26 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|all]
+// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|manyqp|all]
+// manyqp: 1, 64 and 1024 QPs with one 64 B WRITE outstanding each, the
+// peer polled every 8th round (messages_64B / 4 messages per case).
 int main(int argc, char** argv) {
   const int trials = argc > 1 ? std::atoi(argv[1]) : 5;
   const uint32_t outstanding_large = argc > 2 ? std::atoi(argv[2]) : 8;
   const uint64_t small_count = argc > 3 ? std::atoll(argv[3]) : 1'000'000;
   const std::string only = argc > 4 ? argv[4] : "all";
-  std::vector<double> small, large, memcpy_gbps;
+  const bool many = only == "manyqp";
+  constexpr uint32_t kManyQps[] = {1, 64, 1024};
+  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3];
   for (int t = 0; t < trials; ++t) {
+    if (many) {
+      for (int k = 0; k < 3; ++k) {
+        const ManyQpResult r = ManyQpWrites(kManyQps[k], std::max<uint64_t>(small_count / 4, 2 * kManyQps[k]), 8);
+        many_rate[k].push_back(r.msgs_per_s);
+        many_round[k].push_back(r.ns_per_round);
+      }
+      continue;
+    }
     if (only != "large") small.push_back(WriteStream(64, 1024, small_count, 512).msgs_per_s);
     if (only != "small") {
       large.push_back(WriteStream(65536, 4096, 20000, outstanding_large).gbit_per_s);
@@ -143,6 +237,10 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("metric,value,unit\n");
+  for (int k = 0; k < 3 && many; ++k) {
+    std::printf("manyqp_%u_write_64B_msg_rate,%.3f,Mmsg/s\n", kManyQps[k], Median(many_rate[k]) / 1e6);
+    std::printf("manyqp_%u_ns_per_poll_round,%.1f,ns\n", kManyQps[k], Median(many_round[k]));
+  }
   if (!small.empty()) std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
   if (!large.empty()) {
     const double m = Median(memcpy_gbps);

@@ -64,16 +64,20 @@ void TimerWheel::Cancel(uint32_t id) {
   --size_;
 }
 
+void TimerWheel::HandBack(uint32_t id) {
+  Unlink(id);
+  entries_[id].deadline = 0;
+  --size_;
+  due_.push_back(id);
+}
+
 void TimerWheel::ExpireList(uint32_t list, uint64_t now_ns) {
   for (uint32_t id = heads_[list]; id != kNil;) {
     Entry& e = entries_[id];
     const uint32_t next = e.next;
     ++visited_;
     if (e.deadline <= now_ns) {
-      Unlink(id);
-      e.deadline = 0;
-      --size_;
-      due_.push_back(id);
+      HandBack(id);
     }
     id = next;
   }
@@ -88,10 +92,7 @@ void TimerWheel::WalkOverflow(uint64_t now_ns) {
     const uint32_t next = e.next;
     ++visited_;
     if (e.deadline <= now_ns) {
-      Unlink(id);
-      e.deadline = 0;
-      --size_;
-      due_.push_back(id);
+      HandBack(id);
     } else if (TickOf(e.deadline) - cur_tick_ < kSlots) {
       Unlink(id);
       Place(id);

@@ -65,6 +65,7 @@ class TimerWheel {
   // Files an unlinked entry by its deadline, relative to cur_tick_.
   void Place(uint32_t id);
   void ExpireList(uint32_t list, uint64_t now_ns);
+  void HandBack(uint32_t id);  // a due entry leaves the wheel for Expire's answer
   void WalkOverflow(uint64_t now_ns);
 
   std::vector<Entry> entries_;

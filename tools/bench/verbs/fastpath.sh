@@ -28,9 +28,13 @@ for a in "$@"; do
   names+=("${a%%=*}"); dirs+=("$(cd "$t" && pwd)"); sets+=("${k//,/ }")
 done
 export SERVER_DELAY=1.5 PAIR_TIMEOUT=120
+# A side that died of a signal: verbs-pair.sh's backtrace goes to stderr
+# (with the pair's command), not into the row parsing.
+crashes() { awk -v cmd="$1" '/^--- backtrace/ {bt = 1; print "fastpath.sh: " cmd > "/dev/stderr"}
+  bt {print > "/dev/stderr"; next} {print}'; }
 pair() {  # BUILD dir, server cmd, client args
   BUILD=$1 LINK_SET=$set bash tools/verbs-pair.sh "$2 -d droce0 -x 1 $3" "$2 -d droce1 -x 1 $3 127.0.0.1" |
-    sed -n '/^--- client/,$p'
+    crashes "$2 $3" | sed -n '/^--- client/,$p'
 }
 row() { grep -E '^ *[0-9]+ +[0-9]+ ' | head -1; }
 put() { echo "$1,$2,${3:-failed},$(cut -d' ' -f1 /proc/loadavg)"; }
@@ -54,7 +58,7 @@ lat() {  # program metric-name
 pingpong() {
   local r
   r=$(BUILD=$b LINK_SET=$set bash tools/verbs-pair.sh "ibv_rc_pingpong -d droce0 -g 1 -s 64 -n 5000" \
-    "ibv_rc_pingpong -d droce1 -g 1 -s 64 -n 5000 127.0.0.1" | sed -n '/^--- client/,$p' |
+    "ibv_rc_pingpong -d droce1 -g 1 -s 64 -n 5000 127.0.0.1" | crashes ibv_rc_pingpong | sed -n '/^--- client/,$p' |
     grep -oE '[0-9.]+ usec/iter' | head -1 | awk '{print $1}')
   put "$name" rc_pingpong_64B_us_per_iter "$r"
 }

@@ -142,7 +142,7 @@ Runtime* EnsureRuntime(DroceContext* ctx) {
   }
   ctx->rt = *rt;
   {
-    std::lock_guard<std::mutex> rt_lock(ctx->rt->mu);
+    std::lock_guard<DeviceMutex> rt_lock(ctx->rt->mu);
     ctx->rt->AddAsyncFd(ctx->async_write_fd);  // port events
   }
   return ctx->rt;
@@ -1441,7 +1441,7 @@ int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
 void FreeContext(ibv_context* context) {
   DroceContext* ctx = ToCtx(context);
   if (ctx->rt != nullptr) {
-    std::lock_guard<std::mutex> lock(ctx->rt->mu);
+    std::lock_guard<DeviceMutex> lock(ctx->rt->mu);
     ctx->rt->RemoveAsyncFd(ctx->async_write_fd);
   }
   Runtime::Release(ctx->rt);

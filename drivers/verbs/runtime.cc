@@ -210,7 +210,7 @@ void Runtime::Stop() {
   stop_ = true;
   if (progress_.joinable()) progress_.join();
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<DeviceMutex> lock(mu);
     // Let what is queued leave (e.g. a final ACK) before the port goes.
     const uint64_t until = NowNs() + 20'000'000;
     while (NowNs() < until && dev_->Poll(NowNs()) > 0) {
@@ -515,7 +515,7 @@ bool Runtime::WaitLinkUp() {
   const uint64_t deadline = NowNs() + uint64_t{file_.link_wait_ms} * 1'000'000;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      std::lock_guard<DeviceMutex> lock(mu);
       CheckLink(NowNs());
       if (link_up_) return true;
     }
@@ -529,7 +529,7 @@ bool Runtime::ResolveNeighbor(const core::Gid& gid) {
   uint64_t next_request = 0;
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu);
+      std::lock_guard<DeviceMutex> lock(mu);
       if (dev_->HasNeighbor(gid)) return true;
       const uint64_t now = NowNs();
       if (now >= deadline) return false;
@@ -928,7 +928,7 @@ uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
   if (ppoll(&pfd, 1, &timeout, nullptr) > 0 && (pfd.revents & POLLIN)) {
     stats_.progress_arrival_wakeups.fetch_add(1, std::memory_order_relaxed);
   }
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<DeviceMutex> lock(mu);
   DisarmWireLocked();
   return 0;
 }

@@ -28,6 +28,7 @@
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/verbs/device_config.h"
+#include "drivers/verbs/device_mutex.h"
 
 namespace droce::verbs {
 
@@ -48,13 +49,10 @@ struct CqWatch {
   bool overrun_reported = false;
 };
 
-// Runtime::mu: the device's mutex, and how many program threads are
-// waiting for it. The progress thread does not try-lock while one is: its
-// next round would take the device back the moment it let go (a woken
-// futex waiter loses that race), and the program is about to drive anyway.
-struct DeviceMutex : std::mutex {
-  std::atomic<int> app_waiting{0};
-};
+// Runtime::mu is a DeviceMutex (device_mutex.h), with the count of program
+// threads waiting for it. The progress thread does not try-lock while one
+// is: its next round would take the device back the moment it let go (a
+// woken futex waiter loses that race), and the program is about to drive.
 
 // The program's side of Runtime::mu. The progress thread holds it for one
 // poll round (microseconds), so the program spins for it before sleeping in
@@ -145,7 +143,7 @@ class Runtime {
   // waiting up to link_wait_ms; false if nobody answered (the device then
   // falls back to broadcast if allowed).
   bool IsLocalGid(const core::Gid& gid) {
-    std::lock_guard<std::mutex> lock(mu);
+    std::lock_guard<DeviceMutex> lock(mu);
     return dev_->IsLocalGid(gid);
   }
   bool ResolveNeighbor(const core::Gid& gid);

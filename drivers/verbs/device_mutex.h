@@ -1,0 +1,80 @@
+// The verbs runtime's device mutex (Runtime::mu): a futex lock whose unlock
+// is a plain store.
+//
+// Why not std::mutex: its unlock is an xchg, and a locked instruction waits
+// until every store before it has reached the cache. A doorbell's last
+// stores go to the wire's shared memory (the memif ring and buffer, the
+// fabric's ring), whose cache lines the peer's CPU has just read; on the
+// 2-core VM perf put 14 % of `ib_write_bw -s 64`'s posting thread on that
+// one xchg (doc/verbs.md "The device mutex").
+//
+// How a waiter is not missed without a fence in unlock(): unlock() stores
+// the word, then loads `sleepers_`; the store may still sit in the store
+// buffer when the load runs (x86 lets a load pass an earlier store). A
+// thread about to sleep counts itself in `sleepers_` and then calls
+// membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED), which runs a full memory
+// barrier on every CPU running a thread of this process: after it, either
+// the unlocker's store is visible to the sleeper (whose try_lock then
+// succeeds, or whose FUTEX_WAIT finds the word changed), or the unlocker's
+// load comes after the barrier and sees the sleeper (and wakes it). The
+// rare side pays a system call; the common side pays nothing (the
+// asymmetric fence of liburcu and folly). Without membarrier (an old
+// kernel, a seccomp filter) unlock() uses a full fence instead: correct,
+// as slow as before.
+#ifndef DROCE_DRIVERS_VERBS_DEVICE_MUTEX_H_
+#define DROCE_DRIVERS_VERBS_DEVICE_MUTEX_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace droce::verbs {
+
+class DeviceMutex {
+ public:
+  DeviceMutex();
+  DeviceMutex(const DeviceMutex&) = delete;
+  DeviceMutex& operator=(const DeviceMutex&) = delete;
+
+  bool try_lock() {
+    uint32_t expected = 0;
+    return word_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
+  }
+  void lock() {
+    if (!try_lock()) LockSlow();
+  }
+  void unlock() {
+    word_.store(0, std::memory_order_release);
+    if (asymmetric_) {
+      std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the order; membarrier does the rest
+    } else {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    if (sleepers_.load(std::memory_order_relaxed) != 0) Wake();
+  }
+
+  // Program threads waiting for the lock (AppLock): the progress thread
+  // does not try-lock while one is (runtime.h).
+  std::atomic<int> app_waiting{0};
+
+  // Whether unlock() relies on membarrier (false: a full fence). Tests
+  // choose; a runtime's is what the kernel allows.
+  bool asymmetric() const { return asymmetric_; }
+  explicit DeviceMutex(bool asymmetric_if_possible);
+  // Sleeps that ended by their time bound rather than a wake-up: a holder
+  // that kept the lock that long, or a missed wake-up (tests expect none).
+  uint64_t timed_out_waits() const { return timed_out_waits_.load(std::memory_order_relaxed); }
+  static constexpr long kSleepBoundNs = 100'000'000;
+
+ private:
+  void LockSlow();
+  void Wake();
+
+  std::atomic<uint32_t> word_{0};      // 0 free, 1 held
+  std::atomic<uint32_t> sleepers_{0};  // threads in (or about to enter) FUTEX_WAIT
+  const bool asymmetric_;
+  std::atomic<uint64_t> timed_out_waits_{0};
+};
+
+}  // namespace droce::verbs
+
+#endif  // DROCE_DRIVERS_VERBS_DEVICE_MUTEX_H_

@@ -38,13 +38,18 @@ void DeviceMutex::LockSlow() {
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
     // The other half of unlock()'s missing fence (device_mutex.h). It does
-    // not fail once registered; if it ever did, the bounded sleep below
-    // turns a missed wake-up into a delay, never a hang.
-    if (asymmetric_) Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    // not fail once registered (a forked child keeps the registration;
+    // checked on 6.18); should it ever, register again, and failing that
+    // sleep with a short bound: a missed wake-up then costs microseconds.
+    long bound_ns = kSleepBoundNs;
+    if (asymmetric_ && Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) {
+      Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+      if (Membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0) bound_ns = kUnfencedSleepBoundNs;
+    }
     if (try_lock()) break;
     // Sleeps only while the word still says held; any unlock after our
     // count is visible wakes us.
-    timespec bound{0, kSleepBoundNs};
+    timespec bound{0, bound_ns};
     if (syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word_), FUTEX_WAIT_PRIVATE, 1, &bound, nullptr, 0) != 0 &&
         errno == ETIMEDOUT) {
       timed_out_waits_.fetch_add(1, std::memory_order_relaxed);

@@ -64,6 +64,7 @@ class DeviceMutex {
   // that kept the lock that long, or a missed wake-up (tests expect none).
   uint64_t timed_out_waits() const { return timed_out_waits_.load(std::memory_order_relaxed); }
   static constexpr long kSleepBoundNs = 100'000'000;
+  static constexpr long kUnfencedSleepBoundNs = 100'000;  // membarrier refused (device_mutex.cc)
 
  private:
   void LockSlow();

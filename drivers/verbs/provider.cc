@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <type_traits>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -563,7 +565,13 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   DroceCq* cq = ToCq(ibcq);
   Runtime* rt = Rt(ibcq->context);
   constexpr int kChunk = 32;
-  queue::Completion buf[kChunk];
+  // Left uninitialised: Completion's member initialisers zeroed 1 KiB on
+  // every call, most of which find nothing (perftest polls ~1.5 times per
+  // message).
+  // (A byte array creates the completions implicitly, C++20.)
+  alignas(queue::Completion) std::byte storage[kChunk * sizeof(queue::Completion)];
+  auto* buf = reinterpret_cast<queue::Completion*>(storage);
+  static_assert(std::is_trivially_copyable_v<queue::Completion>);
   const uint32_t want = static_cast<uint32_t>(std::min(num_entries, kChunk));
   uint32_t got = 0;
   if (cq->extended) {

@@ -165,8 +165,7 @@ class MemifPorts final : public PortBackend {
       usleep(1000);
     }
     usleep(10000);
-    uint16_t stop_port = port;  // on the interrupt thread, in turn with memif's events (ethdev/eal.h)
-    ethdev::RunOnInterruptThread([](void* p) { rte_eth_dev_stop(*static_cast<uint16_t*>(p)); }, &stop_port);
+    rte_eth_dev_stop(port);
     absl::Status s = ethdev::RemoveVdev(name);  // closes the port
     if (!s.ok()) Log("removing %s: %s", name, std::string(s.message()).c_str());
   }
@@ -1007,18 +1006,8 @@ class Daemon {
     const uint64_t now = NowNs();
     if (!uplink_retry_ || now < next_uplink_try_) return;
     next_uplink_try_ = now + 1'000'000'000;
-    struct Job {
-      uint16_t port;
-      int rc;
-    } job{static_cast<uint16_t>(uplink_port_), 0};
-    ethdev::RunOnInterruptThread(  // in turn with memif's connection events (ethdev/eal.h)
-        [](void* p) {
-          auto* j = static_cast<Job*>(p);
-          rte_eth_dev_stop(j->port);
-          j->rc = rte_eth_dev_start(j->port);
-        },
-        &job);
-    uplink_retry_ = job.rc != 0;
+    rte_eth_dev_stop(static_cast<uint16_t>(uplink_port_));
+    uplink_retry_ = rte_eth_dev_start(static_cast<uint16_t>(uplink_port_)) != 0;
     if (!uplink_retry_) Log("uplink: connected to its server");
   }
   MemifPorts ports_;

@@ -12,7 +12,6 @@
 #include <rte_mempool.h>
 
 #include "absl/strings/str_format.h"
-#include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
@@ -117,17 +116,8 @@ EthdevPort::~EthdevPort() {
 void EthdevPort::Stop(bool close) {
   if (!started_) return;
   started_ = false;
-  struct Job {
-    uint16_t port;
-    bool close;
-  } job{port_, close};
-  RunOnInterruptThread(
-      [](void* p) {
-        const auto* j = static_cast<const Job*>(p);
-        rte_eth_dev_stop(j->port);
-        if (j->close) rte_eth_dev_close(j->port);
-      },
-      &job);
+  rte_eth_dev_stop(port_);
+  if (close) rte_eth_dev_close(port_);
 }
 
 absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
@@ -158,18 +148,8 @@ absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
 bool EthdevPort::Reconnect() {
   if (!started_) return false;
   link_up_ = false;
-  struct Job {
-    uint16_t port;
-    int rc;
-  } job{port_, 0};
-  RunOnInterruptThread(  // eal.h: memif's connection events run there
-      [](void* p) {
-        auto* j = static_cast<Job*>(p);
-        rte_eth_dev_stop(j->port);
-        j->rc = rte_eth_dev_start(j->port);
-      },
-      &job);
-  start_failed_ = job.rc != 0;
+  rte_eth_dev_stop(port_);
+  start_failed_ = rte_eth_dev_start(port_) != 0;
   return !start_failed_;
 }
 

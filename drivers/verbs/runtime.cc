@@ -225,10 +225,8 @@ void Runtime::Stop() {
     // interrupt thread then tears the connection down (memif_disconnect)
     // while our close would do the same: two teardowns at once fault in
     // 22.11 (seen: rte_dev_remove -> memif close, SIGSEGV, the interrupt
-    // thread inside its own disconnect). The port's stop now runs on that
-    // thread, in turn (ethdev::RunOnInterruptThread; test
-    // BothEndsOfAMemifStoppingAtOnceDoNotRace); the pauses below, from
-    // before that, stay as margin for the vdev removal that follows.
+    // thread inside its own disconnect). A link already down means that
+    // teardown is under way: give it time to finish first.
     if (port_ && file_.vdev.rfind("net_memif", 0) == 0 && !port_->LinkUp()) usleep(30'000);
     if (port_) port_->Stop(/*close=*/false);
     (void)ethdev::RemoveVdev(file_.port_name());

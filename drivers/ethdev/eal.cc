@@ -4,7 +4,9 @@
 #include <sched.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include <rte_dev.h>
 #include <rte_eal.h>
@@ -12,6 +14,7 @@
 #include <rte_lcore.h>
 
 #include "absl/strings/str_format.h"
+#include "drivers/ethdev/runtime_dir.h"
 
 namespace droce::ethdev {
 namespace {
@@ -19,7 +22,27 @@ namespace {
 std::mutex g_mu;
 bool g_started = false;
 
+// The --file-prefix among EAL arguments ("rte" when none is given).
+std::string FilePrefix(const std::vector<std::string>& args) {
+  std::string prefix = "rte";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind("--file-prefix=", 0) == 0) prefix = args[i].substr(14);
+    if (args[i] == "--file-prefix" && i + 1 < args.size()) prefix = args[i + 1];
+  }
+  return prefix;
+}
+
+// This process's runtime directory, removed at exit (runtime_dir.h).
+std::string* g_own_runtime_dir = nullptr;
+void RemoveOwnRuntimeDir() {
+  if (g_own_runtime_dir != nullptr) RemoveRuntimeDir(*g_own_runtime_dir);
+}
+
 absl::Status InitWithAffinityRestored(std::vector<std::string> args, int* consumed) {
+  // droce's prefixes are per process: clear what earlier ones left behind
+  // (runtime_dir.h). A minute's margin for processes still starting.
+  const bool droce_prefix = FilePrefix(args).rfind("droce-", 0) == 0;
+  if (droce_prefix) RemoveStaleRuntimeDirs(DpdkRuntimeBase(), 60);
   cpu_set_t before;
   const bool have_affinity = sched_getaffinity(0, sizeof before, &before) == 0;
   std::vector<char*> argv;
@@ -40,6 +63,10 @@ absl::Status InitWithAffinityRestored(std::vector<std::string> args, int* consum
   }
   if (consumed) *consumed = ret;
   g_started = true;
+  if (droce_prefix && g_own_runtime_dir == nullptr) {
+    g_own_runtime_dir = new std::string(rte_eal_get_runtime_dir());
+    std::atexit(RemoveOwnRuntimeDir);
+  }
   return absl::OkStatus();
 }
 

@@ -41,7 +41,7 @@ void RemoveOwnRuntimeDir() {
 absl::Status InitWithAffinityRestored(std::vector<std::string> args, int* consumed) {
   // droce's prefixes are per process: clear what earlier ones left behind
   // (runtime_dir.h). A minute's margin for processes still starting.
-  const bool droce_prefix = FilePrefix(args).rfind("droce-", 0) == 0;
+  const bool droce_prefix = IsDroceRuntimeDirName(FilePrefix(args));
   if (droce_prefix) RemoveStaleRuntimeDirs(DpdkRuntimeBase(), 60);
   cpu_set_t before;
   const bool have_affinity = sched_getaffinity(0, sizeof before, &before) == 0;

@@ -27,6 +27,10 @@ bool ConfigLocked(const std::string& dir) {
 
 }  // namespace
 
+bool IsDroceRuntimeDirName(const std::string& name) {
+  return name.rfind("droce-", 0) == 0 || name.rfind("droced-", 0) == 0;
+}
+
 std::string DpdkRuntimeBase() {
   if (geteuid() == 0) return "/var/run/dpdk";
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
@@ -52,7 +56,7 @@ int RemoveStaleRuntimeDirs(const std::string& base, int min_age_s) {
   int removed = 0;
   while (const dirent* e = readdir(d)) {
     const std::string name = e->d_name;
-    if (name.rfind("droce-", 0) != 0) continue;
+    if (!IsDroceRuntimeDirName(name)) continue;
     const std::string dir = base + "/" + name;
     struct stat st {};
     if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;

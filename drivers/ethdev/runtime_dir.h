@@ -20,7 +20,11 @@ namespace droce::ethdev {
 // root, else $XDG_RUNTIME_DIR/dpdk or /tmp/dpdk (eal_create_runtime_dir).
 std::string DpdkRuntimeBase();
 
-// Removes the directories under `base` whose names start with "droce-", that
+// droce's file prefixes: "droce-..." (verbs programs, droce-testpmd, tests)
+// and "droced-<hash of the run directory>" (the fabric daemon).
+bool IsDroceRuntimeDirName(const std::string& name);
+
+// Removes the directories under `base` with droce's names, that
 // are at least min_age_s old (a process that is starting has not locked its
 // config yet) and whose "config" no process holds a lock on (or that have
 // none). Other names are never touched. Returns how many were removed.

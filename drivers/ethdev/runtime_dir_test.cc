@@ -81,8 +81,12 @@ TEST_F(RuntimeDirTest, RemovesOnlyOldUnlockedDroceDirectories) {
   const std::string running = MakeDir("droce-droce0-3333", 3600);
   LockFromAnotherProcess(running);
   const std::string starting = MakeDir("droce-droce1-4444", 0);
+  const std::string daemon = MakeDir("droced-0aaefe50", 3600);
   const std::string not_ours = MakeDir("rte", 3600);
-  EXPECT_EQ(RemoveStaleRuntimeDirs(base_, 60), 2);
+  const std::string not_ours_either = MakeDir("droceX", 3600);
+  EXPECT_EQ(RemoveStaleRuntimeDirs(base_, 60), 3);
+  EXPECT_FALSE(Exists(daemon));
+  EXPECT_TRUE(Exists(not_ours_either + "/config"));
   EXPECT_FALSE(Exists(stale));
   EXPECT_FALSE(Exists(no_config));
   EXPECT_TRUE(Exists(running + "/config")) << "a live process's directory was removed";

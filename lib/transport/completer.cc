@@ -621,6 +621,7 @@ void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more) {
 void RcQp::SrFrtoRelease() {
   req_.sr_frto = false;
   if (PsnLess(req_.sr_retx_end, req_.sr_frto_end)) req_.sr_retx_end = req_.sr_frto_end;
+  req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
 }
 
 }  // namespace droce::transport

@@ -435,6 +435,8 @@ void RcQp::OnTimer(uint64_t now_ns) {
     SrFallBack(now_ns);
   }
   if (sr_) {  // F-RTO: what a spurious timeout restores
+    if (req_.sr_rto_low_armed) ++counters_.sr_timeouts_low;
+    if (req_.sr_backoff > 0) ++counters_.sr_timeouts_backoff;
     req_.sr_frto_retry_left = req_.retry_left;
     req_.sr_frto_progress = req_.progress_since_retry;
     req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
@@ -484,6 +486,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
       req_.sr_frto_end = req_.sr_retx_end;
       req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
     }
+    req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
   } else {
     RetryFrom(req_.psn_una);
   }

@@ -373,6 +373,8 @@ class RcQp {
   void SrNoteDelivered(uint32_t psn, uint64_t now);
   void SrRackScan();
   void SrArmTlp(uint64_t now);
+  void SrCountRtt(uint64_t rtt_ns);
+  void SrNoteCap(bool full, uint64_t now);
   void SrProbe();
   // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
   // first acknowledgement after a timeout's resend of psn_una decides
@@ -608,6 +610,10 @@ class RcQp {
     // timeout's own resend): an ACK past psn_una that one of them asked
     // for was sent before the timeout's resend arrived.
     SrBits sr_ackreq{};
+    // Counters only: the end of what the last timeout asked to resend
+    // (sr_timeout_resent), the start of a wait at the in-flight cap.
+    uint32_t sr_tmo_end = 0;
+    uint64_t sr_cap_since_ns = 0;
   } req_;
 
   // Responder.

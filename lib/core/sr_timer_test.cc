@@ -121,9 +121,10 @@ class DelayIo final : public pktio::BurstIo {
 // Two SR devices, 25 Gb/s and 5 us apart each way, in virtual time (100 ns steps).
 class DelayPair {
  public:
-  explicit DelayPair(bool tlp = true, uint32_t window = 256, uint64_t rto_low_ns = 200'000) : wire_(WireConfig()) {
+  explicit DelayPair(bool tlp = true, uint32_t window = 256, uint64_t rto_low_ns = 200'000, uint64_t delay_ns = 5'000)
+      : wire_(WireConfig()) {
     for (int i = 0; i < 2; ++i) {
-      io_[i] = std::make_unique<DelayIo>(&wire_.end(i), &now_, 5'000);
+      io_[i] = std::make_unique<DelayIo>(&wire_.end(i), &now_, delay_ns);
       DeviceConfig cfg;
       cfg.selective_repeat = true;
       cfg.sr_tlp = tlp;
@@ -385,6 +386,34 @@ TEST(SrRtt, MeasuredRtoWinsOverTheLowSetting) {
   EXPECT_GT(rtt.Rto(16'000), 5'000u);
   EXPECT_EQ(pair.qa().sr_rto_low_ns(), std::min(rtt.Rto(16'000), pair.qa().sr_rto_high_ns()));
   EXPECT_GE(rtt.srtt_ns, 10'000u) << "at least the 2 x 5 us of propagation";
+}
+
+// A path whose RTT (2 x 400 us) is longer than the device's sr_rto_high_ns
+// (320 us, IRN's RTO_high; the fabric's loss-free RTT on a loaded 2-core
+// host is 0.3-3 ms): the backoff before the first sample grows past that
+// setting, so a sample comes (Karn), and once the RTT is measured both RTOs
+// are at least SRTT + 4 RTTVAR. A loss-free run then has no timeout and
+// resends nothing. Before, RTO_high stayed at 320 us and the backoff was
+// capped there too: every RTO fired before the ACK came back, no sample
+// ever came, and the second timeout of each pair resent the window
+// (the fabric's loss-free row: half the packets resent, doc/loss-experiment.md).
+TEST(SrRtt, MeasuredRtoWinsOverTheHighSettingOnALongPath) {
+  DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/400'000);
+  EXPECT_EQ(pair.qa().sr_rto_high_ns(), 320'000u) << "before any sample: the device's";
+  Fill(pair.a().mem, 0, 16 * 65536, 9);
+  ASSERT_TRUE(pair.Writes(16));  // the first samples (timeouts before them are expected)
+  const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+  ASSERT_TRUE(rtt.valid) << "timeouts " << pair.qa().counters().timeouts << " resent "
+                         << pair.qa().counters().sr_retransmitted_packets;
+  EXPECT_GE(rtt.srtt_ns, 800'000u) << "at least the 2 x 400 us of propagation";
+  EXPECT_GE(pair.qa().sr_rto_low_ns(), rtt.Rto(200'000));
+  EXPECT_GE(pair.qa().sr_rto_high_ns(), rtt.Rto(200'000)) << "never below the measured RTO";
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 0u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
 }  // namespace

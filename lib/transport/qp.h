@@ -124,6 +124,9 @@ struct RttEstimator {
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
 // cover past the oldest missing/unacknowledged one.
 inline constexpr uint32_t kSrWindow = 1024;
+// The SR retransmission timeout grows at most 2^kSrMaxBackoff times by
+// backoff (16 x: e.g. 320 us to 5 ms), never past the QP's IBTA timeout.
+inline constexpr uint8_t kSrMaxBackoff = 4;
 // Receive WQEs an SR responder holds for messages that arrive ahead of
 // earlier ones (a SEND further ahead waits for its retransmission).
 inline constexpr uint32_t kSrMaxHeldRecvs = 256;

@@ -102,6 +102,7 @@ class DelayIo final : public pktio::BurstIo {
     }
   }
   std::function<bool(const uint8_t*, uint32_t)> drop;
+  void set_delay(uint64_t ns) { delay_ = ns; }
   // Holds every frame on the wire (those already on it and those that
   // enter) while set; they leave in order once it is cleared.
   bool stall = false;
@@ -149,6 +150,10 @@ class DelayPair {
   Side& b() { return s_[1]; }
   DelayIo& a_to_b() { return *io_[0]; }
   DelayIo& b_to_a() { return *io_[1]; }
+  void set_delay(uint64_t ns) {
+    io_[0]->set_delay(ns);
+    io_[1]->set_delay(ns);
+  }
   // Called once per 100 ns step of Writes() (a test's impairment schedule).
   std::function<void()> each_step;
   const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
@@ -413,6 +418,32 @@ TEST(SrRtt, MeasuredRtoWinsOverTheHighSettingOnALongPath) {
   const transport::QpCounters& after = pair.qa().counters();
   EXPECT_EQ(after.timeouts - before.timeouts, 0u);
   EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 0u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+// The path's delay grows after the RTT was measured (5 us each way, then
+// 400 us: a host that starts descheduling the peer). The measured RTO is
+// tens of us, so timeouts fire; F-RTO finds them spurious, and the backoff
+// then grows past the device's sr_rto_high_ns (320 us) until a fresh sample,
+// which comes once the backed-off RTO outlasts the new RTT. Before, with a
+// sample present the backoff stopped at 320 us: each timeout was followed by
+// a second one before the ACK (resending the 129 PSNs a SACK can report),
+// every timed packet was voided by the next timeout, so no sample ever came
+// and the storm lasted as long as the delay.
+TEST(SrSpurious, ALongerPathAfterTheRttWasMeasuredEndsTheTimeoutStorm) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 16 * 65536, 3);
+  ASSERT_TRUE(pair.Writes(8));
+  ASSERT_TRUE(pair.qa().sr_rtt().valid);
+  ASSERT_LT(pair.qa().sr_rtt().Rto(16'000), 320'000u);
+  pair.set_delay(400'000);
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_GE(pair.qa().sr_rtt().srtt_ns, 100'000u) << "fresh samples of the longer path";
+  EXPECT_GT(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 0u);
+  EXPECT_LT(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 64u)
+      << "timeouts " << after.timeouts - before.timeouts;
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 

@@ -159,15 +159,21 @@ uint64_t RcQp::RetransmitTimeoutNs() const {
   uint64_t t = req_.progress_since_retry && SrUnsackedInFlight() <= env_.sr_rto_low_below ? SrRtoLowNs() : high;
   // Backoff: doubled per timeout without progress, up to the device's
   // RTO_high ceiling (or the QP's IBTA timeout) once the RTT is measured;
-  // before the first sample up to 2^kSrMaxBackoff times (Karn: the
+  // up to 2^kSrMaxBackoff times before the first sample (Karn: the
   // backed-off value must outgrow the RTT for a sample to come; capped at
   // sr_rto_high_ns, on a path whose RTT is longer every RTO fired before the
   // ACK came back, no sample ever came, and the second timeout of each
-  // pair resent the window).
+  // pair resent the window), and after a spurious timeout until the next
+  // sample (the path has just shown a delay above the RTO; Eifel's
+  // response, RFC 4015: on the fabric a stall of a few ms otherwise makes
+  // a timeout every 320 us, each second one resending the window).
   if (req_.sr_backoff > 0) {
     const uint64_t ibta = AckTimeoutNs(attr_.timeout);
     const uint64_t ceiling = ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns);
-    const uint64_t cap = req_.sr_rtt.valid ? std::max(t, ceiling) : (ibta == 0 ? UINT64_MAX : ibta);
+    // (At least four timeouts per IBTA timeout, though: the fallback toward
+    // a peer without selective repeat needs an answer within one.)
+    const uint64_t cap = req_.sr_rtt.valid && !req_.sr_backoff_hold ? std::max(t, ceiling)
+                                                                    : (ibta == 0 ? UINT64_MAX : std::max(t, ibta / 4));
     t = std::min(cap, t << std::min<uint8_t>(req_.sr_backoff, kSrMaxBackoff));
   }
   return t;

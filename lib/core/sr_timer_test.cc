@@ -102,6 +102,7 @@ class DelayIo final : public pktio::BurstIo {
     }
   }
   std::function<bool(const uint8_t*, uint32_t)> drop;
+  void set_delay(uint64_t ns) { delay_ = ns; }
   // Holds every frame on the wire (those already on it and those that
   // enter) while set; they leave in order once it is cleared.
   bool stall = false;
@@ -121,9 +122,10 @@ class DelayIo final : public pktio::BurstIo {
 // Two SR devices, 25 Gb/s and 5 us apart each way, in virtual time (100 ns steps).
 class DelayPair {
  public:
-  explicit DelayPair(bool tlp = true, uint32_t window = 256, uint64_t rto_low_ns = 200'000) : wire_(WireConfig()) {
+  explicit DelayPair(bool tlp = true, uint32_t window = 256, uint64_t rto_low_ns = 200'000, uint64_t delay_ns = 5'000)
+      : wire_(WireConfig()) {
     for (int i = 0; i < 2; ++i) {
-      io_[i] = std::make_unique<DelayIo>(&wire_.end(i), &now_, 5'000);
+      io_[i] = std::make_unique<DelayIo>(&wire_.end(i), &now_, delay_ns);
       DeviceConfig cfg;
       cfg.selective_repeat = true;
       cfg.sr_tlp = tlp;
@@ -148,6 +150,10 @@ class DelayPair {
   Side& b() { return s_[1]; }
   DelayIo& a_to_b() { return *io_[0]; }
   DelayIo& b_to_a() { return *io_[1]; }
+  void set_delay(uint64_t ns) {
+    io_[0]->set_delay(ns);
+    io_[1]->set_delay(ns);
+  }
   // Called once per 100 ns step of Writes() (a test's impairment schedule).
   std::function<void()> each_step;
   const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
@@ -385,6 +391,60 @@ TEST(SrRtt, MeasuredRtoWinsOverTheLowSetting) {
   EXPECT_GT(rtt.Rto(16'000), 5'000u);
   EXPECT_EQ(pair.qa().sr_rto_low_ns(), std::min(rtt.Rto(16'000), pair.qa().sr_rto_high_ns()));
   EXPECT_GE(rtt.srtt_ns, 10'000u) << "at least the 2 x 5 us of propagation";
+}
+
+// A path whose RTT (2 x 400 us) is longer than the device's sr_rto_high_ns
+// (320 us, IRN's RTO_high; the fabric's loss-free RTT on a loaded 2-core
+// host is 0.3-3 ms): the backoff before the first sample grows past that
+// setting, so a sample comes (Karn), and once the RTT is measured both RTOs
+// are at least SRTT + 4 RTTVAR. A loss-free run then has no timeout and
+// resends nothing. Before, RTO_high stayed at 320 us and the backoff was
+// capped there too: every RTO fired before the ACK came back, no sample
+// ever came, and the second timeout of each pair resent the window
+// (the fabric's loss-free row: half the packets resent, doc/loss-experiment.md).
+TEST(SrRtt, MeasuredRtoWinsOverTheHighSettingOnALongPath) {
+  DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/400'000);
+  EXPECT_EQ(pair.qa().sr_rto_high_ns(), 320'000u) << "before any sample: the device's";
+  Fill(pair.a().mem, 0, 16 * 65536, 9);
+  ASSERT_TRUE(pair.Writes(16));  // the first samples (timeouts before them are expected)
+  const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+  ASSERT_TRUE(rtt.valid) << "timeouts " << pair.qa().counters().timeouts << " resent "
+                         << pair.qa().counters().sr_retransmitted_packets;
+  EXPECT_GE(rtt.srtt_ns, 800'000u) << "at least the 2 x 400 us of propagation";
+  EXPECT_GE(pair.qa().sr_rto_low_ns(), rtt.Rto(200'000));
+  EXPECT_GE(pair.qa().sr_rto_high_ns(), rtt.Rto(200'000)) << "never below the measured RTO";
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u);
+  EXPECT_EQ(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 0u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+// The path's delay grows after the RTT was measured (5 us each way, then
+// 400 us: a host that starts descheduling the peer). The measured RTO is
+// tens of us, so timeouts fire; F-RTO finds them spurious, and the backoff
+// then grows past the device's sr_rto_high_ns (320 us) until a fresh sample,
+// which comes once the backed-off RTO outlasts the new RTT. Before, with a
+// sample present the backoff stopped at 320 us: each timeout was followed by
+// a second one before the ACK (resending the 129 PSNs a SACK can report),
+// every timed packet was voided by the next timeout, so no sample ever came
+// and the storm lasted as long as the delay.
+TEST(SrSpurious, ALongerPathAfterTheRttWasMeasuredEndsTheTimeoutStorm) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 16 * 65536, 3);
+  ASSERT_TRUE(pair.Writes(8));
+  ASSERT_TRUE(pair.qa().sr_rtt().valid);
+  ASSERT_LT(pair.qa().sr_rtt().Rto(16'000), 320'000u);
+  pair.set_delay(400'000);
+  const transport::QpCounters before = pair.qa().counters();
+  ASSERT_TRUE(pair.Writes(16));
+  const transport::QpCounters& after = pair.qa().counters();
+  EXPECT_GE(pair.qa().sr_rtt().srtt_ns, 100'000u) << "fresh samples of the longer path";
+  EXPECT_GT(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 0u);
+  EXPECT_LT(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 64u)
+      << "timeouts " << after.timeouts - before.timeouts;
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
 }  // namespace

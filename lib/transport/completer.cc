@@ -126,14 +126,20 @@ uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
   return t != 0 ? now + t : 0;
 }
 
-// IRN's RTO_high for an SR QP: 3 x the measured RTO (SRTT + 4 RTTVAR, at
-// least sr_rto_min_ns), at most the device's sr_rto_high_ns (also the value
-// before any RTT sample), and at most the QP's IBTA timeout (0, infinite,
-// leaves the device's).
+// IRN's RTO_high for an SR QP: the device's sr_rto_high_ns before any RTT
+// sample, then 3 x the measured RTO (SRTT + 4 RTTVAR, at least
+// sr_rto_min_ns) up to sr_rto_high_ns, but never below the measured RTO
+// itself: a ceiling below the path's RTT (or below the time between two
+// coalesced ACKs) only makes timeouts, spurious ones, on every round trip
+// (the fabric's loss-free row, doc/loss-experiment.md). At most the QP's
+// IBTA timeout (0, infinite, leaves it).
 uint64_t RcQp::SrRtoHighNs() const {
   const uint64_t ibta = AckTimeoutNs(attr_.timeout);
   uint64_t high = env_.sr_rto_high_ns;
-  if (req_.sr_rtt.valid) high = std::min(high, 3 * req_.sr_rtt.Rto(env_.sr_rto_min_ns));
+  if (req_.sr_rtt.valid) {
+    const uint64_t rto = req_.sr_rtt.Rto(env_.sr_rto_min_ns);
+    high = std::max(rto, std::min(high, 3 * rto));
+  }
   return ibta == 0 ? high : std::min(ibta, high);
 }
 
@@ -152,11 +158,23 @@ uint64_t RcQp::RetransmitTimeoutNs() const {
   // IRN's RTO_low: a loss with few packets behind it produces no SACK.
   uint64_t t = req_.progress_since_retry && SrUnsackedInFlight() <= env_.sr_rto_low_below ? SrRtoLowNs() : high;
   // Backoff: doubled per timeout without progress, up to the device's
-  // RTO_high (or the QP's IBTA timeout).
+  // RTO_high ceiling (or the QP's IBTA timeout) once the RTT is measured;
+  // up to 2^kSrMaxBackoff times before the first sample (Karn: the
+  // backed-off value must outgrow the RTT for a sample to come; capped at
+  // sr_rto_high_ns, on a path whose RTT is longer every RTO fired before the
+  // ACK came back, no sample ever came, and the second timeout of each
+  // pair resent the window), and after a spurious timeout until the next
+  // sample (the path has just shown a delay above the RTO; Eifel's
+  // response, RFC 4015: on the fabric a stall of a few ms otherwise makes
+  // a timeout every 320 us, each second one resending the window).
   if (req_.sr_backoff > 0) {
     const uint64_t ibta = AckTimeoutNs(attr_.timeout);
-    const uint64_t cap = std::max(t, ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns));
-    t = std::min(cap, t << req_.sr_backoff);
+    const uint64_t ceiling = ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns);
+    // (At least four timeouts per IBTA timeout, though: the fallback toward
+    // a peer without selective repeat needs an answer within one.)
+    const uint64_t cap = req_.sr_rtt.valid && !req_.sr_backoff_hold ? std::max(t, ceiling)
+                                                                    : (ibta == 0 ? UINT64_MAX : std::max(t, ibta / 4));
+    t = std::min(cap, t << std::min<uint8_t>(req_.sr_backoff, kSrMaxBackoff));
   }
   return t;
 }
@@ -621,6 +639,7 @@ void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more) {
 void RcQp::SrFrtoRelease() {
   req_.sr_frto = false;
   if (PsnLess(req_.sr_retx_end, req_.sr_frto_end)) req_.sr_retx_end = req_.sr_frto_end;
+  req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
 }
 
 }  // namespace droce::transport

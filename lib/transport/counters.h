@@ -41,6 +41,15 @@ struct QpCounters {
   uint64_t tlp_probes = 0;                // SR tail-loss probes sent (doc/transport.md)
   uint64_t sr_rack_resent = 0;            // SR retransmissions found lost again by a later packet's SACK
   uint64_t sr_spurious_timeouts = 0;      // SR timeouts found spurious (F-RTO) and undone
+  // Where an SR requester's time and retransmissions go (doc/loss-experiment.md's breakdown).
+  uint64_t sr_timeout_resent = 0;    // retransmissions a timeout asked for (psn_una, then the rest)
+  uint64_t sr_timeouts_low = 0;      // timeouts that fired on RTO_low (few packets in flight)
+  uint64_t sr_timeouts_backoff = 0;  // timeouts that fired on a backed-off (doubled) RTO
+  uint64_t sr_window_full_ns = 0;    // time new packets waited at sr_max_inflight_packets
+  uint64_t sr_rtt_max_ns = 0;        // the largest RTT sample
+  // RTT samples by size: < 32, 64, 128, 256, 512, 1024, 2048 us, and above.
+  static constexpr int kSrRttBuckets = 8;
+  uint64_t sr_rtt_hist[kSrRttBuckets] = {};
   // UD (ud_qp.cc).
   uint64_t ud_dropped_qkey = 0;      // DETH Q_Key not the QP's (IBTA 10.2.5): silently dropped
   uint64_t ud_dropped_no_recv = 0;   // no receive WQE posted: the datagram is dropped (9.8.4)

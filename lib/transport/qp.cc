@@ -434,10 +434,14 @@ void RcQp::OnTimer(uint64_t now_ns) {
       now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
     SrFallBack(now_ns);
   }
-  if (sr_) {  // F-RTO: what a spurious timeout restores
-    req_.sr_frto_retry_left = req_.retry_left;
-    req_.sr_frto_progress = req_.progress_since_retry;
-    req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
+  if (sr_) {  // F-RTO: what a spurious timeout restores (the state before the first timeout of a run)
+    if (req_.sr_rto_low_armed) ++counters_.sr_timeouts_low;
+    if (req_.sr_backoff > 0) ++counters_.sr_timeouts_backoff;
+    if (!req_.sr_frto) {
+      req_.sr_frto_retry_left = req_.retry_left;
+      req_.sr_frto_progress = req_.progress_since_retry;
+      req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
+    }
   }
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
@@ -474,16 +478,27 @@ void RcQp::OnTimer(uint64_t now_ns) {
     if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
     // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): psn_una
     // alone now, the rest once the first acknowledgement after it shows the
-    // timeout was not spurious. Not twice in a row (a timeout while the
-    // previous one is undecided resends everything).
+    // timeout was not spurious. A timeout while the previous one is still
+    // undecided (no acknowledgement at all came) resends psn_una again and
+    // keeps waiting, backed off: it used to resend everything, which on a
+    // path whose delay had grown past the RTO (a descheduled peer) resent
+    // the window once per RTT and voided every RTT sample (Karn), so the
+    // RTO never caught up (SrSpurious.ALongerPathAfterTheRttWasMeasured...).
+    // Only once the peer has answered as SR: before, everything is resent, so
+    // that an SR peer answers within the IBTA timeout that decides the
+    // fallback (SrFallbackNot.TwoSrEndsNeverFallBack).
     const bool undecided = req_.sr_frto;
-    req_.sr_frto = false;
-    if (!undecided && wire::PsnDiff(req_.sr_retx_end, req_.psn_una) > 1) {
+    req_.sr_frto = undecided && req_.sr_peer_answered;
+    if (req_.sr_frto) {
+      if (wire::PsnLess(req_.sr_frto_end, req_.sr_retx_end)) req_.sr_frto_end = req_.sr_retx_end;
+      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
+    } else if (!undecided && wire::PsnDiff(req_.sr_retx_end, req_.psn_una) > 1) {
       req_.sr_frto = true;
       req_.sr_frto_una = req_.psn_una;
       req_.sr_frto_end = req_.sr_retx_end;
       req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
     }
+    req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
   } else {
     RetryFrom(req_.psn_una);
   }

@@ -124,6 +124,9 @@ struct RttEstimator {
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
 // cover past the oldest missing/unacknowledged one.
 inline constexpr uint32_t kSrWindow = 1024;
+// The SR retransmission timeout grows at most 2^kSrMaxBackoff times by
+// backoff (16 x: e.g. 320 us to 5 ms), never past the QP's IBTA timeout.
+inline constexpr uint8_t kSrMaxBackoff = 4;
 // Receive WQEs an SR responder holds for messages that arrive ahead of
 // earlier ones (a SEND further ahead waits for its retransmission).
 inline constexpr uint32_t kSrMaxHeldRecvs = 256;
@@ -373,6 +376,8 @@ class RcQp {
   void SrNoteDelivered(uint32_t psn, uint64_t now);
   void SrRackScan();
   void SrArmTlp(uint64_t now);
+  void SrCountRtt(uint64_t rtt_ns);
+  void SrNoteCap(bool full, uint64_t now);
   void SrProbe();
   // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
   // first acknowledgement after a timeout's resend of psn_una decides
@@ -608,6 +613,10 @@ class RcQp {
     // timeout's own resend): an ACK past psn_una that one of them asked
     // for was sent before the timeout's resend arrived.
     SrBits sr_ackreq{};
+    // Counters only: the end of what the last timeout asked to resend
+    // (sr_timeout_resent), the start of a wait at the in-flight cap.
+    uint32_t sr_tmo_end = 0;
+    uint64_t sr_cap_since_ns = 0;
   } req_;
 
   // Responder.

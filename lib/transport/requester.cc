@@ -173,7 +173,9 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
 
 DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
   const int32_t in_flight = PsnDiff(c.w->next_psn, req_.psn_una);
-  return in_flight >= static_cast<int32_t>(InflightCap()) ? ReqState::kDone : ReqState::kCheckLength;
+  const bool full = in_flight >= static_cast<int32_t>(InflightCap());
+  if (sr_) SrNoteCap(full, c.now_ns);
+  return full ? ReqState::kDone : ReqState::kCheckLength;
 }
 
 DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
@@ -421,6 +423,7 @@ void RcQp::SrSlide() {
   if (PsnLess(req_.sr_retx_next, req_.psn_una)) req_.sr_retx_next = req_.psn_una;
   if (req_.sr_rack_active && !PsnLess(req_.sr_retx_next, req_.sr_rack_limit)) req_.sr_rack_active = false;
   if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
+  if (PsnLess(req_.sr_tmo_end, req_.psn_una)) req_.sr_tmo_end = req_.psn_una;
 }
 
 // PSNs in [from, end) not SACKed are to be resent. The cursor never moves
@@ -439,6 +442,7 @@ void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
   if (PsnLess(req_.sr_retx_next, from) && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
     req_.sr_retx_next = from;  // nothing pending: start where the new loss is
   }
+  if (!PsnLess(req_.sr_retx_next, req_.sr_retx_end)) req_.sr_tmo_end = req_.psn_una;  // (counters)
   if (PsnLess(req_.sr_retx_end, end)) req_.sr_retx_end = end;
 }
 
@@ -537,6 +541,9 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     frames[used].len = len;
     ++counters_.tx_packets;
     ++counters_.sr_retransmitted_packets;
+    if (!req_.sr_probe_pending && !req_.sr_rack_active && PsnLess(psn, req_.sr_tmo_end)) {
+      ++counters_.sr_timeout_resent;
+    }
     counters_.tx_bytes += len;
     NoteSent(len, now_ns);
     ++used;
@@ -581,8 +588,27 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
     req_.sr_rtt_timing = false;
     if (now >= req_.sr_rtt_sent_ns) {
       req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
+      SrCountRtt(now - req_.sr_rtt_sent_ns);
       req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
     }
+  }
+}
+
+// Counters of the breakdown (doc/loss-experiment.md): RTT samples by size.
+void RcQp::SrCountRtt(uint64_t rtt_ns) {
+  counters_.sr_rtt_max_ns = std::max(counters_.sr_rtt_max_ns, rtt_ns);
+  int b = 0;
+  for (uint64_t lim = 32'000; b < QpCounters::kSrRttBuckets - 1 && rtt_ns >= lim; lim *= 2) ++b;
+  ++counters_.sr_rtt_hist[b];
+}
+
+// The time new packets wait at the in-flight cap (sr_window_full_ns).
+void RcQp::SrNoteCap(bool full, uint64_t now) {
+  if (full) {
+    if (req_.sr_cap_since_ns == 0) req_.sr_cap_since_ns = now;
+  } else if (req_.sr_cap_since_ns != 0) {
+    counters_.sr_window_full_ns += now - req_.sr_cap_since_ns;
+    req_.sr_cap_since_ns = 0;
   }
 }
 

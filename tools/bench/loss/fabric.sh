@@ -10,6 +10,9 @@
 # time for SECONDS. The host is shared and noisy: ROUNDS passes over the loss
 # list, alternating, and each row is the median over the rounds (goodput,
 # p50, p99, max; counters summed). Prints CSV rows (droce-loss-bench's columns).
+# LV_COUNT=0 or LV_LAT=0 runs one phase alone (its counters alone); with
+# KEEP_LOGS=1 each measurement's client QP line (every counter) is kept in
+# $DROCE_RUN_DIR/qplines (the run directory is printed at the end).
 #   fabric.sh [MODES=gbn,sr] [LOSSES_PCT] [SECONDS=3] [TIMEOUT=14] [WINDOW=8] [ROUNDS=3]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -27,7 +30,7 @@ stop_fabric() {
 cur=  # the run directory in use (never the caller's DROCE_RUN_DIR)
 cleanup() {
   [ -n "$cur" ] && stop_fabric
-  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$run"
+  if [ "${KEEP_LOGS:-0}" = 1 ]; then echo "fabric.sh: logs kept in $run" >&2; else rm -rf "$run"; fi
 }
 trap cleanup EXIT
 # The switch's loss_dropped counters of both devices, summed.
@@ -45,7 +48,7 @@ measure() {  # loss_pct
   timeout $((secs * 4 + 60)) "$lv" server droce1 "$dir" >"$dir/server.log" 2>&1 &
   local server=$!
   local out
-  out=$(DROCE_STATS=1 timeout $((secs * 4 + 60)) "$lv" client droce0 "$dir" 100000000 "$window" 100000 "$to" "$secs" \
+  out=$(DROCE_STATS=1 timeout $((secs * 4 + 60)) "$lv" client droce0 "$dir" "${LV_COUNT:-100000000}" "$window" "${LV_LAT:-100000}" "$to" "$secs" \
     2>"$dir/client.err")
   wait $server; local server_rc=$?
   local drops=$(($(loss_dropped) - d0))
@@ -57,6 +60,7 @@ measure() {  # loss_pct
   local status; status=$(sed -n 's/.*status=//p' <<<"$out" | tr ' ,' '_;')
   [ "$server_rc" = 0 ] || status="server:$(tail -1 "$dir/server.log" | tr ', ' ';_')"
   [ -n "$status" ] || status=failed
+  [ "${KEEP_LOGS:-0}" = 1 ] && grep ' qp [0-9]*\( sr\)\?:' "$dir/client.err" | sed "s/^/$1 /" >>"$DROCE_RUN_DIR/qplines"
   echo "$(kv goodput_gbps) $(kv p50_us) $(kv p99_us) $(kv max_us) ${tx:-0} ${retx:-0} ${tmo:-0} $drops $status"
 }
 echo "setup,mode,pattern,loss_pct,timeout,goodput_gbps,goodput_vs_lossless,p50_us,p99_us,p99_vs_lossless,max_us,retransmitted_pct,timeouts,dropped,status"

@@ -294,6 +294,12 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
         if (!x.ok()) return fail(x.status());
         f.progress.pm_qos_us = static_cast<int32_t>(*x);
       }
+    } else if (key == "progress_nice") {
+      int32_t x = 0;
+      if (!absl::SimpleAtoi(v, &x) || x < -20 || x > 19) {
+        return fail(absl::InvalidArgumentError("progress_nice: an integer from -20 to 19"));
+      }
+      f.progress.nice = x;
     } else if (key == "progress_rt_priority") {
       auto x = ParseU32(key, v, 1, 99);
       if (!x.ok()) return fail(x.status());
@@ -365,10 +371,11 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_app_active_max_us=%u\n"
                         "progress_wakeup=%s\n"
                         "event_busy_poll_us=%u\nprogress_slice_us=%u\nprogress_sched=%s\n"
-                        "progress_rt_priority=%u\n",
+                        "progress_rt_priority=%u\nprogress_nice=%d\n",
                         f.progress.spins, f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
                         f.progress.app_active_us, f.progress.app_active_max_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us,
-                        f.progress.slice_us, f.progress.sched_fifo ? "fifo" : "normal", f.progress.rt_priority);
+                        f.progress.slice_us, f.progress.sched_fifo ? "fifo" : "normal", f.progress.rt_priority,
+                        f.progress.nice);
   absl::StrAppend(&out, "progress_pm_qos_us=",
                   f.progress.pm_qos_us < 0 ? std::string("off") : absl::StrCat(f.progress.pm_qos_us), "\n");
   return out;

@@ -41,6 +41,14 @@ struct ProgressConfig {
   // sched_runtime): short, so that it preempts a program spinning on memory
   // when it wakes. 0 keeps the kernel's default.
   uint32_t slice_us = 100;
+  // progress_nice: the progress thread's nice value (-20..19), set with the
+  // slice. A lower value weighs its run time less in EEVDF's virtual time,
+  // so a thread that runs in bursts next to a spinning program stays
+  // eligible and its wake-up preempts the spinner instead of waiting for
+  // the tick (doc/verbs.md). Negative values need CAP_SYS_NICE or
+  // RLIMIT_NICE; refused, the thread keeps its nice value (DROCE_DEBUG says
+  // so, DROCE_STATS counts it).
+  int32_t nice = 0;
   // progress_sched=fifo: the progress thread runs SCHED_FIFO at rt_priority
   // when the process may (CAP_SYS_NICE, root): its wake-ups preempt a
   // program spinning on memory at once, as the softirq that runs a kernel

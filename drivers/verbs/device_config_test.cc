@@ -30,7 +30,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "ip=fd00::1\nmac=02:aa:bb:cc:dd:ee\nneighbor=10.0.0.2 02:00:00:00:00:02\nmtu=1024\n"
                      "eal_args=--log-level=debug -l 1\ndscp=26\necn=0\nvlan=100\npcp=3\nmax_qp=64\ncnp=off\n"
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
-                     "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nnetdev=eth0\n"
+                     "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nprogress_nice=-7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
                      "sr_rto_min_us=40\nsr_tlp=off\n";
   auto f = ParseDeviceFile(text);
@@ -67,6 +67,11 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->progress.slice_us, 250u);
   EXPECT_TRUE(g->progress.sched_fifo);
   EXPECT_EQ(g->progress.rt_priority, 7u);
+  EXPECT_EQ(g->progress.nice, -7);
+  EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "progress_nice=19\n")->progress.nice, 19);
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=-21\n").ok());
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=20\n").ok());
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=high\n").ok());
   EXPECT_FALSE(ParseDeviceFile(kMinimal)->progress.sched_fifo);  // normal unless asked
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_sched=rr\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_rt_priority=0\n").ok());

@@ -264,11 +264,12 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s, demoted %lu, yielded to the program %lu), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
-               progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER", stats_.progress_fifo_demotions.load(),
+               progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER",
+               stats_.progress_nice_refused.load() != 0 ? " progress_nice refused" : "", stats_.progress_fifo_demotions.load(),
                stats_.progress_fifo_yields.load(), stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
@@ -669,22 +670,30 @@ struct SchedAttr {
 
 }  // namespace
 
-// Asks the kernel for a short time slice for the calling thread. With
-// EEVDF (Linux 6.6+; wake-up preemption by shorter slices since 6.12) a
-// waking thread with a shorter slice has the earlier deadline and preempts
-// a spinning program at once; with the default slice it can wait out the
-// spinner's slice (ms). The nice value stays. Older kernels ignore or refuse
-// it; either way nothing else changes.
-void Runtime::RequestShortSlice(uint32_t slice_us) {
-  if (slice_us == 0) return;
+// SCHED_OTHER with the progress thread's slice and nice value for the
+// calling thread (progress_slice_us, progress_nice). The slice: with EEVDF
+// (Linux 6.6+; wake-up preemption by shorter slices since 6.12) a waking
+// thread with a shorter slice has the earlier deadline and preempts a
+// spinning program; with the default slice it can wait out the spinner's
+// slice (ms). The nice value (0: the thread keeps its own): a lower one
+// weighs the thread's run time less, so a thread that runs in bursts stays
+// eligible to preempt (doc/verbs.md). Older kernels ignore the slice.
+// Returns false where the nice value was refused (a negative one without
+// CAP_SYS_NICE or RLIMIT_NICE); the slice is then asked for alone.
+bool Runtime::RequestSlice(uint32_t slice_us, int32_t nice) {
+  if (slice_us == 0 && nice == 0) return true;
   SchedAttr attr{};
   attr.size = sizeof attr;
   attr.sched_policy = SCHED_OTHER;
   errno = 0;
-  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
-  attr.sched_nice = errno == 0 ? nice : 0;
+  const int own = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  const int keep = errno == 0 ? own : 0;
+  attr.sched_nice = nice != 0 ? nice : keep;
   attr.sched_runtime = uint64_t{slice_us} * 1000;
+  if (syscall(SYS_sched_setattr, 0, &attr, 0u) == 0 || nice == 0) return true;
+  attr.sched_nice = keep;
   (void)syscall(SYS_sched_setattr, 0, &attr, 0u);
+  return false;
 }
 
 // SCHED_OTHER with the default slice for thread `tid` (0: the caller): a
@@ -727,7 +736,8 @@ void Runtime::ProgressLoop() {
   // copies from cold mbufs without it).
   const bool registered = ethdev::RegisterThread();
   pthread_setname_np(pthread_self(), "droce-progress");
-  RequestShortSlice(file_.progress.slice_us);
+  const bool nice_taken = RequestSlice(file_.progress.slice_us, file_.progress.nice);
+  if (!nice_taken) stats_.progress_nice_refused.store(1, std::memory_order_relaxed);
   struct Unregister {
     bool on;
     ~Unregister() {
@@ -748,8 +758,10 @@ void Runtime::ProgressLoop() {
     if (fifo) {
       std::fprintf(stderr, "droce %s: progress thread SCHED_FIFO priority %u\n", file_.name.c_str(), pc.rt_priority);
     } else {
-      std::fprintf(stderr, "droce %s: progress thread SCHED_OTHER, slice %u us%s\n", file_.name.c_str(),
-                   pc.slice_us, pc.sched_fifo ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)" : "");
+      std::fprintf(stderr, "droce %s: progress thread SCHED_OTHER, slice %u us, nice %d%s%s\n", file_.name.c_str(),
+                   pc.slice_us, getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))),
+                   nice_taken ? "" : " (progress_nice refused: no CAP_SYS_NICE?)",
+                   pc.sched_fifo ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)" : "");
     }
   }
   // A timed sleep. Under SCHED_FIFO at least kFifoMinSleepUs: a shorter
@@ -788,7 +800,7 @@ void Runtime::ProgressLoop() {
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
     if (fifo && now - busy_since > kFifoBusyNs) {
-      RequestShortSlice(pc.slice_us == 0 ? 1 : pc.slice_us);  // SCHED_OTHER again, the slice with it
+      (void)RequestSlice(pc.slice_us == 0 ? 1 : pc.slice_us, pc.nice);  // SCHED_OTHER again, slice and nice with it
       fifo = false;
       progress_fifo_.store(false, std::memory_order_relaxed);
       stats_.progress_fifo_demotions.fetch_add(1, std::memory_order_relaxed);

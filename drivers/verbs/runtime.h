@@ -172,6 +172,7 @@ class Runtime {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
         async_events{0}, progress_fifo_demotions{0}, progress_fifo_yields{0},
         progress_stand_asides{0},
+        progress_nice_refused{0},  // 1: progress_nice was refused (the thread kept its nice value)
         pm_qos_holds{0};  // progress_pm_qos_us: times the request was taken (released when idle)  // look-backs that found the program polling (naps while it drives)
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
@@ -203,7 +204,7 @@ class Runtime {
   void RefreshWakeupLocked();
   void Stop();
   void ProgressLoop();
-  static void RequestShortSlice(uint32_t slice_us);
+  static bool RequestSlice(uint32_t slice_us, int32_t nice);
   static bool SetFifo(uint32_t priority);
   // A SCHED_FIFO progress thread spins at most this long without work
   // before it sleeps, and drops to SCHED_OTHER after this long busy without

@@ -92,6 +92,13 @@ check "ib_send_lat -e: events handed over in process" server_stats_match "\\(([1
 check "ib_send_lat -e, no busy poll: waits sleep and arrivals wake them" server_stats_match \
   "event waits slept [1-9][0-9]* \\(woken by arrival [1-9][0-9]*\\)" LINK_SET=event_busy_poll_us=0 \
   "$pair" "DROCE_STATS=1 ib_send_lat -p $vp -d droce0 -x 1 -e -n 1000" "ib_send_lat -p $vp -d droce1 -x 1 -e -n 1000 127.0.0.1"
+# progress_nice: the progress thread reports (DROCE_DEBUG) the nice value it
+# runs at, read back from the kernel; without CAP_SYS_NICE it is refused
+# and keeps the process's own.
+if [ "$(id -u)" = 0 ]; then want_nice="slice 100 us, nice -3\$"; else want_nice="nice -?[0-9]+ \(progress_nice refused"; fi
+check "progress_nice=-3: the progress thread runs at it" server_stats_match "progress thread SCHED_OTHER, $want_nice" \
+  LINK_SET=progress_nice=-3 "$pair" "DROCE_DEBUG=1 ib_read_lat -p $vp -d droce0 -x 1 -n 300" \
+  "ib_read_lat -p $vp -d droce1 -x 1 -n 300 127.0.0.1"
 check "ib_read_lat" "$pair" "ib_read_lat -p $vp -d droce0 -x 1 -n 1000" "ib_read_lat -p $vp -d droce1 -x 1 -n 1000 127.0.0.1"
 # ib_read_lat's server never polls: its progress thread serves every READ.
 # It must be woken by the arrivals (memif interrupt mode), not only by timers.

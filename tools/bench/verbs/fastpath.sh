@@ -15,7 +15,8 @@
 #      or ONLY=a comma list of engine,bw,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone),
 #      PINGPONG_RUNS (default 2).
 # perftest's side channel is TCP port 18515: run nothing else that uses it
-# meanwhile (the verbs_memif test does), or pairs fail.
+# meanwhile (the verbs_memif test does), or pairs fail; PORT=n moves every
+# pair's side channel (perftest -p, ibv_rc_pingpong -p) to port n.
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 secs=${SECS:-3}
@@ -32,8 +33,9 @@ export SERVER_DELAY=1.5 PAIR_TIMEOUT=120
 # (with the pair's command), not into the row parsing.
 crashes() { awk -v cmd="$1" '/^--- backtrace/ {bt = 1; print "fastpath.sh: " cmd > "/dev/stderr"}
   bt {print > "/dev/stderr"; next} {print}'; }
+port=${PORT:+-p $PORT}
 pair() {  # BUILD dir, server cmd, client args
-  BUILD=$1 LINK_SET=$set bash tools/verbs-pair.sh "$2 -d droce0 -x 1 $3" "$2 -d droce1 -x 1 $3 127.0.0.1" |
+  BUILD=$1 LINK_SET=$set bash tools/verbs-pair.sh "$2 -d droce0 -x 1 $port $3" "$2 -d droce1 -x 1 $port $3 127.0.0.1" |
     crashes "$2 $3" | sed -n '/^--- client/,$p'
 }
 row() { grep -E '^ *[0-9]+ +[0-9]+ ' | head -1; }
@@ -57,8 +59,8 @@ lat() {  # program metric-name
 }
 pingpong() {
   local r
-  r=$(BUILD=$b LINK_SET=$set bash tools/verbs-pair.sh "ibv_rc_pingpong -d droce0 -g 1 -s 64 -n 5000" \
-    "ibv_rc_pingpong -d droce1 -g 1 -s 64 -n 5000 127.0.0.1" | crashes ibv_rc_pingpong | sed -n '/^--- client/,$p' |
+  r=$(BUILD=$b LINK_SET=$set bash tools/verbs-pair.sh "ibv_rc_pingpong -d droce0 -g 1 -s 64 -n 5000 $port" \
+    "ibv_rc_pingpong -d droce1 -g 1 -s 64 -n 5000 $port 127.0.0.1" | crashes ibv_rc_pingpong | sed -n '/^--- client/,$p' |
     grep -oE '[0-9.]+ usec/iter' | head -1 | awk '{print $1}')
   put "$name" rc_pingpong_64B_us_per_iter "$r"
 }

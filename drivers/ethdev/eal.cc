@@ -1,13 +1,17 @@
 #include "drivers/ethdev/eal.h"
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <sched.h>
 #include <signal.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <ctime>
 #include <mutex>
 #include <string>
 
+#include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
@@ -144,5 +148,45 @@ bool RegisterThread() {
 }
 
 void UnregisterThread() { rte_thread_unregister(); }
+
+namespace {
+struct InterruptJob {
+  void (*fn)(void*);
+  void* arg;
+  sem_t done;
+};
+void RunInterruptJob(void* p) {
+  auto* job = static_cast<InterruptJob*>(p);
+  job->fn(job->arg);
+  sem_post(&job->done);
+}
+}  // namespace
+
+void RunOnInterruptThread(void (*fn)(void*), void* arg, int timeout_ms) {
+  InterruptJob job{fn, arg, {}};
+  sem_init(&job.done, 0, 0);
+  if (!EalStarted() || rte_eal_alarm_set(1, RunInterruptJob, &job) != 0) {
+    sem_destroy(&job.done);
+    fn(arg);
+    return;
+  }
+  timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += static_cast<long>(timeout_ms % 1000) * 1000000;
+  if (deadline.tv_nsec >= 1000000000) {
+    deadline.tv_nsec -= 1000000000;
+    ++deadline.tv_sec;
+  }
+  while (sem_timedwait(&job.done, &deadline) != 0) {
+    if (errno == EINTR) continue;
+    // Not run yet: take it back (rte_eal_alarm_cancel waits for a job that
+    // has begun) and run it here; begun meanwhile: it has finished now.
+    if (rte_eal_alarm_cancel(RunInterruptJob, &job) > 0) fn(arg);
+    else sem_wait(&job.done);
+    break;
+  }
+  sem_destroy(&job.done);
+}
 
 }  // namespace droce::ethdev

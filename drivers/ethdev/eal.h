@@ -41,6 +41,14 @@ void StopEal();
 // A registered thread calls UnregisterThread() before it ends.
 bool RegisterThread();
 void UnregisterThread();
+// Runs fn(arg) on EAL's interrupt thread and waits for it. memif handles
+// its connection's events there (the peer's messages, its disconnect, the
+// client's connect); a port stop or start from another thread runs the same
+// teardown at the same time, and DPDK 22.11 then frees and uses the control
+// channel at once (SIGSEGV in memif_msg_enq). Run there, they take turns.
+// Falls back to calling fn on this thread when EAL cannot schedule it, or
+// when it did not start within timeout_ms (the interrupt thread stuck).
+void RunOnInterruptThread(void (*fn)(void*), void* arg, int timeout_ms = 5000);
 
 }  // namespace droce::ethdev
 

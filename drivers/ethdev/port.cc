@@ -12,6 +12,7 @@
 #include <rte_mempool.h>
 
 #include "absl/strings/str_format.h"
+#include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
@@ -116,8 +117,20 @@ EthdevPort::~EthdevPort() {
 void EthdevPort::Stop(bool close) {
   if (!started_) return;
   started_ = false;
-  rte_eth_dev_stop(port_);
-  if (close) rte_eth_dev_close(port_);
+  // On EAL's interrupt thread, in turn with memif's connection events
+  // (eal.h): a peer's disconnect handled there while this thread closed
+  // the port freed and used memif's control channel at once.
+  struct Job {
+    uint16_t port;
+    bool close;
+  } job{port_, close};
+  RunOnInterruptThread(
+      [](void* p) {
+        const auto* j = static_cast<const Job*>(p);
+        rte_eth_dev_stop(j->port);
+        if (j->close) rte_eth_dev_close(j->port);
+      },
+      &job);
 }
 
 absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {

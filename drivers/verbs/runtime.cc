@@ -225,10 +225,12 @@ void Runtime::Stop() {
     // interrupt thread then tears the connection down (memif_disconnect)
     // while our close would do the same: two teardowns at once fault in
     // 22.11 (seen: rte_dev_remove -> memif close, SIGSEGV, the interrupt
-    // thread inside its own disconnect). A link already down means that
-    // teardown is under way: give it time to finish first.
+    // thread inside its own disconnect). The port is stopped and closed on
+    // that thread, in turn (EthdevPort::Stop; test
+    // BothEndsOfAMemifClosingAtOnceDoNotRace); the vdev removal then finds
+    // the port closed. The pauses, from before, stay as margin.
     if (port_ && file_.vdev.rfind("net_memif", 0) == 0 && !port_->LinkUp()) usleep(30'000);
-    if (port_) port_->Stop(/*close=*/false);
+    if (port_) port_->Stop(/*close=*/true);
     (void)ethdev::RemoveVdev(file_.port_name());
     // A peer that left during our close: the interrupt thread's disconnect
     // frees the interface's mbufs into our pools, so the pools go only after
@@ -473,7 +475,7 @@ void Runtime::LoseFabric(uint64_t now_ns) {
   // stops cleanly keeps our interface up until we remove it.
   usleep(20'000);
   if (!port_->LinkUp()) usleep(10'000);
-  port_->Stop(/*close=*/false);
+  port_->Stop(/*close=*/true);  // on EAL's interrupt thread (EthdevPort::Stop)
   (void)ethdev::RemoveVdev(file_.port_name());
   if (fabric_fd_ >= 0) close(fabric_fd_);
   fabric_fd_ = -1;

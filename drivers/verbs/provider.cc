@@ -10,9 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstddef>
-#include <type_traits>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "drivers/verbs/abi.h"

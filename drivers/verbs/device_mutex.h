@@ -32,6 +32,8 @@ namespace droce::verbs {
 class DeviceMutex {
  public:
   DeviceMutex();
+  // Tests choose; a runtime's is what the kernel allows (asymmetric()).
+  explicit DeviceMutex(bool asymmetric_if_possible);
   DeviceMutex(const DeviceMutex&) = delete;
   DeviceMutex& operator=(const DeviceMutex&) = delete;
 
@@ -56,10 +58,8 @@ class DeviceMutex {
   // does not try-lock while one is (runtime.h).
   std::atomic<int> app_waiting{0};
 
-  // Whether unlock() relies on membarrier (false: a full fence). Tests
-  // choose; a runtime's is what the kernel allows.
+  // Whether unlock() relies on membarrier (false: a full fence).
   bool asymmetric() const { return asymmetric_; }
-  explicit DeviceMutex(bool asymmetric_if_possible);
   // Sleeps that ended by their time bound rather than a wake-up: a holder
   // that kept the lock that long, or a missed wake-up (tests expect none).
   uint64_t timed_out_waits() const { return timed_out_waits_.load(std::memory_order_relaxed); }

@@ -565,10 +565,9 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   DroceCq* cq = ToCq(ibcq);
   Runtime* rt = Rt(ibcq->context);
   constexpr int kChunk = 32;
-  // Left uninitialised: Completion's member initialisers zeroed 1 KiB on
-  // every call, most of which find nothing (perftest polls ~1.5 times per
-  // message).
-  // (A byte array creates the completions implicitly, C++20.)
+  // Left uninitialised (a byte array creates the completions implicitly,
+  // C++20): Completion's member initialisers zeroed 1 KiB on every call,
+  // most of which find nothing (perftest polls ~1.5 times per message).
   alignas(queue::Completion) std::byte storage[kChunk * sizeof(queue::Completion)];
   auto* buf = reinterpret_cast<queue::Completion*>(storage);
   static_assert(std::is_trivially_copyable_v<queue::Completion>);

@@ -92,7 +92,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->dev.unsignaled_ack_every, 1u);
   EXPECT_EQ(g->dev.ack_solicit_ns, 30'000u);
   EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.unsignaled_ack_every, 16u);
-  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.ack_solicit_ns, 100'000u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.ack_solicit_ns, 500'000u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "unsignaled_ack_every=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "ack_solicit_us=0\n").ok());
 }

@@ -123,7 +123,7 @@ struct DeviceConfig {
   // unsignaled_ack_every packets (1: on every message, as rxe), and a tail
   // left without one is solicited after ack_solicit_ns without sending.
   uint32_t unsignaled_ack_every = 16;
-  uint64_t ack_solicit_ns = 100'000;
+  uint64_t ack_solicit_ns = 500'000;
 };
 
 struct QpInitAttr {

@@ -78,7 +78,7 @@ struct QpEnv {
   // without AckReq is solicited (its last packet resent with AckReq) once
   // nothing new has been sent for ack_solicit_ns (doc/transport.md "AckReq").
   uint32_t unsignaled_ack_every = 16;
-  uint64_t ack_solicit_ns = 100'000;
+  uint64_t ack_solicit_ns = 500'000;
   // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP
   // makes it send a CNP to its peer, at most one per interval.
   bool cnp_enabled = true;

@@ -254,6 +254,14 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 1, 10'000'000);
       if (!x.ok()) return fail(x.status());
       f.dev.sr_rto_min_ns = uint64_t{*x} * 1000;
+    } else if (key == "unsignaled_ack_every") {
+      auto x = ParseU32(key, v, 1, 4096);
+      if (!x.ok()) return fail(x.status());
+      f.dev.unsignaled_ack_every = *x;
+    } else if (key == "ack_solicit_us") {
+      auto x = ParseU32(key, v, 1, 10'000'000);
+      if (!x.ok()) return fail(x.status());
+      f.dev.ack_solicit_ns = uint64_t{*x} * 1000;
     } else if (key == "sr_tlp") {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
@@ -363,6 +371,8 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         f.dev.sr_rto_low_ns / 1000, f.dev.sr_rto_high_ns / 1000);
   absl::StrAppendFormat(&out, "sr_rto_min_us=%u\nsr_tlp=%s\n", f.dev.sr_rto_min_ns / 1000,
                         f.dev.sr_tlp ? "on" : "off");
+  absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\n", f.dev.unsignaled_ack_every,
+                        f.dev.ack_solicit_ns / 1000);
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");

@@ -32,7 +32,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
                      "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nprogress_nice=-7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
-                     "sr_rto_min_us=40\nsr_tlp=off\n";
+                     "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -89,6 +89,12 @@ TEST(DeviceFile, RoundTripsEveryField) {
   // A verbs device's poll loop shares the host's cores: its RTO floor is 200 us, the probe on.
   EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.sr_rto_min_ns, 200'000u);
   EXPECT_TRUE(ParseDeviceFile(kMinimal)->dev.sr_tlp);
+  EXPECT_EQ(g->dev.unsignaled_ack_every, 1u);
+  EXPECT_EQ(g->dev.ack_solicit_ns, 30'000u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.unsignaled_ack_every, 16u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.ack_solicit_ns, 500'000u);
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "unsignaled_ack_every=0\n").ok());
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "ack_solicit_us=0\n").ok());
 }
 
 TEST(DeviceFile, RejectsBadInputWithTheLine) {

@@ -291,13 +291,14 @@ void Runtime::PrintQpStats(uint32_t qpn) {
     const transport::QpCounters& k = q->counters();
     std::fprintf(stderr,
                  "droce %s qp %u: tx %lu rx %lu retransmitted %lu timeouts %lu naks sent %lu (seq %lu, rnr %lu) "
-                 "received %lu (rnr %lu) duplicates %lu out_of_sequence %lu acks sent %lu received %lu "
+                 "received %lu (rnr %lu) duplicates %lu out_of_sequence %lu acks sent %lu received %lu solicited %lu "
                  "dropped_wrong_state %lu state %s selective_repeat %s sr_sacks_sent %lu sr_sacks_received %lu "
                  "sr_retransmitted_packets %lu sr_out_of_order_placed %lu sr_dropped %lu sr_fallbacks %lu tlp_probes %lu "
                  "sr_rack_resent %lu sr_spurious_timeouts %lu\n",
                  file_.name.c_str(), qpn, k.tx_packets, k.rx_packets, k.retransmitted_packets, k.timeouts,
                  k.naks_sent, k.seq_naks_sent, k.rnr_naks_sent, k.naks_received, k.rnr_naks_received,
-                 k.duplicates_received, k.out_of_sequence, k.acks_sent, k.acks_received, k.dropped_wrong_state,
+                 k.duplicates_received, k.out_of_sequence, k.acks_sent, k.acks_received, k.ack_solicits,
+                 k.dropped_wrong_state,
                  transport::QpStateName(q->state()), q->selective_repeat() ? "on" : "off", k.sr_sacks_sent,
                  k.sr_sacks_received, k.sr_retransmitted_packets, k.sr_out_of_order_placed, k.sr_dropped,
                  k.sr_fallbacks, k.tlp_probes, k.sr_rack_resent, k.sr_spurious_timeouts);

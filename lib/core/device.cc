@@ -333,6 +333,8 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.sr_rto_high_ns = config_.sr_rto_high_ns;
   env.sr_rto_min_ns = config_.sr_rto_min_ns;
   env.sr_tlp = config_.sr_tlp;
+  env.unsignaled_ack_every = config_.unsignaled_ack_every;
+  env.ack_solicit_ns = config_.ack_solicit_ns;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet

@@ -117,6 +117,7 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.sr_tlp_armable = true;
   req_.sr_tlp_deadline = 0;
   req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
+  if (req_.retransmit_deadline == 0) req_.ack_solicit_deadline = 0;  // nothing left to ask about
   if (sr_) SrArmTlp(now);
 }
 

@@ -415,6 +415,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
     req_.sr_tlp_deadline = 0;
     if (Outstanding() && SrPendingRetransmits() == 0) SrProbe();
   }
+  if (req_.ack_solicit_deadline != 0 && now_ns >= req_.ack_solicit_deadline) SolicitAck(now_ns);
   if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
     req_.retransmit_deadline = 0;
@@ -505,6 +506,25 @@ void RcQp::OnTimer(uint64_t now_ns) {
   req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
 }
 
+// The newest packet, a message's last, went without AckReq (an unsignaled
+// WR, doc/transport.md "AckReq") and nothing was sent after it for
+// ack_solicit_ns: ask for the ACK by sending it again with AckReq. The
+// responder acknowledges a duplicate with everything it has (9.7.5.1.2);
+// had it been lost, the resend repairs it (or draws a sequence NAK).
+void RcQp::SolicitAck(uint64_t now_ns) {
+  req_.ack_solicit_deadline = 0;
+  if (!req_.tail_unsolicited || !Outstanding() || !wire::PsnLess(req_.psn_una, req_.psn_high)) return;
+  const uint64_t quiet_since = req_.tail_sent_ns + env_.ack_solicit_ns;
+  if (now_ns < quiet_since || req_.sq_next != sq_.tail()) {
+    // Still sending (or more is queued, held by the pacer or an RNR wait).
+    req_.ack_solicit_deadline = std::max(quiet_since, now_ns + 1);
+    return;
+  }
+  ++counters_.ack_solicits;
+  req_.tail_unsolicited = false;
+  RetryFrom(wire::PsnAdd(req_.psn_high, -1));
+}
+
 void RcQp::OnCongestionMark(uint64_t now_ns) {
   ++counters_.ce_marked_received;
   if (!env_.cnp_enabled || state_ == QpState::kReset || state_ == QpState::kInit) return;
@@ -584,6 +604,7 @@ uint64_t RcQp::NextDeadline() const {
   if (!actions_.empty()) take(pace);
   if (state_ == QpState::kRts || state_ == QpState::kSqd) {
     take(req_.retransmit_deadline);
+    take(req_.ack_solicit_deadline);
     if (sr_) take(req_.sr_tlp_deadline);
     // Requests waiting for the RNR timer and the pacer: the later of the two.
     const uint64_t hold = std::max(req_.rnr_resume_at, pace);
@@ -612,6 +633,7 @@ void RcQp::EnterError() {
   state_ = QpState::kErr;
   attr_.qp_state = state_;
   req_.retransmit_deadline = 0;
+  req_.ack_solicit_deadline = 0;
   req_.rnr_resume_at = 0;
   FlushAll();
 }

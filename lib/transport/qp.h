@@ -72,6 +72,13 @@ struct QpEnv {
   // Requester tuning (not visible in verbs).
   uint32_t max_inflight_packets = 512;
   uint32_t ack_req_every = 64;  // AckReq at least every N packets of a long message
+  // AckReq on an unsignaled SEND/WRITE's last packet only once this many
+  // packets went out since the last AckReq (1: every message, as rxe does);
+  // a signaled WR, a retransmission and an SR QP always ask. A tail left
+  // without AckReq is solicited (its last packet resent with AckReq) once
+  // nothing new has been sent for ack_solicit_ns (doc/transport.md "AckReq").
+  uint32_t unsignaled_ack_every = 16;
+  uint64_t ack_solicit_ns = 500'000;
   // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP
   // makes it send a CNP to its peer, at most one per interval.
   bool cnp_enabled = true;
@@ -411,6 +418,7 @@ class RcQp {
   void NoteProgress(uint64_t now);
   void AdvancePastDone();
   void RetryFrom(uint32_t psn);
+  void SolicitAck(uint64_t now_ns);
   void ImpliedNak(uint32_t missing_psn);
   void CompleteHead();
   void FailWqe(SendWqe& w, queue::WcStatus status);
@@ -544,6 +552,11 @@ class RcQp {
     uint64_t retransmit_deadline = 0;  // 0: not armed
     uint64_t rnr_resume_at = 0;        // 0: not waiting for an RNR timer
     uint32_t packets_since_ack_req = 0;
+    // The newest packet went out without AckReq (at tail_sent_ns): unless
+    // more follows, an ACK for it is solicited at ack_solicit_deadline.
+    bool tail_unsolicited = false;
+    uint64_t tail_sent_ns = 0;
+    uint64_t ack_solicit_deadline = 0;  // 0: not armed
     bool progress_since_retry = true;
     // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
     // until progress; otherwise every later response would rewind again.

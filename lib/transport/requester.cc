@@ -227,6 +227,10 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
     req_.sr_rto_low_armed = false;
   }
   if (sr_) SrArmTlp(c.now_ns);
+  req_.tail_sent_ns = c.now_ns;
+  if (req_.tail_unsolicited && req_.ack_solicit_deadline == 0) {
+    req_.ack_solicit_deadline = c.now_ns + env_.ack_solicit_ns;
+  }
   if (w.fully_sent) ++req_.sq_next;
   return ReqState::kGetWqe;
 }
@@ -302,6 +306,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       const uint32_t offset = index * mtu_;
       bth.set_opcode(OpcodeFor(Transport::kRc, Operation::kReadRequest, Position::kOnly));
       bth.set_ack_req(true);
+      if (!retransmission) req_.tail_unsolicited = false;  // its response answers
       RethWriter reth(ext);
       reth.set_va(w.wr.remote_addr + offset);
       reth.set_rkey(w.wr.rkey);
@@ -319,6 +324,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       bth.set_opcode(OpcodeFor(Transport::kRc, cas ? Operation::kCompareSwap : Operation::kFetchAdd,
                                Position::kOnly));
       bth.set_ack_req(true);
+      if (!retransmission) req_.tail_unsolicited = false;  // its response answers
       AtomicEthWriter a(ext);
       a.set_va(w.wr.remote_addr);
       a.set_rkey(w.wr.rkey);
@@ -352,9 +358,19 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
   ++req_.packets_since_ack_req;
-  const bool ack_req = reliable() && (last || req_.packets_since_ack_req >= env_.ack_req_every ||
-                                      req_.sr_force_ack_req);
+  // AckReq (doc/transport.md "AckReq"): a message's last packet asks when
+  // the WR will complete (signaled), under selective repeat, when resent,
+  // or once unsignaled_ack_every packets went without; an unsignaled WR's
+  // ACK only frees its slot, and one cumulative ACK frees many (ConnectX's
+  // log_ack_req_freq). What is left unasked at the tail is solicited later.
+  const bool signaled = (w.wr.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
+  const bool ask_at_end = signaled || sr_ || retransmission ||
+                          req_.packets_since_ack_req >= env_.unsignaled_ack_every;
+  const bool ack_req =
+      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= env_.ack_req_every ||
+                     req_.sr_force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
+  if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   // F-RTO: which ACKs were asked for before a timeout (not by its own resend).
   if (sr_ && ack_req && !(req_.sr_frto && psn == req_.sr_frto_una)) BitSet(req_.sr_ackreq, psn);
   bth.set_ack_req(ack_req);

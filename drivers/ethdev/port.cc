@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/memif_listener.h"
 #include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
@@ -104,6 +105,7 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   opened->rx_ring_ = c.rx_ring;
   opened->guard_ = c.guard_peer_unmap && InstallUnmapGuard();
   opened->tx_ring_ = c.tx_ring;
+  opened->listener_path_ = c.memif_listener_path;
   opened->max_frame_bytes_ = max_frame;
   return opened;
 }
@@ -120,15 +122,22 @@ void EthdevPort::Stop(bool close) {
   // On EAL's interrupt thread, in turn with memif's connection events
   // (eal.h): a peer's disconnect handled there while this thread closed
   // the port freed and used memif's control channel at once.
+  // A memif server's listener, found before the close frees memif's record
+  // of it (memif_listener.h), retired right after it on the same thread:
+  // no listener callback can run in between.
   struct Job {
     uint16_t port;
     bool close;
-  } job{port_, close};
+    int listener;
+    const std::string* listener_path;
+  } job{port_, close, close ? FindUnixListener(listener_path_) : -1, &listener_path_};
   RunOnInterruptThread(
       [](void* p) {
         const auto* j = static_cast<const Job*>(p);
         rte_eth_dev_stop(j->port);
-        if (j->close) rte_eth_dev_close(j->port);
+        if (!j->close) return;
+        rte_eth_dev_close(j->port);
+        RetireOrphanedUnixListener(j->listener, *j->listener_path);
       },
       &job);
 }

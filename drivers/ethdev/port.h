@@ -24,6 +24,9 @@ struct PortConfig {
   // Bursts under ethdev/unmap_guard.h: a memif peer that vanishes mid-burst
   // ends the burst (link down) instead of the process.
   bool guard_peer_unmap = false;
+  // A memif server's socket path (MemifListenerPath): its listener is
+  // retired after the close that freed it (memif_listener.h).
+  std::string memif_listener_path;
 };
 
 struct PortStats {
@@ -87,6 +90,7 @@ class EthdevPort final : public pktio::BurstIo {
   bool start_failed_ = false;
   uint16_t rx_ring_ = 1024, tx_ring_ = 1024;
   bool guard_ = false;
+  std::string listener_path_;  // PortConfig::memif_listener_path
   PortStats stats_;
 };
 

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/memif_listener.h"
 #include "drivers/verbs/abi.h"
 #include "drivers/verbs/fabric.h"
 
@@ -168,6 +169,7 @@ absl::Status Runtime::Start() {
   pc.name = file_.port_name();
   pc.start_may_fail = memif_client_;
   pc.guard_peer_unmap = file_.vdev.rfind("net_memif", 0) == 0;
+  pc.memif_listener_path = ethdev::MemifListenerPath(file_.vdev);
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();
   port_ = std::move(*port);

@@ -20,7 +20,7 @@ lab_droce_env DROCE_STATS=1
 gcc -O2 -o "$share/rxe_ops" "$root/tests/verbs/rxe_ops.c" -libverbs 2>/dev/null
 cp "$share/rxe_ops" "$DROCE_RUN_DIR/rxe_ops"
 
-summary() { grep -oE '[0-9.]+ usec/iter|^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' '; }
+summary() { grep -oE '[0-9.]+ usec/iter|^ *(64|65536) +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' '; }
 # rxe is the server, droce the client.
 rxe_server() {  # name, guest cmd, droce cmd, port
   local j; j=$("$lab" bg 1 "$2")
@@ -38,6 +38,9 @@ rxe_server "ibv_rc_pingpong" "ibv_rc_pingpong -d rxe0 -g 1 -n 200" "ibv_rc_pingp
 droce_server "ibv_rc_pingpong" "ibv_rc_pingpong -d droce0 -g 1 -n 200" "ibv_rc_pingpong -d rxe0 -g 1 -n 200 192.168.77.1"
 rxe_server "ib_write_bw" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -D 5" "ib_write_bw -d droce0 -x 1 -F -m 1024 -D 5 192.168.77.11" 18515
 droce_server "ib_write_bw" "ib_write_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1"
+# 64 B unsignaled WRITEs: droce asks rxe for an ACK every 16 packets and on signaled WRs only
+# (doc/transport.md "AckReq"); rxe answers what asks, so its ACKs are sparse too.
+rxe_server "ib_write_bw -s 64 (sparse AckReq)" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -s 64 -n 20000" "ib_write_bw -d droce0 -x 1 -F -m 1024 -s 64 -n 20000 192.168.77.11" 18515
 rxe_server "ib_read_bw" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d droce0 -x 1 -F -m 1024 -D 5 192.168.77.11" 18515
 droce_server "ib_read_bw" "ib_read_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1"
 rxe_server "rxe_ops (every RC opcode)" "/mnt/share/rxe_ops -d rxe0 -g 1" "$DROCE_RUN_DIR/rxe_ops -d droce0 -g 1 192.168.77.11" 18600

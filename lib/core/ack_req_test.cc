@@ -25,15 +25,7 @@ class AckPair {
       cfg.ack_solicit_ns = ack_solicit_ns;
       OpenSide(s_[i], cfg, &link_.end(i), 1 << 20);
     }
-    for (int i = 0; i < 2; ++i) {
-      ConnectParams c;
-      c.peer_gid = s_[1 - i].dev->gids()[1];
-      c.peer_mac = s_[1 - i].dev->config().mac;
-      c.peer_qpn = s_[1 - i].qpn;
-      c.mtu = 1024;
-      c.timeout = timeout;
-      EXPECT_TRUE(ConnectQp(*s_[i].dev, s_[i].qpn, c).ok());
-    }
+    ConnectSides(s_, 1024, timeout);
   }
   Side& a() { return s_[0]; }
   Side& b() { return s_[1]; }

@@ -52,6 +52,20 @@ inline void OpenSide(Side& s, const DeviceConfig& cfg, pktio::BurstIo* io, uint3
                          mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
 }
 
+// Connects the RC QPs of two sides to each other (PSNs 0).
+inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_cnt = 7) {
+  for (int i = 0; i < 2; ++i) {
+    ConnectParams c;
+    c.peer_gid = s[1 - i].dev->gids()[1];
+    c.peer_mac = s[1 - i].dev->config().mac;
+    c.peer_qpn = s[1 - i].qpn;
+    c.mtu = mtu;
+    c.timeout = timeout;
+    c.retry_cnt = retry_cnt;
+    EXPECT_TRUE(ConnectQp(*s[i].dev, s[i].qpn, c).ok());
+  }
+}
+
 class RcPair {
  public:
   RcPair(Impairments imp, uint32_t seed, uint32_t mtu = 1024, uint32_t mem_bytes = 4 << 20,

@@ -56,6 +56,15 @@ struct ProgressConfig {
   // ib_write_lat's p99 but slowed busy-polling programs (doc/verbs.md).
   // Off, or refused: SCHED_OTHER with slice_us.
   bool sched_fifo = false;
+  // progress_sched=auto: SCHED_FIFO (at rt_priority) only while the program
+  // does not drive the device and its traffic is sparse, SCHED_OTHER (with
+  // slice_us) while it calls post/poll continuously or packets stream
+  // (AutoSchedPolicy below). The thread switches its own policy, on
+  // transitions only. sched_fifo and sched_auto are never both set.
+  bool sched_auto = false;
+  // progress_auto_drive_us: under auto, a program whose post/poll calls
+  // covered 3/4 of the last this-many microseconds drives the device.
+  uint32_t auto_drive_us = 1000;
   uint32_t rt_priority = 1;
   // progress_pm_qos_us: while the progress thread is hot (a program polled
   // or waits for an event, or a packet came within hot_us) the runtime
@@ -102,6 +111,117 @@ class LookBackPacer {
   uint64_t active_ns_, max_ns_;
   uint64_t spacing_ns_ = 0;
   uint32_t streak_ = 0;  // look-backs in a row that found the program polling
+};
+
+// progress_sched=auto (doc/verbs.md): whether the progress thread should run
+// SCHED_FIFO now. Real-time priority pays where the program does not drive
+// the device — it spins on memory (ib_write_lat) or waits elsewhere — and
+// packets come one at a time: then each arrival must preempt a spinning
+// program at once, and a SCHED_OTHER wake-up can wait for the tick behind
+// it. It costs where the program drives (its own poll/post calls receive
+// and transmit; a real-time thread woken by the arrivals it polls for
+// preempts it) and where packets stream (a receiver under a bandwidth test:
+// every armed sleep costs the sender an eventfd write and a real-time
+// wake-up). So:
+//   to SCHED_OTHER when the program's post/poll calls covered at least 3/4
+//   of the last drive_us (it drives: a program that polls in a loop covers
+//   nearly all of it, even when other threads preempt it now and then),
+//   when a program thread waits in ibv_get_cq_event (it drives), or when
+//   the device received kDensePerMs packets a millisecond or more;
+//   to SCHED_FIFO when the program has not called for quiet_us, its calls
+//   covered less than 1/4 of a drive_us window since it last drove (3/4),
+//   nobody waits for an event,
+//   the device received fewer than kSparsePerMs packets a millisecond, and
+//   the thread has been SCHED_OTHER for kHoldNs or more.
+// A program that calls in bursts (ib_write_lat polls for its send
+// completion, about half of each round trip, then spins on memory), a
+// polling program that other threads preempt now and then (on the shared
+// 2-core VM a polling thread's coverage swung from 3 % to 100 % from one
+// millisecond to the next), and a rate between the thresholds keep the
+// policy as it is: a switch per
+// message would be two system calls per message. Coverage counts only
+// pauses shorter than quiet_us between calls. Pure (no clock, no system
+// call): the progress thread asks, and switches itself.
+class AutoSchedPolicy {
+ public:
+  static constexpr uint64_t kWindowNs = 1'000'000;  // packet rates
+  static constexpr uint64_t kDensePerMs = 200;  // a packet every 5 us or more often
+  static constexpr uint64_t kSparsePerMs = 50;  // a packet every 20 us or less often
+  static constexpr uint64_t kHoldNs = 2'000'000;
+
+  AutoSchedPolicy(uint32_t quiet_us, uint32_t drive_us)
+      : quiet_ns_(uint64_t{std::max<uint32_t>(quiet_us, 1)} * 1000),
+        drive_ns_(uint64_t{std::max<uint32_t>(drive_us, 1)} * 1000) {}
+
+  // The device's received-packet count, read at now_ns (whenever the
+  // thread holds the device). Rates are taken over windows of kWindowNs; a
+  // window that reaches the dense count early says so at once.
+  void NoteRx(uint64_t now_ns, uint64_t rx_packets) {
+    if (rx_window_start_ns_ == 0) {
+      rx_window_start_ns_ = now_ns, window_rx_ = rx_packets;
+      return;
+    }
+    const uint64_t n = rx_packets - window_rx_;
+    const uint64_t elapsed = now_ns - rx_window_start_ns_;
+    if (n >= kDensePerMs && elapsed < kWindowNs) {
+      dense_ = true, sparse_ = false;
+    } else if (elapsed >= kWindowNs) {
+      const uint64_t per_ms = n * kWindowNs / elapsed;
+      dense_ = per_ms >= kDensePerMs;
+      sparse_ = per_ms < kSparsePerMs;
+    } else {
+      return;
+    }
+    rx_window_start_ns_ = now_ns, window_rx_ = rx_packets;
+  }
+
+  // The time the program's calls have covered so far (Runtime::NoteAppCall),
+  // read at now_ns. Taken over windows of drive_us; a window covered 3/4
+  // before its end says so at once.
+  void NoteCalls(uint64_t now_ns, uint64_t covered_ns) {
+    if (call_window_start_ns_ == 0) {
+      call_window_start_ns_ = now_ns, window_covered_ns_ = covered_ns;
+      return;
+    }
+    const uint64_t c = covered_ns - window_covered_ns_;
+    const uint64_t elapsed = now_ns - call_window_start_ns_;
+    if (c * 4 >= drive_ns_ * 3 && elapsed < drive_ns_) {
+      driving_ = true;
+    } else if (elapsed >= drive_ns_) {
+      if (c * 4 >= elapsed * 3) driving_ = true;   // 3/4 covered: it drives
+      if (c * 4 < elapsed) driving_ = false;       // under 1/4: it stopped
+    } else {
+      return;
+    }
+    call_window_start_ns_ = now_ns, window_covered_ns_ = covered_ns;
+  }
+
+  // fifo: the thread's policy now. last_call_ns: the program's last
+  // post/poll (0: none yet); event_waiters: program threads in
+  // ibv_get_cq_event.
+  bool WantFifo(bool fifo, uint64_t now_ns, uint64_t last_call_ns, bool event_waiters) const {
+    if (fifo) return !driving_ && !event_waiters && !dense_;
+    // A call stamped after now_ns (another thread's clock read) is a call now.
+    const bool calling = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < quiet_ns_);
+    return !calling && !driving_ && !event_waiters && sparse_ && now_ns >= other_since_ns_ + kHoldNs;
+  }
+
+  // The thread switched at now_ns.
+  void Switched(bool to_fifo, uint64_t now_ns) {
+    if (!to_fifo) other_since_ns_ = now_ns;
+  }
+
+  bool dense() const { return dense_; }
+  bool sparse() const { return sparse_; }
+  bool driving() const { return driving_; }
+
+ private:
+  uint64_t quiet_ns_, drive_ns_;
+  uint64_t rx_window_start_ns_ = 0, window_rx_ = 0;
+  uint64_t call_window_start_ns_ = 0, window_covered_ns_ = 0;
+  bool dense_ = false, sparse_ = true;  // an idle device is sparse
+  bool driving_ = false;
+  uint64_t other_since_ns_ = 0;
 };
 
 // Entries of the port's GID table as verbs reports it (gid_tbl_len): the

@@ -266,13 +266,15 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu%s), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
                progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER",
                stats_.progress_nice_refused.load() != 0 ? " progress_nice refused" : "", stats_.progress_fifo_demotions.load(),
-               stats_.progress_fifo_yields.load(), stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
+               stats_.progress_fifo_yields.load(), stats_.progress_auto_to_fifo.load(),
+               stats_.progress_auto_to_other.load(), stats_.progress_auto_refused.load() != 0 ? " (SCHED_FIFO refused)" : "",
+               stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
@@ -328,6 +330,7 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
 }
 
 uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns) {
+  if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
   const uint32_t work = dev_->Doorbell(qpn, now_ns);
   if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
   return work;
@@ -756,6 +759,40 @@ void Runtime::ProgressLoop() {
   bool fifo = pc.sched_fifo && SetFifo(pc.rt_priority);
   const bool fifo_permitted = fifo;
   progress_fifo_.store(fifo, std::memory_order_relaxed);
+  // progress_sched=auto: the thread starts SCHED_OTHER and switches its own
+  // policy, on transitions only, when AutoSchedPolicy says so: promoted
+  // right before it sleeps (a SCHED_OTHER thread that has to wait behind a
+  // spinning program for the tick could not promote itself in time),
+  // demoted when it wakes and finds the program driving or packets
+  // streaming (doc/verbs.md, progress_sched).
+  const bool auto_sched = pc.sched_auto;
+  bool auto_refused = false;
+  AutoSchedPolicy auto_policy(pc.app_active_us, pc.auto_drive_us);
+  const auto auto_switch = [&](bool to_fifo, uint64_t at) {
+    if (to_fifo) {
+      if (!SetFifo(pc.rt_priority)) {
+        auto_refused = true;  // not asked again
+        stats_.progress_auto_refused.store(1, std::memory_order_relaxed);
+        return;
+      }
+      stats_.progress_auto_to_fifo.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      (void)RequestSlice(pc.slice_us == 0 ? 1 : pc.slice_us, pc.nice);  // SCHED_OTHER, slice and nice with it
+      stats_.progress_auto_to_other.fetch_add(1, std::memory_order_relaxed);
+    }
+    fifo = to_fifo;
+    progress_fifo_.store(fifo, std::memory_order_relaxed);
+    auto_policy.Switched(to_fifo, at);
+  };
+  const auto app_calling = [&](uint64_t at) {  // a post/poll within app_active_us (auto only)
+    const uint64_t last = last_app_call_ns_.load(std::memory_order_relaxed);
+    return last != 0 && (last >= at || at - last < uint64_t{pc.app_active_us} * 1000);
+  };
+  const auto auto_wants_fifo = [&](uint64_t at) {
+    auto_policy.NoteCalls(at, app_covered_ns_.load(std::memory_order_relaxed));
+    return auto_policy.WantFifo(fifo, at, last_app_call_ns_.load(std::memory_order_relaxed),
+                                app_waiters_.load(std::memory_order_relaxed) > 0);
+  };
   if (std::getenv("DROCE_DEBUG") != nullptr) {
     if (fifo) {
       std::fprintf(stderr, "droce %s: progress thread SCHED_FIFO priority %u\n", file_.name.c_str(), pc.rt_priority);
@@ -763,7 +800,9 @@ void Runtime::ProgressLoop() {
       std::fprintf(stderr, "droce %s: progress thread SCHED_OTHER, slice %u us, nice %d%s%s\n", file_.name.c_str(),
                    pc.slice_us, getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))),
                    nice_taken ? "" : " (progress_nice refused: no CAP_SYS_NICE?)",
-                   pc.sched_fifo ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)" : "");
+                   pc.sched_fifo   ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)"
+                   : pc.sched_auto ? " (progress_sched=auto: SCHED_FIFO while the program does not drive)"
+                                   : "");
     }
   }
   // A timed sleep. Under SCHED_FIFO at least kFifoMinSleepUs: a shorter
@@ -801,6 +840,12 @@ void Runtime::ProgressLoop() {
   LookBackPacer pacer(pc.app_active_us, pc.app_active_max_us);
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
+    if (fifo && auto_sched && now - busy_since > kFifoBusyNs) {
+      auto_switch(false, now);
+      stats_.progress_fifo_demotions.fetch_add(1, std::memory_order_relaxed);
+    } else if (auto_sched && fifo && !auto_wants_fifo(now)) {
+      auto_switch(false, now);  // woken into a program that drives, or a stream
+    }
     if (fifo && now - busy_since > kFifoBusyNs) {
       (void)RequestSlice(pc.slice_us == 0 ? 1 : pc.slice_us, pc.nice);  // SCHED_OTHER again, slice and nice with it
       fifo = false;
@@ -823,7 +868,11 @@ void Runtime::ProgressLoop() {
         now - last_event_wait_ns_.load(std::memory_order_relaxed) > uint64_t{pc.max_sleep_us} * 1000;
     const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
     const uint64_t stand_aside_ns = uint64_t{pc.app_active_us} * 1000;
-    if (!waiting_for_event && now - last_app < stand_aside_ns) {
+    // Under auto a SCHED_FIFO thread does not stand aside: it is SCHED_FIFO
+    // only while the program's calls come in bursts shorter than
+    // auto_drive_us (ib_write_lat: a send completion, then memory), and a
+    // timed stand-aside would miss the arrival it is there for.
+    if (!waiting_for_event && now - last_app < stand_aside_ns && !(auto_sched && fifo)) {
       // Until the program has not polled for app_active_us: one that stops
       // polling (to spin on memory) gets this thread after app_active_us,
       // not after up to twice that as with whole app_active_us sleeps.
@@ -848,7 +897,9 @@ void Runtime::ProgressLoop() {
     pacer.Quiet();
     uint32_t work = 0;
     if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {
-      work = PollLocked(NowNs());
+      const uint64_t polled_at = NowNs();
+      work = PollLocked(polled_at);
+      if (auto_sched) auto_policy.NoteRx(polled_at, dev_->counters().rx_packets);
       mu.unlock();
       stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
     }
@@ -860,11 +911,19 @@ void Runtime::ProgressLoop() {
       continue;
     }
     if (idle == 0) idle_since = now;
-    if (idle++ < pc.spins && (!fifo || now - idle_since < kFifoSpinNs)) {
+    // Under auto a SCHED_FIFO thread does not spin while the program calls
+    // in: the spin would keep the program off its CPU, and the program
+    // receives what it polls for itself.
+    const uint64_t spin_cap_ns = !auto_sched ? kFifoSpinNs : app_calling(now) ? 0 : kAutoFifoSpinNs;
+    if (idle++ < pc.spins && (!fifo || now - idle_since < spin_cap_ns)) {
       CpuRelax();
       continue;
     }
     rested();
+    if (auto_sched && !auto_refused) {  // decided before the sleep, not after
+      const bool want = auto_wants_fifo(now);
+      if (want != fifo) auto_switch(want, now);
+    }
     stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
     const bool hot = waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000;
     // Hot: short timed sleeps, not an armed wait. A thread woken by the
@@ -883,9 +942,9 @@ void Runtime::ProgressLoop() {
       busy_since = NowNs();
       continue;
     }
-    if (fifo) fifo_armed_.store(true, std::memory_order_release);
+    if (fifo && !auto_sched) fifo_armed_.store(true, std::memory_order_release);
     const uint32_t found = IdleWait(fifo ? std::max<uint32_t>(sleep_us, kFifoMinSleepUs) : sleep_us, fifo);
-    if (fifo && !fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
+    if (fifo && !auto_sched && !fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
       fifo = false;  // a program polled meanwhile and demoted this thread (NoteAppPoll)
       progress_fifo_.store(false, std::memory_order_relaxed);
     }

@@ -124,30 +124,37 @@ class LookBackPacer {
 // every armed sleep costs the sender an eventfd write and a real-time
 // wake-up). So:
 //   to SCHED_OTHER when the program's post/poll calls covered at least 3/4
-//   of the last drive_us (it drives: a program that polls in a loop covers
-//   nearly all of it, even when other threads preempt it now and then),
+//   of each of the last kDriveWindows windows of drive_us (it drives: a
+//   program that polls in a loop covers nearly all of it, even when other
+//   threads preempt it now and then),
 //   when a program thread waits in ibv_get_cq_event (it drives), or when
 //   the device received kDensePerMs packets a millisecond or more;
 //   to SCHED_FIFO when the program has not called for quiet_us, its calls
 //   covered less than 1/4 of a drive_us window since it last drove (3/4),
 //   nobody waits for an event,
 //   the device received fewer than kSparsePerMs packets a millisecond, and
-//   the thread has been SCHED_OTHER for kHoldNs or more.
+//   the thread was not sent to SCHED_OTHER for these reasons within kHoldNs
+//   (Switched).
 // A program that calls in bursts (ib_write_lat polls for its send
 // completion, about half of each round trip, then spins on memory), a
 // polling program that other threads preempt now and then (on the shared
 // 2-core VM a polling thread's coverage swung from 3 % to 100 % from one
 // millisecond to the next), and a rate between the thresholds keep the
-// policy as it is: a switch per
-// message would be two system calls per message. Coverage counts only
-// pauses shorter than quiet_us between calls. Pure (no clock, no system
-// call): the progress thread asks, and switches itself.
+// verdict as it is. Coverage counts only pauses shorter than quiet_us
+// between calls. Pure (no clock, no system call): the progress thread asks
+// before it sleeps and when it wakes (Runtime::ProgressLoop), where a
+// SCHED_FIFO thread also stands aside for a polling program as under fifo.
 class AutoSchedPolicy {
  public:
   static constexpr uint64_t kWindowNs = 1'000'000;  // packet rates
   static constexpr uint64_t kDensePerMs = 200;  // a packet every 5 us or more often
   static constexpr uint64_t kSparsePerMs = 50;  // a packet every 20 us or less often
   static constexpr uint64_t kHoldNs = 2'000'000;
+  // Windows in a row covered 3/4 before the program counts as driving: a
+  // program of ib_write_lat whose peer's progress thread waits a tick or
+  // two for a CPU polls for its completion for 4-8 ms (HZ=250), and must
+  // not lose the real-time thread that ends such stalls.
+  static constexpr uint32_t kDriveWindows = 8;
 
   AutoSchedPolicy(uint32_t quiet_us, uint32_t drive_us)
       : quiet_ns_(uint64_t{std::max<uint32_t>(quiet_us, 1)} * 1000),
@@ -186,10 +193,14 @@ class AutoSchedPolicy {
     const uint64_t c = covered_ns - window_covered_ns_;
     const uint64_t elapsed = now_ns - call_window_start_ns_;
     if (c * 4 >= drive_ns_ * 3 && elapsed < drive_ns_) {
-      driving_ = true;
+      if (++covered_windows_ >= kDriveWindows) driving_ = true;
     } else if (elapsed >= drive_ns_) {
-      if (c * 4 >= elapsed * 3) driving_ = true;   // 3/4 covered: it drives
-      if (c * 4 < elapsed) driving_ = false;       // under 1/4: it stopped
+      if (c * 4 >= elapsed * 3) {  // 3/4 covered
+        if (++covered_windows_ >= kDriveWindows) driving_ = true;
+      } else {
+        covered_windows_ = 0;
+        if (c * 4 < elapsed) driving_ = false;  // under 1/4: it stopped
+      }
     } else {
       return;
     }
@@ -206,7 +217,8 @@ class AutoSchedPolicy {
     return !calling && !driving_ && !event_waiters && sparse_ && now_ns >= other_since_ns_ + kHoldNs;
   }
 
-  // The thread switched at now_ns.
+  // The thread switched at now_ns (to SCHED_OTHER: because WantFifo said
+  // so; standing aside for a polling program does not start the hold).
   void Switched(bool to_fifo, uint64_t now_ns) {
     if (!to_fifo) other_since_ns_ = now_ns;
   }
@@ -221,6 +233,7 @@ class AutoSchedPolicy {
   uint64_t call_window_start_ns_ = 0, window_covered_ns_ = 0;
   bool dense_ = false, sparse_ = true;  // an idle device is sparse
   bool driving_ = false;
+  uint32_t covered_windows_ = 0;
   uint64_t other_since_ns_ = 0;
 };
 

@@ -759,16 +759,18 @@ void Runtime::ProgressLoop() {
   bool fifo = pc.sched_fifo && SetFifo(pc.rt_priority);
   const bool fifo_permitted = fifo;
   progress_fifo_.store(fifo, std::memory_order_relaxed);
-  // progress_sched=auto: the thread starts SCHED_OTHER and switches its own
-  // policy, on transitions only, when AutoSchedPolicy says so: promoted
-  // right before it sleeps (a SCHED_OTHER thread that has to wait behind a
-  // spinning program for the tick could not promote itself in time),
-  // demoted when it wakes and finds the program driving or packets
-  // streaming (doc/verbs.md, progress_sched).
+  // progress_sched=auto: the thread starts SCHED_OTHER (normal's loop) and
+  // takes SCHED_FIFO (fifo's loop) right before an armed sleep when
+  // AutoSchedPolicy says the program does not drive and packets are sparse
+  // (a SCHED_OTHER thread that has to wait behind a spinning program for the
+  // tick could not promote itself in time). It leaves it as under fifo
+  // (standing aside for a polling program, NoteAppPoll) and, with a 2 ms
+  // hold, when it wakes and finds the program driving or packets streaming
+  // (doc/verbs.md, progress_sched).
   const bool auto_sched = pc.sched_auto;
   bool auto_refused = false;
   AutoSchedPolicy auto_policy(pc.app_active_us, pc.auto_drive_us);
-  const auto auto_switch = [&](bool to_fifo, uint64_t at) {
+  const auto auto_switch = [&](bool to_fifo, uint64_t at, bool hold = true) {
     if (to_fifo) {
       if (!SetFifo(pc.rt_priority)) {
         auto_refused = true;  // not asked again
@@ -782,7 +784,7 @@ void Runtime::ProgressLoop() {
     }
     fifo = to_fifo;
     progress_fifo_.store(fifo, std::memory_order_relaxed);
-    auto_policy.Switched(to_fifo, at);
+    if (hold || to_fifo) auto_policy.Switched(to_fifo, at);
   };
   const auto app_calling = [&](uint64_t at) {  // a post/poll within app_active_us (auto only)
     const uint64_t last = last_app_call_ns_.load(std::memory_order_relaxed);
@@ -825,13 +827,15 @@ void Runtime::ProgressLoop() {
   // thread has polled for app_active_us: it serves programs that spin on
   // memory or are blocked elsewhere, as NAPI busy-poll keeps the IRQ masked.
   const auto stand_aside = [&] {
-    if (fifo) {
+    if (fifo && auto_sched) {
+      auto_switch(false, NowNs(), /*hold=*/false);  // no hold: it serves the pauses between the bursts
+    } else if (fifo) {
       ToOther(0);
       fifo = false;
       progress_fifo_.store(false, std::memory_order_relaxed);
     }
   };
-  if (fifo_permitted) progress_tid_.store(static_cast<long>(syscall(SYS_gettid)), std::memory_order_relaxed);
+  if (fifo_permitted || auto_sched) progress_tid_.store(static_cast<long>(syscall(SYS_gettid)), std::memory_order_relaxed);
   uint32_t idle = 0;
   uint64_t last_work = NowNs();
   uint64_t idle_since = 0;   // the first empty poll of this spin
@@ -868,11 +872,7 @@ void Runtime::ProgressLoop() {
         now - last_event_wait_ns_.load(std::memory_order_relaxed) > uint64_t{pc.max_sleep_us} * 1000;
     const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
     const uint64_t stand_aside_ns = uint64_t{pc.app_active_us} * 1000;
-    // Under auto a SCHED_FIFO thread does not stand aside: it is SCHED_FIFO
-    // only while the program's calls come in bursts shorter than
-    // auto_drive_us (ib_write_lat: a send completion, then memory), and a
-    // timed stand-aside would miss the arrival it is there for.
-    if (!waiting_for_event && now - last_app < stand_aside_ns && !(auto_sched && fifo)) {
+    if (!waiting_for_event && now - last_app < stand_aside_ns) {
       // Until the program has not polled for app_active_us: one that stops
       // polling (to spin on memory) gets this thread after app_active_us,
       // not after up to twice that as with whole app_active_us sleeps.
@@ -911,18 +911,16 @@ void Runtime::ProgressLoop() {
       continue;
     }
     if (idle == 0) idle_since = now;
-    // Under auto a SCHED_FIFO thread does not spin while the program calls
-    // in: the spin would keep the program off its CPU, and the program
-    // receives what it polls for itself.
-    const uint64_t spin_cap_ns = !auto_sched ? kFifoSpinNs : app_calling(now) ? 0 : kAutoFifoSpinNs;
+    // Under auto a SCHED_FIFO thread whose program is not calling spins
+    // longer (kAutoFifoSpinNs).
+    const uint64_t spin_cap_ns = !auto_sched || app_calling(now) ? kFifoSpinNs : kAutoFifoSpinNs;
     if (idle++ < pc.spins && (!fifo || now - idle_since < spin_cap_ns)) {
       CpuRelax();
       continue;
     }
     rested();
-    if (auto_sched && !auto_refused) {  // decided before the sleep, not after
-      const bool want = auto_wants_fifo(now);
-      if (want != fifo) auto_switch(want, now);
+    if (auto_sched && !auto_refused && !fifo && auto_wants_fifo(now)) {
+      auto_switch(true, now);  // decided before the sleep, not after
     }
     stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
     const bool hot = waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000;
@@ -942,9 +940,9 @@ void Runtime::ProgressLoop() {
       busy_since = NowNs();
       continue;
     }
-    if (fifo && !auto_sched) fifo_armed_.store(true, std::memory_order_release);
+    if (fifo) fifo_armed_.store(true, std::memory_order_release);
     const uint32_t found = IdleWait(fifo ? std::max<uint32_t>(sleep_us, kFifoMinSleepUs) : sleep_us, fifo);
-    if (fifo && !auto_sched && !fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
+    if (fifo && !fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
       fifo = false;  // a program polled meanwhile and demoted this thread (NoteAppPoll)
       progress_fifo_.store(false, std::memory_order_relaxed);
     }

@@ -104,7 +104,8 @@ class Runtime {
   // The program is polling: the progress thread stays out of its way. A
   // SCHED_FIFO progress thread asleep armed (it serves programs that do not
   // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
-  // this program polls for do not preempt it (progress_sched=fifo).
+  // this program polls for do not preempt it (progress_sched=fifo, and auto
+  // while it is SCHED_FIFO).
   void NoteAppPoll(uint64_t now_ns) {
     // The longest pause between polls since the progress thread last
     // looked (LookBackPacer). Threads racing here only blur a heuristic.
@@ -230,11 +231,12 @@ class Runtime {
   // before it sleeps, and drops to SCHED_OTHER after this long busy without
   // a sleep (doc/verbs.md, progress_sched).
   static constexpr uint64_t kFifoSpinNs = 5'000;
-  // progress_sched=auto: a SCHED_FIFO thread spins up to the sparse
-  // packet spacing (AutoSchedPolicy::kSparsePerMs) before it sleeps, so a
-  // request stream it answers (ib_read_lat's responder) is caught by the
-  // spin, counted as a stream and moves it to SCHED_OTHER, instead of
-  // paying an armed wake-up per request that keeps the rate sparse.
+  // progress_sched=auto: a SCHED_FIFO thread whose program is not calling
+  // spins up to the sparse packet spacing (AutoSchedPolicy::kSparsePerMs)
+  // before it sleeps, so a request stream it answers (ib_read_lat's
+  // responder) is caught by the spin, counted as a stream and moves it to
+  // SCHED_OTHER, instead of paying an armed wake-up per request that keeps
+  // the rate sparse.
   static constexpr uint64_t kAutoFifoSpinNs = 20'000;
   static constexpr uint64_t kFifoBusyNs = 2'000'000;
   static constexpr uint32_t kFifoMinSleepUs = 50;

@@ -931,12 +931,11 @@ std::vector<pid_t> ProgressThreads() {
 }
 
 // progress_sched=auto (a second device, droce1, registered here): the
-// progress thread switches its own policy. SCHED_FIFO while the program
-// does not call in (a program spinning on memory needs its wake-ups to
-// preempt at once), SCHED_OTHER once the program polls without a pause for
-// progress_auto_drive_us (1 ms; a real-time thread's wake-ups would preempt
-// the program that drives), and SCHED_FIFO again once it has gone quiet
-// (doc/verbs.md, progress_sched).
+// progress thread is SCHED_FIFO while the program does not call in (a
+// program spinning on memory needs its wake-ups to preempt at once),
+// SCHED_OTHER while the program polls (standing aside, and once its polls
+// covered 8 windows of progress_auto_drive_us, because it drives), and
+// SCHED_FIFO again once it has gone quiet (doc/verbs.md, progress_sched).
 TEST_F(VerbsApi, AutoProgressThreadIsFifoWhileTheProgramIsQuietAndOtherWhileItPolls) {
   if (!SchedFifoPermitted()) GTEST_SKIP() << "SCHED_FIFO not permitted here";
   auto f = ParseDeviceFile("name=droce1\nvdev=net_ring_droce1\nip=10.0.0.2\nmtu=1024\nprogress_sched=auto\n");

@@ -127,9 +127,11 @@ class LookBackPacer {
 //   of each of the last kDriveWindows windows of drive_us (it drives: a
 //   program that polls in a loop covers nearly all of it, even when other
 //   threads preempt it now and then),
-//   when a program thread waits in ibv_get_cq_event (it drives), or when
-//   the device received kDensePerMs packets a millisecond or more;
-//   to SCHED_FIFO when the program has not called for quiet_us, its calls
+//   when a program thread waits in ibv_get_cq_event (it drives), when
+//   the device received kDensePerMs packets a millisecond or more, or when
+//   the program received nearly all packets itself (NoteRx);
+//   to SCHED_FIFO when the program takes part (called within
+//   kTakesPartNs) but has not called for quiet_us, its calls
 //   covered less than 1/4 of a drive_us window since it last drove (3/4),
 //   nobody waits for an event,
 //   the device received fewer than kSparsePerMs packets a millisecond, and
@@ -150,6 +152,13 @@ class AutoSchedPolicy {
   static constexpr uint64_t kDensePerMs = 200;  // a packet every 5 us or more often
   static constexpr uint64_t kSparsePerMs = 50;  // a packet every 20 us or less often
   static constexpr uint64_t kHoldNs = 2'000'000;
+  // The program takes part: it called within this long. One that never
+  // calls (ib_read_lat's and ib_write_bw's servers wait in a TCP read)
+  // leaves the work to the thread alone, and a real-time thread there costs
+  // (a responder that spins at SCHED_FIFO keeps the requester off a shared
+  // CPU; one that sleeps armed pays a wake-up per request: 48 us typicals
+  // vs 2.5 under normal) and gains nothing measured.
+  static constexpr uint64_t kTakesPartNs = 100'000'000;
   // Windows in a row covered 3/4 before the program counts as driving: a
   // program of ib_write_lat whose peer's progress thread waits a tick or
   // two for a CPU polls for its completion for 4-8 ms (HZ=250), and must
@@ -163,13 +172,25 @@ class AutoSchedPolicy {
   // The device's received-packet count, read at now_ns (whenever the
   // thread holds the device). Rates are taken over windows of kWindowNs; a
   // window that reaches the dense count early says so at once.
-  void NoteRx(uint64_t now_ns, uint64_t rx_packets) {
+  // thread_rx_packets: how many of them the progress thread's own polls
+  // received. A window in which the thread received a quarter or more of
+  // the packets says the program relies on it (ib_write_lat: the peer's
+  // WRITE lands while the program spins on memory); under a tenth, that
+  // the program receives for itself (ibv_rc_pingpong, ib_send_lat: both
+  // programs poll); in between, and in a window without packets, the
+  // verdict stands.
+  void NoteRx(uint64_t now_ns, uint64_t rx_packets, uint64_t thread_rx_packets) {
     if (rx_window_start_ns_ == 0) {
-      rx_window_start_ns_ = now_ns, window_rx_ = rx_packets;
+      rx_window_start_ns_ = now_ns, window_rx_ = rx_packets, window_thread_rx_ = thread_rx_packets;
       return;
     }
     const uint64_t n = rx_packets - window_rx_;
     const uint64_t elapsed = now_ns - rx_window_start_ns_;
+    if (elapsed >= kWindowNs && n > 0) {
+      const uint64_t mine = thread_rx_packets - window_thread_rx_;
+      if (mine * 4 >= n) relied_on_ = true;
+      if (mine * 10 < n) relied_on_ = false;
+    }
     if (n >= kDensePerMs && elapsed < kWindowNs) {
       dense_ = true, sparse_ = false;
     } else if (elapsed >= kWindowNs) {
@@ -179,7 +200,7 @@ class AutoSchedPolicy {
     } else {
       return;
     }
-    rx_window_start_ns_ = now_ns, window_rx_ = rx_packets;
+    rx_window_start_ns_ = now_ns, window_rx_ = rx_packets, window_thread_rx_ = thread_rx_packets;
   }
 
   // The time the program's calls have covered so far (Runtime::NoteAppCall),
@@ -211,10 +232,12 @@ class AutoSchedPolicy {
   // post/poll (0: none yet); event_waiters: program threads in
   // ibv_get_cq_event.
   bool WantFifo(bool fifo, uint64_t now_ns, uint64_t last_call_ns, bool event_waiters) const {
-    if (fifo) return !driving_ && !event_waiters && !dense_;
+    const bool takes_part = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < kTakesPartNs);
+    if (fifo) return takes_part && !driving_ && !event_waiters && !dense_ && relied_on_;
     // A call stamped after now_ns (another thread's clock read) is a call now.
     const bool calling = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < quiet_ns_);
-    return !calling && !driving_ && !event_waiters && sparse_ && now_ns >= other_since_ns_ + kHoldNs;
+    return takes_part && !calling && !driving_ && !event_waiters && sparse_ && relied_on_ &&
+           now_ns >= other_since_ns_ + kHoldNs;
   }
 
   // The thread switched at now_ns (to SCHED_OTHER: because WantFifo said
@@ -226,10 +249,12 @@ class AutoSchedPolicy {
   bool dense() const { return dense_; }
   bool sparse() const { return sparse_; }
   bool driving() const { return driving_; }
+  bool relied_on() const { return relied_on_; }
 
  private:
   uint64_t quiet_ns_, drive_ns_;
-  uint64_t rx_window_start_ns_ = 0, window_rx_ = 0;
+  uint64_t rx_window_start_ns_ = 0, window_rx_ = 0, window_thread_rx_ = 0;
+  bool relied_on_ = true;  // until packets say otherwise
   uint64_t call_window_start_ns_ = 0, window_covered_ns_ = 0;
   bool dense_ = false, sparse_ = true;  // an idle device is sparse
   bool driving_ = false;

@@ -235,8 +235,11 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   AutoSchedPolicy p(/*quiet_us=*/20, /*drive_us=*/1000);
   uint64_t now = 10'000'000, covered = 0;
   p.NoteCalls(now, covered);
-  EXPECT_TRUE(p.WantFifo(false, now, 0, false)) << "idle, never called: FIFO";
-  EXPECT_FALSE(p.WantFifo(false, now, 0, true)) << "a thread in ibv_get_cq_event drives";
+  EXPECT_FALSE(p.WantFifo(false, now, 0, false)) << "a program that never calls leaves the work to the thread";
+  EXPECT_FALSE(p.WantFifo(true, now, 0, false));
+  EXPECT_TRUE(p.WantFifo(false, now, now - 50'000, false)) << "called 50 us ago, idle device: FIFO";
+  EXPECT_FALSE(p.WantFifo(false, now, now - AutoSchedPolicy::kTakesPartNs, false)) << "no call for 100 ms";
+  EXPECT_FALSE(p.WantFifo(false, now, now - 50'000, true)) << "a thread in ibv_get_cq_event drives";
   EXPECT_FALSE(p.WantFifo(false, now, now - 5'000, false)) << "no promotion while the program calls";
   EXPECT_FALSE(p.WantFifo(false, now, now + 1'000, false)) << "a call stamped just after now";
   // ib_write_lat: calls cover half of each millisecond: FIFO stays FIFO.
@@ -274,27 +277,46 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   {
     AutoSchedPolicy q(20, 1000);
     q.Switched(false, 50'000'000);
-    EXPECT_FALSE(q.WantFifo(false, 51'000'000, 0, false)) << "within the hold after a demotion";
-    EXPECT_TRUE(q.WantFifo(false, 50'000'000 + AutoSchedPolicy::kHoldNs, 0, false));
+    EXPECT_FALSE(q.WantFifo(false, 51'000'000, 50'000'000, false)) << "within the hold after a demotion";
+    EXPECT_TRUE(q.WantFifo(false, 50'000'000 + AutoSchedPolicy::kHoldNs, 50'000'000, false));
   }
   // Rates: a stream (>= 200 packets in a millisecond) demotes, noticed
   // before the window ends; a rate between the thresholds keeps the policy.
   uint64_t rx = 1000;
-  p.NoteRx(now, rx);
-  p.NoteRx(now + 400'000, rx += 250);
+  p.NoteRx(now, rx, rx);
+  rx += 250;
+  p.NoteRx(now + 400'000, rx, rx);
   EXPECT_TRUE(p.dense());
-  EXPECT_FALSE(p.WantFifo(true, now + 400'000, 0, false)) << "a stream: OTHER";
+  EXPECT_FALSE(p.WantFifo(true, now + 400'000, now, false)) << "a stream: OTHER";
   p.Switched(false, now + 400'000);
   now += 400'000;
-  p.NoteRx(now + 1'000'000, rx += 100);  // 100 a millisecond: between the thresholds
+  rx += 100;
+  p.NoteRx(now + 1'000'000, rx, rx);  // 100 a millisecond: between the thresholds
   now += 1'000'000;
   EXPECT_FALSE(p.dense());
   EXPECT_FALSE(p.sparse());
-  EXPECT_TRUE(p.WantFifo(true, now + 3'000'000, 0, false)) << "FIFO keeps FIFO";
-  EXPECT_FALSE(p.WantFifo(false, now + 3'000'000, 0, false)) << "OTHER keeps OTHER";
-  p.NoteRx(now + 1'000'000, rx += 20);  // 20 a millisecond: sparse
+  EXPECT_TRUE(p.WantFifo(true, now + 3'000'000, now, false)) << "FIFO keeps FIFO";
+  EXPECT_FALSE(p.WantFifo(false, now + 3'000'000, now, false)) << "OTHER keeps OTHER";
+  rx += 20;
+  p.NoteRx(now + 1'000'000, rx, rx);  // 20 a millisecond: sparse
   EXPECT_TRUE(p.sparse());
-  EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, 0, false));
+  EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
+  // Who received them: the program all of them itself (both programs poll,
+  // ibv_rc_pingpong) -> not relied on: no SCHED_FIFO, and a SCHED_FIFO
+  // thread leaves it; the thread a third of them (ib_write_lat) -> relied on.
+  now += 2'000'000;
+  const uint64_t mine = rx;
+  p.NoteRx(now, rx += 30, mine);  // the thread received none of 30
+  EXPECT_FALSE(p.relied_on());
+  EXPECT_FALSE(p.WantFifo(false, now + 3'000'000, now, false));
+  EXPECT_FALSE(p.WantFifo(true, now + 3'000'000, now, false));
+  now += 1'000'000;
+  p.NoteRx(now, rx += 30, mine + 5);  // 5 of 30: between a tenth and a quarter, the verdict stands
+  EXPECT_FALSE(p.relied_on());
+  now += 1'000'000;
+  p.NoteRx(now, rx += 30, mine + 15);  // 10 of 30
+  EXPECT_TRUE(p.relied_on());
+  EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
 }
 
 }  // namespace

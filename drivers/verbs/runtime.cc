@@ -898,8 +898,11 @@ void Runtime::ProgressLoop() {
     uint32_t work = 0;
     if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {
       const uint64_t polled_at = NowNs();
+      const uint64_t rx_before = dev_->counters().rx_packets;
       work = PollLocked(polled_at);
-      if (auto_sched) auto_policy.NoteRx(polled_at, dev_->counters().rx_packets);
+      const uint64_t rx_after = dev_->counters().rx_packets;
+      progress_rx_packets_ += rx_after - rx_before;
+      if (auto_sched) auto_policy.NoteRx(polled_at, rx_after, progress_rx_packets_);
       mu.unlock();
       stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
     }
@@ -991,7 +994,9 @@ uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
   if (link_up()) {
     if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
       fd = ArmWireLocked();
+      const uint64_t rx_before = dev_->counters().rx_packets;
       const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
+      progress_rx_packets_ += dev_->counters().rx_packets - rx_before;
       if (work > 0) DisarmWireLocked();
       mu.unlock();
       if (work > 0) return work;

@@ -248,6 +248,9 @@ class Runtime {
   void DemoteProgressThread();
   static void ToOther(long tid);
   uint32_t IdleWait(uint32_t us, bool fifo);
+  // Packets the progress thread's own polls received (progress_sched=auto:
+  // does the program rely on it?). Progress thread only.
+  uint64_t progress_rx_packets_ = 0;
   // progress_pm_qos_us: the progress thread holds a CPU latency request
   // while hot and drops it when it goes idle. Progress thread only.
   void HoldPmQos();

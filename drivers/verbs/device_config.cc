@@ -290,10 +290,11 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       if (!x.ok()) return fail(x.status());
       f.progress.wakeup = *x;
     } else if (key == "progress_sched") {
-      if (v != "fifo" && v != "normal") {
-        return fail(absl::InvalidArgumentError("progress_sched: fifo or normal"));
+      if (v != "fifo" && v != "normal" && v != "auto") {
+        return fail(absl::InvalidArgumentError("progress_sched: normal, fifo or auto"));
       }
       f.progress.sched_fifo = v == "fifo";
+      f.progress.sched_auto = v == "auto";
     } else if (key == "progress_pm_qos_us") {
       if (v == "off") {
         f.progress.pm_qos_us = -1;
@@ -314,7 +315,8 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       f.progress.rt_priority = *x;
     } else if (key == "progress_spins" || key == "progress_hot_us" || key == "progress_hot_sleep_us" ||
                key == "progress_max_sleep_us" || key == "progress_app_active_us" ||
-               key == "progress_app_active_max_us" || key == "event_busy_poll_us" || key == "progress_slice_us") {
+               key == "progress_app_active_max_us" || key == "event_busy_poll_us" || key == "progress_slice_us" ||
+               key == "progress_auto_drive_us") {
       auto x = ParseU32(key, v, 0, 100000000);
       if (!x.ok()) return fail(x.status());
       if (key == "progress_spins") f.progress.spins = *x;
@@ -325,6 +327,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       if (key == "progress_app_active_max_us") f.progress.app_active_max_us = *x;
       if (key == "event_busy_poll_us") f.progress.event_busy_poll_us = *x;
       if (key == "progress_slice_us") f.progress.slice_us = *x;
+      if (key == "progress_auto_drive_us") f.progress.auto_drive_us = *x;
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("line %d: unknown key '%s'", line_no, key));
     }
@@ -381,11 +384,14 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_app_active_max_us=%u\n"
                         "progress_wakeup=%s\n"
                         "event_busy_poll_us=%u\nprogress_slice_us=%u\nprogress_sched=%s\n"
-                        "progress_rt_priority=%u\nprogress_nice=%d\n",
+                        "progress_rt_priority=%u\nprogress_nice=%d\nprogress_auto_drive_us=%u\n",
                         f.progress.spins, f.progress.hot_us, f.progress.hot_sleep_us, f.progress.max_sleep_us,
                         f.progress.app_active_us, f.progress.app_active_max_us, f.progress.wakeup ? "on" : "off", f.progress.event_busy_poll_us,
-                        f.progress.slice_us, f.progress.sched_fifo ? "fifo" : "normal", f.progress.rt_priority,
-                        f.progress.nice);
+                        f.progress.slice_us, f.progress.sched_fifo   ? "fifo"
+                        : f.progress.sched_auto ? "auto"
+                                                : "normal",
+                        f.progress.rt_priority,
+                        f.progress.nice, f.progress.auto_drive_us);
   absl::StrAppend(&out, "progress_pm_qos_us=",
                   f.progress.pm_qos_us < 0 ? std::string("off") : absl::StrCat(f.progress.pm_qos_us), "\n");
   return out;

@@ -56,6 +56,15 @@ struct ProgressConfig {
   // ib_write_lat's p99 but slowed busy-polling programs (doc/verbs.md).
   // Off, or refused: SCHED_OTHER with slice_us.
   bool sched_fifo = false;
+  // progress_sched=auto: SCHED_FIFO (at rt_priority) only while the program
+  // does not drive the device and its traffic is sparse, SCHED_OTHER (with
+  // slice_us) while it calls post/poll continuously or packets stream
+  // (AutoSchedPolicy below). The thread switches its own policy, on
+  // transitions only. sched_fifo and sched_auto are never both set.
+  bool sched_auto = false;
+  // progress_auto_drive_us: under auto, a program whose post/poll calls
+  // covered 3/4 of the last this-many microseconds drives the device.
+  uint32_t auto_drive_us = 1000;
   uint32_t rt_priority = 1;
   // progress_pm_qos_us: while the progress thread is hot (a program polled
   // or waits for an event, or a packet came within hot_us) the runtime
@@ -102,6 +111,155 @@ class LookBackPacer {
   uint64_t active_ns_, max_ns_;
   uint64_t spacing_ns_ = 0;
   uint32_t streak_ = 0;  // look-backs in a row that found the program polling
+};
+
+// progress_sched=auto (doc/verbs.md): whether the progress thread should run
+// SCHED_FIFO now. Real-time priority pays where the program does not drive
+// the device — it spins on memory (ib_write_lat) or waits elsewhere — and
+// packets come one at a time: then each arrival must preempt a spinning
+// program at once, and a SCHED_OTHER wake-up can wait for the tick behind
+// it. It costs where the program drives (its own poll/post calls receive
+// and transmit; a real-time thread woken by the arrivals it polls for
+// preempts it) and where packets stream (a receiver under a bandwidth test:
+// every armed sleep costs the sender an eventfd write and a real-time
+// wake-up). So:
+//   to SCHED_OTHER when the program's post/poll calls covered at least 3/4
+//   of each of the last kDriveWindows windows of drive_us (it drives: a
+//   program that polls in a loop covers nearly all of it, even when other
+//   threads preempt it now and then),
+//   when a program thread waits in ibv_get_cq_event (it drives), when
+//   the device received kDensePerMs packets a millisecond or more, or when
+//   the program received nearly all packets itself (NoteRx);
+//   to SCHED_FIFO when the program takes part (called within
+//   kTakesPartNs) but has not called for quiet_us, its calls
+//   covered less than 1/4 of a drive_us window since it last drove (3/4),
+//   nobody waits for an event,
+//   the device received fewer than kSparsePerMs packets a millisecond, and
+//   the thread was not sent to SCHED_OTHER for these reasons within kHoldNs
+//   (Switched).
+// A program that calls in bursts (ib_write_lat polls for its send
+// completion, about half of each round trip, then spins on memory), a
+// polling program that other threads preempt now and then (on the shared
+// 2-core VM a polling thread's coverage swung from 3 % to 100 % from one
+// millisecond to the next), and a rate between the thresholds keep the
+// verdict as it is. Coverage counts only pauses shorter than quiet_us
+// between calls. Pure (no clock, no system call): the progress thread asks
+// before it sleeps and when it wakes (Runtime::ProgressLoop), where a
+// SCHED_FIFO thread also stands aside for a polling program as under fifo.
+class AutoSchedPolicy {
+ public:
+  static constexpr uint64_t kWindowNs = 1'000'000;  // packet rates
+  static constexpr uint64_t kDensePerMs = 200;  // a packet every 5 us or more often
+  static constexpr uint64_t kSparsePerMs = 50;  // a packet every 20 us or less often
+  static constexpr uint64_t kHoldNs = 2'000'000;
+  // The program takes part: it called within this long. One that never
+  // calls (ib_read_lat's and ib_write_bw's servers wait in a TCP read)
+  // leaves the work to the thread alone, and a real-time thread there costs
+  // (a responder that spins at SCHED_FIFO keeps the requester off a shared
+  // CPU; one that sleeps armed pays a wake-up per request: 48 us typicals
+  // vs 2.5 under normal) and gains nothing measured.
+  static constexpr uint64_t kTakesPartNs = 100'000'000;
+  // Windows in a row covered 3/4 before the program counts as driving: a
+  // program of ib_write_lat whose peer's progress thread waits a tick or
+  // two for a CPU polls for its completion for 4-8 ms (HZ=250), and must
+  // not lose the real-time thread that ends such stalls.
+  static constexpr uint32_t kDriveWindows = 8;
+
+  AutoSchedPolicy(uint32_t quiet_us, uint32_t drive_us)
+      : quiet_ns_(uint64_t{std::max<uint32_t>(quiet_us, 1)} * 1000),
+        drive_ns_(uint64_t{std::max<uint32_t>(drive_us, 1)} * 1000) {}
+
+  // The device's received-packet count, read at now_ns (whenever the
+  // thread holds the device). Rates are taken over windows of kWindowNs; a
+  // window that reaches the dense count early says so at once.
+  // thread_rx_packets: how many of them the progress thread's own polls
+  // received. A window in which the thread received a quarter or more of
+  // the packets says the program relies on it (ib_write_lat: the peer's
+  // WRITE lands while the program spins on memory); under a tenth, that
+  // the program receives for itself (ibv_rc_pingpong, ib_send_lat: both
+  // programs poll); in between, and in a window without packets, the
+  // verdict stands.
+  void NoteRx(uint64_t now_ns, uint64_t rx_packets, uint64_t thread_rx_packets) {
+    if (rx_window_start_ns_ == 0) {
+      rx_window_start_ns_ = now_ns, window_rx_ = rx_packets, window_thread_rx_ = thread_rx_packets;
+      return;
+    }
+    const uint64_t n = rx_packets - window_rx_;
+    const uint64_t elapsed = now_ns - rx_window_start_ns_;
+    if (elapsed >= kWindowNs && n > 0) {
+      const uint64_t mine = thread_rx_packets - window_thread_rx_;
+      if (mine * 4 >= n) relied_on_ = true;
+      if (mine * 10 < n) relied_on_ = false;
+    }
+    if (n >= kDensePerMs && elapsed < kWindowNs) {
+      dense_ = true, sparse_ = false;
+    } else if (elapsed >= kWindowNs) {
+      const uint64_t per_ms = n * kWindowNs / elapsed;
+      dense_ = per_ms >= kDensePerMs;
+      sparse_ = per_ms < kSparsePerMs;
+    } else {
+      return;
+    }
+    rx_window_start_ns_ = now_ns, window_rx_ = rx_packets, window_thread_rx_ = thread_rx_packets;
+  }
+
+  // The time the program's calls have covered so far (Runtime::NoteAppCall),
+  // read at now_ns. Taken over windows of drive_us; a window covered 3/4
+  // before its end says so at once.
+  void NoteCalls(uint64_t now_ns, uint64_t covered_ns) {
+    if (call_window_start_ns_ == 0) {
+      call_window_start_ns_ = now_ns, window_covered_ns_ = covered_ns;
+      return;
+    }
+    const uint64_t c = covered_ns - window_covered_ns_;
+    const uint64_t elapsed = now_ns - call_window_start_ns_;
+    if (c * 4 >= drive_ns_ * 3 && elapsed < drive_ns_) {
+      if (++covered_windows_ >= kDriveWindows) driving_ = true;
+    } else if (elapsed >= drive_ns_) {
+      if (c * 4 >= elapsed * 3) {  // 3/4 covered
+        if (++covered_windows_ >= kDriveWindows) driving_ = true;
+      } else {
+        covered_windows_ = 0;
+        if (c * 4 < elapsed) driving_ = false;  // under 1/4: it stopped
+      }
+    } else {
+      return;
+    }
+    call_window_start_ns_ = now_ns, window_covered_ns_ = covered_ns;
+  }
+
+  // fifo: the thread's policy now. last_call_ns: the program's last
+  // post/poll (0: none yet); event_waiters: program threads in
+  // ibv_get_cq_event.
+  bool WantFifo(bool fifo, uint64_t now_ns, uint64_t last_call_ns, bool event_waiters) const {
+    const bool takes_part = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < kTakesPartNs);
+    if (fifo) return takes_part && !driving_ && !event_waiters && !dense_ && relied_on_;
+    // A call stamped after now_ns (another thread's clock read) is a call now.
+    const bool calling = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < quiet_ns_);
+    return takes_part && !calling && !driving_ && !event_waiters && sparse_ && relied_on_ &&
+           now_ns >= other_since_ns_ + kHoldNs;
+  }
+
+  // The thread switched at now_ns (to SCHED_OTHER: because WantFifo said
+  // so; standing aside for a polling program does not start the hold).
+  void Switched(bool to_fifo, uint64_t now_ns) {
+    if (!to_fifo) other_since_ns_ = now_ns;
+  }
+
+  bool dense() const { return dense_; }
+  bool sparse() const { return sparse_; }
+  bool driving() const { return driving_; }
+  bool relied_on() const { return relied_on_; }
+
+ private:
+  uint64_t quiet_ns_, drive_ns_;
+  uint64_t rx_window_start_ns_ = 0, window_rx_ = 0, window_thread_rx_ = 0;
+  bool relied_on_ = true;  // until packets say otherwise
+  uint64_t call_window_start_ns_ = 0, window_covered_ns_ = 0;
+  bool dense_ = false, sparse_ = true;  // an idle device is sparse
+  bool driving_ = false;
+  uint32_t covered_windows_ = 0;
+  uint64_t other_since_ns_ = 0;
 };
 
 // Entries of the port's GID table as verbs reports it (gid_tbl_len): the

@@ -73,6 +73,19 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=20\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=high\n").ok());
   EXPECT_FALSE(ParseDeviceFile(kMinimal)->progress.sched_fifo);  // normal unless asked
+  EXPECT_FALSE(ParseDeviceFile(kMinimal)->progress.sched_auto);
+  {
+    auto a = ParseDeviceFile(std::string(kMinimal) + "progress_sched=auto\nprogress_auto_drive_us=300\n");
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_TRUE(a->progress.sched_auto);
+    EXPECT_FALSE(a->progress.sched_fifo);
+    EXPECT_EQ(a->progress.auto_drive_us, 300u);
+    auto again = ParseDeviceFile(FormatDeviceFile(*a));  // written back as auto
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_TRUE(again->progress.sched_auto);
+    EXPECT_EQ(again->progress.auto_drive_us, 300u);
+    EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_sched=rt\n").ok());
+  }
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_sched=rr\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_rt_priority=0\n").ok());
   EXPECT_EQ(g->netdev, "eth0");
@@ -218,6 +231,98 @@ TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) 
   // A maximum at or below app_active_us keeps the fixed look-back.
   LookBackPacer fixed(20, 20);
   for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);
+}
+
+// progress_sched=auto's decision (doc/verbs.md): SCHED_FIFO for a quiet
+// program with sparse traffic, SCHED_OTHER once the program drives (its
+// calls cover 3/4 of auto_drive_us) or packets stream; a program calling in
+// bursts, and rates between the thresholds, keep the policy.
+TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
+  AutoSchedPolicy p(/*quiet_us=*/20, /*drive_us=*/1000);
+  uint64_t now = 10'000'000, covered = 0;
+  p.NoteCalls(now, covered);
+  EXPECT_FALSE(p.WantFifo(false, now, 0, false)) << "a program that never calls leaves the work to the thread";
+  EXPECT_FALSE(p.WantFifo(true, now, 0, false));
+  EXPECT_TRUE(p.WantFifo(false, now, now - 50'000, false)) << "called 50 us ago, idle device: FIFO";
+  EXPECT_FALSE(p.WantFifo(false, now, now - AutoSchedPolicy::kTakesPartNs, false)) << "no call for 100 ms";
+  EXPECT_FALSE(p.WantFifo(false, now, now - 50'000, true)) << "a thread in ibv_get_cq_event drives";
+  EXPECT_FALSE(p.WantFifo(false, now, now - 5'000, false)) << "no promotion while the program calls";
+  EXPECT_FALSE(p.WantFifo(false, now, now + 1'000, false)) << "a call stamped just after now";
+  // ib_write_lat: calls cover half of each millisecond: FIFO stays FIFO.
+  for (int i = 0; i < 3; ++i) {
+    now += 1'000'000, covered += 500'000;
+    p.NoteCalls(now, covered);
+    EXPECT_FALSE(p.driving());
+    EXPECT_TRUE(p.WantFifo(true, now, now - 1'000, false));
+  }
+  EXPECT_TRUE(p.WantFifo(false, now + 30'000, now, false)) << "quiet for 30 us: promote";
+  // A polling program (90 % covered, preempted now and then): demote once
+  // kDriveWindows windows in a row were covered 3/4, each noticed as soon
+  // as it is. Fewer (ib_write_lat polling through a stall of its peer) do
+  // not.
+  for (uint32_t i = 0; i < AutoSchedPolicy::kDriveWindows; ++i) {
+    EXPECT_FALSE(p.driving()) << i;
+    now += 800'000, covered += 760'000;
+    p.NoteCalls(now, covered);
+  }
+  EXPECT_TRUE(p.driving());
+  EXPECT_FALSE(p.WantFifo(true, now, now, false));
+  p.Switched(false, now);
+  // Preempted for half a window: still driving (coverage between 1/4 and
+  // 3/4 keeps the verdict).
+  now += 1'000'000, covered += 500'000;
+  p.NoteCalls(now, covered);
+  EXPECT_TRUE(p.driving());
+  // It stops calling: not promoted while the last window says it drove, nor
+  // within the hold after the demotion.
+  EXPECT_FALSE(p.WantFifo(false, now + 100'000, now, false));
+  now += 1'000'000;
+  p.NoteCalls(now, covered += 100'000);  // 10 % covered: it stopped
+  EXPECT_FALSE(p.driving());
+  EXPECT_TRUE(p.WantFifo(false, now, now - 1'000'000, false)) << "quiet, stopped, past the hold";
+  {
+    AutoSchedPolicy q(20, 1000);
+    q.Switched(false, 50'000'000);
+    EXPECT_FALSE(q.WantFifo(false, 51'000'000, 50'000'000, false)) << "within the hold after a demotion";
+    EXPECT_TRUE(q.WantFifo(false, 50'000'000 + AutoSchedPolicy::kHoldNs, 50'000'000, false));
+  }
+  // Rates: a stream (>= 200 packets in a millisecond) demotes, noticed
+  // before the window ends; a rate between the thresholds keeps the policy.
+  uint64_t rx = 1000;
+  p.NoteRx(now, rx, rx);
+  rx += 250;
+  p.NoteRx(now + 400'000, rx, rx);
+  EXPECT_TRUE(p.dense());
+  EXPECT_FALSE(p.WantFifo(true, now + 400'000, now, false)) << "a stream: OTHER";
+  p.Switched(false, now + 400'000);
+  now += 400'000;
+  rx += 100;
+  p.NoteRx(now + 1'000'000, rx, rx);  // 100 a millisecond: between the thresholds
+  now += 1'000'000;
+  EXPECT_FALSE(p.dense());
+  EXPECT_FALSE(p.sparse());
+  EXPECT_TRUE(p.WantFifo(true, now + 3'000'000, now, false)) << "FIFO keeps FIFO";
+  EXPECT_FALSE(p.WantFifo(false, now + 3'000'000, now, false)) << "OTHER keeps OTHER";
+  rx += 20;
+  p.NoteRx(now + 1'000'000, rx, rx);  // 20 a millisecond: sparse
+  EXPECT_TRUE(p.sparse());
+  EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
+  // Who received them: the program all of them itself (both programs poll,
+  // ibv_rc_pingpong) -> not relied on: no SCHED_FIFO, and a SCHED_FIFO
+  // thread leaves it; the thread a third of them (ib_write_lat) -> relied on.
+  now += 2'000'000;
+  const uint64_t mine = rx;
+  p.NoteRx(now, rx += 30, mine);  // the thread received none of 30
+  EXPECT_FALSE(p.relied_on());
+  EXPECT_FALSE(p.WantFifo(false, now + 3'000'000, now, false));
+  EXPECT_FALSE(p.WantFifo(true, now + 3'000'000, now, false));
+  now += 1'000'000;
+  p.NoteRx(now, rx += 30, mine + 5);  // 5 of 30: between a tenth and a quarter, the verdict stands
+  EXPECT_FALSE(p.relied_on());
+  now += 1'000'000;
+  p.NoteRx(now, rx += 30, mine + 15);  // 10 of 30
+  EXPECT_TRUE(p.relied_on());
+  EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
 }
 
 }  // namespace

@@ -268,13 +268,15 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu%s), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
                progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER",
                stats_.progress_nice_refused.load() != 0 ? " progress_nice refused" : "", stats_.progress_fifo_demotions.load(),
-               stats_.progress_fifo_yields.load(), stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
+               stats_.progress_fifo_yields.load(), stats_.progress_auto_to_fifo.load(),
+               stats_.progress_auto_to_other.load(), stats_.progress_auto_refused.load() != 0 ? " (SCHED_FIFO refused)" : "",
+               stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
@@ -331,6 +333,7 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
 }
 
 uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns) {
+  if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
   const uint32_t work = dev_->Doorbell(qpn, now_ns);
   if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
   return work;
@@ -759,6 +762,42 @@ void Runtime::ProgressLoop() {
   bool fifo = pc.sched_fifo && SetFifo(pc.rt_priority);
   const bool fifo_permitted = fifo;
   progress_fifo_.store(fifo, std::memory_order_relaxed);
+  // progress_sched=auto: the thread starts SCHED_OTHER (normal's loop) and
+  // takes SCHED_FIFO (fifo's loop) right before an armed sleep when
+  // AutoSchedPolicy says the program does not drive and packets are sparse
+  // (a SCHED_OTHER thread that has to wait behind a spinning program for the
+  // tick could not promote itself in time). It leaves it as under fifo
+  // (standing aside for a polling program, NoteAppPoll) and, with a 2 ms
+  // hold, when it wakes and finds the program driving or packets streaming
+  // (doc/verbs.md, progress_sched).
+  const bool auto_sched = pc.sched_auto;
+  bool auto_refused = false;
+  AutoSchedPolicy auto_policy(pc.app_active_us, pc.auto_drive_us);
+  const auto auto_switch = [&](bool to_fifo, uint64_t at, bool hold = true) {
+    if (to_fifo) {
+      if (!SetFifo(pc.rt_priority)) {
+        auto_refused = true;  // not asked again
+        stats_.progress_auto_refused.store(1, std::memory_order_relaxed);
+        return;
+      }
+      stats_.progress_auto_to_fifo.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      (void)RequestSlice(pc.slice_us == 0 ? 1 : pc.slice_us, pc.nice);  // SCHED_OTHER, slice and nice with it
+      stats_.progress_auto_to_other.fetch_add(1, std::memory_order_relaxed);
+    }
+    fifo = to_fifo;
+    progress_fifo_.store(fifo, std::memory_order_relaxed);
+    if (hold || to_fifo) auto_policy.Switched(to_fifo, at);
+  };
+  const auto app_calling = [&](uint64_t at) {  // a post/poll within app_active_us (auto only)
+    const uint64_t last = last_app_call_ns_.load(std::memory_order_relaxed);
+    return last != 0 && (last >= at || at - last < uint64_t{pc.app_active_us} * 1000);
+  };
+  const auto auto_wants_fifo = [&](uint64_t at) {
+    auto_policy.NoteCalls(at, app_covered_ns_.load(std::memory_order_relaxed));
+    return auto_policy.WantFifo(fifo, at, last_app_call_ns_.load(std::memory_order_relaxed),
+                                app_waiters_.load(std::memory_order_relaxed) > 0);
+  };
   if (std::getenv("DROCE_DEBUG") != nullptr) {
     if (fifo) {
       std::fprintf(stderr, "droce %s: progress thread SCHED_FIFO priority %u\n", file_.name.c_str(), pc.rt_priority);
@@ -766,7 +805,9 @@ void Runtime::ProgressLoop() {
       std::fprintf(stderr, "droce %s: progress thread SCHED_OTHER, slice %u us, nice %d%s%s\n", file_.name.c_str(),
                    pc.slice_us, getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid))),
                    nice_taken ? "" : " (progress_nice refused: no CAP_SYS_NICE?)",
-                   pc.sched_fifo ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)" : "");
+                   pc.sched_fifo   ? " (SCHED_FIFO refused: no CAP_SYS_NICE?)"
+                   : pc.sched_auto ? " (progress_sched=auto: SCHED_FIFO while the program does not drive)"
+                                   : "");
     }
   }
   // A timed sleep. Under SCHED_FIFO at least kFifoMinSleepUs: a shorter
@@ -789,13 +830,15 @@ void Runtime::ProgressLoop() {
   // thread has polled for app_active_us: it serves programs that spin on
   // memory or are blocked elsewhere, as NAPI busy-poll keeps the IRQ masked.
   const auto stand_aside = [&] {
-    if (fifo) {
+    if (fifo && auto_sched) {
+      auto_switch(false, NowNs(), /*hold=*/false);  // no hold: it serves the pauses between the bursts
+    } else if (fifo) {
       ToOther(0);
       fifo = false;
       progress_fifo_.store(false, std::memory_order_relaxed);
     }
   };
-  if (fifo_permitted) progress_tid_.store(static_cast<long>(syscall(SYS_gettid)), std::memory_order_relaxed);
+  if (fifo_permitted || auto_sched) progress_tid_.store(static_cast<long>(syscall(SYS_gettid)), std::memory_order_relaxed);
   uint32_t idle = 0;
   uint64_t last_work = NowNs();
   uint64_t idle_since = 0;   // the first empty poll of this spin
@@ -804,6 +847,12 @@ void Runtime::ProgressLoop() {
   LookBackPacer pacer(pc.app_active_us, pc.app_active_max_us);
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
+    if (fifo && auto_sched && now - busy_since > kFifoBusyNs) {
+      auto_switch(false, now);
+      stats_.progress_fifo_demotions.fetch_add(1, std::memory_order_relaxed);
+    } else if (auto_sched && fifo && !auto_wants_fifo(now)) {
+      auto_switch(false, now);  // woken into a program that drives, or a stream
+    }
     if (fifo && now - busy_since > kFifoBusyNs) {
       (void)RequestSlice(pc.slice_us == 0 ? 1 : pc.slice_us, pc.nice);  // SCHED_OTHER again, slice and nice with it
       fifo = false;
@@ -851,7 +900,12 @@ void Runtime::ProgressLoop() {
     pacer.Quiet();
     uint32_t work = 0;
     if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {
-      work = PollLocked(NowNs());
+      const uint64_t polled_at = NowNs();
+      const uint64_t rx_before = dev_->counters().rx_packets;
+      work = PollLocked(polled_at);
+      const uint64_t rx_after = dev_->counters().rx_packets;
+      progress_rx_packets_ += rx_after - rx_before;
+      if (auto_sched) auto_policy.NoteRx(polled_at, rx_after, progress_rx_packets_);
       mu.unlock();
       stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
     }
@@ -863,11 +917,17 @@ void Runtime::ProgressLoop() {
       continue;
     }
     if (idle == 0) idle_since = now;
-    if (idle++ < pc.spins && (!fifo || now - idle_since < kFifoSpinNs)) {
+    // Under auto a SCHED_FIFO thread whose program is not calling spins
+    // longer (kAutoFifoSpinNs).
+    const uint64_t spin_cap_ns = !auto_sched || app_calling(now) ? kFifoSpinNs : kAutoFifoSpinNs;
+    if (idle++ < pc.spins && (!fifo || now - idle_since < spin_cap_ns)) {
       CpuRelax();
       continue;
     }
     rested();
+    if (auto_sched && !auto_refused && !fifo && auto_wants_fifo(now)) {
+      auto_switch(true, now);  // decided before the sleep, not after
+    }
     stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
     const bool hot = waiting_for_event || now - last_work < uint64_t{pc.hot_us} * 1000;
     // Hot: short timed sleeps, not an armed wait. A thread woken by the
@@ -937,7 +997,9 @@ uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
   if (link_up()) {
     if (mu.app_waiting.load(std::memory_order_relaxed) == 0 && mu.try_lock()) {  // ArmWireLocked: -1 without a wake-up
       fd = ArmWireLocked();
+      const uint64_t rx_before = dev_->counters().rx_packets;
       const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
+      progress_rx_packets_ += dev_->counters().rx_packets - rx_before;
       if (work > 0) DisarmWireLocked();
       mu.unlock();
       if (work > 0) return work;

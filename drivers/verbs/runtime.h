@@ -104,7 +104,8 @@ class Runtime {
   // The program is polling: the progress thread stays out of its way. A
   // SCHED_FIFO progress thread asleep armed (it serves programs that do not
   // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
-  // this program polls for do not preempt it (progress_sched=fifo).
+  // this program polls for do not preempt it (progress_sched=fifo, and auto
+  // while it is SCHED_FIFO).
   void NoteAppPoll(uint64_t now_ns) {
     // The longest pause between polls since the progress thread last
     // looked (LookBackPacer). Threads racing here only blur a heuristic.
@@ -112,9 +113,25 @@ class Runtime {
     const uint64_t gap = now_ns > prev ? now_ns - prev : 0;
     if (gap > app_max_gap_ns_.load(std::memory_order_relaxed)) app_max_gap_ns_.store(gap, std::memory_order_relaxed);
     last_app_poll_ns_.store(now_ns, std::memory_order_relaxed);
+    if (file_.progress.sched_auto) NoteAppCall(now_ns);
     if (fifo_armed_.load(std::memory_order_relaxed) && fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
       DemoteProgressThread();
     }
+  }
+
+  // progress_sched=auto: a post or poll of the program. The time its calls
+  // cover (the sum of the pauses between calls shorter than app_active_us)
+  // tells the progress thread whether the program drives
+  // (AutoSchedPolicy). A relaxed load and two stores per call; threads
+  // racing here only blur a heuristic.
+  void NoteAppCall(uint64_t now_ns) {
+    const uint64_t last = last_app_call_ns_.load(std::memory_order_relaxed);
+    if (now_ns <= last) return;
+    if (last != 0 && now_ns - last < uint64_t{file_.progress.app_active_us} * 1000) {
+      app_covered_ns_.store(app_covered_ns_.load(std::memory_order_relaxed) + (now_ns - last),
+                            std::memory_order_relaxed);
+    }
+    last_app_call_ns_.store(now_ns, std::memory_order_relaxed);
   }
 
   // ibv_get_cq_event on one of this device's channels (libdroce-preload.so
@@ -173,7 +190,11 @@ class Runtime {
         async_events{0}, progress_fifo_demotions{0}, progress_fifo_yields{0},
         progress_stand_asides{0},
         progress_nice_refused{0},  // 1: progress_nice was refused (the thread kept its nice value)
-        pm_qos_holds{0};  // progress_pm_qos_us: times the request was taken (released when idle)  // look-backs that found the program polling (naps while it drives)
+        pm_qos_holds{0},
+        // progress_sched=auto: the thread's switches to SCHED_FIFO and back
+        // (AutoSchedPolicy); auto_refused 1: SCHED_FIFO was refused (it then
+        // stays SCHED_OTHER).
+        progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0};  // progress_pm_qos_us: times the request was taken (released when idle)  // look-backs that found the program polling (naps while it drives)
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -210,6 +231,13 @@ class Runtime {
   // before it sleeps, and drops to SCHED_OTHER after this long busy without
   // a sleep (doc/verbs.md, progress_sched).
   static constexpr uint64_t kFifoSpinNs = 5'000;
+  // progress_sched=auto: a SCHED_FIFO thread whose program is not calling
+  // spins up to the sparse packet spacing (AutoSchedPolicy::kSparsePerMs)
+  // before it sleeps, so a request stream it answers (ib_read_lat's
+  // responder) is caught by the spin, counted as a stream and moves it to
+  // SCHED_OTHER, instead of paying an armed wake-up per request that keeps
+  // the rate sparse.
+  static constexpr uint64_t kAutoFifoSpinNs = 20'000;
   static constexpr uint64_t kFifoBusyNs = 2'000'000;
   static constexpr uint32_t kFifoMinSleepUs = 50;
   std::atomic<bool> progress_fifo_{false};
@@ -220,6 +248,9 @@ class Runtime {
   void DemoteProgressThread();
   static void ToOther(long tid);
   uint32_t IdleWait(uint32_t us, bool fifo);
+  // Packets the progress thread's own polls received (progress_sched=auto:
+  // does the program rely on it?). Progress thread only.
+  uint64_t progress_rx_packets_ = 0;
   // progress_pm_qos_us: the progress thread holds a CPU latency request
   // while hot and drops it when it goes idle. Progress thread only.
   void HoldPmQos();
@@ -294,6 +325,7 @@ class Runtime {
   std::atomic<int> armed_channels_{0};
   std::atomic<uint64_t> last_app_poll_ns_{0};
   std::atomic<uint64_t> app_max_gap_ns_{0};  // see NoteAppPoll
+  std::atomic<uint64_t> last_app_call_ns_{0}, app_covered_ns_{0};  // see NoteAppCall
   int wire_armers_ = 0;  // under mu
   // Threads inside WaitForChannel: they drive the dataplane, so the progress
   // thread sleeps meanwhile.

@@ -63,7 +63,7 @@ class VerbsApi : public ::testing::Test {
     run_dir_ = (fs::temp_directory_path() / ("droce-verbs-api-" + std::to_string(getpid()))).string();
     fs::remove_all(run_dir_);
     auto f = ParseDeviceFile(
-        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=128\n"
+        "name=droce0\nvdev=net_ring_droce0\nip=10.0.0.1\nip=fd00::1\nmtu=1024\neal_memory_mb=256\n"
         "progress_sched=fifo\nprogress_pm_qos_us=100\n");
     ASSERT_TRUE(f.ok()) << f.status();
     absl::Status s = WriteDeviceTree(run_dir_, kDevInfinibandDir, *f);
@@ -913,6 +913,113 @@ TEST_F(VerbsApi, FifoProgressThreadStandsAsideWhileTheProgramPolls) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(policy, SCHED_FIFO) << "a quiet program's progress thread sleeps armed at SCHED_FIFO";
+}
+
+// The droce-progress threads of this process.
+std::vector<pid_t> ProgressThreads() {
+  std::vector<pid_t> tids;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    FILE* f = std::fopen((task.path() / "comm").c_str(), "r");
+    if (f == nullptr) continue;
+    char comm[64] = {};
+    if (std::fgets(comm, sizeof comm, f) != nullptr && std::string(comm) == "droce-progress\n") {
+      tids.push_back(static_cast<pid_t>(std::stoi(task.path().filename().string())));
+    }
+    std::fclose(f);
+  }
+  return tids;
+}
+
+// progress_sched=auto (a second device, droce1, registered here): the
+// progress thread is SCHED_OTHER before the program ever called, SCHED_FIFO
+// once it called and went quiet (a program spinning on memory needs the
+// thread's wake-ups to preempt at once),
+// SCHED_OTHER while the program polls (standing aside, and once its polls
+// covered 8 windows of progress_auto_drive_us, because it drives), and
+// SCHED_FIFO again once it has gone quiet (doc/verbs.md, progress_sched).
+TEST_F(VerbsApi, AutoProgressThreadIsFifoWhileTheProgramIsQuietAndOtherWhileItPolls) {
+  if (!SchedFifoPermitted()) GTEST_SKIP() << "SCHED_FIFO not permitted here";
+  auto f = ParseDeviceFile("name=droce1\nvdev=net_ring_droce1\nip=10.0.0.2\nmtu=1024\nprogress_sched=auto\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(WriteDeviceTree(run_dir_, kDevInfinibandDir, *f).ok());
+  struct Unregister {
+    ~Unregister() { (void)RemoveDeviceTree(run_dir_, kDevInfinibandDir, "droce1"); }
+  } unregister;
+  // droce0's thread (started by SetUp) first, so that droce1's is the new one.
+  for (int i = 0; i < 100 && ProgressThreads().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::vector<pid_t> before = ProgressThreads();
+  ibv_context* ctx = nullptr;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  for (int i = 0; i < n; ++i) {
+    if (std::string(ibv_get_device_name(list[i])) == "droce1") ctx = ibv_open_device(list[i]);
+  }
+  ibv_free_device_list(list);
+  ASSERT_NE(ctx, nullptr) << "droce1 not found or not opened";
+  ibv_pd* pd = ibv_alloc_pd(ctx);  // starts droce1's dataplane and its progress thread
+  ibv_cq* cq = pd != nullptr ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
+  struct Close {
+    ibv_context* ctx;
+    ibv_pd* pd;
+    ibv_cq* cq;
+    ~Close() {
+      if (cq != nullptr) ibv_destroy_cq(cq);
+      if (pd != nullptr) ibv_dealloc_pd(pd);
+      ibv_close_device(ctx);
+    }
+  } closer{ctx, pd, cq};
+  ASSERT_NE(cq, nullptr);
+  pid_t tid = 0;  // the thread names itself as it starts: look for up to a second
+  for (int i = 0; i < 100 && tid == 0; ++i) {
+    for (pid_t t : ProgressThreads()) {
+      if (std::find(before.begin(), before.end(), t) == before.end()) tid = t;
+    }
+    if (tid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(tid, 0) << "droce1's progress thread";
+  const auto wait_for = [&](int want) {
+    int policy = -1;
+    for (int i = 0; i < 100 && (policy = sched_getscheduler(tid)) != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return policy;
+  };
+  // A program that never called leaves the work to the thread: SCHED_OTHER.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(sched_getscheduler(tid), SCHED_OTHER) << "no call yet: not real-time";
+  // One poll, then quiet (it would spin on memory), idle device: SCHED_FIFO
+  // (decided before the thread sleeps).
+  ibv_wc wc[4];
+  (void)ibv_poll_cq(cq, 4, wc);
+  ASSERT_EQ(wait_for(SCHED_FIFO), SCHED_FIFO) << "a quiet program's progress thread sleeps at SCHED_FIFO";
+  // Poll without a pause for 300 ms, looking at the policy between polls:
+  // after the first 50 ms (1 ms of driving, and the thread's next wake-up)
+  // it is SCHED_OTHER. SCHED_FIFO looks are allowed: on a loaded host
+  // this thread may be kept off the CPU for most of a millisecond, which is
+  // a program that does not drive, and the thread may rightly promote
+  // itself then.
+  int fifo_late = 0, other_late = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0;; ++i) {
+    (void)ibv_poll_cq(cq, 4, wc);
+    if (i % 256 != 0) continue;
+    const auto t = std::chrono::steady_clock::now() - start;
+    if (t > std::chrono::milliseconds(300)) break;
+    if (t < std::chrono::milliseconds(50)) continue;
+    (sched_getscheduler(tid) == SCHED_FIFO ? fifo_late : other_late) += 1;
+  }
+  EXPECT_GT(other_late, 0);
+  // At least a fifth SCHED_OTHER (on a quiet host nearly all; at load 8,
+  // with this thread starved in many milliseconds, about half).
+  EXPECT_GT(other_late * 4, fifo_late) << "SCHED_FIFO while the program drives: its wake-ups preempt the program";
+  // The program goes quiet (it would spin on memory): SCHED_FIFO again,
+  // within the 100 ms in which it still takes part.
+  int policy = -1;
+  for (int i = 0; i < 90 && (policy = sched_getscheduler(tid)) != SCHED_FIFO; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(policy, SCHED_FIFO) << "the thread promotes itself once the program is quiet";
 }
 
 // The provider's droce_progress_counters (found as libdroce-preload.so finds

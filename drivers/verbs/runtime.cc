@@ -61,6 +61,10 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
+// Time from `t` to `now`; 0 for a stamp the program made after this thread
+// read the clock (an unsigned now - t would wrap and read as long ago).
+inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - t; }
+
 void SleepUs(uint32_t us) {
   timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
   nanosleep(&ts, nullptr);
@@ -872,10 +876,10 @@ void Runtime::ProgressLoop() {
     // its events in ibv_get_cq_event (it then drives the dataplane itself).
     const bool waiting_for_event =
         armed_channels_.load(std::memory_order_relaxed) > 0 &&
-        now - last_event_wait_ns_.load(std::memory_order_relaxed) > uint64_t{pc.max_sleep_us} * 1000;
+        NsSince(now, last_event_wait_ns_.load(std::memory_order_relaxed)) > uint64_t{pc.max_sleep_us} * 1000;
     const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
     const uint64_t stand_aside_ns = uint64_t{pc.app_active_us} * 1000;
-    if (!waiting_for_event && now - last_app < stand_aside_ns) {
+    if (!waiting_for_event && NsSince(now, last_app) < stand_aside_ns) {
       // Until the program has not polled for app_active_us: one that stops
       // polling (to spin on memory) gets this thread after app_active_us,
       // not after up to twice that as with whole app_active_us sleeps.

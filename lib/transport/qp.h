@@ -451,6 +451,7 @@ class RcQp {
   bool SrOldestIsSendOrWrite() const;
   bool SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error);
   void SrAdvance();        // the expected PSN over what arrived; receives complete in order
+  void SrContinueAsIbta();  // a fallback inside a message: the IBTA responder takes it over
   void SrRespondError(RespError e, uint32_t psn);
   void QueueSack();
   uint32_t BuildSack(uint8_t* frame);
@@ -645,6 +646,9 @@ class RcQp {
     SrBits sr_last{};
     uint32_t sr_recv_base = 0;
     uint32_t sr_recv_taken = 0;
+    // The PSN before epsn was an SR SEND/WRITE packet that did not end its
+    // message: a message is in progress at epsn.
+    bool sr_in_message = false;
   } resp_;
   // A receive WQE an SR responder holds, and how its message ended.
   struct SrRecv {
@@ -659,6 +663,19 @@ class RcQp {
     queue::WcOpcode opcode = queue::WcOpcode::kRecv;
   };
   std::vector<SrRecv> sr_recvs_;  // kSrMaxHeldRecvs entries once SR is on (control path)
+  // What the SRETH of each SR SEND/WRITE packet placed (not a message's
+  // last) said of its message, by PSN (sr_msgs_[psn % kSrWindow], kSrWindow
+  // entries once SR is on): after a fallback, the message in progress at
+  // the expected PSN continues as IBTA packets (SrContinueAsIbta).
+  struct SrMsg {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t dma_length = 0;
+    uint32_t first_psn = 0;
+    bool write = false;
+    bool consumes_recv = false;
+  };
+  std::vector<SrMsg> sr_msgs_;
   bool sr_ = false;
   bool sr_chosen_ = false;  // what SetSelectiveRepeat chose (a move to RESET undoes a fallback)
   std::vector<Resource> resources_;

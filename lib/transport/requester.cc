@@ -690,6 +690,7 @@ void RcQp::SrFallBack(uint64_t now_ns) {
   if (!sr_) return;
   sr_ = false;
   ++counters_.sr_fallbacks;
+  SrContinueAsIbta();
   resp_.sr_received = {};
   resp_.sr_last = {};
   req_.sr_sacked = {};

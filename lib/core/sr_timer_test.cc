@@ -447,5 +447,41 @@ TEST(SrSpurious, ALongerPathAfterTheRttWasMeasuredEndsTheTimeoutStorm) {
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
+// The host's scheduling tail (the fabric: most RTT samples 0.1-0.5 ms, a
+// few hundred per 2 s above 2 ms): ACKs held now and then for longer than
+// SRTT + 4 RTTVAR, which RFC 6298's estimator forgets within a few samples.
+// Here the ACK path stalls for 600 us once, then for 450 us every 1.2 ms
+// (the RTOs: ~150 us low, 320 us high, the device's ceiling).
+// The first stall fires a (spurious) timeout; its delay, measured from
+// arming the timer that fired to the late ACK, becomes the RTO's floor for
+// the next 50-100 ms (a windowed maximum of the RTT), so the later, shorter
+// stalls fire none. Before, every stall fired one.
+TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 32 * 65536, 12);
+  ASSERT_TRUE(pair.Writes(8));  // RTT samples
+  ASSERT_LT(pair.qa().sr_rto_high_ns(), 450'000u) << "the RTOs are below the stalls: SRTT " << pair.qa().sr_rtt().srtt_ns << " RTTVAR " << pair.qa().sr_rtt().rttvar_ns << " high " << pair.qa().sr_rto_high_ns();
+  const transport::QpCounters before = pair.qa().counters();
+  const uint64_t t0 = pair.now() + 20'000;
+  uint32_t stalls = 0;
+  pair.each_step = [&] {
+    const uint64_t now = pair.now();
+    if (now < t0) return;
+    // Stall k starts at t0 + 1.2 ms x k: 600 us the first, 450 us after.
+    const uint64_t k = (now - t0) / 1'200'000, in = (now - t0) % 1'200'000;
+    const bool stall = in < (k == 0 ? 600'000u : 450'000u);
+    if (stall && !pair.b_to_a().stall) ++stalls;
+    pair.b_to_a().stall = stall;
+  };
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(pair.Writes(32));
+  pair.each_step = nullptr;
+  pair.b_to_a().stall = false;
+  const transport::QpCounters& after = pair.qa().counters();
+  ASSERT_GE(stalls, 5u);
+  EXPECT_LE(after.timeouts - before.timeouts, 1u) << stalls << " stalls";
+  EXPECT_EQ(after.sr_out_of_order_placed, before.sr_out_of_order_placed) << "nothing was lost";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 32 * 65536), 0);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -121,6 +121,12 @@ struct RttEstimator {
   uint64_t Rto(uint64_t floor) const { return std::max(floor, srtt_ns + 4 * rttvar_ns); }
 };
 
+// Selective repeat's RTO floor: the largest RTT seen recently (a windowed
+// maximum over two periods of this length, 50-100 ms), so that the host's
+// scheduling tail, which RFC 6298's SRTT + 4 RTTVAR follows only for a few
+// samples, does not fire spurious timeouts every time it recurs.
+inline constexpr uint64_t kSrRttMaxPeriodNs = 50'000'000;
+
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
 // cover past the oldest missing/unacknowledged one.
 inline constexpr uint32_t kSrWindow = 1024;
@@ -384,7 +390,9 @@ class RcQp {
   // whether the timeout was spurious (undone) or the rest is resent
   // (SrFrtoRelease). `acked`: the cumulative PSN it acknowledges
   // (inclusive); `holds_more`: it SACKs a PSN past that.
-  void SrFrtoDecide(uint32_t acked, bool holds_more);
+  void SrFrtoDecide(uint32_t acked, bool holds_more, uint64_t now);
+  void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
+  uint64_t SrRttMaxNs() const { return std::max(req_.sr_rtt_max_cur_ns, req_.sr_rtt_max_prev_ns); }
   void SrFrtoRelease();
   bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
     return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&
@@ -577,6 +585,18 @@ class RcQp {
     uint32_t sr_rtt_psn = 0;
     uint64_t sr_rtt_sent_ns = 0;
     uint8_t sr_backoff = 0;
+    // The windowed maximum RTT (SrNoteRttMax): the largest sample of the
+    // current period and of the one before, and when the current began.
+    // Fed by the RTT samples and by spurious timeouts (the time from arming
+    // the timer that fired to the late acknowledgement: the original of
+    // psn_una was outstanding when it was armed, so the path took at least
+    // that long). sr_timer_armed_ns: when the retransmit timer was last
+    // armed; sr_frto_armed_ns: that of the timer a run of timeouts began with.
+    uint64_t sr_rtt_max_cur_ns = 0;
+    uint64_t sr_rtt_max_prev_ns = 0;
+    uint64_t sr_rtt_max_start_ns = 0;
+    uint64_t sr_timer_armed_ns = 0;
+    uint64_t sr_frto_armed_ns = 0;
     // RACK: every packet's place in the send order (sr_sent_seq), the newest
     // place known delivered (sr_rack_seq), the SEND/WRITE PSNs sent again
     // (sr_resent). A retransmission still missing while something sent after

@@ -589,9 +589,23 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
     if (now >= req_.sr_rtt_sent_ns) {
       req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
       SrCountRtt(now - req_.sr_rtt_sent_ns);
+      SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
       req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
     }
   }
+}
+
+// The windowed maximum RTT, the RTO's floor (kSrRttMaxPeriodNs; Linux keeps
+// windowed extremes the same way, lib/win_minmax.c, for its min RTT): the
+// largest sample of the current period and of the previous one.
+void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
+  const uint64_t elapsed = now - req_.sr_rtt_max_start_ns;
+  if (elapsed >= kSrRttMaxPeriodNs) {
+    req_.sr_rtt_max_prev_ns = elapsed >= 2 * kSrRttMaxPeriodNs ? 0 : req_.sr_rtt_max_cur_ns;
+    req_.sr_rtt_max_cur_ns = 0;
+    req_.sr_rtt_max_start_ns = now;
+  }
+  req_.sr_rtt_max_cur_ns = std::max(req_.sr_rtt_max_cur_ns, rtt_ns);
 }
 
 // Counters of the breakdown (doc/loss-experiment.md): RTT samples by size.

@@ -158,10 +158,10 @@ class DelayPair {
   std::function<void()> each_step;
   const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
   uint64_t now() const { return now_; }
-  // Posts `n` 64 KiB WRITEs from a to b and runs until they complete.
-  bool Writes(uint32_t n, uint64_t max_ns = 1'000'000'000) {
+  // Posts `n` WRITEs of `len` bytes (64 KiB) from a to b and runs until they complete.
+  bool Writes(uint32_t n, uint64_t max_ns = 1'000'000'000, uint32_t len = 65536) {
     for (uint32_t i = 0; i < n; ++i) {
-      if (a().dev->PostSend(a().qpn, MakeWr(i, WrOpcode::kRdmaWrite, a(), i * 65536, 65536, b(), i * 65536)) != 0) {
+      if (a().dev->PostSend(a().qpn, MakeWr(i, WrOpcode::kRdmaWrite, a(), i * len, len, b(), i * len)) != 0) {
         return false;
       }
     }
@@ -448,39 +448,42 @@ TEST(SrSpurious, ALongerPathAfterTheRttWasMeasuredEndsTheTimeoutStorm) {
 }
 
 // The host's scheduling tail (the fabric: most RTT samples 0.1-0.5 ms, a
-// few hundred per 2 s above 2 ms): ACKs held now and then for longer than
-// SRTT + 4 RTTVAR, which RFC 6298's estimator forgets within a few samples.
-// Here the ACK path stalls for 600 us once, then for 450 us every 1.2 ms
-// (the RTOs: ~150 us low, 320 us high, the device's ceiling).
-// The first stall fires a (spurious) timeout; its delay, measured from
-// arming the timer that fired to the late ACK, becomes the RTO's floor for
-// the next 50-100 ms (a windowed maximum of the RTT), so the later, shorter
-// stalls fire none. Before, every stall fired one.
+// few hundred per 2 s above 2 ms, every round): RFC 6298's SRTT + 4 RTTVAR
+// forgets a long sample within a few short ones, so the next delay of the
+// same size fires a (spurious) timeout. The RTO's floor is the largest RTT
+// sampled in the last 50-100 ms (a windowed maximum). Here: a 300 us stall
+// of the ACK path while 64 KiB WRITEs stream (below RTO_high, the device's
+// 320 us: sampled, no timeout), then 4 KiB WRITEs one at a time (RTO_low,
+// ~20 us once the estimator has forgotten) with a 200 us stall every 1 ms:
+// before, each stall fired a timeout; now none does.
 TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   DelayPair pair;
-  Fill(pair.a().mem, 0, 32 * 65536, 12);
+  Fill(pair.a().mem, 0, 16 * 65536, 12);
   ASSERT_TRUE(pair.Writes(8));  // RTT samples
-  ASSERT_LT(pair.qa().sr_rto_high_ns(), 450'000u) << "the RTOs are below the stalls: SRTT " << pair.qa().sr_rtt().srtt_ns << " RTTVAR " << pair.qa().sr_rtt().rttvar_ns << " high " << pair.qa().sr_rto_high_ns();
+  const transport::QpCounters start = pair.qa().counters();
+  // Phase 1: one 300 us stall in a stream.
+  const uint64_t s1 = pair.now() + 20'000;
+  pair.each_step = [&] { pair.b_to_a().stall = pair.now() >= s1 && pair.now() < s1 + 300'000; };
+  ASSERT_TRUE(pair.Writes(16));
+  ASSERT_EQ(pair.qa().counters().timeouts, start.timeouts) << "a stall below RTO_high";
+  ASSERT_GE(pair.qa().counters().sr_rtt_max_ns, 250'000u) << "sampled";
+  // Phase 2: one 4 KiB WRITE at a time, a 200 us stall every 1 ms.
   const transport::QpCounters before = pair.qa().counters();
-  const uint64_t t0 = pair.now() + 20'000;
+  const uint64_t t0 = pair.now();
   uint32_t stalls = 0;
   pair.each_step = [&] {
-    const uint64_t now = pair.now();
-    if (now < t0) return;
-    // Stall k starts at t0 + 1.2 ms x k: 600 us the first, 450 us after.
-    const uint64_t k = (now - t0) / 1'200'000, in = (now - t0) % 1'200'000;
-    const bool stall = in < (k == 0 ? 600'000u : 450'000u);
+    const bool stall = (pair.now() - t0) % 1'000'000 >= 500'000 && (pair.now() - t0) % 1'000'000 < 700'000;
     if (stall && !pair.b_to_a().stall) ++stalls;
     pair.b_to_a().stall = stall;
   };
-  for (int i = 0; i < 6; ++i) ASSERT_TRUE(pair.Writes(32));
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(pair.Writes(1, 1'000'000'000, 4096));
   pair.each_step = nullptr;
   pair.b_to_a().stall = false;
   const transport::QpCounters& after = pair.qa().counters();
-  ASSERT_GE(stalls, 5u);
-  EXPECT_LE(after.timeouts - before.timeouts, 1u) << stalls << " stalls";
-  EXPECT_EQ(after.sr_out_of_order_placed, before.sr_out_of_order_placed) << "nothing was lost";
-  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 32 * 65536), 0);
+  ASSERT_GE(stalls, 4u);
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u) << stalls << " stalls; RTO_low " << pair.qa().sr_rto_low_ns();
+  EXPECT_EQ(after.sr_out_of_order_placed, start.sr_out_of_order_placed) << "nothing was lost";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
 }  // namespace

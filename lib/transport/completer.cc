@@ -122,7 +122,6 @@ void RcQp::NoteProgress(uint64_t now) {
 
 uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
   const uint64_t t = RetransmitTimeoutNs();
-  req_.sr_timer_armed_ns = now;
   req_.sr_rto_low_armed = sr_ && t != 0 && t < SrRtoHighNs();
   return t != 0 ? now + t : 0;
 }
@@ -307,7 +306,7 @@ DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
 DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
   if (sr_ && !PsnLess(c.psn, req_.psn_una)) {
-    if (req_.sr_frto) SrFrtoDecide(c.psn, false, c.now);
+    if (req_.sr_frto) SrFrtoDecide(c.psn, false);
     const uint32_t rack_before = req_.sr_rack_seq;
     SrNoteDelivered(c.psn, c.now);
     AckUpTo(c.psn, c.now);
@@ -563,7 +562,7 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   req_.sr_peer_answered = true;
   if (req_.sr_frto) {
     const SackEthView sk(c.bth_p + c.op.sacketh_offset);
-    SrFrtoDecide(c.psn, (sk.word(0) | sk.word(1)) != 0, c.now);
+    SrFrtoDecide(c.psn, (sk.word(0) | sk.word(1)) != 0);
   }
   const uint32_t rack_before = req_.sr_rack_seq;
   if (!PsnLess(c.psn, req_.psn_una)) SrNoteDelivered(c.psn, c.now);
@@ -617,7 +616,7 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
 // Otherwise the ACK can only be the answer to the timeout's resend (a lost
 // tail whose AckReq packet was lost: it acknowledges up to the hole): the
 // rest is resent, as a timeout did before F-RTO.
-void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more, uint64_t now) {
+void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more) {
   const uint32_t una = req_.sr_frto_una;
   bool spurious = false;
   if (!PsnLess(acked, una) && PsnDiff(acked, una) < static_cast<int32_t>(kSrWindow)) {
@@ -632,9 +631,6 @@ void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more, uint64_t now) {
   }
   req_.sr_frto = false;
   ++counters_.sr_spurious_timeouts;
-  // The path took at least this long (Karn voids the sample of the packet
-  // timed, but the delay is known): the RTO floor covers the next one.
-  if (now > req_.sr_frto_armed_ns) SrNoteRttMax(now - req_.sr_frto_armed_ns, now);
   req_.retry_left = req_.sr_frto_retry_left;
   req_.progress_since_retry = req_.sr_frto_progress;
   req_.sr_retry_clock_ns = req_.sr_frto_retry_clock_ns;

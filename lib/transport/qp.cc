@@ -439,7 +439,6 @@ void RcQp::OnTimer(uint64_t now_ns) {
     if (req_.sr_rto_low_armed) ++counters_.sr_timeouts_low;
     if (req_.sr_backoff > 0) ++counters_.sr_timeouts_backoff;
     if (!req_.sr_frto) {
-      req_.sr_frto_armed_ns = req_.sr_timer_armed_ns;
       req_.sr_frto_retry_left = req_.retry_left;
       req_.sr_frto_progress = req_.progress_since_retry;
       req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;

@@ -390,7 +390,7 @@ class RcQp {
   // whether the timeout was spurious (undone) or the rest is resent
   // (SrFrtoRelease). `acked`: the cumulative PSN it acknowledges
   // (inclusive); `holds_more`: it SACKs a PSN past that.
-  void SrFrtoDecide(uint32_t acked, bool holds_more, uint64_t now);
+  void SrFrtoDecide(uint32_t acked, bool holds_more);
   void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
   uint64_t SrRttMaxNs() const { return std::max(req_.sr_rtt_max_cur_ns, req_.sr_rtt_max_prev_ns); }
   void SrFrtoRelease();
@@ -587,16 +587,9 @@ class RcQp {
     uint8_t sr_backoff = 0;
     // The windowed maximum RTT (SrNoteRttMax): the largest sample of the
     // current period and of the one before, and when the current began.
-    // Fed by the RTT samples and by spurious timeouts (the time from arming
-    // the timer that fired to the late acknowledgement: the original of
-    // psn_una was outstanding when it was armed, so the path took at least
-    // that long). sr_timer_armed_ns: when the retransmit timer was last
-    // armed; sr_frto_armed_ns: that of the timer a run of timeouts began with.
     uint64_t sr_rtt_max_cur_ns = 0;
     uint64_t sr_rtt_max_prev_ns = 0;
     uint64_t sr_rtt_max_start_ns = 0;
-    uint64_t sr_timer_armed_ns = 0;
-    uint64_t sr_frto_armed_ns = 0;
     // RACK: every packet's place in the send order (sr_sent_seq), the newest
     // place known delivered (sr_rack_seq), the SEND/WRITE PSNs sent again
     // (sr_resent). A retransmission still missing while something sent after

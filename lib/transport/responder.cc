@@ -755,8 +755,8 @@ bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
     return false;
   }
   if (!c.last()) {
-    sr_msgs_[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / mtu_)),
-                                        c.is_write(), r != nullptr};
+    const uint32_t first_psn = PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / mtu_));
+    sr_msgs_[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), first_psn, c.is_write(), r != nullptr};
   }
   if (r != nullptr && c.last()) {
     r->ended = true;

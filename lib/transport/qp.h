@@ -587,6 +587,15 @@ class RcQp {
     uint8_t sr_backoff = 0;
     // The windowed maximum RTT (SrNoteRttMax): the largest sample of the
     // current period and of the one before, and when the current began.
+    // Only clean samples feed it: the timed packet was sent with no hole
+    // known (nothing SACKed, nothing to resend) and nothing but tail-loss
+    // probes (which a delay itself sends) was resent until it was
+    // acknowledged (sr_rtt_retx: that count when timing began). A sample
+    // taken across a loss measures its repair too (the packet's
+    // acknowledgement waits for the hole, past the SACK's reach), and a
+    // floor fed with those grew with every repair.
+    bool sr_rtt_clean = false;
+    uint64_t sr_rtt_retx = 0;
     uint64_t sr_rtt_max_cur_ns = 0;
     uint64_t sr_rtt_max_prev_ns = 0;
     uint64_t sr_rtt_max_start_ns = 0;

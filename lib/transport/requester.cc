@@ -575,6 +575,8 @@ void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now
     req_.sr_rtt_timing = true;
     req_.sr_rtt_psn = psn;
     req_.sr_rtt_sent_ns = now;
+    req_.sr_rtt_clean = req_.sr_sacked_count == 0 && SrPendingRetransmits() == 0;
+    req_.sr_rtt_retx = counters_.sr_retransmitted_packets - counters_.tlp_probes;
   }
 }
 
@@ -589,7 +591,9 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
     if (now >= req_.sr_rtt_sent_ns) {
       req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
       SrCountRtt(now - req_.sr_rtt_sent_ns);
-      SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
+      if (req_.sr_rtt_clean && counters_.sr_retransmitted_packets - counters_.tlp_probes == req_.sr_rtt_retx) {
+        SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
+      }
       req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
     }
   }

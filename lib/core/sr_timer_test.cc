@@ -479,10 +479,28 @@ TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   for (int i = 0; i < 400; ++i) ASSERT_TRUE(pair.Writes(1, 1'000'000'000, 4096));
   pair.each_step = nullptr;
   pair.b_to_a().stall = false;
-  const transport::QpCounters& after = pair.qa().counters();
+  const transport::QpCounters after = pair.qa().counters();
   ASSERT_GE(stalls, 4u);
   EXPECT_EQ(after.timeouts - before.timeouts, 0u) << stalls << " stalls; RTO_low " << pair.qa().sr_rto_low_ns();
   EXPECT_EQ(after.sr_out_of_order_placed, start.sr_out_of_order_placed) << "nothing was lost";
+  // Phase 3: once a loss is known (a SACK shows a hole), a timeout is most
+  // likely a lost retransmission: the floor gives way to SRTT + 4 RTTVAR.
+  ASSERT_GE(pair.qa().sr_rto_low_ns(), 250'000u) << "the floor, while no loss is known";
+  const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 10);
+  int seen = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    return PsnOf(d, l, &op) == lost && seen++ == 0;
+  };
+  uint64_t rto_low_in_loss = 0;
+  pair.each_step = [&] {
+    if (rto_low_in_loss == 0 && pair.qa().counters().sr_sacks_received > after.sr_sacks_received) {
+      rto_low_in_loss = pair.qa().sr_rto_low_ns();
+    }
+  };
+  ASSERT_TRUE(pair.Writes(4));
+  ASSERT_NE(rto_low_in_loss, 0u);
+  EXPECT_LT(rto_low_in_loss, 250'000u) << "no floor while a hole is known";
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 

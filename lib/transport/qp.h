@@ -393,6 +393,15 @@ class RcQp {
   void SrFrtoDecide(uint32_t acked, bool holds_more);
   void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
   uint64_t SrRttMaxNs() const { return std::max(req_.sr_rtt_max_cur_ns, req_.sr_rtt_max_prev_ns); }
+  // The RTO's floor: the recent maximum RTT while no loss is known (nothing
+  // SACKed, nothing resent or to resend: a timeout then is most likely a
+  // delay); none once one is (a timeout then is most likely a lost
+  // retransmission, and waiting the recent maximum for it cost the
+  // fabric's 5 % row).
+  uint64_t SrRttFloorNs() const {
+    return req_.sr_sacked_count == 0 && req_.sr_resent_count == 0 && SrPendingRetransmits() == 0 ? SrRttMaxNs()
+                                                                                                   : 0;
+  }
   void SrFrtoRelease();
   bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
     return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&

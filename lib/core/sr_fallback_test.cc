@@ -276,5 +276,80 @@ TEST(SrFallbackNot, AnIbtaWriteAwayFromTheExpectedPsnDoesNotFallBack) {
   }
 }
 
+
+// Two SR ends; the requester's first burst reaches the responder but no
+// answer comes back for a whole IBTA timeout (a stalled host at connection
+// start), so the requester falls back to go-back-N and resends as IBTA from
+// the message's first PSN while the responder's expected PSN is inside the
+// message (it placed the first burst in order). The responder falls back
+// on the IBTA packet at its expected PSN, a MIDDLE: it must continue the
+// message it was receiving (IBTA 9.7.5.1.3 accepts a MIDDLE/LAST only in a
+// message in progress). It used to answer NAK invalid request (opcode
+// sequence) and the WR completed REM_INV_REQ_ERR (the fabric's rare
+// remote_invalid_request_error, doc/loss-experiment.md).
+TEST(SrFallbackMidMessage, ResponderContinuesTheMessageItWasReceiving) {
+  for (WrOpcode op : {WrOpcode::kRdmaWrite, WrOpcode::kSend, WrOpcode::kRdmaWriteWithImm}) {
+    for (double loss : {0.0, 0.01}) {
+      SCOPED_TRACE(std::string(op == WrOpcode::kRdmaWrite ? "WRITE" : op == WrOpcode::kSend ? "SEND" : "WRITE_IMM") +
+                   " loss " + std::to_string(loss));
+      RcPair pair(Impairments{0, 0, 0, 0}, 31, 1024, 8 << 20, 0, 0, /*timeout=*/8, 7, 7, transport::QpType::kRc,
+                  4000, nullptr, 16384, true, true);
+      Side& a = pair.a();
+      Side& b = pair.b();
+      const transport::RcQp* qa = a.dev->qp(a.qpn);
+      const transport::RcQp* qb = b.dev->qp(b.qpn);
+      constexpr uint32_t kLen = 256 * 1024;  // 256 packets, more than one burst
+      Fill(a.mem, 0, 2 * kLen, 77);
+      const bool recv = op != WrOpcode::kRdmaWrite;
+      if (recv) {
+        ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(500, b, 0, kLen)), 0);
+        ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(501, b, kLen, kLen)), 0);
+      }
+      SendWr w0 = MakeWr(1, op, a, 0, kLen, b, 0);
+      SendWr w1 = MakeWr(2, op, a, kLen, kLen, b, kLen);
+      ASSERT_EQ(a.dev->PostSend(a.qpn, w0), 0);
+      ASSERT_EQ(a.dev->PostSend(a.qpn, w1), 0);
+      pktio::Impairments all;
+      all.drop = 1.0;
+      pair.link().set_impairments(1, all);  // no answer reaches a
+      a.dev->Poll(pair.now());              // a's first burst reaches b ...
+      pair.link().set_impairments(0, all);  // ... and nothing after it
+      std::vector<Completion> ca, cb;
+      for (int i = 0; i < 1000 && qa->selective_repeat(); ++i) pair.Run(&ca, 1, &cb, 0, 10'000);
+      ASSERT_FALSE(qa->selective_repeat()) << "a fell back (no SR answer for an IBTA timeout)";
+      ASSERT_TRUE(qb->selective_repeat());
+      const uint32_t epsn = qb->expected_psn();
+      ASSERT_GT(epsn, 0u);
+      ASSERT_LT(epsn, kLen / 1024) << "b's expected PSN inside the first message";
+      pktio::Impairments lossy;
+      lossy.drop = loss;
+      pair.link().set_impairments(0, lossy);
+      pair.link().set_impairments(1, lossy);
+      ASSERT_TRUE(pair.Run(&ca, 2, &cb, recv ? 2 : 0, 2'000'000'000ull))
+          << "a " << ca.size() << " b " << cb.size();
+      for (const Completion& c : ca) {
+        EXPECT_EQ(c.status, WcStatus::kSuccess) << queue::WcStatusName(c.status);
+      }
+      ASSERT_EQ(ca.size(), 2u);
+      EXPECT_EQ(ca[0].wr_id, 1u);
+      EXPECT_EQ(ca[1].wr_id, 2u);
+      if (recv) {
+        ASSERT_EQ(cb.size(), 2u);
+        EXPECT_EQ(cb[0].wr_id, 500u);
+        EXPECT_EQ(cb[1].wr_id, 501u);
+        for (const Completion& c : cb) {
+          EXPECT_EQ(c.status, WcStatus::kSuccess) << queue::WcStatusName(c.status);
+          EXPECT_EQ(c.byte_len, kLen);
+        }
+      }
+      EXPECT_EQ(std::memcmp(a.mem.data(), b.mem.data(), 2 * kLen), 0) << "data byte for byte";
+      EXPECT_EQ(qb->counters().naks_sent, qb->counters().seq_naks_sent) << "only go-back-N's sequence NAKs";
+      EXPECT_FALSE(qb->selective_repeat());
+      EXPECT_EQ(qa->counters().sr_fallbacks, 1u);
+      EXPECT_EQ(qb->counters().sr_fallbacks, 1u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -158,10 +158,10 @@ class DelayPair {
   std::function<void()> each_step;
   const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
   uint64_t now() const { return now_; }
-  // Posts `n` 64 KiB WRITEs from a to b and runs until they complete.
-  bool Writes(uint32_t n, uint64_t max_ns = 1'000'000'000) {
+  // Posts `n` WRITEs of `len` bytes (64 KiB) from a to b and runs until they complete.
+  bool Writes(uint32_t n, uint64_t max_ns = 1'000'000'000, uint32_t len = 65536) {
     for (uint32_t i = 0; i < n; ++i) {
-      if (a().dev->PostSend(a().qpn, MakeWr(i, WrOpcode::kRdmaWrite, a(), i * 65536, 65536, b(), i * 65536)) != 0) {
+      if (a().dev->PostSend(a().qpn, MakeWr(i, WrOpcode::kRdmaWrite, a(), i * len, len, b(), i * len)) != 0) {
         return false;
       }
     }
@@ -444,6 +444,63 @@ TEST(SrSpurious, ALongerPathAfterTheRttWasMeasuredEndsTheTimeoutStorm) {
   EXPECT_GT(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 0u);
   EXPECT_LT(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 64u)
       << "timeouts " << after.timeouts - before.timeouts;
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+}
+
+// The host's scheduling tail (the fabric: most RTT samples 0.1-0.5 ms, a
+// few hundred per 2 s above 2 ms, every round): RFC 6298's SRTT + 4 RTTVAR
+// forgets a long sample within a few short ones, so the next delay of the
+// same size fires a (spurious) timeout. The RTO's floor is the largest RTT
+// sampled in the last 50-100 ms (a windowed maximum). Here: a 300 us stall
+// of the ACK path while 64 KiB WRITEs stream (below RTO_high, the device's
+// 320 us: sampled, no timeout), then 4 KiB WRITEs one at a time (RTO_low,
+// ~20 us once the estimator has forgotten) with a 200 us stall every 1 ms:
+// before, each stall fired a timeout; now none does.
+TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 16 * 65536, 12);
+  ASSERT_TRUE(pair.Writes(8));  // RTT samples
+  const transport::QpCounters start = pair.qa().counters();
+  // Phase 1: one 300 us stall in a stream.
+  const uint64_t s1 = pair.now() + 20'000;
+  pair.each_step = [&] { pair.b_to_a().stall = pair.now() >= s1 && pair.now() < s1 + 300'000; };
+  ASSERT_TRUE(pair.Writes(16));
+  ASSERT_EQ(pair.qa().counters().timeouts, start.timeouts) << "a stall below RTO_high";
+  ASSERT_GE(pair.qa().counters().sr_rtt_max_ns, 250'000u) << "sampled";
+  // Phase 2: one 4 KiB WRITE at a time, a 200 us stall every 1 ms.
+  const transport::QpCounters before = pair.qa().counters();
+  const uint64_t t0 = pair.now();
+  uint32_t stalls = 0;
+  pair.each_step = [&] {
+    const bool stall = (pair.now() - t0) % 1'000'000 >= 500'000 && (pair.now() - t0) % 1'000'000 < 700'000;
+    if (stall && !pair.b_to_a().stall) ++stalls;
+    pair.b_to_a().stall = stall;
+  };
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(pair.Writes(1, 1'000'000'000, 4096));
+  pair.each_step = nullptr;
+  pair.b_to_a().stall = false;
+  const transport::QpCounters after = pair.qa().counters();
+  ASSERT_GE(stalls, 4u);
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u) << stalls << " stalls; RTO_low " << pair.qa().sr_rto_low_ns();
+  EXPECT_EQ(after.sr_out_of_order_placed, start.sr_out_of_order_placed) << "nothing was lost";
+  // Phase 3: once a loss is known (a SACK shows a hole), a timeout is most
+  // likely a lost retransmission: the floor gives way to SRTT + 4 RTTVAR.
+  ASSERT_GE(pair.qa().sr_rto_low_ns(), 250'000u) << "the floor, while no loss is known";
+  const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 10);
+  int seen = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    return PsnOf(d, l, &op) == lost && seen++ == 0;
+  };
+  uint64_t rto_low_in_loss = 0;
+  pair.each_step = [&] {
+    if (rto_low_in_loss == 0 && pair.qa().counters().sr_sacks_received > after.sr_sacks_received) {
+      rto_low_in_loss = pair.qa().sr_rto_low_ns();
+    }
+  };
+  ASSERT_TRUE(pair.Writes(4));
+  ASSERT_NE(rto_low_in_loss, 0u);
+  EXPECT_LT(rto_low_in_loss, 250'000u) << "no floor while a hole is known";
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 

@@ -138,7 +138,7 @@ uint64_t RcQp::SrRtoHighNs() const {
   const uint64_t ibta = AckTimeoutNs(attr_.timeout);
   uint64_t high = env_.sr_rto_high_ns;
   if (req_.sr_rtt.valid) {
-    const uint64_t rto = req_.sr_rtt.Rto(env_.sr_rto_min_ns);
+    const uint64_t rto = std::max(req_.sr_rtt.Rto(env_.sr_rto_min_ns), SrRttFloorNs());
     high = std::max(rto, std::min(high, 3 * rto));
   }
   return ibta == 0 ? high : std::min(ibta, high);
@@ -149,7 +149,8 @@ uint64_t RcQp::SrRtoHighNs() const {
 // sr_rto_low_ns (a ceiling below the measured value only makes spurious
 // timeouts), never above RTO_high.
 uint64_t RcQp::SrRtoLowNs() const {
-  const uint64_t low = req_.sr_rtt.valid ? req_.sr_rtt.Rto(env_.sr_rto_min_ns) : env_.sr_rto_low_ns;
+  const uint64_t low =
+      req_.sr_rtt.valid ? std::max(req_.sr_rtt.Rto(env_.sr_rto_min_ns), SrRttFloorNs()) : env_.sr_rto_low_ns;
   return std::min(low, SrRtoHighNs());
 }
 

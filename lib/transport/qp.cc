@@ -39,6 +39,7 @@ absl::Status RcQp::SetSelectiveRepeat(bool on) {
     return absl::FailedPreconditionError("selective repeat is chosen before RTR");
   }
   if (on && sr_recvs_.empty()) sr_recvs_.resize(kSrMaxHeldRecvs);  // control path
+  if (on && sr_msgs_.empty()) sr_msgs_.resize(kSrWindow);
   sr_ = sr_chosen_ = on;
   return absl::OkStatus();
 }

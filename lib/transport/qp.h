@@ -128,6 +128,12 @@ struct RttEstimator {
   uint64_t Rto(uint64_t floor) const { return std::max(floor, srtt_ns + 4 * rttvar_ns); }
 };
 
+// Selective repeat's RTO floor: the largest RTT seen recently (a windowed
+// maximum over two periods of this length, 50-100 ms), so that the host's
+// scheduling tail, which RFC 6298's SRTT + 4 RTTVAR follows only for a few
+// samples, does not fire spurious timeouts every time it recurs.
+inline constexpr uint64_t kSrRttMaxPeriodNs = 50'000'000;
+
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
 // cover past the oldest missing/unacknowledged one.
 inline constexpr uint32_t kSrWindow = 1024;
@@ -392,6 +398,17 @@ class RcQp {
   // (SrFrtoRelease). `acked`: the cumulative PSN it acknowledges
   // (inclusive); `holds_more`: it SACKs a PSN past that.
   void SrFrtoDecide(uint32_t acked, bool holds_more);
+  void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
+  uint64_t SrRttMaxNs() const { return std::max(req_.sr_rtt_max_cur_ns, req_.sr_rtt_max_prev_ns); }
+  // The RTO's floor: the recent maximum RTT while no loss is known (nothing
+  // SACKed, nothing resent or to resend: a timeout then is most likely a
+  // delay); none once one is (a timeout then is most likely a lost
+  // retransmission, and waiting the recent maximum for it cost the
+  // fabric's 5 % row).
+  uint64_t SrRttFloorNs() const {
+    return req_.sr_sacked_count == 0 && req_.sr_resent_count == 0 && SrPendingRetransmits() == 0 ? SrRttMaxNs()
+                                                                                                   : 0;
+  }
   void SrFrtoRelease();
   bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
     return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&
@@ -459,6 +476,7 @@ class RcQp {
   bool SrOldestIsSendOrWrite() const;
   bool SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error);
   void SrAdvance();        // the expected PSN over what arrived; receives complete in order
+  void SrContinueAsIbta();  // a fallback inside a message: the IBTA responder takes it over
   void SrRespondError(RespError e, uint32_t psn);
   void QueueSack();
   uint32_t BuildSack(uint8_t* frame);
@@ -589,6 +607,20 @@ class RcQp {
     uint32_t sr_rtt_psn = 0;
     uint64_t sr_rtt_sent_ns = 0;
     uint8_t sr_backoff = 0;
+    // The windowed maximum RTT (SrNoteRttMax): the largest sample of the
+    // current period and of the one before, and when the current began.
+    // Only clean samples feed it: the timed packet was sent with no hole
+    // known (nothing SACKed, nothing to resend) and nothing but tail-loss
+    // probes (which a delay itself sends) was resent until it was
+    // acknowledged (sr_rtt_retx: that count when timing began). A sample
+    // taken across a loss measures its repair too (the packet's
+    // acknowledgement waits for the hole, past the SACK's reach), and a
+    // floor fed with those grew with every repair.
+    bool sr_rtt_clean = false;
+    uint64_t sr_rtt_retx = 0;
+    uint64_t sr_rtt_max_cur_ns = 0;
+    uint64_t sr_rtt_max_prev_ns = 0;
+    uint64_t sr_rtt_max_start_ns = 0;
     // RACK: every packet's place in the send order (sr_sent_seq), the newest
     // place known delivered (sr_rack_seq), the SEND/WRITE PSNs sent again
     // (sr_resent). A retransmission still missing while something sent after
@@ -658,6 +690,9 @@ class RcQp {
     SrBits sr_last{};
     uint32_t sr_recv_base = 0;
     uint32_t sr_recv_taken = 0;
+    // The PSN before epsn was an SR SEND/WRITE packet that did not end its
+    // message: a message is in progress at epsn.
+    bool sr_in_message = false;
   } resp_;
   // A receive WQE an SR responder holds, and how its message ended.
   struct SrRecv {
@@ -672,6 +707,19 @@ class RcQp {
     queue::WcOpcode opcode = queue::WcOpcode::kRecv;
   };
   std::vector<SrRecv> sr_recvs_;  // kSrMaxHeldRecvs entries once SR is on (control path)
+  // What the SRETH of each SR SEND/WRITE packet placed (not a message's
+  // last) said of its message, by PSN (sr_msgs_[psn % kSrWindow], kSrWindow
+  // entries once SR is on): after a fallback, the message in progress at
+  // the expected PSN continues as IBTA packets (SrContinueAsIbta).
+  struct SrMsg {
+    uint64_t va = 0;
+    uint32_t rkey = 0;
+    uint32_t dma_length = 0;
+    uint32_t first_psn = 0;
+    bool write = false;
+    bool consumes_recv = false;
+  };
+  std::vector<SrMsg> sr_msgs_;
   bool sr_ = false;
   bool sr_chosen_ = false;  // what SetSelectiveRepeat chose (a move to RESET undoes a fallback)
   std::vector<Resource> resources_;

@@ -591,6 +591,8 @@ void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now
     req_.sr_rtt_timing = true;
     req_.sr_rtt_psn = psn;
     req_.sr_rtt_sent_ns = now;
+    req_.sr_rtt_clean = req_.sr_sacked_count == 0 && SrPendingRetransmits() == 0;
+    req_.sr_rtt_retx = counters_.sr_retransmitted_packets - counters_.tlp_probes;
   }
 }
 
@@ -605,9 +607,25 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
     if (now >= req_.sr_rtt_sent_ns) {
       req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
       SrCountRtt(now - req_.sr_rtt_sent_ns);
+      if (req_.sr_rtt_clean && counters_.sr_retransmitted_packets - counters_.tlp_probes == req_.sr_rtt_retx) {
+        SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
+      }
       req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
     }
   }
+}
+
+// The windowed maximum RTT, the RTO's floor (kSrRttMaxPeriodNs; Linux keeps
+// windowed extremes the same way, lib/win_minmax.c, for its min RTT): the
+// largest sample of the current period and of the previous one.
+void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
+  const uint64_t elapsed = now - req_.sr_rtt_max_start_ns;
+  if (elapsed >= kSrRttMaxPeriodNs) {
+    req_.sr_rtt_max_prev_ns = elapsed >= 2 * kSrRttMaxPeriodNs ? 0 : req_.sr_rtt_max_cur_ns;
+    req_.sr_rtt_max_cur_ns = 0;
+    req_.sr_rtt_max_start_ns = now;
+  }
+  req_.sr_rtt_max_cur_ns = std::max(req_.sr_rtt_max_cur_ns, rtt_ns);
 }
 
 // Counters of the breakdown (doc/loss-experiment.md): RTT samples by size.
@@ -706,6 +724,7 @@ void RcQp::SrFallBack(uint64_t now_ns) {
   if (!sr_) return;
   sr_ = false;
   ++counters_.sr_fallbacks;
+  SrContinueAsIbta();
   resp_.sr_received = {};
   resp_.sr_last = {};
   req_.sr_sacked = {};

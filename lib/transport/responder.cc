@@ -670,6 +670,7 @@ void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now
       RespondError(c.error, c.psn);
       return;
     }
+    resp_.sr_in_message = false;  // a READ/atomic is a message of its own
     SrAdvance();
     return;
   }
@@ -753,6 +754,10 @@ bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
   } else if (!PlaceIntoRecv(*env_.mrs, env_.pd, r->wr, sr.offset(), payload, c.len, error)) {
     return false;
   }
+  if (!c.last()) {
+    const uint32_t first_psn = PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / mtu_));
+    sr_msgs_[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), first_psn, c.is_write(), r != nullptr};
+  }
   if (r != nullptr && c.last()) {
     r->ended = true;
     r->end_psn = c.psn;
@@ -776,10 +781,12 @@ bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
 void RcQp::SrAdvance() {
   while (SrReceived(resp_.epsn)) {
     BitClear(resp_.sr_received, resp_.epsn);
-    if (BitTest(resp_.sr_last, resp_.epsn)) {
+    const bool last = BitTest(resp_.sr_last, resp_.epsn);
+    if (last) {
       BitClear(resp_.sr_last, resp_.epsn);
       resp_.msn = PsnAdd(resp_.msn, 1);
     }
+    resp_.sr_in_message = !last;
     resp_.epsn = PsnAdd(resp_.epsn, 1);
   }
   while (resp_.sr_recv_taken > 0) {
@@ -795,6 +802,49 @@ void RcQp::SrAdvance() {
     ++resp_.sr_recv_base;
     --resp_.sr_recv_taken;
   }
+}
+
+// A fallback while a message is in progress at the expected PSN (its
+// packets before it placed as SR ones, ePSN - 1 not its last): go-back-N
+// resends from the requester's oldest unacknowledged PSN, so the IBTA
+// packet at ePSN is a MIDDLE or LAST, which IBTA accepts only inside a
+// message in progress (9.7.5.1.3; it used to be NAKed invalid request, an
+// opcode sequence error, and the WR completed REM_INV_REQ_ERR). The IBTA
+// responder takes the message over where selective repeat left it, as if
+// its first packets had arrived as IBTA ones: a WRITE's target from the
+// SRETH its packets carried (checked again for the whole message, as a
+// FIRST's RETH is), a SEND's (or WRITE with immediate's) receive WQE held at
+// the byte offset reached. Nothing of the message was visible yet (no
+// completion, no MSN), and PSNs below ePSN are duplicates either way.
+void RcQp::SrContinueAsIbta() {
+  if (!resp_.sr_in_message || sr_msgs_.empty()) return;
+  resp_.sr_in_message = false;
+  const SrMsg& m = sr_msgs_[PsnAdd(resp_.epsn, -1) % kSrWindow];
+  const auto offset = static_cast<uint64_t>(PsnDiff(resp_.epsn, m.first_psn)) * mtu_;
+  if (m.consumes_recv) {
+    // Its receive WQE is the oldest selective repeat holds: every message
+    // that consumed one before it ended before ePSN and completed.
+    if (resp_.sr_recv_taken == 0 || resp_.recv_wqe_held) return;
+    resp_.recv_wqe = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs].wr;
+    resp_.recv_wqe_held = true;
+    ++resp_.sr_recv_base;
+    --resp_.sr_recv_taken;
+    resp_.recv_offset = static_cast<uint32_t>(offset);
+  }
+  if (!m.write) {
+    resp_.in_message = InMessage::kSend;
+    return;
+  }
+  // (A target that no longer checks leaves no message in progress: the
+  // next MIDDLE/LAST is an opcode sequence error, as the WRITE was doomed.)
+  const auto t = CheckRkey(m.rkey, m.va, m.dma_length, mem::kRemoteWrite);
+  if (t.result != mem::AccessResult::kOk || offset > m.dma_length) return;
+  resp_.in_message = InMessage::kWrite;
+  resp_.write_host = t.host;
+  resp_.write_rkey = m.rkey;
+  resp_.write_epoch = env_.mrs->epoch();
+  resp_.write_total = m.dma_length;
+  resp_.write_remaining = m.dma_length - static_cast<uint32_t>(offset);
 }
 
 // The error state for an SR request at the expected PSN: the receive WQE

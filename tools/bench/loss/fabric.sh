@@ -118,8 +118,8 @@ for p in losses:
     tx, retx, tmo, drops = tot(4), tot(5), tot(6), tot(7)
     if base is None and float(p) == 0:
         base = (g, p99)
-    rg = f"{g / base[0]:.3f}" if base else ""
-    rp = f"{p99 / base[1]:.2f}" if base else ""
+    rg = f"{g / base[0]:.3f}" if base and base[0] > 0 else ""
+    rp = f"{p99 / base[1]:.2f}" if base and base[1] > 0 else ""  # (LV_LAT=0: no p99)
     rt = f"{100 * retx / (tx - retx):.2f}" if tx > retx else ""
     status = "ok" if not bad else f"ok({len(ok)}/{len(ok) + len(bad)}:{bad[0]})"
     print(f"fabric,{mode},random,{p},{timeout},{g:.3f},{rg},{p50:.1f},{p99:.1f},{rp},{mx:.1f},{rt},{tmo},{drops},{status}")

@@ -508,9 +508,9 @@ void RcQp::OnTimer(uint64_t now_ns) {
 }
 
 // The newest packet, a message's last, went without AckReq (an unsignaled
-// WR, doc/transport.md "AckReq") and nothing was sent after it for
+// WR, doc/transport.md "Requester") and nothing was sent after it for
 // ack_solicit_ns: ask for the ACK by sending it again with AckReq. The
-// responder acknowledges a duplicate with everything it has (9.7.5.1.2);
+// responder acknowledges a duplicate with everything it has (IBTA 9.7.5);
 // had it been lost, the resend repairs it (or draws a sequence NAK).
 void RcQp::SolicitAck(uint64_t now_ns) {
   req_.ack_solicit_deadline = 0;

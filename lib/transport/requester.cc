@@ -358,7 +358,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
   ++req_.packets_since_ack_req;
-  // AckReq (doc/transport.md "AckReq"): a message's last packet asks when
+  // AckReq (doc/transport.md "Requester"): a message's last packet asks when
   // the WR will complete (signaled), under selective repeat, when resent,
   // or once unsignaled_ack_every packets went without; an unsignaled WR's
   // ACK only frees its slot, and one cumulative ACK frees many (ConnectX's

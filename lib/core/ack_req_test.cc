@@ -1,4 +1,4 @@
-// AckReq on unsignaled work requests (doc/transport.md "AckReq"): a
+// AckReq on unsignaled work requests (doc/transport.md "Requester"): a
 // signaled WR's last packet always asks for an ACK; unsignaled ones ask
 // once every unsignaled_ack_every packets; a tail left unasked is solicited
 // (its last packet resent with AckReq) after ack_solicit_ns without

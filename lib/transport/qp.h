@@ -76,7 +76,7 @@ struct QpEnv {
   // packets went out since the last AckReq (1: every message, as rxe does);
   // a signaled WR, a retransmission and an SR QP always ask. A tail left
   // without AckReq is solicited (its last packet resent with AckReq) once
-  // nothing new has been sent for ack_solicit_ns (doc/transport.md "AckReq").
+  // nothing new has been sent for ack_solicit_ns (doc/transport.md "Requester").
   uint32_t unsignaled_ack_every = 16;
   uint64_t ack_solicit_ns = 500'000;
   // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP

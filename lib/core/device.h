@@ -119,7 +119,7 @@ struct DeviceConfig {
   // (sr_tlp) after max(sr_rto_min_ns, 2 SRTT) without anything to send.
   uint64_t sr_rto_min_ns = 16'000;
   bool sr_tlp = true;
-  // AckReq on unsignaled SEND/WRITEs (doc/transport.md "AckReq"): every
+  // AckReq on unsignaled SEND/WRITEs (doc/transport.md "Requester"): every
   // unsignaled_ack_every packets (1: on every message, as rxe), and a tail
   // left without one is solicited after ack_solicit_ns without sending.
   uint32_t unsignaled_ack_every = 16;

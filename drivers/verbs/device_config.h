@@ -113,6 +113,11 @@ class LookBackPacer {
   uint32_t streak_ = 0;  // look-backs in a row that found the program polling
 };
 
+// Time from `t` to `now`; 0 for a stamp a program thread made after the
+// progress thread read its clock (an unsigned now - t would wrap and read
+// as long ago).
+inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - t; }
+
 // progress_sched=auto (doc/verbs.md): whether the progress thread should run
 // SCHED_FIFO now. Real-time priority pays where the program does not drive
 // the device — it spins on memory (ib_write_lat) or waits elsewhere — and
@@ -232,10 +237,9 @@ class AutoSchedPolicy {
   // post/poll (0: none yet); event_waiters: program threads in
   // ibv_get_cq_event.
   bool WantFifo(bool fifo, uint64_t now_ns, uint64_t last_call_ns, bool event_waiters) const {
-    const bool takes_part = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < kTakesPartNs);
+    const bool takes_part = last_call_ns != 0 && NsSince(now_ns, last_call_ns) < kTakesPartNs;
     if (fifo) return takes_part && !driving_ && !event_waiters && !dense_ && relied_on_;
-    // A call stamped after now_ns (another thread's clock read) is a call now.
-    const bool calling = last_call_ns != 0 && (last_call_ns >= now_ns || now_ns - last_call_ns < quiet_ns_);
+    const bool calling = last_call_ns != 0 && NsSince(now_ns, last_call_ns) < quiet_ns_;
     return takes_part && !calling && !driving_ && !event_waiters && sparse_ && relied_on_ &&
            now_ns >= other_since_ns_ + kHoldNs;
   }

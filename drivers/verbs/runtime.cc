@@ -61,10 +61,6 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
-// Time from `t` to `now`; 0 for a stamp the program made after this thread
-// read the clock (an unsigned now - t would wrap and read as long ago).
-inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - t; }
-
 void SleepUs(uint32_t us) {
   timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>(us % 1000000) * 1000};
   nanosleep(&ts, nullptr);
@@ -795,7 +791,7 @@ void Runtime::ProgressLoop() {
   };
   const auto app_calling = [&](uint64_t at) {  // a post/poll within app_active_us (auto only)
     const uint64_t last = last_app_call_ns_.load(std::memory_order_relaxed);
-    return last != 0 && (last >= at || at - last < uint64_t{pc.app_active_us} * 1000);
+    return last != 0 && NsSince(at, last) < uint64_t{pc.app_active_us} * 1000;
   };
   const auto auto_wants_fifo = [&](uint64_t at) {
     auto_policy.NoteCalls(at, app_covered_ns_.load(std::memory_order_relaxed));

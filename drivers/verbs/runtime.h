@@ -188,13 +188,13 @@ class Runtime {
   struct Stats {
     std::atomic<uint64_t> progress_polls{0}, progress_sleeps{0}, progress_arrival_wakeups{0}, comp_events{0},
         async_events{0}, progress_fifo_demotions{0}, progress_fifo_yields{0},
-        progress_stand_asides{0},
+        progress_stand_asides{0},  // look-backs that found the program polling (naps while it drives)
         progress_nice_refused{0},  // 1: progress_nice was refused (the thread kept its nice value)
-        pm_qos_holds{0},
+        pm_qos_holds{0},           // progress_pm_qos_us: times the request was taken (released when idle)
         // progress_sched=auto: the thread's switches to SCHED_FIFO and back
         // (AutoSchedPolicy); auto_refused 1: SCHED_FIFO was refused (it then
         // stays SCHED_OTHER).
-        progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0};  // progress_pm_qos_us: times the request was taken (released when idle)  // look-backs that found the program polling (naps while it drives)
+        progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};

@@ -58,6 +58,19 @@ finish() {
   [ $failed -eq 0 ]
 }
 
+# rping of rdma-core 44 has a teardown race of its own: its CM thread exit()s
+# when rdma_get_cm_event fails, and its main thread destroys the event
+# channel (and frees the struct the CM thread reads the channel from) without
+# stopping that thread. If the CM thread, after acknowledging DISCONNECTED, is
+# descheduled until the channel is closed, its next rdma_get_cm_event gets
+# EBADF ("rdma_get_cm_event: Bad file descriptor") and the program exits
+# non-zero or faults while its main thread is still tearing down. The kernel's
+# rdma_cm has the same window; later rping polls an eventfd the main thread
+# writes instead. True when one of the logs ended that way.
+rping_teardown_race() {  # LOG...
+  grep -qs "rdma_get_cm_event: Bad file descriptor" "$@"
+}
+
 # Waits until a server process PID listens on every TCP PORT given (its side
 # channel), at most 30 s, or until it exits. A fixed sleep lost this race on
 # a loaded host: the client's connect was refused and both sides failed.

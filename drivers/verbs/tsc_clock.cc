@@ -35,17 +35,20 @@ bool TscClock::InvariantTsc() {
 }
 
 TscClock::TscClock(Source ticks, Source reference, bool usable) : ticks_(ticks), reference_(reference) {
+#if !defined(__x86_64__)
+  if (ticks == nullptr) usable = false;  // no rdtsc here
+#endif
   if (!usable) state_.store(kReference, std::memory_order_relaxed);
 }
 
-TscClock::TscClock() : TscClock(&Rdtsc, &MonotonicNs, InvariantTsc()) {}
+TscClock::TscClock() : TscClock(nullptr, &MonotonicNs, InvariantTsc()) {}
 
 void TscClock::Pair(uint64_t* ticks, uint64_t* ns) const {
   uint64_t best = ~uint64_t{0};
   for (int i = 0; i < 5; ++i) {
-    const uint64_t t0 = ticks_();
+    const uint64_t t0 = Ticks();
     const uint64_t r = reference_();
-    const uint64_t t1 = ticks_();
+    const uint64_t t1 = Ticks();
     if (t1 < t0) continue;
     if (t1 - t0 < best) {
       best = t1 - t0;
@@ -54,7 +57,7 @@ void TscClock::Pair(uint64_t* ticks, uint64_t* ns) const {
     }
   }
   if (best == ~uint64_t{0}) {  // the counter went back every time: pair it anyway
-    *ticks = ticks_();
+    *ticks = Ticks();
     *ns = reference_();
   }
 }

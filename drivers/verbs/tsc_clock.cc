@@ -106,11 +106,13 @@ uint64_t TscClock::Slow() {
 }
 
 uint64_t TscClock::Check() {
+  bool expected = false;
+  if (!checking_.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return reference_();
+  // Only a checker publishes (after the calibration): holding checking_,
+  // these are the last published values, not a mix of two.
   const uint64_t at = anchor_ticks_.load(std::memory_order_relaxed);
   const uint64_t an = anchor_ns_.load(std::memory_order_relaxed);
   const uint64_t scale = scale_.load(std::memory_order_relaxed);
-  bool expected = false;
-  if (!checking_.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) return reference_();
   uint64_t pt = 0, ns = 0;
   Pair(&pt, &ns);
   const bool counted = pt >= at && pt > first_ticks_;

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 namespace droce::verbs {
 namespace {
@@ -31,6 +34,40 @@ TEST(TscClock, AgreesWithClockMonotonic) {
   // A preemption between the three reads can push one pair apart: allow a
   // few, never many.
   EXPECT_LE(outside, n / 1000 + 3) << "worst " << worst << " ns off, of " << n;
+  EXPECT_FALSE(clock.fell_back());
+}
+
+// Several threads across a re-anchoring (the first check comes a second
+// after the calibration): each thread's readings never go back and stay
+// within the bound of CLOCK_MONOTONIC read around them.
+TEST(TscClock, ThreadsAcrossAReanchoring) {
+  if (!TscClock::InvariantTsc()) GTEST_SKIP() << "no invariant TSC: the clock is CLOCK_MONOTONIC itself";
+  TscClock clock;
+  const uint64_t start = TscClock::MonotonicNs();
+  while (!clock.scaled() && TscClock::MonotonicNs() - start < 1'000'000'000) clock.Now();
+  ASSERT_TRUE(clock.scaled());
+  constexpr uint64_t kBoundNs = 20'000;
+  const uint64_t until = TscClock::MonotonicNs() + TscClock::kCheckNs + 200'000'000;
+  std::atomic<uint64_t> back{0}, outside{0}, total{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 3; ++k) {
+    threads.emplace_back([&] {
+      uint64_t prev = 0, n = 0, b = 0, o = 0;
+      for (uint64_t before = 0; (before = TscClock::MonotonicNs()) < until; ++n) {
+        const uint64_t now = clock.Now();
+        const uint64_t after = TscClock::MonotonicNs();
+        if (now < prev) ++b;
+        prev = now;
+        if (now + kBoundNs < before || now > after + kBoundNs) ++o;
+      }
+      back += b;
+      outside += o;
+      total += n;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(back.load(), 0u);
+  EXPECT_LE(outside.load(), total.load() / 1000 + 10) << "of " << total.load();
   EXPECT_FALSE(clock.fell_back());
 }
 

@@ -24,13 +24,13 @@
 #include "drivers/ethdev/memif_listener.h"
 #include "drivers/verbs/abi.h"
 #include "drivers/verbs/fabric.h"
+#include "drivers/verbs/tsc_clock.h"
 
 namespace droce::verbs {
 
 uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+  static TscClock clock;  // CLOCK_MONOTONIC from the TSC (tsc_clock.h)
+  return clock.Now();
 }
 
 namespace {

@@ -13,11 +13,22 @@ FrameRing::FrameRing(void* mem, uint32_t slots, uint32_t slot_bytes)
     : base_(static_cast<uint8_t*>(mem)), slots_(slots), slot_bytes_(slot_bytes) {
   my_head_ = head().load(std::memory_order_acquire);
   my_tail_ = tail().load(std::memory_order_acquire);
+  cached_tail_ = my_tail_;
 }
 
 uint16_t FrameRing::Produce(const Frame* frames, uint16_t n) {
-  const uint32_t used = my_head_ - tail().load(std::memory_order_acquire);
+  // Free slots as of the tail last read. The consumer's tail only moves
+  // forward, so a stale one undercounts and never lets a frame overwrite an
+  // unconsumed one; it is read again only when it is short for this burst.
+  // That cache line is the one the consumer writes on every Consume: reading
+  // it on every burst was a cross-CPU miss per burst.
+  uint32_t used = my_head_ - cached_tail_;
   uint32_t free = used > slots_ ? 0 : slots_ - used;  // a tail ahead of our head: the consumer lies, stop
+  if (free < n) {
+    cached_tail_ = tail().load(std::memory_order_acquire);
+    used = my_head_ - cached_tail_;
+    free = used > slots_ ? 0 : slots_ - used;
+  }
   uint16_t done = 0;
   for (; done < n; ++done) {
     const Frame& f = frames[done];

@@ -59,7 +59,8 @@ class FrameRing {
 
   // --- Producer.
   // Copies a prefix of frames[0..n) into free slots and publishes them with
-  // one release store. Stops at the first frame that finds no slot (counted
+  // one release store. The consumer's tail is read only when the free
+  // slots seen at the last read are fewer than n (a cached tail). Stops at the first frame that finds no slot (counted
   // `full`) or is longer than a slot (`too_long`); returns how many it took.
   uint16_t Produce(const Frame* frames, uint16_t n);
   // After Produce: true if the consumer sleeps and asked for a wake-up (the
@@ -92,6 +93,7 @@ class FrameRing {
   uint32_t slot_bytes_ = 0;
   uint32_t my_head_ = 0;  // producer: its own head, never re-read from the shared memory
   uint32_t my_tail_ = 0;  // consumer: its own tail
+  uint32_t cached_tail_ = 0;  // producer: the consumer's tail as last read (Produce)
   FrameRingCounters counters_;
 };
 

@@ -12,7 +12,8 @@
 # load average when the value was taken: the host is shared, so every number carries it).
 # Env: SECS (bw duration, default 3), LAT_RUNS (ib_write_lat runs, default 10),
 #      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone),
-#      or ONLY=a comma list of engine,bw,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone),
+#      or ONLY=a comma list of engine,bw,bwfab,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone;
+#      bwfab: the 64 B bw rounds over WIRE=fabric, only when asked for by name),
 #      PINGPONG_RUNS (default 2).
 # perftest's side channel is TCP port 18515: run nothing else that uses it
 # meanwhile (the verbs_memif test does), or pairs fail; PORT=n moves every
@@ -51,6 +52,11 @@ bw() {  # size q
   if [ "$1" = 64 ]; then put "$name" "ib_write_bw_64B_${2}qp_mmsgs" "$(awk '{print $5 + 0}' <<<"$r")"
   else put "$name" "ib_write_bw_${1}B_${2}qp_gbps" "$(awk '{printf "%.2f", $4 * 8 / 1000}' <<<"$r")"; fi
 }
+bwfab() {  # q: 64 B over WIRE=fabric (droced; two programs on one host share direct rings)
+  local r
+  r=$(WIRE=fabric pair "$b" ib_write_bw "-s 64 -D $secs -q $1" | row)
+  put "$name" "ib_write_bw_64B_${1}qp_fabric_mmsgs" "$(awk '{print $5 + 0}' <<<"$r")"
+}
 lat() {  # program metric-name
   local r
   r=$(pair "$b" "$1" "-s 2 -n 5000" | row)
@@ -70,6 +76,9 @@ if want bw; then
   for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
 fi
 [ "${ONLY:-}" = bw ] && exit 0
+if [[ ",${ONLY:-}," == *",bwfab,"* ]]; then
+  for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bwfab 1; each bwfab 8; done
+fi
 want bw64k && each bw 65536 1
 want send_lat && each lat ib_send_lat
 want read_lat && each lat ib_read_lat

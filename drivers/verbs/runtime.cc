@@ -808,8 +808,8 @@ void Runtime::ProgressLoop() {
     if (!ok) {
       auto_policy.ProgramCpuUnknown();
     } else {
-      auto_policy.NoteProgramCpu(at, static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec),
-                                 last_app_call_ns_.load(std::memory_order_relaxed));
+      const uint64_t cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+      auto_policy.NoteProgramCpu(at, cpu_ns, last_app_call_ns_.load(std::memory_order_relaxed));
     }
     return at;
   };

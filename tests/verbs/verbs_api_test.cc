@@ -983,7 +983,8 @@ TEST_F(VerbsApi, AutoProgressThreadIsFifoWhileTheProgramIsQuietAndOtherWhileItPo
   const auto spin_for = [&](int want) {
     int policy = -1;
     const auto start = std::chrono::steady_clock::now();
-    while ((policy = sched_getscheduler(tid)) != want && std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
+    while ((policy = sched_getscheduler(tid)) != want &&
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
     }
     return policy;
   };

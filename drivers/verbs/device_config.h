@@ -139,9 +139,11 @@ inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - 
 //   kTakesPartNs) but has not called for quiet_us, its calls
 //   covered less than 1/4 of a drive_us window since it last drove (3/4),
 //   nobody waits for an event,
-//   the device received fewer than kSparsePerMs packets a millisecond, and
+//   the device received fewer than kSparsePerMs packets a millisecond,
 //   the thread was not sent to SCHED_OTHER for these reasons within kHoldNs
-//   (Switched).
+//   (Switched), and the program's thread ran for at least half of the time
+//   it has been quiet (NoteProgramCpu: it spins on memory, rather than being
+//   preempted or blocked — the churn guard, lat5).
 // A program that calls in bursts (ib_write_lat polls for its send
 // completion, about half of each round trip, then spins on memory), a
 // polling program that other threads preempt now and then (on the shared
@@ -233,12 +235,46 @@ class AutoSchedPolicy {
     call_window_start_ns_ = now_ns, window_covered_ns_ = covered_ns;
   }
 
+  // The CPU time of the program thread that called last (its thread
+  // clock), read at now_ns, with the program's last post/poll then. Says
+  // whether, since the previous reading, the program ran for at least half
+  // of the time it has not been calling: it spins on memory (ib_write_lat
+  // between its completion and the peer's WRITE), and a SCHED_OTHER wake-up
+  // can wait behind it for the tick. A program that is quiet because it does
+  // not run — preempted on a loaded host (ibv_rc_pingpong polls without a
+  // break: its only pauses are preemptions), or blocked — gains nothing from
+  // a real-time thread, whose wake-ups then preempt it as soon as it runs
+  // again (lat4's churn: ~500 us/iter). The run time while not calling is
+  // bounded from below: all of the time between the previous reading and the
+  // last call is taken as calling. A first reading, or one after the program
+  // called with no reading in between, says "not spinning" until the next.
+  void NoteProgramCpu(uint64_t now_ns, uint64_t cpu_ns, uint64_t last_call_ns) {
+    spinning_ = false;
+    if (cpu_read_at_ns_ != 0 && last_call_ns != 0 && now_ns > cpu_read_at_ns_ && cpu_ns >= cpu_read_ns_) {
+      const uint64_t quiet = NsSince(now_ns, std::max(cpu_read_at_ns_, last_call_ns));
+      const uint64_t calling = last_call_ns > cpu_read_at_ns_ ? last_call_ns - cpu_read_at_ns_ : 0;
+      const uint64_t ran = cpu_ns - cpu_read_ns_;
+      spinning_ = quiet > 0 && ran > calling && (ran - calling) * 2 >= quiet;
+    }
+    cpu_read_at_ns_ = now_ns, cpu_read_ns_ = cpu_ns;
+  }
+  // The program thread's CPU time could not be read (no caller yet, or it
+  // has exited): not spinning, and the next reading starts afresh.
+  void ProgramCpuUnknown() { spinning_ = false, cpu_read_at_ns_ = 0; }
+
   // fifo: the thread's policy now. last_call_ns: the program's last
   // post/poll (0: none yet); event_waiters: program threads in
-  // ibv_get_cq_event.
+  // ibv_get_cq_event. A promotion also needs the program seen spinning
+  // (NoteProgramCpu) — read only when everything else says SCHED_FIFO
+  // (Eligible): the reading is a system call.
   bool WantFifo(bool fifo, uint64_t now_ns, uint64_t last_call_ns, bool event_waiters) const {
     const bool takes_part = last_call_ns != 0 && NsSince(now_ns, last_call_ns) < kTakesPartNs;
     if (fifo) return takes_part && !driving_ && !event_waiters && !dense_ && relied_on_;
+    return Eligible(now_ns, last_call_ns, event_waiters) && spinning_;
+  }
+  // Everything a promotion needs except the program seen spinning.
+  bool Eligible(uint64_t now_ns, uint64_t last_call_ns, bool event_waiters) const {
+    const bool takes_part = last_call_ns != 0 && NsSince(now_ns, last_call_ns) < kTakesPartNs;
     const bool calling = last_call_ns != 0 && NsSince(now_ns, last_call_ns) < quiet_ns_;
     return takes_part && !calling && !driving_ && !event_waiters && sparse_ && relied_on_ &&
            now_ns >= other_since_ns_ + kHoldNs;
@@ -254,6 +290,7 @@ class AutoSchedPolicy {
   bool sparse() const { return sparse_; }
   bool driving() const { return driving_; }
   bool relied_on() const { return relied_on_; }
+  bool spinning() const { return spinning_; }
 
  private:
   uint64_t quiet_ns_, drive_ns_;
@@ -264,6 +301,8 @@ class AutoSchedPolicy {
   bool driving_ = false;
   uint32_t covered_windows_ = 0;
   uint64_t other_since_ns_ = 0;
+  uint64_t cpu_read_at_ns_ = 0, cpu_read_ns_ = 0;  // NoteProgramCpu's previous reading
+  bool spinning_ = false;
 };
 
 // Entries of the port's GID table as verbs reports it (gid_tbl_len): the

@@ -233,6 +233,14 @@ TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) 
   for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);
 }
 
+// The program thread's CPU clock advanced for the whole 10 us up to `at`
+// (it spins on memory): the reading a promotion needs
+// (AutoSchedPolicy::NoteProgramCpu).
+void SeenSpinning(AutoSchedPolicy& p, uint64_t at, uint64_t last_call) {
+  p.NoteProgramCpu(at - 10'000, 1'000'000, last_call);
+  p.NoteProgramCpu(at, 1'010'000, last_call);
+}
+
 // progress_sched=auto's decision (doc/verbs.md): SCHED_FIFO for a quiet
 // program with sparse traffic, SCHED_OTHER once the program drives (its
 // calls cover 3/4 of auto_drive_us) or packets stream; a program calling in
@@ -243,6 +251,7 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   p.NoteCalls(now, covered);
   EXPECT_FALSE(p.WantFifo(false, now, 0, false)) << "a program that never calls leaves the work to the thread";
   EXPECT_FALSE(p.WantFifo(true, now, 0, false));
+  SeenSpinning(p, now, now - 50'000);
   EXPECT_TRUE(p.WantFifo(false, now, now - 50'000, false)) << "called 50 us ago, idle device: FIFO";
   EXPECT_FALSE(p.WantFifo(false, now, now - AutoSchedPolicy::kTakesPartNs, false)) << "no call for 100 ms";
   EXPECT_FALSE(p.WantFifo(false, now, now - 50'000, true)) << "a thread in ibv_get_cq_event drives";
@@ -255,6 +264,7 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
     EXPECT_FALSE(p.driving());
     EXPECT_TRUE(p.WantFifo(true, now, now - 1'000, false));
   }
+  SeenSpinning(p, now + 30'000, now);
   EXPECT_TRUE(p.WantFifo(false, now + 30'000, now, false)) << "quiet for 30 us: promote";
   // A polling program (90 % covered, preempted now and then): demote once
   // kDriveWindows windows in a row were covered 3/4, each noticed as soon
@@ -279,11 +289,13 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   now += 1'000'000;
   p.NoteCalls(now, covered += 100'000);  // 10 % covered: it stopped
   EXPECT_FALSE(p.driving());
+  SeenSpinning(p, now, now - 1'000'000);
   EXPECT_TRUE(p.WantFifo(false, now, now - 1'000'000, false)) << "quiet, stopped, past the hold";
   {
     AutoSchedPolicy q(20, 1000);
     q.Switched(false, 50'000'000);
     EXPECT_FALSE(q.WantFifo(false, 51'000'000, 50'000'000, false)) << "within the hold after a demotion";
+    SeenSpinning(q, 50'000'000 + AutoSchedPolicy::kHoldNs, 50'000'000);
     EXPECT_TRUE(q.WantFifo(false, 50'000'000 + AutoSchedPolicy::kHoldNs, 50'000'000, false));
   }
   // Rates: a stream (>= 200 packets in a millisecond) demotes, noticed
@@ -306,6 +318,7 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   rx += 20;
   p.NoteRx(now + 1'000'000, rx, rx);  // 20 a millisecond: sparse
   EXPECT_TRUE(p.sparse());
+  SeenSpinning(p, now + 3'000'000, now);
   EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
   // Who received them: the program all of them itself (both programs poll,
   // ibv_rc_pingpong) -> not relied on: no SCHED_FIFO, and a SCHED_FIFO
@@ -322,7 +335,71 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   now += 1'000'000;
   p.NoteRx(now, rx += 30, mine + 15);  // 10 of 30
   EXPECT_TRUE(p.relied_on());
+  SeenSpinning(p, now + 3'000'000, now);
   EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
+}
+
+// The churn guard (lat5): a promotion needs the program seen running
+// without calls for at least half of its quiet time since the previous
+// reading of its CPU clock. ibv_rc_pingpong polls without a break, so its
+// only pauses are preemptions: a real-time thread taken then preempts it
+// again as soon as it runs (lat4: ~500 us/iter in half the runs).
+TEST(AutoSchedPolicy, PromotesOnlyForAProgramThatRunsWithoutCalling) {
+  AutoSchedPolicy p(/*quiet_us=*/20, /*drive_us=*/1000);
+  uint64_t now = 10'000'000, cpu = 5'000'000;
+  const uint64_t last = now - 50'000;  // called 50 us ago, idle device: everything else says FIFO
+  EXPECT_TRUE(p.Eligible(now, last, false));
+  EXPECT_FALSE(p.WantFifo(false, now, last, false)) << "never read: not spinning";
+  p.NoteProgramCpu(now, cpu, last);
+  EXPECT_FALSE(p.spinning()) << "a first reading says nothing";
+  EXPECT_FALSE(p.WantFifo(false, now, last, false));
+  // Preempted (or blocked): its clock stands still for 30 us.
+  now += 30'000;
+  p.NoteProgramCpu(now, cpu, last);
+  EXPECT_FALSE(p.spinning());
+  EXPECT_TRUE(p.Eligible(now, last, false));
+  EXPECT_FALSE(p.WantFifo(false, now, last, false)) << "quiet because it does not run: no SCHED_FIFO";
+  // Spinning on memory: ran all 10 us; or 6 of 10 (it shares its CPU with
+  // this thread or another): SCHED_FIFO.
+  now += 10'000, cpu += 10'000;
+  p.NoteProgramCpu(now, cpu, last);
+  EXPECT_TRUE(p.spinning());
+  EXPECT_TRUE(p.WantFifo(false, now, last, false));
+  now += 10'000, cpu += 6'000;
+  p.NoteProgramCpu(now, cpu, last);
+  EXPECT_TRUE(p.WantFifo(false, now, last, false));
+  // Ran 4 of 10: not.
+  now += 10'000, cpu += 4'000;
+  p.NoteProgramCpu(now, cpu, last);
+  EXPECT_FALSE(p.WantFifo(false, now, last, false));
+  // Polled (a reading while it called, as before a stand-aside nap) for
+  // 100 us, then preempted right after its last call: its clock advanced
+  // only while it called. Not spinning.
+  now += 1'000, cpu += 1'000;
+  p.NoteProgramCpu(now, cpu, now - 500);
+  const uint64_t last2 = now + 100'000;
+  now = last2 + 30'000, cpu += 100'000;
+  p.NoteProgramCpu(now, cpu, last2);
+  EXPECT_FALSE(p.spinning()) << "preempted after its last poll";
+  EXPECT_FALSE(p.WantFifo(false, now, last2, false));
+  // The same, but it kept running after its last poll (ib_write_lat polls
+  // for its completion, then spins on memory): spinning.
+  const uint64_t last3 = now + 100'000;
+  now = last3 + 30'000, cpu += 130'000;
+  p.NoteProgramCpu(now, cpu, last3);
+  EXPECT_TRUE(p.WantFifo(false, now, last3, false));
+  // A clock that went back (another thread called last), and an unreadable
+  // one (the thread exited): not spinning, the next reading starts afresh.
+  now += 10'000;
+  p.NoteProgramCpu(now, cpu - 1'000, last3);
+  EXPECT_FALSE(p.spinning());
+  p.ProgramCpuUnknown();
+  now += 10'000;
+  p.NoteProgramCpu(now, cpu + 50'000, last3);
+  EXPECT_FALSE(p.spinning()) << "a first reading again";
+  // A SCHED_FIFO thread's stay does not depend on it (a program's poll
+  // demotes it).
+  EXPECT_TRUE(p.WantFifo(true, now, last3, false));
 }
 
 }  // namespace

@@ -268,14 +268,15 @@ void Runtime::PrintStats() {
                fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu%s), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu, program not running %lu%s), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
                progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER",
                stats_.progress_nice_refused.load() != 0 ? " progress_nice refused" : "", stats_.progress_fifo_demotions.load(),
                stats_.progress_fifo_yields.load(), stats_.progress_auto_to_fifo.load(),
-               stats_.progress_auto_to_other.load(), stats_.progress_auto_refused.load() != 0 ? " (SCHED_FIFO refused)" : "",
+               stats_.progress_auto_to_other.load(), stats_.progress_auto_not_running.load(),
+               stats_.progress_auto_refused.load() != 0 ? " (SCHED_FIFO refused)" : "",
                stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
@@ -764,9 +765,10 @@ void Runtime::ProgressLoop() {
   progress_fifo_.store(fifo, std::memory_order_relaxed);
   // progress_sched=auto: the thread starts SCHED_OTHER (normal's loop) and
   // takes SCHED_FIFO (fifo's loop) right before an armed sleep when
-  // AutoSchedPolicy says the program does not drive and packets are sparse
-  // (a SCHED_OTHER thread that has to wait behind a spinning program for the
-  // tick could not promote itself in time). It leaves it as under fifo
+  // AutoSchedPolicy says the program does not drive, packets are sparse and
+  // the program's thread ran while it did not call (a SCHED_OTHER thread
+  // that has to wait behind a spinning program for the tick could not
+  // promote itself in time). It leaves it as under fifo
   // (standing aside for a polling program, NoteAppPoll) and, with a 2 ms
   // hold, when it wakes and finds the program driving or packets streaming
   // (doc/verbs.md, progress_sched).
@@ -793,10 +795,35 @@ void Runtime::ProgressLoop() {
     const uint64_t last = last_app_call_ns_.load(std::memory_order_relaxed);
     return last != 0 && NsSince(at, last) < uint64_t{pc.app_active_us} * 1000;
   };
+  // The CPU time of the program thread that called last (its thread clock,
+  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) as glibc's
+  // pthread_getcpuclockid builds it), for AutoSchedPolicy::NoteProgramCpu.
+  // Returns when it was read.
+  const auto read_program_cpu = [&]() -> uint64_t {
+    const long tid = app_tid_.load(std::memory_order_relaxed);
+    const auto clock = static_cast<clockid_t>((~static_cast<uint32_t>(tid) << 3) | 6u);
+    timespec ts{};
+    const bool ok = tid != 0 && clock_gettime(clock, &ts) == 0;
+    const uint64_t at = NowNs();
+    if (!ok) {
+      auto_policy.ProgramCpuUnknown();
+    } else {
+      const uint64_t cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+      auto_policy.NoteProgramCpu(at, cpu_ns, last_app_call_ns_.load(std::memory_order_relaxed));
+    }
+    return at;
+  };
   const auto auto_wants_fifo = [&](uint64_t at) {
     auto_policy.NoteCalls(at, app_covered_ns_.load(std::memory_order_relaxed));
-    return auto_policy.WantFifo(fifo, at, last_app_call_ns_.load(std::memory_order_relaxed),
-                                app_waiters_.load(std::memory_order_relaxed) > 0);
+    const uint64_t last_call = last_app_call_ns_.load(std::memory_order_relaxed);
+    const bool waiters = app_waiters_.load(std::memory_order_relaxed) > 0;
+    if (fifo) return auto_policy.WantFifo(true, at, last_call, waiters);
+    // A promotion: only for a program seen running without calls (the
+    // churn guard; the reading is a system call, made only here).
+    if (!auto_policy.Eligible(at, last_call, waiters)) return false;
+    if (auto_policy.WantFifo(false, read_program_cpu(), last_call, waiters)) return true;
+    stats_.progress_auto_not_running.fetch_add(1, std::memory_order_relaxed);
+    return false;
   };
   if (std::getenv("DROCE_DEBUG") != nullptr) {
     if (fifo) {
@@ -890,6 +917,9 @@ void Runtime::ProgressLoop() {
       // spacing from doubling).
       HoldPmQos();
       stand_aside();
+      // auto: a reading of the program's CPU time before the nap, so that
+      // the next promotion sees whether it ran after its last call.
+      if (auto_sched && !auto_refused && !auto_policy.driving() && !auto_policy.dense()) (void)read_program_cpu();
       const uint64_t wake_ns =
           pacer.StandAside(now, last_app, app_max_gap_ns_.exchange(0, std::memory_order_relaxed));
       stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);

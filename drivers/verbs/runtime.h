@@ -13,7 +13,9 @@
 #define DROCE_DRIVERS_VERBS_RUNTIME_H_
 
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -132,6 +134,10 @@ class Runtime {
                             std::memory_order_relaxed);
     }
     last_app_call_ns_.store(now_ns, std::memory_order_relaxed);
+    // The caller, whose CPU time the progress thread reads before it
+    // promotes itself (AutoSchedPolicy::NoteProgramCpu).
+    static thread_local const long tid = static_cast<long>(syscall(SYS_gettid));
+    if (app_tid_.load(std::memory_order_relaxed) != tid) app_tid_.store(tid, std::memory_order_relaxed);
   }
 
   // ibv_get_cq_event on one of this device's channels (libdroce-preload.so
@@ -194,7 +200,10 @@ class Runtime {
         // progress_sched=auto: the thread's switches to SCHED_FIFO and back
         // (AutoSchedPolicy); auto_refused 1: SCHED_FIFO was refused (it then
         // stays SCHED_OTHER).
-        progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0};
+        progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0},
+        // auto: promotions withheld because the program, though quiet, was
+        // not running (preempted or blocked: AutoSchedPolicy::NoteProgramCpu)
+        progress_auto_not_running{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -326,6 +335,7 @@ class Runtime {
   std::atomic<uint64_t> last_app_poll_ns_{0};
   std::atomic<uint64_t> app_max_gap_ns_{0};  // see NoteAppPoll
   std::atomic<uint64_t> last_app_call_ns_{0}, app_covered_ns_{0};  // see NoteAppCall
+  std::atomic<long> app_tid_{0};  // the program thread that called last (NoteAppCall)
   int wire_armers_ = 0;  // under mu
   // Threads inside WaitForChannel: they drive the dataplane, so the progress
   // thread sleeps meanwhile.

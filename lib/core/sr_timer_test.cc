@@ -504,5 +504,46 @@ TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
+// A repair's time in the counters (doc/loss-experiment.md "Round 6"): one
+// packet lost inside a WRITE; the SACK that shows the hole and the resend
+// leave in the same poll (nothing waits before it in the requester), and the
+// resend's acknowledgement takes a round trip through the path.
+TEST(SrRepair, CountersTimeTheHoleFromItsSackToItsAcknowledgement) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 8 * 65536, 9);
+  ASSERT_TRUE(pair.Writes(8));
+  const transport::QpCounters before = pair.qa().counters();
+  EXPECT_GE(before.sr_rtt_min_ns, 10'000u) << "at least the 2 x 5 us of propagation";
+  EXPECT_LE(before.sr_rtt_min_ns, pair.qa().sr_rtt().srtt_ns);
+  EXPECT_GT(before.sr_rtt_inflight_sum, 0u);
+  EXPECT_EQ(before.sr_repair_waits, 0u);
+  const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 10);
+  int seen = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    return PsnOf(d, l, &op) == lost && seen++ == 0;
+  };
+  ASSERT_TRUE(pair.Writes(1));
+  const transport::QpCounters& after = pair.qa().counters();
+  ASSERT_EQ(seen, 2);
+  EXPECT_EQ(after.sr_repair_waits - before.sr_repair_waits, 1u);
+  EXPECT_EQ(after.sr_repair_wait_ns - before.sr_repair_wait_ns, 0u) << "resent in the poll that read the SACK";
+  ASSERT_EQ(after.sr_repairs_timed - before.sr_repairs_timed, 1u);
+  const uint64_t repair = after.sr_repair_ns - before.sr_repair_ns;
+  EXPECT_GE(repair, 10'000u) << "a round trip";
+  EXPECT_LT(repair, 3 * pair.qa().sr_rtt().srtt_ns);
+  EXPECT_EQ(after.sr_repair_hist[0] - before.sr_repair_hist[0], 1u) << "below 32 us";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
+  // A destroyed QP's repair times stay in the device's counters (DROCE_STATS prints them at close).
+  const uint64_t min_us = after.sr_rtt_min_ns / 1000;
+  Device& dev = *pair.a().dev;
+  EXPECT_GT(dev.counters().rx_bursts, 0u);
+  ASSERT_TRUE(dev.DestroyQp(pair.a().qpn).ok());
+  EXPECT_EQ(dev.counters().sr_repairs_timed, 1u);
+  EXPECT_EQ(dev.counters().sr_repair_waits, 1u);
+  EXPECT_EQ(dev.counters().sr_rtt_min_us, min_us);
+  EXPECT_GT(dev.counters().sr_rtt_samples, 0u);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -545,5 +545,28 @@ TEST(SrRepair, CountersTimeTheHoleFromItsSackToItsAcknowledgement) {
   EXPECT_GT(dev.counters().sr_rtt_samples, 0u);
 }
 
+// An in-flight cap below ack_req_every (64): every window must ask for its
+// ACK, or the requester sends the cap's packets, none with AckReq, and waits
+// for the tail-loss probe (or the timer) each time (the fabric's cap-32 rows
+// in doc/loss-experiment.md "Round 6": 0.02-0.05 Gb/s loss-free).
+TEST(SrCap, ACapBelowTheAckReqSpacingStillGetsAnAckEachRoundTrip) {
+  for (uint32_t cap : {16u, 32u}) {
+    DelayPair pair(/*tlp=*/true, cap);
+    Fill(pair.a().mem, 0, 16 * 65536, 4);
+    const uint64_t t0 = pair.now();
+    ASSERT_TRUE(pair.Writes(16)) << "cap " << cap;
+    const uint64_t took = pair.now() - t0;
+    const transport::QpCounters& k = pair.qa().counters();
+    EXPECT_EQ(k.tlp_probes, 0u) << "cap " << cap;
+    EXPECT_EQ(k.timeouts, 0u) << "cap " << cap;
+    EXPECT_EQ(k.sr_retransmitted_packets, 0u) << "cap " << cap;
+    // 1024 packets, cap per round trip (10 us of propagation, the cap's
+    // serialization, the ACK's): about 1024 / cap x (10 + cap x 0.34) us.
+    const uint64_t bound = 1024 / cap * (12'000 + cap * 340) * 3 / 2;
+    EXPECT_LT(took, bound) << "cap " << cap;
+    EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+  }
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -430,6 +430,12 @@ class RcQp {
     ++req_.sr_sacked_count;
   }
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
+  // AckReq at least every this many packets of a long message: under
+  // selective repeat also four times per in-flight cap, or a cap below
+  // ack_req_every would stall until the tail-loss probe with nothing asked.
+  uint32_t AckReqEvery() const {
+    return sr_ ? std::min(env_.ack_req_every, std::max(1u, InflightCap() / 4)) : env_.ack_req_every;
+  }
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
   }

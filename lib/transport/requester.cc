@@ -367,7 +367,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const bool ask_at_end = signaled || sr_ || retransmission ||
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
   const bool ack_req =
-      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= env_.ack_req_every ||
+      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= AckReqEvery() ||
                      req_.sr_force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;

@@ -568,5 +568,34 @@ TEST(SrCap, ACapBelowTheAckReqSpacingStillGetsAnAckEachRoundTrip) {
   }
 }
 
+// The in-flight cap counts what is still in the path (sent, neither
+// acknowledged nor SACKed): packets SACKed past a hole free their place, so
+// the hole's repair (a round trip and the queue) does not stop the sender.
+// 2 % of the requests lost: the transfer takes about as long as without loss
+// (before, every hole held the window for its repair: 1.15x; after, 1.00x).
+TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
+  uint64_t took[2] = {};
+  for (int lossy = 0; lossy < 2; ++lossy) {
+    DelayPair pair(/*tlp=*/true, /*window=*/64);
+    Fill(pair.a().mem, 0, 32 * 65536, 6);
+    uint32_t x = 12345, sent = 0;
+    pair.a_to_b().drop = [&](const uint8_t*, uint32_t) {
+      x = x * 1103515245 + 12345;
+      ++sent;
+      return lossy && sent > 64 && (x >> 16) % 100 < 2;
+    };
+    const uint64_t t0 = pair.now();
+    ASSERT_TRUE(pair.Writes(32));
+    took[lossy] = pair.now() - t0;
+    const transport::QpCounters& k = pair.qa().counters();
+    if (lossy) {
+      EXPECT_GT(k.sr_retransmitted_packets, 20u);
+      EXPECT_EQ(k.timeouts, 0u);
+    }
+    EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 32 * 65536), 0);
+  }
+  EXPECT_LT(took[1], took[0] * 105 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
+}
+
 }  // namespace
 }  // namespace droce::core

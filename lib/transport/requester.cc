@@ -173,7 +173,12 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
 
 DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
   const int32_t in_flight = PsnDiff(c.w->next_psn, req_.psn_una);
-  const bool full = in_flight >= static_cast<int32_t>(InflightCap());
+  // Selective repeat: the cap counts what is still in the path (sent,
+  // neither acknowledged nor SACKed), so a hole being repaired does not stop
+  // the packets after it; the span past psn_una stays inside the per-PSN
+  // state (kSrWindow).
+  const bool full = sr_ ? in_flight >= static_cast<int32_t>(kSrWindow - 1) || SrUnsackedInFlight() >= InflightCap()
+                        : in_flight >= static_cast<int32_t>(InflightCap());
   if (sr_) SrNoteCap(full, c.now_ns);
   return full ? ReqState::kDone : ReqState::kCheckLength;
 }

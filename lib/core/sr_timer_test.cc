@@ -584,9 +584,18 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
       ++sent;
       return lossy && sent > 64 && (x >> 16) % 100 < 2;
     };
+    // The device asks the QP whether it has work (HasTransmitWork, RequestRoom)
+    // by the same rule the QP sends by: room in the path, data left, never idle.
+    uint64_t idle_with_room = 0;
+    pair.each_step = [&] {
+      const transport::RcQp& q = pair.qa();
+      const uint64_t new_sent = q.counters().tx_packets - q.counters().sr_retransmitted_packets;
+      if (new_sent < 32 * 64 && q.sr_unsacked_in_flight() < 64 && !q.HasTransmitWork(pair.now())) ++idle_with_room;
+    };
     const uint64_t t0 = pair.now();
     ASSERT_TRUE(pair.Writes(32));
     took[lossy] = pair.now() - t0;
+    EXPECT_EQ(idle_with_room, 0u) << "lossy " << lossy;
     const transport::QpCounters& k = pair.qa().counters();
     if (lossy) {
       EXPECT_GT(k.sr_retransmitted_packets, 20u);

@@ -79,6 +79,7 @@ for i, r in enumerate(raw):
     ]
     print(",".join(rows))
 PY
-    rm -rf "$dir"
+    # A failed measurement keeps its logs (qplines, devlines, droced.log, the pairs' stderr).
+    if grep -qv ' ok$' "$dir/sr/raw"; then echo "sweep.sh: $s pass $pass failed, logs in $dir" >&2; else rm -rf "$dir"; fi
   done
 done

@@ -594,7 +594,9 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
     const uint32_t end_before = req_.sr_retx_end;
     SrScheduleRetransmit(req_.psn_una, highest);
     // Counters only: a hole newly known (the repair's wait starts).
-    if (req_.sr_hole_seen_ns == 0 && PsnLess(end_before, req_.sr_retx_end)) req_.sr_hole_seen_ns = std::max<uint64_t>(c.now, 1);
+    if (req_.sr_hole_seen_ns == 0 && PsnLess(end_before, req_.sr_retx_end)) {
+      req_.sr_hole_seen_ns = std::max<uint64_t>(c.now, 1);
+    }
   }
   SrNoteRepaired(c.now);
   if (req_.sr_rack_seq != rack_before) SrRackScan();

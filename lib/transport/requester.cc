@@ -646,7 +646,6 @@ void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
   req_.sr_rtt_max_cur_ns = std::max(req_.sr_rtt_max_cur_ns, rtt_ns);
 }
 
-// Counters of the breakdown (doc/loss-experiment.md): RTT samples by size.
 namespace {
 // The bucket of QpCounters' RTT-sized histograms: < 32, 64, ... 2048 us, above.
 int SrRttBucket(uint64_t ns) {
@@ -668,6 +667,8 @@ void RcQp::SrNoteRepaired(uint64_t now) {
   ++counters_.sr_repair_hist[SrRttBucket(t)];
 }
 
+// Counters of the breakdown (doc/loss-experiment.md): RTT samples by size,
+// the smallest, the packets in flight at each.
 void RcQp::SrCountRtt(uint64_t rtt_ns) {
   if (counters_.sr_rtt_min_ns == 0 || rtt_ns < counters_.sr_rtt_min_ns) {
     counters_.sr_rtt_min_ns = std::max<uint64_t>(rtt_ns, 1);

@@ -484,6 +484,10 @@ class Daemon {
       const uint16_t n = ethdev::GuardedRxBurst(static_cast<uint16_t>(src.handle), rx, kBurst, &faulted);
       if (faulted) ++state_.counters().unmap_faults;
       work += n;
+      if (n != 0) {
+        ++src.counters.rx_bursts;
+        if (n == kBurst) ++src.counters.rx_bursts_full;
+      }
       for (uint16_t i = 0; i < n; ++i) {
         rte_mbuf* m = rx[i];
         if (m->nb_segs != 1) {
@@ -656,9 +660,11 @@ class Daemon {
       }
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd) {
-          Log("process %d left %s (memif %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu", p.pid,
-              state_.devices()[p.device].name.c_str(), p.memif_id, p.slot * fabric::kQpnsPerProcess,
-              p.counters.rx_packets, p.counters.tx_packets, p.counters.tx_dropped);
+          Log("process %d left %s (memif %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu, "
+              "rx_bursts %lu (full %lu)",
+              p.pid, state_.devices()[p.device].name.c_str(), p.memif_id, p.slot * fabric::kQpnsPerProcess,
+              p.counters.rx_packets, p.counters.tx_packets, p.counters.tx_dropped, p.counters.rx_bursts,
+              p.counters.rx_bursts_full);
         }
       }
       state_.ConnectionClosed(c.fd);

@@ -35,6 +35,9 @@ class PortBackend {
 struct PortCounters {
   uint64_t rx_packets = 0, rx_bytes = 0, tx_packets = 0, tx_bytes = 0;
   uint64_t tx_dropped = 0;  // the process's receive ring was full: dropped, as a switch port does
+  // Receive bursts with frames, and those that came back full (the process's
+  // transmit ring held more than a burst: a queue before the switch).
+  uint64_t rx_bursts = 0, rx_bursts_full = 0;
 };
 
 struct DeviceCounters {

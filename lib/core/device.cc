@@ -394,10 +394,33 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
   return s;
 }
 
+// A destroyed SR QP's repair-time counters, kept in the device's
+// (DROCE_STATS prints them at close; doc/loss-experiment.md "Round 6").
+void Device::FoldSrCounters(const transport::QpCounters& k) {
+  uint64_t samples = 0;
+  for (uint64_t v : k.sr_rtt_hist) samples += v;
+  if (samples == 0 && k.sr_repairs_timed == 0 && k.sr_repair_waits == 0) return;
+  counters_.sr_rtt_samples += samples;
+  counters_.sr_rtt_inflight_sum += k.sr_rtt_inflight_sum;
+  const uint64_t min_us = k.sr_rtt_min_ns / 1000;
+  if (k.sr_rtt_min_ns != 0 && (counters_.sr_rtt_min_us == 0 || min_us < counters_.sr_rtt_min_us)) {
+    counters_.sr_rtt_min_us = min_us;
+  }
+  counters_.sr_repair_waits += k.sr_repair_waits;
+  counters_.sr_repair_wait_us += k.sr_repair_wait_ns / 1000;
+  counters_.sr_repair_wait_max_us = std::max(counters_.sr_repair_wait_max_us, k.sr_repair_wait_max_ns / 1000);
+  counters_.sr_repairs_timed += k.sr_repairs_timed;
+  counters_.sr_repair_us += k.sr_repair_ns / 1000;
+  constexpr int kB = transport::QpCounters::kSrRttBuckets;  // buckets 4.. are >= 512 us, 6.. >= 2048 us
+  for (int b = 4; b < kB; ++b) counters_.sr_repair_ge512us += k.sr_repair_hist[b];
+  for (int b = 6; b < kB; ++b) counters_.sr_repair_ge2048us += k.sr_repair_hist[b];
+}
+
 absl::Status Device::DestroyQp(uint32_t qpn) {
   if (qp(qpn) == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   QpSlot& slot = qps_[qpn - qpn_base_];
   DropCompletions(*slot.qp);  // a later QP with the same number must not be credited with them
+  FoldSrCounters(slot.qp->counters());
   for (McastGroup& g : groups_) std::erase(g.qpns, qpn);  // a destroyed QP leaves its groups
   std::erase_if(groups_, [](const McastGroup& g) { return g.qpns.empty(); });
   slot.qp.reset();
@@ -613,6 +636,10 @@ uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
   pktio::Frame* rx = rx_frames_.data();
   const uint16_t n = io_->RxBurst(rx, config_.burst);
+  if (n != 0) {
+    ++counters_.rx_bursts;
+    if (n == config_.burst) ++counters_.rx_bursts_full;
+  }
   // The receive checks, in order (doc/rx-checks.md): the cheap ones that
   // decide whether a frame is for us at all come before the ICRC.
   for (uint16_t i = 0; i < n; ++i) {

@@ -166,7 +166,19 @@ struct QpInitAttr {
   X(rx_nd, "IPv6 neighbour solicitations and advertisements received")                                    \
   X(rx_nd_malformed, "... that failed RFC 4861 validation (dropped)")                                     \
   X(nd_solicits_sent, "neighbour solicitations sent")                                                     \
-  X(nd_adverts_sent, "neighbour advertisements sent")
+  X(nd_adverts_sent, "neighbour advertisements sent")                                                     \
+  X(rx_bursts, "RX polls that returned frames")                                                           \
+  X(rx_bursts_full, "... that returned a full burst (the port's RX ring held more: a queue here)")        \
+  X(sr_rtt_samples, "destroyed SR QPs: RTT samples (QpCounters::sr_rtt_hist, summed)")                    \
+  X(sr_rtt_inflight_sum, "... packets in flight at those samples, summed")                                \
+  X(sr_rtt_min_us, "... the smallest RTT sample")                                                         \
+  X(sr_repair_waits, "... holes a SACK showed whose first resend was then built")                         \
+  X(sr_repair_wait_us, "... the time from the SACK to that resend, summed")                               \
+  X(sr_repair_wait_max_us, "... its largest")                                                             \
+  X(sr_repairs_timed, "... resends timed to their PSN's acknowledgement (one at a time)")                 \
+  X(sr_repair_us, "... those times, summed")                                                              \
+  X(sr_repair_ge512us, "... those of 512 us or more")                                                     \
+  X(sr_repair_ge2048us, "... those of 2048 us or more")
 
 struct DeviceCounters {
 #define DROCE_DECLARE_COUNTER(name, what) uint64_t name = 0;
@@ -293,6 +305,7 @@ class Device {
   size_t active_qps() const { return active_.size(); }
 
  private:
+  void FoldSrCounters(const transport::QpCounters& k);
   static absl::Status MakeRouteThunk(void* ctx, const transport::AddressVector& av,
                                      uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out);
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,

@@ -504,5 +504,107 @@ TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
+// A repair's time in the counters (doc/loss-experiment.md "Round 6"): one
+// packet lost inside a WRITE; the SACK that shows the hole and the resend
+// leave in the same poll (nothing waits before it in the requester), and the
+// resend's acknowledgement takes a round trip through the path.
+TEST(SrRepair, CountersTimeTheHoleFromItsSackToItsAcknowledgement) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 8 * 65536, 9);
+  ASSERT_TRUE(pair.Writes(8));
+  const transport::QpCounters before = pair.qa().counters();
+  EXPECT_GE(before.sr_rtt_min_ns, 10'000u) << "at least the 2 x 5 us of propagation";
+  EXPECT_LE(before.sr_rtt_min_ns, pair.qa().sr_rtt().srtt_ns);
+  EXPECT_GT(before.sr_rtt_inflight_sum, 0u);
+  EXPECT_EQ(before.sr_repair_waits, 0u);
+  const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 10);
+  int seen = 0;
+  pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
+    uint8_t op = 0;
+    return PsnOf(d, l, &op) == lost && seen++ == 0;
+  };
+  ASSERT_TRUE(pair.Writes(1));
+  const transport::QpCounters& after = pair.qa().counters();
+  ASSERT_EQ(seen, 2);
+  EXPECT_EQ(after.sr_repair_waits - before.sr_repair_waits, 1u);
+  EXPECT_EQ(after.sr_repair_wait_ns - before.sr_repair_wait_ns, 0u) << "resent in the poll that read the SACK";
+  ASSERT_EQ(after.sr_repairs_timed - before.sr_repairs_timed, 1u);
+  const uint64_t repair = after.sr_repair_ns - before.sr_repair_ns;
+  EXPECT_GE(repair, 10'000u) << "a round trip";
+  EXPECT_LT(repair, 3 * pair.qa().sr_rtt().srtt_ns);
+  EXPECT_EQ(after.sr_repair_hist[0] - before.sr_repair_hist[0], 1u) << "below 32 us";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
+  // A destroyed QP's repair times stay in the device's counters (DROCE_STATS prints them at close).
+  const uint64_t min_us = after.sr_rtt_min_ns / 1000;
+  Device& dev = *pair.a().dev;
+  EXPECT_GT(dev.counters().rx_bursts, 0u);
+  ASSERT_TRUE(dev.DestroyQp(pair.a().qpn).ok());
+  EXPECT_EQ(dev.counters().sr_repairs_timed, 1u);
+  EXPECT_EQ(dev.counters().sr_repair_waits, 1u);
+  EXPECT_EQ(dev.counters().sr_rtt_min_us, min_us);
+  EXPECT_GT(dev.counters().sr_rtt_samples, 0u);
+}
+
+// An in-flight cap below ack_req_every (64): every window must ask for its
+// ACK, or the requester sends the cap's packets, none with AckReq, and waits
+// for the tail-loss probe (or the timer) each time (the fabric's cap-32 rows
+// in doc/loss-experiment.md "Round 6": 0.02-0.05 Gb/s loss-free).
+TEST(SrCap, ACapBelowTheAckReqSpacingStillGetsAnAckEachRoundTrip) {
+  for (uint32_t cap : {16u, 32u}) {
+    DelayPair pair(/*tlp=*/true, cap);
+    Fill(pair.a().mem, 0, 16 * 65536, 4);
+    const uint64_t t0 = pair.now();
+    ASSERT_TRUE(pair.Writes(16)) << "cap " << cap;
+    const uint64_t took = pair.now() - t0;
+    const transport::QpCounters& k = pair.qa().counters();
+    EXPECT_EQ(k.tlp_probes, 0u) << "cap " << cap;
+    EXPECT_EQ(k.timeouts, 0u) << "cap " << cap;
+    EXPECT_EQ(k.sr_retransmitted_packets, 0u) << "cap " << cap;
+    // 1024 packets, cap per round trip (10 us of propagation, the cap's
+    // serialization, the ACK's): about 1024 / cap x (10 + cap x 0.34) us.
+    const uint64_t bound = 1024 / cap * (12'000 + cap * 340) * 3 / 2;
+    EXPECT_LT(took, bound) << "cap " << cap;
+    EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
+  }
+}
+
+// The in-flight cap counts what is still in the path (sent, neither
+// acknowledged nor SACKed): packets SACKed past a hole free their place, so
+// the hole's repair (a round trip and the queue) does not stop the sender.
+// 2 % of the requests lost: the transfer takes about as long as without loss
+// (before, every hole held the window for its repair: 1.15x; after, 1.00x).
+TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
+  uint64_t took[2] = {};
+  for (int lossy = 0; lossy < 2; ++lossy) {
+    DelayPair pair(/*tlp=*/true, /*window=*/64);
+    Fill(pair.a().mem, 0, 32 * 65536, 6);
+    uint32_t x = 12345, sent = 0;
+    pair.a_to_b().drop = [&](const uint8_t*, uint32_t) {
+      x = x * 1103515245 + 12345;
+      ++sent;
+      return lossy && sent > 64 && (x >> 16) % 100 < 2;
+    };
+    // The device asks the QP whether it has work (HasTransmitWork, RequestRoom)
+    // by the same rule the QP sends by: room in the path, data left, never idle.
+    uint64_t idle_with_room = 0;
+    pair.each_step = [&] {
+      const transport::RcQp& q = pair.qa();
+      const uint64_t new_sent = q.counters().tx_packets - q.counters().sr_retransmitted_packets;
+      if (new_sent < 32 * 64 && q.sr_unsacked_in_flight() < 64 && !q.HasTransmitWork(pair.now())) ++idle_with_room;
+    };
+    const uint64_t t0 = pair.now();
+    ASSERT_TRUE(pair.Writes(32));
+    took[lossy] = pair.now() - t0;
+    EXPECT_EQ(idle_with_room, 0u) << "lossy " << lossy;
+    const transport::QpCounters& k = pair.qa().counters();
+    if (lossy) {
+      EXPECT_GT(k.sr_retransmitted_packets, 20u);
+      EXPECT_EQ(k.timeouts, 0u);
+    }
+    EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 32 * 65536), 0);
+  }
+  EXPECT_LT(took[1], took[0] * 105 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -311,6 +311,7 @@ DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
     const uint32_t rack_before = req_.sr_rack_seq;
     SrNoteDelivered(c.psn, c.now);
     AckUpTo(c.psn, c.now);
+    SrNoteRepaired(c.now);
     if (req_.sr_rack_seq != rack_before && state_ != QpState::kErr) SrRackScan();
     return CompState::kDone;
   }
@@ -589,7 +590,15 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
     highest = psn;
     any = true;
   }
-  if (any) SrScheduleRetransmit(req_.psn_una, highest);
+  if (any) {
+    const uint32_t end_before = req_.sr_retx_end;
+    SrScheduleRetransmit(req_.psn_una, highest);
+    // Counters only: a hole newly known (the repair's wait starts).
+    if (req_.sr_hole_seen_ns == 0 && PsnLess(end_before, req_.sr_retx_end)) {
+      req_.sr_hole_seen_ns = std::max<uint64_t>(c.now, 1);
+    }
+  }
+  SrNoteRepaired(c.now);
   if (req_.sr_rack_seq != rack_before) SrRackScan();
   // IRN restarts the retransmission timer on every acknowledgement of new
   // packets, selective ones included: with the rest SACKed, a lost

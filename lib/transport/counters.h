@@ -51,6 +51,19 @@ struct QpCounters {
   // RTT samples by size: < 32, 64, 128, 256, 512, 1024, 2048 us, and above.
   static constexpr int kSrRttBuckets = 8;
   uint64_t sr_rtt_hist[kSrRttBuckets] = {};
+  uint64_t sr_rtt_min_ns = 0;          // the smallest RTT sample (0: none yet)
+  uint64_t sr_rtt_inflight_sum = 0;    // packets in flight ([psn_una, psn_high)) at each RTT sample, summed
+  // A repair's time (doc/loss-experiment.md "Round 6"): from a SACK showing
+  // a hole to its first resend being built (the requester's own wait), and
+  // from one resend (timed one at a time, as the RTT) to the hole's
+  // acknowledgement (cumulative or SACKed; a resend lost again counts until
+  // the later one arrives). Buckets as sr_rtt_hist.
+  uint64_t sr_repair_waits = 0;
+  uint64_t sr_repair_wait_ns = 0;      // summed
+  uint64_t sr_repair_wait_max_ns = 0;
+  uint64_t sr_repairs_timed = 0;
+  uint64_t sr_repair_ns = 0;           // summed
+  uint64_t sr_repair_hist[kSrRttBuckets] = {};
   // UD (ud_qp.cc).
   uint64_t ud_dropped_qkey = 0;      // DETH Q_Key not the QP's (IBTA 10.2.5): silently dropped
   uint64_t ud_dropped_no_recv = 0;   // no receive WQE posted: the datagram is dropped (9.8.4)

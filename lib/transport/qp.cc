@@ -554,6 +554,12 @@ uint32_t RcQp::RequestRoom() const {
     next_psn = req_.psn_next;
   }
   const int32_t inflight = wire::PsnDiff(next_psn, req_.psn_una);
+  if (sr_) {  // as ReqCheckWindow: the packets still in the path, a span below kSrWindow
+    const int32_t span_room = static_cast<int32_t>(kSrWindow - 1) - inflight;
+    const int32_t cap_room = static_cast<int32_t>(InflightCap()) - static_cast<int32_t>(SrUnsackedInFlight());
+    const int32_t room = std::min(span_room, cap_room);
+    return room <= 0 ? 0 : static_cast<uint32_t>(room);
+  }
   const auto window = static_cast<int32_t>(InflightCap());
   return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
 }

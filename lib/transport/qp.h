@@ -399,6 +399,7 @@ class RcQp {
   // (inclusive); `holds_more`: it SACKs a PSN past that.
   void SrFrtoDecide(uint32_t acked, bool holds_more);
   void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
+  void SrNoteRepaired(uint64_t now);  // the timed resend's PSN acknowledged or SACKed (counters)
   uint64_t SrRttMaxNs() const { return std::max(req_.sr_rtt_max_cur_ns, req_.sr_rtt_max_prev_ns); }
   // The RTO's floor: the recent maximum RTT while no loss is known (nothing
   // SACKed, nothing resent or to resend: a timeout then is most likely a
@@ -429,6 +430,12 @@ class RcQp {
     ++req_.sr_sacked_count;
   }
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
+  // AckReq at least every this many packets of a long message: under
+  // selective repeat also four times per in-flight cap, or a cap below
+  // ack_req_every would stall until the tail-loss probe with nothing asked.
+  uint32_t AckReqEvery() const {
+    return sr_ ? std::min(env_.ack_req_every, std::max(1u, InflightCap() / 4)) : env_.ack_req_every;
+  }
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
   }
@@ -662,6 +669,12 @@ class RcQp {
     // (sr_timeout_resent), the start of a wait at the in-flight cap.
     uint32_t sr_tmo_end = 0;
     uint64_t sr_cap_since_ns = 0;
+    // Counters only (a repair's time): when a SACK showed a hole not yet
+    // resent (0: none waiting), and the one resend being timed.
+    uint64_t sr_hole_seen_ns = 0;
+    bool sr_repair_timing = false;
+    uint32_t sr_repair_psn = 0;
+    uint64_t sr_repair_sent_ns = 0;
   } req_;
 
   // Responder.

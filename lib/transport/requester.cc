@@ -173,7 +173,12 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
 
 DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
   const int32_t in_flight = PsnDiff(c.w->next_psn, req_.psn_una);
-  const bool full = in_flight >= static_cast<int32_t>(InflightCap());
+  // Selective repeat: the cap counts what is still in the path (sent,
+  // neither acknowledged nor SACKed), so a hole being repaired does not stop
+  // the packets after it; the span past psn_una stays inside the per-PSN
+  // state (kSrWindow).
+  const bool full = sr_ ? in_flight >= static_cast<int32_t>(kSrWindow - 1) || SrUnsackedInFlight() >= InflightCap()
+                        : in_flight >= static_cast<int32_t>(InflightCap());
   if (sr_) SrNoteCap(full, c.now_ns);
   return full ? ReqState::kDone : ReqState::kCheckLength;
 }
@@ -367,7 +372,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const bool ask_at_end = signaled || sr_ || retransmission ||
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
   const bool ack_req =
-      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= env_.ack_req_every ||
+      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= AckReqEvery() ||
                      req_.sr_force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
@@ -563,7 +568,20 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     counters_.tx_bytes += len;
     NoteSent(len, now_ns);
     ++used;
+    if (req_.sr_hole_seen_ns != 0) {  // the first resend since a SACK showed a hole
+      const uint64_t wait = now_ns >= req_.sr_hole_seen_ns ? now_ns - req_.sr_hole_seen_ns : 0;
+      ++counters_.sr_repair_waits;
+      counters_.sr_repair_wait_ns += wait;
+      counters_.sr_repair_wait_max_ns = std::max(counters_.sr_repair_wait_max_ns, wait);
+      req_.sr_hole_seen_ns = 0;
+    }
+    if (!req_.sr_repair_timing && !IsReadOrAtomic(w)) {
+      req_.sr_repair_timing = true;
+      req_.sr_repair_psn = psn;
+      req_.sr_repair_sent_ns = now_ns;
+    }
   }
+  if (!PsnLess(req_.sr_retx_next, req_.sr_retx_end)) req_.sr_hole_seen_ns = 0;  // nothing left to resend
   if (req_.sr_probe_pending && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
     req_.sr_probe_pending = false;  // the probe left: the cursor returns
     req_.sr_retx_next = req_.sr_retx_end = req_.sr_probe_return;
@@ -628,12 +646,36 @@ void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
   req_.sr_rtt_max_cur_ns = std::max(req_.sr_rtt_max_cur_ns, rtt_ns);
 }
 
-// Counters of the breakdown (doc/loss-experiment.md): RTT samples by size.
-void RcQp::SrCountRtt(uint64_t rtt_ns) {
-  counters_.sr_rtt_max_ns = std::max(counters_.sr_rtt_max_ns, rtt_ns);
+namespace {
+// The bucket of QpCounters' RTT-sized histograms: < 32, 64, ... 2048 us, above.
+int SrRttBucket(uint64_t ns) {
   int b = 0;
-  for (uint64_t lim = 32'000; b < QpCounters::kSrRttBuckets - 1 && rtt_ns >= lim; lim *= 2) ++b;
-  ++counters_.sr_rtt_hist[b];
+  for (uint64_t lim = 32'000; b < QpCounters::kSrRttBuckets - 1 && ns >= lim; lim *= 2) ++b;
+  return b;
+}
+}  // namespace
+
+// Counters only: the timed resend's PSN is acknowledged (below psn_una) or
+// SACKed; its time from the resend is the repair's second part.
+void RcQp::SrNoteRepaired(uint64_t now) {
+  if (!req_.sr_repair_timing) return;
+  if (!PsnLess(req_.sr_repair_psn, req_.psn_una) && !SrSacked(req_.sr_repair_psn)) return;
+  req_.sr_repair_timing = false;
+  const uint64_t t = now >= req_.sr_repair_sent_ns ? now - req_.sr_repair_sent_ns : 0;
+  ++counters_.sr_repairs_timed;
+  counters_.sr_repair_ns += t;
+  ++counters_.sr_repair_hist[SrRttBucket(t)];
+}
+
+// Counters of the breakdown (doc/loss-experiment.md): RTT samples by size,
+// the smallest, the packets in flight at each.
+void RcQp::SrCountRtt(uint64_t rtt_ns) {
+  if (counters_.sr_rtt_min_ns == 0 || rtt_ns < counters_.sr_rtt_min_ns) {
+    counters_.sr_rtt_min_ns = std::max<uint64_t>(rtt_ns, 1);
+  }
+  counters_.sr_rtt_inflight_sum += static_cast<uint32_t>(std::max(0, PsnDiff(req_.psn_high, req_.psn_una)));
+  counters_.sr_rtt_max_ns = std::max(counters_.sr_rtt_max_ns, rtt_ns);
+  ++counters_.sr_rtt_hist[SrRttBucket(rtt_ns)];
 }
 
 // The time new packets wait at the in-flight cap (sr_window_full_ns).
@@ -731,6 +773,8 @@ void RcQp::SrFallBack(uint64_t now_ns) {
   req_.sr_sacked_count = 0;
   req_.sr_read_got = {};
   req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = req_.psn_una;
+  req_.sr_hole_seen_ns = 0;
+  req_.sr_repair_timing = false;
   req_.sr_timeout_probe = false;
   req_.sr_rto_low_armed = false;
   req_.sr_rack_active = false;

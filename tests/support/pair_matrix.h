@@ -49,11 +49,14 @@ inline std::string MatrixName(const ::testing::TestParamInfo<MatrixParam>& info)
   return std::string(std::get<0>(info.param).name) + "_mtu" + std::to_string(std::get<1>(info.param));
 }
 
-// Counts the opcodes that cross the wire (a MemWire tap).
+// Counts the opcodes that cross the wire (a MemWire tap), of the frames the
+// receiver would take: the tap sees a frame after the wire's impairments, and
+// a bit the corruption flips in the opcode makes another opcode of a frame the
+// ICRC check then drops.
 struct OpcodeTap {
   std::map<uint8_t, uint64_t> count;
   static void Tap(void* ctx, int, const uint8_t* data, uint32_t len) {
-    const wire::ParsedPacket p = wire::ParsePacket(data, len);
+    const wire::ParsedPacket p = wire::ParseAndVerify(data, len);
     if (p.ok()) ++static_cast<OpcodeTap*>(ctx)->count[p.opcode];
   }
   uint64_t Sr() const {  // droce's selective-repeat opcodes

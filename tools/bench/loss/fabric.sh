@@ -45,7 +45,7 @@ measure() {  # loss_pct
   done
   local d0; d0=$(loss_dropped)
   local dir; dir=$(mktemp -d "$DROCE_RUN_DIR/pair.XXXXXX")
-  timeout $((secs * 4 + 60)) "$lv" server droce1 "$dir" >"$dir/server.log" 2>&1 &
+  DROCE_STATS=${KEEP_LOGS:-0} timeout $((secs * 4 + 60)) "$lv" server droce1 "$dir" >"$dir/server.log" 2>&1 &
   local server=$!
   local out
   out=$(DROCE_STATS=1 timeout $((secs * 4 + 60)) "$lv" client droce0 "$dir" "${LV_COUNT:-100000000}" "$window" "${LV_LAT:-100000}" "$to" "$secs" \
@@ -60,7 +60,12 @@ measure() {  # loss_pct
   local status; status=$(sed -n 's/.*status=//p' <<<"$out" | tr ' ,' '_;')
   [ "$server_rc" = 0 ] || status="server:$(tail -1 "$dir/server.log" | tr ', ' ';_')"
   [ -n "$status" ] || status=failed
-  [ "${KEEP_LOGS:-0}" = 1 ] && grep ' qp [0-9]*\( sr\)\?:' "$dir/client.err" | sed "s/^/$1 /" >>"$DROCE_RUN_DIR/qplines"
+  if [ "${KEEP_LOGS:-0}" = 1 ]; then
+    grep ' qp [0-9]*\( sr\)\?:' "$dir/client.err" | sed "s/^/$1 /" >>"$DROCE_RUN_DIR/qplines"
+    # Both devices' counters (RX bursts, the SR repair times folded from the destroyed QPs).
+    grep ' device:' "$dir/client.err" | sed "s/^/$1 client /" >>"$DROCE_RUN_DIR/devlines"
+    grep ' device:' "$dir/server.log" | sed "s/^/$1 server /" >>"$DROCE_RUN_DIR/devlines"
+  fi
   echo "$(kv goodput_gbps) $(kv p50_us) $(kv p99_us) $(kv max_us) ${tx:-0} ${retx:-0} ${tmo:-0} $drops $status"
 }
 echo "setup,mode,pattern,loss_pct,timeout,goodput_gbps,goodput_vs_lossless,p50_us,p99_us,p99_vs_lossless,max_us,retransmitted_pct,timeouts,dropped,status"

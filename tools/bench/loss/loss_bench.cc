@@ -313,6 +313,24 @@ Outcome Measure(const Options& o, const Pattern& pat, bool sr) {
     out.retransmitted = c.retransmitted_packets;
     out.timeouts = c.timeouts;
     out.dropped = stream.dropped();
+    // The stream's repair times (doc/loss-experiment.md "Round 6"), on stderr.
+    if constexpr (requires { c.sr_repairs_timed; }) {
+      if (sr) {
+        uint64_t samples = 0;
+        for (uint64_t v : c.sr_rtt_hist) samples += v;
+        const auto avg = [](uint64_t sum, uint64_t n) { return n == 0 ? 0.0 : double(sum) / double(n) / 1000; };
+        std::fprintf(stderr,
+                     "repair %s %g%%: rtt_min_us %.1f inflight_at_rtt %.1f "
+                     "hole_to_resend n %llu avg_us %.1f max_us %.1f resend_to_ack n %llu avg_us %.1f >=512us %llu\n",
+                     pat.name.c_str(), pat.loss_pct, c.sr_rtt_min_ns / 1000.0,
+                     samples == 0 ? 0.0 : double(c.sr_rtt_inflight_sum) / double(samples),
+                     (unsigned long long)c.sr_repair_waits, avg(c.sr_repair_wait_ns, c.sr_repair_waits),
+                     c.sr_repair_wait_max_ns / 1000.0, (unsigned long long)c.sr_repairs_timed,
+                     avg(c.sr_repair_ns, c.sr_repairs_timed),
+                     (unsigned long long)(c.sr_repair_hist[4] + c.sr_repair_hist[5] + c.sr_repair_hist[6] +
+                                          c.sr_repair_hist[7]));
+      }
+    }
   }
   times.clear();
   Pair single(o, pat, sr, o.seed + 1000);

@@ -52,16 +52,18 @@ struct ProgressConfig {
   // progress_sched=fifo: the progress thread runs SCHED_FIFO at rt_priority
   // when the process may (CAP_SYS_NICE, root): its wake-ups preempt a
   // program spinning on memory at once, as the softirq that runs a kernel
-  // NIC's receive does. Off by default: on the 2-core test VM it cut
+  // NIC's receive does. Not the default: on the 2-core test VM it cut
   // ib_write_lat's p99 but slowed busy-polling programs (doc/verbs.md).
-  // Off, or refused: SCHED_OTHER with slice_us.
+  // progress_sched=normal, or fifo refused: SCHED_OTHER with slice_us.
   bool sched_fifo = false;
-  // progress_sched=auto: SCHED_FIFO (at rt_priority) only while the program
-  // does not drive the device and its traffic is sparse, SCHED_OTHER (with
-  // slice_us) while it calls post/poll continuously or packets stream
+  // progress_sched=auto (the default): SCHED_FIFO (at rt_priority) only while
+  // the program runs without calling (spins on memory), does not drive the
+  // device and its traffic is sparse; SCHED_OTHER (with slice_us) while it
+  // calls post/poll continuously, is preempted or blocked, or packets stream
   // (AutoSchedPolicy below). The thread switches its own policy, on
-  // transitions only. sched_fifo and sched_auto are never both set.
-  bool sched_auto = false;
+  // transitions only; refused (no CAP_SYS_NICE), it stays SCHED_OTHER.
+  // sched_fifo and sched_auto are never both set.
+  bool sched_auto = true;
   // progress_auto_drive_us: under auto, a program whose post/poll calls
   // covered 3/4 of the last this-many microseconds drives the device.
   uint32_t auto_drive_us = 1000;

@@ -72,8 +72,17 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=-21\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=20\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "progress_nice=high\n").ok());
-  EXPECT_FALSE(ParseDeviceFile(kMinimal)->progress.sched_fifo);  // normal unless asked
-  EXPECT_FALSE(ParseDeviceFile(kMinimal)->progress.sched_auto);
+  EXPECT_FALSE(ParseDeviceFile(kMinimal)->progress.sched_fifo);  // auto unless asked
+  EXPECT_TRUE(ParseDeviceFile(kMinimal)->progress.sched_auto);
+  {
+    auto n = ParseDeviceFile(std::string(kMinimal) + "progress_sched=normal\n");
+    ASSERT_TRUE(n.ok());
+    EXPECT_FALSE(n->progress.sched_auto);
+    EXPECT_FALSE(n->progress.sched_fifo);
+    auto again = ParseDeviceFile(FormatDeviceFile(*n));  // normal survives a round trip
+    ASSERT_TRUE(again.ok());
+    EXPECT_FALSE(again->progress.sched_auto);
+  }
   {
     auto a = ParseDeviceFile(std::string(kMinimal) + "progress_sched=auto\nprogress_auto_drive_us=300\n");
     ASSERT_TRUE(a.ok()) << a.status();

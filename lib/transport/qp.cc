@@ -553,15 +553,24 @@ uint32_t RcQp::RequestRoom() const {
     if (IsLocalOp(w)) return 1;
     next_psn = req_.psn_next;
   }
-  const int32_t inflight = wire::PsnDiff(next_psn, req_.psn_una);
-  if (sr_) {  // as ReqCheckWindow: the packets still in the path, a span below kSrWindow
-    const int32_t span_room = static_cast<int32_t>(kSrWindow - 1) - inflight;
+  return WindowRoom(wire::PsnDiff(next_psn, req_.psn_una));
+}
+
+// The window's one rule (ReqCheckWindow sends nothing at 0, RequestRoom
+// tells the device): go-back-N caps the span past psn_una; selective repeat
+// caps the packets still in the path (sent, neither acknowledged nor
+// SACKed), so a hole being repaired does not stop the packets after it,
+// and keeps the span inside the per-PSN state (kSrWindow).
+uint32_t RcQp::WindowRoom(int32_t in_flight) const {
+  int32_t room;
+  if (sr_) {
+    const int32_t span_room = static_cast<int32_t>(kSrWindow - 1) - in_flight;
     const int32_t cap_room = static_cast<int32_t>(InflightCap()) - static_cast<int32_t>(SrUnsackedInFlight());
-    const int32_t room = std::min(span_room, cap_room);
-    return room <= 0 ? 0 : static_cast<uint32_t>(room);
+    room = std::min(span_room, cap_room);
+  } else {
+    room = static_cast<int32_t>(InflightCap()) - in_flight;
   }
-  const auto window = static_cast<int32_t>(InflightCap());
-  return inflight >= window ? 0 : static_cast<uint32_t>(window - inflight);
+  return room <= 0 ? 0 : static_cast<uint32_t>(room);
 }
 
 // Request packets queued from sq_next on, counted up to `cap` (an upper

@@ -436,6 +436,8 @@ class RcQp {
   uint32_t AckReqEvery() const {
     return sr_ ? std::min(env_.ack_req_every, std::max(1u, InflightCap() / 4)) : env_.ack_req_every;
   }
+  // Request packets the window lets out with `in_flight` PSNs past psn_una.
+  uint32_t WindowRoom(int32_t in_flight) const;
   uint32_t InflightCap() const {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
   }

@@ -172,13 +172,7 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
 }
 
 DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
-  const int32_t in_flight = PsnDiff(c.w->next_psn, req_.psn_una);
-  // Selective repeat: the cap counts what is still in the path (sent,
-  // neither acknowledged nor SACKed), so a hole being repaired does not stop
-  // the packets after it; the span past psn_una stays inside the per-PSN
-  // state (kSrWindow).
-  const bool full = sr_ ? in_flight >= static_cast<int32_t>(kSrWindow - 1) || SrUnsackedInFlight() >= InflightCap()
-                        : in_flight >= static_cast<int32_t>(InflightCap());
+  const bool full = WindowRoom(PsnDiff(c.w->next_psn, req_.psn_una)) == 0;
   if (sr_) SrNoteCap(full, c.now_ns);
   return full ? ReqState::kDone : ReqState::kCheckLength;
 }

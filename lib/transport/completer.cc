@@ -138,7 +138,7 @@ uint64_t RcQp::SrRtoHighNs() const {
   const uint64_t ibta = AckTimeoutNs(attr_.timeout);
   uint64_t high = env_.sr_rto_high_ns;
   if (req_.sr_rtt.valid) {
-    const uint64_t rto = std::max(req_.sr_rtt.Rto(env_.sr_rto_min_ns), SrRttFloorNs());
+    const uint64_t rto = SrMeasuredRtoNs();
     high = std::max(rto, std::min(high, 3 * rto));
   }
   return ibta == 0 ? high : std::min(ibta, high);
@@ -149,8 +149,7 @@ uint64_t RcQp::SrRtoHighNs() const {
 // sr_rto_low_ns (a ceiling below the measured value only makes spurious
 // timeouts), never above RTO_high.
 uint64_t RcQp::SrRtoLowNs() const {
-  const uint64_t low =
-      req_.sr_rtt.valid ? std::max(req_.sr_rtt.Rto(env_.sr_rto_min_ns), SrRttFloorNs()) : env_.sr_rto_low_ns;
+  const uint64_t low = req_.sr_rtt.valid ? SrMeasuredRtoNs() : env_.sr_rto_low_ns;
   return std::min(low, SrRtoHighNs());
 }
 
@@ -584,7 +583,7 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
     if (!PsnLess(psn, req_.psn_high) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
     if (!BitTest(req_.sr_sacked, psn)) {
       fresh = true;
-      SrNoteDelivered(psn, c.now);
+      SrNoteDelivered(psn, c.now, /*selective=*/true);
     }
     SrMarkSacked(psn);
     highest = psn;

@@ -610,7 +610,7 @@ void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now
 
 // `psn` was acknowledged (cumulatively or selectively): an RTT sample if
 // it is the timed packet, and the newest send-order place delivered.
-void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
+void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
   if (!PsnLess(psn, req_.psn_high) || PsnDiff(req_.psn_high, psn) > static_cast<int32_t>(kSrWindow)) return;
   const uint32_t seq = req_.sr_sent_seq[psn % kSrWindow];
   if (static_cast<int32_t>(seq - req_.sr_rack_seq) > 0) req_.sr_rack_seq = seq;
@@ -619,9 +619,11 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now) {
     if (now >= req_.sr_rtt_sent_ns) {
       req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
       SrCountRtt(now - req_.sr_rtt_sent_ns);
-      if (req_.sr_rtt_clean && counters_.sr_retransmitted_packets - counters_.tlp_probes == req_.sr_rtt_retx) {
-        SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
-      }
+      const bool no_resend = counters_.sr_retransmitted_packets - counters_.tlp_probes == req_.sr_rtt_retx;
+      if (req_.sr_rtt_clean && no_resend) SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
+      // The percentile takes samples under loss too, but not one that waited
+      // for a repair: a cumulative acknowledgement after a resend may have.
+      if (selective || no_resend) SrNoteRttHigh(now - req_.sr_rtt_sent_ns);
       req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
     }
   }
@@ -638,6 +640,21 @@ void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
     req_.sr_rtt_max_start_ns = now;
   }
   req_.sr_rtt_max_cur_ns = std::max(req_.sr_rtt_max_cur_ns, rtt_ns);
+}
+
+// The recent high percentile (kSrRttRank-th largest of the last kSrRttRing
+// samples): once per RTT sample, a walk of kSrRttRing words.
+void RcQp::SrNoteRttHigh(uint64_t rtt_ns) {
+  req_.sr_rtt_ring[req_.sr_rtt_ring_n++ % kSrRttRing] = static_cast<uint32_t>(std::min<uint64_t>(rtt_ns, UINT32_MAX));
+  const uint32_t n = std::min(req_.sr_rtt_ring_n, kSrRttRing);
+  std::array<uint32_t, kSrRttRank> top{};  // descending
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t v = req_.sr_rtt_ring[i];
+    for (uint32_t k = 0; k < kSrRttRank; ++k) {
+      if (v > top[k]) std::swap(v, top[k]);
+    }
+  }
+  req_.sr_rtt_high_ns = top[kSrRttRank - 1];
 }
 
 namespace {

@@ -135,7 +135,7 @@ struct RttEstimator {
 inline constexpr uint64_t kSrRttMaxPeriodNs = 50'000'000;
 // Selective repeat's RTO also covers a high percentile of the recent RTT
 // samples, loss or not: the kSrRttRank-th largest of the last kSrRttRing
-// (the 2nd of 32, ~p95). RFC 6298's SRTT + 4 RTTVAR misses a tail that
+// (the 3rd of 64, ~p95). RFC 6298's SRTT + 4 RTTVAR misses a tail that
 // recurs in a few percent of the samples (on the fabric ~10 % above 512 us
 // with SRTT 114 us, RTTVAR 19 us: an RTO of 317 us, most timeouts spurious);
 // the windowed maximum above holds only while no loss is known.

@@ -1333,6 +1333,74 @@ TEST_F(VerbsApi, ReregMr) {
   EXPECT_EQ(ibv_dealloc_pd(other), 0);
 }
 
+// The provider's droce_test_device_mutex (found like droce_progress_counters).
+using DeviceMutexFn = int (*)(ibv_context*, int);
+DeviceMutexFn FindDeviceMutexHook(ibv_context* ctx) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(ctx->ops.poll_cq), &info) == 0 || info.dli_fname == nullptr) return nullptr;
+  void* lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) return nullptr;
+  auto fn = reinterpret_cast<DeviceMutexFn>(dlsym(lib, "droce_test_device_mutex"));
+  dlclose(lib);
+  return fn;
+}
+
+// poll_cq reads the CQ's ring without the device mutex (doc/verbs.md "The
+// device mutex"): while another thread owns the engine, completions already
+// queued come back, and a poll that finds nothing returns 0 rather than
+// waiting for the owner. The owner lets go after 5 s whatever happens, so
+// a poll_cq that waits for it fails the test instead of hanging it.
+TEST_F(VerbsApi, PollCqDoesNotWaitForTheThreadThatOwnsTheEngine) {
+  const DeviceMutexFn hold = FindDeviceMutexHook(ctx_);
+  ASSERT_NE(hold, nullptr) << "no droce_test_device_mutex";
+  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
+  ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, channel, 0);
+  ASSERT_NE(event_cq, nullptr);
+  std::swap(cq_, event_cq);
+  ibv_qp *a = nullptr, *b = nullptr;
+  Connect(&a, &b);
+  // The completion event follows the completion's push: once it is here,
+  // the write's completion is queued and nobody has polled it.
+  ASSERT_EQ(ibv_req_notify_cq(cq_, 0), 0);
+  Fill(0, 64, 3);
+  ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 42, 0, 64, 8192), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel, &ev_cq, &ev_ctx), 0);
+  ibv_ack_cq_events(cq_, 1);
+
+  std::atomic<bool> held{false};
+  std::promise<void> polled;
+  bool owner_gave_up = false;
+  std::thread owner([&] {
+    EXPECT_EQ(hold(ctx_, 1), 0);
+    held.store(true);
+    owner_gave_up = polled.get_future().wait_for(std::chrono::seconds(5)) != std::future_status::ready;
+    EXPECT_EQ(hold(ctx_, 0), 0);
+  });
+  while (!held.load()) std::this_thread::yield();
+  ibv_wc wc[4]{};
+  const int got = ibv_poll_cq(cq_, 4, wc);
+  const int again = ibv_poll_cq(cq_, 4, wc + 1);  // nothing queued: 0 at once
+  polled.set_value();
+  owner.join();
+  EXPECT_FALSE(owner_gave_up) << "poll_cq waited for the engine's owner";
+  ASSERT_EQ(got, 1);
+  EXPECT_EQ(wc[0].wr_id, 42u);
+  EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(again, 0);
+  EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + 8192, 64), 0);
+
+  for (ibv_qp* q : {a, b}) {
+    std::erase(qps_, q);
+    ASSERT_EQ(ibv_destroy_qp(q), 0);
+  }
+  std::swap(cq_, event_cq);
+  ASSERT_EQ(ibv_destroy_cq(event_cq), 0);
+  ASSERT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
 TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
   ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
   ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;

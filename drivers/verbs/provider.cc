@@ -57,9 +57,6 @@ struct DrocePd {
 struct DroceCq {
   verbs_cq vcq;
   uint32_t id;
-  // The device's CQ, looked up once under the device mutex: polling reads
-  // it without that mutex (TakeCompletions).
-  queue::CompletionQueue* q = nullptr;
   // ibv_cq_ex polling (start_poll/next_poll/end_poll): completions taken from
   // the device but not yet read stay here and are served first by either
   // polling API. `poll_mu` is held from a successful start_poll to end_poll,
@@ -487,7 +484,6 @@ int InitCq(DroceCq* cq, ibv_context* context, int cqe, ibv_comp_channel* channel
   absl::StatusOr<uint32_t> id = rt->dev().CreateCq(static_cast<uint32_t>(cqe));
   if (!id.ok()) return ErrnoOf(id.status());
   cq->id = *id;
-  cq->q = rt->dev().cq(*id);
   cq->vcq.cq.context = context;
   cq->vcq.cq.cqe = cqe;
   cq->vcq.cq.handle = *id;
@@ -550,24 +546,18 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->dlid_path_bits = 0;
 }
 
-// Up to n completions of `cq`. The CQ's ring is read without the device
-// mutex (CompletionQueue::Poll). When it holds fewer than n, this thread
-// first tries to become the engine's owner for one poll round (try_lock: no
-// spin, no futex); if another thread owns the engine (the progress thread,
-// a post, another poller), that thread is making progress and this one
-// returns what the ring has: the program polls again. The round comes
-// before the read so a poll pays at most two locked instructions (the
-// try_lock, and the CQ's consumer lock when there is something to take)
-// rather than a consumer lock on each side of the round; what it returns is
-// the same, the ring's oldest completions.
-uint32_t TakeCompletions(Runtime* rt, DroceCq* cq, queue::Completion* out, uint32_t n) {
+// Up to n completions of CQ `id`; when fewer are there, one poll round of
+// the dataplane first (the program's polling drives it).
+uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint32_t n) {
+  AppLock lock(rt->mu);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
-  if (cq->q->size() < n && rt->mu.try_lock()) {
+  uint32_t got = rt->dev().PollCq(id, out, n);
+  if (got < n) {
     rt->PollLocked(now);
-    rt->mu.unlock();
+    got += rt->dev().PollCq(id, out + got, n - got);
   }
-  return cq->q->Poll(out, n);
+  return got;
 }
 
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
@@ -587,9 +577,9 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     // Completions an extended CQ's start/next_poll read ahead come first.
     std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
     while (got < want && cq->batch_head < cq->batch_count) buf[got++] = cq->batch[cq->batch_head++];
-    if (got < want) got += TakeCompletions(rt, cq, buf + got, want - got);
+    if (got < want) got += TakeCompletions(rt, cq->id, buf + got, want - got);
   } else {
-    got = TakeCompletions(rt, cq, buf, want);  // no read-ahead: no CQ lock on the plain path
+    got = TakeCompletions(rt, cq->id, buf, want);  // no read-ahead: no CQ lock on the plain path
   }
   for (uint32_t i = 0; i < got; ++i) ToWc(buf[i], &wc[i]);
   return static_cast<int>(got);
@@ -609,7 +599,7 @@ const queue::Completion& Current(ibv_cq_ex* c) {
 int NextCompletion(DroceCq* cq) {
   if (cq->batch_head >= cq->batch_count) {
     cq->batch_head = 0;
-    cq->batch_count = TakeCompletions(Rt(cq->vcq.cq.context), cq, cq->batch, DroceCq::kBatch);
+    cq->batch_count = TakeCompletions(Rt(cq->vcq.cq.context), cq->id, cq->batch, DroceCq::kBatch);
     if (cq->batch_count == 0) return ENOENT;
   }
   const queue::Completion& c = cq->batch[cq->batch_head];
@@ -1602,20 +1592,5 @@ extern "C" __attribute__((visibility("default"))) int droce_progress_counters(ib
   if (rt == nullptr) return EINVAL;
   *stand_asides = rt->stats().progress_stand_asides.load(std::memory_order_relaxed);
   *pm_qos_holds = rt->stats().pm_qos_holds.load(std::memory_order_relaxed);
-  return 0;
-}
-
-// Tests only: takes (lock 1) or releases (lock 0) the device mutex from the
-// calling thread, standing in for a thread that owns the engine (the
-// progress thread's poll round, another thread's post). Returns 0, or
-// EINVAL for a context without a dataplane yet.
-extern "C" __attribute__((visibility("default"))) int droce_test_device_mutex(ibv_context* context, int lock) {
-  droce::verbs::Runtime* rt = context != nullptr ? droce::verbs::Rt(context) : nullptr;
-  if (rt == nullptr) return EINVAL;
-  if (lock != 0) {
-    rt->mu.lock();
-  } else {
-    rt->mu.unlock();
-  }
   return 0;
 }

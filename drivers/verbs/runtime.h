@@ -6,8 +6,7 @@
 // is polling.
 //
 // Threads: the program's threads (post/poll calls) and the progress thread
-// share the device under `mu`; poll_cq reads a CQ's completions without it
-// and only try-locks it for a poll round (provider.cc TakeCompletions). The data path inside one Poll() is still
+// share the device under `mu`. The data path inside one Poll() is still
 // single-threaded; the lock just hands the device from one thread to the
 // other, and the progress thread only ever try-locks.
 #ifndef DROCE_DRIVERS_VERBS_RUNTIME_H_

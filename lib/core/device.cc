@@ -447,7 +447,9 @@ int Device::PostRecv(uint32_t qpn, const transport::RecvWr& wr) {
 uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
   queue::CompletionQueue* c = cq(id);
   if (c == nullptr) return 0;
-  return c->Poll(out, n);
+  const uint32_t got = c->Poll(out, n);
+  for (uint32_t i = 0; i < got; ++i) out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
+  return got;
 }
 
 void Device::Refile(uint32_t index) {

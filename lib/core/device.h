@@ -245,9 +245,6 @@ class Device {
   mem::MrTable& mrs() { return mrs_; }
 
   absl::StatusOr<uint32_t> CreateCq(uint32_t depth);
-  // The CQ's address is stable until DestroyCq: a thread that looked it up
-  // (under the device's lock: CreateCq may grow the table) polls it without
-  // that lock (CompletionQueue::Poll; queue/completion.h).
   queue::CompletionQueue* cq(uint32_t id);
   // Fails (FailedPrecondition) while a QP still uses the CQ / SRQ.
   absl::Status DestroyCq(uint32_t id);
@@ -286,7 +283,6 @@ class Device {
 
   int PostSend(uint32_t qpn, const transport::SendWr& wr);
   int PostRecv(uint32_t qpn, const transport::RecvWr& wr);
-  // cq(cq)->Poll(): takes no lock of the device's.
   uint32_t PollCq(uint32_t cq, queue::Completion* out, uint32_t n);
 
   // One round of the run-to-completion loop: receive a burst, run timers,

@@ -4,12 +4,8 @@
 #ifndef DROCE_LIB_QUEUE_COMPLETION_H_
 #define DROCE_LIB_QUEUE_COMPLETION_H_
 
-#include <atomic>
 #include <cstdint>
-#include <mutex>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "queue/ring.h"
 
@@ -70,47 +66,9 @@ struct Completion {
   uint32_t src_qp = 0;
 };
 
-// The consumer side's lock of a CompletionQueue: threads polling one CQ
-// take it in turn, and the control operations that rewrite the ring
-// (Resize, RemoveQp) take it to keep pollers out. Held for a copy of a few
-// completions, so a waiter spins (and yields if the holder was preempted);
-// unlock is a plain store.
-class ConsumerLock {
- public:
-  bool try_lock() {
-    uint32_t expected = 0;
-    return word_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
-  }
-  void lock() {
-    for (uint32_t i = 0; !try_lock(); ++i) {
-      while (word_.load(std::memory_order_relaxed) != 0) {
-        if (++i % 256 == 0) {
-          std::this_thread::yield();
-        } else {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        }
-      }
-    }
-  }
-  void unlock() { word_.store(0, std::memory_order_release); }
-
- private:
-  std::atomic<uint32_t> word_{0};
-};
-
 // A CQ that never overwrites: when full, further completions are counted as
 // overflow and the CQ is in error (IBTA 11.4.2.1: CQ overrun is an
 // asynchronous error; the consumer must not lose track of completions).
-//
-// Threads: one producer at a time (the engine: Push, ArmNotify and the
-// notification/overflow state are the device's, under whatever lock the
-// device runs under) and any number of consumers (Poll), which need no lock
-// of the producer's: the ring is single-producer single-consumer (ring.h)
-// and consumers take turns under the CQ's own ConsumerLock. Resize and
-// RemoveQp are both sides at once: the caller excludes the producer, they
-// take the consumer lock.
 class CompletionQueue {
  public:
   explicit CompletionQueue(uint32_t depth) : ring_(depth) {}
@@ -128,27 +86,18 @@ class CompletionQueue {
     return false;
   }
 
-  // Up to n completions, oldest first, without the internal kWcSolicited
-  // flag. Any thread; an empty CQ costs two loads and no lock.
   uint32_t Poll(Completion* out, uint32_t n) {
-    if (ring_.empty()) return 0;
-    std::lock_guard<ConsumerLock> lock(consumer_);
-    const uint32_t head = ring_.head();
-    const uint32_t avail = ring_.tail() - head;
-    const uint32_t got = avail < n ? avail : n;
-    for (uint32_t i = 0; i < got; ++i) {
-      out[i] = ring_.at(head + i);
-      out[i].flags &= ~kWcSolicited;
+    uint32_t i = 0;
+    for (; i < n && !ring_.empty(); ++i) {
+      out[i] = ring_.front();
+      ring_.Pop();
     }
-    if (got != 0) ring_.Pop(got);
-    return got;
+    return i;
   }
 
   // Drops the queued completions of one QP, keeping the others in order
   // (a QP moved to RESET: rdma-core's mlx5 provider cleans its CQs so).
-  // Caller excludes the producer.
   void RemoveQp(uint32_t qpn) {
-    std::lock_guard<ConsumerLock> lock(consumer_);
     for (uint32_t n = ring_.size(); n > 0; --n) {
       const Completion c = ring_.front();
       ring_.Pop();
@@ -168,15 +117,15 @@ class CompletionQueue {
 
   // ibv_resize_cq: a new depth, keeping the queued completions in order.
   // False (nothing changed) when more completions are queued than it holds.
-  // Control path: allocates. Caller excludes the producer.
+  // Control path: allocates.
   bool Resize(uint32_t depth) {
-    std::lock_guard<ConsumerLock> lock(consumer_);
     if (depth == 0 || ring_.size() > depth) return false;
-    std::vector<Completion> queued;
-    queued.reserve(ring_.size());
-    for (uint32_t i = ring_.head(); i != ring_.tail(); ++i) queued.push_back(ring_.at(i));
-    ring_.Reset(depth);
-    for (const Completion& c : queued) ring_.Push(c);
+    Ring<Completion> next(depth);
+    while (!ring_.empty()) {
+      next.Push(ring_.front());
+      ring_.Pop();
+    }
+    ring_ = std::move(next);
     return true;
   }
   bool overflowed() const { return overflowed_; }
@@ -188,7 +137,6 @@ class CompletionQueue {
 
  private:
   Ring<Completion> ring_;
-  ConsumerLock consumer_;
   bool overflowed_ = false;
   uint64_t overflow_count_ = 0;
   bool notify_armed_ = false;

@@ -120,6 +120,54 @@ class LookBackPacer {
 // as long ago).
 inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - t; }
 
+// Doorbell batching (doorbell_batch; doc/verbs.md "Doorbell batching"). A
+// post's doorbell transmits at once, unless the program is in the middle of
+// a burst of small posts and polls its CQ: then up to `batch` posts leave
+// together, as a hardware NIC fetches the WQEs of several doorbells at once.
+// On droce the posting thread is the NIC, and each transmit has a cost per
+// call that a burst pays once (the wire's ring index, which the peer's CPU
+// last wrote; the drain of the stores to the shared ring before the next
+// locked instruction: doc/bench-study.md finding 4). A deferred doorbell
+// leaves with the batch's last post, at the program's next poll round
+// (poll_cq, an event wait) or at the progress thread's next round.
+//   - Only a post that follows the previous one within kBurstGapNs defers:
+//     the first post after a pause (every post of a latency test) goes now.
+//   - Only a small post (one WR of at most kSmallBytes): a large message
+//     fills bursts on its own.
+//   - Only while the program polled within kPollWindowNs: a program that
+//     polls its CQ comes back to it soon; one that posts and then waits on
+//     memory leaves its tail to the progress thread.
+class DoorbellBatcher {
+ public:
+  static constexpr uint64_t kBurstGapNs = 2'000;
+  static constexpr uint64_t kPollWindowNs = 1'000'000;
+  static constexpr uint32_t kSmallBytes = 1024;
+
+  explicit DoorbellBatcher(uint32_t batch) : batch_(batch) {}
+  // A post's doorbell at now_ns (small: one WR of at most kSmallBytes;
+  // last_poll_ns: the program's last poll_cq). True: defer it; false:
+  // transmit now (with whatever was deferred).
+  bool Defer(uint64_t now_ns, bool small, uint64_t last_poll_ns) {
+    const bool burst = last_post_ns_ != 0 && NsSince(now_ns, last_post_ns_) <= kBurstGapNs;
+    last_post_ns_ = now_ns;
+    if (batch_ > 1 && small && burst && last_poll_ns != 0 && NsSince(now_ns, last_poll_ns) <= kPollWindowNs &&
+        deferred_ + 1 < batch_) {
+      ++deferred_;
+      return true;
+    }
+    deferred_ = 0;
+    return false;
+  }
+  // A poll round or a flush transmitted what was deferred.
+  void Flushed() { deferred_ = 0; }
+  uint32_t deferred() const { return deferred_; }
+
+ private:
+  uint32_t batch_;
+  uint64_t last_post_ns_ = 0;
+  uint32_t deferred_ = 0;
+};
+
 // progress_sched=auto (doc/verbs.md): whether the progress thread should run
 // SCHED_FIFO now. Real-time priority pays where the program does not drive
 // the device — it spins on memory (ib_write_lat) or waits elsewhere — and
@@ -343,6 +391,9 @@ struct DeviceFile {
   // goes to that device's IPv4 address (qperf's RC tests address by LID
   // only). 0: none (LID-addressed QPs fail with EINVAL, the RoCE rule).
   uint16_t lid = 0;
+  // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
+  // doorbell transmits at once.
+  uint32_t doorbell_batch = 16;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

@@ -32,7 +32,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
                      "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nprogress_nice=-7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
-                     "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\n";
+                     "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\ndoorbell_batch=4\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -117,6 +117,10 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.ack_solicit_ns, 500'000u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "unsignaled_ack_every=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "ack_solicit_us=0\n").ok());
+  EXPECT_EQ(g->doorbell_batch, 4u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->doorbell_batch, 16u);
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=0\n").ok());
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=257\n").ok());
 }
 
 TEST(DeviceFile, RejectsBadInputWithTheLine) {
@@ -212,6 +216,47 @@ namespace {
 // The progress thread's look-backs while a program keeps polling: the
 // first app_active_us after its last poll, then doubling to the maximum;
 // one that found the program quiet starts over (doc/verbs.md).
+// Doorbell batching: only small posts in a burst of a polling program wait,
+// and never more than batch - 1 in a row.
+TEST(DoorbellBatcher, DefersOnlySmallPostsInABurstOfAPollingProgram) {
+  constexpr uint64_t us = 1000;
+  DoorbellBatcher b(4);
+  uint64_t t = 10'000 * us;
+  const uint64_t polled = t - 5 * us;
+  EXPECT_FALSE(b.Defer(t, true, polled));  // the first post goes at once
+  t += 1 * us;
+  EXPECT_TRUE(b.Defer(t, true, polled));   // 1 us later: a burst
+  t += 1 * us;
+  EXPECT_TRUE(b.Defer(t, true, polled));
+  t += 1 * us;
+  EXPECT_TRUE(b.Defer(t, true, polled));
+  EXPECT_EQ(b.deferred(), 3u);
+  t += 1 * us;
+  EXPECT_FALSE(b.Defer(t, true, polled));  // the batch's 4th post takes the other three along
+  EXPECT_EQ(b.deferred(), 0u);
+  t += 1 * us;
+  EXPECT_TRUE(b.Defer(t, true, polled));
+  t += 1 * us;
+  EXPECT_FALSE(b.Defer(t, false, polled));  // a large post (or a list) goes at once, with them
+  t += 1 * us;
+  EXPECT_TRUE(b.Defer(t, true, polled));
+  b.Flushed();  // a poll round sent it
+  EXPECT_EQ(b.deferred(), 0u);
+  t += 3 * us;
+  EXPECT_FALSE(b.Defer(t, true, polled));  // after a pause: at once (a latency test's every post)
+  t += 1 * us;
+  EXPECT_FALSE(b.Defer(t, true, 0));  // a program that never polled its CQ
+  t += 1 * us;
+  EXPECT_FALSE(b.Defer(t, true, t - 2 * DoorbellBatcher::kPollWindowNs));  // nor lately
+  t += 1 * us;
+  EXPECT_TRUE(b.Defer(t, true, t - 10 * us));
+}
+
+TEST(DoorbellBatcher, BatchOfOneNeverDefers) {
+  DoorbellBatcher b(1);
+  for (uint64_t t = 1'000'000; t < 1'100'000; t += 500) EXPECT_FALSE(b.Defer(t, true, t - 1000));
+}
+
 TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) {
   LookBackPacer p(20, 200);
   uint64_t now = 1'000'000;

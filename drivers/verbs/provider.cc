@@ -556,6 +556,8 @@ uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint3
   if (got < n) {
     rt->PollLocked(now);
     got += rt->dev().PollCq(id, out + got, n - got);
+  } else {
+    rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round
   }
   return got;
 }
@@ -1200,11 +1202,23 @@ int SetUdAddr(ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey, SendWr* out
   return 0;
 }
 
+// A post whose doorbell may leave with the posts after it (doorbell_batch,
+// DoorbellBatcher): one WR for the wire — not a local bind or invalidation,
+// which complete when the QP processes them — of at most kSmallBytes.
+bool SmallWirePost(const SendWr& w) {
+  if (w.opcode == transport::WrOpcode::kLocalInv || w.opcode == transport::WrOpcode::kBindMw) return false;
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < w.num_sge && i < w.sg_list.size(); ++i) bytes += w.sg_list[i].length;
+  return bytes <= DoorbellBatcher::kSmallBytes;
+}
+
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
   AppLock lock(rt->mu);
   int err = 0;
+  uint32_t posted = 0;
+  bool small = false;
   for (; wr != nullptr; wr = wr->next) {
     SendWr s;
     err = ToSendWr(wr, &s);
@@ -1215,8 +1229,11 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       *bad = wr;
       break;
     }
+    small = ++posted == 1 && SmallWirePost(s);
   }
-  rt->DoorbellLocked(qp->qpn, NowNs());  // this QP transmits now; receive and timers are the poll loop's
+  // This QP transmits now (or with the small posts right behind it);
+  // receive and timers are the poll loop's.
+  rt->DoorbellLocked(qp->qpn, NowNs(), posted == 1 && small);
   return err;
 }
 
@@ -1277,7 +1294,7 @@ int WrComplete(ibv_qp_ex* qpx) {
       err = rt->dev().PostSend(qp->qpn, w);
       if (err != 0) break;
     }
-    rt->DoorbellLocked(qp->qpn, NowNs());
+    rt->DoorbellLocked(qp->qpn, NowNs(), err == 0 && qp->batch.size() == 1 && SmallWirePost(qp->batch[0]));
   }
   qp->batch.clear();
   qp->inline_arena.clear();

@@ -327,14 +327,19 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
     CheckLink(now_ns);
     CheckQps();  // once a millisecond, like the link
   }
+  batcher_.Flushed();  // the round transmits every active QP, deferred ones too
   const uint32_t work = dev_->Poll(now_ns);
   if (!watches_.empty()) DeliverEvents();
   if (!srq_limits_.empty()) CheckSrqLimits();
   return work;
 }
 
-uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns) {
+uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
   if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
+  if (batcher_.Defer(now_ns, small, last_app_poll_ns_.load(std::memory_order_relaxed))) {
+    dev_->DeferDoorbell(qpn);
+    return 0;
+  }
   const uint32_t work = dev_->Doorbell(qpn, now_ns);
   if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
   return work;

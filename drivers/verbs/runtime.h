@@ -102,7 +102,17 @@ class Runtime {
   // are the poll loop's (poll_cq, the progress thread, event waits). An
   // armed channel still gets its event at once (a local completion, e.g. a
   // bind or a flush). Caller holds mu.
-  uint32_t DoorbellLocked(uint32_t qpn, uint64_t now_ns);
+  // small: the post was one WR of at most DoorbellBatcher::kSmallBytes,
+  // which may leave with the posts that follow it (doorbell_batch).
+  uint32_t DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small = false);
+  // poll_cq found what it asked for without a poll round: doorbells a burst
+  // of posts deferred leave now. Caller holds mu.
+  void FlushDeferredLocked(uint64_t now_ns) {
+    if (batcher_.deferred() != 0) {
+      batcher_.Flushed();
+      dev_->FlushDeferredDoorbells(now_ns);
+    }
+  }
   // The program is polling: the progress thread stays out of its way. A
   // SCHED_FIFO progress thread asleep armed (it serves programs that do not
   // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
@@ -211,7 +221,7 @@ class Runtime {
   const Stats& stats() const { return stats_; }
 
  private:
-  explicit Runtime(const DeviceFile& f) : file_(f) {}
+  explicit Runtime(const DeviceFile& f) : file_(f), batcher_(f.doorbell_batch) {}
   absl::Status Start();
   // A fabric device: attach to droced (memif id, QPN range) and point the
   // device file's vdev at the daemon's memif socket.
@@ -291,6 +301,7 @@ class Runtime {
   void CheckLink(uint64_t now_ns);
 
   DeviceFile file_;
+  DoorbellBatcher batcher_;  // under mu
   int refs_ = 0;
   std::unique_ptr<ethdev::EthdevPort> port_;
   // A fabric device: the direct rings to the other processes, in front of

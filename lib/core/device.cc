@@ -628,12 +628,48 @@ uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
   if (tx_backlog_head_ < tx_backlog_.size()) return work;
   bool port_full = false;
   uint16_t pending = 0;
-  work += GatherQp(*q, now_ns, &pending, &port_full);
+  // Deferred doorbells were rung first: their frames go first.
+  work += GatherDeferred(now_ns, qpn, &pending, &port_full);
+  if (!port_full) work += GatherQp(*q, now_ns, &pending, &port_full);
   return work + FlushGathered(&pending, &port_full);
+}
+
+void Device::DeferDoorbell(uint32_t qpn) {
+  if (qp(qpn) == nullptr || io_ == nullptr) return;
+  Activate(qpn);
+  ++counters_.tx_doorbells_deferred;
+  for (size_t i = 0; i < n_deferred_; ++i) {
+    if (deferred_[i] == qpn) return;
+  }
+  if (n_deferred_ < deferred_.size()) deferred_[n_deferred_++] = qpn;
+}
+
+uint32_t Device::FlushDeferredDoorbells(uint64_t now_ns) {
+  if (n_deferred_ == 0 || io_ == nullptr) return 0;
+  uint32_t work = FlushTxBacklog();
+  if (tx_backlog_head_ < tx_backlog_.size()) return work;
+  bool port_full = false;
+  uint16_t pending = 0;
+  work += GatherDeferred(now_ns, kQpnLimit, &pending, &port_full);
+  return work + FlushGathered(&pending, &port_full);
+}
+
+// Gathers the deferred doorbells' QPs (but except_qpn, gathered by the
+// caller) and empties the list: what they leave stays on the active list.
+uint32_t Device::GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full) {
+  uint32_t sent = 0;
+  for (size_t i = 0; i < n_deferred_ && !*port_full; ++i) {
+    if (deferred_[i] == except_qpn) continue;
+    RcQp* d = qp(deferred_[i]);  // destroyed since: nothing to send
+    if (d != nullptr) sent += GatherQp(*d, now_ns, pending, port_full);
+  }
+  n_deferred_ = 0;
+  return sent;
 }
 
 uint32_t Device::Poll(uint64_t now_ns) {
   uint32_t work = 0;
+  n_deferred_ = 0;  // their QPs are on the active list, which this round transmits
   pktio::Frame* rx = rx_frames_.data();
   const uint16_t n = io_->RxBurst(rx, config_.burst);
   if (n != 0) {

@@ -168,6 +168,7 @@ struct QpInitAttr {
   X(nd_solicits_sent, "neighbour solicitations sent")                                                     \
   X(nd_adverts_sent, "neighbour advertisements sent")                                                     \
   X(rx_bursts, "RX polls that returned frames")                                                           \
+  X(tx_doorbells_deferred, "doorbells put off to leave with a later one (verbs doorbell batching)")         \
   X(rx_bursts_full, "... that returned a full burst (the port's RX ring held more: a queue here)")        \
   X(sr_rtt_samples, "destroyed SR QPs: RTT samples (QpCounters::sr_rtt_hist, summed)")                    \
   X(sr_rtt_inflight_sum, "... packets in flight at those samples, summed")                                \
@@ -293,6 +294,15 @@ class Device {
   // bursts) and nothing else: no receive, no timers, no other QP. What is
   // left stays on the active list for Poll. Returns packets sent.
   uint32_t Doorbell(uint32_t qpn, uint64_t now_ns);
+  // A doorbell put off (the verbs runtime's doorbell batching, doc/core.md
+  // "Doorbells"): the QP goes on the active list, so the next Poll
+  // transmits it, and on the list of deferred doorbells, whose QPs the next
+  // Doorbell gathers first, into the same bursts as its own frames.
+  void DeferDoorbell(uint32_t qpn);
+  // The deferred doorbells' QPs transmit now (at most tx_bursts_per_qp
+  // bursts each), and nothing else runs. Returns packets sent.
+  uint32_t FlushDeferredDoorbells(uint64_t now_ns);
+  size_t deferred_doorbells() const { return n_deferred_; }
 
   const DeviceCounters& counters() const { return counters_; }
   const pktio::LoopbackCounters& loopback_counters() const { return loopback_.counters(); }
@@ -452,6 +462,12 @@ class Device {
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
   size_t tx_backlog_head_ = 0;
   size_t tx_round_robin_ = 0;  // which active QP transmits first this round
+  // QPs whose doorbell was deferred (DeferDoorbell), each once; when full, a
+  // further QP is only on the active list (Poll sends it).
+  static constexpr size_t kMaxDeferredDoorbells = 32;
+  std::array<uint32_t, kMaxDeferredDoorbells> deferred_{};
+  size_t n_deferred_ = 0;
+  uint32_t GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full);
   uint32_t FlushTxBacklog();
   uint32_t GatherQp(transport::RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);
   uint32_t FlushGathered(uint16_t* pending, bool* port_full);

@@ -33,6 +33,67 @@ TEST(Doorbell, TransmitsThePostingQpAndReceivesNothing) {
   EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
 }
 
+// A deferred doorbell (the verbs runtime's doorbell batching) sends
+// nothing; the next doorbell sends the deferred QP's frames with its own.
+TEST(Doorbell, DeferredDoorbellLeavesWithTheNext) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  Fill(a.mem, 0, 128, 3);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096)), 0);
+  a.dev->DeferDoorbell(a.qpn);
+  EXPECT_EQ(a.dev->counters().tx_packets, 0u);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 1u);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(2, WrOpcode::kRdmaWrite, a, 64, 64, b, 4096 + 64)), 0);
+  a.dev->DeferDoorbell(a.qpn);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 1u);  // one entry per QP
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(3, WrOpcode::kRdmaWrite, a, 0, 128, b, 8192)), 0);
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 3u);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 0u);
+  EXPECT_EQ(a.dev->counters().tx_doorbells_deferred, 2u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 3, &cb, 0));
+  for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(ca[i].wr_id, i + 1);  // in posting order
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 128), 0);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 8192, a.mem.data(), 128), 0);
+}
+
+// A deferred doorbell never waits for a later post: the next poll round
+// transmits its QP, and FlushDeferredDoorbells sends it and receives nothing.
+TEST(Doorbell, DeferredDoorbellLeavesWithAPollRoundOrAFlush) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096)), 0);
+  a.dev->DeferDoorbell(a.qpn);
+  EXPECT_GE(a.dev->Poll(pair.now()), 1u);
+  EXPECT_EQ(a.dev->counters().tx_packets, 1u);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 0u);
+
+  ASSERT_EQ(b.dev->PostSend(b.qpn, MakeWr(2, WrOpcode::kRdmaWrite, b, 0, 64, a, 4096)), 0);
+  EXPECT_EQ(b.dev->Doorbell(b.qpn, pair.now()), 1u);  // a frame now waits at a
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(3, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096)), 0);
+  a.dev->DeferDoorbell(a.qpn);
+  const uint64_t rx_before = a.dev->counters().rx_packets;
+  EXPECT_EQ(a.dev->FlushDeferredDoorbells(pair.now()), 1u);
+  EXPECT_EQ(a.dev->counters().rx_packets, rx_before);  // receive is the poll loop's
+  EXPECT_EQ(a.dev->FlushDeferredDoorbells(pair.now()), 0u);  // nothing deferred any more
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 1));
+}
+
+// A QP destroyed after its doorbell was deferred is skipped.
+TEST(Doorbell, DeferredDoorbellOfADestroyedQpIsSkipped) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096)), 0);
+  a.dev->DeferDoorbell(a.qpn);
+  ASSERT_TRUE(a.dev->DestroyQp(a.qpn).ok());
+  EXPECT_EQ(a.dev->FlushDeferredDoorbells(pair.now()), 0u);
+  EXPECT_EQ(a.dev->counters().tx_packets, 0u);
+}
+
 // A QP asks the device for the buffers its queued requests fill, not for
 // its window's room: one 64 B WRITE's doorbell takes one buffer.
 TEST(Doorbell, DemandCountsQueuedRequestPackets) {

@@ -394,6 +394,10 @@ struct DeviceFile {
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;
+  // A poll round run by the program's poll_cq holds a QP's lone ACK for the
+  // program's next post (core::Device::Poll's hold_acks): a reply and the
+  // ACK of what it answers leave in one burst. Off: every round sends it.
+  bool poll_ack_hold = true;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

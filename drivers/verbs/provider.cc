@@ -554,7 +554,7 @@ uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint3
   rt->NoteAppPoll(now);
   uint32_t got = rt->dev().PollCq(id, out, n);
   if (got < n) {
-    rt->PollLocked(now);
+    rt->PollLocked(now, /*program_polls=*/true);
     got += rt->dev().PollCq(id, out + got, n - got);
   } else {
     rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round

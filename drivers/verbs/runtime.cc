@@ -322,13 +322,13 @@ void Runtime::PrintQpStats(uint32_t qpn) {
   }
 }
 
-uint32_t Runtime::PollLocked(uint64_t now_ns) {
+uint32_t Runtime::PollLocked(uint64_t now_ns, bool program_polls) {
   if (now_ns >= next_link_check_ns_) {
     CheckLink(now_ns);
     CheckQps();  // once a millisecond, like the link
   }
   batcher_.Flushed();  // the round transmits every active QP, deferred ones too
-  const uint32_t work = dev_->Poll(now_ns);
+  const uint32_t work = dev_->Poll(now_ns, program_polls && file_.poll_ack_hold);
   if (!watches_.empty()) DeliverEvents();
   if (!srq_limits_.empty()) CheckSrqLimits();
   return work;
@@ -336,6 +336,9 @@ uint32_t Runtime::PollLocked(uint64_t now_ns) {
 
 uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
   if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
+  // A real-time progress thread asleep armed (it serves a program that went
+  // quiet) would not take a deferred tail before its sleep's bound.
+  small = small && !fifo_armed_.load(std::memory_order_relaxed);
   if (batcher_.Defer(now_ns, small, last_app_poll_ns_.load(std::memory_order_relaxed))) {
     dev_->DeferDoorbell(qpn);
     return 0;

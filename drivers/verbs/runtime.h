@@ -96,7 +96,10 @@ class Runtime {
   bool link_up() const { return link_up_.load(std::memory_order_relaxed); }
 
   // One round of the dataplane plus event delivery. Caller holds mu.
-  uint32_t PollLocked(uint64_t now_ns);
+  // program_polls: the round runs inside the program's poll_cq, which may
+  // answer what it finds at once: a lone ACK waits for its post
+  // (core::Device::Poll's hold_acks, if poll_ack_hold is on).
+  uint32_t PollLocked(uint64_t now_ns, bool program_polls = false);
   // post_send's doorbell: QP qpn transmits what it can now and nothing else
   // runs (core::Device::Doorbell); receive, timers, link checks and events
   // are the poll loop's (poll_cq, the progress thread, event waits). An
@@ -106,9 +109,10 @@ class Runtime {
   // which may leave with the posts that follow it (doorbell_batch).
   uint32_t DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small = false);
   // poll_cq found what it asked for without a poll round: doorbells a burst
-  // of posts deferred leave now. Caller holds mu.
+  // of posts deferred, and ACKs the last round held, leave now. Caller
+  // holds mu.
   void FlushDeferredLocked(uint64_t now_ns) {
-    if (batcher_.deferred() != 0) {
+    if (dev_->deferred_doorbells() != 0) {
       batcher_.Flushed();
       dev_->FlushDeferredDoorbells(now_ns);
     }

@@ -667,9 +667,10 @@ uint32_t Device::GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* 
   return sent;
 }
 
-uint32_t Device::Poll(uint64_t now_ns) {
+uint32_t Device::Poll(uint64_t now_ns, bool hold_acks) {
   uint32_t work = 0;
   n_deferred_ = 0;  // their QPs are on the active list, which this round transmits
+  ++poll_round_;
   pktio::Frame* rx = rx_frames_.data();
   const uint16_t n = io_->RxBurst(rx, config_.burst);
   if (n != 0) {
@@ -812,10 +813,21 @@ uint32_t Device::Poll(uint64_t now_ns) {
   uint16_t pending = 0;
   for (size_t k = 0; k < n_active; ++k) {
     const uint32_t index = active_[(start + k) % n_active];
-    RcQp* q = qps_[index].qp.get();
+    QpSlot& slot = qps_[index];
+    RcQp* q = slot.qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
-    if (!port_full) work += GatherQp(*q, now_ns, &pending, &port_full);
+    if (hold_acks && slot.ack_held_round + 1 != poll_round_ && q->OnlyAnAckToSend(now_ns) &&
+        n_deferred_ < deferred_.size()) {
+      // The program is about to see what this ACK acknowledges; if it
+      // answers (a SEND for a SEND, as ibv_rc_pingpong), both leave in one
+      // burst and the peer takes them in one receive.
+      slot.ack_held_round = poll_round_;
+      deferred_[n_deferred_++] = qpn_base_ + index;
+      ++counters_.tx_acks_held;
+    } else if (!port_full) {
+      work += GatherQp(*q, now_ns, &pending, &port_full);
+    }
     Refile(index);
   }
   work += FlushGathered(&pending, &port_full);

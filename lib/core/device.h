@@ -169,6 +169,7 @@ struct QpInitAttr {
   X(nd_adverts_sent, "neighbour advertisements sent")                                                     \
   X(rx_bursts, "RX polls that returned frames")                                                           \
   X(tx_doorbells_deferred, "doorbells put off to leave with a later one (verbs doorbell batching)")         \
+  X(tx_acks_held, "ACKs a round the program drove kept for its next post or round (Poll's hold_acks)")      \
   X(rx_bursts_full, "... that returned a full burst (the port's RX ring held more: a queue here)")        \
   X(sr_rtt_samples, "destroyed SR QPs: RTT samples (QpCounters::sr_rtt_hist, summed)")                    \
   X(sr_rtt_inflight_sum, "... packets in flight at those samples, summed")                                \
@@ -288,7 +289,12 @@ class Device {
 
   // One round of the run-to-completion loop: receive a burst, run timers,
   // transmit. Returns packets received + sent (0 = idle, back off).
-  uint32_t Poll(uint64_t now_ns);
+  // hold_acks (a round the program drives from poll_cq): a QP whose only
+  // frame is a plain ACK keeps it for the program's next post, whose
+  // doorbell sends both in one burst (a SEND answering a SEND), or for the
+  // next round, which sends it whatever it is asked (at most one round's
+  // hold per ACK); the ACK goes on the deferred-doorbell list.
+  uint32_t Poll(uint64_t now_ns, bool hold_acks = false);
   // The doorbell of one QP (after PostSend): flushes the port's backlog,
   // then lets this QP transmit what it can now (at most tx_bursts_per_qp
   // bursts) and nothing else: no receive, no timers, no other QP. What is
@@ -442,6 +448,7 @@ class Device {
   struct QpSlot {
     std::unique_ptr<transport::RcQp> qp;
     bool active = false;  // on active_
+    uint64_t ack_held_round = 0;  // the Poll round that last held this QP's ACK (hold_acks)
     PathFilter path;
   };
   std::vector<QpSlot> qps_;  // index = QPN - qpn_base_, grown up to max_qp slots
@@ -467,6 +474,7 @@ class Device {
   static constexpr size_t kMaxDeferredDoorbells = 32;
   std::array<uint32_t, kMaxDeferredDoorbells> deferred_{};
   size_t n_deferred_ = 0;
+  uint64_t poll_round_ = 1;  // Poll rounds run, from 1 (hold_acks holds an ACK one round at most; 0: never held)
   uint32_t GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full);
   uint32_t FlushTxBacklog();
   uint32_t GatherQp(transport::RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);

@@ -94,6 +94,76 @@ TEST(Doorbell, DeferredDoorbellOfADestroyedQpIsSkipped) {
   EXPECT_EQ(a.dev->counters().tx_packets, 0u);
 }
 
+// A round the program drives (Poll's hold_acks) keeps a lone ACK for the
+// program's next post: the reply and the ACK of what it answers leave in
+// one doorbell, and the peer takes both in one receive burst.
+TEST(HoldAcks, ALoneAckLeavesWithTheProgramsReply) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  Fill(a.mem, 0, 64, 4);
+  Fill(b.mem, 64, 64, 5);
+  ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(10, b, 4096, 64)), 0);
+  ASSERT_EQ(a.dev->PostRecv(a.qpn, MakeRecv(11, a, 4096, 64)), 0);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kSend, a, 0, 64, b, 0)), 0);  // signaled: AckReq
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 1u);
+  EXPECT_EQ(b.dev->Poll(pair.now(), /*hold_acks=*/true), 1u);  // the SEND in, nothing out
+  EXPECT_EQ(b.dev->counters().tx_packets, 0u);
+  EXPECT_EQ(b.dev->counters().tx_acks_held, 1u);
+  Completion c;
+  ASSERT_EQ(b.dev->PollCq(b.cq, &c, 1), 1u);
+  EXPECT_EQ(c.wr_id, 10u);
+  ASSERT_EQ(b.dev->PostSend(b.qpn, MakeWr(2, WrOpcode::kSend, b, 64, 64, a, 0)), 0);
+  EXPECT_EQ(b.dev->Doorbell(b.qpn, pair.now()), 2u);  // the ACK and the reply
+  const uint64_t bursts = a.dev->counters().rx_bursts;
+  a.dev->Poll(pair.now());
+  EXPECT_EQ(a.dev->counters().rx_bursts, bursts + 1);
+  EXPECT_EQ(a.dev->counters().rx_packets, 2u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 1));
+  EXPECT_EQ(ca.size(), 2u);  // a's SEND (acknowledged) and its receive
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
+  EXPECT_EQ(std::memcmp(a.mem.data() + 4096, b.mem.data() + 64, 64), 0);
+}
+
+// A held ACK waits one round at most: the next round sends it, held or not;
+// a round the progress thread runs (no hold_acks) never holds.
+TEST(HoldAcks, AHeldAckLeavesWithTheNextRound) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  for (uint64_t i = 0; i < 2; ++i) ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(10 + i, b, 4096 * (i + 1), 64)), 0);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kSend, a, 0, 64, b, 0)), 0);
+  a.dev->Doorbell(a.qpn, pair.now());
+  b.dev->Poll(pair.now(), true);
+  EXPECT_EQ(b.dev->counters().tx_packets, 0u);
+  b.dev->Poll(pair.now(), true);
+  EXPECT_EQ(b.dev->counters().tx_packets, 1u);  // held once, then sent
+  EXPECT_EQ(b.dev->counters().tx_acks_held, 1u);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(2, WrOpcode::kSend, a, 0, 64, b, 0)), 0);
+  a.dev->Doorbell(a.qpn, pair.now());
+  b.dev->Poll(pair.now());
+  EXPECT_EQ(b.dev->counters().tx_packets, 2u);
+  EXPECT_EQ(b.dev->counters().tx_acks_held, 1u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 2));
+}
+
+// Selective-repeat QPs time RTTs from their ACKs: never held.
+TEST(HoldAcks, SelectiveRepeatQpsDoNotHold) {
+  RcPair pair({}, 7, 1024, 4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000, nullptr, 16384, true, true);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(10, b, 4096, 64)), 0);
+  ASSERT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kSend, a, 0, 64, b, 0)), 0);
+  a.dev->Doorbell(a.qpn, pair.now());
+  b.dev->Poll(pair.now(), true);
+  EXPECT_EQ(b.dev->counters().tx_acks_held, 0u);
+  EXPECT_EQ(b.dev->counters().tx_packets, 1u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 1));
+}
+
 // A QP asks the device for the buffers its queued requests fill, not for
 // its window's room: one 64 B WRITE's doorbell takes one buffer.
 TEST(Doorbell, DemandCountsQueuedRequestPackets) {

@@ -225,6 +225,14 @@ class RcQp {
   // rest of) what this asks for, so it must not ask for a burst when only an
   // ACK is queued or the in-flight window is full.
   uint32_t TransmitDemand(uint64_t now_ns, uint32_t burst) const;
+  // All the QP would send now is one plain ACK (no CNP, NAK, response or
+  // request), and it is not a selective-repeat QP (whose ACKs time RTTs):
+  // a poll round the program drives may hold it for the program's next
+  // post, to leave in the same burst (core::Device::Poll, doc/core.md).
+  bool OnlyAnAckToSend(uint64_t now_ns) const {
+    return !sr_ && cnp_.cnps_pending == 0 && actions_.size() == 1 &&
+           actions_.at(actions_.head()).kind == ActionKind::kAck && TransmitDemand(now_ns, 2) == 1;
+  }
 
   // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
   void OnCongestionMark(uint64_t now_ns);

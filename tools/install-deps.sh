@@ -8,7 +8,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential g++ meson ninja-build pkg-config git \
   dpdk dpdk-dev libdpdk-dev \
-  libibverbs-dev ibverbs-utils ibverbs-providers rdma-core perftest qperf \
+  libibverbs-dev ibverbs-utils ibverbs-providers rdma-core rdmacm-utils perftest qperf \
   libabsl-dev libgtest-dev libgmock-dev googletest \
   libpcap-dev tshark \
   clang libclang-rt-14-dev \

@@ -1053,6 +1053,7 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     }
   }
   AppLock lock(rt->mu);
+  rt->FlushDeferredLocked(NowNs());  // what was held or deferred leaves in the state it was posted in
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) rt->RearmQp(qp->qpn);  // may fail again
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_RC &&
@@ -1142,6 +1143,10 @@ int DestroyQp(ibv_qp* ibqp) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
   const int err = DestroyLocked(rt, [&] {
+    // A held ACK (the program's last receive before it tears down, as
+    // ibv_rc_pingpong's) or a deferred doorbell leaves first, as a
+    // hardware NIC would have sent it already.
+    rt->FlushDeferredLocked(NowNs());
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);

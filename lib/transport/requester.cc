@@ -736,10 +736,8 @@ void RcQp::SrArmTlp(uint64_t now) {
 
 // The probe, once per progress: while nothing is SACKed (a lost tail, or
 // lost ACKs), the highest packet sent: its ACK or SACK shows every hole
-// before it. Once SACKs showed holes, the first missing one: the SACK
-// bitmap reaches only kSackBits PSNs past it, so packets further ahead can
-// neither be SACKed nor sent (the window counts from psn_una) until it
-// arrives.
+// before it. Once SACKs showed holes, the first missing one: it holds
+// every completion behind it.
 void RcQp::SrProbe() {
   req_.sr_tlp_armable = false;
   SrSlide();

@@ -402,6 +402,7 @@ class RcQp {
   void SrArmTlp(uint64_t now);
   void SrCountRtt(uint64_t rtt_ns);
   void SrNoteCap(bool full, uint64_t now);
+  void SrNoteDrained(bool drained, uint64_t now);
   void SrProbe();
   // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
   // first acknowledgement after a timeout's resend of psn_una decides
@@ -703,6 +704,7 @@ class RcQp {
     // (sr_timeout_resent), the start of a wait at the in-flight cap.
     uint32_t sr_tmo_end = 0;
     uint64_t sr_cap_since_ns = 0;
+    uint64_t sr_drained_since_ns = 0;  // (sr_sq_drained_ns)
     // Counters only (a repair's time): when a SACK showed a hole not yet
     // resent (0: none waiting), and the one resend being timed.
     uint64_t sr_hole_seen_ns = 0;

@@ -145,6 +145,7 @@ uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n,
       case ReqState::kCount: s = ReqState::kDone; break;
     }
   }
+  if (sr_) SrNoteDrained(req_.sq_next == sq_.tail() && Outstanding(), now_ns);
   return c.used;
 }
 
@@ -696,6 +697,17 @@ void RcQp::SrNoteCap(bool full, uint64_t now) {
   } else if (req_.sr_cap_since_ns != 0) {
     counters_.sr_window_full_ns += now - req_.sr_cap_since_ns;
     req_.sr_cap_since_ns = 0;
+  }
+}
+
+// The time everything posted had been sent and waited for acknowledgement
+// (sr_sq_drained_ns): the program's window, not the transport, held the sender.
+void RcQp::SrNoteDrained(bool drained, uint64_t now) {
+  if (drained) {
+    if (req_.sr_drained_since_ns == 0) req_.sr_drained_since_ns = now;
+  } else if (req_.sr_drained_since_ns != 0) {
+    counters_.sr_sq_drained_ns += now - req_.sr_drained_since_ns;
+    req_.sr_drained_since_ns = 0;
   }
 }
 

@@ -400,6 +400,8 @@ void Device::FoldSrCounters(const transport::QpCounters& k) {
   uint64_t samples = 0;
   for (uint64_t v : k.sr_rtt_hist) samples += v;
   if (samples == 0 && k.sr_repairs_timed == 0 && k.sr_repair_waits == 0) return;
+  counters_.sr_window_full_us += k.sr_window_full_ns / 1000;
+  counters_.sr_sq_drained_us += k.sr_sq_drained_ns / 1000;
   counters_.sr_rtt_samples += samples;
   counters_.sr_rtt_inflight_sum += k.sr_rtt_inflight_sum;
   const uint64_t min_us = k.sr_rtt_min_ns / 1000;

@@ -180,7 +180,9 @@ struct QpInitAttr {
   X(sr_repairs_timed, "... resends timed to their PSN's acknowledgement (one at a time)")                 \
   X(sr_repair_us, "... those times, summed")                                                              \
   X(sr_repair_ge512us, "... those of 512 us or more")                                                     \
-  X(sr_repair_ge2048us, "... those of 2048 us or more")
+  X(sr_repair_ge2048us, "... those of 2048 us or more")                                                   \
+  X(sr_window_full_us, "... time new packets waited at the in-flight cap")                                \
+  X(sr_sq_drained_us, "... time every posted WR had been sent and some waited for acknowledgement")
 
 struct DeviceCounters {
 #define DROCE_DECLARE_COUNTER(name, what) uint64_t name = 0;

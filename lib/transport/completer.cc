@@ -1,6 +1,7 @@
 // Completer (IBTA 9.7.5.2, 9.9): processes ACKs, NAKs, READ and atomic
 // responses; completes work requests in order; go-back-N retransmission.
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "transport/qp.h"
@@ -563,7 +564,7 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   req_.sr_peer_answered = true;
   if (req_.sr_frto) {
     const SackEthView sk(c.bth_p + c.op.sacketh_offset);
-    SrFrtoDecide(c.psn, (sk.word(0) | sk.word(1)) != 0);
+    SrFrtoDecide(c.psn, sk.any());
   }
   const uint32_t rack_before = req_.sr_rack_seq;
   if (!PsnLess(c.psn, req_.psn_una)) SrNoteDelivered(c.psn, c.now);
@@ -576,18 +577,25 @@ DROCE_STEP CompState RcQp::CompSack(RespCtx& c) {
   bool any = false;
   bool fresh = false;
   uint32_t highest = 0;
-  for (uint32_t i = 0; i < kSackBits; ++i) {
-    if (!sack.received(i)) continue;
-    const uint32_t psn = PsnAdd(base, 1 + i);
-    // (Only PSNs sent: the running count of SACKed PSNs stays inside [psn_una, psn_high).)
-    if (!PsnLess(psn, req_.psn_high) || PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
-    if (!BitTest(req_.sr_sacked, psn)) {
+  // Only PSNs sent: the running count of SACKed PSNs stays inside
+  // [psn_una, psn_high). Bits past that are ignored.
+  const int32_t valid = std::min(PsnDiff(req_.psn_high, PsnAdd(base, 1)),
+                                 static_cast<int32_t>(kSrWindow) - PsnDiff(PsnAdd(base, 1), req_.psn_una));
+  // A word at a time: a SACK now reports the whole window (1024 PSNs), most
+  // of them SACKed already by the SACKs before it.
+  for (uint32_t w = 0; w < kSackBits / 64 && static_cast<int32_t>(64 * w) < valid; ++w) {
+    uint64_t bits = sack.word(w);
+    if (valid - static_cast<int32_t>(64 * w) < 64) bits &= (uint64_t{1} << (valid - 64 * w)) - 1;
+    if (bits == 0) continue;
+    const uint32_t first = PsnAdd(base, 1 + 64 * w);
+    any = true;
+    highest = PsnAdd(first, 63 - std::countl_zero(bits));
+    for (uint64_t news = bits & ~BitWord(req_.sr_sacked, first); news != 0; news &= news - 1) {
+      const uint32_t psn = PsnAdd(first, static_cast<uint32_t>(std::countr_zero(news)));
       fresh = true;
       SrNoteDelivered(psn, c.now, /*selective=*/true);
+      SrMarkSacked(psn);
     }
-    SrMarkSacked(psn);
-    highest = psn;
-    any = true;
   }
   if (any) {
     const uint32_t end_before = req_.sr_retx_end;

@@ -47,6 +47,8 @@ struct QpCounters {
   uint64_t sr_timeouts_low = 0;      // timeouts that fired on RTO_low (few packets in flight)
   uint64_t sr_timeouts_backoff = 0;  // timeouts that fired on a backed-off (doubled) RTO
   uint64_t sr_window_full_ns = 0;    // time new packets waited at sr_max_inflight_packets
+  uint64_t sr_sq_drained_ns = 0;     // time every posted WR had been sent while some were unacknowledged:
+                                     // the program's outstanding WRs, not the transport, held the sender
   uint64_t sr_rtt_max_ns = 0;        // the largest RTT sample
   // RTT samples by size: < 32, 64, 128, 256, 512, 1024, 2048 us, and above.
   static constexpr int kSrRttBuckets = 8;

@@ -468,13 +468,13 @@ void RcQp::OnTimer(uint64_t now_ns) {
     req_.sr_tlp_deadline = 0;
     if (req_.sr_backoff < 8) ++req_.sr_backoff;
     SrSlide();
-    // Only as far as a SACK can report (kSackBits past the first missing
-    // PSN): what lies beyond may well have arrived, and the SACKs that
-    // follow this retransmission show it once the holes before it fill.
+    // Only the oldest kSrTimeoutResendSpan PSNs (what a 128-bit SACK could
+    // report, before round 8): what lies beyond may well have arrived or be
+    // on its way, and the SACKs that follow this retransmission show it.
     req_.sr_retx_next = req_.psn_una;
     req_.sr_retx_end = req_.psn_high;
-    if (wire::PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(wire::kSackBits + 1)) {
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, wire::kSackBits + 1);
+    if (wire::PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(kSrTimeoutResendSpan)) {
+      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, kSrTimeoutResendSpan);
     }
     req_.sr_timeout_probe = true;
     if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);

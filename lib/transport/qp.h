@@ -145,6 +145,8 @@ inline constexpr uint32_t kSrRttRank = 3;
 // Selective repeat: the PSNs the responder's and the requester's bitmaps
 // cover past the oldest missing/unacknowledged one.
 inline constexpr uint32_t kSrWindow = 1024;
+// A timeout resends at most this many PSNs from psn_una (qp.cc).
+inline constexpr uint32_t kSrTimeoutResendSpan = 129;
 // The SR retransmission timeout grows at most 2^kSrMaxBackoff times by
 // backoff (16 x: e.g. 320 us to 5 ms), never past the QP's IBTA timeout.
 inline constexpr uint8_t kSrMaxBackoff = 4;
@@ -408,6 +410,7 @@ class RcQp {
   void SrArmTlp(uint64_t now);
   void SrCountRtt(uint64_t rtt_ns);
   void SrNoteCap(bool full, uint64_t now);
+  void SrNoteDrained(bool drained, uint64_t now);
   void SrProbe();
   // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
   // first acknowledgement after a timeout's resend of psn_una decides
@@ -528,6 +531,14 @@ class RcQp {
   static void BitSet(SrBits& b, uint32_t psn) { b[(psn % kSrWindow) / 64] |= uint64_t{1} << (psn % 64); }
   static void BitClear(SrBits& b, uint32_t psn) {
     b[(psn % kSrWindow) / 64] &= ~(uint64_t{1} << (psn % 64));
+  }
+  // The 64 bits of PSNs psn, psn + 1, ... psn + 63 (bit i: psn + i), across
+  // the ring's word boundaries: a SACK's bitmap words, built and read a word
+  // at a time (1024 bits per SACK).
+  static uint64_t BitWord(const SrBits& b, uint32_t psn) {
+    const uint32_t i = psn % kSrWindow, w = i / 64, s = i % 64;
+    const uint64_t lo = b[w] >> s;
+    return s == 0 ? lo : lo | (b[(w + 1) % b.size()] << (64 - s));
   }
   // Scatters a SEND payload into the held receive WQE at the running offset.
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error);
@@ -701,6 +712,7 @@ class RcQp {
     // (sr_timeout_resent), the start of a wait at the in-flight cap.
     uint32_t sr_tmo_end = 0;
     uint64_t sr_cap_since_ns = 0;
+    uint64_t sr_drained_since_ns = 0;  // (sr_sq_drained_ns)
     // Counters only (a repair's time): when a SACK showed a hole not yet
     // resent (0: none waiting), and the one resend being timed.
     uint64_t sr_hole_seen_ns = 0;

@@ -145,6 +145,7 @@ uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n,
       case ReqState::kCount: s = ReqState::kDone; break;
     }
   }
+  if (sr_) SrNoteDrained(req_.sq_next == sq_.tail() && Outstanding(), now_ns);
   return c.used;
 }
 
@@ -699,6 +700,17 @@ void RcQp::SrNoteCap(bool full, uint64_t now) {
   }
 }
 
+// The time everything posted had been sent and waited for acknowledgement
+// (sr_sq_drained_ns): the program's window, not the transport, held the sender.
+void RcQp::SrNoteDrained(bool drained, uint64_t now) {
+  if (drained) {
+    if (req_.sr_drained_since_ns == 0) req_.sr_drained_since_ns = now;
+  } else if (req_.sr_drained_since_ns != 0) {
+    counters_.sr_sq_drained_ns += now - req_.sr_drained_since_ns;
+    req_.sr_drained_since_ns = 0;
+  }
+}
+
 // RACK (time/order based, as TCP's RFC 8985 without its reordering window):
 // a retransmission still missing while a packet sent after it arrived was
 // lost again; resend it now instead of waiting for the timer.
@@ -736,10 +748,8 @@ void RcQp::SrArmTlp(uint64_t now) {
 
 // The probe, once per progress: while nothing is SACKed (a lost tail, or
 // lost ACKs), the highest packet sent: its ACK or SACK shows every hole
-// before it. Once SACKs showed holes, the first missing one: the SACK
-// bitmap reaches only kSackBits PSNs past it, so packets further ahead can
-// neither be SACKed nor sent (the window counts from psn_una) until it
-// arrives.
+// before it. Once SACKs showed holes, the first missing one: it holds
+// every completion behind it.
 void RcQp::SrProbe() {
   req_.sr_tlp_armable = false;
   SrSlide();

@@ -895,7 +895,7 @@ void RcQp::QueueSack() {
 
 // ACKNOWLEDGE of ePSN - 1 while nothing past ePSN has arrived; otherwise
 // SR_SACK: the same BTH PSN and AETH, and a SACKETH with ePSN and the
-// bitmap of the 128 PSNs after it.
+// bitmap of the kSackBits (1024) PSNs after it.
 uint32_t RcQp::BuildSack(uint8_t* frame) {
   // Never acknowledge past a READ/atomic whose responses are still queued
   // behind this ACK: they carry its acknowledgement, in PSN order
@@ -908,15 +908,19 @@ uint32_t RcQp::BuildSack(uint8_t* frame) {
       break;
     }
   }
+  static_assert(kSackBits == kSrWindow, "the bitmap is read from the ring a word at a time");
   uint64_t words[kSackBits / 64] = {};
-  for (uint32_t i = 0; i < kSackBits; ++i) {
-    const uint32_t psn = PsnAdd(ack, 1 + i);
-    // (Only what arrived past ePSN: PSNs below it but past a READ still
-    // queued may be that READ's own responses, which the requester must
-    // not take for arrived.)
-    if (!PsnLess(psn, resp_.epsn) && SrReceived(psn)) words[i / 64] |= uint64_t{1} << (i % 64);
+  uint64_t held = 0;
+  for (uint32_t w = 0; w < kSackBits / 64; ++w) held |= words[w] = BitWord(resp_.sr_received, PsnAdd(ack, 1 + 64 * w));
+  // Only what arrived past ePSN: PSNs below it but past a READ still queued
+  // may be that READ's own responses, which the requester must not take for
+  // arrived (their places in the ring may hold PSNs a window ahead).
+  const int32_t below = PsnDiff(resp_.epsn, PsnAdd(ack, 1));
+  for (int32_t i = 0; held != 0 && i < below && i < static_cast<int32_t>(kSackBits); ++i) {
+    words[i / 64] &= ~(uint64_t{1} << (i % 64));
   }
-  const bool any = (words[0] | words[1]) != 0;
+  bool any = false;
+  for (uint64_t w : words) any |= w != 0;
   uint8_t* ext;
   const uint32_t bth_off = WriteHeaders(frame, 0, PsnAdd(ack, -1), false, false, &ext);
   BthWriter bth(frame + bth_off);

@@ -7,6 +7,8 @@
 
 namespace droce::wire {
 
+static_assert(kSackEthBytes == 4 + kSackBits / 8, "the SACKETH is the base PSN word and the bitmap");
+
 PacketFields DecodeFields(const uint8_t* frame, const ParsedPacket& p) {
   PacketFields f;
   RouteFields& r = f.route;

@@ -301,10 +301,13 @@ class SrEthT : public RethT<B> {  // its first 16 bytes are a RETH's (VA, R_Key,
 
 // droce selective repeat: the SACK's extended header, after its AETH. The
 // first PSN the responder still misses (its expected PSN; the BTH PSN is the
-// one before it, the cumulative acknowledgement) and which of the 128 PSNs
+// one before it, the cumulative acknowledgement) and which of the 1024 PSNs
 // after it arrived: bit b of 64-bit word w (big endian, LSB = bit 0) stands
-// for PSN base + 1 + 64w + b.
-inline constexpr uint32_t kSackBits = 128;
+// for PSN base + 1 + 64w + b. 1024 covers the responder's whole window
+// (transport's kSrWindow): with 128 bits, packets sent more than 128 past a
+// hole could not be SACKed while it was repaired and held the in-flight cap
+// (doc/loss-experiment.md, round 8).
+inline constexpr uint32_t kSackBits = 1024;
 template <typename B>
 class SackEthT : public HeaderView<B> {
   using HeaderView<B>::p_;
@@ -318,6 +321,12 @@ class SackEthT : public HeaderView<B> {
   }
   void set_base_psn(uint32_t v) requires HeaderView<B>::kWritable { StoreBe32(p_, v & 0xFFFFFF); }
   void set_word(uint32_t w, uint64_t v) requires HeaderView<B>::kWritable { StoreBe64(p_ + 4 + 8 * w, v); }
+  bool any() const {  // some PSN past the first missing one arrived
+    for (uint32_t w = 0; w < kSackBits / 64; ++w) {
+      if (word(w) != 0) return true;
+    }
+    return false;
+  }
 };
 
 using EthView = EthT<const uint8_t>;

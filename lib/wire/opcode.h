@@ -116,7 +116,9 @@ inline constexpr uint32_t kIethBytes = 4;
 inline constexpr uint32_t kCnpPadBytes = 16;
 inline constexpr uint32_t kIcrcBytes = 4;
 inline constexpr uint32_t kSrEthBytes = 24;
-inline constexpr uint32_t kSackEthBytes = 20;
+// The first missing PSN (a 32-bit word) and a 1024-bit bitmap (headers.h,
+// kSackBits; it was 128 bits before round 8 of the loss experiment).
+inline constexpr uint32_t kSackEthBytes = 4 + 1024 / 8;
 
 struct OpcodeInfo {
   const char* name;  // nullptr: not a valid opcode

@@ -130,8 +130,10 @@ inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - 
 // locked instruction: doc/bench-study.md finding 4). A deferred doorbell
 // leaves with the batch's last post, at the program's next poll round
 // (poll_cq, an event wait) or at the progress thread's next round.
-//   - Only a post that follows the previous one within kBurstGapNs defers:
-//     the first post after a pause (every post of a latency test) goes now.
+//   - Only a post that follows the previous one within kBurstGapNs, with no
+//     poll_cq in between, defers: the first post after a pause or a poll —
+//     every post of a ping-pong, whose programs poll or wait between posts
+//     (ib_write_lat's posts came 1.4 us apart on the test VM) — goes now.
 //   - Only a small post (one WR of at most kSmallBytes): a large message
 //     fills bursts on its own.
 //   - Only while the program polled within kPollWindowNs: a program that
@@ -139,7 +141,7 @@ inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - 
 //     memory leaves its tail to the progress thread.
 class DoorbellBatcher {
  public:
-  static constexpr uint64_t kBurstGapNs = 2'000;
+  static constexpr uint64_t kBurstGapNs = 1'000;
   static constexpr uint64_t kPollWindowNs = 1'000'000;
   static constexpr uint32_t kSmallBytes = 1024;
 
@@ -148,7 +150,8 @@ class DoorbellBatcher {
   // last_poll_ns: the program's last poll_cq). True: defer it; false:
   // transmit now (with whatever was deferred).
   bool Defer(uint64_t now_ns, bool small, uint64_t last_poll_ns) {
-    const bool burst = last_post_ns_ != 0 && NsSince(now_ns, last_post_ns_) <= kBurstGapNs;
+    const bool burst = last_post_ns_ != 0 && NsSince(now_ns, last_post_ns_) <= kBurstGapNs &&
+                       last_poll_ns <= last_post_ns_;
     last_post_ns_ = now_ns;
     if (batch_ > 1 && small && burst && last_poll_ns != 0 && NsSince(now_ns, last_poll_ns) <= kPollWindowNs &&
         deferred_ + 1 < batch_) {

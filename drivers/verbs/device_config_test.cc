@@ -215,9 +215,6 @@ TEST(DeviceFile, FabricLid) {
 namespace droce::verbs {
 namespace {
 
-// The progress thread's look-backs while a program keeps polling: the
-// first app_active_us after its last poll, then doubling to the maximum;
-// one that found the program quiet starts over (doc/verbs.md).
 // Doorbell batching: only small posts in a burst of a polling program wait,
 // and never more than batch - 1 in a row.
 TEST(DoorbellBatcher, DefersOnlySmallPostsInABurstOfAPollingProgram) {
@@ -244,14 +241,19 @@ TEST(DoorbellBatcher, DefersOnlySmallPostsInABurstOfAPollingProgram) {
   EXPECT_TRUE(b.Defer(t, true, polled));
   b.Flushed();  // a poll round sent it
   EXPECT_EQ(b.deferred(), 0u);
-  t += 3 * us;
-  EXPECT_FALSE(b.Defer(t, true, polled));  // after a pause: at once (a latency test's every post)
+  t += 1 * us + 1;
+  EXPECT_FALSE(b.Defer(t, true, polled));  // after a pause: at once
+  t += 500;
+  EXPECT_FALSE(b.Defer(t, true, t - 100));  // a poll since the last post (a ping-pong's every post): at once
+  t += 500;
+  EXPECT_TRUE(b.Defer(t, true, t - 600));
   t += 1 * us;
   EXPECT_FALSE(b.Defer(t, true, 0));  // a program that never polled its CQ
   t += 1 * us;
   EXPECT_FALSE(b.Defer(t, true, t - 2 * DoorbellBatcher::kPollWindowNs));  // nor lately
   t += 1 * us;
   EXPECT_TRUE(b.Defer(t, true, t - 10 * us));
+  EXPECT_EQ(b.deferred(), 1u);  // the two refused in between started the count again
 }
 
 TEST(DoorbellBatcher, BatchOfOneNeverDefers) {
@@ -259,6 +261,9 @@ TEST(DoorbellBatcher, BatchOfOneNeverDefers) {
   for (uint64_t t = 1'000'000; t < 1'100'000; t += 500) EXPECT_FALSE(b.Defer(t, true, t - 1000));
 }
 
+// The progress thread's look-backs while a program keeps polling: the
+// first app_active_us after its last poll, then doubling to the maximum;
+// one that found the program quiet starts over (doc/verbs.md).
 TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) {
   LookBackPacer p(20, 200);
   uint64_t now = 1'000'000;

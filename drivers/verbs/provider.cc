@@ -82,10 +82,13 @@ struct DroceAh {
 
 // ECE (Enhanced Connection Establishment, IBA comment #9434): the vendor id
 // and option bits the CM carries in REQ/REP so two droce ends can agree on
-// options (doc/cm.md). Bit 0x1: selective repeat (doc/transport.md
-// "Selective repeat"), offered by every RC QP; another vendor's ECE is
-// refused, so toward rxe or ConnectX a QP stays IBTA go-back-N.
-constexpr uint32_t kDroceEceSelectiveRepeat = 0x1;
+// options (doc/cm.md). Bit 0x2: selective repeat with the 1024-PSN SACK
+// (doc/transport.md "Selective repeat"), offered by every RC QP; another
+// vendor's ECE is refused, so toward rxe or ConnectX a QP stays IBTA
+// go-back-N. Bit 0x1 was selective repeat with the 128-PSN SACK (builds
+// before 2026-11-28): no longer offered, so such a peer and this one agree
+// on nothing and stay go-back-N rather than drop each other's SACKs.
+constexpr uint32_t kDroceEceSelectiveRepeat = 0x2;
 constexpr uint32_t kDroceEceOptions = kDroceEceSelectiveRepeat;
 
 struct DroceQp {

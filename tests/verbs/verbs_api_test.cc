@@ -326,11 +326,12 @@ TEST_F(VerbsApi, BadArgumentsGetTheErrnoVerbsCallersExpect) {
 }
 
 // ECE (doc/cm.md): every RC QP offers droce's selective-repeat bit
-// (0x1); set_ece with the peer's options keeps what both offered, the way
-// librdmacm calls it on each side before RTR; another vendor's is refused.
+// (0x2); set_ece with the peer's options keeps what both offered, the way
+// librdmacm calls it on each side before RTR; another vendor's is refused,
+// and an older droce offering only the retired 0x1 agrees on nothing.
 // Two QPs that agreed use selective repeat and move every kind of WR.
 TEST_F(VerbsApi, EceGivesSelectiveRepeatOnlyWhenBothOfferIt) {
-  constexpr uint32_t kVendor = 0x64726f, kSelectiveRepeat = 0x1;
+  constexpr uint32_t kVendor = 0x64726f, kSelectiveRepeat = 0x2;
   ibv_qp* a = NewQp();
   ibv_qp* b = NewQp();
   ibv_qp* c = NewQp();
@@ -356,6 +357,10 @@ TEST_F(VerbsApi, EceGivesSelectiveRepeatOnlyWhenBothOfferIt) {
   ASSERT_EQ(ibv_set_ece(c, &again), 0);
   ASSERT_EQ(ibv_query_ece(c, &ec), 0);
   EXPECT_EQ(ec.options & kSelectiveRepeat, 0u);
+  ibv_ece older{kVendor, 0x1, 0};  // a droce from before the 1024-PSN SACK
+  ASSERT_EQ(ibv_set_ece(c, &older), 0);
+  ASSERT_EQ(ibv_query_ece(c, &ec), 0);
+  EXPECT_EQ(ec.options, 0u);
   ibv_ece other{0x02c9, kSelectiveRepeat, 0};  // Mellanox's vendor id
   EXPECT_EQ(ibv_set_ece(c, &other), EINVAL);
   // a and b agreed: connected, they move SENDs, WRITEs, READs and atomics.
@@ -1421,10 +1426,10 @@ TEST_F(VerbsApi, EceVendorIdAndOptions) {
   ibv_ece ece{};
   ASSERT_EQ(ibv_query_ece(q, &ece), 0);
   EXPECT_EQ(ece.vendor_id, 0x64726fu);  // the device's vendor_id
-  EXPECT_EQ(ece.options, 0x1u);  // selective repeat, the one option droce defines
+  EXPECT_EQ(ece.options, 0x2u);  // selective repeat (1024-PSN SACK), the one option droce defines
   ibv_ece asked{0x64726f, 0xffffffff, 0};
   ASSERT_EQ(ibv_set_ece(q, &asked), 0);
-  EXPECT_EQ(asked.options, 0x1u);  // options droce does not define are reduced away
+  EXPECT_EQ(asked.options, 0x2u);  // options droce does not define are reduced away
   ibv_ece other{0x02c9, 1, 0};   // another vendor's
   EXPECT_EQ(ibv_set_ece(q, &other), EINVAL);
   ibv_ece mask{0x64726f, 0, 1};

@@ -690,25 +690,28 @@ void RcQp::SrCountRtt(uint64_t rtt_ns) {
   ++counters_.sr_rtt_hist[SrRttBucket(rtt_ns)];
 }
 
+namespace {
+// Adds the spans during which `on` held to *total_ns (*since_ns: when the
+// current one began, 0 while it does not hold).
+void TimeSpan(bool on, uint64_t now, uint64_t* since_ns, uint64_t* total_ns) {
+  if (on) {
+    if (*since_ns == 0) *since_ns = now;
+  } else if (*since_ns != 0) {
+    *total_ns += now - *since_ns;
+    *since_ns = 0;
+  }
+}
+}  // namespace
+
 // The time new packets wait at the in-flight cap (sr_window_full_ns).
 void RcQp::SrNoteCap(bool full, uint64_t now) {
-  if (full) {
-    if (req_.sr_cap_since_ns == 0) req_.sr_cap_since_ns = now;
-  } else if (req_.sr_cap_since_ns != 0) {
-    counters_.sr_window_full_ns += now - req_.sr_cap_since_ns;
-    req_.sr_cap_since_ns = 0;
-  }
+  TimeSpan(full, now, &req_.sr_cap_since_ns, &counters_.sr_window_full_ns);
 }
 
 // The time everything posted had been sent and waited for acknowledgement
 // (sr_sq_drained_ns): the program's window, not the transport, held the sender.
 void RcQp::SrNoteDrained(bool drained, uint64_t now) {
-  if (drained) {
-    if (req_.sr_drained_since_ns == 0) req_.sr_drained_since_ns = now;
-  } else if (req_.sr_drained_since_ns != 0) {
-    counters_.sr_sq_drained_ns += now - req_.sr_drained_since_ns;
-    req_.sr_drained_since_ns = 0;
-  }
+  TimeSpan(drained, now, &req_.sr_drained_since_ns, &counters_.sr_sq_drained_ns);
 }
 
 // RACK (time/order based, as TCP's RFC 8985 without its reordering window):

@@ -161,6 +161,11 @@ class DoorbellBatcher {
     deferred_ = 0;
     return false;
   }
+  // A post whose doorbell transmitted returned at now_ns: the gap to the
+  // next post is the program's time between calls, not this transmit's
+  // (a batch's last post sends 16 frames; counted from its start, the next
+  // post could look like the end of a burst and go alone).
+  void PostEnded(uint64_t now_ns) { last_post_ns_ = now_ns; }
   // A poll round or a flush transmitted what was deferred.
   void Flushed() { deferred_ = 0; }
   uint32_t deferred() const { return deferred_; }

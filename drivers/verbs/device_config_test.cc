@@ -256,6 +256,18 @@ TEST(DoorbellBatcher, DefersOnlySmallPostsInABurstOfAPollingProgram) {
   EXPECT_EQ(b.deferred(), 1u);  // the two refused in between started the count again
 }
 
+// The gap counts from where the previous post returned: a batch's last
+// post, which transmits, may take longer than the gap itself.
+TEST(DoorbellBatcher, TheGapCountsFromTheEndOfATransmittingPost) {
+  DoorbellBatcher b(4);
+  uint64_t t = 10'000'000;
+  const uint64_t polled = t - 5'000;
+  EXPECT_FALSE(b.Defer(t, true, polled));
+  b.PostEnded(t + 3'000);  // its transmit took 3 us
+  t += 3'500;
+  EXPECT_TRUE(b.Defer(t, true, polled));  // 0.5 us after it returned
+}
+
 TEST(DoorbellBatcher, BatchOfOneNeverDefers) {
   DoorbellBatcher b(1);
   for (uint64_t t = 1'000'000; t < 1'100'000; t += 500) EXPECT_FALSE(b.Defer(t, true, t - 1000));

@@ -345,6 +345,7 @@ uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
   }
   const uint32_t work = dev_->Doorbell(qpn, now_ns);
   if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
+  if (file_.doorbell_batch > 1) batcher_.PostEnded(NowNs());
   return work;
 }
 

@@ -640,10 +640,18 @@ void Device::DeferDoorbell(uint32_t qpn) {
   if (qp(qpn) == nullptr || io_ == nullptr) return;
   Activate(qpn);
   ++counters_.tx_doorbells_deferred;
+  AddDeferred(qpn);
+}
+
+// Puts qpn on the deferred-doorbell list once; false when the list is full
+// (the QP is still on the active list: the next Poll sends it).
+bool Device::AddDeferred(uint32_t qpn) {
   for (size_t i = 0; i < n_deferred_; ++i) {
-    if (deferred_[i] == qpn) return;
+    if (deferred_[i] == qpn) return true;
   }
-  if (n_deferred_ < deferred_.size()) deferred_[n_deferred_++] = qpn;
+  if (n_deferred_ == deferred_.size()) return false;
+  deferred_[n_deferred_++] = qpn;
+  return true;
 }
 
 uint32_t Device::FlushDeferredDoorbells(uint64_t now_ns) {
@@ -820,12 +828,11 @@ uint32_t Device::Poll(uint64_t now_ns, bool hold_acks) {
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
     if (hold_acks && slot.ack_held_round + 1 != poll_round_ && q->OnlyAnAckToSend(now_ns) &&
-        n_deferred_ < deferred_.size()) {
+        AddDeferred(qpn_base_ + index)) {
       // The program is about to see what this ACK acknowledges; if it
       // answers (a SEND for a SEND, as ibv_rc_pingpong), both leave in one
       // burst and the peer takes them in one receive.
       slot.ack_held_round = poll_round_;
-      deferred_[n_deferred_++] = qpn_base_ + index;
       ++counters_.tx_acks_held;
     } else if (!port_full) {
       work += GatherQp(*q, now_ns, &pending, &port_full);

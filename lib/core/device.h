@@ -477,6 +477,7 @@ class Device {
   std::array<uint32_t, kMaxDeferredDoorbells> deferred_{};
   size_t n_deferred_ = 0;
   uint64_t poll_round_ = 1;  // Poll rounds run, from 1 (hold_acks holds an ACK one round at most; 0: never held)
+  bool AddDeferred(uint32_t qpn);
   uint32_t GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full);
   uint32_t FlushTxBacklog();
   uint32_t GatherQp(transport::RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "drivers/ethdev/prefault.h"
 #include "wire/steer.h"
 
 namespace droce::ethdev {
@@ -135,6 +136,7 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return refuse("memfd not sealed");
   void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, owned[0], 0);
   if (map == MAP_FAILED) return refuse(absl::StrFormat("mmap: %s", std::strerror(errno)));
+  (void)PrefaultForWrite(map, bytes);  // page tables now, not a fault per page on the first pass
   close(owned[0]);  // the mapping keeps the memory
   owned[0] = -1;
   Path p;

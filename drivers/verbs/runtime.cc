@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/memif_listener.h"
+#include "drivers/ethdev/prefault.h"
 #include "drivers/verbs/abi.h"
 #include "drivers/verbs/fabric.h"
 #include "drivers/verbs/tsc_clock.h"
@@ -186,6 +187,7 @@ absl::Status Runtime::Start() {
     // the device in other processes are reached only through it.
     link_up_ = port_->WaitLinkUp(static_cast<int>(file_.link_wait_ms));
   }
+  if (link_up_) PrefaultWire();
   if (file_.progress.wakeup) {
     std::string why_not;
     wakeup_ = ethdev::RxWakeup::For(port_->port_id(), &why_not);
@@ -391,6 +393,14 @@ void Runtime::DeliverEvents() {
   }
 }
 
+// The memif regions are mapped once the link is up: their page tables are
+// filled now, not one fault per page on the first pass over the rings
+// (ethdev/prefault.h).
+void Runtime::PrefaultWire() {
+  if (file_.vdev.rfind("net_memif", 0) != 0) return;
+  wire_prefaulted_bytes_ = ethdev::PrefaultSharedMappings(ethdev::kMemifRegionName);
+}
+
 // Refreshes the link state. A memif client whose link is down restarts its
 // port every 100 ms if its connection attempt failed (its server may have
 // started after it) or the link dropped; one whose attempt is still in its
@@ -400,8 +410,9 @@ void Runtime::DeliverEvents() {
 void Runtime::CheckLink(uint64_t now_ns) {
   if (file_.fabric && !CheckFabric(now_ns)) return;
   const bool up = port_->RefreshLink();
-  link_up_.store(up, std::memory_order_relaxed);
+  const bool was_up = link_up_.exchange(up, std::memory_order_relaxed);
   next_link_check_ns_ = now_ns + 1'000'000;
+  if (up && !was_up) PrefaultWire();  // a (re)connection maps the regions afresh
   if (up) {
     attempt_ns_ = 0;  // connected: a later drop restarts at once
     return;
@@ -439,6 +450,7 @@ bool Runtime::CheckFabric(uint64_t now_ns) {
     const bool up = port_->RefreshLink();
     link_up_.store(up, std::memory_order_relaxed);
     if (!up) return false;
+    PrefaultWire();
     fabric_link_ = FabricLink::kAttached;
     fabric_lost_.store(false, std::memory_order_relaxed);
     SendPortEvent(IBV_EVENT_PORT_ACTIVE);

@@ -349,6 +349,10 @@ class Runtime {
   std::atomic<int> armed_channels_{0};
   std::atomic<uint64_t> last_app_poll_ns_{0};
   std::atomic<uint64_t> app_max_gap_ns_{0};  // see NoteAppPoll
+  // Fills the page tables of the wire's shared memory when the link comes
+  // up (ethdev/prefault.h). Caller holds mu (or is Start).
+  void PrefaultWire();
+  size_t wire_prefaulted_bytes_ = 0;  // DROCE_STATS
   std::atomic<uint64_t> last_app_call_ns_{0}, app_covered_ns_{0};  // see NoteAppCall
   std::atomic<long> app_tid_{0};  // the program thread that called last (NoteAppCall)
   int wire_armers_ = 0;  // under mu

@@ -115,19 +115,6 @@ class LookBackPacer {
   uint32_t streak_ = 0;  // look-backs in a row that found the program polling
 };
 
-// The stand-aside's next spacing when a polling program pushes the
-// progress thread's deadline on (Runtime::NoteAppPoll): doubled, between
-// app_active_us and app_active_max_us (fixed when the maximum is not above
-// it, as LookBackPacer's look-backs are). A program that polls without a
-// break then re-arms the thread's timer about once per half spacing and the
-// thread does not wake while it polls; one that stops is looked after at
-// most one spacing after its last poll.
-inline uint64_t NextAsideSpacing(uint64_t spacing_ns, uint64_t active_ns, uint64_t max_ns) {
-  if (max_ns <= active_ns) return active_ns;
-  const uint64_t doubled = spacing_ns * 2;
-  return doubled < active_ns ? active_ns : doubled > max_ns ? max_ns : doubled;
-}
-
 // Time from `t` to `now`; 0 for a stamp a program thread made after the
 // progress thread read its clock (an unsigned now - t would wrap and read
 // as long ago).

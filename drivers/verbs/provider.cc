@@ -1612,12 +1612,10 @@ extern "C" __attribute__((visibility("default"))) int droce_wait_comp_channel(ib
 // Returns 0, or EINVAL for a context without a dataplane yet.
 extern "C" __attribute__((visibility("default"))) int droce_progress_counters(ibv_context* context,
                                                                               uint64_t* stand_asides,
-                                                                              uint64_t* pm_qos_holds,
-                                                                              uint64_t* aside_pushes) {
+                                                                              uint64_t* pm_qos_holds) {
   droce::verbs::Runtime* rt = context != nullptr ? droce::verbs::Rt(context) : nullptr;
   if (rt == nullptr) return EINVAL;
   *stand_asides = rt->stats().progress_stand_asides.load(std::memory_order_relaxed);
   *pm_qos_holds = rt->stats().pm_qos_holds.load(std::memory_order_relaxed);
-  *aside_pushes = rt->stats().progress_aside_pushes.load(std::memory_order_relaxed);
   return 0;
 }

@@ -8,7 +8,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -203,8 +202,6 @@ absl::Status Runtime::Start() {
   // handlers run in the program's threads (a blocked waiter in
   // WaitForChannel finds a process-directed signal pending and returns
   // EINTR, as its read() would).
-  // The stand-aside timer (SleepAside); without it the thread naps.
-  aside_timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
   sigset_t all, old_mask;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old_mask);
@@ -215,13 +212,7 @@ absl::Status Runtime::Start() {
 
 void Runtime::Stop() {
   stop_ = true;
-  if (aside_timer_fd_ >= 0) {  // a thread standing aside wakes now
-    const itimerspec now_it{{0, 0}, {0, 1}};
-    (void)timerfd_settime(aside_timer_fd_, 0, &now_it, nullptr);
-  }
   if (progress_.joinable()) progress_.join();
-  if (aside_timer_fd_ >= 0) close(aside_timer_fd_);
-  aside_timer_fd_ = -1;
   {
     std::lock_guard<DeviceMutex> lock(mu);
     // Let what is queued leave (e.g. a final ACK) before the port goes.
@@ -273,13 +264,13 @@ void Runtime::PrintStats() {
   }
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
-               "%lu, fabric losses %lu re-attaches %lu, wire prefaulted %zu KiB\n",
+               "%lu, fabric losses %lu re-attaches %lu\n",
                file_.name.c_str(), port_->LinkUp() ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
                p.rx_multi_segment, p.unmap_faults, dev_->loopback_counters().looped, fabric_losses_,
-               fabric_reattaches_, wire_prefaulted_bytes_ / 1024);
+               fabric_reattaches_);
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
-               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu, program not running %lu%s), stood aside %lu (pushed on by the program %lu), pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
+               "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu, program not running %lu%s), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
                "slept %lu (woken by arrival %lu)\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
@@ -288,7 +279,7 @@ void Runtime::PrintStats() {
                stats_.progress_fifo_yields.load(), stats_.progress_auto_to_fifo.load(),
                stats_.progress_auto_to_other.load(), stats_.progress_auto_not_running.load(),
                stats_.progress_auto_refused.load() != 0 ? " (SCHED_FIFO refused)" : "",
-               stats_.progress_stand_asides.load(), stats_.progress_aside_pushes.load(), stats_.pm_qos_holds.load(),
+               stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
@@ -950,13 +941,10 @@ void Runtime::ProgressLoop() {
       // auto: a reading of the program's CPU time before the nap, so that
       // the next promotion sees whether it ran after its last call.
       if (auto_sched && !auto_refused && !auto_policy.driving() && !auto_policy.dense()) (void)read_program_cpu();
-      uint64_t wake_ns = pacer.StandAside(now, last_app, app_max_gap_ns_.exchange(0, std::memory_order_relaxed));
-      if (fifo) wake_ns = std::max(wake_ns, now + uint64_t{kFifoMinSleepUs} * 1000);
+      const uint64_t wake_ns =
+          pacer.StandAside(now, last_app, app_max_gap_ns_.exchange(0, std::memory_order_relaxed));
       stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
-      // On the timer a polling program pushes on: no wake-up while it polls.
-      if (!SleepAside(now, wake_ns, std::max(wake_ns - now, uint64_t{pc.app_active_us} * 1000))) {
-        nap(static_cast<uint32_t>((wake_ns - now) / 1000));
-      }
+      nap(static_cast<uint32_t>((wake_ns - now) / 1000));
       busy_since = NowNs();
       continue;
     }
@@ -1023,51 +1011,6 @@ void Runtime::ProgressLoop() {
     }
   }
   ReleasePmQos();
-}
-
-namespace {
-itimerspec RelativeTimer(uint64_t ns) {
-  ns = std::max<uint64_t>(ns, 1);
-  return itimerspec{{0, 0}, {static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)}};
-}
-}  // namespace
-
-// A program thread polled with less than half a spacing left before the
-// progress thread's stand-aside ends: the deadline moves one (doubled)
-// spacing past this poll. The compare-exchange lets one of several polling
-// threads re-arm, and fails if the thread woke meanwhile (it then decides
-// for itself). Rare: about once per half spacing of continuous polling.
-void Runtime::PushAsideDeadline(uint64_t now_ns, uint64_t deadline_ns) {
-  const ProgressConfig& pc = file_.progress;
-  const uint64_t spacing = NextAsideSpacing(aside_spacing_ns_.load(std::memory_order_relaxed),
-                                            uint64_t{pc.app_active_us} * 1000, uint64_t{pc.app_active_max_us} * 1000);
-  if (!aside_deadline_ns_.compare_exchange_strong(deadline_ns, now_ns + spacing, std::memory_order_relaxed)) return;
-  aside_spacing_ns_.store(spacing, std::memory_order_relaxed);
-  const itimerspec it = RelativeTimer(spacing);
-  (void)timerfd_settime(aside_timer_fd_, 0, &it, nullptr);
-  stats_.progress_aside_pushes.fetch_add(1, std::memory_order_relaxed);
-}
-
-// The timer is armed before the deadline is published, so a program's push
-// (which needs the deadline) always re-arms after it. A push that won just
-// as the timer fired may leave the timer up to one spacing later than the
-// next stand-aside's deadline (the thread then wakes that much later): every
-// arming sets it at most app_active_max_us ahead.
-bool Runtime::SleepAside(uint64_t now_ns, uint64_t wake_ns, uint64_t spacing_ns) {
-  if (aside_timer_fd_ < 0) return false;
-  const itimerspec it = RelativeTimer(wake_ns > now_ns ? wake_ns - now_ns : 1);
-  if (timerfd_settime(aside_timer_fd_, 0, &it, nullptr) != 0) return false;
-  aside_spacing_ns_.store(spacing_ns, std::memory_order_relaxed);
-  aside_deadline_ns_.store(wake_ns, std::memory_order_relaxed);
-  pollfd p{aside_timer_fd_, POLLIN, 0};
-  // Whoever armed the timer last set it at most one spacing ahead; the
-  // bound is a safety net only (one wake-up per 100 ms while polling).
-  const timespec bound{0, 100'000'000};
-  (void)ppoll(&p, 1, &bound, nullptr);
-  aside_deadline_ns_.store(0, std::memory_order_relaxed);
-  uint64_t ticks;
-  (void)!read(aside_timer_fd_, &ticks, sizeof ticks);  // non-blocking: clears an expiry
-  return true;
 }
 
 // progress_pm_qos_us (doc/verbs.md): a PM QoS CPU latency request lives as

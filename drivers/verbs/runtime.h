@@ -129,13 +129,6 @@ class Runtime {
     const uint64_t gap = now_ns > prev ? now_ns - prev : 0;
     if (gap > app_max_gap_ns_.load(std::memory_order_relaxed)) app_max_gap_ns_.store(gap, std::memory_order_relaxed);
     last_app_poll_ns_.store(now_ns, std::memory_order_relaxed);
-    // The progress thread stands aside until aside_deadline_ns_; a program
-    // that keeps polling pushes that deadline on before it comes, so the
-    // thread does not wake (and preempt a polling program) while it polls.
-    const uint64_t aside = aside_deadline_ns_.load(std::memory_order_relaxed);
-    if (aside != 0 && aside < now_ns + aside_spacing_ns_.load(std::memory_order_relaxed) / 2) {
-      PushAsideDeadline(now_ns, aside);
-    }
     if (file_.progress.sched_auto) NoteAppCall(now_ns);
     if (fifo_armed_.load(std::memory_order_relaxed) && fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
       DemoteProgressThread();
@@ -224,10 +217,7 @@ class Runtime {
         progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0},
         // auto: promotions withheld because the program, though quiet, was
         // not running (preempted or blocked: AutoSchedPolicy::NoteProgramCpu)
-        progress_auto_not_running{0},
-        // stand-aside deadlines the program pushed on while it polled
-        // (PushAsideDeadline: one timerfd_settime each)
-        progress_aside_pushes{0};
+        progress_auto_not_running{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -359,22 +349,10 @@ class Runtime {
   std::atomic<int> armed_channels_{0};
   std::atomic<uint64_t> last_app_poll_ns_{0};
   std::atomic<uint64_t> app_max_gap_ns_{0};  // see NoteAppPoll
-  // The progress thread's stand-aside: it sleeps on aside_timer_fd_ until
-  // aside_deadline_ns_ (0: not standing aside); a polling program that
-  // finds less than half of aside_spacing_ns_ left moves the deadline one
-  // (doubled, NextAsideSpacing) spacing past its poll and re-arms the timer.
-  int aside_timer_fd_ = -1;
-  std::atomic<uint64_t> aside_deadline_ns_{0}, aside_spacing_ns_{0};
-  void PushAsideDeadline(uint64_t now_ns, uint64_t deadline_ns);
   // Fills the page tables of the wire's shared memory when the link comes
   // up (ethdev/prefault.h). Caller holds mu (or is Start).
   void PrefaultWire();
   size_t wire_prefaulted_bytes_ = 0;  // DROCE_STATS
-
-  // The progress thread: arms the timer for wake_ns and sleeps until it
-  // fires (or the program pushed it past and it fires later); false when
-  // there is no timer (timerfd refused: the caller naps instead).
-  bool SleepAside(uint64_t now_ns, uint64_t wake_ns, uint64_t spacing_ns);
   std::atomic<uint64_t> last_app_call_ns_{0}, app_covered_ns_{0};  // see NoteAppCall
   std::atomic<long> app_tid_{0};  // the program thread that called last (NoteAppCall)
   int wire_armers_ = 0;  // under mu

@@ -53,6 +53,7 @@
 #include "apps/droced/uplink_spec.h"
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/prefault.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/ethdev/unmap_guard.h"
 #include "pktio/burst_io.h"
@@ -584,6 +585,12 @@ class Daemon {
         wakeup_memif_[i] = p.memif_id;
       }
       const int fd = wakeups_[i] != nullptr ? wakeups_[i]->Arm() : -1;
+      if (fd >= 0 && prefaulted_memif_[i] != p.memif_id) {
+        // Connected: its memif region is mapped. Page tables now, not a
+        // fault per page on the first pass (ethdev/prefault.h).
+        (void)ethdev::PrefaultSharedMappings(ethdev::kMemifRegionName);
+        prefaulted_memif_[i] = p.memif_id;
+      }
       if (fd < 0) {
         all = false;
         break;
@@ -1065,6 +1072,7 @@ class Daemon {
   int dirty_[kMaxPorts * kBurst];
   std::unique_ptr<ethdev::RxWakeup> wakeups_[kMaxPorts];  // per port index, for memif wakeup_memif_[i]
   uint32_t wakeup_memif_[kMaxPorts] = {};
+  uint32_t prefaulted_memif_[kMaxPorts] = {};  // the memif whose region was prefaulted, per port index
   uint32_t armed_[kMaxPorts] = {};
   int wake_fds_[kMaxPorts] = {};
   uint32_t nwake_ = 0;

@@ -101,15 +101,18 @@ check "progress_nice=-3: the progress thread runs at it" server_stats_match "pro
   LINK_SET=progress_nice=-3 "$pair" "DROCE_DEBUG=1 ib_read_lat -p $vp -d droce0 -x 1 -n 300" \
   "ib_read_lat -p $vp -d droce1 -x 1 -n 300 127.0.0.1"
 check "ib_read_lat" "$pair" "ib_read_lat -p $vp -d droce0 -x 1 -n 1000" "ib_read_lat -p $vp -d droce1 -x 1 -n 1000 127.0.0.1"
-# ib_read_lat's server never polls: its progress thread serves every READ.
-# It must be woken by the arrivals (memif interrupt mode), not only by timers.
-# With the default spins and hot phase it rarely sleeps armed while a READ
-# is on its way (1-2 arrival wake-ups in 300, sometimes 0: the check was
-# flaky); with neither, every wait is armed and each READ must wake it
-# (299 of 300 measured; a broken wake-up leaves 0-2 and ms latencies).
+# A READ server never polls: its progress thread serves every READ. It must
+# be woken by the arrivals (memif interrupt mode), not only by timers. With
+# neither spins nor a hot phase every wait is armed; READs paced 500 us
+# apart (perftest's software rate limiter) each find it asleep and must wake
+# it (291-300 of 300 measured; a broken wake-up leaves 0-2). ib_read_lat
+# back to back (this check before session 13) only met that while the wire's
+# page faults slowed every READ to ~20 us: with the rings prefaulted
+# (ethdev/prefault.h) the next READ comes before the thread sleeps.
+rl="--rate_limit=2000 --rate_units=p --rate_limit_type=SW --burst_size=1 -s 64 -n 300"
 check "progress thread woken by arrival (memif)" server_stats_match "woken by arrival [1-9][0-9][0-9]+, memif interrupt" \
   LINK_SET="progress_hot_us=0 progress_spins=0" "$pair" \
-  "DROCE_STATS=1 ib_read_lat -p $vp -d droce0 -x 1 -n 300" "ib_read_lat -p $vp -d droce1 -x 1 -n 300 127.0.0.1"
+  "DROCE_STATS=1 ib_read_bw -p $vp -d droce0 -x 1 $rl" "ib_read_bw -p $vp -d droce1 -x 1 $rl 127.0.0.1"
 check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -p $vp -d droce0 -x 2 -D 1" "ib_write_bw -p $vp -d droce1 -x 2 -D 1 127.0.0.1"
 check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 2 -n 200 127.0.0.1"
 # UD (issue 15): address handles resolved over the wire (ARP; ND for IPv6).

@@ -669,7 +669,13 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
 // 128-bit bitmap the packets sent more than 128 past the hole could not be
 // SACKed meanwhile, kept their places in the cap and stopped the sender for
 // most of each repair (2 % lost: 1.47x the loss-free time; 1.04x after;
-// doc/loss-experiment.md "Round 8").
+// doc/loss-experiment.md "Round 8"). Since round 9 the responder reports
+// packets behind a known hole only when asked (AckReq), so on this path,
+// which only the window limits, the packets sent after a batch's last
+// AckReq wait a round trip more for their SACK: 1.27x. Asking on the packet
+// that fills the window took it back to 1.09x but cost the fabric a tenth
+// of its loss-free goodput and most of round 9's gain at 1 % (every batch
+// answered twice once off the AckReq spacing): not kept.
 TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
   uint64_t took[2] = {};
   for (int lossy = 0; lossy < 2; ++lossy) {
@@ -691,7 +697,7 @@ TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
     }
     EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 48 * 65536), 0);
   }
-  EXPECT_LT(took[1], took[0] * 110 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
+  EXPECT_LT(took[1], took[0] * 130 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
 }
 
 // Round 9 (doc/loss-experiment.md): the responder SACKs a first hole at
@@ -716,10 +722,9 @@ TEST(SrSack, AFirstHoleIsSackedAtOnceAndThePacketsBehindItWhenAsked) {
 }
 
 // A stream with holes always open (48 x 64 KiB, 2 % lost, 100 us each way):
-// the responder answers what asks (AckReq every 64 packets, the packets
-// that fill the window, the retransmissions) and the first holes, 191
-// SACKs for 3 134 packets when written; before round 9 it sent a SACK per
-// packet placed ahead (2 962).
+// the responder answers what asks (AckReq every 64 packets, each message's
+// last, the retransmissions) and the first holes; before round 9 it sent a
+// SACK per packet placed ahead (106 against 2 962 when written).
 TEST(SrSack, AStreamWithHolesIsSackedWhenAskedNotPerPacket) {
   DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/100'000);
   Fill(pair.a().mem, 0, 48 * 65536, 5);

@@ -366,20 +366,9 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const bool signaled = (w.wr.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
   const bool ask_at_end = signaled || sr_ || retransmission ||
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
-  // Selective repeat: the packet that fills the window asks too when at
-  // least a quarter of the AckReq spacing went unasked before it. The
-  // responder reports what arrived only when asked (or for a first hole),
-  // and the sender waits for that report to go on: once a retransmission
-  // had shifted the send batches off the AckReq spacing, the packets after
-  // a batch's last AckReq waited a round trip more for theirs (64 KiB
-  // WRITEs, 100 us each way, 2 % loss: 1.27x the loss-free time). Not for
-  // a shorter tail: a place or two freed at a time would each be answered
-  // by a SACK of its own again.
-  const bool fills_window = sr_ && !retransmission && req_.packets_since_ack_req >= AckReqEvery() / 4 &&
-                            WindowRoom(PsnDiff(req_.psn_high, req_.psn_una)) == 0;
   const bool ack_req =
       reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= AckReqEvery() ||
-                     req_.sr_force_ack_req || fills_window || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
+                     req_.sr_force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   // F-RTO: which ACKs were asked for before a timeout (not by its own resend).

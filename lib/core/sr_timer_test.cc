@@ -669,7 +669,13 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
 // 128-bit bitmap the packets sent more than 128 past the hole could not be
 // SACKed meanwhile, kept their places in the cap and stopped the sender for
 // most of each repair (2 % lost: 1.47x the loss-free time; 1.04x after;
-// doc/loss-experiment.md "Round 8").
+// doc/loss-experiment.md "Round 8"). Since round 9 the responder reports
+// packets behind a known hole only when asked (AckReq), so on this path,
+// which only the window limits, the packets sent after a batch's last
+// AckReq wait a round trip more for their SACK: 1.27x. Asking on the packet
+// that fills the window took it back to 1.09x but cost the fabric a tenth
+// of its loss-free goodput and most of round 9's gain at 1 % (every batch
+// answered twice once off the AckReq spacing): not kept.
 TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
   uint64_t took[2] = {};
   for (int lossy = 0; lossy < 2; ++lossy) {
@@ -691,7 +697,51 @@ TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
     }
     EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 48 * 65536), 0);
   }
-  EXPECT_LT(took[1], took[0] * 110 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
+  EXPECT_LT(took[1], took[0] * 130 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
+}
+
+// Round 9 (doc/loss-experiment.md): the responder SACKs a first hole at
+// once and the packets placed behind it when asked (AckReq), not one SACK
+// per packet placed ahead. One 64 KiB WRITE (64 packets, AckReq on the
+// last) whose 10th packet is lost: a SACK for packet 11 (the first hole,
+// resent at once) and one for packet 64; before, one for each of the 54
+// packets placed ahead (each arrives in its own poll on this wire).
+TEST(SrSack, AFirstHoleIsSackedAtOnceAndThePacketsBehindItWhenAsked) {
+  DelayPair pair;
+  Fill(pair.a().mem, 0, 65536, 3);
+  uint32_t sent = 0;
+  pair.a_to_b().drop = [&](const uint8_t*, uint32_t) { return ++sent == 10; };
+  ASSERT_TRUE(pair.Writes(1));
+  const transport::QpCounters& b = pair.b().dev->qp(pair.b().qpn)->counters();
+  EXPECT_EQ(b.sr_out_of_order_placed, 54u);
+  EXPECT_EQ(b.sr_sacks_sent, 2u);
+  EXPECT_EQ(pair.qa().counters().sr_retransmitted_packets, 1u);
+  EXPECT_EQ(pair.qa().counters().timeouts, 0u);
+  EXPECT_EQ(pair.qa().counters().tlp_probes, 0u);
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
+}
+
+// A stream with holes always open (48 x 64 KiB, 2 % lost, 100 us each way):
+// the responder answers what asks (AckReq every 64 packets, each message's
+// last, the retransmissions) and the first holes; before round 9 it sent a
+// SACK per packet placed ahead (106 against 2 962 when written).
+TEST(SrSack, AStreamWithHolesIsSackedWhenAskedNotPerPacket) {
+  DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/100'000);
+  Fill(pair.a().mem, 0, 48 * 65536, 5);
+  uint32_t x = 4321, sent = 0;
+  pair.a_to_b().drop = [&](const uint8_t*, uint32_t) {
+    x = x * 1103515245 + 12345;
+    ++sent;
+    return sent > 64 && (x >> 16) % 100 < 2;
+  };
+  ASSERT_TRUE(pair.Writes(48));
+  const transport::QpCounters& a = pair.qa().counters();
+  const transport::QpCounters& b = pair.b().dev->qp(pair.b().qpn)->counters();
+  EXPECT_GT(b.sr_out_of_order_placed, 500u);
+  EXPECT_GT(a.sr_retransmitted_packets, 30u);
+  EXPECT_EQ(a.timeouts, 0u);
+  EXPECT_LT(b.sr_sacks_sent + b.acks_sent, a.tx_packets / 8) << b.sr_sacks_sent << " SACKs, " << b.acks_sent << " ACKs";
+  EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 48 * 65536), 0);
 }
 
 }  // namespace

@@ -674,6 +674,27 @@ void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now
     SrAdvance();
     return;
   }
+  // When a SACK leaves for a SEND/WRITE packet placed: the requester
+  // resends what a SACK shows missing and sends new packets as a SACK or
+  // ACK frees places in its window, so SACKs are what clock it. One per
+  // packet placed ahead (a coalesced one per receive burst, as before round
+  // 9) cut its sends into batches of a burst or less; on the fabric every
+  // batch is a wake-up of the switch and a preemption of the receiver, and
+  // at 1 % loss, with a hole nearly always open, the pipeline kept ~70 % of
+  // its loss-free goodput (doc/loss-experiment.md "Round 9"). So a SACK
+  // leaves at once when asked for (AckReq: every ack_req_every packets and
+  // each message's last, every retransmission), for the first hole (this
+  // packet placed ahead while nothing else was held: an isolated loss is
+  // resent without waiting for the next AckReq), and when a packet fills a
+  // hole; holes that open behind a known one, and the packets placed after
+  // them, are reported by the next of those, ack_req_every packets later at
+  // most. Duplicates and packets dropped ahead are answered as before.
+  const bool ack_req = BthView(bth_p).ack_req();
+  bool first_hole = false;
+  if (ahead > 0 && !ack_req && !SrReceived(PsnAdd(c.psn, -1))) {
+    first_hole = true;
+    for (uint64_t w : resp_.sr_received) first_hole &= w == 0;
+  }
   RespError error = RespError::kCount;
   if (!SrPlaceData(c, ahead, &error)) {
     if (ahead == 0 && error != RespError::kCount) {
@@ -688,15 +709,13 @@ void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now
   if (c.last()) BitSet(resp_.sr_last, c.psn);
   if (ahead > 0) {
     ++counters_.sr_out_of_order_placed;
-    QueueSack();
+    if (ack_req || first_hole) QueueSack();
     return;
   }
   resp_.nak_seq_sent = false;
   SrAdvance();
   if (state_ == QpState::kErr) return;
-  bool holds_more = false;
-  for (uint64_t w : resp_.sr_received) holds_more |= w != 0;
-  if (BthView(bth_p).ack_req() || holds_more) QueueSack();
+  if (ack_req || PsnDiff(resp_.epsn, c.psn) > 1) QueueSack();  // asked, or a hole filled
 }
 
 // Places an SR SEND/WRITE packet where its SRETH says. False: not placed;

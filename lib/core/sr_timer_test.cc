@@ -625,6 +625,16 @@ TEST(SrCap, ACapBelowTheAckReqSpacingStillGetsAnAckEachRoundTrip) {
   }
 }
 
+// Loses 2 % of a's frames after the first 64, the same ones every run (a
+// linear congruential sequence from `seed`).
+void DropTwoPercentAfterTheFirst64(DelayPair& pair, uint32_t seed) {
+  pair.a_to_b().drop = [x = seed, sent = uint32_t{0}](const uint8_t*, uint32_t) mutable {
+    x = x * 1103515245 + 12345;
+    ++sent;
+    return sent > 64 && (x >> 16) % 100 < 2;
+  };
+}
+
 // The in-flight cap counts what is still in the path (sent, neither
 // acknowledged nor SACKed): packets SACKed past a hole free their place, so
 // the hole's repair (a round trip and the queue) does not stop the sender.
@@ -635,12 +645,7 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
   for (int lossy = 0; lossy < 2; ++lossy) {
     DelayPair pair(/*tlp=*/true, /*window=*/64);
     Fill(pair.a().mem, 0, 32 * 65536, 6);
-    uint32_t x = 12345, sent = 0;
-    pair.a_to_b().drop = [&](const uint8_t*, uint32_t) {
-      x = x * 1103515245 + 12345;
-      ++sent;
-      return lossy && sent > 64 && (x >> 16) % 100 < 2;
-    };
+    if (lossy) DropTwoPercentAfterTheFirst64(pair, 12345);
     // The device asks the QP whether it has work (HasTransmitWork, RequestRoom)
     // by the same rule the QP sends by: room in the path, data left, never idle.
     uint64_t idle_with_room = 0;
@@ -681,12 +686,7 @@ TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
   for (int lossy = 0; lossy < 2; ++lossy) {
     DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/100'000);
     Fill(pair.a().mem, 0, 48 * 65536, 8);
-    uint32_t x = 4321, sent = 0;
-    pair.a_to_b().drop = [&](const uint8_t*, uint32_t) {
-      x = x * 1103515245 + 12345;
-      ++sent;
-      return lossy && sent > 64 && (x >> 16) % 100 < 2;
-    };
+    if (lossy) DropTwoPercentAfterTheFirst64(pair, 4321);
     const uint64_t t0 = pair.now();
     ASSERT_TRUE(pair.Writes(48)) << "lossy " << lossy;
     took[lossy] = pair.now() - t0;
@@ -728,12 +728,7 @@ TEST(SrSack, AFirstHoleIsSackedAtOnceAndThePacketsBehindItWhenAsked) {
 TEST(SrSack, AStreamWithHolesIsSackedWhenAskedNotPerPacket) {
   DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/100'000);
   Fill(pair.a().mem, 0, 48 * 65536, 5);
-  uint32_t x = 4321, sent = 0;
-  pair.a_to_b().drop = [&](const uint8_t*, uint32_t) {
-    x = x * 1103515245 + 12345;
-    ++sent;
-    return sent > 64 && (x >> 16) % 100 < 2;
-  };
+  DropTwoPercentAfterTheFirst64(pair, 4321);
   ASSERT_TRUE(pair.Writes(48));
   const transport::QpCounters& a = pair.qa().counters();
   const transport::QpCounters& b = pair.b().dev->qp(pair.b().qpn)->counters();

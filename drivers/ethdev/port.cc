@@ -170,8 +170,22 @@ absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
 bool EthdevPort::Reconnect() {
   if (!started_) return false;
   link_up_ = false;
-  rte_eth_dev_stop(port_);
-  start_failed_ = rte_eth_dev_start(port_) != 0;
+  // On EAL's interrupt thread, like Stop: a memif peer's "device closed" (or
+  // its socket's end) disconnects this port there, and the link reads down
+  // as soon as that disconnect begins; a stop on this thread then ran a
+  // second disconnect beside it and freed memif's regions twice.
+  struct Job {
+    uint16_t port;
+    bool start_failed;
+  } job{port_, false};
+  RunOnInterruptThread(
+      [](void* p) {
+        auto* j = static_cast<Job*>(p);
+        rte_eth_dev_stop(j->port);
+        j->start_failed = rte_eth_dev_start(j->port) != 0;
+      },
+      &job);
+  start_failed_ = job.start_failed;
   return !start_failed_;
 }
 

@@ -52,8 +52,9 @@ class EthdevPort final : public pktio::BurstIo {
   // Re-reads the link state; RxBurst/TxBurst do nothing while it is down
   // (memif unmaps its rings when the peer leaves: polling then would crash).
   bool RefreshLink() { return link_up_ = LinkUp(); }
-  // Stops and restarts the port. A memif client connects to its server only
-  // when started, so one that started before the server listened stays down
+  // Stops and restarts the port, on EAL's interrupt thread (where memif's
+  // own disconnects run). A memif client connects to its server only when
+  // started, so one that started before the server listened stays down
   // until restarted.
   bool Reconnect();
   // The last start (Open's or Reconnect's) failed: a memif client whose

@@ -13,4 +13,5 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libpcap-dev tshark \
   clang libclang-rt-14-dev \
   python3 python3-matplotlib python3-pyverbs \
-  iproute2 procps >/dev/null
+  iproute2 procps \
+  nftables iperf3 ethtool >/dev/null  # the loss experiment's kernel-TCP baseline (tools/bench/loss/tcp.sh)

@@ -412,7 +412,15 @@ void Runtime::CheckLink(uint64_t now_ns) {
   const bool up = port_->RefreshLink();
   const bool was_up = link_up_.exchange(up, std::memory_order_relaxed);
   next_link_check_ns_ = now_ns + 1'000'000;
-  if (up && !was_up) PrefaultWire();  // a (re)connection maps the regions afresh
+  if (up && !was_up) {
+    PrefaultWire();  // a (re)connection maps the regions afresh
+    // A memif client whose first start failed (its server came later) had
+    // no RX queue to take a wake-up source from: it slept timed only.
+    if (file_.progress.wakeup && wakeup_ == nullptr) {
+      wakeup_stale_ = true;
+      RefreshWakeupLocked();
+    }
+  }
   if (up) {
     attempt_ns_ = 0;  // connected: a later drop restarts at once
     return;

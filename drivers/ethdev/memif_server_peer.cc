@@ -2,8 +2,10 @@
 // of a droce device is. Serves one client on SOCKET, keeps the link up for
 // HOLD_MS after it comes up, then closes its port as ibv_close_device does
 // (Stop, then the vdev removed) and exits. Creates SOCKET.ready once its
-// port is set up: a client that connects earlier, while EAL has probed the
-// vdev but the port is not configured, crashes DPDK 22.11's memif server.
+// port is started: a client that connects earlier (EAL has probed the vdev,
+// so the socket listens) is refused ("ID not found": memif serves a port
+// only once started) and must retry after its handshake failed, which the
+// test's client does not do (Runtime::CheckLink retries after 2 s).
 //   memif_server_peer SOCKET HOLD_MS
 // Exit status: 0 served and closed, 1 no client within 10 s, 2 bad use/EAL.
 #include <fcntl.h>

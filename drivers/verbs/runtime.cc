@@ -417,8 +417,7 @@ void Runtime::CheckLink(uint64_t now_ns) {
     // A memif client whose first start failed (its server came later) had
     // no RX queue to take a wake-up source from: it slept timed only.
     if (file_.progress.wakeup && wakeup_ == nullptr) {
-      wakeup_stale_ = true;
-      RefreshWakeupLocked();
+      RenewWakeupLocked();
     }
   }
   if (up) {
@@ -501,8 +500,7 @@ void Runtime::LoseFabric(uint64_t now_ns) {
   link_up_.store(false, std::memory_order_relaxed);
   port_->MarkLinkDown();
   if (direct_) direct_->RemoveAll();  // a new daemon sets up new ones
-  wakeup_stale_ = true;
-  RefreshWakeupLocked();
+  RenewWakeupLocked();
   // A daemon that was killed closed its memif sockets too, and DPDK's
   // interrupt thread is tearing that connection down (memif_disconnect);
   // stopping the port here at the same time would run it twice at once
@@ -549,6 +547,10 @@ void Runtime::Reattach(uint64_t now_ns) {
   }
   ++fabric_reattaches_;
   fabric_link_ = FabricLink::kReattached;  // IBV_EVENT_PORT_ACTIVE once the link is up
+  RenewWakeupLocked();
+}
+
+void Runtime::RenewWakeupLocked() {
   wakeup_stale_ = true;
   RefreshWakeupLocked();
 }

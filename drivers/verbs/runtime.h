@@ -246,6 +246,9 @@ class Runtime {
   void SendPortEvent(uint32_t type);
   // The wake-up follows the port: a stale one goes once nobody sleeps on it.
   void RefreshWakeupLocked();
+  // Marks the wake-up stale (the port changed, or it has none yet) and takes
+  // a new one now, or when the last sleeper leaves.
+  void RenewWakeupLocked();
   void Stop();
   void ProgressLoop();
   static bool RequestSlice(uint32_t slice_us, int32_t nice);

@@ -54,6 +54,9 @@ class DeviceMutex {
     if (sleepers_.load(std::memory_order_relaxed) != 0) Wake();
   }
 
+  // Whether some thread holds it (a snapshot; RingPosted's hand-over wait).
+  bool locked() const { return word_.load(std::memory_order_relaxed) != 0; }
+
   // Program threads waiting for the lock (AppLock): the progress thread
   // does not try-lock while one is (runtime.h).
   std::atomic<int> app_waiting{0};

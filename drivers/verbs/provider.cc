@@ -5,11 +5,13 @@
 // kernel-backed provider returns them.
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -91,9 +93,44 @@ struct DroceAh {
 constexpr uint32_t kDroceEceSelectiveRepeat = 0x2;
 constexpr uint32_t kDroceEceOptions = kDroceEceSelectiveRepeat;
 
+// One poster at a time on a QP's send (or receive) queue: verbs lets
+// several threads post to one QP. Held for the WR copy into the ring, never
+// across a wait for the device (doc/verbs.md "Posting without the device
+// lock"). A holder preempted by the scheduler makes the others yield.
+class PostLock {
+ public:
+  void lock() {
+    for (int spins = 0; held_.exchange(true, std::memory_order_acquire);) {
+      while (held_.load(std::memory_order_relaxed)) {
+        if (++spins < kSpinsBeforeYield) {
+          __builtin_ia32_pause();
+        } else {
+          sched_yield();
+        }
+      }
+    }
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  static constexpr int kSpinsBeforeYield = 4000;
+  std::atomic<bool> held_{false};
+};
+
 struct DroceQp {
   verbs_qp vqp;
   uint32_t qpn;
+  // The core's QP (stable while this one exists): posts write its rings.
+  transport::RcQp* engine = nullptr;
+  PostLock send_lock, recv_lock;  // order: send_lock, recv_lock, then the device's mu
+  // Posts that do not take the device's lock: set by modify_qp (and create)
+  // under both post locks, from the state the QP was moved to. Sends: RC or
+  // UC in RTS or SQD. Receives: no SRQ, any state but RESET and ERR. Other
+  // posts (UD sends resolve an address handle; into RESET or ERR they fail
+  // or flush at once) take the device's lock.
+  bool direct_send = false;
+  bool direct_recv = false;
+  PostedDoorbell doorbell;  // a post's doorbell left for the device's owner
   // ibv_wr_* batch between wr_start and wr_complete.
   std::vector<SendWr> batch;
   // Inline data of the batch, back to back: a setter copies into it (the
@@ -167,7 +204,7 @@ T* New() {
 // object is still in use, or the errno of the failure.
 template <typename Fn>
 int DestroyLocked(Runtime* rt, Fn destroy) {
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   const absl::Status s = destroy();
   if (s.ok()) return 0;
   return s.code() == absl::StatusCode::kFailedPrecondition ? EBUSY : ErrnoOf(s);
@@ -272,7 +309,7 @@ ibv_pd* AllocPd(ibv_context* context) {
   if (rt == nullptr) return nullptr;
   auto* pd = New<DrocePd>();
   if (pd == nullptr) return nullptr;
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   pd->id = rt->dev().AllocPd();
   pd->pd.context = context;
   pd->pd.handle = pd->id;
@@ -308,7 +345,7 @@ ibv_mr* RegMr(ibv_pd* ibpd, void* addr, size_t length, uint64_t hca_va, int acce
   Runtime* rt = Rt(ibpd->context);
   absl::StatusOr<mem::MrKeys> keys;
   {
-    AppLock lock(rt->mu);
+    AppLock lock(rt);
     keys = rt->dev().RegMr(pd->id, addr, length, hca_va, static_cast<uint32_t>(access & kSupportedAccess));
   }
   if (!keys.ok()) {
@@ -355,7 +392,7 @@ int ReregMr(verbs_mr* vmr, int flags, ibv_pd* ibpd, void* addr, size_t length, i
   const uint32_t pd = (flags & IBV_REREG_MR_CHANGE_PD) ? reinterpret_cast<DrocePd*>(ibpd)->id : 0;
   absl::Status s;
   {
-    AppLock lock(rt->mu);
+    AppLock lock(rt);
     s = rt->dev().mrs().Reregister(vmr->ibv_mr.lkey, static_cast<uint32_t>(flags), pd, addr, length,
                                    reinterpret_cast<uintptr_t>(addr),
                                    static_cast<uint32_t>(access & kSupportedAccess));
@@ -383,7 +420,7 @@ ibv_mw* AllocMw(ibv_pd* ibpd, ibv_mw_type type) {
   Runtime* rt = Rt(ibpd->context);
   absl::StatusOr<mem::MrTable::MwKeys> keys;
   {
-    AppLock lock(rt->mu);
+    AppLock lock(rt);
     keys = rt->dev().mrs().AllocMw(reinterpret_cast<DrocePd*>(ibpd)->id, static_cast<int>(type));
   }
   if (!keys.ok()) {
@@ -435,7 +472,8 @@ int BindMw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
   }
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  AppLock lock(rt->mu);
+  std::lock_guard<PostLock> post(qp->send_lock);
+  AppLock lock(rt);
   SendWr s;
   s.wr_id = mw_bind->wr_id;
   s.opcode = transport::WrOpcode::kBindMw;
@@ -483,7 +521,7 @@ int InitCq(DroceCq* cq, ibv_context* context, int cqe, ibv_comp_channel* channel
   }
   Runtime* rt = EnsureRuntime(ctx);
   if (rt == nullptr) return ENODEV;
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   absl::StatusOr<uint32_t> id = rt->dev().CreateCq(static_cast<uint32_t>(cqe));
   if (!id.ok()) return ErrnoOf(id.status());
   cq->id = *id;
@@ -526,7 +564,7 @@ int DestroyCq(ibv_cq* ibcq) {
 int ResizeCq(ibv_cq* ibcq, int cqe) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > kMaxCqe) return EINVAL;
   Runtime* rt = Rt(ibcq->context);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   rt->PollLocked(NowNs());
   const int err = ErrnoOf(rt->dev().ResizeCq(ToCq(ibcq)->id, static_cast<uint32_t>(cqe)));
   if (err == 0) ibcq->cqe = cqe;
@@ -552,7 +590,7 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
 // Up to n completions of CQ `id`; when fewer are there, one poll round of
 // the dataplane first (the program's polling drives it).
 uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint32_t n) {
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
   uint32_t got = rt->dev().PollCq(id, out, n);
@@ -701,7 +739,7 @@ ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
 int ReqNotifyCq(ibv_cq* ibcq, int solicited_only) {
   DroceCq* cq = ToCq(ibcq);
   Runtime* rt = Rt(ibcq->context);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   rt->dev().cq(cq->id)->ArmNotify(solicited_only != 0);
   rt->ArmCq(cq->id);
   return 0;
@@ -720,7 +758,7 @@ ibv_srq* CreateSrq(ibv_pd* ibpd, ibv_srq_init_attr* init) {
   Runtime* rt = Rt(ibpd->context);
   auto* srq = New<DroceSrq>();
   if (srq == nullptr) return nullptr;
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   absl::StatusOr<uint32_t> id = rt->dev().CreateSrq(init->attr.max_wr);
   if (!id.ok()) {
     delete srq;
@@ -746,7 +784,7 @@ int ModifySrq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
   if (mask == 0) return 0;
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   if (attr->srq_limit > rt->dev().srq(srq->id)->ring().depth()) return EINVAL;
   rt->ArmSrqLimit(srq->id, reinterpret_cast<uintptr_t>(ibsrq), attr->srq_limit,
                   ToCtx(ibsrq->context)->async_write_fd);
@@ -756,7 +794,7 @@ int ModifySrq(ibv_srq* ibsrq, ibv_srq_attr* attr, int mask) {
 int QuerySrq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
   auto* srq = reinterpret_cast<DroceSrq*>(ibsrq);
   Runtime* rt = Rt(ibsrq->context);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   attr->max_wr = rt->dev().srq(srq->id)->ring().depth();
   attr->max_sge = transport::kMaxSge;
   attr->srq_limit = rt->SrqLimit(srq->id);
@@ -791,7 +829,7 @@ int ToRecvWr(const ibv_recv_wr* in, RecvWr* out) {
 // *bad names (those before it stay posted, as verbs specifies).
 template <typename PostFn>
 int PostRecvList(Runtime* rt, ibv_recv_wr* wr, ibv_recv_wr** bad, PostFn post) {
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   for (; wr != nullptr; wr = wr->next) {
     RecvWr r;
     int err = ToRecvWr(wr, &r);
@@ -881,7 +919,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   init.caps.sq_sig_all = attr->sq_sig_all != 0;
   auto* qp = New<DroceQp>();
   if (qp == nullptr) return nullptr;
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   absl::StatusOr<uint32_t> qpn = rt->dev().CreateQp(init);
   if (!qpn.ok()) {
     delete qp;
@@ -889,6 +927,8 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return nullptr;
   }
   qp->qpn = *qpn;
+  qp->engine = rt->dev().qp(*qpn);
+  qp->doorbell.qpn = *qpn;
   if (attr->qp_type == IBV_QPT_RC) qp->ece_options = kDroceEceOptions;
   ibv_qp& q = qp->vqp.qp;
   rt->WatchQp(*qpn, reinterpret_cast<uintptr_t>(&q), ToCtx(context)->async_write_fd);
@@ -1055,7 +1095,11 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
       if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
     }
   }
-  AppLock lock(rt->mu);
+  // No post runs while the state changes (a reset empties the rings).
+  std::lock_guard<PostLock> send_post(qp->send_lock);
+  std::lock_guard<PostLock> recv_post(qp->recv_lock);
+  AppLock lock(rt);
+  rt->DrainPostedLocked(NowNs());  // posts made before this call are taken in the state they were posted in
   rt->FlushDeferredLocked(NowNs());  // what was held or deferred leaves in the state it was posted in
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) rt->RearmQp(qp->qpn);  // may fail again
@@ -1070,6 +1114,9 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   }
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
   if (!s.ok()) return ErrnoOf(s);
+  const transport::QpState now = qp->engine->state();
+  qp->direct_send = ibqp->qp_type != IBV_QPT_UD && (now == transport::QpState::kRts || now == transport::QpState::kSqd);
+  qp->direct_recv = ibqp->srq == nullptr && now != transport::QpState::kReset && now != transport::QpState::kErr;
   return 0;
 }
 
@@ -1095,7 +1142,7 @@ int SetEce(ibv_qp* ibqp, ibv_ece* ece) {
 int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   transport::RcQp* q = rt->dev().qp(qp->qpn);
   if (q == nullptr) return EINVAL;
   const transport::QpAttr& a = q->attr();
@@ -1149,6 +1196,7 @@ int DestroyQp(ibv_qp* ibqp) {
     // A held ACK (the program's last receive before it tears down, as
     // ibv_rc_pingpong's) or a deferred doorbell leaves first, as a
     // hardware NIC would have sent it already.
+    rt->DrainPostedLocked(NowNs());  // none names this QP after it is gone
     rt->FlushDeferredLocked(NowNs());
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
@@ -1163,7 +1211,8 @@ int DestroyQp(ibv_qp* ibqp) {
 }
 
 // Copies a verbs send WR; EINVAL for more SGEs than the device has (the
-// copy itself must never overrun the fixed SGE array).
+// copy itself must never overrun the fixed SGE array). Every field but the
+// unused SGEs is written: `out` may be a ring slot holding an older WR.
 int ToSendWr(const ibv_send_wr* in, SendWr* out) {
   if (in->num_sge < 0 || static_cast<uint32_t>(in->num_sge) > transport::kMaxSge) return EINVAL;
   if (in->num_sge > 0 && in->sg_list == nullptr) return EINVAL;
@@ -1176,6 +1225,13 @@ int ToSendWr(const ibv_send_wr* in, SendWr* out) {
   for (int i = 0; i < in->num_sge; ++i) {
     out->sg_list[i] = {in->sg_list[i].addr, in->sg_list[i].length, in->sg_list[i].lkey};
   }
+  out->remote_addr = 0;
+  out->rkey = 0;
+  out->compare_add = 0;
+  out->swap = 0;
+  out->ah = 0;
+  out->remote_qpn = 0;
+  out->remote_qkey = 0;
   switch (in->opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -1220,10 +1276,12 @@ bool SmallWirePost(const SendWr& w) {
   return bytes <= DoorbellBatcher::kSmallBytes;
 }
 
-int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
-  DroceQp* qp = ToQp(ibqp);
-  Runtime* rt = Rt(ibqp->context);
-  AppLock lock(rt->mu);
+// Posts under the device's lock: UD (the address handle is the engine's to
+// resolve) and QPs not in RTS or SQD (EINVAL, or flushed at once in ERR).
+// Caller holds qp->send_lock.
+int PostSendLocked(DroceQp* qp, Runtime* rt, ibv_send_wr* wr, ibv_send_wr** bad) {
+  ibv_qp* ibqp = &qp->vqp.qp;
+  AppLock lock(rt);
   int err = 0;
   uint32_t posted = 0;
   bool small = false;
@@ -1245,6 +1303,35 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   return err;
 }
 
+// The verbs post: each WR is converted straight into its slot of the QP's
+// send ring (one copy; inline data once more, into the WQE) and published
+// without the device's lock; then the doorbell, which transmits now if the
+// device is free and is otherwise left to its owner (Runtime::RingPosted).
+int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  DroceQp* qp = ToQp(ibqp);
+  Runtime* rt = Rt(ibqp->context);
+  std::lock_guard<PostLock> post(qp->send_lock);
+  if (!qp->direct_send) return PostSendLocked(qp, rt, wr, bad);
+  int err = 0;
+  uint32_t posted = 0;
+  bool small = false;
+  for (; wr != nullptr; wr = wr->next) {
+    SendWr* slot = qp->engine->NextSendSlot();
+    err = slot == nullptr ? ENOMEM : ToSendWr(wr, slot);
+    if (err == 0) {
+      small = posted == 0 && SmallWirePost(*slot);  // read before the engine may take it
+      err = qp->engine->PublishSend();
+    }
+    if (err != 0) {
+      *bad = wr;
+      break;
+    }
+    ++posted;
+  }
+  if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, posted == 1 && small, NowNs());
+  return err;
+}
+
 int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   DroceQp* qp = ToQp(ibqp);
   if (ibqp->srq != nullptr) {
@@ -1252,7 +1339,26 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     return EINVAL;
   }
   Runtime* rt = Rt(ibqp->context);
-  return PostRecvList(rt, wr, bad, [&](const RecvWr& r) { return rt->dev().PostRecv(qp->qpn, r); });
+  std::lock_guard<PostLock> post(qp->recv_lock);
+  if (!qp->direct_recv) {
+    return PostRecvList(rt, wr, bad, [&](const RecvWr& r) { return rt->dev().PostRecv(qp->qpn, r); });
+  }
+  int err = 0;
+  uint32_t posted = 0;
+  for (; wr != nullptr; wr = wr->next) {
+    RecvWr* slot = qp->engine->NextRecvSlot();
+    err = slot == nullptr ? ENOMEM : ToRecvWr(wr, slot);
+    if (err == 0) err = qp->engine->PublishRecv();
+    if (err != 0) {
+      *bad = wr;
+      break;
+    }
+    ++posted;
+  }
+  // Arrivals take published receives themselves (RcQp::OnPacket); the
+  // doorbell is for a QP the engine moved to ERR meanwhile (they flush).
+  if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kRecv, false, NowNs());
+  return err;
 }
 
 // ---------------------------------------------------------------- ibv_wr_* API
@@ -1297,7 +1403,8 @@ int WrComplete(ibv_qp_ex* qpx) {
         w.sg_list[0].lkey = 0;
       }
     }
-    AppLock lock(rt->mu);
+    std::lock_guard<PostLock> post(qp->send_lock);
+    AppLock lock(rt);
     for (const SendWr& w : qp->batch) {
       err = rt->dev().PostSend(qp->qpn, w);
       if (err != 0) break;
@@ -1429,7 +1536,7 @@ ibv_ah* CreateAh(ibv_pd* ibpd, ibv_ah_attr* attr) {
   }
   auto* ah = New<DroceAh>();
   if (ah == nullptr) return nullptr;
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   absl::StatusOr<uint32_t> id = rt->dev().CreateAh(reinterpret_cast<DrocePd*>(ibpd)->id, av);
   if (!id.ok()) {
     delete ah;
@@ -1455,7 +1562,7 @@ int AttachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
   Runtime* rt = Rt(ibqp->context);
   core::Gid g;
   std::memcpy(g.data(), gid->raw, 16);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   return ErrnoOf(rt->dev().AttachMcast(ToQp(ibqp)->qpn, g));
 }
 
@@ -1464,7 +1571,7 @@ int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
   Runtime* rt = Rt(ibqp->context);
   core::Gid g;
   std::memcpy(g.data(), gid->raw, 16);
-  AppLock lock(rt->mu);
+  AppLock lock(rt);
   return ErrnoOf(rt->dev().DetachMcast(ToQp(ibqp)->qpn, g));
 }
 

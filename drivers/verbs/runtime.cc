@@ -82,7 +82,7 @@ struct ExitReporter {
 void Runtime::ReportAtExit() {
   if (mu.try_lock()) {
     PrintStats();
-    mu.unlock();
+    Unlock();
   }
 }
 
@@ -271,7 +271,7 @@ void Runtime::PrintStats() {
   std::fprintf(stderr,
                "droce %s: rx %lu pkts %lu B, tx %lu pkts %lu B, port tx_full %lu, progress polls %lu sleeps %lu "
                "(woken by arrival %lu, %s; %s%s, demoted %lu, yielded to the program %lu, auto to FIFO %lu to OTHER %lu, program not running %lu%s), stood aside %lu, pm_qos holds %lu, events %lu comp (%lu handed over in process) %lu async, event waits "
-               "slept %lu (woken by arrival %lu)\n",
+               "slept %lu (woken by arrival %lu), posts left for the owner %lu\n",
                file_.name.c_str(), c.rx_packets, c.rx_bytes, c.tx_packets, c.tx_bytes, p.tx_full,
                stats_.progress_polls.load(), stats_.progress_sleeps.load(), stats_.progress_arrival_wakeups.load(), wakeup_ ? wakeup_->kind() : "timed sleeps only",
                progress_fifo_.load() ? "SCHED_FIFO" : "SCHED_OTHER",
@@ -281,7 +281,8 @@ void Runtime::PrintStats() {
                stats_.progress_auto_refused.load() != 0 ? " (SCHED_FIFO refused)" : "",
                stats_.progress_stand_asides.load(), stats_.pm_qos_holds.load(),
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
-               stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load());
+               stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load(),
+               stats_.posts_left_for_owner.load());
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
   std::string line = absl::StrCat("droce ", file_.name, " device:");
   core::ForEachDeviceCounter(c, [&](const char* name, uint64_t v) { absl::StrAppend(&line, " ", name, " ", v); });
@@ -349,6 +350,59 @@ uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
   if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
   if (file_.doorbell_batch > 1) batcher_.PostEnded(NowNs());
   return work;
+}
+
+void Runtime::DrainPostedLocked(uint64_t now_ns) {
+  PostedDoorbell* d = posted_head_.exchange(nullptr, std::memory_order_acquire);
+  while (d != nullptr) {
+    // next first: once kinds is 0 a poster may push d again (and write next).
+    PostedDoorbell* next = d->next;
+    const uint8_t kinds = d->kinds.exchange(0, std::memory_order_acq_rel);
+    if (kinds & PostedDoorbell::kSend) {
+      (void)DoorbellLocked(d->qpn, now_ns);  // takes the receives too
+    } else if (kinds & PostedDoorbell::kRecv) {
+      dev_->TakePostedRecvs(d->qpn);
+    }
+    stats_.posts_left_for_owner.fetch_add(1, std::memory_order_relaxed);
+    d = next;
+  }
+}
+
+void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns) {
+  if (last_app_post_ns_.load(std::memory_order_relaxed) != now_ns) {
+    last_app_post_ns_.store(now_ns, std::memory_order_relaxed);
+  }
+  if (mu.try_lock()) {
+    if (kind == PostedDoorbell::kSend) {
+      (void)DoorbellLocked(d->qpn, now_ns, small);
+    } else {
+      dev_->TakePostedRecvs(d->qpn);
+    }
+    Unlock();
+    return;
+  }
+  if (d->kinds.fetch_or(kind, std::memory_order_acq_rel) == 0) {
+    PostedDoorbell* head = posted_head_.load(std::memory_order_relaxed);
+    do {
+      d->next = head;
+    } while (!posted_head_.compare_exchange_weak(head, d, std::memory_order_release, std::memory_order_relaxed));
+  }
+  // The owner drains before it lets go and looks again after (Unlock); what
+  // it can miss is a push that came after its look while its freeing store
+  // still sat in its store buffer. That store is visible well within
+  // kPostedHandoverNs: until then, a lock still held means that owner's
+  // last look is still to come, or a newer owner (who took the lock after
+  // this push, a locked instruction) drains it. Free: this thread takes the
+  // device and runs the list itself. Rare: a post stamps last_app_post_ns_,
+  // and the progress thread stands aside after it.
+  const uint64_t since = NowNs();
+  do {
+    if (!mu.locked()) {
+      if (mu.try_lock()) Unlock();
+      return;
+    }
+    __builtin_ia32_pause();
+  } while (NowNs() - since < kPostedHandoverNs);
 }
 
 void Runtime::SendCompEvent(const CqWatch& w, ChannelWaiters* cw) {
@@ -931,7 +985,8 @@ void Runtime::ProgressLoop() {
     const bool waiting_for_event =
         armed_channels_.load(std::memory_order_relaxed) > 0 &&
         NsSince(now, last_event_wait_ns_.load(std::memory_order_relaxed)) > uint64_t{pc.max_sleep_us} * 1000;
-    const uint64_t last_app = last_app_poll_ns_.load(std::memory_order_relaxed);
+    const uint64_t last_app = std::max(last_app_poll_ns_.load(std::memory_order_relaxed),
+                                       last_app_post_ns_.load(std::memory_order_relaxed));
     const uint64_t stand_aside_ns = uint64_t{pc.app_active_us} * 1000;
     if (!waiting_for_event && NsSince(now, last_app) < stand_aside_ns) {
       // Until the program has not polled for app_active_us: one that stops
@@ -967,7 +1022,7 @@ void Runtime::ProgressLoop() {
       const uint64_t rx_after = dev_->counters().rx_packets;
       progress_rx_packets_ += rx_after - rx_before;
       if (auto_sched) auto_policy.NoteRx(polled_at, rx_after, progress_rx_packets_);
-      mu.unlock();
+      Unlock();
       stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
     }
     if (work > 0) {
@@ -1062,7 +1117,7 @@ uint32_t Runtime::IdleWait(uint32_t us, bool fifo) {
       const uint32_t work = fd >= 0 ? PollLocked(NowNs()) : 0;
       progress_rx_packets_ += dev_->counters().rx_packets - rx_before;
       if (work > 0) DisarmWireLocked();
-      mu.unlock();
+      Unlock();
       if (work > 0) return work;
     } else {
       busy = true;
@@ -1201,7 +1256,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   bool check_socket, check_flags, nonblocking;
   uint64_t sent_before;
   {
-    AppLock lock(mu);
+    AppLock lock(this);
     ChannelWaiters* cw = FindWaitersLocked(channel_fd);
     if (cw == nullptr) {
       channel_waiters_.push_back({});
@@ -1224,7 +1279,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     int fd;
     ~Leave() {
       {
-        AppLock lock(rt->mu);
+        AppLock lock(rt);
         ChannelWaiters* cw = rt->FindWaitersLocked(fd);
         if (--cw->waiters == 0) {
           for (const uint64_t handle : cw->pending) {
@@ -1247,7 +1302,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   // seen consumed.
   if (check_socket) {
     if (ChannelReadable(channel_fd)) return 0;
-    AppLock lock(mu);
+    AppLock lock(this);
     FindWaitersLocked(channel_fd)->clean_at = sent_before;
   }
   // A non-blocking channel gets one round and no wait (libibverbs' read then
@@ -1256,7 +1311,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     const int flags = fcntl(channel_fd, F_GETFL);
     if (flags < 0) return errno;
     nonblocking = (flags & O_NONBLOCK) != 0;
-    AppLock lock(mu);
+    AppLock lock(this);
     ChannelWaiters* cw = FindWaitersLocked(channel_fd);
     cw->nonblocking = nonblocking;
     cw->flags_valid_until = NowNs() + 1'000'000;
@@ -1273,7 +1328,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     return true;
   };
   if (nonblocking) {
-    AppLock lock(mu);
+    AppLock lock(this);
     PollLocked(NowNs());
     take_pending(FindWaitersLocked(channel_fd));
     return 0;
@@ -1287,7 +1342,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   while (true) {
     uint32_t work;
     {
-      AppLock lock(mu);
+      AppLock lock(this);
       now = NowNs();
       work = PollLocked(now);
       if (take_pending(FindWaitersLocked(channel_fd))) return 0;
@@ -1308,7 +1363,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     }
     int wire_fd = -1;
     {
-      AppLock lock(mu);
+      AppLock lock(this);
       wire_fd = ArmWireLocked();
       // A frame may have come in before the request was seen.
       if (wire_fd >= 0 && (work = PollLocked(NowNs())) > 0) DisarmWireLocked();
@@ -1333,7 +1388,7 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
     const int poll_errno = errno;
     if (ready > 0 && (pfd[1].revents & POLLIN)) stats_.event_wait_arrivals.fetch_add(1, std::memory_order_relaxed);
     {
-      AppLock lock(mu);
+      AppLock lock(this);
       if (wire_fd >= 0) DisarmWireLocked();
       --FindWaitersLocked(channel_fd)->sleepers;
     }

@@ -623,7 +623,9 @@ uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* por
 
 uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
   RcQp* q = qp(qpn);
-  if (q == nullptr || io_ == nullptr) return 0;
+  if (q == nullptr) return 0;
+  q->TakePosted();  // WRs posted without the device lock (RcQp::PublishSend)
+  if (io_ == nullptr) return 0;
   Activate(qpn);  // what the doorbell leaves (timers, the rest of a long message) goes to Poll
   uint32_t work = FlushTxBacklog();
   // Frames the port refused go first (the QP's own may be among them).
@@ -637,7 +639,10 @@ uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
 }
 
 void Device::DeferDoorbell(uint32_t qpn) {
-  if (qp(qpn) == nullptr || io_ == nullptr) return;
+  RcQp* q = qp(qpn);
+  if (q == nullptr) return;
+  q->TakePosted();
+  if (io_ == nullptr) return;
   Activate(qpn);
   ++counters_.tx_doorbells_deferred;
   AddDeferred(qpn);

@@ -297,7 +297,8 @@ class Device {
   // next round, which sends it whatever it is asked (at most one round's
   // hold per ACK); the ACK goes on the deferred-doorbell list.
   uint32_t Poll(uint64_t now_ns, bool hold_acks = false);
-  // The doorbell of one QP (after PostSend): flushes the port's backlog,
+  // The doorbell of one QP (after PostSend, or after WRs were published
+  // without the device lock: RcQp::PublishSend, taken here first): flushes the port's backlog,
   // then lets this QP transmit what it can now (at most tx_bursts_per_qp
   // bursts) and nothing else: no receive, no timers, no other QP. What is
   // left stays on the active list for Poll. Returns packets sent.
@@ -307,6 +308,11 @@ class Device {
   // transmits it, and on the list of deferred doorbells, whose QPs the next
   // Doorbell gathers first, into the same bursts as its own frames.
   void DeferDoorbell(uint32_t qpn);
+  // Receives published without the device lock (RcQp::PublishRecv) join
+  // the QP's receive queue now (flushed if it is in ERR); nothing is sent.
+  void TakePostedRecvs(uint32_t qpn) {
+    if (transport::RcQp* q = qp(qpn)) q->TakePostedRecvs();
+  }
   // The deferred doorbells' QPs transmit now (at most tx_bursts_per_qp
   // bursts each), and nothing else runs. Returns packets sent.
   uint32_t FlushDeferredDoorbells(uint64_t now_ns);

@@ -33,6 +33,108 @@ TEST(Doorbell, TransmitsThePostingQpAndReceivesNothing) {
   EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
 }
 
+// WRs published without the device lock (RcQp::NextSendSlot/PublishSend,
+// the verbs provider's post) wait for the QP's doorbell, which takes them
+// first; receives published that way are taken by the arrival that needs
+// them (no RNR NAK for a receive that was posted).
+TEST(Doorbell, PublishedWrsLeaveWithTheDoorbellAndReceivesAreTakenOnArrival) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  transport::RcQp* qa = a.dev->qp(a.qpn);
+  transport::RcQp* qb = b.dev->qp(b.qpn);
+  Fill(a.mem, 0, 256, 5);
+  RecvWr* r = qb->NextRecvSlot();
+  ASSERT_NE(r, nullptr);
+  *r = MakeRecv(20, b, 8192, 256);
+  ASSERT_EQ(qb->PublishRecv(), 0);
+  EXPECT_EQ(qb->posted_receives(), 1u);  // counted, though not yet in the queue
+  for (uint64_t i = 0; i < 2; ++i) {
+    SendWr* w = qa->NextSendSlot();
+    ASSERT_NE(w, nullptr);
+    *w = MakeWr(i + 1, i == 0 ? WrOpcode::kRdmaWrite : WrOpcode::kSend, a, 0, 128 * (i + 1), b, 4096);
+    ASSERT_EQ(qa->PublishSend(), 0);
+  }
+  EXPECT_EQ(a.dev->Poll(pair.now()), 0u);  // published is not posted: no doorbell yet
+  EXPECT_EQ(a.dev->counters().tx_packets, 0u);
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 2u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 1));
+  ASSERT_EQ(ca.size(), 2u);
+  EXPECT_EQ(ca[0].wr_id, 1u);
+  EXPECT_EQ(ca[1].wr_id, 2u);
+  ASSERT_EQ(cb.size(), 1u);
+  EXPECT_EQ(cb[0].wr_id, 20u);
+  EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(cb[0].byte_len, 256u);
+  EXPECT_EQ(qa->counters().rnr_naks_received, 0u);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 128), 0);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 8192, a.mem.data(), 256), 0);
+}
+
+// What a publisher is refused: a WR the QP's caps forbid (nothing is
+// published, the slot is offered again), a UD send (its address handle is
+// the engine's to resolve), and a slot when depth WRs are outstanding.
+TEST(Doorbell, PublishRefusesWhatTheCapsForbidAndAFullQueue) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  transport::RcQp* qa = a.dev->qp(a.qpn);
+  SendWr* w = qa->NextSendSlot();
+  *w = MakeWr(1, WrOpcode::kAtomicFetchAndAdd, a, 0, 16, b, 0);  // an atomic is 8 bytes
+  EXPECT_EQ(qa->PublishSend(), EINVAL);
+  EXPECT_EQ(qa->NextSendSlot(), w);
+  w->num_sge = transport::kMaxSge + 1;
+  EXPECT_EQ(qa->PublishSend(), EINVAL);
+  RecvWr* r = qa->NextRecvSlot();
+  r->num_sge = transport::kMaxSge + 1;
+  EXPECT_EQ(qa->PublishRecv(), EINVAL);
+  uint32_t published = 0;
+  for (; (w = qa->NextSendSlot()) != nullptr; ++published) {
+    *w = MakeWr(published, WrOpcode::kRdmaWrite, a, 0, 8, b, 0);
+    ASSERT_EQ(qa->PublishSend(), 0);
+  }
+  EXPECT_EQ(published, 1024u);  // max_send_wr
+  std::vector<Completion> ca, cb;
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()) > 0, true);
+  ASSERT_TRUE(pair.Run(&ca, 1024, &cb, 0));
+  EXPECT_NE(qa->NextSendSlot(), nullptr);  // completed and popped: free again
+}
+
+// WRs published while the engine moves the QP to ERR (here: a remote access
+// error) are flushed when taken, in order, behind the one that failed; a
+// receive published into an ERR QP flushes at its doorbell.
+TEST(Doorbell, PublishedIntoAnErrorQpFlushInOrder) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  transport::RcQp* qa = a.dev->qp(a.qpn);
+  SendWr bad = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 0);
+  bad.rkey ^= 0x100;
+  ASSERT_EQ(a.dev->PostSend(a.qpn, bad), 0);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+  ASSERT_EQ(qa->state(), transport::QpState::kErr);
+  for (uint64_t i = 2; i <= 4; ++i) {
+    *qa->NextSendSlot() = MakeWr(i, WrOpcode::kSend, a, 0, 8, b, 0);
+    ASSERT_EQ(qa->PublishSend(), 0);
+  }
+  *qa->NextRecvSlot() = MakeRecv(9, a, 0, 64);
+  ASSERT_EQ(qa->PublishRecv(), 0);
+  a.dev->TakePostedRecvs(a.qpn);
+  (void)a.dev->Doorbell(a.qpn, pair.now());
+  ASSERT_TRUE(pair.Run(&ca, 5, &cb, 0));
+  ASSERT_EQ(ca.size(), 5u);
+  EXPECT_EQ(ca[0].wr_id, 1u);
+  EXPECT_EQ(ca[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(ca[1].wr_id, 9u);  // the receive flushed at TakePostedRecvs, before the doorbell
+  EXPECT_EQ(ca[1].status, WcStatus::kWrFlushErr);
+  for (uint64_t i = 2; i <= 4; ++i) {
+    EXPECT_EQ(ca[i].wr_id, i);
+    EXPECT_EQ(ca[i].status, WcStatus::kWrFlushErr);
+  }
+}
+
 // A deferred doorbell (the verbs runtime's doorbell batching) sends
 // nothing; the next doorbell sends the deferred QP's frames with its own.
 TEST(Doorbell, DeferredDoorbellLeavesWithTheNext) {

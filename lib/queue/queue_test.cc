@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "queue/completion.h"
 #include "queue/ring.h"
 
@@ -18,6 +21,64 @@ TEST(Ring, HonoursRequestedDepthAndWraps) {
     EXPECT_TRUE(r.Push(round + 4));
   }
   EXPECT_EQ(r.size(), 3u);
+}
+
+// A producer that does not own the ring (a verbs thread posting without the
+// device lock) fills and publishes; the owner takes and pops. Nothing
+// published is lost or seen twice, and a slot is never refilled before the
+// owner has popped it (it would read a later value there).
+TEST(Ring, ProducerPublishesWhileTheOwnerTakesAndPops) {
+  Ring<uint64_t, /*kShared=*/true> r(5);  // capacity 8, depth 5: full is judged by depth
+  constexpr uint64_t kCount = 200000;
+  std::atomic<bool> refused_when_full{false};
+  std::thread producer([&] {
+    for (uint64_t v = 1; v <= kCount;) {
+      uint64_t* slot = r.ProducerSlot();
+      if (slot == nullptr) {
+        refused_when_full.store(true, std::memory_order_relaxed);
+        std::this_thread::yield();
+        continue;
+      }
+      *slot = v++;
+      r.Publish();
+    }
+  });
+  uint64_t expect = 1;
+  while (expect <= kCount) {
+    while (r.published() != 0) r.TakePublished();
+    ASSERT_LE(r.size(), 5u);
+    if (r.empty()) continue;
+    // Read, then pop (in the engine a completion is built from the WQE first).
+    ASSERT_EQ(r.front(), expect);
+    r.Pop();
+    ++expect;
+  }
+  producer.join();
+  EXPECT_TRUE(r.empty());
+  EXPECT_EQ(r.published(), 0u);
+  EXPECT_TRUE(refused_when_full.load());
+}
+
+TEST(Ring, ProducerSlotCountsWhatIsPublishedButNotTaken) {
+  Ring<int, true> r(2);
+  *r.ProducerSlot() = 7;
+  r.Publish();
+  *r.ProducerSlot() = 8;
+  r.Publish();
+  EXPECT_EQ(r.ProducerSlot(), nullptr);  // two published, none taken yet
+  EXPECT_TRUE(r.empty());
+  EXPECT_EQ(r.published(), 2u);
+  EXPECT_EQ(r.TakePublished(), 7);
+  EXPECT_EQ(r.size(), 1u);
+  EXPECT_EQ(r.ProducerSlot(), nullptr);  // taken is not popped
+  r.Pop();
+  ASSERT_NE(r.ProducerSlot(), nullptr);
+  r.Reset(2);
+  EXPECT_EQ(r.published(), 0u);
+  EXPECT_NE(r.ProducerSlot(), nullptr);
+  EXPECT_TRUE(r.Push(3));  // an owner that fills it itself (an SRQ) publishes nothing
+  EXPECT_EQ(r.published(), 0u);
+  EXPECT_EQ(r.size(), 1u);
 }
 
 TEST(CompletionQueue, OverflowIsDetectedNotOverwritten) {

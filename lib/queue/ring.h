@@ -1,29 +1,57 @@
 // Fixed-capacity FIFO ring used for send, receive and shared receive queues.
-// Owned by one lcore (no atomics): the verbs layer posts and the poll loop
-// consumes on the same thread, or hands over under the provider's own lock.
+// Owned by one thread at a time (the engine's): it pushes, reads and pops
+// with plain loads and stores. A Ring<T, /*kShared=*/true> may also take
+// entries from one producer that does not own it (a verbs thread posting
+// without the device lock, doc/verbs.md "Posting without the device lock"):
+// the producer fills ProducerSlot() and Publish()es it; the owner appends
+// what was published with TakePublished(). Such a ring is filled only that
+// way (never Push or Reserve/Commit, whose slot could be one a producer has
+// filled). A plain ring (CQs, the responder's actions) pays nothing for it.
 // Indices are free-running 32-bit counters; the slot is index & mask.
 #ifndef DROCE_LIB_QUEUE_RING_H_
 #define DROCE_LIB_QUEUE_RING_H_
 
+#include <atomic>
 #include <bit>
+#include <type_traits>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
 namespace droce::queue {
 
-template <typename T>
+template <typename T, bool kShared = false>
 class Ring {
  public:
   // Capacity is rounded up to a power of two; `limit` is the usable depth
   // (what the user asked for), so a ring of 100 accepts exactly 100.
   explicit Ring(uint32_t depth = 0) { Reset(depth); }
+  // Moves are the owner's (a resize, under its lock): no producer runs.
+  Ring(Ring&& o) noexcept { *this = std::move(o); }
+  Ring& operator=(Ring&& o) noexcept {
+    slots_ = std::move(o.slots_);
+    mask_ = o.mask_;
+    limit_ = o.limit_;
+    head_ = o.head_;
+    tail_ = o.tail_;
+    if constexpr (kShared) {
+      shared_.published.store(o.shared_.published.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      shared_.retired.store(o.shared_.retired.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+    return *this;
+  }
 
+  // Owner only, with no producer running (a QP's reset holds its post locks).
   void Reset(uint32_t depth) {
     const uint32_t cap = std::bit_ceil(depth < 1 ? 1u : depth);
     slots_.assign(cap, T{});
     mask_ = cap - 1;
     limit_ = depth;
     head_ = tail_ = 0;
+    if constexpr (kShared) {
+      shared_.published.store(0, std::memory_order_relaxed);
+      shared_.retired.store(0, std::memory_order_relaxed);
+    }
   }
 
   uint32_t size() const { return tail_ - head_; }
@@ -40,7 +68,11 @@ class Ring {
 
   // Returns the slot to fill, or nullptr when full; Commit() publishes it.
   T* Reserve() { return full() ? nullptr : &slots_[tail_ & mask_]; }
-  void Commit() { ++tail_; }
+  void Commit() {
+    ++tail_;
+    // A shared ring filled by its owner (an SRQ's) keeps published() at 0.
+    if constexpr (kShared) shared_.published.store(tail_, std::memory_order_relaxed);
+  }
   bool Push(const T& v) {
     T* slot = Reserve();
     if (slot == nullptr) return false;
@@ -48,7 +80,44 @@ class Ring {
     Commit();
     return true;
   }
-  void Pop() { ++head_; }
+  // A shared ring's release store tells the producer the slot is free
+  // again: the owner reads an entry before it pops it and never after.
+  void Pop() {
+    ++head_;
+    if constexpr (kShared) shared_.retired.store(head_, std::memory_order_release);
+  }
+
+  // Producer side of a shared ring (one producer at a time; the owner may
+  // run meanwhile). The next slot to fill, or nullptr when `depth` entries
+  // are queued or published and not yet popped.
+  T* ProducerSlot() requires kShared {
+    const uint32_t p = shared_.published.load(std::memory_order_relaxed);
+    if (p - shared_.retired.load(std::memory_order_acquire) >= limit_) return nullptr;
+    return &slots_[p & mask_];
+  }
+  // Makes the filled ProducerSlot() visible to the owner.
+  void Publish() requires kShared {
+    shared_.published.store(shared_.published.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+
+  // Owner side: how many published entries are not yet in [head, tail);
+  // TakePublished() appends the oldest of them (it becomes at(tail() - 1)).
+  uint32_t published() const requires kShared {
+    return shared_.published.load(std::memory_order_acquire) - tail_;
+  }
+  T& TakePublished() requires kShared { return slots_[tail_++ & mask_]; }
+  // The owner fills ProducerSlot() itself (nothing published is waiting:
+  // published() is 0) and appends it: published and tail move together.
+  void PublishOwn() requires kShared {
+    ++tail_;
+    shared_.published.store(tail_, std::memory_order_relaxed);
+  }
+  // Appends every published entry at once; how many.
+  uint32_t TakeAllPublished() requires kShared {
+    const uint32_t n = published();
+    tail_ += n;
+    return n;
+  }
 
  private:
   std::vector<T> slots_;
@@ -56,6 +125,12 @@ class Ring {
   uint32_t limit_ = 0;
   uint32_t head_ = 0;
   uint32_t tail_ = 0;
+  struct NoProducer {};
+  struct Producer {
+    std::atomic<uint32_t> published{0};  // written by the producer, read by the owner
+    std::atomic<uint32_t> retired{0};    // head_ as the owner published it, for the producer
+  };
+  [[no_unique_address]] std::conditional_t<kShared, Producer, NoProducer> shared_;
 };
 
 }  // namespace droce::queue

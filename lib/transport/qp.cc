@@ -238,8 +238,12 @@ int RcQp::PostRecv(const RecvWr& wr) {
   if (env_.srq != nullptr) return EINVAL;  // receives go to the SRQ
   if (state_ == QpState::kReset) return EINVAL;
   if (wr.num_sge > caps_.max_recv_sge) return EINVAL;
-  if (state_ == QpState::kErr) {
-    // Verbs: posting to a QP in ERR completes the WR with a flush error.
+  if (rq_.published() != 0) TakePublishedRecvs();  // posts published earlier go first
+  RecvWr* slot = NextRecvSlot();
+  if (slot == nullptr) {
+    // Verbs: posting to a QP in ERR completes the WR with a flush error,
+    // even with the queue full.
+    if (state_ != QpState::kErr) return ENOMEM;
     queue::Completion c;
     c.wr_id = wr.wr_id;
     c.status = WcStatus::kWrFlushErr;
@@ -248,14 +252,37 @@ int RcQp::PostRecv(const RecvWr& wr) {
     env_.recv_cq->Push(c);
     return 0;
   }
-  if (!rq_.Push(wr)) return ENOMEM;
+  *slot = wr;
+  rq_.PublishOwn();
+  if (state_ == QpState::kErr) TakePublishedRecvs();  // flushes it (and what is queued)
   return 0;
 }
 
-int RcQp::PostSend(const SendWr& wr) {
-  if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
-    return EINVAL;
+RecvWr* RcQp::NextRecvSlot() { return rq_.ProducerSlot(); }
+
+int RcQp::PublishRecv() {
+  if (rq_.ProducerSlot()->num_sge > caps_.max_recv_sge) return EINVAL;
+  rq_.Publish();
+  return 0;
+}
+
+void RcQp::TakePublishedRecvs() {
+  rq_.TakeAllPublished();
+  if (state_ == QpState::kErr) {
+    // Posted into ERR (or while the QP went there): flushed, in order.
+    while (!rq_.empty()) {
+      queue::Completion c;
+      c.wr_id = rq_.front().wr_id;
+      c.status = WcStatus::kWrFlushErr;
+      c.opcode = queue::WcOpcode::kRecv;
+      c.qp_num = qpn_;
+      env_.recv_cq->Push(c);
+      rq_.Pop();
+    }
   }
+}
+
+int RcQp::ValidateForQp(const SendWr& wr) const {
   if (const int err = ValidateSend(wr); err != 0) return err;
   if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
       wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
@@ -264,10 +291,19 @@ int RcQp::PostSend(const SendWr& wr) {
   if (ud() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm) {
     return EINVAL;  // UD sends datagrams only (9.8.4)
   }
-  SendWqe* w = sq_.Reserve();
+  return 0;
+}
+
+int RcQp::PostSend(const SendWr& wr) {
+  if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
+    return EINVAL;
+  }
+  if (const int err = ValidateForQp(wr); err != 0) return err;
+  if (sq_.published() != 0) TakePostedSends();  // posts published earlier go first
+  SendWqe* w = sq_.ProducerSlot();
   if (w == nullptr) return ENOMEM;
   if (ud()) {
-    if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing committed
+    if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing published
   }
   // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
   static_assert(sizeof(SendWr) == 240, "a new SendWr field must be copied here too");
@@ -287,32 +323,64 @@ int RcQp::PostSend(const SendWr& wr) {
   d.ah = wr.ah;
   d.remote_qpn = wr.remote_qpn;
   d.remote_qkey = wr.remote_qkey;
-  w->started = w->fully_sent = w->done = false;
-  w->read_done_bytes = 0;
-  w->status = WcStatus::kSuccess;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  w->total_len = static_cast<uint32_t>(total);
-  if (wr.flags & kSendInline) {
-    // Inline data is copied now; the application may reuse its buffers at once.
-    uint32_t off = 0;
-    for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      std::memcpy(w->inline_data + off, reinterpret_cast<const void*>(wr.sg_list[i].addr),
-                  wr.sg_list[i].length);
-      off += wr.sg_list[i].length;
-    }
-  }
-  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    w->total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
-  }
-  sq_.Commit();
+  PrepareSendWqe(*w);
+  sq_.PublishOwn();
   if (state_ == QpState::kErr) {
     w->done = true;
     w->status = WcStatus::kWrFlushErr;
     CompleteHead();
   }
   return 0;
+}
+
+SendWr* RcQp::NextSendSlot() {
+  SendWqe* w = sq_.ProducerSlot();
+  return w == nullptr ? nullptr : &w->wr;
+}
+
+int RcQp::PublishSend() {
+  SendWqe* w = sq_.ProducerSlot();
+  if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
+  if (const int err = ValidateForQp(w->wr); err != 0) return err;
+  PrepareSendWqe(*w);
+  sq_.Publish();
+  return 0;
+}
+
+void RcQp::PrepareSendWqe(SendWqe& w) {
+  const SendWr& wr = w.wr;
+  w.started = w.fully_sent = w.done = false;
+  w.read_done_bytes = 0;
+  w.status = WcStatus::kSuccess;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  w.total_len = static_cast<uint32_t>(total);
+  if (wr.flags & kSendInline) {
+    // Inline data is copied now; the application may reuse its buffers at once.
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+  }
+  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    w.total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
+  }
+}
+
+void RcQp::TakePostedSends() {
+  if (state_ != QpState::kErr) {
+    sq_.TakeAllPublished();
+    return;
+  }
+  while (sq_.published() != 0) {
+    // Posted into ERR (or while the QP went there): completes flushed.
+    SendWqe& w = sq_.TakePublished();
+    w.done = true;
+    w.status = WcStatus::kWrFlushErr;
+    CompleteHead();
+  }
 }
 
 void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns) {
@@ -655,6 +723,7 @@ void RcQp::EnterError() {
 }
 
 void RcQp::FlushAll() {
+  TakePosted();  // what was published but not yet taken flushes too
   // Every outstanding send WR completes with FLUSH_ERR (signaled or not),
   // in order, after any that already failed with a real status.
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {

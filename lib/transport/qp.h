@@ -35,10 +35,10 @@ namespace droce::transport {
 class Srq {
  public:
   explicit Srq(uint32_t depth) : ring_(depth) {}
-  queue::Ring<RecvWr>& ring() { return ring_; }
+  queue::Ring<RecvWr, true>& ring() { return ring_; }
 
  private:
-  queue::Ring<RecvWr> ring_;
+  queue::Ring<RecvWr, true> ring_;  // shared: the same type as a QP's own receive queue
 };
 
 enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };  // ibv_qp_type values
@@ -170,7 +170,7 @@ class RcQp {
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const {
-    return rq_.size() + (resp_.recv_wqe_held ? 1 : 0) + resp_.sr_recv_taken;
+    return rq_.size() + rq_.published() + (resp_.recv_wqe_held ? 1 : 0) + resp_.sr_recv_taken;
   }
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
@@ -178,8 +178,33 @@ class RcQp {
   absl::Status Modify(const QpAttr& attr, uint32_t mask);
 
   // ibv_post_send / ibv_post_recv: 0 or a positive errno as verbs returns it.
+  // On the engine's thread: the WR is queued and, in ERR, flushed at once.
   int PostSend(const SendWr& wr);
   int PostRecv(const RecvWr& wr);
+
+  // Posting from a thread that does not own the engine (the verbs
+  // provider's fast path, doc/verbs.md "Posting without the device lock").
+  // One thread at a time per queue (the caller's per-QP lock); the engine
+  // may run meanwhile. The caller fills the slot in place (no copy of the WR
+  // on the way) and publishes it; the engine takes what was published at the
+  // QP's next doorbell (TakePosted). Checked here: what the QP's fixed caps
+  // decide (SGEs, length, inline size, opcodes for an RC or UC QP, never
+  // UD). The QP's state is the caller's to have checked (RTS or SQD for
+  // sends; any but RESET for receives, no SRQ): a WR published while the
+  // engine moved the QP to ERR is flushed when taken.
+  SendWr* NextSendSlot();  // nullptr: the send queue is full (ENOMEM)
+  int PublishSend();       // 0, or EINVAL with nothing published
+  RecvWr* NextRecvSlot();  // nullptr: the receive queue is full
+  int PublishRecv();
+  // Engine side: appends what was published to the queues (flushed at once
+  // in ERR). Cheap when nothing was: one load per queue.
+  void TakePosted() {
+    if (sq_.published() != 0) TakePostedSends();
+    TakePostedRecvs();
+  }
+  void TakePostedRecvs() {
+    if (rq_.published() != 0) TakePublishedRecvs();
+  }
 
   // A packet for this QP (BTH dest QP matched); parsed and ICRC-checked.
   void OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
@@ -597,8 +622,14 @@ class RcQp {
     if (rp_->rate_limited()) pacer_.OnSent(bytes, now_ns, rp_->current_rate_bps());
   }
 
+  void TakePostedSends();
+  void TakePublishedRecvs();
+  // The WQE's derived fields and inline copy; wqe.wr is filled and valid.
+  void PrepareSendWqe(SendWqe& w);
+  int ValidateForQp(const SendWr& wr) const;  // ValidateSend plus the QP type's opcodes
+
   // Requester.
-  queue::Ring<SendWqe> sq_;
+  queue::Ring<SendWqe, /*kShared=*/true> sq_;  // posts publish into it (NextSendSlot)
   // The requester's per-connection state: a move to RESET value-initialises
   // it (RTR/RTS set the PSNs and retry budgets again).
   struct RequesterConn {
@@ -722,7 +753,7 @@ class RcQp {
   } req_;
 
   // Responder.
-  queue::Ring<RecvWr> rq_;
+  queue::Ring<RecvWr, /*kShared=*/true> rq_;
   enum class InMessage : uint8_t { kNone, kSend, kWrite };
   // The responder's per-connection state: a move to RESET value-initialises it.
   struct ResponderConn {

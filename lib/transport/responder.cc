@@ -52,7 +52,7 @@ struct RcQp::ReqCtx {
 
 uint8_t RcQp::CreditsField() const {
   if (env_.srq != nullptr) return kAethCreditsInvalid;  // no per-QP credits with an SRQ
-  const uint32_t available = rq_.size();
+  const uint32_t available = rq_.size() + rq_.published();  // published without the device lock too
   uint8_t code = 0;
   while (code < 30 && kCreditCounts[code + 1] <= available) ++code;
   return code;
@@ -97,7 +97,8 @@ bool RcQp::TakeRecvWqe() {
     ++resp_.sr_recv_base;
     --resp_.sr_recv_taken;
   } else {
-    queue::Ring<RecvWr>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
+    if (env_.srq == nullptr) TakePostedRecvs();  // posted without the device lock: they count now
+    queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
     if (ring.empty()) return false;
     resp_.recv_wqe = ring.front();
     ring.Pop();
@@ -746,7 +747,8 @@ bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
   if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
     const uint32_t k = sr.recv_seq() - resp_.sr_recv_base;
     if (k >= kSrMaxHeldRecvs) return false;  // too far ahead to hold a receive for (or stale)
-    queue::Ring<RecvWr>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
+    if (env_.srq == nullptr) TakePostedRecvs();
+    queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
     while (resp_.sr_recv_taken <= k) {
       if (ring.empty()) {
         if (ahead == 0) *error = RespError::kRnr;  // RNR NAK, PSN not consumed (9.7.5.2.8)

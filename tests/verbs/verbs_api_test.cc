@@ -826,6 +826,63 @@ TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
   ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
 }
 
+// Posts take the fast path (no device lock: the WR is published in the
+// QP's ring and its doorbell left to whoever owns the device) while the
+// engine moves the QP to ERR on its own, at a remote access error the
+// poster's 1000th WRITE causes. Every WR completes exactly once and in
+// order: those before it successfully, it with REM_ACCESS_ERR, every later
+// one flushed, however the posts and the error interleave.
+TEST_F(VerbsApi, PostsRacingAnErrorTheEngineRaisesCompleteOnceInOrder) {
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  constexpr int kTotal = 3000, kBad = 1000, kBudget = 32;
+  std::atomic<int> completed{0};
+  std::atomic<bool> failed{false};
+  std::thread poster([&] {
+    for (int seq = 0; seq < kTotal && !failed;) {
+      if (seq - completed.load(std::memory_order_acquire) >= kBudget) {
+        std::this_thread::yield();
+        continue;
+      }
+      ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + (seq % 64) * 64), 64, mr_->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = static_cast<uint64_t>(seq);
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + 0x40000 + (seq % 64) * 64);
+      wr.wr.rdma.rkey = seq == kBad ? mr_->rkey ^ 0x7f00 : mr_->rkey;  // no MR has that index
+      ibv_send_wr* bad = nullptr;
+      if (const int err = ibv_post_send(a, &wr, &bad); err != 0) {
+        ADD_FAILURE() << "post_send " << seq << ": " << err;
+        failed = true;
+        return;
+      }
+      ++seq;
+    }
+  });
+  int next = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (next < kTotal && !failed && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc[16];
+    const int got = ibv_poll_cq(cq_, 16, wc);
+    ASSERT_GE(got, 0);
+    for (int i = 0; i < got; ++i) {
+      if (wc[i].qp_num != a->qp_num) continue;  // b's flushes, if any
+      ASSERT_EQ(wc[i].wr_id, static_cast<uint64_t>(next)) << "lost, duplicated or reordered";
+      const ibv_wc_status want = next < kBad    ? IBV_WC_SUCCESS
+                                 : next == kBad ? IBV_WC_REM_ACCESS_ERR
+                                                : IBV_WC_WR_FLUSH_ERR;
+      ASSERT_EQ(wc[i].status, want) << "wr " << next << ": " << ibv_wc_status_str(wc[i].status);
+      completed.store(++next, std::memory_order_release);
+    }
+  }
+  failed = failed || next < kTotal;
+  poster.join();
+  EXPECT_EQ(next, kTotal);
+}
+
 // Whether this process may run a thread SCHED_FIFO (CAP_SYS_NICE, an
 // RT-capable cgroup): tried on a throwaway thread.
 bool SchedFifoPermitted() {

@@ -102,9 +102,9 @@ class Runtime {
       mu.unlock();
       // No fence: it would wait here for this thread's stores (after a
       // doorbell, the wire's) to drain, which otherwise overlaps the
-      // program's own work (measured: 64 B ib_write_bw 1 QP 10 % slower
-      // with one). A push this look misses while the freeing store still
-      // sits in the store buffer is the poster's to catch (RingPosted).
+      // program's own work. A push this look misses while the freeing
+      // store still sits in the store buffer is the poster's to catch
+      // (RingPosted).
       if (posted_head_.load(std::memory_order_relaxed) == nullptr || !mu.try_lock()) return;
     }
   }

@@ -268,18 +268,7 @@ int RcQp::PublishRecv() {
 
 void RcQp::TakePublishedRecvs() {
   rq_.TakeAllPublished();
-  if (state_ == QpState::kErr) {
-    // Posted into ERR (or while the QP went there): flushed, in order.
-    while (!rq_.empty()) {
-      queue::Completion c;
-      c.wr_id = rq_.front().wr_id;
-      c.status = WcStatus::kWrFlushErr;
-      c.opcode = queue::WcOpcode::kRecv;
-      c.qp_num = qpn_;
-      env_.recv_cq->Push(c);
-      rq_.Pop();
-    }
-  }
+  if (state_ == QpState::kErr) FlushReceiveQueue();  // posted into ERR (or while the QP went there)
 }
 
 int RcQp::ValidateForQp(const SendWr& wr) const {
@@ -745,6 +734,11 @@ void RcQp::FlushAll() {
     env_.recv_cq->Push(c);
   }
   SrFlushReceives();  // selective repeat: receives held for messages in the window
+  FlushReceiveQueue();
+  resp_.in_message = InMessage::kNone;
+}
+
+void RcQp::FlushReceiveQueue() {
   while (!rq_.empty()) {
     queue::Completion c;
     c.wr_id = rq_.front().wr_id;
@@ -754,7 +748,6 @@ void RcQp::FlushAll() {
     env_.recv_cq->Push(c);
     rq_.Pop();
   }
-  resp_.in_message = InMessage::kNone;
 }
 
 }  // namespace droce::transport

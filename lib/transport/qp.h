@@ -624,6 +624,7 @@ class RcQp {
 
   void TakePostedSends();
   void TakePublishedRecvs();
+  void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
   // The WQE's derived fields and inline copy; wqe.wr is filled and valid.
   void PrepareSendWqe(SendWqe& w);
   int ValidateForQp(const SendWr& wr) const;  // ValidateSend plus the QP type's opcodes

@@ -79,6 +79,8 @@ case $pair in
 esac
 [ "$quick" = 1 ] && reps=1 breps=1
 build=${BUILD:-$root/build}
+# The pairs run from another directory: a relative BUILD is taken from where this was started.
+case $build in /*) ;; *) build=$PWD/$build ;; esac
 if [ -z "$tool" ]; then
   tool=$build/apps/study/droce-study
   [ -f "$build/build.ninja" ] || meson setup "$build" >/dev/null

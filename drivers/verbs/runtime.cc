@@ -80,10 +80,16 @@ struct ExitReporter {
 } g_exit_reporter;
 
 void Runtime::ReportAtExit() {
-  if (mu.try_lock()) {
-    PrintStats();
-    Unlock();
+  // The progress thread still runs during exit and may hold the device for
+  // a poll round: retry rather than skip the report (a single try_lock lost
+  // it in CI). Bounded, in case exit() was called by a thread holding it.
+  const uint64_t until = NowNs() + 500'000'000;
+  while (!mu.try_lock()) {
+    if (NowNs() > until) return;
+    SleepUs(100);
   }
+  PrintStats();
+  Unlock();
 }
 
 absl::StatusOr<Runtime*> Runtime::Acquire(const DeviceFile& f) {

@@ -1062,7 +1062,13 @@ void Runtime::ProgressLoop() {
     // so the arrival wakes it within microseconds and no timer wakes it in
     // between (timed hot sleeps cost a preemption of the program every
     // hot_sleep_us).
-    if (!hot) ReleasePmQos();  // idle: CPUs may sleep deeply again
+    // Idle — no packet, and no program call, within hot_us — CPUs may sleep
+    // deeply again. The program's calls count too: a polling program that
+    // the scheduler held off for longer than app_active_us is still hot
+    // (without them the request could flap: CI once sampled a polling
+    // program's 2 s and never found it held, the thread having stood aside
+    // 548 times meanwhile).
+    if (!hot && NsSince(now, last_app) >= uint64_t{pc.hot_us} * 1000) ReleasePmQos();
     if (hot && !fifo) {
       SleepUs(std::max<uint32_t>(pc.hot_sleep_us, 1));
       busy_since = NowNs();

@@ -1144,27 +1144,33 @@ TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
     }
     return false;
   };
+  const auto released_within_2s = [&] {
+    for (int i = 0; i < 200; ++i) {
+      if (!held()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  // The tests before may have left it hot: first idle (and released).
+  ASSERT_TRUE(released_within_2s()) << "held after the previous tests, and not released within 2 s of quiet";
   const auto before = ReadProgressCounters(ctx_);
   const uint64_t holds_before = before.pm_qos_holds;
   ibv_wc wc[4];
   bool seen = false;
   const auto start = std::chrono::steady_clock::now();
   while (!seen && std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
-    for (int i = 0; i < 1000; ++i) (void)ibv_poll_cq(cq_, 4, wc);
+    for (int i = 0; i < 100; ++i) (void)ibv_poll_cq(cq_, 4, wc);
     seen = held();
   }
-  // (A flake seen once in CI: no hold in the whole 2 s. Whether the thread
-  // stood aside meanwhile says whether it ran its stand-aside at all.)
+  // (A flake seen twice in CI: no hold at any sample of the 2 s, though the
+  // thread stood aside hundreds of times; the request was then released
+  // whenever the scheduler kept this thread off its CPU for longer than
+  // app_active_us. Now a program's call within hot_us keeps it.)
   EXPECT_TRUE(seen) << "no PM QoS request while the program polled; stand-asides meanwhile: "
                     << ReadProgressCounters(ctx_).stand_asides - before.stand_asides;
   EXPECT_GT(ReadProgressCounters(ctx_).pm_qos_holds, holds_before);
   // Quiet: after progress_hot_us (2 ms) the thread goes idle and lets go.
-  bool released = false;
-  for (int i = 0; i < 200 && !released; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    released = !held();
-  }
-  EXPECT_TRUE(released) << "the PM QoS request outlived the hot phase";
+  EXPECT_TRUE(released_within_2s()) << "the PM QoS request outlived the hot phase";
 }
 
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse

@@ -131,20 +131,34 @@ struct DroceQp {
   bool direct_send = false;
   bool direct_recv = false;
   PostedDoorbell doorbell;  // a post's doorbell left for the device's owner
-  // ibv_wr_* batch between wr_start and wr_complete.
-  std::vector<SendWr> batch;
-  // Inline data of the batch, back to back: a setter copies into it (the
-  // program may reuse its buffer at once) and records an offset in the WR's
-  // sge; wr_complete points the sge at it. Both vectors keep their capacity
-  // across batches: no allocation per WR once the largest batch was seen.
-  std::vector<uint8_t> inline_arena;
-  std::vector<uint32_t> inline_wrs;  // indices in batch of the WRs whose sge is an arena offset
+  // ibv_wr_* batch between wr_start and wr_complete: the WRs are written
+  // straight into the send ring's next slots (inline data into their WQEs)
+  // and published together at wr_complete — or, for a QP whose posts take
+  // the device's lock (direct_send false), posted one by one from there
+  // under it. send_lock is held from wr_start to wr_complete or wr_abort
+  // (as mlx5 holds its QP lock), so no other post or state change runs
+  // in between.
+  std::atomic<const void*> batch_owner{nullptr};  // the thread whose wr_start holds send_lock; null: none
+  uint32_t batch_size = 0;                        // WRs started
+  SendWr* batch_wr = nullptr;                     // the one the setters fill
+  SendWr batch_discard;                           // a WR that has no slot (an error): filled, never posted
   int batch_error = 0;
   // ECE options (doc/cm.md): what this QP offers (droce's, kDroceEceOptions)
   // until set_ece gives the peer's, then what both offered.
   uint32_t ece_options = 0;
   bool ece_set = false;  // set_ece was called: ece_options is an agreement
 };
+
+// A per-thread address: which thread opened a QP's ibv_wr_* batch.
+const void* ThisThread() {
+  static thread_local char token;
+  return &token;
+}
+
+// Whether this thread is between wr_start and wr_complete on the QP (and so
+// holds its send_lock: a post, modify or destroy of it from here would wait
+// for itself).
+bool BatchOpenHere(const DroceQp* qp) { return qp->batch_owner.load(std::memory_order_relaxed) == ThisThread(); }
 
 DroceContext* ToCtx(ibv_context* c) {
   return reinterpret_cast<DroceContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(DroceContext, ibv_ctx) -
@@ -471,6 +485,7 @@ int BindMw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
     return EPERM;
   }
   DroceQp* qp = ToQp(ibqp);
+  if (BatchOpenHere(qp)) return EINVAL;  // inside this thread's wr_start .. wr_complete
   Runtime* rt = Rt(ibqp->context);
   std::lock_guard<PostLock> post(qp->send_lock);
   AppLock lock(rt);
@@ -857,9 +872,6 @@ int PostSrqRecv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 void WrStart(ibv_qp_ex* qpx);
 int WrComplete(ibv_qp_ex* qpx);
 void WrAbort(ibv_qp_ex* qpx);
-// lkey of an inline sge whose addr is still an offset into the QP's inline
-// arena (an inline sge's lkey is never looked at).
-constexpr uint32_t kInlineArenaKey = 0xFFFFFFFFu;
 void WrSend(ibv_qp_ex* qpx);
 void WrSendImm(ibv_qp_ex* qpx, __be32 imm);
 void WrSendInv(ibv_qp_ex* qpx, uint32_t rkey);
@@ -1096,6 +1108,7 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     }
   }
   // No post runs while the state changes (a reset empties the rings).
+  if (BatchOpenHere(qp)) return EINVAL;  // inside this thread's wr_start .. wr_complete
   std::lock_guard<PostLock> send_post(qp->send_lock);
   std::lock_guard<PostLock> recv_post(qp->recv_lock);
   AppLock lock(rt);
@@ -1191,6 +1204,7 @@ int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
 
 int DestroyQp(ibv_qp* ibqp) {
   DroceQp* qp = ToQp(ibqp);
+  if (BatchOpenHere(qp)) return EBUSY;  // wr_complete or wr_abort first
   Runtime* rt = Rt(ibqp->context);
   const int err = DestroyLocked(rt, [&] {
     // A held ACK (the program's last receive before it tears down, as
@@ -1310,6 +1324,10 @@ int PostSendLocked(DroceQp* qp, Runtime* rt, ibv_send_wr* wr, ibv_send_wr** bad)
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
+  if (BatchOpenHere(qp)) {  // inside this thread's wr_start .. wr_complete
+    *bad = wr;
+    return EINVAL;
+  }
   std::lock_guard<PostLock> post(qp->send_lock);
   if (!qp->direct_send) return PostSendLocked(qp, rt, wr, bad);
   int err = 0;
@@ -1363,61 +1381,114 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 // ---------------------------------------------------------------- ibv_wr_* API
 
-SendWr* NewWr(ibv_qp_ex* qpx, transport::WrOpcode op) {
-  DroceQp* qp = ToQp(qpx);
-  SendWr& w = qp->batch.emplace_back();
-  w.wr_id = qpx->wr_id;
-  w.opcode = op;
-  w.flags = qpx->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+// A setter's error, kept until wr_complete returns it. Outside this
+// thread's batch (no wr_start) nothing is kept: the batch's fields are
+// another thread's, and wr_complete then fails anyway.
+void FailBatch(DroceQp* qp, int err) {
+  if (BatchOpenHere(qp)) qp->batch_error = err;
+}
+
+// What the WR calls outside this thread's batch write into: never posted.
+SendWr* StrayWr() {
+  static thread_local SendWr w;
   return &w;
 }
 
+// Every field of a new WR (its slot may hold an older one); the SGEs past
+// num_sge are never read.
+SendWr* NewWr(ibv_qp_ex* qpx, transport::WrOpcode op) {
+  DroceQp* qp = ToQp(qpx);
+  SendWr* w = StrayWr();
+  if (BatchOpenHere(qp)) {
+    w = qp->engine->SendSlotAhead(qp->batch_size);
+    if (w != nullptr) {
+      ++qp->batch_size;
+    } else {
+      qp->batch_error = ENOMEM;  // more than the send queue holds
+      w = &qp->batch_discard;
+    }
+    qp->batch_wr = w;
+  }
+  w->wr_id = qpx->wr_id;
+  w->opcode = op;
+  w->flags = qpx->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+  w->num_sge = 0;
+  w->remote_addr = 0;
+  w->rkey = 0;
+  w->imm_data = 0;
+  w->invalidate_rkey = 0;
+  w->compare_add = 0;
+  w->swap = 0;
+  w->bind = {};
+  w->ah = 0;
+  w->remote_qpn = 0;
+  w->remote_qkey = 0;
+  return w;
+}
+
+// The WR a setter fills; nullptr outside this thread's batch or before its
+// first WR (an error wr_complete returns).
 SendWr* LastWr(ibv_qp_ex* qpx) {
   DroceQp* qp = ToQp(qpx);
-  if (qp->batch.empty()) {
-    qp->batch_error = EINVAL;  // a setter before any WR
-    return nullptr;
-  }
-  return &qp->batch.back();
+  if (!BatchOpenHere(qp)) return nullptr;
+  if (qp->batch_wr == nullptr) qp->batch_error = EINVAL;  // a setter before any WR
+  return qp->batch_wr;
 }
 
 void WrStart(ibv_qp_ex* qpx) {
   DroceQp* qp = ToQp(qpx);
-  qp->batch.clear();
-  qp->inline_arena.clear();
-  qp->inline_wrs.clear();
+  // A second wr_start without wr_complete from the same thread starts over
+  // rather than waiting for itself.
+  if (!BatchOpenHere(qp)) {
+    qp->send_lock.lock();
+    qp->batch_owner.store(ThisThread(), std::memory_order_relaxed);
+  }
+  qp->batch_size = 0;
+  qp->batch_wr = nullptr;
   qp->batch_error = 0;
+}
+
+// Ends this thread's batch and lets go of send_lock; EINVAL without one.
+int EndBatch(DroceQp* qp, int err) {
+  if (!BatchOpenHere(qp)) return EINVAL;
+  qp->batch_size = 0;
+  qp->batch_wr = nullptr;
+  qp->batch_error = 0;
+  qp->batch_owner.store(nullptr, std::memory_order_relaxed);
+  qp->send_lock.unlock();
+  return err;
 }
 
 int WrComplete(ibv_qp_ex* qpx) {
   DroceQp* qp = ToQp(qpx);
-  int err = qp->batch_error;
-  if (err == 0) {
-    Runtime* rt = Rt(qpx->qp_base.context);
-    // Inline sges hold an offset into the arena until now (it may have
-    // grown, and moved, since the setter ran).
-    for (const uint32_t i : qp->inline_wrs) {
-      SendWr& w = qp->batch[i];
-      if (w.num_sge == 1 && w.sg_list[0].lkey == kInlineArenaKey) {  // not replaced by a later set_sge
-        w.sg_list[0].addr = reinterpret_cast<uintptr_t>(qp->inline_arena.data()) + w.sg_list[0].addr;
-        w.sg_list[0].lkey = 0;
-      }
-    }
-    std::lock_guard<PostLock> post(qp->send_lock);
-    AppLock lock(rt);
-    for (const SendWr& w : qp->batch) {
-      err = rt->dev().PostSend(qp->qpn, w);
-      if (err != 0) break;
-    }
-    rt->DoorbellLocked(qp->qpn, NowNs(), err == 0 && qp->batch.size() == 1 && SmallWirePost(qp->batch[0]));
+  if (!BatchOpenHere(qp)) return EINVAL;
+  const uint32_t n = qp->batch_size;
+  if (qp->batch_error != 0 || n == 0) return EndBatch(qp, qp->batch_error);
+  Runtime* rt = Rt(qpx->qp_base.context);
+  transport::RcQp* q = qp->engine;
+  const bool small = n == 1 && SmallWirePost(*q->SendSlotAhead(0));  // read before the engine may take it
+  if (qp->direct_send) {
+    const int err = q->PublishSends(n);  // all or none
+    if (err == 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, small, NowNs());
+    return EndBatch(qp, err);
   }
-  qp->batch.clear();
-  qp->inline_arena.clear();
-  qp->inline_wrs.clear();
-  return err;
+  // UD, or not in RTS/SQD: each WR through the engine's post, under the
+  // device's lock. The next to post is always in the next slot (the one
+  // before it was just appended there), which the engine's post fills from
+  // a copy (inline data written in place stays: PrepareSendWqe).
+  int err = 0;
+  {
+    AppLock lock(rt);
+    for (uint32_t i = 0; i < n && err == 0; ++i) {
+      const SendWr w = *q->SendSlotAhead(0);
+      err = rt->dev().PostSend(qp->qpn, w);
+    }
+    rt->DoorbellLocked(qp->qpn, NowNs(), err == 0 && small);
+  }
+  return EndBatch(qp, err);
 }
 
-void WrAbort(ibv_qp_ex* qpx) { WrStart(qpx); }
+void WrAbort(ibv_qp_ex* qpx) { (void)EndBatch(ToQp(qpx), 0); }
 
 void WrSend(ibv_qp_ex* qpx) { NewWr(qpx, transport::WrOpcode::kSend); }
 void WrSendImm(ibv_qp_ex* qpx, __be32 imm) { NewWr(qpx, transport::WrOpcode::kSendWithImm)->imm_data = imm; }
@@ -1452,7 +1523,7 @@ void WrLocalInv(ibv_qp_ex* qpx, uint32_t rkey) { NewWr(qpx, transport::WrOpcode:
 void WrBindMw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
   SendWr* w = NewWr(qpx, transport::WrOpcode::kBindMw);
   if (mw == nullptr || info == nullptr) {
-    ToQp(qpx)->batch_error = EINVAL;
+    FailBatch(ToQp(qpx), EINVAL);
     return;
   }
   w->bind = ToBindWr(mw, rkey, *info);
@@ -1469,16 +1540,15 @@ void WrSetSgeList(ibv_qp_ex* qpx, size_t n, const ibv_sge* sges) {
   SendWr* w = LastWr(qpx);
   if (w == nullptr) return;
   if (n > transport::kMaxSge) {
-    ToQp(qpx)->batch_error = EINVAL;
+    FailBatch(ToQp(qpx), EINVAL);
     return;
   }
   w->num_sge = static_cast<uint32_t>(n);
   for (size_t i = 0; i < n; ++i) w->sg_list[i] = {sges[i].addr, sges[i].length, sges[i].lkey};
 }
 
-// Inline data may be reused as soon as the setter returns: keep a copy in
-// the QP's arena until wr_complete hands it to the QP (which copies it into
-// the WQE). The sge holds the arena offset, marked by kInlineArenaKey.
+// Inline data may be reused as soon as the setter returns: it is copied
+// once, into the WQE of the WR's ring slot, and the sge points there.
 void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
   SendWr* w = LastWr(qpx);
   if (w == nullptr) return;
@@ -1489,23 +1559,22 @@ void WrSetInlineList(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
     qp->batch_error = EINVAL;
     return;
   }
-  const size_t at = qp->inline_arena.size();
-  qp->inline_arena.resize(at + total);  // within the kept capacity after the first batches
-  size_t off = at;
-  for (size_t i = 0; i < n; ++i) {
-    if (bufs[i].length > 0) std::memcpy(qp->inline_arena.data() + off, bufs[i].addr, bufs[i].length);
-    off += bufs[i].length;
-  }
   w->flags |= IBV_SEND_INLINE;
   w->num_sge = total > 0 ? 1 : 0;
-  w->sg_list[0] = {at, static_cast<uint32_t>(total), kInlineArenaKey};
-  if (total > 0) qp->inline_wrs.push_back(static_cast<uint32_t>(qp->batch.size() - 1));
+  if (w == &qp->batch_discard) return;  // never posted: nothing to keep
+  uint8_t* to = qp->engine->InlineBufferAhead(qp->batch_size - 1);
+  size_t off = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (bufs[i].length > 0) std::memcpy(to + off, bufs[i].addr, bufs[i].length);
+    off += bufs[i].length;
+  }
+  w->sg_list[0] = {reinterpret_cast<uintptr_t>(to), static_cast<uint32_t>(total), 0};
 }
 
 void WrSetUdAddr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   SendWr* w = LastWr(qpx);
   if (w == nullptr) return;
-  if (const int err = SetUdAddr(ah, remote_qpn, remote_qkey, w); err != 0) ToQp(qpx)->batch_error = err;
+  if (const int err = SetUdAddr(ah, remote_qpn, remote_qkey, w); err != 0) FailBatch(ToQp(qpx), err);
 }
 
 void WrSetInline(ibv_qp_ex* qpx, void* addr, size_t length) {

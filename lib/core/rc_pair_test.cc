@@ -101,6 +101,45 @@ TEST(Doorbell, PublishRefusesWhatTheCapsForbidAndAFullQueue) {
   EXPECT_NE(qa->NextSendSlot(), nullptr);  // completed and popped: free again
 }
 
+// A batch (RcQp::SendSlotAhead/InlineBufferAhead/PublishSends, the verbs
+// provider's ibv_wr_*): one invalid WR and none is published; a valid
+// batch, with inline data written in place into its WQE, is delivered.
+TEST(Doorbell, ABatchIsPublishedWholeOrNotAtAll) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  transport::RcQp* qa = a.dev->qp(a.qpn);
+  Fill(a.mem, 0, 256, 3);
+  *qa->SendSlotAhead(0) = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096);
+  *qa->SendSlotAhead(1) = MakeWr(2, WrOpcode::kAtomicFetchAndAdd, a, 0, 16, b, 0);  // an atomic is 8 bytes
+  EXPECT_EQ(qa->PublishSends(2), EINVAL);
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 0u);  // nothing to send
+  const char text[] = "written in place";
+  for (uint32_t i = 0; i < 3; ++i) {
+    SendWr* w = qa->SendSlotAhead(i);
+    ASSERT_NE(w, nullptr);
+    *w = MakeWr(10 + i, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096 + 64 * i);
+    if (i == 1) {  // inline, its data already in the WQE: not read from the sge's memory again
+      uint8_t* in = qa->InlineBufferAhead(i);
+      std::memcpy(in, text, sizeof text);
+      w->flags |= transport::kSendInline;
+      w->sg_list[0] = {reinterpret_cast<uintptr_t>(in), sizeof text, 0};
+    }
+  }
+  ASSERT_EQ(qa->PublishSends(3), 0);
+  EXPECT_GT(a.dev->Doorbell(a.qpn, pair.now()), 0u);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 3, &cb, 0));
+  ASSERT_EQ(ca.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ca[i].wr_id, 10u + i);
+    EXPECT_EQ(ca[i].status, WcStatus::kSuccess);
+  }
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b.mem.data() + 4096 + 64), text);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096 + 128, a.mem.data(), 64), 0);
+}
+
 // WRs published while the engine moves the QP to ERR (here: a remote access
 // error) are flushed when taken, in order, behind the one that failed; a
 // receive published into an ERR QP flushes at its doorbell.

@@ -81,6 +81,30 @@ TEST(Ring, ProducerSlotCountsWhatIsPublishedButNotTaken) {
   EXPECT_EQ(r.size(), 1u);
 }
 
+// A batch: slots ahead of the next are filled first, nothing of them is
+// visible to the owner until all are published at once; a slot past the
+// ring's depth (counting what is queued and not popped) is refused.
+TEST(Ring, ProducerFillsSlotsAheadAndPublishesThemTogether) {
+  Ring<int, true> r(4);
+  *r.ProducerSlot() = 1;
+  r.Publish();
+  EXPECT_EQ(r.TakeAllPublished(), 1u);  // queued, not popped: 3 slots left
+  ASSERT_NE(r.ProducerSlot(2), nullptr);
+  EXPECT_EQ(r.ProducerSlot(3), nullptr);
+  for (uint32_t i = 0; i < 3; ++i) *r.ProducerSlot(i) = 10 + static_cast<int>(i);
+  EXPECT_EQ(r.published(), 0u);
+  r.Publish(3);
+  EXPECT_EQ(r.published(), 3u);
+  EXPECT_EQ(r.ProducerSlot(), nullptr);
+  EXPECT_EQ(r.TakeAllPublished(), 3u);
+  for (int want : {1, 10, 11, 12}) {
+    EXPECT_EQ(r.front(), want);
+    r.Pop();
+  }
+  EXPECT_NE(r.ProducerSlot(3), nullptr);  // all four free again, across the wrap
+  EXPECT_EQ(r.ProducerSlot(4), nullptr);
+}
+
 TEST(CompletionQueue, OverflowIsDetectedNotOverwritten) {
   CompletionQueue cq(2);
   Completion c;

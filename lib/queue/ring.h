@@ -88,16 +88,18 @@ class Ring {
   }
 
   // Producer side of a shared ring (one producer at a time; the owner may
-  // run meanwhile). The next slot to fill, or nullptr when `depth` entries
-  // are queued or published and not yet popped.
-  T* ProducerSlot() requires kShared {
-    const uint32_t p = shared_.published.load(std::memory_order_relaxed);
+  // run meanwhile). The next slot to fill (`ahead` > 0: the one that many
+  // after it, for a batch published at once), or nullptr when the ring
+  // would then hold more than `depth` entries queued, published and not
+  // yet popped.
+  T* ProducerSlot(uint32_t ahead = 0) requires kShared {
+    const uint32_t p = shared_.published.load(std::memory_order_relaxed) + ahead;
     if (p - shared_.retired.load(std::memory_order_acquire) >= limit_) return nullptr;
     return &slots_[p & mask_];
   }
-  // Makes the filled ProducerSlot() visible to the owner.
-  void Publish() requires kShared {
-    shared_.published.store(shared_.published.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  // Makes the next `n` filled producer slots visible to the owner.
+  void Publish(uint32_t n = 1) requires kShared {
+    shared_.published.store(shared_.published.load(std::memory_order_relaxed) + n, std::memory_order_release);
   }
 
   // Owner side: how many published entries are not yet in [head, tail);

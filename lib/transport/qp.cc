@@ -322,17 +322,29 @@ int RcQp::PostSend(const SendWr& wr) {
   return 0;
 }
 
-SendWr* RcQp::NextSendSlot() {
-  SendWqe* w = sq_.ProducerSlot();
+SendWr* RcQp::NextSendSlot() { return SendSlotAhead(0); }
+
+SendWr* RcQp::SendSlotAhead(uint32_t ahead) {
+  SendWqe* w = sq_.ProducerSlot(ahead);
   return w == nullptr ? nullptr : &w->wr;
 }
 
-int RcQp::PublishSend() {
-  SendWqe* w = sq_.ProducerSlot();
+uint8_t* RcQp::InlineBufferAhead(uint32_t ahead) {
+  SendWqe* w = sq_.ProducerSlot(ahead);
+  return w == nullptr ? nullptr : w->inline_data;
+}
+
+int RcQp::PublishSend() { return PublishSends(1); }
+
+int RcQp::PublishSends(uint32_t n) {
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
-  if (const int err = ValidateForQp(w->wr); err != 0) return err;
-  PrepareSendWqe(*w);
-  sq_.Publish();
+  for (uint32_t i = 0; i < n; ++i) {
+    const SendWqe* w = sq_.ProducerSlot(i);
+    if (w == nullptr) return ENOMEM;
+    if (const int err = ValidateForQp(w->wr); err != 0) return err;
+  }
+  for (uint32_t i = 0; i < n; ++i) PrepareSendWqe(*sq_.ProducerSlot(i));
+  sq_.Publish(n);
   return 0;
 }
 
@@ -346,9 +358,11 @@ void RcQp::PrepareSendWqe(SendWqe& w) {
   w.total_len = static_cast<uint32_t>(total);
   if (wr.flags & kSendInline) {
     // Inline data is copied now; the application may reuse its buffers at once.
+    // Data a batch wrote in place (InlineBufferAhead) stays where it is.
     uint32_t off = 0;
     for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      std::memcpy(w.inline_data + off, reinterpret_cast<const void*>(wr.sg_list[i].addr), wr.sg_list[i].length);
+      const auto* from = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
+      if (from != w.inline_data + off) std::memcpy(w.inline_data + off, from, wr.sg_list[i].length);
       off += wr.sg_list[i].length;
     }
   }

@@ -194,6 +194,14 @@ class RcQp {
   // engine moved the QP to ERR is flushed when taken.
   SendWr* NextSendSlot();  // nullptr: the send queue is full (ENOMEM)
   int PublishSend();       // 0, or EINVAL with nothing published
+  // A batch (ibv_wr_start .. ibv_wr_complete): the slot `ahead` after the
+  // next, filled before any of the batch is published; its WQE's inline
+  // buffer (kMaxInlineData), where inline data may be written in place (an
+  // inline sge pointing at it is not copied again); then all `n` published
+  // at once, or none (EINVAL) when one is invalid.
+  SendWr* SendSlotAhead(uint32_t ahead);  // nullptr: the batch does not fit (ENOMEM)
+  uint8_t* InlineBufferAhead(uint32_t ahead);
+  int PublishSends(uint32_t n);
   RecvWr* NextRecvSlot();  // nullptr: the receive queue is full
   int PublishRecv();
   // Engine side: appends what was published to the queues (flushed at once

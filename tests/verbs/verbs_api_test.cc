@@ -711,10 +711,12 @@ TEST_F(VerbsApi, ExtendedPostSendApi) {
 // carries its id inline and as immediate data; one poller thread drives the
 // dataplane, reposts receives, and records the completions. Each WR must
 // complete exactly once, on both ends, and a thread's WRs in the order it
-// posted them (one QP completes in order, IBTA 10.8.3).
+// posted them (one QP completes in order, IBTA 10.8.3). wr_api: each
+// thread posts with ibv_wr_start .. ibv_wr_complete, 1 to 3 WRs a batch,
+// the id inline in two pieces (ibv_wr_set_inline_data_list).
 void ConcurrentPosting(ibv_cq* cq, const std::vector<ibv_qp*>& senders,
                        const std::vector<ibv_qp*>& receivers, uint8_t* buf, uint32_t lkey, int threads,
-                       int per_thread) {
+                       int per_thread, bool wr_api = false) {
   constexpr int kSlots = 64;  // max_send_wr = max_recv_wr of the fixture's QPs
   std::map<uint32_t, ibv_qp*> receiver_of_qpn;
   for (ibv_qp* r : receivers) receiver_of_qpn[r->qp_num] = r;
@@ -743,6 +745,28 @@ void ConcurrentPosting(ibv_cq* cq, const std::vector<ibv_qp*>& senders,
       for (int seq = 0; seq < per_thread && !failed;) {
         if (seq - completed[th].load(std::memory_order_acquire) >= budget) {
           std::this_thread::yield();
+          continue;
+        }
+        if (wr_api) {
+          ibv_qp_ex* x = ibv_qp_to_qp_ex(q);
+          const int room = budget - (seq - completed[th].load(std::memory_order_acquire));
+          const int n = std::min({1 + seq % 3, room, per_thread - seq});
+          ibv_wr_start(x);
+          for (int k = 0; k < n; ++k) {
+            uint64_t id = (uint64_t(th) << 32) | uint32_t(seq + k);
+            x->wr_id = id;
+            x->wr_flags = IBV_SEND_SIGNALED;
+            ibv_wr_send_imm(x, htonl((uint32_t(th) << 24) | uint32_t(seq + k)));
+            const ibv_data_buf pieces[2] = {{&id, 4}, {reinterpret_cast<uint8_t*>(&id) + 4, 4}};
+            ibv_wr_set_inline_data_list(x, 2, pieces);
+            id = 0;  // copied: the buffer may be reused at once
+          }
+          if (const int err = ibv_wr_complete(x); err != 0) {
+            ADD_FAILURE() << "thread " << th << " seq " << seq << ": wr_complete " << err;
+            failed = true;
+            return;
+          }
+          seq += n;
           continue;
         }
         uint64_t id = (uint64_t(th) << 32) | uint32_t(seq);
@@ -824,6 +848,12 @@ TEST_F(VerbsApi, ConcurrentPostingFromSeveralThreadsOnSeveralQps) {
     receivers.push_back(b);
   }
   ConcurrentPosting(cq_, senders, receivers, buf_.data(), mr_->lkey, 4, 3000);
+}
+
+TEST_F(VerbsApi, ConcurrentWrApiBatchesFromSeveralThreadsOnOneQp) {
+  ibv_qp *a, *b;
+  Connect(&a, &b, /*ex=*/true);
+  ConcurrentPosting(cq_, {a}, {b}, buf_.data(), mr_->lkey, 4, 3000, /*wr_api=*/true);
 }
 
 // Posts take the fast path (no device lock: the WR is published in the
@@ -1212,6 +1242,120 @@ TEST_F(VerbsApi, ExtendedApiInlineDataDoesNotAllocatePerRequest) {
       std::snprintf(want, sizeof want, "round %d inline %d", round, i);
       EXPECT_STREQ(reinterpret_cast<const char*>(&buf_[0xc0000 + i * 64]), want);
     }
+  }
+}
+
+// An ibv_wr_* batch is posted whole at wr_complete or not at all: one WR
+// more than the send queue holds (ENOMEM), a setter's bad argument or a WR
+// the QP refuses at wr_complete (EINVAL), and wr_abort post nothing; the
+// next batch then posts normally. Between wr_start and wr_complete the
+// thread holds the QP's post lock: its own post, modify or destroy of that
+// QP fails rather than waiting for itself.
+TEST_F(VerbsApi, ExtendedApiBatchIsPostedWholeOrNotAtAll) {
+  ibv_qp *a, *b;
+  Connect(&a, &b, /*ex=*/true);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  ASSERT_NE(x, nullptr);
+  const auto write = [&](uint64_t wr_id, uint32_t flags, uint32_t len) {
+    x->wr_id = wr_id;
+    x->wr_flags = flags;
+    ibv_wr_rdma_write(x, mr_->rkey, reinterpret_cast<uintptr_t>(buf_.data() + 0x40000));
+    ibv_wr_set_sge(x, mr_->lkey, reinterpret_cast<uintptr_t>(buf_.data() + 0x1000), len);
+  };
+  const auto nothing_completes = [&] {
+    for (int i = 0; i < 2000; ++i) {
+      ibv_wc wc;
+      const int got = ibv_poll_cq(cq_, 1, &wc);
+      if (got != 0) {
+        ADD_FAILURE() << "a completion (wr_id " << wc.wr_id << ") of a batch that was not posted";
+        return;
+      }
+      usleep(50);
+    }
+  };
+  ibv_wr_start(x);  // 65 WRs: one more than the send queue's 64
+  for (int i = 0; i < 65; ++i) write(100 + i, IBV_SEND_SIGNALED, 64);
+  EXPECT_EQ(ibv_wr_complete(x), ENOMEM);
+  ibv_wr_start(x);  // a setter's bad argument, in the second WR
+  write(200, IBV_SEND_SIGNALED, 64);
+  x->wr_id = 201;
+  ibv_wr_send(x);
+  std::vector<ibv_sge> nine(9, ibv_sge{reinterpret_cast<uintptr_t>(buf_.data()), 8, mr_->lkey});
+  ibv_wr_set_sge_list(x, nine.size(), nine.data());  // more SGEs than the QP has
+  EXPECT_EQ(ibv_wr_complete(x), EINVAL);
+  ibv_wr_start(x);  // refused when posted: inline data longer than the QP takes, in the last WR
+  write(300, IBV_SEND_SIGNALED, 64);
+  write(301, IBV_SEND_SIGNALED | IBV_SEND_INLINE, 4096);
+  EXPECT_EQ(ibv_wr_complete(x), EINVAL);
+  ibv_wr_start(x);
+  write(400, IBV_SEND_SIGNALED, 64);
+  ibv_wr_abort(x);
+  EXPECT_EQ(ibv_wr_complete(x), EINVAL) << "wr_complete without wr_start";
+  nothing_completes();
+
+  // Inside a batch: the thread's own post, modify and destroy of the QP.
+  ibv_wr_start(x);
+  Fill(0x1000, 64, 9);
+  write(500, IBV_SEND_SIGNALED, 64);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data()), 8, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_send(a, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), EINVAL);
+  EXPECT_EQ(ibv_destroy_qp(a), EBUSY);
+  write(501, IBV_SEND_SIGNALED, 64);
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  auto wcs = Poll(2);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 500u);
+  EXPECT_EQ(wcs[1].wr_id, 501u);
+  for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(std::memcmp(&buf_[0x40000], &buf_[0x1000], 64), 0);
+
+  // A full send queue's worth in one batch, then again.
+  for (int round = 0; round < 2; ++round) {
+    ibv_wr_start(x);
+    for (int i = 0; i < 64; ++i) write(600 + i, IBV_SEND_SIGNALED, 64);
+    ASSERT_EQ(ibv_wr_complete(x), 0);
+    wcs = Poll(64);
+    ASSERT_EQ(wcs.size(), 64u);
+    for (int i = 0; i < 64; ++i) {
+      EXPECT_EQ(wcs[i].wr_id, 600u + i);
+      EXPECT_EQ(wcs[i].status, IBV_WC_SUCCESS);
+    }
+  }
+}
+
+// A batch on a QP whose posts take the device's lock (not in RTS: here
+// ERR) goes through the engine's post: every WR flushed, in order, with
+// its inline data having been taken without harm.
+TEST_F(VerbsApi, ExtendedApiBatchIntoAnErrQpFlushesInOrder) {
+  ibv_qp *a, *b;
+  Connect(&a, &b, /*ex=*/true);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  char inl[] = "flushed";
+  ibv_wr_start(x);
+  for (int i = 0; i < 3; ++i) {
+    x->wr_id = 700 + i;
+    x->wr_flags = IBV_SEND_SIGNALED;
+    ibv_wr_send(x);
+    ibv_wr_set_inline_data(x, inl, sizeof inl);
+  }
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  auto wcs = Poll(3);
+  ASSERT_EQ(wcs.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(wcs[i].wr_id, 700u + i);
+    EXPECT_EQ(wcs[i].status, IBV_WC_WR_FLUSH_ERR);
   }
 }
 

@@ -110,6 +110,7 @@ class PostLock {
       }
     }
   }
+  bool try_lock() { return !held_.exchange(true, std::memory_order_acquire); }
   void unlock() { held_.store(false, std::memory_order_release); }
 
  private:
@@ -158,7 +159,12 @@ const void* ThisThread() {
 // Whether this thread is between wr_start and wr_complete on the QP (and so
 // holds its send_lock: a post, modify or destroy of it from here would wait
 // for itself).
-bool BatchOpenHere(const DroceQp* qp) { return qp->batch_owner.load(std::memory_order_relaxed) == ThisThread(); }
+// (A batch open anywhere is rare: the thread-local address, a call in a
+// shared library, is asked for only then.)
+bool BatchOpenHere(const DroceQp* qp) {
+  const void* owner = qp->batch_owner.load(std::memory_order_relaxed);
+  return owner != nullptr && owner == ThisThread();
+}
 
 DroceContext* ToCtx(ibv_context* c) {
   return reinterpret_cast<DroceContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(DroceContext, ibv_ctx) -
@@ -1324,11 +1330,14 @@ int PostSendLocked(DroceQp* qp, Runtime* rt, ibv_send_wr* wr, ibv_send_wr** bad)
 int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
-  if (BatchOpenHere(qp)) {  // inside this thread's wr_start .. wr_complete
-    *bad = wr;
-    return EINVAL;
+  if (!qp->send_lock.try_lock()) {
+    if (BatchOpenHere(qp)) {  // inside this thread's wr_start .. wr_complete: it holds the lock
+      *bad = wr;
+      return EINVAL;
+    }
+    qp->send_lock.lock();
   }
-  std::lock_guard<PostLock> post(qp->send_lock);
+  std::lock_guard<PostLock> post(qp->send_lock, std::adopt_lock);
   if (!qp->direct_send) return PostSendLocked(qp, rt, wr, bad);
   int err = 0;
   uint32_t posted = 0;

@@ -334,7 +334,15 @@ uint8_t* RcQp::InlineBufferAhead(uint32_t ahead) {
   return w == nullptr ? nullptr : w->inline_data;
 }
 
-int RcQp::PublishSend() { return PublishSends(1); }
+// One WR (ibv_post_send, the common case): one look at the ring's counters.
+int RcQp::PublishSend() {
+  SendWqe* w = sq_.ProducerSlot();
+  if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
+  if (const int err = ValidateForQp(w->wr); err != 0) return err;
+  PrepareSendWqe(*w);
+  sq_.Publish();
+  return 0;
+}
 
 int RcQp::PublishSends(uint32_t n) {
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)

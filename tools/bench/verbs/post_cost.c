@@ -11,6 +11,10 @@
 // the WRITE's length. OUTSTANDING 1 signals every WRITE and also prints the
 // median post-to-completion time (one WRITE and its ACK through the
 // device's loopback: tools/bench/fabric's in-process latency).
+// Env POST_API=wr: each WRITE posted with ibv_wr_start, ibv_wr_rdma_write,
+// ibv_wr_set_sge (or ibv_wr_set_inline_data with INLINE=1, SIZE <= 256) and
+// ibv_wr_complete on an extended QP, instead of ibv_post_send (INLINE=1
+// there sets IBV_SEND_INLINE).
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,6 +77,11 @@ int main(int argc, char** argv) {
   if (nqp < 1 || nqp > 64 || size < 1 || size > 65536) return 2;
   if (outstanding != 1 && (outstanding < 32 || outstanding % 32 != 0)) return 2;
   if (outstanding == 1 && nqp != 1) return 2;
+  const char* api_env = getenv("POST_API");
+  const int wr_api = api_env != NULL && strcmp(api_env, "wr") == 0;
+  const char* inline_env = getenv("INLINE");
+  const int use_inline = inline_env != NULL && strcmp(inline_env, "1") == 0;
+  if (use_inline && size > 256) return 2;
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
   struct ibv_context* ctx = NULL;
@@ -92,14 +101,21 @@ int main(int argc, char** argv) {
   struct ibv_qp* src[64];
   struct ibv_qp* dst[64];
   for (int k = 0; k < nqp; ++k) {
-    struct ibv_qp_init_attr a;
+    struct ibv_qp_init_attr_ex a;
     memset(&a, 0, sizeof a);
     a.send_cq = a.recv_cq = cq;
     a.qp_type = IBV_QPT_RC;
     a.cap.max_send_wr = a.cap.max_recv_wr = outstanding;
     a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-    src[k] = ibv_create_qp(pd, &a);
-    dst[k] = ibv_create_qp(pd, &a);
+    a.cap.max_inline_data = use_inline ? (uint32_t)size : 0;
+    a.comp_mask = IBV_QP_INIT_ATTR_PD;
+    a.pd = pd;
+    if (wr_api) {
+      a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+      a.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+    }
+    src[k] = ibv_create_qp_ex(ctx, &a);
+    dst[k] = ibv_create_qp_ex(ctx, &a);
     if (!src[k] || !dst[k] || ToRts(src[k], dst[k]->qp_num, &gid) || ToRts(dst[k], src[k]->qp_num, &gid)) {
       fprintf(stderr, "QP setup failed\n");
       return 1;
@@ -130,6 +146,24 @@ int main(int argc, char** argv) {
         wr.wr.rdma.remote_addr = (uintptr_t)buf + (1 << 16);
         if (lat_us) posted_at = Now(CLOCK_MONOTONIC);
         wr.wr.rdma.rkey = mr->rkey;
+        if (wr_api) {
+          struct ibv_qp_ex* x = ibv_qp_to_qp_ex(src[k]);
+          ibv_wr_start(x);
+          x->wr_id = wr.wr_id;
+          x->wr_flags = wr.send_flags;
+          ibv_wr_rdma_write(x, mr->rkey, (uintptr_t)buf + (1 << 16));
+          if (use_inline) {
+            ibv_wr_set_inline_data(x, buf, (size_t)size);
+          } else {
+            ibv_wr_set_sge(x, mr->lkey, (uintptr_t)buf, (uint32_t)size);
+          }
+          if (ibv_wr_complete(x)) {
+            fprintf(stderr, "wr_complete failed\n");
+            return 1;
+          }
+          continue;
+        }
+        if (use_inline) wr.send_flags |= IBV_SEND_INLINE;
         if (ibv_post_send(src[k], &wr, &bad)) {
           fprintf(stderr, "post_send failed\n");
           return 1;

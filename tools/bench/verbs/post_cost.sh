@@ -5,7 +5,8 @@
 # time, which a loaded host's preemptions do not inflate. CSV on stdout:
 # tree,qps,run,cpu_ns_per_write,mwrites_per_cpu_s,wall_s.
 #   bash tools/bench/verbs/post_cost.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
-# Env: RUNS (default 5), WRITES (default 500000), OUTSTANDING (default 128).
+# Env: RUNS (default 5), WRITES (default 500000), OUTSTANDING (default 128), QPS (default "1 8"),
+#      POST_API=wr and INLINE=1 (post_cost.c: ibv_wr_* instead of ibv_post_send, inline data).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 names=() dirs=()
@@ -25,7 +26,7 @@ one() {  # build dir, qps
   grep -oE 'cpu_ns_per_write=[0-9.]+|mwrites_per_cpu_s=[0-9.]+|wall_s=[0-9.]+' <<<"$out" | cut -d= -f2 |
     paste -sd, | awk -F, '{print $2 "," $3 "," $1}'
 }
-for q in 1 8; do
+for q in ${QPS:-1 8}; do
   for ((r = 1; r <= ${RUNS:-5}; ++r)); do
     for i in "${!names[@]}"; do echo "${names[$i]},$q,$r,$(one "${dirs[$i]}" "$q")"; done
   done

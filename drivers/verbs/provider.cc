@@ -1230,28 +1230,38 @@ int DestroyQp(ibv_qp* ibqp) {
   return 0;
 }
 
+// A send WR's opcode, id and flags, every other field zeroed but the SGEs
+// past num_sge (0) and the bind (read for BIND_MW only, which sets it): `w`
+// may be a ring slot holding an older WR.
+void StartSendWr(SendWr* w, uint64_t wr_id, transport::WrOpcode op, unsigned int verbs_flags) {
+  w->wr_id = wr_id;
+  w->opcode = op;
+  w->flags = verbs_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+  w->num_sge = 0;
+  w->remote_addr = 0;
+  w->rkey = 0;
+  w->imm_data = 0;
+  w->invalidate_rkey = 0;
+  w->compare_add = 0;
+  w->swap = 0;
+  w->ah = 0;
+  w->remote_qpn = 0;
+  w->remote_qkey = 0;
+}
+
 // Copies a verbs send WR; EINVAL for more SGEs than the device has (the
-// copy itself must never overrun the fixed SGE array). Every field but the
-// unused SGEs is written: `out` may be a ring slot holding an older WR.
+// copy itself must never overrun the fixed SGE array). Every field that
+// may be read is written (StartSendWr): `out` may be a ring slot.
 int ToSendWr(const ibv_send_wr* in, SendWr* out) {
   if (in->num_sge < 0 || static_cast<uint32_t>(in->num_sge) > transport::kMaxSge) return EINVAL;
   if (in->num_sge > 0 && in->sg_list == nullptr) return EINVAL;
   if (static_cast<uint32_t>(in->opcode) > IBV_WR_SEND_WITH_INV) return EINVAL;
   if (in->opcode == IBV_WR_BIND_MW && in->bind_mw.mw == nullptr) return EINVAL;
-  out->wr_id = in->wr_id;
-  out->opcode = static_cast<transport::WrOpcode>(in->opcode);
-  out->flags = in->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+  StartSendWr(out, in->wr_id, static_cast<transport::WrOpcode>(in->opcode), in->send_flags);
   out->num_sge = static_cast<uint32_t>(in->num_sge);
   for (int i = 0; i < in->num_sge; ++i) {
     out->sg_list[i] = {in->sg_list[i].addr, in->sg_list[i].length, in->sg_list[i].lkey};
   }
-  out->remote_addr = 0;
-  out->rkey = 0;
-  out->compare_add = 0;
-  out->swap = 0;
-  out->ah = 0;
-  out->remote_qpn = 0;
-  out->remote_qkey = 0;
   switch (in->opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -1403,8 +1413,7 @@ SendWr* StrayWr() {
   return &w;
 }
 
-// Every field of a new WR (its slot may hold an older one); the SGEs past
-// num_sge are never read.
+// The next WR of this thread's batch, in its ring slot.
 SendWr* NewWr(ibv_qp_ex* qpx, transport::WrOpcode op) {
   DroceQp* qp = ToQp(qpx);
   SendWr* w = StrayWr();
@@ -1418,20 +1427,7 @@ SendWr* NewWr(ibv_qp_ex* qpx, transport::WrOpcode op) {
     }
     qp->batch_wr = w;
   }
-  w->wr_id = qpx->wr_id;
-  w->opcode = op;
-  w->flags = qpx->wr_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
-  w->num_sge = 0;
-  w->remote_addr = 0;
-  w->rkey = 0;
-  w->imm_data = 0;
-  w->invalidate_rkey = 0;
-  w->compare_add = 0;
-  w->swap = 0;
-  w->bind = {};
-  w->ah = 0;
-  w->remote_qpn = 0;
-  w->remote_qkey = 0;
+  StartSendWr(w, qpx->wr_id, op, qpx->wr_flags);
   return w;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every droce test: unit, golden-capture and end-to-end suites in a
-# normal build, the unit and golden suites again under ASan+UBSan, and a short
-# fuzz run per parser. Prints one closing line "N passed, N failed".
+# normal build, the unit and golden suites again under ASan+UBSan, the verbs
+# provider's API test under ASan+UBSan, and a short fuzz run per parser.
+# Prints one closing line "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
@@ -44,6 +45,23 @@ if { [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=addres
   meson_suite_counts build-asan/meson-logs/testlog.json asan
 else
   count "asan build" 1
+fi
+
+echo "== the verbs provider under ASan+UBSan (verbs_api)"
+# The provider and its DPDK dataplane instrumented, through an unmodified
+# libibverbs, which loads it: the ASan runtime is preloaded so it comes first.
+asan_lib=$(gcc -print-file-name=libasan.so)
+if { [ -f build-asan-verbs/build.ninja ] || meson setup build-asan-verbs -Db_sanitize=address,undefined \
+       -Db_lundef=false -Dbuildtype=debug >/dev/null; } &&
+   ninja -C build-asan-verbs tests/verbs/verbs_api_test drivers/verbs/libdroce-rdmav34.so \
+     drivers/verbs/libdroce-preload.so >/dev/null; then
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    DROCE_PROVIDER_DIR="$PWD/build-asan-verbs/drivers/verbs" \
+    LD_PRELOAD="$asan_lib $PWD/build-asan-verbs/drivers/verbs/libdroce-preload.so" \
+    timeout 900 build-asan-verbs/tests/verbs/verbs_api_test --gtest_brief=1
+  count "asan: verbs_api" $?
+else
+  count "asan verbs build" 1
 fi
 
 if [ -x tests/fuzz/run_fuzz.sh ] && [ "$FUZZ_SECONDS" -gt 0 ]; then

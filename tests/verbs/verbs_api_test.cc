@@ -51,6 +51,12 @@ void* operator new(size_t n) {
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
+// The provider allocates its objects with new (std::nothrow): replaced as
+// well, so that every delete frees what malloc gave (ASan checks the pairs).
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  if (g_count_allocations) ++g_allocations;
+  return std::malloc(n != 0 ? n : 1);
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
 

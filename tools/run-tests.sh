@@ -86,7 +86,7 @@ fi
 
 if wants tests; then
   stage_begin tests
-  meson test -C build --print-errorlogs --num-processes 2
+  meson test -C build --print-errorlogs --num-processes 2 --timeout-multiplier 2
   meson_suite_counts build/meson-logs/testlog.json build
   stage_end
 fi
@@ -99,7 +99,8 @@ if wants sanitizers; then
          -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true >/dev/null; } &&
      quiet_ninja build-san; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
-      meson test -C build-san --no-rebuild --suite unit --suite golden --print-errorlogs --num-processes 2
+      meson test -C build-san --no-rebuild --suite unit --suite golden --print-errorlogs --num-processes 2 \
+        --timeout-multiplier 3
     meson_suite_counts build-san/meson-logs/testlog.json asan
 
     # The provider through an unmodified libibverbs, which loads it; the

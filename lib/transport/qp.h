@@ -562,6 +562,7 @@ class RcQp {
     return sr_ ? SrPendingRetransmits() : req_.retry_probe_pending ? 1 : 0;
   }
   uint32_t SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
+  uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns);
   void SrFlushReceives();
   using SrBits = std::array<uint64_t, kSrWindow / 64>;
   static bool BitTest(const SrBits& b, uint32_t psn) {

@@ -263,14 +263,7 @@ uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, u
       FailWqe(w, WcStatus::kLocProtErr);
       return used;
     }
-    const uint32_t saved_next = w.next_psn;
-    const bool saved_sent = w.fully_sent;
-    w.next_psn = psn;
-    req_.force_ack_req = true;
-    const uint32_t len = BuildRequest(w, frames[used].data, now_ns);
-    req_.force_ack_req = false;
-    w.next_psn = saved_next;
-    w.fully_sent = saved_sent;
+    const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
     if (len == 0) return used;
     frames[used].len = len;
     ++counters_.tx_packets;
@@ -279,6 +272,21 @@ uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, u
     return used + 1;
   }
   return used;
+}
+
+// The packet at `psn` of a started WQE once more, asking for an ACK, the
+// WQE's cursor (next_psn, fully_sent) left as it was: a one-off resend
+// (selective repeat's, go-back-N's retry probe). 0: nothing built.
+uint32_t RcQp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
+  const uint32_t saved_next = w.next_psn;
+  const bool saved_sent = w.fully_sent;
+  w.next_psn = psn;
+  req_.force_ack_req = true;
+  const uint32_t len = BuildRequest(w, frame, now_ns);
+  req_.force_ack_req = false;
+  w.next_psn = saved_next;
+  w.fully_sent = saved_sent;
+  return len;
 }
 
 namespace {
@@ -578,10 +586,6 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
       FailWqe(w, WcStatus::kLocProtErr);
       return used;
     }
-    const uint32_t saved_next = w.next_psn;
-    const bool saved_sent = w.fully_sent;
-    w.next_psn = psn;
-    req_.force_ack_req = true;
     if (w.wr.opcode == WrOpcode::kRdmaRead) {
       // The READ's responses placed ahead are not asked for again: the
       // request covers the missing run up to the next one that arrived.
@@ -593,11 +597,8 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
       }
       req_.sr_read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * mtu_ : 0;
     }
-    const uint32_t len = BuildRequest(w, frames[used].data, now_ns);
-    req_.force_ack_req = false;
+    const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
     req_.sr_read_len = 0;
-    w.next_psn = saved_next;
-    w.fully_sent = saved_sent;
     req_.sr_retx_next = next;
     if (len == 0) continue;
     frames[used].len = len;

@@ -686,6 +686,123 @@ TEST_F(VerbsApi, UdDatagramAndAhFromWc) {
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
+// UCX 1.13's ud_verbs transport (UCP's wire-up transport) on a RoCE port
+// accepts a datagram only if the destination address in its GRH area is one
+// of the port's GIDs. It takes from wc.sl whether the area holds an IPv4
+// header (sl & 7 == 2: the address is its last 4 bytes) or an IPv6 one (the
+// last 16 bytes), as mlx5 reports it; with sl 0 an IPv4 datagram is read as
+// IPv6, never matches, and UCX drops every packet until its endpoint times
+// out. The QPs, sends and receives are shaped as UCX makes them: inline
+// two-SGE sends, unsignaled but for every 64th, receives of one buffer with
+// 40 bytes of GRH space, and the check is applied to each receive.
+bool PassesUcxDestinationGidCheck(ibv_context* ctx, const ibv_wc& wc, const uint8_t* grh_area) {
+  if (!(wc.wc_flags & IBV_WC_GRH)) return false;
+  const size_t len = (wc.sl & 0x7) == 2 ? 4 : 16;
+  const uint8_t* dst = grh_area + 40 - len;  // IPv4 daddr or the GRH's dgid: both end the area
+  ibv_port_attr port{};
+  if (ibv_query_port(ctx, 1, &port) != 0) return false;
+  for (int i = 0; i < port.gid_tbl_len; ++i) {
+    ibv_gid gid{};
+    if (ibv_query_gid(ctx, 1, i, &gid) != 0) return false;
+    if (std::memcmp(gid.raw + 16 - len, dst, len) == 0) return true;
+  }
+  return false;
+}
+
+TEST_F(VerbsApi, UdDatagramsPassUcxsDestinationGidCheckOverIpv4AndIpv6) {
+  constexpr uint32_t kUcxQkey = 0x1ee7a330;  // UCT_IB_KEY
+  constexpr uint32_t kSegment = 4096;
+  ibv_qp* ud[2];
+  for (ibv_qp*& q : ud) {
+    ibv_qp_init_attr_ex a{};
+    a.send_cq = a.recv_cq = cq_;
+    a.qp_type = IBV_QPT_UD;
+    a.sq_sig_all = 0;
+    a.cap.max_send_wr = 256;
+    a.cap.max_recv_wr = 64;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 8;
+    a.cap.max_inline_data = 256;
+    a.comp_mask = IBV_QP_INIT_ATTR_PD;
+    a.pd = pd_;
+    q = ibv_create_qp_ex(ctx_, &a);
+    ASSERT_NE(q, nullptr) << "errno " << errno;
+    qps_.push_back(q);
+    EXPECT_GE(a.cap.max_inline_data, 256u);
+    ibv_qp_attr m{};
+    m.qp_state = IBV_QPS_INIT;
+    m.port_num = 1;
+    m.qkey = kUcxQkey;
+    ASSERT_EQ(ibv_modify_qp(q, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    m.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(q, &m, IBV_QP_STATE), 0);
+    m.qp_state = IBV_QPS_RTS;
+    m.sq_psn = 0;
+    ASSERT_EQ(ibv_modify_qp(q, &m, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  constexpr int kRecvs = 64;
+  for (int i = 0; i < kRecvs; ++i) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + i * kSegment), kSegment, mr_->lkey};
+    ibv_recv_wr wr{}, *bad;
+    wr.wr_id = i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_recv(ud[1], &wr, &bad), 0);
+  }
+  const uint64_t header_off = kRecvs * kSegment, payload_off = header_off + 64;
+  int sent = 0, unsignaled = 0, signaled = 0;
+  for (const int gid_index : {1, 2}) {  // 1: the IPv4 address, 2: the IPv6 one
+    ibv_ah_attr aa{};
+    aa.is_global = 1;
+    aa.port_num = 1;
+    aa.grh.sgid_index = static_cast<uint8_t>(gid_index);
+    aa.grh.hop_limit = 255;
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, gid_index, &aa.grh.dgid), 0);
+    ibv_ah* ah = ibv_create_ah(pd_, &aa);
+    ASSERT_NE(ah, nullptr) << "errno " << errno;
+    for (int k = 0; k < 8; ++k, ++sent) {
+      Fill(header_off, 16, static_cast<uint8_t>(sent));
+      Fill(payload_off, 8, static_cast<uint8_t>(0x80 + sent));
+      ibv_sge sge[2] = {{reinterpret_cast<uint64_t>(buf_.data() + header_off), 16, mr_->lkey},
+                        {reinterpret_cast<uint64_t>(buf_.data() + payload_off), 8, mr_->lkey}};
+      ibv_send_wr wr{}, *bad;
+      wr.opcode = IBV_WR_SEND;
+      wr.sg_list = sge;
+      wr.num_sge = 2;
+      wr.send_flags = IBV_SEND_INLINE;
+      if (++unsignaled == 4) {  // UCX signals one send in UCT_UD_TX_MODERATION; 4 here
+        wr.send_flags |= IBV_SEND_SIGNALED;
+        wr.wr_id = 0xc0de + signaled++;
+        unsignaled = 0;
+      }
+      wr.wr.ud.ah = ah;
+      wr.wr.ud.remote_qpn = ud[1]->qp_num;
+      wr.wr.ud.remote_qkey = kUcxQkey;
+      ASSERT_EQ(ibv_post_send(ud[0], &wr, &bad), 0);
+      // The program may reuse inline data at once.
+      std::memset(buf_.data() + header_off, 0xee, 64 + 8);
+      int got_recv = 0;
+      for (const ibv_wc& wc : Poll(wr.send_flags & IBV_SEND_SIGNALED ? 2 : 1)) {
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        if (wc.opcode != IBV_WC_RECV) {
+          EXPECT_EQ(wc.wr_id, wr.wr_id);  // only signaled sends complete
+          continue;
+        }
+        ++got_recv;
+        const uint8_t* area = buf_.data() + wc.wr_id * kSegment;
+        EXPECT_EQ(wc.src_qp, ud[0]->qp_num);
+        EXPECT_EQ(wc.byte_len, 40u + 16 + 8);
+        EXPECT_EQ((wc.sl & 0x7), gid_index == 1 ? 2 : 1) << "GID index " << gid_index;
+        EXPECT_TRUE(PassesUcxDestinationGidCheck(ctx_, wc, area)) << "GID index " << gid_index;
+        EXPECT_EQ(area[40], static_cast<uint8_t>(sent));
+        EXPECT_EQ(area[40 + 16], static_cast<uint8_t>(0x80 + sent));
+      }
+      EXPECT_EQ(got_recv, 1);
+    }
+    EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  }
+  EXPECT_EQ(signaled, 4);
+}
+
 TEST_F(VerbsApi, ExtendedPostSendApi) {
   ibv_qp *a, *b;
   Connect(&a, &b, /*ex=*/true);

@@ -15,7 +15,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/arp.h"
 #include "wire/fields.h"
 
@@ -98,7 +98,7 @@ class RxChecks : public ::testing::Test {
 
   const DeviceCounters& c() { return dev_->counters(); }
 
-  pktio::ScriptedIo io_;
+  sim::ScriptedIo io_;
   std::unique_ptr<Device> dev_;
   uint32_t pd_ = 0, cq_ = 0, qpn_ = 0;
   std::vector<uint8_t> mem_, payload_;
@@ -364,7 +364,7 @@ TEST(Counters, EveryFieldIsVisitedOnceUnderItsOwnName) {
 }
 
 TEST(Counters, ArpFramesCountInTxBytes) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   DeviceConfig cfg;
   cfg.ipv4 = kOwnIp;
   Device dev(cfg, &io);
@@ -379,7 +379,7 @@ TEST(Counters, ArpFramesCountInTxBytes) {
 // --- QPNs a peer cannot guess cheaply.
 
 TEST(Qpns, RandomBasePerDeviceWithin24BitsNeverTheSpecialQps) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   std::vector<uint32_t> firsts;
   for (int i = 0; i < 8; ++i) {
     DeviceConfig cfg;
@@ -412,7 +412,7 @@ TEST(Qpns, RandomBasePerDeviceWithin24BitsNeverTheSpecialQps) {
 }
 
 TEST(Qpns, AFixedBaseIsHonouredAndABadOneReplaced) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   DeviceConfig cfg;
   cfg.max_qp = 16;
   cfg.qpn_base = (1u << 24) - 16;  // the last range that fits
@@ -446,7 +446,7 @@ TEST_F(RxChecks, FramesForQpnsOutsideTheRangeFindNoQp) {
 // --- The neighbour table.
 
 TEST(Neighbors, ArpNeverOverridesAStaticEntry) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   DeviceConfig cfg;
   cfg.ipv4 = kOwnIp;
   Device dev(cfg, &io);
@@ -472,7 +472,7 @@ TEST(Neighbors, ArpNeverOverridesAStaticEntry) {
 }
 
 TEST(Neighbors, AFloodOfDistinctSendersIsBoundedAndKeepsStaticEntries) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   DeviceConfig cfg;
   cfg.ipv4 = kOwnIp;
   Device dev(cfg, &io);

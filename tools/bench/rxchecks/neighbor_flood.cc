@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/arp.h"
 
 namespace {
@@ -40,7 +40,7 @@ std::vector<uint8_t> ArpRequestFrom(uint32_t sender_ip, const core::Mac& sender_
 
 void Flood(uint32_t senders) {
   constexpr uint32_t kOwnIp = 0x0A000001;
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   core::DeviceConfig cfg;
   cfg.ipv4 = kOwnIp;
   core::Device dev(cfg, &io);

@@ -7,9 +7,11 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -75,8 +77,10 @@ class DirectIoTest : public ::testing::Test {
 
   // Pairs a (QPNs 1024..) and b (2048..) as droced does: one memfd, an
   // eventfd per direction, each side given its own copies.
-  void Pair() {
+  // `memfd`: if given, a descriptor of the path's memory for the test.
+  void Pair(int* memfd = nullptr) {
     Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
+    if (memfd != nullptr) *memfd = dup(mem.fd);
     efd_a_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     efd_b_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     const int fa[3] = {dup(mem.fd), dup(efd_a_), dup(efd_b_)};
@@ -129,6 +133,37 @@ TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
   const std::vector<uint8_t> tags = ReceiveOnB();
   EXPECT_EQ(b_.counters().rx_direct, 1u);
   EXPECT_NE(std::find(tags.begin(), tags.end(), 1), tags.end());
+}
+
+// Pages of the path's memory that are resident (allocated), of all.
+std::pair<size_t, size_t> ResidentPages(int memfd) {
+  struct stat st {};
+  EXPECT_EQ(fstat(memfd, &st), 0);
+  const size_t page = static_cast<size_t>(getpagesize());
+  const size_t pages = (static_cast<size_t>(st.st_size) + page - 1) / page;
+  void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, memfd, 0);
+  EXPECT_NE(map, MAP_FAILED);
+  std::vector<unsigned char> in(pages);
+  EXPECT_EQ(mincore(map, static_cast<size_t>(st.st_size), in.data()), 0);
+  munmap(map, static_cast<size_t>(st.st_size));
+  size_t resident = 0;
+  for (unsigned char c : in) resident += c & 1;
+  return {resident, pages};
+}
+
+// A path costs memory once it carries frames, not when droced sets it up:
+// every two ports of a fabric get one, most never used.
+TEST_F(DirectIoTest, PathMemoryIsPrefaultedAtItsFirstFrameNotAtSetUp) {
+  int memfd = -1;
+  Pair(&memfd);
+  ASSERT_GE(memfd, 0);
+  const auto [idle, pages] = ResidentPages(memfd);
+  ASSERT_GE(pages, 8u);
+  EXPECT_LE(idle, 2u) << "of " << pages;  // at most the ring headers a poll read
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  EXPECT_EQ(ResidentPages(memfd).first, pages);  // all of it at the first frame, not a fault per page
+  EXPECT_EQ(ReceiveOnB(), std::vector<uint8_t>{1});
+  close(memfd);
 }
 
 TEST_F(DirectIoTest, ReceiverDropsFramesNotForItsQpns) {

@@ -604,7 +604,7 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->wc_flags = c.flags;
   wc->pkey_index = 0;
   wc->slid = 0;
-  wc->sl = 0;
+  wc->sl = c.sl;
   wc->dlid_path_bits = 0;
 }
 
@@ -701,7 +701,7 @@ uint32_t ReadQpNum(ibv_cq_ex* c) { return Current(c).qp_num; }
 uint32_t ReadSrcQp(ibv_cq_ex* c) { return Current(c).src_qp; }
 unsigned int ReadWcFlags(ibv_cq_ex* c) { return Current(c).flags; }
 uint32_t ReadSlid(ibv_cq_ex*) { return 0; }
-uint8_t ReadSl(ibv_cq_ex*) { return 0; }
+uint8_t ReadSl(ibv_cq_ex* c) { return Current(c).sl; }
 uint8_t ReadDlidPathBits(ibv_cq_ex*) { return 0; }
 
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {

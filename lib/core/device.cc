@@ -38,7 +38,8 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   wire::StoreBe32(ipv4_bytes, config.ipv4);
   std::memcpy(&ipv4_raw_, ipv4_bytes, 4);
   std::random_device rd;
-  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()});
+  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()},
+                                    CountingGidEq{&neighbor_compares_});
   if (config_.max_qp > kQpnLimit - 2) config_.max_qp = kQpnLimit - 2;
   qpn_base_ = config_.qpn_base;
   if (qpn_base_ < 2 || qpn_base_ > kQpnLimit - config_.max_qp) {

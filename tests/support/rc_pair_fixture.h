@@ -53,7 +53,7 @@ inline void OpenSide(Side& s, const DeviceConfig& cfg, pktio::BurstIo* io, uint3
 }
 
 // Connects the RC QPs of two sides to each other (PSNs 0).
-inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_cnt = 7) {
+inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_cnt = 7, uint8_t max_rd_atomic = 16) {
   for (int i = 0; i < 2; ++i) {
     ConnectParams c;
     c.peer_gid = s[1 - i].dev->gids()[1];
@@ -62,6 +62,7 @@ inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_c
     c.mtu = mtu;
     c.timeout = timeout;
     c.retry_cnt = retry_cnt;
+    c.max_rd_atomic = c.max_dest_rd_atomic = max_rd_atomic;
     EXPECT_TRUE(ConnectQp(*s[i].dev, s[i].qpn, c).ok());
   }
 }

@@ -140,6 +140,7 @@ cm::Gid CmService::GidOf(const Addr& a) const {
 
 int CmService::DeviceOfIp(const Addr& a) const {
   const cm::Gid g = GidOf(a);
+  if (g == cm::Gid{}) return -1;  // the zero GID is a hole of a table, no address
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const cm::Gid& x : devices_[d].gids) {
       if (x == g) return static_cast<int>(d);
@@ -149,7 +150,7 @@ int CmService::DeviceOfIp(const Addr& a) const {
 }
 
 int CmService::GidIndex(int device, const cm::Gid& gid) const {
-  if (device < 0) return -1;
+  if (device < 0 || gid == cm::Gid{}) return -1;
   const auto& gids = devices_[device].gids;
   for (size_t i = 0; i < gids.size(); ++i) {
     if (gids[i] == gid) return static_cast<int>(i);
@@ -338,7 +339,7 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
             // scope too (a link-local source only for a link-local peer).
             auto link_local = [](const cm::IpAddr& a) { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; };
             for (const cm::Gid& g : devices_[0].gids) {
-              if (IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
+              if (g != cm::Gid{} && IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
                 if (!dst.v6) std::memcpy(from.ip.data() + 12, g.data() + 12, 4); else from.ip = g;
                 break;
               }

@@ -188,7 +188,25 @@ class Daemon {
         cm_([this](int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
               CmSend(dev, path, mad);
             },
-            NowNs() ^ (uint64_t(getpid()) << 40)) {}
+            NowNs() ^ (uint64_t(getpid()) << 40)) {
+    // netdev-bound devices: the CM's routes and next hops are the kernel's
+    // (doc/netdev.md); answers are delivered after the command that asked.
+    cm_.SetKernelRouting(
+        [this](const cm::Gid& dst, const cm::Gid* src) {
+          const NetdevBinder::Route k = netdev_.RouteTo(dst, src);
+          CmService::Route r;
+          r.device = k.device;
+          r.error = k.error;
+          r.source = k.source;
+          return r;
+        },
+        [this](int dev, const cm::Gid& src, const cm::Gid& dst, uint32_t timeout_ms) {
+          netdev_.Resolve(static_cast<uint32_t>(dev), src, dst, timeout_ms,
+                          [this](uint32_t d, const core::Gid& target, int error, const core::Mac& mac) {
+                            kernel_answers_.push_back({static_cast<int>(d), target, error, mac});
+                          });
+        });
+  }
 
   // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
   // interface to another droced (another host on this machine); frames for
@@ -635,6 +653,7 @@ class Daemon {
     const timespec timeout{0, static_cast<long>(timeout_us) * 1000};  // < 1 s
     if (ppoll(fds, nfds, &timeout, nullptr) <= 0) return;
     if (netlink < nfds && fds[netlink].revents != 0) netdev_.OnReadable();
+    if (!kernel_answers_.empty()) CmSettle();
     for (nfds_t i = nconn; i-- > 1;) {  // backwards: closing a connection moves the ones after it
       if (fds[i].revents != 0) ServeConn(i - 1);
     }
@@ -871,7 +890,10 @@ class Daemon {
         std::memcpy(x.data(), g.data(), 16);
         c.gids.push_back(x);  // a netdev-bound device's holes are zero GIDs, matched by nothing
       }
-      if (d.netdev_bound) c.path_mtu = d.active_mtu;
+      if (d.netdev_bound) {
+        c.path_mtu = d.active_mtu;
+        c.netdev = true;
+      }
       devs.push_back(std::move(c));
     }
     cm_.SetDevices(std::move(devs));
@@ -880,8 +902,10 @@ class Daemon {
   // A frame the daemon itself sends to another host: out of the uplink,
   // counted as the switch counts what it forwards there. False: no uplink,
   // or it did not take the frame.
-  bool SendToUplink(const uint8_t* frame, uint32_t len) {
-    const int u = state_.uplink();
+  bool SendToUplink(const uint8_t* frame, uint32_t len) { return SendOut(state_.uplink(), frame, len); }
+
+  // Out of switch port `u` (the uplink, or a netdev-bound device's interface).
+  bool SendOut(int u, const uint8_t* frame, uint32_t len) {
     if (u < 0) return false;
     rte_mbuf* m = rte_pktmbuf_alloc(pool_);
     if (m == nullptr) return false;
@@ -897,7 +921,11 @@ class Daemon {
       ++port.counters.tx_dropped;
       return false;
     }
-    ++state_.counters().to_uplink;
+    if (port.iface) {
+      ++state_.device(port.device).counters.to_netdev;
+    } else {
+      ++state_.counters().to_uplink;
+    }
     ++port.counters.tx_packets;
     port.counters.tx_bytes += len;
     return true;
@@ -969,7 +997,6 @@ class Daemon {
   // is a fabric device's QP1 is this same CM: the frame is queued and parsed
   // back by CmSettle (and traced); any other goes out of the uplink.
   void CmSend(int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
-    (void)dev;
     std::vector<uint8_t> frame(kGsiFrameMax);
     frame.resize(BuildGsiFrame(path, mad, gsi_psn_++, frame.data()));
     int to = -1;
@@ -978,7 +1005,14 @@ class Daemon {
     }
     if (trace_ != nullptr) TraceBytes(frame.data(), static_cast<uint32_t>(frame.size()));
     if (to < 0) {
-      if (!SendToUplink(frame.data(), static_cast<uint32_t>(frame.size()))) ++state_.counters().rx_unknown_dst;
+      // Another host: a netdev-bound device's MADs leave by its interface,
+      // a fabric device's by the uplink.
+      const FabricDevice* d = dev >= 0 && static_cast<size_t>(dev) < state_.devices().size() ? &state_.devices()[dev]
+                                                                                          : nullptr;
+      const bool sent = d != nullptr && d->netdev_bound
+                            ? d->port_active && SendOut(d->iface_port, frame.data(), static_cast<uint32_t>(frame.size()))
+                            : SendToUplink(frame.data(), static_cast<uint32_t>(frame.size()));
+      if (!sent) ++state_.counters().rx_unknown_dst;
       return;
     }
     gsi_queue_.emplace_back(to, std::move(frame));
@@ -992,6 +1026,12 @@ class Daemon {
   }
 
   void CmDeliver() {
+    // Next hops the kernel resolved for the CM (netdev-bound devices).
+    while (!kernel_answers_.empty()) {
+      const KernelAnswer a = kernel_answers_.front();
+      kernel_answers_.pop_front();
+      cm_.KernelNeighbour(a.device, a.target, a.error, a.mac);
+    }
     for (int guard = 0; !gsi_queue_.empty() && guard < 1024; ++guard) {
       auto [dev, frame] = std::move(gsi_queue_.front());
       gsi_queue_.pop_front();
@@ -1113,6 +1153,13 @@ class Daemon {
   uint64_t cm_token_salt_ = 0;
   uint64_t conn_serial_ = 0;
   std::deque<std::pair<int, std::vector<uint8_t>>> gsi_queue_;
+  struct KernelAnswer {
+    int device;
+    core::Gid target;
+    int error;
+    core::Mac mac;
+  };
+  std::deque<KernelAnswer> kernel_answers_;
   uint32_t gsi_psn_ = 0;
   int listen_fd_ = -1;
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)

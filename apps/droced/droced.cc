@@ -184,7 +184,8 @@ class Daemon {
         pool_(pool),
         ports_(fabric::MemifSocketPath(run_dir), pool),
         state_(run_dir, &ports_),
-        netdev_(run_dir, &state_, [this](uint32_t dev, const fabric::NetdevState& m) { NotifyNetdev(dev, m); }),
+        netdev_(run_dir, &state_, [this](uint32_t dev, const fabric::NetdevState& m) { NotifyNetdev(dev, m); },
+                [this](int port) { wakeups_[port].reset(); }),
         cm_([this](int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
               CmSend(dev, path, mad);
             },

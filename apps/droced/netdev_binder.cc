@@ -54,10 +54,12 @@ bool MulticastMac(const core::Gid& g, core::Mac* mac) {
 
 }  // namespace
 
-NetdevBinder::NetdevBinder(std::string run_dir, FabricState* state, NotifyFn notify)
-    : run_dir_(std::move(run_dir)), state_(state), notify_(std::move(notify)) {}
+NetdevBinder::NetdevBinder(std::string run_dir, FabricState* state, NotifyFn notify, PortGoneFn port_gone)
+    : run_dir_(std::move(run_dir)), state_(state), notify_(std::move(notify)), port_gone_(std::move(port_gone)) {}
 
-NetdevBinder::~NetdevBinder() { UnbindAll(); }
+// droced unbinds (UnbindAll) before it tears its loop down; what is left
+// here only closes its ports, telling nobody.
+NetdevBinder::~NetdevBinder() { bound_.clear(); }
 
 int NetdevBinder::fd() const { return nl_ ? nl_->event_fd() : -1; }
 
@@ -151,6 +153,7 @@ void NetdevBinder::Unbind(uint32_t device, const std::string& why) {
   if (it == bound_.end()) return;
   FabricDevice& d = state_->device(device);
   Log(absl::StrCat(d.name, ": unbinding ", d.netdev, ": ", why));
+  if (d.iface_port >= 0) port_gone_(d.iface_port);
   state_->RemoveInterfacePort(device);
   bound_.erase(it);  // closes the port: the XDP program goes with it
   d.bind_error = why;

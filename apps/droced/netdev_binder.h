@@ -28,7 +28,12 @@ class NetdevBinder {
   // A next-hop question answered: error 0 and the MAC, or a positive errno.
   using AnswerFn = std::function<void(uint32_t device, const core::Gid& dst, int error, const core::Mac& mac)>;
 
-  NetdevBinder(std::string run_dir, FabricState* state, NotifyFn notify);
+  // A switch port about to close: whatever the loop holds of it (its
+  // arrival wake-up, a duplicate of the port's socket) goes first, or the
+  // interface's queue stays bound to the old socket.
+  using PortGoneFn = std::function<void(int port)>;
+
+  NetdevBinder(std::string run_dir, FabricState* state, NotifyFn notify, PortGoneFn port_gone);
   ~NetdevBinder();
 
   // Binds every registered netdev-bound device that is not bound yet and
@@ -93,6 +98,7 @@ class NetdevBinder {
   std::string run_dir_;
   FabricState* state_;
   NotifyFn notify_;
+  PortGoneFn port_gone_;
   std::unique_ptr<netdev::Netlink> nl_;
   std::map<uint32_t, Bound> bound_;  // by device index
   std::vector<Pending> pending_;

@@ -7,7 +7,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
 #include <rte_ethdev.h>
@@ -89,6 +95,27 @@ absl::StatusOr<int> TakeRoceV2Port(const std::string& ifname) {
   return fd;
 }
 
+// The process's AF_XDP sockets: descriptor and inode.
+std::vector<std::pair<int, uint64_t>> XdpSockets() {
+  std::vector<std::pair<int, uint64_t>> out;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    struct stat st {};
+    if (fd == dirfd(d) || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_XDP ||
+        fstat(fd, &st) != 0) {
+      continue;
+    }
+    out.emplace_back(fd, st.st_ino);
+  }
+  closedir(d);
+  return out;
+}
+
 }  // namespace
 
 const char* SteeringName(Steering s) {
@@ -153,6 +180,11 @@ void InterfacePort::ClosePort() {
   }
   if (!vdev_name_.empty()) (void)ethdev::RemoveVdev(vdev_name_);
   vdev_name_.clear();
+  for (const auto& [fd, ino] : xsk_fds_) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && st.st_ino == ino) close(fd);  // still the PMD's leaked socket
+  }
+  xsk_fds_.clear();
   if (pool_ != nullptr) rte_mempool_free(pool_);
   pool_ = nullptr;
   packet_fd_ = -1;
@@ -188,10 +220,6 @@ absl::StatusOr<uint16_t> StartPort(const std::string& vdev, const std::string& n
 absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
   const std::string object = XdpObjectPath();
   if (object.empty()) return absl::FailedPreconditionError("droce's XDP program (droce_xdp.o) is not installed");
-  // We hold the interface's lock: a droce program still attached is a dead
-  // droced's, and would make the new attach fail.
-  absl::StatusOr<bool> stale = DetachStaleProgram(c.ifindex);
-  if (!stale.ok()) return stale.status();
   const uint16_t room = ethdev::AfXdpDataRoom();
   const std::string pool_name = absl::StrCat("nd_xdp_", c.ifindex);
   pool_ = room ? rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, room, SOCKET_ID_ANY) : nullptr;
@@ -202,12 +230,38 @@ absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<
   // softirq.
   const std::string vdev = absl::StrCat(vdev_name_, ",iface=", c.ifname, ",start_queue=0,queue_count=1,busy_budget=0",
                                         ",xdp_prog=", object);
-  absl::StatusOr<uint16_t> port = StartPort(vdev, vdev_name_, pool_, c.ring);
+  // The kernel releases a closed AF_XDP socket's hold on the queue
+  // (its buffer pool) from a work queue: right after an unbinding the queue
+  // may still be busy (EBUSY on bind, which DPDK reports as EINVAL).
+  absl::StatusOr<uint16_t> port = absl::UnavailableError("not started");
+  int attempt = 0;
+  for (; attempt < 60 && !port.ok(); ++attempt) {
+    if (attempt > 0) usleep(50'000);
+    // We hold the interface's lock: a droce program still attached is a
+    // dead droced's, or the one a failed start left (net_af_xdp attaches it
+    // before it binds its socket and does not take it off when that fails),
+    // and would make the attach fail.
+    absl::StatusOr<bool> stale = DetachStaleProgram(c.ifindex);
+    if (!stale.ok()) {
+      port = stale.status();
+      break;
+    }
+    const std::vector<std::pair<int, uint64_t>> before = XdpSockets();
+    port = StartPort(vdev, vdev_name_, pool_, c.ring);
+    for (const auto& s : XdpSockets()) {
+      if (std::find(before.begin(), before.end(), s) == before.end()) xsk_fds_.push_back(s);
+    }
+    if (!port.ok()) {  // what the failed start left: closed before the next try
+      for (const auto& [fd, ino] : xsk_fds_) close(fd);
+      xsk_fds_.clear();
+    }
+  }
   if (!port.ok()) {
     vdev_name_.clear();
     ClosePort();
     return port.status();
   }
+  if (attempt > 1) std::fprintf(stderr, "AF_XDP on %s started at attempt %d\n", c.ifname.c_str(), attempt);
   port_ = *port;
   absl::StatusOr<std::unique_ptr<XdpProgram>> prog = XdpProgram::Attached(c.ifindex);
   absl::Status s = prog.ok() ? (*prog)->SetAddresses(addrs) : prog.status();

@@ -84,6 +84,11 @@ class InterfacePort {
   Steering steering_ = Steering::kXdp;
   std::unique_ptr<XdpProgram> xdp_;
   int packet_fd_ = -1;  // af_packet: the PMD's socket (not ours to close)
+  // net_af_xdp's AF_XDP sockets, by descriptor and inode: DPDK 22.11's
+  // close never releases the UMEM (its reference count is tested one too
+  // low), whose descriptor is the socket's, so the queue stays bound and the
+  // next binding of the interface fails with EBUSY. ClosePort closes them.
+  std::vector<std::pair<int, uint64_t>> xsk_fds_;
   uint32_t max_frame_ = 0;
   std::string xdp_refused_;
 };

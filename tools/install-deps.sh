@@ -14,4 +14,8 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   clang libclang-rt-14-dev \
   python3 python3-matplotlib python3-pyverbs \
   iproute2 procps \
-  nftables iperf3 ethtool >/dev/null  # the loss experiment's kernel-TCP baseline (tools/bench/loss/tcp.sh)
+  nftables iperf3 ethtool \
+  libbpf-dev linux-libc-dev libfabric-bin openmpi-bin >/dev/null
+# iperf3, nftables, ethtool: the loss experiment's kernel-TCP baseline (tools/bench/loss/tcp.sh);
+# libbpf-dev (and clang above): droce's XDP program and droced's interface binding (doc/netdev.md);
+# libfabric-bin (fi_pingpong), openmpi-bin (mpirun), tshark (dumpcap): tests/netns.

@@ -79,21 +79,44 @@ core::Mac MacFromName(const std::string& name) {
   return {0x02, 0xd0, 0xce, static_cast<uint8_t>(h >> 16), static_cast<uint8_t>(h >> 8), static_cast<uint8_t>(h)};
 }
 
+// droce-ctl run from the build tree uses the build tree's provider, shims
+// and droced; an installed one uses the installed ones.
+bool InBuildTree() {
+#ifdef DROCE_BUILD_ROOT
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return !ec && self.string().rfind(std::string(DROCE_BUILD_ROOT) + "/", 0) == 0;
+#else
+  return false;
+#endif
+}
+
 std::string ProviderDir() {
 #ifdef DROCE_BUILD_PROVIDER_DIR
-  if (fs::exists(fs::path(DROCE_BUILD_PROVIDER_DIR) / "libdroce-rdmav34.so")) return DROCE_BUILD_PROVIDER_DIR;
+  if (InBuildTree() && fs::exists(fs::path(DROCE_BUILD_PROVIDER_DIR) / "libdroce-rdmav34.so")) {
+    return DROCE_BUILD_PROVIDER_DIR;
+  }
 #endif
   return "";
+}
+
+// A shim library: the build tree's, or the installed one by its absolute
+// path (LD_PRELOAD then needs no ld.so cache entry for a new install).
+std::string ShimPath(const std::string& name, const std::string& build_dir) {
+  if (InBuildTree() && fs::exists(fs::path(build_dir) / name)) return build_dir + "/" + name;
+#ifdef DROCE_INSTALLED_LIBDIR
+  if (fs::exists(fs::path(DROCE_INSTALLED_LIBDIR) / name)) return std::string(DROCE_INSTALLED_LIBDIR) + "/" + name;
+#endif
+  return name;
 }
 
 // The rdma_cm shim (drivers/rdmacm, doc/cm.md) next to the provider's in a build tree.
 std::string RdmacmPreload() {
 #ifdef DROCE_BUILD_RDMACM_DIR
-  if (fs::exists(fs::path(DROCE_BUILD_RDMACM_DIR) / "libdroce-rdmacm.so")) {
-    return std::string(DROCE_BUILD_RDMACM_DIR) + "/libdroce-rdmacm.so";
-  }
-#endif
+  return ShimPath("libdroce-rdmacm.so", DROCE_BUILD_RDMACM_DIR);
+#else
   return "libdroce-rdmacm.so";
+#endif
 }
 
 int Env(const std::string& run_dir) {
@@ -104,7 +127,8 @@ int Env(const std::string& run_dir) {
     std::printf("export RDMAV_DRIVERS=%s/libdroce\n", dir.c_str());
     std::printf("export LD_PRELOAD=%s/libdroce-preload.so:%s\n", dir.c_str(), RdmacmPreload().c_str());
   } else {
-    std::printf("export LD_PRELOAD=libdroce-preload.so:%s\n", RdmacmPreload().c_str());
+    // Installed: libibverbs finds the provider through its driver file.
+    std::printf("export LD_PRELOAD=%s:%s\n", ShimPath("libdroce-preload.so", "").c_str(), RdmacmPreload().c_str());
   }
   return 0;
 }
@@ -112,7 +136,7 @@ int Env(const std::string& run_dir) {
 // droced: next to droce-ctl in a build tree or an installation, else $PATH.
 std::string DrocedPath() {
 #ifdef DROCE_BUILD_DROCED
-  if (fs::exists(DROCE_BUILD_DROCED)) return DROCE_BUILD_DROCED;
+  if (InBuildTree() && fs::exists(DROCE_BUILD_DROCED)) return DROCE_BUILD_DROCED;
 #endif
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);

@@ -29,7 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "drivers/verbs/device_config.h"
 #include "apps/droced/uplink_spec.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 
 namespace droce::verbs {
 namespace {
@@ -322,8 +322,8 @@ void Show(const std::string& run_dir, const DeviceFile& f) {
   } else {
     std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
   }
-  const core::Device model(f.dev, nullptr);
-  for (size_t i = 0; i < model.gids().size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(model.gids()[i]).c_str());
+  const std::vector<core::Gid> gids = core::GidTable(f.dev);
+  for (size_t i = 0; i < gids.size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(gids[i]).c_str());
   std::printf("\n");
   if (!f.fabric) return;
   // Attached processes and their QPN ranges, as the daemon knows them.

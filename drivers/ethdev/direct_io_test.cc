@@ -1,5 +1,5 @@
 // DirectIo without EAL: two ends in one process, each wrapping one end of a
-// pktio::MemWire (standing in for the memif port to droced), joined by a
+// sim::MemWire (standing in for the memif port to droced), joined by a
 // memfd made here as droced makes it.
 #include "drivers/ethdev/direct_io.h"
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace droce::ethdev {
 namespace {
@@ -73,7 +73,7 @@ PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint
 
 class DirectIoTest : public ::testing::Test {
  protected:
-  DirectIoTest() : wire_(pktio::MemWireConfig{}), a_(&wire_.end(0), kMacA, 1024, 1024), b_(&wire_.end(1), kMacB, 2048, 1024) {}
+  DirectIoTest() : wire_(sim::MemWireConfig{}), a_(&wire_.end(0), kMacA, 1024, 1024), b_(&wire_.end(1), kMacB, 2048, 1024) {}
 
   // Pairs a (QPNs 1024..) and b (2048..) as droced does: one memfd, an
   // eventfd per direction, each side given its own copies.
@@ -114,7 +114,7 @@ class DirectIoTest : public ::testing::Test {
     return tags;
   }
 
-  pktio::MemWire wire_;
+  sim::MemWire wire_;
   DirectIo a_, b_;
   int efd_a_ = -1, efd_b_ = -1;
 };
@@ -170,7 +170,7 @@ TEST_F(DirectIoTest, ReceiverDropsFramesNotForItsQpns) {
   Pair();
   // a's routing would never put these into b's ring; a hostile peer could:
   // a DirectIo told that b owns every QPN plays it.
-  pktio::MemWire wire2(pktio::MemWireConfig{});
+  sim::MemWire wire2(sim::MemWireConfig{});
   DirectIo liar(&wire2.end(0), kMacA, 1024, 1024);
   Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
   const int e1 = eventfd(0, EFD_CLOEXEC), e2 = eventfd(0, EFD_CLOEXEC);

@@ -24,7 +24,7 @@
 #include "drivers/ethdev/memif_listener.h"
 #include "drivers/ethdev/prefault.h"
 #include "drivers/verbs/abi.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 #include "drivers/verbs/tsc_clock.h"
 
 namespace droce::verbs {

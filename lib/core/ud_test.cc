@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 #include "transport/ud_qp.h"
 #include "wire/packet.h"
 
@@ -69,8 +69,8 @@ class UdTest : public ::testing::Test {
     wire_.set_tap(&Tap, &cap_);
   }
 
-  static pktio::MemWireConfig WireConfig() {
-    pktio::MemWireConfig c;
+  static sim::MemWireConfig WireConfig() {
+    sim::MemWireConfig c;
     c.pool_frames = 1024;
     c.queue_frames = 512;
     return c;
@@ -140,7 +140,7 @@ class UdTest : public ::testing::Test {
     }
   }
 
-  pktio::MemWire wire_;
+  sim::MemWire wire_;
   Node n_[2];
   Captured cap_;
   uint64_t now_ = 1'000'000;

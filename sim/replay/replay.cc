@@ -1,4 +1,4 @@
-#include "replay/replay.h"
+#include "sim/replay/replay.h"
 
 #include <algorithm>
 #include <deque>
@@ -9,14 +9,15 @@
 
 #include "absl/strings/str_format.h"
 #include "core/device.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/fields.h"
 #include "wire/psn.h"
 
-namespace droce::core {
+namespace droce::sim {
 namespace {
 
 using namespace droce::wire;
+using namespace droce::core;
 
 struct Packet {
   size_t index;
@@ -29,7 +30,7 @@ struct Packet {
   uint32_t dest_qp;
 };
 
-using ReplayIo = pktio::ScriptedIo;
+using ReplayIo = ScriptedIo;
 
 Gid SrcGid(const uint8_t* f, const ParsedPacket& p) {
   Gid g{};
@@ -891,4 +892,4 @@ std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& fram
   return ReplayEachDirection<RequesterReplay>(frames);
 }
 
-}  // namespace droce::core
+}  // namespace droce::sim

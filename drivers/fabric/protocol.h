@@ -11,9 +11,9 @@
 // process's QPN range and memif interface when the socket closes, whether
 // the program detached, exited or was killed.
 //
-// Pure POSIX + Abseil: used by droce-ctl, the provider and droced.
-#ifndef DROCE_DRIVERS_VERBS_FABRIC_H_
-#define DROCE_DRIVERS_VERBS_FABRIC_H_
+// Pure POSIX + Abseil: both sides include it (droced; the provider, droce-ctl, droce-testpmd).
+#ifndef DROCE_DRIVERS_FABRIC_PROTOCOL_H_
+#define DROCE_DRIVERS_FABRIC_PROTOCOL_H_
 
 #include <cstdint>
 #include <string>
@@ -123,4 +123,4 @@ absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request&
 
 }  // namespace droce::fabric
 
-#endif  // DROCE_DRIVERS_VERBS_FABRIC_H_
+#endif  // DROCE_DRIVERS_FABRIC_PROTOCOL_H_

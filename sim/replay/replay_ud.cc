@@ -11,15 +11,16 @@
 
 #include "absl/strings/str_format.h"
 #include "core/device.h"
-#include "replay/replay.h"
-#include "pktio/scripted_io.h"
+#include "sim/replay/replay.h"
+#include "sim/wire/scripted_io.h"
 #include "transport/ud_qp.h"
 #include "wire/packet.h"
 
-namespace droce::core {
+namespace droce::sim {
 namespace {
 
 using namespace droce::wire;
+using namespace droce::core;
 
 struct Datagram {
   size_t index;  // frame number, 1-based
@@ -57,7 +58,7 @@ std::string Text(const Gid& g) {
 constexpr uint32_t kSlot = 8192;  // receive / send buffer per datagram
 
 // The device of one end: its MAC, address and QPN as the capture shows them.
-std::unique_ptr<Device> MakeEnd(pktio::ScriptedIo* io, const Mac& mac, const Gid& gid, uint32_t qpn) {
+std::unique_ptr<Device> MakeEnd(ScriptedIo* io, const Mac& mac, const Gid& gid, uint32_t qpn) {
   DeviceConfig cfg;
   cfg.mac = mac;
   if (IsIpv4MappedGid(gid)) cfg.ipv4 = LoadBe32(gid.data() + 12);
@@ -97,7 +98,7 @@ ReplayResult Receive(const Endpoints& e, const std::vector<Datagram>& dgs) {
     r.skip_reason = "UD over IPv6: not in the reference captures yet";
     return r;
   }
-  pktio::ScriptedIo io;
+  ScriptedIo io;
   std::unique_ptr<Device> dev = MakeEnd(&io, e.dst_mac, e.dst, dgs[0].dest_qp);
   const uint32_t pd = dev->AllocPd();
   const uint32_t cq = *dev->CreateCq(1 << 16);
@@ -161,7 +162,7 @@ ReplayResult Send(const Endpoints& e, const std::vector<Datagram>& dgs) {
     r.skip_reason = "UD over IPv6: not in the reference captures yet";
     return r;
   }
-  pktio::ScriptedIo io;
+  ScriptedIo io;
   std::unique_ptr<Device> dev = MakeEnd(&io, e.src_mac, e.src, dgs[0].src_qp);
   dev->AddNeighbor(e.dst, e.dst_mac);
   const uint32_t pd = dev->AllocPd();
@@ -286,4 +287,4 @@ std::vector<ReplayResult> ReplayUd(const std::vector<CapturedFrame>& frames, boo
   return results;
 }
 
-}  // namespace droce::core
+}  // namespace droce::sim

@@ -1,10 +1,10 @@
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 #include <cstring>
 
 #include "wire/packet.h"
 
-namespace droce::pktio {
+namespace droce::sim {
 
 MemWire::MemWire(const MemWireConfig& config)
     : config_(config),
@@ -161,4 +161,4 @@ void MemWire::End::Release(Frame* frames, uint16_t n) {
   }
 }
 
-}  // namespace droce::pktio
+}  // namespace droce::sim

@@ -1,4 +1,4 @@
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 
 #include <poll.h>
 #include <sys/socket.h>

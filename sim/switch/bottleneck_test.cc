@@ -1,6 +1,6 @@
 // The emulated congestion point: FIFO timing at line rate, RED/ECN marking
 // (thresholds, probability, seed), tail drop and time-weighted queue stats.
-#include "cc/bottleneck.h"
+#include "sim/switch/bottleneck.h"
 
 #include <cmath>
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-namespace droce::cc {
+namespace droce::sim {
 namespace {
 
 constexpr uint64_t kG = 1'000'000'000;
@@ -170,4 +170,4 @@ TEST(Bottleneck, TimeWeightedQueuePercentiles) {
 }
 
 }  // namespace
-}  // namespace droce::cc
+}  // namespace droce::sim

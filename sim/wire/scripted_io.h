@@ -1,8 +1,8 @@
 // A BurstIo for drivers that feed frames by hand: frames pushed into `rx`
 // are received in order, and every transmitted frame is kept in `sent`.
 // Used by capture replay and the responder fuzz harness.
-#ifndef DROCE_LIB_PKTIO_SCRIPTED_IO_H_
-#define DROCE_LIB_PKTIO_SCRIPTED_IO_H_
+#ifndef DROCE_SIM_WIRE_SCRIPTED_IO_H_
+#define DROCE_SIM_WIRE_SCRIPTED_IO_H_
 
 #include <cstdint>
 #include <deque>
@@ -12,7 +12,11 @@
 
 #include "pktio/burst_io.h"
 
-namespace droce::pktio {
+namespace droce::sim {
+
+using pktio::BurstIo;
+using pktio::Frame;
+using pktio::kMaxFrameBytes;
 
 class ScriptedIo final : public BurstIo {
  public:
@@ -54,6 +58,6 @@ class ScriptedIo final : public BurstIo {
   std::unordered_map<void*, std::unique_ptr<std::vector<uint8_t>>> held_;
 };
 
-}  // namespace droce::pktio
+}  // namespace droce::sim
 
-#endif  // DROCE_LIB_PKTIO_SCRIPTED_IO_H_
+#endif  // DROCE_SIM_WIRE_SCRIPTED_IO_H_

@@ -6,15 +6,19 @@
 // Single-threaded by design: one thread drives both ends (tests, the engine
 // benchmark, in-process demos). Frames live in a pool allocated once; frames
 // move between the ends by index, never by allocation.
-#ifndef DROCE_LIB_PKTIO_MEM_WIRE_H_
-#define DROCE_LIB_PKTIO_MEM_WIRE_H_
+#ifndef DROCE_SIM_WIRE_MEM_WIRE_H_
+#define DROCE_SIM_WIRE_MEM_WIRE_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "pktio/burst_io.h"
 
-namespace droce::pktio {
+namespace droce::sim {
+
+using pktio::BurstIo;
+using pktio::Frame;
+using pktio::kMaxFrameBytes;
 
 // Probabilities per frame, applied in this order: drop, corrupt, ECN-mark,
 // duplicate, reorder (hold the frame back behind the next 1..reorder_depth).
@@ -113,6 +117,6 @@ class MemWire {
   void* tap_ctx_ = nullptr;
 };
 
-}  // namespace droce::pktio
+}  // namespace droce::sim
 
-#endif  // DROCE_LIB_PKTIO_MEM_WIRE_H_
+#endif  // DROCE_SIM_WIRE_MEM_WIRE_H_

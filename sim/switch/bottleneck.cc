@@ -1,8 +1,8 @@
-#include "cc/bottleneck.h"
+#include "sim/switch/bottleneck.h"
 
 #include <algorithm>
 
-namespace droce::cc {
+namespace droce::sim {
 
 Bottleneck::Bottleneck(const BottleneckConfig& cfg) : cfg_(cfg), rng_(cfg.seed) {
   if (cfg_.stats_bin_bytes == 0) cfg_.stats_bin_bytes = 1;
@@ -114,4 +114,4 @@ double Bottleneck::MeanQueueBytes(uint64_t now_ns) {
   return total > 0 ? sum / total : 0.0;
 }
 
-}  // namespace droce::cc
+}  // namespace droce::sim

@@ -1,17 +1,17 @@
 // The emulated congestion point on a port: frames leave at the line rate,
 // in order, CE-marked by RED once the queue passes Kmin (ICRC still valid),
 // tail-dropped when the buffer is full.
-#include "pktio/bottleneck_io.h"
+#include "sim/switch/bottleneck_io.h"
 
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 #include "wire/fields.h"
 
-namespace droce::pktio {
+namespace droce::sim {
 namespace {
 
 std::vector<uint8_t> Roce(uint32_t seq, uint32_t payload_bytes) {
@@ -60,7 +60,7 @@ void Drain(MemWire& w, Received* r) {
 TEST(BottleneckIo, PacesAtLineRateInOrderAndMarksWhenTheQueueBuilds) {
   MemWire wire(MemWireConfig{});
   VirtualClock clock;
-  cc::BottleneckConfig cfg;
+  BottleneckConfig cfg;
   cfg.line_rate_bps = 1'000'000'000;  // 1 Gb/s: 8 ns per byte
   cfg.kmin_bytes = 10'000;
   cfg.kmax_bytes = 40'000;
@@ -97,7 +97,7 @@ TEST(BottleneckIo, PacesAtLineRateInOrderAndMarksWhenTheQueueBuilds) {
 TEST(BottleneckIo, TailDropsBeyondTheBuffer) {
   MemWire wire(MemWireConfig{});
   VirtualClock clock;
-  cc::BottleneckConfig cfg;
+  BottleneckConfig cfg;
   cfg.line_rate_bps = 1'000'000'000;
   cfg.ecn = false;
   cfg.buffer_bytes = 20'000;
@@ -120,4 +120,4 @@ TEST(BottleneckIo, TailDropsBeyondTheBuffer) {
 }
 
 }  // namespace
-}  // namespace droce::pktio
+}  // namespace droce::sim

@@ -10,14 +10,14 @@
 //  - Plain ACKs may be coalesced differently: between two of the responses
 //    above, both sides must acknowledge up to the same PSN, and where both
 //    sent an ACK for the same PSN its MSN must agree.
-#ifndef DROCE_LIB_REPLAY_REPLAY_H_
-#define DROCE_LIB_REPLAY_REPLAY_H_
+#ifndef DROCE_SIM_REPLAY_REPLAY_H_
+#define DROCE_SIM_REPLAY_REPLAY_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace droce::core {
+namespace droce::sim {
 
 struct CapturedFrame {
   std::vector<uint8_t> bytes;  // as captured (caplen bytes)
@@ -63,6 +63,6 @@ std::vector<ReplayResult> ReplayRequester(const std::vector<CapturedFrame>& fram
 bool IsUdCapture(const std::vector<CapturedFrame>& frames);
 std::vector<ReplayResult> ReplayUd(const std::vector<CapturedFrame>& frames, bool sender);
 
-}  // namespace droce::core
+}  // namespace droce::sim
 
-#endif  // DROCE_LIB_REPLAY_REPLAY_H_
+#endif  // DROCE_SIM_REPLAY_REPLAY_H_

@@ -1,4 +1,4 @@
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 #include <cstring>
 #include <vector>
@@ -7,7 +7,7 @@
 
 #include "wire/fields.h"
 
-namespace droce::pktio {
+namespace droce::sim {
 namespace {
 
 // A valid RoCEv2 frame (RC SEND ONLY, ECT(0)) whose payload carries `seq`.
@@ -158,4 +158,4 @@ TEST(MemWire, QueueFullTailDropsAndPoolRunsDry) {
 }
 
 }  // namespace
-}  // namespace droce::pktio
+}  // namespace droce::sim

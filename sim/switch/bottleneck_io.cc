@@ -1,8 +1,8 @@
-#include "pktio/bottleneck_io.h"
+#include "sim/switch/bottleneck_io.h"
 
 #include "wire/packet.h"
 
-namespace droce::pktio {
+namespace droce::sim {
 
 namespace {
 // CE on an ECN-capable RoCEv2 frame (Not-ECT frames and non-RoCE frames are
@@ -15,7 +15,7 @@ bool MarkCe(Frame& f) {
 }
 }  // namespace
 
-BottleneckIo::BottleneckIo(BurstIo* port, const cc::BottleneckConfig& config, Clock clock, void* clock_ctx,
+BottleneckIo::BottleneckIo(BurstIo* port, const BottleneckConfig& config, Clock clock, void* clock_ctx,
                            uint32_t max_held_frames)
     : port_(port), bn_(config), clock_(clock), clock_ctx_(clock_ctx), max_held_(max_held_frames) {
   out_.reserve(64);
@@ -42,7 +42,7 @@ uint16_t BottleneckIo::TxBurst(Frame* frames, uint16_t n) {
       port_->Release(&f, 1);
       continue;
     }
-    const cc::EnqueueResult r = bn_.Enqueue(f.len, t);
+    const EnqueueResult r = bn_.Enqueue(f.len, t);
     if (r.dropped) {
       ++counters_.dropped;
       port_->Release(&f, 1);
@@ -60,7 +60,7 @@ void BottleneckIo::Flush() {
   if (held_.empty()) return;
   const uint64_t t = now();
   out_.clear();
-  cc::Departure d;
+  Departure d;
   while (!held_.empty() && bn_.Dequeue(t, &d)) {
     if (d.ce_marked && MarkCe(held_.front())) ++counters_.ce_marked;  // marking at dequeue
     out_.push_back(held_.front());
@@ -76,4 +76,4 @@ void BottleneckIo::Flush() {
   }
 }
 
-}  // namespace droce::pktio
+}  // namespace droce::sim

@@ -1,5 +1,5 @@
 // An emulated congestion point on a port: a BurstIo that sends what it is
-// given through a cc::Bottleneck (a switch egress FIFO drained at a line
+// given through a Bottleneck (a switch egress FIFO drained at a line
 // rate, RED/ECN marking, optional tail drop) before handing it to the real
 // port. Marking sets CE on ECN-capable RoCEv2 frames (the ICRC does not
 // cover ECN), so the receiver's notification point answers with CNPs and the
@@ -8,17 +8,21 @@
 // Time comes from a clock the owner supplies: virtual time in tests,
 // CLOCK_MONOTONIC on a live port. Frames wait in the FIFO until their
 // departure time and leave on the next call (any RxBurst or TxBurst).
-#ifndef DROCE_LIB_PKTIO_BOTTLENECK_IO_H_
-#define DROCE_LIB_PKTIO_BOTTLENECK_IO_H_
+#ifndef DROCE_SIM_SWITCH_BOTTLENECK_IO_H_
+#define DROCE_SIM_SWITCH_BOTTLENECK_IO_H_
 
 #include <cstdint>
 #include <deque>
 #include <vector>
 
-#include "cc/bottleneck.h"
+#include "sim/switch/bottleneck.h"
 #include "pktio/burst_io.h"
 
-namespace droce::pktio {
+namespace droce::sim {
+
+using pktio::BurstIo;
+using pktio::Frame;
+using pktio::kMaxFrameBytes;
 
 struct BottleneckIoCounters {
   uint64_t accepted = 0;      // entered the FIFO
@@ -31,7 +35,7 @@ struct BottleneckIoCounters {
 class BottleneckIo final : public BurstIo {
  public:
   using Clock = uint64_t (*)(void* ctx);
-  BottleneckIo(BurstIo* port, const cc::BottleneckConfig& config, Clock clock, void* clock_ctx,
+  BottleneckIo(BurstIo* port, const BottleneckConfig& config, Clock clock, void* clock_ctx,
                uint32_t max_held_frames = 4096);
   ~BottleneckIo() override;
 
@@ -42,13 +46,13 @@ class BottleneckIo final : public BurstIo {
 
   // Sends every frame whose departure time has come.
   void Flush();
-  cc::Bottleneck& bottleneck() { return bn_; }
+  Bottleneck& bottleneck() { return bn_; }
   const BottleneckIoCounters& counters() const { return counters_; }
   uint64_t now() const { return clock_(clock_ctx_); }
 
  private:
   BurstIo* port_;
-  cc::Bottleneck bn_;
+  Bottleneck bn_;
   Clock clock_;
   void* clock_ctx_;
   uint32_t max_held_;
@@ -57,6 +61,6 @@ class BottleneckIo final : public BurstIo {
   BottleneckIoCounters counters_;
 };
 
-}  // namespace droce::pktio
+}  // namespace droce::sim
 
-#endif  // DROCE_LIB_PKTIO_BOTTLENECK_IO_H_
+#endif  // DROCE_SIM_SWITCH_BOTTLENECK_IO_H_

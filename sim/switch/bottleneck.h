@@ -15,8 +15,8 @@
 // A packet's departure time is fixed when it is accepted (FIFO at line rate);
 // the caller collects departed packets with Dequeue(now) whenever it likes —
 // the queue length the next arrival sees does not depend on that.
-#ifndef DROCE_LIB_CC_BOTTLENECK_H_
-#define DROCE_LIB_CC_BOTTLENECK_H_
+#ifndef DROCE_SIM_SWITCH_BOTTLENECK_H_
+#define DROCE_SIM_SWITCH_BOTTLENECK_H_
 
 #include <cstdint>
 #include <deque>
@@ -25,7 +25,7 @@
 
 #include "cc/dcqcn.h"
 
-namespace droce::cc {
+namespace droce::sim {
 
 enum class MarkAt : uint8_t { kEnqueue, kDequeue };
 
@@ -99,7 +99,7 @@ class Bottleneck {
 
   BottleneckConfig cfg_;
   std::mt19937_64 rng_;
-  Pacer link_;  // next time the port is free
+  cc::Pacer link_;  // next time the port is free
   std::deque<Departure> fifo_;  // accepted, not yet dequeued by the caller
   size_t in_port_ = 0;          // fifo_[in_port_..] have not left the port
   uint64_t queue_bytes_ = 0;
@@ -113,6 +113,6 @@ class Bottleneck {
   uint64_t departed_bytes_ = 0;
 };
 
-}  // namespace droce::cc
+}  // namespace droce::sim
 
-#endif  // DROCE_LIB_CC_BOTTLENECK_H_
+#endif  // DROCE_SIM_SWITCH_BOTTLENECK_H_

@@ -87,4 +87,4 @@ for ((r = 1; r <= rounds; ++r)); do
     echo "NetPIPE $stack: $(wc -l <"$work/np.out") sizes"
   done
 done
-python3 "$here/plot.py" "$out"
+/usr/bin/python3 "$here/plot.py" "$out"  # Debian's, with python3-matplotlib

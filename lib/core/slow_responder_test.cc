@@ -97,8 +97,8 @@ class SlowResponderPair {
     for (auto& d : c.impair) d.drop = loss;
     return c;
   }
-  static cc::BottleneckConfig FifoConfig(uint64_t rate_bps) {
-    cc::BottleneckConfig c;
+  static sim::BottleneckConfig FifoConfig(uint64_t rate_bps) {
+    sim::BottleneckConfig c;
     c.line_rate_bps = rate_bps;
     c.ecn = false;
     return c;

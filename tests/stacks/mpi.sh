@@ -40,7 +40,7 @@ check "mpi_check, 4 ranks across droce0 and droce1" two_devices
 
 # Every rank opens all 8 devices; UCX picks its rails among them.
 all_devices() {
-  local out; out=$(timeout "$t" "${mpi[@]}" -np 4 "$mpi_check" -max 1048576 -r 1 2>&1)
+  local out; out=$(timeout "$t" "${mpi[@]}" -np 4 "$mpi_check" -max 65536 -r 1 2>&1)
   local rc=$?; echo "$out" | tail -20
   [ $rc -eq 0 ] && grep -qE "^mpi_check: [0-9]+ checks passed on 4 ranks" <<<"$out"
 }

@@ -196,8 +196,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.cnp_enabled = config_.cnp_enabled;
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
-  env.cc = config_.dcqcn ? &cc::kDcqcnOps : nullptr;
-  env.cc_params = &config_.dcqcn_params;
+  // DeviceConfig::dcqcn (with its profile) or the algorithm of DeviceConfig::cc.
+  env.cc = config_.dcqcn ? &cc::kDcqcnOps : config_.cc.ops;
+  env.cc_params = config_.dcqcn ? static_cast<const void*>(&config_.dcqcn_params) : config_.cc.param_block();
   env.selective_repeat = config_.selective_repeat;
   env.sr_max_inflight_packets = config_.sr_max_inflight_packets;
   env.sr_rto_low_ns = config_.sr_rto_low_ns;

@@ -607,6 +607,20 @@ TEST_F(CmServiceTest, BadCommandsAreRefused) {
   EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_SET_OPTION, o, 0, std::span<const uint8_t>(&tos, 1)).error, EINVAL);
 }
 
+// A program polling its channel (non-blocking, as rsockets does) asks for
+// events that are not there yet: EAGAIN, as the kernel's ucma answers, and
+// counted as such, not as a failed command.
+TEST_F(CmServiceTest, PollingAnEmptyChannelIsNotAFailure) {
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(GetEvent(kClient).has_value());
+  EXPECT_EQ(cm_.counters().commands, 5u);
+  EXPECT_EQ(cm_.counters().get_event_empty, 5u);
+  EXPECT_EQ(cm_.counters().commands_failed, 0u);
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{77}).error, EINVAL);
+  EXPECT_EQ(cm_.counters().commands_failed, 1u);
+  EXPECT_NE(cm_.StatusText().find("commands 6 (failed 1, get_event with none waiting 5)"), std::string::npos)
+      << cm_.StatusText();
+}
+
 TEST_F(CmServiceTest, AcceptedConnectionsDoNotHoldTheListenersPort) {
   // perftest -R: its first (parameter exchange) listener goes, its connection
   // stays, and a second listener binds the same port.

@@ -46,12 +46,14 @@ results=()
 record() { results+=("| $1 | $2 | $3 |"); echo "== $1 ($2): $3"; }
 verdict() { [ "$1" -eq 0 ] && [ "$2" -eq 0 ] && echo pass || echo "FAIL ($1/$2)"; }
 
-# What a side printed: a passing side's last lines; a failing side's error
-# lines, all of them (errors, refusals, timeouts, perftest's complaints,
-# droce's QP counters under DROCE_STATS), then its last lines.
+# What a side printed: a passing side's last lines and droce's QP counters
+# (DROCE_STATS); a failing side's error lines, all of them (errors,
+# refusals, timeouts, perftest's complaints, droce's QP counters), then its
+# last lines.
 lab_error_re='error|fail|unable|couldn.t|cannot|can.t|timed? ?out|invalid|refused|reject|unexpected|abort|segmentation|core dumped|^droce .* qp [0-9]+:'
 show_side() {  # label rc output
   if [ "$2" -eq 0 ]; then
+    echo "$3" | grep -E '^droce .* qp [0-9]+:' | sed 's/^/  | /'
     echo "$3" | tail -3
     return
   fi

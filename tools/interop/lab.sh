@@ -120,6 +120,7 @@ droce_server() {  # name, droce cmd, guest cmd, [tcp port]
     g=$("$lab" exec -t 120 1 "$3" 2>&1); grc=$?
     if [ $grc -ne 0 ] && [ -n "$rej" ] && [ "$(cm_rej_no_listener)" -gt "$rej" ] && [ $attempt -lt 3 ]; then
       wait_or_stop $pid 0 >/dev/null 2>&1
+      show_side "rxe client, attempt $attempt" $grc "$g"
       echo "  (attempt $attempt: the client's REQ beat the server's listen: REJ 8; once more)"
       note=" (attempt $((attempt + 1)): the one before raced perftest's listen)"
       continue

@@ -62,6 +62,7 @@ rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
     o=$(droce "$3" 2>&1); rc=$?
     if [ $rc -ne 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$o" && [ $attempt -lt 3 ]; then
       "$lab" kill "$j" >/dev/null 2>&1; "$lab" wait "$j" 10 >/dev/null 2>&1
+      show_side "droce client, attempt $attempt" $rc "$o"
       echo "  (attempt $attempt: perftest's data connection beat the server's second listen: REJ 8; once more)"
       note=" (attempt $((attempt + 1)): the one before raced perftest's second listen)"
       continue

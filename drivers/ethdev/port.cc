@@ -23,6 +23,9 @@ namespace {
 // receive ring whose frames exceed the mbuf; memif's bsize is 10240) plus
 // DPDK's headroom. droce's own frames never exceed pktio::kMaxFrameBytes.
 constexpr uint16_t kDataRoom = 10240 + RTE_PKTMBUF_HEADROOM;
+constexpr uint16_t kDroceDataRoom = pktio::kMaxFrameBytes + RTE_PKTMBUF_HEADROOM;  // PortConfig::droce_frames_only
+
+}  // namespace
 
 // net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
 // memory as the AF_XDP UMEM, one chunk per mempool object, and the kernel
@@ -37,10 +40,11 @@ uint16_t AfXdpDataRoom() {
   }
   return 0;
 }
-// The kernel puts a received frame this far (XDP_PACKET_HEADROOM) behind the
-// chunk headroom the PMD asks for (mempool header, mbuf, RTE_PKTMBUF_HEADROOM).
-constexpr uint32_t kXdpPacketHeadroom = 256;
-}  // namespace
+
+uint32_t AfXdpMaxFrame() {
+  const uint16_t room = AfXdpDataRoom();
+  return room > RTE_PKTMBUF_HEADROOM + kXdpPacketHeadroom ? room - RTE_PKTMBUF_HEADROOM - kXdpPacketHeadroom : 0;
+}
 
 absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c) {
   uint16_t port;
@@ -48,7 +52,8 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
     return absl::NotFoundError(absl::StrFormat("no DPDK port named %s (is its --vdev given?)", c.name));
   }
   const std::string pool_name = "droce_pool_" + std::to_string(port);
-  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, 256, 0, kDataRoom,
+  const uint16_t data_room = c.droce_frames_only ? kDroceDataRoom : kDataRoom;
+  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, c.mempool_cache, 0, data_room,
                                               rte_eth_dev_socket_id(port));
   if (pool == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat("mbuf pool for %s: %s", c.name, rte_strerror(rte_errno)));
@@ -64,13 +69,14 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   if (std::strcmp(driver, "net_af_xdp") == 0) {
     const uint16_t room = AfXdpDataRoom();
     const std::string rx_name = "droce_rxpool_" + std::to_string(port);
-    rx_pool = room ? rte_pktmbuf_pool_create(rx_name.c_str(), c.mbufs, 256, 0, room, rte_eth_dev_socket_id(port))
+    rx_pool = room ? rte_pktmbuf_pool_create(rx_name.c_str(), c.mbufs, c.mempool_cache, 0, room,
+                                             rte_eth_dev_socket_id(port))
                    : nullptr;
     if (rx_pool == nullptr) {
       rte_mempool_free(pool);
       return absl::ResourceExhaustedError(absl::StrFormat("receive pool for %s: %s", c.name, rte_strerror(rte_errno)));
     }
-    max_frame = room - RTE_PKTMBUF_HEADROOM - kXdpPacketHeadroom;
+    max_frame = AfXdpMaxFrame();
   }
   rte_eth_conf conf{};
   int rc = rte_eth_dev_configure(port, 1, 1, &conf);

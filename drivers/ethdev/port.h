@@ -18,6 +18,12 @@ namespace droce::ethdev {
 struct PortConfig {
   std::string name;          // ethdev name, e.g. "net_memif0" (the vdev's name)
   uint32_t mbufs = 8191;     // pool size: rx + tx rings + frames in flight
+  uint32_t mempool_cache = 256;  // mbufs each lcore keeps to itself (up to 1.5x this)
+  // The port carries only droce's own frames (droced's fabric), never more
+  // than pktio::kMaxFrameBytes: mbufs get a data room that size, less than
+  // half of the 10240 bytes a jumbo-frame wire needs (net_af_packet refuses
+  // a receive ring whose frames exceed the mbuf).
+  bool droce_frames_only = false;
   uint16_t rx_ring = 1024;
   uint16_t tx_ring = 1024;
   bool start_may_fail = false;  // open anyway (link down) if starting fails
@@ -36,6 +42,17 @@ struct PortStats {
   uint64_t alloc_failures = 0;
   uint64_t unmap_faults = 0;        // bursts the peer's unmap ended (guard_peer_unmap)
 };
+
+// net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
+// memory as the AF_XDP UMEM, one chunk per mempool object, and the kernel
+// takes no chunk larger than a page from memory not backed by huge pages.
+// The largest data room whose mempool object fits one page (0 if none), and
+// the largest frame such a chunk receives: the kernel puts it
+// kXdpPacketHeadroom (XDP_PACKET_HEADROOM) behind the chunk headroom the PMD
+// asks for (mempool header, mbuf, RTE_PKTMBUF_HEADROOM).
+inline constexpr uint32_t kXdpPacketHeadroom = 256;
+uint16_t AfXdpDataRoom();
+uint32_t AfXdpMaxFrame();
 
 class EthdevPort final : public pktio::BurstIo {
  public:

@@ -8,7 +8,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "wire/icrc.h"
 
 namespace droce::core {
 
@@ -28,21 +27,7 @@ const char* ParseErrorCounterName(wire::ParseStatus s) {
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     : config_(config), loopback_(io, config.mac), io_(io != nullptr ? &loopback_ : nullptr),
-      mrs_(config.max_mr), ahs_(kMaxAh) {
-  Gid link_local{0xfe, 0x80};
-  link_local[8] = config.mac[0] ^ 0x02;
-  link_local[9] = config.mac[1];
-  link_local[10] = config.mac[2];
-  link_local[11] = 0xFF;
-  link_local[12] = 0xFE;
-  link_local[13] = config.mac[3];
-  link_local[14] = config.mac[4];
-  link_local[15] = config.mac[5];
-  gids_.push_back(link_local);
-  if (config.ipv4 != 0) {
-    gids_.push_back(wire::Ipv4MappedGid(config.ipv4));
-  }
-  if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
+      gids_(GidTable(config)), mrs_(config.max_mr), ahs_(kMaxAh) {
   for (const Gid& g : gids_) {
     if (!IsIpv4MappedGid(g)) own_ipv6_.push_back(g);
   }
@@ -53,7 +38,8 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   wire::StoreBe32(ipv4_bytes, config.ipv4);
   std::memcpy(&ipv4_raw_, ipv4_bytes, 4);
   std::random_device rd;
-  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()});
+  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()},
+                                    CountingGidEq{&neighbor_compares_});
   if (config_.max_qp > kQpnLimit - 2) config_.max_qp = kQpnLimit - 2;
   qpn_base_ = config_.qpn_base;
   if (qpn_base_ < 2 || qpn_base_ > kQpnLimit - config_.max_qp) {
@@ -73,121 +59,6 @@ Device::~Device() {
     io_->Release(tx_backlog_.data() + tx_backlog_head_,
                  static_cast<uint16_t>(tx_backlog_.size() - tx_backlog_head_));
   }
-}
-
-uint32_t Device::FlushTxBacklog() {
-  if (tx_backlog_.empty()) return 0;
-  uint32_t sent_total = 0;
-  while (tx_backlog_head_ < tx_backlog_.size()) {
-    pktio::Frame* f = tx_backlog_.data() + tx_backlog_head_;
-    const auto n = static_cast<uint16_t>(tx_backlog_.size() - tx_backlog_head_);
-    const uint16_t sent = io_->TxBurst(f, n);
-    for (uint16_t k = 0; k < sent; ++k) counters_.tx_bytes += f[k].len;
-    counters_.tx_packets += sent;
-    sent_total += sent;
-    tx_backlog_head_ += sent;
-    if (sent < n) return sent_total;
-  }
-  tx_backlog_.clear();
-  tx_backlog_head_ = 0;
-  return sent_total;
-}
-
-// Makes room for one entry if the table is full: evicts the oldest learnt
-// one (order entries for addresses since made static are skipped). False if
-// every entry is static.
-bool Device::MakeNeighborRoom() {
-  while (neighbors_.size() >= config_.max_neighbors && !learnt_order_.empty()) {
-    auto old = neighbors_.find(learnt_order_.front());
-    learnt_order_.pop_front();
-    if (old != neighbors_.end() && !old->second.is_static) {
-      neighbors_.erase(old);
-      ++counters_.neighbors_evicted;
-    }
-  }
-  if (neighbors_.size() < config_.max_neighbors) return true;
-  ++counters_.neighbors_refused;
-  return false;
-}
-
-bool Device::IsLocalGid(const Gid& gid) const {
-  return std::find(gids_.begin(), gids_.end(), gid) != gids_.end();
-}
-
-bool Device::AddNeighbor(const Gid& ip, const Mac& mac) {
-  auto it = neighbors_.find(ip);
-  if (it != neighbors_.end()) {
-    it->second = {mac, true};
-    return true;
-  }
-  if (!MakeNeighborRoom()) return false;
-  neighbors_.emplace(ip, Neighbor{mac, true});
-  return true;
-}
-
-void Device::LearnNeighbor(const Gid& ip, const Mac& mac) {
-  auto it = neighbors_.find(ip);
-  if (it != neighbors_.end()) {
-    if (it->second.is_static) {
-      if (it->second.mac != mac) ++counters_.neighbors_refused;
-    } else {
-      it->second.mac = mac;
-    }
-    return;
-  }
-  if (!MakeNeighborRoom()) return;
-  neighbors_.emplace(ip, Neighbor{mac, false});
-  learnt_order_.push_back(ip);
-  ++counters_.neighbors_learned;
-}
-
-const Mac* Device::FindNeighbor(const Gid& ip) const {
-  auto it = neighbors_.find(ip);
-  return it == neighbors_.end() ? nullptr : &it->second.mac;
-}
-
-namespace {
-Gid Ipv4Gid(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  wire::StoreBe32(g.data() + 12, ip);
-  return g;
-}
-}  // namespace
-
-void Device::RequestArp(uint32_t ipv4) {
-  if (config_.ipv4 == 0 || arp_out_.size() >= 64) return;
-  wire::ArpPacket req;
-  req.op = wire::kArpRequest;
-  req.sender_mac = config_.mac;
-  req.sender_ip = config_.ipv4;
-  req.target_ip = ipv4;
-  arp_out_.push_back(req);
-}
-
-// RFC 826, for an RNIC: answer requests for our address and learn the
-// sender of any ARP packet aimed at us (a reply to our request, or the
-// peer's own request, which tells us its MAC before we ask).
-void Device::HandleArp(const uint8_t* frame, uint32_t len) {
-  wire::ArpPacket a;
-  if (!wire::ParseArp(frame, len, &a)) return;
-  ++counters_.rx_arp;
-  if (config_.ipv4 == 0 || a.target_ip != config_.ipv4 || a.sender_ip == 0) return;
-  LearnNeighbor(Ipv4Gid(a.sender_ip), a.sender_mac);
-  if (a.op == wire::kArpRequest && arp_out_.size() < 64) {
-    arp_out_.push_back(wire::ArpReplyFor(a, config_.mac, config_.ipv4));
-  }
-}
-
-uint32_t Device::TransmitArp() {
-  return TransmitQueued(
-      arp_out_,
-      [this](const wire::ArpPacket& m, uint8_t* data) {
-        return wire::BuildArp(m, config_.vlan, config_.vlan_tci, data);
-      },
-      [this](const wire::ArpPacket& m) {
-        ++(m.op == wire::kArpReply ? counters_.arp_replies_sent : counters_.arp_requests_sent);
-      });
 }
 
 absl::StatusOr<uint32_t> Device::CreateCq(uint32_t depth) {
@@ -325,7 +196,8 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.cnp_enabled = config_.cnp_enabled;
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
-  env.dcqcn = config_.dcqcn ? &config_.dcqcn_params : nullptr;
+  env.cc = config_.dcqcn ? &cc::kDcqcnOps : nullptr;
+  env.cc_params = &config_.dcqcn_params;
   env.selective_repeat = config_.selective_repeat;
   env.sr_max_inflight_packets = config_.sr_max_inflight_packets;
   env.sr_rto_low_ns = config_.sr_rto_low_ns;
@@ -349,7 +221,6 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   qps_[index].path = PathFilter{};
   return qpn;
 }
-
 
 // Removes a QP's completions from its CQs, as rdma-core's mlx5 provider
 // cleans the CQs of a QP moved to RESET or destroyed.
@@ -446,31 +317,6 @@ int Device::PostRecv(uint32_t qpn, const transport::RecvWr& wr) {
   return q == nullptr ? EINVAL : q->PostRecv(wr);
 }
 
-uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
-  queue::CompletionQueue* c = cq(id);
-  if (c == nullptr) return 0;
-  const uint32_t got = c->Poll(out, n);
-  for (uint32_t i = 0; i < got; ++i) out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
-  return got;
-}
-
-void Device::Refile(uint32_t index) {
-  const uint64_t d = qps_[index].qp->NextDeadline();
-  if (d == 0) {
-    timers_.Cancel(index);
-  } else if (!timers_.armed(index) || d < timers_.deadline(index)) {
-    timers_.Arm(index, d);
-  }
-}
-
-void Device::Activate(uint32_t qpn) {
-  const uint32_t i = qpn - qpn_base_;
-  if (!qps_[i].active) {
-    qps_[i].active = true;
-    active_.push_back(i);
-  }
-}
-
 Device::PathFilter Device::MakePathFilter(const Gid& peer, const Gid& own) {
   PathFilter f;
   if (IsIpv4MappedGid(peer)) {
@@ -492,8 +338,8 @@ absl::Status Device::MakeRouteThunk(void* ctx, const transport::AddressVector& a
 
 absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                                uint32_t remote_qpn, wire::Route* out) const {
-  if (av.sgid_index >= gids_.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat("sgid_index %u out of range", av.sgid_index));
+  if (av.sgid_index >= gids_.size() || gids_[av.sgid_index] == Gid{}) {
+    return absl::InvalidArgumentError(absl::StrFormat("sgid_index %u names no GID", av.sgid_index));
   }
   const Gid& sgid = gids_[av.sgid_index];
   const bool v4 = IsIpv4MappedGid(av.dgid);
@@ -531,333 +377,12 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   return absl::OkStatus();
 }
 
-void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* q) {
-  if (wire::BthView(frame + p.bth_offset).dest_qp() == transport::kMulticastQpn) {
-    // IBTA 10.5.3: to every QP attached to the group (each checks its Q_Key).
-    const McastGroup* g = FindGroup(frame, p);
-    if (g == nullptr) {
-      ++counters_.rx_unknown_qp;
-      return;
-    }
-    ++counters_.rx_mcast;
-    uint32_t taken = 0;
-    for (const uint32_t qpn : g->qpns) {
-      RcQp* m = qp(qpn);
-      if (m == nullptr) continue;
-      switch (m->OnUdPacket(frame, p)) {
-        case transport::UdRx::kDelivered: ++taken; break;
-        case transport::UdRx::kBadQkey: ++counters_.rx_ud_drop_qkey; break;
-        case transport::UdRx::kNoRecv: ++counters_.rx_ud_no_recv; break;
-        default: break;
-      }
-    }
-    if (taken == 0) ++counters_.rx_mcast_no_qp;
-    return;
-  }
-  if (q == nullptr || !q->ud()) {
-    ++counters_.rx_unknown_qp;
-    return;
-  }
-  switch (q->OnUdPacket(frame, p)) {
-    case transport::UdRx::kBadQkey: ++counters_.rx_ud_drop_qkey; break;
-    case transport::UdRx::kNoRecv: ++counters_.rx_ud_no_recv; break;
-    default: break;
-  }
-}
-
-// Sends the gathered frames gather_frames_[0, *pending) in one burst. What
-// the port refuses waits in the backlog (sent first next round) and sets
-// *port_full. The spare empty frames behind them move to the front. Returns
-// the frames sent.
-uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
-  if (*pending == 0) return 0;
-  pktio::Frame* tx = gather_frames_.data();
-  const uint16_t sent = io_->TxBurst(tx, *pending);
-  for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
-  counters_.tx_packets += sent;
-  if (sent < *pending) {
-    tx_backlog_.assign(tx + sent, tx + *pending);
-    tx_backlog_head_ = 0;
-    counters_.tx_port_full += *pending - sent;
-    *port_full = true;
-  }
-  std::copy(tx + *pending, tx + *pending + gather_spare_, tx);
-  *pending = 0;
-  return sent;
-}
-
-// Lets one QP add at most tx_bursts_per_qp bursts' worth of frames to the
-// gathered burst gather_frames_[0, *pending), flushing it whenever it fills:
-// the frames of several QPs leave in one TxBurst. Buffers the QP did not use
-// stay with the device as spares (gather_frames_[*pending, + gather_spare_))
-// for the next call, instead of going back to the port: a QP asks for a
-// burst's worth when its window allows it, whatever it has queued, and one
-// 64 B WRITE used to cost 32 buffer allocations and 31 frees (a third of
-// its CPU time over DPDK). Returns the frames sent.
-uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full) {
-  uint32_t sent = 0;
-  uint32_t budget = uint32_t{config_.tx_bursts_per_qp} * config_.burst;
-  pktio::Frame* tx = gather_frames_.data();
-  while (budget > 0 && !*port_full) {
-    const uint32_t room = std::min<uint32_t>(budget, config_.burst - *pending);
-    const uint32_t demand = q.TransmitDemand(now_ns, room);
-    if (demand == 0) break;
-    if (gather_spare_ < demand) {
-      gather_spare_ = static_cast<uint16_t>(
-          gather_spare_ + io_->AllocTx(tx + *pending + gather_spare_, static_cast<uint16_t>(demand - gather_spare_)));
-    }
-    const uint32_t got = std::min<uint32_t>(demand, gather_spare_);
-    if (got == 0) break;
-    const uint32_t used = q.Transmit(tx + *pending, got, now_ns);
-    *pending = static_cast<uint16_t>(*pending + used);
-    gather_spare_ = static_cast<uint16_t>(gather_spare_ - used);
-    for (uint16_t i = 0; i < gather_spare_; ++i) tx[*pending + i].len = 0;
-    budget -= used;
-    if (*pending == config_.burst) sent += FlushGathered(pending, port_full);
-    // The QP has nothing more now: it built fewer than it was given, or it
-    // asked for less than it could have had (asking again only returns 0).
-    if (used < got || used == 0 || demand < room) break;
-  }
-  return sent;
-}
-
-uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
-  RcQp* q = qp(qpn);
-  if (q == nullptr) return 0;
-  q->TakePosted();  // WRs posted without the device lock (RcQp::PublishSend)
-  if (io_ == nullptr) return 0;
-  Activate(qpn);  // what the doorbell leaves (timers, the rest of a long message) goes to Poll
-  uint32_t work = FlushTxBacklog();
-  // Frames the port refused go first (the QP's own may be among them).
-  if (tx_backlog_head_ < tx_backlog_.size()) return work;
-  bool port_full = false;
-  uint16_t pending = 0;
-  // Deferred doorbells were rung first: their frames go first.
-  work += GatherDeferred(now_ns, qpn, &pending, &port_full);
-  if (!port_full) work += GatherQp(*q, now_ns, &pending, &port_full);
-  return work + FlushGathered(&pending, &port_full);
-}
-
-void Device::DeferDoorbell(uint32_t qpn) {
-  RcQp* q = qp(qpn);
-  if (q == nullptr) return;
-  q->TakePosted();
-  if (io_ == nullptr) return;
-  Activate(qpn);
-  ++counters_.tx_doorbells_deferred;
-  AddDeferred(qpn);
-}
-
-// Puts qpn on the deferred-doorbell list once; false when the list is full
-// (the QP is still on the active list: the next Poll sends it).
-bool Device::AddDeferred(uint32_t qpn) {
-  for (size_t i = 0; i < n_deferred_; ++i) {
-    if (deferred_[i] == qpn) return true;
-  }
-  if (n_deferred_ == deferred_.size()) return false;
-  deferred_[n_deferred_++] = qpn;
-  return true;
-}
-
-uint32_t Device::FlushDeferredDoorbells(uint64_t now_ns) {
-  if (n_deferred_ == 0 || io_ == nullptr) return 0;
-  uint32_t work = FlushTxBacklog();
-  if (tx_backlog_head_ < tx_backlog_.size()) return work;
-  bool port_full = false;
-  uint16_t pending = 0;
-  work += GatherDeferred(now_ns, kQpnLimit, &pending, &port_full);
-  return work + FlushGathered(&pending, &port_full);
-}
-
-// Gathers the deferred doorbells' QPs (but except_qpn, gathered by the
-// caller) and empties the list: what they leave stays on the active list.
-uint32_t Device::GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full) {
-  uint32_t sent = 0;
-  for (size_t i = 0; i < n_deferred_ && !*port_full; ++i) {
-    if (deferred_[i] == except_qpn) continue;
-    RcQp* d = qp(deferred_[i]);  // destroyed since: nothing to send
-    if (d != nullptr) sent += GatherQp(*d, now_ns, pending, port_full);
-  }
-  n_deferred_ = 0;
-  return sent;
-}
-
-uint32_t Device::Poll(uint64_t now_ns, bool hold_acks) {
-  uint32_t work = 0;
-  n_deferred_ = 0;  // their QPs are on the active list, which this round transmits
-  ++poll_round_;
-  pktio::Frame* rx = rx_frames_.data();
-  const uint16_t n = io_->RxBurst(rx, config_.burst);
-  if (n != 0) {
-    ++counters_.rx_bursts;
-    if (n == config_.burst) ++counters_.rx_bursts_full;
-  }
-  // The receive checks, in order (doc/rx-checks.md): the cheap ones that
-  // decide whether a frame is for us at all come before the ICRC.
-  for (uint16_t i = 0; i < n; ++i) {
-    const uint8_t* frame = rx[i].data;
-    ++counters_.rx_packets;
-    counters_.rx_bytes += rx[i].len;
-    const wire::ParsedPacket p = wire::ParsePacket(frame, rx[i].len);
-    if (rx[i].len < wire::kEthBytes) {
-      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kTruncated)];
-      continue;
-    }
-    // 1. Link layer: the VLAN (0 = untagged or priority-tagged), then the
-    //    destination MAC (the port may be promiscuous).
-    if ((p.has_vlan ? (p.vlan_tci & 0xFFF) : 0) != rx_vid_) {
-      ++counters_.rx_drop_vlan;
-      continue;
-    }
-    if (!DstMacAccepted(frame, p.ok() || !wire::IsForeign(p.status))) {
-      ++counters_.rx_drop_dst_mac;
-      continue;
-    }
-    // 2. Structure (lib/wire ParsePacket), IPv4 header checksum and TTL.
-    if (!p.ok()) {
-      if (wire::IsForeign(p.status)) {
-        if (p.status == wire::ParseStatus::kNotUdp && p.ipv6) {
-          HandleNd(frame, rx[i].len);  // ICMPv6: neighbour discovery (neighbor_v6.cc)
-        } else if (rx[i].len >= wire::kEthBytes + wire::kArpBytes) {
-          HandleArp(frame, rx[i].len);
-        }
-        ++counters_.rx_foreign;
-      } else {
-        ++counters_.rx_parse_errors[static_cast<int>(p.status)];
-      }
-      continue;
-    }
-    // 3. Network layer: addressed to one of our GIDs.
-    if (!DstIpAccepted(frame, p)) {
-      ++counters_.rx_drop_dst_ip;
-      continue;
-    }
-    // 4. The BTH P_Key against the port's one-entry P_Key table, the default
-    //    partition 0xFFFF (full member): IBTA 10.9.3 matches when the low 15
-    //    bits agree and one side is a full member, so 0xFFFF and 0x7FFF.
-    const wire::BthView bth(frame + p.bth_offset);
-    if ((bth.pkey() & 0x7FFF) != 0x7FFF) {
-      ++counters_.rx_drop_pkey;
-      continue;
-    }
-    // 5. ICRC. RC WRITE MIDDLE: the QP checks it while it places the payload.
-    const uint32_t qpn = bth.dest_qp();
-    const uint32_t index = qpn - qpn_base_;
-    QpSlot* slot = index < qps_.size() ? &qps_[index] : nullptr;
-    RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
-    const bool placer = q != nullptr && RcQp::VerifiesWhilePlacing(p);
-    if (!placer && !wire::IcrcMatches(frame, p)) {
-      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
-      continue;
-    }
-    // 6. The QP: it exists, takes this transport, and the frame came along
-    //    its path (connected QPs from RTR on).
-    if (p.opcode == wire::kCnp) {
-      ++counters_.rx_cnp;
-      if (q == nullptr) {
-        ++counters_.rx_cnp_dropped;
-      } else if (!PathMatches(frame, p, slot->path)) {
-        ++counters_.rx_drop_path;
-      } else {
-        q->OnCnp(now_ns);
-        Refile(index);  // the reaction point's timers (the QP stays where it is)
-      }
-      continue;
-    }
-    if (p.op().transport == wire::Transport::kUd) {
-      DeliverUd(frame, p, q);
-      continue;
-    }
-    if (q == nullptr || q->ud() ||
-        (p.op().transport != wire::Transport::kRc && p.op().transport != wire::Transport::kUc)) {
-      ++counters_.rx_unknown_qp;
-      continue;
-    }
-    if (!PathMatches(frame, p, slot->path)) {
-      ++counters_.rx_drop_path;
-      continue;
-    }
-    if (placer) {
-      if (!q->OnUnverifiedPacket(frame, p, now_ns)) {
-        ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
-        continue;
-      }
-      if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
-    } else {
-      if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
-      q->OnPacket(frame, p, now_ns);
-    }
-    Activate(qpn);
-  }
-  if (n > 0) io_->Release(rx, n);
-  work += n;
-
-  if (!arp_out_.empty()) work += TransmitArp();
-  if (!nd_out_.empty()) work += TransmitNd();
-
-  // Frames the port refused last round go first, in order; while any are
-  // left, QPs run their timers but build nothing new. A full TX ring is the
-  // wire pushing back (as PFC would): dropping those frames instead made
-  // every QP of a 1024-QP run retransmit in lockstep until retries ran out.
-  work += FlushTxBacklog();
-  bool port_full = tx_backlog_head_ < tx_backlog_.size();
-
-  // QPs whose deadline came join the active list for this round (lazily
-  // filed ones, whose deadline moved later, are filed again instead): each
-  // runs its timers in its turn below as every active QP does.
-  for (const uint32_t i : timers_.Expire(now_ns)) {
-    const RcQp* q = qps_[i].qp.get();
-    if (q == nullptr) continue;
-    const uint64_t d = q->NextDeadline();
-    if (d != 0 && d <= now_ns) {
-      Activate(qpn_base_ + i);
-    } else if (d != 0) {
-      timers_.Arm(i, d);
-    }
-  }
-  // Timers and transmission for QPs with work, starting one QP further on
-  // every round: when the port is the bottleneck, the QPs first in the list
-  // would otherwise take it every round and starve the rest into retry
-  // exhaustion (seen with 8 QPs of 128 outstanding 64 KiB WRITEs). Each QP
-  // fills at most tx_bursts_per_qp bursts per round, so a port that never
-  // pushes back (af_packet) cannot let one long message run a round forever.
-  // The QPs' frames are gathered into shared bursts (one TxBurst for many
-  // QPs with a packet or two each, as with -q 8 and small messages).
-  const size_t n_active = active_.size();
-  const size_t start = n_active > 1 ? tx_round_robin_++ % n_active : 0;
-  uint16_t pending = 0;
-  for (size_t k = 0; k < n_active; ++k) {
-    const uint32_t index = active_[(start + k) % n_active];
-    QpSlot& slot = qps_[index];
-    RcQp* q = slot.qp.get();
-    if (q == nullptr) continue;
-    q->OnTimer(now_ns);
-    if (hold_acks && slot.ack_held_round + 1 != poll_round_ && q->OnlyAnAckToSend(now_ns) &&
-        AddDeferred(qpn_base_ + index)) {
-      // The program is about to see what this ACK acknowledges; if it
-      // answers (a SEND for a SEND, as ibv_rc_pingpong), both leave in one
-      // burst and the peer takes them in one receive.
-      slot.ack_held_round = poll_round_;
-      ++counters_.tx_acks_held;
-    } else if (!port_full) {
-      work += GatherQp(*q, now_ns, &pending, &port_full);
-    }
-    Refile(index);
-  }
-  work += FlushGathered(&pending, &port_full);
-  // QPs with nothing to transmit now leave the list; their timers are in
-  // the wheel (filed just above, after their last change).
-  for (size_t i = 0; i < active_.size();) {
-    QpSlot& slot = qps_[active_[i]];
-    if (slot.qp == nullptr || !slot.qp->HasTransmitWork(now_ns)) {
-      slot.active = false;
-      active_[i] = active_.back();
-      active_.pop_back();
-    } else {
-      ++i;
-    }
-  }
-  return work;
+uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
+  queue::CompletionQueue* c = cq(id);
+  if (c == nullptr) return 0;
+  const uint32_t got = c->Poll(out, n);
+  for (uint32_t i = 0; i < got; ++i) out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
+  return got;
 }
 
 }  // namespace droce::core

@@ -11,7 +11,7 @@
 #include "core/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/fields.h"
 #include "wire/headers.h"
 #include "wire/psn.h"
@@ -246,7 +246,7 @@ class Frames : public ::testing::Test {
   }
 
   static constexpr Gid kPeerIp = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-  pktio::ScriptedIo io_;
+  sim::ScriptedIo io_;
   std::unique_ptr<Device> dev_;
   uint32_t pd_ = 0, cq_ = 0, qpn_ = 0;
   std::vector<uint8_t> mem_;

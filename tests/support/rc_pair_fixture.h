@@ -9,7 +9,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 #include "wire/psn.h"
 
 namespace droce::core::testing {
@@ -21,7 +21,7 @@ using transport::WrOpcode;
 using queue::Completion;
 using queue::WcStatus;
 
-// Impairments both directions of the test link apply (lib/pktio/mem_wire.h).
+// Impairments both directions of the test link apply (sim/wire/mem_wire.h).
 struct Impairments {
   double drop = 0, duplicate = 0, reorder = 0, corrupt = 0;
 };
@@ -112,7 +112,7 @@ class RcPair {
 
   Side& a() { return s_[0]; }
   Side& b() { return s_[1]; }
-  pktio::MemWire& link() { return link_; }
+  sim::MemWire& link() { return link_; }
   uint64_t now() const { return now_; }
 
   // Advances virtual time in 1 us steps, polling both devices, until `want`
@@ -132,8 +132,8 @@ class RcPair {
   }
 
  private:
-  static pktio::MemWireConfig LinkConfig(Impairments imp, uint32_t seed, uint32_t pool_frames) {
-    pktio::MemWireConfig c;
+  static sim::MemWireConfig LinkConfig(Impairments imp, uint32_t seed, uint32_t pool_frames) {
+    sim::MemWireConfig c;
     c.seed = seed;
     c.pool_frames = pool_frames;  // a small pool stops a sender mid-message
     c.queue_frames = 8192;
@@ -146,7 +146,7 @@ class RcPair {
     return c;
   }
 
-  pktio::MemWire link_;
+  sim::MemWire link_;
   Side s_[2];
   uint64_t now_ = 1'000'000;
 };

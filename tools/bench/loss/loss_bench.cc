@@ -1,8 +1,9 @@
-// The lossy-network experiment on the deterministic in-memory wire (issue 16):
+// The lossy-network experiment on the deterministic in-memory wire
+// (doc/loss-experiment.md):
 // goodput of 64 KiB RDMA WRITEs and the completion time of one 64 KiB WRITE
-// against packet loss, for go-back-N and (once lib/ has it) selective repeat.
+// against packet loss, for go-back-N and selective repeat.
 //
-// Two core::Devices joined by pktio::MemWire, everything in virtual time:
+// Two core::Devices joined by sim::MemWire, everything in virtual time:
 // each direction of the link is a FIFO drained at a line rate followed by a
 // fixed propagation delay (PathIo below), then the MemWire, whose seeded
 // `drop` impairment loses frames at random; the bursty pattern is a
@@ -26,14 +27,15 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace {
 
 using namespace droce;
 
-// The selective-repeat switch of lib/ (issue 16, another branch): set when
-// DeviceConfig has it, so this file builds before and after it lands.
+// The selective-repeat switch of lib/, set only where DeviceConfig has it:
+// A/B runs build an older tree with this file, and there the sr mode is
+// reported "unsupported".
 template <typename C>
 bool SetSelectiveRepeat(C& cfg, bool on) {
   if constexpr (requires { cfg.selective_repeat = true; }) {
@@ -175,12 +177,12 @@ struct Outcome {
 class Pair {
  public:
   Pair(const Options& o, const Pattern& pat, bool sr, uint64_t seed) {
-    pktio::MemWireConfig wc;
+    sim::MemWireConfig wc;
     wc.seed = seed;
     wc.pool_frames = 16384;
     wc.queue_frames = 16384;
     for (auto& d : wc.impair) d.drop = pat.model.gilbert ? 0 : pat.model.p;
-    wire_ = std::make_unique<pktio::MemWire>(wc);
+    wire_ = std::make_unique<sim::MemWire>(wc);
     for (int i = 0; i < 2; ++i) {
       path_[i] = std::make_unique<PathIo>(&wire_->end(i), &now_, o.gbps, o.delay_ns, pat.model,
                                           seed * 7919 + i + 1);
@@ -285,7 +287,7 @@ class Pair {
   };
   uint64_t now_ = 1'000'000;
   uint64_t total_ns_ = 0;
-  std::unique_ptr<pktio::MemWire> wire_;
+  std::unique_ptr<sim::MemWire> wire_;
   std::unique_ptr<PathIo> path_[2];
   Endpoint ep_[2];
   transport::SendWr wr_;
@@ -313,7 +315,7 @@ Outcome Measure(const Options& o, const Pattern& pat, bool sr) {
     out.retransmitted = c.retransmitted_packets;
     out.timeouts = c.timeouts;
     out.dropped = stream.dropped();
-    // The stream's repair times (doc/loss-experiment.md "Round 6"), on stderr.
+    // The stream's repair times (doc/transport.md "Selective repeat", counters), on stderr.
     if constexpr (requires { c.sr_repairs_timed; }) {
       if (sr) {
         uint64_t samples = 0;

@@ -38,8 +38,7 @@ absl::Status RcQp::SetSelectiveRepeat(bool on) {
   if (state_ != QpState::kReset && state_ != QpState::kInit) {
     return absl::FailedPreconditionError("selective repeat is chosen before RTR");
   }
-  if (on && sr_recvs_.empty()) sr_recvs_.resize(kSrMaxHeldRecvs);  // control path
-  if (on && sr_msgs_.empty()) sr_msgs_.resize(kSrWindow);
+  if (on && !sr_state_) sr_state_ = std::make_unique<SrState>();  // control path
   sr_ = sr_chosen_ = on;
   return absl::OkStatus();
 }
@@ -203,7 +202,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
-    req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = attr_.sq_psn;
+    if (sr_state_) sr_state_->req.sack_base = sr_state_->req.retx_next = sr_state_->req.retx_end = attr_.sq_psn;
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -225,6 +224,10 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     req_ = {};
     resp_ = {};
     cnp_ = {};
+    if (sr_state_) {
+      sr_state_->req = {};
+      sr_state_->resp = {};
+    }
     sr_ = sr_chosen_;  // a fallback to go-back-N lasts one connection
     error_event_ = QpEvent::kNone;
   } else {
@@ -486,11 +489,7 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
 void RcQp::OnTimer(uint64_t now_ns) {
   cc_.OnTimer(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
-  if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
-    // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
-    req_.sr_tlp_deadline = 0;
-    if (Outstanding() && SrPendingRetransmits() == 0) SrProbe();
-  }
+  if (sr_) SrOnTimer(now_ns);  // sr/timers.cc: the tail-loss probe
   if (req_.ack_solicit_deadline != 0 && now_ns >= req_.ack_solicit_deadline) SolicitAck(now_ns);
   if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
@@ -504,80 +503,22 @@ void RcQp::OnTimer(uint64_t now_ns) {
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
   const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
-  // Selective repeat toward a peer that never answered an SR SEND/WRITE
-  // packet for a whole IBTA timeout (8 high RTOs if that is infinite): the
-  // peer does not use it (configured off: it drops SR opcodes); go-back-N
-  // from now on (doc/transport.md "Fallback").
-  if (sr_ && !req_.sr_peer_answered && SrOldestIsSendOrWrite() &&
-      now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
-    SrFallBack(now_ns);
-  }
-  if (sr_) {  // F-RTO: what a spurious timeout restores (the state before the first timeout of a run)
-    if (req_.sr_rto_low_armed) ++counters_.sr_timeouts_low;
-    if (req_.sr_backoff > 0) ++counters_.sr_timeouts_backoff;
-    if (!req_.sr_frto) {
-      req_.sr_frto_retry_left = req_.retry_left;
-      req_.sr_frto_progress = req_.progress_since_retry;
-      req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
-    }
-  }
+  if (sr_) SrTimeoutBegins(now_ns, ibta_timeout);  // sr/timers.cc: fallback, F-RTO's undo state
   const bool spends_retry =
-      !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
+      !sr_ || (ibta_timeout != 0 && now_ns - req_.retry_clock_ns >= ibta_timeout);
   if (spends_retry && req_.retry_left == 0) {
     FailWqe(sq_.front(), WcStatus::kRetryExcErr);
     return;
   }
   if (spends_retry) {
     --req_.retry_left;
-    req_.sr_retry_clock_ns = now_ns;
+    req_.retry_clock_ns = now_ns;
   }
   const bool retry_unanswered = !req_.progress_since_retry;
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
   if (sr_) {
-    // Selective repeat: everything sent and not SACKed is resent, from the
-    // oldest unacknowledged PSN (a lost retransmission ends here). Karn:
-    // the packet being timed may be resent, its sample is void; the RTO
-    // doubles until progress.
-    req_.sr_rtt_timing = false;
-    req_.sr_rack_active = false;
-    req_.sr_probe_pending = false;
-    req_.sr_tlp_deadline = 0;
-    if (req_.sr_backoff < 8) ++req_.sr_backoff;
-    SrSlide();
-    // Only the oldest kSrTimeoutResendSpan PSNs (what a 128-bit SACK could
-    // report, before round 8): what lies beyond may well have arrived or be
-    // on its way, and the SACKs that follow this retransmission show it.
-    req_.sr_retx_next = req_.psn_una;
-    req_.sr_retx_end = req_.psn_high;
-    if (wire::PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(kSrTimeoutResendSpan)) {
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, kSrTimeoutResendSpan);
-    }
-    req_.sr_timeout_probe = true;
-    if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
-    // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): psn_una
-    // alone now, the rest once the first acknowledgement after it shows the
-    // timeout was not spurious. A timeout while the previous one is still
-    // undecided (no acknowledgement at all came) resends psn_una again and
-    // keeps waiting, backed off: it used to resend everything, which on a
-    // path whose delay had grown past the RTO (a descheduled peer) resent
-    // the window once per RTT and voided every RTT sample (Karn), so the
-    // RTO never caught up (SrSpurious.ALongerPathAfterTheRttWasMeasured...).
-    // Only once the peer has answered as SR: before, everything is resent, so
-    // that an SR peer answers within the IBTA timeout that decides the
-    // fallback (SrFallbackNot.TwoSrEndsNeverFallBack).
-    const bool undecided = req_.sr_frto;
-    req_.sr_frto = undecided && req_.sr_peer_answered;
-    if (req_.sr_frto) {
-      if (wire::PsnLess(req_.sr_frto_end, req_.sr_retx_end)) req_.sr_frto_end = req_.sr_retx_end;
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
-    } else if (!undecided && wire::PsnDiff(req_.sr_retx_end, req_.psn_una) > 1) {
-      req_.sr_frto = true;
-      req_.sr_frto_una = req_.psn_una;
-      req_.sr_frto_end = req_.sr_retx_end;
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
-    }
-    req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
+    SrResendAfterTimeout();  // sr/timers.cc
   } else if (retry_unanswered) {
     // Go-back-N, and the last retry (a timeout's or a sequence NAK's) is
     // still unanswered: a responder slower than the window may still be
@@ -705,7 +646,7 @@ uint64_t RcQp::NextDeadline() const {
   if (state_ == QpState::kRts || state_ == QpState::kSqd) {
     take(req_.retransmit_deadline);
     take(req_.ack_solicit_deadline);
-    if (sr_) take(req_.sr_tlp_deadline);
+    if (sr_) take(sr_state_->req.tlp_deadline);
     // Requests waiting for the RNR timer and the pacer: the later of the two.
     const uint64_t hold = std::max(req_.rnr_resume_at, pace);
     if (hold != 0 && (RequestRoom() > 0 || PendingRetransmits() > 0)) take(hold);
@@ -760,7 +701,7 @@ void RcQp::FlushAll() {
     c.qp_num = qpn_;
     env_.recv_cq->Push(c);
   }
-  SrFlushReceives();  // selective repeat: receives held for messages in the window
+  if (sr_state_) SrFlushReceives();  // selective repeat: receives held for messages in the window
   FlushReceiveQueue();
   resp_.in_message = InMessage::kNone;
 }

@@ -1,6 +1,8 @@
 // droce-ctl: registers droce devices for libibverbs, like
 // `rdma link add rxe0 type rxe netdev eth0` does for Soft-RoCE.
 //
+//   droce-ctl link add NAME netdev IFACE [steering auto|xdp|af_packet]
+//                                                  (the RoCE function of a host interface, doc/netdev.md)
 //   droce-ctl link add NAME ip ADDR [options]      (a device of the host fabric, served by droced)
 //   droce-ctl link add NAME type memif socket PATH role server|client ip ADDR [options]
 //   droce-ctl link add NAME type af_packet iface IFACE ip ADDR [options]
@@ -13,8 +15,10 @@
 // Options (keyword value): ip ADDR (again for a second, IPv6 address),
 // mac MAC, neighbor IP,MAC (repeatable), mtu N, netdev IFACE, eal "ARGS",
 // set KEY=VALUE (any key of the device file, see doc/verbs.md).
+#include <linux/if.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +34,7 @@
 #include "drivers/verbs/device_config.h"
 #include "apps/droced/uplink_spec.h"
 #include "drivers/fabric/protocol.h"
+#include "drivers/netdev/netlink.h"
 
 namespace droce::verbs {
 namespace {
@@ -37,6 +42,9 @@ namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
     "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n"
+    "  link add NAME netdev IFACE [steering auto|xdp|af_packet]\n"
+    "                                    the RoCE function of a host interface, as Linux rxe's\n"
+    "                                    (its MAC, MTU and addresses; droced binds it: doc/netdev.md)\n"
     "  link add NAME ip ADDR [OPTIONS]   a device of the host fabric (droced, started as needed):\n"
     "                                    any number of processes open it\n"
     "  link add NAME type memif socket PATH role server|client ip ADDR [OPTIONS]\n"
@@ -56,7 +64,8 @@ constexpr char kUsage[] =
     "         uplink SPEC (a fabric device: the uplink of the daemon this starts, as daemon start --uplink),\n"
     "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
     "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\", set KEY=VALUE\n"
-    "Devices live under --run-dir (default $DROCE_RUN_DIR or /run/droce).\n";
+    "Devices live under --run-dir (default $DROCE_RUN_DIR, else /run/droce, or /run/droce/netns/NAME\n"
+    "inside `ip netns exec NAME`: a network namespace is a host).\n";
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "droce-ctl: %s\n", msg.c_str());
@@ -70,21 +79,44 @@ core::Mac MacFromName(const std::string& name) {
   return {0x02, 0xd0, 0xce, static_cast<uint8_t>(h >> 16), static_cast<uint8_t>(h >> 8), static_cast<uint8_t>(h)};
 }
 
+// droce-ctl run from the build tree uses the build tree's provider, shims
+// and droced; an installed one uses the installed ones.
+bool InBuildTree() {
+#ifdef DROCE_BUILD_ROOT
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return !ec && self.string().rfind(std::string(DROCE_BUILD_ROOT) + "/", 0) == 0;
+#else
+  return false;
+#endif
+}
+
 std::string ProviderDir() {
 #ifdef DROCE_BUILD_PROVIDER_DIR
-  if (fs::exists(fs::path(DROCE_BUILD_PROVIDER_DIR) / "libdroce-rdmav34.so")) return DROCE_BUILD_PROVIDER_DIR;
+  if (InBuildTree() && fs::exists(fs::path(DROCE_BUILD_PROVIDER_DIR) / "libdroce-rdmav34.so")) {
+    return DROCE_BUILD_PROVIDER_DIR;
+  }
 #endif
   return "";
+}
+
+// A shim library: the build tree's, or the installed one by its absolute
+// path (LD_PRELOAD then needs no ld.so cache entry for a new install).
+std::string ShimPath(const std::string& name, const std::string& build_dir) {
+  if (InBuildTree() && fs::exists(fs::path(build_dir) / name)) return build_dir + "/" + name;
+#ifdef DROCE_INSTALLED_LIBDIR
+  if (fs::exists(fs::path(DROCE_INSTALLED_LIBDIR) / name)) return std::string(DROCE_INSTALLED_LIBDIR) + "/" + name;
+#endif
+  return name;
 }
 
 // The rdma_cm shim (drivers/rdmacm, doc/cm.md) next to the provider's in a build tree.
 std::string RdmacmPreload() {
 #ifdef DROCE_BUILD_RDMACM_DIR
-  if (fs::exists(fs::path(DROCE_BUILD_RDMACM_DIR) / "libdroce-rdmacm.so")) {
-    return std::string(DROCE_BUILD_RDMACM_DIR) + "/libdroce-rdmacm.so";
-  }
-#endif
+  return ShimPath("libdroce-rdmacm.so", DROCE_BUILD_RDMACM_DIR);
+#else
   return "libdroce-rdmacm.so";
+#endif
 }
 
 int Env(const std::string& run_dir) {
@@ -95,7 +127,8 @@ int Env(const std::string& run_dir) {
     std::printf("export RDMAV_DRIVERS=%s/libdroce\n", dir.c_str());
     std::printf("export LD_PRELOAD=%s/libdroce-preload.so:%s\n", dir.c_str(), RdmacmPreload().c_str());
   } else {
-    std::printf("export LD_PRELOAD=libdroce-preload.so:%s\n", RdmacmPreload().c_str());
+    // Installed: libibverbs finds the provider through its driver file.
+    std::printf("export LD_PRELOAD=%s:%s\n", ShimPath("libdroce-preload.so", "").c_str(), RdmacmPreload().c_str());
   }
   return 0;
 }
@@ -103,7 +136,7 @@ int Env(const std::string& run_dir) {
 // droced: next to droce-ctl in a build tree or an installation, else $PATH.
 std::string DrocedPath() {
 #ifdef DROCE_BUILD_DROCED
-  if (fs::exists(DROCE_BUILD_DROCED)) return DROCE_BUILD_DROCED;
+  if (InBuildTree() && fs::exists(DROCE_BUILD_DROCED)) return DROCE_BUILD_DROCED;
 #endif
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
@@ -311,20 +344,79 @@ int SwitchCommand(const std::string& run_dir, const std::vector<std::string>& ar
   return 0;
 }
 
-// Tells a running daemon that the run directory's devices changed.
-void DaemonRescan(const std::string& run_dir) {
-  (void)fabric::CallOnce(fabric::ControlSocketPath(run_dir), fabric::MakeRequest(fabric::kOpRescan, ""), 5000);
+// Tells a running daemon that the run directory's devices changed; "" or
+// what it could not do (a netdev-bound device it could not bind).
+std::string DaemonRescan(const std::string& run_dir) {
+  absl::StatusOr<fabric::Reply> r =
+      fabric::CallOnce(fabric::ControlSocketPath(run_dir), fabric::MakeRequest(fabric::kOpRescan, ""), 15000);
+  if (!r.ok()) return std::string(r.status().message());
+  return r->error != 0 ? std::string(r->message) : "";
+}
+
+// `link add NAME netdev IFACE`: the interface must be there, up, Ethernet,
+// with an address and room for RoCE's smallest path MTU, and bound to no
+// other droce device (of this run directory, or of any droced of this
+// network namespace). Fills in the device's MAC and MTU from it.
+int CheckNetdev(const std::string& run_dir, const std::string& iface, DeviceFile* f) {
+  if (iface.empty() || iface.size() >= IFNAMSIZ || iface.find('/') != std::string::npos) {
+    return Fail("bad interface name '" + iface + "'");
+  }
+  absl::StatusOr<std::unique_ptr<netdev::Netlink>> nl = netdev::Netlink::Open(0);
+  if (!nl.ok()) return Fail("netlink: " + std::string(nl.status().message()));
+  absl::StatusOr<netdev::LinkInfo> link = (*nl)->GetLink(iface);
+  if (!link.ok()) {
+    return Fail(absl::IsNotFound(link.status()) ? "interface " + iface + " does not exist"
+                                                : iface + ": " + std::string(link.status().message()));
+  }
+  if (!link->has_mac) return Fail(iface + " is not an Ethernet interface");
+  if ((link->flags & IFF_UP) == 0) return Fail(iface + " is down (ip link set " + iface + " up)");
+  absl::StatusOr<std::vector<netdev::AddrInfo>> addrs = (*nl)->GetAddrs(link->ifindex);
+  if (!addrs.ok()) return Fail(iface + ": " + std::string(addrs.status().message()));
+  bool routable = false;
+  for (const netdev::AddrInfo& a : *addrs) routable |= !netdev::IsLinkLocal(a.addr);
+  if (!routable) return Fail(iface + " has no IPv4 or global IPv6 address (ip addr add ADDR/LEN dev " + iface + ")");
+  const uint8_t mtu = netdev::RocePathMtu(link->mtu, UINT32_MAX);
+  if (mtu == 0) {
+    return Fail(absl::StrCat(iface, "'s MTU ", link->mtu,
+                             " is below RoCE's smallest path MTU (256 bytes and 80 of headers)"));
+  }
+  for (const std::string& other : ListDevices(run_dir)) {
+    absl::StatusOr<DeviceFile> o = ReadDevice(run_dir, other);
+    if (o.ok() && o->netdev_bound && o->netdev == iface && other != f->name) {
+      return Fail(iface + " is bound to " + other + " already (droce-ctl link del " + other + " first)");
+    }
+  }
+  // A droced of another run directory in this namespace holds the
+  // interface's lock (drivers/netdev/interface_port.h): an abstract name.
+  const int probe = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0) {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    const std::string name = "droce-netdev-" + std::to_string(link->ifindex);
+    std::memcpy(a.sun_path + 1, name.data(), name.size());
+    const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    const bool taken = bind(probe, reinterpret_cast<sockaddr*>(&a), len) != 0 && errno == EADDRINUSE;
+    close(probe);
+    if (taken) return Fail(iface + " is bound to a droce device of another run directory of this network namespace");
+  }
+  f->dev.mac = link->mac;
+  f->mtu = 128u << mtu;
+  return 0;
 }
 
 void Show(const std::string& run_dir, const DeviceFile& f) {
-  if (f.fabric) {
+  if (f.netdev_bound) {
+    std::printf("%s: netdev %s mac %s\n", f.name.c_str(), f.netdev.c_str(), FormatMac(f.dev.mac).c_str());
+  } else if (f.fabric) {
     std::printf("%s: fabric lid %u mtu %u mac %s", f.name.c_str(), f.lid, f.mtu, FormatMac(f.dev.mac).c_str());
   } else {
     std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
   }
-  const std::vector<core::Gid> gids = core::GidTable(f.dev);
-  for (size_t i = 0; i < gids.size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(gids[i]).c_str());
-  std::printf("\n");
+  if (!f.netdev_bound) {  // a netdev-bound device's GIDs are the interface's: the daemon shows them
+    const std::vector<core::Gid> gids = core::GidTable(f.dev);
+    for (size_t i = 0; i < gids.size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(gids[i]).c_str());
+    std::printf("\n");
+  }
   if (!f.fabric) return;
   // Attached processes and their QPN ranges, as the daemon knows them.
   std::string text;
@@ -345,7 +437,8 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   if (!IsValidDeviceName(f.name)) return Fail("bad device name '" + f.name + "' (letters, digits, _ and -)");
   f.dev.mac = MacFromName(f.name);
   f.dev.broadcast_unresolved = true;
-  std::string type, socket, role, iface, vdev;
+  std::string type, socket, role, iface, vdev, steering;
+  bool has_ip = false, has_netdev = false, has_mac = false;
   DaemonOptions daemon;
   std::vector<std::string> sets;
   for (size_t i = 1; i < args.size(); i += 2) {
@@ -366,10 +459,14 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       auto g = ParseIpAsGid(v);
       if (!g.ok()) return Fail(std::string(g.status().message()));
       sets.push_back("ip=" + v);
+      has_ip = true;
+    } else if (k == "steering") {
+      steering = v;
     } else if (k == "mac") {
       auto m = ParseMac(v);
       if (!m.ok()) return Fail(std::string(m.status().message()));
       f.dev.mac = *m;
+      has_mac = true;
     } else if (k == "lid-peer") {
       auto g = ParseIpAsGid(v);
       if (!g.ok()) return Fail(std::string(g.status().message()));
@@ -380,6 +477,7 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       sets.push_back("mtu=" + v);
     } else if (k == "netdev") {
       f.netdev = v;
+      has_netdev = true;
     } else if (k == "uplink") {
       if (v.empty()) return Fail("link add: uplink: empty");
       daemon.uplink = v;
@@ -406,6 +504,25 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     sets.insert(sets.begin(), "mtu=2048");
   } else if (type == "vdev") {
     if (vdev.empty()) return Fail("type vdev needs 'vdev DPDK-VDEV-STRING'");
+  } else if (type.empty() && has_netdev && !has_ip) {
+    // The RoCE function of a host interface (doc/netdev.md): droced binds
+    // it; MAC, MTU and addresses are the interface's.
+    if (!vdev.empty() || !socket.empty() || !iface.empty() || has_mac || !daemon.uplink.empty()) {
+      return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
+                  " (no mac, vdev, socket, iface or uplink)");
+    }
+    if (!steering.empty() && steering != "auto" && steering != "xdp" && steering != "af_packet") {
+      return Fail("steering: auto, xdp or af_packet");
+    }
+    std::error_code ec;
+    fs::create_directories(run_dir, ec);
+    f.fabric = true;
+    f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
+    if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
+    f.netdev_bound = true;
+    f.netdev_steering = steering.empty() ? "auto" : steering;
+    f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
+    if (const int rc = CheckNetdev(run_dir, f.netdev, &f); rc != 0) return rc;
   } else if (type.empty()) {
     // The host fabric: no wire of its own; droced switches its frames.
     if (!vdev.empty() || !socket.empty() || !iface.empty()) return Fail("a fabric device takes no vdev/socket/iface");
@@ -436,6 +553,7 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     return Fail("unknown type '" + type + "' (memif, af_packet, vdev, or none for the fabric)");
   }
   if (!type.empty() && !daemon.uplink.empty()) return Fail("link add: uplink is a fabric device's (no type)");
+  if (!steering.empty() && !f.netdev_bound) return Fail("link add: steering is a netdev-bound device's");
   f.vdev = vdev;
   // Validate everything through the same parser the provider uses.
   std::string text = FormatDeviceFile(f);
@@ -449,8 +567,19 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   if (!s.ok()) return Fail(std::string(s.message()));
   if (parsed->fabric) {
     const int rc = DaemonStart(parsed->fabric_dir, /*quiet=*/true, daemon);
-    if (rc != 0) return rc;
-    DaemonRescan(parsed->fabric_dir);
+    if (rc != 0) {
+      if (parsed->netdev_bound) (void)RemoveDeviceTree(run_dir, dev_dir, parsed->name);
+      return rc;
+    }
+    const std::string failed = DaemonRescan(parsed->fabric_dir);
+    if (!failed.empty() && parsed->netdev_bound) {
+      // droced could not bind it (XDP, the interface's lock, UDP 4791 ...).
+      (void)RemoveDeviceTree(run_dir, dev_dir, parsed->name);
+      (void)DaemonRescan(parsed->fabric_dir);
+      std::string why = failed;
+      while (!why.empty() && why.back() == '\n') why.pop_back();
+      return Fail("droced cannot bind " + parsed->name + ": " + why);
+    }
   }
   Show(run_dir, *parsed);
   return 0;
@@ -488,7 +617,7 @@ int Main(int argc, char** argv) {
   if (cmd == "del" || cmd == "delete") {
     if (rest.size() != 1) return Fail("link del NAME");
     absl::Status s = RemoveDeviceTree(run_dir, dev_dir, rest[0]);
-    if (s.ok() && DaemonRunning(run_dir)) DaemonRescan(run_dir);
+    if (s.ok() && DaemonRunning(run_dir)) (void)DaemonRescan(run_dir);
     return s.ok() ? 0 : Fail(std::string(s.message()));
   }
   if (cmd == "show") {

@@ -83,6 +83,12 @@ void StoreSockaddr(bool v6, const cm::IpAddr& ip, uint16_t port, void* out) {
 
 // A multicast destination (IPv4 224.0.0.0/4, IPv6 ff00::/8; cma_ip_addr form).
 bool IsMulticastIp(bool v6, const cm::IpAddr& ip) { return v6 ? ip[0] == 0xff : (ip[12] & 0xF0) == 0xE0; }
+// 127.0.0.0/8 or ::1.
+bool IsLoopbackIp(bool v6, const cm::IpAddr& ip) {
+  if (!v6) return ip[12] == 127;
+  static constexpr uint8_t kOne[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return std::memcmp(ip.data(), kOne, 16) == 0;
+}
 
 // The Ethernet group address an IP multicast group maps to: 01:00:5e and
 // the low 23 bits (RFC 1112 6.4), 33:33 and the low 32 bits (RFC 2464 7).
@@ -140,6 +146,7 @@ cm::Gid CmService::GidOf(const Addr& a) const {
 
 int CmService::DeviceOfIp(const Addr& a) const {
   const cm::Gid g = GidOf(a);
+  if (g == cm::Gid{}) return -1;  // the zero GID is a hole of a table, no address
   for (size_t d = 0; d < devices_.size(); ++d) {
     for (const cm::Gid& x : devices_[d].gids) {
       if (x == g) return static_cast<int>(d);
@@ -149,7 +156,7 @@ int CmService::DeviceOfIp(const Addr& a) const {
 }
 
 int CmService::GidIndex(int device, const cm::Gid& gid) const {
-  if (device < 0) return -1;
+  if (device < 0 || gid == cm::Gid{}) return -1;
   const auto& gids = devices_[device].gids;
   for (size_t i = 0; i < gids.size(); ++i) {
     if (gids[i] == gid) return static_cast<int>(i);
@@ -177,11 +184,35 @@ uint16_t CmService::EphemeralPort(uint16_t ps, const Addr& a) {
   return 0;
 }
 
+// A loopback address: the first device that has an address of the family
+// (as Linux's cma_bind_loopback takes the first active port), bound to that
+// address. libfabric's verbs provider binds "localhost" when a server gives
+// no address, and then listens on (and tells its clients) the id's local
+// address: another host must be able to reach it.
+int CmService::BindLoopback(Id& id, const Addr& a) {
+  for (size_t d = 0; d < devices_.size(); ++d) {
+    for (const cm::Gid& g : devices_[d].gids) {
+      if (g == cm::Gid{} || IsIpv4MappedGid(g) == a.v6) continue;
+      if (a.v6 && g[0] == 0xfe && (g[1] & 0xc0) == 0x80) continue;  // a link-local one needs its scope
+      Addr own = a;
+      own.ip = cm::IpAddr{};
+      if (a.v6) {
+        own.ip = g;
+      } else {
+        std::memcpy(own.ip.data() + 12, g.data() + 12, 4);
+      }
+      return Bind(id, own);
+    }
+  }
+  return EADDRNOTAVAIL;
+}
+
 int CmService::Bind(Id& id, const Addr& a) {
   if (id.state != IdState::kIdle) return EINVAL;
   int device = -1;
   if (!a.any()) {
     device = DeviceOfIp(a);
+    if (device < 0 && IsLoopbackIp(a.v6, a.ip)) return BindLoopback(id, a);
     if (device < 0) return EADDRNOTAVAIL;
   }
   Addr b = a;
@@ -325,20 +356,38 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       Id* id = Find(conn, handle);
       if (id == nullptr) return {EINVAL, {}};
       if (err != 0) return {err, {}};
+      // The kernel's route, where netdev-bound devices reach the host's
+      // networks: which device, and from which address.
+      std::optional<Route> kernel_route;
+      if (route_ != nullptr && DeviceOfIp(dst) < 0 && !IsMulticastIp(dst.v6, dst.ip)) {
+        const Addr* bound = id->state == IdState::kAddrBound && !id->src.any() ? &id->src
+                            : has_src && !src.any()                              ? &src
+                                                                                 : nullptr;
+        const cm::Gid bound_gid = bound != nullptr ? GidOf(*bound) : cm::Gid{};
+        kernel_route = route_(GidOf(dst), bound != nullptr ? &bound_gid : nullptr);
+        if (kernel_route->device < 0 || !devices_[kernel_route->device].netdev) kernel_route.reset();
+      }
       if (id->state == IdState::kIdle) {
         // Unbound: the source is the device that owns the destination (a
-        // local address routes to itself, as on Linux), or the given one.
+        // local address routes to itself, as on Linux), the kernel's route's
+        // (netdev-bound devices), or the given one.
         Addr from = has_src ? src : Addr{dst.v6, {}, 0};
         if (!has_src || from.any()) {
           const int d = DeviceOfIp(dst);
           if (d >= 0) {
             from.ip = dst.ip;
+          } else if (kernel_route) {
+            if (dst.v6) {
+              from.ip = kernel_route->source;
+            } else {
+              std::memcpy(from.ip.data() + 12, kernel_route->source.data() + 12, 4);
+            }
           } else if (!devices_.empty()) {
             // The first address of the destination's family; for IPv6 of its
             // scope too (a link-local source only for a link-local peer).
             auto link_local = [](const cm::IpAddr& a) { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; };
             for (const cm::Gid& g : devices_[0].gids) {
-              if (IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
+              if (g != cm::Gid{} && IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
                 if (!dst.v6) std::memcpy(from.ip.data() + 12, g.data() + 12, 4); else from.ip = g;
                 break;
               }
@@ -350,12 +399,21 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       } else if (id->state != IdState::kAddrBound) {
         return {EINVAL, {}};
       }
-      if (id->device < 0) {  // bound to the wildcard: take the device by the destination
+      if (id->device < 0) {  // bound to the wildcard: take the device by the destination, or the route
         Addr self = id->src;
         self.ip = dst.ip;
         self.v6 = dst.v6;
         id->device = DeviceOfIp(self);
-        if (id->device >= 0) id->src.ip = dst.ip;
+        if (id->device >= 0) {
+          id->src.ip = dst.ip;
+        } else if (kernel_route) {
+          id->device = kernel_route->device;
+          if (dst.v6) {
+            id->src.ip = kernel_route->source;
+          } else {
+            std::memcpy(id->src.ip.data() + 12, kernel_route->source.data() + 12, 4);
+          }
+        }
       }
       id->dst = dst;
       const int dst_dev = DeviceOfIp(dst);
@@ -363,9 +421,11 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
       // on the source's device to the group's MAC, as Linux's neighbour
       // lookup maps it; rdma_join_multicast follows.
       const bool mcast = IsMulticastIp(dst.v6, dst.ip);
-      // Another host's address: through the uplink, by ARP (IPv4) or
-      // neighbour solicitation (IPv6).
-      const bool remote = dst_dev < 0 && !mcast && resolve_ != nullptr;
+      // Another host's address from a netdev-bound device: the kernel's
+      // next hop; from a fabric device: through the uplink, by ARP (IPv4)
+      // or neighbour solicitation (IPv6).
+      const bool netdev = id->device >= 0 && devices_[id->device].netdev;
+      const bool remote = dst_dev < 0 && !mcast && (netdev ? kernel_resolve_ != nullptr : resolve_ != nullptr);
       if (id->device < 0 || (dst_dev < 0 && !mcast && !remote) || dst.v6 != id->src.v6) {
         // No droce device reaches it (and no uplink): ADDR_ERROR, as Linux
         // reports an unreachable destination.
@@ -373,15 +433,22 @@ CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const ui
         return {0, {}};
       }
       if (remote) {
-        const auto n = neighbours_.find(GidOf(dst));
-        if (n != neighbours_.end()) {
-          AddrResolved(*id, n->second);
-          return {0, {}};
+        const uint32_t timeout = timeout_ms != 0 ? timeout_ms : 2000;
+        if (!netdev) {
+          const auto n = neighbours_.find(GidOf(dst));
+          if (n != neighbours_.end()) {
+            AddrResolved(*id, n->second);
+            return {0, {}};
+          }
         }
         id->state = IdState::kAddrQuery;
-        id->resolve_deadline_ms = now_ms + (timeout_ms != 0 ? timeout_ms : 2000);
-        id->resolve_retry_ms = now_ms + 1000;
-        resolve_(id->device, GidOf(id->src), GidOf(dst));
+        id->resolve_deadline_ms = now_ms + timeout;
+        id->resolve_retry_ms = netdev ? UINT64_MAX : now_ms + 1000;  // the kernel retries by itself
+        if (netdev) {
+          kernel_resolve_(id->device, GidOf(id->src), GidOf(dst), timeout);
+        } else {
+          resolve_(id->device, GidOf(id->src), GidOf(dst));
+        }
         return {0, {}};
       }
       AddrResolved(*id, mcast ? MulticastMacOf(dst.v6, dst.ip) : devices_[dst_dev].mac);
@@ -785,6 +852,18 @@ void CmService::AddrResolved(Id& id, const std::array<uint8_t, 6>& dst_mac) {
   QueueEvent(id, kEvAddrResolved, 0);
 }
 
+void CmService::KernelNeighbour(int device, const cm::Gid& target, int error, const std::array<uint8_t, 6>& mac) {
+  for (auto& [h, id] : ids_) {
+    if (id.state != IdState::kAddrQuery || id.device != device || GidOf(id.dst) != target) continue;
+    if (error == 0) {
+      AddrResolved(id, mac);
+    } else {
+      id.state = IdState::kAddrBound;
+      QueueEvent(id, kEvAddrError, -error);
+    }
+  }
+}
+
 void CmService::LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms) {
   (void)now_ms;
   // Heard on the uplink, which anyone on that network can flood with ARP/ND:
@@ -802,7 +881,7 @@ void CmService::LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& 
     neighbour_order_.push_back(ip);
   }
   for (auto& [h, id] : ids_) {
-    if (id.state == IdState::kAddrQuery && GidOf(id.dst) == ip) AddrResolved(id, mac);
+    if (id.state == IdState::kAddrQuery && GidOf(id.dst) == ip && !devices_[id.device].netdev) AddrResolved(id, mac);
   }
 }
 
@@ -1289,7 +1368,7 @@ void CmService::OnTimer(uint64_t now_ms) {
       QueueEvent(id, kEvAddrError, -ETIMEDOUT);
     } else if (now_ms >= id.resolve_retry_ms) {
       id.resolve_retry_ms = now_ms + 1000;
-      if (resolve_ != nullptr) resolve_(id.device, GidOf(id.src), GidOf(id.dst));
+      if (resolve_ != nullptr && !devices_[id.device].netdev) resolve_(id.device, GidOf(id.src), GidOf(id.dst));
     }
   }
   for (const auto& [h, id] : ids_) {

@@ -41,6 +41,9 @@ struct CmDevice {
   uint64_t guid = 0;            // as sysfs node_guid: EUI-64 of the MAC
   std::vector<cm::Gid> gids;    // the port's GID table (index = sgid_index)
   uint8_t path_mtu = 3;         // IBV_MTU_1024
+  // Bound to a host interface (doc/netdev.md): the kernel routes to and
+  // resolves its peers (SetKernelRouting), and gids has holes (zero GIDs).
+  bool netdev = false;
 };
 
 struct CmCounters {
@@ -91,6 +94,27 @@ class CmService {
   // resolver such a destination is ADDR_ERROR -EHOSTUNREACH at once.
   using ResolveFn = std::function<void(int device, const cm::Gid& source, const cm::Gid& target)>;
   void SetResolver(ResolveFn resolve) { resolve_ = std::move(resolve); }
+  // The kernel's routing, for netdev-bound devices (doc/netdev.md):
+  // rdma_resolve_addr to an address no device here owns asks `route` which
+  // device the kernel's route leaves by and from which source address (for
+  // an id bound to an address, from that one); if it is a netdev-bound
+  // device, `resolve` asks the kernel for the next hop's MAC and
+  // KernelNeighbour brings the answer (ADDR_RESOLVED, or ADDR_ERROR with the
+  // kernel's error; -ETIMEDOUT after the command's timeout). Nothing is
+  // remembered: the kernel's neighbour table is the only one.
+  struct Route {
+    int device = -1;  // -1: the route leaves by no device of ours
+    int error = 0;    // why not (a positive errno)
+    cm::Gid source{};
+  };
+  using RouteFn = std::function<Route(const cm::Gid& dst, const cm::Gid* src)>;
+  using KernelResolveFn =
+      std::function<void(int device, const cm::Gid& source, const cm::Gid& target, uint32_t timeout_ms)>;
+  void SetKernelRouting(RouteFn route, KernelResolveFn resolve) {
+    route_ = std::move(route);
+    kernel_resolve_ = std::move(resolve);
+  }
+  void KernelNeighbour(int device, const cm::Gid& target, int error, const std::array<uint8_t, 6>& mac);
   // An IP-to-MAC binding heard on the uplink (an ARP request or reply's
   // sender, a neighbour advertisement's target, a solicitation's source).
   void LearnNeighbour(const cm::Gid& ip, const std::array<uint8_t, 6>& mac, uint64_t now_ms);
@@ -192,6 +216,7 @@ class CmService {
   bool PortInUse(uint16_t ps, uint16_t port, const Addr& a, const Id* except) const;
   uint16_t EphemeralPort(uint16_t ps, const Addr& a);
   int Bind(Id& id, const Addr& a);
+  int BindLoopback(Id& id, const Addr& a);
   void QueueEvent(const Id& id, uint32_t event, int32_t status, const void* param = nullptr, size_t param_len = 0,
                   uint32_t ece_vendor = 0, uint32_t ece_mod = 0, uint64_t uid_override = 0,
                   uint32_t counted_handle = 0);
@@ -210,6 +235,8 @@ class CmService {
   std::mt19937_64 rng_;
   std::vector<CmDevice> devices_;
   ResolveFn resolve_;
+  RouteFn route_;
+  KernelResolveFn kernel_resolve_;
   std::map<cm::Gid, std::array<uint8_t, 6>> neighbours_;  // learnt on the uplink
   std::deque<cm::Gid> neighbour_order_;  // neighbours_' keys, oldest learnt first
   std::map<uint32_t, Id> ids_;  // by handle

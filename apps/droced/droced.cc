@@ -48,6 +48,7 @@
 #include "absl/strings/str_split.h"
 #include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
+#include "apps/droced/netdev_binder.h"
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
 #include "apps/droced/uplink_spec.h"
@@ -183,10 +184,30 @@ class Daemon {
         pool_(pool),
         ports_(fabric::MemifSocketPath(run_dir), pool),
         state_(run_dir, &ports_),
+        netdev_(run_dir, &state_, [this](uint32_t dev, const fabric::NetdevState& m) { NotifyNetdev(dev, m); },
+                [this](int port) { wakeups_[port].reset(); }),
         cm_([this](int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
               CmSend(dev, path, mad);
             },
-            NowNs() ^ (uint64_t(getpid()) << 40)) {}
+            NowNs() ^ (uint64_t(getpid()) << 40)) {
+    // netdev-bound devices: the CM's routes and next hops are the kernel's
+    // (doc/netdev.md); answers are delivered after the command that asked.
+    cm_.SetKernelRouting(
+        [this](const cm::Gid& dst, const cm::Gid* src) {
+          const NetdevBinder::Route k = netdev_.RouteTo(dst, src);
+          CmService::Route r;
+          r.device = k.device;
+          r.error = k.error;
+          r.source = k.source;
+          return r;
+        },
+        [this](int dev, const cm::Gid& src, const cm::Gid& dst, uint32_t timeout_ms) {
+          netdev_.Resolve(static_cast<uint32_t>(dev), src, dst, timeout_ms,
+                          [this](uint32_t d, const core::Gid& target, int error, const core::Mac& mac) {
+                            kernel_answers_.push_back({static_cast<int>(d), target, error, mac});
+                          });
+        });
+  }
 
   // --uplink memif:SOCKET:server|client (or DROCED_UPLINK): a memif
   // interface to another droced (another host on this machine); frames for
@@ -246,6 +267,9 @@ class Daemon {
     }
     chmod(path.c_str(), 0666);  // like the uverbs nodes: any user of the host may attach
     state_.Rescan();
+    // netdev-bound devices of the run directory: bound now (a device that
+    // cannot be says why in the log, and its processes' attach says it too).
+    (void)netdev_.Sync();
     return absl::OkStatus();
   }
 
@@ -307,6 +331,7 @@ class Daemon {
     // unmap its rings while the program may be polling them.
     for (const Conn& c : conns_) close(c.fd);
     for (int waited_ms = 0; waited_ms < 1000 && AnyLinkUp(); ++waited_ms) usleep(1000);
+    netdev_.UnbindAll();  // the interfaces get their XDP programs off
     for (const Conn& c : conns_) state_.ConnectionClosed(c.fd);
     conns_.clear();
     close(listen_fd_);
@@ -317,7 +342,7 @@ class Daemon {
   bool AnyLinkUp() {
     for (const Port& p : state_.ports()) {
       rte_eth_link link{};
-      if (p.in_use && !p.uplink && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
+      if (p.in_use && !p.uplink && !p.iface && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
           link.link_status == RTE_ETH_LINK_UP) {
         return true;
       }
@@ -329,6 +354,7 @@ class Daemon {
     int fd;
     pid_t pid;
     uid_t uid;
+    uint64_t serial;  // tells a later connection on the same fd number from this one
   };
   struct Stage {
     rte_mbuf* m[kBurst];
@@ -347,7 +373,7 @@ class Daemon {
     if (s.n == 0) return 0;
     Port& p = state_.ports()[port];
     uint16_t sent = 0;
-    if (p.in_use && !p.uplink) {
+    if (p.in_use && !p.uplink && !p.iface) {
       SwitchKnobs& k = state_.knobs(p.device);
       if (k.active() || !k.mirror_path().empty()) ApplyKnobs(port, p.device, k, s);
     }
@@ -514,7 +540,9 @@ class Daemon {
           case Decision::kFlood:
             for (const uint32_t k : state_.active_ports()) {
               const Port& p = ports[k];
-              if (!p.in_use || k == idx || (d.device >= 0 && p.device != static_cast<uint32_t>(d.device))) continue;
+              if (!p.in_use || p.iface || k == idx || (d.device >= 0 && p.device != static_cast<uint32_t>(d.device))) {
+                continue;
+              }
               rte_mbuf_refcnt_update(m, 1);  // one reference per copy: memif copies and frees each
               Push(static_cast<int>(k), m);
               ++state_.counters().flooded;
@@ -619,9 +647,14 @@ class Daemon {
     for (const Conn& c : conns_) fds[nfds++] = {c.fd, POLLIN, 0};
     const nfds_t nconn = nfds;
     for (uint32_t i = 0; i < nwake_; ++i) fds[nfds++] = {wake_fds_[i], POLLIN, 0};  // arrivals only wake us
+    const nfds_t netlink = nfds;
+    if (netdev_.fd() >= 0) fds[nfds++] = {netdev_.fd(), POLLIN, 0};  // the kernel's interface events
     CmTimers();
+    netdev_.Timers(NowNs());
     const timespec timeout{0, static_cast<long>(timeout_us) * 1000};  // < 1 s
     if (ppoll(fds, nfds, &timeout, nullptr) <= 0) return;
+    if (netlink < nfds && fds[netlink].revents != 0) netdev_.OnReadable();
+    if (!kernel_answers_.empty()) CmSettle();
     for (nfds_t i = nconn; i-- > 1;) {  // backwards: closing a connection moves the ones after it
       if (fds[i].revents != 0) ServeConn(i - 1);
     }
@@ -639,13 +672,14 @@ class Daemon {
         close(fd);
         continue;
       }
-      conns_.push_back({fd, cred.pid, cred.uid});
+      conns_.push_back({fd, cred.pid, cred.uid, ++conn_serial_});
     }
   }
 
   void ServeConn(size_t i) {
     Conn c = conns_[i];
     // The largest request of either protocol (MSG_TRUNC tells the real length).
+    static_assert(sizeof(fabric::KnobRequest) >= sizeof(fabric::ResolveRequest));
     alignas(8) char buf[std::max(sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64,
                                  sizeof(cmproto::CmRequest) + cmproto::kMaxCommandBytes + cmproto::kMaxOptionBytes)];
     const ssize_t n = recv(c.fd, buf, sizeof buf, MSG_TRUNC | MSG_DONTWAIT);
@@ -683,8 +717,25 @@ class Daemon {
     std::string text;
     // MSG_TRUNC: n is the datagram's real length; only what fit was read.
     const ssize_t got = std::min<ssize_t>(n, sizeof(fabric::Request) + sizeof(fabric::KnobRequest) + 64);
-    fabric::Reply r = state_.Handle(c.fd, buf, n == got ? n : -1, c.pid, c.uid, &text);
-    if (r.op == fabric::kOpStatus && r.error == 0) text += cm_.StatusText();
+    ResolveQuery resolve;
+    fabric::Reply r = state_.Handle(c.fd, buf, n == got ? n : -1, c.pid, c.uid, &text, &resolve);
+    if (r.op == fabric::kOpResolve && r.error == EINPROGRESS) {
+      StartResolve(c, r, resolve);
+      return;
+    }
+    if (r.op == fabric::kOpRescan && r.error == 0) {
+      // A netdev-bound device droce-ctl just registered is bound now; what
+      // failed goes back to droce-ctl, which then removes the device.
+      const std::string failed = netdev_.Sync();
+      if (!failed.empty()) {
+        r.error = ENODEV;
+        std::snprintf(r.message, sizeof r.message, "%s", failed.c_str());
+      }
+    }
+    if (r.op == fabric::kOpStatus && r.error == 0) {
+      for (uint32_t d = 0; d < state_.devices().size(); ++d) text += netdev_.StatusText(d);
+      text += cm_.StatusText();
+    }
     if (r.error != 0) {
       Log("request from pid %d refused: %s (%s)", c.pid, r.message, std::strerror(r.error));
     } else if (r.op == fabric::kOpAttach) {
@@ -696,8 +747,54 @@ class Daemon {
     fabric::Reply* hdr = reinterpret_cast<fabric::Reply*>(out.data());
     hdr->size = static_cast<uint32_t>(out.size());
     send(c.fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    // A netdev-bound device's process gets the interface's state right
+    // after its attach reply (its GID table, its port state).
+    if (r.op == fabric::kOpAttach && r.error == 0) {
+      for (const Port& p : state_.ports()) {
+        if (p.in_use && p.conn_fd == c.fd && !p.iface && state_.devices()[p.device].netdev_bound) {
+          const fabric::NetdevState m = state_.NetdevStateOf(p.device);
+          send(c.fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        }
+      }
+    }
     // After the reply: an attach's paths follow it on the same connection.
     SyncPaths();
+  }
+
+  // --- netdev-bound devices (doc/netdev.md).
+  // The interface changed: every process of the device is told.
+  void NotifyNetdev(uint32_t device, const fabric::NetdevState& m) {
+    for (const Port& p : state_.ports()) {
+      if (p.in_use && !p.iface && !p.uplink && p.device == device && p.conn_fd >= 0) {
+        if (send(p.conn_fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof m) {
+          Log("telling process %d about %s: %s", p.pid, state_.devices()[device].name.c_str(), std::strerror(errno));
+        }
+      }
+    }
+    RefreshCmDevices();
+  }
+
+  // A process's kOpResolve: the kernel's answer, now or once it resolved
+  // the neighbour, goes back on the request's connection if it is still the
+  // same one.
+  void StartResolve(const Conn& c, const fabric::Reply& pending, const ResolveQuery& q) {
+    const int fd = c.fd;
+    const uint64_t serial = c.serial;
+    fabric::Reply base = pending;
+    netdev_.Resolve(q.device, q.sgid, q.dgid, q.timeout_ms,
+                    [this, fd, serial, base](uint32_t, const core::Gid& dst, int error, const core::Mac& mac) {
+                      bool open = false;
+                      for (const Conn& k : conns_) open |= k.fd == fd && k.serial == serial;
+                      if (!open) return;
+                      fabric::Reply r = base;
+                      r.error = error;
+                      std::memcpy(r.mac, mac.data(), 6);
+                      if (error != 0) {
+                        std::snprintf(r.message, sizeof r.message, "%s: %s", netdev::FormatIp(dst).c_str(),
+                                      std::strerror(error));
+                      }
+                      send(fd, &r, sizeof r, MSG_DONTWAIT | MSG_NOSIGNAL);
+                    });
   }
 
   // --- Direct paths (doc/droced.md "Direct rings"): the rings between two
@@ -792,7 +889,11 @@ class Daemon {
       for (const core::Gid& g : d.gids) {
         cm::Gid x;
         std::memcpy(x.data(), g.data(), 16);
-        c.gids.push_back(x);
+        c.gids.push_back(x);  // a netdev-bound device's holes are zero GIDs, matched by nothing
+      }
+      if (d.netdev_bound) {
+        c.path_mtu = d.active_mtu;
+        c.netdev = true;
       }
       devs.push_back(std::move(c));
     }
@@ -802,8 +903,10 @@ class Daemon {
   // A frame the daemon itself sends to another host: out of the uplink,
   // counted as the switch counts what it forwards there. False: no uplink,
   // or it did not take the frame.
-  bool SendToUplink(const uint8_t* frame, uint32_t len) {
-    const int u = state_.uplink();
+  bool SendToUplink(const uint8_t* frame, uint32_t len) { return SendOut(state_.uplink(), frame, len); }
+
+  // Out of switch port `u` (the uplink, or a netdev-bound device's interface).
+  bool SendOut(int u, const uint8_t* frame, uint32_t len) {
     if (u < 0) return false;
     rte_mbuf* m = rte_pktmbuf_alloc(pool_);
     if (m == nullptr) return false;
@@ -819,7 +922,11 @@ class Daemon {
       ++port.counters.tx_dropped;
       return false;
     }
-    ++state_.counters().to_uplink;
+    if (port.iface) {
+      ++state_.device(port.device).counters.to_netdev;
+    } else {
+      ++state_.counters().to_uplink;
+    }
     ++port.counters.tx_packets;
     port.counters.tx_bytes += len;
     return true;
@@ -891,7 +998,6 @@ class Daemon {
   // is a fabric device's QP1 is this same CM: the frame is queued and parsed
   // back by CmSettle (and traced); any other goes out of the uplink.
   void CmSend(int dev, const GsiPath& path, const std::array<uint8_t, cm::kMadSize>& mad) {
-    (void)dev;
     std::vector<uint8_t> frame(kGsiFrameMax);
     frame.resize(BuildGsiFrame(path, mad, gsi_psn_++, frame.data()));
     int to = -1;
@@ -900,7 +1006,14 @@ class Daemon {
     }
     if (trace_ != nullptr) TraceBytes(frame.data(), static_cast<uint32_t>(frame.size()));
     if (to < 0) {
-      if (!SendToUplink(frame.data(), static_cast<uint32_t>(frame.size()))) ++state_.counters().rx_unknown_dst;
+      // Another host: a netdev-bound device's MADs leave by its interface,
+      // a fabric device's by the uplink.
+      const FabricDevice* d = dev >= 0 && static_cast<size_t>(dev) < state_.devices().size() ? &state_.devices()[dev]
+                                                                                          : nullptr;
+      const bool sent = d != nullptr && d->netdev_bound
+                            ? d->port_active && SendOut(d->iface_port, frame.data(), static_cast<uint32_t>(frame.size()))
+                            : SendToUplink(frame.data(), static_cast<uint32_t>(frame.size()));
+      if (!sent) ++state_.counters().rx_unknown_dst;
       return;
     }
     gsi_queue_.emplace_back(to, std::move(frame));
@@ -914,6 +1027,12 @@ class Daemon {
   }
 
   void CmDeliver() {
+    // Next hops the kernel resolved for the CM (netdev-bound devices).
+    while (!kernel_answers_.empty()) {
+      const KernelAnswer a = kernel_answers_.front();
+      kernel_answers_.pop_front();
+      cm_.KernelNeighbour(a.device, a.target, a.error, a.mac);
+    }
     for (int guard = 0; !gsi_queue_.empty() && guard < 1024; ++guard) {
       auto [dev, frame] = std::move(gsi_queue_.front());
       gsi_queue_.pop_front();
@@ -1025,6 +1144,7 @@ class Daemon {
   }
   MemifPorts ports_;
   FabricState state_;
+  NetdevBinder netdev_;
   CmService cm_;
   struct CmChannel {
     uint32_t outstanding = 0;  // notifications sent and not yet reported read
@@ -1032,7 +1152,15 @@ class Daemon {
   };
   std::map<int, CmChannel> cm_conns_;  // by event channel fd
   uint64_t cm_token_salt_ = 0;
+  uint64_t conn_serial_ = 0;
   std::deque<std::pair<int, std::vector<uint8_t>>> gsi_queue_;
+  struct KernelAnswer {
+    int device;
+    core::Gid target;
+    int error;
+    core::Mac mac;
+  };
+  std::deque<KernelAnswer> kernel_answers_;
   uint32_t gsi_psn_ = 0;
   int listen_fd_ = -1;
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)

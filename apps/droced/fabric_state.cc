@@ -23,6 +23,8 @@ uint64_t NowNs() {
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
+constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
+
 std::string RandomSecret() {
   uint8_t b[8] = {};
   if (getrandom(b, sizeof b, 0) != sizeof b) {
@@ -60,6 +62,8 @@ int FabricState::FindDeviceByMac(const uint8_t* mac) const {
 }
 
 int FabricState::FindDeviceByGid(const uint8_t* gid) const {
+  static constexpr uint8_t kZero[16] = {};
+  if (std::memcmp(gid, kZero, 16) == 0) return -1;  // a hole of a netdev device's table is no address
   for (size_t i = 0; i < devices_.size(); ++i) {
     for (const core::Gid& g : devices_[i].gids) {
       if (std::memcmp(g.data(), gid, 16) == 0) return static_cast<int>(i);
@@ -82,8 +86,21 @@ void FabricState::Rescan() {
       devices_[i].slot_owner.assign(kSlots, -1);
     }
     FabricDevice& d = devices_[i];
+    d.registered = true;
+    if (f->netdev_bound) {
+      // The kernel's interface, not the file, gives its MAC and GIDs
+      // (SetNetdevState once droced bound it).
+      if (!d.netdev_bound || d.iface_port < 0) {
+        d.netdev_bound = true;
+        d.netdev = f->netdev;
+        d.steering = f->netdev_steering;
+        d.file_mac = f->dev.mac;
+        if (d.iface_port < 0) d.mac = f->dev.mac;
+      }
+      continue;
+    }
     const bool attached = std::any_of(ports_.begin(), ports_.end(),
-                                      [&](const Port& p) { return p.in_use && p.device == uint32_t(i); });
+                                      [&](const Port& p) { return p.in_use && !p.iface && p.device == uint32_t(i); });
     if (!attached) {  // addresses change only while nobody uses the device
       d.mac = f->dev.mac;
       d.ipv4 = f->dev.ipv4;
@@ -96,7 +113,7 @@ void FabricState::Rescan() {
 }
 
 fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer_pid, uid_t peer_uid,
-                                  std::string* text) {
+                                  std::string* text, ResolveQuery* resolve) {
   ++counters_.requests;
   fabric::Request req;
   std::memset(&req, 0, sizeof req);
@@ -104,11 +121,13 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
     ++counters_.requests_rejected;
     return fabric::MakeReply(req, error, why);
   };
-  // Only kOpSwitchSet carries a body (its knobs) after the request.
+  // kOpSwitchSet carries a body (its knobs) after the request, kOpResolve its query.
   uint16_t op_peek = 0;
   if (n >= 8) std::memcpy(&op_peek, static_cast<const char*>(buf) + 6, sizeof op_peek);
-  const ssize_t want =
-      static_cast<ssize_t>(sizeof req + (op_peek == fabric::kOpSwitchSet ? sizeof(fabric::KnobRequest) : 0));
+  const ssize_t want = static_cast<ssize_t>(
+      sizeof req + (op_peek == fabric::kOpSwitchSet ? sizeof(fabric::KnobRequest)
+                    : op_peek == fabric::kOpResolve ? sizeof(fabric::ResolveRequest)
+                                                    : 0));
   if (n != want) {
     if (n >= 8) std::memcpy(&req, buf, 8);  // answer with its op if it has one
     return reject(EINVAL, absl::StrFormat("request of %d bytes, expected %u", n, want));
@@ -181,6 +200,39 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
       devices_[dev].knobs->Apply(k);
       return fabric::MakeReply(req, 0, "");
     }
+    case fabric::kOpResolve: {
+      if (!verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      const int dev = FindDevice(device);
+      if (dev < 0) return reject(ENODEV, absl::StrCat("no device ", device));
+      const FabricDevice& d = devices_[dev];
+      if (!d.netdev_bound) {
+        return reject(EOPNOTSUPP, absl::StrCat(device, " is no netdev-bound device (the fabric resolves by ARP)"));
+      }
+      fabric::ResolveRequest q;
+      std::memcpy(&q, static_cast<const char*>(buf) + sizeof req, sizeof q);
+      if (std::any_of(std::begin(q.reserved), std::end(q.reserved), [](uint8_t b) { return b != 0; })) {
+        return reject(EINVAL, "reserved bytes are not zero");
+      }
+      if (q.timeout_ms == 0 || q.timeout_ms > 60000) return reject(EINVAL, "timeout_ms: 1..60000");
+      core::Gid sgid, dgid;
+      std::memcpy(sgid.data(), q.sgid, 16);
+      std::memcpy(dgid.data(), q.dgid, 16);
+      int index = -1;
+      for (size_t i = 0; i < d.gids.size(); ++i) {
+        if ((d.gid_valid >> i) & 1 && d.gids[i] == sgid) index = static_cast<int>(i);
+      }
+      if (index < 0) return reject(EADDRNOTAVAIL, "the source is none of the device's GIDs");
+      if (dgid == core::Gid{}) return reject(EINVAL, "no destination");
+      if (core::IsIpv4MappedGid(dgid) != core::IsIpv4MappedGid(sgid)) {
+        return reject(EAFNOSUPPORT, "source and destination are of different IP versions");
+      }
+      if (resolve == nullptr) return reject(EOPNOTSUPP, "nobody resolves here");
+      resolve->device = static_cast<uint32_t>(dev);
+      resolve->sgid = sgid;
+      resolve->dgid = dgid;
+      resolve->timeout_ms = q.timeout_ms;
+      return fabric::MakeReply(req, EINPROGRESS, "");
+    }
     default:
       return reject(EOPNOTSUPP, absl::StrFormat("unknown op %u", req.op));
   }
@@ -203,6 +255,11 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   if (dev < 0 || !devices_[dev].registered) {
     *error = ENODEV;
     *message = absl::StrCat("no fabric device ", req.device, " in ", run_dir_);
+    return r;
+  }
+  if (devices_[dev].netdev_bound && devices_[dev].iface_port < 0) {
+    *error = ENODEV;
+    *message = absl::StrCat(req.device, " is not bound to ", devices_[dev].netdev, ": ", devices_[dev].bind_error);
     return r;
   }
   auto free_port = std::find_if(ports_.begin(), ports_.end(), [](const Port& p) { return !p.in_use; });
@@ -283,6 +340,71 @@ int FabricState::AddUplink(int handle, std::string describe) {
   return uplink_;
 }
 
+int FabricState::AddInterfacePort(uint32_t device, int handle) {
+  auto free_port = std::find_if(ports_.begin(), ports_.end(), [](const Port& p) { return !p.in_use; });
+  if (free_port == ports_.end() || device >= devices_.size()) return -1;
+  *free_port = Port{};
+  free_port->in_use = true;
+  free_port->iface = true;
+  free_port->device = device;
+  free_port->handle = handle;
+  free_port->memif_id = next_memif_id_++;  // names this port's life (droced's per-port wake-ups)
+  const int index = static_cast<int>(free_port - ports_.begin());
+  devices_[device].iface_port = index;
+  devices_[device].bind_error.clear();
+  RefreshActivePorts();
+  return index;
+}
+
+void FabricState::RemoveInterfacePort(uint32_t device) {
+  if (device >= devices_.size()) return;
+  FabricDevice& d = devices_[device];
+  if (d.iface_port >= 0) {
+    ports_[d.iface_port] = Port{};
+    d.iface_port = -1;
+  }
+  d.port_active = false;
+  ++d.generation;
+  RefreshActivePorts();
+}
+
+bool FabricState::SetNetdevState(uint32_t device, const core::Mac& mac, const std::vector<core::Gid>& gids,
+                                 uint32_t valid, bool active, uint8_t active_mtu) {
+  if (device >= devices_.size()) return false;
+  FabricDevice& d = devices_[device];
+  if (d.mac == mac && d.gids == gids && d.gid_valid == valid && d.port_active == active &&
+      d.active_mtu == active_mtu) {
+    return false;
+  }
+  d.mac = mac;
+  d.gids = gids;
+  d.gid_valid = valid;
+  d.port_active = active;
+  d.active_mtu = active_mtu;
+  ++d.generation;
+  return true;
+}
+
+fabric::NetdevState FabricState::NetdevStateOf(uint32_t device) const {
+  fabric::NetdevState m{};
+  m.magic = fabric::kNetdevMagic;
+  m.version = fabric::kNetdevVersion;
+  m.size = sizeof m;
+  if (device >= devices_.size()) return m;
+  const FabricDevice& d = devices_[device];
+  m.generation = d.generation;
+  m.port_active = d.iface_port >= 0 && d.port_active ? 1 : 0;
+  m.active_mtu = d.active_mtu;
+  std::memcpy(m.mac, d.mac.data(), 6);
+  for (size_t i = 0; i < d.gids.size() && i < fabric::kNetdevGids; ++i) {
+    if (!((d.gid_valid >> i) & 1)) continue;
+    m.gid_valid = static_cast<uint16_t>(m.gid_valid | (1u << i));
+    std::memcpy(m.gids[i], d.gids[i].data(), 16);
+  }
+  std::strncpy(m.ifname, d.netdev.c_str(), sizeof m.ifname - 1);
+  return m;
+}
+
 void FabricState::Detach(int port) {
   Port& p = ports_[port];
   if (!p.in_use) return;
@@ -328,6 +450,7 @@ bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t 
   int target = -1;
   for (size_t i = 0; i < devices_.size() && target < 0; ++i) {
     if (dev_hint >= 0 && static_cast<int>(i) != dev_hint) continue;
+    if (devices_[i].netdev_bound) continue;  // the kernel answers for the interface's addresses
     for (const core::Gid& g : devices_[i].gids) {
       if (!core::IsIpv4MappedGid(g) && g == nd.target) target = static_cast<int>(i);
     }
@@ -344,9 +467,33 @@ bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t 
   return true;
 }
 
-namespace {
-constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
-}  // namespace
+
+// A frame from a netdev-bound device's interface: its steering took only
+// RoCEv2 for the interface's addresses, so only unicast RoCEv2 to the device
+// is accepted, steered by QPN like a process's frames.
+Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn) {
+  Decision d;
+  FabricDevice& fd = devices_[device];
+  if (qpn < 0 || qpn == kMulticastQpn || std::memcmp(frame, fd.mac.data(), 6) != 0) {
+    ++fd.counters.rx_not_roce;
+    return d;
+  }
+  if (qpn == 1) {
+    ++fd.counters.rx_gsi;
+    d.kind = Decision::kToGsi;
+    d.device = static_cast<int>(device);
+    return d;
+  }
+  const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
+  if (owner < 0) {
+    ++fd.counters.rx_no_owner;
+    return d;
+  }
+  ++fd.counters.rx_roce;
+  d.kind = Decision::kToPort;
+  d.port = owner;
+  return d;
+}
 
 Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity) {
   Decision d;
@@ -355,10 +502,25 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     return d;
   }
   const int64_t qpn = wire::RoceDestQp(frame, len);
+  const Port& from = ports_[src];
+  if (from.iface) return FromInterface(from.device, frame, qpn);
+  // A process of a netdev-bound device: what is for no device here leaves by
+  // the device's interface (the host's network), not by the fabric's uplink.
+  FabricDevice* home = !from.uplink && from.device < devices_.size() && devices_[from.device].netdev_bound
+                           ? &devices_[from.device]
+                           : nullptr;
   int dev = -1;
   // Not for this segment: out of the uplink, unless it came from there.
   auto to_uplink = [&](uint64_t& no_uplink_counter) {
-    if (uplink_ >= 0 && src != uplink_) {
+    if (home != nullptr) {
+      if (home->iface_port >= 0 && home->port_active) {
+        ++home->counters.to_netdev;
+        d.kind = Decision::kToPort;
+        d.port = home->iface_port;
+      } else {
+        ++home->counters.netdev_dropped;
+      }
+    } else if (uplink_ >= 0 && src != uplink_) {
       ++counters_.to_uplink;
       d.kind = Decision::kToPort;
       d.port = uplink_;
@@ -377,10 +539,17 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     return d;
   } else if (qpn >= 0) {
     // Broadcast RoCEv2 (a sender whose neighbour was unresolved): the
-    // destination IP names the device.
+    // destination IP names the device. (A netdev-bound device's processes
+    // resolve through the kernel and never send these to another host.)
     uint8_t gid[16];
     if (wire::DestIpAsGid(frame, len, gid)) dev = FindDeviceByGid(gid);
-    if (dev < 0) return to_uplink(counters_.rx_no_route);
+    if (dev < 0) {
+      if (home != nullptr) {
+        ++counters_.rx_no_route;
+        return d;
+      }
+      return to_uplink(counters_.rx_no_route);
+    }
   }
   if (qpn == 1) {  // GSI: QP 1 lives in the daemon, which plays the kernel's CM
     ++devices_[dev].counters.rx_gsi;
@@ -416,9 +585,11 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     return d;
   }
   // Anything else: to every other port of the device it is addressed to, or
-  // (broadcast, multicast) of the segment.
+  // (broadcast, multicast) of the segment; a netdev-bound device's control
+  // frames stay among its own processes (the kernel owns ARP and ND on the
+  // interface).
   d.kind = Decision::kFlood;
-  d.device = dev;
+  d.device = home != nullptr ? static_cast<int>(from.device) : dev;
   return d;
 }
 
@@ -432,10 +603,10 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
   std::vector<PathChange> out;
   const auto qualifies = [&](int port) {
     const Port& p = ports_[port];
-    return p.in_use && !p.uplink && p.conn_fd >= 0 && DirectAllowed(p.device);
+    return p.in_use && !p.uplink && !p.iface && p.conn_fd >= 0 && DirectAllowed(p.device);
   };
   const auto same = [&](int port, uint32_t memif) {
-    return ports_[port].in_use && !ports_[port].uplink && ports_[port].memif_id == memif;
+    return ports_[port].in_use && !ports_[port].uplink && !ports_[port].iface && ports_[port].memif_id == memif;
   };
   // Paths whose ports left, or that the switch needs back.
   for (size_t i = 0; i < paths_.size();) {
@@ -507,16 +678,32 @@ std::string FabricState::StatusText(const std::string& only_device) const {
     const FabricDevice& d = devices_[i];
     if (!only_device.empty() && d.name != only_device) continue;
     int attached = 0;
-    for (const Port& p : ports_) attached += p.in_use && p.device == i;
+    for (const Port& p : ports_) attached += p.in_use && !p.iface && !p.uplink && p.device == i;
     absl::StrAppendFormat(&out, "device %s mac %s%s%s: %d attached, rx_roce %lu rx_no_owner %lu rx_gsi %lu "
                           "arp_replies %lu nd_replies %lu%s\n",
                           d.name, verbs::FormatMac(d.mac), d.ipv4 ? " ip " : "", d.ipv4 ? Ipv4Text(d.ipv4) : "",
                           attached, d.counters.rx_roce, d.counters.rx_no_owner, d.counters.rx_gsi, d.counters.arp_replies,
                           d.counters.nd_replies, d.registered ? "" : " (unregistered)");
+    if (d.netdev_bound) {
+      if (d.iface_port < 0) {
+        absl::StrAppendFormat(&out, "  netdev %s: not bound (%s)\n", d.netdev, d.bind_error);
+      } else {
+        const Port& ip = ports_[d.iface_port];
+        absl::StrAppendFormat(&out, "  netdev %s: %s, port %s, mtu %u; to_netdev %lu netdev_dropped %lu "
+                              "rx_not_roce %lu, rx %lu pkts %lu B, tx %lu pkts %lu B, tx_dropped %lu\n",
+                              d.netdev, d.iface_describe, d.port_active ? "ACTIVE" : "DOWN", 128u << d.active_mtu,
+                              d.counters.to_netdev, d.counters.netdev_dropped, d.counters.rx_not_roce,
+                              ip.counters.rx_packets, ip.counters.rx_bytes, ip.counters.tx_packets,
+                              ip.counters.tx_bytes, ip.counters.tx_dropped);
+        for (size_t g = 0; g < d.gids.size(); ++g) {
+          if ((d.gid_valid >> g) & 1) absl::StrAppendFormat(&out, "  gid[%zu] %s\n", g, verbs::FormatGid(d.gids[g]));
+        }
+      }
+    }
     out += d.knobs->Describe();
     for (size_t k = 0; k < ports_.size(); ++k) {
       const Port& p = ports_[k];
-      if (!p.in_use || p.device != i) continue;
+      if (!p.in_use || p.iface || p.uplink || p.device != i) continue;
       const uint32_t base = p.slot * fabric::kQpnsPerProcess;
       const size_t direct = static_cast<size_t>(std::count_if(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
         return d.port[0] == static_cast<int>(k) || d.port[1] == static_cast<int>(k);

@@ -46,6 +46,10 @@ struct DeviceCounters {
   uint64_t nd_replies = 0;
   uint64_t rx_roce = 0;       // RoCEv2 frames steered to a process of the device
   uint64_t rx_gsi = 0;        // RoCEv2 frames for QP 1: to the daemon's CM (doc/cm.md)
+  // netdev-bound devices (doc/netdev.md):
+  uint64_t to_netdev = 0;       // frames of the device's processes out of its interface
+  uint64_t netdev_dropped = 0;  // ... dropped instead: the interface is down or unbound
+  uint64_t rx_not_roce = 0;     // frames from the interface that were not RoCEv2 unicast to us
 };
 
 struct FabricDevice {
@@ -59,6 +63,20 @@ struct FabricDevice {
   uint32_t next_slot = 1;           // ranges rotate: a freed one is reused last
   DeviceCounters counters;
   bool registered = true;           // still has a device file
+  // A netdev-bound device (doc/netdev.md). Its MAC and GIDs come from the
+  // kernel (SetNetdevState), not the file: gids then has 16 entries, those
+  // whose bit in gid_valid is clear being holes (the zero GID).
+  bool netdev_bound = false;
+  std::string netdev;             // the interface
+  std::string steering;           // the file's netdev_steering
+  core::Mac file_mac{};           // the MAC the file says (the interface's at link add)
+  int iface_port = -1;            // its port on the interface (ports_ index), -1: not bound
+  std::string bind_error;         // why it is not bound
+  std::string iface_describe;     // how it is bound (droced: "AF_XDP, XDP native on veth0")
+  bool port_active = false;       // the interface is up with carrier
+  uint32_t gid_valid = 0;
+  uint8_t active_mtu = 3;         // IBV_MTU_1024
+  uint32_t generation = 0;        // of the state processes were sent
   std::unique_ptr<SwitchKnobs> knobs = std::make_unique<SwitchKnobs>();  // its switch port's (egress)
 };
 
@@ -67,6 +85,7 @@ inline constexpr uint32_t kUplinkDevice = UINT32_MAX;  // Port::device of the up
 struct Port {
   bool in_use = false;
   bool uplink = false;  // the port to other hosts (another droced): device kUplinkDevice, no connection
+  bool iface = false;   // a netdev-bound device's port on its interface: no connection
   int conn_fd = -1;
   pid_t pid = 0;
   uint32_t device = 0;
@@ -120,6 +139,13 @@ struct Decision {
   uint32_t len = 0;
 };
 
+// A kOpResolve request that passed its checks: droced asks the kernel.
+struct ResolveQuery {
+  uint32_t device = 0;
+  core::Gid dgid{}, sgid{};
+  uint32_t timeout_ms = 0;
+};
+
 class FabricState {
  public:
   FabricState(std::string run_dir, PortBackend* backend);
@@ -130,7 +156,10 @@ class FabricState {
 
   // One control request (`n` bytes as received) on connection `fd` whose
   // peer is pid/uid (SO_PEERCRED). Never trusts a field it did not check.
-  fabric::Reply Handle(int fd, const void* buf, ssize_t n, pid_t peer_pid, uid_t peer_uid, std::string* text);
+  // A kOpResolve that passed its checks fills *resolve (if given) and
+  // answers EINPROGRESS: the caller replies once the kernel answered.
+  fabric::Reply Handle(int fd, const void* buf, ssize_t n, pid_t peer_pid, uid_t peer_uid, std::string* text,
+                       ResolveQuery* resolve = nullptr);
   // The connection closed: its attachment (if any) goes.
   void ConnectionClosed(int fd);
   bool shutdown_requested() const { return shutdown_requested_; }
@@ -139,6 +168,17 @@ class FabricState {
   // sent back to it. Returns its port index.
   int AddUplink(int handle, std::string describe);
   int uplink() const { return uplink_; }
+
+  // netdev-bound devices (doc/netdev.md): the interface's port, added when
+  // droced bound it, removed when it unbinds; the kernel's view of the
+  // interface (MAC, GID table of 16 with its valid bits, carrier, path MTU).
+  int AddInterfacePort(uint32_t device, int handle);
+  void RemoveInterfacePort(uint32_t device);
+  // True if anything processes see changed (then send NetdevStateOf).
+  bool SetNetdevState(uint32_t device, const core::Mac& mac, const std::vector<core::Gid>& gids, uint32_t valid,
+                      bool active, uint8_t active_mtu);
+  fabric::NetdevState NetdevStateOf(uint32_t device) const;
+  FabricDevice& device(uint32_t i) { return devices_[i]; }
 
   // The forwarding rules. `frame` may be rewritten (replies).
   Decision Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity);
@@ -170,6 +210,7 @@ class FabricState {
   int FindDevice(const std::string& name) const;
   int FindDeviceByMac(const uint8_t* mac) const;
   int FindDeviceByGid(const uint8_t* gid) const;
+  Decision FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn);
   fabric::Reply Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error);
   void Detach(int port);
   bool AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);

@@ -25,6 +25,8 @@ namespace {
 constexpr uint16_t kDataRoom = 10240 + RTE_PKTMBUF_HEADROOM;
 constexpr uint16_t kDroceDataRoom = pktio::kMaxFrameBytes + RTE_PKTMBUF_HEADROOM;  // PortConfig::droce_frames_only
 
+}  // namespace
+
 // net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
 // memory as the AF_XDP UMEM, one chunk per mempool object, and the kernel
 // takes no chunk larger than a page from memory not backed by huge pages:
@@ -38,10 +40,11 @@ uint16_t AfXdpDataRoom() {
   }
   return 0;
 }
-// The kernel puts a received frame this far (XDP_PACKET_HEADROOM) behind the
-// chunk headroom the PMD asks for (mempool header, mbuf, RTE_PKTMBUF_HEADROOM).
-constexpr uint32_t kXdpPacketHeadroom = 256;
-}  // namespace
+
+uint32_t AfXdpMaxFrame() {
+  const uint16_t room = AfXdpDataRoom();
+  return room > RTE_PKTMBUF_HEADROOM + kXdpPacketHeadroom ? room - RTE_PKTMBUF_HEADROOM - kXdpPacketHeadroom : 0;
+}
 
 absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c) {
   uint16_t port;
@@ -73,7 +76,7 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
       rte_mempool_free(pool);
       return absl::ResourceExhaustedError(absl::StrFormat("receive pool for %s: %s", c.name, rte_strerror(rte_errno)));
     }
-    max_frame = room - RTE_PKTMBUF_HEADROOM - kXdpPacketHeadroom;
+    max_frame = AfXdpMaxFrame();
   }
   rte_eth_conf conf{};
   int rc = rte_eth_dev_configure(port, 1, 1, &conf);

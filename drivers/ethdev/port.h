@@ -43,6 +43,17 @@ struct PortStats {
   uint64_t unmap_faults = 0;        // bursts the peer's unmap ended (guard_peer_unmap)
 };
 
+// net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
+// memory as the AF_XDP UMEM, one chunk per mempool object, and the kernel
+// takes no chunk larger than a page from memory not backed by huge pages.
+// The largest data room whose mempool object fits one page (0 if none), and
+// the largest frame such a chunk receives: the kernel puts it
+// kXdpPacketHeadroom (XDP_PACKET_HEADROOM) behind the chunk headroom the PMD
+// asks for (mempool header, mbuf, RTE_PKTMBUF_HEADROOM).
+inline constexpr uint32_t kXdpPacketHeadroom = 256;
+uint16_t AfXdpDataRoom();
+uint32_t AfXdpMaxFrame();
+
 class EthdevPort final : public pktio::BurstIo {
  public:
   // EAL must be running. Configures and starts the port.

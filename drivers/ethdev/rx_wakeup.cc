@@ -39,6 +39,11 @@ constexpr uint32_t kMemifCookie = 0x3E31F20;        // memif_ring_t::cookie
 constexpr size_t kMemifRingFlagsOffset = 4;         // memif_ring_t::flags (u16)
 constexpr size_t kMemifRingHeaderBytes = 128;
 constexpr uint16_t kMemifRingFlagMaskInt = 1;
+// drivers/net/af_xdp/rte_eth_af_xdp.c: pkt_rx_queue::port (u16) and
+// fds[0].fd, the queue's AF_XDP socket, behind four 48-byte xsk rings,
+// three pointers and the 24-byte rx_stats.
+constexpr size_t kAfXdpQueuePortOffset = 72;
+constexpr size_t kAfXdpQueueFdOffset = 208;
 
 template <typename T>
 T Load(const void* base, size_t offset) {
@@ -198,17 +203,26 @@ class MemifWakeup final : public RxWakeup {
   int event_fd_ = -1;          // our duplicate of the ring's eventfd
 };
 
-class AfPacketWakeup final : public RxWakeup {
+// A socket that polls readable when its receive ring holds a frame: the
+// af_packet queue's packet socket, the af_xdp queue's AF_XDP socket.
+class SocketWakeup final : public RxWakeup {
  public:
-  explicit AfPacketWakeup(int fd) : fd_(fd) {}  // our own duplicate of the queue's socket
-  ~AfPacketWakeup() override { close(fd_); }
-  const char* kind() const override { return "af_packet socket"; }
+  SocketWakeup(int fd, const char* kind) : fd_(fd), kind_(kind) {}  // our own duplicate
+  ~SocketWakeup() override { close(fd_); }
+  const char* kind() const override { return kind_; }
   int Arm() override { return fd_; }
   void Disarm() override {}
 
  private:
   int fd_;
+  const char* kind_;
 };
+
+bool SocketOfDomain(int fd, int want) {
+  int domain = 0;
+  socklen_t len = sizeof domain;
+  return fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == want;
+}
 
 }  // namespace
 
@@ -240,23 +254,56 @@ std::unique_ptr<RxWakeup> RxWakeup::For(uint16_t port_id, std::string* why_not) 
     }
     return std::make_unique<MemifWakeup>(port_id, dev);
   }
-  if (driver == "net_af_packet") {
-    const int fd = Load<int>(queue, 0);  // pkt_rx_queue::sockfd
-    int domain = 0;
-    socklen_t len = sizeof domain;
-    if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_PACKET) {
-      *why_not = "af_packet queue layout differs from DPDK 22.11's";
-      return nullptr;
-    }
+  if (driver == "net_af_packet" || driver == "net_af_xdp") {
+    const int fd = QueueSocket(port_id, why_not);
+    if (fd < 0) return nullptr;
     const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0) {
-      *why_not = "cannot duplicate the af_packet socket";
+      *why_not = "cannot duplicate the queue's socket";
       return nullptr;
     }
-    return std::make_unique<AfPacketWakeup>(own);
+    return std::make_unique<SocketWakeup>(own, driver == "net_af_xdp" ? "AF_XDP socket" : "af_packet socket");
   }
   *why_not = driver + " has no wake-up source";
   return nullptr;
+}
+
+int QueueSocket(uint16_t port_id, std::string* why_not) {
+  std::string unused;
+  if (why_not == nullptr) why_not = &unused;
+  if (std::strncmp(rte_version(), "DPDK 22.11", 10) != 0) {
+    *why_not = std::string("built for DPDK 22.11's PMD layouts, running ") + rte_version();
+    return -1;
+  }
+  rte_eth_dev_info info;
+  if (rte_eth_dev_info_get(port_id, &info) != 0 || info.driver_name == nullptr) {
+    *why_not = "no such port";
+    return -1;
+  }
+  const void* queue = ::rte_eth_fp_ops[port_id].rxq.data[0];
+  if (queue == nullptr) {
+    *why_not = "RX queue 0 is not set up";
+    return -1;
+  }
+  const std::string driver = info.driver_name;
+  if (driver == "net_af_packet") {
+    const int fd = Load<int>(queue, 0);  // pkt_rx_queue::sockfd
+    if (!SocketOfDomain(fd, AF_PACKET)) {
+      *why_not = "af_packet queue layout differs from DPDK 22.11's";
+      return -1;
+    }
+    return fd;
+  }
+  if (driver == "net_af_xdp") {
+    const int fd = Load<int>(queue, kAfXdpQueueFdOffset);
+    if (Load<uint16_t>(queue, kAfXdpQueuePortOffset) != port_id || !SocketOfDomain(fd, AF_XDP)) {
+      *why_not = "af_xdp queue layout differs from DPDK 22.11's";
+      return -1;
+    }
+    return fd;
+  }
+  *why_not = driver + " has no queue socket";
+  return -1;
 }
 
 }  // namespace droce::ethdev

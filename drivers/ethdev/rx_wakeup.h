@@ -9,7 +9,7 @@
 //    DPDK's PMD included — then notifies. Only while we sleep: the sender pays
 //    a write() per burst for it.
 //  - af_packet: the queue's packet socket polls readable when its RX ring
-//    holds a frame.
+//    holds a frame; af_xdp: the queue's AF_XDP socket does.
 // Neither descriptor is reachable through public DPDK API. This reads the
 // PMDs' private queue structures with DPDK 22.11's layouts and checks every
 // assumption at run time (DPDK version, driver name, back-pointers, the ring
@@ -43,6 +43,12 @@ class RxWakeup {
  protected:
   RxWakeup() = default;
 };
+
+// The socket of `port_id`'s RX queue 0 on net_af_packet (its packet
+// socket) and net_af_xdp (its AF_XDP socket), read from DPDK 22.11's queue
+// structure with the same checks; the PMD's own descriptor (not a copy), or
+// -1 with the reason. drivers/netdev attaches its filter to the packet socket.
+int QueueSocket(uint16_t port_id, std::string* why_not);
 
 }  // namespace droce::ethdev
 

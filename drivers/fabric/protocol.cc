@@ -56,8 +56,12 @@ int Connect(const std::string& control_socket) {
   return fd;
 }
 
-absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::string* text) {
-  if (send(fd, &req, sizeof req, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof req)) {
+absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::string* text, const void* body,
+                           size_t body_len) {
+  std::vector<char> msg(sizeof req + body_len);
+  std::memcpy(msg.data(), &req, sizeof req);
+  if (body_len > 0) std::memcpy(msg.data() + sizeof req, body, body_len);
+  if (send(fd, msg.data(), msg.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(msg.size())) {
     return absl::UnavailableError(absl::StrCat("droced: sending a request: ", std::strerror(errno)));
   }
   pollfd pfd{fd, POLLIN, 0};
@@ -84,13 +88,13 @@ absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::stri
 }
 
 absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request& req, int timeout_ms,
-                               std::string* text) {
+                               std::string* text, const void* body, size_t body_len) {
   const int fd = Connect(control_socket);
   if (fd < 0) {
     return absl::UnavailableError(
         absl::StrCat("droced is not running (", control_socket, ": ", std::strerror(errno), ")"));
   }
-  absl::StatusOr<Reply> r = Call(fd, req, timeout_ms, text);
+  absl::StatusOr<Reply> r = Call(fd, req, timeout_ms, text, body, body_len);
   close(fd);
   return r;
 }

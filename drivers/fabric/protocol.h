@@ -41,7 +41,44 @@ enum Op : uint16_t {
   kOpShutdown = 4,  // stop the daemon (same user or root)
   kOpRescan = 5,    // re-read the run directory's device files
   kOpSwitchSet = 6,  // a device's switch knobs: the request is followed by a KnobRequest (root or the daemon's user)
+  // A netdev-bound device's next hop for a destination GID, as the kernel
+  // routes and resolves it (doc/netdev.md): the request is followed by a
+  // ResolveRequest; the reply's mac is the next hop's (the answer may take
+  // as long as the kernel's neighbour resolution, up to timeout_ms).
+  kOpResolve = 7,
 };
+
+// kOpResolve's body.
+struct ResolveRequest {
+  uint8_t dgid[16];      // the destination (IPv4 as ::ffff:a.b.c.d)
+  uint8_t sgid[16];      // the source: one of the device's GIDs
+  uint32_t timeout_ms;   // 1..60000
+  uint8_t reserved[12];  // must be zero
+};
+static_assert(sizeof(ResolveRequest) == 48);
+
+// What droced sends, unasked, on the control connection of a process
+// attached to a netdev-bound device: right after the attach reply and
+// whenever the interface changes (its addresses, its state, its MTU). The
+// process's device takes the GID table and the port state from it
+// (IBV_EVENT_GID_CHANGE, IBV_EVENT_PORT_ERR / PORT_ACTIVE).
+inline constexpr uint32_t kNetdevMagic = 0x6e444556;  // "nDEV"
+inline constexpr uint16_t kNetdevVersion = 1;
+inline constexpr uint32_t kNetdevGids = 16;
+struct NetdevState {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t size;         // sizeof(NetdevState)
+  uint32_t generation;   // grows with every change
+  uint8_t port_active;   // the interface is up with carrier
+  uint8_t active_mtu;    // IBV_MTU_256..IBV_MTU_4096 (1..5)
+  uint16_t gid_valid;    // bit i: gids[i] is an entry
+  uint8_t mac[6];
+  uint8_t pad[2];
+  uint8_t gids[kNetdevGids][16];
+  char ifname[16];
+};
+static_assert(sizeof(NetdevState) == 296);
 
 // kOpSwitchSet's body (apps/droced/switch_knobs.h): the knobs `set` names
 // take these values; the others keep theirs.
@@ -114,12 +151,14 @@ Reply MakeReply(const Request& req, int error, const std::string& message);
 
 // Connects to the control socket (SOCK_CLOEXEC); -1 with errno if nobody listens.
 int Connect(const std::string& control_socket);
-// Sends one request and waits up to timeout_ms for its reply. For a status
-// request, *text receives the text that follows the reply.
-absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::string* text = nullptr);
-// Connect, call, close: for one-shot requests (droce-ctl).
+// Sends one request (followed by `body`, for the ops that carry one: set
+// req.size to include it) and waits up to timeout_ms for its reply. For a
+// status request, *text receives the text that follows the reply.
+absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::string* text = nullptr,
+                           const void* body = nullptr, size_t body_len = 0);
+// Connect, call, close: for one-shot requests (droce-ctl, kOpResolve).
 absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request& req, int timeout_ms,
-                               std::string* text = nullptr);
+                               std::string* text = nullptr, const void* body = nullptr, size_t body_len = 0);
 
 }  // namespace droce::fabric
 

@@ -121,9 +121,29 @@ bool IsValidDeviceName(absl::string_view name) {
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
 }
 
+std::string NetnsRunDir() {
+  struct stat self{}, init{};
+  if (::stat("/proc/self/ns/net", &self) != 0) return "/run/droce";
+  // A namespace `ip netns add NAME` made is bind-mounted at /run/netns/NAME.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/run/netns", ec)) {
+    struct stat st{};
+    if (::stat(e.path().c_str(), &st) == 0 && st.st_dev == self.st_dev && st.st_ino == self.st_ino) {
+      const std::string name = e.path().filename().string();
+      if (IsValidDeviceName(name)) return "/run/droce/netns/" + name;
+    }
+  }
+  // Another one is told from the host's (PID 1's) by its inode; where PID 1's
+  // cannot be read (a container's root), it counts as the host's.
+  if (::stat("/proc/1/ns/net", &init) == 0 && (init.st_dev != self.st_dev || init.st_ino != self.st_ino)) {
+    return absl::StrCat("/run/droce/netns/ino-", self.st_ino);
+  }
+  return "/run/droce";
+}
+
 std::string DefaultRunDir() {
   const char* env = std::getenv("DROCE_RUN_DIR");
-  return env != nullptr && *env != 0 ? env : "/run/droce";
+  return env != nullptr && *env != 0 ? env : NetnsRunDir();
 }
 
 absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
@@ -287,6 +307,15 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.fabric = *x;
+    } else if (key == "netdev_bound") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.netdev_bound = *x;
+    } else if (key == "netdev_steering") {
+      if (v != "auto" && v != "xdp" && v != "af_packet") {
+        return fail(absl::InvalidArgumentError("netdev_steering: auto, xdp or af_packet"));
+      }
+      f.netdev_steering = std::string(v);
     } else if (key == "lid") {
       auto x = ParseU32(key, v, 1, 0xBFFF);  // unicast LIDs
       if (!x.ok()) return fail(x.status());
@@ -354,7 +383,11 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
   if (f.fabric && !f.vdev.empty()) return absl::InvalidArgumentError("a fabric device has no vdev of its own");
   if (f.lid != 0 && !f.fabric) return absl::InvalidArgumentError("lid: only a fabric device has one (lid_peer on a wire)");
   if (!f.fabric && f.vdev.empty()) return absl::InvalidArgumentError("no vdev (dataplane port)");
-  if (f.dev.ipv4 == 0 && !f.dev.has_ipv6_global) return absl::InvalidArgumentError("no IP address");
+  if (f.netdev_bound && !f.fabric) return absl::InvalidArgumentError("netdev_bound=on needs fabric=on (droced binds it)");
+  if (f.netdev_bound && (f.dev.ipv4 != 0 || f.dev.has_ipv6_global)) {
+    return absl::InvalidArgumentError("a netdev-bound device's addresses are its interface's (no ip)");
+  }
+  if (f.dev.ipv4 == 0 && !f.dev.has_ipv6_global && !f.netdev_bound) return absl::InvalidArgumentError("no IP address");
   return f;
 }
 
@@ -390,6 +423,7 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");
+  if (f.netdev_bound) absl::StrAppend(&out, "netdev_bound=on\nnetdev_steering=", f.netdev_steering, "\n");
   if (f.lid != 0) absl::StrAppend(&out, "lid=", f.lid, "\n");
   absl::StrAppendFormat(&out, "progress_spins=%u\nprogress_hot_us=%u\nprogress_hot_sleep_us=%u\n"
                         "progress_max_sleep_us=%u\nprogress_app_active_us=%u\nprogress_app_active_max_us=%u\n"
@@ -466,6 +500,34 @@ absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_
   }
   ::chmod(node.c_str(), 0666);  // as udev makes uverbs nodes: any user may open them
   return absl::OkStatus();
+}
+
+absl::Status WritePortState(const std::string& run_dir, const std::string& name, const std::string& netdev,
+                            const std::vector<core::Gid>& gids, uint32_t valid_mask, bool active) {
+  if (!IsValidDeviceName(name)) return absl::InvalidArgumentError(absl::StrCat("bad device name '", name, "'"));
+  const fs::path port = fs::path(SysfsRoot(run_dir)) / "class/infiniband" / name / "ports/1";
+  if (!fs::exists(port)) return absl::NotFoundError(absl::StrCat("no device ", name));
+  auto replace = [](const fs::path& p, const std::string& content) {
+    const fs::path tmp = p.string() + ".new";
+    absl::Status s = WriteFile(tmp, content);
+    std::error_code ec;
+    if (s.ok()) fs::rename(tmp, p, ec);
+    if (s.ok() && ec) s = absl::UnavailableError(absl::StrCat("cannot replace ", p.string(), ": ", ec.message()));
+    return s;
+  };
+  for (size_t i = 0; i < kGidTableLen; ++i) {
+    const std::string idx = std::to_string(i);
+    const bool used = i < gids.size() && (valid_mask >> i) & 1;
+    absl::Status s = replace(port / "gids" / idx, FormatGid(used ? gids[i] : core::Gid{}) + "\n");
+    if (s.ok()) s = replace(port / "gid_attrs/types" / idx, "RoCE v2\n");
+    std::error_code ec;
+    if (s.ok() && used) s = replace(port / "gid_attrs/ndevs" / idx, netdev + "\n");
+    if (!used) fs::remove(port / "gid_attrs/ndevs" / idx, ec);
+    if (!s.ok()) return s;
+  }
+  absl::Status s = replace(port / "state", active ? "4: ACTIVE\n" : "1: DOWN\n");
+  if (s.ok()) s = replace(port / "phys_state", active ? "5: LinkUp\n" : "3: Disabled\n");
+  return s;
 }
 
 absl::Status RemoveDeviceTree(const std::string& run_dir, const std::string& dev_dir, const std::string& name) {

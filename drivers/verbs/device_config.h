@@ -399,6 +399,17 @@ struct DeviceFile {
   // goes to that device's IPv4 address (qperf's RC tests address by LID
   // only). 0: none (LID-addressed QPs fail with EINVAL, the RoCE rule).
   uint16_t lid = 0;
+  // A netdev-bound device (doc/netdev.md): the RoCE function of the host
+  // interface `netdev`, served by the run directory's droced (fabric=on),
+  // which binds the interface. Its MAC is the interface's (checked again
+  // when droced binds it), its GIDs are the interface's addresses (droced
+  // sends the table at attach and when it changes), its frames leave and
+  // arrive by the interface, and its neighbours are the kernel's.
+  bool netdev_bound = false;
+  // How droced takes the device's frames from the interface: xdp (AF_XDP and
+  // an XDP program), af_packet (a packet socket with a BPF filter) or auto
+  // (XDP, else af_packet).
+  std::string netdev_steering = "auto";
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;
@@ -423,8 +434,14 @@ absl::StatusOr<core::Gid> ParseIpAsGid(absl::string_view s);
 std::string FormatGid(const core::Gid& g);  // sysfs form: 8 groups of 4 hex digits
 bool IsValidDeviceName(absl::string_view name);
 
-// Where registered devices live: $DROCE_RUN_DIR, else /run/droce.
+// Where registered devices live: $DROCE_RUN_DIR, else /run/droce in the
+// host's initial network namespace and /run/droce/netns/NAME in a named one
+// (`ip netns exec NAME ...`; /run/droce/netns/ino-N for an unnamed one): a
+// network namespace is a host (doc/netdev.md).
 std::string DefaultRunDir();
+// The run directory of the calling process's network namespace, without
+// $DROCE_RUN_DIR (DefaultRunDir's fallback).
+std::string NetnsRunDir();
 inline std::string SysfsRoot(const std::string& run_dir) { return run_dir + "/sysfs"; }
 // The uverbs name of a device (its /dev/infiniband node and class/infiniband_verbs
 // entry). /dev/infiniband is shared by every run directory, so the name carries a
@@ -438,6 +455,13 @@ inline constexpr char kConfigFileName[] = "droce.conf";
 // numbers: libibverbs' kernel commands then fail cleanly with ENOTTY).
 absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_dir,
                              const DeviceFile& f);
+// A netdev-bound device's port as droced sees it: the GID table (16
+// entries, invalid ones written as the zero GID without an ndevs entry, as
+// the kernel's cache shows them), the interface named in gid_attrs/ndevs, and
+// the port's state. Each file is replaced whole (written aside, renamed), so
+// libibverbs never reads a half-written GID.
+absl::Status WritePortState(const std::string& run_dir, const std::string& name, const std::string& netdev,
+                            const std::vector<core::Gid>& gids, uint32_t valid_mask, bool active);
 absl::Status RemoveDeviceTree(const std::string& run_dir, const std::string& dev_dir,
                               const std::string& name);
 // Names of registered devices, sorted.

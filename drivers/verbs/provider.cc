@@ -309,7 +309,7 @@ int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   attr->phys_state = down ? 3 : (ctx->rt == nullptr || ctx->rt->link_up()) ? 5 : 2;
   attr->lid = ctx->file->fabric ? ctx->file->lid : 0;
   attr->max_mtu = IBV_MTU_4096;
-  attr->active_mtu = MtuEnum(ctx->file->mtu);
+  attr->active_mtu = MtuEnum(ctx->rt != nullptr ? ctx->rt->active_mtu() : ctx->file->mtu);
   attr->gid_tbl_len = static_cast<int>(kGidTableLen);
   attr->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
   attr->max_msg_sz = 1u << 31;
@@ -1108,7 +1108,12 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     const bool local = (mask & IBV_QP_AV) && rt->IsLocalGid(a.ah.dgid);
     if (!local) {
       rt->WaitLinkUp();
-      if (mask & IBV_QP_AV) rt->ResolveNeighbor(a.ah.dgid);  // ARP (also waits for a peer still starting)
+      // ARP (also waits for a peer still starting); a netdev-bound device's
+      // next hop is the kernel's, and a destination it cannot reach fails
+      // the transition as a kernel RoCE driver's does.
+      if (mask & IBV_QP_AV) {
+        if (const int err = rt->ResolveNeighbor(a.ah.dgid, a.ah.sgid_index); err != 0) return err;
+      }
     }
   }
   // No post runs while the state changes (a reset empties the rings).
@@ -1604,7 +1609,10 @@ ibv_ah* CreateAh(ibv_pd* ibpd, ibv_ah_attr* attr) {
   av.flow_label = attr->grh.flow_label;
   if (!rt->IsLocalGid(av.dgid) && !core::MulticastMac(av.dgid).has_value()) {
     rt->WaitLinkUp();
-    rt->ResolveNeighbor(av.dgid);
+    if (const int err = rt->ResolveNeighbor(av.dgid, av.sgid_index); err != 0) {
+      errno = err;
+      return nullptr;
+    }
   }
   auto* ah = New<DroceAh>();
   if (ah == nullptr) return nullptr;

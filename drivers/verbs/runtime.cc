@@ -150,6 +150,18 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
       (want_qpn_base != 0 && (r->qpn_base != want_qpn_base || r->qpn_count < file_.dev.max_qp))) {
     return absl::FailedPreconditionError("droced gave an invalid QPN range");
   }
+  // A netdev-bound device: the interface's state follows the reply (its
+  // GID table, its port), before anything else on the connection.
+  if (file_.netdev_bound) {
+    pollfd pfd{fabric_fd_, POLLIN, 0};
+    fabric::NetdevState m{};
+    if (poll(&pfd, 1, 2000) != 1 || recv(fabric_fd_, &m, sizeof m, MSG_DONTWAIT) != sizeof m ||
+        m.magic != fabric::kNetdevMagic || m.version != fabric::kNetdevVersion || m.size != sizeof m) {
+      return absl::UnavailableError("droced sent no state of the device's interface");
+    }
+    first_netdev_state_ = m;
+    has_netdev_state_ = true;
+  }
   // Only QPNs of our range: the daemon steers the device's others to the
   // processes that own them.
   file_.dev.qpn_base = r->qpn_base;
@@ -205,6 +217,7 @@ absl::Status Runtime::Start() {
     direct_ = std::make_unique<ethdev::DirectIo>(port_.get(), file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp);
   }
   dev_ = std::make_unique<core::Device>(file_.dev, direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get());
+  if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/false);
   if (file_.fabric) {
     dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
     // The daemon listens already: the handshake takes milliseconds. QPs of
@@ -545,11 +558,19 @@ bool Runtime::CheckFabric(uint64_t now_ns) {
 
 bool Runtime::ReadFabricMessages() {
   for (int i = 0; i < 64; ++i) {
-    alignas(8) char buf[sizeof(ethdev::PeerMessage) + 64];
+    alignas(8) char buf[std::max(sizeof(ethdev::PeerMessage), sizeof(fabric::NetdevState)) + 64];
     int fds[3], nfds = 0;
     const long n = ethdev::ReceiveWithFds(fabric_fd_, buf, sizeof buf, fds, &nfds);
     if (n < 0) return errno == EAGAIN || errno == EINTR;
     if (n == 0) return false;
+    uint32_t magic = 0;
+    if (n >= 4) std::memcpy(&magic, buf, sizeof magic);
+    if (magic == fabric::kNetdevMagic && n == sizeof(fabric::NetdevState) && nfds == 0) {
+      fabric::NetdevState m;
+      std::memcpy(&m, buf, sizeof m);
+      ApplyNetdevState(m, /*events=*/true);
+      continue;
+    }
     if (n == sizeof(ethdev::PeerMessage) && direct_) {
       ethdev::PeerMessage m;
       std::memcpy(&m, buf, sizeof m);
@@ -593,17 +614,60 @@ void Runtime::LoseFabric(uint64_t now_ns) {
   fabric_fd_ = -1;
   // The port is down: the QPs' peers are unreachable. Flushing them now
   // (rather than letting each retry out) tells the program at once.
+  FlushQps();
+  SendPortEvent(IBV_EVENT_PORT_ERR);
+  next_attach_ns_ = now_ns + 100'000'000;
+  if (std::getenv("DROCE_DEBUG") != nullptr) {
+    std::fprintf(stderr, "droce %s: the fabric daemon is gone; port down, QPs flushed\n", file_.name.c_str());
+  }
+}
+
+void Runtime::FlushQps(const std::function<bool(const transport::RcQp&)>& pick) {
   transport::QpAttr err;
   err.qp_state = transport::QpState::kErr;
   for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
     const transport::RcQp* q = dev_->qp(qpn);
     if (q == nullptr || q->state() == transport::QpState::kReset || q->state() == transport::QpState::kErr) continue;
+    if (pick && !pick(*q)) continue;
     (void)dev_->ModifyQp(qpn, err, transport::kAttrState);
   }
-  SendPortEvent(IBV_EVENT_PORT_ERR);
-  next_attach_ns_ = now_ns + 100'000'000;
+}
+
+void Runtime::ApplyNetdevState(const fabric::NetdevState& m, bool events) {
+  if (m.magic != fabric::kNetdevMagic || m.version != fabric::kNetdevVersion || m.size != sizeof m) return;
+  if (events && m.generation == netdev_generation_) return;
+  netdev_generation_ = m.generation;
+  std::vector<core::Gid> table(fabric::kNetdevGids);
+  for (uint32_t i = 0; i < fabric::kNetdevGids; ++i) {
+    if ((m.gid_valid >> i) & 1) std::memcpy(table[i].data(), m.gids[i], 16);
+  }
+  if (m.active_mtu >= 1 && m.active_mtu <= 5) active_mtu_.store(128u << m.active_mtu, std::memory_order_relaxed);
+  const std::vector<core::Gid> old = dev_->gids();
+  if (table != old) {
+    dev_->SetGids(table);
+    if (events) {
+      // A QP whose source address went (or whose index now names another
+      // one) cannot send from it any more: it errors, the others go on.
+      FlushQps([&](const transport::RcQp& q) {
+        if (q.ud() || q.state() == transport::QpState::kInit) return false;
+        const uint8_t i = q.attr().ah.sgid_index;
+        return i >= old.size() || i >= table.size() || old[i] != table[i] || table[i] == core::Gid{};
+      });
+      SendPortEvent(IBV_EVENT_GID_CHANGE);
+    }
+  }
+  const bool down = m.port_active == 0;
+  const bool was_down = netdev_down_.exchange(down, std::memory_order_relaxed);
+  if (!events) return;
+  if (down && !was_down) {
+    FlushQps();
+    SendPortEvent(IBV_EVENT_PORT_ERR);
+  } else if (!down && was_down) {
+    SendPortEvent(IBV_EVENT_PORT_ACTIVE);
+  }
   if (std::getenv("DROCE_DEBUG") != nullptr) {
-    std::fprintf(stderr, "droce %s: the fabric daemon is gone; port down, QPs flushed\n", file_.name.c_str());
+    std::fprintf(stderr, "droce %s: %s is %s, GID table %s\n", file_.name.c_str(), file_.netdev.c_str(),
+                 down ? "down" : "up", table != old ? "changed" : "unchanged");
   }
 }
 
@@ -625,6 +689,7 @@ void Runtime::Reattach(uint64_t now_ns) {
   }
   ++fabric_reattaches_;
   fabric_link_ = FabricLink::kReattached;  // IBV_EVENT_PORT_ACTIVE once the link is up
+  if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/true);
   RenewWakeupLocked();
 }
 
@@ -655,15 +720,45 @@ bool Runtime::WaitLinkUp() {
   }
 }
 
-bool Runtime::ResolveNeighbor(const core::Gid& gid) {
+int Runtime::ResolveNeighbor(const core::Gid& gid, uint8_t sgid_index) {
+  if (file_.netdev_bound) {
+    // The kernel's route and neighbour, through droced: the device keeps no
+    // neighbour table of its own (the entry is the AV's MAC, as a kernel
+    // RoCE driver resolves the destination MAC at modify_qp / create_ah).
+    fabric::ResolveRequest q{};
+    {
+      std::lock_guard<DeviceMutex> lock(mu);
+      const std::vector<core::Gid>& gids = dev_->gids();
+      if (sgid_index >= gids.size() || gids[sgid_index] == core::Gid{}) return EINVAL;
+      std::memcpy(q.sgid, gids[sgid_index].data(), 16);
+    }
+    std::memcpy(q.dgid, gid.data(), 16);
+    q.timeout_ms = std::clamp<uint32_t>(file_.link_wait_ms, 1000, 60000);
+    fabric::Request req = fabric::MakeRequest(fabric::kOpResolve, file_.name);
+    req.size = sizeof req + sizeof q;
+    absl::StatusOr<fabric::Reply> r = fabric::CallOnce(fabric::ControlSocketPath(file_.fabric_dir), req,
+                                                       static_cast<int>(q.timeout_ms) + 2000, nullptr, &q, sizeof q);
+    if (!r.ok()) return ENETDOWN;
+    if (r->error != 0) {
+      if (std::getenv("DROCE_DEBUG") != nullptr) {
+        std::fprintf(stderr, "droce %s: no next hop: %s\n", file_.name.c_str(), r->message);
+      }
+      return r->error;
+    }
+    core::Mac mac;
+    std::memcpy(mac.data(), r->mac, 6);
+    std::lock_guard<DeviceMutex> lock(mu);
+    dev_->AddNeighbor(gid, mac);
+    return 0;
+  }
   const uint64_t deadline = NowNs() + uint64_t{file_.link_wait_ms} * 1'000'000;
   uint64_t next_request = 0;
   while (true) {
     {
       std::lock_guard<DeviceMutex> lock(mu);
-      if (dev_->HasNeighbor(gid)) return true;
+      if (dev_->HasNeighbor(gid)) return 0;
       const uint64_t now = NowNs();
-      if (now >= deadline) return false;
+      if (now >= deadline) return 0;  // unresolved: broadcast where the device allows it
       if (now >= next_request) {
         dev_->RequestNeighbor(gid);  // ARP for IPv4-mapped GIDs, neighbour solicitation for IPv6
         next_request = now + 100'000'000;

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_mutex.h"
+#include "drivers/fabric/protocol.h"
 
 namespace droce::verbs {
 
@@ -181,8 +183,14 @@ class Runtime {
   void AddAsyncFd(int fd) { async_fds_.push_back(fd); }
   void RemoveAsyncFd(int fd) { std::erase(async_fds_, fd); }
   // A fabric device whose daemon stopped or died, until it is attached
-  // again: ibv_query_port says DOWN.
-  bool port_down() const { return fabric_lost_.load(std::memory_order_relaxed); }
+  // again, or a netdev-bound device whose interface is down: ibv_query_port
+  // says DOWN.
+  bool port_down() const {
+    return fabric_lost_.load(std::memory_order_relaxed) || netdev_down_.load(std::memory_order_relaxed);
+  }
+  // The port's active MTU in bytes: the device file's, or for a
+  // netdev-bound device what its interface allows (droced says).
+  uint32_t active_mtu() const { return active_mtu_.load(std::memory_order_relaxed); }
 
   // Waits (without mu) up to the device's link_wait_ms for the link.
   bool WaitLinkUp();
@@ -193,7 +201,13 @@ class Runtime {
     std::lock_guard<DeviceMutex> lock(mu);
     return dev_->IsLocalGid(gid);
   }
-  bool ResolveNeighbor(const core::Gid& gid);
+  // A netdev-bound device asks droced, which asks the kernel (route from
+  // the GID sgid_index names, then its neighbour table): 0, or the errno
+  // modify_qp / create_ah then return (EHOSTUNREACH, ENETUNREACH,
+  // ETIMEDOUT, EINVAL for a GID index that names nothing). Other devices
+  // resolve by ARP/ND themselves and always return 0 (an unresolved
+  // neighbour falls back to broadcast where allowed).
+  int ResolveNeighbor(const core::Gid& gid, uint8_t sgid_index);
 
   // Caller holds mu.
   void WatchCq(const CqWatch& w);
@@ -238,7 +252,7 @@ class Runtime {
   const Stats& stats() const { return stats_; }
 
  private:
-  explicit Runtime(const DeviceFile& f) : file_(f), batcher_(f.doorbell_batch) {}
+  explicit Runtime(const DeviceFile& f) : file_(f), batcher_(f.doorbell_batch) { active_mtu_ = f.mtu; }
   absl::Status Start();
   // A fabric device: attach to droced (memif id, QPN range) and point the
   // device file's vdev at the daemon's memif socket.
@@ -253,9 +267,19 @@ class Runtime {
   void Reattach(uint64_t now_ns);
   // False if the fabric's state decided the link (lost, re-attaching).
   bool CheckFabric(uint64_t now_ns);
-  // Applies what droced sent unasked (direct paths, ethdev/direct_io.h);
-  // false once the connection ended.
+  // Applies what droced sent unasked (direct paths, ethdev/direct_io.h;
+  // a netdev-bound device's state); false once the connection ended.
   bool ReadFabricMessages();
+  // A netdev-bound device's state from droced (fabric::NetdevState): the
+  // GID table, the port's state and MTU. QPs whose source GID went or
+  // changed move to ERR (IBV_EVENT_QP_FATAL), a changed table raises
+  // IBV_EVENT_GID_CHANGE, the port going down flushes every QP
+  // (IBV_EVENT_PORT_ERR) and coming up raises IBV_EVENT_PORT_ACTIVE.
+  // events: false for the state at attach. Caller holds mu (or is Start).
+  void ApplyNetdevState(const fabric::NetdevState& m, bool events);
+  // Every QP that is not in RESET or ERR moves to ERR (its posted work
+  // completes with IBV_WC_WR_FLUSH_ERR); only those `pick` accepts if given.
+  void FlushQps(const std::function<bool(const transport::RcQp&)>& pick = nullptr);
   void SendPortEvent(uint32_t type);
   // The wake-up follows the port: a stale one goes once nobody sleeps on it.
   void RefreshWakeupLocked();
@@ -355,6 +379,11 @@ class Runtime {
   enum class FabricLink : uint8_t { kAttached, kLost, kReattached };  // kReattached: until the link is up
   FabricLink fabric_link_ = FabricLink::kAttached;
   std::atomic<bool> fabric_lost_{false};
+  std::atomic<bool> netdev_down_{false};
+  std::atomic<uint32_t> active_mtu_{4096};
+  uint32_t netdev_generation_ = 0;
+  bool has_netdev_state_ = false;
+  fabric::NetdevState first_netdev_state_{};  // read at attach, applied once the device exists
   uint64_t next_attach_ns_ = 0;
   uint64_t fabric_losses_ = 0, fabric_reattaches_ = 0;
   std::vector<int> async_fds_;  // under mu

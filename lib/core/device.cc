@@ -338,8 +338,8 @@ absl::Status Device::MakeRouteThunk(void* ctx, const transport::AddressVector& a
 
 absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                                uint32_t remote_qpn, wire::Route* out) const {
-  if (av.sgid_index >= gids_.size()) {
-    return absl::InvalidArgumentError(absl::StrFormat("sgid_index %u out of range", av.sgid_index));
+  if (av.sgid_index >= gids_.size() || gids_[av.sgid_index] == Gid{}) {
+    return absl::InvalidArgumentError(absl::StrFormat("sgid_index %u names no GID", av.sgid_index));
   }
   const Gid& sgid = gids_[av.sgid_index];
   const bool v4 = IsIpv4MappedGid(av.dgid);

@@ -164,6 +164,12 @@ class Device {
   const DeviceConfig& config() const { return config_; }
   // The GID table (GidTable(config)).
   const std::vector<Gid>& gids() const { return gids_; }
+  // Replaces the GID table (a device bound to a host interface follows its
+  // addresses, doc/netdev.md): index = GID index, the zero GID a hole that
+  // names no address. The receive checks take every IPv4 and IPv6 entry;
+  // QPs keep the paths they have (the caller decides about those whose
+  // source GID went).
+  void SetGids(const std::vector<Gid>& table);
   // A static neighbour (configuration): ARP and ND never override it, and
   // learnt entries never evict it. False if the table is full of static ones.
   bool AddNeighbor(const Gid& ip, const Mac& mac);
@@ -332,7 +338,10 @@ class Device {
     if (!p.ipv6) {
       uint32_t dst;
       std::memcpy(&dst, l3 + 16, 4);
-      if (config_.ipv4 != 0 && dst == ipv4_raw_) return true;
+      if (ipv4_raw_ != 0 && dst == ipv4_raw_) return true;
+      for (uint32_t other : more_ipv4_raw_) {
+        if (dst == other) return true;
+      }
       return (l3[16] & 0xF0) == 0xE0 && FindGroup(frame, p) != nullptr;
     }
     for (const Gid& g : own_ipv6_) {
@@ -370,6 +379,7 @@ class Device {
   uint32_t mac_lo_ = 0;           // our MAC's first four bytes as a native load reads them
   uint16_t mac_hi_ = 0;           // ... and its last two
   uint32_t ipv4_raw_ = 0;         // our IPv4 address as a native load of the header reads it
+  std::vector<uint32_t> more_ipv4_raw_;  // further IPv4 GIDs (SetGids), in the same form
   std::vector<Gid> own_ipv6_;     // the GIDs that are native IPv6 addresses
   std::vector<wire::ArpPacket> arp_out_;  // replies and requests waiting for the port
   std::vector<wire::NdPacket> nd_out_;    // neighbour solicitations/advertisements waiting for the port

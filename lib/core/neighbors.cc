@@ -22,7 +22,28 @@ bool Device::MakeNeighborRoom() {
 }
 
 bool Device::IsLocalGid(const Gid& gid) const {
-  return std::find(gids_.begin(), gids_.end(), gid) != gids_.end();
+  return gid != Gid{} && std::find(gids_.begin(), gids_.end(), gid) != gids_.end();
+}
+
+void Device::SetGids(const std::vector<Gid>& table) {
+  gids_ = table;
+  own_ipv6_.clear();
+  more_ipv4_raw_.clear();
+  ipv4_raw_ = 0;
+  for (const Gid& g : gids_) {
+    if (g == Gid{}) continue;
+    if (!IsIpv4MappedGid(g)) {
+      own_ipv6_.push_back(g);
+      continue;
+    }
+    uint32_t raw;
+    std::memcpy(&raw, g.data() + 12, 4);
+    if (ipv4_raw_ == 0) {
+      ipv4_raw_ = raw;
+    } else {
+      more_ipv4_raw_.push_back(raw);
+    }
+  }
 }
 
 bool Device::AddNeighbor(const Gid& ip, const Mac& mac) {

@@ -1,0 +1,323 @@
+#include "drivers/netdev/interface_port.h"
+
+#include <linux/filter.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/port.h"
+#include "drivers/ethdev/rx_wakeup.h"
+
+namespace droce::netdev {
+namespace {
+
+constexpr uint16_t kRoceV2Port = 4791;
+constexpr uint32_t kRxMbufs = 4095;
+// af_packet ring slots: DPDK 22.11's af_packet PMD puts nothing on the wire
+// from slots above 4 KiB (doc/ethdev.md), so frames are at most this.
+constexpr uint32_t kAfPacketFrame = 4096;
+constexpr uint32_t kAfPacketMaxFrame = kAfPacketFrame - 128;  // tpacket2 header and alignment
+
+// The binding's lock: an abstract socket name is per network namespace and
+// goes with the process that holds it.
+absl::StatusOr<int> TakeLock(const std::string& ifname, int ifindex) {
+  const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("lock socket: ", std::strerror(errno)));
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string name = absl::StrFormat("droce-netdev-%d", ifindex);
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    const int err = errno;
+    close(fd);
+    if (err == EADDRINUSE) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(ifname, " is bound to a droce device already (a droced of this network namespace holds it)"));
+    }
+    return absl::UnavailableError(absl::StrCat("lock: ", std::strerror(err)));
+  }
+  return fd;
+}
+
+// UDP 4791 on the interface, for both IP versions, dropping all it gets.
+absl::StatusOr<int> TakeRoceV2Port(const std::string& ifname) {
+  int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  bool v6 = fd >= 0;
+  if (!v6) fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);  // IPv6 not in this kernel
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("UDP socket: ", std::strerror(errno)));
+  static sock_filter drop_all[] = {{BPF_RET | BPF_K, 0, 0, 0}};
+  sock_fprog prog{1, drop_all};
+  const int zero = 0;
+  int rc = setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
+  if (rc == 0) rc = setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname.c_str(), static_cast<socklen_t>(ifname.size()));
+  if (rc == 0 && v6) rc = setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (rc == 0) {
+    if (v6) {
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(kRoceV2Port);
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    } else {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(kRoceV2Port);
+      rc = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    }
+  }
+  if (rc != 0) {
+    const int err = errno;
+    close(fd);
+    if (err == EADDRINUSE) {
+      return absl::AlreadyExistsError(absl::StrCat("UDP port 4791 on ", ifname,
+                                                   " is taken (Linux rxe, or another RoCE stack on this interface?)"));
+    }
+    return absl::UnavailableError(absl::StrCat("UDP port 4791 on ", ifname, ": ", std::strerror(err)));
+  }
+  return fd;
+}
+
+// The process's AF_XDP sockets: descriptor and inode.
+std::vector<std::pair<int, uint64_t>> XdpSockets() {
+  std::vector<std::pair<int, uint64_t>> out;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const int fd = std::atoi(e->d_name);
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    struct stat st {};
+    if (fd == dirfd(d) || getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_XDP ||
+        fstat(fd, &st) != 0) {
+      continue;
+    }
+    out.emplace_back(fd, st.st_ino);
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+const char* SteeringName(Steering s) {
+  switch (s) {
+    case Steering::kAuto:
+      return "auto";
+    case Steering::kXdp:
+      return "xdp";
+    case Steering::kAfPacket:
+      return "af_packet";
+  }
+  return "?";
+}
+
+bool ParseSteering(const std::string& s, Steering* out) {
+  for (Steering v : {Steering::kAuto, Steering::kXdp, Steering::kAfPacket}) {
+    if (s == SteeringName(v)) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const InterfaceConfig& c,
+                                                                   const std::vector<Gid>& addrs) {
+  std::unique_ptr<InterfacePort> p(new InterfacePort());
+  p->ifname_ = c.ifname;
+  p->ifindex_ = c.ifindex;
+  absl::StatusOr<int> lock = TakeLock(c.ifname, c.ifindex);
+  if (!lock.ok()) return lock.status();
+  p->lock_fd_ = *lock;
+  absl::StatusOr<int> guard = TakeRoceV2Port(c.ifname);
+  if (!guard.ok()) return guard.status();
+  p->guard_fd_ = *guard;
+  if (c.steering != Steering::kAfPacket) {
+    absl::Status s = p->OpenXdp(c, addrs);
+    if (s.ok()) return p;
+    if (c.steering == Steering::kXdp) return s;
+    p->xdp_refused_ = std::string(s.message());
+  }
+  absl::Status s = p->OpenAfPacket(c, addrs);
+  if (!s.ok()) {
+    if (!p->xdp_refused_.empty()) return absl::UnavailableError(absl::StrCat(s.message(), "; XDP: ", p->xdp_refused_));
+    return s;
+  }
+  return p;
+}
+
+InterfacePort::~InterfacePort() {
+  ClosePort();
+  if (guard_fd_ >= 0) close(guard_fd_);
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
+
+void InterfacePort::ClosePort() {
+  xdp_.reset();
+  if (port_ >= 0) {
+    rte_eth_dev_stop(static_cast<uint16_t>(port_));
+    rte_eth_dev_close(static_cast<uint16_t>(port_));  // net_af_xdp detaches its XDP program here
+    port_ = -1;
+  }
+  if (!vdev_name_.empty()) (void)ethdev::RemoveVdev(vdev_name_);
+  vdev_name_.clear();
+  for (const auto& [fd, ino] : xsk_fds_) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && st.st_ino == ino) close(fd);  // still the PMD's leaked socket
+  }
+  xsk_fds_.clear();
+  if (pool_ != nullptr) rte_mempool_free(pool_);
+  pool_ = nullptr;
+  packet_fd_ = -1;
+}
+
+namespace {
+
+// Probes a vdev and sets up its one queue pair on `pool`; the port id.
+absl::StatusOr<uint16_t> StartPort(const std::string& vdev, const std::string& name, rte_mempool* pool,
+                                   uint16_t ring) {
+  absl::Status s = ethdev::ProbeVdev(vdev);
+  if (!s.ok()) return s;
+  uint16_t port = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+    (void)ethdev::RemoveVdev(name);
+    return absl::InternalError(absl::StrCat("probed ", name, " but found no port"));
+  }
+  rte_eth_conf conf{};
+  int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+  if (rc == 0) rc = rte_eth_rx_queue_setup(port, 0, ring, rte_eth_dev_socket_id(port), nullptr, pool);
+  if (rc == 0) rc = rte_eth_tx_queue_setup(port, 0, ring, rte_eth_dev_socket_id(port), nullptr);
+  if (rc == 0) rc = rte_eth_dev_start(port);
+  if (rc != 0) {
+    rte_eth_dev_close(port);
+    (void)ethdev::RemoveVdev(name);
+    return absl::UnavailableError(absl::StrFormat("starting %s: %s", name, rte_strerror(-rc)));
+  }
+  return port;
+}
+
+}  // namespace
+
+absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
+  const std::string object = XdpObjectPath();
+  if (object.empty()) return absl::FailedPreconditionError("droce's XDP program (droce_xdp.o) is not installed");
+  const uint16_t room = ethdev::AfXdpDataRoom();
+  const std::string pool_name = absl::StrCat("nd_xdp_", c.ifindex);
+  pool_ = room ? rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, room, SOCKET_ID_ANY) : nullptr;
+  if (pool_ == nullptr) return absl::ResourceExhaustedError(absl::StrCat("AF_XDP pool: ", rte_strerror(rte_errno)));
+  vdev_name_ = absl::StrCat("net_af_xdp_", c.device);
+  // busy_budget=0: no preferred busy polling, so an empty poll costs no
+  // system call (the loop polls many ports); frames arrive in the sender's
+  // softirq.
+  const std::string vdev = absl::StrCat(vdev_name_, ",iface=", c.ifname, ",start_queue=0,queue_count=1,busy_budget=0",
+                                        ",xdp_prog=", object);
+  // The kernel releases a closed AF_XDP socket's hold on the queue
+  // (its buffer pool) from a work queue: right after an unbinding the queue
+  // may still be busy (EBUSY on bind, which DPDK reports as EINVAL).
+  absl::StatusOr<uint16_t> port = absl::UnavailableError("not started");
+  int attempt = 0;
+  for (; attempt < 60 && !port.ok(); ++attempt) {
+    if (attempt > 0) usleep(50'000);
+    // We hold the interface's lock: a droce program still attached is a
+    // dead droced's, or the one a failed start left (net_af_xdp attaches it
+    // before it binds its socket and does not take it off when that fails),
+    // and would make the attach fail.
+    absl::StatusOr<bool> stale = DetachStaleProgram(c.ifindex);
+    if (!stale.ok()) {
+      port = stale.status();
+      break;
+    }
+    const std::vector<std::pair<int, uint64_t>> before = XdpSockets();
+    port = StartPort(vdev, vdev_name_, pool_, c.ring);
+    for (const auto& s : XdpSockets()) {
+      if (std::find(before.begin(), before.end(), s) == before.end()) xsk_fds_.push_back(s);
+    }
+    if (!port.ok()) {  // what the failed start left: closed before the next try
+      for (const auto& [fd, ino] : xsk_fds_) close(fd);
+      xsk_fds_.clear();
+    }
+  }
+  if (!port.ok()) {
+    vdev_name_.clear();
+    ClosePort();
+    return port.status();
+  }
+  if (attempt > 1) std::fprintf(stderr, "AF_XDP on %s started at attempt %d\n", c.ifname.c_str(), attempt);
+  port_ = *port;
+  absl::StatusOr<std::unique_ptr<XdpProgram>> prog = XdpProgram::Attached(c.ifindex);
+  absl::Status s = prog.ok() ? (*prog)->SetAddresses(addrs) : prog.status();
+  if (!s.ok()) {
+    ClosePort();
+    return s;
+  }
+  xdp_ = std::move(*prog);
+  steering_ = Steering::kXdp;
+  max_frame_ = ethdev::AfXdpMaxFrame();
+  return absl::OkStatus();
+}
+
+absl::Status InterfacePort::OpenAfPacket(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
+  absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(addrs);
+  if (!filter.ok()) return filter.status();
+  const std::string pool_name = absl::StrCat("nd_pkt_", c.ifindex);
+  pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, kAfPacketFrame + RTE_PKTMBUF_HEADROOM,
+                                  SOCKET_ID_ANY);
+  if (pool_ == nullptr) return absl::ResourceExhaustedError(absl::StrCat("af_packet pool: ", rte_strerror(rte_errno)));
+  vdev_name_ = absl::StrCat("net_af_packet_", c.device);
+  const std::string vdev = absl::StrCat(vdev_name_, ",iface=", c.ifname, ",framesz=", kAfPacketFrame,
+                                        ",blocksz=", kAfPacketFrame, ",framecnt=1024,qpairs=1");
+  absl::StatusOr<uint16_t> port = StartPort(vdev, vdev_name_, pool_, c.ring);
+  if (!port.ok()) {
+    vdev_name_.clear();
+    ClosePort();
+    return port.status();
+  }
+  port_ = *port;
+  std::string why;
+  packet_fd_ = ethdev::QueueSocket(*port, &why);
+  absl::Status s = packet_fd_ >= 0 ? AttachFilter(packet_fd_, *filter)
+                                   : absl::FailedPreconditionError(absl::StrCat("af_packet socket: ", why));
+  if (!s.ok()) {
+    ClosePort();
+    return s;
+  }
+  steering_ = Steering::kAfPacket;
+  max_frame_ = kAfPacketMaxFrame;
+  return absl::OkStatus();
+}
+
+absl::Status InterfacePort::SetAddresses(const std::vector<Gid>& addrs) {
+  if (xdp_) return xdp_->SetAddresses(addrs);
+  if (packet_fd_ < 0) return absl::FailedPreconditionError("no port");
+  absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(addrs);
+  if (!filter.ok()) return filter.status();
+  return AttachFilter(packet_fd_, *filter);
+}
+
+std::string InterfacePort::Describe() const {
+  if (steering_ == Steering::kXdp) {
+    return absl::StrCat("AF_XDP, XDP ", xdp_ ? xdp_->mode() : "?", " on ", ifname_);
+  }
+  return absl::StrCat("af_packet + BPF filter on ", ifname_, xdp_refused_.empty() ? "" : " (XDP: " + xdp_refused_ + ")");
+}
+
+}  // namespace droce::netdev

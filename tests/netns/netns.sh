@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# netdev-bound devices between hosts that are network namespaces
+# (doc/netdev.md): hosts A and B joined by a veth pair (nd0 on each side,
+# 10.0.0.1/24 and 10.0.0.2/24, fd00::1/64 and fd00::2/64), `droce-ctl link
+# add droce0 netdev nd0` on each, nothing else configured; programs use the
+# peer's ordinary address. Root only (skipped otherwise). ONLY=REGEX runs
+# the checks whose names match; the namespaces are always removed.
+set -uo pipefail
+. "$(dirname "$0")/../fabric/lib.sh"
+[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (network namespaces, XDP)"; exit 77; }
+ip netns add "netdevtest-probe-$$" 2>/dev/null && ip netns del "netdevtest-probe-$$" ||
+  { echo "SKIP: no network namespaces"; exit 77; }
+EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
+cluster=$root/tools/droce-cluster
+t=${PAIR_TIMEOUT:-60}
+A=netdevtest-$$-a B=netdevtest-$$-b C=netdevtest-$$-c
+logs=$(mktemp -d /tmp/netdevtest.XXXXXX)
+log_dirs=("/run/droce/netns/$A" "/run/droce/netns/$B")
+FAIL_TAIL=40
+
+cleanup() {
+  for ns in "$A" "$B"; do
+    ip netns exec "$ns" "$ctl" daemon stop >/dev/null 2>&1
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+    rm -rf "/run/droce/netns/$ns"
+  done
+  DROCE_CTL=$ctl "$cluster" down --name "$C" >/dev/null 2>&1
+  [ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$logs"
+}
+trap cleanup EXIT
+
+on() {  # NS CMD...: CMD in namespace NS with droce's environment
+  local ns=$1; shift
+  ip netns exec "$ns" env CTL="$ctl" bash -c 'eval "$("$CTL" env)"; exec "$@"' on "$@"
+}
+# A server on host $1, then a client on host $3; both must succeed.
+pair() {  # SERVER_NS "SERVER CMD" CLIENT_NS "CLIENT CMD"
+  local attempt
+  for attempt in 1 2; do
+    timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $1 $2" >"$logs/server.log" 2>&1 &
+    local server=$!
+    sleep 1.5
+    timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $3 $4" >"$logs/client.log" 2>&1
+    local crc=$?
+    wait $server; local src=$?
+    echo "--- server ($src)"; tail -4 "$logs/server.log"; echo "--- client ($crc)"; tail -4 "$logs/client.log"
+    [ $src -eq 0 ] && [ $crc -eq 0 ] && return 0
+    rping_teardown_race "$logs/server.log" "$logs/client.log" || return 1
+    echo "(rping's own teardown race, lib.sh: once more)"
+  done
+  return 1
+}
+status() { ip netns exec "$1" "$ctl" daemon status; }
+
+ip netns add "$A" && ip netns add "$B" || exit 1
+ip -n "$A" link add nd0 type veth peer name nd0 netns "$B" || exit 1
+for ns in "$A" "$B"; do ip -n "$ns" link set lo up; ip -n "$ns" link set nd0 up; done
+ip -n "$A" addr add 10.0.0.1/24 dev nd0; ip -n "$B" addr add 10.0.0.2/24 dev nd0
+ip -n "$A" addr add fd00::1/64 dev nd0 nodad; ip -n "$B" addr add fd00::2/64 dev nd0 nodad
+
+# The capture the ICMP checks below rely on sees what they look for: with no
+# droce device yet, the kernel answers a UDP 4791 datagram with ICMP port
+# unreachable.
+icmp_seen_without_droce() {
+  ip netns exec "$B" timeout 10 dumpcap -q -i nd0 -f "icmp or icmp6" -w "$logs/control.pcapng" >/dev/null 2>&1 &
+  local cap=$!
+  sleep 1
+  ip netns exec "$B" bash -c 'echo roce >/dev/udp/10.0.0.1/4791'
+  sleep 1; kill $cap 2>/dev/null; wait $cap 2>/dev/null
+  local n; n=$(tshark -r "$logs/control.pcapng" -Y 'icmp.type == 3' 2>/dev/null | wc -l)
+  echo "ICMP unreachable: $n"
+  [ "$n" -ge 1 ]
+}
+check "control: without droce the kernel answers UDP 4791 with ICMP unreachable (the capture sees it)" \
+  icmp_seen_without_droce
+
+# Bad input at link add: each refused with its reason, nothing registered.
+for k in 0 1 2; do ip -n "$A" link add x$k type veth peer name y$k; done
+ip -n "$A" link set x1 up                                                  # x0: down, x1: no address
+ip -n "$A" link set x2 mtu 300 up && ip -n "$A" addr add 10.9.0.1/24 dev x2  # x2: MTU too small
+refused() {  # MESSAGE ARGS...: link add fails, says MESSAGE, and leaves no device
+  local want=$1; shift
+  local out; out=$(ip netns exec "$A" "$ctl" link add "$@" 2>&1) && { echo "accepted: $*"; return 1; }
+  echo "$out"
+  grep -q -- "$want" <<<"$out" && ! ip netns exec "$A" "$ctl" link show "$1" >/dev/null 2>&1
+}
+check "link add refuses an interface that does not exist" refused "does not exist" droce9 netdev nosuch0
+check "link add refuses a down interface" refused "is down" droce9 netdev x0
+check "link add refuses an interface without an address" refused "no IPv4 or global IPv6 address" droce9 netdev x1
+check "link add refuses an MTU below RoCE's smallest path MTU" refused "below RoCE's smallest path MTU" droce9 netdev x2
+check "link add refuses an unknown steering" refused "steering" droce9 netdev nd0 steering magic
+
+ip netns exec "$A" "$ctl" link add droce0 netdev nd0 >/dev/null || exit 1
+ip netns exec "$B" "$ctl" link add droce0 netdev nd0 >/dev/null || exit 1
+check "link add refuses a second device on the same interface" refused "bound to droce0 already" droce1 netdev nd0
+check "each namespace has its own run directory and droced; XDP on nd0" bash -c "
+  [ -S /run/droce/netns/$A/droced.sock ] && [ -S /run/droce/netns/$B/droced.sock ] &&
+  ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
+  ip netns exec $A '$ctl' daemon status | grep 'netdev nd0: AF_XDP, XDP native'"
+check "the GID table is nd0's addresses, sysfs names nd0" bash -c "
+  $(declare -f on); ctl='$ctl'
+  out=\$(on $A ibv_devinfo -v -d droce0) && echo \"\$out\" | grep -E 'GID|state|mtu' &&
+  echo \"\$out\" | grep -q 'GID\[  1\]:.*::ffff:10.0.0.1, RoCE v2' && echo \"\$out\" | grep -q 'GID\[  2\]:.*fd00::1, RoCE v2' &&
+  echo \"\$out\" | grep -q 'active_mtu:.*1024' &&
+  [ \"\$(cat /run/droce/netns/$A/sysfs/class/infiniband/droce0/ports/1/gid_attrs/ndevs/1)\" = nd0 ]"
+
+check "ibv_rc_pingpong B -> A's 10.0.0.1" \
+  pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 500 -c 10.0.0.1"
+check "ibv_rc_pingpong over IPv6 (GID 2, fd00::)" \
+  pair "$A" "ibv_rc_pingpong -d droce0 -g 2 -n 200 -c" "$B" "ibv_rc_pingpong -d droce0 -g 2 -n 200 -c 10.0.0.1"
+check "ib_write_bw 64 KiB B -> A" \
+  pair "$A" "ib_write_bw -d droce0 -x 1 -s 65536 -D 2" "$B" "ib_write_bw -d droce0 -x 1 -s 65536 -D 2 10.0.0.1"
+check "ib_send_lat 2 B" pair "$A" "ib_send_lat -d droce0 -x 1 -s 2 -n 1000" "$B" "ib_send_lat -d droce0 -x 1 -s 2 -n 1000 10.0.0.1"
+check "ibv_ud_pingpong" pair "$A" "ibv_ud_pingpong -d droce0 -g 1 -n 200" "$B" "ibv_ud_pingpong -d droce0 -g 1 -n 200 10.0.0.1"
+check "rping (rdma_cm: the kernel's route and neighbour)" \
+  pair "$A" "rping -s -a 10.0.0.1 -C 10 -S 2000" "$B" "rping -c -a 10.0.0.1 -C 10 -S 2000 -v"
+check "rping over IPv6" pair "$A" "rping -s -a fd00::1 -C 5" "$B" "rping -c -a fd00::1 -C 5 -v"
+check "fi_pingpong -p verbs -e msg" \
+  pair "$A" "fi_pingpong -p verbs -e msg -I 100 -S 4096" "$B" "fi_pingpong -p verbs -e msg -I 100 -S 4096 10.0.0.1"
+check "fi_pingpong -p 'verbs;ofi_rxm' -e rdm" \
+  pair "$A" "fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 100 -S 4096" "$B" "fi_pingpong -p 'verbs;ofi_rxm' -e rdm -I 100 -S 4096 10.0.0.1"
+
+# TCP on the same interfaces while RDMA runs: both finish, and the kernel
+# never answers a RoCEv2 frame (no ICMP port unreachable in a capture).
+tcp_and_rdma() {  # STEERING
+  ip netns exec "$A" timeout 30 dumpcap -q -i nd0 -f "icmp or icmp6" -w "$logs/a-$1.pcapng" >/dev/null 2>&1 &
+  local capa=$!
+  ip netns exec "$B" timeout 30 dumpcap -q -i nd0 -f "icmp or icmp6" -w "$logs/b-$1.pcapng" >/dev/null 2>&1 &
+  local capb=$!
+  ip netns exec "$A" timeout "$t" iperf3 -s -1 -p 5201 >"$logs/iperf-s.log" 2>&1 &
+  local ips=$!
+  sleep 1
+  ip netns exec "$B" timeout "$t" iperf3 -c 10.0.0.1 -p 5201 -t 4 >"$logs/iperf-c.log" 2>&1 &
+  local ipc=$!
+  pair "$A" "ib_write_bw -d droce0 -x 1 -s 65536 -D 4" "$B" "ib_write_bw -d droce0 -x 1 -s 65536 -D 4 10.0.0.1"
+  local rdma=$?
+  wait $ipc; local tcp=$?
+  wait $ips
+  sleep 1; kill $capa $capb 2>/dev/null; wait $capa $capb 2>/dev/null
+  echo "--- iperf3 ($tcp)"; grep -E "sender|receiver" "$logs/iperf-c.log"
+  local icmp=0 f
+  for f in "$logs/a-$1.pcapng" "$logs/b-$1.pcapng"; do
+    [ -s "$f" ] || { echo "no capture $f"; return 1; }
+    icmp=$((icmp + $(tshark -r "$f" -Y 'icmp.type == 3 || icmpv6.type == 1' 2>/dev/null | wc -l)))
+  done
+  echo "ICMP unreachable in the captures: $icmp"
+  [ $rdma -eq 0 ] && [ $tcp -eq 0 ] && [ $icmp -eq 0 ]
+}
+check "iperf3 on nd0 while ib_write_bw runs: both finish, no ICMP unreachable" tcp_and_rdma xdp
+
+# Addresses added and removed at run time: the GID table follows; a QP pair
+# on the removed address errors (QP_FATAL), the pair on 10.0.0.1 goes on.
+addr_change() {
+  ip -n "$A" addr add 10.0.1.1/24 dev nd0 || return 1
+  local gid=""
+  for _ in $(seq 50); do
+    gid=$(grep -l '0000:0000:0000:0000:0000:ffff:0a00:0101' /run/droce/netns/$A/sysfs/class/infiniband/droce0/ports/1/gids/* 2>/dev/null | head -1)
+    [ -n "$gid" ] && break; sleep 0.1
+  done
+  [ -n "$gid" ] || { echo "10.0.1.1 never became a GID"; return 1; }
+  gid=$(basename "$gid"); echo "10.0.1.1 is GID $gid"
+  on "$A" "$EVENTS" droce0 "$gid" 1 4 >"$logs/events.log" 2>&1 &
+  local ev=$!
+  for _ in $(seq 100); do grep -q ready "$logs/events.log" && break; sleep 0.1; done
+  ip -n "$A" addr del 10.0.1.1/24 dev nd0
+  wait $ev; local rc=$?
+  cat "$logs/events.log"
+  [ $rc -eq 0 ] && grep -q "event GID_CHANGE" "$logs/events.log" && grep -q "QP_FATAL" "$logs/events.log" &&
+    grep -q "pair $gid state 6/6" "$logs/events.log" && grep -q "pair 1 state 3/3" "$logs/events.log" &&
+    ! grep -q "ffff:0a00:0101" /run/droce/netns/$A/sysfs/class/infiniband/droce0/ports/1/gids/*
+}
+check "an address added and removed at run time: GID_CHANGE, its QPs error, others go on" addr_change
+
+# The interface down and up while ib_write_bw runs: PORT_ERR and the QPs
+# flushed, PORT_ACTIVE after; the writers end instead of hanging, and new
+# traffic runs once the interface is up.
+link_flap() {
+  on "$A" "$EVENTS" droce0 1 1 10 >"$logs/events.log" 2>&1 &
+  local ev=$!
+  timeout 30 bash -c "$(declare -f on); ctl='$ctl'; on $A ib_write_bw -d droce0 -x 1 -D 8" >"$logs/server.log" 2>&1 &
+  local srv=$!
+  sleep 1.5
+  timeout 30 bash -c "$(declare -f on); ctl='$ctl'; on $B ib_write_bw -d droce0 -x 1 -D 8 10.0.0.1" >"$logs/client.log" 2>&1 &
+  local cli=$!
+  sleep 2
+  ip -n "$A" link set nd0 down; sleep 1
+  local during; during=$(ip netns exec "$A" "$ctl" daemon status | grep -o 'port \(ACTIVE\|DOWN\)' | head -1)
+  ip -n "$A" link set nd0 up
+  wait $ev; local erc=$?
+  wait $cli; local crc=$?
+  wait $srv; local src=$?
+  cat "$logs/events.log"; echo "port while down: $during; ib_write_bw server $src client $crc (124: a hang)"
+  [ $erc -eq 0 ] && [ "$during" = "port DOWN" ] && [ $crc -ne 124 ] && [ $src -ne 124 ] &&
+    grep -q "event PORT_ERR" "$logs/events.log" && grep -q "event PORT_ACTIVE" "$logs/events.log" &&
+    grep -q "pair 1 state 6/6" "$logs/events.log" && grep -q "port ACTIVE" "$logs/events.log" &&
+    sleep 1 && pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 100" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 100 10.0.0.1"
+}
+check "nd0 down and up during traffic: PORT_ERR, QPs flushed, PORT_ACTIVE, traffic again" link_flap
+
+# Where XDP is not available: a packet socket with a BPF filter.
+fallback() {
+  local ns
+  for ns in "$A" "$B"; do
+    ip netns exec "$ns" "$ctl" link del droce0 || return 1
+    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering af_packet >/dev/null || return 1
+  done
+  status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
+    pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
+    tcp_and_rdma af_packet
+}
+check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" fallback
+check "daemon stop unbinds nd0 (no XDP program left)" bash -c "
+  ip netns exec $A '$ctl' link del droce0 && ip netns exec $A '$ctl' link add droce0 netdev nd0 >/dev/null &&
+  ip -n $A link show nd0 | grep -q prog/xdp && ip netns exec $A '$ctl' daemon stop && ! ip -n $A link show nd0 | grep -q prog/xdp"
+
+# A cluster of 3 on a bridge (tools/droce-cluster): host 3 <-> host 1 and
+# rdma_cm host 2 -> host 3; Open MPI launches through it as its remote shell.
+cluster3() {
+  export DROCE_CTL=$ctl
+  "$cluster" up 3 --name "$C" || return 1
+  timeout "$t" "$cluster" run --name "$C" 1 ibv_rc_pingpong -d droce0 -g 1 -n 200 >"$logs/c1.log" 2>&1 &
+  local s=$!; sleep 1.5
+  timeout "$t" "$cluster" run --name "$C" 3 ibv_rc_pingpong -d droce0 -g 1 -n 200 10.0.0.1 2>&1 | tail -1
+  wait $s || return 1
+  timeout "$t" "$cluster" run --name "$C" 3 rping -s -a 10.0.0.3 -C 5 >"$logs/c3.log" 2>&1 &
+  s=$!; sleep 1.5
+  timeout "$t" "$cluster" run --name "$C" 2 rping -c -a 10.0.0.3 -C 5 >/dev/null || return 1
+  wait $s || return 1
+  if command -v mpirun >/dev/null; then
+    timeout "$t" "$cluster" run --name "$C" 1 mpirun --allow-run-as-root --oversubscribe \
+      --mca plm_rsh_agent "$cluster rsh --name $C" --host "$C-2,$C-3" -np 2 ip -4 -br addr show eth0 \
+      >"$logs/mpi.log" 2>&1
+    cat "$logs/mpi.log"
+    grep -q "10.0.0.2/24" "$logs/mpi.log" && grep -q "10.0.0.3/24" "$logs/mpi.log" || return 1
+  fi
+  "$cluster" down --name "$C" && ! ip netns list | grep -q "^$C-"
+}
+check "a cluster of 3 on a bridge: pingpong, rping, mpirun through droce-cluster rsh" cluster3
+
+finish netns

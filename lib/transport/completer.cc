@@ -14,9 +14,9 @@ using queue::WcOpcode;
 using queue::WcStatus;
 using namespace droce::wire;
 
-bool RcQp::Outstanding() const { return req_.psn_una != req_.psn_next; }
+bool Qp::Outstanding() const { return req_.psn_una != req_.psn_next; }
 
-void RcQp::PushSendCompletion(const SendWqe& w) {
+void Qp::PushSendCompletion(const SendWqe& w) {
   queue::Completion c;
   c.wr_id = w.wr.wr_id;
   c.status = w.status;
@@ -35,7 +35,7 @@ void RcQp::PushSendCompletion(const SendWqe& w) {
   env_.send_cq->Push(c);
 }
 
-void RcQp::CompleteHead() {
+void Qp::CompleteHead() {
   while (!sq_.empty() && sq_.front().done) {
     const SendWqe& w = sq_.front();
     if (w.status != WcStatus::kSuccess || (w.wr.flags & kSendSignaled) || caps_.sq_sig_all) {
@@ -51,7 +51,7 @@ void RcQp::CompleteHead() {
 // READ/atomic's data comes back: the program may have deregistered and
 // reused the memory meanwhile. Free while no region was deregistered or
 // invalidated since (the table's epoch).
-bool RcQp::SgesStillLent(SendWqe& w) const {
+bool Qp::SgesStillLent(SendWqe& w) const {
   if ((w.wr.flags & kSendInline) || w.mr_epoch == env_.mrs->epoch()) return true;
   for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
     if (!MrStillLent(w.wr.sg_list[i].lkey, w.mr_epoch)) return false;
@@ -60,13 +60,13 @@ bool RcQp::SgesStillLent(SendWqe& w) const {
   return true;
 }
 
-void RcQp::FailWqe(SendWqe& w, WcStatus status) {
+void Qp::FailWqe(SendWqe& w, WcStatus status) {
   w.done = true;
   w.status = status;
   Fail(QpEvent::kFatal);  // flushes everything behind it and completes in order
 }
 
-void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
+void Qp::AckUpTo(uint32_t psn, uint64_t now) {
   bool progress = false;
   // Started WQEs may lie beyond req_.sq_next after a go-back-N rewind; an ACK
   // from their first transmission still counts.
@@ -106,7 +106,7 @@ void RcQp::AckUpTo(uint32_t psn, uint64_t now) {
   AdvancePastDone();
 }
 
-void RcQp::NoteProgress(uint64_t now) {
+void Qp::NoteProgress(uint64_t now) {
   if (sr_) SrSlide();  // SACK bits below the new psn_una leave the running count
   req_.implied_nak_pending = false;
   req_.rnr_nak_pending = false;
@@ -131,30 +131,30 @@ void RcQp::NoteProgress(uint64_t now) {
 // draws a timeout while it still serves the first copies, and with it a
 // second copy of the window, the next timeout a third, until the retry
 // budget runs out (doc/transport.md "Completer and recovery").
-void RcQp::NoteAnswered(uint64_t now) {
+void Qp::NoteAnswered(uint64_t now) {
   if (sr_ || req_.retransmit_deadline == 0 || !Outstanding()) return;  // (0: an RNR wait, or none)
   req_.retransmit_deadline = ArmRetransmitTimer(now);
 }
 
-uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
+uint64_t Qp::ArmRetransmitTimer(uint64_t now) {
   const uint64_t t = RetransmitTimeoutNs();
   if (sr_state_) sr_state_->req.rto_low_armed = sr_ && t != 0 && t < SrRtoHighNs();
   return t != 0 ? now + t : 0;
 }
 
-uint64_t RcQp::RetransmitTimeoutNs() const {
+uint64_t Qp::RetransmitTimeoutNs() const {
   if (!sr_) return AckTimeoutNs(attr_.timeout);
   return SrRetransmitTimeoutNs();  // sr/requester.cc
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
 // what can be completed in order.
-void RcQp::AdvancePastDone() {
+void Qp::AdvancePastDone() {
   while (req_.sq_next != sq_.tail() && sq_.at(req_.sq_next).done) ++req_.sq_next;
   CompleteHead();
 }
 
-void RcQp::ImpliedNak(uint32_t missing_psn) {
+void Qp::ImpliedNak(uint32_t missing_psn) {
   if (req_.implied_nak_pending && req_.implied_nak_psn == missing_psn) return;
   req_.implied_nak_pending = true;
   req_.implied_nak_psn = missing_psn;
@@ -165,7 +165,7 @@ void RcQp::ImpliedNak(uint32_t missing_psn) {
   RetryFrom(missing_psn);
 }
 
-void RcQp::RetryFrom(uint32_t psn) {
+void Qp::RetryFrom(uint32_t psn) {
   // Go-back-N: resend everything from `psn`, keeping each WQE's PSNs.
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     SendWqe& w = sq_.at(i);
@@ -193,7 +193,7 @@ void RcQp::RetryFrom(uint32_t psn) {
 
 // The completer (IBTA 9.7.5.2, 9.9) as rxe's rxe_comp.c reads: each
 // CompState step returns the next (transport/states.h).
-void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
+void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   const uint8_t* bth_p = frame + p.bth_offset;
   RespCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), now};
   // The states run in their order (CompState lists them so), as in the
@@ -217,7 +217,7 @@ void RcQp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now)
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.
-DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
+DROCE_STEP CompState Qp::CompCheckPsn(RespCtx& c) {
   // A SACK that acknowledges nothing new still says what arrived.
   if (c.p.opcode == kSrSack && c.psn == PsnAdd(req_.psn_una, -1)) return CompState::kCheckAck;
   if (PsnLess(c.psn, req_.psn_una)) {
@@ -231,7 +231,7 @@ DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
 
 // ACKNOWLEDGE by its AETH type; READ responses and atomic acknowledgements
 // to the WQE they answer.
-DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
+DROCE_STEP CompState Qp::CompCheckAck(RespCtx& c) {
   if (!(c.op.roles & kRoleAck) || (c.op.roles & kRoleAtomic)) return CompState::kGetWqe;
   if (c.op.Has(kHdrSackEth)) return sr_ ? CompState::kSack : CompState::kBadResponse;
   c.syndrome = AethView(c.bth_p + c.op.aeth_offset).syndrome();
@@ -244,7 +244,7 @@ DROCE_STEP CompState RcQp::CompCheckAck(RespCtx& c) {
   return CompState::kBadResponse;
 }
 
-DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
+DROCE_STEP CompState Qp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
   if (sr_ && !PsnLess(c.psn, req_.psn_una)) {
     SrOnAck(c.psn, c.now);  // sr/completer.cc
@@ -256,7 +256,7 @@ DROCE_STEP CompState RcQp::CompAck(RespCtx& c) {
 
 // RNR NAK (9.7.5.2.8): what precedes it is acknowledged; wait the timer it
 // names, then resend from its PSN; rnr_retry bounds the waits (7: forever).
-DROCE_STEP CompState RcQp::CompRnrNak(RespCtx& c) {
+DROCE_STEP CompState Qp::CompRnrNak(RespCtx& c) {
   ++counters_.rnr_naks_received;
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
@@ -276,7 +276,7 @@ DROCE_STEP CompState RcQp::CompRnrNak(RespCtx& c) {
 // NAK (9.7.5.2.5 / 9.9.2): a PSN sequence error resends from its PSN
 // (retry_cnt bounds the retries without progress); every other code
 // completes the oldest WQE with the status of the error table.
-DROCE_STEP CompState RcQp::CompNak(RespCtx& c) {
+DROCE_STEP CompState Qp::CompNak(RespCtx& c) {
   ++counters_.naks_received;
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
@@ -303,7 +303,7 @@ DROCE_STEP CompState RcQp::CompNak(RespCtx& c) {
 
 // READ responses and atomic acknowledgements answer the oldest outstanding
 // READ/atomic; everything before it is implicitly acknowledged (9.7.5.1.6).
-DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
+DROCE_STEP CompState Qp::CompGetWqe(RespCtx& c) {
   AckUpTo(PsnAdd(c.psn, -1), c.now);
   if (state_ == QpState::kErr || sq_.empty()) return CompState::kDone;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
@@ -339,7 +339,7 @@ DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
   return CompState::kRead;
 }
 
-DROCE_STEP CompState RcQp::CompAtomic(RespCtx& c) {
+DROCE_STEP CompState Qp::CompAtomic(RespCtx& c) {
   SendWqe& w = *c.wqe;
   // The original value lands in host byte order, as verbs defines it.
   const uint64_t original = AtomicAckEthView(c.bth_p + c.op.atomic_ack_offset).original();
@@ -352,7 +352,7 @@ DROCE_STEP CompState RcQp::CompAtomic(RespCtx& c) {
   return CompState::kComplete;
 }
 
-DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
+DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
   SendWqe& w = *c.wqe;
   const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
   const bool ahead_sr = sr_ && PsnLess(expected, c.psn) &&
@@ -423,7 +423,7 @@ DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
   return CompState::kDone;
 }
 
-DROCE_STEP CompState RcQp::CompComplete(RespCtx& c) {
+DROCE_STEP CompState Qp::CompComplete(RespCtx& c) {
   SendWqe& w = *c.wqe;
   w.done = true;
   --req_.rd_atomic_outstanding;

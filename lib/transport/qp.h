@@ -1,5 +1,7 @@
-// A Reliable Connection queue pair: requester (9.7.1-9.7.4), responder
-// (9.7.5), completer (9.7.5.2 / 9.9) and the verbs state machine (10.3).
+// A queue pair: RC's requester (9.7.1-9.7.4), responder (9.7.5) and
+// completer (9.7.5.2 / 9.9), UC (9.8) and UD (9.8.4, ud_qp.cc) through the
+// same steps, and the verbs state machine (10.3). Selective repeat (sr/)
+// and congestion control (lib/cc) are components it reaches through hooks.
 //
 // One lcore owns a QP: the poll loop calls OnPacket() for each received
 // packet addressed to it, Transmit() to fill transmit buffers, and
@@ -113,9 +115,9 @@ struct QpEnv {
   bool sr_tlp = true;
 };
 
-class RcQp {
+class Qp {
  public:
-  RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
+  Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
 
   uint32_t qpn() const { return qpn_; }
   QpType type() const { return caps_.type; }
@@ -470,8 +472,13 @@ class RcQp {
   }
   // Request packets the window lets out with `in_flight` PSNs past psn_una.
   uint32_t WindowRoom(int32_t in_flight) const;
+  // The in-flight cap: the transport's (go-back-N's window, selective
+  // repeat's bandwidth-delay product), or congestion control's window when
+  // its algorithm keeps a smaller one.
   uint32_t InflightCap() const {
-    return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
+    const uint32_t cap = sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
+    const uint32_t cc_window = cc_.output().window_packets;  // 0: none
+    return cc_window != 0 && cc_window < cap ? cc_window : cap;
   }
   void NoteProgress(uint64_t now);
   void NoteAnswered(uint64_t now);
@@ -510,7 +517,7 @@ class RcQp {
   // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
   void RespondError(RespError e, uint32_t psn);
   void DropUcMessage();
-  // --- selective repeat (selective_repeat.cc)
+  // --- selective repeat (sr/responder.cc, sr/requester.cc, sr/completer.cc, sr/timers.cc)
   void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
   // The peer does not use selective repeat (it sent IBTA SEND/WRITE
   // requests, or never answered an SR one for a whole IBTA timeout): this

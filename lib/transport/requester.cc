@@ -14,16 +14,16 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
-bool RcQp::IsLocalOp(const SendWqe& w) {
+bool Qp::IsLocalOp(const SendWqe& w) {
   return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
 }
 
-bool RcQp::IsReadOrAtomic(const SendWqe& w) const {
+bool Qp::IsReadOrAtomic(const SendWqe& w) const {
   return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
          w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
 }
 
-int RcQp::ValidateSend(const SendWr& wr) const {
+int Qp::ValidateSend(const SendWr& wr) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
   uint64_t total = 0;
   for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
@@ -54,7 +54,7 @@ int RcQp::ValidateSend(const SendWr& wr) const {
   return 0;
 }
 
-uint32_t RcQp::PacketsFor(const SendWqe& w) const {
+uint32_t Qp::PacketsFor(const SendWqe& w) const {
   if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
   if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
     return 1;
@@ -62,13 +62,13 @@ uint32_t RcQp::PacketsFor(const SendWqe& w) const {
   return PacketsForLength(w.total_len);
 }
 
-bool RcQp::MayStart(const SendWqe& w) const {
+bool Qp::MayStart(const SendWqe& w) const {
   // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
   if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
   return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
 }
 
-bool RcQp::StartWqe(SendWqe& w) {
+bool Qp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (IsLocalOp(w)) {
     // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
@@ -115,7 +115,7 @@ bool RcQp::StartWqe(SendWqe& w) {
   return true;
 }
 
-struct RcQp::SendCtx {
+struct Qp::SendCtx {
   pktio::Frame* frames;
   uint32_t used;
   uint32_t n;
@@ -123,7 +123,7 @@ struct RcQp::SendCtx {
   SendWqe* w = nullptr;
 };
 
-uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
   // Selective repeat: what the SACKs or a timeout showed lost goes first.
   if (sr_) {
     used = SrRetransmit(frames, used, n, now_ns);
@@ -152,7 +152,7 @@ uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n,
   return c.used;
 }
 
-DROCE_STEP ReqState RcQp::ReqGetWqe(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
   if (c.used >= c.n || req_.sq_next == sq_.tail()) return ReqState::kDone;
   if (Paced(c.now_ns)) return ReqState::kDone;
   c.w = &sq_.at(req_.sq_next);
@@ -160,11 +160,11 @@ DROCE_STEP ReqState RcQp::ReqGetWqe(SendCtx& c) {
   return state_ == QpState::kSqd ? ReqState::kDone : ReqState::kCheckLimits;  // SQD: drained
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckLimits(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckLimits(SendCtx& c) {
   return MayStart(*c.w) ? ReqState::kStartWqe : ReqState::kDone;  // wait for completions
 }
 
-DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqStartWqe(SendCtx& c) {
   StartWqe(*c.w);
   if (state_ == QpState::kErr) return ReqState::kDone;  // a local error flushed the queue
   if (c.w->done) {  // LOCAL_INV, BIND_MW: no packet
@@ -175,13 +175,13 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
   return ReqState::kCheckWindow;
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckWindow(SendCtx& c) {
   const bool full = WindowRoom(PsnDiff(c.w->next_psn, req_.psn_una)) == 0;
   if (sr_) SrNoteCap(full, c.now_ns);
   return full ? ReqState::kDone : ReqState::kCheckLength;
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckLength(SendCtx& c) {
   if (ud() && c.w->total_len > mtu_) {  // never on the wire (ud_qp.cc)
     SkipOversizeUd(*c.w);
     ++req_.sq_next;
@@ -191,20 +191,20 @@ DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
   return ReqState::kCheckSges;
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckSges(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckSges(SendCtx& c) {
   if (SgesStillLent(*c.w)) return ReqState::kBuildPacket;
   FailWqe(*c.w, WcStatus::kLocProtErr);  // the payload's region was deregistered meanwhile
   return ReqState::kDone;
 }
 
-DROCE_STEP ReqState RcQp::ReqBuildPacket(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
   const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
 }
 
-DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
   SendWqe& w = *c.w;
   const uint32_t len = c.frames[c.used].len;
   ++counters_.tx_packets;
@@ -242,7 +242,7 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
 // AckReq, the send cursor left where it is (the rest was resent by the
 // retry still unanswered). A READ is asked again from its first missing
 // response, an atomic whole. Nothing when the cursor is to send it anyway.
-uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
   if (used >= n || Paced(now_ns)) return used;
   req_.retry_probe_pending = false;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
@@ -277,7 +277,7 @@ uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, u
 // The packet at `psn` of a started WQE once more, asking for an ACK, the
 // WQE's cursor (next_psn, fully_sent) left as it was: a one-off resend
 // (selective repeat's, go-back-N's retry probe). 0: nothing built.
-uint32_t RcQp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
+uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
   const uint32_t saved_next = w.next_psn;
   const bool saved_sent = w.fully_sent;
   w.next_psn = psn;
@@ -308,7 +308,7 @@ inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& s
 }
 }  // namespace
 
-void RcQp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
   if (w.wr.flags & kSendInline) {
     std::memcpy(out, w.inline_data + offset, len);
     return;
@@ -319,7 +319,7 @@ void RcQp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_
   });
 }
 
-uint32_t RcQp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
+uint32_t Qp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
                                 uint32_t crc) const {
   if (w.wr.flags & kSendInline) return Crc32CopyUpdate(crc, out, w.inline_data + offset, len);
   ForEachSgeSpan(w, offset, len, [&out, &crc](const uint8_t* host, uint32_t n) {
@@ -329,7 +329,7 @@ uint32_t RcQp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len,
   return crc;
 }
 
-void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
+void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
                          uint32_t len) const {
   ForEachSgeSpan(w, offset, len, [&data](uint8_t* host, uint32_t n) {
     std::memcpy(host, data, n);
@@ -337,7 +337,7 @@ void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
   });
 }
 
-uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
+uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (ud()) return BuildUdRequest(w, frame);
   const uint32_t psn = w.next_psn;
   const bool retransmission = PsnLess(psn, req_.psn_high);

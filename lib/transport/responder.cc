@@ -29,7 +29,7 @@ constexpr uint32_t kCreditCounts[31] = {0,    1,    2,    3,     4,     6,     8
 }  // namespace
 
 
-uint8_t RcQp::CreditsField() const {
+uint8_t Qp::CreditsField() const {
   if (env_.srq != nullptr) return kAethCreditsInvalid;  // no per-QP credits with an SRQ
   const uint32_t available = rq_.size() + rq_.published();  // published without the device lock too
   uint8_t code = 0;
@@ -37,7 +37,7 @@ uint8_t RcQp::CreditsField() const {
   return code;
 }
 
-void RcQp::QueueAck(uint32_t psn) {
+void Qp::QueueAck(uint32_t psn) {
   // Coalesce: a queued, unsent ACK just moves forward (9.7.5.1.1).
   if (!actions_.empty()) {
     Action& last = actions_.at(actions_.tail() - 1);
@@ -56,7 +56,7 @@ void RcQp::QueueAck(uint32_t psn) {
   actions_.Commit();
 }
 
-void RcQp::QueueNak(uint8_t syndrome, uint32_t psn) {
+void Qp::QueueNak(uint8_t syndrome, uint32_t psn) {
   Action* a = actions_.Reserve();
   if (a == nullptr) return;  // the requester's timer recovers
   *a = Action{};
@@ -67,7 +67,7 @@ void RcQp::QueueNak(uint8_t syndrome, uint32_t psn) {
   actions_.Commit();
 }
 
-bool RcQp::TakeRecvWqe() {
+bool Qp::TakeRecvWqe() {
   if (resp_.recv_wqe_held) return true;
   if (sr_state_ && sr_state_->resp.recv_taken > 0) {
     // Taken by selective repeat before a fallback to go-back-N: the oldest
@@ -87,7 +87,7 @@ bool RcQp::TakeRecvWqe() {
   return true;
 }
 
-void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint8_t flags,
+void Qp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint8_t flags,
                         uint32_t imm_or_inv, bool solicited) {
   queue::Completion c;
   c.wr_id = resp_.recv_wqe.wr_id;
@@ -104,14 +104,14 @@ void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uin
 
 // UC (9.8.3): the rest of the message is dropped; the next FIRST/ONLY
 // resynchronises, reusing a held receive WQE.
-void RcQp::DropUcMessage() {
+void Qp::DropUcMessage() {
   ++counters_.uc_messages_dropped;
   resp_.in_message = InMessage::kNone;
   resp_.recv_offset = 0;
 }
 
 // The error state, read from kRespErrors.
-void RcQp::RespondError(RespError e, uint32_t psn) {
+void Qp::RespondError(RespError e, uint32_t psn) {
   const RespErrorInfo& info = Info(e);
   if (!reliable()) {
     if (!info.receive_fault) {
@@ -138,7 +138,7 @@ void RcQp::RespondError(RespError e, uint32_t psn) {
 }
 
 // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
-bool RcQp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
+bool Qp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
                    const uint8_t* payload, uint32_t len, RespError* error) {
   uint32_t skip = offset, left = len;
   const uint8_t* src = payload;
@@ -166,11 +166,11 @@ bool RcQp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint3
   return true;
 }
 
-bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
+bool Qp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
   return PlaceIntoRecv(*env_.mrs, env_.pd, resp_.recv_wqe, resp_.recv_offset, payload, len, error);
 }
 
-bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint32_t len = p.payload_len;
   // Place while verifying only where the destination follows from verified
   // state alone: the WRITE in progress (its RETH was checked on a verified
@@ -200,14 +200,14 @@ bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint6
 
 // The IBTA responder's resource, R_Key and execute steps, for a request
 // selective repeat accepted out of order (sr/responder.cc).
-RespState RcQp::CheckAndExecute(ReqCtx& c) {
+RespState Qp::CheckAndExecute(ReqCtx& c) {
   RespState s = CheckResource(c);
   if (s == RespState::kCheckRkey) s = CheckRkeyStep(c);
   if (s == RespState::kExecute) s = Execute(c);
   return s;
 }
 
-void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
+void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, payload_placed};
   // The states run in their order (RespState lists them so); a step that
@@ -228,7 +228,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_p
   }
 }
 
-DROCE_STEP RespState RcQp::CheckPsn(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckPsn(ReqCtx& c) {
   if (!reliable()) {
     // UC (9.8.3): a gap drops the message in progress; a MIDDLE/LAST after
     // it is skipped, a FIRST/ONLY starts afresh.
@@ -260,7 +260,7 @@ DROCE_STEP RespState RcQp::CheckPsn(ReqCtx& c) {
 }
 
 // Opcode sequence (9.7.5.1.3): MIDDLE/LAST continue the message in progress.
-DROCE_STEP RespState RcQp::CheckOpSequence(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckOpSequence(ReqCtx& c) {
   const bool first = c.first();
   if (!reliable()) {
     if (first && resp_.in_message != InMessage::kNone) DropUcMessage();  // the previous one never finished
@@ -277,7 +277,7 @@ DROCE_STEP RespState RcQp::CheckOpSequence(ReqCtx& c) {
 
 // FIRST and MIDDLE carry exactly one MTU, LAST and ONLY up to one; an RC
 // LAST that is not also FIRST carries at least one byte.
-DROCE_STEP RespState RcQp::CheckLength(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckLength(ReqCtx& c) {
   if (!(c.op.roles & kRolePayload)) return RespState::kCheckResource;
   const bool ok = c.last() ? (c.len <= mtu_ && (c.first() || c.len > 0 || !reliable()))
                            : c.len == mtu_;
@@ -286,7 +286,7 @@ DROCE_STEP RespState RcQp::CheckLength(ReqCtx& c) {
 
 // A receive WQE for what consumes one (checked before any memory is
 // touched), a responder resource for a new READ or atomic (max_dest_rd_atomic).
-DROCE_STEP RespState RcQp::CheckResource(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckResource(ReqCtx& c) {
   if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
     if (!TakeRecvWqe()) return c.Fail(RespError::kRnr);
     if (c.first()) resp_.recv_offset = 0;
@@ -299,7 +299,7 @@ DROCE_STEP RespState RcQp::CheckResource(ReqCtx& c) {
 // The one remote-access check: a RETH (WRITE FIRST/ONLY, READ) or an
 // AtomicETH names memory; the DMA length is bounded before the R_Key is
 // checked, as rxe's check_length; an atomic's alignment after it.
-DROCE_STEP RespState RcQp::CheckRkeyStep(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckRkeyStep(ReqCtx& c) {
   if (c.op.Has(kHdrReth)) {
     const RethView reth(c.bth_p + c.op.reth_offset);
     if (reth.dma_length() > kMaxMessageBytes) return c.Fail(RespError::kMessageTooLong);
@@ -315,7 +315,7 @@ DROCE_STEP RespState RcQp::CheckRkeyStep(ReqCtx& c) {
   return RespState::kExecute;
 }
 
-DROCE_STEP RespState RcQp::Execute(ReqCtx& c) {
+DROCE_STEP RespState Qp::Execute(ReqCtx& c) {
   if (c.is_send()) return ExecuteSend(c);
   if (c.is_write()) return ExecuteWrite(c);
   if (c.is_read()) return ExecuteRead(c);
@@ -323,7 +323,7 @@ DROCE_STEP RespState RcQp::Execute(ReqCtx& c) {
   return RespState::kAcknowledge;
 }
 
-DROCE_STEP RespState RcQp::ExecuteSend(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteSend(ReqCtx& c) {
   resp_.in_message = InMessage::kSend;
   RespError error;
   if (!PlaceSendPayload(c.frame + c.p.payload_offset, c.len, &error)) return c.Fail(error);
@@ -351,7 +351,7 @@ DROCE_STEP RespState RcQp::ExecuteSend(ReqCtx& c) {
   return RespState::kAcknowledge;
 }
 
-DROCE_STEP RespState RcQp::ExecuteWrite(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteWrite(ReqCtx& c) {
   if (c.first()) {
     const RethView reth(c.bth_p + c.op.reth_offset);
     resp_.write_host = c.target.host;
@@ -384,7 +384,7 @@ DROCE_STEP RespState RcQp::ExecuteWrite(ReqCtx& c) {
   return RespState::kAcknowledge;
 }
 
-DROCE_STEP RespState RcQp::ExecuteRead(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteRead(ReqCtx& c) {
   if (actions_.full()) return RespState::kDone;  // more READs than negotiated: the requester retries
   const RethView reth(c.bth_p + c.op.reth_offset);
   const uint32_t packets = PacketsForLength(reth.dma_length());
@@ -408,7 +408,7 @@ DROCE_STEP RespState RcQp::ExecuteRead(ReqCtx& c) {
   return RespState::kDone;
 }
 
-DROCE_STEP RespState RcQp::ExecuteAtomic(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
   if (actions_.full()) return RespState::kDone;
   const AtomicEthView at(c.bth_p + c.op.atomic_offset);
   auto* target = reinterpret_cast<uint64_t*>(c.target.host);
@@ -437,14 +437,14 @@ DROCE_STEP RespState RcQp::ExecuteAtomic(ReqCtx& c) {
   return RespState::kDone;
 }
 
-DROCE_STEP RespState RcQp::Acknowledge(ReqCtx& c) {
+DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
   if (!reliable()) return RespState::kDone;  // UC moved resp_.epsn in CheckPsn and never ACKs
   resp_.epsn = PsnAdd(c.psn, 1);
   if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
   return RespState::kDone;
 }
 
-RespState RcQp::Duplicate(ReqCtx& c) {
+RespState Qp::Duplicate(ReqCtx& c) {
   const OpcodeInfo& op = c.op;
   const uint32_t psn = c.psn;
   if (!c.is_read() && !c.is_atomic()) {
@@ -517,7 +517,7 @@ RespState RcQp::Duplicate(ReqCtx& c) {
   return RespState::kDone;  // too old to be in the cache: ignore (9.7.5.1.2)
 }
 
-uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
+uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
   uint8_t* ext;
   const uint32_t bth_off = WriteHeaders(frame, 0, a.psn, false, false, &ext);
   uint8_t* bth_p = frame + bth_off;

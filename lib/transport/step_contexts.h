@@ -10,7 +10,7 @@
 namespace droce::transport {
 
 // One request on its way through the steps.
-struct RcQp::ReqCtx {
+struct Qp::ReqCtx {
   const uint8_t* frame;
   const wire::ParsedPacket& p;
   const wire::OpcodeInfo& op;
@@ -33,7 +33,7 @@ struct RcQp::ReqCtx {
 };
 
 // One response on its way through the completer's steps.
-struct RcQp::RespCtx {
+struct Qp::RespCtx {
   const uint8_t* frame;
   const wire::ParsedPacket& p;
   const wire::OpcodeInfo& op;

@@ -17,7 +17,7 @@ using queue::WcOpcode;
 using queue::WcStatus;
 using namespace droce::wire;
 
-CompState RcQp::SrPlaceLaterRead(RespCtx& c, SendWqe& w) {
+CompState Qp::SrPlaceLaterRead(RespCtx& c, SendWqe& w) {
   if (PsnDiff(c.psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow)) return CompState::kBadResponse;
   const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
   SrSlide();
@@ -43,7 +43,7 @@ CompState RcQp::SrPlaceLaterRead(RespCtx& c, SendWqe& w) {
 // responses placed for them while they waited (in order, from their first
 // missing one); a READ they complete is done, a READ with a gap before
 // responses that arrived asks for the missing run (implied NAK).
-void RcQp::SrCatchUpReads(uint64_t now) {
+void Qp::SrCatchUpReads(uint64_t now) {
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.done) continue;
@@ -85,7 +85,7 @@ void RcQp::SrCatchUpReads(uint64_t now) {
 // Selective repeat (doc/transport.md): the SACK acknowledges up to its BTH
 // PSN like an ACK; the PSNs its bitmap holds are not resent; those missing
 // below the highest one it holds are lost and resent, once.
-CompState RcQp::CompSack(RespCtx& c) {
+CompState Qp::CompSack(RespCtx& c) {
   ++counters_.sr_sacks_received;
   sr_state_->req.peer_answered = true;
   if (sr_state_->req.frto) {
@@ -159,7 +159,7 @@ CompState RcQp::CompSack(RespCtx& c) {
 // Otherwise the ACK can only be the answer to the timeout's resend (a lost
 // tail whose AckReq packet was lost: it acknowledges up to the hole): the
 // rest is resent, as a timeout did before F-RTO.
-void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more) {
+void Qp::SrFrtoDecide(uint32_t acked, bool holds_more) {
   const uint32_t una = sr_state_->req.frto_una;
   bool spurious = false;
   if (!PsnLess(acked, una) && PsnDiff(acked, una) < static_cast<int32_t>(kSrWindow)) {
@@ -180,7 +180,7 @@ void RcQp::SrFrtoDecide(uint32_t acked, bool holds_more) {
   sr_state_->req.backoff_hold = true;
 }
 
-void RcQp::SrFrtoRelease() {
+void Qp::SrFrtoRelease() {
   sr_state_->req.frto = false;
   if (PsnLess(sr_state_->req.retx_end, sr_state_->req.frto_end)) sr_state_->req.retx_end = sr_state_->req.frto_end;
   sr_state_->req.tmo_end = sr_state_->req.retx_end;  // (counters: sr_timeout_resent)
@@ -188,7 +188,7 @@ void RcQp::SrFrtoRelease() {
 
 // A plain ACK at or past psn_una on an SR QP: F-RTO's decision, the RTT
 // sample, the acknowledgement, RACK.
-void RcQp::SrOnAck(uint32_t psn, uint64_t now) {
+void Qp::SrOnAck(uint32_t psn, uint64_t now) {
   if (sr_state_->req.frto) SrFrtoDecide(psn, false);
   const uint32_t rack_before = sr_state_->req.rack_seq;
   SrNoteDelivered(psn, now);

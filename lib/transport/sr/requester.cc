@@ -41,7 +41,7 @@ void TimeSpan(bool on, uint64_t now, uint64_t* since_ns, uint64_t* total_ns) {
 
 // Drops the SACK bits of PSNs now acknowledged: the bitmap covers
 // [psn_una, psn_una + kSrWindow).
-void RcQp::SrSlide() {
+void Qp::SrSlide() {
   const int32_t moved = PsnDiff(req_.psn_una, sr_state_->req.sack_base);
   if (moved >= static_cast<int32_t>(kSrWindow) || moved < 0) {
     sr_state_->req.sacked = {};
@@ -72,7 +72,7 @@ void RcQp::SrSlide() {
 // back (a PSN is resent once per loss signal; a lost retransmission is
 // found by the timeout, which restarts it at psn_una), so SACKs that still
 // show a retransmitted PSN missing while it is on its way resend nothing.
-void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
+void Qp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
   SrSlide();
   if (sr_state_->req.probe_pending) {
     // A probe not sent yet: the cursor goes back to where it was before it
@@ -88,12 +88,12 @@ void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
   if (PsnLess(sr_state_->req.retx_end, end)) sr_state_->req.retx_end = end;
 }
 
-uint32_t RcQp::SrPendingRetransmits() const {
+uint32_t Qp::SrPendingRetransmits() const {
   const int32_t n = PsnDiff(sr_state_->req.retx_end, sr_state_->req.retx_next);
   return n > 0 ? static_cast<uint32_t>(n) : 0;
 }
 
-uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+uint32_t Qp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
   if (SrPendingRetransmits() == 0) return used;
   SrSlide();
   uint32_t i = sq_.head();
@@ -209,7 +209,7 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
 // Every packet an SR QP sends: its place in the send order (RACK), Karn's
 // rule for the RTT timing (a retransmitted packet is never timed; timing
 // one that is resent is abandoned), SEND/WRITE retransmissions remembered.
-void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now) {
+void Qp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now) {
   sr_state_->req.sent_seq[psn % kSrWindow] = ++sr_state_->req.tx_seq;
   if (retransmission) {
     if (sr_state_->req.rtt_timing && sr_state_->req.rtt_psn == psn) sr_state_->req.rtt_timing = false;
@@ -230,7 +230,7 @@ void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now
 
 // `psn` was acknowledged (cumulatively or selectively): an RTT sample if
 // it is the timed packet, and the newest send-order place delivered.
-void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
+void Qp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
   if (!PsnLess(psn, req_.psn_high) || PsnDiff(req_.psn_high, psn) > static_cast<int32_t>(kSrWindow)) return;
   const uint32_t seq = sr_state_->req.sent_seq[psn % kSrWindow];
   if (static_cast<int32_t>(seq - sr_state_->req.rack_seq) > 0) sr_state_->req.rack_seq = seq;
@@ -253,7 +253,7 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
 // The windowed maximum RTT, the RTO's floor (kSrRttMaxPeriodNs; Linux keeps
 // windowed extremes the same way, lib/win_minmax.c, for its min RTT): the
 // largest sample of the current period and of the previous one.
-void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
+void Qp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
   const uint64_t elapsed = now - sr_state_->req.rtt_max_start_ns;
   if (elapsed >= kSrRttMaxPeriodNs) {
     sr_state_->req.rtt_max_prev_ns = elapsed >= 2 * kSrRttMaxPeriodNs ? 0 : sr_state_->req.rtt_max_cur_ns;
@@ -265,7 +265,7 @@ void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
 
 // The recent high percentile (kSrRttRank-th largest of the last kSrRttRing
 // samples): once per RTT sample, a walk of kSrRttRing words.
-void RcQp::SrNoteRttHigh(uint64_t rtt_ns) {
+void Qp::SrNoteRttHigh(uint64_t rtt_ns) {
   sr_state_->req.rtt_ring[sr_state_->req.rtt_ring_n++ % kSrRttRing] = static_cast<uint32_t>(std::min<uint64_t>(rtt_ns, UINT32_MAX));
   const uint32_t n = std::min(sr_state_->req.rtt_ring_n, kSrRttRing);
   std::array<uint32_t, kSrRttRank> top{};  // descending
@@ -280,7 +280,7 @@ void RcQp::SrNoteRttHigh(uint64_t rtt_ns) {
 
 // Counters only: the timed resend's PSN is acknowledged (below psn_una) or
 // SACKed; its time from the resend is the repair's second part.
-void RcQp::SrNoteRepaired(uint64_t now) {
+void Qp::SrNoteRepaired(uint64_t now) {
   if (!sr_state_->req.repair_timing) return;
   if (!PsnLess(sr_state_->req.repair_psn, req_.psn_una) && !SrSacked(sr_state_->req.repair_psn)) return;
   sr_state_->req.repair_timing = false;
@@ -292,7 +292,7 @@ void RcQp::SrNoteRepaired(uint64_t now) {
 
 // Counters of the breakdown (doc/loss-experiment.md): RTT samples by size,
 // the smallest, the packets in flight at each.
-void RcQp::SrCountRtt(uint64_t rtt_ns) {
+void Qp::SrCountRtt(uint64_t rtt_ns) {
   if (counters_.sr_rtt_min_ns == 0 || rtt_ns < counters_.sr_rtt_min_ns) {
     counters_.sr_rtt_min_ns = std::max<uint64_t>(rtt_ns, 1);
   }
@@ -302,20 +302,20 @@ void RcQp::SrCountRtt(uint64_t rtt_ns) {
 }
 
 // The time new packets wait at the in-flight cap (sr_window_full_ns).
-void RcQp::SrNoteCap(bool full, uint64_t now) {
+void Qp::SrNoteCap(bool full, uint64_t now) {
   TimeSpan(full, now, &sr_state_->req.cap_since_ns, &counters_.sr_window_full_ns);
 }
 
 // The time everything posted had been sent and waited for acknowledgement
 // (sr_sq_drained_ns): the program's window, not the transport, held the sender.
-void RcQp::SrNoteDrained(bool drained, uint64_t now) {
+void Qp::SrNoteDrained(bool drained, uint64_t now) {
   TimeSpan(drained, now, &sr_state_->req.drained_since_ns, &counters_.sr_sq_drained_ns);
 }
 
 // RACK (time/order based, as TCP's RFC 8985 without its reordering window):
 // a retransmission still missing while a packet sent after it arrived was
 // lost again; resend it now instead of waiting for the timer.
-void RcQp::SrRackScan() {
+void Qp::SrRackScan() {
   if (sr_state_->req.resent_count == 0) return;
   SrSlide();
   // Only PSNs resent can be lost again: walk the set bits of sr_resent, a
@@ -341,7 +341,7 @@ void RcQp::SrRackScan() {
 
 // The tail-loss probe (RFC 8985's TLP): armed whenever something is sent or
 // acknowledged, max(floor, 2 SRTT) ahead, if that comes before the RTO.
-void RcQp::SrArmTlp(uint64_t now) {
+void Qp::SrArmTlp(uint64_t now) {
   if (!sr_ || !env_.sr_tlp || !sr_state_->req.rtt.valid || !sr_state_->req.tlp_armable || !Outstanding()) return;
   const uint64_t at = now + std::max(env_.sr_rto_min_ns, 2 * sr_state_->req.rtt.srtt_ns);
   sr_state_->req.tlp_deadline = req_.retransmit_deadline != 0 && at >= req_.retransmit_deadline ? 0 : at;
@@ -351,7 +351,7 @@ void RcQp::SrArmTlp(uint64_t now) {
 // lost ACKs), the highest packet sent: its ACK or SACK shows every hole
 // before it. Once SACKs showed holes, the first missing one: it holds
 // every completion behind it.
-void RcQp::SrProbe() {
+void Qp::SrProbe() {
   sr_state_->req.tlp_armable = false;
   SrSlide();
   uint32_t psn = PsnAdd(req_.psn_high, -1);
@@ -371,7 +371,7 @@ void RcQp::SrProbe() {
 // Forward progress restores the retry budgets and restarts the ACK timer.
 // Selective repeat's share of progress: the backoff ends (after a spurious
 // timeout only at the next RTT sample), a tail-loss probe may be armed again.
-void RcQp::SrOnProgress() {
+void Qp::SrOnProgress() {
   if (!sr_state_->req.backoff_hold) sr_state_->req.backoff = 0;
   sr_state_->req.tlp_armable = true;
   sr_state_->req.tlp_deadline = 0;
@@ -384,7 +384,7 @@ void RcQp::SrOnProgress() {
 // coalesced ACKs) only makes timeouts, spurious ones, on every round trip
 // (the fabric's loss-free row, doc/loss-experiment.md). At most the QP's
 // IBTA timeout (0, infinite, leaves it).
-uint64_t RcQp::SrRtoHighNs() const {
+uint64_t Qp::SrRtoHighNs() const {
   const uint64_t ibta = AckTimeoutNs(attr_.timeout);
   uint64_t high = env_.sr_rto_high_ns;
   if (sr_state_->req.rtt.valid) {
@@ -398,12 +398,12 @@ uint64_t RcQp::SrRtoHighNs() const {
 // the measured RTO (SRTT + 4 RTTVAR, at least sr_rto_min_ns), even above
 // sr_rto_low_ns (a ceiling below the measured value only makes spurious
 // timeouts), never above RTO_high.
-uint64_t RcQp::SrRtoLowNs() const {
+uint64_t Qp::SrRtoLowNs() const {
   const uint64_t low = sr_state_->req.rtt.valid ? SrMeasuredRtoNs() : env_.sr_rto_low_ns;
   return std::min(low, SrRtoHighNs());
 }
 
-uint32_t RcQp::SrUnsackedInFlightByWalk() const {
+uint32_t Qp::SrUnsackedInFlightByWalk() const {
   uint32_t n = 0;
   for (uint32_t psn = req_.psn_una; wire::PsnLess(psn, req_.psn_high); psn = wire::PsnAdd(psn, 1)) {
     if (!wire::PsnLess(psn, sr_state_->req.sack_base) && BitTest(sr_state_->req.sacked, psn)) continue;
@@ -414,7 +414,7 @@ uint32_t RcQp::SrUnsackedInFlightByWalk() const {
 
 // The oldest unacknowledged work is an SR SEND/WRITE (a READ or atomic
 // goes out with its IBTA opcode, so its answer says nothing of the peer).
-bool RcQp::SrOldestIsSendOrWrite() const {
+bool Qp::SrOldestIsSendOrWrite() const {
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     const SendWqe& w = sq_.at(i);
     if (w.done) continue;
@@ -428,7 +428,7 @@ bool RcQp::SrOldestIsSendOrWrite() const {
 // psn_una as IBTA packets; the responder forgets what it held past ePSN
 // (go-back-N resends it) but keeps the receive WQEs it took, which the
 // IBTA path consumes first, in order.
-void RcQp::SrFallBack(uint64_t now_ns) {
+void Qp::SrFallBack(uint64_t now_ns) {
   if (!sr_) return;
   sr_ = false;
   ++counters_.sr_fallbacks;
@@ -460,7 +460,7 @@ void RcQp::SrFallBack(uint64_t now_ns) {
 
 // IRN's RTO_low while little is in flight and the last timeout was
 // followed by progress, RTO_high otherwise, backed off.
-uint64_t RcQp::SrRetransmitTimeoutNs() const {
+uint64_t Qp::SrRetransmitTimeoutNs() const {
   const uint64_t high = SrRtoHighNs();
   // IRN's RTO_low: a loss with few packets behind it produces no SACK.
   uint64_t t = req_.progress_since_retry && SrUnsackedInFlight() <= env_.sr_rto_low_below ? SrRtoLowNs() : high;
@@ -487,7 +487,7 @@ uint64_t RcQp::SrRetransmitTimeoutNs() const {
 }
 
 // An implied NAK (a READ/atomic response missing): that request alone is resent.
-void RcQp::SrImpliedNak(uint32_t missing_psn) {
+void Qp::SrImpliedNak(uint32_t missing_psn) {
   SrScheduleRetransmit(missing_psn, PsnAdd(missing_psn, 1));  // that READ/atomic only
   // The cursor moves only forward for SACKed losses; a READ's later
   // missing run (its first run asked again took the cursor past the

@@ -25,7 +25,7 @@ using namespace droce::wire;
 // resent: a READ's responses and an atomic's result stay in PSN order, and
 // an atomic executes exactly once through the resource ring). Errors are
 // only acted on at the expected PSN, so they NAK exactly as go-back-N does.
-void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
   const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
@@ -128,7 +128,7 @@ void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now
 // Places an SR SEND/WRITE packet where its SRETH says. False: not placed;
 // *error is the request's error when it is one (acted on only at the
 // expected PSN), kCount when the packet is just dropped.
-bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
+bool Qp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
   const SrEthView sr(c.bth_p + c.op.sreth_offset);
   const uint64_t end = uint64_t{sr.offset()} + c.len;
   const bool len_ok = c.last() ? c.len <= mtu_ : c.len == mtu_;
@@ -205,7 +205,7 @@ bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
 
 // The expected PSN moves over everything that arrived; then the receive
 // WQEs whose messages lie wholly before it complete, in order (10.8.3).
-void RcQp::SrAdvance() {
+void Qp::SrAdvance() {
   while (SrReceived(resp_.epsn)) {
     BitClear(sr_state_->resp.received, resp_.epsn);
     const bool last = BitTest(sr_state_->resp.last, resp_.epsn);
@@ -243,7 +243,7 @@ void RcQp::SrAdvance() {
 // FIRST's RETH is), a SEND's (or WRITE with immediate's) receive WQE held at
 // the byte offset reached. Nothing of the message was visible yet (no
 // completion, no MSN), and PSNs below ePSN are duplicates either way.
-void RcQp::SrContinueAsIbta() {
+void Qp::SrContinueAsIbta() {
   if (!sr_state_->resp.in_message || sr_state_->msgs.empty()) return;
   sr_state_->resp.in_message = false;
   const SrMsg& m = sr_state_->msgs[PsnAdd(resp_.epsn, -1) % kSrWindow];
@@ -277,7 +277,7 @@ void RcQp::SrContinueAsIbta() {
 // The error state for an SR request at the expected PSN: the receive WQE
 // of its message (the oldest held) completes with the table's status, as
 // the held one does in go-back-N; later ones are flushed.
-void RcQp::SrRespondError(RespError e, uint32_t psn) {
+void Qp::SrRespondError(RespError e, uint32_t psn) {
   if (Info(e).fatal && sr_state_->resp.recv_taken > 0 && !resp_.recv_wqe_held) {
     const SrRecv& r = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs];
     if (r.ended ? !PsnLess(r.end_psn, psn) : true) {
@@ -290,7 +290,7 @@ void RcQp::SrRespondError(RespError e, uint32_t psn) {
   RespondError(e, psn);
 }
 
-void RcQp::SrFlushReceives() {
+void Qp::SrFlushReceives() {
   while (sr_state_->resp.recv_taken > 0) {
     queue::Completion c;
     c.wr_id = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr.wr_id;
@@ -305,7 +305,7 @@ void RcQp::SrFlushReceives() {
 
 // An ACK whose contents are decided when it leaves: coalesces with a
 // queued ACK or SACK, as ACKs do (9.7.5.1.1).
-void RcQp::QueueSack() {
+void Qp::QueueSack() {
   if (!actions_.empty()) {
     Action& last = actions_.at(actions_.tail() - 1);
     if (last.kind == ActionKind::kAck || last.kind == ActionKind::kSack) {
@@ -323,7 +323,7 @@ void RcQp::QueueSack() {
 // ACKNOWLEDGE of ePSN - 1 while nothing past ePSN has arrived; otherwise
 // SR_SACK: the same BTH PSN and AETH, and a SACKETH with ePSN and the
 // bitmap of the kSackBits (1024) PSNs after it.
-uint32_t RcQp::BuildSack(uint8_t* frame) {
+uint32_t Qp::BuildSack(uint8_t* frame) {
   // Never acknowledge past a READ/atomic whose responses are still queued
   // behind this ACK: they carry its acknowledgement, in PSN order
   // (an ACK beyond a READ without its responses is an implied NAK).

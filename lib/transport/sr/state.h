@@ -1,6 +1,6 @@
 // Selective repeat's per-connection state (doc/transport.md "Selective
 // repeat"): what a QP holds only once selective repeat is chosen for it
-// (RcQp::SetSelectiveRepeat), in one allocation on the control path. The
+// (Qp::SetSelectiveRepeat), in one allocation on the control path. The
 // IBTA requester, responder and completer never touch it; selective
 // repeat's own files (lib/transport/sr/) do, through the QP's hooks.
 #ifndef DROCE_LIB_TRANSPORT_SR_STATE_H_

@@ -1,7 +1,7 @@
 // Selective repeat's timers (doc/transport.md "Selective repeat"): the
 // tail-loss probe, and what a retransmission timeout does on an SR QP —
 // the fallback to go-back-N toward a peer that never answered as SR, F-RTO,
-// the resend of what is neither acknowledged nor SACKed. RcQp::OnTimer
+// the resend of what is neither acknowledged nor SACKed. Qp::OnTimer
 // (qp.cc) calls them through SrOnTimer, SrTimeoutBegins and
 // SrResendAfterTimeout.
 #include "transport/qp.h"
@@ -9,7 +9,7 @@
 
 namespace droce::transport {
 
-void RcQp::SrOnTimer(uint64_t now_ns) {
+void Qp::SrOnTimer(uint64_t now_ns) {
   if (sr_state_->req.tlp_deadline == 0 || now_ns < sr_state_->req.tlp_deadline) return;
   // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
   sr_state_->req.tlp_deadline = 0;
@@ -17,7 +17,7 @@ void RcQp::SrOnTimer(uint64_t now_ns) {
 }
 
 // A timeout on an SR QP, before the retry budget is looked at.
-void RcQp::SrTimeoutBegins(uint64_t now_ns, uint64_t ibta_timeout) {
+void Qp::SrTimeoutBegins(uint64_t now_ns, uint64_t ibta_timeout) {
   // Selective repeat toward a peer that never answered an SR SEND/WRITE
   // packet for a whole IBTA timeout (8 high RTOs if that is infinite): the
   // peer does not use it (configured off: it drops SR opcodes); go-back-N
@@ -37,7 +37,7 @@ void RcQp::SrTimeoutBegins(uint64_t now_ns, uint64_t ibta_timeout) {
   }
 }
 
-void RcQp::SrResendAfterTimeout() {
+void Qp::SrResendAfterTimeout() {
   // Selective repeat: everything sent and not SACKed is resent, from the
   // oldest unacknowledged PSN (a lost retransmission ends here). Karn:
   // the packet being timed may be resent, its sample is void; the RTO

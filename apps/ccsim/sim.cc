@@ -7,7 +7,7 @@
 #include <random>
 #include <sstream>
 
-#include "cc/bottleneck.h"
+#include "sim/switch/bottleneck.h"
 #include "cc/dcqcn.h"
 
 namespace droce::ccsim {
@@ -93,15 +93,15 @@ class Simulation {
   }
 
  private:
-  static cc::BottleneckConfig BottleneckConfigFor(const SimConfig& cfg) {
-    cc::BottleneckConfig b;
+  static sim::BottleneckConfig BottleneckConfigFor(const SimConfig& cfg) {
+    sim::BottleneckConfig b;
     b.line_rate_bps = static_cast<uint64_t>(cfg.line_rate_gbps * 1e9 + 0.5);
     b.kmin_bytes = cfg.kmin_bytes;
     b.kmax_bytes = cfg.kmax_bytes;
     b.pmax = cfg.pmax;
     b.ecn = true;  // the switch marks either way; with DCQCN off nobody reacts
     b.buffer_bytes = cfg.buffer_bytes;
-    b.mark_at = cfg.mark_on_dequeue ? cc::MarkAt::kDequeue : cc::MarkAt::kEnqueue;
+    b.mark_at = cfg.mark_on_dequeue ? sim::MarkAt::kDequeue : sim::MarkAt::kEnqueue;
     b.seed = cfg.seed;
     b.stats_bin_bytes = 64;
     return b;
@@ -199,7 +199,7 @@ class Simulation {
   }
 
   void OnDepart(uint64_t now) {
-    cc::Departure d;
+    sim::Departure d;
     while (bn_.Dequeue(now, &d)) {
       Sender& s = senders_[d.tag];
       s.delivered += d.bytes;
@@ -261,7 +261,7 @@ class Simulation {
  private:
   SimConfig cfg_;
   cc::DcqcnParams params_;
-  cc::Bottleneck bn_;
+  sim::Bottleneck bn_;
   std::vector<Sender> senders_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q_;
   uint64_t seq_ = 0;

@@ -33,8 +33,8 @@
 #include "absl/strings/str_join.h"
 #include "drivers/verbs/device_config.h"
 #include "apps/droced/uplink_spec.h"
+#include "drivers/fabric/protocol.h"
 #include "drivers/netdev/netlink.h"
-#include "drivers/verbs/fabric.h"
 
 namespace droce::verbs {
 namespace {
@@ -413,8 +413,8 @@ void Show(const std::string& run_dir, const DeviceFile& f) {
     std::printf("%s: vdev %s mtu %u mac %s", f.name.c_str(), f.vdev.c_str(), f.mtu, FormatMac(f.dev.mac).c_str());
   }
   if (!f.netdev_bound) {  // a netdev-bound device's GIDs are the interface's: the daemon shows them
-    const core::Device model(f.dev, nullptr);
-    for (size_t i = 0; i < model.gids().size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(model.gids()[i]).c_str());
+    const std::vector<core::Gid> gids = core::GidTable(f.dev);
+    for (size_t i = 0; i < gids.size(); ++i) std::printf(" gid[%zu] %s", i, FormatGid(gids[i]).c_str());
     std::printf("\n");
   }
   if (!f.fabric) return;

@@ -78,7 +78,6 @@ void FabricState::Rescan() {
   for (const std::string& name : names) {
     absl::StatusOr<verbs::DeviceFile> f = verbs::ReadDevice(run_dir_, name);
     if (!f.ok() || !f->fabric) continue;
-    const core::Device model(f->dev, nullptr);  // the GID table exactly as the device builds it
     int i = FindDevice(name);
     if (i < 0) {
       devices_.push_back({});
@@ -105,7 +104,7 @@ void FabricState::Rescan() {
     if (!attached) {  // addresses change only while nobody uses the device
       d.mac = f->dev.mac;
       d.ipv4 = f->dev.ipv4;
-      d.gids = model.gids();
+      d.gids = core::GidTable(f->dev);
       d.vlan = f->dev.vlan;
       d.vlan_tci = f->dev.vlan_tci;
     }

@@ -16,7 +16,7 @@
 #include "apps/droced/switch_knobs.h"
 #include "core/device.h"
 #include "drivers/verbs/device_config.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 
 namespace droce::droced {
 
@@ -56,7 +56,7 @@ struct FabricDevice {
   std::string name;
   core::Mac mac{};
   uint32_t ipv4 = 0;
-  std::vector<core::Gid> gids;  // as core::Device builds them
+  std::vector<core::Gid> gids;  // core::GidTable
   bool vlan = false;
   uint16_t vlan_tci = 0;
   std::vector<int16_t> slot_owner;  // QPN / kQpnsPerProcess -> port index, -1: none

@@ -37,14 +37,14 @@ void SwitchKnobs::Apply(const fabric::KnobRequest& k) {
     if (k.rate_bps == 0) {
       bottleneck_.reset();
     } else {
-      bn_cfg_ = cc::BottleneckConfig{};
+      bn_cfg_ = sim::BottleneckConfig{};
       bn_cfg_.line_rate_bps = k.rate_bps;
       bn_cfg_.kmin_bytes = k.kmin_bytes;
       bn_cfg_.kmax_bytes = k.kmax_bytes;
       bn_cfg_.pmax = k.pmax_ppm / 1e6;
       bn_cfg_.buffer_bytes = k.limit_bytes;
       bn_cfg_.seed = seed_;
-      bottleneck_ = std::make_unique<cc::Bottleneck>(bn_cfg_);
+      bottleneck_ = std::make_unique<sim::Bottleneck>(bn_cfg_);
     }
   }
   if ((k.set & fabric::kKnobMirror) != 0) mirror_ = k.mirror;
@@ -58,8 +58,8 @@ EgressVerdict SwitchKnobs::Egress(uint32_t bytes, uint64_t now_ns) {
     return v;
   }
   if (bottleneck_ != nullptr) {
-    const cc::EnqueueResult r = bottleneck_->Enqueue(bytes, now_ns);
-    cc::Departure gone;
+    const sim::EnqueueResult r = bottleneck_->Enqueue(bytes, now_ns);
+    sim::Departure gone;
     while (bottleneck_->Dequeue(now_ns, &gone)) {
     }  // a phantom queue: only its length matters
     if (r.dropped) {

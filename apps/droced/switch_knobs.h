@@ -24,8 +24,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "cc/bottleneck.h"
-#include "drivers/verbs/fabric.h"
+#include "sim/switch/bottleneck.h"
+#include "drivers/fabric/protocol.h"
 
 namespace droce::droced {
 
@@ -63,8 +63,8 @@ class SwitchKnobs {
   uint32_t loss_ppm_ = 0, reorder_ppm_ = 0;
   uint64_t seed_ = 1;
   std::mt19937_64 rng_{1};
-  cc::BottleneckConfig bn_cfg_;
-  std::unique_ptr<cc::Bottleneck> bottleneck_;
+  sim::BottleneckConfig bn_cfg_;
+  std::unique_ptr<sim::Bottleneck> bottleneck_;
   std::string mirror_;
   KnobCounters counters_;
 };

@@ -12,7 +12,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace {
 
@@ -100,7 +100,7 @@ bool Connect(Node& n, Node& peer, uint32_t mtu) {
 
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
-  pktio::MemWireConfig wc;
+  sim::MemWireConfig wc;
   wc.seed = o.seed;
   wc.pool_frames = 16384;
   wc.queue_frames = 8192;
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     d.duplicate = o.duplicate;
     d.corrupt = o.corrupt;
   }
-  pktio::MemWire wire(wc);
+  sim::MemWire wire(wc);
   Node nodes[2];
   const uint64_t region = uint64_t{o.size} * 4 + 4096;
   for (int i = 0; i < 2; ++i) {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "replay/replay.h"
+#include "sim/replay/replay.h"
 #include "drivers/pcap/pcap_io.h"
 #include "wire/fields.h"
 #include "wire/packet.h"
@@ -151,12 +151,12 @@ int Replay(bool requester, const std::vector<std::string>& files) {
       failed = true;
       continue;
     }
-    std::vector<core::CapturedFrame> frames;
+    std::vector<sim::CapturedFrame> frames;
     while (auto pkt = reader->Next()) {
       frames.push_back({std::vector<uint8_t>(pkt->data, pkt->data + pkt->caplen), pkt->len});
     }
-    const auto results = requester ? core::ReplayRequester(frames) : core::ReplayResponder(frames);
-    for (const core::ReplayResult& r : results) {
+    const auto results = requester ? sim::ReplayRequester(frames) : sim::ReplayResponder(frames);
+    for (const sim::ReplayResult& r : results) {
       if (r.skipped) {
         std::printf("%s: SKIP (%s)\n", path.c_str(), r.skip_reason.c_str());
         continue;

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 
 namespace droce::testpmd {
 

@@ -29,10 +29,10 @@
 #include "apps/testpmd/ring_pair.h"
 #include "apps/testpmd/runner.h"
 #include "apps/testpmd/session.h"
-#include "pktio/bottleneck_io.h"
+#include "sim/switch/bottleneck_io.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/verbs/device_config.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 #include "wire/headers.h"
 #include "wire/opcode.h"
 
@@ -427,7 +427,7 @@ struct Side {
   std::optional<FabricAttachment> fabric;  // --device: the attachment to droced
   std::unique_ptr<FabricIo> fabric_io;     // its direct rings in front of the port
   uint32_t largest_mtu = 4096;
-  std::optional<pktio::BottleneckIo> bottleneck;
+  std::optional<sim::BottleneckIo> bottleneck;
   std::optional<PortTap> tap;
   std::optional<Session> session;
   std::optional<Runner> runner;
@@ -490,7 +490,7 @@ void StartSide(Side& side, std::optional<pcapio::PcapWriter> pcap) {
     wire = side.fabric_io.get();
   }
   if (opt.bottleneck_gbps > 0) {
-    cc::BottleneckConfig bc;
+    sim::BottleneckConfig bc;
     bc.line_rate_bps = static_cast<uint64_t>(opt.bottleneck_gbps * 1e9);
     bc.kmin_bytes = static_cast<uint64_t>(opt.kmin_kb * 1000);
     bc.kmax_bytes = static_cast<uint64_t>(opt.kmax_kb * 1000);

@@ -136,7 +136,6 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return refuse("memfd not sealed");
   void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, owned[0], 0);
   if (map == MAP_FAILED) return refuse(absl::StrFormat("mmap: %s", std::strerror(errno)));
-  (void)PrefaultForWrite(map, bytes);  // page tables now, not a fault per page on the first pass
   close(owned[0]);  // the mapping keeps the memory
   owned[0] = -1;
   Path p;
@@ -162,6 +161,12 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   paths_.push_back(p);
   ++counters_.paths_added;
   return absl::OkStatus();
+}
+
+void DirectIo::Warm(Path& p) {
+  if (p.warm) return;
+  p.warm = true;
+  (void)PrefaultForWrite(p.map, p.map_bytes);
 }
 
 int DirectIo::Route(const pktio::Frame& f) const {
@@ -199,6 +204,7 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       took = inner_->TxBurst(frames + i, run);
     } else {
       Path& p = paths_[route];
+      Warm(p);
       took = p.tx.Produce(frames + i, run);
       if (took > 0) {
         inner_->Release(frames + i, took);  // copied: the buffers go back
@@ -232,6 +238,7 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     Path& p = paths_[s];
     const uint32_t avail = p.rx.Available();
     if (avail == 0) continue;
+    Warm(p);
     const uint16_t alloc = inner_->AllocTx(out, static_cast<uint16_t>(std::min<uint32_t>(avail, room)));
     if (alloc == 0) continue;
     const uint64_t bad_before = p.rx.counters().bad_length;

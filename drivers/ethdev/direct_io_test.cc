@@ -1,5 +1,5 @@
 // DirectIo without EAL: two ends in one process, each wrapping one end of a
-// pktio::MemWire (standing in for the memif port to droced), joined by a
+// sim::MemWire (standing in for the memif port to droced), joined by a
 // memfd made here as droced makes it.
 #include "drivers/ethdev/direct_io.h"
 
@@ -7,13 +7,15 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace droce::ethdev {
 namespace {
@@ -71,12 +73,14 @@ PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint
 
 class DirectIoTest : public ::testing::Test {
  protected:
-  DirectIoTest() : wire_(pktio::MemWireConfig{}), a_(&wire_.end(0), kMacA, 1024, 1024), b_(&wire_.end(1), kMacB, 2048, 1024) {}
+  DirectIoTest() : wire_(sim::MemWireConfig{}), a_(&wire_.end(0), kMacA, 1024, 1024), b_(&wire_.end(1), kMacB, 2048, 1024) {}
 
   // Pairs a (QPNs 1024..) and b (2048..) as droced does: one memfd, an
   // eventfd per direction, each side given its own copies.
-  void Pair() {
+  // `memfd`: if given, a descriptor of the path's memory for the test.
+  void Pair(int* memfd = nullptr) {
     Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
+    if (memfd != nullptr) *memfd = dup(mem.fd);
     efd_a_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     efd_b_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     const int fa[3] = {dup(mem.fd), dup(efd_a_), dup(efd_b_)};
@@ -110,7 +114,7 @@ class DirectIoTest : public ::testing::Test {
     return tags;
   }
 
-  pktio::MemWire wire_;
+  sim::MemWire wire_;
   DirectIo a_, b_;
   int efd_a_ = -1, efd_b_ = -1;
 };
@@ -131,11 +135,42 @@ TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
   EXPECT_NE(std::find(tags.begin(), tags.end(), 1), tags.end());
 }
 
+// Pages of the path's memory that are resident (allocated), of all.
+std::pair<size_t, size_t> ResidentPages(int memfd) {
+  struct stat st {};
+  EXPECT_EQ(fstat(memfd, &st), 0);
+  const size_t page = static_cast<size_t>(getpagesize());
+  const size_t pages = (static_cast<size_t>(st.st_size) + page - 1) / page;
+  void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, memfd, 0);
+  EXPECT_NE(map, MAP_FAILED);
+  std::vector<unsigned char> in(pages);
+  EXPECT_EQ(mincore(map, static_cast<size_t>(st.st_size), in.data()), 0);
+  munmap(map, static_cast<size_t>(st.st_size));
+  size_t resident = 0;
+  for (unsigned char c : in) resident += c & 1;
+  return {resident, pages};
+}
+
+// A path costs memory once it carries frames, not when droced sets it up:
+// every two ports of a fabric get one, most never used.
+TEST_F(DirectIoTest, PathMemoryIsPrefaultedAtItsFirstFrameNotAtSetUp) {
+  int memfd = -1;
+  Pair(&memfd);
+  ASSERT_GE(memfd, 0);
+  const auto [idle, pages] = ResidentPages(memfd);
+  ASSERT_GE(pages, 8u);
+  EXPECT_LE(idle, 2u) << "of " << pages;  // at most the ring headers a poll read
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  EXPECT_EQ(ResidentPages(memfd).first, pages);  // all of it at the first frame, not a fault per page
+  EXPECT_EQ(ReceiveOnB(), std::vector<uint8_t>{1});
+  close(memfd);
+}
+
 TEST_F(DirectIoTest, ReceiverDropsFramesNotForItsQpns) {
   Pair();
   // a's routing would never put these into b's ring; a hostile peer could:
   // a DirectIo told that b owns every QPN plays it.
-  pktio::MemWire wire2(pktio::MemWireConfig{});
+  sim::MemWire wire2(sim::MemWireConfig{});
   DirectIo liar(&wire2.end(0), kMacA, 1024, 1024);
   Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
   const int e1 = eventfd(0, EFD_CLOEXEC), e2 = eventfd(0, EFD_CLOEXEC);

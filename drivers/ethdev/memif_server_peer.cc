@@ -7,7 +7,8 @@
 // only once started) and must retry after its handshake failed, which the
 // test's client does not do (Runtime::CheckLink retries after 2 s).
 //   memif_server_peer SOCKET HOLD_MS
-// Exit status: 0 served and closed, 1 no client within 10 s, 2 bad use/EAL.
+// Exit status: 0 served and closed, 1 no client within 60 s (a limit for a
+// hung test only: a loaded host can take seconds), 2 bad use/EAL.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (const int fd = open((sock + ".ready").c_str(), O_CREAT | O_WRONLY, 0600); fd >= 0) close(fd);
-  const bool served = (*port)->WaitLinkUp(10'000);
+  const bool served = (*port)->WaitLinkUp(60'000);
   if (served) usleep(hold_ms * 1000);
   (*port)->Stop(/*close=*/true);
   (void)RemoveVdev(vdev);

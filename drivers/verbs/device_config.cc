@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "droce/version.h"
 #include "wire/gid.h"
 
 namespace droce::verbs {
@@ -449,9 +450,7 @@ absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_
   const fs::path ibdev = sys / "class/infiniband" / f.name;
   if (fs::exists(ibdev)) return absl::AlreadyExistsError(absl::StrCat("device ", f.name, " already exists"));
 
-  // The GID table exactly as the device builds it.
-  const core::Device model(f.dev, nullptr);
-  const std::vector<core::Gid>& gids = model.gids();
+  const std::vector<core::Gid> gids = core::GidTable(f.dev);
 
   std::vector<std::pair<fs::path, std::string>> files = {
       {verbs_class / "abi_version", "6\n"},
@@ -461,7 +460,7 @@ absl::Status WriteDeviceTree(const std::string& run_dir, const std::string& dev_
       {ibdev / "node_type", "1: CA\n"},
       {ibdev / "node_guid", NodeGuid(f.dev.mac) + "\n"},
       {ibdev / "sys_image_guid", NodeGuid(f.dev.mac) + "\n"},
-      {ibdev / "fw_ver", "0.1.0\n"},
+      {ibdev / "fw_ver", DROCE_VERSION_STRING "\n"},
       {ibdev / "hca_type", "droce\n"},
       {ibdev / "node_desc", absl::StrCat("droce ", f.name, "\n")},
       {ibdev / "device/modalias", absl::StrCat("droce:", f.name, "\n")},

@@ -27,6 +27,7 @@
 #include "drivers/verbs/abi.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/runtime.h"
+#include "droce/version.h"
 #include "transport/types.h"
 
 namespace droce::verbs {
@@ -245,7 +246,7 @@ int QueryDeviceEx(ibv_context* context, const ibv_query_device_ex_input* input, 
   const DeviceFile& f = *ToCtx(context)->file;
   ibv_device_attr_ex a{};
   ibv_device_attr& o = a.orig_attr;
-  std::snprintf(o.fw_ver, sizeof o.fw_ver, "0.1.0");
+  std::snprintf(o.fw_ver, sizeof o.fw_ver, "%s", DROCE_VERSION_STRING);
   const core::Mac& m = f.dev.mac;
   const uint8_t eui[8] = {static_cast<uint8_t>(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
   std::memcpy(&o.node_guid, eui, 8);  // __be64: bytes in wire order
@@ -296,7 +297,6 @@ ibv_mtu MtuEnum(uint32_t bytes) { return static_cast<ibv_mtu>(transport::MtuByte
 int QueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   if (port != 1) return EINVAL;
   DroceContext* ctx = ToCtx(context);
-  const core::Device model(ctx->file->dev, nullptr);
   std::memset(attr, 0, sizeof *attr);
   // The port is ACTIVE once registered: like an Ethernet NIC cabled to a
   // switch, it does not go down because the remote host is not up yet (the
@@ -604,7 +604,7 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->wc_flags = c.flags;
   wc->pkey_index = 0;
   wc->slid = 0;
-  wc->sl = 0;
+  wc->sl = c.sl;
   wc->dlid_path_bits = 0;
 }
 
@@ -701,7 +701,7 @@ uint32_t ReadQpNum(ibv_cq_ex* c) { return Current(c).qp_num; }
 uint32_t ReadSrcQp(ibv_cq_ex* c) { return Current(c).src_qp; }
 unsigned int ReadWcFlags(ibv_cq_ex* c) { return Current(c).flags; }
 uint32_t ReadSlid(ibv_cq_ex*) { return 0; }
-uint8_t ReadSl(ibv_cq_ex*) { return 0; }
+uint8_t ReadSl(ibv_cq_ex* c) { return Current(c).sl; }
 uint8_t ReadDlidPathBits(ibv_cq_ex*) { return 0; }
 
 ibv_cq_ex* CreateCqEx(ibv_context* context, ibv_cq_init_attr_ex* attr) {
@@ -1041,9 +1041,7 @@ absl::StatusOr<core::Gid> FabricGidOfLid(const DeviceFile& self, uint16_t lid) {
   for (const std::string& name : ListDevices(self.fabric_dir)) {
     absl::StatusOr<DeviceFile> f = ReadDevice(self.fabric_dir, name);
     if (!f.ok() || !f->fabric || f->lid != lid || f->dev.ipv4 == 0) continue;
-    const core::Device model(f->dev, nullptr);
-    if (model.gids().size() < 2) break;
-    return model.gids()[1];
+    return wire::Ipv4MappedGid(f->dev.ipv4);  // core::GidTable's entry 1
   }
   return absl::NotFoundError("no fabric device has that LID");
 }

@@ -24,7 +24,7 @@
 #include "drivers/ethdev/memif_listener.h"
 #include "drivers/ethdev/prefault.h"
 #include "drivers/verbs/abi.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 #include "drivers/verbs/tsc_clock.h"
 
 namespace droce::verbs {
@@ -59,6 +59,12 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
   }
   close(fd);
 }
+
+// A fabric port's mbuf pool (PortConfig): the device's loopback ring (1024
+// frames), the lcores' caches (the program's EAL thread and the progress
+// thread, up to 1.5 x the cache each) and the bursts in flight fit in it.
+constexpr uint32_t kFabricPortMbufs = 2047;
+constexpr uint32_t kFabricPortMempoolCache = 128;
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
@@ -160,8 +166,11 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
   // processes that own them.
   file_.dev.qpn_base = r->qpn_base;
   file_.dev.max_qp = std::min(file_.dev.max_qp, r->qpn_count);
+  // The client lays out the shared memory (2 rings of 1024 buffers): buffers
+  // the size of droce's largest frame, all the fabric carries to a process.
   file_.vdev = absl::StrCat("net_memif_", file_.name, "_fabric,role=client,socket=", r->memif_socket,
-                            ",id=", r->memif_id, ",secret=", r->secret, ",socket-abstract=no,bsize=10240");
+                            ",id=", r->memif_id, ",secret=", r->secret,
+                            ",socket-abstract=no,bsize=", pktio::kMaxFrameBytes);
   return absl::OkStatus();
 }
 
@@ -189,6 +198,15 @@ absl::Status Runtime::Start() {
   pc.start_may_fail = memif_client_;
   pc.guard_peer_unmap = file_.vdev.rfind("net_memif", 0) == 0;
   pc.memif_listener_path = ethdev::MemifListenerPath(file_.vdev);
+  if (file_.fabric) {
+    // memif copies each frame between its shared buffers and our mbufs
+    // within the burst, so the pool holds only the frames the device keeps:
+    // its loopback ring (1024), a burst each way, the lcores' caches. Each
+    // open device costs this much (doc/verbs.md "Memory per open device").
+    pc.droce_frames_only = true;
+    pc.mbufs = kFabricPortMbufs;
+    pc.mempool_cache = kFabricPortMempoolCache;
+  }
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();
   port_ = std::move(*port);

@@ -32,7 +32,7 @@
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_mutex.h"
-#include "drivers/verbs/fabric.h"
+#include "drivers/fabric/protocol.h"
 
 namespace droce::verbs {
 

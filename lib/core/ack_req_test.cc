@@ -16,7 +16,7 @@ using transport::RcQp;
 class AckPair {
  public:
   AckPair(uint32_t unsignaled_ack_every, uint64_t ack_solicit_ns = 100'000, uint8_t timeout = 14)
-      : link_(pktio::MemWireConfig{}) {
+      : link_(sim::MemWireConfig{}) {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
@@ -31,7 +31,7 @@ class AckPair {
   Side& b() { return s_[1]; }
   RcQp* qa() { return s_[0].dev->qp(s_[0].qpn); }
   RcQp* qb() { return s_[1].dev->qp(s_[1].qpn); }
-  pktio::MemWire& link() { return link_; }
+  sim::MemWire& link() { return link_; }
   // Nothing of A's is unacknowledged: no timer left to run.
   bool AllAcked() { return qa()->NextDeadline() == 0; }
 
@@ -51,7 +51,7 @@ class AckPair {
   }
 
  private:
-  pktio::MemWire link_;
+  sim::MemWire link_;
   Side s_[2];
 };
 

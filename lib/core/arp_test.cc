@@ -4,8 +4,8 @@
 
 #include "core/device.h"
 #include "gtest/gtest.h"
-#include "pktio/mem_wire.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/mem_wire.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/arp.h"
 
 namespace droce::core {
@@ -22,7 +22,7 @@ Gid V4(uint32_t ip) {
 }
 
 TEST(Arp, RequestIsAnsweredAndBothSidesLearn) {
-  pktio::MemWire wire(pktio::MemWireConfig{});
+  sim::MemWire wire(sim::MemWireConfig{});
   DeviceConfig ca, cb;
   ca.mac = {0x02, 0, 0, 0, 0, 0xa};
   ca.ipv4 = 0x0A000001;

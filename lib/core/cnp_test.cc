@@ -23,7 +23,7 @@ void Tap(void* ctx, int from, const uint8_t* data, uint32_t len) {
 }
 
 void RunMarkedWrites(RcPair& pair, Captured* cap, uint64_t* elapsed_ns, uint64_t* cnps_sent) {
-  pktio::Impairments mark;
+  sim::Impairments mark;
   mark.ecn_mark = 1.0;  // every frame from a to b arrives CE-marked
   pair.link().set_impairments(0, mark);
   pair.link().set_tap(&Tap, cap);
@@ -100,7 +100,7 @@ using transport::WrOpcode;
 // sender's rate, and the sender's packets then leave paced at that rate.
 uint64_t RunWrites(RcPair& pair, bool mark, uint64_t* bytes) {
   if (mark) {
-    pktio::Impairments imp;
+    sim::Impairments imp;
     imp.ecn_mark = 1.0;
     pair.link().set_impairments(0, imp);
   }

@@ -28,21 +28,7 @@ const char* ParseErrorCounterName(wire::ParseStatus s) {
 
 Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     : config_(config), loopback_(io, config.mac), io_(io != nullptr ? &loopback_ : nullptr),
-      mrs_(config.max_mr), ahs_(kMaxAh) {
-  Gid link_local{0xfe, 0x80};
-  link_local[8] = config.mac[0] ^ 0x02;
-  link_local[9] = config.mac[1];
-  link_local[10] = config.mac[2];
-  link_local[11] = 0xFF;
-  link_local[12] = 0xFE;
-  link_local[13] = config.mac[3];
-  link_local[14] = config.mac[4];
-  link_local[15] = config.mac[5];
-  gids_.push_back(link_local);
-  if (config.ipv4 != 0) {
-    gids_.push_back(wire::Ipv4MappedGid(config.ipv4));
-  }
-  if (config.has_ipv6_global) gids_.push_back(config.ipv6_global);
+      gids_(GidTable(config)), mrs_(config.max_mr), ahs_(kMaxAh) {
   for (const Gid& g : gids_) {
     if (!IsIpv4MappedGid(g)) own_ipv6_.push_back(g);
   }
@@ -53,7 +39,8 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   wire::StoreBe32(ipv4_bytes, config.ipv4);
   std::memcpy(&ipv4_raw_, ipv4_bytes, 4);
   std::random_device rd;
-  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()});
+  neighbors_ = decltype(neighbors_)(config.max_neighbors + 1, SeededGidHash{(uint64_t{rd()} << 32) | rd()},
+                                    CountingGidEq{&neighbor_compares_});
   if (config_.max_qp > kQpnLimit - 2) config_.max_qp = kQpnLimit - 2;
   qpn_base_ = config_.qpn_base;
   if (qpn_base_ < 2 || qpn_base_ > kQpnLimit - config_.max_qp) {
@@ -167,15 +154,6 @@ const Mac* Device::FindNeighbor(const Gid& ip) const {
   return it == neighbors_.end() ? nullptr : &it->second.mac;
 }
 
-namespace {
-Gid Ipv4Gid(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  wire::StoreBe32(g.data() + 12, ip);
-  return g;
-}
-}  // namespace
-
 void Device::RequestArp(uint32_t ipv4) {
   if (config_.ipv4 == 0 || arp_out_.size() >= 64) return;
   wire::ArpPacket req;
@@ -194,7 +172,7 @@ void Device::HandleArp(const uint8_t* frame, uint32_t len) {
   if (!wire::ParseArp(frame, len, &a)) return;
   ++counters_.rx_arp;
   if (config_.ipv4 == 0 || a.target_ip != config_.ipv4 || a.sender_ip == 0) return;
-  LearnNeighbor(Ipv4Gid(a.sender_ip), a.sender_mac);
+  LearnNeighbor(wire::Ipv4MappedGid(a.sender_ip), a.sender_mac);
   if (a.op == wire::kArpRequest && arp_out_.size() < 64) {
     arp_out_.push_back(wire::ArpReplyFor(a, config_.mac, config_.ipv4));
   }

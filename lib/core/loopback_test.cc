@@ -9,7 +9,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace droce::core {
 namespace {
@@ -23,7 +23,7 @@ using transport::WrOpcode;
 class LoopbackDevice {
  public:
   explicit LoopbackDevice(transport::QpType type = transport::QpType::kRc, uint32_t qpn_base = 0x11)
-      : wire_(pktio::MemWireConfig{}) {
+      : wire_(sim::MemWireConfig{}) {
     DeviceConfig cfg;
     cfg.qpn_base = qpn_base;
     cfg.mac = {0x02, 0, 0, 0, 0, 0x11};
@@ -95,12 +95,12 @@ class LoopbackDevice {
     for (uint32_t i = 0; i < 4096; ++i) mem_[i] = static_cast<uint8_t>(i * 13 + 5);
   }
   Device& dev() { return *dev_; }
-  pktio::MemWire& wire() { return wire_; }
+  sim::MemWire& wire() { return wire_; }
   uint32_t qpn(int i) const { return qpn_[i]; }
   std::vector<uint8_t>& mem() { return mem_; }
 
  private:
-  pktio::MemWire wire_;
+  sim::MemWire wire_;
   std::unique_ptr<Device> dev_;
   uint32_t pd_ = 0, cq_ = 0, qpn_[2] = {};
   std::vector<uint8_t> mem_;

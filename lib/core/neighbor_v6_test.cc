@@ -6,8 +6,8 @@
 
 #include "core/device.h"
 #include "gtest/gtest.h"
-#include "pktio/mem_wire.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/mem_wire.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/nd.h"
 
 namespace droce::core {
@@ -29,7 +29,7 @@ DeviceConfig V6Config(uint8_t last, const Gid& ip) {
 }
 
 TEST(NeighborV6, SolicitationIsAnsweredAndBothSidesLearn) {
-  pktio::MemWire wire(pktio::MemWireConfig{});
+  sim::MemWire wire(sim::MemWireConfig{});
   const Gid ia = Ip6({0x0a}), ib = Ip6({0x0b});
   Device a(V6Config(0xa, ia), &wire.end(0)), b(V6Config(0xb, ib), &wire.end(1));
   EXPECT_FALSE(a.HasNeighbor(ib));
@@ -78,7 +78,7 @@ const std::vector<uint8_t> kNsFrame = {
 };
 
 TEST(NeighborV6, SolicitationBytesMatchHandBuiltFrame) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   Device a(V6Config(0xa, Ip6({0x0a})), &io);
   a.RequestNd(Ip6({0x0b}));
   a.Poll(0);
@@ -92,7 +92,7 @@ TEST(NeighborV6, SolicitationBytesMatchHandBuiltFrame) {
 }
 
 TEST(NeighborV6, AnswersSolicitationToSolicitedNodeMacAndChecksumIsRight) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   Device b(V6Config(0xb, Ip6({0x0b})), &io);
   io.rx.push_back(kNsFrame);
   b.Poll(0);
@@ -112,7 +112,7 @@ TEST(NeighborV6, AnswersSolicitationToSolicitedNodeMacAndChecksumIsRight) {
 }
 
 TEST(NeighborV6, MalformedIsCountedAndDropped) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   Device b(V6Config(0xb, Ip6({0x0b})), &io);
   std::vector<uint8_t> hop = kNsFrame;
   hop[14 + 7] = 254;  // forwarded by a router: not from the link
@@ -143,7 +143,7 @@ TEST(NeighborV6, UnsolicitedAdvertisementIsNotLearntButAnAnswerIs) {
   na.lla = na.eth_src;
   std::vector<uint8_t> frame(wire::kNdFrameMaxBytes);
   frame.resize(wire::BuildNd(na, true, (5 << 13) | 42, frame.data()));  // 802.1Q-tagged
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   DeviceConfig cfg = V6Config(0xa, Ip6({0x0a}));
   cfg.vlan = true;  // on VLAN 42 (a tagged frame to a device without a VLAN is dropped)
   cfg.vlan_tci = 42;
@@ -163,7 +163,7 @@ TEST(NeighborV6, UnsolicitedAdvertisementIsNotLearntButAnAnswerIs) {
 // the parser stays inside the frame, and whatever it accepts has hop limit
 // 255 and a correct checksum.
 TEST(NeighborV6, MutatedFramesStayInBounds) {
-  pktio::ScriptedIo io;
+  sim::ScriptedIo io;
   Device b(V6Config(0xb, Ip6({0x0b})), &io);
   uint64_t x = 12345;
   auto next = [&] { return x ^= x << 13, x ^= x >> 7, x ^= x << 17; };

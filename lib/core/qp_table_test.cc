@@ -9,7 +9,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 
 namespace droce::core {
 namespace {
@@ -25,7 +25,7 @@ class QpTable : public ::testing::Test {
     init_.pd = dev_->AllocPd();
     init_.send_cq = init_.recv_cq = *dev_->CreateCq(64);
   }
-  pktio::ScriptedIo io_;
+  sim::ScriptedIo io_;
   std::unique_ptr<Device> dev_;
   QpInitAttr init_;
 };

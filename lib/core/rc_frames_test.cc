@@ -11,7 +11,7 @@
 #include "core/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/fields.h"
 #include "wire/headers.h"
 #include "wire/psn.h"
@@ -246,7 +246,7 @@ class Frames : public ::testing::Test {
   }
 
   static constexpr Gid kPeerIp = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 0, 0, 2};
-  pktio::ScriptedIo io_;
+  sim::ScriptedIo io_;
   std::unique_ptr<Device> dev_;
   uint32_t pd_ = 0, cq_ = 0, qpn_ = 0;
   std::vector<uint8_t> mem_;
@@ -750,6 +750,110 @@ TEST_F(Completer, RetryExhaustedAfterTimeouts) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, WcStatus::kRetryExcErr);
   EXPECT_EQ(ctr().timeouts, 3u);
+}
+
+// A response the completer cannot use still shows the responder at work on
+// this QP's requests: the transport timer restarts, the retry budget does
+// not (only progress restores it). rxe's completer re-arms its timer after
+// every response it processes.
+TEST_F(Completer, DuplicatesRestartTheTimerButNotTheRetryBudget) {
+  const uint64_t timeout = transport::AckTimeoutNs(10);
+  ASSERT_EQ(Post(1, transport::WrOpcode::kRdmaWrite, 3 * kMtu).size(), 3u);
+  Response(kRcAcknowledge, kSqPsn, Ack(0), 0);  // progress: kSqPsn+1 and +2 wait
+  (void)Poll();
+  const uint64_t deadline = qp().NextDeadline();
+  EXPECT_EQ(deadline, now_ + timeout);
+  // retry_cnt 2: the third timeout without progress fails the WR, however
+  // many duplicates come meanwhile; each one moves the deadline.
+  for (int timeouts = 0; timeouts < 3; ++timeouts) {
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t before = qp().NextDeadline();
+      Response(kRcAcknowledge, kSqPsn, Ack(0), 0);  // below psn_una: a duplicate
+      EXPECT_THAT(Poll(timeout / 2), ::testing::IsEmpty());
+      EXPECT_EQ(qp().NextDeadline(), now_ + timeout) << timeouts << " " << i;
+      EXPECT_GT(qp().NextDeadline(), before);
+    }
+    (void)Poll(timeout);
+    EXPECT_EQ(ctr().timeouts, static_cast<uint64_t>(timeouts + 1));
+  }
+  EXPECT_EQ(ctr().duplicates_received, 9u);
+  const auto c = Cqes();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kRetryExcErr);
+}
+
+// Go-back-N's responses past a lost one: the rest of the READ, and a later
+// READ's (the responder serves its queue in order). The first asks the READ
+// again from the missing response (implied NAK); none is a bad response,
+// and each restarts the timer.
+TEST_F(Completer, ResponsesPastALostOneRestartTheTimer) {
+  ASSERT_EQ(Post(1, transport::WrOpcode::kRdmaRead, 3 * kMtu, 0).size(), 1u);       // kSqPsn..+2
+  ASSERT_EQ(Post(2, transport::WrOpcode::kRdmaRead, 2 * kMtu, 4096).size(), 1u);    // kSqPsn+3..+4
+  Response(kRcReadResponseFirst, kSqPsn, Ack(0), 0, Bytes(kMtu, 1));
+  EXPECT_THAT(Poll(), ::testing::IsEmpty());
+  Response(kRcReadResponseLast, kSqPsn + 2, Ack(0), 0, Bytes(kMtu, 3));  // kSqPsn+1 lost
+  const auto again = Poll();
+  ASSERT_EQ(again.size(), 2u);  // go-back-N: the first READ from its missing response, the second whole
+  EXPECT_EQ(again[0].opcode, kRcReadRequest);
+  EXPECT_EQ(again[0].psn, kSqPsn + 1);
+  EXPECT_EQ(again[1].psn, kSqPsn + 3);
+  for (uint32_t psn : {kSqPsn + 3, kSqPsn + 4}) {
+    Response(psn == kSqPsn + 3 ? kRcReadResponseFirst : kRcReadResponseLast, psn, Ack(0), 0, Bytes(kMtu, 4));
+    EXPECT_THAT(Poll(1'000'000), ::testing::IsEmpty());  // no second request for the same gap
+    EXPECT_EQ(qp().NextDeadline(), now_ + transport::AckTimeoutNs(10));
+  }
+  EXPECT_EQ(ctr().out_of_sequence, 3u);
+  EXPECT_EQ(ctr().dropped_bad_response, 0u);
+  EXPECT_EQ(ctr().timeouts, 0u);
+  // The answers to the requests asked again complete both.
+  Response(kRcReadResponseMiddle, kSqPsn + 1, 0, 0, Bytes(kMtu, 2));
+  Response(kRcReadResponseLast, kSqPsn + 2, Ack(0), 0, Bytes(kMtu, 3));
+  Response(kRcReadResponseFirst, kSqPsn + 3, Ack(0), 0, Bytes(kMtu, 4));
+  Response(kRcReadResponseLast, kSqPsn + 4, Ack(0), 0, Bytes(kMtu, 5));
+  (void)Poll();
+  const auto c = Cqes();
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(c[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(MemAt(kIova + kMtu, kMtu), Bytes(kMtu, 2));
+  EXPECT_EQ(MemAt(kIova + 4096 + kMtu, kMtu), Bytes(kMtu, 5));
+}
+
+// A timeout resends the window (go-back-N); a timeout while that retry is
+// still unanswered resends the oldest packet alone, asking for an ACK: a
+// responder slower than the window may still be working through the retry
+// (silently, behind a gap), and another copy of the window would only queue
+// behind it. The same after a sequence NAK's retry.
+TEST_F(Completer, TimeoutWhileTheRetryIsUnansweredResendsTheOldestPacketAlone) {
+  const uint64_t timeout = transport::AckTimeoutNs(10);
+  ASSERT_EQ(Post(1, transport::WrOpcode::kRdmaWrite, 4 * kMtu).size(), 4u);  // kSqPsn..+3
+  Response(kRcAcknowledge, kSqPsn + 1, Nak(kNakPsnSequenceError), 0);
+  auto out = Poll();
+  ASSERT_EQ(out.size(), 3u);  // the retry: kSqPsn+1..+3
+  out = Poll(timeout);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].opcode, kRcWriteMiddle);
+  EXPECT_EQ(out[0].psn, kSqPsn + 1);
+  EXPECT_TRUE(out[0].ack_req);
+  EXPECT_THAT(Poll(), ::testing::IsEmpty());  // nothing else follows the probe
+  // Progress: the next timeout is a retry again (the window from psn_una).
+  Response(kRcAcknowledge, kSqPsn + 1, Ack(0), 0);
+  (void)Poll();
+  out = Poll(timeout);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].psn, kSqPsn + 2);
+  EXPECT_EQ(out[1].psn, kSqPsn + 3);
+  out = Poll(timeout);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn, kSqPsn + 2);
+  EXPECT_TRUE(out[0].ack_req);
+  Response(kRcAcknowledge, kSqPsn + 3, Ack(0), 0);
+  (void)Poll();
+  const auto c = Cqes();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(ctr().timeouts, 3u);
+  EXPECT_EQ(ctr().retransmitted_packets, 7u);
 }
 
 // --- RESET forgets the connection --------------------------------------

@@ -189,7 +189,7 @@ TEST(SrFallbackNot, TwoSrEndsNeverFallBack) {
               nullptr, 16384, true, true);
   Side& a = pair.a();
   Side& b = pair.b();
-  pktio::Impairments all;
+  sim::Impairments all;
   all.drop = 1.0;
   pair.link().set_impairments(0, all);
   for (uint32_t i = 0; i < 8; ++i) {
@@ -197,7 +197,7 @@ TEST(SrFallbackNot, TwoSrEndsNeverFallBack) {
   }
   std::vector<Completion> ca, cb;
   pair.Run(&ca, 1, &cb, 0, 500'000);  // 0.5 ms of total loss (the IBTA timeout is 1 ms)
-  pktio::Impairments lossy;
+  sim::Impairments lossy;
   lossy.drop = 0.05;
   pair.link().set_impairments(0, lossy);
   ASSERT_TRUE(pair.Run(&ca, 8, &cb, 0));
@@ -309,7 +309,7 @@ TEST(SrFallbackMidMessage, ResponderContinuesTheMessageItWasReceiving) {
       SendWr w1 = MakeWr(2, op, a, kLen, kLen, b, kLen);
       ASSERT_EQ(a.dev->PostSend(a.qpn, w0), 0);
       ASSERT_EQ(a.dev->PostSend(a.qpn, w1), 0);
-      pktio::Impairments all;
+      sim::Impairments all;
       all.drop = 1.0;
       pair.link().set_impairments(1, all);  // no answer reaches a
       a.dev->Poll(pair.now());              // a's first burst reaches b ...
@@ -321,7 +321,7 @@ TEST(SrFallbackMidMessage, ResponderContinuesTheMessageItWasReceiving) {
       const uint32_t epsn = qb->expected_psn();
       ASSERT_GT(epsn, 0u);
       ASSERT_LT(epsn, kLen / 1024) << "b's expected PSN inside the first message";
-      pktio::Impairments lossy;
+      sim::Impairments lossy;
       lossy.drop = loss;
       pair.link().set_impairments(0, lossy);
       pair.link().set_impairments(1, lossy);

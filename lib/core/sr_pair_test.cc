@@ -20,7 +20,7 @@ RcPair SrPair(Impairments imp, uint32_t seed, uint32_t mtu, bool sr_a = true, bo
 
 // Drops every frame a sends (on) or none (off).
 void DropAllFromA(RcPair& pair, bool on) {
-  pktio::Impairments imp;
+  sim::Impairments imp;
   imp.drop = on ? 1.0 : 0.0;
   pair.link().set_impairments(0, imp);
 }

@@ -187,13 +187,13 @@ class DelayPair {
   }
 
  private:
-  static pktio::MemWireConfig WireConfig() {
-    pktio::MemWireConfig c;
+  static sim::MemWireConfig WireConfig() {
+    sim::MemWireConfig c;
     c.pool_frames = 16384;
     c.queue_frames = 8192;
     return c;
   }
-  pktio::MemWire wire_;
+  sim::MemWire wire_;
   std::unique_ptr<DelayIo> io_[2];
   Side s_[2];
   uint64_t now_ = 1'000'000;

@@ -8,7 +8,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace droce::core {
 namespace {
@@ -39,10 +39,10 @@ class NarrowPort final : public pktio::BurstIo {
 };
 
 TEST(TxBackpressure, RefusedFramesWaitInsteadOfBeingLost) {
-  pktio::MemWireConfig wc;
+  sim::MemWireConfig wc;
   wc.pool_frames = 4096;
   wc.queue_frames = 4096;
-  pktio::MemWire wire(wc);
+  sim::MemWire wire(wc);
   NarrowPort narrow_a(&wire.end(0), 3), narrow_b(&wire.end(1), 3);
   pktio::BurstIo* ports[2] = {&narrow_a, &narrow_b};
   std::unique_ptr<Device> dev[2];

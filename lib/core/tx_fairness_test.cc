@@ -13,7 +13,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace droce::core {
 namespace {
@@ -68,10 +68,10 @@ TEST(TxFairness, LargestReadDoesNotStarveAnotherQp) {
   }
   ASSERT_NE(big, MAP_FAILED);
 
-  pktio::MemWireConfig wc;
+  sim::MemWireConfig wc;
   wc.pool_frames = 1024;
   wc.queue_frames = 512;
-  pktio::MemWire wire(wc);
+  sim::MemWire wire(wc);
   SinkPort sink(&wire.end(0));
   pktio::BurstIo* ports[2] = {&sink, &wire.end(1)};
   std::unique_ptr<Device> dev[2];  // 0: the responder under test, 1: the peer
@@ -199,10 +199,10 @@ class BurstCounter final : public pktio::BurstIo {
 // packet), each QP's packets still in order, and everything completes.
 TEST(TxGather, OnePacketFromEachOfManyQpsIsOneBurst) {
   constexpr int kQps = 24;  // fewer than a burst (32)
-  pktio::MemWireConfig wc;
+  sim::MemWireConfig wc;
   wc.pool_frames = 1024;
   wc.queue_frames = 512;
-  pktio::MemWire wire(wc);
+  sim::MemWire wire(wc);
   BurstCounter counter(&wire.end(0));
   pktio::BurstIo* ports[2] = {&counter, &wire.end(1)};
   std::unique_ptr<Device> dev[2];

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 #include "transport/ud_qp.h"
 #include "wire/packet.h"
 
@@ -69,8 +69,8 @@ class UdTest : public ::testing::Test {
     wire_.set_tap(&Tap, &cap_);
   }
 
-  static pktio::MemWireConfig WireConfig() {
-    pktio::MemWireConfig c;
+  static sim::MemWireConfig WireConfig() {
+    sim::MemWireConfig c;
     c.pool_frames = 1024;
     c.queue_frames = 512;
     return c;
@@ -140,7 +140,7 @@ class UdTest : public ::testing::Test {
     }
   }
 
-  pktio::MemWire wire_;
+  sim::MemWire wire_;
   Node n_[2];
   Captured cap_;
   uint64_t now_ = 1'000'000;
@@ -220,6 +220,9 @@ TEST_F(UdTest, DatagramOverIpv4CarriesDethAndFillsTheGrhArea) {
   EXPECT_EQ(r.qp_num, qb);
   EXPECT_EQ(r.flags & (queue::kWcGrh | queue::kWcWithImm), queue::kWcGrh | queue::kWcWithImm);
   EXPECT_EQ(r.imm_or_inv, 0x01020304u);
+  // ibv_wc.sl says the GRH area holds an IPv4 header (UCX's ud_verbs then
+  // reads the destination address from its last 4 bytes, not a 16-byte GID).
+  EXPECT_EQ(r.sl, t::kRoceL3Ipv4);
   // GRH area: 20 zero bytes, then the IPv4 header (10.0.0.1 -> 10.0.0.2).
   const uint8_t* grh = n_[1].mem.data() + 4096;
   for (int i = 0; i < 20; ++i) ASSERT_EQ(grh[i], 0) << i;
@@ -265,6 +268,7 @@ TEST_F(UdTest, DatagramOverIpv6PutsTheIpv6HeaderInTheGrhArea) {
   ASSERT_EQ(c1.size(), 1u);
   EXPECT_EQ(c1[0].status, WcStatus::kSuccess);
   EXPECT_EQ(c1[0].byte_len, 140u);
+  EXPECT_EQ(c1[0].sl, t::kRoceL3Ipv6);
   const uint8_t* grh = n_[1].mem.data();
   EXPECT_EQ(grh[0] >> 4, 6);
   EXPECT_EQ(grh[6], 17);  // next header UDP

@@ -60,6 +60,13 @@ struct Completion {
   WcStatus status = WcStatus::kSuccess;
   WcOpcode opcode = WcOpcode::kSend;
   uint8_t flags = 0;
+  // ibv_wc.sl. RoCE has no service level; a UD receive carries here the L3
+  // header type of the datagram (transport::kRoceL3Ipv4 / kRoceL3Ipv6), as
+  // mlx5 does. IBTA A17.4.5.1 asks the CQE to say whether a RoCEv2 datagram
+  // came over IPv4 or IPv6 (the GRH area holds either header), and verbs has
+  // no other field for it: UCX's ud_verbs reads it from sl to find the
+  // destination GID in the GRH area.
+  uint8_t sl = 0;
   uint32_t byte_len = 0;
   uint32_t imm_or_inv = 0;  // imm_data: the wire bytes unswapped (a __be32, as ibv_wc); or the invalidated rkey
   uint32_t qp_num = 0;

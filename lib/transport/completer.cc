@@ -113,6 +113,7 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.retry_left = attr_.retry_cnt;
   req_.rnr_retry_left = attr_.rnr_retry;
   req_.progress_since_retry = true;
+  req_.retry_probe_pending = false;
   req_.sr_retry_clock_ns = now;
   if (!req_.sr_backoff_hold) req_.sr_backoff = 0;  // (after a spurious timeout: at the next RTT sample)
   req_.sr_tlp_armable = true;
@@ -120,6 +121,21 @@ void RcQp::NoteProgress(uint64_t now) {
   req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
   if (req_.retransmit_deadline == 0) req_.ack_solicit_deadline = 0;  // nothing left to ask about
   if (sr_) SrArmTlp(now);
+}
+
+// A response the completer cannot use (a duplicate of one it took, one past
+// a lost response, the response of a READ behind the one still missing a
+// response) still shows the responder at work on this QP's requests, in
+// order; what was asked again comes behind it. Go-back-N's transport timer
+// waits for the responder's silence, not for these (rxe's completer re-arms
+// its timer after every response it processes); only forward progress
+// restores the retry budget. Otherwise a responder slower than the window
+// draws a timeout while it still serves the first copies, and with it a
+// second copy of the window, the next timeout a third, until the retry
+// budget runs out (doc/transport.md "Completer and recovery").
+void RcQp::NoteAnswered(uint64_t now) {
+  if (sr_ || req_.retransmit_deadline == 0 || !Outstanding()) return;  // (0: an RNR wait, or none)
+  req_.retransmit_deadline = ArmRetransmitTimer(now);
 }
 
 uint64_t RcQp::ArmRetransmitTimer(uint64_t now) {
@@ -283,6 +299,7 @@ DROCE_STEP CompState RcQp::CompCheckPsn(RespCtx& c) {
   if (c.p.opcode == kSrSack && c.psn == PsnAdd(req_.psn_una, -1)) return CompState::kCheckAck;
   if (PsnLess(c.psn, req_.psn_una)) {
     ++counters_.duplicates_received;
+    NoteAnswered(c.now);
     return CompState::kDone;
   }
   if (!PsnLess(c.psn, req_.psn_next)) return CompState::kBadResponse;
@@ -388,6 +405,13 @@ DROCE_STEP CompState RcQp::CompGetWqe(RespCtx& c) {
     }
     return CompState::kBadResponse;
   }
+  if (!sr_ && c.wqe != nullptr && PsnLess(c.wqe->last_psn, c.psn) && (c.op.roles & kRoleReadResponse)) {
+    // Go-back-N: a later READ's response while the oldest misses one (the
+    // implied NAK above asked for it again).
+    ++counters_.out_of_sequence;
+    NoteAnswered(c.now);
+    return CompState::kDone;
+  }
   if (c.wqe == nullptr || PsnLess(c.psn, c.wqe->first_psn) || PsnLess(c.wqe->last_psn, c.psn)) {
     return CompState::kBadResponse;
   }
@@ -422,6 +446,7 @@ DROCE_STEP CompState RcQp::CompRead(RespCtx& c) {
       ++counters_.out_of_sequence;  // a response was lost: implied NAK
       ImpliedNak(expected);
     }
+    NoteAnswered(c.now);
     return CompState::kDone;
   }
   // Selective repeat: a response past a lost one is placed at its own

@@ -534,6 +534,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
     --req_.retry_left;
     req_.sr_retry_clock_ns = now_ns;
   }
+  const bool retry_unanswered = !req_.progress_since_retry;
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
   if (sr_) {
@@ -580,6 +581,14 @@ void RcQp::OnTimer(uint64_t now_ns) {
       req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
     }
     req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
+  } else if (retry_unanswered) {
+    // Go-back-N, and the last retry (a timeout's or a sequence NAK's) is
+    // still unanswered: a responder slower than the window may still be
+    // working through it, silently (it drops what follows a gap until the
+    // gap is filled). Another copy of the window would only queue behind
+    // it; the oldest packet alone, asking for an ACK, repairs a lost first
+    // packet of the retry, and what it answers shows the rest.
+    req_.retry_probe_pending = true;
   } else {
     RetryFrom(req_.psn_una);
   }
@@ -681,7 +690,7 @@ uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
   if (req_.rnr_resume_at == 0 || now_ns >= req_.rnr_resume_at) {
     const uint32_t room = RequestRoom();
     const uint32_t requests = room == 0 ? 0 : std::min(room, QueuedRequestPackets(burst));
-    n += std::min(requests + (sr_ ? SrPendingRetransmits() : 0), burst);
+    n += std::min(requests + PendingRetransmits(), burst);
   }
   return std::min(n, burst);
 }
@@ -703,7 +712,7 @@ uint64_t RcQp::NextDeadline() const {
     if (sr_) take(req_.sr_tlp_deadline);
     // Requests waiting for the RNR timer and the pacer: the later of the two.
     const uint64_t hold = std::max(req_.rnr_resume_at, pace);
-    if (hold != 0 && (RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0))) take(hold);
+    if (hold != 0 && (RequestRoom() > 0 || PendingRetransmits() > 0)) take(hold);
   }
   return d == UINT64_MAX ? 0 : d;
 }
@@ -715,12 +724,12 @@ bool RcQp::HasTransmitWork(uint64_t now_ns) const {
   if (!actions_.empty()) return true;
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return false;
   if (req_.rnr_resume_at != 0 && now_ns < req_.rnr_resume_at) return false;
-  return RequestRoom() > 0 || (sr_ && SrPendingRetransmits() > 0);
+  return RequestRoom() > 0 || PendingRetransmits() > 0;
 }
 
 bool RcQp::HasWork() const {
   return cnp_.cnps_pending > 0 || !actions_.empty() || (req_.sq_next != sq_.tail() && state_ == QpState::kRts) ||
-         (sr_ && SrPendingRetransmits() > 0 && state_ == QpState::kRts) ||
+         (PendingRetransmits() > 0 && state_ == QpState::kRts) ||
          req_.retransmit_deadline != 0 || req_.rnr_resume_at != 0 || (rp_ && rp_->rate_limited());
 }
 

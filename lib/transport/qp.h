@@ -502,6 +502,7 @@ class RcQp {
     return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
   }
   void NoteProgress(uint64_t now);
+  void NoteAnswered(uint64_t now);
   void AdvancePastDone();
   void RetryFrom(uint32_t psn);
   void SolicitAck(uint64_t now_ns);
@@ -555,6 +556,13 @@ class RcQp {
   void SrScheduleRetransmit(uint32_t from, uint32_t end);
   uint32_t SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
   uint32_t SrPendingRetransmits() const;
+  // Packets to resend besides the send queue's walk: selective repeat's
+  // retransmissions, or go-back-N's retry probe.
+  uint32_t PendingRetransmits() const {
+    return sr_ ? SrPendingRetransmits() : req_.retry_probe_pending ? 1 : 0;
+  }
+  uint32_t SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
+  uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns);
   void SrFlushReceives();
   using SrBits = std::array<uint64_t, kSrWindow / 64>;
   static bool BitTest(const SrBits& b, uint32_t psn) {
@@ -660,6 +668,9 @@ class RcQp {
     uint64_t tail_sent_ns = 0;
     uint64_t ack_solicit_deadline = 0;  // 0: not armed
     bool progress_since_retry = true;
+    // Go-back-N: a timeout found the last retry unanswered; the oldest
+    // unacknowledged packet goes once more, alone (SendRetryProbe).
+    bool retry_probe_pending = false;
     // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
     // until progress; otherwise every later response would rewind again.
     bool implied_nak_pending = false;
@@ -675,7 +686,7 @@ class RcQp {
     uint32_t sr_retx_next = 0;
     uint32_t sr_retx_end = 0;
     uint32_t sr_recv_seq = 0;
-    bool sr_force_ack_req = false;  // a retransmission asks for an ACK
+    bool force_ack_req = false;  // a retransmission asks for an ACK (SR resends, the retry probe)
     uint32_t sr_read_len = 0;       // a READ asked again: bytes to ask for (0: to its end)
     bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
     bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO

@@ -128,6 +128,9 @@ uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n,
   if (sr_) {
     used = SrRetransmit(frames, used, n, now_ns);
     if (state_ == QpState::kErr) return used;
+  } else if (req_.retry_probe_pending) {
+    used = SendRetryProbe(frames, used, n, now_ns);
+    if (state_ == QpState::kErr) return used;
   }
   SendCtx c{frames, used, n, now_ns};
   ReqState s = ReqState::kGetWqe;
@@ -233,6 +236,57 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
   }
   if (w.fully_sent) ++req_.sq_next;
   return ReqState::kGetWqe;
+}
+
+// Go-back-N's retry probe (OnTimer): the packet at psn_una once more, with
+// AckReq, the send cursor left where it is (the rest was resent by the
+// retry still unanswered). A READ is asked again from its first missing
+// response, an atomic whole. Nothing when the cursor is to send it anyway.
+uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+  if (used >= n || Paced(now_ns)) return used;
+  req_.retry_probe_pending = false;
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    if (!w.started) return used;
+    if (PsnLess(w.last_psn, req_.psn_una)) continue;
+    uint32_t psn = PsnLess(req_.psn_una, w.first_psn) ? w.first_psn : req_.psn_una;
+    if (w.wr.opcode == WrOpcode::kRdmaRead) {
+      psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+    } else if (IsReadOrAtomic(w)) {
+      psn = w.first_psn;
+    }
+    const bool cursor_sends_it = static_cast<int32_t>(req_.sq_next - i) < 0 ||
+                                 (req_.sq_next == i && !w.fully_sent && !PsnLess(psn, w.next_psn));
+    if (cursor_sends_it) return used;
+    if (!SgesStillLent(w)) {
+      FailWqe(w, WcStatus::kLocProtErr);
+      return used;
+    }
+    const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
+    if (len == 0) return used;
+    frames[used].len = len;
+    ++counters_.tx_packets;
+    counters_.tx_bytes += len;
+    NoteSent(len, now_ns);
+    return used + 1;
+  }
+  return used;
+}
+
+// The packet at `psn` of a started WQE once more, asking for an ACK, the
+// WQE's cursor (next_psn, fully_sent) left as it was: a one-off resend
+// (selective repeat's, go-back-N's retry probe). 0: nothing built.
+uint32_t RcQp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
+  const uint32_t saved_next = w.next_psn;
+  const bool saved_sent = w.fully_sent;
+  w.next_psn = psn;
+  req_.force_ack_req = true;
+  const uint32_t len = BuildRequest(w, frame, now_ns);
+  req_.force_ack_req = false;
+  w.next_psn = saved_next;
+  w.fully_sent = saved_sent;
+  return len;
 }
 
 namespace {
@@ -368,7 +422,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
   const bool ack_req =
       reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= AckReqEvery() ||
-                     req_.sr_force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
+                     req_.force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   // F-RTO: which ACKs were asked for before a timeout (not by its own resend).
@@ -532,10 +586,6 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
       FailWqe(w, WcStatus::kLocProtErr);
       return used;
     }
-    const uint32_t saved_next = w.next_psn;
-    const bool saved_sent = w.fully_sent;
-    w.next_psn = psn;
-    req_.sr_force_ack_req = true;
     if (w.wr.opcode == WrOpcode::kRdmaRead) {
       // The READ's responses placed ahead are not asked for again: the
       // request covers the missing run up to the next one that arrived.
@@ -547,11 +597,8 @@ uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uin
       }
       req_.sr_read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * mtu_ : 0;
     }
-    const uint32_t len = BuildRequest(w, frames[used].data, now_ns);
-    req_.sr_force_ack_req = false;
+    const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
     req_.sr_read_len = 0;
-    w.next_psn = saved_next;
-    w.fully_sent = saved_sent;
     req_.sr_retx_next = next;
     if (len == 0) continue;
     frames[used].len = len;

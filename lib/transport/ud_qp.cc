@@ -168,6 +168,7 @@ UdRx RcQp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {
                                  (BthView(bth_p).solicited() ? queue::CompletionQueue::kWcSolicited : 0));
   c.imm_or_inv = imm ? ImmDtView(bth_p + op.immdt_offset).wire_order() : 0;
   c.src_qp = deth.src_qp();
+  c.sl = p.ipv6 ? kRoceL3Ipv6 : kRoceL3Ipv4;
   env_.recv_cq->Push(c);
   return UdRx::kDelivered;
 }

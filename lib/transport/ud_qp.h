@@ -22,6 +22,11 @@ namespace droce::transport {
 // are zero and the IPv4 header fills the last 20 (as Linux's
 // rdma_network_hdr lays it out).
 inline constexpr uint32_t kGrhBytes = 40;
+// The L3 header type a UD receive completion reports in ibv_wc.sl
+// (queue::Completion::sl), numbered as mlx5's CQE does (0 would be a RoCEv1
+// GRH, which droce does not speak).
+inline constexpr uint8_t kRoceL3Ipv6 = 1;
+inline constexpr uint8_t kRoceL3Ipv4 = 2;
 // A work request Q_Key with the high bit set asks for the QP's own Q_Key
 // (controlled Q_Keys, IBTA 10.2.5; rxe substitutes it the same way).
 inline constexpr uint32_t kControlledQkeyBit = 0x80000000u;

@@ -10,11 +10,11 @@
 
 #include <gtest/gtest.h>
 
-#include "replay/replay.h"
+#include "sim/replay/replay.h"
 #include "drivers/pcap/pcap_io.h"
 #include "wire/fields.h"
 
-namespace droce::core {
+namespace droce::sim {
 namespace {
 
 std::string CaptureDir() {
@@ -200,4 +200,4 @@ TEST(Replay, UdPingpongReplaysAndDifferencesAreNoticed) {
 }
 
 }  // namespace
-}  // namespace droce::core
+}  // namespace droce::sim

@@ -24,7 +24,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/fields.h"
 #include "wire/psn.h"
 
@@ -269,7 +269,7 @@ class DeviceFuzz {
     }
   }
 
-  pktio::ScriptedIo io_;
+  sim::ScriptedIo io_;
   Device dev_;
   uint32_t pd_ = 0, other_pd_ = 0, cq_ = 0, qpn_[2] = {};
   std::vector<uint8_t> buf_[kRegions], pristine_[kRegions];

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
-#include "pktio/scripted_io.h"
+#include "sim/wire/scripted_io.h"
 #include "wire/fields.h"
 
 namespace droce::core::fuzz {
@@ -109,7 +109,7 @@ class FuzzPeerQp {
     io_.sent.clear();
   }
 
-  pktio::ScriptedIo io_;
+  sim::ScriptedIo io_;
   Device dev_;
   uint32_t pd_ = 0, cq_ = 0, qpn_ = 0;
 };

@@ -9,7 +9,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 #include "wire/psn.h"
 
 namespace droce::core::testing {
@@ -53,7 +53,7 @@ inline void OpenSide(Side& s, const DeviceConfig& cfg, pktio::BurstIo* io, uint3
 }
 
 // Connects the RC QPs of two sides to each other (PSNs 0).
-inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_cnt = 7) {
+inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_cnt = 7, uint8_t max_rd_atomic = 16) {
   for (int i = 0; i < 2; ++i) {
     ConnectParams c;
     c.peer_gid = s[1 - i].dev->gids()[1];
@@ -62,6 +62,7 @@ inline void ConnectSides(Side* s, uint32_t mtu, uint8_t timeout, uint8_t retry_c
     c.mtu = mtu;
     c.timeout = timeout;
     c.retry_cnt = retry_cnt;
+    c.max_rd_atomic = c.max_dest_rd_atomic = max_rd_atomic;
     EXPECT_TRUE(ConnectQp(*s[i].dev, s[i].qpn, c).ok());
   }
 }
@@ -111,7 +112,7 @@ class RcPair {
 
   Side& a() { return s_[0]; }
   Side& b() { return s_[1]; }
-  pktio::MemWire& link() { return link_; }
+  sim::MemWire& link() { return link_; }
   uint64_t now() const { return now_; }
 
   // Advances virtual time in 1 us steps, polling both devices, until `want`
@@ -131,8 +132,8 @@ class RcPair {
   }
 
  private:
-  static pktio::MemWireConfig LinkConfig(Impairments imp, uint32_t seed, uint32_t pool_frames) {
-    pktio::MemWireConfig c;
+  static sim::MemWireConfig LinkConfig(Impairments imp, uint32_t seed, uint32_t pool_frames) {
+    sim::MemWireConfig c;
     c.seed = seed;
     c.pool_frames = pool_frames;  // a small pool stops a sender mid-message
     c.queue_frames = 8192;
@@ -145,7 +146,7 @@ class RcPair {
     return c;
   }
 
-  pktio::MemWire link_;
+  sim::MemWire link_;
   Side s_[2];
   uint64_t now_ = 1'000'000;
 };

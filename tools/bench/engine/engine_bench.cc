@@ -1,5 +1,5 @@
 // The RC engine alone: two devices on one core joined by a perfect,
-// zero-copy in-memory wire (pktio::MemWire without impairments), so
+// zero-copy in-memory wire (sim::MemWire without impairments), so
 // what is measured is droce's protocol work — header building, ICRC, parsing,
 // MR checks, payload copies, ACK processing — and nothing else.
 //
@@ -15,7 +15,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace {
 
@@ -51,10 +51,10 @@ struct Result {
 // Streams `count` RDMA WRITEs of `size` bytes from A to B with up to
 // `outstanding` in flight (every 16th signaled), all on this thread.
 Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstanding) {
-  pktio::MemWireConfig wire_config;  // no impairments: a perfect wire
+  sim::MemWireConfig wire_config;  // no impairments: a perfect wire
   wire_config.pool_frames = 8192;
   wire_config.queue_frames = 8192;
-  pktio::MemWire wire(wire_config);
+  sim::MemWire wire(wire_config);
   Endpoint ep[2];
   for (int i = 0; i < 2; ++i) {
     core::DeviceConfig cfg;
@@ -119,10 +119,10 @@ struct ManyQpResult {
   double ns_per_round;
 };
 ManyQpResult ManyQpWrites(uint32_t nqp, uint64_t count, uint32_t ack_every) {
-  pktio::MemWireConfig wire_config;
+  sim::MemWireConfig wire_config;
   wire_config.pool_frames = 16384;
   wire_config.queue_frames = 16384;
-  pktio::MemWire wire(wire_config);
+  sim::MemWire wire(wire_config);
   Endpoint ep[2];
   std::vector<uint32_t> qpns[2];
   for (int i = 0; i < 2; ++i) {

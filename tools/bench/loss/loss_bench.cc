@@ -2,7 +2,7 @@
 // goodput of 64 KiB RDMA WRITEs and the completion time of one 64 KiB WRITE
 // against packet loss, for go-back-N and (once lib/ has it) selective repeat.
 //
-// Two core::Devices joined by pktio::MemWire, everything in virtual time:
+// Two core::Devices joined by sim::MemWire, everything in virtual time:
 // each direction of the link is a FIFO drained at a line rate followed by a
 // fixed propagation delay (PathIo below), then the MemWire, whose seeded
 // `drop` impairment loses frames at random; the bursty pattern is a
@@ -26,7 +26,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
-#include "pktio/mem_wire.h"
+#include "sim/wire/mem_wire.h"
 
 namespace {
 
@@ -175,12 +175,12 @@ struct Outcome {
 class Pair {
  public:
   Pair(const Options& o, const Pattern& pat, bool sr, uint64_t seed) {
-    pktio::MemWireConfig wc;
+    sim::MemWireConfig wc;
     wc.seed = seed;
     wc.pool_frames = 16384;
     wc.queue_frames = 16384;
     for (auto& d : wc.impair) d.drop = pat.model.gilbert ? 0 : pat.model.p;
-    wire_ = std::make_unique<pktio::MemWire>(wc);
+    wire_ = std::make_unique<sim::MemWire>(wc);
     for (int i = 0; i < 2; ++i) {
       path_[i] = std::make_unique<PathIo>(&wire_->end(i), &now_, o.gbps, o.delay_ns, pat.model,
                                           seed * 7919 + i + 1);
@@ -285,7 +285,7 @@ class Pair {
   };
   uint64_t now_ = 1'000'000;
   uint64_t total_ns_ = 0;
-  std::unique_ptr<pktio::MemWire> wire_;
+  std::unique_ptr<sim::MemWire> wire_;
   std::unique_ptr<PathIo> path_[2];
   Endpoint ep_[2];
   transport::SendWr wr_;

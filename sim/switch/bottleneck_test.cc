@@ -1,0 +1,173 @@
+// The emulated congestion point: FIFO timing at line rate, RED/ECN marking
+// (thresholds, probability, seed), tail drop and time-weighted queue stats.
+#include "sim/switch/bottleneck.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace droce::sim {
+namespace {
+
+constexpr uint64_t kG = 1'000'000'000;
+
+BottleneckConfig TenGig() {
+  BottleneckConfig c;
+  c.line_rate_bps = 10 * kG;  // 1000 B take 800 ns
+  c.kmin_bytes = 5000;
+  c.kmax_bytes = 15000;
+  c.pmax = 0.5;
+  c.stats_bin_bytes = 100;
+  c.mark_at = MarkAt::kEnqueue;  // tests of kDequeue say so
+  return c;
+}
+
+TEST(Bottleneck, DrainsFifoAtLineRate) {
+  BottleneckConfig c = TenGig();
+  c.ecn = false;
+  Bottleneck b(c);
+  for (uint64_t tag = 1; tag <= 3; ++tag) EXPECT_FALSE(b.Enqueue(1000, 0, tag).dropped);
+  EXPECT_EQ(b.queue_bytes(0), 3000u);
+  EXPECT_EQ(b.next_departure_ns(), 800u);
+  Departure d;
+  EXPECT_FALSE(b.Dequeue(799, &d));
+  EXPECT_EQ(b.queue_bytes(799), 3000u);
+  EXPECT_EQ(b.queue_bytes(800), 2000u);  // the port's view, before any Dequeue
+  ASSERT_TRUE(b.Dequeue(2400, &d));
+  EXPECT_EQ(d.tag, 1u);
+  EXPECT_EQ(d.depart_ns, 800u);
+  ASSERT_TRUE(b.Dequeue(2400, &d));
+  EXPECT_EQ(d.tag, 2u);
+  EXPECT_EQ(d.depart_ns, 1600u);
+  ASSERT_TRUE(b.Dequeue(2400, &d));
+  EXPECT_EQ(d.tag, 3u);
+  EXPECT_EQ(d.depart_ns, 2400u);
+  EXPECT_FALSE(b.Dequeue(1'000'000, &d));
+  EXPECT_EQ(b.queue_bytes(2400), 0u);
+  // An idle port starts the next packet at once.
+  b.Enqueue(500, 10'000, 4);
+  EXPECT_EQ(b.next_departure_ns(), 10'400u);
+  EXPECT_EQ(b.departed_bytes(), 3000u);
+}
+
+TEST(Bottleneck, MarkProbabilityIsRed) {
+  Bottleneck b(TenGig());
+  EXPECT_EQ(b.MarkProbability(0), 0.0);
+  EXPECT_EQ(b.MarkProbability(5000), 0.0);
+  EXPECT_DOUBLE_EQ(b.MarkProbability(7500), 0.125);
+  EXPECT_DOUBLE_EQ(b.MarkProbability(10000), 0.25);
+  EXPECT_DOUBLE_EQ(b.MarkProbability(15000), 0.5);
+  EXPECT_EQ(b.MarkProbability(15001), 1.0);
+  BottleneckConfig off = TenGig();
+  off.ecn = false;
+  EXPECT_EQ(Bottleneck(off).MarkProbability(1'000'000), 0.0);
+}
+
+TEST(Bottleneck, NoMarksBelowKminAllAboveKmax) {
+  Bottleneck b(TenGig());
+  // Back-to-back arrivals at t=0: packet i sees i*1000 bytes.
+  for (int i = 0; i <= 5; ++i) EXPECT_FALSE(b.Enqueue(1000, 0).ce_marked) << i;
+  for (int i = 6; i <= 15; ++i) b.Enqueue(1000, 0);
+  for (int i = 16; i < 40; ++i) EXPECT_TRUE(b.Enqueue(1000, 0).ce_marked) << i;
+  EXPECT_EQ(b.max_queue_bytes(), 40'000u);
+}
+
+TEST(Bottleneck, DequeueMarkingSeesTheBytesBehind) {
+  BottleneckConfig c = TenGig();
+  c.mark_at = MarkAt::kDequeue;
+  Bottleneck b(c);
+  // 20 back-to-back packets at t=0: none marked on arrival...
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(b.Enqueue(1000, 0, i).ce_marked);
+  EXPECT_EQ(b.marked_packets(), 0u);
+  // ...packet i leaves with (19 - i) * 1000 bytes behind it.
+  Departure d;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(b.Dequeue(100'000, &d));
+    ASSERT_EQ(d.tag, static_cast<uint64_t>(i));
+    const uint64_t behind = (19 - i) * 1000;
+    if (behind > 15000) {
+      EXPECT_TRUE(d.ce_marked) << i;
+    }
+    if (behind <= 5000) {
+      EXPECT_FALSE(d.ce_marked) << i;
+    }
+  }
+  EXPECT_GE(b.marked_packets(), 4u);  // 19000..16000 behind
+}
+
+// Arrivals at exactly line rate after a prefill keep the queue at one level;
+// the marked fraction must match MarkProbability(level).
+double MarkedFraction(uint64_t seed, int prefill, std::vector<bool>* marks) {
+  BottleneckConfig c = TenGig();
+  c.seed = seed;
+  Bottleneck b(c);
+  for (int i = 0; i < prefill; ++i) b.Enqueue(1000, 0);
+  int marked = 0;
+  const int n = 200'000;
+  Departure d;
+  for (int i = 1; i <= n; ++i) {
+    const uint64_t t = 800ull * i;
+    EXPECT_EQ(b.queue_bytes(t), (prefill - 1) * 1000ull);
+    const bool m = b.Enqueue(1000, t).ce_marked;
+    marked += m;
+    if (marks) marks->push_back(m);
+    while (b.Dequeue(t, &d)) {
+    }
+  }
+  return static_cast<double>(marked) / n;
+}
+
+TEST(Bottleneck, MarkedFractionMatchesRedProbability) {
+  // Level 10000 B: p = 0.25; 4 sigma of a binomial over 2e5 is 0.0039.
+  EXPECT_NEAR(MarkedFraction(7, 11, nullptr), 0.25, 0.004);
+  // Level 7000 B: p = 0.1.
+  EXPECT_NEAR(MarkedFraction(7, 8, nullptr), 0.1, 0.003);
+}
+
+TEST(Bottleneck, SameSeedSameMarksOtherSeedOthers) {
+  std::vector<bool> a, b, c;
+  MarkedFraction(42, 11, &a);
+  MarkedFraction(42, 11, &b);
+  MarkedFraction(43, 11, &c);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Bottleneck, TailDropAtBufferSize) {
+  BottleneckConfig c = TenGig();
+  c.buffer_bytes = 3000;
+  Bottleneck b(c);
+  EXPECT_FALSE(b.Enqueue(1000, 0).dropped);
+  EXPECT_FALSE(b.Enqueue(1000, 0).dropped);
+  EXPECT_FALSE(b.Enqueue(1000, 0).dropped);
+  EXPECT_TRUE(b.Enqueue(1000, 0).dropped);
+  EXPECT_TRUE(b.Enqueue(1, 0).dropped);
+  EXPECT_EQ(b.dropped_packets(), 2u);
+  EXPECT_EQ(b.enqueued_packets(), 3u);
+  EXPECT_EQ(b.queue_bytes(0), 3000u);
+  EXPECT_FALSE(b.Enqueue(1000, 800).dropped);  // one left: room again
+  EXPECT_EQ(b.max_queue_bytes(), 3000u);
+}
+
+TEST(Bottleneck, TimeWeightedQueuePercentiles) {
+  Bottleneck b(TenGig());
+  b.ResetStats(0);
+  b.Enqueue(1000, 0);
+  b.Enqueue(1000, 0);
+  // Queue 2000 B for [0, 800), 1000 B for [800, 1600), empty for [1600, 8000).
+  EXPECT_EQ(b.QueuePercentile(0.5, 8000), 0u);
+  EXPECT_EQ(b.QueuePercentile(0.8, 8000), 0u);
+  EXPECT_EQ(b.QueuePercentile(0.85, 8000), 1000u);
+  EXPECT_EQ(b.QueuePercentile(0.95, 8000), 2000u);
+  EXPECT_EQ(b.QueuePercentile(1.0, 8000), 2000u);
+  // Mean: (2050*800 + 1050*800 + 50*6400) / 8000 with bin centres.
+  EXPECT_NEAR(b.MeanQueueBytes(8000), (2050.0 * 800 + 1050.0 * 800 + 50.0 * 6400) / 8000, 1e-9);
+  b.ResetStats(8000);
+  EXPECT_EQ(b.max_queue_bytes(), 0u);
+  EXPECT_EQ(b.enqueued_packets(), 0u);
+}
+
+}  // namespace
+}  // namespace droce::sim

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# 8 fabric devices, and programs that open every device of the host: a verbs
+# program that starts each one's dataplane and sends a datagram through it,
+# UCX's ucx_info and libfabric's fi_info (unmodified Debian packages).
+# The MPI job over 8 devices is in mpi.sh.
+source "$(dirname "$0")/lib.sh"
+need ucx_info fi_info
+stacks_host droce-stacks-dev 8
+: "${OPEN_DEVICES:?set OPEN_DEVICES to the open_devices program}"
+
+# Every device open at once in one process, each working (a UD datagram to
+# itself); what each cost is printed (doc/verbs.md "Memory per open device").
+open_all() {
+  local out; out=$(timeout "$t" "$OPEN_DEVICES" -min 8 2>&1); local rc=$?
+  echo "$out"
+  [ $rc -eq 0 ] && grep -q "^8 of 8 devices open and working" <<<"$out"
+}
+check "one process opens 8 devices and uses each" open_all
+
+# UCX: one rc_verbs and one ud_verbs transport per device.
+ucx_info_lists_all() {
+  local out; out=$(timeout "$t" ucx_info -d 2>&1) || { echo "$out" | tail -20; return 1; }
+  local i
+  for ((i = 0; i < 8; ++i)); do
+    for tl in rc_verbs ud_verbs; do
+      grep -A1 "Transport: $tl" <<<"$out" | grep -q "Device: droce$i:1" || { echo "no $tl on droce$i:1"; return 1; }
+    done
+  done
+  ! grep -E "UCX  (ERROR|WARN)|Fatal" <<<"$out"  # the log, not "error handling:" lines
+}
+check "ucx_info -d: rc_verbs and ud_verbs on droce0..7" ucx_info_lists_all
+
+# libfabric's verbs provider: a MSG and a DGRAM domain per device.
+fi_info_lists_all() {
+  local out; out=$(timeout "$t" fi_info -p verbs 2>&1) || { echo "$out" | tail -20; return 1; }
+  local i
+  for ((i = 0; i < 8; ++i)); do
+    grep -q "domain: droce$i\$" <<<"$out" || { echo "no MSG domain droce$i"; return 1; }
+    grep -q "domain: droce$i-dgram\$" <<<"$out" || { echo "no DGRAM domain droce$i-dgram"; return 1; }
+  done
+}
+check "fi_info -p verbs: droce0..7, MSG and DGRAM" fi_info_lists_all
+
+finish stacks_devices

@@ -15,7 +15,10 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   python3 python3-matplotlib python3-pyverbs \
   iproute2 procps \
   nftables iperf3 ethtool \
-  libbpf-dev linux-libc-dev libfabric-bin openmpi-bin >/dev/null
-# iperf3, nftables, ethtool: the loss experiment's kernel-TCP baseline (tools/bench/loss/tcp.sh);
+  ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi libfabric-bin \
+  libbpf-dev linux-libc-dev >/dev/null
+# nftables, iperf3, ethtool: the loss experiment's kernel-TCP baseline (tools/bench/loss/tcp.sh);
+# ucx-utils, openmpi-bin, libopenmpi-dev (mpicc), netpipe-openmpi, libfabric-bin: the communication
+# stacks run unmodified on droce (tests/stacks, doc/stacks.md) and across namespaces (tests/netns);
 # libbpf-dev (and clang above): droce's XDP program and droced's interface binding (doc/netdev.md);
-# libfabric-bin (fi_pingpong), openmpi-bin (mpirun), tshark (dumpcap): tests/netns.
+# tshark (dumpcap): tests/netns.

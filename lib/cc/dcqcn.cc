@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <new>
 
 namespace droce::cc {
 
@@ -207,13 +208,55 @@ void ReactionPoint::UpdateDeadline() {
   next_deadline_ns_ = std::min({decrease_due_ns_, alpha_due_ns_, t_due_ns_});
 }
 
-void Pacer::SetRate(uint64_t rate_bps) {
-  rate_bps_ = rate_bps;
-  // Below 1 Mb/s (DCQCN's smallest rpg_min_rate) the product bytes x cost
-  // could overflow for jumbo frames; such rates pace as 1 Mb/s.
-  const unsigned __int128 bit_ns_q32 = static_cast<unsigned __int128>(8'000'000'000) << 32;
-  const uint64_t rate = std::max<uint64_t>(1'000'000, rate_bps);
-  ns_per_byte_q32_ = static_cast<uint64_t>((bit_ns_q32 + rate - 1) / rate);
+namespace {
+
+static_assert(sizeof(ReactionPoint) <= kPrivateBytes && alignof(ReactionPoint) <= 8);
+
+ReactionPoint& Rp(void* priv) { return *static_cast<ReactionPoint*>(priv); }
+
+// The reaction point's timers matter while they can change the rate; an
+// unlimited QP's alpha decay waits for the next CNP (which runs it first).
+Output Decided(const ReactionPoint& rp) {
+  Output o;
+  o.rate_limited = rp.rate_limited();
+  o.rate_bps = rp.current_rate_bps();
+  const uint64_t due = rp.next_deadline_ns();
+  if ((rp.rate_limited() || rp.decrease_pending()) && due != UINT64_MAX) o.next_deadline_ns = due;
+  return o;
+}
+
+Output DcqcnInit(void* priv, const void* params) {
+  return Decided(*new (priv) ReactionPoint(*static_cast<const DcqcnParams*>(params)));
+}
+void DcqcnDestroy(void* priv) { Rp(priv).~ReactionPoint(); }
+Output DcqcnSent(void* priv, uint32_t bytes, uint64_t now_ns) {
+  Rp(priv).OnBytesSent(bytes, now_ns);
+  return Decided(Rp(priv));
+}
+Output DcqcnCnp(void* priv, uint64_t now_ns) {
+  Rp(priv).OnCnp(now_ns);
+  return Decided(Rp(priv));
+}
+Output DcqcnTimer(void* priv, uint64_t now_ns) {
+  Rp(priv).Advance(now_ns);
+  return Decided(Rp(priv));
+}
+
+}  // namespace
+
+const Ops kDcqcnOps = {
+    .name = "dcqcn",
+    .init = DcqcnInit,
+    .destroy = DcqcnDestroy,
+    .on_sent = DcqcnSent,
+    .on_ack = nullptr,      // DCQCN reacts to CNPs, not to RTTs
+    .on_cnp = DcqcnCnp,
+    .on_timeout = nullptr,  // nor to timeouts
+    .on_timer = DcqcnTimer,
+};
+
+const ReactionPoint* DcqcnReactionPoint(const CongestionControl& cc) {
+  return cc.ops() == &kDcqcnOps ? static_cast<const ReactionPoint*>(cc.state()) : nullptr;
 }
 
 }  // namespace droce::cc

@@ -12,6 +12,9 @@
 
 #include <cstdint>
 
+#include "cc/congestion_control.h"
+#include "cc/pacer.h"
+
 namespace droce::cc {
 
 // Units are those of mlx5's knobs (mlxconfig/sysfs): µs, bytes, Mb/s, % and
@@ -45,7 +48,7 @@ struct DcqcnParams {
   uint8_t cnp_802p_prio = 6;
 };
 
-// The SIGCOMM 2015 paper's parameters (as issue 6 lists them; Fig. 7): g=1/256,
+// The SIGCOMM 2015 paper's parameters (Fig. 7): g=1/256,
 // alpha period K=55 us, T=55 us, B=10 MB, F=5, R_AI=40 Mb/s, R_HAI=400 Mb/s
 // (10 x R_AI as in QCN), CNP interval 50 us, alpha starting at 1.
 DcqcnParams PaperProfile(uint64_t line_rate_bps);
@@ -158,58 +161,13 @@ class ReactionPoint {
   uint64_t hai_events_ = 0;
 };
 
-// Next-send-time pacer: a packet may leave when now >= next_send_ns(); after
-// it leaves, the next one may leave bytes*8/rate later. Idle time earns no
-// credit (next = max(next, now) + cost), so there is never a burst of more
-// than one packet. The cost per byte is recomputed only when the rate
-// changes (rounded up, so the pacer is never faster than the rate); the
-// per-packet path is a multiply and adds, with 32 fractional bits of
-// nanoseconds carried between packets so long runs keep the exact rate.
-class Pacer {
- public:
-  bool MaySend(uint64_t now_ns) const { return now_ns >= next_send_ns_; }
 
-  void OnSent(uint32_t bytes, uint64_t now_ns, uint64_t rate_bps) {
-    if (rate_bps != rate_bps_) SetRate(rate_bps);
-    if (now_ns > next_send_ns_) {
-      next_send_ns_ = now_ns;
-      frac_q32_ = 0;
-    }
-    last_start_ns_ = next_send_ns_;
-    last_frac_q32_ = frac_q32_;
-    last_bytes_ = bytes;
-    const uint64_t cost_q32 = bytes * ns_per_byte_q32_ + frac_q32_;
-    next_send_ns_ += cost_q32 >> 32;
-    frac_q32_ = cost_q32 & 0xFFFFFFFFu;
-  }
-
-  // The rate changed while waiting for the next send (a CNP, an increase
-  // event): re-space the last packet at the new rate, as a hardware rate
-  // limiter applies a new rate to the gap in progress. next_send_ns() may move
-  // earlier (rate up) or later (rate down). Not per packet: one division.
-  void Retime(uint64_t rate_bps) {
-    if (rate_bps == rate_bps_) return;
-    SetRate(rate_bps);
-    if (last_bytes_ == 0) return;
-    const uint64_t cost_q32 = last_bytes_ * ns_per_byte_q32_ + last_frac_q32_;
-    next_send_ns_ = last_start_ns_ + (cost_q32 >> 32);
-    frac_q32_ = cost_q32 & 0xFFFFFFFFu;
-  }
-
-  uint64_t next_send_ns() const { return next_send_ns_; }
-  uint64_t rate_bps() const { return rate_bps_; }
-
- private:
-  void SetRate(uint64_t rate_bps);
-
-  uint64_t next_send_ns_ = 0;
-  uint64_t frac_q32_ = 0;
-  uint64_t last_start_ns_ = 0;  // when the last packet started
-  uint64_t last_frac_q32_ = 0;
-  uint32_t last_bytes_ = 0;
-  uint64_t rate_bps_ = 0;
-  uint64_t ns_per_byte_q32_ = 0;  // ceil(8e9 * 2^32 / rate), at most 8e3 ns (1 Mb/s) per byte
-};
+// DCQCN behind the congestion-control interface (congestion_control.h):
+// kDcqcnOps runs a ReactionPoint in the QP's private area, with a
+// DcqcnParams as its parameters; its rate is RC while rate limited.
+extern const Ops kDcqcnOps;
+// The reaction point of a QP that runs DCQCN, or null.
+const ReactionPoint* DcqcnReactionPoint(const CongestionControl& cc);
 
 }  // namespace droce::cc
 

@@ -443,6 +443,20 @@ class Device {
   std::array<uint32_t, kMaxDeferredDoorbells> deferred_{};
   size_t n_deferred_ = 0;
   uint64_t poll_round_ = 1;  // Poll rounds run, from 1 (hold_acks holds an ACK one round at most; 0: never held)
+  // The poll loop's steps, a file each: poll.cc runs them in this order.
+  struct RxVerdict {
+    bool accepted = false;              // passed the checks: Dispatch it
+    bool verify_while_placing = false;  // its ICRC is the QP's to check (RcQp::VerifiesWhilePlacing)
+    uint32_t index = 0;                 // BTH destination QP - qpn_base_
+  };
+  uint32_t ReceiveBurst(uint64_t now_ns);                                            // rx.cc
+  RxVerdict CheckFrame(const uint8_t* frame, uint32_t len, const wire::ParsedPacket& p);  // rx_checks.h
+  void Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, const RxVerdict& v,
+                uint64_t now_ns);                                                   // dispatch.h
+  void ExpireTimers(uint64_t now_ns);                                               // timers.cc
+  uint32_t TransmitRound(uint64_t now_ns, bool hold_acks);                          // tx.cc
+  // doorbell.cc: deferred doorbells and ACK holding.
+  bool HoldAck(QpSlot& slot, uint32_t index, uint64_t now_ns);
   bool AddDeferred(uint32_t qpn);
   uint32_t GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full);
   uint32_t FlushTxBacklog();

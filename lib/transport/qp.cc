@@ -22,7 +22,7 @@ RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
       // Responses queued between transmit rounds: ACKs coalesce, so this
       // bounds READ/atomic responses in flight plus NAKs.
       actions_(kMaxRdAtomic * 2 + 8) {
-  if (env.dcqcn != nullptr) rp_.emplace(*env.dcqcn);
+  cc_.Start(env.cc, env.cc_params);
   if (caps.type == QpType::kUd) {
     mtu_ = caps.port_mtu;
     ud_src_port_ = UdSourcePort(qpn);
@@ -483,12 +483,8 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   return TransmitRequests(frames, used, n, now_ns);
 }
 
-// The reaction point's timers matter while they can change the rate; an
-// unlimited QP's alpha decay waits for the next CNP (which runs it first).
-static bool RateTimersRun(const cc::ReactionPoint& rp) { return rp.rate_limited() || rp.decrease_pending(); }
-
 void RcQp::OnTimer(uint64_t now_ns) {
-  if (rp_ && RateTimersRun(*rp_)) rp_->Advance(now_ns);
+  cc_.OnTimer(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
   if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
     // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
@@ -502,6 +498,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
     return;
   }
   ++counters_.timeouts;
+  cc_.OnTimeout(now_ns);
   // retry_cnt bounds consecutive retries without forward progress (IBTA
   // 9.7.6.1.3); an ACK that advances restores it. An SR QP's timer runs on
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
@@ -625,7 +622,7 @@ void RcQp::OnCongestionMark(uint64_t now_ns) {
 
 void RcQp::OnCnp(uint64_t now_ns) {
   ++counters_.cnps_received;
-  if (rp_) rp_->OnCnp(now_ns);
+  cc_.OnCnp(now_ns);
 }
 
 // How many request packets the send queue could put on the wire now: none
@@ -700,10 +697,9 @@ uint64_t RcQp::NextDeadline() const {
   const auto take = [&d](uint64_t t) {
     if (t != 0 && t < d) d = t;
   };
-  const bool limited = rp_ && rp_->rate_limited();
-  if (rp_ && RateTimersRun(*rp_)) take(rp_->next_deadline_ns());  // UINT64_MAX: none
+  take(cc_.next_deadline_ns());
   // The pacer's release, for what it holds back (CNPs it never holds).
-  const uint64_t pace = limited ? pacer_.next_send_ns() : 0;
+  const uint64_t pace = cc_.paced_until_ns();
   if (state_ == QpState::kReset || state_ == QpState::kInit) return d == UINT64_MAX ? 0 : d;
   if (!actions_.empty()) take(pace);
   if (state_ == QpState::kRts || state_ == QpState::kSqd) {
@@ -730,7 +726,7 @@ bool RcQp::HasTransmitWork(uint64_t now_ns) const {
 bool RcQp::HasWork() const {
   return cnp_.cnps_pending > 0 || !actions_.empty() || (req_.sq_next != sq_.tail() && state_ == QpState::kRts) ||
          (PendingRetransmits() > 0 && state_ == QpState::kRts) ||
-         req_.retransmit_deadline != 0 || req_.rnr_resume_at != 0 || (rp_ && rp_->rate_limited());
+         req_.retransmit_deadline != 0 || req_.rnr_resume_at != 0 || cc_.rate_limited();
 }
 
 void RcQp::EnterError() {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cc/congestion_control.h"
 #include "cc/dcqcn.h"
 #include "mem/mr_table.h"
 #include "pktio/burst_io.h"
@@ -84,9 +85,11 @@ struct QpEnv {
   bool cnp_enabled = true;
   uint64_t min_time_between_cnps_ns = 4000;
   uint8_t cnp_dscp = 48;
-  // Reaction point (DCQCN): null = off. When set, CNPs cut the QP's rate and
-  // the transmit scheduler paces every packet but CNPs to it.
-  const cc::DcqcnParams* dcqcn = nullptr;
+  // Congestion control (lib/cc/congestion_control.h): the algorithm and its
+  // parameters (e.g. cc::kDcqcnOps with a cc::DcqcnParams); null = none.
+  // While it limits the rate, every packet but CNPs is paced to it.
+  const cc::Ops* cc = nullptr;
+  const void* cc_params = nullptr;
   // Selective repeat (doc/transport.md "Selective repeat"): the device's
   // default for its RC QPs (set without negotiation, both ends configured
   // the same), the cap on PSNs in flight (the path's bandwidth-delay product,
@@ -271,12 +274,14 @@ class RcQp {
 
   // A packet for this QP arrived with ECN CE: schedule a CNP (rate-limited).
   void OnCongestionMark(uint64_t now_ns);
-  // A CNP addressed to this QP: the reaction point cuts the rate.
+  // A CNP addressed to this QP: congestion control's event (DCQCN cuts the rate).
   void OnCnp(uint64_t now_ns);
-  // The DCQCN reaction point, or null when DCQCN is off (RC, RT, alpha, stages).
-  const cc::ReactionPoint* reaction_point() const { return rp_ ? &*rp_ : nullptr; }
+  // The QP's congestion control (its algorithm, rate and window).
+  const cc::CongestionControl& congestion_control() const { return cc_; }
+  // The DCQCN reaction point, or null when the QP does not run DCQCN (RC, RT, alpha, stages).
+  const cc::ReactionPoint* reaction_point() const { return cc::DcqcnReactionPoint(cc_); }
   // Earliest time the pacer lets this QP send again (0 if not paced).
-  uint64_t paced_until_ns() const { return rp_ && rp_->rate_limited() ? pacer_.next_send_ns() : 0; }
+  uint64_t paced_until_ns() const { return cc_.paced_until_ns(); }
 
   // Selective repeat for this connection (RC only; before RTR). The device's
   // default (QpEnv::selective_repeat) applies at creation; the verbs
@@ -629,14 +634,9 @@ class RcQp {
   uint32_t mtu_ = 1024;
   uint16_t ud_src_port_ = 0xC000;  // UD: the UDP source port of every packet (UdSourcePort)
   QpCounters counters_;
-  std::optional<cc::ReactionPoint> rp_;
-  cc::Pacer pacer_;
-  bool Paced(uint64_t now_ns) const { return rp_ && rp_->rate_limited() && !pacer_.MaySend(now_ns); }
-  void NoteSent(uint32_t bytes, uint64_t now_ns) {
-    if (!rp_) return;
-    rp_->OnBytesSent(bytes, now_ns);
-    if (rp_->rate_limited()) pacer_.OnSent(bytes, now_ns, rp_->current_rate_bps());
-  }
+  cc::CongestionControl cc_;
+  bool Paced(uint64_t now_ns) const { return cc_.Paced(now_ns); }
+  void NoteSent(uint32_t bytes, uint64_t now_ns) { cc_.OnSent(bytes, now_ns); }
 
   void TakePostedSends();
   void TakePublishedRecvs();

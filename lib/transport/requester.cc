@@ -667,6 +667,7 @@ void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
     if (now >= req_.sr_rtt_sent_ns) {
       req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
       SrCountRtt(now - req_.sr_rtt_sent_ns);
+      cc_.OnAck(now - req_.sr_rtt_sent_ns, now);
       const bool no_resend = counters_.sr_retransmitted_packets - counters_.tlp_probes == req_.sr_rtt_retx;
       if (req_.sr_rtt_clean && no_resend) SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
       // The percentile takes samples under loss too, but not one that waited

@@ -21,7 +21,7 @@ using transport::WrOpcode;
 using queue::Completion;
 using queue::WcStatus;
 
-// Impairments both directions of the test link apply (lib/pktio/mem_wire.h).
+// Impairments both directions of the test link apply (sim/wire/mem_wire.h).
 struct Impairments {
   double drop = 0, duplicate = 0, reorder = 0, corrupt = 0;
 };

@@ -1,0 +1,56 @@
+// Dispatch: a frame that passed the receive checks goes to its QP (or, a
+// multicast datagram, to every QP of its group) once the QP exists, takes
+// the frame's transport and, connected, the frame came along its path.
+//
+// Included by rx.cc alone: the per-frame steps inline into the receive loop.
+#ifndef DROCE_LIB_CORE_DISPATCH_H_
+#define DROCE_LIB_CORE_DISPATCH_H_
+
+#include "core/device.h"
+
+namespace droce::core {
+
+inline void Device::Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, const RxVerdict& v, uint64_t now_ns) {
+  QpSlot* slot = v.index < qps_.size() ? &qps_[v.index] : nullptr;
+  transport::RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
+  if (p.opcode == wire::kCnp) {
+    ++counters_.rx_cnp;
+    if (q == nullptr) {
+      ++counters_.rx_cnp_dropped;
+    } else if (!PathMatches(frame, p, slot->path)) {
+      ++counters_.rx_drop_path;
+    } else {
+      q->OnCnp(now_ns);
+      Refile(v.index);  // the reaction point's timers (the QP stays where it is)
+    }
+    return;
+  }
+  if (p.op().transport == wire::Transport::kUd) {
+    DeliverUd(frame, p, q);
+    return;
+  }
+  if (q == nullptr || q->ud() ||
+      (p.op().transport != wire::Transport::kRc && p.op().transport != wire::Transport::kUc)) {
+    ++counters_.rx_unknown_qp;
+    return;
+  }
+  if (!PathMatches(frame, p, slot->path)) {
+    ++counters_.rx_drop_path;
+    return;
+  }
+  if (v.verify_while_placing) {
+    if (!q->OnUnverifiedPacket(frame, p, now_ns)) {
+      ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+      return;
+    }
+    if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
+  } else {
+    if (p.ecn() == wire::kEcnCe) q->OnCongestionMark(now_ns);
+    q->OnPacket(frame, p, now_ns);
+  }
+  Activate(qpn_base_ + v.index);
+}
+
+}  // namespace droce::core
+
+#endif  // DROCE_LIB_CORE_DISPATCH_H_

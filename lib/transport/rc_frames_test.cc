@@ -131,7 +131,7 @@ class Frames : public ::testing::Test {
     io_.sent.clear();
   }
 
-  transport::RcQp& qp() { return *dev_->qp(qpn_); }
+  transport::Qp& qp() { return *dev_->qp(qpn_); }
   const transport::QpCounters& ctr() { return qp().counters(); }
 
   // A receive of `len` bytes at mem_[offset].

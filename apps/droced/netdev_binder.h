@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "apps/droced/fabric_state.h"
-#include "drivers/netdev/gid_table.h"
+#include "drivers/netdev/gid_cache.h"
 #include "drivers/netdev/interface_port.h"
 #include "drivers/netdev/netlink.h"
 
@@ -75,7 +75,7 @@ class NetdevBinder {
  private:
   struct Bound {
     std::unique_ptr<netdev::InterfacePort> port;
-    std::unique_ptr<netdev::GidTable> gids;
+    std::unique_ptr<netdev::GidCache> gids;
     int ifindex = 0;
   };
   struct Pending {

@@ -294,6 +294,12 @@ void NetdevBinder::Resolve(uint32_t device, const core::Gid& sgid, const core::G
     answer(device, dgid, 0, group);
     return;
   }
+  // Questions waiting for the kernel are bounded: a client that keeps asking
+  // for addresses nobody answers gets EAGAIN, not the daemon's memory.
+  if (pending_.size() >= kMaxPending) {
+    answer(device, dgid, EAGAIN, {});
+    return;
+  }
   const int ifindex = it->second.ifindex;
   absl::StatusOr<netdev::RouteInfo> route = nl_->GetRoute(dgid, &sgid, ifindex);
   if (!route.ok()) {

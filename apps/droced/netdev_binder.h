@@ -69,6 +69,7 @@ class NetdevBinder {
   Route RouteTo(const core::Gid& dgid, const core::Gid* sgid);
 
   bool any_bound() const { return !bound_.empty(); }
+  static constexpr size_t kMaxPending = 4096;
   // The XDP program's counters of a bound device, for `daemon status`.
   std::string StatusText(uint32_t device) const;
 

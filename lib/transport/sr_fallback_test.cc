@@ -23,7 +23,7 @@ using transport::WrOpcode;
 // back (the tap runs when a frame enters the wire, i.e. when it is sent, as
 // long as the link does not reorder).
 struct FallbackTap {
-  const transport::RcQp* sr_qp = nullptr;
+  const transport::Qp* sr_qp = nullptr;
   uint64_t sr_opcodes_after = 0;     // droce's SR opcodes (data, SACK) after the fallback
   uint64_t ibta_data_after = 0;      // IBTA SEND/WRITE after the fallback
   uint64_t sr_opcodes_before = 0;
@@ -155,7 +155,7 @@ TEST_P(SrFallback, OneSideOnFallsBackToGoBackN) {
   }
   EXPECT_EQ(*target, expect_target) << "each atomic executed once";
   // The SR end fell back once; the pair speaks IBTA from then on.
-  const transport::RcQp* sq = sr_side.dev->qp(sr_side.qpn);
+  const transport::Qp* sq = sr_side.dev->qp(sr_side.qpn);
   EXPECT_FALSE(sq->selective_repeat());
   EXPECT_EQ(sq->counters().sr_fallbacks, 1u);
   EXPECT_EQ(tap.sr_opcodes_after, 0u) << "an SR opcode on the wire after the fallback";
@@ -296,8 +296,8 @@ TEST(SrFallbackMidMessage, ResponderContinuesTheMessageItWasReceiving) {
                   4000, nullptr, 16384, true, true);
       Side& a = pair.a();
       Side& b = pair.b();
-      const transport::RcQp* qa = a.dev->qp(a.qpn);
-      const transport::RcQp* qb = b.dev->qp(b.qpn);
+      const transport::Qp* qa = a.dev->qp(a.qpn);
+      const transport::Qp* qb = b.dev->qp(b.qpn);
       constexpr uint32_t kLen = 256 * 1024;  // 256 packets, more than one burst
       Fill(a.mem, 0, 2 * kLen, 77);
       const bool recv = op != WrOpcode::kRdmaWrite;

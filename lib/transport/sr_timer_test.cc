@@ -20,7 +20,7 @@ using transport::WrOpcode;
 // Every frame that enters the wire, the SR requester's running in-flight
 // count must equal a walk over its SACK bitmap.
 struct InFlightCheck {
-  const transport::RcQp* qp = nullptr;
+  const transport::Qp* qp = nullptr;
   uint64_t checks = 0, mismatches = 0, max_in_flight = 0;
   static void Tap(void* ctx, int, const uint8_t*, uint32_t) {
     auto* t = static_cast<InFlightCheck*>(ctx);
@@ -157,7 +157,7 @@ class DelayPair {
   }
   // Called once per 100 ns step of Writes() (a test's impairment schedule).
   std::function<void()> each_step;
-  const transport::RcQp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
+  const transport::Qp& qa() { return *s_[0].dev->qp(s_[0].qpn); }
   uint64_t now() const { return now_; }
   // Posts `n` WRITEs of `len` bytes (64 KiB) from a to b and runs until they complete.
   bool Writes(uint32_t n, uint64_t max_ns = 1'000'000'000, uint32_t len = 65536) {
@@ -650,7 +650,7 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
     // by the same rule the QP sends by: room in the path, data left, never idle.
     uint64_t idle_with_room = 0;
     pair.each_step = [&] {
-      const transport::RcQp& q = pair.qa();
+      const transport::Qp& q = pair.qa();
       const uint64_t new_sent = q.counters().tx_packets - q.counters().sr_retransmitted_packets;
       if (new_sent < 32 * 64 && q.sr_unsacked_in_flight() < 64 && !q.HasTransmitWork(pair.now())) ++idle_with_room;
     };

@@ -33,7 +33,7 @@ TEST(Doorbell, TransmitsThePostingQpAndReceivesNothing) {
   EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 64), 0);
 }
 
-// WRs published without the device lock (RcQp::NextSendSlot/PublishSend,
+// WRs published without the device lock (Qp::NextSendSlot/PublishSend,
 // the verbs provider's post) wait for the QP's doorbell, which takes them
 // first; receives published that way are taken by the arrival that needs
 // them (no RNR NAK for a receive that was posted).
@@ -41,8 +41,8 @@ TEST(Doorbell, PublishedWrsLeaveWithTheDoorbellAndReceivesAreTakenOnArrival) {
   RcPair pair({}, 7);
   Side& a = pair.a();
   Side& b = pair.b();
-  transport::RcQp* qa = a.dev->qp(a.qpn);
-  transport::RcQp* qb = b.dev->qp(b.qpn);
+  transport::Qp* qa = a.dev->qp(a.qpn);
+  transport::Qp* qb = b.dev->qp(b.qpn);
   Fill(a.mem, 0, 256, 5);
   RecvWr* r = qb->NextRecvSlot();
   ASSERT_NE(r, nullptr);
@@ -79,7 +79,7 @@ TEST(Doorbell, PublishRefusesWhatTheCapsForbidAndAFullQueue) {
   RcPair pair({}, 7);
   Side& a = pair.a();
   Side& b = pair.b();
-  transport::RcQp* qa = a.dev->qp(a.qpn);
+  transport::Qp* qa = a.dev->qp(a.qpn);
   SendWr* w = qa->NextSendSlot();
   *w = MakeWr(1, WrOpcode::kAtomicFetchAndAdd, a, 0, 16, b, 0);  // an atomic is 8 bytes
   EXPECT_EQ(qa->PublishSend(), EINVAL);
@@ -101,14 +101,14 @@ TEST(Doorbell, PublishRefusesWhatTheCapsForbidAndAFullQueue) {
   EXPECT_NE(qa->NextSendSlot(), nullptr);  // completed and popped: free again
 }
 
-// A batch (RcQp::SendSlotAhead/InlineBufferAhead/PublishSends, the verbs
+// A batch (Qp::SendSlotAhead/InlineBufferAhead/PublishSends, the verbs
 // provider's ibv_wr_*): one invalid WR and none is published; a valid
 // batch, with inline data written in place into its WQE, is delivered.
 TEST(Doorbell, ABatchIsPublishedWholeOrNotAtAll) {
   RcPair pair({}, 7);
   Side& a = pair.a();
   Side& b = pair.b();
-  transport::RcQp* qa = a.dev->qp(a.qpn);
+  transport::Qp* qa = a.dev->qp(a.qpn);
   Fill(a.mem, 0, 256, 3);
   *qa->SendSlotAhead(0) = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 4096);
   *qa->SendSlotAhead(1) = MakeWr(2, WrOpcode::kAtomicFetchAndAdd, a, 0, 16, b, 0);  // an atomic is 8 bytes
@@ -147,7 +147,7 @@ TEST(Doorbell, PublishedIntoAnErrorQpFlushInOrder) {
   RcPair pair({}, 7);
   Side& a = pair.a();
   Side& b = pair.b();
-  transport::RcQp* qa = a.dev->qp(a.qpn);
+  transport::Qp* qa = a.dev->qp(a.qpn);
   SendWr bad = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 0);
   bad.rkey ^= 0x100;
   ASSERT_EQ(a.dev->PostSend(a.qpn, bad), 0);
@@ -311,7 +311,7 @@ TEST(Doorbell, DemandCountsQueuedRequestPackets) {
   RcPair pair({}, 7);
   Side& a = pair.a();
   Side& b = pair.b();
-  transport::RcQp* q = a.dev->qp(a.qpn);
+  transport::Qp* q = a.dev->qp(a.qpn);
   ASSERT_NE(q, nullptr);
   const uint32_t burst = 32;
   EXPECT_EQ(q->TransmitDemand(pair.now(), burst), 0u);

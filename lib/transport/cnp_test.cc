@@ -123,7 +123,7 @@ TEST(Dcqcn, CnpsCutTheSendersRateAndItsPacketsArePaced) {
   RcPair paced({}, 3, 1024, 4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000, &params);
   uint64_t bytes = 0;
   const uint64_t elapsed = RunWrites(paced, /*mark=*/true, &bytes);
-  const transport::RcQp* q = paced.a().dev->qp(paced.a().qpn);
+  const transport::Qp* q = paced.a().dev->qp(paced.a().qpn);
   ASSERT_NE(q->reaction_point(), nullptr);
   const cc::ReactionPoint& rp = *q->reaction_point();
   EXPECT_GT(rp.cnps_received(), 0u);

@@ -1,4 +1,4 @@
-// RcQp::NextDeadline against what OnTimer and the transmit path do, one
+// Qp::NextDeadline against what OnTimer and the transmit path do, one
 // test per timer kind: at NextDeadline() - 1 nothing changes, at
 // NextDeadline() something does. And the device's timing wheel: QPs that
 // only wait for a timer are off the active list, and their timers still
@@ -9,10 +9,10 @@ namespace droce::core {
 namespace {
 
 using namespace droce::core::testing;
-using transport::RcQp;
+using transport::Qp;
 
 // A's QP after posting `wr` and polling A alone at `now` (B never answers).
-RcQp* SendUnanswered(RcPair& pair, const SendWr& wr, uint64_t now) {
+Qp* SendUnanswered(RcPair& pair, const SendWr& wr, uint64_t now) {
   Side& a = pair.a();
   EXPECT_EQ(a.dev->PostSend(a.qpn, wr), 0);
   a.dev->Poll(now);
@@ -22,7 +22,7 @@ RcQp* SendUnanswered(RcPair& pair, const SendWr& wr, uint64_t now) {
 TEST(NextDeadline, RetransmitTimeout) {
   RcPair pair({}, 1);
   const uint64_t t0 = pair.now();
-  RcQp* q = SendUnanswered(pair, MakeWr(1, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0), t0);
+  Qp* q = SendUnanswered(pair, MakeWr(1, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0), t0);
   const uint64_t d = q->NextDeadline();
   ASSERT_GT(d, t0);
   EXPECT_EQ(d - t0, transport::AckTimeoutNs(8));  // the fixture's timeout 8
@@ -44,7 +44,7 @@ TEST(NextDeadline, RnrWait) {
   // A SEND with no receive posted at B: B answers RNR NAK.
   EXPECT_EQ(a.dev->PostSend(a.qpn, MakeWr(1, WrOpcode::kSend, a, 0, 64, b, 0)), 0);
   uint64_t now = pair.now();
-  RcQp* q = a.dev->qp(a.qpn);
+  Qp* q = a.dev->qp(a.qpn);
   for (int i = 0; i < 10 && q->counters().rnr_naks_received == 0; ++i, now += 1000) {
     a.dev->Poll(now);
     b.dev->Poll(now);
@@ -81,7 +81,7 @@ TEST(NextDeadline, SelectiveRepeatTailLossProbe) {
   a.dev->Poll(s + 40'000);
   ASSERT_EQ(a.dev->qp(a.qpn)->sr_rtt().srtt_ns, 40'000u);
   const uint64_t t0 = s + 50'000;
-  RcQp* q = SendUnanswered(pair, MakeWr(2, WrOpcode::kRdmaWrite, a, 0, 64, b, 0), t0);
+  Qp* q = SendUnanswered(pair, MakeWr(2, WrOpcode::kRdmaWrite, a, 0, 64, b, 0), t0);
   ASSERT_TRUE(q->sr_rtt().valid);
   const uint64_t d = q->NextDeadline();
   ASSERT_EQ(d, t0 + 80'000);  // 2 SRTT
@@ -100,7 +100,7 @@ TEST(NextDeadline, SelectiveRepeatRetransmitTimeout) {
   RcPair pair({}, 4, 1024, 4 << 20, 0, 0, /*timeout=*/14, 7, 7, transport::QpType::kRc, 4000, nullptr, 16384,
               true, true);
   const uint64_t t0 = pair.now();
-  RcQp* q = SendUnanswered(pair, MakeWr(1, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0), t0);
+  Qp* q = SendUnanswered(pair, MakeWr(1, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0), t0);
   const uint64_t d = q->NextDeadline();  // no RTT sample yet: no probe, the low RTO
   ASSERT_EQ(d - t0, q->sr_rto_low_ns());
   q->OnTimer(d - 1);
@@ -116,7 +116,7 @@ const cc::DcqcnParams kPaper = cc::PaperProfile(10'000'000'000ull);
 TEST(NextDeadline, ReactionPointTimers) {
   RcPair pair({}, 5, 1024, 4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000, &kPaper);
   Side& a = pair.a();
-  RcQp* q = a.dev->qp(a.qpn);
+  Qp* q = a.dev->qp(a.qpn);
   EXPECT_EQ(q->NextDeadline(), 0u);  // no CNP yet: no timer runs
   const uint64_t t0 = pair.now();
   q->OnCnp(t0);
@@ -139,7 +139,7 @@ TEST(NextDeadline, ReactionPointTimers) {
 TEST(NextDeadline, Pacer) {
   RcPair pair({}, 6, 1024, 4 << 20, 0, 0, 8, 7, 7, transport::QpType::kRc, 4000, &kPaper);
   Side& a = pair.a();
-  RcQp* q = a.dev->qp(a.qpn);
+  Qp* q = a.dev->qp(a.qpn);
   const uint64_t t0 = pair.now();
   q->OnCnp(t0);  // 10 -> 5 Gb/s
   // A 4 KiB WRITE is four 1 KiB packets: one leaves, the pacer holds the rest.
@@ -176,7 +176,7 @@ TEST(TimerWheelDevice, CnpForAnIdleQpFilesItsRateTimers) {
   b.dev->qp(b.qpn)->OnCongestionMark(t0);
   ASSERT_EQ(b.dev->Doorbell(b.qpn, t0), 1u);
   a.dev->Poll(t0);
-  const RcQp* q = a.dev->qp(a.qpn);
+  const Qp* q = a.dev->qp(a.qpn);
   const cc::ReactionPoint& rp = *q->reaction_point();
   ASSERT_EQ(rp.cnps_received(), 1u);
   EXPECT_EQ(a.dev->active_qps(), 0u);
@@ -195,7 +195,7 @@ TEST(TimerWheelDevice, ADeadlineMovedLaterFiresAtTheNewOne) {
   RcPair pair({}, 9);
   Side& a = pair.a();
   Side& b = pair.b();
-  RcQp* q = a.dev->qp(a.qpn);
+  Qp* q = a.dev->qp(a.qpn);
   const uint64_t t0 = pair.now();
   const uint64_t timeout = transport::AckTimeoutNs(8);
   // 100 packets: the first round sends 64 (two bursts), the first 64th asks for an ACK.

@@ -9,7 +9,7 @@ namespace droce::core {
 namespace {
 
 using namespace droce::core::testing;
-using transport::RcQp;
+using transport::Qp;
 
 // Two devices on a clean in-memory wire with the AckReq settings under
 // test, driven by hand: A sends, B answers, in virtual time.
@@ -29,8 +29,8 @@ class AckPair {
   }
   Side& a() { return s_[0]; }
   Side& b() { return s_[1]; }
-  RcQp* qa() { return s_[0].dev->qp(s_[0].qpn); }
-  RcQp* qb() { return s_[1].dev->qp(s_[1].qpn); }
+  Qp* qa() { return s_[0].dev->qp(s_[0].qpn); }
+  Qp* qb() { return s_[1].dev->qp(s_[1].qpn); }
   sim::MemWire& link() { return link_; }
   // Nothing of A's is unacknowledged: no timer left to run.
   bool AllAcked() { return qa()->NextDeadline() == 0; }
@@ -91,7 +91,7 @@ TEST(AckReq, AnUnaskedTailIsSolicitedNotTimedOut) {
   pair.Write(1, false, t0);
   pair.Write(2, false, t0 + 60'000);  // still sending: the solicit waits for quiet
   pair.TakeAnswers(t0 + 61'000);
-  RcQp* q = pair.qa();
+  Qp* q = pair.qa();
   ASSERT_FALSE(pair.AllAcked());
   EXPECT_EQ(pair.qb()->counters().acks_sent, 0u);
   const uint64_t d = q->NextDeadline();
@@ -130,7 +130,7 @@ TEST(AckReq, ALostUnaskedTailIsRepairedBySolicit) {
   pktio::Frame lost[4];
   ASSERT_EQ(pair.link().end(1).RxBurst(lost, 4), 1u);
   pair.link().end(1).Release(lost, 1);
-  RcQp* q = pair.qa();
+  Qp* q = pair.qa();
   uint64_t t = q->NextDeadline();
   while (q->counters().ack_solicits == 0 && t != 0 && t < t0 + 10'000'000) {
     pair.a().dev->Poll(t);

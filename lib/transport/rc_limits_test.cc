@@ -215,7 +215,7 @@ class Peer {
   }
   int Post(const SendWr& w) { return dev_.PostSend(qpn_, w); }
 
-  transport::RcQp* qp() { return dev_.qp(qpn_); }
+  transport::Qp* qp() { return dev_.qp(qpn_); }
   Device& dev() { return dev_; }
   FrameIo& io() { return io_; }
   std::vector<uint8_t>& mem() { return mem_; }

@@ -49,6 +49,7 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   }
   if (o.cc != "none") {  // main() checked it
     cfg.cc = *cc::ParseConfig(o.cc, o.cc_params, static_cast<uint64_t>(o.line_rate_gbps * 1e9));
+    cfg.cc_line_rate_bps = static_cast<uint64_t>(o.line_rate_gbps * 1e9);
     double cnp_us = 0;
     if (cc::GetParam(cfg.cc, "min_time_between_cnps_us", &cnp_us)) {
       cfg.min_time_between_cnps_ns = static_cast<uint64_t>(cnp_us) * 1000;

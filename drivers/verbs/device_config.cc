@@ -397,6 +397,7 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
     auto c = cc::ParseConfig(f.cc, f.cc_params, static_cast<uint64_t>(f.cc_line_rate_gbps * 1e9));
     if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("cc_params: ", c.status().message()));
     f.dev.cc = *c;
+    f.dev.cc_line_rate_bps = static_cast<uint64_t>(f.cc_line_rate_gbps * 1e9);
     double cnp_us = 0;
     if (f.cc == "dcqcn" && !f.cnp_interval_set && cc::GetParam(f.dev.cc, "min_time_between_cnps_us", &cnp_us)) {
       f.dev.min_time_between_cnps_ns = static_cast<uint64_t>(cnp_us) * 1000;

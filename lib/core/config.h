@@ -57,6 +57,9 @@ struct DeviceConfig {
   // Otherwise every QP runs this algorithm (doc/cc.md; cc::ParseConfig from
   // the device file's cc= and cc_params=), none by default.
   cc::Config cc;
+  // The line rate the paper defaults of an algorithm a QP chooses for itself
+  // are made for (Device::SetQpCongestionControl).
+  uint64_t cc_line_rate_bps = 100'000'000'000ull;
   // Selective repeat (doc/transport.md "Selective repeat"): every RC QP of
   // the device uses it, without negotiation (both ends configured the same;
   // off by default: toward rxe or ConnectX a QP must stay IBTA go-back-N).

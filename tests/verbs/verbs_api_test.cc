@@ -1797,10 +1797,12 @@ TEST_F(VerbsApi, EceVendorIdAndOptions) {
   ibv_ece ece{};
   ASSERT_EQ(ibv_query_ece(q, &ece), 0);
   EXPECT_EQ(ece.vendor_id, 0x64726fu);  // the device's vendor_id
-  EXPECT_EQ(ece.options, 0x2u);  // selective repeat (1024-PSN SACK), the one option droce defines
+  // Selective repeat (1024-PSN SACK) and the four congestion-control
+  // algorithms (doc/cc.md "Per QP"): the options droce defines.
+  EXPECT_EQ(ece.options, 0x3eu);
   ibv_ece asked{0x64726f, 0xffffffff, 0};
   ASSERT_EQ(ibv_set_ece(q, &asked), 0);
-  EXPECT_EQ(asked.options, 0x2u);  // options droce does not define are reduced away
+  EXPECT_EQ(asked.options, 0x3eu);  // options droce does not define are reduced away
   ibv_ece other{0x02c9, 1, 0};   // another vendor's
   EXPECT_EQ(ibv_set_ece(q, &other), EINVAL);
   ibv_ece mask{0x64726f, 0, 1};

@@ -8,10 +8,13 @@
 #     mpi_check.c on 4 ranks over 3 hosts and NetPIPE between two hosts over
 #     UCX (pml ucx); mpi_check over libfabric: mtl ofi on verbs;ofi_rxm (pml
 #     cm), btl ofi on verbs;ofi_rxd (pml ob1; the btl refuses ofi_rxm, and
-#     the verbs provider alone has no RDM endpoint: doc/stacks.md).
+#     the verbs provider alone has no RDM endpoint: doc/stacks.md);
+#   - UCX takes droce's GIDs for RoCE v2 and finds their interface (the
+#     preload shim shows it droce's sysfs): its subnet check runs, and its
+#     packets carry its RoCE v2 traffic class.
 # Root only (namespaces, XDP); the cluster is always taken down.
 source "$(dirname "$0")/lib.sh"
-need fi_pingpong mpirun mpicc NPopenmpi
+need fi_pingpong mpirun mpicc NPopenmpi ucx_perftest dumpcap tshark
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (network namespaces, XDP)"; exit 77; }
 cluster=$root/tools/droce-cluster
 cl=stacks-$$
@@ -50,6 +53,39 @@ pingpong() {  # K PROVIDER ENDPOINT
 }
 check "fi_pingpong -p verbs -e msg -S all -c, host 2 -> host 1" pingpong 2 verbs msg
 check "fi_pingpong -p 'verbs;ofi_rxm' -e rdm -S all -c, host 3 -> host 1" pingpong 3 'verbs;ofi_rxm' rdm
+
+# UCX reads each GID's type and interface from /sys/class/infiniband/DEV/
+# ports/1/gid_attrs/{types,ndevs}/N itself. RoCE v2 on both sides, and the
+# subnet check on (UCX_IB_ROCE_LOCAL_SUBNET): UCX compares the GIDs' IPv4
+# addresses under eth0's netmask, which it reaches only for two RoCE v2
+# addresses (it refuses a RoCE v1 peer then), and sends with its RoCE v2
+# traffic class, DSCP 26, seen on host 2's bridge port.
+ucx_roce_v2() {
+  local pcap=$work/rocev2.pcapng
+  ip netns exec "$cl-sw" timeout 60 dumpcap -q -i p2 -f "udp dst port 4791" -w "$pcap" >/dev/null 2>&1 &
+  local cap=$!
+  local ucp=(env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 UCX_IB_ROCE_LOCAL_SUBNET=y
+             UCX_LOG_LEVEL=debug UCX_WARN_UNUSED_ENV_VARS=n timeout "$t" ucx_perftest -t tag_lat -n 300 -p $port)
+  "$cluster" run --name "$cl" 1 "${ucp[@]}" >"$work/ucx.server" 2>&1 &
+  local server=$! i
+  for i in $(seq 300); do
+    ip netns exec "$cl-1" ss -Hltn "sport = :$port" | grep -q . && break
+    kill -0 $server 2>/dev/null || break
+    sleep 0.1
+  done
+  "$cluster" run --name "$cl" 2 "${ucp[@]}" 10.0.0.1 >"$work/ucx.client" 2>&1
+  local crc=$?
+  wait $server; local src=$?
+  sleep 0.5; kill $cap 2>/dev/null; wait $cap 2>/dev/null
+  grep -m1 "RoCE LAG level" "$work/ucx.client"; grep -m1 "IP addresses" "$work/ucx.client"; grep "^Final" "$work/ucx.client"
+  local dscp; dscp=$(tshark -r "$pcap" -T fields -e ip.dsfield.dscp 2>/dev/null | sort | uniq -c)
+  echo "RoCE frames by DSCP from host 2: $dscp"
+  [ $crc -eq 0 ] && [ $src -eq 0 ] && grep -q "^Final" "$work/ucx.client" &&
+    grep -q "RoCE LAG level on droce0:1 (eth0)" "$work/ucx.client" &&
+    grep -q "IP addresses match with a 24-bit prefix: local IP is 10.0.0.2, remote IP is 10.0.0.1" "$work/ucx.client" &&
+    [ -n "$dscp" ] && [ "$(awk '{print $2}' <<<"$dscp")" = 26 ]
+}
+check "UCX sees RoCE v2 GIDs on eth0: its subnet check passes, DSCP 26 on the wire" ucx_roce_v2
 
 # mpirun on host 1 starts its daemons on hosts 2 and 3 through the cluster's
 # remote shell; ranks 0-1 on host 1, rank 2 on host 2, rank 3 on host 3.

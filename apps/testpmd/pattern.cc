@@ -10,7 +10,7 @@ namespace droce::testpmd {
 // a word that landed at the wrong offset, in the wrong message or corrupted
 // does not match. Unlike a running PRNG there is no chain from word to word:
 // fill and check run at memory speed instead of capping the benchmark's
-// goodput (the old xorshift stream took most of a 64 KiB client's time).
+// goodput (a serial xorshift stream would take most of a 64 KiB client's time).
 namespace {
 constexpr uint32_t kBlockBytes = 64 * 1024;
 constexpr uint32_t kBlockWords = kBlockBytes / 8;

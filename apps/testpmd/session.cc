@@ -165,7 +165,7 @@ void Session::ServeSlow() {
     s.dev = dev->counters();
     for (size_t i = 0; i < s.qps.size(); ++i) {
       const uint32_t q = i < qpns.size() ? qpns[i] : ctrl_qpn;
-      const transport::RcQp* qp = dev->qp(q);
+      const transport::Qp* qp = dev->qp(q);
       s.qps[i].qpn = q;
       s.qps[i].state = qp->state();
       s.qps[i].counters = qp->counters();

@@ -51,7 +51,7 @@ struct Options {
   uint8_t ecn = 2;           // wire::kEcnEct0
   int vlan = -1;             // -1: untagged; 0 with --pcp alone (priority tag)
   uint8_t pcp = 0;
-  // Congestion control (issue 6): the reaction point's profile and line rate,
+  // Congestion control: the reaction point's profile and line rate,
   // and an emulated congestion point on this side's transmit path.
   std::string dcqcn = "off";  // off | paper | mlx5
   double line_rate_gbps = 100;

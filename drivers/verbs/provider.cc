@@ -123,7 +123,7 @@ struct DroceQp {
   verbs_qp vqp;
   uint32_t qpn;
   // The core's QP (stable while this one exists): posts write its rings.
-  transport::RcQp* engine = nullptr;
+  transport::Qp* engine = nullptr;
   PostLock send_lock, recv_lock;  // order: send_lock, recv_lock, then the device's mu
   // Posts that do not take the device's lock: set by modify_qp (and create)
   // under both post locks, from the state the QP was moved to. Sends: RC or
@@ -1165,7 +1165,7 @@ int QueryQp(ibv_qp* ibqp, ibv_qp_attr* attr, int, ibv_qp_init_attr* init) {
   DroceQp* qp = ToQp(ibqp);
   Runtime* rt = Rt(ibqp->context);
   AppLock lock(rt);
-  transport::RcQp* q = rt->dev().qp(qp->qpn);
+  transport::Qp* q = rt->dev().qp(qp->qpn);
   if (q == nullptr) return EINVAL;
   const transport::QpAttr& a = q->attr();
   std::memset(attr, 0, sizeof *attr);
@@ -1395,7 +1395,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     }
     ++posted;
   }
-  // Arrivals take published receives themselves (RcQp::OnPacket); the
+  // Arrivals take published receives themselves (Qp::OnPacket); the
   // doorbell is for a QP the engine moved to ERR meanwhile (they flush).
   if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kRecv, false, NowNs());
   return err;
@@ -1473,7 +1473,7 @@ int WrComplete(ibv_qp_ex* qpx) {
   const uint32_t n = qp->batch_size;
   if (qp->batch_error != 0 || n == 0) return EndBatch(qp, qp->batch_error);
   Runtime* rt = Rt(qpx->qp_base.context);
-  transport::RcQp* q = qp->engine;
+  transport::Qp* q = qp->engine;
   const bool small = n == 1 && SmallWirePost(*q->SendSlotAhead(0));  // read before the engine may take it
   if (qp->direct_send) {
     const int err = q->PublishSends(n);  // all or none

@@ -330,7 +330,7 @@ void Runtime::PrintStats() {
 // One QP's counters (DROCE_STATS=1): at close for the QPs still open, and
 // when a QP is destroyed (perftest destroys its QPs before closing).
 void Runtime::PrintQpStats(uint32_t qpn) {
-  transport::RcQp* q = dev_->qp(qpn);
+  transport::Qp* q = dev_->qp(qpn);
   if (q == nullptr) return;
   {
     const transport::QpCounters& k = q->counters();
@@ -622,11 +622,11 @@ void Runtime::LoseFabric(uint64_t now_ns) {
   }
 }
 
-void Runtime::FlushQps(const std::function<bool(const transport::RcQp&)>& pick) {
+void Runtime::FlushQps(const std::function<bool(const transport::Qp&)>& pick) {
   transport::QpAttr err;
   err.qp_state = transport::QpState::kErr;
   for (uint32_t qpn = dev_->qpn_base(); qpn < dev_->qpn_base() + dev_->config().max_qp; ++qpn) {
-    const transport::RcQp* q = dev_->qp(qpn);
+    const transport::Qp* q = dev_->qp(qpn);
     if (q == nullptr || q->state() == transport::QpState::kReset || q->state() == transport::QpState::kErr) continue;
     if (pick && !pick(*q)) continue;
     (void)dev_->ModifyQp(qpn, err, transport::kAttrState);
@@ -648,7 +648,7 @@ void Runtime::ApplyNetdevState(const fabric::NetdevState& m, bool events) {
     if (events) {
       // A QP whose source address went (or whose index now names another
       // one) cannot send from it any more: it errors, the others go on.
-      FlushQps([&](const transport::RcQp& q) {
+      FlushQps([&](const transport::Qp& q) {
         if (q.ud() || q.state() == transport::QpState::kInit) return false;
         const uint8_t i = q.attr().ah.sgid_index;
         return i >= old.size() || i >= table.size() || old[i] != table[i] || table[i] == core::Gid{};
@@ -835,7 +835,7 @@ void Runtime::CheckSrqLimits() {
 void Runtime::CheckQps() {
   for (QpWatch& w : qp_watches_) {
     if (w.reported || w.async_write_fd < 0) continue;
-    const transport::RcQp* q = dev_->qp(w.qpn);
+    const transport::Qp* q = dev_->qp(w.qpn);
     if (q == nullptr || q->state() != transport::QpState::kErr) continue;
     w.reported = true;
     // The kind of error that put it there (transport::QpEvent, IBTA 11.6.3.1).

@@ -279,7 +279,7 @@ class Runtime {
   void ApplyNetdevState(const fabric::NetdevState& m, bool events);
   // Every QP that is not in RESET or ERR moves to ERR (its posted work
   // completes with IBV_WC_WR_FLUSH_ERR); only those `pick` accepts if given.
-  void FlushQps(const std::function<bool(const transport::RcQp&)>& pick = nullptr);
+  void FlushQps(const std::function<bool(const transport::Qp&)>& pick = nullptr);
   void SendPortEvent(uint32_t type);
   // The wake-up follows the port: a stale one goes once nobody sleeps on it.
   void RefreshWakeupLocked();

@@ -48,7 +48,7 @@ struct DcqcnParams {
   uint8_t cnp_802p_prio = 6;
 };
 
-// The SIGCOMM 2015 paper's parameters (as issue 6 lists them; Fig. 7): g=1/256,
+// The SIGCOMM 2015 paper's parameters (Fig. 7): g=1/256,
 // alpha period K=55 us, T=55 us, B=10 MB, F=5, R_AI=40 Mb/s, R_HAI=400 Mb/s
 // (10 x R_AI as in QCN), CNP interval 50 us, alpha starting at 1.
 DcqcnParams PaperProfile(uint64_t line_rate_bps);

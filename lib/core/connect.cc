@@ -4,7 +4,7 @@ namespace droce::core {
 
 absl::Status ConnectQp(Device& dev, uint32_t qpn, const ConnectParams& p) {
   using namespace transport;
-  RcQp* qp = dev.qp(qpn);
+  Qp* qp = dev.qp(qpn);
   if (qp == nullptr) return absl::NotFoundError("no such QP");
   const bool rc = qp->reliable();
   QpAttr a;

@@ -11,7 +11,7 @@
 
 namespace droce::core {
 
-using transport::RcQp;
+using transport::Qp;
 
 const char* ParseErrorCounterName(wire::ParseStatus s) {
   static const auto* names = [] {
@@ -76,7 +76,7 @@ queue::CompletionQueue* Device::cq(uint32_t id) {
 absl::Status Device::DestroyCq(uint32_t id) {
   if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
   for (const QpSlot& slot : qps_) {
-    const RcQp* q = slot.qp.get();
+    const Qp* q = slot.qp.get();
     if (q && (q->env().send_cq == cqs_[id].get() || q->env().recv_cq == cqs_[id].get())) {
       return absl::FailedPreconditionError("CQ still in use by a QP");
     }
@@ -131,7 +131,7 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
 }
 
 absl::Status Device::AttachMcast(uint32_t qpn, const Gid& group) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   if (!q->ud()) return absl::InvalidArgumentError("only UD QPs join multicast groups");
   const std::optional<Mac> mac = MulticastMac(group);
@@ -217,26 +217,26 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
     free_slots_.pop_front();
   }
   const uint32_t qpn = qpn_base_ + index;
-  qps_[index].qp = std::make_unique<RcQp>(qpn, c, env);
+  qps_[index].qp = std::make_unique<Qp>(qpn, c, env);
   qps_[index].path = PathFilter{};
   return qpn;
 }
 
 // Removes a QP's completions from its CQs, as rdma-core's mlx5 provider
 // cleans the CQs of a QP moved to RESET or destroyed.
-void Device::DropCompletions(const RcQp& q) {
+void Device::DropCompletions(const Qp& q) {
   q.env().send_cq->RemoveQp(q.qpn());
   q.env().recv_cq->RemoveQp(q.qpn());
 }
 
 absl::Status Device::SetQpSelectiveRepeat(uint32_t qpn, bool on) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   return q->SetSelectiveRepeat(on);
 }
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   absl::Status s = q->Modify(attr, mask);
   if (!s.ok()) return s;
@@ -305,7 +305,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
 }
 
 int Device::PostSend(uint32_t qpn, const transport::SendWr& wr) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   if (q == nullptr) return EINVAL;
   const int err = q->PostSend(wr);
   if (err == 0) Activate(qpn);
@@ -313,7 +313,7 @@ int Device::PostSend(uint32_t qpn, const transport::SendWr& wr) {
 }
 
 int Device::PostRecv(uint32_t qpn, const transport::RecvWr& wr) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   return q == nullptr ? EINVAL : q->PostRecv(wr);
 }
 

@@ -233,7 +233,7 @@ class Device {
   // Selective repeat for one RC QP, before RTR (the verbs provider calls it
   // when ECE agreed on it; doc/cm.md).
   absl::Status SetQpSelectiveRepeat(uint32_t qpn, bool on);
-  transport::RcQp* qp(uint32_t qpn) {
+  transport::Qp* qp(uint32_t qpn) {
     const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
     return i < qps_.size() ? qps_[i].qp.get() : nullptr;
   }
@@ -253,7 +253,7 @@ class Device {
   // hold per ACK); the ACK goes on the deferred-doorbell list.
   uint32_t Poll(uint64_t now_ns, bool hold_acks = false);
   // The doorbell of one QP (after PostSend, or after WRs were published
-  // without the device lock: RcQp::PublishSend, taken here first): flushes the port's backlog,
+  // without the device lock: Qp::PublishSend, taken here first): flushes the port's backlog,
   // then lets this QP transmit what it can now (at most tx_bursts_per_qp
   // bursts) and nothing else: no receive, no timers, no other QP. What is
   // left stays on the active list for Poll. Returns packets sent.
@@ -263,10 +263,10 @@ class Device {
   // transmits it, and on the list of deferred doorbells, whose QPs the next
   // Doorbell gathers first, into the same bursts as its own frames.
   void DeferDoorbell(uint32_t qpn);
-  // Receives published without the device lock (RcQp::PublishRecv) join
+  // Receives published without the device lock (Qp::PublishRecv) join
   // the QP's receive queue now (flushed if it is in ERR); nothing is sent.
   void TakePostedRecvs(uint32_t qpn) {
-    if (transport::RcQp* q = qp(qpn)) q->TakePostedRecvs();
+    if (transport::Qp* q = qp(qpn)) q->TakePostedRecvs();
   }
   // The deferred doorbells' QPs transmit now (at most tx_bursts_per_qp
   // bursts each), and nothing else runs. Returns packets sent.
@@ -294,7 +294,7 @@ class Device {
   // or takes it out; a deadline that moved later stays filed at the earlier
   // one (the wheel hands it back then and it is filed again).
   void Refile(uint32_t index);
-  void DropCompletions(const transport::RcQp& q);
+  void DropCompletions(const transport::Qp& q);
   // A neighbour learnt from ARP/ND: never overrides a static entry.
   void LearnNeighbor(const Gid& ip, const Mac& mac);
   bool MakeNeighborRoom();
@@ -410,11 +410,11 @@ class Device {
     return nullptr;
   }
   // A UD datagram (ud transport) that passed the device's checks: to its QP.
-  void DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, transport::RcQp* q);
+  void DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, transport::Qp* q);
   std::vector<std::unique_ptr<queue::CompletionQueue>> cqs_;
   std::vector<std::unique_ptr<transport::Srq>> srqs_;
   struct QpSlot {
-    std::unique_ptr<transport::RcQp> qp;
+    std::unique_ptr<transport::Qp> qp;
     bool active = false;  // on active_
     uint64_t ack_held_round = 0;  // the Poll round that last held this QP's ACK (hold_acks)
     PathFilter path;
@@ -446,7 +446,7 @@ class Device {
   // The poll loop's steps, a file each: poll.cc runs them in this order.
   struct RxVerdict {
     bool accepted = false;              // passed the checks: Dispatch it
-    bool verify_while_placing = false;  // its ICRC is the QP's to check (RcQp::VerifiesWhilePlacing)
+    bool verify_while_placing = false;  // its ICRC is the QP's to check (Qp::VerifiesWhilePlacing)
     uint32_t index = 0;                 // BTH destination QP - qpn_base_
   };
   uint32_t ReceiveBurst(uint64_t now_ns);                                            // rx.cc
@@ -460,7 +460,7 @@ class Device {
   bool AddDeferred(uint32_t qpn);
   uint32_t GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full);
   uint32_t FlushTxBacklog();
-  uint32_t GatherQp(transport::RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);
+  uint32_t GatherQp(transport::Qp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);
   uint32_t FlushGathered(uint16_t* pending, bool* port_full);
   DeviceCounters counters_;
 

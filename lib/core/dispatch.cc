@@ -4,9 +4,9 @@
 
 namespace droce::core {
 
-using transport::RcQp;
+using transport::Qp;
 
-void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* q) {
+void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, Qp* q) {
   if (wire::BthView(frame + p.bth_offset).dest_qp() == transport::kMulticastQpn) {
     // IBTA 10.5.3: to every QP attached to the group (each checks its Q_Key).
     const McastGroup* g = FindGroup(frame, p);
@@ -17,7 +17,7 @@ void Device::DeliverUd(const uint8_t* frame, const wire::ParsedPacket& p, RcQp* 
     ++counters_.rx_mcast;
     uint32_t taken = 0;
     for (const uint32_t qpn : g->qpns) {
-      RcQp* m = qp(qpn);
+      Qp* m = qp(qpn);
       if (m == nullptr) continue;
       switch (m->OnUdPacket(frame, p)) {
         case transport::UdRx::kDelivered: ++taken; break;

@@ -12,7 +12,7 @@ namespace droce::core {
 
 inline void Device::Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, const RxVerdict& v, uint64_t now_ns) {
   QpSlot* slot = v.index < qps_.size() ? &qps_[v.index] : nullptr;
-  transport::RcQp* q = slot != nullptr ? slot->qp.get() : nullptr;
+  transport::Qp* q = slot != nullptr ? slot->qp.get() : nullptr;
   if (p.opcode == wire::kCnp) {
     ++counters_.rx_cnp;
     if (q == nullptr) {

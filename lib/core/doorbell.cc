@@ -9,12 +9,12 @@
 
 namespace droce::core {
 
-using transport::RcQp;
+using transport::Qp;
 
 uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   if (q == nullptr) return 0;
-  q->TakePosted();  // WRs posted without the device lock (RcQp::PublishSend)
+  q->TakePosted();  // WRs posted without the device lock (Qp::PublishSend)
   if (io_ == nullptr) return 0;
   Activate(qpn);  // what the doorbell leaves (timers, the rest of a long message) goes to Poll
   uint32_t work = FlushTxBacklog();
@@ -29,7 +29,7 @@ uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
 }
 
 void Device::DeferDoorbell(uint32_t qpn) {
-  RcQp* q = qp(qpn);
+  Qp* q = qp(qpn);
   if (q == nullptr) return;
   q->TakePosted();
   if (io_ == nullptr) return;
@@ -65,7 +65,7 @@ uint32_t Device::GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* 
   uint32_t sent = 0;
   for (size_t i = 0; i < n_deferred_ && !*port_full; ++i) {
     if (deferred_[i] == except_qpn) continue;
-    RcQp* d = qp(deferred_[i]);  // destroyed since: nothing to send
+    Qp* d = qp(deferred_[i]);  // destroyed since: nothing to send
     if (d != nullptr) sent += GatherQp(*d, now_ns, pending, port_full);
   }
   n_deferred_ = 0;

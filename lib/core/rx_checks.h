@@ -57,7 +57,7 @@ inline Device::RxVerdict Device::CheckFrame(const uint8_t* frame, uint32_t len, 
   // 5. ICRC. RC WRITE MIDDLE: the QP checks it while it places the payload.
   const uint32_t index = bth.dest_qp() - qpn_base_;
   const bool has_qp = index < qps_.size() && qps_[index].qp != nullptr;
-  const bool placer = has_qp && transport::RcQp::VerifiesWhilePlacing(p);
+  const bool placer = has_qp && transport::Qp::VerifiesWhilePlacing(p);
   if (!placer && !wire::IcrcMatches(frame, p)) {
     ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
     return {};

@@ -87,7 +87,7 @@ class RxChecks : public ::testing::Test {
     frame.resize(*wire::SerializeFields(f, frame.data(), static_cast<uint32_t>(frame.size())));
     if (mutate) mutate(frame);
     const std::vector<uint8_t> before = mem_;
-    const transport::RcQp* q = dev_->qp(f.bth.dest_qp);
+    const transport::Qp* q = dev_->qp(f.bth.dest_qp);
     const uint32_t epsn = q->expected_psn();
     io_.rx.push_back(frame);
     dev_->Poll(now_ += 1000);

@@ -8,7 +8,7 @@ namespace droce::core {
 void Device::ExpireTimers(uint64_t now_ns) {
   // Lazily filed QPs, whose deadline moved later, are filed again instead.
   for (const uint32_t i : timers_.Expire(now_ns)) {
-    const transport::RcQp* q = qps_[i].qp.get();
+    const transport::Qp* q = qps_[i].qp.get();
     if (q == nullptr) continue;
     const uint64_t d = q->NextDeadline();
     if (d != 0 && d <= now_ns) {

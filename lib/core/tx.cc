@@ -7,7 +7,7 @@
 
 namespace droce::core {
 
-using transport::RcQp;
+using transport::Qp;
 
 uint32_t Device::TransmitRound(uint64_t now_ns, bool hold_acks) {
   uint32_t work = 0;
@@ -33,7 +33,7 @@ uint32_t Device::TransmitRound(uint64_t now_ns, bool hold_acks) {
   for (size_t k = 0; k < n_active; ++k) {
     const uint32_t index = active_[(start + k) % n_active];
     QpSlot& slot = qps_[index];
-    RcQp* q = slot.qp.get();
+    Qp* q = slot.qp.get();
     if (q == nullptr) continue;
     q->OnTimer(now_ns);
     if (hold_acks && HoldAck(slot, index, now_ns)) {
@@ -106,7 +106,7 @@ uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
 // burst's worth when its window allows it, whatever it has queued, and one
 // 64 B WRITE used to cost 32 buffer allocations and 31 frees (a third of
 // its CPU time over DPDK). Returns the frames sent.
-uint32_t Device::GatherQp(RcQp& q, uint64_t now_ns, uint16_t* pending, bool* port_full) {
+uint32_t Device::GatherQp(Qp& q, uint64_t now_ns, uint16_t* pending, bool* port_full) {
   uint32_t sent = 0;
   uint32_t budget = uint32_t{config_.tx_bursts_per_qp} * config_.burst;
   pktio::Frame* tx = gather_frames_.data();

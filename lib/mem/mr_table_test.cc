@@ -53,7 +53,7 @@ TEST(MrTable, StaleKeysDoNotMatchReusedSlots) {
   EXPECT_FALSE(t.Deregister(first->lkey).ok());
 }
 
-// Issue 19: SEND_WITH_INV and LOCAL_INV naming a region registered with
+// SEND_WITH_INV and LOCAL_INV naming a region registered with
 // ibv_reg_mr must not invalidate it (only type-2 windows can be, as in rxe).
 TEST(MrTable, RegionsCannotBeInvalidated) {
   MrTable t;
@@ -82,7 +82,7 @@ TEST(MrTable, RegistrationValidation) {
   EXPECT_FALSE(t.DeallocPd(pd).ok());  // regions still registered
 }
 
-// Issue 19: the low byte of a key is random per registration (a peer
+// The low byte of a key is random per registration (a peer
 // cannot guess it from the slot), never the slot's previous one, and the
 // slot stays the index (O(1) lookup).
 TEST(MrTable, KeyVariantIsRandomPerRegistration) {

@@ -31,7 +31,7 @@ struct QpCounters {
   uint64_t acks_sent = 0;
   uint64_t acks_received = 0;
   uint64_t ack_solicits = 0;  // tails sent without AckReq whose last packet went again to ask (doc/transport.md)
-  // Selective repeat (selective_repeat.cc, doc/transport.md).
+  // Selective repeat (lib/transport/sr/, doc/transport.md).
   uint64_t sr_sacks_sent = 0;             // SACKs sent (responder)
   uint64_t sr_sacks_received = 0;         // SACKs received (requester)
   uint64_t sr_retransmitted_packets = 0;  // selective retransmissions (SACK- or timeout-driven)

@@ -46,7 +46,7 @@ class QpPair : public ::testing::TestWithParam<bool> {
       env.route_ctx = &ipv6_;
       QpCaps caps;
       caps.max_send_wr = caps.max_recv_wr = 256;
-      qp_[i] = std::make_unique<RcQp>(0x11 + i, caps, env);
+      qp_[i] = std::make_unique<Qp>(0x11 + i, caps, env);
     }
     for (int i = 0; i < 2; ++i) {
       QpAttr a;
@@ -102,13 +102,13 @@ class QpPair : public ::testing::TestWithParam<bool> {
   template <typename Corrupt>
   void RunWith(Corrupt&& corrupt) {
     Shuttle(
-        [&](RcQp& to, uint8_t* frame, uint32_t len) {
+        [&](Qp& to, uint8_t* frame, uint32_t len) {
           ASSERT_TRUE(ParseAndVerify(frame, len).ok());
           ASSERT_TRUE(wire::testing::ReferenceIcrcMatches(frame, ParsePacket(frame, len)));
           const bool corrupted = corrupt(frame, len);
           const ParsedPacket p = ParsePacket(frame, len);
           if (!p.ok()) return;
-          if (RcQp::VerifiesWhilePlacing(p)) {
+          if (Qp::VerifiesWhilePlacing(p)) {
             const uint32_t epsn = to.expected_psn();
             const bool accepted = to.OnUnverifiedPacket(frame, p, now_);
             EXPECT_EQ(accepted, !corrupted);
@@ -129,7 +129,7 @@ class QpPair : public ::testing::TestWithParam<bool> {
   // Every frame must pass the reference check and goes the ordinary way.
   void Run() {
     Shuttle(
-        [&](RcQp& to, uint8_t* frame, uint32_t len) {
+        [&](Qp& to, uint8_t* frame, uint32_t len) {
           const ParsedPacket p = ParseAndVerify(frame, len);
           ASSERT_TRUE(p.ok()) << ParseStatusName(p.status);
           ASSERT_TRUE(wire::testing::ReferenceIcrcMatches(frame, p));
@@ -145,7 +145,7 @@ class QpPair : public ::testing::TestWithParam<bool> {
   std::vector<uint8_t> mem_[2];
   mem::MrKeys keys_[2];
   queue::CompletionQueue cq_[2]{queue::CompletionQueue(1024), queue::CompletionQueue(1024)};
-  std::unique_ptr<RcQp> qp_[2];
+  std::unique_ptr<Qp> qp_[2];
 };
 
 TEST_P(QpPair, FusedGatherFramesPassTheReferenceIcrc) {

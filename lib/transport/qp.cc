@@ -12,7 +12,7 @@ namespace droce::transport {
 
 using queue::WcStatus;
 
-RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
+Qp::Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
     : qpn_(qpn),
       caps_(caps),
       env_(env),
@@ -33,13 +33,12 @@ RcQp::RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
 // Selective repeat is a property of the connection, chosen before it is
 // made (RESET/INIT): the device's default at creation, or what ECE agreed
 // (doc/transport.md "Selective repeat", doc/cm.md).
-absl::Status RcQp::SetSelectiveRepeat(bool on) {
+absl::Status Qp::SetSelectiveRepeat(bool on) {
   if (on && !reliable()) return absl::InvalidArgumentError("selective repeat is for RC QPs only");
   if (state_ != QpState::kReset && state_ != QpState::kInit) {
     return absl::FailedPreconditionError("selective repeat is chosen before RTR");
   }
-  if (on && sr_recvs_.empty()) sr_recvs_.resize(kSrMaxHeldRecvs);  // control path
-  if (on && sr_msgs_.empty()) sr_msgs_.resize(kSrWindow);
+  if (on && !sr_state_) sr_state_ = std::make_unique<SrState>();  // control path
   sr_ = sr_chosen_ = on;
   return absl::OkStatus();
 }
@@ -105,7 +104,7 @@ constexpr Transition kUdTransitions[] = {
 
 }  // namespace
 
-absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
+absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   const QpState cur = state_;
   if ((mask & kAttrCurState) && a.cur_qp_state != cur) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -203,7 +202,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
-    req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = attr_.sq_psn;
+    if (sr_state_) sr_state_->req.sack_base = sr_state_->req.retx_next = sr_state_->req.retx_end = attr_.sq_psn;
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -225,6 +224,10 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
     req_ = {};
     resp_ = {};
     cnp_ = {};
+    if (sr_state_) {
+      sr_state_->req = {};
+      sr_state_->resp = {};
+    }
     sr_ = sr_chosen_;  // a fallback to go-back-N lasts one connection
     error_event_ = QpEvent::kNone;
   } else {
@@ -234,7 +237,7 @@ absl::Status RcQp::Modify(const QpAttr& a, uint32_t mask) {
   return absl::OkStatus();
 }
 
-int RcQp::PostRecv(const RecvWr& wr) {
+int Qp::PostRecv(const RecvWr& wr) {
   if (env_.srq != nullptr) return EINVAL;  // receives go to the SRQ
   if (state_ == QpState::kReset) return EINVAL;
   if (wr.num_sge > caps_.max_recv_sge) return EINVAL;
@@ -258,20 +261,20 @@ int RcQp::PostRecv(const RecvWr& wr) {
   return 0;
 }
 
-RecvWr* RcQp::NextRecvSlot() { return rq_.ProducerSlot(); }
+RecvWr* Qp::NextRecvSlot() { return rq_.ProducerSlot(); }
 
-int RcQp::PublishRecv() {
+int Qp::PublishRecv() {
   if (rq_.ProducerSlot()->num_sge > caps_.max_recv_sge) return EINVAL;
   rq_.Publish();
   return 0;
 }
 
-void RcQp::TakePublishedRecvs() {
+void Qp::TakePublishedRecvs() {
   rq_.TakeAllPublished();
   if (state_ == QpState::kErr) FlushReceiveQueue();  // posted into ERR (or while the QP went there)
 }
 
-int RcQp::ValidateForQp(const SendWr& wr) const {
+int Qp::ValidateForQp(const SendWr& wr) const {
   if (const int err = ValidateSend(wr); err != 0) return err;
   if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
       wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
@@ -283,7 +286,7 @@ int RcQp::ValidateForQp(const SendWr& wr) const {
   return 0;
 }
 
-int RcQp::PostSend(const SendWr& wr) {
+int Qp::PostSend(const SendWr& wr) {
   if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
     return EINVAL;
   }
@@ -322,20 +325,20 @@ int RcQp::PostSend(const SendWr& wr) {
   return 0;
 }
 
-SendWr* RcQp::NextSendSlot() { return SendSlotAhead(0); }
+SendWr* Qp::NextSendSlot() { return SendSlotAhead(0); }
 
-SendWr* RcQp::SendSlotAhead(uint32_t ahead) {
+SendWr* Qp::SendSlotAhead(uint32_t ahead) {
   SendWqe* w = sq_.ProducerSlot(ahead);
   return w == nullptr ? nullptr : &w->wr;
 }
 
-uint8_t* RcQp::InlineBufferAhead(uint32_t ahead) {
+uint8_t* Qp::InlineBufferAhead(uint32_t ahead) {
   SendWqe* w = sq_.ProducerSlot(ahead);
   return w == nullptr ? nullptr : w->inline_data;
 }
 
 // One WR (ibv_post_send, the common case): one look at the ring's counters.
-int RcQp::PublishSend() {
+int Qp::PublishSend() {
   SendWqe* w = sq_.ProducerSlot();
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
   if (const int err = ValidateForQp(w->wr); err != 0) return err;
@@ -344,7 +347,7 @@ int RcQp::PublishSend() {
   return 0;
 }
 
-int RcQp::PublishSends(uint32_t n) {
+int Qp::PublishSends(uint32_t n) {
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
   for (uint32_t i = 0; i < n; ++i) {
     const SendWqe* w = sq_.ProducerSlot(i);
@@ -356,7 +359,7 @@ int RcQp::PublishSends(uint32_t n) {
   return 0;
 }
 
-void RcQp::PrepareSendWqe(SendWqe& w) {
+void Qp::PrepareSendWqe(SendWqe& w) {
   const SendWr& wr = w.wr;
   w.started = w.fully_sent = w.done = false;
   w.read_done_bytes = 0;
@@ -380,7 +383,7 @@ void RcQp::PrepareSendWqe(SendWqe& w) {
   }
 }
 
-void RcQp::TakePostedSends() {
+void Qp::TakePostedSends() {
   if (state_ != QpState::kErr) {
     sq_.TakeAllPublished();
     return;
@@ -394,7 +397,7 @@ void RcQp::TakePostedSends() {
   }
 }
 
-void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns) {
+void Qp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns) {
   ++counters_.rx_packets;
   counters_.rx_bytes += p.payload_len;
   if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kErr) {
@@ -420,7 +423,7 @@ void RcQp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t 
   }
 }
 
-uint32_t RcQp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
+uint32_t Qp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
                             bool solicited, uint8_t** ext) const {
   uint8_t* bth_p = wire::WriteRoute(frame, route_);
   wire::BthWriter bth(bth_p);
@@ -435,7 +438,7 @@ uint32_t RcQp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool a
   return route_.len;
 }
 
-uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
+uint32_t Qp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   uint32_t used = 0;
   // An ERR QP still sends what is queued (the NAK that put it there).
   if (state_ == QpState::kReset || state_ == QpState::kInit) return 0;
@@ -483,14 +486,10 @@ uint32_t RcQp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   return TransmitRequests(frames, used, n, now_ns);
 }
 
-void RcQp::OnTimer(uint64_t now_ns) {
+void Qp::OnTimer(uint64_t now_ns) {
   cc_.OnTimer(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
-  if (sr_ && req_.sr_tlp_deadline != 0 && now_ns >= req_.sr_tlp_deadline) {
-    // Tail-loss probe: nothing was sent or acknowledged for 2 SRTT.
-    req_.sr_tlp_deadline = 0;
-    if (Outstanding() && SrPendingRetransmits() == 0) SrProbe();
-  }
+  if (sr_) SrOnTimer(now_ns);  // sr/timers.cc: the tail-loss probe
   if (req_.ack_solicit_deadline != 0 && now_ns >= req_.ack_solicit_deadline) SolicitAck(now_ns);
   if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
@@ -504,90 +503,32 @@ void RcQp::OnTimer(uint64_t now_ns) {
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
   const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
-  // Selective repeat toward a peer that never answered an SR SEND/WRITE
-  // packet for a whole IBTA timeout (8 high RTOs if that is infinite): the
-  // peer does not use it (configured off: it drops SR opcodes); go-back-N
-  // from now on (doc/transport.md "Fallback").
-  if (sr_ && !req_.sr_peer_answered && SrOldestIsSendOrWrite() &&
-      now_ns - req_.sr_retry_clock_ns >= (ibta_timeout != 0 ? ibta_timeout : 8 * SrRtoHighNs())) {
-    SrFallBack(now_ns);
-  }
-  if (sr_) {  // F-RTO: what a spurious timeout restores (the state before the first timeout of a run)
-    if (req_.sr_rto_low_armed) ++counters_.sr_timeouts_low;
-    if (req_.sr_backoff > 0) ++counters_.sr_timeouts_backoff;
-    if (!req_.sr_frto) {
-      req_.sr_frto_retry_left = req_.retry_left;
-      req_.sr_frto_progress = req_.progress_since_retry;
-      req_.sr_frto_retry_clock_ns = req_.sr_retry_clock_ns;
-    }
-  }
+  if (sr_) SrTimeoutBegins(now_ns, ibta_timeout);  // sr/timers.cc: fallback, F-RTO's undo state
   const bool spends_retry =
-      !sr_ || (ibta_timeout != 0 && now_ns - req_.sr_retry_clock_ns >= ibta_timeout);
+      !sr_ || (ibta_timeout != 0 && now_ns - req_.retry_clock_ns >= ibta_timeout);
   if (spends_retry && req_.retry_left == 0) {
     FailWqe(sq_.front(), WcStatus::kRetryExcErr);
     return;
   }
   if (spends_retry) {
     --req_.retry_left;
-    req_.sr_retry_clock_ns = now_ns;
+    req_.retry_clock_ns = now_ns;
   }
-  const bool retry_unanswered = !req_.progress_since_retry;
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
   if (sr_) {
-    // Selective repeat: everything sent and not SACKed is resent, from the
-    // oldest unacknowledged PSN (a lost retransmission ends here). Karn:
-    // the packet being timed may be resent, its sample is void; the RTO
-    // doubles until progress.
-    req_.sr_rtt_timing = false;
-    req_.sr_rack_active = false;
-    req_.sr_probe_pending = false;
-    req_.sr_tlp_deadline = 0;
-    if (req_.sr_backoff < 8) ++req_.sr_backoff;
-    SrSlide();
-    // Only the oldest kSrTimeoutResendSpan PSNs (what a 128-bit SACK could
-    // report, before round 8): what lies beyond may well have arrived or be
-    // on its way, and the SACKs that follow this retransmission show it.
-    req_.sr_retx_next = req_.psn_una;
-    req_.sr_retx_end = req_.psn_high;
-    if (wire::PsnDiff(req_.psn_high, req_.psn_una) > static_cast<int32_t>(kSrTimeoutResendSpan)) {
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, kSrTimeoutResendSpan);
-    }
-    req_.sr_timeout_probe = true;
-    if (!wire::PsnLess(req_.psn_una, req_.psn_high)) req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
-    // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): psn_una
-    // alone now, the rest once the first acknowledgement after it shows the
-    // timeout was not spurious. A timeout while the previous one is still
-    // undecided (no acknowledgement at all came) resends psn_una again and
-    // keeps waiting, backed off: it used to resend everything, which on a
-    // path whose delay had grown past the RTO (a descheduled peer) resent
-    // the window once per RTT and voided every RTT sample (Karn), so the
-    // RTO never caught up (SrSpurious.ALongerPathAfterTheRttWasMeasured...).
-    // Only once the peer has answered as SR: before, everything is resent, so
-    // that an SR peer answers within the IBTA timeout that decides the
-    // fallback (SrFallbackNot.TwoSrEndsNeverFallBack).
-    const bool undecided = req_.sr_frto;
-    req_.sr_frto = undecided && req_.sr_peer_answered;
-    if (req_.sr_frto) {
-      if (wire::PsnLess(req_.sr_frto_end, req_.sr_retx_end)) req_.sr_frto_end = req_.sr_retx_end;
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
-    } else if (!undecided && wire::PsnDiff(req_.sr_retx_end, req_.psn_una) > 1) {
-      req_.sr_frto = true;
-      req_.sr_frto_una = req_.psn_una;
-      req_.sr_frto_end = req_.sr_retx_end;
-      req_.sr_retx_end = wire::PsnAdd(req_.psn_una, 1);
-    }
-    req_.sr_tmo_end = req_.sr_retx_end;  // (counters: sr_timeout_resent)
-  } else if (retry_unanswered) {
-    // Go-back-N, and the last retry (a timeout's or a sequence NAK's) is
-    // still unanswered: a responder slower than the window may still be
-    // working through it, silently (it drops what follows a gap until the
-    // gap is filled). Another copy of the window would only queue behind
-    // it; the oldest packet alone, asking for an ACK, repairs a lost first
-    // packet of the retry, and what it answers shows the rest.
-    req_.retry_probe_pending = true;
+    SrResendAfterTimeout();  // sr/timers.cc
   } else {
-    RetryFrom(req_.psn_una);
+    // Go-back-N: the packet at psn_una alone, asking for an ACK (the retry
+    // probe, SendRetryProbe); its answer decides the rest (CheckProbeAnswer).
+    // A timeout does not tell a lost packet from a responder slower than
+    // the window (rxe in an emulated guest can take longer than a timeout
+    // for the 64 packets between two ACKs), which may still be working
+    // through the window, or through a sequence NAK's retry, silently (it
+    // drops what follows a gap until the gap is filled): a copy of the
+    // window per timeout would queue behind it, one more each timeout.
+    req_.retry_probe_pending = true;
+    req_.retry_probe_sent = false;
   }
   req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
 }
@@ -597,7 +538,7 @@ void RcQp::OnTimer(uint64_t now_ns) {
 // ack_solicit_ns: ask for the ACK by sending it again with AckReq. The
 // responder acknowledges a duplicate with everything it has (IBTA 9.7.5);
 // had it been lost, the resend repairs it (or draws a sequence NAK).
-void RcQp::SolicitAck(uint64_t now_ns) {
+void Qp::SolicitAck(uint64_t now_ns) {
   req_.ack_solicit_deadline = 0;
   if (!req_.tail_unsolicited || !Outstanding() || !wire::PsnLess(req_.psn_una, req_.psn_high)) return;
   const uint64_t quiet_since = req_.tail_sent_ns + env_.ack_solicit_ns;
@@ -611,7 +552,7 @@ void RcQp::SolicitAck(uint64_t now_ns) {
   RetryFrom(wire::PsnAdd(req_.psn_high, -1));
 }
 
-void RcQp::OnCongestionMark(uint64_t now_ns) {
+void Qp::OnCongestionMark(uint64_t now_ns) {
   ++counters_.ce_marked_received;
   if (!env_.cnp_enabled || state_ == QpState::kReset || state_ == QpState::kInit) return;
   if (cnp_.cnp_ever_sent && now_ns - cnp_.last_cnp_ns < env_.min_time_between_cnps_ns) return;
@@ -620,7 +561,7 @@ void RcQp::OnCongestionMark(uint64_t now_ns) {
   ++cnp_.cnps_pending;
 }
 
-void RcQp::OnCnp(uint64_t now_ns) {
+void Qp::OnCnp(uint64_t now_ns) {
   ++counters_.cnps_received;
   cc_.OnCnp(now_ns);
 }
@@ -629,7 +570,7 @@ void RcQp::OnCnp(uint64_t now_ns) {
 // while the next WQE waits to start (fence, rd_atomic limit, SQD) or the
 // in-flight window is full. The poll loop allocates frames by this, so a QP
 // whose window is full costs no frame allocation and release per round.
-uint32_t RcQp::RequestRoom() const {
+uint32_t Qp::RequestRoom() const {
   if (req_.sq_next == sq_.tail() || (state_ != QpState::kRts && state_ != QpState::kSqd)) return 0;
   const SendWqe& w = sq_.at(req_.sq_next);
   uint32_t next_psn = w.next_psn;
@@ -646,7 +587,7 @@ uint32_t RcQp::RequestRoom() const {
 // caps the packets still in the path (sent, neither acknowledged nor
 // SACKed), so a hole being repaired does not stop the packets after it,
 // and keeps the span inside the per-PSN state (kSrWindow).
-uint32_t RcQp::WindowRoom(int32_t in_flight) const {
+uint32_t Qp::WindowRoom(int32_t in_flight) const {
   int32_t room;
   if (sr_) {
     const int32_t span_room = static_cast<int32_t>(kSrWindow - 1) - in_flight;
@@ -663,7 +604,7 @@ uint32_t RcQp::WindowRoom(int32_t in_flight) const {
 // one). Without it the demand was the whole window's room: one 64 B WRITE's
 // doorbell took a burst of buffers and the device moved the 31 it did not
 // use aside on every flush (a fifth of ib_write_bw -s 64's posting thread).
-uint32_t RcQp::QueuedRequestPackets(uint32_t cap) const {
+uint32_t Qp::QueuedRequestPackets(uint32_t cap) const {
   uint32_t n = 0;
   for (uint32_t i = req_.sq_next; i != sq_.tail() && n < cap; ++i) {
     const SendWqe& w = sq_.at(i);
@@ -677,7 +618,7 @@ uint32_t RcQp::QueuedRequestPackets(uint32_t cap) const {
   return std::min(n, cap);
 }
 
-uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
+uint32_t Qp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
   uint32_t n = cnp_.cnps_pending;  // CNPs leave even while the pacer holds the rest
   if (Paced(now_ns)) return std::min(n, burst);
   for (uint32_t i = actions_.head(); i != actions_.tail() && n < burst; ++i) {
@@ -692,7 +633,7 @@ uint32_t RcQp::TransmitDemand(uint64_t now_ns, uint32_t burst) const {
   return std::min(n, burst);
 }
 
-uint64_t RcQp::NextDeadline() const {
+uint64_t Qp::NextDeadline() const {
   uint64_t d = UINT64_MAX;
   const auto take = [&d](uint64_t t) {
     if (t != 0 && t < d) d = t;
@@ -705,7 +646,7 @@ uint64_t RcQp::NextDeadline() const {
   if (state_ == QpState::kRts || state_ == QpState::kSqd) {
     take(req_.retransmit_deadline);
     take(req_.ack_solicit_deadline);
-    if (sr_) take(req_.sr_tlp_deadline);
+    if (sr_) take(sr_state_->req.tlp_deadline);
     // Requests waiting for the RNR timer and the pacer: the later of the two.
     const uint64_t hold = std::max(req_.rnr_resume_at, pace);
     if (hold != 0 && (RequestRoom() > 0 || PendingRetransmits() > 0)) take(hold);
@@ -713,7 +654,7 @@ uint64_t RcQp::NextDeadline() const {
   return d == UINT64_MAX ? 0 : d;
 }
 
-bool RcQp::HasTransmitWork(uint64_t now_ns) const {
+bool Qp::HasTransmitWork(uint64_t now_ns) const {
   if (state_ == QpState::kReset || state_ == QpState::kInit) return false;
   if (cnp_.cnps_pending > 0) return true;
   if (Paced(now_ns)) return false;
@@ -723,13 +664,13 @@ bool RcQp::HasTransmitWork(uint64_t now_ns) const {
   return RequestRoom() > 0 || PendingRetransmits() > 0;
 }
 
-bool RcQp::HasWork() const {
+bool Qp::HasWork() const {
   return cnp_.cnps_pending > 0 || !actions_.empty() || (req_.sq_next != sq_.tail() && state_ == QpState::kRts) ||
          (PendingRetransmits() > 0 && state_ == QpState::kRts) ||
          req_.retransmit_deadline != 0 || req_.rnr_resume_at != 0 || cc_.rate_limited();
 }
 
-void RcQp::EnterError() {
+void Qp::EnterError() {
   state_ = QpState::kErr;
   attr_.qp_state = state_;
   req_.retransmit_deadline = 0;
@@ -738,7 +679,7 @@ void RcQp::EnterError() {
   FlushAll();
 }
 
-void RcQp::FlushAll() {
+void Qp::FlushAll() {
   TakePosted();  // what was published but not yet taken flushes too
   // Every outstanding send WR completes with FLUSH_ERR (signaled or not),
   // in order, after any that already failed with a real status.
@@ -760,12 +701,12 @@ void RcQp::FlushAll() {
     c.qp_num = qpn_;
     env_.recv_cq->Push(c);
   }
-  SrFlushReceives();  // selective repeat: receives held for messages in the window
+  if (sr_state_) SrFlushReceives();  // selective repeat: receives held for messages in the window
   FlushReceiveQueue();
   resp_.in_message = InMessage::kNone;
 }
 
-void RcQp::FlushReceiveQueue() {
+void Qp::FlushReceiveQueue() {
   while (!rq_.empty()) {
     queue::Completion c;
     c.wr_id = rq_.front().wr_id;

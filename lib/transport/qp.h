@@ -1,5 +1,7 @@
-// A Reliable Connection queue pair: requester (9.7.1-9.7.4), responder
-// (9.7.5), completer (9.7.5.2 / 9.9) and the verbs state machine (10.3).
+// A queue pair: RC's requester (9.7.1-9.7.4), responder (9.7.5) and
+// completer (9.7.5.2 / 9.9), UC (9.8) and UD (9.8.4, ud_qp.cc) through the
+// same steps, and the verbs state machine (10.3). Selective repeat (sr/)
+// and congestion control (lib/cc) are components it reaches through hooks.
 //
 // One lcore owns a QP: the poll loop calls OnPacket() for each received
 // packet addressed to it, Transmit() to fill transmit buffers, and
@@ -11,6 +13,7 @@
 #define DROCE_LIB_TRANSPORT_QP_H_
 
 #include <algorithm>
+#include <memory>
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -24,6 +27,7 @@
 #include "queue/completion.h"
 #include "queue/ring.h"
 #include "transport/counters.h"
+#include "transport/sr/state.h"
 #include "transport/states.h"
 #include "transport/types.h"
 #include "transport/ud_qp.h"
@@ -111,55 +115,9 @@ struct QpEnv {
   bool sr_tlp = true;
 };
 
-// RFC 6298's smoothed round-trip time and its variation (alpha 1/8, beta 1/4).
-struct RttEstimator {
-  uint64_t srtt_ns = 0;
-  uint64_t rttvar_ns = 0;
-  bool valid = false;
-  void Sample(uint64_t r) {
-    if (!valid) {
-      srtt_ns = r;
-      rttvar_ns = r / 2;
-      valid = true;
-      return;
-    }
-    const uint64_t err = srtt_ns > r ? srtt_ns - r : r - srtt_ns;
-    rttvar_ns = (3 * rttvar_ns + err) / 4;
-    srtt_ns = (7 * srtt_ns + r) / 8;
-  }
-  // SRTT + 4 RTTVAR, at least `floor`.
-  uint64_t Rto(uint64_t floor) const { return std::max(floor, srtt_ns + 4 * rttvar_ns); }
-};
-
-// Selective repeat's RTO floor: the largest RTT seen recently (a windowed
-// maximum over two periods of this length, 50-100 ms), so that the host's
-// scheduling tail, which RFC 6298's SRTT + 4 RTTVAR follows only for a few
-// samples, does not fire spurious timeouts every time it recurs.
-inline constexpr uint64_t kSrRttMaxPeriodNs = 50'000'000;
-// Selective repeat's RTO also covers a high percentile of the recent RTT
-// samples, loss or not: the kSrRttRank-th largest of the last kSrRttRing
-// (the 3rd of 64, ~p95). RFC 6298's SRTT + 4 RTTVAR misses a tail that
-// recurs in a few percent of the samples (on the fabric ~10 % above 512 us
-// with SRTT 114 us, RTTVAR 19 us: an RTO of 317 us, most timeouts spurious);
-// the windowed maximum above holds only while no loss is known.
-inline constexpr uint32_t kSrRttRing = 64;
-inline constexpr uint32_t kSrRttRank = 3;
-
-// Selective repeat: the PSNs the responder's and the requester's bitmaps
-// cover past the oldest missing/unacknowledged one.
-inline constexpr uint32_t kSrWindow = 1024;
-// A timeout resends at most this many PSNs from psn_una (qp.cc).
-inline constexpr uint32_t kSrTimeoutResendSpan = 129;
-// The SR retransmission timeout grows at most 2^kSrMaxBackoff times by
-// backoff (16 x: e.g. 320 us to 5 ms), never past the QP's IBTA timeout.
-inline constexpr uint8_t kSrMaxBackoff = 4;
-// Receive WQEs an SR responder holds for messages that arrive ahead of
-// earlier ones (a SEND further ahead waits for its retransmission).
-inline constexpr uint32_t kSrMaxHeldRecvs = 256;
-
-class RcQp {
+class Qp {
  public:
-  RcQp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
+  Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
 
   uint32_t qpn() const { return qpn_; }
   QpType type() const { return caps_.type; }
@@ -173,7 +131,8 @@ class RcQp {
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const {
-    return rq_.size() + rq_.published() + (resp_.recv_wqe_held ? 1 : 0) + resp_.sr_recv_taken;
+    return rq_.size() + rq_.published() + (resp_.recv_wqe_held ? 1 : 0) +
+           (sr_state_ ? sr_state_->resp.recv_taken : 0);
   }
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
@@ -293,10 +252,10 @@ class RcQp {
   // count of the SACKed PSNs: O(1) per ACK/SACK.
   uint32_t sr_unsacked_in_flight() const { return SrUnsackedInFlight(); }
   // Selective repeat's round-trip estimate and the timeouts it gives now.
-  const RttEstimator& sr_rtt() const { return req_.sr_rtt; }
+  const RttEstimator& sr_rtt() const { return sr_state_->req.rtt; }
   uint64_t sr_rto_low_ns() const { return SrRtoLowNs(); }
   uint64_t sr_rto_high_ns() const { return SrRtoHighNs(); }
-  uint64_t sr_rtt_high_ns() const { return req_.sr_rtt_high_ns; }
+  uint64_t sr_rtt_high_ns() const { return sr_state_->req.rtt_high_ns; }
   // The same counted by walking the SACK bitmap (tests check the running
   // count against it; O(window)).
   uint32_t SrUnsackedInFlightByWalk() const;
@@ -431,13 +390,16 @@ class RcQp {
   // (completing it, or asking for what it misses).
   CompState SrPlaceLaterRead(RespCtx& c, SendWqe& w);
   void SrCatchUpReads(uint64_t now);
-  DROCE_STEP CompState CompSack(RespCtx& c);
+  CompState CompSack(RespCtx& c);  // sr/completer.cc
   void AckUpTo(uint32_t psn, uint64_t now);
   // The retransmission timeout to arm now: selective repeat's low one while
   // little is in flight and the last timeout was followed by progress, the
   // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
   uint64_t RetransmitTimeoutNs() const;
   uint64_t SrRtoHighNs() const;
+  uint64_t SrRetransmitTimeoutNs() const;
+  void SrImpliedNak(uint32_t missing_psn);
+  void SrOnAck(uint32_t psn, uint64_t now);
   uint64_t SrRtoLowNs() const;
   // Selective repeat's per-packet send bookkeeping (RTT timing, Karn's
   // rule, the send order RACK compares), the RTT sample when `psn` is
@@ -458,13 +420,20 @@ class RcQp {
   void SrFrtoDecide(uint32_t acked, bool holds_more);
   void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
   void SrNoteRepaired(uint64_t now);  // the timed resend's PSN acknowledged or SACKed (counters)
-  uint64_t SrRttMaxNs() const { return std::max(req_.sr_rtt_max_cur_ns, req_.sr_rtt_max_prev_ns); }
+  void SrOnProgress();  // an acknowledgement advanced psn_una: backoff, tail-loss probe
+  // Selective repeat's timers (sr/timers.cc), from OnTimer: the tail-loss
+  // probe; a retransmission timeout's start (the fallback, F-RTO's undo
+  // state) and its resend.
+  void SrOnTimer(uint64_t now_ns);
+  void SrTimeoutBegins(uint64_t now_ns, uint64_t ibta_timeout);
+  void SrResendAfterTimeout();
+  uint64_t SrRttMaxNs() const { return std::max(sr_state_->req.rtt_max_cur_ns, sr_state_->req.rtt_max_prev_ns); }
   void SrNoteRttHigh(uint64_t rtt_ns);
   // The measured RTO both short RTOs start from: SRTT + 4 RTTVAR (at least
   // sr_rto_min_ns), the recent high percentile, and the windowed maximum
   // while no loss is known.
   uint64_t SrMeasuredRtoNs() const {
-    return std::max({req_.sr_rtt.Rto(env_.sr_rto_min_ns), req_.sr_rtt_high_ns, SrRttFloorNs()});
+    return std::max({sr_state_->req.rtt.Rto(env_.sr_rto_min_ns), sr_state_->req.rtt_high_ns, SrRttFloorNs()});
   }
   // The RTO's floor: the recent maximum RTT while no loss is known (nothing
   // SACKed, nothing resent or to resend: a timeout then is most likely a
@@ -472,27 +441,27 @@ class RcQp {
   // retransmission, and waiting the recent maximum for it cost the
   // fabric's 5 % row).
   uint64_t SrRttFloorNs() const {
-    return req_.sr_sacked_count == 0 && req_.sr_resent_count == 0 && SrPendingRetransmits() == 0 ? SrRttMaxNs()
+    return sr_state_->req.sacked_count == 0 && sr_state_->req.resent_count == 0 && SrPendingRetransmits() == 0 ? SrRttMaxNs()
                                                                                                    : 0;
   }
   void SrFrtoRelease();
   bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
-    return BitTest(req_.sr_resent, psn) && !SrSacked(psn) &&
-           static_cast<int32_t>(req_.sr_sent_seq[psn % kSrWindow] - req_.sr_rack_seq) < 0;
+    return BitTest(sr_state_->req.resent, psn) && !SrSacked(psn) &&
+           static_cast<int32_t>(sr_state_->req.sent_seq[psn % kSrWindow] - sr_state_->req.rack_seq) < 0;
   }
   // Packets sent and neither acknowledged nor SACKed (IRN's "in flight" for
   // choosing RTO_low: a hole behind SACKed packets is one packet in flight,
   // however far psn_high has gone): [psn_una, psn_high) less the SACKed
-  // PSNs in it (req_.sr_sacked_count).
+  // PSNs in it (sr_state_->req.sacked_count).
   uint32_t SrUnsackedInFlight() const {
     const int32_t sent = wire::PsnDiff(req_.psn_high, req_.psn_una);
-    return sent > static_cast<int32_t>(req_.sr_sacked_count) ? static_cast<uint32_t>(sent) - req_.sr_sacked_count
+    return sent > static_cast<int32_t>(sr_state_->req.sacked_count) ? static_cast<uint32_t>(sent) - sr_state_->req.sacked_count
                                                                : 0;
   }
   void SrMarkSacked(uint32_t psn) {
-    if (BitTest(req_.sr_sacked, psn)) return;
-    BitSet(req_.sr_sacked, psn);
-    ++req_.sr_sacked_count;
+    if (BitTest(sr_state_->req.sacked, psn)) return;
+    BitSet(sr_state_->req.sacked, psn);
+    ++sr_state_->req.sacked_count;
   }
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
   // AckReq at least every this many packets of a long message: under
@@ -503,11 +472,17 @@ class RcQp {
   }
   // Request packets the window lets out with `in_flight` PSNs past psn_una.
   uint32_t WindowRoom(int32_t in_flight) const;
+  // The in-flight cap: the transport's (go-back-N's window, selective
+  // repeat's bandwidth-delay product), or congestion control's window when
+  // its algorithm keeps a smaller one.
   uint32_t InflightCap() const {
-    return sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
+    const uint32_t cap = sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
+    const uint32_t cc_window = cc_.output().window_packets;  // 0: none
+    return cc_window != 0 && cc_window < cap ? cc_window : cap;
   }
   void NoteProgress(uint64_t now);
   void NoteAnswered(uint64_t now);
+  void CheckProbeAnswer(uint32_t acked);
   void AdvancePastDone();
   void RetryFrom(uint32_t psn);
   void SolicitAck(uint64_t now_ns);
@@ -539,10 +514,11 @@ class RcQp {
   DROCE_STEP RespState ExecuteAtomic(ReqCtx& c);
   DROCE_STEP RespState Acknowledge(ReqCtx& c);
   RespState Duplicate(ReqCtx& c);
+  RespState CheckAndExecute(ReqCtx& c);  // check_resource, check_rkey, execute (selective repeat's way in)
   // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
   void RespondError(RespError e, uint32_t psn);
   void DropUcMessage();
-  // --- selective repeat (selective_repeat.cc)
+  // --- selective repeat (sr/responder.cc, sr/requester.cc, sr/completer.cc, sr/timers.cc)
   void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
   // The peer does not use selective repeat (it sent IBTA SEND/WRITE
   // requests, or never answered an SR one for a whole IBTA timeout): this
@@ -555,9 +531,9 @@ class RcQp {
   void SrRespondError(RespError e, uint32_t psn);
   void QueueSack();
   uint32_t BuildSack(uint8_t* frame);
-  bool SrReceived(uint32_t psn) const { return BitTest(resp_.sr_received, psn); }
+  bool SrReceived(uint32_t psn) const { return BitTest(sr_state_->resp.received, psn); }
   void SrSlide();          // the requester's SACK bitmap follows psn_una
-  bool SrSacked(uint32_t psn) const { return BitTest(req_.sr_sacked, psn); }
+  bool SrSacked(uint32_t psn) const { return BitTest(sr_state_->req.sacked, psn); }
   void SrScheduleRetransmit(uint32_t from, uint32_t end);
   uint32_t SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
   uint32_t SrPendingRetransmits() const;
@@ -569,7 +545,6 @@ class RcQp {
   uint32_t SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
   uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns);
   void SrFlushReceives();
-  using SrBits = std::array<uint64_t, kSrWindow / 64>;
   static bool BitTest(const SrBits& b, uint32_t psn) {
     const uint32_t i = psn % kSrWindow;
     return (b[i / 64] >> (i % 64)) & 1;
@@ -586,6 +561,9 @@ class RcQp {
     const uint64_t lo = b[w] >> s;
     return s == 0 ? lo : lo | (b[(w + 1) % b.size()] << (64 - s));
   }
+  // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
+  static bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
+                            const uint8_t* payload, uint32_t len, RespError* error);
   // Scatters a SEND payload into the held receive WQE at the running offset.
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error);
   // R_Key check of a remote request: the QP's own access flags, then the
@@ -668,108 +646,18 @@ class RcQp {
     uint64_t tail_sent_ns = 0;
     uint64_t ack_solicit_deadline = 0;  // 0: not armed
     bool progress_since_retry = true;
-    // Go-back-N: a timeout found the last retry unanswered; the oldest
-    // unacknowledged packet goes once more, alone (SendRetryProbe).
+    // Go-back-N's retry probe: a timeout sends the oldest unacknowledged
+    // packet once more, alone (SendRetryProbe); the first ACK at or past
+    // its PSN decides whether the rest is resent (CheckProbeAnswer).
     bool retry_probe_pending = false;
+    bool retry_probe_sent = false;
+    uint32_t retry_probe_psn = 0;
     // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
     // until progress; otherwise every later response would rewind again.
     bool implied_nak_pending = false;
     uint32_t implied_nak_psn = 0;
-    // Selective repeat: PSNs the responder reported holding (sr_sacked, for
-    // PSNs from sr_sack_base on), the retransmissions still to send
-    // [sr_retx_next, sr_retx_end) (unsacked ones only), the next receive
-    // sequence number.
-    uint32_t sr_sack_base = 0;
-    SrBits sr_sacked{};
-    uint32_t sr_sacked_count = 0;  // bits set in sr_sacked (all in [psn_una, psn_high))
-    SrBits sr_read_got{};  // READ responses placed ahead of the first missing one
-    uint32_t sr_retx_next = 0;
-    uint32_t sr_retx_end = 0;
-    uint32_t sr_recv_seq = 0;
     bool force_ack_req = false;  // a retransmission asks for an ACK (SR resends, the retry probe)
-    uint32_t sr_read_len = 0;       // a READ asked again: bytes to ask for (0: to its end)
-    bool sr_timeout_probe = false;  // resend psn_una even if SACKed (after a timeout)
-    bool sr_rto_low_armed = false;  // the retransmit timer runs with the low RTO
-    uint64_t sr_retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
-    // The peer answered an SR SEND/WRITE packet (an ACK of one, or a SACK):
-    // it uses selective repeat, and this QP never falls back.
-    bool sr_peer_answered = false;
-    // Measured timers: the RTT estimate, one packet timed at a time (sent
-    // once: Karn's rule), the retransmission backoff (doubling per timeout
-    // without progress).
-    RttEstimator sr_rtt;
-    bool sr_rtt_timing = false;
-    uint32_t sr_rtt_psn = 0;
-    uint64_t sr_rtt_sent_ns = 0;
-    uint8_t sr_backoff = 0;
-    // The windowed maximum RTT (SrNoteRttMax): the largest sample of the
-    // current period and of the one before, and when the current began.
-    // Only clean samples feed it: the timed packet was sent with no hole
-    // known (nothing SACKed, nothing to resend) and nothing but tail-loss
-    // probes (which a delay itself sends) was resent until it was
-    // acknowledged (sr_rtt_retx: that count when timing began). A sample
-    // taken across a loss measures its repair too (the packet's
-    // acknowledgement waits for the hole, past the SACK's reach), and a
-    // floor fed with those grew with every repair.
-    bool sr_rtt_clean = false;
-    uint64_t sr_rtt_retx = 0;
-    uint64_t sr_rtt_max_cur_ns = 0;
-    uint64_t sr_rtt_max_prev_ns = 0;
-    uint64_t sr_rtt_max_start_ns = 0;
-    // The last kSrRttRing samples that did not wait for a repair (delivered
-    // by a SACK, or nothing was resent while the packet was in flight), and
-    // their kSrRttRank-th largest (SrNoteRttHigh).
-    std::array<uint32_t, kSrRttRing> sr_rtt_ring{};
-    uint32_t sr_rtt_ring_n = 0;
-    uint64_t sr_rtt_high_ns = 0;
-    // RACK: every packet's place in the send order (sr_sent_seq), the newest
-    // place known delivered (sr_rack_seq), the SEND/WRITE PSNs sent again
-    // (sr_resent). A retransmission still missing while something sent after
-    // it arrived is lost again: [sr_retx_next, sr_rack_limit) is then a
-    // region where only such PSNs are resent.
-    uint32_t sr_tx_seq = 0;
-    std::array<uint32_t, kSrWindow> sr_sent_seq{};
-    SrBits sr_resent{};
-    uint32_t sr_resent_count = 0;
-    uint32_t sr_rack_seq = 0;
-    bool sr_rack_active = false;
-    uint32_t sr_rack_limit = 0;
-    // Tail-loss probe: its deadline (0: none), and whether it may be armed
-    // (once per progress).
-    uint64_t sr_tlp_deadline = 0;
-    bool sr_tlp_armable = true;
-    // A probe borrows the retransmission cursor for one PSN; it goes back to
-    // where it was (sr_probe_return) once the probe is sent, so the holes
-    // the probe's SACK shows are scheduled from there.
-    bool sr_probe_pending = false;
-    uint32_t sr_probe_return = 0;
-    // F-RTO: a timeout resends psn_una (sr_frto_una) alone; the rest of
-    // what it would resend, up to sr_frto_end, waits for the first
-    // acknowledgement after it (SrFrtoDecide). The retry state before the
-    // timeout, restored if it was spurious; then the doubled RTO is kept
-    // until a fresh RTT sample (Karn: sr_backoff_hold).
-    bool sr_frto = false;
-    uint32_t sr_frto_una = 0;
-    uint32_t sr_frto_end = 0;
-    uint8_t sr_frto_retry_left = 0;
-    bool sr_frto_progress = false;
-    uint64_t sr_frto_retry_clock_ns = 0;
-    bool sr_backoff_hold = false;
-    // The PSNs sent with AckReq (originals and retransmissions, not the
-    // timeout's own resend): an ACK past psn_una that one of them asked
-    // for was sent before the timeout's resend arrived.
-    SrBits sr_ackreq{};
-    // Counters only: the end of what the last timeout asked to resend
-    // (sr_timeout_resent), the start of a wait at the in-flight cap.
-    uint32_t sr_tmo_end = 0;
-    uint64_t sr_cap_since_ns = 0;
-    uint64_t sr_drained_since_ns = 0;  // (sr_sq_drained_ns)
-    // Counters only (a repair's time): when a SACK showed a hole not yet
-    // resent (0: none waiting), and the one resend being timed.
-    uint64_t sr_hole_seen_ns = 0;
-    bool sr_repair_timing = false;
-    uint32_t sr_repair_psn = 0;
-    uint64_t sr_repair_sent_ns = 0;
+    uint64_t retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
   } req_;
 
   // Responder.
@@ -791,43 +679,9 @@ class RcQp {
     uint32_t write_total = 0;
     uint32_t next_resource = 0;
     uint32_t rd_atomic_active = 0;  // new READ/atomic requests whose responses are not all sent
-    // Selective repeat: PSNs past epsn that arrived (and those of them that
-    // end a message), the receive WQEs taken for messages in the window
-    // (sr_recvs_[seq % kSrMaxHeldRecvs] for seq in [sr_recv_base, +sr_recv_taken)).
-    SrBits sr_received{};
-    SrBits sr_last{};
-    uint32_t sr_recv_base = 0;
-    uint32_t sr_recv_taken = 0;
-    // The PSN before epsn was an SR SEND/WRITE packet that did not end its
-    // message: a message is in progress at epsn.
-    bool sr_in_message = false;
   } resp_;
-  // A receive WQE an SR responder holds, and how its message ended.
-  struct SrRecv {
-    RecvWr wr;
-    bool ended = false;
-    uint32_t end_psn = 0;
-    uint32_t byte_len = 0;
-    uint8_t flags = 0;
-    uint32_t imm_or_inv = 0;
-    bool solicited = false;
-    bool invalidate = false;
-    queue::WcOpcode opcode = queue::WcOpcode::kRecv;
-  };
-  std::vector<SrRecv> sr_recvs_;  // kSrMaxHeldRecvs entries once SR is on (control path)
-  // What the SRETH of each SR SEND/WRITE packet placed (not a message's
-  // last) said of its message, by PSN (sr_msgs_[psn % kSrWindow], kSrWindow
-  // entries once SR is on): after a fallback, the message in progress at
-  // the expected PSN continues as IBTA packets (SrContinueAsIbta).
-  struct SrMsg {
-    uint64_t va = 0;
-    uint32_t rkey = 0;
-    uint32_t dma_length = 0;
-    uint32_t first_psn = 0;
-    bool write = false;
-    bool consumes_recv = false;
-  };
-  std::vector<SrMsg> sr_msgs_;
+  // Selective repeat's state (sr/state.h): allocated when it is chosen.
+  std::unique_ptr<SrState> sr_state_;
   bool sr_ = false;
   bool sr_chosen_ = false;  // what SetSelectiveRepeat chose (a move to RESET undoes a fallback)
   std::vector<Resource> resources_;

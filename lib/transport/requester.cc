@@ -14,16 +14,16 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
-bool RcQp::IsLocalOp(const SendWqe& w) {
+bool Qp::IsLocalOp(const SendWqe& w) {
   return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
 }
 
-bool RcQp::IsReadOrAtomic(const SendWqe& w) const {
+bool Qp::IsReadOrAtomic(const SendWqe& w) const {
   return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
          w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
 }
 
-int RcQp::ValidateSend(const SendWr& wr) const {
+int Qp::ValidateSend(const SendWr& wr) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
   uint64_t total = 0;
   for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
@@ -54,7 +54,7 @@ int RcQp::ValidateSend(const SendWr& wr) const {
   return 0;
 }
 
-uint32_t RcQp::PacketsFor(const SendWqe& w) const {
+uint32_t Qp::PacketsFor(const SendWqe& w) const {
   if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
   if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
     return 1;
@@ -62,13 +62,13 @@ uint32_t RcQp::PacketsFor(const SendWqe& w) const {
   return PacketsForLength(w.total_len);
 }
 
-bool RcQp::MayStart(const SendWqe& w) const {
+bool Qp::MayStart(const SendWqe& w) const {
   // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
   if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
   return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
 }
 
-bool RcQp::StartWqe(SendWqe& w) {
+bool Qp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (IsLocalOp(w)) {
     // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
@@ -108,14 +108,14 @@ bool RcQp::StartWqe(SendWqe& w) {
   req_.psn_next = PsnAdd(req_.psn_next, n);
   if (sr_ && (w.wr.opcode == WrOpcode::kSend || w.wr.opcode == WrOpcode::kSendWithImm ||
               w.wr.opcode == WrOpcode::kSendWithInv || w.wr.opcode == WrOpcode::kRdmaWriteWithImm)) {
-    w.recv_seq = req_.sr_recv_seq++;  // which receive WQE of the peer it consumes
+    w.recv_seq = sr_state_->req.recv_seq++;  // which receive WQE of the peer it consumes
   }
   w.started = true;
   if (read_or_atomic) ++req_.rd_atomic_outstanding;
   return true;
 }
 
-struct RcQp::SendCtx {
+struct Qp::SendCtx {
   pktio::Frame* frames;
   uint32_t used;
   uint32_t n;
@@ -123,7 +123,7 @@ struct RcQp::SendCtx {
   SendWqe* w = nullptr;
 };
 
-uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
   // Selective repeat: what the SACKs or a timeout showed lost goes first.
   if (sr_) {
     used = SrRetransmit(frames, used, n, now_ns);
@@ -152,7 +152,7 @@ uint32_t RcQp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n,
   return c.used;
 }
 
-DROCE_STEP ReqState RcQp::ReqGetWqe(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
   if (c.used >= c.n || req_.sq_next == sq_.tail()) return ReqState::kDone;
   if (Paced(c.now_ns)) return ReqState::kDone;
   c.w = &sq_.at(req_.sq_next);
@@ -160,11 +160,11 @@ DROCE_STEP ReqState RcQp::ReqGetWqe(SendCtx& c) {
   return state_ == QpState::kSqd ? ReqState::kDone : ReqState::kCheckLimits;  // SQD: drained
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckLimits(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckLimits(SendCtx& c) {
   return MayStart(*c.w) ? ReqState::kStartWqe : ReqState::kDone;  // wait for completions
 }
 
-DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqStartWqe(SendCtx& c) {
   StartWqe(*c.w);
   if (state_ == QpState::kErr) return ReqState::kDone;  // a local error flushed the queue
   if (c.w->done) {  // LOCAL_INV, BIND_MW: no packet
@@ -175,13 +175,13 @@ DROCE_STEP ReqState RcQp::ReqStartWqe(SendCtx& c) {
   return ReqState::kCheckWindow;
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckWindow(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckWindow(SendCtx& c) {
   const bool full = WindowRoom(PsnDiff(c.w->next_psn, req_.psn_una)) == 0;
   if (sr_) SrNoteCap(full, c.now_ns);
   return full ? ReqState::kDone : ReqState::kCheckLength;
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckLength(SendCtx& c) {
   if (ud() && c.w->total_len > mtu_) {  // never on the wire (ud_qp.cc)
     SkipOversizeUd(*c.w);
     ++req_.sq_next;
@@ -191,20 +191,20 @@ DROCE_STEP ReqState RcQp::ReqCheckLength(SendCtx& c) {
   return ReqState::kCheckSges;
 }
 
-DROCE_STEP ReqState RcQp::ReqCheckSges(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqCheckSges(SendCtx& c) {
   if (SgesStillLent(*c.w)) return ReqState::kBuildPacket;
   FailWqe(*c.w, WcStatus::kLocProtErr);  // the payload's region was deregistered meanwhile
   return ReqState::kDone;
 }
 
-DROCE_STEP ReqState RcQp::ReqBuildPacket(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
   const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
 }
 
-DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
+DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
   SendWqe& w = *c.w;
   const uint32_t len = c.frames[c.used].len;
   ++counters_.tx_packets;
@@ -222,12 +222,12 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
     return ReqState::kGetWqe;
   }
   if (req_.retransmit_deadline == 0) {
-    req_.sr_retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
+    req_.retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
     req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
-  } else if (req_.sr_rto_low_armed && SrUnsackedInFlight() > env_.sr_rto_low_below) {
+  } else if (sr_state_ && sr_state_->req.rto_low_armed && SrUnsackedInFlight() > env_.sr_rto_low_below) {
     // Armed low with little in flight; now there is more: the high one.
     req_.retransmit_deadline = c.now_ns + SrRtoHighNs();
-    req_.sr_rto_low_armed = false;
+    sr_state_->req.rto_low_armed = false;
   }
   if (sr_) SrArmTlp(c.now_ns);
   req_.tail_sent_ns = c.now_ns;
@@ -239,10 +239,10 @@ DROCE_STEP ReqState RcQp::ReqUpdate(SendCtx& c) {
 }
 
 // Go-back-N's retry probe (OnTimer): the packet at psn_una once more, with
-// AckReq, the send cursor left where it is (the rest was resent by the
-// retry still unanswered). A READ is asked again from its first missing
-// response, an atomic whole. Nothing when the cursor is to send it anyway.
-uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
+// AckReq, the send cursor left where it is. A READ is asked again from its
+// first missing response, an atomic whole. Nothing when the cursor is to
+// send it anyway.
+uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
   if (used >= n || Paced(now_ns)) return used;
   req_.retry_probe_pending = false;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
@@ -265,6 +265,8 @@ uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, u
     }
     const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
     if (len == 0) return used;
+    req_.retry_probe_sent = true;
+    req_.retry_probe_psn = psn;
     frames[used].len = len;
     ++counters_.tx_packets;
     counters_.tx_bytes += len;
@@ -277,7 +279,7 @@ uint32_t RcQp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, u
 // The packet at `psn` of a started WQE once more, asking for an ACK, the
 // WQE's cursor (next_psn, fully_sent) left as it was: a one-off resend
 // (selective repeat's, go-back-N's retry probe). 0: nothing built.
-uint32_t RcQp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
+uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
   const uint32_t saved_next = w.next_psn;
   const bool saved_sent = w.fully_sent;
   w.next_psn = psn;
@@ -308,7 +310,7 @@ inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& s
 }
 }  // namespace
 
-void RcQp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
   if (w.wr.flags & kSendInline) {
     std::memcpy(out, w.inline_data + offset, len);
     return;
@@ -319,7 +321,7 @@ void RcQp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_
   });
 }
 
-uint32_t RcQp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
+uint32_t Qp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
                                 uint32_t crc) const {
   if (w.wr.flags & kSendInline) return Crc32CopyUpdate(crc, out, w.inline_data + offset, len);
   ForEachSgeSpan(w, offset, len, [&out, &crc](const uint8_t* host, uint32_t n) {
@@ -329,7 +331,7 @@ uint32_t RcQp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len,
   return crc;
 }
 
-void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
+void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
                          uint32_t len) const {
   ForEachSgeSpan(w, offset, len, [&data](uint8_t* host, uint32_t n) {
     std::memcpy(host, data, n);
@@ -337,7 +339,7 @@ void RcQp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
   });
 }
 
-uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
+uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (ud()) return BuildUdRequest(w, frame);
   const uint32_t psn = w.next_psn;
   const bool retransmission = PsnLess(psn, req_.psn_high);
@@ -365,8 +367,9 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       reth.set_va(w.wr.remote_addr + offset);
       reth.set_rkey(w.wr.rkey);
       // Selective repeat: only the run of responses still missing.
-      reth.set_dma_length(req_.sr_read_len != 0 ? std::min(req_.sr_read_len, w.total_len - offset)
-                                                : w.total_len - offset);
+      reth.set_dma_length(sr_state_ && sr_state_->req.read_len != 0
+                              ? std::min(sr_state_->req.read_len, w.total_len - offset)
+                              : w.total_len - offset);
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
@@ -426,7 +429,7 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   // F-RTO: which ACKs were asked for before a timeout (not by its own resend).
-  if (sr_ && ack_req && !(req_.sr_frto && psn == req_.sr_frto_una)) BitSet(req_.sr_ackreq, psn);
+  if (sr_ && ack_req && !(sr_state_->req.frto && psn == sr_state_->req.frto_una)) BitSet(sr_state_->req.ackreq, psn);
   bth.set_ack_req(ack_req);
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
   if (op.Has(kHdrSrEth)) {
@@ -463,405 +466,6 @@ uint32_t RcQp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   crc = Crc32Update(crc, payload + seg, frame + icrc_offset - (payload + seg));  // pad
   StoreLe32(frame + icrc_offset, Crc32Final(crc));
   return icrc_offset + kIcrcBytes;
-}
-
-// --- Selective repeat: the requester (doc/transport.md "Selective repeat").
-
-// Drops the SACK bits of PSNs now acknowledged: the bitmap covers
-// [psn_una, psn_una + kSrWindow).
-void RcQp::SrSlide() {
-  const int32_t moved = PsnDiff(req_.psn_una, req_.sr_sack_base);
-  if (moved >= static_cast<int32_t>(kSrWindow) || moved < 0) {
-    req_.sr_sacked = {};
-    req_.sr_sacked_count = 0;
-    req_.sr_resent = {};
-    req_.sr_resent_count = 0;
-    req_.sr_read_got = {};
-    req_.sr_ackreq = {};
-  } else {
-    for (int32_t i = 0; i < moved; ++i) {
-      const uint32_t psn = PsnAdd(req_.sr_sack_base, i);
-      if (SrSacked(psn)) --req_.sr_sacked_count;
-      if (BitTest(req_.sr_resent, psn)) --req_.sr_resent_count;
-      BitClear(req_.sr_sacked, psn);
-      BitClear(req_.sr_resent, psn);
-      BitClear(req_.sr_ackreq, psn);
-      BitClear(req_.sr_read_got, PsnAdd(req_.sr_sack_base, i));
-    }
-  }
-  req_.sr_sack_base = req_.psn_una;
-  if (PsnLess(req_.sr_retx_next, req_.psn_una)) req_.sr_retx_next = req_.psn_una;
-  if (req_.sr_rack_active && !PsnLess(req_.sr_retx_next, req_.sr_rack_limit)) req_.sr_rack_active = false;
-  if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
-  if (PsnLess(req_.sr_tmo_end, req_.psn_una)) req_.sr_tmo_end = req_.psn_una;
-}
-
-// PSNs in [from, end) not SACKed are to be resent. The cursor never moves
-// back (a PSN is resent once per loss signal; a lost retransmission is
-// found by the timeout, which restarts it at psn_una), so SACKs that still
-// show a retransmitted PSN missing while it is on its way resend nothing.
-void RcQp::SrScheduleRetransmit(uint32_t from, uint32_t end) {
-  SrSlide();
-  if (req_.sr_probe_pending) {
-    // A probe not sent yet: the cursor goes back to where it was before it
-    // (or to the probe, if lower), and the probe is part of this pass.
-    req_.sr_probe_pending = false;
-    if (PsnLess(req_.sr_probe_return, req_.sr_retx_next)) req_.sr_retx_next = req_.sr_probe_return;
-    if (PsnLess(req_.sr_retx_end, req_.sr_retx_next)) req_.sr_retx_end = req_.sr_retx_next;
-  }
-  if (PsnLess(req_.sr_retx_next, from) && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
-    req_.sr_retx_next = from;  // nothing pending: start where the new loss is
-  }
-  if (!PsnLess(req_.sr_retx_next, req_.sr_retx_end)) req_.sr_tmo_end = req_.psn_una;  // (counters)
-  if (PsnLess(req_.sr_retx_end, end)) req_.sr_retx_end = end;
-}
-
-uint32_t RcQp::SrPendingRetransmits() const {
-  const int32_t n = PsnDiff(req_.sr_retx_end, req_.sr_retx_next);
-  return n > 0 ? static_cast<uint32_t>(n) : 0;
-}
-
-uint32_t RcQp::SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
-  if (SrPendingRetransmits() == 0) return used;
-  SrSlide();
-  uint32_t i = sq_.head();
-  while (used < n && PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
-    if (Paced(now_ns)) break;
-    const uint32_t psn = req_.sr_retx_next;
-    // A timeout resends the oldest PSN even when SACKed: only an ACK
-    // completes it, and the one that would have was lost.
-    const bool probe = req_.sr_timeout_probe && psn == req_.psn_una;
-    if (SrSacked(psn) && !probe) {
-      req_.sr_retx_next = PsnAdd(psn, 1);
-      continue;
-    }
-    if (req_.sr_rack_active) {
-      if (!PsnLess(psn, req_.sr_rack_limit)) {
-        req_.sr_rack_active = false;
-      } else if (!SrLostAgain(psn)) {
-        // RACK region: only retransmissions found lost again; the rest
-        // was resent already, or is still on its way.
-        req_.sr_retx_next = PsnAdd(psn, 1);
-        continue;
-      } else {
-        ++counters_.sr_rack_resent;
-      }
-    }
-    req_.sr_timeout_probe = false;
-    // The WQE holding psn (WQEs hold increasing PSN ranges).
-    while (i != sq_.tail()) {
-      const SendWqe& x = sq_.at(i);
-      if (!x.done && (!x.started || !PsnLess(x.last_psn, psn))) break;
-      ++i;
-    }
-    if (i == sq_.tail() || !sq_.at(i).started) {
-      req_.sr_retx_next = req_.sr_retx_end;  // nothing sent there
-      break;
-    }
-    SendWqe& w = sq_.at(i);
-    if (PsnLess(psn, w.first_psn)) {
-      req_.sr_retx_next = w.first_psn;
-      continue;
-    }
-    if (!w.fully_sent && !PsnLess(psn, w.next_psn)) {
-      req_.sr_retx_next = req_.sr_retx_end;  // not sent yet: the send queue's walk sends it
-      break;
-    }
-    uint32_t next = PsnAdd(psn, 1);
-    if (IsReadOrAtomic(w)) {
-      // A READ is asked again from its first missing response on (its
-      // later PSNs are responses, not requests); an atomic is resent
-      // whole and the responder replays its result.
-      const uint32_t missing = w.wr.opcode == WrOpcode::kRdmaRead
-                                   ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_)
-                                   : w.first_psn;
-      next = PsnAdd(w.last_psn, 1);
-      if (psn != missing) {
-        // Before the first missing response: ask from there; after it: asked already.
-        req_.sr_retx_next = PsnLess(psn, missing) ? missing : next;
-        continue;
-      }
-    }
-    if (!SgesStillLent(w)) {
-      FailWqe(w, WcStatus::kLocProtErr);
-      return used;
-    }
-    if (w.wr.opcode == WrOpcode::kRdmaRead) {
-      // The READ's responses placed ahead are not asked for again: the
-      // request covers the missing run up to the next one that arrived.
-      uint32_t run = 1;
-      while (PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) &&
-             PsnDiff(PsnAdd(psn, run), req_.psn_una) < static_cast<int32_t>(kSrWindow) &&
-             !BitTest(req_.sr_read_got, PsnAdd(psn, run))) {
-        ++run;
-      }
-      req_.sr_read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * mtu_ : 0;
-    }
-    const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
-    req_.sr_read_len = 0;
-    req_.sr_retx_next = next;
-    if (len == 0) continue;
-    frames[used].len = len;
-    ++counters_.tx_packets;
-    ++counters_.sr_retransmitted_packets;
-    if (!req_.sr_probe_pending && !req_.sr_rack_active && PsnLess(psn, req_.sr_tmo_end)) {
-      ++counters_.sr_timeout_resent;
-    }
-    counters_.tx_bytes += len;
-    NoteSent(len, now_ns);
-    ++used;
-    if (req_.sr_hole_seen_ns != 0) {  // the first resend since a SACK showed a hole
-      const uint64_t wait = now_ns >= req_.sr_hole_seen_ns ? now_ns - req_.sr_hole_seen_ns : 0;
-      ++counters_.sr_repair_waits;
-      counters_.sr_repair_wait_ns += wait;
-      counters_.sr_repair_wait_max_ns = std::max(counters_.sr_repair_wait_max_ns, wait);
-      req_.sr_hole_seen_ns = 0;
-    }
-    if (!req_.sr_repair_timing && !IsReadOrAtomic(w)) {
-      req_.sr_repair_timing = true;
-      req_.sr_repair_psn = psn;
-      req_.sr_repair_sent_ns = now_ns;
-    }
-  }
-  if (!PsnLess(req_.sr_retx_next, req_.sr_retx_end)) req_.sr_hole_seen_ns = 0;  // nothing left to resend
-  if (req_.sr_probe_pending && !PsnLess(req_.sr_retx_next, req_.sr_retx_end)) {
-    req_.sr_probe_pending = false;  // the probe left: the cursor returns
-    req_.sr_retx_next = req_.sr_retx_end = req_.sr_probe_return;
-    SrSlide();
-  }
-  if (req_.retransmit_deadline == 0) req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
-  SrArmTlp(now_ns);
-  return used;
-}
-
-// Every packet an SR QP sends: its place in the send order (RACK), Karn's
-// rule for the RTT timing (a retransmitted packet is never timed; timing
-// one that is resent is abandoned), SEND/WRITE retransmissions remembered.
-void RcQp::SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now) {
-  req_.sr_sent_seq[psn % kSrWindow] = ++req_.sr_tx_seq;
-  if (retransmission) {
-    if (req_.sr_rtt_timing && req_.sr_rtt_psn == psn) req_.sr_rtt_timing = false;
-    if (data && !BitTest(req_.sr_resent, psn)) {
-      BitSet(req_.sr_resent, psn);
-      ++req_.sr_resent_count;
-    }
-    return;
-  }
-  if (!req_.sr_rtt_timing && data) {
-    req_.sr_rtt_timing = true;
-    req_.sr_rtt_psn = psn;
-    req_.sr_rtt_sent_ns = now;
-    req_.sr_rtt_clean = req_.sr_sacked_count == 0 && SrPendingRetransmits() == 0;
-    req_.sr_rtt_retx = counters_.sr_retransmitted_packets - counters_.tlp_probes;
-  }
-}
-
-// `psn` was acknowledged (cumulatively or selectively): an RTT sample if
-// it is the timed packet, and the newest send-order place delivered.
-void RcQp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
-  if (!PsnLess(psn, req_.psn_high) || PsnDiff(req_.psn_high, psn) > static_cast<int32_t>(kSrWindow)) return;
-  const uint32_t seq = req_.sr_sent_seq[psn % kSrWindow];
-  if (static_cast<int32_t>(seq - req_.sr_rack_seq) > 0) req_.sr_rack_seq = seq;
-  if (req_.sr_rtt_timing && !PsnLess(psn, req_.sr_rtt_psn)) {
-    req_.sr_rtt_timing = false;
-    if (now >= req_.sr_rtt_sent_ns) {
-      req_.sr_rtt.Sample(now - req_.sr_rtt_sent_ns);
-      SrCountRtt(now - req_.sr_rtt_sent_ns);
-      cc_.OnAck(now - req_.sr_rtt_sent_ns, now);
-      const bool no_resend = counters_.sr_retransmitted_packets - counters_.tlp_probes == req_.sr_rtt_retx;
-      if (req_.sr_rtt_clean && no_resend) SrNoteRttMax(now - req_.sr_rtt_sent_ns, now);
-      // The percentile takes samples under loss too, but not one that waited
-      // for a repair: a cumulative acknowledgement after a resend may have.
-      if (selective || no_resend) SrNoteRttHigh(now - req_.sr_rtt_sent_ns);
-      req_.sr_backoff_hold = false;  // Karn: a fresh sample ends a kept backoff
-    }
-  }
-}
-
-// The windowed maximum RTT, the RTO's floor (kSrRttMaxPeriodNs; Linux keeps
-// windowed extremes the same way, lib/win_minmax.c, for its min RTT): the
-// largest sample of the current period and of the previous one.
-void RcQp::SrNoteRttMax(uint64_t rtt_ns, uint64_t now) {
-  const uint64_t elapsed = now - req_.sr_rtt_max_start_ns;
-  if (elapsed >= kSrRttMaxPeriodNs) {
-    req_.sr_rtt_max_prev_ns = elapsed >= 2 * kSrRttMaxPeriodNs ? 0 : req_.sr_rtt_max_cur_ns;
-    req_.sr_rtt_max_cur_ns = 0;
-    req_.sr_rtt_max_start_ns = now;
-  }
-  req_.sr_rtt_max_cur_ns = std::max(req_.sr_rtt_max_cur_ns, rtt_ns);
-}
-
-// The recent high percentile (kSrRttRank-th largest of the last kSrRttRing
-// samples): once per RTT sample, a walk of kSrRttRing words.
-void RcQp::SrNoteRttHigh(uint64_t rtt_ns) {
-  req_.sr_rtt_ring[req_.sr_rtt_ring_n++ % kSrRttRing] = static_cast<uint32_t>(std::min<uint64_t>(rtt_ns, UINT32_MAX));
-  const uint32_t n = std::min(req_.sr_rtt_ring_n, kSrRttRing);
-  std::array<uint32_t, kSrRttRank> top{};  // descending
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t v = req_.sr_rtt_ring[i];
-    for (uint32_t k = 0; k < kSrRttRank; ++k) {
-      if (v > top[k]) std::swap(v, top[k]);
-    }
-  }
-  req_.sr_rtt_high_ns = top[kSrRttRank - 1];
-}
-
-namespace {
-// The bucket of QpCounters' RTT-sized histograms: < 32, 64, ... 2048 us, above.
-int SrRttBucket(uint64_t ns) {
-  int b = 0;
-  for (uint64_t lim = 32'000; b < QpCounters::kSrRttBuckets - 1 && ns >= lim; lim *= 2) ++b;
-  return b;
-}
-}  // namespace
-
-// Counters only: the timed resend's PSN is acknowledged (below psn_una) or
-// SACKed; its time from the resend is the repair's second part.
-void RcQp::SrNoteRepaired(uint64_t now) {
-  if (!req_.sr_repair_timing) return;
-  if (!PsnLess(req_.sr_repair_psn, req_.psn_una) && !SrSacked(req_.sr_repair_psn)) return;
-  req_.sr_repair_timing = false;
-  const uint64_t t = now >= req_.sr_repair_sent_ns ? now - req_.sr_repair_sent_ns : 0;
-  ++counters_.sr_repairs_timed;
-  counters_.sr_repair_ns += t;
-  ++counters_.sr_repair_hist[SrRttBucket(t)];
-}
-
-// Counters of the breakdown (doc/loss-experiment.md): RTT samples by size,
-// the smallest, the packets in flight at each.
-void RcQp::SrCountRtt(uint64_t rtt_ns) {
-  if (counters_.sr_rtt_min_ns == 0 || rtt_ns < counters_.sr_rtt_min_ns) {
-    counters_.sr_rtt_min_ns = std::max<uint64_t>(rtt_ns, 1);
-  }
-  counters_.sr_rtt_inflight_sum += static_cast<uint32_t>(std::max(0, PsnDiff(req_.psn_high, req_.psn_una)));
-  counters_.sr_rtt_max_ns = std::max(counters_.sr_rtt_max_ns, rtt_ns);
-  ++counters_.sr_rtt_hist[SrRttBucket(rtt_ns)];
-}
-
-namespace {
-// Adds the spans during which `on` held to *total_ns (*since_ns: when the
-// current one began, 0 while it does not hold).
-void TimeSpan(bool on, uint64_t now, uint64_t* since_ns, uint64_t* total_ns) {
-  if (on) {
-    if (*since_ns == 0) *since_ns = now;
-  } else if (*since_ns != 0) {
-    *total_ns += now - *since_ns;
-    *since_ns = 0;
-  }
-}
-}  // namespace
-
-// The time new packets wait at the in-flight cap (sr_window_full_ns).
-void RcQp::SrNoteCap(bool full, uint64_t now) {
-  TimeSpan(full, now, &req_.sr_cap_since_ns, &counters_.sr_window_full_ns);
-}
-
-// The time everything posted had been sent and waited for acknowledgement
-// (sr_sq_drained_ns): the program's window, not the transport, held the sender.
-void RcQp::SrNoteDrained(bool drained, uint64_t now) {
-  TimeSpan(drained, now, &req_.sr_drained_since_ns, &counters_.sr_sq_drained_ns);
-}
-
-// RACK (time/order based, as TCP's RFC 8985 without its reordering window):
-// a retransmission still missing while a packet sent after it arrived was
-// lost again; resend it now instead of waiting for the timer.
-void RcQp::SrRackScan() {
-  if (req_.sr_resent_count == 0) return;
-  SrSlide();
-  // Only PSNs resent can be lost again: walk the set bits of sr_resent, a
-  // 64-PSN word at a time (at most kSrWindow / 64 words per scan).
-  for (uint32_t psn = req_.psn_una; PsnLess(psn, req_.sr_retx_next); psn = PsnAdd(psn, 1)) {
-    const uint32_t bit = psn % kSrWindow;
-    const uint64_t rest = req_.sr_resent[bit / 64] >> (bit % 64);
-    if (rest == 0) {
-      psn = PsnAdd(psn, 63 - bit % 64);  // the loop's +1 lands on the next word
-      continue;
-    }
-    psn = PsnAdd(psn, static_cast<uint32_t>(std::countr_zero(rest)));
-    if (!PsnLess(psn, req_.sr_retx_next)) return;
-    if (!SrLostAgain(psn)) continue;
-    if (!req_.sr_rack_active) {
-      req_.sr_rack_active = true;
-      req_.sr_rack_limit = req_.sr_retx_next;
-    }
-    req_.sr_retx_next = psn;
-    return;
-  }
-}
-
-// The tail-loss probe (RFC 8985's TLP): armed whenever something is sent or
-// acknowledged, max(floor, 2 SRTT) ahead, if that comes before the RTO.
-void RcQp::SrArmTlp(uint64_t now) {
-  if (!sr_ || !env_.sr_tlp || !req_.sr_rtt.valid || !req_.sr_tlp_armable || !Outstanding()) return;
-  const uint64_t at = now + std::max(env_.sr_rto_min_ns, 2 * req_.sr_rtt.srtt_ns);
-  req_.sr_tlp_deadline = req_.retransmit_deadline != 0 && at >= req_.retransmit_deadline ? 0 : at;
-}
-
-// The probe, once per progress: while nothing is SACKed (a lost tail, or
-// lost ACKs), the highest packet sent: its ACK or SACK shows every hole
-// before it. Once SACKs showed holes, the first missing one: it holds
-// every completion behind it.
-void RcQp::SrProbe() {
-  req_.sr_tlp_armable = false;
-  SrSlide();
-  uint32_t psn = PsnAdd(req_.psn_high, -1);
-  if (PsnLess(psn, req_.psn_una) || SrSacked(psn) || req_.sr_sacked_count > 0) {
-    psn = req_.psn_una;
-    while (PsnLess(psn, req_.psn_high) && SrSacked(psn)) psn = PsnAdd(psn, 1);
-    if (!PsnLess(psn, req_.psn_high)) return;
-  }
-  ++counters_.tlp_probes;
-  req_.sr_rack_active = false;
-  req_.sr_probe_pending = true;
-  req_.sr_probe_return = req_.sr_retx_next;
-  req_.sr_retx_next = psn;
-  req_.sr_retx_end = PsnAdd(psn, 1);
-}
-
-// The oldest unacknowledged work is an SR SEND/WRITE (a READ or atomic
-// goes out with its IBTA opcode, so its answer says nothing of the peer).
-bool RcQp::SrOldestIsSendOrWrite() const {
-  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
-    const SendWqe& w = sq_.at(i);
-    if (w.done) continue;
-    return w.started && !IsReadOrAtomic(w) && !IsLocalOp(w);
-  }
-  return false;
-}
-
-// Fallback (doc/transport.md "Selective repeat", "Fallback"): the QP uses
-// go-back-N for the rest of the connection. The requester resends from
-// psn_una as IBTA packets; the responder forgets what it held past ePSN
-// (go-back-N resends it) but keeps the receive WQEs it took, which the
-// IBTA path consumes first, in order.
-void RcQp::SrFallBack(uint64_t now_ns) {
-  if (!sr_) return;
-  sr_ = false;
-  ++counters_.sr_fallbacks;
-  SrContinueAsIbta();
-  resp_.sr_received = {};
-  resp_.sr_last = {};
-  req_.sr_sacked = {};
-  req_.sr_sacked_count = 0;
-  req_.sr_read_got = {};
-  req_.sr_sack_base = req_.sr_retx_next = req_.sr_retx_end = req_.psn_una;
-  req_.sr_hole_seen_ns = 0;
-  req_.sr_repair_timing = false;
-  req_.sr_timeout_probe = false;
-  req_.sr_rto_low_armed = false;
-  req_.sr_rack_active = false;
-  req_.sr_probe_pending = false;
-  req_.sr_tlp_deadline = 0;
-  req_.sr_resent = {};
-  req_.sr_resent_count = 0;
-  req_.sr_frto = false;
-  req_.sr_ackreq = {};
-  req_.sr_backoff_hold = false;
-  req_.implied_nak_pending = false;
-  if (Outstanding()) {
-    RetryFrom(req_.psn_una);
-    req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
-  }
 }
 
 }  // namespace droce::transport

@@ -9,6 +9,7 @@
 
 #include "wire/icrc.h"
 #include "transport/qp.h"
+#include "transport/step_contexts.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -27,30 +28,8 @@ constexpr uint32_t kCreditCounts[31] = {0,    1,    2,    3,     4,     6,     8
 
 }  // namespace
 
-// One request on its way through the steps.
-struct RcQp::ReqCtx {
-  const uint8_t* frame;
-  const ParsedPacket& p;
-  const OpcodeInfo& op;
-  const uint8_t* bth_p;
-  uint32_t psn;
-  uint32_t len;            // payload bytes
-  bool payload_placed;     // OnUnverifiedPacket already copied the payload
-  RespError error = RespError::kCount;
-  mem::MrTable::Resolved target{};  // CheckRkeyStep's resolution (READ, atomic, WRITE FIRST)
-  bool first() const { return (op.roles & kRoleFirst) != 0; }
-  bool last() const { return (op.roles & kRoleLast) != 0; }
-  bool is_send() const { return (op.roles & kRoleSend) != 0; }
-  bool is_write() const { return (op.roles & kRoleWrite) != 0; }
-  bool is_read() const { return (op.roles & kRoleReadRequest) != 0; }
-  bool is_atomic() const { return (op.roles & kRoleAtomic) != 0; }
-  RespState Fail(RespError e) {
-    error = e;
-    return RespState::kError;
-  }
-};
 
-uint8_t RcQp::CreditsField() const {
+uint8_t Qp::CreditsField() const {
   if (env_.srq != nullptr) return kAethCreditsInvalid;  // no per-QP credits with an SRQ
   const uint32_t available = rq_.size() + rq_.published();  // published without the device lock too
   uint8_t code = 0;
@@ -58,7 +37,7 @@ uint8_t RcQp::CreditsField() const {
   return code;
 }
 
-void RcQp::QueueAck(uint32_t psn) {
+void Qp::QueueAck(uint32_t psn) {
   // Coalesce: a queued, unsent ACK just moves forward (9.7.5.1.1).
   if (!actions_.empty()) {
     Action& last = actions_.at(actions_.tail() - 1);
@@ -77,7 +56,7 @@ void RcQp::QueueAck(uint32_t psn) {
   actions_.Commit();
 }
 
-void RcQp::QueueNak(uint8_t syndrome, uint32_t psn) {
+void Qp::QueueNak(uint8_t syndrome, uint32_t psn) {
   Action* a = actions_.Reserve();
   if (a == nullptr) return;  // the requester's timer recovers
   *a = Action{};
@@ -88,14 +67,14 @@ void RcQp::QueueNak(uint8_t syndrome, uint32_t psn) {
   actions_.Commit();
 }
 
-bool RcQp::TakeRecvWqe() {
+bool Qp::TakeRecvWqe() {
   if (resp_.recv_wqe_held) return true;
-  if (resp_.sr_recv_taken > 0) {
+  if (sr_state_ && sr_state_->resp.recv_taken > 0) {
     // Taken by selective repeat before a fallback to go-back-N: the oldest
     // first, in posting order.
-    resp_.recv_wqe = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs].wr;
-    ++resp_.sr_recv_base;
-    --resp_.sr_recv_taken;
+    resp_.recv_wqe = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr;
+    ++sr_state_->resp.recv_base;
+    --sr_state_->resp.recv_taken;
   } else {
     if (env_.srq == nullptr) TakePostedRecvs();  // posted without the device lock: they count now
     queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
@@ -108,7 +87,7 @@ bool RcQp::TakeRecvWqe() {
   return true;
 }
 
-void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint8_t flags,
+void Qp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uint8_t flags,
                         uint32_t imm_or_inv, bool solicited) {
   queue::Completion c;
   c.wr_id = resp_.recv_wqe.wr_id;
@@ -125,14 +104,14 @@ void RcQp::CompleteRecv(WcStatus status, WcOpcode opcode, uint32_t byte_len, uin
 
 // UC (9.8.3): the rest of the message is dropped; the next FIRST/ONLY
 // resynchronises, reusing a held receive WQE.
-void RcQp::DropUcMessage() {
+void Qp::DropUcMessage() {
   ++counters_.uc_messages_dropped;
   resp_.in_message = InMessage::kNone;
   resp_.recv_offset = 0;
 }
 
 // The error state, read from kRespErrors.
-void RcQp::RespondError(RespError e, uint32_t psn) {
+void Qp::RespondError(RespError e, uint32_t psn) {
   const RespErrorInfo& info = Info(e);
   if (!reliable()) {
     if (!info.receive_fault) {
@@ -158,9 +137,8 @@ void RcQp::RespondError(RespError e, uint32_t psn) {
   Fail(info.event);
 }
 
-namespace {
 // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
-bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
+bool Qp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
                    const uint8_t* payload, uint32_t len, RespError* error) {
   uint32_t skip = offset, left = len;
   const uint8_t* src = payload;
@@ -187,13 +165,12 @@ bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t of
   }
   return true;
 }
-}  // namespace
 
-bool RcQp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
+bool Qp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
   return PlaceIntoRecv(*env_.mrs, env_.pd, resp_.recv_wqe, resp_.recv_offset, payload, len, error);
 }
 
-bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint32_t len = p.payload_len;
   // Place while verifying only where the destination follows from verified
   // state alone: the WRITE in progress (its RETH was checked on a verified
@@ -221,7 +198,16 @@ bool RcQp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint6
   return true;
 }
 
-void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
+// The IBTA responder's resource, R_Key and execute steps, for a request
+// selective repeat accepted out of order (sr/responder.cc).
+RespState Qp::CheckAndExecute(ReqCtx& c) {
+  RespState s = CheckResource(c);
+  if (s == RespState::kCheckRkey) s = CheckRkeyStep(c);
+  if (s == RespState::kExecute) s = Execute(c);
+  return s;
+}
+
+void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, payload_placed};
   // The states run in their order (RespState lists them so); a step that
@@ -242,7 +228,7 @@ void RcQp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_p
   }
 }
 
-DROCE_STEP RespState RcQp::CheckPsn(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckPsn(ReqCtx& c) {
   if (!reliable()) {
     // UC (9.8.3): a gap drops the message in progress; a MIDDLE/LAST after
     // it is skipped, a FIRST/ONLY starts afresh.
@@ -274,7 +260,7 @@ DROCE_STEP RespState RcQp::CheckPsn(ReqCtx& c) {
 }
 
 // Opcode sequence (9.7.5.1.3): MIDDLE/LAST continue the message in progress.
-DROCE_STEP RespState RcQp::CheckOpSequence(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckOpSequence(ReqCtx& c) {
   const bool first = c.first();
   if (!reliable()) {
     if (first && resp_.in_message != InMessage::kNone) DropUcMessage();  // the previous one never finished
@@ -291,7 +277,7 @@ DROCE_STEP RespState RcQp::CheckOpSequence(ReqCtx& c) {
 
 // FIRST and MIDDLE carry exactly one MTU, LAST and ONLY up to one; an RC
 // LAST that is not also FIRST carries at least one byte.
-DROCE_STEP RespState RcQp::CheckLength(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckLength(ReqCtx& c) {
   if (!(c.op.roles & kRolePayload)) return RespState::kCheckResource;
   const bool ok = c.last() ? (c.len <= mtu_ && (c.first() || c.len > 0 || !reliable()))
                            : c.len == mtu_;
@@ -300,7 +286,7 @@ DROCE_STEP RespState RcQp::CheckLength(ReqCtx& c) {
 
 // A receive WQE for what consumes one (checked before any memory is
 // touched), a responder resource for a new READ or atomic (max_dest_rd_atomic).
-DROCE_STEP RespState RcQp::CheckResource(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckResource(ReqCtx& c) {
   if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
     if (!TakeRecvWqe()) return c.Fail(RespError::kRnr);
     if (c.first()) resp_.recv_offset = 0;
@@ -313,7 +299,7 @@ DROCE_STEP RespState RcQp::CheckResource(ReqCtx& c) {
 // The one remote-access check: a RETH (WRITE FIRST/ONLY, READ) or an
 // AtomicETH names memory; the DMA length is bounded before the R_Key is
 // checked, as rxe's check_length; an atomic's alignment after it.
-DROCE_STEP RespState RcQp::CheckRkeyStep(ReqCtx& c) {
+DROCE_STEP RespState Qp::CheckRkeyStep(ReqCtx& c) {
   if (c.op.Has(kHdrReth)) {
     const RethView reth(c.bth_p + c.op.reth_offset);
     if (reth.dma_length() > kMaxMessageBytes) return c.Fail(RespError::kMessageTooLong);
@@ -329,7 +315,7 @@ DROCE_STEP RespState RcQp::CheckRkeyStep(ReqCtx& c) {
   return RespState::kExecute;
 }
 
-DROCE_STEP RespState RcQp::Execute(ReqCtx& c) {
+DROCE_STEP RespState Qp::Execute(ReqCtx& c) {
   if (c.is_send()) return ExecuteSend(c);
   if (c.is_write()) return ExecuteWrite(c);
   if (c.is_read()) return ExecuteRead(c);
@@ -337,7 +323,7 @@ DROCE_STEP RespState RcQp::Execute(ReqCtx& c) {
   return RespState::kAcknowledge;
 }
 
-DROCE_STEP RespState RcQp::ExecuteSend(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteSend(ReqCtx& c) {
   resp_.in_message = InMessage::kSend;
   RespError error;
   if (!PlaceSendPayload(c.frame + c.p.payload_offset, c.len, &error)) return c.Fail(error);
@@ -365,7 +351,7 @@ DROCE_STEP RespState RcQp::ExecuteSend(ReqCtx& c) {
   return RespState::kAcknowledge;
 }
 
-DROCE_STEP RespState RcQp::ExecuteWrite(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteWrite(ReqCtx& c) {
   if (c.first()) {
     const RethView reth(c.bth_p + c.op.reth_offset);
     resp_.write_host = c.target.host;
@@ -398,7 +384,7 @@ DROCE_STEP RespState RcQp::ExecuteWrite(ReqCtx& c) {
   return RespState::kAcknowledge;
 }
 
-DROCE_STEP RespState RcQp::ExecuteRead(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteRead(ReqCtx& c) {
   if (actions_.full()) return RespState::kDone;  // more READs than negotiated: the requester retries
   const RethView reth(c.bth_p + c.op.reth_offset);
   const uint32_t packets = PacketsForLength(reth.dma_length());
@@ -422,7 +408,7 @@ DROCE_STEP RespState RcQp::ExecuteRead(ReqCtx& c) {
   return RespState::kDone;
 }
 
-DROCE_STEP RespState RcQp::ExecuteAtomic(ReqCtx& c) {
+DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
   if (actions_.full()) return RespState::kDone;
   const AtomicEthView at(c.bth_p + c.op.atomic_offset);
   auto* target = reinterpret_cast<uint64_t*>(c.target.host);
@@ -451,14 +437,14 @@ DROCE_STEP RespState RcQp::ExecuteAtomic(ReqCtx& c) {
   return RespState::kDone;
 }
 
-DROCE_STEP RespState RcQp::Acknowledge(ReqCtx& c) {
+DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
   if (!reliable()) return RespState::kDone;  // UC moved resp_.epsn in CheckPsn and never ACKs
   resp_.epsn = PsnAdd(c.psn, 1);
   if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
   return RespState::kDone;
 }
 
-RespState RcQp::Duplicate(ReqCtx& c) {
+RespState Qp::Duplicate(ReqCtx& c) {
   const OpcodeInfo& op = c.op;
   const uint32_t psn = c.psn;
   if (!c.is_read() && !c.is_atomic()) {
@@ -531,7 +517,7 @@ RespState RcQp::Duplicate(ReqCtx& c) {
   return RespState::kDone;  // too old to be in the cache: ignore (9.7.5.1.2)
 }
 
-uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
+uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
   uint8_t* ext;
   const uint32_t bth_off = WriteHeaders(frame, 0, a.psn, false, false, &ext);
   uint8_t* bth_p = frame + bth_off;
@@ -609,356 +595,5 @@ uint32_t RcQp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
 // --- Selective repeat: the responder (doc/transport.md "Selective repeat").
 
 namespace droce::transport {
-
-// Requests to a QP that uses selective repeat. SR SEND/WRITE packets
-// (kRoleSr, an SRETH after the BTH) are placed as they arrive anywhere
-// inside the window [ePSN, ePSN + kSrWindow); READ and atomic requests run
-// the IBTA steps, in PSN order only (one that arrives ahead is dropped and
-// resent: a READ's responses and an atomic's result stay in PSN order, and
-// an atomic executes exactly once through the resource ring). Errors are
-// only acted on at the expected PSN, so they NAK exactly as go-back-N does.
-void RcQp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
-  const uint8_t* bth_p = frame + p.bth_offset;
-  ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
-  const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
-  if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
-    // An IBTA SEND/WRITE at the expected PSN: the peer does not use
-    // selective repeat (only one end configured it). Answer in its kind,
-    // IBTA, and use go-back-N for this connection from now on
-    // (doc/transport.md "Fallback"). Anywhere else it proves nothing (a
-    // stale or spoofed packet with this QP's number; a non-SR peer's
-    // later packets after a loss, which it resends from the expected PSN
-    // when its timer fires): a duplicate is acknowledged, as IBTA's are,
-    // the rest dropped.
-    if (ahead == 0) {
-      SrFallBack(now_ns);
-      OnRequest(frame, p);
-      return;
-    }
-    if (ahead < 0) {
-      ++counters_.duplicates_received;
-      QueueSack();  // an ACK of ePSN - 1 (a SACK while anything is held past it)
-    } else {
-      ++counters_.out_of_sequence;
-      ++counters_.sr_dropped;
-    }
-    return;
-  }
-  if (ahead >= static_cast<int32_t>(kSrWindow)) {
-    ++counters_.sr_dropped;  // beyond the window: the requester never sends that far
-    return;
-  }
-  if (ahead < 0 || (ahead > 0 && SrReceived(c.psn))) {
-    ++counters_.duplicates_received;
-    if (ahead < 0 && (c.is_read() || c.is_atomic())) {
-      Duplicate(c);  // re-execute a READ, replay an atomic (9.7.5.1.2)
-    } else {
-      QueueSack();
-    }
-    return;
-  }
-  if (!(c.op.roles & kRoleSr)) {
-    if (ahead > 0) {
-      ++counters_.out_of_sequence;
-      ++counters_.sr_dropped;
-      QueueSack();
-      return;
-    }
-    RespState s = CheckResource(c);
-    if (s == RespState::kCheckRkey) s = CheckRkeyStep(c);
-    if (s == RespState::kExecute) s = Execute(c);
-    if (s == RespState::kError) {
-      RespondError(c.error, c.psn);
-      return;
-    }
-    resp_.sr_in_message = false;  // a READ/atomic is a message of its own
-    SrAdvance();
-    return;
-  }
-  // When a SACK leaves for a SEND/WRITE packet placed: the requester
-  // resends what a SACK shows missing and sends new packets as a SACK or
-  // ACK frees places in its window, so SACKs are what clock it. One per
-  // packet placed ahead (a coalesced one per receive burst, as before round
-  // 9) cut its sends into batches of a burst or less; on the fabric every
-  // batch is a wake-up of the switch and a preemption of the receiver, and
-  // at 1 % loss, with a hole nearly always open, the pipeline kept ~70 % of
-  // its loss-free goodput (doc/loss-experiment.md "Round 9"). So a SACK
-  // leaves at once when asked for (AckReq: every ack_req_every packets and
-  // each message's last, every retransmission), for the first hole (this
-  // packet placed ahead while nothing else was held: an isolated loss is
-  // resent without waiting for the next AckReq), and when a packet fills a
-  // hole; holes that open behind a known one, and the packets placed after
-  // them, are reported by the next of those, ack_req_every packets later at
-  // most. Duplicates and packets dropped ahead are answered as before.
-  const bool ack_req = BthView(bth_p).ack_req();
-  bool first_hole = false;
-  if (ahead > 0 && !ack_req && !SrReceived(PsnAdd(c.psn, -1))) {
-    first_hole = true;
-    for (uint64_t w : resp_.sr_received) first_hole &= w == 0;
-  }
-  RespError error = RespError::kCount;
-  if (!SrPlaceData(c, ahead, &error)) {
-    if (ahead == 0 && error != RespError::kCount) {
-      SrRespondError(error, c.psn);
-      return;
-    }
-    ++counters_.sr_dropped;
-    if (ahead > 0) QueueSack();
-    return;
-  }
-  BitSet(resp_.sr_received, c.psn);
-  if (c.last()) BitSet(resp_.sr_last, c.psn);
-  if (ahead > 0) {
-    ++counters_.sr_out_of_order_placed;
-    if (ack_req || first_hole) QueueSack();
-    return;
-  }
-  resp_.nak_seq_sent = false;
-  SrAdvance();
-  if (state_ == QpState::kErr) return;
-  if (ack_req || PsnDiff(resp_.epsn, c.psn) > 1) QueueSack();  // asked, or a hole filled
-}
-
-// Places an SR SEND/WRITE packet where its SRETH says. False: not placed;
-// *error is the request's error when it is one (acted on only at the
-// expected PSN), kCount when the packet is just dropped.
-bool RcQp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
-  const SrEthView sr(c.bth_p + c.op.sreth_offset);
-  const uint64_t end = uint64_t{sr.offset()} + c.len;
-  const bool len_ok = c.last() ? c.len <= mtu_ : c.len == mtu_;
-  if (!len_ok) {
-    *error = RespError::kLength;
-    return false;
-  }
-  if (c.is_write()) {
-    if (sr.dma_length() > kMaxMessageBytes) {
-      *error = RespError::kMessageTooLong;
-      return false;
-    }
-    if (end > sr.dma_length() || (c.last() && end != sr.dma_length())) {
-      *error = RespError::kLength;
-      return false;
-    }
-  } else if (end > kMaxMessageBytes) {
-    *error = RespError::kLength;
-    return false;
-  }
-  SrRecv* r = nullptr;
-  if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
-    const uint32_t k = sr.recv_seq() - resp_.sr_recv_base;
-    if (k >= kSrMaxHeldRecvs) return false;  // too far ahead to hold a receive for (or stale)
-    if (env_.srq == nullptr) TakePostedRecvs();
-    queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
-    while (resp_.sr_recv_taken <= k) {
-      if (ring.empty()) {
-        if (ahead == 0) *error = RespError::kRnr;  // RNR NAK, PSN not consumed (9.7.5.2.8)
-        return false;
-      }
-      SrRecv& t = sr_recvs_[(resp_.sr_recv_base + resp_.sr_recv_taken) % kSrMaxHeldRecvs];
-      t = SrRecv{};
-      t.wr = ring.front();
-      ring.Pop();
-      ++resp_.sr_recv_taken;
-    }
-    r = &sr_recvs_[sr.recv_seq() % kSrMaxHeldRecvs];
-  }
-  const uint8_t* payload = c.frame + c.p.payload_offset;
-  if (c.is_write()) {
-    // Every packet's range is checked against its R_Key on its own: nothing
-    // lands outside [va, va + dma_length) of a region that grants it.
-    const auto t = CheckRkey(sr.rkey(), sr.va() + sr.offset(), c.len, mem::kRemoteWrite);
-    if (t.result != mem::AccessResult::kOk) {
-      *error = RespError::kRemoteAccess;
-      return false;
-    }
-    if (c.len > 0) std::memcpy(t.host, payload, c.len);
-  } else if (!PlaceIntoRecv(*env_.mrs, env_.pd, r->wr, sr.offset(), payload, c.len, error)) {
-    return false;
-  }
-  if (!c.last()) {
-    const uint32_t first_psn = PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / mtu_));
-    sr_msgs_[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), first_psn, c.is_write(), r != nullptr};
-  }
-  if (r != nullptr && c.last()) {
-    r->ended = true;
-    r->end_psn = c.psn;
-    r->byte_len = c.is_write() ? sr.dma_length() : static_cast<uint32_t>(end);
-    r->solicited = BthView(c.bth_p).solicited();
-    r->opcode = c.is_write() ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
-    if (c.op.roles & kRoleImmediate) {
-      r->flags = queue::kWcWithImm;
-      r->imm_or_inv = ImmDtView(c.bth_p + c.op.immdt_offset).wire_order();
-    } else if (c.op.roles & kRoleInvalidate) {
-      r->flags = queue::kWcWithInv;
-      r->imm_or_inv = IethView(c.bth_p + c.op.ieth_offset).value();
-      r->invalidate = true;
-    }
-  }
-  return true;
-}
-
-// The expected PSN moves over everything that arrived; then the receive
-// WQEs whose messages lie wholly before it complete, in order (10.8.3).
-void RcQp::SrAdvance() {
-  while (SrReceived(resp_.epsn)) {
-    BitClear(resp_.sr_received, resp_.epsn);
-    const bool last = BitTest(resp_.sr_last, resp_.epsn);
-    if (last) {
-      BitClear(resp_.sr_last, resp_.epsn);
-      resp_.msn = PsnAdd(resp_.msn, 1);
-    }
-    resp_.sr_in_message = !last;
-    resp_.epsn = PsnAdd(resp_.epsn, 1);
-  }
-  while (resp_.sr_recv_taken > 0) {
-    SrRecv& r = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs];
-    if (!r.ended || !PsnLess(r.end_psn, resp_.epsn)) break;
-    // Remote invalidation (10.6.7) happens in message order, at completion.
-    if (r.invalidate && env_.mrs->RemoteInvalidate(r.imm_or_inv, env_.pd, qpn_) != mem::AccessResult::kOk) {
-      SrRespondError(RespError::kInvalidate, r.end_psn);
-      return;
-    }
-    resp_.recv_wqe = r.wr;
-    CompleteRecv(WcStatus::kSuccess, r.opcode, r.byte_len, r.flags, r.imm_or_inv, r.solicited);
-    ++resp_.sr_recv_base;
-    --resp_.sr_recv_taken;
-  }
-}
-
-// A fallback while a message is in progress at the expected PSN (its
-// packets before it placed as SR ones, ePSN - 1 not its last): go-back-N
-// resends from the requester's oldest unacknowledged PSN, so the IBTA
-// packet at ePSN is a MIDDLE or LAST, which IBTA accepts only inside a
-// message in progress (9.7.5.1.3; it used to be NAKed invalid request, an
-// opcode sequence error, and the WR completed REM_INV_REQ_ERR). The IBTA
-// responder takes the message over where selective repeat left it, as if
-// its first packets had arrived as IBTA ones: a WRITE's target from the
-// SRETH its packets carried (checked again for the whole message, as a
-// FIRST's RETH is), a SEND's (or WRITE with immediate's) receive WQE held at
-// the byte offset reached. Nothing of the message was visible yet (no
-// completion, no MSN), and PSNs below ePSN are duplicates either way.
-void RcQp::SrContinueAsIbta() {
-  if (!resp_.sr_in_message || sr_msgs_.empty()) return;
-  resp_.sr_in_message = false;
-  const SrMsg& m = sr_msgs_[PsnAdd(resp_.epsn, -1) % kSrWindow];
-  const auto offset = static_cast<uint64_t>(PsnDiff(resp_.epsn, m.first_psn)) * mtu_;
-  if (m.consumes_recv) {
-    // Its receive WQE is the oldest selective repeat holds: every message
-    // that consumed one before it ended before ePSN and completed.
-    if (resp_.sr_recv_taken == 0 || resp_.recv_wqe_held) return;
-    resp_.recv_wqe = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs].wr;
-    resp_.recv_wqe_held = true;
-    ++resp_.sr_recv_base;
-    --resp_.sr_recv_taken;
-    resp_.recv_offset = static_cast<uint32_t>(offset);
-  }
-  if (!m.write) {
-    resp_.in_message = InMessage::kSend;
-    return;
-  }
-  // (A target that no longer checks leaves no message in progress: the
-  // next MIDDLE/LAST is an opcode sequence error, as the WRITE was doomed.)
-  const auto t = CheckRkey(m.rkey, m.va, m.dma_length, mem::kRemoteWrite);
-  if (t.result != mem::AccessResult::kOk || offset > m.dma_length) return;
-  resp_.in_message = InMessage::kWrite;
-  resp_.write_host = t.host;
-  resp_.write_rkey = m.rkey;
-  resp_.write_epoch = env_.mrs->epoch();
-  resp_.write_total = m.dma_length;
-  resp_.write_remaining = m.dma_length - static_cast<uint32_t>(offset);
-}
-
-// The error state for an SR request at the expected PSN: the receive WQE
-// of its message (the oldest held) completes with the table's status, as
-// the held one does in go-back-N; later ones are flushed.
-void RcQp::SrRespondError(RespError e, uint32_t psn) {
-  if (Info(e).fatal && resp_.sr_recv_taken > 0 && !resp_.recv_wqe_held) {
-    const SrRecv& r = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs];
-    if (r.ended ? !PsnLess(r.end_psn, psn) : true) {
-      resp_.recv_wqe = r.wr;
-      resp_.recv_wqe_held = true;
-      ++resp_.sr_recv_base;
-      --resp_.sr_recv_taken;
-    }
-  }
-  RespondError(e, psn);
-}
-
-void RcQp::SrFlushReceives() {
-  while (resp_.sr_recv_taken > 0) {
-    queue::Completion c;
-    c.wr_id = sr_recvs_[resp_.sr_recv_base % kSrMaxHeldRecvs].wr.wr_id;
-    c.status = WcStatus::kWrFlushErr;
-    c.opcode = WcOpcode::kRecv;
-    c.qp_num = qpn_;
-    env_.recv_cq->Push(c);
-    ++resp_.sr_recv_base;
-    --resp_.sr_recv_taken;
-  }
-}
-
-// An ACK whose contents are decided when it leaves: coalesces with a
-// queued ACK or SACK, as ACKs do (9.7.5.1.1).
-void RcQp::QueueSack() {
-  if (!actions_.empty()) {
-    Action& last = actions_.at(actions_.tail() - 1);
-    if (last.kind == ActionKind::kAck || last.kind == ActionKind::kSack) {
-      last.kind = ActionKind::kSack;
-      return;
-    }
-  }
-  Action* a = actions_.Reserve();
-  if (a == nullptr) return;  // a later one covers it
-  *a = Action{};
-  a->kind = ActionKind::kSack;
-  actions_.Commit();
-}
-
-// ACKNOWLEDGE of ePSN - 1 while nothing past ePSN has arrived; otherwise
-// SR_SACK: the same BTH PSN and AETH, and a SACKETH with ePSN and the
-// bitmap of the kSackBits (1024) PSNs after it.
-uint32_t RcQp::BuildSack(uint8_t* frame) {
-  // Never acknowledge past a READ/atomic whose responses are still queued
-  // behind this ACK: they carry its acknowledgement, in PSN order
-  // (an ACK beyond a READ without its responses is an implied NAK).
-  uint32_t ack = resp_.epsn;
-  for (uint32_t i = actions_.head() + 1; i != actions_.tail(); ++i) {
-    const Action& q = actions_.at(i);
-    if (q.kind == ActionKind::kReadResponse || q.kind == ActionKind::kAtomicAck) {
-      if (PsnLess(q.psn, ack)) ack = q.psn;
-      break;
-    }
-  }
-  static_assert(kSackBits == kSrWindow, "the bitmap is read from the ring a word at a time");
-  uint64_t words[kSackBits / 64] = {};
-  uint64_t held = 0;
-  for (uint32_t w = 0; w < kSackBits / 64; ++w) held |= words[w] = BitWord(resp_.sr_received, PsnAdd(ack, 1 + 64 * w));
-  // Only what arrived past ePSN: PSNs below it but past a READ still queued
-  // may be that READ's own responses, which the requester must not take for
-  // arrived (their places in the ring may hold PSNs a window ahead).
-  const int32_t below = PsnDiff(resp_.epsn, PsnAdd(ack, 1));
-  for (int32_t i = 0; held != 0 && i < below && i < static_cast<int32_t>(kSackBits); ++i) {
-    words[i / 64] &= ~(uint64_t{1} << (i % 64));
-  }
-  bool any = false;
-  for (uint64_t w : words) any |= w != 0;
-  uint8_t* ext;
-  const uint32_t bth_off = WriteHeaders(frame, 0, PsnAdd(ack, -1), false, false, &ext);
-  BthWriter bth(frame + bth_off);
-  AethWriter aeth(ext);
-  aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
-  aeth.set_msn(resp_.msn);
-  if (!any) {
-    bth.set_opcode(kRcAcknowledge);
-    ++counters_.acks_sent;
-    return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
-  }
-  bth.set_opcode(kSrSack);
-  SackEthWriter sack(ext + kAethBytes);
-  sack.set_base_psn(ack);
-  for (uint32_t w = 0; w < kSackBits / 64; ++w) sack.set_word(w, words[w]);
-  ++counters_.sr_sacks_sent;
-  return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kSackEthBytes);
-}
 
 }  // namespace droce::transport

@@ -33,7 +33,7 @@ namespace droce::transport {
 // move to ERR the program asked for raises nothing).
 enum class QpEvent : uint8_t { kNone, kFatal, kRequestError, kAccessError };
 
-// The requester's steps (requester.cc, RcQp::TransmitRequests), as
+// The requester's steps (requester.cc, Qp::TransmitRequests), as
 // rxe_req.c: each call walks the send queue from its next WQE, one packet
 // per pass through kBuildPacket, until the burst is full or a step says
 // wait (kDone). RC, UC and UD run the same steps; UD's WQEs are one packet.

@@ -39,7 +39,7 @@ bool AhTable::Remove(uint32_t id) {
   return true;
 }
 
-int RcQp::PostUdSend(const SendWr& wr, SendWqe* w) {
+int Qp::PostUdSend(const SendWr& wr, SendWqe* w) {
   const AddressHandle* ah = env_.ahs != nullptr ? env_.ahs->Find(wr.ah) : nullptr;
   if (ah == nullptr) return EINVAL;
   if (wr.remote_qpn > kPsnMask) return EINVAL;  // 24-bit QPN
@@ -49,7 +49,7 @@ int RcQp::PostUdSend(const SendWr& wr, SendWqe* w) {
   return 0;
 }
 
-void RcQp::SkipOversizeUd(SendWqe& w) {
+void Qp::SkipOversizeUd(SendWqe& w) {
   // C10-93.1.1: a UD message longer than the port MTU emits no packet and
   // raises no error; rxe completes it successfully, and so do we.
   ++counters_.ud_oversize_sends;
@@ -59,7 +59,7 @@ void RcQp::SkipOversizeUd(SendWqe& w) {
   req_.psn_una = w.next_psn;
 }
 
-uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
+uint32_t Qp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
   const Route& r = w.ud_route;
   uint8_t* bth_p = WriteRoute(frame, r);
   StoreBe16(frame + r.l4_offset, ud_src_port_);  // per QP, not per destination (as rxe)
@@ -85,7 +85,7 @@ uint32_t RcQp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
   return FinalizeFrame(frame, r, op.header_bytes + w.total_len);
 }
 
-UdRx RcQp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {
+UdRx Qp::OnUdPacket(const uint8_t* frame, const ParsedPacket& p) {
   ++counters_.rx_packets;
   counters_.rx_bytes += p.payload_len;
   // A UD QP receives from RTR on (IBTA 10.3.1); RESET, INIT and ERR drop.

@@ -1,5 +1,5 @@
 // Unreliable Datagram (IBTA 9.8.4, RoCEv2 Annex A17): address handles and
-// the pieces of a UD QP that RC and UC do not have. A UD QP is an RcQp of
+// the pieces of a UD QP that RC and UC do not have. A UD QP is an Qp of
 // type QpType::kUd (the verbs state machine, queues, completions and the
 // transmit scheduler are shared); what is datagram-specific lives in
 // ud_qp.cc: one packet per message (SEND ONLY [WITH IMMEDIATE]) with a DETH
@@ -71,7 +71,7 @@ class AhTable {
   std::vector<uint32_t> free_;
 };
 
-// What became of a received datagram (ud_qp.cc, RcQp::OnUdPacket); the
+// What became of a received datagram (ud_qp.cc, Qp::OnUdPacket); the
 // device counts the drops.
 enum class UdRx : uint8_t { kDelivered, kWrongState, kBadQkey, kNoRecv, kError };
 

@@ -304,9 +304,8 @@ class SrEthT : public RethT<B> {  // its first 16 bytes are a RETH's (VA, R_Key,
 // one before it, the cumulative acknowledgement) and which of the 1024 PSNs
 // after it arrived: bit b of 64-bit word w (big endian, LSB = bit 0) stands
 // for PSN base + 1 + 64w + b. 1024 covers the responder's whole window
-// (transport's kSrWindow): with 128 bits, packets sent more than 128 past a
-// hole could not be SACKed while it was repaired and held the in-flight cap
-// (doc/loss-experiment.md, round 8).
+// (transport's kSrWindow), so every packet sent past a hole can be SACKed
+// while the hole is repaired and stops counting against the in-flight cap.
 inline constexpr uint32_t kSackBits = 1024;
 template <typename B>
 class SackEthT : public HeaderView<B> {

@@ -117,7 +117,7 @@ inline constexpr uint32_t kCnpPadBytes = 16;
 inline constexpr uint32_t kIcrcBytes = 4;
 inline constexpr uint32_t kSrEthBytes = 24;
 // The first missing PSN (a 32-bit word) and a 1024-bit bitmap (headers.h,
-// kSackBits; it was 128 bits before round 8 of the loss experiment).
+// kSackBits).
 inline constexpr uint32_t kSackEthBytes = 4 + 1024 / 8;
 
 struct OpcodeInfo {

@@ -294,7 +294,7 @@ class DirectionReplay : public ReplayBase {
       if (!FromAToB(k) || !IsRequest(k.p)) continue;
       PacketFields f = DecodeFields(k.data, k.p);
       const OpcodeInfo& op = k.p.op();
-      transport::RcQp* qp = dev_->qp(droce_qpn_);
+      transport::Qp* qp = dev_->qp(droce_qpn_);
       const bool expected = f.bth.psn == qp->expected_psn();
       // Receives: present exactly when rxe had one (its RNR NAKs say when it did not).
       const bool consumes_recv = ((op.roles & kRoleSend) && (op.roles & kRoleFirst)) ||

@@ -177,7 +177,7 @@ else
 fi
 # A server killed (SIGKILL) mid-run: the client's QPs time out, its work
 # requests complete with errors, and it exits 1 with its result line — no
-# crash (its device used to hand a full TX backlog back to a closed port).
+# crash (its device must not hand a full TX backlog back to a closed port).
 vanish() {
   local run sock srv cli rc
   run=$(mktemp -d /tmp/droce-vanish.XXXXXX); sock=$run/m.sock

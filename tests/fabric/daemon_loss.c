@@ -1,5 +1,5 @@
 // The fabric daemon stopped or killed under a running program, and back
-// (doc/droced.md, issue 14): one process opens two fabric devices (droce0,
+// (doc/droced.md): one process opens two fabric devices (droce0,
 // droce1), connects an RC QP pair across them (every frame crosses droced),
 // checks a SEND and a WRITE, leaves receives posted, prints READY and waits
 // while the harness (daemon_loss.sh) stops or SIGKILLs the daemon. Then:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fabric daemon stopped (droce-ctl daemon stop) or SIGKILLed while
-# programs run, then started again (doc/droced.md, issue 14):
+# programs run, then started again (doc/droced.md):
 #  - daemon_loss.c (one process, droce0 and droce1, an RC pair across the
 #    daemon): IBV_EVENT_PORT_ERR, flushed receives, QPs in ERR, port DOWN;
 #    after the restart IBV_EVENT_PORT_ACTIVE and new QPs move verified data;

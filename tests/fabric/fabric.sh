@@ -38,7 +38,7 @@ check "ibv_rc_pingpong droce0 <-> droce1 over IPv6 (ND answered by droced)" pair
   "ibv_rc_pingpong -p $p -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $p -d droce1 -g 2 -n 200 127.0.0.1"
 check "ib_send_bw droce0 <-> droce1" pair \
   "ib_send_bw -p $p -d droce0 -x 1 -D 2" "ib_send_bw -p $p -d droce1 -x 1 -D 2 127.0.0.1"
-# UD (issue 15): datagrams between processes of one device and across devices.
+# UD: datagrams between processes of one device and across devices.
 check "ibv_ud_pingpong, server and client on droce0" pair \
   "ibv_ud_pingpong -p $p -d droce0 -g 1 -n 300" "ibv_ud_pingpong -p $p -d droce0 -g 1 -n 300 127.0.0.1"
 check "ibv_ud_pingpong droce0 <-> droce1" pair \

@@ -1,4 +1,4 @@
-// One worker of the fabric soak (issue 14, tests/fabric/soak.sh): NPROC
+// One worker of the fabric soak (tests/fabric/soak.sh, doc/droced.md): NPROC
 // processes on one fabric device, each with LINKS RC QPs to every other
 // process (all-to-all), traffic for SECONDS, every byte verified, nothing
 // lost.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fabric soak (issue 14): NPROC processes on ONE fabric device (droce0),
+# The fabric soak (doc/droced.md "Soak"): NPROC processes on ONE fabric device (droce0),
 # each with LINKS RC QPs to every other process (all-to-all), WRITE + SEND
 # traffic for SECONDS with every byte verified and every message accounted
 # for (tests/fabric/soak.c). Passes when every worker exits 0, the messages

@@ -15,7 +15,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -Db_lundef=false -Dbuildtype=debugoptimized -Ddpdk=disabled -Dverbs=disabled -Dpcap=disabled \
     -Dtests=disabled >/dev/null
 fi
-# A failed build says why (it used to end the script silently under set -e).
+# A failed build says why (under set -e it would end the script silently).
 if ! out=$(ninja -C "$build" tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder tests/fuzz/fuzz_sack \
     tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma tests/fuzz/fuzz_netlink 2>&1); then
   echo "fuzz build failed:"; grep -E 'error|FAILED' -A3 <<<"$out" | head -40; exit 1

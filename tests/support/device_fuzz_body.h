@@ -178,7 +178,7 @@ class DeviceFuzz {
 
   void Inject(uint8_t op) {
     const int q = (op >> 3) & 1;
-    transport::RcQp* qp = dev_.qp(qpn_[q]);
+    transport::Qp* qp = dev_.qp(qpn_[q]);
     static constexpr uint8_t kOps[] = {
         wire::kRcSendFirst,   wire::kRcSendMiddle,    wire::kRcSendLast,         wire::kRcSendOnly,
         wire::kRcSendOnlyImm, wire::kRcWriteFirst,    wire::kRcWriteMiddle,      wire::kRcWriteLast,

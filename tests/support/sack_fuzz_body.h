@@ -107,7 +107,7 @@ class SackedRequester : public FuzzPeerQp {
   static constexpr uint64_t kIova = 0x100000;
 
   void Check() {
-    const transport::RcQp& q = *dev_.qp(qpn_);
+    const transport::Qp& q = *dev_.qp(qpn_);
     CheckSent([&q](const std::vector<uint8_t>& b, const wire::ParsedPacket& p) {
       const uint32_t psn = wire::BthView(b.data() + p.bth_offset).psn();
       // Requests carry PSNs the requester assigned.

@@ -292,7 +292,7 @@ TEST_F(VerbsApi, BadArgumentsGetTheErrnoVerbsCallersExpect) {
 
   ibv_qp_init_attr raw{};
   raw.send_cq = raw.recv_cq = cq_;
-  raw.qp_type = IBV_QPT_RAW_PACKET;  // UD is supported since issue 15; raw packet QPs are not
+  raw.qp_type = IBV_QPT_RAW_PACKET;  // UD is supported; raw packet QPs are not
   raw.cap.max_send_wr = raw.cap.max_recv_wr = 1;
   errno = 0;
   EXPECT_EQ(ibv_create_qp(pd_, &raw), nullptr);
@@ -476,9 +476,8 @@ TEST_F(VerbsApi, EveryRcOpcodeMovesTheRightBytes) {
 TEST_F(VerbsApi, ProtectionErrorsCompleteWithTheirStatusAndFlush) {
   ibv_qp *a, *b;
   Connect(&a, &b);
-  // A bad lkey is the requester's own protection error. (The helper once
-  // read an lkey of 0 as "the MR's": with the MR's key 0x100, 1 in 256 runs,
-  // this test posted the good key and got IBV_WC_SUCCESS.)
+  // A bad lkey is the requester's own protection error: the MR's key with a
+  // bit of its slot flipped, so never the MR's, whatever key it drew.
   ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, 0, 64, 0x1000, IBV_SEND_SIGNALED, /*lkey=*/mr_->lkey ^ 0x100), 0);
   auto wcs = Poll(1);
   ASSERT_EQ(wcs.size(), 1u);
@@ -1212,7 +1211,7 @@ TEST_F(VerbsApi, AutoProgressThreadIsFifoWhileTheProgramIsQuietAndOtherWhileItPo
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(sched_getscheduler(tid), SCHED_OTHER) << "no call yet: not real-time";
   // One poll, then quiet without running (asleep; as a polling program
-  // preempted on a loaded host): the thread stays SCHED_OTHER (lat5's churn
+  // preempted on a loaded host): the thread stays SCHED_OTHER (the churn
   // guard: a real-time thread would preempt the program once it runs again).
   ibv_wc wc[4];
   (void)ibv_poll_cq(cq, 4, wc);

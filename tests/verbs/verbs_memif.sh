@@ -106,16 +106,15 @@ check "ib_read_lat" "$pair" "ib_read_lat -p $vp -d droce0 -x 1 -n 1000" "ib_read
 # neither spins nor a hot phase every wait is armed; READs paced 500 us
 # apart (perftest's software rate limiter) each find it asleep and must wake
 # it (291-300 of 300 measured; a broken wake-up leaves 0-2). ib_read_lat
-# back to back (this check before session 13) only met that while the wire's
-# page faults slowed every READ to ~20 us: with the rings prefaulted
-# (ethdev/prefault.h) the next READ comes before the thread sleeps.
+# back to back would not: with the rings prefaulted (ethdev/prefault.h) the
+# next READ comes before the thread sleeps.
 rl="--rate_limit=2000 --rate_units=p --rate_limit_type=SW --burst_size=1 -s 64 -n 300"
 check "progress thread woken by arrival (memif)" server_stats_match "woken by arrival [1-9][0-9][0-9]+, memif interrupt" \
   LINK_SET="progress_hot_us=0 progress_spins=0" "$pair" \
   "DROCE_STATS=1 ib_read_bw -p $vp -d droce0 -x 1 $rl" "ib_read_bw -p $vp -d droce1 -x 1 $rl 127.0.0.1"
 check "ib_write_bw IPv6 GID" env PAIR_IP6=1 "$pair" "ib_write_bw -p $vp -d droce0 -x 2 -D 1" "ib_write_bw -p $vp -d droce1 -x 2 -D 1 127.0.0.1"
 check "ibv_rc_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 2 -n 200 127.0.0.1"
-# UD (issue 15): address handles resolved over the wire (ARP; ND for IPv6).
+# UD: address handles resolved over the wire (ARP; ND for IPv6).
 check "ibv_ud_pingpong" "$pair" "ibv_ud_pingpong -p $vp -d droce0 -g 1 -n 500" "ibv_ud_pingpong -p $vp -d droce1 -g 1 -n 500 127.0.0.1"
 check "ibv_ud_pingpong IPv6 GID" env PAIR_IP6=1 "$pair" "ibv_ud_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_ud_pingpong -p $vp -d droce1 -g 2 -n 200 127.0.0.1"
 check "ib_send_bw -c UD" "$pair" "ib_send_bw -p $vp -d droce0 -x 1 -c UD -D 1" "ib_send_bw -p $vp -d droce1 -x 1 -c UD -D 1 127.0.0.1"

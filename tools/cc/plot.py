@@ -4,7 +4,8 @@
 Reads results.csv (one row per droce-ccsim run) and the seed-1 time series,
 writes one PNG per experiment (per-flow throughput and queue over time), a
 Jain/utilization-vs-N plot, a DCQCN off-vs-on queue plot, and summary.md:
-the per-experiment table over seeds and each goal of issue 6 as met / not met.
+the per-experiment table over seeds and each goal (doc/cc-experiments.md)
+as met / not met.
 """
 import argparse
 import csv

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the DCQCN experiments of issue 6 with droce-ccsim (virtual time, so the
+# Runs the DCQCN experiments (doc/cc-experiments.md) with droce-ccsim (virtual time, so the
 # numbers do not depend on this machine) and writes, under OUT:
 #   results.csv   one row per run: experiment, seed and every summary field
 #   *.png, summary.md   from tools/cc/plot.py

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Fabric benchmark (issue 14): unmodified perftest through droced (the host
+# Fabric benchmark (results.md): unmodified perftest through droced (the host
 # fabric daemon) against the direct memif pair, in one invocation, rounds
 # alternating so the noisy 2-core host hits all modes alike:
 #   direct    droce0 <-> droce1 joined by a memif wire (one process each)
 #   fabric    fab0 <-> fab1, two devices of one droced (the pair's direct rings)
 #   shared    server and client both on fab0 (one device, two processes; direct rings)
 #   switched  sw0 <-> sw1, two devices of a second droced started with
-#             DROCED_DIRECT=0: every frame crosses the daemon's switch (as before
-#             the direct rings)
+#             DROCED_DIRECT=0: every frame crosses the daemon's switch (the
+#             path a pair takes without direct rings)
 #   loopback  two QPs of fab0 in one process (the device's internal loopback;
 #             tools/bench/verbs/post_cost.c, not perftest: 64 KiB WRITEs, 64 in
 #             flight, Gb/s; and one 2 B WRITE at a time, the median time from

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lossy-network experiment with real processes (issue 16): loss_verbs
+# The lossy-network experiment with real processes (doc/loss-experiment.md): loss_verbs
 # server on droce1 and client on droce0, two devices of the host fabric
 # (droced switches every frame); the switch's drop injector loses frames on
 # both devices' ports (`droce-ctl switch set DEV loss=P seed=S`: requests to

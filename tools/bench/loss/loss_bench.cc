@@ -1,6 +1,7 @@
-// The lossy-network experiment on the deterministic in-memory wire (issue 16):
+// The lossy-network experiment on the deterministic in-memory wire
+// (doc/loss-experiment.md):
 // goodput of 64 KiB RDMA WRITEs and the completion time of one 64 KiB WRITE
-// against packet loss, for go-back-N and (once lib/ has it) selective repeat.
+// against packet loss, for go-back-N and selective repeat.
 //
 // Two core::Devices joined by sim::MemWire, everything in virtual time:
 // each direction of the link is a FIFO drained at a line rate followed by a
@@ -32,8 +33,9 @@ namespace {
 
 using namespace droce;
 
-// The selective-repeat switch of lib/ (issue 16, another branch): set when
-// DeviceConfig has it, so this file builds before and after it lands.
+// The selective-repeat switch of lib/, set only where DeviceConfig has it:
+// A/B runs build an older tree with this file, and there the sr mode is
+// reported "unsupported".
 template <typename C>
 bool SetSelectiveRepeat(C& cfg, bool on) {
   if constexpr (requires { cfg.selective_repeat = true; }) {
@@ -313,7 +315,7 @@ Outcome Measure(const Options& o, const Pattern& pat, bool sr) {
     out.retransmitted = c.retransmitted_packets;
     out.timeouts = c.timeouts;
     out.dropped = stream.dropped();
-    // The stream's repair times (doc/loss-experiment.md "Round 6"), on stderr.
+    // The stream's repair times (doc/transport.md "Selective repeat", counters), on stderr.
     if constexpr (requires { c.sr_repairs_timed; }) {
       if (sr) {
         uint64_t samples = 0;

@@ -1,7 +1,7 @@
-// The lossy-network experiment with real processes (issue 16): an RC QP
+// The lossy-network experiment with real processes (doc/loss-experiment.md): an RC QP
 // between two programs over plain verbs, for goodput of SIZE-byte RDMA
 // WRITEs and the completion time of each (loss comes from the fabric
-// switch's drop injector, `droce-ctl switch set DEV loss=P`, set by run.sh).
+// switch's drop injector, `droce-ctl switch set DEV loss=P`, set by fabric.sh).
 //
 // The two sides meet through files in DIR (no TCP side channel): each writes
 // "qpn gid rkey addr" to DIR/server or DIR/client and reads the other's.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Alternating fabric passes (doc/loss-experiment.md "Round 6"): per pass, one
+# Alternating fabric passes (doc/loss-experiment.md "Running it"): per pass, one
 # fabric.sh round (`sr`, stream phase unless LV_LAT is set) per setting, the
 # settings' order reversed every other pass; one CSV row per loss point with
 # the host's load and, where the tree has them, the repair-time and queue

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Kernel TCP through the same random loss (the experiment's baseline, issue 16):
-# two network namespaces joined by a veth pair, loss on each end's ingress by
-# nftables (`numgen random mod 1000000 < N drop` in a netdev ingress chain:
+# Kernel TCP through the same random loss (the experiment's baseline,
+# doc/loss-experiment.md): two network namespaces joined by a veth pair,
+# loss on each end's ingress by nftables (`numgen random mod 1000000 < N drop` in a netdev ingress chain:
 # the frame is lost on the wire, not refused to the sender's stack), both
 # directions. tc netem is not available here, so no added delay: the veth's
 # RTT is a few microseconds. MTU 1084 (a 1024-byte RoCE payload's IP packet),

@@ -18,6 +18,7 @@ import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+KEEP_MARK = "<!-- report.py keeps everything from here on -->"
 NUM = ["bytes", "iters", "outstanding", "list", "signal", "inline", "events", "mtu", "unsig",
        "lat_min_us", "lat_typ_us", "lat_avg_us", "lat_p99_us", "gbps", "mmsgps",
        "server_user_s", "server_sys_s", "client_user_s", "client_sys_s",
@@ -511,8 +512,16 @@ def main():
     pngs = make_plots(out_dir, plots, ds, pt)
     if pngs:
         head += ["Plots: " + ", ".join(f"[`{p}`]({p})" for p in pngs), ""]
-    with open(os.path.join(out_dir, "results.md"), "w") as fo:
-        fo.write("\n".join(head + md) + "\n")
+    # What follows KEEP_MARK in an existing results.md (the history of earlier
+    # runs, written by hand) is kept below the new report.
+    path = os.path.join(out_dir, "results.md")
+    kept = ""
+    if os.path.exists(path):
+        old = open(path).read()
+        if KEEP_MARK in old:
+            kept = "\n" + old[old.index(KEEP_MARK):]
+    with open(path, "w") as fo:
+        fo.write("\n".join(head + md) + "\n" + kept)
     print(f"wrote {os.path.join(out_dir, 'results.md')} and {len(pngs)} plots")
     for a_, b_, c_ in verdicts:
         print(f"  {b_:12s} {a_}")

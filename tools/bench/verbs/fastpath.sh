@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Issue 17's numbers for one or two release trees, in one run: the engine's
-# one-core message rate, perftest's 64 B and 64 KiB ib_write_bw (1 and 8 QPs),
-# ib_send_lat, ib_read_lat, ibv_rc_pingpong -s 64 and ten ib_write_lat -s 2.
+# The verbs fast path against the engine, for one or more release trees in one
+# run (tools/bench/verbs/results.md): the engine's one-core message rate,
+# perftest's 64 B and 64 KiB ib_write_bw (1 and 8 QPs), ib_send_lat,
+# ib_read_lat, ibv_rc_pingpong -s 64 and ten ib_write_lat -s 2.
 # With two trees the metrics alternate tree by tree (A B A B ...), so a
 # machine whose speed drifts shifts both; compare within one run only.
 #   bash tools/bench/verbs/fastpath.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
-#   e.g. bash tools/bench/verbs/fastpath.sh before=/work/wt-fastpath-base/build-rel after=build-rel
+#   e.g. bash tools/bench/verbs/fastpath.sh before=/tmp/base/build-rel after=build-rel
 #   One build, two device settings: normal=build-rel fifo=build-rel@progress_sched=fifo
 #   (NAME=BUILD_DIR@key=value,key=value: droce-ctl link add ... set key=value for that tree).
 # Prints CSV rows tree,metric,value,load1 on stdout (a failed run is "failed"; load1: the 1-minute

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Verbs benchmark (issue 5): unmodified perftest over droce on a memif wire,
-# beside the raw memif wire (droce-testpmd raw_lat) and kernel TCP on
-# loopback (qperf), all in one invocation; reports ratios (the machine is
+# Verbs benchmark (tools/bench/verbs/results.md): unmodified perftest over
+# droce on a memif wire, beside the raw memif wire (droce-testpmd raw_lat) and
+# kernel TCP on loopback (qperf), all in one invocation; reports ratios (the machine is
 # noisy: compare within a run). Writes results.csv and sizes.csv here.
 #   bash tools/bench/verbs/run.sh [seconds_per_bw_point]
 set -uo pipefail

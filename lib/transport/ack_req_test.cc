@@ -1,0 +1,148 @@
+// AckReq on unsignaled work requests (doc/transport.md "Requester"): a
+// signaled WR's last packet always asks for an ACK; unsignaled ones ask
+// once every unsignaled_ack_every packets; a tail left unasked is solicited
+// (its last packet resent with AckReq) after ack_solicit_ns without
+// sending, never by a retransmission timeout.
+#include "tests/support/rc_pair_fixture.h"
+
+namespace droce::core {
+namespace {
+
+using namespace droce::core::testing;
+using transport::Qp;
+
+// Two devices on a clean in-memory wire with the AckReq settings under
+// test, driven by hand: A sends, B answers, in virtual time.
+class AckPair {
+ public:
+  AckPair(uint32_t unsignaled_ack_every, uint64_t ack_solicit_ns = 100'000, uint8_t timeout = 14)
+      : link_(sim::MemWireConfig{}) {
+    for (int i = 0; i < 2; ++i) {
+      DeviceConfig cfg;
+      cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
+      cfg.ipv4 = 0x0A000001 + i;
+      cfg.unsignaled_ack_every = unsignaled_ack_every;
+      cfg.ack_solicit_ns = ack_solicit_ns;
+      OpenSide(s_[i], cfg, &link_.end(i), 1 << 20);
+    }
+    ConnectSides(s_, 1024, timeout);
+  }
+  Side& a() { return s_[0]; }
+  Side& b() { return s_[1]; }
+  Qp* qa() { return s_[0].dev->qp(s_[0].qpn); }
+  Qp* qb() { return s_[1].dev->qp(s_[1].qpn); }
+  sim::MemWire& link() { return link_; }
+  // Nothing of A's is unacknowledged: no timer left to run.
+  bool AllAcked() { return qa()->NextDeadline() == 0; }
+
+  // A 64 B WRITE from A to B, sent at `now` and received by B at once.
+  void Write(uint64_t id, bool signaled, uint64_t now) {
+    SendWr wr = MakeWr(id, WrOpcode::kRdmaWrite, a(), 0, 64, b(), 0);
+    if (!signaled) wr.flags = 0;
+    ASSERT_EQ(a().dev->PostSend(a().qpn, wr), 0);
+    a().dev->Poll(now);
+    b().dev->Poll(now + 1000);  // B answers what asked for an answer
+  }
+  // A takes B's answers at `now`; returns the completions it found.
+  uint32_t TakeAnswers(uint64_t now) {
+    a().dev->Poll(now);
+    Completion c[64];
+    return a().dev->PollCq(a().cq, c, 64);
+  }
+
+ private:
+  sim::MemWire link_;
+  Side s_[2];
+};
+
+TEST(AckReq, UnsignaledWritesShareOneAckEverySixteenPackets) {
+  AckPair pair(16);
+  uint64_t now = 1'000'000;
+  for (int i = 1; i <= 40; ++i, now += 2000) pair.Write(i, false, now);
+  pair.Write(41, true, now);
+  EXPECT_EQ(pair.TakeAnswers(now + 2000), 1u);  // the signaled one
+  // AckReq on WRITE 16 and 32 (sixteen packets each) and 41 (signaled).
+  EXPECT_EQ(pair.qb()->counters().acks_sent, 3u);
+  EXPECT_EQ(pair.qa()->counters().acks_received, 3u);
+  EXPECT_TRUE(pair.AllAcked());  // 41's ACK covers them all
+  EXPECT_EQ(pair.qa()->counters().ack_solicits, 0u);
+}
+
+TEST(AckReq, EveryMessageAsksWithUnsignaledAckEveryOne) {
+  AckPair pair(1);  // rxe's behaviour
+  uint64_t now = 1'000'000;
+  for (int i = 1; i <= 10; ++i, now += 2000) pair.Write(i, false, now);
+  pair.TakeAnswers(now);
+  EXPECT_EQ(pair.qb()->counters().acks_sent, 10u);
+  EXPECT_TRUE(pair.AllAcked());
+}
+
+TEST(AckReq, ASignaledWriteIsAnsweredAtOnce) {
+  AckPair pair(16);
+  const uint64_t t0 = 1'000'000;
+  pair.Write(1, true, t0);
+  EXPECT_EQ(pair.TakeAnswers(t0 + 2000), 1u);
+  EXPECT_EQ(pair.qb()->counters().acks_sent, 1u);
+}
+
+TEST(AckReq, AnUnaskedTailIsSolicitedNotTimedOut) {
+  AckPair pair(16, 100'000);
+  const uint64_t t0 = 1'000'000;
+  pair.Write(1, false, t0);
+  pair.Write(2, false, t0 + 60'000);  // still sending: the solicit waits for quiet
+  pair.TakeAnswers(t0 + 61'000);
+  Qp* q = pair.qa();
+  ASSERT_FALSE(pair.AllAcked());
+  EXPECT_EQ(pair.qb()->counters().acks_sent, 0u);
+  const uint64_t d = q->NextDeadline();
+  ASSERT_GT(d, t0 + 60'000);
+  ASSERT_LT(d, t0 + 60'000 + transport::AckTimeoutNs(14));  // before the retransmission timeout
+  // Nothing before 100 us of quiet after the last packet.
+  const uint64_t when = t0 + 160'000;
+  for (uint64_t t = d; t < when; t = q->NextDeadline()) {
+    pair.a().dev->Poll(t);
+    EXPECT_EQ(q->counters().ack_solicits, 0u) << t - t0;
+    EXPECT_EQ(q->counters().retransmitted_packets, 0u);
+  }
+  EXPECT_EQ(q->NextDeadline(), when);
+  pair.a().dev->Poll(when);  // the tail packet again, with AckReq
+  EXPECT_EQ(q->counters().ack_solicits, 1u);
+  EXPECT_EQ(q->counters().timeouts, 0u);
+  EXPECT_EQ(q->counters().retransmitted_packets, 1u);
+  pair.b().dev->Poll(when + 1000);
+  EXPECT_EQ(pair.qb()->counters().duplicates_received, 1u);
+  pair.TakeAnswers(when + 2000);
+  EXPECT_TRUE(pair.AllAcked());
+  EXPECT_EQ(q->counters().timeouts, 0u);
+  EXPECT_EQ(q->NextDeadline(), 0u);  // nothing left to time
+}
+
+TEST(AckReq, ALostUnaskedTailIsRepairedBySolicit) {
+  AckPair pair(16, 100'000);
+  const uint64_t t0 = 1'000'000;
+  pair.Write(1, false, t0);
+  // WRITE 2 leaves A but is lost before B.
+  SendWr wr = MakeWr(2, WrOpcode::kRdmaWrite, pair.a(), 64, 64, pair.b(), 64);
+  wr.flags = 0;
+  std::memset(pair.a().mem.data() + 64, 0x5A, 64);
+  ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, wr), 0);
+  pair.a().dev->Poll(t0 + 1000);
+  pktio::Frame lost[4];
+  ASSERT_EQ(pair.link().end(1).RxBurst(lost, 4), 1u);
+  pair.link().end(1).Release(lost, 1);
+  Qp* q = pair.qa();
+  uint64_t t = q->NextDeadline();
+  while (q->counters().ack_solicits == 0 && t != 0 && t < t0 + 10'000'000) {
+    pair.a().dev->Poll(t);
+    t = q->NextDeadline();
+  }
+  EXPECT_EQ(q->counters().ack_solicits, 1u);
+  EXPECT_EQ(q->counters().timeouts, 0u);
+  pair.b().dev->Poll(t + 1000);
+  pair.TakeAnswers(t + 2000);
+  EXPECT_TRUE(pair.AllAcked());
+  EXPECT_EQ(pair.b().mem[64], 0x5A);
+}
+
+}  // namespace
+}  // namespace droce::core

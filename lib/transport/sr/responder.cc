@@ -1,0 +1,370 @@
+// Selective repeat's responder: SR requests placed out of order inside the
+// window, receive WQEs held for messages ahead, the expected PSN advanced
+// over what arrived, the SACK that says what is held, and a fallback to
+// go-back-N inside a message (the IBTA responder takes it over).
+#include "transport/qp.h"
+#include "transport/step_contexts.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "wire/icrc.h"
+#include "wire/psn.h"
+
+namespace droce::transport {
+
+using queue::WcOpcode;
+using queue::WcStatus;
+using namespace droce::wire;
+
+// Requests to a QP that uses selective repeat. SR SEND/WRITE packets
+// (kRoleSr, an SRETH after the BTH) are placed as they arrive anywhere
+// inside the window [ePSN, ePSN + kSrWindow); READ and atomic requests run
+// the IBTA steps, in PSN order only (one that arrives ahead is dropped and
+// resent: a READ's responses and an atomic's result stay in PSN order, and
+// an atomic executes exactly once through the resource ring). Errors are
+// only acted on at the expected PSN, so they NAK exactly as go-back-N does.
+void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+  const uint8_t* bth_p = frame + p.bth_offset;
+  ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
+  const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
+  if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
+    // An IBTA SEND/WRITE at the expected PSN: the peer does not use
+    // selective repeat (only one end configured it). Answer in its kind,
+    // IBTA, and use go-back-N for this connection from now on
+    // (doc/transport.md "Fallback"). Anywhere else it proves nothing (a
+    // stale or spoofed packet with this QP's number; a non-SR peer's
+    // later packets after a loss, which it resends from the expected PSN
+    // when its timer fires): a duplicate is acknowledged, as IBTA's are,
+    // the rest dropped.
+    if (ahead == 0) {
+      SrFallBack(now_ns);
+      OnRequest(frame, p);
+      return;
+    }
+    if (ahead < 0) {
+      ++counters_.duplicates_received;
+      QueueSack();  // an ACK of ePSN - 1 (a SACK while anything is held past it)
+    } else {
+      ++counters_.out_of_sequence;
+      ++counters_.sr_dropped;
+    }
+    return;
+  }
+  if (ahead >= static_cast<int32_t>(kSrWindow)) {
+    ++counters_.sr_dropped;  // beyond the window: the requester never sends that far
+    return;
+  }
+  if (ahead < 0 || (ahead > 0 && SrReceived(c.psn))) {
+    ++counters_.duplicates_received;
+    if (ahead < 0 && (c.is_read() || c.is_atomic())) {
+      Duplicate(c);  // re-execute a READ, replay an atomic (9.7.5.1.2)
+    } else {
+      QueueSack();
+    }
+    return;
+  }
+  if (!(c.op.roles & kRoleSr)) {
+    if (ahead > 0) {
+      ++counters_.out_of_sequence;
+      ++counters_.sr_dropped;
+      QueueSack();
+      return;
+    }
+    const RespState s = CheckAndExecute(c);  // responder.cc: the IBTA steps
+    if (s == RespState::kError) {
+      RespondError(c.error, c.psn);
+      return;
+    }
+    sr_state_->resp.in_message = false;  // a READ/atomic is a message of its own
+    SrAdvance();
+    return;
+  }
+  // When a SACK leaves for a SEND/WRITE packet placed: the requester
+  // resends what a SACK shows missing and sends new packets as a SACK or
+  // ACK frees places in its window, so SACKs are what clock it. One per
+  // packet placed ahead (a coalesced one per receive burst, as before round
+  // 9) cut its sends into batches of a burst or less; on the fabric every
+  // batch is a wake-up of the switch and a preemption of the receiver, and
+  // at 1 % loss, with a hole nearly always open, the pipeline kept ~70 % of
+  // its loss-free goodput (doc/loss-experiment.md "Round 9"). So a SACK
+  // leaves at once when asked for (AckReq: every ack_req_every packets and
+  // each message's last, every retransmission), for the first hole (this
+  // packet placed ahead while nothing else was held: an isolated loss is
+  // resent without waiting for the next AckReq), and when a packet fills a
+  // hole; holes that open behind a known one, and the packets placed after
+  // them, are reported by the next of those, ack_req_every packets later at
+  // most. Duplicates and packets dropped ahead are answered as before.
+  const bool ack_req = BthView(bth_p).ack_req();
+  bool first_hole = false;
+  if (ahead > 0 && !ack_req && !SrReceived(PsnAdd(c.psn, -1))) {
+    first_hole = true;
+    for (uint64_t w : sr_state_->resp.received) first_hole &= w == 0;
+  }
+  RespError error = RespError::kCount;
+  if (!SrPlaceData(c, ahead, &error)) {
+    if (ahead == 0 && error != RespError::kCount) {
+      SrRespondError(error, c.psn);
+      return;
+    }
+    ++counters_.sr_dropped;
+    if (ahead > 0) QueueSack();
+    return;
+  }
+  BitSet(sr_state_->resp.received, c.psn);
+  if (c.last()) BitSet(sr_state_->resp.last, c.psn);
+  if (ahead > 0) {
+    ++counters_.sr_out_of_order_placed;
+    if (ack_req || first_hole) QueueSack();
+    return;
+  }
+  resp_.nak_seq_sent = false;
+  SrAdvance();
+  if (state_ == QpState::kErr) return;
+  if (ack_req || PsnDiff(resp_.epsn, c.psn) > 1) QueueSack();  // asked, or a hole filled
+}
+
+// Places an SR SEND/WRITE packet where its SRETH says. False: not placed;
+// *error is the request's error when it is one (acted on only at the
+// expected PSN), kCount when the packet is just dropped.
+bool Qp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
+  const SrEthView sr(c.bth_p + c.op.sreth_offset);
+  const uint64_t end = uint64_t{sr.offset()} + c.len;
+  const bool len_ok = c.last() ? c.len <= mtu_ : c.len == mtu_;
+  if (!len_ok) {
+    *error = RespError::kLength;
+    return false;
+  }
+  if (c.is_write()) {
+    if (sr.dma_length() > kMaxMessageBytes) {
+      *error = RespError::kMessageTooLong;
+      return false;
+    }
+    if (end > sr.dma_length() || (c.last() && end != sr.dma_length())) {
+      *error = RespError::kLength;
+      return false;
+    }
+  } else if (end > kMaxMessageBytes) {
+    *error = RespError::kLength;
+    return false;
+  }
+  SrRecv* r = nullptr;
+  if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
+    const uint32_t k = sr.recv_seq() - sr_state_->resp.recv_base;
+    if (k >= kSrMaxHeldRecvs) return false;  // too far ahead to hold a receive for (or stale)
+    if (env_.srq == nullptr) TakePostedRecvs();
+    queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
+    while (sr_state_->resp.recv_taken <= k) {
+      if (ring.empty()) {
+        if (ahead == 0) *error = RespError::kRnr;  // RNR NAK, PSN not consumed (9.7.5.2.8)
+        return false;
+      }
+      SrRecv& t = sr_state_->recvs[(sr_state_->resp.recv_base + sr_state_->resp.recv_taken) % kSrMaxHeldRecvs];
+      t = SrRecv{};
+      t.wr = ring.front();
+      ring.Pop();
+      ++sr_state_->resp.recv_taken;
+    }
+    r = &sr_state_->recvs[sr.recv_seq() % kSrMaxHeldRecvs];
+  }
+  const uint8_t* payload = c.frame + c.p.payload_offset;
+  if (c.is_write()) {
+    // Every packet's range is checked against its R_Key on its own: nothing
+    // lands outside [va, va + dma_length) of a region that grants it.
+    const auto t = CheckRkey(sr.rkey(), sr.va() + sr.offset(), c.len, mem::kRemoteWrite);
+    if (t.result != mem::AccessResult::kOk) {
+      *error = RespError::kRemoteAccess;
+      return false;
+    }
+    if (c.len > 0) std::memcpy(t.host, payload, c.len);
+  } else if (!PlaceIntoRecv(*env_.mrs, env_.pd, r->wr, sr.offset(), payload, c.len, error)) {
+    return false;
+  }
+  if (!c.last()) {
+    const uint32_t first_psn = PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / mtu_));
+    sr_state_->msgs[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), first_psn, c.is_write(), r != nullptr};
+  }
+  if (r != nullptr && c.last()) {
+    r->ended = true;
+    r->end_psn = c.psn;
+    r->byte_len = c.is_write() ? sr.dma_length() : static_cast<uint32_t>(end);
+    r->solicited = BthView(c.bth_p).solicited();
+    r->opcode = c.is_write() ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
+    if (c.op.roles & kRoleImmediate) {
+      r->flags = queue::kWcWithImm;
+      r->imm_or_inv = ImmDtView(c.bth_p + c.op.immdt_offset).wire_order();
+    } else if (c.op.roles & kRoleInvalidate) {
+      r->flags = queue::kWcWithInv;
+      r->imm_or_inv = IethView(c.bth_p + c.op.ieth_offset).value();
+      r->invalidate = true;
+    }
+  }
+  return true;
+}
+
+// The expected PSN moves over everything that arrived; then the receive
+// WQEs whose messages lie wholly before it complete, in order (10.8.3).
+void Qp::SrAdvance() {
+  while (SrReceived(resp_.epsn)) {
+    BitClear(sr_state_->resp.received, resp_.epsn);
+    const bool last = BitTest(sr_state_->resp.last, resp_.epsn);
+    if (last) {
+      BitClear(sr_state_->resp.last, resp_.epsn);
+      resp_.msn = PsnAdd(resp_.msn, 1);
+    }
+    sr_state_->resp.in_message = !last;
+    resp_.epsn = PsnAdd(resp_.epsn, 1);
+  }
+  while (sr_state_->resp.recv_taken > 0) {
+    SrRecv& r = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs];
+    if (!r.ended || !PsnLess(r.end_psn, resp_.epsn)) break;
+    // Remote invalidation (10.6.7) happens in message order, at completion.
+    if (r.invalidate && env_.mrs->RemoteInvalidate(r.imm_or_inv, env_.pd, qpn_) != mem::AccessResult::kOk) {
+      SrRespondError(RespError::kInvalidate, r.end_psn);
+      return;
+    }
+    resp_.recv_wqe = r.wr;
+    CompleteRecv(WcStatus::kSuccess, r.opcode, r.byte_len, r.flags, r.imm_or_inv, r.solicited);
+    ++sr_state_->resp.recv_base;
+    --sr_state_->resp.recv_taken;
+  }
+}
+
+// A fallback while a message is in progress at the expected PSN (its
+// packets before it placed as SR ones, ePSN - 1 not its last): go-back-N
+// resends from the requester's oldest unacknowledged PSN, so the IBTA
+// packet at ePSN is a MIDDLE or LAST, which IBTA accepts only inside a
+// message in progress (9.7.5.1.3; it used to be NAKed invalid request, an
+// opcode sequence error, and the WR completed REM_INV_REQ_ERR). The IBTA
+// responder takes the message over where selective repeat left it, as if
+// its first packets had arrived as IBTA ones: a WRITE's target from the
+// SRETH its packets carried (checked again for the whole message, as a
+// FIRST's RETH is), a SEND's (or WRITE with immediate's) receive WQE held at
+// the byte offset reached. Nothing of the message was visible yet (no
+// completion, no MSN), and PSNs below ePSN are duplicates either way.
+void Qp::SrContinueAsIbta() {
+  if (!sr_state_->resp.in_message || sr_state_->msgs.empty()) return;
+  sr_state_->resp.in_message = false;
+  const SrMsg& m = sr_state_->msgs[PsnAdd(resp_.epsn, -1) % kSrWindow];
+  const auto offset = static_cast<uint64_t>(PsnDiff(resp_.epsn, m.first_psn)) * mtu_;
+  if (m.consumes_recv) {
+    // Its receive WQE is the oldest selective repeat holds: every message
+    // that consumed one before it ended before ePSN and completed.
+    if (sr_state_->resp.recv_taken == 0 || resp_.recv_wqe_held) return;
+    resp_.recv_wqe = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr;
+    resp_.recv_wqe_held = true;
+    ++sr_state_->resp.recv_base;
+    --sr_state_->resp.recv_taken;
+    resp_.recv_offset = static_cast<uint32_t>(offset);
+  }
+  if (!m.write) {
+    resp_.in_message = InMessage::kSend;
+    return;
+  }
+  // (A target that no longer checks leaves no message in progress: the
+  // next MIDDLE/LAST is an opcode sequence error, as the WRITE was doomed.)
+  const auto t = CheckRkey(m.rkey, m.va, m.dma_length, mem::kRemoteWrite);
+  if (t.result != mem::AccessResult::kOk || offset > m.dma_length) return;
+  resp_.in_message = InMessage::kWrite;
+  resp_.write_host = t.host;
+  resp_.write_rkey = m.rkey;
+  resp_.write_epoch = env_.mrs->epoch();
+  resp_.write_total = m.dma_length;
+  resp_.write_remaining = m.dma_length - static_cast<uint32_t>(offset);
+}
+
+// The error state for an SR request at the expected PSN: the receive WQE
+// of its message (the oldest held) completes with the table's status, as
+// the held one does in go-back-N; later ones are flushed.
+void Qp::SrRespondError(RespError e, uint32_t psn) {
+  if (Info(e).fatal && sr_state_->resp.recv_taken > 0 && !resp_.recv_wqe_held) {
+    const SrRecv& r = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs];
+    if (r.ended ? !PsnLess(r.end_psn, psn) : true) {
+      resp_.recv_wqe = r.wr;
+      resp_.recv_wqe_held = true;
+      ++sr_state_->resp.recv_base;
+      --sr_state_->resp.recv_taken;
+    }
+  }
+  RespondError(e, psn);
+}
+
+void Qp::SrFlushReceives() {
+  while (sr_state_->resp.recv_taken > 0) {
+    queue::Completion c;
+    c.wr_id = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr.wr_id;
+    c.status = WcStatus::kWrFlushErr;
+    c.opcode = WcOpcode::kRecv;
+    c.qp_num = qpn_;
+    env_.recv_cq->Push(c);
+    ++sr_state_->resp.recv_base;
+    --sr_state_->resp.recv_taken;
+  }
+}
+
+// An ACK whose contents are decided when it leaves: coalesces with a
+// queued ACK or SACK, as ACKs do (9.7.5.1.1).
+void Qp::QueueSack() {
+  if (!actions_.empty()) {
+    Action& last = actions_.at(actions_.tail() - 1);
+    if (last.kind == ActionKind::kAck || last.kind == ActionKind::kSack) {
+      last.kind = ActionKind::kSack;
+      return;
+    }
+  }
+  Action* a = actions_.Reserve();
+  if (a == nullptr) return;  // a later one covers it
+  *a = Action{};
+  a->kind = ActionKind::kSack;
+  actions_.Commit();
+}
+
+// ACKNOWLEDGE of ePSN - 1 while nothing past ePSN has arrived; otherwise
+// SR_SACK: the same BTH PSN and AETH, and a SACKETH with ePSN and the
+// bitmap of the kSackBits (1024) PSNs after it.
+uint32_t Qp::BuildSack(uint8_t* frame) {
+  // Never acknowledge past a READ/atomic whose responses are still queued
+  // behind this ACK: they carry its acknowledgement, in PSN order
+  // (an ACK beyond a READ without its responses is an implied NAK).
+  uint32_t ack = resp_.epsn;
+  for (uint32_t i = actions_.head() + 1; i != actions_.tail(); ++i) {
+    const Action& q = actions_.at(i);
+    if (q.kind == ActionKind::kReadResponse || q.kind == ActionKind::kAtomicAck) {
+      if (PsnLess(q.psn, ack)) ack = q.psn;
+      break;
+    }
+  }
+  static_assert(kSackBits == kSrWindow, "the bitmap is read from the ring a word at a time");
+  uint64_t words[kSackBits / 64] = {};
+  uint64_t held = 0;
+  for (uint32_t w = 0; w < kSackBits / 64; ++w) held |= words[w] = BitWord(sr_state_->resp.received, PsnAdd(ack, 1 + 64 * w));
+  // Only what arrived past ePSN: PSNs below it but past a READ still queued
+  // may be that READ's own responses, which the requester must not take for
+  // arrived (their places in the ring may hold PSNs a window ahead).
+  const int32_t below = PsnDiff(resp_.epsn, PsnAdd(ack, 1));
+  for (int32_t i = 0; held != 0 && i < below && i < static_cast<int32_t>(kSackBits); ++i) {
+    words[i / 64] &= ~(uint64_t{1} << (i % 64));
+  }
+  bool any = false;
+  for (uint64_t w : words) any |= w != 0;
+  uint8_t* ext;
+  const uint32_t bth_off = WriteHeaders(frame, 0, PsnAdd(ack, -1), false, false, &ext);
+  BthWriter bth(frame + bth_off);
+  AethWriter aeth(ext);
+  aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
+  aeth.set_msn(resp_.msn);
+  if (!any) {
+    bth.set_opcode(kRcAcknowledge);
+    ++counters_.acks_sent;
+    return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
+  }
+  bth.set_opcode(kSrSack);
+  SackEthWriter sack(ext + kAethBytes);
+  sack.set_base_psn(ack);
+  for (uint32_t w = 0; w < kSackBits / 64; ++w) sack.set_word(w, words[w]);
+  ++counters_.sr_sacks_sent;
+  return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kSackEthBytes);
+}
+
+}  // namespace droce::transport

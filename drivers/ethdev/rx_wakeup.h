@@ -44,7 +44,8 @@ class RxWakeup {
   // it holds one or cannot be told (sockets). It looks at the ring found
   // when last armed or rechecked: a reconnection moves the ring, so the
   // owner calls Recheck() now and then (the verbs runtime: every
-  // millisecond, with its link check). Same thread.
+  // millisecond, with its link check), never while a thread sleeps on the
+  // descriptor Arm gave (Recheck may replace it). Same thread.
   virtual bool KnownEmpty() = 0;
   virtual void Recheck() {}
   virtual const char* kind() const = 0;

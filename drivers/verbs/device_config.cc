@@ -283,6 +283,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.poll_ack_hold = *x;
+    } else if (key == "empty_poll_skip") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.empty_poll_skip = *x;
     } else if (key == "doorbell_batch") {
       auto x = ParseU32(key, v, 1, 256);
       if (!x.ok()) return fail(x.status());
@@ -418,8 +422,8 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         f.dev.sr_tlp ? "on" : "off");
   absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\n", f.dev.unsignaled_ack_every,
                         f.dev.ack_solicit_ns / 1000);
-  absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\n", f.doorbell_batch,
-                        f.poll_ack_hold ? "on" : "off");
+  absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\nempty_poll_skip=%s\n", f.doorbell_batch,
+                        f.poll_ack_hold ? "on" : "off", f.empty_poll_skip ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");

@@ -92,9 +92,10 @@ class Runtime {
   // direct rings hold no frame), nothing to transmit, no timer armed, no
   // event to deliver, the link check not due (core::Device::Quiescent and
   // the tests in IdleLocked). Then nothing runs (doc/verbs.md "Who
-  // drives the device"). False when it ran none. Caller holds mu.
+  // drives the device"; device file key empty_poll_skip). False when it
+  // ran none. Caller holds mu.
   bool PollIfBusyLocked(uint64_t now_ns) {
-    if (IdleLocked(now_ns)) {
+    if (file_.empty_poll_skip && IdleLocked(now_ns)) {
       ++idle_polls_;
       return false;
     }

@@ -16,7 +16,8 @@
 # PROVIDER: another build of the verbs provider for that tree's programs (its
 # RDMAV_DRIVERS prefix, e.g. /tmp/old/libdroce for /tmp/old/libdroce-rdmav34.so),
 # to compare two providers beside the same droced.
-# Env: ROUNDS (default 3), LAT_ITERS (default 20000), CALLGRIND=1.
+# Env: ROUNDS (default 3), LAT_ITERS (default 20000), CALLGRIND=1, LINK_SET (device
+# file settings for every device, e.g. "empty_poll_skip=on").
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../../tests/stacks/lib.sh"
@@ -44,7 +45,8 @@ ctls=()
 for d in "${dirs[@]}"; do
   r=$(mktemp -d /tmp/droce-many.XXXXXX); runs+=("$r"); ctls+=("$d/apps/ctl/droce-ctl")
   for i in 0 1 2 3 4 5 6 7; do
-    DROCE_RUN_DIR=$r "$d/apps/ctl/droce-ctl" link add "droce$i" ip "10.0.0.$((i + 1))" >/dev/null || exit 2
+    DROCE_RUN_DIR=$r "$d/apps/ctl/droce-ctl" link add "droce$i" ip "10.0.0.$((i + 1))" \
+      $(for s in ${LINK_SET:-}; do echo set "$s"; done) >/dev/null || exit 2
   done
 done
 in_tree() {  # INDEX CMD...: CMD with tree INDEX's devices and environment

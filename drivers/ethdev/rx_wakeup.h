@@ -38,6 +38,16 @@ class RxWakeup {
   virtual int Arm() = 0;
   // Withdraws the request and drains the notification. Same thread.
   virtual void Disarm() = 0;
+  // True when the RX queue is known to hold no frame: a look at the ring
+  // without receiving (memif: the ring's index against the PMD's), for a
+  // poll that would otherwise run a whole round to find nothing. False when
+  // it holds one or cannot be told (sockets). It looks at the ring found
+  // when last armed or rechecked: a reconnection moves the ring, so the
+  // owner calls Recheck() now and then (the verbs runtime: every
+  // millisecond, with its link check), never while a thread sleeps on the
+  // descriptor Arm gave (Recheck may replace it). Same thread.
+  virtual bool KnownEmpty() = 0;
+  virtual void Recheck() {}
   virtual const char* kind() const = 0;
 
  protected:

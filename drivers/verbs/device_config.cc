@@ -294,6 +294,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.poll_ack_hold = *x;
+    } else if (key == "empty_poll_skip") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.empty_poll_skip = *x;
     } else if (key == "doorbell_batch") {
       auto x = ParseU32(key, v, 1, 256);
       if (!x.ok()) return fail(x.status());
@@ -443,8 +447,8 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         f.dev.sr_tlp ? "on" : "off");
   absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\n", f.dev.unsignaled_ack_every,
                         f.dev.ack_solicit_ns / 1000);
-  absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\n", f.doorbell_batch,
-                        f.poll_ack_hold ? "on" : "off");
+  absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\nempty_poll_skip=%s\n", f.doorbell_batch,
+                        f.poll_ack_hold ? "on" : "off", f.empty_poll_skip ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   absl::StrAppendFormat(&out, "cc=%s\ncc_line_rate_gbps=%.0f\n", f.cc, f.cc_line_rate_gbps);
   if (!f.cc_params.empty()) absl::StrAppend(&out, "cc_params=", f.cc_params, "\n");

@@ -425,6 +425,9 @@ struct DeviceFile {
   // program's next post (core::Device::Poll's hold_acks): a reply and the
   // ACK of what it answers leave in one burst. Off: every round sends it.
   bool poll_ack_hold = true;
+  // An empty poll_cq of an idle device runs no poll round
+  // (Runtime::PollIfBusyLocked; doc/verbs.md "Who drives the device").
+  bool empty_poll_skip = false;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

@@ -619,15 +619,15 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
 }
 
 // Up to n completions of CQ `id`; when fewer are there, one poll round of
-// the dataplane first (the program's polling drives it).
+// the dataplane first (the program's polling drives it), unless the device
+// has nothing to do: an idle device's empty poll runs no round.
 uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint32_t n) {
   AppLock lock(rt);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
   uint32_t got = rt->dev().PollCq(id, out, n);
   if (got < n) {
-    rt->PollLocked(now, /*program_polls=*/true);
-    got += rt->dev().PollCq(id, out + got, n - got);
+    if (rt->PollIfBusyLocked(now)) got += rt->dev().PollCq(id, out + got, n - got);
   } else {
     rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round
   }

@@ -299,6 +299,8 @@ void Runtime::PrintStats() {
                  d.rx_direct, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.paths_added, d.paths_removed,
                  d.messages_refused);
   }
+  std::fprintf(stderr, "droce %s: empty polls that ran no round (nothing to do) %lu\n", file_.name.c_str(),
+               idle_polls_);
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
                "%lu, fabric losses %lu re-attaches %lu\n",
@@ -377,6 +379,11 @@ uint32_t Runtime::PollLocked(uint64_t now_ns, bool program_polls) {
   if (now_ns >= next_link_check_ns_) {
     CheckLink(now_ns);
     CheckQps();  // once a millisecond, like the link
+    // The ring an empty poll looks at (IdleLocked), found again after a
+    // reconnection; a sleeper's Arm does the same. Not while a thread sleeps
+    // on the wake-up's descriptor, which a new ring replaces (a check after
+    // it woke does it).
+    if (wakeup_ != nullptr && !wakeup_stale_ && wire_armers_ == 0) wakeup_->Recheck();
   }
   batcher_.Flushed();  // the round transmits every active QP, deferred ones too
   const uint32_t work = dev_->Poll(now_ns, program_polls && file_.poll_ack_hold);
@@ -465,6 +472,16 @@ Runtime::ChannelWaiters* Runtime::FindWaitersLocked(int channel_fd) {
     if (cw.fd == channel_fd) return &cw;
   }
   return nullptr;
+}
+
+bool Runtime::EventsPendingLocked() {
+  for (const CqWatch& w : watches_) {
+    const queue::CompletionQueue* cq = dev_->cq(w.cq_id);
+    if (cq == nullptr) continue;
+    if (w.has_channel && cq->notifications() != w.seen_notifications) return true;
+    if (cq->overflowed() && !w.overrun_reported && w.async_write_fd >= 0) return true;
+  }
+  return false;
 }
 
 void Runtime::DeliverEvents() {

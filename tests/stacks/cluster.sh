@@ -63,11 +63,18 @@ check "fi_pingpong -p 'verbs;ofi_rxm' -e rdm -S all -c, host 3 -> host 1" pingpo
 ucx_roce_v2() {
   local pcap=$work/rocev2.pcapng
   ip netns exec "$cl-sw" timeout 60 dumpcap -q -i p2 -f "udp dst port 4791" -w "$pcap" >/dev/null 2>&1 &
-  local cap=$!
+  local cap=$! i
+  # Until dumpcap captures (its file has the pcapng header): on a loaded host
+  # it can start after UCX's first frames.
+  for i in $(seq 100); do
+    [ -s "$pcap" ] && break
+    kill -0 $cap 2>/dev/null || break
+    sleep 0.1
+  done
   local ucp=(env UCX_TLS=rc_verbs,ud_verbs,self UCX_NET_DEVICES=droce0:1 UCX_IB_ROCE_LOCAL_SUBNET=y
              UCX_LOG_LEVEL=debug UCX_WARN_UNUSED_ENV_VARS=n timeout "$t" ucx_perftest -t tag_lat -n 300 -p $port)
   "$cluster" run --name "$cl" 1 "${ucp[@]}" >"$work/ucx.server" 2>&1 &
-  local server=$! i
+  local server=$!
   for i in $(seq 300); do
     ip netns exec "$cl-1" ss -Hltn "sport = :$port" | grep -q . && break
     kill -0 $server 2>/dev/null || break

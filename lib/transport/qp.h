@@ -357,7 +357,15 @@ class Qp {
   DROCE_STEP ReqState ReqCheckSges(SendCtx& c);
   DROCE_STEP ReqState ReqBuildPacket(SendCtx& c);
   DROCE_STEP ReqState ReqUpdate(SendCtx& c);
-  uint32_t PacketsFor(const SendWqe& w) const;
+  // The per-WQE predicates below are inline: the doorbell's demand count
+  // (qp.cc), the requester and the completer ask them of every WQE.
+  uint32_t PacketsFor(const SendWqe& w) const {
+    if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
+    if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+      return 1;
+    }
+    return PacketsForLength(w.total_len);
+  }
   // Packets (PSNs) a message of `len` bytes takes at the path MTU, at least
   // one; 64-bit arithmetic, so any 32-bit length is counted right (2^31
   // bytes at MTU 256 is 2^23 PSNs).
@@ -372,9 +380,19 @@ class Qp {
   // Payloads from this size on are copied and CRCed in one pass.
   static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
-  bool IsReadOrAtomic(const SendWqe& w) const;
-  static bool IsLocalOp(const SendWqe& w);  // LOCAL_INV, BIND_MW: no packet
-  bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
+  static bool IsReadOrAtomic(const SendWqe& w) {
+    return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+           w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+  }
+  static bool IsLocalOp(const SendWqe& w) {  // LOCAL_INV, BIND_MW: no packet
+    return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
+  }
+  // Fence and rd_atomic limit allow it: a fenced WQE waits until every
+  // earlier READ/atomic has completed (IBTA 10.8.3.3).
+  bool MayStart(const SendWqe& w) const {
+    if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
+    return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
+  }
   uint32_t RequestRoom() const;           // request packets the send queue may send now
   uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).

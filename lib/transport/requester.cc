@@ -14,15 +14,6 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
-bool Qp::IsLocalOp(const SendWqe& w) {
-  return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
-}
-
-bool Qp::IsReadOrAtomic(const SendWqe& w) const {
-  return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-         w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-}
-
 int Qp::ValidateSend(const SendWr& wr) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
   uint64_t total = 0;
@@ -52,20 +43,6 @@ int Qp::ValidateSend(const SendWr& wr) const {
     if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
   }
   return 0;
-}
-
-uint32_t Qp::PacketsFor(const SendWqe& w) const {
-  if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
-  if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    return 1;
-  }
-  return PacketsForLength(w.total_len);
-}
-
-bool Qp::MayStart(const SendWqe& w) const {
-  // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
-  if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
-  return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
 }
 
 bool Qp::StartWqe(SendWqe& w) {

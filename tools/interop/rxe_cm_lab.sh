@@ -47,11 +47,12 @@ summary() {
 # first and is rejected (REJ 8, invalid service ID, as any Linux server
 # answers), and perftest's retry then crashes in rdma_resolve_addr on the ids
 # it destroyed (a perftest bug, the same over the kernel's rdma_cm). Such a
-# run is repeated, at most 3 attempts, and says so. A server whose client
-# failed otherwise is stopped after 15 s, so the next case starts clean.
+# run is repeated, at most lab_attempts times (lab.sh), and says so. A
+# server whose client failed otherwise is stopped after 15 s, so the next
+# case starts clean.
 rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
   local attempt j o rc g="" grc=1 note=""
-  for attempt in 1 2 3; do
+  for ((attempt = 1; attempt <= lab_attempts; attempt++)); do
     j=$("$lab" bg 1 "$2")
     if [ -n "${4:-}" ]; then
       "$lab" waitport 1 "$4" 60 >/dev/null
@@ -60,11 +61,11 @@ rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
       sleep 1
     fi
     o=$(droce "$3" 2>&1); rc=$?
-    if [ $rc -ne 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$o" && [ $attempt -lt 3 ]; then
+    if [ $rc -ne 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$o" && [ $attempt -lt $lab_attempts ]; then
       "$lab" kill "$j" >/dev/null 2>&1; "$lab" wait "$j" 10 >/dev/null 2>&1
       show_side "droce client, attempt $attempt" $rc "$o"
       echo "  (attempt $attempt: perftest's data connection beat the server's second listen: REJ 8; once more)"
-      note=" (attempt $((attempt + 1)): the one before raced perftest's second listen)"
+      note=" (attempt $((attempt + 1)): the $attempt before raced perftest's second listen)"
       continue
     fi
     local secs=120

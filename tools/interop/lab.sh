@@ -40,13 +40,17 @@ lab_up() {
 }
 lab_down() { [ "${lab_booted:-0}" -eq 1 ] && "$lab" down >/dev/null 2>&1; }
 
-# The guest is a peer that must answer within the QP's timeout budget: the
-# programs' ACK timeout 14 with retry_cnt 7 gives up after 8 x 67 ms of
-# silence (IBTA 9.7.6.1.3), and a TCG guest starved by a loaded 2-core host
-# stops for longer (0.55 s seen at load 19: every packet of droce's 7
-# retries answered at once, 9 ms too late). Its threads (the vCPU and the
-# I/O loop that moves its frames) run at nice -10, so the host's other
-# work, at nice 0 or 5, does not starve the peer the test is about.
+# The guest is a peer that must answer within the QP's timeout budget:
+# ibv_rc_pingpong's hard-coded ACK timeout 14 with retry_cnt 7 gives up
+# after 8 x 67 ms of silence (IBTA 9.7.6.1.3), and a TCG guest on a loaded
+# 2-core host stops for longer: 0.55 s seen at load 19-24, the ACKs of the
+# SEND and of all 7 retries arriving together 1-9 ms after droce gave up
+# (rxe itself never gives up: it takes retry_cnt 7 as "retry forever"). Its
+# threads (the vCPU and the I/O loop that moves its frames) run at nice
+# -10, and droce runs with a floor under every QP's ACK timeout, 2^17 x
+# 4.096 us = 0.54 s (min_ack_timeout, doc/transport.md; ConnectX-2
+# firmware's floor was about as long), so the budget is 4.3 s.
+lab_droce_settings=(set min_ack_timeout=17)
 lab_guest_priority() {
   local pid
   pid=$(cat "$labdir/run/vm1.pid" 2>/dev/null) || return 0

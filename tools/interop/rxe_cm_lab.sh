@@ -27,7 +27,7 @@ mac=$("$lab" ns cat /sys/class/net/lab0/address)
 # The daemon starts inside the netns (its af_packet socket opens there); it
 # answers ARP for 192.168.77.2 out of the uplink and ARPs for the guest.
 ip netns exec rocelab env DROCE_RUN_DIR="$DROCE_RUN_DIR" DROCED_UPLINK="vdev:net_af_packet_up,iface=lab0" \
-  "$ctl" link add droce0 ip 192.168.77.2 ip fd77::2 mac "$mac" mtu 1024 || exit 2
+  "$ctl" link add droce0 ip 192.168.77.2 ip fd77::2 mac "$mac" mtu 1024 "${lab_droce_settings[@]}" || exit 2
 # shellcheck disable=SC2119  # no variables of its own here
 lab_droce_env
 # The guest has librdmacm but not its utilities: the host's (same Debian 12

@@ -306,6 +306,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 1, 10'000'000);
       if (!x.ok()) return fail(x.status());
       f.dev.ack_solicit_ns = uint64_t{*x} * 1000;
+    } else if (key == "min_ack_timeout") {
+      auto x = ParseU32(key, v, 0, 31);
+      if (!x.ok()) return fail(x.status());
+      f.dev.min_ack_timeout = static_cast<uint8_t>(*x);
     } else if (key == "sr_tlp") {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
@@ -445,8 +449,8 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         f.dev.sr_rto_low_ns / 1000, f.dev.sr_rto_high_ns / 1000);
   absl::StrAppendFormat(&out, "sr_rto_min_us=%u\nsr_tlp=%s\n", f.dev.sr_rto_min_ns / 1000,
                         f.dev.sr_tlp ? "on" : "off");
-  absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\n", f.dev.unsignaled_ack_every,
-                        f.dev.ack_solicit_ns / 1000);
+  absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\nmin_ack_timeout=%u\n",
+                        f.dev.unsignaled_ack_every, f.dev.ack_solicit_ns / 1000, f.dev.min_ack_timeout);
   absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\nempty_poll_skip=%s\n", f.doorbell_batch,
                         f.poll_ack_hold ? "on" : "off", f.empty_poll_skip ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);

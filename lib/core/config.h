@@ -85,6 +85,9 @@ struct DeviceConfig {
   // left without one is solicited after ack_solicit_ns without sending.
   uint32_t unsignaled_ack_every = 16;
   uint64_t ack_solicit_ns = 500'000;
+  // The floor under every QP's local ACK timeout (transport::QpEnv, IBTA
+  // exponent; 0: each QP's own value).
+  uint8_t min_ack_timeout = 0;
 };
 
 }  // namespace droce::core

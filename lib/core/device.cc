@@ -208,6 +208,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.sr_tlp = config_.sr_tlp;
   env.unsignaled_ack_every = config_.unsignaled_ack_every;
   env.ack_solicit_ns = config_.ack_solicit_ns;
+  env.min_ack_timeout = config_.min_ack_timeout;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet

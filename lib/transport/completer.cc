@@ -142,8 +142,13 @@ uint64_t Qp::ArmRetransmitTimer(uint64_t now) {
   return t != 0 ? now + t : 0;
 }
 
+uint64_t Qp::IbtaTimeoutNs() const {
+  if (attr_.timeout == 0) return 0;
+  return AckTimeoutNs(std::max(attr_.timeout, env_.min_ack_timeout));
+}
+
 uint64_t Qp::RetransmitTimeoutNs() const {
-  if (!sr_) return AckTimeoutNs(attr_.timeout);
+  if (!sr_) return IbtaTimeoutNs();
   return SrRetransmitTimeoutNs();  // sr/requester.cc
 }
 

@@ -519,7 +519,7 @@ void Qp::OnTimer(uint64_t now_ns) {
   // 9.7.6.1.3); an ACK that advances restores it. An SR QP's timer runs on
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
-  const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
+  const uint64_t ibta_timeout = IbtaTimeoutNs();
   if (sr_) SrTimeoutBegins(now_ns, ibta_timeout);  // sr/timers.cc: fallback, F-RTO's undo state
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.retry_clock_ns >= ibta_timeout);

@@ -84,6 +84,12 @@ struct QpEnv {
   // nothing new has been sent for ack_solicit_ns (doc/transport.md "Requester").
   uint32_t unsignaled_ack_every = 16;
   uint64_t ack_solicit_ns = 500'000;
+  // A floor under the QP's local ACK timeout (IBTA exponent, 0: none): the
+  // transport timer runs at least 4.096 us x 2^min_ack_timeout whatever the
+  // QP asked (0, infinite, stays infinite), as ConnectX firmware floors it
+  // (about 0.5 s on ConnectX-2). For peers that stall longer than a
+  // program's hard-coded timeout budget: guests emulated on a loaded host.
+  uint8_t min_ack_timeout = 0;
   // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP
   // makes it send a CNP to its peer, at most one per interval.
   bool cnp_enabled = true;
@@ -419,6 +425,9 @@ class Qp {
   // little is in flight and the last timeout was followed by progress, the
   // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
   uint64_t RetransmitTimeoutNs() const;
+  // 4.096 us x 2^timeout of the QP, raised to the device's floor
+  // (QpEnv::min_ack_timeout); 0: infinite.
+  uint64_t IbtaTimeoutNs() const;
   uint64_t SrRtoHighNs() const;
   uint64_t SrRetransmitTimeoutNs() const;
   void SrImpliedNak(uint32_t missing_psn);

@@ -17,7 +17,7 @@ lab_setup droce-interop
 lab_up
 trap 'lab_down; "$ctl" link del droce0 >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
-"$ctl" link add droce0 type af_packet iface lab0 ip 192.168.77.2 mac "$mac" || exit 2
+"$ctl" link add droce0 type af_packet iface lab0 ip 192.168.77.2 mac "$mac" "${lab_droce_settings[@]}" || exit 2
 lab_droce_env DROCE_STATS=1
 gcc -O2 -o "$share/rxe_ops" "$root/tests/verbs/rxe_ops.c" -libverbs 2>/dev/null
 cp "$share/rxe_ops" "$DROCE_RUN_DIR/rxe_ops"

@@ -384,7 +384,7 @@ void Qp::SrOnProgress() {
 // (the fabric's loss-free row, doc/loss-experiment.md). At most the QP's
 // IBTA timeout (0, infinite, leaves it).
 uint64_t Qp::SrRtoHighNs() const {
-  const uint64_t ibta = AckTimeoutNs(attr_.timeout);
+  const uint64_t ibta = IbtaTimeoutNs();
   uint64_t high = env_.sr_rto_high_ns;
   if (sr_state_->req.rtt.valid) {
     const uint64_t rto = SrMeasuredRtoNs();
@@ -474,7 +474,7 @@ uint64_t Qp::SrRetransmitTimeoutNs() const {
   // response, RFC 4015: on the fabric a stall of a few ms otherwise makes
   // a timeout every 320 us, each second one resending the window).
   if (sr_state_->req.backoff > 0) {
-    const uint64_t ibta = AckTimeoutNs(attr_.timeout);
+    const uint64_t ibta = IbtaTimeoutNs();
     const uint64_t ceiling = ibta == 0 ? env_.sr_rto_high_ns : std::min(ibta, env_.sr_rto_high_ns);
     // (At least four timeouts per IBTA timeout, though: the fallback toward
     // a peer without selective repeat needs an answer within one.)

@@ -124,26 +124,31 @@ XdpProgram::~XdpProgram() {
 }
 
 absl::Status XdpProgram::SetAddresses(const std::vector<Gid>& addrs) {
+  absl::Status s = SyncAddressMap(addrs_fd_, addrs);
+  if (s.ok()) addrs_ = addrs;
+  return s;
+}
+
+absl::Status SyncAddressMap(int fd, const std::vector<Gid>& addrs) {
   // Add first, then remove: an address in both sets is never missing.
   for (const Gid& g : addrs) {
     const uint32_t one = 1;
-    if (bpf_map_update_elem(addrs_fd_, g.data(), &one, BPF_ANY) != 0) {
-      return absl::UnavailableError(absl::StrCat("XDP address map: ", std::strerror(errno)));
+    if (bpf_map_update_elem(fd, g.data(), &one, BPF_ANY) != 0) {
+      return absl::UnavailableError(absl::StrCat("BPF address map: ", std::strerror(errno)));
     }
   }
   std::vector<Gid> present;
   Gid key{}, next{};
   const void* prev = nullptr;
-  while (bpf_map_get_next_key(addrs_fd_, prev, next.data()) == 0) {
+  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
     present.push_back(next);
     key = next;
     prev = key.data();
-    if (present.size() > 1024) break;  // the map holds 64
+    if (present.size() > 1024) break;  // the maps hold 64
   }
   for (const Gid& g : present) {
-    if (std::find(addrs.begin(), addrs.end(), g) == addrs.end()) (void)bpf_map_delete_elem(addrs_fd_, g.data());
+    if (std::find(addrs.begin(), addrs.end(), g) == addrs.end()) (void)bpf_map_delete_elem(fd, g.data());
   }
-  addrs_ = addrs;
   return absl::OkStatus();
 }
 
@@ -179,28 +184,30 @@ absl::StatusOr<bool> DetachStaleProgram(int ifindex) {
   return true;
 }
 
-std::string XdpObjectPath() {
+std::string BpfObjectPath(const char* env_var, const std::string& file) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (const char* env = std::getenv("DROCED_XDP_PROG"); env != nullptr && *env != 0) {
+  if (const char* env = std::getenv(env_var); env != nullptr && *env != 0) {
     return fs::exists(env, ec) ? env : "";
   }
-#ifdef DROCE_BUILD_XDP_PROG
+#ifdef DROCE_BUILD_BPF_DIR
   // A droced run from the build tree uses the build tree's object.
+  const std::string built = std::string(DROCE_BUILD_BPF_DIR) + "/" + file;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   const std::string build_root = DROCE_BUILD_ROOT;
-  if (!ec && self.string().rfind(build_root + "/", 0) == 0 && fs::exists(DROCE_BUILD_XDP_PROG, ec)) {
-    return DROCE_BUILD_XDP_PROG;
-  }
+  if (!ec && self.string().rfind(build_root + "/", 0) == 0 && fs::exists(built, ec)) return built;
 #endif
-#ifdef DROCE_INSTALLED_XDP_PROG
-  if (fs::exists(DROCE_INSTALLED_XDP_PROG, ec)) return DROCE_INSTALLED_XDP_PROG;
+#ifdef DROCE_INSTALLED_BPF_DIR
+  const std::string installed = std::string(DROCE_INSTALLED_BPF_DIR) + "/" + file;
+  if (fs::exists(installed, ec)) return installed;
 #endif
-#ifdef DROCE_BUILD_XDP_PROG
-  if (fs::exists(DROCE_BUILD_XDP_PROG, ec)) return DROCE_BUILD_XDP_PROG;
+#ifdef DROCE_BUILD_BPF_DIR
+  if (fs::exists(built, ec)) return built;
 #endif
   return "";
 }
+
+std::string XdpObjectPath() { return BpfObjectPath("DROCED_XDP_PROG", "droce_xdp.o"); }
 
 namespace {
 

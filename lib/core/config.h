@@ -78,6 +78,11 @@ struct DeviceConfig {
   // left without one is solicited after ack_solicit_ns without sending.
   uint32_t unsignaled_ack_every = 16;
   uint64_t ack_solicit_ns = 500'000;
+  // The UDP source port of every frame the device builds; 0: one per QP
+  // pair from its flow label (RoCEv2's ECMP entropy, as rxe and mlx5). A
+  // device whose frames leave through a kernel UDP socket sets the socket's
+  // port: the kernel writes the UDP header, and the ICRC covers the port.
+  uint16_t udp_source_port = 0;
 };
 
 }  // namespace droce::core

@@ -465,7 +465,6 @@ void OpenSide(Side& side) {
     const std::string msg = absl::StrFormat("--mtu %u: port %s carries %u-byte frames, path MTU %u at most",
                                             opt.mtu, opt.port, side.port->max_frame_bytes(), side.largest_mtu);
     side.port.reset();  // closes the port (net_af_xdp: detaches its XDP program)
-    ethdev::StopEal();
     Fail(msg);
   }
   const std::string where =
@@ -575,8 +574,7 @@ int RunPair(const Options& opt, const Engine* engine) {
   }
   server.session->RequestStop(true);
   server_thread.join();
-  for (Side* side : {&client, &server}) side->Close();
-  ethdev::StopEal();
+  for (Side* side : {&client, &server}) side->Close();  // EAL is left to the exit (eal.h)
   return client_rc != 0 ? client_rc : server_rc;
 }
 
@@ -649,7 +647,6 @@ int main(int argc, char** argv) {
     rc = runner.Serve();
   }
   UnregisterTelemetry();
-  side.Close();
-  ethdev::StopEal();
+  side.Close();  // EAL is left to the exit (eal.h)
   return rc;
 }

@@ -135,13 +135,6 @@ bool EalStarted() {
   return g_started;
 }
 
-void StopEal() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_started) return;
-  rte_eal_cleanup();
-  g_started = false;
-}
-
 bool RegisterThread() {
   if (rte_lcore_id() != LCORE_ID_ANY) return true;  // an EAL thread, or registered already
   return rte_thread_register() == 0;

@@ -13,12 +13,18 @@
 # TCP runs on the bare veth (before droce binds it) and again with droce's
 # XDP program on it (XDP on a veth turns the peer's GSO off).
 #   run.sh [ROUNDS=3] [DURATION=5] [ITERS=5000]   (root; prints CSV, then medians)
+#   env: STEERINGS="udp xdp" (netdev steerings, doc/netdev.md), MEMIF=1 (0: skip
+#   the fabric uplink), MTU=3000 (the veth's), PATH_MTU=2048 (perftest -m)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 build=${BUILD:-$root/build}
 ctl=$build/apps/ctl/droce-ctl
 rounds=${1:-3} dur=${2:-5} iters=${3:-5000}
+steerings=${STEERINGS:-udp xdp}  # the netdev devices' steerings measured, in this order
+memif=${MEMIF:-1}                # 0: no fabric memif uplink rows
+mtu=${MTU:-3000}                 # the veth's; XDP needs at most ~3500
+path_mtu=${PATH_MTU:-2048}       # the RDMA path MTU (AF_XDP's largest is 2048)
 [ "$(id -u)" = 0 ] || { echo "run.sh: needs root (network namespaces, XDP)" >&2; exit 77; }
 for t in iperf3 qperf ib_write_bw ib_send_lat; do
   command -v $t >/dev/null || { echo "run.sh: $t not found" >&2; exit 77; }
@@ -35,7 +41,7 @@ cleanup() {
 trap cleanup EXIT
 ip netns add $A && ip netns add $B || exit 1
 ip -n $A link add nd0 type veth peer name nd0 netns $B
-for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu 3000 up; done
+for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu $mtu up; done
 ip -n $A addr add 10.0.0.1/24 dev nd0; ip -n $B addr add 10.0.0.2/24 dev nd0
 
 ticks=$(getconf CLK_TCK)
@@ -76,7 +82,7 @@ measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   # Events cannot be timed by duration (perftest): a count then.
   local amount="-D $dur"
   [ -n "${BW_ITERS:-}" ] && amount="-n $BW_ITERS"
-  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x 1 -s 65536 $amount -m 2048" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x 1 -s 65536 $amount -m 2048 ${PEER}"
+  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x 1 -s 65536 $amount -m $path_mtu" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x 1 -s 65536 $amount -m $path_mtu ${PEER}"
   d1=$(cpu_of $dpids); k1=$(softirqd)
   local mbs; mbs=$(awk '$1 == 65536 {print $4}' "$tmp/c.out" | tail -1)
   local prog; prog=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
@@ -119,6 +125,7 @@ measure_tcp() {  # SETUP ROUND
 for r in $(seq "$rounds"); do
   # Kernel TCP on the bare veth.
   measure_tcp tcp_veth "$r"
+  if [ "$memif" = 1 ]; then
   # The fabric: two run directories (two hosts' droceds) joined by a memif
   # uplink, devices on it (doc/droced.md "Uplinks").
   DROCE_RUN_DIR=$UA DROCED_UPLINK=memif:$UA/up.sock:server "$ctl" link add bench0 ip 10.0.0.1 mtu 2048 >/dev/null
@@ -131,16 +138,21 @@ for r in $(seq "$rounds"); do
   measure_lat memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)"
   for d in $UB $UA; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
   DROCE_RUN_DIR=$UA "$ctl" link del bench0 >/dev/null; DROCE_RUN_DIR=$UB "$ctl" link del bench2 >/dev/null
-  # netdev-bound devices on the veth (AF_XDP).
-  ip netns exec $A "$ctl" link add droce0 netdev nd0 >/dev/null && ip netns exec $B "$ctl" link add droce0 netdev nd0 >/dev/null
-  DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
-  dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
-  measure_bw netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
-  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
-  measure_lat netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)"
-  # Kernel TCP on the same veth while droce's XDP program is on it.
-  measure_tcp tcp_veth_with_xdp "$r"
-  for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null; ip netns exec $ns "$ctl" link del droce0 >/dev/null; done
+  fi
+  # netdev-bound devices on the veth, each steering: the processes' own UDP
+  # sockets (udp: droced off the data path) and AF_XDP through droced (xdp).
+  for steering in $steerings; do
+    ip netns exec $A "$ctl" link add droce0 netdev nd0 steering $steering >/dev/null &&
+      ip netns exec $B "$ctl" link add droce0 netdev nd0 steering $steering >/dev/null || continue
+    DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
+    dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
+    measure_bw netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+    MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+    measure_lat netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)"
+    # Kernel TCP on the same veth while droce's program is on it.
+    measure_tcp tcp_veth_with_$steering "$r"
+    for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null; ip netns exec $ns "$ctl" link del droce0 >/dev/null; done
+  done
 done | tee "$tmp/rows.csv"
 
 echo

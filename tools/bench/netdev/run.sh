@@ -58,6 +58,15 @@ timed() {  # OUT CMD...: runs CMD, appends "cpu SECONDS" (its and its children's
   local out=$1; shift
   /usr/bin/time -f "cpu %U %S" -a -o "$out" "$@" >>"$out" 2>&1
 }
+# Waits (up to 10 s) until a TCP port listens in a namespace: on a loaded
+# host a client started a fixed time after its server can find no one there.
+listening() {  # NS PORT
+  local _
+  for _ in $(seq 100); do
+    ip netns exec "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
+    sleep 0.1
+  done
+}
 # A perftest-like pair: server in $1's context, client in $2's. Prints the
 # client's output and "cpu S" lines of both.
 pair() {  # SERVER_PREFIX... -- CLIENT_PREFIX... (each a command line as words)
@@ -65,7 +74,10 @@ pair() {  # SERVER_PREFIX... -- CLIENT_PREFIX... (each a command line as words)
   : >"$tmp/s.out"; : >"$tmp/c.out"
   eval "timed $tmp/s.out $server" &
   local s=$!
-  sleep 2
+  # perftest's server listens on TCP 18515: in namespace A (netdev) or here
+  # (memif, where other programs' servers may listen too: a fixed wait then).
+  if [[ $server == *"netns exec $A "* ]]; then listening $A 18515; else sleep 1.5; fi
+  sleep 0.5  # its device is open before it listens; the rest of its setup
   eval "timed $tmp/c.out $client"
   wait $s
 }
@@ -103,9 +115,9 @@ measure_tcp() {  # SETUP ROUND
   local k0 k1
   k0=$(softirqd)
   : >"$tmp/s.out"; : >"$tmp/c.out"
-  ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out iperf3 -s -1 -p 5201" &
+  ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out timeout $((dur + 60)) iperf3 -s -1 -p 5201" &
   local s=$!
-  sleep 1
+  listening $A 5201
   ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c 10.0.0.1 -p 5201 -l 64K -t $dur -J"
   wait $s
   k1=$(softirqd)
@@ -116,7 +128,7 @@ measure_tcp() {  # SETUP ROUND
   printf '%s,%s,tcp_bw_64k,%.2f,MB/s,%.2f,%s,%.3f,%.2f,\n' "$1" "$2" "$mbs" "$cpu" "$bytes" "$(per_gb "$cpu" "$bytes")" "$soft"
   ip netns exec $A qperf >/dev/null 2>&1 &
   local q=$!
-  sleep 1
+  listening $A 19765
   local lat; lat=$(ip netns exec $B qperf 10.0.0.1 -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
   kill $q 2>/dev/null; wait $q 2>/dev/null
   printf '%s,%s,tcp_lat_2b,%s,us,,,,,\n' "$1" "$2" "$lat"

@@ -68,15 +68,8 @@ absl::Status TcProgram::SetPort(uint32_t slot, uint16_t port) {
 
 TcStats TcProgram::ReadStats() const {
   TcStats s;
-  if (stats_fd_ < 0) return s;
-  const int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return s;
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
-  uint64_t* fields[] = {&s.steered, &s.to_daemon, &s.marked};
-  for (uint32_t k = 0; k < 3; ++k) {
-    if (bpf_map_lookup_elem(stats_fd_, &k, per_cpu.data()) != 0) continue;
-    for (uint64_t v : per_cpu) *fields[k] += v;
-  }
+  uint64_t* const fields[] = {&s.steered, &s.to_daemon, &s.marked};
+  SumPerCpuCounters(stats_fd_, fields, 3);
   return s;
 }
 

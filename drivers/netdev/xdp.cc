@@ -152,17 +152,21 @@ absl::Status SyncAddressMap(int fd, const std::vector<Gid>& addrs) {
   return absl::OkStatus();
 }
 
-XdpStats XdpProgram::ReadStats() const {
-  XdpStats s;
-  if (stats_fd_ < 0) return s;
+void SumPerCpuCounters(int fd, uint64_t* const* fields, uint32_t n) {
+  if (fd < 0) return;
   const int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return s;
+  if (ncpu <= 0) return;
   std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
-  uint64_t* fields[] = {&s.redirected, &s.no_socket, &s.passed};
-  for (uint32_t k = 0; k < 3; ++k) {
-    if (bpf_map_lookup_elem(stats_fd_, &k, per_cpu.data()) != 0) continue;
+  for (uint32_t k = 0; k < n; ++k) {
+    if (bpf_map_lookup_elem(fd, &k, per_cpu.data()) != 0) continue;
     for (uint64_t v : per_cpu) *fields[k] += v;
   }
+}
+
+XdpStats XdpProgram::ReadStats() const {
+  XdpStats s;
+  uint64_t* const fields[] = {&s.redirected, &s.no_socket, &s.passed};
+  SumPerCpuCounters(stats_fd_, fields, 3);
   return s;
 }
 

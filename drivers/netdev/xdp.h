@@ -75,6 +75,10 @@ std::string BpfObjectPath(const char* env_var, const std::string& file);
 // missing.
 absl::Status SyncAddressMap(int fd, const std::vector<Gid>& addrs);
 
+// Adds entry k (k < n) of a BPF per-CPU array of counters, summed over the
+// CPUs, to *fields[k] (the programs' stats maps). Nothing if fd < 0.
+void SumPerCpuCounters(int fd, uint64_t* const* fields, uint32_t n);
+
 // The classic BPF filter of the packet-socket fallback: accepts frames to the
 // host (PACKET_HOST: not outgoing, broadcast or multicast) that are IPv4 (not
 // a fragment) or IPv6 (UDP right after the fixed header), UDP to port 4791,

@@ -225,7 +225,7 @@ void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name
   m->msg_controllen = kControlBytes;
   cmsghdr* c = CMSG_FIRSTHDR(m);
   size_t used = 0;
-  const auto add_int = [&](int level, int type, int value) {
+  const auto add = [&](int level, int type, const auto& value) {
     c->cmsg_level = level;
     c->cmsg_type = type;
     c->cmsg_len = CMSG_LEN(sizeof value);
@@ -239,25 +239,15 @@ void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name
   if (d.ipv6) {
     in6_pktinfo pi{};
     std::memcpy(&pi.ipi6_addr, d.src.data(), 16);
-    c->cmsg_level = IPPROTO_IPV6;
-    c->cmsg_type = IPV6_PKTINFO;
-    c->cmsg_len = CMSG_LEN(sizeof pi);
-    std::memcpy(CMSG_DATA(c), &pi, sizeof pi);
-    used += CMSG_SPACE(sizeof pi);
-    c = CMSG_NXTHDR(m, c);
-    add_int(IPPROTO_IPV6, IPV6_TCLASS, d.tclass);
-    if (d.ttl != 64) add_int(IPPROTO_IPV6, IPV6_HOPLIMIT, d.ttl);
+    add(IPPROTO_IPV6, IPV6_PKTINFO, pi);
+    add(IPPROTO_IPV6, IPV6_TCLASS, int{d.tclass});
+    if (d.ttl != 64) add(IPPROTO_IPV6, IPV6_HOPLIMIT, int{d.ttl});
   } else {
     in_pktinfo pi{};
     std::memcpy(&pi.ipi_spec_dst, d.src.data() + 12, 4);
-    c->cmsg_level = IPPROTO_IP;
-    c->cmsg_type = IP_PKTINFO;
-    c->cmsg_len = CMSG_LEN(sizeof pi);
-    std::memcpy(CMSG_DATA(c), &pi, sizeof pi);
-    used += CMSG_SPACE(sizeof pi);
-    c = CMSG_NXTHDR(m, c);
-    add_int(IPPROTO_IP, IP_TOS, d.tclass);
-    if (d.ttl != 64) add_int(IPPROTO_IP, IP_TTL, d.ttl);
+    add(IPPROTO_IP, IP_PKTINFO, pi);
+    add(IPPROTO_IP, IP_TOS, int{d.tclass});
+    if (d.ttl != 64) add(IPPROTO_IP, IP_TTL, int{d.ttl});
   }
   m->msg_controllen = used;
 }

@@ -47,7 +47,7 @@ inline constexpr uint16_t kRoceV2Port = 4791;
 // are not (0, DF): bit 31, the flags (3 bits) at 16, the identification.
 inline constexpr uint32_t kMarkValid = 1u << 31;
 inline constexpr uint32_t MarkOf(uint16_t id, uint16_t flags_fragment) {
-  return kMarkValid | (uint32_t{flags_fragment >> 13} << 16) | id;
+  return kMarkValid | (static_cast<uint32_t>(flags_fragment >> 13) << 16) | id;
 }
 
 struct SocketConfig {

@@ -229,14 +229,17 @@ link_flap() {
 }
 check "nd0 down and up during traffic: PORT_ERR, QPs flushed, PORT_ACTIVE, traffic again" link_flap
 
-# Where XDP is not available: a packet socket with a BPF filter.
-fallback() {
+# droce0 bound again on both ends, with another steering.
+rebind() {  # STEERING
   local ns
   for ns in "$A" "$B"; do
     ip netns exec "$ns" "$ctl" link del droce0 || return 1
-    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering af_packet >/dev/null || return 1
+    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering "$1" >/dev/null || return 1
   done
-  status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
+}
+# Where XDP is not available: a packet socket with a BPF filter.
+fallback() {
+  rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
     tcp_and_rdma af_packet
 }
@@ -244,12 +247,7 @@ check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unre
 
 # AF_XDP through droced (steering xdp): XDP native on the veth.
 xdp_steering() {
-  local ns
-  for ns in "$A" "$B"; do
-    ip netns exec "$ns" "$ctl" link del droce0 || return 1
-    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering xdp >/dev/null || return 1
-  done
-  ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
+  rebind xdp && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
     status "$A" | grep 'netdev nd0: AF_XDP, XDP native' &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
     tcp_and_rdma xdp

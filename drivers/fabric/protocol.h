@@ -101,7 +101,7 @@ static_assert(sizeof(NetdevSocket) == 16);
 // kOpSwitchSet's body (apps/droced/switch_knobs.h): the knobs `set` names
 // take these values; the others keep theirs.
 enum KnobBits : uint32_t {
-  kKnobBottleneck = 1,  // rate_bps (0: off), kmin/kmax, pmax, limit
+  kKnobBottleneck = 1,  // rate_bps (0: off), kmin/kmax, pmax, limit, pfc_xoff/xon, port_flags
   kKnobLoss = 2,
   kKnobReorder = 4,
   kKnobMirror = 8,      // mirror ("": off)
@@ -118,7 +118,15 @@ struct KnobRequest {
   uint32_t reserved0;
   uint64_t seed;
   char mirror[112];        // absolute pcap path, NUL-terminated
-  uint8_t reserved[16];    // must be zero
+  uint32_t pfc_xoff_bytes; // pause an ingress holding more than this in the queue (0: no PFC)
+  uint32_t pfc_xon_bytes;  // and let it go at this or less
+  uint8_t port_flags;      // KnobPortFlags
+  uint8_t reserved[7];     // must be zero
+};
+enum KnobPortFlags : uint8_t {
+  kPortInt = 1,            // stamp INT requests (wire/int.h) as frames leave
+  kPortMarkAtDequeue = 2,  // RED on the queue behind a leaving frame (else ahead of an arriving one)
+  kPortFlagsAll = 3,
 };
 static_assert(sizeof(KnobRequest) == 176);
 

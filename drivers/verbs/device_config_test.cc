@@ -148,6 +148,52 @@ TEST(DeviceFile, RejectsBadInputWithTheLine) {
   EXPECT_NE(std::string(s.status().message()).find("line 4"), std::string::npos) << s.status();
 }
 
+// cc= picks the algorithm of every QP (doc/cc.md), with the paper's
+// parameters at cc_line_rate_gbps and cc_params on top; errors say what is
+// allowed.
+TEST(DeviceFile, CongestionControlByName) {
+  auto f = ParseDeviceFile(std::string(kMinimal) + "cc=timely\ncc_line_rate_gbps=25\ncc_params=t_low_ns=40000, beta=0.5\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->dev.cc.ops, cc::FindAlgorithm("timely"));
+  double v = 0;
+  ASSERT_TRUE(cc::GetParam(f->dev.cc, "line_rate_bps", &v));
+  EXPECT_EQ(v, 25e9);
+  ASSERT_TRUE(cc::GetParam(f->dev.cc, "t_low_ns", &v));
+  EXPECT_EQ(v, 40000);
+  ASSERT_TRUE(cc::GetParam(f->dev.cc, "beta", &v));
+  EXPECT_EQ(v, 0.5);
+  EXPECT_FALSE(f->dev.dcqcn);
+  auto again = ParseDeviceFile(FormatDeviceFile(*f));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(DescribeConfig(again->dev.cc), DescribeConfig(f->dev.cc));
+
+  for (const char* name : {"dcqcn", "hpcc", "swift"}) {
+    auto g = ParseDeviceFile(std::string(kMinimal) + "cc=" + name + "\n");
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status();
+    EXPECT_STREQ(g->dev.cc.ops->name, name);
+  }
+  // cc=dcqcn brings the paper's CNP interval, as dcqcn=paper does.
+  EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "cc=dcqcn\n")->dev.min_time_between_cnps_ns, 50000u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.cc.ops, nullptr);
+
+  const struct {
+    const char* text;
+    const char* says;
+  } kBad[] = {
+      {"cc=cubic\n", "cc: expected one of dcqcn, timely, hpcc, swift, none, got 'cubic'"},
+      {"cc=hpcc\ncc_params=eta=2\n", "cc_params: hpcc eta: '2' is not a number in 0.01..1"},
+      {"cc=swift\ncc_params=gamma=1\n", "cc_params: swift has no parameter 'gamma'"},
+      {"cc_params=beta=0.5\n", "cc_params without cc="},
+      {"cc=timely\ndcqcn=paper\n", "dcqcn= and cc= both set"},
+      {"cc=timely\ncc_line_rate_gbps=0\n", "cc_line_rate_gbps"},
+  };
+  for (const auto& b : kBad) {
+    auto g = ParseDeviceFile(std::string(kMinimal) + b.text);
+    ASSERT_FALSE(g.ok()) << b.text;
+    EXPECT_NE(std::string(g.status().message()).find(b.says), std::string::npos) << g.status();
+  }
+}
+
 TEST(DeviceFile, GidFormatIsSysfs) {
   auto g = ParseIpAsGid("10.0.0.1");
   ASSERT_TRUE(g.ok());

@@ -380,6 +380,17 @@ void Runtime::PrintQpStats(uint32_t qpn) {
                  transport::QpStateName(q->state()), q->selective_repeat() ? "on" : "off", k.sr_sacks_sent,
                  k.sr_sacks_received, k.sr_retransmitted_packets, k.sr_out_of_order_placed, k.sr_dropped,
                  k.sr_fallbacks, k.tlp_probes, k.sr_rack_resent, k.sr_spurious_timeouts);
+    if (const cc::CongestionControl& c = q->congestion_control(); c.ops() != nullptr) {  // doc/cc.md
+      const cc::Output& o = c.output();
+      const cc::Stats& st = c.stats();
+      std::fprintf(stderr,
+                   "droce %s qp %u cc: %s rate_limited %d rate_bps %lu window_packets %u acks %lu rtt_samples %lu "
+                   "last_rtt_us %.1f min_rtt_us %.1f telemetry_acks %lu cnps %lu timeouts %lu rate_decreases %lu "
+                   "rate_increases %lu\n",
+                   file_.name.c_str(), qpn, c.name(), o.rate_limited ? 1 : 0, o.rate_bps, o.window_packets, st.acks,
+                   st.rtt_samples, st.last_rtt_ns / 1e3, st.min_rtt_ns / 1e3, st.telemetry_acks, st.cnps, st.timeouts,
+                   st.rate_decreases, st.rate_increases);
+    }
     if (q->selective_repeat()) {  // the SR breakdown (doc/loss-experiment.md)
       const transport::RttEstimator& r = q->sr_rtt();
       std::fprintf(stderr,

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 
+#include "cc/congestion_control.h"
 #include "cc/dcqcn.h"
 #include "wire/gid.h"
 #include "wire/headers.h"
@@ -53,6 +54,12 @@ struct DeviceConfig {
   // or cc::Mlx5Profile, or hand-tuned.
   bool dcqcn = false;
   cc::DcqcnParams dcqcn_params = cc::Mlx5Profile(100'000'000'000ull);
+  // Otherwise every QP runs this algorithm (doc/cc.md; cc::ParseConfig from
+  // the device file's cc= and cc_params=), none by default.
+  cc::Config cc;
+  // The line rate the paper defaults of an algorithm a QP chooses for itself
+  // are made for (Device::SetQpCongestionControl).
+  uint64_t cc_line_rate_bps = 100'000'000'000ull;
   // Selective repeat (doc/transport.md "Selective repeat"): every RC QP of
   // the device uses it, without negotiation (both ends configured the same;
   // off by default: toward rxe or ConnectX a QP must stay IBTA go-back-N).

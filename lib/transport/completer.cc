@@ -214,6 +214,7 @@ void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   if (s == CompState::kComplete) s = CompComplete(c);
   if (s == CompState::kSack) s = CompSack(c);
   if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
+  if (cc_.ops() != nullptr) CcOnResponse(c);  // cc_hooks.cc
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.

@@ -23,6 +23,7 @@ Qp::Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
       // bounds READ/atomic responses in flight plus NAKs.
       actions_(kMaxRdAtomic * 2 + 8) {
   cc_.Start(env.cc, env.cc_params);
+  int_requests_ = env.cc != nullptr && env.cc->needs_int;
   if (caps.type == QpType::kUd) {
     mtu_ = caps.port_mtu;
     ud_src_port_ = UdSourcePort(qpn);
@@ -40,6 +41,18 @@ absl::Status Qp::SetSelectiveRepeat(bool on) {
   }
   if (on && !sr_state_) sr_state_ = std::make_unique<SrState>();  // control path
   sr_ = sr_chosen_ = on;
+  return absl::OkStatus();
+}
+
+absl::Status Qp::SetCongestionControl(const cc::Ops* ops, const void* params) {
+  if (state_ != QpState::kReset && state_ != QpState::kInit) {
+    return absl::FailedPreconditionError("congestion control is chosen before RTR");
+  }
+  if (ops != nullptr && params == nullptr) return absl::InvalidArgumentError("an algorithm needs its parameters");
+  cc_.Start(ops, params);
+  int_requests_ = ops != nullptr && ops->needs_int;
+  cc_timing_ = CcTiming{};
+  cc_timing_.acked_una = req_.psn_una;
   return absl::OkStatus();
 }
 
@@ -202,6 +215,8 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
+    cc_timing_ = CcTiming{};
+    cc_timing_.acked_una = attr_.sq_psn;
     if (sr_state_) sr_state_->req.sack_base = sr_state_->req.retx_next = sr_state_->req.retx_end = attr_.sq_psn;
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
@@ -224,6 +239,8 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
     req_ = {};
     resp_ = {};
     cnp_ = {};
+    cc_timing_ = {};
+    int_echo_pending_ = false;
     if (sr_state_) {
       sr_state_->req = {};
       sr_state_->resp = {};

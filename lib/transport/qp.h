@@ -241,6 +241,11 @@ class Qp {
   const cc::ReactionPoint* reaction_point() const { return cc::DcqcnReactionPoint(cc_); }
   // Earliest time the pacer lets this QP send again (0 if not paced).
   uint64_t paced_until_ns() const { return cc_.paced_until_ns(); }
+  // The algorithm of this QP (null: none) with its parameters, which must
+  // outlive the QP; before RTR (RESET/INIT), as selective repeat. The
+  // device's default applies at creation; the verbs provider sets another
+  // at RTR when the program chose one through ECE (doc/cc.md).
+  absl::Status SetCongestionControl(const cc::Ops* ops, const void* params);
 
   // Selective repeat for this connection (RC only; before RTR). The device's
   // default (QpEnv::selective_repeat) applies at creation; the verbs
@@ -466,9 +471,13 @@ class Qp {
   uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
   // AckReq at least every this many packets of a long message: under
   // selective repeat also four times per in-flight cap, or a cap below
-  // ack_req_every would stall until the tail-loss probe with nothing asked.
+  // ack_req_every would stall until the tail-loss probe with nothing asked;
+  // and twice per congestion-control window, which a window-based
+  // algorithm (Swift, HPCC) may shrink to a few packets.
   uint32_t AckReqEvery() const {
-    return sr_ ? std::min(env_.ack_req_every, std::max(1u, InflightCap() / 4)) : env_.ack_req_every;
+    const uint32_t every = sr_ ? std::min(env_.ack_req_every, std::max(1u, InflightCap() / 4)) : env_.ack_req_every;
+    const uint32_t cc_window = cc_.output().window_packets;  // 0: none
+    return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
   }
   // Request packets the window lets out with `in_flight` PSNs past psn_una.
   uint32_t WindowRoom(int32_t in_flight) const;
@@ -615,6 +624,33 @@ class Qp {
   cc::CongestionControl cc_;
   bool Paced(uint64_t now_ns) const { return cc_.Paced(now_ns); }
   void NoteSent(uint32_t bytes, uint64_t now_ns) { cc_.OnSent(bytes, now_ns); }
+  // Congestion control's hooks into the requester and the completer
+  // (cc_hooks.cc), called only while the QP runs an algorithm: one packet
+  // at a time is timed from its first transmission to the response that
+  // acknowledges it (Karn: a resent one is not; the timed packet asks for
+  // its ACK, so ACK coalescing does not stretch the sample), and every response that
+  // moves psn_una reports the packets it acknowledged, the RTT sample if it
+  // ends the timing, and the INT echo it carries.
+  struct CcTiming {
+    bool timing = false;
+    uint32_t psn = 0;      // the timed packet
+    uint64_t sent_ns = 0;
+    uint32_t acked_una = 0;  // psn_una at the last report
+  } cc_timing_;
+  bool CcNoteSent(uint32_t psn, bool retransmission, uint64_t now_ns);
+  void CcOnResponse(const RespCtx& c);
+  // INT (wire/int.h, doc/cc.md "INT"): a QP whose algorithm needs the
+  // switches' telemetry (HPCC) asks for it in its SEND/WRITE packets
+  // (CcWriteIntRequest: the header after the extended headers, BTH byte 4's
+  // flag; the payload follows it); a responder that received a request with
+  // the switches' records echoes the newest in its next ACK (CcNoteInt,
+  // CcWriteIntEcho). A QP that never receives one never echoes.
+  bool int_requests_ = false;
+  bool int_echo_pending_ = false;
+  wire::IntStack int_echo_;
+  uint32_t CcWriteIntRequest(uint8_t* bth_p, uint32_t header_bytes);
+  void CcNoteInt(const ReqCtx& c);
+  uint32_t CcWriteIntEcho(uint8_t* bth_p, uint32_t header_bytes);
 
   void TakePostedSends();
   void TakePublishedRecvs();

@@ -349,6 +349,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
     req_.psn_high = PsnAdd(psn, 1);
   }
   if (sr_) SrNoteSent(psn, retransmission, !IsReadOrAtomic(w), now_ns);
+  // cc_hooks.cc: true when this packet is the one timed (it asks for its ACK).
+  const bool cc_timed = cc_.ops() != nullptr && CcNoteSent(psn, retransmission, now_ns);
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
   uint8_t* ext;
   const uint32_t l4_end = WriteHeaders(frame, 0, psn, false, false, &ext);
@@ -425,7 +427,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
   const bool ack_req =
       reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= AckReqEvery() ||
-                     req_.force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
+                     req_.force_ack_req || cc_timed || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   // F-RTO: which ACKs were asked for before a timeout (not by its own resend).
@@ -449,10 +451,11 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   // Immediate data is a __be32 already: its bytes go on the wire as they are.
   if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(w.wr.imm_data);
   if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(w.wr.invalidate_rkey);
-  transport_len = op.header_bytes + seg;
+  const uint32_t headers = op.header_bytes + (int_requests_ ? CcWriteIntRequest(bth_p, op.header_bytes) : 0);
+  transport_len = headers + seg;
   w.next_psn = PsnAdd(psn, 1);
   if (last) w.fully_sent = true;
-  uint8_t* payload = bth_p + op.header_bytes;
+  uint8_t* payload = bth_p + headers;
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
     GatherPayload(w, offset, seg, payload);

@@ -147,6 +147,27 @@ knob_bottleneck() {
   grep -o ' rx_cnp [0-9]*' "$run/client.log"
 }
 check "switch bottleneck rate=1G on droce1: a DCQCN ib_write_bw gets CE marks and its sender CNPs" knob_bottleneck
+knob_int() {
+  # HPCC on both ends (cc=hpcc: every QP asks for INT; doc/cc.md), the port stamps it.
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d
+    "$ctl" link del $1 >/dev/null && "$ctl" link add $1 ip $2 ip $3 set cc=hpcc set cc_line_rate_gbps=1 >/dev/null || return 1
+  done
+  "$ctl" switch set droce1 bottleneck rate=1G kmin=1M kmax=1M pmax=0 int=on || return 1
+  pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D 2" "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1"
+  local rc=$?
+  "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
+  "$ctl" switch clear droce1 || rc=1
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d
+    "$ctl" link del $1 >/dev/null && "$ctl" link add $1 ip $2 ip $3 >/dev/null || rc=1
+  done
+  [ $rc -eq 0 ] || return 1
+  grep -q 'int_stamped [1-9]' "$run/knobs.txt" || { echo "nothing stamped"; return 1; }
+  grep -q 'cc: hpcc .*telemetry_acks [1-9]' "$run/client.log" || { echo "the sender's HPCC got no echo"; return 1; }
+  grep -o 'cc: hpcc .*' "$run/client.log" | head -2
+}
+check "switch bottleneck int=on on droce1: HPCC QPs (cc=hpcc) get the port's INT records echoed" knob_int
 knob_mirror() {
   "$ctl" switch set droce0 mirror "$run/mirror.pcap" || return 1
   pair "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 50" "ibv_rc_pingpong -p $p -d droce1 -g 1 -n 50 127.0.0.1" || return 1

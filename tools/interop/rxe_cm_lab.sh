@@ -18,8 +18,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/interop/lab.sh"
 out=${1:-$root/doc/interop-rxe.md}
 lab_setup droce-cminterop
-"$lab" status >/dev/null 2>&1 || "$lab" up 1 || exit 2
-trap '"$lab" down >/dev/null 2>&1; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
+lab_up
+trap 'lab_down; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
 # RoCEv2 over IPv6 too: a global address on the guest's eth0 (rxe adds its GID).
 "$lab" exec 1 'ip -6 addr replace fd77::11/64 dev eth0 && for i in $(seq 30); do

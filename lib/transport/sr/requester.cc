@@ -239,7 +239,6 @@ void Qp::SrNoteDelivered(uint32_t psn, uint64_t now, bool selective) {
     if (now >= sr_state_->req.rtt_sent_ns) {
       sr_state_->req.rtt.Sample(now - sr_state_->req.rtt_sent_ns);
       SrCountRtt(now - sr_state_->req.rtt_sent_ns);
-      cc_.OnAck(now - sr_state_->req.rtt_sent_ns, now);
       const bool no_resend = counters_.sr_retransmitted_packets - counters_.tlp_probes == sr_state_->req.rtt_retx;
       if (sr_state_->req.rtt_clean && no_resend) SrNoteRttMax(now - sr_state_->req.rtt_sent_ns, now);
       // The percentile takes samples under loss too, but not one that waited

@@ -158,11 +158,10 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
   absl::StatusOr<int> lock = TakeLock(c.ifname, c.ifindex);
   if (!lock.ok()) return lock.status();
   p->lock_fd_ = *lock;
-  if (c.steering == Steering::kUdp || c.steering == Steering::kAuto) {
+  if (c.steering == Steering::kUdp) {
     absl::Status s = p->OpenUdp(c, addrs);
-    if (s.ok()) return p;
-    if (c.steering == Steering::kUdp) return s;
-    p->udp_refused_ = std::string(s.message());
+    if (!s.ok()) return s;
+    return p;
   }
   absl::StatusOr<int> guard = TakeRoceV2Port(c.ifname);
   if (!guard.ok()) return guard.status();

@@ -4,14 +4,14 @@
 // the interface. Owned by droced, the host's "kernel part".
 //
 // Steering:
-//  - udp (auto's first choice): no port of droced's carries the device's
+//  - udp (chosen explicitly): no port of droced's carries the device's
 //    data. Each process of the device gets a UDP socket of its own from
 //    droced (OpenProcessSocket), and droce's TC program (droce_tc.bpf.c)
 //    steers each RoCEv2 packet for the interface's addresses to the socket
 //    of the process that owns its destination QP; droced's own socket at
 //    4791 takes QP 1 and QPNs nobody owns, and is the switch's port on the
 //    interface (udp_port.h).
-//  - XDP: DPDK's net_af_xdp opens an AF_XDP socket on queue 0
+//  - XDP (auto's first choice): DPDK's net_af_xdp opens an AF_XDP socket on queue 0
 //    and attaches droce's XDP program (droce_xdp.bpf.c) from its object
 //    file; the program redirects RoCEv2 for our addresses into the socket
 //    and passes everything else. droced keeps the program's address map equal
@@ -52,7 +52,7 @@ struct InterfaceConfig {
   std::string device;  // the droce device (names the DPDK port)
   std::string ifname;
   int ifindex = 0;
-  Steering steering = Steering::kAuto;  // auto: udp, else XDP, else af_packet
+  Steering steering = Steering::kAuto;  // auto: XDP, else af_packet (udp only when asked for)
   uint16_t ring = 1024;
   std::array<uint8_t, 6> mac{};  // the interface's (udp: the frames droced's socket receives are rebuilt for it)
 };
@@ -97,8 +97,6 @@ class InterfacePort {
   std::string Describe() const;
   // Why XDP was not used (auto steering that fell back), else empty.
   const std::string& xdp_refused() const { return xdp_refused_; }
-  // Why UDP sockets were not used (auto steering that fell back), else empty.
-  const std::string& udp_refused() const { return udp_refused_; }
 
  private:
   InterfacePort() = default;
@@ -123,7 +121,7 @@ class InterfacePort {
   // next binding of the interface fails with EBUSY. ClosePort closes them.
   std::vector<std::pair<int, uint64_t>> xsk_fds_;
   uint32_t max_frame_ = 0;
-  std::string xdp_refused_, udp_refused_;
+  std::string xdp_refused_;
   // steering udp:
   std::unique_ptr<TcProgram> tc_;
   std::unique_ptr<UdpSocketPort> udp_;

@@ -47,10 +47,8 @@ installed() {  # CMD (a bash command line) in the namespace, with the installed 
     mount -t overlay overlay -o 'lowerdir=$D/etc:/etc' /etc &&
     ip netns exec '$ns' bash -c \"\$0\"" "$1"
 }
-# The default steering (udp) needs the installed TC program: without it
-# droced falls back to XDP.
-check "the installed droce-ctl binds v0 with the installed droced and TC program" installed "
-  '$prefix/$bindir/droce-ctl' link add droce0 netdev v0 &&
+check "the installed droce-ctl binds v0 with the installed droced and TC program (steering udp)" installed "
+  '$prefix/$bindir/droce-ctl' link add droce0 netdev v0 steering udp &&
   '$prefix/$bindir/droce-ctl' daemon status | grep 'netdev v0: UDP sockets per process, TC steering' &&
   ! grep -q prog/xdp <(ip link show v0) && tr '\\0' ' ' </proc/\$(cat /run/droce/netns/$ns/droced.pid)/cmdline | grep -q '^$prefix/$bindir/droced'"
 # A new login shell with an empty environment runs SCRIPT (what it reads

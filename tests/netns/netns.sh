@@ -92,10 +92,10 @@ check "link add refuses an interface without an address" refused "no IPv4 or glo
 check "link add refuses an MTU below RoCE's smallest path MTU" refused "below RoCE's smallest path MTU" droce9 netdev x2
 check "link add refuses an unknown steering" refused "steering" droce9 netdev nd0 steering magic
 
-ip netns exec "$A" "$ctl" link add droce0 netdev nd0 >/dev/null || exit 1
-ip netns exec "$B" "$ctl" link add droce0 netdev nd0 >/dev/null || exit 1
+ip netns exec "$A" "$ctl" link add droce0 netdev nd0 steering udp >/dev/null || exit 1
+ip netns exec "$B" "$ctl" link add droce0 netdev nd0 steering udp >/dev/null || exit 1
 check "link add refuses a second device on the same interface" refused "bound to droce0 already" droce1 netdev nd0
-check "each namespace has its own run directory and droced; nd0 steers to the processes' UDP sockets" bash -c "
+check "each namespace has its own run directory and droced; nd0 steers to the processes' UDP sockets (steering udp)" bash -c "
   [ -S /run/droce/netns/$A/droced.sock ] && [ -S /run/droce/netns/$B/droced.sock ] &&
   ! ip -n $A link show nd0 | grep -q prog/xdp &&
   ip netns exec $A '$ctl' daemon status | grep 'netdev nd0: UDP sockets per process, TC steering on nd0' &&

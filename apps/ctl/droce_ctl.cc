@@ -1,7 +1,7 @@
 // droce-ctl: registers droce devices for libibverbs, like
 // `rdma link add rxe0 type rxe netdev eth0` does for Soft-RoCE.
 //
-//   droce-ctl link add NAME netdev IFACE [steering auto|xdp|af_packet]
+//   droce-ctl link add NAME netdev IFACE [steering auto|udp|xdp|af_packet]
 //                                                  (the RoCE function of a host interface, doc/netdev.md)
 //   droce-ctl link add NAME ip ADDR [options]      (a device of the host fabric, served by droced)
 //   droce-ctl link add NAME type memif socket PATH role server|client ip ADDR [options]
@@ -42,7 +42,7 @@ namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
     "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n"
-    "  link add NAME netdev IFACE [steering auto|xdp|af_packet]\n"
+    "  link add NAME netdev IFACE [steering auto|udp|xdp|af_packet]\n"
     "                                    the RoCE function of a host interface, as Linux rxe's\n"
     "                                    (its MAC, MTU and addresses; droced binds it: doc/netdev.md)\n"
     "  link add NAME ip ADDR [OPTIONS]   a device of the host fabric (droced, started as needed):\n"
@@ -531,8 +531,8 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
                   " (no mac, vdev, socket, iface or uplink)");
     }
-    if (!steering.empty() && steering != "auto" && steering != "xdp" && steering != "af_packet") {
-      return Fail("steering: auto, xdp or af_packet");
+    if (!steering.empty() && steering != "auto" && steering != "udp" && steering != "xdp" && steering != "af_packet") {
+      return Fail("steering: auto, udp, xdp or af_packet");
     }
     std::error_code ec;
     fs::create_directories(run_dir, ec);

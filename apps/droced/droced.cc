@@ -764,6 +764,7 @@ class Daemon {
       close(c.fd);
       conns_.erase(conns_.begin() + static_cast<long>(i));
       SyncPaths();  // its peers stop using their rings to it
+      netdev_.ReleaseUnownedSockets();  // its steering goes, then its socket's port
       return;
     }
     std::string text;
@@ -804,13 +805,37 @@ class Daemon {
     if (r.op == fabric::kOpAttach && r.error == 0) {
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd && !p.iface && state_.devices()[p.device].netdev_bound) {
-          const fabric::NetdevState m = state_.NetdevStateOf(p.device);
-          send(c.fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+          SendNetdevAttach(c, p);
         }
       }
     }
     // After the reply: an attach's paths follow it on the same connection.
     SyncPaths();
+    netdev_.ReleaseUnownedSockets();  // a detach's
+  }
+
+  // The interface's state for a process that just attached, and with
+  // steering udp its own socket (doc/netdev.md "UDP sockets"). A socket that
+  // cannot be made leaves the process on droced's path (memif).
+  void SendNetdevAttach(const Conn& c, const Port& p) {
+    fabric::NetdevState m = state_.NetdevStateOf(p.device);
+    absl::StatusOr<netdev::ProcessSocket> sock = absl::NotFoundError("");
+    if (netdev_.SteersToSockets(p.device)) {
+      sock = netdev_.ProcessSocketFor(p.device, p.slot);
+      if (!sock.ok()) Log("process %d: no socket of its own: %s", c.pid, std::string(sock.status().message()).c_str());
+    }
+    m.own_socket = sock.ok() ? 1 : 0;
+    send(c.fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (!sock.ok()) return;
+    fabric::NetdevSocket ns{};
+    ns.magic = fabric::kNetdevSocketMagic;
+    ns.version = fabric::kNetdevSocketVersion;
+    ns.size = sizeof ns;
+    ns.port = sock->port;
+    if (const int err = ethdev::SendWithFds(c.fd, &ns, sizeof ns, &sock->fd, 1); err != 0) {
+      Log("process %d: sending its socket: %s", c.pid, std::strerror(err));
+    }
+    close(sock->fd);
   }
 
   // --- netdev-bound devices (doc/netdev.md).

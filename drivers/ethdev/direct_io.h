@@ -62,6 +62,8 @@ static_assert(sizeof(PeerMessage) == 80);
 // Sends `m` with `nfds` descriptors (SCM_RIGHTS), without blocking.
 // Returns 0 or an errno.
 int SendPeerMessage(int sock, const PeerMessage& m, const int* fds, int nfds);
+// Any datagram of `len` bytes with up to 3 descriptors, the same way.
+int SendWithFds(int sock, const void* buf, unsigned long len, const int* fds, int nfds);
 // Receives one datagram without blocking: its length (0: the peer closed
 // the connection; -1 with errno, EAGAIN: nothing there) and up to 3
 // descriptors it carried (close-on-exec); *nfds says how many.

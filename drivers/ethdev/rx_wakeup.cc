@@ -13,6 +13,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include <rte_ethdev.h>
 #include <rte_interrupts.h>
@@ -244,11 +246,40 @@ bool SocketOfDomain(int fd, int want) {
   return fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == want;
 }
 
+// Ports whose frames come from a socket of their owner's (RegisterWakeupSocket).
+std::mutex g_sockets_mu;
+std::map<uint16_t, std::pair<int, const char*>>& WakeupSockets() {
+  static auto* m = new std::map<uint16_t, std::pair<int, const char*>>;
+  return *m;
+}
+
 }  // namespace
+
+void RegisterWakeupSocket(uint16_t port_id, int fd, const char* kind) {
+  std::lock_guard<std::mutex> lock(g_sockets_mu);
+  WakeupSockets()[port_id] = {fd, kind};
+}
+
+void UnregisterWakeupSocket(uint16_t port_id) {
+  std::lock_guard<std::mutex> lock(g_sockets_mu);
+  WakeupSockets().erase(port_id);
+}
 
 std::unique_ptr<RxWakeup> RxWakeup::For(uint16_t port_id, std::string* why_not) {
   std::string unused;
   if (why_not == nullptr) why_not = &unused;
+  {
+    std::lock_guard<std::mutex> lock(g_sockets_mu);
+    auto it = WakeupSockets().find(port_id);
+    if (it != WakeupSockets().end()) {
+      const int own = fcntl(it->second.first, F_DUPFD_CLOEXEC, 0);
+      if (own < 0) {
+        *why_not = "cannot duplicate the port's socket";
+        return nullptr;
+      }
+      return std::make_unique<SocketWakeup>(own, it->second.second);
+    }
+  }
   if (std::strncmp(rte_version(), "DPDK 22.11", 10) != 0) {
     *why_not = std::string("built for DPDK 22.11's PMD layouts, running ") + rte_version();
     return nullptr;

@@ -60,6 +60,13 @@ class RxWakeup {
 // -1 with the reason. drivers/netdev attaches its filter to the packet socket.
 int QueueSocket(uint16_t port_id, std::string* why_not);
 
+// A port whose RX burst reads a socket of its owner's (drivers/netdev's
+// UDP port: DPDK's ring PMD with an RX callback): For(port_id) then wakes on
+// that socket (a duplicate of `fd`). The owner unregisters before it closes
+// the socket.
+void RegisterWakeupSocket(uint16_t port_id, int fd, const char* kind);
+void UnregisterWakeupSocket(uint16_t port_id);
+
 }  // namespace droce::ethdev
 
 #endif  // DROCE_DRIVERS_ETHDEV_RX_WAKEUP_H_

@@ -74,11 +74,29 @@ struct NetdevState {
   uint8_t active_mtu;    // IBV_MTU_256..IBV_MTU_4096 (1..5)
   uint16_t gid_valid;    // bit i: gids[i] is an entry
   uint8_t mac[6];
-  uint8_t pad[2];
+  // 1: the interface steers to the processes' own UDP sockets (doc/netdev.md
+  // "UDP sockets"): the state sent after the attach reply is followed by a
+  // NetdevSocket with the process's socket.
+  uint8_t own_socket;
+  uint8_t pad;
   uint8_t gids[kNetdevGids][16];
   char ifname[16];
 };
 static_assert(sizeof(NetdevState) == 296);
+
+// The process's UDP socket (steering udp), carried as one descriptor
+// (SCM_RIGHTS) with this datagram: frames to other hosts leave through it
+// from `port`, and the kernel delivers it the frames for the process's QPNs.
+inline constexpr uint32_t kNetdevSocketMagic = 0x6e554450;  // "nUDP"
+inline constexpr uint16_t kNetdevSocketVersion = 1;
+struct NetdevSocket {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t size;  // sizeof(NetdevSocket)
+  uint16_t port;
+  uint8_t reserved[6];  // zero
+};
+static_assert(sizeof(NetdevSocket) == 16);
 
 // kOpSwitchSet's body (apps/droced/switch_knobs.h): the knobs `set` names
 // take these values; the others keep theirs.

@@ -331,8 +331,8 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       if (!x.ok()) return fail(x.status());
       f.netdev_bound = *x;
     } else if (key == "netdev_steering") {
-      if (v != "auto" && v != "xdp" && v != "af_packet") {
-        return fail(absl::InvalidArgumentError("netdev_steering: auto, xdp or af_packet"));
+      if (v != "auto" && v != "udp" && v != "xdp" && v != "af_packet") {
+        return fail(absl::InvalidArgumentError("netdev_steering: auto, udp, xdp or af_packet"));
       }
       f.netdev_steering = std::string(v);
     } else if (key == "lid") {

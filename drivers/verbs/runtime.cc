@@ -161,6 +161,20 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
     }
     first_netdev_state_ = m;
     has_netdev_state_ = true;
+    // steering udp: the process's own socket follows (doc/netdev.md).
+    if (m.own_socket != 0) {
+      fabric::NetdevSocket ns{};
+      int fds[3], nfds = 0;
+      const long n = poll(&pfd, 1, 2000) == 1 ? ethdev::ReceiveWithFds(fabric_fd_, &ns, sizeof ns, fds, &nfds) : -1;
+      if (n != sizeof ns || nfds != 1 || ns.magic != fabric::kNetdevSocketMagic ||
+          ns.version != fabric::kNetdevSocketVersion || ns.size != sizeof ns || ns.port == 0) {
+        for (int k = 0; k < nfds; ++k) close(fds[k]);
+        return absl::UnavailableError("droced sent no socket for the device's interface");
+      }
+      if (udp_fd_ >= 0) close(udp_fd_);
+      udp_fd_ = fds[0];
+      udp_port_ = ns.port;
+    }
   }
   // Only QPNs of our range: the daemon steers the device's others to the
   // processes that own them.
@@ -216,7 +230,16 @@ absl::Status Runtime::Start() {
   if (file_.fabric) {
     direct_ = std::make_unique<ethdev::DirectIo>(port_.get(), file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp);
   }
-  dev_ = std::make_unique<core::Device>(file_.dev, direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get());
+  pktio::BurstIo* io = direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get();
+  if (udp_fd_ >= 0) {
+    // Frames to other hosts leave through the process's own socket, from
+    // its port (the ICRC covers the UDP header the kernel writes).
+    file_.dev.udp_source_port = udp_port_;
+    udp_ = std::make_unique<udp::UdpIo>(io, udp_fd_, udp_port_, file_.dev.mac);
+    udp_fd_ = -1;  // the UdpIo's now
+    io = udp_.get();
+  }
+  dev_ = std::make_unique<core::Device>(file_.dev, io);
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/false);
   if (file_.fabric) {
     dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
@@ -258,6 +281,7 @@ void Runtime::Stop() {
     }
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') PrintStats();
     dev_.reset();
+    udp_.reset();     // its buffers go back to the port's pool
     direct_.reset();  // unmaps the rings
     // A program may open the device again (qperf does per test): the vdev
     // must go too, or probing it again fails. Removing it closes the port.
@@ -281,6 +305,7 @@ void Runtime::Stop() {
     port_.reset();
   }
   if (event_socket_ >= 0) close(event_socket_);
+  if (udp_fd_ >= 0) close(udp_fd_);
   // After the memif interface went: the daemon then frees it and our QPNs.
   if (fabric_fd_ >= 0) close(fabric_fd_);
 }
@@ -322,6 +347,14 @@ void Runtime::PrintStats() {
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load(),
                stats_.posts_left_for_owner.load());
+  if (udp_) {
+    const udp::UdpCounters& u = udp_->counters();
+    std::fprintf(stderr,
+                 "droce %s: own UDP socket (port %u): rx %lu datagrams (dropped %lu) in %lu calls (%lu empty), "
+                 "tx %lu (dropped %lu, source port rewritten %lu) in %lu calls, send buffer full %lu\n",
+                 file_.name.c_str(), udp_->port(), u.rx_datagrams, u.rx_dropped, u.rx_calls, u.rx_empty_calls,
+                 u.tx_datagrams, u.tx_dropped, u.tx_port_rewritten, u.tx_calls, u.tx_would_block);
+  }
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
   std::string line = absl::StrCat("droce ", file_.name, " device:");
   core::ForEachDeviceCounter(c, [&](const char* name, uint64_t v) { absl::StrAppend(&line, " ", name, " ", v); });
@@ -716,6 +749,11 @@ void Runtime::Reattach(uint64_t now_ns) {
     return;
   }
   ++fabric_reattaches_;
+  if (udp_ && udp_fd_ >= 0) {  // the new droced's socket for us
+    udp_->ReplaceSocket(udp_fd_, udp_port_);
+    dev_->set_udp_source_port(udp_port_);
+    udp_fd_ = -1;
+  }
   fabric_link_ = FabricLink::kReattached;  // IBV_EVENT_PORT_ACTIVE once the link is up
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/true);
   RenewWakeupLocked();
@@ -1301,6 +1339,13 @@ int Runtime::ArmWireLocked() {
     fd = direct_->Arm(fd);
     if (fd < 0) wakeup_->Disarm();
   }
+  if (fd >= 0 && udp_) {  // the process's own socket with them
+    fd = udp_->Arm(fd);
+    if (fd < 0) {
+      if (direct_) direct_->Disarm();
+      wakeup_->Disarm();
+    }
+  }
   if (fd >= 0) ++wire_armers_;
   return fd;
 }
@@ -1309,6 +1354,7 @@ int Runtime::ArmWireLocked() {
 // leaves it for the others (poll wakes every sleeper on one write).
 void Runtime::DisarmWireLocked() {
   if (wire_armers_ > 0 && --wire_armers_ == 0) {
+    if (udp_) udp_->Disarm();
     if (direct_) direct_->Disarm();
     if (wakeup_ != nullptr) wakeup_->Disarm();
     RefreshWakeupLocked();

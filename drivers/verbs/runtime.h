@@ -30,6 +30,7 @@
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "drivers/udp/udp_io.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_mutex.h"
 #include "drivers/fabric/protocol.h"
@@ -387,6 +388,13 @@ class Runtime {
   // A fabric device: the direct rings to the other processes, in front of
   // port_ (doc/droced.md "Direct rings"); the device's BurstIo.
   std::unique_ptr<ethdev::DirectIo> direct_;
+  // A netdev-bound device whose interface steers to the processes' own UDP
+  // sockets: frames to other hosts go through ours (doc/netdev.md), in front
+  // of direct_ / port_. udp_fd_/udp_port_: the socket an attach brought,
+  // until the UdpIo takes it.
+  std::unique_ptr<udp::UdpIo> udp_;
+  int udp_fd_ = -1;
+  uint16_t udp_port_ = 0;
   std::unique_ptr<ethdev::RxWakeup> wakeup_;  // null: idle sleeps are timed only
   std::unique_ptr<core::Device> dev_;
   std::vector<CqWatch> watches_;

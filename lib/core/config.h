@@ -88,6 +88,11 @@ struct DeviceConfig {
   // The floor under every QP's local ACK timeout (transport::QpEnv, IBTA
   // exponent; 0: each QP's own value).
   uint8_t min_ack_timeout = 0;
+  // The UDP source port of every frame the device builds; 0: one per QP
+  // pair from its flow label (RoCEv2's ECMP entropy, as rxe and mlx5). A
+  // device whose frames leave through a kernel UDP socket sets the socket's
+  // port: the kernel writes the UDP header, and the ICRC covers the port.
+  uint16_t udp_source_port = 0;
 };
 
 }  // namespace droce::core

@@ -394,7 +394,7 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   const uint32_t flow = av.flow_label != 0 ? av.flow_label
                                            : wire::FlowLabelForQpPair(local_qpn, remote_qpn);
   f.flow_label = flow;
-  f.udp_src_port = wire::UdpSourcePortForFlowLabel(flow);
+  f.udp_src_port = config_.udp_source_port != 0 ? config_.udp_source_port : wire::UdpSourcePortForFlowLabel(flow);
   *out = wire::MakeRoute(f);
   return absl::OkStatus();
 }

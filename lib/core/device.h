@@ -163,6 +163,8 @@ class Device {
   ~Device();
 
   const DeviceConfig& config() const { return config_; }
+  // The UDP source port of the routes set from now on (DeviceConfig).
+  void set_udp_source_port(uint16_t port) { config_.udp_source_port = port; }
   // The GID table (GidTable(config)).
   const std::vector<Gid>& gids() const { return gids_; }
   // Replaces the GID table (a device bound to a host interface follows its

@@ -155,22 +155,34 @@ class MemifPorts final : public PortBackend {
   }
 
   // The process detached or died. DPDK's interrupt thread tears the memif
-  // connection down when the client's socket closes (it unmaps the shared
-  // regions); stopping the port from here at the same time would race with
-  // it, so wait for it to finish first.
+  // connection down when the client's socket closes (it sends the
+  // disconnect, closes the control channel, unmaps the shared regions).
+  // Stopping and removing the port runs the same teardown, so it runs on
+  // that thread too (ethdev::RunOnInterruptThread): from this thread, at
+  // once with it, both closed the control channel's fd and EAL's interrupt
+  // thread panicked re-adding a closed fd to its epoll set (droced died when
+  // an MPI rank was killed). Waiting for the link to go down first lets the
+  // peer's own disconnect finish.
   void ClosePort(int handle) override {
-    const uint16_t port = static_cast<uint16_t>(handle);
-    char name[RTE_ETH_NAME_MAX_LEN] = {};
-    rte_eth_dev_get_name_by_port(port, name);
+    struct Job {
+      uint16_t port;
+      char name[RTE_ETH_NAME_MAX_LEN];
+      absl::Status removed;
+    } job{static_cast<uint16_t>(handle), {}, absl::OkStatus()};
+    rte_eth_dev_get_name_by_port(job.port, job.name);
     for (int i = 0; i < 500; ++i) {
       rte_eth_link link{};
-      if (rte_eth_link_get_nowait(port, &link) != 0 || link.link_status == RTE_ETH_LINK_DOWN) break;
+      if (rte_eth_link_get_nowait(job.port, &link) != 0 || link.link_status == RTE_ETH_LINK_DOWN) break;
       usleep(1000);
     }
-    usleep(10000);
-    rte_eth_dev_stop(port);
-    absl::Status s = ethdev::RemoveVdev(name);  // closes the port
-    if (!s.ok()) Log("removing %s: %s", name, std::string(s.message()).c_str());
+    ethdev::RunOnInterruptThread(
+        [](void* p) {
+          auto* j = static_cast<Job*>(p);
+          rte_eth_dev_stop(j->port);
+          j->removed = ethdev::RemoveVdev(j->name);  // closes the port
+        },
+        &job);
+    if (!job.removed.ok()) Log("removing %s: %s", job.name, std::string(job.removed.message()).c_str());
   }
 
  private:

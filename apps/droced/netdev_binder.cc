@@ -420,8 +420,9 @@ absl::StatusOr<netdev::ProcessSocket> NetdevBinder::ProcessSocketFor(uint32_t de
 }
 
 void NetdevBinder::ReleaseUnownedSockets() {
-  for (auto& [dev, b] : bound_) {
-    const FabricDevice& d = state_->devices()[dev];
+  for (auto& entry : bound_) {  // not a structured binding: clang 14 cannot capture one
+    auto& b = entry.second;
+    const FabricDevice& d = state_->devices()[entry.first];
     std::erase_if(b.socket_slots, [&](uint32_t slot) {
       if (slot < d.slot_owner.size() && d.slot_owner[slot] >= 0) return false;
       b.port->CloseProcessSocket(slot);

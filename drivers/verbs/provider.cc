@@ -88,8 +88,8 @@ struct DroceAh {
 // options (doc/cm.md). Bit 0x2: selective repeat with the 1024-PSN SACK
 // (doc/transport.md "Selective repeat"), offered by every RC QP; another
 // vendor's ECE is refused, so toward rxe or ConnectX a QP stays IBTA
-// go-back-N. Bit 0x1 was selective repeat with the 128-PSN SACK (builds
-// before 2026-11-28): no longer offered, so such a peer and this one agree
+// go-back-N. Bit 0x1 (selective repeat with a 128-PSN SACK, which older
+// droce builds offer) is never offered, so such a peer and this one agree
 // on nothing and stay go-back-N rather than drop each other's SACKs.
 constexpr uint32_t kDroceEceSelectiveRepeat = 0x2;
 // Bits 0x4..0x20: the congestion control a QP runs (doc/cc.md "Per QP").

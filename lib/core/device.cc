@@ -288,7 +288,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
 }
 
 // A destroyed SR QP's repair-time counters, kept in the device's
-// (DROCE_STATS prints them at close; doc/loss-experiment.md "Round 6").
+// (DROCE_STATS prints them at close; doc/loss-experiment.md).
 void Device::FoldSrCounters(const transport::QpCounters& k) {
   uint64_t samples = 0;
   for (uint64_t v : k.sr_rtt_hist) samples += v;

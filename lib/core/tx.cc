@@ -103,9 +103,9 @@ uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
 // the frames of several QPs leave in one TxBurst. Buffers the QP did not use
 // stay with the device as spares (gather_frames_[*pending, + gather_spare_))
 // for the next call, instead of going back to the port: a QP asks for a
-// burst's worth when its window allows it, whatever it has queued, and one
-// 64 B WRITE used to cost 32 buffer allocations and 31 frees (a third of
-// its CPU time over DPDK). Returns the frames sent.
+// burst's worth when its window allows it, whatever it has queued, and
+// taking buffers from the port per call would cost a 64 B WRITE 32 buffer
+// allocations and 31 frees (a third of its CPU time over DPDK). Returns the frames sent.
 uint32_t Device::GatherQp(Qp& q, uint64_t now_ns, uint16_t* pending, bool* port_full) {
   uint32_t sent = 0;
   uint32_t budget = uint32_t{config_.tx_bursts_per_qp} * config_.burst;

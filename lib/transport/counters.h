@@ -55,7 +55,7 @@ struct QpCounters {
   uint64_t sr_rtt_hist[kSrRttBuckets] = {};
   uint64_t sr_rtt_min_ns = 0;          // the smallest RTT sample (0: none yet)
   uint64_t sr_rtt_inflight_sum = 0;    // packets in flight ([psn_una, psn_high)) at each RTT sample, summed
-  // A repair's time (doc/loss-experiment.md "Round 6"): from a SACK showing
+  // A repair's time (doc/loss-experiment.md "What explains the numbers"): from a SACK showing
   // a hole to its first resend being built (the requester's own wait), and
   // from one resend (timed one at a time, as the RTT) to the hole's
   // acknowledgement (cumulative or SACKed; a resend lost again counts until

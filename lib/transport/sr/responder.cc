@@ -83,19 +83,19 @@ void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_n
   }
   // When a SACK leaves for a SEND/WRITE packet placed: the requester
   // resends what a SACK shows missing and sends new packets as a SACK or
-  // ACK frees places in its window, so SACKs are what clock it. One per
-  // packet placed ahead (a coalesced one per receive burst, as before round
-  // 9) cut its sends into batches of a burst or less; on the fabric every
-  // batch is a wake-up of the switch and a preemption of the receiver, and
-  // at 1 % loss, with a hole nearly always open, the pipeline kept ~70 % of
-  // its loss-free goodput (doc/loss-experiment.md "Round 9"). So a SACK
-  // leaves at once when asked for (AckReq: every ack_req_every packets and
-  // each message's last, every retransmission), for the first hole (this
-  // packet placed ahead while nothing else was held: an isolated loss is
-  // resent without waiting for the next AckReq), and when a packet fills a
-  // hole; holes that open behind a known one, and the packets placed after
-  // them, are reported by the next of those, ack_req_every packets later at
-  // most. Duplicates and packets dropped ahead are answered as before.
+  // ACK frees places in its window, so SACKs are what clock it. A SACK per
+  // packet placed ahead (or one per receive burst) would cut its sends into
+  // batches of a burst or less; on the fabric every batch is a wake-up of
+  // the switch and a preemption of the receiver, which at 1 % loss, with a
+  // hole nearly always open, costs about a third of the loss-free goodput
+  // (doc/loss-experiment.md "What explains the numbers"). So a SACK leaves
+  // at once when asked for (AckReq: every ack_req_every packets and each
+  // message's last, every retransmission), for the first hole (this packet
+  // placed ahead while nothing else was held: an isolated loss is resent
+  // without waiting for the next AckReq), and when a packet fills a hole;
+  // holes that open behind a known one, and the packets placed after them,
+  // are reported by the next of those, ack_req_every packets later at most.
+  // Duplicates and packets dropped ahead are answered as any other.
   const bool ack_req = BthView(bth_p).ack_req();
   bool first_hole = false;
   if (ahead > 0 && !ack_req && !SrReceived(PsnAdd(c.psn, -1))) {
@@ -235,8 +235,8 @@ void Qp::SrAdvance() {
 // packets before it placed as SR ones, ePSN - 1 not its last): go-back-N
 // resends from the requester's oldest unacknowledged PSN, so the IBTA
 // packet at ePSN is a MIDDLE or LAST, which IBTA accepts only inside a
-// message in progress (9.7.5.1.3; it used to be NAKed invalid request, an
-// opcode sequence error, and the WR completed REM_INV_REQ_ERR). The IBTA
+// message in progress (9.7.5.1.3; without one it is NAKed invalid request, an
+// opcode sequence error, and the WR completes REM_INV_REQ_ERR). The IBTA
 // responder takes the message over where selective repeat left it, as if
 // its first packets had arrived as IBTA ones: a WRITE's target from the
 // SRETH its packets carried (checked again for the whole message, as a

@@ -61,10 +61,10 @@ void Qp::SrResendAfterTimeout() {
   // alone now, the rest once the first acknowledgement after it shows the
   // timeout was not spurious. A timeout while the previous one is still
   // undecided (no acknowledgement at all came) resends psn_una again and
-  // keeps waiting, backed off: it used to resend everything, which on a
-  // path whose delay had grown past the RTO (a descheduled peer) resent
-  // the window once per RTT and voided every RTT sample (Karn), so the
-  // RTO never caught up (SrSpurious.ALongerPathAfterTheRttWasMeasured...).
+  // keeps waiting, backed off: resending everything, on a path whose delay
+  // has grown past the RTO (a descheduled peer), would resend the window
+  // once per RTT and void every RTT sample (Karn), so the RTO would never
+  // catch up (SrSpurious.ALongerPathAfterTheRttWasMeasured...).
   // Only once the peer has answered as SR: before, everything is resent, so
   // that an SR peer answers within the IBTA timeout that decides the
   // fallback (SrFallbackNot.TwoSrEndsNeverFallBack).

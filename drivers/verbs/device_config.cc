@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "droce/version.h"
+#include "transport/sr/state.h"
 #include "wire/gid.h"
 
 namespace droce::verbs {

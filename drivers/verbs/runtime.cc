@@ -26,6 +26,7 @@
 #include "drivers/verbs/abi.h"
 #include "drivers/fabric/protocol.h"
 #include "drivers/verbs/tsc_clock.h"
+#include "transport/sr/selective_repeat.h"
 
 namespace droce::verbs {
 
@@ -348,14 +349,14 @@ void Runtime::PrintQpStats(uint32_t qpn) {
                  k.sr_sacks_received, k.sr_retransmitted_packets, k.sr_out_of_order_placed, k.sr_dropped,
                  k.sr_fallbacks, k.tlp_probes, k.sr_rack_resent, k.sr_spurious_timeouts);
     if (q->selective_repeat()) {  // the SR breakdown (doc/loss-experiment.md)
-      const transport::RttEstimator& r = q->sr_rtt();
+      const transport::RttEstimator& r = q->sr()->rtt();
       std::fprintf(stderr,
                    "droce %s qp %u sr: timeout_resent %lu timeouts_low %lu timeouts_backoff %lu window_full_us %lu "
                    "srtt_us %lu rttvar_us %lu rto_low_us %lu rto_high_us %lu rtt_max_us %lu rtt_hist_us "
                    "<32:%lu <64:%lu <128:%lu <256:%lu <512:%lu <1024:%lu <2048:%lu >=2048:%lu\n",
                    file_.name.c_str(), qpn, k.sr_timeout_resent, k.sr_timeouts_low, k.sr_timeouts_backoff,
-                   k.sr_window_full_ns / 1000, r.srtt_ns / 1000, r.rttvar_ns / 1000, q->sr_rto_low_ns() / 1000,
-                   q->sr_rto_high_ns() / 1000, k.sr_rtt_max_ns / 1000, k.sr_rtt_hist[0], k.sr_rtt_hist[1],
+                   k.sr_window_full_ns / 1000, r.srtt_ns / 1000, r.rttvar_ns / 1000, q->sr()->rto_low_ns() / 1000,
+                   q->sr()->rto_high_ns() / 1000, k.sr_rtt_max_ns / 1000, k.sr_rtt_hist[0], k.sr_rtt_hist[1],
                    k.sr_rtt_hist[2], k.sr_rtt_hist[3], k.sr_rtt_hist[4], k.sr_rtt_hist[5], k.sr_rtt_hist[6],
                    k.sr_rtt_hist[7]);
     }

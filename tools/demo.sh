@@ -2,7 +2,8 @@
 # The main job: two droce processes doing RDMA over a DPDK memif wire
 # (RDMA WRITE bandwidth, then WRITE ping-pong latency, every transfer
 # verified), unmodified ibv_rc_pingpong, perftest and qperf on droce0/droce1 shared through the host
-# fabric daemon (droced), then droce's transport recovering from loss on an in-memory wire,
+# fabric daemon (droced), two hosts (network namespaces) whose droce devices are the RoCE function
+# of their interfaces (as root), then droce's transport recovering from loss on an in-memory wire,
 # and droce checking and replaying real Linux rxe captures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,27 @@ SERVER_STAYS=1 bash tools/verbs-pair.sh "qperf" "qperf 127.0.0.1 -t 2 -li droce1
 unset WIRE
 echo "   (the direct memif cable, one process per device, for comparison)"
 bash tools/verbs-pair.sh "ib_write_bw -d droce0 -x 1 -D 2" "ib_write_bw -d droce1 -x 1 -D 2 127.0.0.1" | show
+
+if [ "$(id -u)" -eq 0 ] && command -v fi_pingpong >/dev/null; then
+  echo
+  echo "== two hosts (network namespaces on a bridge), droce0 the RoCE function of each host's eth0:"
+  echo "   programs reach the peer by its ordinary address, TCP keeps working beside RDMA"
+  export DROCE_CLUSTER=droce-demo
+  trap 'bash tools/droce-cluster down >/dev/null 2>&1 || true' EXIT
+  bash tools/droce-cluster up 2 --subnet 10.77.0 >/dev/null
+  bash tools/droce-cluster run 1 ibv_rc_pingpong -d droce0 -g 1 -n 2000 >/dev/null 2>&1 &
+  sleep 1
+  bash tools/droce-cluster run 2 ibv_rc_pingpong -d droce0 -g 1 -n 2000 10.77.0.1 | show
+  wait
+  bash tools/droce-cluster run 1 fi_pingpong -p verbs -e msg -I 1000 -S 4096 >/dev/null 2>&1 &
+  sleep 1
+  bash tools/droce-cluster run 2 fi_pingpong -p verbs -e msg -I 1000 -S 4096 10.77.0.1 | tail -2
+  wait
+  bash tools/droce-cluster run 2 ping -c 2 -q 10.77.0.1 | tail -2
+  bash tools/droce-cluster down >/dev/null
+  trap - EXIT
+  unset DROCE_CLUSTER
+fi
 
 echo
 echo "== RC transport over a lossy in-memory wire (droce-loopback)"

@@ -13,7 +13,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libpcap-dev tshark \
   clang libclang-rt-14-dev \
   python3 python3-matplotlib python3-pyverbs \
-  iproute2 procps \
+  iproute2 iputils-ping procps \
   nftables iperf3 ethtool \
   ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi libfabric-bin \
   libbpf-dev linux-libc-dev >/dev/null

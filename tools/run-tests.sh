@@ -129,7 +129,7 @@ if wants tsan; then
   # thread's hand-over, event channels) through libibverbs, the device
   # mutex, the TSC clock and the shared frame rings. DPDK itself is not
   # instrumented (tests/verbs/tsan.supp says what that hides).
-  tsan_tests="lib/pktio/mem_wire_test drivers/verbs/device_mutex_test drivers/verbs/tsc_clock_test"
+  tsan_tests="sim/sim_test drivers/verbs/device_mutex_test drivers/verbs/tsc_clock_test"
   if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debugoptimized \
          -Db_sanitize=thread -Db_lundef=false >/dev/null; } &&
      quiet_ninja build-tsan tests/verbs/verbs_api_test drivers/verbs/libdroce-rdmav34.so \

@@ -261,6 +261,10 @@ CmService::Result CmService::Command(int conn, std::span<const uint8_t> cmd, uin
   } else {
     r = Dispatch(conn, hdr.cmd, cmd.subspan(sizeof hdr), now_ms, option);
     if (r.error == 0 && r.out.size() > hdr.out) r.error = ENOSPC;
+    if (r.error == EAGAIN && hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT) {
+      ++counters_.get_event_empty;
+      return r;
+    }
   }
   if (r.error != 0) {
     ++counters_.commands_failed;
@@ -1417,10 +1421,11 @@ std::string CmService::StatusText() const {
   size_t listening = 0;
   for (const auto& [handle, id] : ids_) listening += id.state == IdState::kListen ? 1 : 0;
   std::string out = absl::StrFormat(
-      "cm: %zu ids, %zu listening, %zu in time wait, %zu multicast joins; commands %lu (failed %lu), mads rx %lu "
-      "tx %lu, unmatched %lu, ignored %lu, rej_no_listener %lu",
-      ids_.size(), listening, zombies_.size(), mcasts_.size(), counters_.commands, counters_.commands_failed, counters_.mads_rx,
-      counters_.mads_tx, counters_.unmatched, counters_.ignored, counters_.rej_no_listener);
+      "cm: %zu ids, %zu listening, %zu in time wait, %zu multicast joins; commands %lu (failed %lu, get_event "
+      "with none waiting %lu), mads rx %lu tx %lu, unmatched %lu, ignored %lu, rej_no_listener %lu",
+      ids_.size(), listening, zombies_.size(), mcasts_.size(), counters_.commands, counters_.commands_failed,
+      counters_.get_event_empty, counters_.mads_rx, counters_.mads_tx, counters_.unmatched, counters_.ignored,
+      counters_.rej_no_listener);
   for (size_t e = 1; e < static_cast<size_t>(cm::MadError::kCount); ++e) {
     if (counters_.mad_errors[e] != 0) {
       absl::StrAppendFormat(&out, ", %s %lu", cm::MadErrorName(static_cast<cm::MadError>(e)), counters_.mad_errors[e]);

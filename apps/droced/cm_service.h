@@ -48,6 +48,10 @@ struct CmDevice {
 
 struct CmCounters {
   uint64_t commands = 0, commands_failed = 0;
+  // GET_EVENTs that found no event waiting: a program polling a channel it
+  // made non-blocking (rsockets does) gets EAGAIN, as from the kernel's
+  // ucma; a normal answer, not a failure.
+  uint64_t get_event_empty = 0;
   uint64_t mads_rx = 0, mads_tx = 0;
   uint64_t mad_errors[static_cast<size_t>(cm::MadError::kCount)] = {};
   uint64_t gsi_drops[static_cast<size_t>(GsiDrop::kCount)] = {};

@@ -416,6 +416,118 @@ TEST_F(CmServiceTest, ReqWithoutAnswerTimesOutAsUnreachable) {
 // ARPs for it (every second until the command's timeout) and ADDR_RESOLVED
 // follows the answer; the REQ then goes to the neighbour's MAC; an address
 // nobody answers for is ADDR_ERROR -ETIMEDOUT.
+// A netdev-bound device (doc/netdev.md): the kernel's route picks the
+// device and the source address, the kernel's neighbour table the MAC;
+// nothing is remembered, and no uplink ARP is sent.
+TEST_F(CmServiceTest, NetdevBoundDevicesRouteAndResolveThroughTheKernel) {
+  CmDevice nd = Dev("nd0", 3, 0x0a000101);
+  nd.netdev = true;
+  nd.gids.push_back(cm::Gid{});  // a hole of the kernel-style table
+  nd.gids.push_back(V4Gid(0x0a000201));
+  cm_.SetDevices({Dev("droce0", 1, 0x0a000001), nd});
+  std::vector<std::pair<cm::Gid, bool>> routes;  // destination, with a source
+  std::vector<std::tuple<int, cm::Gid, cm::Gid, uint32_t>> asked;
+  int arps = 0;
+  cm_.SetResolver([&](int, const cm::Gid&, const cm::Gid&) { ++arps; });
+  cm_.SetKernelRouting(
+      [&](const cm::Gid& dst, const cm::Gid* src) {
+        routes.emplace_back(dst, src != nullptr);
+        CmService::Route r;
+        if (dst == V4Gid(0xc0a80001)) {  // 192.168.0.1: no route by one of ours
+          r.error = ENETUNREACH;
+          return r;
+        }
+        r.device = 1;
+        r.source = src != nullptr ? *src : V4Gid(0x0a000201);  // the route's preferred source
+        return r;
+      },
+      [&](int dev, const cm::Gid& src, const cm::Gid& dst, uint32_t timeout) { asked.emplace_back(dev, src, dst, timeout); });
+  auto resolve_ip = [&](uint32_t dst, uint32_t timeout_ms) {
+    const uint32_t id = CreateId(kClient, 0xC100);
+    rdma_ucm_resolve_ip r{};
+    r.dst_addr = Sin(dst, 7174);
+    r.id = id;
+    r.timeout_ms = timeout_ms;
+    EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+    return id;
+  };
+  const uint32_t id = resolve_ip(0x0a000202, 1500);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(std::get<0>(asked[0]), 1);
+  EXPECT_EQ(std::get<1>(asked[0]), V4Gid(0x0a000201));  // the kernel's source, not the device's first address
+  EXPECT_EQ(std::get<2>(asked[0]), V4Gid(0x0a000202));
+  EXPECT_EQ(std::get<3>(asked[0]), 1500u);
+  EXPECT_FALSE(GetEvent(kClient).has_value());
+  const std::array<uint8_t, 6> peer = {0x52, 0x54, 0, 0, 2, 2};
+  cm_.KernelNeighbour(1, V4Gid(0x0a000202), 0, peer);
+  auto e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  EXPECT_EQ(e->id, id);
+  EXPECT_EQ(std::memcmp(QueryRoute(kClient, id).ib_route[0].sgid, V4Gid(0x0a000201).data(), 16), 0);
+  // Asked again every time (the kernel's table is the only one).
+  resolve_ip(0x0a000202, 1500);
+  EXPECT_EQ(asked.size(), 2u);
+  EXPECT_FALSE(GetEvent(kClient).has_value());
+  // The kernel gives up: ADDR_ERROR with its error.
+  cm_.KernelNeighbour(1, V4Gid(0x0a000202), EHOSTUNREACH, {});
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrError);
+  EXPECT_EQ(static_cast<int32_t>(e->status), -EHOSTUNREACH);
+  // No answer at all: -ETIMEDOUT at the deadline, no uplink ARP ever.
+  resolve_ip(0x0a000203, 1000);
+  now_ += 1001;
+  cm_.OnTimer(now_);
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(static_cast<int32_t>(e->status), -ETIMEDOUT);
+  EXPECT_EQ(arps, 0);
+  // A route by no device of ours, with no uplink answer for it either: the
+  // fabric's fallback (the uplink's ARP from the first device).
+  resolve_ip(0xc0a80001, 1000);
+  EXPECT_EQ(arps, 1);
+  // A local device's address is that device, without asking the kernel.
+  const size_t n = routes.size();
+  resolve_ip(0x0a000001, 1000);
+  EXPECT_EQ(routes.size(), n);
+  e = GetEvent(kClient);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->event, kEvAddrResolved);
+  // Bound to an address first: the route is asked from it.
+  const uint32_t bound = CreateId(kClient, 0xC200);
+  rdma_ucm_bind_ip b{};
+  b.id = bound;
+  b.addr = Sin(0x0a000101, 0);
+  ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_BIND_IP, b).error, 0);
+  rdma_ucm_resolve_ip r{};
+  r.dst_addr = Sin(0x0a000209, 7174);
+  r.id = bound;
+  r.timeout_ms = 1000;
+  ASSERT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_RESOLVE_IP, r).error, 0);
+  EXPECT_TRUE(routes.back().second);
+  EXPECT_EQ(std::get<1>(asked.back()), V4Gid(0x0a000101));
+  // The zero GID of a hole names no address: binding :: is the wildcard, not the hole.
+  EXPECT_EQ(cm_.devices()[1].gids[2], cm::Gid{});
+}
+
+// Linux binds a loopback address to the first active port; libfabric's
+// verbs provider relies on it to find a device and then listens on the id's
+// local address, which another host must reach: the device's own address.
+TEST_F(CmServiceTest, ALoopbackBindTakesTheFirstDeviceAndItsAddress) {
+  const uint32_t id = CreateId(kServer, 0x5100);
+  rdma_ucm_bind_ip b{};
+  b.id = id;
+  b.addr = Sin(0x7f000001, 0);
+  ASSERT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_BIND_IP, b).error, 0);
+  EXPECT_EQ(be64toh(QueryRoute(kServer, id).node_guid), cm_.devices()[0].guid);
+  EXPECT_EQ(std::memcmp(QueryRoute(kServer, id).ib_route[0].sgid, V4Gid(0x0a000001).data(), 16), 0);
+  cm_.SetDevices({});
+  const uint32_t none = CreateId(kServer, 0x5101);
+  b.id = none;
+  EXPECT_EQ(Cmd(kServer, RDMA_USER_CM_CMD_BIND_IP, b).error, EADDRNOTAVAIL);
+}
+
 TEST_F(CmServiceTest, AnotherHostsAddressIsResolvedByArpThroughTheUplink) {
   constexpr uint32_t kRxe = 0xc0a84d0b;  // 192.168.77.11
   auto resolve_ip = [&](uint32_t dst, uint32_t timeout_ms) {
@@ -605,6 +717,20 @@ TEST_F(CmServiceTest, BadCommandsAreRefused) {
   EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_SET_OPTION, o, 0, std::span<const uint8_t>(&tos, 1)).error, 0);
   o.optlen = 4;
   EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_SET_OPTION, o, 0, std::span<const uint8_t>(&tos, 1)).error, EINVAL);
+}
+
+// A program polling its channel (non-blocking, as rsockets does) asks for
+// events that are not there yet: EAGAIN, as the kernel's ucma answers, and
+// counted as such, not as a failed command.
+TEST_F(CmServiceTest, PollingAnEmptyChannelIsNotAFailure) {
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(GetEvent(kClient).has_value());
+  EXPECT_EQ(cm_.counters().commands, 5u);
+  EXPECT_EQ(cm_.counters().get_event_empty, 5u);
+  EXPECT_EQ(cm_.counters().commands_failed, 0u);
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{77}).error, EINVAL);
+  EXPECT_EQ(cm_.counters().commands_failed, 1u);
+  EXPECT_NE(cm_.StatusText().find("commands 6 (failed 1, get_event with none waiting 5)"), std::string::npos)
+      << cm_.StatusText();
 }
 
 TEST_F(CmServiceTest, AcceptedConnectionsDoNotHoldTheListenersPort) {

@@ -571,3 +571,162 @@ TEST(SwitchKnobs, BottleneckMarksAboveKminAndTailDrops) {
 
 }  // namespace
 }  // namespace droce::droced
+
+namespace droce::droced {
+namespace {
+
+// A netdev-bound device (doc/netdev.md): its MAC and GID table come from the
+// kernel (SetNetdevState), its interface is a switch port (AddInterfacePort).
+class NetdevStateTest : public FabricStateTest {
+ protected:
+  void SetUp() override {
+    FabricStateTest::SetUp();
+    verbs::DeviceFile f;
+    f.name = "nd0";
+    f.dev.mac = kIfMac;
+    f.fabric = true;
+    f.fabric_dir = dir_;
+    f.netdev = "lo";
+    f.netdev_bound = true;
+    ASSERT_TRUE(verbs::WriteDeviceTree(dir_, dir_ + "/dev", f).ok());
+    state_->Rescan();
+    for (size_t i = 0; i < state_->devices().size(); ++i) {
+      if (state_->devices()[i].name == "nd0") dev_ = static_cast<uint32_t>(i);
+    }
+  }
+  void Bind(bool active) {
+    iface_ = state_->AddInterfacePort(dev_, 77);
+    ASSERT_GE(iface_, 0);
+    std::vector<core::Gid> gids(fabric::kNetdevGids);
+    gids[0] = core::Gid{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x77, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55};
+    gids[1] = wire::Ipv4MappedGid(0x0a000101);
+    gids[3] = wire::Ipv4MappedGid(0x0a000103);  // a hole at 2
+    state_->SetNetdevState(dev_, kIfMac, gids, 0b1011, active, 3);
+  }
+  fabric::Reply Resolve(int fd, const core::Gid& sgid, const core::Gid& dgid, ResolveQuery* q, uint32_t timeout = 1000,
+                        const std::string& dev = "nd0") {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpResolve, dev);
+    req.size = sizeof req + sizeof(fabric::ResolveRequest);
+    req.pid = 4242;
+    fabric::ResolveRequest body{};
+    std::memcpy(body.sgid, sgid.data(), 16);
+    std::memcpy(body.dgid, dgid.data(), 16);
+    body.timeout_ms = timeout;
+    char buf[sizeof req + sizeof body];
+    std::memcpy(buf, &req, sizeof req);
+    std::memcpy(buf + sizeof req, &body, sizeof body);
+    return state_->Handle(fd, buf, sizeof buf, 4242, 0, &text_, q);
+  }
+  static constexpr core::Mac kIfMac{0x02, 0x77, 0x22, 0x33, 0x44, 0x55};
+  uint32_t dev_ = 0;
+  int iface_ = -1;
+};
+
+TEST_F(NetdevStateTest, AttachWaitsForTheBindingAndThenCarriesTheKernelsState) {
+  fabric::Reply r = Attach(10, "nd0");
+  EXPECT_EQ(r.error, ENODEV);  // not bound yet
+  Bind(true);
+  r = Attach(10, "nd0");
+  ASSERT_EQ(r.error, 0) << r.message;
+  const fabric::NetdevState m = state_->NetdevStateOf(dev_);
+  EXPECT_EQ(m.magic, fabric::kNetdevMagic);
+  EXPECT_EQ(m.size, sizeof m);
+  EXPECT_EQ(m.port_active, 1);
+  EXPECT_EQ(m.active_mtu, 3);
+  EXPECT_EQ(m.gid_valid, 0b1011);
+  EXPECT_EQ(std::memcmp(m.gids[3], wire::Ipv4MappedGid(0x0a000103).data(), 16), 0);
+  const uint32_t generation = m.generation;
+  // The same state again changes nothing; a carrier loss does.
+  std::vector<core::Gid> gids = state_->devices()[dev_].gids;
+  EXPECT_FALSE(state_->SetNetdevState(dev_, kIfMac, gids, 0b1011, true, 3));
+  EXPECT_TRUE(state_->SetNetdevState(dev_, kIfMac, gids, 0b1011, false, 3));
+  EXPECT_GT(state_->NetdevStateOf(dev_).generation, generation);
+  EXPECT_EQ(state_->NetdevStateOf(dev_).port_active, 0);
+}
+
+TEST_F(NetdevStateTest, FramesFromTheInterfaceAreOnlyUnicastRoceForTheDevice) {
+  Bind(true);
+  const fabric::Reply a = Attach(10, "nd0", 111);
+  ASSERT_EQ(a.error, 0) << a.message;
+  auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  int proc = -1;
+  for (size_t i = 0; i < state_->ports().size(); ++i) {
+    if (state_->ports()[i].in_use && state_->ports()[i].conn_fd == 10) proc = static_cast<int>(i);
+  }
+  Decision d = classify(RoceFrame(kIfMac, 0x0a000101, a.qpn_base + 3), iface_);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, proc);
+  EXPECT_EQ(classify(RoceFrame(kIfMac, 0x0a000101, 1), iface_).kind, Decision::kToGsi);
+  // Another MAC, a broadcast, multicast RoCEv2, an unowned QPN: dropped.
+  EXPECT_EQ(classify(RoceFrame(kMac0, 0x0a000101, a.qpn_base), iface_).kind, Decision::kDrop);
+  EXPECT_EQ(classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a000101, a.qpn_base), iface_).kind,
+            Decision::kDrop);
+  EXPECT_EQ(classify(RoceFrame({0x01, 0x00, 0x5e, 1, 2, 3}, 0xef010203, 0xFFFFFF), iface_).kind, Decision::kDrop);
+  EXPECT_EQ(state_->devices()[dev_].counters.rx_not_roce, 3u);
+  EXPECT_EQ(classify(RoceFrame(kIfMac, 0x0a000101, 0xfff000), iface_).kind, Decision::kDrop);
+  EXPECT_EQ(state_->devices()[dev_].counters.rx_no_owner, 1u);
+  // The device's process: another host's MAC leaves by the interface, a
+  // fabric device's MAC stays inside, a broadcast to an unknown IP is no
+  // one's (the kernel resolves this device's neighbours).
+  d = classify(RoceFrame(kOtherMac, 0x0a000102, 0x40), proc);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, iface_);
+  EXPECT_EQ(state_->devices()[dev_].counters.to_netdev, 1u);
+  const fabric::Reply f = Attach(11, "droce0", 222);
+  ASSERT_EQ(f.error, 0);
+  d = classify(RoceFrame(kMac0, 0x0a000001, f.qpn_base), proc);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_NE(d.port, iface_);
+  EXPECT_EQ(classify(RoceFrame({0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, 0x0a0000ff, 0x40), proc).kind,
+            Decision::kDrop);
+  // The interface down: nothing leaves by it.
+  std::vector<core::Gid> gids = state_->devices()[dev_].gids;
+  state_->SetNetdevState(dev_, kIfMac, gids, 0b1011, false, 3);
+  EXPECT_EQ(classify(RoceFrame(kOtherMac, 0x0a000102, 0x40), proc).kind, Decision::kDrop);
+  EXPECT_EQ(state_->devices()[dev_].counters.netdev_dropped, 1u);
+  // Unbound: its port goes; the flood of a device process never reaches an interface.
+  state_->RemoveInterfacePort(dev_);
+  EXPECT_EQ(state_->devices()[dev_].iface_port, -1);
+  EXPECT_EQ(state_->NetdevStateOf(dev_).port_active, 0);
+}
+
+TEST_F(NetdevStateTest, ResolveChecksEveryField) {
+  Bind(true);
+  ResolveQuery q;
+  const core::Gid src = wire::Ipv4MappedGid(0x0a000101), dst = wire::Ipv4MappedGid(0x0a000102);
+  fabric::Reply r = Resolve(9, src, dst, &q);
+  EXPECT_EQ(r.error, EINPROGRESS);
+  EXPECT_EQ(q.device, dev_);
+  EXPECT_EQ(q.dgid, dst);
+  EXPECT_EQ(q.sgid, src);
+  EXPECT_EQ(q.timeout_ms, 1000u);
+  EXPECT_EQ(Resolve(9, wire::Ipv4MappedGid(0x0a000109), dst, &q).error, EADDRNOTAVAIL);  // not ours
+  EXPECT_EQ(Resolve(9, core::Gid{}, dst, &q).error, EADDRNOTAVAIL);                      // a hole is no address
+  EXPECT_EQ(Resolve(9, src, core::Gid{}, &q).error, EINVAL);
+  core::Gid v6{0xfd};
+  EXPECT_EQ(Resolve(9, src, v6, &q).error, EAFNOSUPPORT);
+  EXPECT_EQ(Resolve(9, src, dst, &q, 0).error, EINVAL);
+  EXPECT_EQ(Resolve(9, src, dst, &q, 60001).error, EINVAL);
+  EXPECT_EQ(Resolve(9, src, dst, &q, 1000, "droce0").error, EOPNOTSUPP);  // a fabric device: ARP
+  EXPECT_EQ(Resolve(9, src, dst, &q, 1000, "nosuch").error, ENODEV);
+  EXPECT_EQ(Resolve(9, src, dst, nullptr).error, EOPNOTSUPP);
+  // Nonzero reserved bytes, and a request cut short.
+  fabric::Request req = fabric::MakeRequest(fabric::kOpResolve, "nd0");
+  req.size = sizeof req + sizeof(fabric::ResolveRequest);
+  req.pid = 4242;
+  fabric::ResolveRequest body{};
+  std::memcpy(body.sgid, src.data(), 16);
+  std::memcpy(body.dgid, dst.data(), 16);
+  body.timeout_ms = 100;
+  body.reserved[3] = 1;
+  char buf[sizeof req + sizeof body];
+  std::memcpy(buf, &req, sizeof req);
+  std::memcpy(buf + sizeof req, &body, sizeof body);
+  EXPECT_EQ(state_->Handle(9, buf, sizeof buf, 4242, 0, &text_, &q).error, EINVAL);
+  EXPECT_EQ(state_->Handle(9, buf, sizeof buf - 1, 4242, 0, &text_, &q).error, EINVAL);
+}
+
+}  // namespace
+}  // namespace droce::droced

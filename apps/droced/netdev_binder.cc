@@ -136,7 +136,7 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   if (!port.ok()) return port.status();
   Bound b;
   b.ifindex = link->ifindex;
-  b.gids = std::make_unique<netdev::GidTable>(link->mac);
+  b.gids = std::make_unique<netdev::GidCache>(link->mac);
   b.port = std::move(*port);
   const int port_index = state_->AddInterfacePort(device, b.port->port_id());
   if (port_index < 0) return absl::ResourceExhaustedError("no switch port left");
@@ -185,11 +185,11 @@ void NetdevBinder::Publish(uint32_t device, const netdev::LinkInfo& link,
   }
   if (b.gids->overflowed() > 0) {
     Log(absl::StrFormat("%s: %zu addresses of %s do not fit the GID table (%zu entries)", d.name,
-                        b.gids->overflowed(), d.netdev, netdev::GidTable::kSize));
+                        b.gids->overflowed(), d.netdev, netdev::GidCache::kSize));
   }
   std::vector<core::Gid> table(b.gids->entries().begin(), b.gids->entries().end());
   uint32_t valid = 0;
-  for (size_t i = 0; i < netdev::GidTable::kSize; ++i) valid |= b.gids->valid(i) ? 1u << i : 0;
+  for (size_t i = 0; i < netdev::GidCache::kSize; ++i) valid |= b.gids->valid(i) ? 1u << i : 0;
   const uint8_t mtu = netdev::RocePathMtu(link.mtu, b.port->max_frame_bytes());
   const bool active = link.usable() && mtu != 0;
   const bool was_active = d.port_active;
@@ -292,6 +292,12 @@ void NetdevBinder::Resolve(uint32_t device, const core::Gid& sgid, const core::G
   core::Mac group{};
   if (MulticastMac(dgid, &group)) {
     answer(device, dgid, 0, group);
+    return;
+  }
+  // Questions waiting for the kernel are bounded: a client that keeps asking
+  // for addresses nobody answers gets EAGAIN, not the daemon's memory.
+  if (pending_.size() >= kMaxPending) {
+    answer(device, dgid, EAGAIN, {});
     return;
   }
   const int ifindex = it->second.ifindex;

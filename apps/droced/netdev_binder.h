@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "apps/droced/fabric_state.h"
-#include "drivers/netdev/gid_table.h"
+#include "drivers/netdev/gid_cache.h"
 #include "drivers/netdev/interface_port.h"
 #include "drivers/netdev/netlink.h"
 
@@ -69,13 +69,14 @@ class NetdevBinder {
   Route RouteTo(const core::Gid& dgid, const core::Gid* sgid);
 
   bool any_bound() const { return !bound_.empty(); }
+  static constexpr size_t kMaxPending = 4096;
   // The XDP program's counters of a bound device, for `daemon status`.
   std::string StatusText(uint32_t device) const;
 
  private:
   struct Bound {
     std::unique_ptr<netdev::InterfacePort> port;
-    std::unique_ptr<netdev::GidTable> gids;
+    std::unique_ptr<netdev::GidCache> gids;
     int ifindex = 0;
   };
   struct Pending {

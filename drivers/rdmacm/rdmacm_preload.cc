@@ -65,6 +65,7 @@ constexpr int kFGetfl = 3;         // F_GETFL
 struct FdState {
   std::atomic<bool> cm{false};
   std::atomic<uint32_t> consumed{0};  // notifications read since the last request
+  std::atomic<uint32_t> pending{0};   // events waiting, as the daemon's last reply counted them
   std::atomic<uint64_t> token{0};     // names the channel to the daemon (rdma_migrate_id)
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 };
@@ -106,6 +107,7 @@ int ConnectDaemon(int flags) {
     return -1;
   }
   g_fds[fd].consumed.store(0);
+  g_fds[fd].pending.store(0);
   g_fds[fd].token.store(0);
   g_fds[fd].cm.store(true, std::memory_order_release);
   return fd;
@@ -182,6 +184,7 @@ Answer Exchange(int fd, uint16_t kind, const void* cmd, size_t cmd_len, const vo
     }
     a.error = r.error;
     a.events_pending = r.events_pending;
+    g_fds[fd].pending.store(r.events_pending);
     a.payload_len = r.payload_len;
     if (a.error == 0 && r.payload_len > 0) {
       if (r.payload_len > payload_cap) {
@@ -192,6 +195,21 @@ Answer Exchange(int fd, uint16_t kind, const void* cmd, size_t cmd_len, const vo
     }
     return a;
   }
+}
+
+// True when a GET_EVENT can only find the queue empty: the daemon's last
+// reply counted no events, no notification waits on the socket, and none
+// was read without being reported (the daemon sends the next one only
+// after hearing of the last, cm_protocol.h), so any event queued since
+// would have sent one. The daemon's answer would be EAGAIN; the shim gives
+// it without the round trip, as the kernel's ucma answers a non-blocking
+// get_event on an empty queue. Polling a non-blocking channel (rsockets
+// does, between short sleeps) then costs a recv, not a command. Under the
+// fd's lock.
+bool NoEventWaits(int fd) {
+  if (g_fds[fd].pending.load() != 0 || g_fds[fd].consumed.load() != 0) return false;
+  char b;
+  return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 uint64_t TokenOf(int fd) {
@@ -287,10 +305,16 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
       return -1;
     }
     pthread_mutex_lock(&g_fds[fd].lock);
-    Answer a = Exchange(fd, kCmCommand, buf, n, option, option_len, payload, sizeof payload);
-    if (a.ate_notification && a.events_pending > 0) {
-      // We read the notification meant for a waiter: have the daemon send another.
-      (void)Exchange(fd, kCmSync, nullptr, 0, nullptr, 0, nullptr, 0);
+    Answer a;
+    const bool answered_here = hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && NoEventWaits(fd);
+    if (answered_here) {
+      a.error = EAGAIN;
+    } else {
+      a = Exchange(fd, kCmCommand, buf, n, option, option_len, payload, sizeof payload);
+      if (a.ate_notification && a.events_pending > 0) {
+        // We read the notification meant for a waiter: have the daemon send another.
+        (void)Exchange(fd, kCmSync, nullptr, 0, nullptr, 0, nullptr, 0);
+      }
     }
     pthread_mutex_unlock(&g_fds[fd].lock);
     if (a.closed) {
@@ -316,9 +340,10 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
     if (Tracing()) {
       timespec ts;
       clock_gettime(CLOCK_MONOTONIC, &ts);
-      std::fprintf(stderr, "droce-rdmacm: %ld.%03ld fd %d cmd %u in %u out %u -> %s (%u bytes, %u events pending)\n",
+      std::fprintf(stderr, "droce-rdmacm: %ld.%03ld fd %d cmd %u in %u out %u -> %s (%u bytes, %u events pending%s)\n",
                    static_cast<long>(ts.tv_sec), ts.tv_nsec / 1000000, fd, hdr.cmd, hdr.in, hdr.out,
-                   a.error != 0 ? std::strerror(a.error) : "ok", a.payload_len, a.events_pending);
+                   a.error != 0 ? std::strerror(a.error) : "ok", a.payload_len, a.events_pending,
+                   answered_here ? "; answered without the daemon" : "");
     }
     if (a.error != 0) {
       errno = a.error;

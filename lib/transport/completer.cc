@@ -242,7 +242,20 @@ DROCE_STEP CompState Qp::CompAck(RespCtx& c) {
     return CompState::kDone;
   }
   AckUpTo(c.psn, c.now);
+  if (req_.retry_probe_sent) CheckProbeAnswer(c.psn);
   return CompState::kDone;
+}
+
+// The first ACK at or past the retry probe's PSN. For exactly that PSN,
+// with more outstanding: the responder holds nothing past it (what followed
+// was lost: a lost tail, or a gap whose NAK was lost), so go-back-N resends
+// the rest now. Past it: the rest is arriving (a slow responder, a lost
+// ACK), and nothing is resent; what is missing after it draws a NAK or the
+// next timeout's probe.
+void Qp::CheckProbeAnswer(uint32_t acked) {
+  if (PsnLess(acked, req_.retry_probe_psn)) return;
+  req_.retry_probe_sent = false;
+  if (acked == req_.retry_probe_psn && Outstanding() && state_ != QpState::kErr) RetryFrom(PsnAdd(acked, 1));
 }
 
 // RNR NAK (9.7.5.2.8): what precedes it is acknowledged; wait the timer it

@@ -518,21 +518,21 @@ void Qp::OnTimer(uint64_t now_ns) {
     --req_.retry_left;
     req_.retry_clock_ns = now_ns;
   }
-  const bool retry_unanswered = !req_.progress_since_retry;
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
   if (sr_) {
     sr_->ResendAfterTimeout();
-  } else if (retry_unanswered) {
-    // Go-back-N, and the last retry (a timeout's or a sequence NAK's) is
-    // still unanswered: a responder slower than the window may still be
-    // working through it, silently (it drops what follows a gap until the
-    // gap is filled). Another copy of the window would only queue behind
-    // it; the oldest packet alone, asking for an ACK, repairs a lost first
-    // packet of the retry, and what it answers shows the rest.
-    req_.retry_probe_pending = true;
   } else {
-    RetryFrom(req_.psn_una);
+    // Go-back-N: the packet at psn_una alone, asking for an ACK (the retry
+    // probe, SendRetryProbe); its answer decides the rest (CheckProbeAnswer).
+    // A timeout does not tell a lost packet from a responder slower than
+    // the window (rxe in an emulated guest can take longer than a timeout
+    // for the 64 packets between two ACKs), which may still be working
+    // through the window, or through a sequence NAK's retry, silently (it
+    // drops what follows a gap until the gap is filled): a copy of the
+    // window per timeout would queue behind it, one more each timeout.
+    req_.retry_probe_pending = true;
+    req_.retry_probe_sent = false;
   }
   req_.retransmit_deadline = ArmRetransmitTimer(now_ns);
 }

@@ -397,6 +397,7 @@ class Qp {
   }
   void NoteProgress(uint64_t now);
   void NoteAnswered(uint64_t now);
+  void CheckProbeAnswer(uint32_t acked);
   void AdvancePastDone();
   void RetryFrom(uint32_t psn);
   void SolicitAck(uint64_t now_ns);
@@ -524,9 +525,12 @@ class Qp {
     uint64_t tail_sent_ns = 0;
     uint64_t ack_solicit_deadline = 0;  // 0: not armed
     bool progress_since_retry = true;
-    // Go-back-N: a timeout found the last retry unanswered; the oldest
-    // unacknowledged packet goes once more, alone (SendRetryProbe).
+    // Go-back-N's retry probe: a timeout sends the oldest unacknowledged
+    // packet once more, alone (SendRetryProbe); the first ACK at or past
+    // its PSN decides whether the rest is resent (CheckProbeAnswer).
     bool retry_probe_pending = false;
+    bool retry_probe_sent = false;
+    uint32_t retry_probe_psn = 0;
     // Implied NAKs (lost READ/atomic responses) retry once per missing PSN
     // until progress; otherwise every later response would rewind again.
     bool implied_nak_pending = false;

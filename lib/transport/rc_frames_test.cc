@@ -819,36 +819,45 @@ TEST_F(Completer, ResponsesPastALostOneRestartTheTimer) {
   EXPECT_EQ(MemAt(kIova + 4096 + kMtu, kMtu), Bytes(kMtu, 5));
 }
 
-// A timeout resends the window (go-back-N); a timeout while that retry is
-// still unanswered resends the oldest packet alone, asking for an ACK: a
-// responder slower than the window may still be working through the retry
-// (silently, behind a gap), and another copy of the window would only queue
-// behind it. The same after a sequence NAK's retry.
-TEST_F(Completer, TimeoutWhileTheRetryIsUnansweredResendsTheOldestPacketAlone) {
+// A timeout resends the oldest unacknowledged packet alone, asking for an
+// ACK (the retry probe), not the window: a responder slower than the window
+// may still be working through it. The first ACK at or past the probe's
+// PSN decides: for exactly it, the responder holds nothing past it and the
+// rest goes again at once (go-back-N); past it, the rest is arriving and
+// nothing else is resent.
+TEST_F(Completer, TimeoutsResendTheOldestPacketAloneAndItsAnswerDecidesTheRest) {
   const uint64_t timeout = transport::AckTimeoutNs(10);
   ASSERT_EQ(Post(1, transport::WrOpcode::kRdmaWrite, 4 * kMtu).size(), 4u);  // kSqPsn..+3
-  Response(kRcAcknowledge, kSqPsn + 1, Nak(kNakPsnSequenceError), 0);
-  auto out = Poll();
-  ASSERT_EQ(out.size(), 3u);  // the retry: kSqPsn+1..+3
-  out = Poll(timeout);
+  auto out = Poll(timeout);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].opcode, kRcWriteMiddle);
-  EXPECT_EQ(out[0].psn, kSqPsn + 1);
+  EXPECT_EQ(out[0].opcode, kRcWriteFirst);
+  EXPECT_EQ(out[0].psn, kSqPsn);
   EXPECT_TRUE(out[0].ack_req);
-  EXPECT_THAT(Poll(), ::testing::IsEmpty());  // nothing else follows the probe
-  // Progress: the next timeout is a retry again (the window from psn_una).
-  Response(kRcAcknowledge, kSqPsn + 1, Ack(0), 0);
-  (void)Poll();
-  out = Poll(timeout);
-  ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].psn, kSqPsn + 2);
-  EXPECT_EQ(out[1].psn, kSqPsn + 3);
+  EXPECT_THAT(Poll(), ::testing::IsEmpty());  // nothing follows the probe
+  // Its answer acknowledges exactly it: the rest was lost, and goes again.
+  Response(kRcAcknowledge, kSqPsn, Ack(0), 0);
+  out = Poll();
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0].psn, kSqPsn + 1);
+  EXPECT_EQ(out[2].psn, kSqPsn + 3);
+  // The next timeout's probe is answered past it: the rest is arriving.
   out = Poll(timeout);
   ASSERT_EQ(out.size(), 1u);
-  EXPECT_EQ(out[0].psn, kSqPsn + 2);
+  EXPECT_EQ(out[0].psn, kSqPsn + 1);
+  Response(kRcAcknowledge, kSqPsn + 2, Ack(0), 0);
+  EXPECT_THAT(Poll(), ::testing::IsEmpty());
+  // A sequence NAK's retry is the window from its PSN; a timeout after it
+  // sends the probe only.
+  Response(kRcAcknowledge, kSqPsn + 3, Nak(kNakPsnSequenceError), 0);
+  out = Poll();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn, kSqPsn + 3);
+  out = Poll(timeout);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].psn, kSqPsn + 3);
   EXPECT_TRUE(out[0].ack_req);
   Response(kRcAcknowledge, kSqPsn + 3, Ack(0), 0);
-  (void)Poll();
+  EXPECT_THAT(Poll(), ::testing::IsEmpty());
   const auto c = Cqes();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, WcStatus::kSuccess);

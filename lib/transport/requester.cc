@@ -234,9 +234,9 @@ DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
 }
 
 // Go-back-N's retry probe (OnTimer): the packet at psn_una once more, with
-// AckReq, the send cursor left where it is (the rest was resent by the
-// retry still unanswered). A READ is asked again from its first missing
-// response, an atomic whole. Nothing when the cursor is to send it anyway.
+// AckReq, the send cursor left where it is. A READ is asked again from its
+// first missing response, an atomic whole. Nothing when the cursor is to
+// send it anyway.
 uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
   if (used >= n || Paced(now_ns)) return used;
   req_.retry_probe_pending = false;
@@ -260,6 +260,8 @@ uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     }
     const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
     if (len == 0) return used;
+    req_.retry_probe_sent = true;
+    req_.retry_probe_psn = psn;
     frames[used].len = len;
     ++counters_.tx_packets;
     counters_.tx_bytes += len;

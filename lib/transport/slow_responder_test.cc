@@ -33,10 +33,11 @@ class SlowResponderPair {
   // The responder (b) sends through a FIFO at `rate_bps`; the requester's
   // requests reach it through one at the same rate (a WRITE's data is what
   // it is slow to take); `loss` of the frames leaving either FIFO is lost.
-  SlowResponderPair(uint64_t rate_bps, double loss, uint32_t seed)
+  // `fifo_frames` bounds each FIFO (tail drop, as a tap's queue).
+  SlowResponderPair(uint64_t rate_bps, double loss, uint32_t seed, uint32_t fifo_frames = kFifoFrames)
       : wire_(WireConfig(loss, seed)),
-        slow_{{&wire_.end(0), FifoConfig(rate_bps), &Clock, &now_, kFifoFrames},
-              {&wire_.end(1), FifoConfig(rate_bps), &Clock, &now_, kFifoFrames}} {
+        slow_{{&wire_.end(0), FifoConfig(rate_bps), &Clock, &now_, fifo_frames},
+              {&wire_.end(1), FifoConfig(rate_bps), &Clock, &now_, fifo_frames}} {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
@@ -125,11 +126,11 @@ constexpr uint32_t kPackets = kMsg / kMtu;
                               << pair.now() / 1'000'000;
 }
 
-// Two rounds of perftest's 128 WRs of `op` (the data of the first round
-// read or written again): every WR must complete successfully within
-// `max_ns` of virtual time, and both memories hold the same bytes.
-void Transfer(SlowResponderPair& pair, WrOpcode op, uint64_t max_ns) {
-  constexpr uint32_t kTotal = 2 * kOutstanding;
+// Rounds of perftest's 128 WRs of `op` (the data of the first round read or
+// written again): every WR must complete successfully within `max_ns` of
+// virtual time, and both memories hold the same bytes.
+void Transfer(SlowResponderPair& pair, WrOpcode op, uint64_t max_ns, uint32_t rounds = 2) {
+  const uint32_t kTotal = rounds * kOutstanding;
   Side& source = op == WrOpcode::kRdmaRead ? pair.b() : pair.a();
   for (uint32_t i = 0; i < kOutstanding; ++i) Fill(source.mem, static_cast<uint64_t>(i) * kMsg, kMsg, i + 1);
   const std::vector<Completion> done = pair.Stream(op, kTotal, max_ns);
@@ -189,6 +190,19 @@ TEST(SlowResponder, WritesAtAThirdOfTheRateFinishInTime) {
   const transport::QpCounters& q = pair.requester();
   SCOPED_TRACE(Counters(pair));
   EXPECT_LE(q.retransmitted_packets, (q.naks_received + 1) * kWindow + q.timeouts);
+}
+
+// A responder so slow that the 64 packets between two ACKs take longer than
+// a timeout (~450 packets a second), behind a bounded queue (1,000 frames, a
+// tap's): every timeout comes after progress. Each one used to resend the
+// window, which the queue dropped or the responder served as duplicates.
+TEST(SlowResponder, WritesSlowerThanATimeoutPerAckFinish) {
+  SlowResponderPair pair(kRate / 9, 0, 5, /*fifo_frames=*/1000);
+  Transfer(pair, WrOpcode::kRdmaWrite, 40'000'000'000ull, /*rounds=*/1);
+  const transport::QpCounters& q = pair.requester();
+  SCOPED_TRACE(Counters(pair));
+  EXPECT_GT(q.timeouts, 0u);
+  EXPECT_LE(q.retransmitted_packets, q.timeouts);  // a probe per timeout, nothing else
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "drivers/netdev/gid_table.h"
+#include "drivers/netdev/gid_cache.h"
 #include "drivers/netdev/netlink.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<uint8_t> bytes(data, data + size);  // exactly sized: overreads are caught
   std::vector<NetlinkEvent> events;
   (void)ParseNetlink(bytes.data(), bytes.size(), &events);
-  GidTable table({0x02, 0, 0, 0, 0, 1});
+  GidCache table({0x02, 0, 0, 0, 0, 1});
   std::vector<Gid> addrs;
   for (const NetlinkEvent& e : events) {
     if (e.link.name.size() >= IFNAMSIZ) std::abort();
@@ -32,8 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (e.kind == NetlinkEvent::kNewLink && e.link.has_mac) table.SetMac(e.link.mac);
     table.Update(addrs);
     if (!table.valid(0) || table.entries()[0] == Gid{}) std::abort();
-    for (size_t i = 0; i < GidTable::kSize; ++i) {
-      for (size_t k = i + 1; k < GidTable::kSize; ++k) {
+    for (size_t i = 0; i < GidCache::kSize; ++i) {
+      for (size_t k = i + 1; k < GidCache::kSize; ++k) {
         if (table.valid(i) && table.valid(k) && table.entries()[i] == table.entries()[k]) std::abort();
       }
     }

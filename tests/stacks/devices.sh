@@ -30,15 +30,24 @@ ucx_info_lists_all() {
 }
 check "ucx_info -d: rc_verbs and ud_verbs on droce0..7" ucx_info_lists_all
 
-# libfabric's verbs provider: a MSG and a DGRAM domain per device.
+# libfabric's verbs provider: a DGRAM domain per device, and a MSG domain per
+# device found by the device's address (-s as a server binds it, -n as a
+# client resolves it). The query without an address binds "localhost",
+# which takes the first active device as Linux's cma_bind_loopback does, so
+# it lists droce0's MSG domain only, as it would on a host with 8 RoCE NICs.
 fi_info_lists_all() {
-  local out; out=$(timeout "$t" fi_info -p verbs 2>&1) || { echo "$out" | tail -20; return 1; }
+  local out msg how; out=$(timeout "$t" fi_info -p verbs 2>&1) || { echo "$out" | tail -20; return 1; }
   local i
   for ((i = 0; i < 8; ++i)); do
-    grep -q "domain: droce$i\$" <<<"$out" || { echo "no MSG domain droce$i"; return 1; }
     grep -q "domain: droce$i-dgram\$" <<<"$out" || { echo "no DGRAM domain droce$i-dgram"; return 1; }
+    for how in -s -n; do
+      msg=$(timeout "$t" fi_info -p verbs -t FI_EP_MSG "$how" "10.0.0.$((i + 1))" 2>&1) || { echo "$msg" | tail -20; return 1; }
+      grep -q "domain: droce$i\$" <<<"$msg" || { echo "fi_info $how 10.0.0.$((i + 1)): no MSG domain droce$i"; echo "$msg"; return 1; }
+      ! grep -q "domain: droce[0-9]*\$" <<<"$(grep -v "domain: droce$i\$" <<<"$msg")" ||
+        { echo "fi_info $how 10.0.0.$((i + 1)) lists another device's MSG domain"; return 1; }
+    done
   done
 }
-check "fi_info -p verbs: droce0..7, MSG and DGRAM" fi_info_lists_all
+check "fi_info -p verbs: droce0..7, DGRAM, and MSG by address" fi_info_lists_all
 
 finish stacks_devices

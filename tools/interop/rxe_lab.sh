@@ -3,7 +3,9 @@
 # VMs (../shared/rocelab): droce on the lab's veth (lab0, DPDK af_packet)
 # runs unmodified verbs programs against rxe in a guest, in both roles, and
 # the wire is captured and checked. Opt-in (slow: the guests are emulated);
-# not part of .ci/run. Needs root.
+# not part of .ci/run. Needs root. Every case runs whatever failed before it
+# (a failing side's error lines are shown, its programs stopped), and the run
+# ends with a summary table.
 #   bash tools/interop/rxe_lab.sh [results.md]
 # It rewrites only its own section of the results file (replace_section,
 # tools/interop/lab.sh); tools/interop/rxe_cm_lab.sh writes the rdma_cm/UD one.
@@ -21,30 +23,36 @@ gcc -O2 -o "$share/rxe_ops" "$root/tests/verbs/rxe_ops.c" -libverbs 2>/dev/null
 cp "$share/rxe_ops" "$DROCE_RUN_DIR/rxe_ops"
 
 summary() { grep -oE '[0-9.]+ usec/iter|^ *(64|65536) +[0-9]+ +[0-9.]+ +[0-9.]+' | tail -1 | tr -s ' '; }
-# rxe is the server, droce the client.
+# rxe is the server, droce the client. A server whose client failed waits
+# for it: 15 s, then the guest job is stopped, so the next case starts clean.
 rxe_server() {  # name, guest cmd, droce cmd, port
   local j; j=$("$lab" bg 1 "$2")
   "$lab" waitport 1 "$4" 60 >/dev/null
   local o; o=$(droce "$3" 2>&1); local rc=$?
-  local g; g=$("$lab" wait "$j" 120 2>&1); local grc=$?
-  echo "$o" | tail -4; echo "$g" | tail -3
+  local secs=120
+  [ $rc -eq 0 ] || secs=15
+  local g; g=$("$lab" wait "$j" $secs 2>&1); local grc=$?
+  [ $grc -eq 124 ] && "$lab" kill "$j" >/dev/null 2>&1
+  show_side "droce client" $rc "$o"
+  show_side "rxe server" $grc "$g"
   record "$1" "rxe server, droce client" "$(verdict $rc $grc) $(echo "$o" | summary)"
 }
-# droce is the server, rxe the client: droce_server (lab.sh).
+# droce is the server, rxe the client: droce_server (lab.sh), given the TCP
+# port its server listens on.
 
 guest_kernel=$("$lab" exec 1 'uname -r' 2>/dev/null | tail -1)
 "$lab" capture start interop >/dev/null
 rxe_server "ibv_rc_pingpong" "ibv_rc_pingpong -d rxe0 -g 1 -n 200" "ibv_rc_pingpong -d droce0 -g 1 -n 200 192.168.77.11" 18515
-droce_server "ibv_rc_pingpong" "ibv_rc_pingpong -d droce0 -g 1 -n 200" "ibv_rc_pingpong -d rxe0 -g 1 -n 200 192.168.77.1"
+droce_server "ibv_rc_pingpong" "ibv_rc_pingpong -d droce0 -g 1 -n 200" "ibv_rc_pingpong -d rxe0 -g 1 -n 200 192.168.77.1" 18515
 rxe_server "ib_write_bw" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -D 5" "ib_write_bw -d droce0 -x 1 -F -m 1024 -D 5 192.168.77.11" 18515
-droce_server "ib_write_bw" "ib_write_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1"
+droce_server "ib_write_bw" "ib_write_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1" 18515
 # 64 B unsignaled WRITEs: droce asks rxe for an ACK every 16 packets and on signaled WRs only
 # (doc/transport.md "AckReq"); rxe answers what asks, so its ACKs are sparse too.
 rxe_server "ib_write_bw -s 64 (sparse AckReq)" "ib_write_bw -d rxe0 -x 1 -F -m 1024 -s 64 -n 20000" "ib_write_bw -d droce0 -x 1 -F -m 1024 -s 64 -n 20000 192.168.77.11" 18515
 rxe_server "ib_read_bw" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d droce0 -x 1 -F -m 1024 -D 5 192.168.77.11" 18515
-droce_server "ib_read_bw" "ib_read_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1"
+droce_server "ib_read_bw" "ib_read_bw -d droce0 -x 1 -F -m 1024 -D 5" "ib_read_bw -d rxe0 -x 1 -F -m 1024 -D 5 192.168.77.1" 18515
 rxe_server "rxe_ops (every RC opcode)" "/mnt/share/rxe_ops -d rxe0 -g 1" "$DROCE_RUN_DIR/rxe_ops -d droce0 -g 1 192.168.77.11" 18600
-droce_server "rxe_ops (every RC opcode)" "$DROCE_RUN_DIR/rxe_ops -d droce0 -g 1" "/mnt/share/rxe_ops -d rxe0 -g 1 192.168.77.1"
+droce_server "rxe_ops (every RC opcode)" "$DROCE_RUN_DIR/rxe_ops -d droce0 -g 1" "/mnt/share/rxe_ops -d rxe0 -g 1 192.168.77.1" 18600
 lab_capture_check interop
 
 {
@@ -63,3 +71,4 @@ lab_capture_check interop
   echo "    $check"
 } | replace_section "$out" rxe_lab.sh
 echo "wrote its section of $out"
+lab_summary

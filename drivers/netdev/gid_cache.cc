@@ -1,15 +1,15 @@
-#include "drivers/netdev/gid_table.h"
+#include "drivers/netdev/gid_cache.h"
 
 #include <algorithm>
 
 namespace droce::netdev {
 
-GidTable::Gid GidTable::DefaultGid(const Mac& mac) {
+GidCache::Gid GidCache::DefaultGid(const Mac& mac) {
   return Gid{0xfe, 0x80, 0, 0, 0, 0, 0, 0, static_cast<uint8_t>(mac[0] ^ 0x02), mac[1], mac[2], 0xFF, 0xFE,
              mac[3], mac[4], mac[5]};
 }
 
-bool GidTable::SetMac(const Mac& mac) {
+bool GidCache::SetMac(const Mac& mac) {
   const Gid g = DefaultGid(mac);
   if (entries_[0] == g) return false;
   entries_[0] = g;
@@ -21,7 +21,7 @@ bool GidTable::SetMac(const Mac& mac) {
   return true;
 }
 
-int GidTable::Find(const Gid& gid) const {
+int GidCache::Find(const Gid& gid) const {
   if (gid == Gid{}) return -1;
   for (size_t i = 0; i < kSize; ++i) {
     if (entries_[i] == gid) return static_cast<int>(i);
@@ -29,7 +29,7 @@ int GidTable::Find(const Gid& gid) const {
   return -1;
 }
 
-bool GidTable::Update(const std::vector<Gid>& addrs) {
+bool GidCache::Update(const std::vector<Gid>& addrs) {
   bool changed = false;
   auto wanted = [&](const Gid& g) { return std::find(addrs.begin(), addrs.end(), g) != addrs.end(); };
   for (size_t i = 1; i < kSize; ++i) {

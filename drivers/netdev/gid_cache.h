@@ -6,8 +6,8 @@
 // goes, and a removed address leaves a hole (the zero GID) that the next new
 // address fills. So the index a program took for an address stays valid for
 // as long as the address lives. Every entry is RoCE v2.
-#ifndef DROCE_DRIVERS_NETDEV_GID_TABLE_H_
-#define DROCE_DRIVERS_NETDEV_GID_TABLE_H_
+#ifndef DROCE_DRIVERS_NETDEV_GID_CACHE_H_
+#define DROCE_DRIVERS_NETDEV_GID_CACHE_H_
 
 #include <array>
 #include <cstddef>
@@ -18,14 +18,14 @@
 
 namespace droce::netdev {
 
-class GidTable {
+class GidCache {
  public:
   using Gid = wire::Gid;
   using Mac = std::array<uint8_t, 6>;
   // As verbs reports it (gid_tbl_len; drivers/verbs' kGidTableLen).
   static constexpr size_t kSize = 16;
 
-  explicit GidTable(const Mac& mac) { SetMac(mac); }
+  explicit GidCache(const Mac& mac) { SetMac(mac); }
 
   // The default GID follows the interface's MAC.
   bool SetMac(const Mac& mac);
@@ -52,4 +52,4 @@ class GidTable {
 
 }  // namespace droce::netdev
 
-#endif  // DROCE_DRIVERS_NETDEV_GID_TABLE_H_
+#endif  // DROCE_DRIVERS_NETDEV_GID_CACHE_H_

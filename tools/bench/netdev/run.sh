@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# netdev-bound droce (AF_XDP) vs the fabric's memif uplink vs kernel TCP,
+# across two network namespaces joined by a veth pair (MTU 3000; RDMA path
+# MTU 2048 on both droce setups, the AF_XDP port's largest). Issue 32's
+# benchmark (doc/netdev.md):
+#   - bandwidth: 64 KiB ib_write_bw (-D DURATION; it polls its CQ) and ib_send_bw -e (it
+#     sleeps for completions, as iperf3 sleeps in its socket calls) / iperf3 -l 64K (-t DURATION),
+#     one stream;
+#   - latency: ib_send_lat -s 2 -n ITERS (t_typical) / qperf -m 2 tcp_lat;
+#   - CPU per GB: user+system CPU of every process on the path (the two
+#     perftest or iperf3 processes, the two droceds) and of the ksoftirqd
+#     threads, over the bytes moved.
+# TCP runs on the bare veth (before droce binds it) and again with droce's
+# XDP program on it (XDP on a veth turns the peer's GSO off).
+#   run.sh [ROUNDS=3] [DURATION=5] [ITERS=5000]   (root; prints CSV, then medians)
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+build=${BUILD:-$root/build}
+ctl=$build/apps/ctl/droce-ctl
+rounds=${1:-3} dur=${2:-5} iters=${3:-5000}
+[ "$(id -u)" = 0 ] || { echo "run.sh: needs root (network namespaces, XDP)" >&2; exit 77; }
+for t in iperf3 qperf ib_write_bw ib_send_lat; do
+  command -v $t >/dev/null || { echo "run.sh: $t not found" >&2; exit 77; }
+done
+A=netdevbench-$$-a B=netdevbench-$$-b
+UA=$(mktemp -d /tmp/netdevbench-upA.XXXXXX) UB=$(mktemp -d /tmp/netdevbench-upB.XXXXXX)
+tmp=$(mktemp -d /tmp/netdevbench.XXXXXX)
+cleanup() {
+  for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null 2>&1; done
+  for d in $UB $UA; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
+  for ns in $A $B; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null; ip netns del $ns 2>/dev/null; rm -rf /run/droce/netns/$ns; done
+  rm -rf "$UA" "$UB" "$tmp"
+}
+trap cleanup EXIT
+ip netns add $A && ip netns add $B || exit 1
+ip -n $A link add nd0 type veth peer name nd0 netns $B
+for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu 3000 up; done
+ip -n $A addr add 10.0.0.1/24 dev nd0; ip -n $B addr add 10.0.0.2/24 dev nd0
+
+ticks=$(getconf CLK_TCK)
+cpu_of() {  # PID...: user+system ticks of the processes (all threads)
+  local sum=0 p
+  for p in "$@"; do
+    [ -r /proc/$p/stat ] || continue
+    sum=$((sum + $(awk '{sub(/^.*\) /, ""); print $12 + $13}' /proc/$p/stat)))
+  done
+  echo $sum
+}
+softirqd() { cpu_of $(pgrep -x 'ksoftirqd/[0-9]+' 2>/dev/null || pgrep ksoftirqd); }
+timed() {  # OUT CMD...: runs CMD, appends "cpu SECONDS" (its and its children's user+system) to OUT
+  local out=$1; shift
+  /usr/bin/time -f "cpu %U %S" -a -o "$out" "$@" >>"$out" 2>&1
+}
+# A perftest-like pair: server in $1's context, client in $2's. Prints the
+# client's output and "cpu S" lines of both.
+pair() {  # SERVER_PREFIX... -- CLIENT_PREFIX... (each a command line as words)
+  local server=$1 client=$2
+  : >"$tmp/s.out"; : >"$tmp/c.out"
+  eval "timed $tmp/s.out $server" &
+  local s=$!
+  sleep 2
+  eval "timed $tmp/c.out $client"
+  wait $s
+}
+per_gb() { awk -v c="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0 ? c / (b / 1e9) : 0)}'; }
+on_ns() { echo "ip netns exec $1 env CTL=$ctl bash -c 'eval \"\$(\"\$CTL\" env)\"; exec \"\$@\"' on"; }
+on_dir() { echo "env DROCE_RUN_DIR=$1 CTL=$ctl bash -c 'eval \"\$(\"\$CTL\" env)\"; exec \"\$@\"' on"; }
+
+echo "setup,round,test,value,unit,cpu_s,bytes,cpu_s_per_GB,softirqd_s,daemons_s"
+measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
+  local setup=$1 round=$2 sp=$3 cp=$4 dpids=$5
+  local d0 k0 d1 k1
+  d0=$(cpu_of $dpids); k0=$(softirqd)
+  local tool=${BW_TOOL:-ib_write_bw}
+  # Events cannot be timed by duration (perftest): a count then.
+  local amount="-D $dur"
+  [ -n "${BW_ITERS:-}" ] && amount="-n $BW_ITERS"
+  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x 1 -s 65536 $amount -m 2048" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x 1 -s 65536 $amount -m 2048 ${PEER}"
+  d1=$(cpu_of $dpids); k1=$(softirqd)
+  local mbs; mbs=$(awk '$1 == 65536 {print $4}' "$tmp/c.out" | tail -1)
+  local prog; prog=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
+  local cpu; cpu=$(echo "$prog + ($d1 - $d0) / $ticks" | bc -l)
+  local bytes; bytes=$(echo "${mbs:-0} * 1048576 * $dur" | bc -l)
+  [ -n "${BW_ITERS:-}" ] && [ -n "${mbs:-}" ] && bytes=$((BW_ITERS * 65536))
+  local soft; soft=$(echo "($k1 - $k0) / $ticks" | bc -l)
+  local dcpu; dcpu=$(echo "($d1 - $d0) / $ticks" | bc -l)
+  printf '%s,%s,%s,%s,MB/s,%.2f,%.0f,%.3f,%.2f,%.2f\n' "$setup" "$round" "${MODE:-write_bw_64k}" "${mbs:-0}" "$cpu" "$bytes" \
+    "$(per_gb "$cpu" "$bytes")" "$soft" "$dcpu"
+}
+measure_lat() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX
+  pair "$3 ib_send_lat -d ${DEV_A} -x 1 -s 2 -n $iters" "$4 ib_send_lat -d ${DEV_B} -x 1 -s 2 -n $iters ${PEER}"
+  local typ; typ=$(awk '$1 == 2 {print $5}' "$tmp/c.out" | tail -1)
+  printf '%s,%s,send_lat_2b,%s,us,,,,,\n' "$1" "$2" "${typ:-0}"
+}
+measure_tcp() {  # SETUP ROUND
+  local k0 k1
+  k0=$(softirqd)
+  : >"$tmp/s.out"; : >"$tmp/c.out"
+  ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out iperf3 -s -1 -p 5201" &
+  local s=$!
+  sleep 1
+  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c 10.0.0.1 -p 5201 -l 64K -t $dur -J"
+  wait $s
+  k1=$(softirqd)
+  local bytes; bytes=$(python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[:t.rindex("}")+1]); print(j["end"]["sum_received"]["bytes"])' "$tmp/c.out" 2>/dev/null || echo 0)
+  local cpu; cpu=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
+  local mbs; mbs=$(echo "$bytes / 1048576 / $dur" | bc -l)
+  local soft; soft=$(echo "($k1 - $k0) / $ticks" | bc -l)
+  printf '%s,%s,tcp_bw_64k,%.2f,MB/s,%.2f,%s,%.3f,%.2f,\n' "$1" "$2" "$mbs" "$cpu" "$bytes" "$(per_gb "$cpu" "$bytes")" "$soft"
+  ip netns exec $A qperf >/dev/null 2>&1 &
+  local q=$!
+  sleep 1
+  local lat; lat=$(ip netns exec $B qperf 10.0.0.1 -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
+  kill $q 2>/dev/null; wait $q 2>/dev/null
+  printf '%s,%s,tcp_lat_2b,%s,us,,,,,\n' "$1" "$2" "$lat"
+}
+
+for r in $(seq "$rounds"); do
+  # Kernel TCP on the bare veth.
+  measure_tcp tcp_veth "$r"
+  # The fabric: two run directories (two hosts' droceds) joined by a memif
+  # uplink, devices on it (doc/droced.md "Uplinks").
+  DROCE_RUN_DIR=$UA DROCED_UPLINK=memif:$UA/up.sock:server "$ctl" link add bench0 ip 10.0.0.1 mtu 2048 >/dev/null
+  DROCE_RUN_DIR=$UB DROCED_UPLINK=memif:$UA/up.sock:client "$ctl" link add bench2 ip 10.0.0.3 mtu 2048 >/dev/null
+  sleep 2
+  DEV_A=bench0 DEV_B=bench2 PEER=127.0.0.1
+  dp="$(cat $UA/droced.pid) $(cat $UB/droced.pid)"
+  measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
+  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
+  measure_lat memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)"
+  for d in $UB $UA; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
+  DROCE_RUN_DIR=$UA "$ctl" link del bench0 >/dev/null; DROCE_RUN_DIR=$UB "$ctl" link del bench2 >/dev/null
+  # netdev-bound devices on the veth (AF_XDP).
+  ip netns exec $A "$ctl" link add droce0 netdev nd0 >/dev/null && ip netns exec $B "$ctl" link add droce0 netdev nd0 >/dev/null
+  DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
+  dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
+  measure_bw netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+  measure_lat netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)"
+  # Kernel TCP on the same veth while droce's XDP program is on it.
+  measure_tcp tcp_veth_with_xdp "$r"
+  for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null; ip netns exec $ns "$ctl" link del droce0 >/dev/null; done
+done | tee "$tmp/rows.csv"
+
+echo
+echo "medians over $rounds rounds:"
+python3 - "$tmp/rows.csv" <<'PY'
+import csv, statistics, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 10 and r[0] != "setup"]
+by = {}
+for s, _, t, v, u, cpu, b, per, soft, daemons in rows:
+    by.setdefault((s, t, u), []).append((float(v or 0), float(per or 0), float(soft or 0)))
+for (s, t, u), vals in sorted(by.items()):
+    med = statistics.median(v for v, _, _ in vals)
+    per = statistics.median(p for _, p, _ in vals)
+    soft = statistics.median(x for _, _, x in vals)
+    extra = f"  CPU {per:.3f} s/GB (+ksoftirqd {soft:.2f} s)" if per else ""
+    print(f"  {s:18s} {t:12s} {med:10.2f} {u}{extra}   [{', '.join(f'{v:.2f}' for v, _, _ in vals)}]")
+PY

@@ -54,6 +54,7 @@
 #include "apps/droced/uplink_spec.h"
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/memif_vdev.h"
 #include "drivers/ethdev/prefault.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/ethdev/unmap_guard.h"
@@ -133,8 +134,8 @@ class MemifPorts final : public PortBackend {
 
   absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) override {
     const std::string name = absl::StrCat("net_memif_p", memif_id);
-    const std::string vdev = absl::StrCat(name, ",role=server,id=", memif_id, ",socket=", socket_,
-                                          ",socket-abstract=no,secret=", secret, ",bsize=10240");
+    const std::string vdev = ethdev::MemifVdevArgs(
+        {.name = name, .server = true, .id = memif_id, .socket = socket_, .secret = secret, .buffer_bytes = 10240});
     absl::Status s = ethdev::ProbeVdev(vdev);
     if (!s.ok()) return s;
     uint16_t port = 0;
@@ -1133,7 +1134,7 @@ class Daemon {
   uint64_t next_uplink_try_ = 0;
   // Only after a start that failed (connect refused): restarting a client
   // mid-handshake makes DPDK 22.11's server close a socket its interrupt
-  // thread still watches (runtime.cc's CheckLink).
+  // thread still watches (drivers/verbs/fabric_link.cc's CheckLink).
   void RetryUplink() {
     const uint64_t now = NowNs();
     if (!uplink_retry_ || now < next_uplink_try_) return;
@@ -1333,8 +1334,8 @@ int Main(int argc, char** argv) {
   // processes coming and going never tear it down and re-create it.
   char pin_secret[17] = {};
   for (int i = 0; i < 16; ++i) pin_secret[i] = "0123456789abcdef"[(Fnv(run_dir) + NowNs() * (i + 7)) % 16];
-  eal.vdevs = {absl::StrCat("net_memif_droced,role=server,id=0,socket=", memif_socket,
-                            ",socket-abstract=no,secret=", pin_secret)};
+  eal.vdevs = {ethdev::MemifVdevArgs(
+      {.name = "net_memif_droced", .server = true, .id = 0, .socket = memif_socket, .secret = pin_secret})};
   absl::Status s = ethdev::StartEal(eal);
   if (s.ok() && !ethdev::InstallUnmapGuard()) Log("no SIGSEGV guard for memif's unmap race: %s", std::strerror(errno));
   rte_mempool* pool = s.ok() ? rte_pktmbuf_pool_create("droced_pool", 16383, 256, 0, kDataRoom, SOCKET_ID_ANY)

@@ -61,6 +61,7 @@
 #include "pktio/burst_io.h"
 #include "wire/arp.h"
 #include "wire/nd.h"
+#include "wire/packet.h"
 #include "wire/headers.h"
 
 namespace droce::droced {
@@ -410,7 +411,7 @@ class Daemon {
         rte_pktmbuf_free(m);
         continue;
       }
-      if (v.mark) MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
+      if (v.mark) wire::MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
       if (v.hold && held_[port] == nullptr) {
         held_[port] = m;
         ++nheld_;
@@ -430,28 +431,6 @@ class Daemon {
     std::memcpy(s.m, out, n * sizeof out[0]);
     s.n = n;
     if (!k.mirror_path().empty()) Mirror(device, k, s);
-  }
-
-  // Sets ECN CE on an ECN-capable IPv4/IPv6 frame (RoCEv2's ICRC masks the
-  // field; the IPv4 header checksum is recomputed).
-  static void MarkCe(uint8_t* f, uint32_t len) {
-    const wire::L3Info l3 = wire::ReadL3(f, len);
-    uint8_t* ip = f + l3.l3_offset;
-    if (l3.ether_type == wire::kEtherTypeIpv4 && len >= l3.l3_offset + 20) {
-      if ((ip[1] & 3) == 0) return;  // not ECN-capable: a real switch would drop or leave it
-      ip[1] |= 3;
-      const uint32_t ihl = (ip[0] & 15u) * 4;
-      if (ihl < 20 || len < l3.l3_offset + ihl) return;
-      ip[10] = ip[11] = 0;
-      uint32_t sum = 0;
-      for (uint32_t i = 0; i < ihl; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
-      while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-      ip[10] = static_cast<uint8_t>(~sum >> 8);
-      ip[11] = static_cast<uint8_t>(~sum);
-    } else if (l3.ether_type == wire::kEtherTypeIpv6 && len >= l3.l3_offset + 40) {
-      if (((ip[1] >> 4) & 3) == 0) return;
-      ip[1] |= 0x30;
-    }
   }
 
   // The device's mirror (debugging: a stdio write per frame).

@@ -146,6 +146,11 @@ inline uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport
 // the ICRC does not cover TOS.
 void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn);
 
+// CE on an ECN-capable IPv4 or IPv6 frame, as a congestion point marks it
+// (RFC 3168: a Not-ECT frame is left alone); the IPv4 header checksum
+// follows, RoCEv2's ICRC masks the field. True if the frame was marked.
+bool MarkCe(uint8_t* frame, uint32_t len);
+
 inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 3; }
 
 uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes);

@@ -9,9 +9,7 @@ namespace {
 // left alone, as a switch leaves them). True if the frame was changed.
 bool MarkCe(Frame& f) {
   const wire::ParsedPacket p = wire::ParsePacket(f.data, f.len);
-  if (!p.ok() || (p.ecn() != wire::kEcnEct0 && p.ecn() != wire::kEcnEct1)) return false;
-  wire::SetEcn(f.data, p, wire::kEcnCe);
-  return true;
+  return p.ok() && wire::MarkCe(f.data, f.len);
 }
 }  // namespace
 

@@ -148,7 +148,8 @@ void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn);
 
 // CE on an ECN-capable IPv4 or IPv6 frame, as a congestion point marks it
 // (RFC 3168: a Not-ECT frame is left alone); the IPv4 header checksum
-// follows, RoCEv2's ICRC masks the field. True if the frame was marked.
+// follows, RoCEv2's ICRC masks the field. True if the frame was changed
+// (false for Not-ECT and for a frame already CE).
 bool MarkCe(uint8_t* frame, uint32_t len);
 
 inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 3; }

@@ -7,7 +7,7 @@
 #include <random>
 #include <sstream>
 
-#include "sim/switch/bottleneck.h"
+#include "sim/switch/egress_port.h"
 #include "cc/dcqcn.h"
 
 namespace droce::ccsim {
@@ -45,7 +45,7 @@ struct Sender {
 class Simulation {
  public:
   Simulation(const SimConfig& cfg, const cc::DcqcnParams& params)
-      : cfg_(cfg), params_(params), bn_(BottleneckConfigFor(cfg)) {
+      : cfg_(cfg), params_(params), bn_(PortConfigFor(cfg)) {
     line_bps_ = static_cast<uint64_t>(cfg.line_rate_gbps * 1e9 + 0.5);
     frame_ = cfg.mtu + kFrameOverhead;
     end_ns_ = static_cast<uint64_t>(cfg.duration_ms * 1e6);
@@ -93,8 +93,8 @@ class Simulation {
   }
 
  private:
-  static sim::BottleneckConfig BottleneckConfigFor(const SimConfig& cfg) {
-    sim::BottleneckConfig b;
+  static sim::EgressPortConfig PortConfigFor(const SimConfig& cfg) {
+    sim::EgressPortConfig b;
     b.line_rate_bps = static_cast<uint64_t>(cfg.line_rate_gbps * 1e9 + 0.5);
     b.kmin_bytes = cfg.kmin_bytes;
     b.kmax_bytes = cfg.kmax_bytes;
@@ -261,7 +261,7 @@ class Simulation {
  private:
   SimConfig cfg_;
   cc::DcqcnParams params_;
-  sim::Bottleneck bn_;
+  sim::EgressPort bn_;
   std::vector<Sender> senders_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q_;
   uint64_t seq_ = 0;

@@ -1,6 +1,6 @@
 // droce-ccsim's simulation: N greedy senders, each a DCQCN reaction point
 // (cc::ReactionPoint) and pacer (cc::Pacer), send MTU packets into one
-// emulated congestion point (sim::Bottleneck); the receiver is the notification
+// emulated congestion point (sim::EgressPort); the receiver is the notification
 // point (one CNP per flow per min_time_between_cnps while it sees CE) and the
 // CNP reaches the sender after a feedback delay. A discrete-event simulation
 // in virtual time: the same options and seed give the same output.

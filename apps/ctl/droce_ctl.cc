@@ -1,7 +1,7 @@
 // droce-ctl: registers droce devices for libibverbs, like
 // `rdma link add rxe0 type rxe netdev eth0` does for Soft-RoCE.
 //
-//   droce-ctl link add NAME netdev IFACE [steering auto|xdp|af_packet]
+//   droce-ctl link add NAME netdev IFACE [steering auto|udp|xdp|af_packet]
 //                                                  (the RoCE function of a host interface, doc/netdev.md)
 //   droce-ctl link add NAME ip ADDR [options]      (a device of the host fabric, served by droced)
 //   droce-ctl link add NAME type memif socket PATH role server|client ip ADDR [options]
@@ -43,7 +43,7 @@ namespace fs = std::filesystem;
 
 constexpr char kUsage[] =
     "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n"
-    "  link add NAME netdev IFACE [steering auto|xdp|af_packet]\n"
+    "  link add NAME netdev IFACE [steering auto|udp|xdp|af_packet]\n"
     "                                    the RoCE function of a host interface, as Linux rxe's\n"
     "                                    (its MAC, MTU and addresses; droced binds it: doc/netdev.md)\n"
     "  link add NAME ip ADDR [OPTIONS]   a device of the host fabric (droced, started as needed):\n"
@@ -57,7 +57,8 @@ constexpr char kUsage[] =
     "                             the run directory's fabric daemon (droced); SPEC (else $DROCED_UPLINK):\n"
     "                             memif:SOCKET:server|client, vdev:NAME[,ARGS], pci:DDDD:BB:DD.F[,ARGS]\n"
     "  switch set NAME KNOB...    the network's knobs on a fabric device's switch port (frames to it):\n"
-    "         bottleneck rate=10G kmin=BYTES kmax=BYTES pmax=0.01 [limit=BYTES] | bottleneck off,\n"
+    "         bottleneck rate=10G kmin=BYTES kmax=BYTES pmax=0.01 [limit=BYTES] [mark=enqueue|dequeue]\n"
+    "                    [int=on] [pfc=XOFF[,XON]] | bottleneck off,\n"
     "         loss=P, reorder=P, seed=N, mirror FILE.pcap | mirror off\n"
     "  switch clear NAME          every knob of the device off\n"
     "  env            print the environment a verbs program needs\n"
@@ -303,6 +304,25 @@ int SwitchCommand(const std::string& run_dir, const std::vector<std::string>& ar
         } else if ((bk == "kmin" || bk == "kmax" || bk == "limit") && ParseUnits(bv, &x) && x < (1ull << 31)) {
           (bk == "kmin" ? k.kmin_bytes : bk == "kmax" ? k.kmax_bytes : k.limit_bytes) = static_cast<uint32_t>(x);
         } else if (bk == "pmax" && ParseProbability(bv, &k.pmax_ppm)) {
+        } else if (bk == "int" && (bv == "on" || bv == "off")) {
+          k.port_flags = static_cast<uint8_t>(bv == "on" ? k.port_flags | fabric::kPortInt : k.port_flags & ~fabric::kPortInt);
+        } else if (bk == "mark" && (bv == "enqueue" || bv == "dequeue")) {
+          k.port_flags = static_cast<uint8_t>(bv == "dequeue" ? k.port_flags | fabric::kPortMarkAtDequeue
+                                                              : k.port_flags & ~fabric::kPortMarkAtDequeue);
+        } else if (bk == "pfc") {
+          // pfc=XOFF[,XON] (XON defaults to half of XOFF), or pfc=off
+          uint64_t xoff = 0, xon = 0;
+          const size_t comma = bv.find(',');
+          if (bv == "off") {
+            k.pfc_xoff_bytes = k.pfc_xon_bytes = 0;
+          } else if (ParseUnits(bv.substr(0, comma), &xoff) && xoff > 0 && xoff < (1ull << 30) &&
+                     (comma == std::string::npos ? (xon = xoff / 2, true) : ParseUnits(bv.substr(comma + 1), &xon)) &&
+                     xon <= xoff) {
+            k.pfc_xoff_bytes = static_cast<uint32_t>(xoff);
+            k.pfc_xon_bytes = static_cast<uint32_t>(xon);
+          } else {
+            return Fail("bad pfc setting '" + b + "' (pfc=XOFF[,XON] in bytes, XON <= XOFF, or pfc=off)");
+          }
         } else if (bk == "loss" || bk == "reorder" || bk == "seed") {
           break;  // the next knob
         } else {
@@ -514,8 +534,8 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
                   " (no mac, vdev, socket, iface or uplink)");
     }
-    if (!steering.empty() && steering != "auto" && steering != "xdp" && steering != "af_packet") {
-      return Fail("steering: auto, xdp or af_packet");
+    if (!steering.empty() && steering != "auto" && steering != "udp" && steering != "xdp" && steering != "af_packet") {
+      return Fail("steering: auto, udp, xdp or af_packet");
     }
     std::error_code ec;
     fs::create_directories(run_dir, ec);

@@ -52,6 +52,7 @@
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
 #include "apps/droced/uplink_spec.h"
+#include "sim/switch/egress_port_io.h"
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/memif_vdev.h"
@@ -370,14 +371,14 @@ class Daemon {
     s.m[s.n++] = m;
   }
 
-  uint32_t Flush(int port) {
+  uint32_t Flush(int port, bool released = false) {
     Stage& s = stages_[port];
     if (s.n == 0) return 0;
     Port& p = state_.ports()[port];
     uint16_t sent = 0;
     if (p.in_use && !p.uplink && !p.iface) {
       SwitchKnobs& k = state_.knobs(p.device);
-      if (k.active() || !k.mirror_path().empty()) ApplyKnobs(port, p.device, k, s);
+      if (k.active() || !k.mirror_path().empty()) ApplyKnobs(port, p.device, k, s, released);
     }
     if (p.in_use && s.n > 0) {
       // Counted before: memif's transmit frees what it sent.
@@ -398,20 +399,32 @@ class Daemon {
   }
 
   // The device's switch-port knobs on a staged burst (switch_knobs.h): drops
-  // leave the stage, marks rewrite the ECN field, a held frame goes out after
-  // the port's next one, and what stays is mirrored.
-  void ApplyKnobs(int port, uint32_t device, SwitchKnobs& k, Stage& s) {
+  // leave the stage, marks rewrite the ECN field, frames the bottleneck
+  // queues leave the stage until ReleaseQueued sends them, a held frame goes
+  // out after the port's next one, and what stays is mirrored. A stage of
+  // frames the bottleneck released (`released`) only gets reorder and mirror.
+  void ApplyKnobs(int port, uint32_t device, SwitchKnobs& k, Stage& s, bool released) {
     const uint64_t now = NowNs();
     rte_mbuf* out[kBurst + 1];
     uint16_t n = 0;
     for (uint16_t i = 0; i < s.n; ++i) {
       rte_mbuf* m = s.m[i];
-      const EgressVerdict v = k.Egress(m->data_len, now);
+      EgressVerdict v;
+      if (released) {
+        v.hold = k.HoldBack();
+      } else {
+        v = k.Egress(m->data_len, now);
+      }
       if (v.drop) {
         rte_pktmbuf_free(m);
         continue;
       }
       if (v.mark) wire::MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
+      if (v.queue) {
+        k.Hold(m, m->data_len, static_cast<uint32_t>(port), state_.ports()[port].memif_id, m->port);
+        ++queued_;
+        continue;
+      }
       if (v.hold && held_[port] == nullptr) {
         held_[port] = m;
         ++nheld_;
@@ -461,6 +474,42 @@ class Daemon {
     std::fflush(mf.file);
   }
 
+  // Frames the devices' bottlenecks let go by now (switch_knobs.h), to the
+  // ports they were queued for: CE (marking at dequeue) and the INT record
+  // written as they leave, then reorder and mirror. A frame whose port has
+  // since gone to another process is dropped. Returns frames sent; while
+  // any wait, the loop stays hot (a queue is a timer).
+  uint32_t ReleaseQueued() {
+    if (queued_ == 0) return 0;
+    const uint64_t now = NowNs();
+    uint32_t work = 0;
+    const auto& devices = state_.devices();
+    for (uint32_t d = 0; d < devices.size(); ++d) {
+      SwitchKnobs& k = *devices[d].knobs;
+      if (k.queued_frames() == 0 || k.next_release_ns() > now) continue;
+      Released r;
+      while (k.Release(now, &r)) {
+        --queued_;
+        rte_mbuf* m = static_cast<rte_mbuf*>(r.frame);
+        const Port& p = state_.ports()[r.port];
+        if (!p.in_use || p.memif_id != r.port_tag || p.device != d) {
+          rte_pktmbuf_free(m);
+          continue;
+        }
+        const sim::EgressEdits e =
+            sim::EditLeavingFrame(rte_pktmbuf_mtod(m, uint8_t*), m->data_len, r.mark, r.stamp ? &r.hop : nullptr);
+        k.counters().int_stamped += e.stamped;
+        Stage& s = stages_[r.port];
+        if (s.n == kBurst) work += Flush(static_cast<int>(r.port), true);
+        if (s.n == 0) dirty_[ndirty_++] = static_cast<int>(r.port);
+        s.m[s.n++] = m;
+      }
+      for (uint32_t i = 0; i < ndirty_; ++i) work += Flush(dirty_[i], true);
+      ndirty_ = 0;
+    }
+    return work + (queued_ != 0 ? 1 : 0);
+  }
+
   // Frames the reorder knob held back, sent once the port is idle.
   uint32_t FlushHeld() {
     uint32_t work = 0;
@@ -482,11 +531,14 @@ class Daemon {
   }
 
   uint32_t PollOnce() {
-    uint32_t work = 0;
+    uint32_t work = ReleaseQueued();
     std::vector<Port>& ports = state_.ports();
     rte_mbuf* rx[kBurst];
+    const PfcBoard& pfc = SwitchKnobs::process_board();
     for (const uint32_t idx : state_.active_ports()) {
       Port& src = ports[idx];
+      // PFC: a sender whose frames fill a bottleneck waits in its own ring.
+      if (queued_ != 0 && pfc.held(static_cast<uint32_t>(src.handle))) continue;
       bool faulted = false;
       const uint16_t n = ethdev::GuardedRxBurst(static_cast<uint16_t>(src.handle), rx, kBurst, &faulted);
       if (faulted) ++state_.counters().unmap_faults;
@@ -692,6 +744,7 @@ class Daemon {
       close(c.fd);
       conns_.erase(conns_.begin() + static_cast<long>(i));
       SyncPaths();  // its peers stop using their rings to it
+      netdev_.ReleaseUnownedSockets();  // its steering goes, then its socket's port
       return;
     }
     std::string text;
@@ -732,13 +785,37 @@ class Daemon {
     if (r.op == fabric::kOpAttach && r.error == 0) {
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd && !p.iface && state_.devices()[p.device].netdev_bound) {
-          const fabric::NetdevState m = state_.NetdevStateOf(p.device);
-          send(c.fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+          SendNetdevAttach(c, p);
         }
       }
     }
     // After the reply: an attach's paths follow it on the same connection.
     SyncPaths();
+    netdev_.ReleaseUnownedSockets();  // a detach's
+  }
+
+  // The interface's state for a process that just attached, and with
+  // steering udp its own socket (doc/netdev.md "UDP sockets"). A socket that
+  // cannot be made leaves the process on droced's path (memif).
+  void SendNetdevAttach(const Conn& c, const Port& p) {
+    fabric::NetdevState m = state_.NetdevStateOf(p.device);
+    absl::StatusOr<netdev::ProcessSocket> sock = absl::NotFoundError("");
+    if (netdev_.SteersToSockets(p.device)) {
+      sock = netdev_.ProcessSocketFor(p.device, p.slot);
+      if (!sock.ok()) Log("process %d: no socket of its own: %s", c.pid, std::string(sock.status().message()).c_str());
+    }
+    m.own_socket = sock.ok() ? 1 : 0;
+    send(c.fd, &m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (!sock.ok()) return;
+    fabric::NetdevSocket ns{};
+    ns.magic = fabric::kNetdevSocketMagic;
+    ns.version = fabric::kNetdevSocketVersion;
+    ns.size = sizeof ns;
+    ns.port = sock->port;
+    if (const int err = ethdev::SendWithFds(c.fd, &ns, sizeof ns, &sock->fd, 1); err != 0) {
+      Log("process %d: sending its socket: %s", c.pid, std::strerror(err));
+    }
+    close(sock->fd);
   }
 
   // --- netdev-bound devices (doc/netdev.md).
@@ -1171,6 +1248,7 @@ class Daemon {
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
   rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
+  size_t queued_ = 0;               // frames in the devices' bottleneck queues
   uint32_t nheld_ = 0;               // frames held since the last FlushHeld (0: nothing to scan)
   struct MirrorFile {
     std::string path;
@@ -1320,6 +1398,8 @@ int Main(int argc, char** argv) {
   rte_mempool* pool = s.ok() ? rte_pktmbuf_pool_create("droced_pool", 16383, 256, 0, kDataRoom, SOCKET_ID_ANY)
                              : nullptr;
   if (s.ok() && pool == nullptr) s = absl::ResourceExhaustedError(rte_strerror(rte_errno));
+  // Frames a bottleneck still holds when it is replaced or its device goes.
+  SwitchKnobs::set_frame_free([](void* m) { rte_pktmbuf_free(static_cast<rte_mbuf*>(m)); });
   auto* daemon = s.ok() ? new Daemon(run_dir, pool) : nullptr;
   if (daemon != nullptr) {
     daemon->set_busy_poll(busy_poll);

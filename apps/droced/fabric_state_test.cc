@@ -569,6 +569,89 @@ TEST(SwitchKnobs, BottleneckMarksAboveKminAndTailDrops) {
   EXPECT_LE(s.queue_bytes(t0 + 400 * 4000), 100000u);
 }
 
+// The bottleneck is a queue: frames leave at the line rate, in order, with
+// the port's INT record, and PFC holds a sender above xoff until xon.
+TEST(SwitchKnobs, BottleneckQueuesAtLineRateStampsIntAndPausesTheSender) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobBottleneck;
+  k.rate_bps = 1'000'000'000;  // 8 us per 1000-byte frame
+  k.kmin_bytes = 1'000'000;
+  k.kmax_bytes = 1'000'000;
+  k.pfc_xoff_bytes = 5000;
+  k.pfc_xon_bytes = 2000;
+  k.port_flags = fabric::kPortInt | fabric::kPortMarkAtDequeue;
+  ASSERT_TRUE(SwitchKnobs::Validate(k).ok());
+  PfcBoard board;
+  static int freed = 0;
+  SwitchKnobs::set_frame_free([](void*) { ++freed; });
+  {
+    SwitchKnobs s;
+    s.Apply(k, &board);
+    int frames[10];
+    for (int i = 0; i < 10; ++i) {
+      const EgressVerdict v = s.Egress(1000, 0);
+      ASSERT_TRUE(v.queue);
+      ASSERT_FALSE(v.drop);
+      s.Hold(&frames[i], 1000, 3, 77, 9);  // all from ingress 9
+    }
+    EXPECT_TRUE(board.held(9));  // 10 000 B queued > xoff
+    EXPECT_FALSE(board.held(8));
+    EXPECT_EQ(s.counters().pfc_pauses, 1u);
+    Released r;
+    EXPECT_FALSE(s.Release(7'999, &r));
+    for (int i = 0; i < 10; ++i) {
+      ASSERT_TRUE(s.Release(8'000 * (i + 1), &r)) << i;
+      EXPECT_EQ(r.frame, &frames[i]);
+      EXPECT_EQ(r.port, 3u);
+      EXPECT_EQ(r.port_tag, 77u);
+      EXPECT_TRUE(r.stamp);
+      EXPECT_EQ(r.hop.timestamp_ns, 8'000u * (i + 1));
+      EXPECT_EQ(r.hop.tx_bytes, 1000u * (i + 1));
+      EXPECT_EQ(r.hop.qlen_bytes, 1000u * (9 - i));
+      EXPECT_EQ(r.hop.line_rate_mbps, 1000u);
+      // Resumed once at most 2000 B are left.
+      EXPECT_EQ(board.held(9), 9 - i > 2) << i;
+    }
+    EXPECT_FALSE(s.Release(1'000'000, &r));
+    // Queued frames are freed when the bottleneck goes away.
+    for (int i = 0; i < 7; ++i) {
+      s.Egress(1000, 2'000'000);
+      s.Hold(&frames[i], 1000, 3, 77, 9);
+    }
+    EXPECT_TRUE(board.held(9));
+    fabric::KnobRequest off{};
+    off.set = fabric::kKnobBottleneck;
+    s.Apply(off, &board);
+    EXPECT_EQ(freed, 7);
+    EXPECT_FALSE(board.held(9));
+    EXPECT_FALSE(s.active());
+    for (int i = 0; i < 2; ++i) {
+      s.Apply(k, &board);
+      s.Egress(1000, 0);
+      s.Hold(&frames[0], 1000, 3, 77, 9);
+    }
+    EXPECT_EQ(freed, 8);
+  }
+  EXPECT_EQ(freed, 9);  // and when the device goes
+  SwitchKnobs::set_frame_free(nullptr);
+}
+
+TEST(SwitchKnobs, PortSettingsAreChecked) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobBottleneck;
+  k.rate_bps = 1'000'000'000;
+  k.pfc_xoff_bytes = 1000;
+  k.pfc_xon_bytes = 2000;
+  EXPECT_FALSE(SwitchKnobs::Validate(k).ok());  // xon above xoff
+  k.pfc_xon_bytes = 500;
+  EXPECT_TRUE(SwitchKnobs::Validate(k).ok());
+  k.port_flags = 4;
+  EXPECT_FALSE(SwitchKnobs::Validate(k).ok());
+  k.port_flags = 0;
+  k.reserved[6] = 1;
+  EXPECT_FALSE(SwitchKnobs::Validate(k).ok());
+}
+
 }  // namespace
 }  // namespace droce::droced
 

@@ -130,6 +130,7 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   c.device = d.name;
   c.ifname = d.netdev;
   c.ifindex = link->ifindex;
+  c.mac = link->mac;
   if (!netdev::ParseSteering(d.steering, &c.steering)) c.steering = netdev::Steering::kAuto;
   absl::StatusOr<std::unique_ptr<netdev::InterfacePort>> port =
       netdev::InterfacePort::Open(c, UsableAddresses(*addrs));
@@ -178,6 +179,7 @@ void NetdevBinder::Publish(uint32_t device, const netdev::LinkInfo& link,
   FabricDevice& d = state_->device(device);
   const std::vector<core::Gid> usable = UsableAddresses(addrs);
   bool gids_changed = b.gids->SetMac(link.mac);
+  b.port->SetMac(link.mac);
   gids_changed = b.gids->Update(usable) || gids_changed;
   if (gids_changed) {
     absl::Status s = b.port->SetAddresses(usable);
@@ -401,10 +403,48 @@ NetdevBinder::Route NetdevBinder::RouteTo(const core::Gid& dgid, const core::Gid
   return r;
 }
 
+bool NetdevBinder::SteersToSockets(uint32_t device) const {
+  auto it = bound_.find(device);
+  return it != bound_.end() && it->second.port->steering() == netdev::Steering::kUdp;
+}
+
+absl::StatusOr<netdev::ProcessSocket> NetdevBinder::ProcessSocketFor(uint32_t device, uint32_t slot) {
+  auto it = bound_.find(device);
+  if (it == bound_.end()) return absl::FailedPreconditionError("the device is not bound");
+  absl::StatusOr<netdev::ProcessSocket> s = it->second.port->OpenProcessSocket(slot);
+  if (s.ok()) {
+    std::vector<uint32_t>& slots = it->second.socket_slots;
+    if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
+  }
+  return s;
+}
+
+void NetdevBinder::ReleaseUnownedSockets() {
+  for (auto& [dev, b] : bound_) {
+    const FabricDevice& d = state_->devices()[dev];
+    std::erase_if(b.socket_slots, [&](uint32_t slot) {
+      if (slot < d.slot_owner.size() && d.slot_owner[slot] >= 0) return false;
+      b.port->CloseProcessSocket(slot);
+      return true;
+    });
+  }
+}
+
 std::string NetdevBinder::StatusText(uint32_t device) const {
   auto it = bound_.find(device);
-  if (it == bound_.end() || it->second.port->steering() != netdev::Steering::kXdp) return "";
-  const netdev::XdpStats s = it->second.port->xdp_stats();
+  if (it == bound_.end()) return "";
+  const netdev::InterfacePort& port = *it->second.port;
+  if (port.steering() == netdev::Steering::kUdp) {
+    const netdev::TcStats t = port.tc_stats();
+    const udp::UdpCounters u = port.udp_counters();
+    return absl::StrFormat(
+        "  tc: steered %lu to_daemon %lu marked %lu; processes with sockets %zu; droced's socket: rx %lu "
+        "(dropped %lu) tx %lu (dropped %lu)\n",
+        t.steered, t.to_daemon, t.marked, it->second.socket_slots.size(), u.rx_datagrams, u.rx_dropped,
+        u.tx_datagrams, u.tx_dropped);
+  }
+  if (port.steering() != netdev::Steering::kXdp) return "";
+  const netdev::XdpStats s = port.xdp_stats();
   return absl::StrFormat("  xdp: redirected %lu no_socket %lu passed %lu\n", s.redirected, s.no_socket, s.passed);
 }
 

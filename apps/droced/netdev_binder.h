@@ -68,6 +68,15 @@ class NetdevBinder {
   };
   Route RouteTo(const core::Gid& dgid, const core::Gid* sgid);
 
+  // steering udp (doc/netdev.md "UDP sockets"): whether device `device`'s
+  // processes get sockets of their own, the socket of the process that owns
+  // QPN slot `slot` (its descriptor is the caller's to send and close), and
+  // the release of those whose slot has no owner any more (after a process
+  // detached or died: its steering goes, then its port).
+  bool SteersToSockets(uint32_t device) const;
+  absl::StatusOr<netdev::ProcessSocket> ProcessSocketFor(uint32_t device, uint32_t slot);
+  void ReleaseUnownedSockets();
+
   bool any_bound() const { return !bound_.empty(); }
   static constexpr size_t kMaxPending = 4096;
   // The XDP program's counters of a bound device, for `daemon status`.
@@ -78,6 +87,7 @@ class NetdevBinder {
     std::unique_ptr<netdev::InterfacePort> port;
     std::unique_ptr<netdev::GidCache> gids;
     int ifindex = 0;
+    std::vector<uint32_t> socket_slots;  // steering udp: slots whose process has a socket
   };
   struct Pending {
     uint32_t device;

@@ -29,7 +29,7 @@
 #include "apps/testpmd/ring_pair.h"
 #include "apps/testpmd/runner.h"
 #include "apps/testpmd/session.h"
-#include "sim/switch/bottleneck_io.h"
+#include "sim/switch/egress_port_io.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/fabric/protocol.h"
@@ -93,6 +93,9 @@ constexpr const char kUsage[] =
     "  --telemetry            DPDK telemetry socket with /droce/port and /droce/qp (off:\n"
     "                         --no-telemetry is passed to EAL)\n"
     "  --dcqcn off|paper|mlx5 DCQCN reaction point profile (off)\n"
+    "  --cc ALGORITHM         congestion control of every QP: dcqcn, timely, hpcc, swift or none\n"
+    "                         (none; doc/cc.md), with the paper's parameters at --line-rate-gbps\n"
+    "  --cc-params N=V,...    the algorithm's parameters by name (an unknown name lists them)\n"
     "  --line-rate-gbps G     the reaction point's line rate (100)\n"
     "  --bottleneck-gbps G    emulated congestion point on the transmit path at G Gb/s (none)\n"
     "  --kmin-kb K --kmax-kb K --pmax P --buffer-kb B   its RED/ECN marking and buffer (5, 200, 0.01, unlimited)\n";
@@ -230,6 +233,8 @@ Options ParseOptions(int argc, char** argv) {
       if (v != "off" && v != "paper" && v != "mlx5") Fail("--dcqcn: expected off, paper or mlx5, got '" + v + "'");
       o.dcqcn = v;
     }
+    else if (k == "--cc") o.cc = v;
+    else if (k == "--cc-params") o.cc_params = v;
     else if (k == "--stats-period") o.stats_period = ParseNumber(k, v, 0, 3600);
     else if (k == "--line-rate-gbps") o.line_rate_gbps = ParseNumber(k, v, 0.01, 1000);
     else if (k == "--bottleneck-gbps") o.bottleneck_gbps = ParseNumber(k, v, 0.001, 1000);
@@ -253,6 +258,10 @@ Options ParseOptions(int argc, char** argv) {
   if (core::IsIpv4MappedGid(o.ip) != core::IsIpv4MappedGid(o.peer_ip)) Fail("--ip and --peer-ip must both be IPv4 or both IPv6");
   if (o.ip == o.peer_ip && o.device.empty()) Fail("--ip and --peer-ip must differ");
   if (o.kmax_kb < o.kmin_kb) Fail("--kmax-kb must not be below --kmin-kb");
+  if (o.cc != "none" && o.dcqcn != "off") Fail("--cc and --dcqcn both given: use --cc dcqcn (--cc-params for its knobs)");
+  if (auto c = cc::ParseConfig(o.cc, o.cc_params, static_cast<uint64_t>(o.line_rate_gbps * 1e9)); !c.ok()) {
+    Fail("--cc " + o.cc + ": " + std::string(c.status().message()));
+  }
   if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
   if (o.qps > o.outstanding) Fail("--qps must not exceed --outstanding (each QP carries at least one slot)");
@@ -420,7 +429,7 @@ struct Side {
   std::optional<FabricAttachment> fabric;  // --device: the attachment to droced
   std::unique_ptr<FabricIo> fabric_io;     // its direct rings in front of the port
   uint32_t largest_mtu = 4096;
-  std::optional<sim::BottleneckIo> bottleneck;
+  std::optional<sim::EgressPortIo> bottleneck;
   std::optional<PortTap> tap;
   std::optional<Session> session;
   std::optional<Runner> runner;
@@ -458,7 +467,6 @@ void OpenSide(Side& side) {
     const std::string msg = absl::StrFormat("--mtu %u: port %s carries %u-byte frames, path MTU %u at most",
                                             opt.mtu, opt.port, side.port->max_frame_bytes(), side.largest_mtu);
     side.port.reset();  // closes the port (net_af_xdp: detaches its XDP program)
-    ethdev::StopEal();
     Fail(msg);
   }
   const std::string where =
@@ -483,7 +491,7 @@ void StartSide(Side& side, std::optional<pcapio::PcapWriter> pcap) {
     wire = side.fabric_io.get();
   }
   if (opt.bottleneck_gbps > 0) {
-    sim::BottleneckConfig bc;
+    sim::EgressPortConfig bc;
     bc.line_rate_bps = static_cast<uint64_t>(opt.bottleneck_gbps * 1e9);
     bc.kmin_bytes = static_cast<uint64_t>(opt.kmin_kb * 1000);
     bc.kmax_bytes = static_cast<uint64_t>(opt.kmax_kb * 1000);
@@ -568,8 +576,7 @@ int RunPair(const Options& opt, const Engine* engine) {
   }
   server.session->RequestStop(true);
   server_thread.join();
-  for (Side* side : {&client, &server}) side->Close();
-  ethdev::StopEal();
+  for (Side* side : {&client, &server}) side->Close();  // EAL is left to the exit (eal.h)
   return client_rc != 0 ? client_rc : server_rc;
 }
 
@@ -642,7 +649,6 @@ int main(int argc, char** argv) {
     rc = runner.Serve();
   }
   UnregisterTelemetry();
-  side.Close();
-  ethdev::StopEal();
+  side.Close();  // EAL is left to the exit (eal.h)
   return rc;
 }

@@ -75,7 +75,7 @@ int Runner::Report(const Engine* engine, double secs) {
   if (bottleneck_) {
     const auto& b = bottleneck_->counters();
     absl::StrAppendFormat(&line, " cp_marked=%u cp_dropped=%u cp_port_refused=%u cp_queue_max_kb=%.1f", b.ce_marked,
-                          b.dropped, b.port_refused, bottleneck_->bottleneck().max_queue_bytes() / 1e3);
+                          b.dropped, b.port_refused, bottleneck_->port().max_queue_bytes() / 1e3);
   }
   if (!raw) {
     // Heap bytes each QP's creation left allocated (alloc_meter.h): data QP 0,

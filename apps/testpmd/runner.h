@@ -12,13 +12,13 @@
 
 #include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/session.h"
-#include "sim/switch/bottleneck_io.h"
+#include "sim/switch/egress_port_io.h"
 
 namespace droce::testpmd {
 
 class Runner {
  public:
-  Runner(Options& opt, Session& s, PortTap& tap, sim::BottleneckIo* bottleneck)
+  Runner(Options& opt, Session& s, PortTap& tap, sim::EgressPortIo* bottleneck)
       : opt_(opt), s_(s), tap_(tap), bottleneck_(bottleneck) {}
 
   // Client: one run of `engine` (connects first if needed). Returns 0 if the
@@ -41,7 +41,7 @@ class Runner {
   Options& opt_;
   Session& s_;
   PortTap& tap_;
-  sim::BottleneckIo* bottleneck_;
+  sim::EgressPortIo* bottleneck_;
   std::atomic<bool> connected_{false};
 };
 

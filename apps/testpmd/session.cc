@@ -38,6 +38,14 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
     cfg.dcqcn_params = o.dcqcn == "paper" ? cc::PaperProfile(line) : cc::Mlx5Profile(line);
     cfg.min_time_between_cnps_ns = uint64_t{cfg.dcqcn_params.min_time_between_cnps_us} * 1000;
   }
+  if (o.cc != "none") {  // main() checked it
+    cfg.cc = *cc::ParseConfig(o.cc, o.cc_params, static_cast<uint64_t>(o.line_rate_gbps * 1e9));
+    cfg.cc_line_rate_bps = static_cast<uint64_t>(o.line_rate_gbps * 1e9);
+    double cnp_us = 0;
+    if (cc::GetParam(cfg.cc, "min_time_between_cnps_us", &cnp_us)) {
+      cfg.min_time_between_cnps_ns = static_cast<uint64_t>(cnp_us) * 1000;
+    }
+  }
   dev = std::make_unique<core::Device>(cfg, io);
   // On the fabric the device's other QPNs live in other processes: only
   // frames for our own range turn around inside the process.
@@ -162,6 +170,9 @@ void Session::ServeSlow() {
       s.qps[i].counters = qp->counters();
       s.qps[i].memory_bytes = qp_memory[i];
       s.qps[i].control = q == ctrl_qpn;
+      s.qps[i].cc_name = qp->congestion_control().name();
+      s.qps[i].cc_output = qp->congestion_control().output();
+      s.qps[i].cc_stats = qp->congestion_control().stats();
     }
     s.running = running_.load(std::memory_order_relaxed);
     s.messages = stats.messages;

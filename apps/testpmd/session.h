@@ -54,6 +54,8 @@ struct Options {
   // Congestion control: the reaction point's profile and line rate,
   // and an emulated congestion point on this side's transmit path.
   std::string dcqcn = "off";  // off | paper | mlx5
+  std::string cc = "none";    // --cc: dcqcn | timely | hpcc | swift | none (doc/cc.md)
+  std::string cc_params;      // --cc-params name=value,...
   double line_rate_gbps = 100;
   double bottleneck_gbps = 0;  // 0: none
   double kmin_kb = 5, kmax_kb = 200, pmax = 0.01, buffer_kb = 0;
@@ -79,6 +81,10 @@ struct QpSnapshot {
   transport::QpCounters counters;
   uint64_t memory_bytes = 0;
   bool control = false;  // the control QP
+  // Its congestion control (doc/cc.md): the algorithm, what it decided, what it saw.
+  const char* cc_name = "none";
+  cc::Output cc_output;
+  cc::Stats cc_stats;
 };
 struct Snapshot {
   bool link_up = false;

@@ -46,6 +46,16 @@ void AddQp(rte_tel_data* d, const QpSnapshot& q) {
   rte_tel_data_add_dict_u64(d, "ce_marked_received", c.ce_marked_received);
   rte_tel_data_add_dict_u64(d, "acks_sent", c.acks_sent);
   rte_tel_data_add_dict_u64(d, "acks_received", c.acks_received);
+  rte_tel_data_add_dict_string(d, "cc", q.cc_name);
+  rte_tel_data_add_dict_u64(d, "cc_rate_limited", q.cc_output.rate_limited ? 1 : 0);
+  rte_tel_data_add_dict_u64(d, "cc_rate_bps", q.cc_output.rate_bps);
+  rte_tel_data_add_dict_u64(d, "cc_window_packets", q.cc_output.window_packets);
+  rte_tel_data_add_dict_u64(d, "cc_rtt_samples", q.cc_stats.rtt_samples);
+  rte_tel_data_add_dict_u64(d, "cc_last_rtt_ns", q.cc_stats.last_rtt_ns);
+  rte_tel_data_add_dict_u64(d, "cc_min_rtt_ns", q.cc_stats.min_rtt_ns);
+  rte_tel_data_add_dict_u64(d, "cc_telemetry_acks", q.cc_stats.telemetry_acks);
+  rte_tel_data_add_dict_u64(d, "cc_rate_decreases", q.cc_stats.rate_decreases);
+  rte_tel_data_add_dict_u64(d, "cc_rate_increases", q.cc_stats.rate_increases);
 }
 
 int PortCmd(const char*, const char*, rte_tel_data* d) {

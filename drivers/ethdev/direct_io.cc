@@ -18,7 +18,11 @@
 namespace droce::ethdev {
 
 int SendPeerMessage(int sock, const PeerMessage& m, const int* fds, int nfds) {
-  iovec iov{const_cast<PeerMessage*>(&m), sizeof m};
+  return SendWithFds(sock, &m, sizeof m, fds, nfds);
+}
+
+int SendWithFds(int sock, const void* buf, unsigned long len, const int* fds, int nfds) {
+  iovec iov{const_cast<void*>(buf), len};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -33,7 +37,7 @@ int SendPeerMessage(int sock, const PeerMessage& m, const int* fds, int nfds) {
     c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
     std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
   }
-  return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof m) ? 0 : errno;
+  return sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(len) ? 0 : errno;
 }
 
 long ReceiveWithFds(int sock, void* buf, unsigned long len, int fds[3], int* nfds) {

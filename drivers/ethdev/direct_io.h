@@ -62,6 +62,8 @@ static_assert(sizeof(PeerMessage) == 80);
 // Sends `m` with `nfds` descriptors (SCM_RIGHTS), without blocking.
 // Returns 0 or an errno.
 int SendPeerMessage(int sock, const PeerMessage& m, const int* fds, int nfds);
+// Any datagram of `len` bytes with up to 3 descriptors, the same way.
+int SendWithFds(int sock, const void* buf, unsigned long len, const int* fds, int nfds);
 // Receives one datagram without blocking: its length (0: the peer closed
 // the connection; -1 with errno, EAGAIN: nothing there) and up to 3
 // descriptors it carried (close-on-exec); *nfds says how many.
@@ -87,6 +89,13 @@ class DirectIo final : public pktio::BurstIo {
   DirectIo& operator=(const DirectIo&) = delete;
 
   uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
+  // No frame waits in any direct ring (the inner port is the caller's to ask).
+  bool RingsEmpty() const {
+    for (const Path& p : paths_) {
+      if (p.rx.Available() != 0) return false;
+    }
+    return true;
+  }
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }

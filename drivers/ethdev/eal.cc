@@ -14,6 +14,7 @@
 #include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
+#include <rte_ethdev.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
 
@@ -113,6 +114,14 @@ absl::Status StartEalFromArgs(int argc, char** argv, int* consumed) {
 absl::Status ProbeVdev(const std::string& vdev) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_started) return absl::FailedPreconditionError("EAL not started");
+  // Every vdev probed here is an Ethernet port. With all port ids taken
+  // the probe fails late, inside the PMD, as EIO ("Reached maximum number
+  // of Ethernet ports" in DPDK's log only): say so. RTE_MAX_ETHPORTS is a
+  // build setting of DPDK (32 in Debian's 22.11).
+  if (rte_eth_dev_count_total() >= RTE_MAX_ETHPORTS) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "all %d Ethernet ports of DPDK (RTE_MAX_ETHPORTS) are in use: cannot probe %s", RTE_MAX_ETHPORTS, vdev));
+  }
   const int ret = rte_dev_probe(vdev.c_str());
   if (ret < 0) {
     return absl::UnavailableError(absl::StrFormat("probing %s failed: %s", vdev, rte_strerror(-ret)));
@@ -133,13 +142,6 @@ absl::Status RemoveVdev(const std::string& name) {
 bool EalStarted() {
   std::lock_guard<std::mutex> lock(g_mu);
   return g_started;
-}
-
-void StopEal() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_started) return;
-  rte_eal_cleanup();
-  g_started = false;
 }
 
 bool RegisterThread() {

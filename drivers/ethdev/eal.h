@@ -33,7 +33,12 @@ absl::Status ProbeVdev(const std::string& vdev);
 // Removes a virtual device (after its port was closed) so it can be probed again.
 absl::Status RemoveVdev(const std::string& name);
 bool EalStarted();
-void StopEal();
+// EAL is never stopped: it is left to the process exit. rte_eal_cleanup
+// (DPDK 22.11) unmaps DPDK's memory while EAL's interrupt thread still runs,
+// and interrupt sources that memif leaves registered (memif_listener.h) have
+// their handles in that memory: the thread faulted on them at exit
+// (SIGSEGV in rte_intr_fd_get). This process's runtime directory is removed
+// at exit all the same.
 // Gives the calling thread (not one EAL started) an lcore id, so that DPDK's
 // per-lcore mempool caches serve it: without one every mbuf allocation and
 // free goes through the pool's shared ring, which is FIFO, so every mbuf is

@@ -13,6 +13,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include <rte_ethdev.h>
 #include <rte_interrupts.h>
@@ -32,11 +34,16 @@ constexpr size_t kMemifQueueTypeOffset = 16;        // memif_queue::type (enum)
 constexpr size_t kMemifQueueRegionOffset = 20;      // memif_queue::region (u16)
 constexpr size_t kMemifQueueInPortOffset = 22;      // memif_queue::in_port (u16)
 constexpr size_t kMemifQueueRingOffsetOffset = 24;  // memif_queue::ring_offset (u32)
+constexpr size_t kMemifQueueLastHeadOffset = 28;    // memif_queue::last_head (u16)
+constexpr size_t kMemifQueueLastTailOffset = 30;    // memif_queue::last_tail (u16)
 constexpr size_t kMemifQueueIntrHandleOffset = 56;  // memif_queue::intr_handle
 constexpr size_t kMemifMaxRegions = 256;            // pmd_process_private::regions[]
 constexpr size_t kMemifRegionFdOffset = 16;         // memif_region::fd (int)
 constexpr uint32_t kMemifCookie = 0x3E31F20;        // memif_ring_t::cookie
 constexpr size_t kMemifRingFlagsOffset = 4;         // memif_ring_t::flags (u16)
+constexpr size_t kMemifRingHeadOffset = 6;          // memif_ring_t::head (u16)
+constexpr size_t kMemifRingTailOffset = 64;         // memif_ring_t::tail (u16), its own cache line
+constexpr uint32_t kMemifRingC2S = 0;               // memif_ring_type_t
 constexpr size_t kMemifRingHeaderBytes = 128;
 constexpr uint16_t kMemifRingFlagMaskInt = 1;
 // drivers/net/af_xdp/rte_eth_af_xdp.c: pkt_rx_queue::port (u16) and
@@ -120,6 +127,20 @@ class MemifWakeup final : public RxWakeup {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return event_fd_;
   }
+
+  // eth_memif_rx's own test: a client->server ring is read up to its head,
+  // a server->client ring up to its tail, from where the PMD stopped.
+  bool KnownEmpty() override {
+    if (flags_ == nullptr && !Refresh()) return false;
+    const void* queue = ::rte_eth_fp_ops[port_].rxq.data[0];
+    const bool c2s = Load<uint32_t>(queue, kMemifQueueTypeOffset) == kMemifRingC2S;
+    const uint8_t* ring = reinterpret_cast<const uint8_t*>(flags_) - kMemifRingFlagsOffset;
+    const uint16_t last = __atomic_load_n(
+        reinterpret_cast<const uint16_t*>(ring + (c2s ? kMemifRingHeadOffset : kMemifRingTailOffset)), __ATOMIC_ACQUIRE);
+    return last == Load<uint16_t>(queue, c2s ? kMemifQueueLastHeadOffset : kMemifQueueLastTailOffset);
+  }
+
+  void Recheck() override { (void)Refresh(); }
 
   void Disarm() override {
     if (flags_ == nullptr) return;
@@ -212,6 +233,7 @@ class SocketWakeup final : public RxWakeup {
   const char* kind() const override { return kind_; }
   int Arm() override { return fd_; }
   void Disarm() override {}
+  bool KnownEmpty() override { return false; }
 
  private:
   int fd_;
@@ -224,11 +246,40 @@ bool SocketOfDomain(int fd, int want) {
   return fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == want;
 }
 
+// Ports whose frames come from a socket of their owner's (RegisterWakeupSocket).
+std::mutex g_sockets_mu;
+std::map<uint16_t, std::pair<int, const char*>>& WakeupSockets() {
+  static auto* m = new std::map<uint16_t, std::pair<int, const char*>>;
+  return *m;
+}
+
 }  // namespace
+
+void RegisterWakeupSocket(uint16_t port_id, int fd, const char* kind) {
+  std::lock_guard<std::mutex> lock(g_sockets_mu);
+  WakeupSockets()[port_id] = {fd, kind};
+}
+
+void UnregisterWakeupSocket(uint16_t port_id) {
+  std::lock_guard<std::mutex> lock(g_sockets_mu);
+  WakeupSockets().erase(port_id);
+}
 
 std::unique_ptr<RxWakeup> RxWakeup::For(uint16_t port_id, std::string* why_not) {
   std::string unused;
   if (why_not == nullptr) why_not = &unused;
+  {
+    std::lock_guard<std::mutex> lock(g_sockets_mu);
+    auto it = WakeupSockets().find(port_id);
+    if (it != WakeupSockets().end()) {
+      const int own = fcntl(it->second.first, F_DUPFD_CLOEXEC, 0);
+      if (own < 0) {
+        *why_not = "cannot duplicate the port's socket";
+        return nullptr;
+      }
+      return std::make_unique<SocketWakeup>(own, it->second.second);
+    }
+  }
   if (std::strncmp(rte_version(), "DPDK 22.11", 10) != 0) {
     *why_not = std::string("built for DPDK 22.11's PMD layouts, running ") + rte_version();
     return nullptr;

@@ -38,6 +38,16 @@ class RxWakeup {
   virtual int Arm() = 0;
   // Withdraws the request and drains the notification. Same thread.
   virtual void Disarm() = 0;
+  // True when the RX queue is known to hold no frame: a look at the ring
+  // without receiving (memif: the ring's index against the PMD's), for a
+  // poll that would otherwise run a whole round to find nothing. False when
+  // it holds one or cannot be told (sockets). It looks at the ring found
+  // when last armed or rechecked: a reconnection moves the ring, so the
+  // owner calls Recheck() now and then (the verbs runtime: every
+  // millisecond, with its link check), never while a thread sleeps on the
+  // descriptor Arm gave (Recheck may replace it). Same thread.
+  virtual bool KnownEmpty() = 0;
+  virtual void Recheck() {}
   virtual const char* kind() const = 0;
 
  protected:
@@ -49,6 +59,13 @@ class RxWakeup {
 // structure with the same checks; the PMD's own descriptor (not a copy), or
 // -1 with the reason. drivers/netdev attaches its filter to the packet socket.
 int QueueSocket(uint16_t port_id, std::string* why_not);
+
+// A port whose RX burst reads a socket of its owner's (drivers/netdev's
+// UDP port: DPDK's ring PMD with an RX callback): For(port_id) then wakes on
+// that socket (a duplicate of `fd`). The owner unregisters before it closes
+// the socket.
+void RegisterWakeupSocket(uint16_t port_id, int fd, const char* kind);
+void UnregisterWakeupSocket(uint16_t port_id);
 
 }  // namespace droce::ethdev
 

@@ -74,16 +74,34 @@ struct NetdevState {
   uint8_t active_mtu;    // IBV_MTU_256..IBV_MTU_4096 (1..5)
   uint16_t gid_valid;    // bit i: gids[i] is an entry
   uint8_t mac[6];
-  uint8_t pad[2];
+  // 1: the interface steers to the processes' own UDP sockets (doc/netdev.md
+  // "UDP sockets"): the state sent after the attach reply is followed by a
+  // NetdevSocket with the process's socket.
+  uint8_t own_socket;
+  uint8_t pad;
   uint8_t gids[kNetdevGids][16];
   char ifname[16];
 };
 static_assert(sizeof(NetdevState) == 296);
 
+// The process's UDP socket (steering udp), carried as one descriptor
+// (SCM_RIGHTS) with this datagram: frames to other hosts leave through it
+// from `port`, and the kernel delivers it the frames for the process's QPNs.
+inline constexpr uint32_t kNetdevSocketMagic = 0x6e554450;  // "nUDP"
+inline constexpr uint16_t kNetdevSocketVersion = 1;
+struct NetdevSocket {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t size;  // sizeof(NetdevSocket)
+  uint16_t port;
+  uint8_t reserved[6];  // zero
+};
+static_assert(sizeof(NetdevSocket) == 16);
+
 // kOpSwitchSet's body (apps/droced/switch_knobs.h): the knobs `set` names
 // take these values; the others keep theirs.
 enum KnobBits : uint32_t {
-  kKnobBottleneck = 1,  // rate_bps (0: off), kmin/kmax, pmax, limit
+  kKnobBottleneck = 1,  // rate_bps (0: off), kmin/kmax, pmax, limit, pfc_xoff/xon, port_flags
   kKnobLoss = 2,
   kKnobReorder = 4,
   kKnobMirror = 8,      // mirror ("": off)
@@ -100,7 +118,15 @@ struct KnobRequest {
   uint32_t reserved0;
   uint64_t seed;
   char mirror[112];        // absolute pcap path, NUL-terminated
-  uint8_t reserved[16];    // must be zero
+  uint32_t pfc_xoff_bytes; // pause an ingress holding more than this in the queue (0: no PFC)
+  uint32_t pfc_xon_bytes;  // and let it go at this or less
+  uint8_t port_flags;      // KnobPortFlags
+  uint8_t reserved[7];     // must be zero
+};
+enum KnobPortFlags : uint8_t {
+  kPortInt = 1,            // stamp INT requests (wire/int.h) as frames leave
+  kPortMarkAtDequeue = 2,  // RED on the queue behind a leaving frame (else ahead of an arriving one)
+  kPortFlagsAll = 3,
 };
 static_assert(sizeof(KnobRequest) == 176);
 

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <dirent.h>
@@ -25,6 +26,7 @@
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "pktio/burst_io.h"
 
 namespace droce::netdev {
 namespace {
@@ -35,6 +37,11 @@ constexpr uint32_t kRxMbufs = 4095;
 // from slots above 4 KiB (doc/ethdev.md), so frames are at most this.
 constexpr uint32_t kAfPacketFrame = 4096;
 constexpr uint32_t kAfPacketMaxFrame = kAfPacketFrame - 128;  // tpacket2 header and alignment
+// steering udp: receive buffers. A process's holds a burst of its peers'
+// windows (the kernel counts each datagram's skb, ~5 KiB for 4 KiB of
+// payload); droced's takes only the CM's MADs and strays.
+constexpr int kProcessSocketBuffer = 8 << 20;
+constexpr int kDaemonSocketBuffer = 1 << 20;
 
 // The binding's lock: an abstract socket name is per network namespace and
 // goes with the process that holds it.
@@ -126,12 +133,14 @@ const char* SteeringName(Steering s) {
       return "xdp";
     case Steering::kAfPacket:
       return "af_packet";
+    case Steering::kUdp:
+      return "udp";
   }
   return "?";
 }
 
 bool ParseSteering(const std::string& s, Steering* out) {
-  for (Steering v : {Steering::kAuto, Steering::kXdp, Steering::kAfPacket}) {
+  for (Steering v : {Steering::kAuto, Steering::kXdp, Steering::kAfPacket, Steering::kUdp}) {
     if (s == SteeringName(v)) {
       *out = v;
       return true;
@@ -145,9 +154,15 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
   std::unique_ptr<InterfacePort> p(new InterfacePort());
   p->ifname_ = c.ifname;
   p->ifindex_ = c.ifindex;
+  p->device_ = c.device;
   absl::StatusOr<int> lock = TakeLock(c.ifname, c.ifindex);
   if (!lock.ok()) return lock.status();
   p->lock_fd_ = *lock;
+  if (c.steering == Steering::kUdp) {
+    absl::Status s = p->OpenUdp(c, addrs);
+    if (!s.ok()) return s;
+    return p;
+  }
   absl::StatusOr<int> guard = TakeRoceV2Port(c.ifname);
   if (!guard.ok()) return guard.status();
   p->guard_fd_ = *guard;
@@ -166,6 +181,15 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
 }
 
 InterfacePort::~InterfacePort() {
+  // The steering goes first, then the processes' ports: none is free while
+  // packets may still be steered to it.
+  tc_.reset();
+  if (udp_) {
+    udp_.reset();  // closes its port
+    port_ = -1;
+  }
+  for (const auto& [slot, fd] : process_sockets_) close(fd);
+  process_sockets_.clear();
   ClosePort();
   if (guard_fd_ >= 0) close(guard_fd_);
   if (lock_fd_ >= 0) close(lock_fd_);
@@ -305,7 +329,77 @@ absl::Status InterfacePort::OpenAfPacket(const InterfaceConfig& c, const std::ve
   return absl::OkStatus();
 }
 
+absl::Status InterfacePort::OpenUdp(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
+  udp::SocketConfig sc;
+  sc.ifname = c.ifname;
+  sc.port = kRoceV2Port;
+  sc.rcvbuf_bytes = kDaemonSocketBuffer;
+  uint16_t bound = 0;
+  absl::StatusOr<int> fd = udp::OpenSocket(sc, &bound);
+  if (!fd.ok()) {
+    if (absl::IsUnavailable(fd.status()) && fd.status().message().find("Address already in use") != std::string::npos) {
+      return absl::AlreadyExistsError(absl::StrCat("UDP port 4791 on ", c.ifname,
+                                                   " is taken (Linux rxe, or another RoCE stack on this interface?)"));
+    }
+    return fd.status();
+  }
+  absl::StatusOr<std::unique_ptr<UdpSocketPort>> port = UdpSocketPort::Open(absl::StrCat("nd_udp_", c.device), *fd, c.mac);
+  if (!port.ok()) {
+    close(*fd);
+    return port.status();
+  }
+  absl::StatusOr<std::unique_ptr<TcProgram>> tc = TcProgram::Attach(c.ifindex);
+  absl::Status s = tc.ok() ? (*tc)->SetAddresses(addrs) : tc.status();
+  if (!s.ok()) return s;  // the port and its socket close with it
+  udp_ = std::move(*port);
+  tc_ = std::move(*tc);
+  port_ = udp_->port_id();
+  steering_ = Steering::kUdp;
+  max_frame_ = pktio::kMaxFrameBytes;  // the kernel's IP stack carries whatever the interface's MTU allows
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProcessSocket> InterfacePort::OpenProcessSocket(uint32_t slot) {
+  if (!tc_) return absl::FailedPreconditionError("the interface does not steer to processes' sockets");
+  CloseProcessSocket(slot);
+  udp::SocketConfig sc;
+  sc.ifname = ifname_;
+  sc.rcvbuf_bytes = kProcessSocketBuffer;
+  sc.sndbuf_bytes = kProcessSocketBuffer;
+  ProcessSocket out;
+  absl::StatusOr<int> fd = udp::OpenSocket(sc, &out.port);
+  if (!fd.ok()) return fd.status();
+  out.fd = fcntl(*fd, F_DUPFD_CLOEXEC, 0);
+  if (out.fd < 0) {
+    close(*fd);
+    return absl::UnavailableError(absl::StrCat("dup: ", std::strerror(errno)));
+  }
+  absl::Status s = tc_->SetPort(slot, out.port);
+  if (!s.ok()) {
+    close(out.fd);
+    close(*fd);
+    return s;
+  }
+  process_sockets_.emplace_back(slot, *fd);
+  return out;
+}
+
+void InterfacePort::CloseProcessSocket(uint32_t slot) {
+  for (size_t i = 0; i < process_sockets_.size(); ++i) {
+    if (process_sockets_[i].first != slot) continue;
+    if (tc_) (void)tc_->SetPort(slot, 0);  // the steering first: then the port may be freed
+    close(process_sockets_[i].second);
+    process_sockets_.erase(process_sockets_.begin() + static_cast<long>(i));
+    return;
+  }
+}
+
+void InterfacePort::SetMac(const std::array<uint8_t, 6>& mac) {
+  if (udp_) udp_->SetMac(mac);
+}
+
 absl::Status InterfacePort::SetAddresses(const std::vector<Gid>& addrs) {
+  if (tc_) return tc_->SetAddresses(addrs);
   if (xdp_) return xdp_->SetAddresses(addrs);
   if (packet_fd_ < 0) return absl::FailedPreconditionError("no port");
   absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(addrs);
@@ -314,6 +408,7 @@ absl::Status InterfacePort::SetAddresses(const std::vector<Gid>& addrs) {
 }
 
 std::string InterfacePort::Describe() const {
+  if (steering_ == Steering::kUdp) return absl::StrCat("UDP sockets per process, TC steering on ", ifname_);
   if (steering_ == Steering::kXdp) {
     return absl::StrCat("AF_XDP, XDP ", xdp_ ? xdp_->mode() : "?", " on ", ifname_);
   }

@@ -4,7 +4,14 @@
 // the interface. Owned by droced, the host's "kernel part".
 //
 // Steering:
-//  - XDP (the default): DPDK's net_af_xdp opens an AF_XDP socket on queue 0
+//  - udp (chosen explicitly): no port of droced's carries the device's
+//    data. Each process of the device gets a UDP socket of its own from
+//    droced (OpenProcessSocket), and droce's TC program (droce_tc.bpf.c)
+//    steers each RoCEv2 packet for the interface's addresses to the socket
+//    of the process that owns its destination QP; droced's own socket at
+//    4791 takes QP 1 and QPNs nobody owns, and is the switch's port on the
+//    interface (udp_port.h).
+//  - XDP (auto's first choice): DPDK's net_af_xdp opens an AF_XDP socket on queue 0
 //    and attaches droce's XDP program (droce_xdp.bpf.c) from its object
 //    file; the program redirects RoCEv2 for our addresses into the socket
 //    and passes everything else. droced keeps the program's address map equal
@@ -12,8 +19,8 @@
 //  - af_packet (where XDP is not available): DPDK's net_af_packet, with a
 //    classic BPF filter on its packet socket so only RoCEv2 for our addresses
 //    is copied into its ring. The kernel still sees those frames too.
-// Either way a UDP socket bound to port 4791 on the interface (its receive
-// filter drops everything) holds the port, as Linux rxe's tunnel socket does:
+// XDP and af_packet: a UDP socket bound to port 4791 on the interface (its
+// receive filter drops everything) holds the port, as Linux rxe's tunnel socket does:
 // the kernel never answers a RoCEv2 frame with ICMP port unreachable, and no
 // other RoCE stack takes the port on the same interface. An abstract socket
 // named after the interface index is the binding's lock: one binding per
@@ -22,19 +29,22 @@
 #ifndef DROCE_DRIVERS_NETDEV_INTERFACE_PORT_H_
 #define DROCE_DRIVERS_NETDEV_INTERFACE_PORT_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "drivers/netdev/tc.h"
+#include "drivers/netdev/udp_port.h"
 #include "drivers/netdev/xdp.h"
 
 struct rte_mempool;
 
 namespace droce::netdev {
 
-enum class Steering : uint8_t { kAuto, kXdp, kAfPacket };
+enum class Steering : uint8_t { kAuto, kXdp, kAfPacket, kUdp };
 const char* SteeringName(Steering s);
 bool ParseSteering(const std::string& s, Steering* out);
 
@@ -42,8 +52,16 @@ struct InterfaceConfig {
   std::string device;  // the droce device (names the DPDK port)
   std::string ifname;
   int ifindex = 0;
-  Steering steering = Steering::kAuto;  // auto: XDP, else af_packet
+  Steering steering = Steering::kAuto;  // auto: XDP, else af_packet (udp only when asked for)
   uint16_t ring = 1024;
+  std::array<uint8_t, 6> mac{};  // the interface's (udp: the frames droced's socket receives are rebuilt for it)
+};
+
+// A process's socket (steering udp): its descriptor for the process and
+// the UDP port it is bound to.
+struct ProcessSocket {
+  int fd = -1;
+  uint16_t port = 0;
 };
 
 class InterfacePort {
@@ -60,9 +78,21 @@ class InterfacePort {
   Steering steering() const { return steering_; }
   // The interface's addresses changed: the steering follows them.
   absl::Status SetAddresses(const std::vector<Gid>& addrs);
+  void SetMac(const std::array<uint8_t, 6>& mac);
+  // steering udp: a new socket for the process that owns QPNs [slot * 1024,
+  // slot * 1024 + 1024), and the steering of those QPNs to it. The returned
+  // descriptor is the caller's to send and close; the port keeps a
+  // duplicate until CloseProcessSocket (after the steering went), so the
+  // socket's UDP port is never free while packets may still be steered to
+  // it. A slot that had one gets a new one.
+  absl::StatusOr<ProcessSocket> OpenProcessSocket(uint32_t slot);
+  void CloseProcessSocket(uint32_t slot);
   // The largest frame the port receives whole.
   uint32_t max_frame_bytes() const { return max_frame_; }
   XdpStats xdp_stats() const { return xdp_ ? xdp_->ReadStats() : XdpStats{}; }
+  // steering udp: the TC program's counters and droced's socket's.
+  TcStats tc_stats() const { return tc_ ? tc_->ReadStats() : TcStats{}; }
+  udp::UdpCounters udp_counters() const { return udp_ ? udp_->counters() : udp::UdpCounters{}; }
   // e.g. "XDP native + AF_XDP on veth0", "af_packet + BPF filter on veth0"
   std::string Describe() const;
   // Why XDP was not used (auto steering that fell back), else empty.
@@ -72,6 +102,7 @@ class InterfacePort {
   InterfacePort() = default;
   absl::Status OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs);
   absl::Status OpenAfPacket(const InterfaceConfig& c, const std::vector<Gid>& addrs);
+  absl::Status OpenUdp(const InterfaceConfig& c, const std::vector<Gid>& addrs);
   void ClosePort();
 
   std::string ifname_;
@@ -91,6 +122,11 @@ class InterfacePort {
   std::vector<std::pair<int, uint64_t>> xsk_fds_;
   uint32_t max_frame_ = 0;
   std::string xdp_refused_;
+  // steering udp:
+  std::unique_ptr<TcProgram> tc_;
+  std::unique_ptr<UdpSocketPort> udp_;
+  std::vector<std::pair<uint32_t, int>> process_sockets_;  // slot -> droced's duplicate
+  std::string device_;
 };
 
 }  // namespace droce::netdev

@@ -124,40 +124,49 @@ XdpProgram::~XdpProgram() {
 }
 
 absl::Status XdpProgram::SetAddresses(const std::vector<Gid>& addrs) {
+  absl::Status s = SyncAddressMap(addrs_fd_, addrs);
+  if (s.ok()) addrs_ = addrs;
+  return s;
+}
+
+absl::Status SyncAddressMap(int fd, const std::vector<Gid>& addrs) {
   // Add first, then remove: an address in both sets is never missing.
   for (const Gid& g : addrs) {
     const uint32_t one = 1;
-    if (bpf_map_update_elem(addrs_fd_, g.data(), &one, BPF_ANY) != 0) {
-      return absl::UnavailableError(absl::StrCat("XDP address map: ", std::strerror(errno)));
+    if (bpf_map_update_elem(fd, g.data(), &one, BPF_ANY) != 0) {
+      return absl::UnavailableError(absl::StrCat("BPF address map: ", std::strerror(errno)));
     }
   }
   std::vector<Gid> present;
   Gid key{}, next{};
   const void* prev = nullptr;
-  while (bpf_map_get_next_key(addrs_fd_, prev, next.data()) == 0) {
+  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
     present.push_back(next);
     key = next;
     prev = key.data();
-    if (present.size() > 1024) break;  // the map holds 64
+    if (present.size() > 1024) break;  // the maps hold 64
   }
   for (const Gid& g : present) {
-    if (std::find(addrs.begin(), addrs.end(), g) == addrs.end()) (void)bpf_map_delete_elem(addrs_fd_, g.data());
+    if (std::find(addrs.begin(), addrs.end(), g) == addrs.end()) (void)bpf_map_delete_elem(fd, g.data());
   }
-  addrs_ = addrs;
   return absl::OkStatus();
+}
+
+void SumPerCpuCounters(int fd, uint64_t* const* fields, uint32_t n) {
+  if (fd < 0) return;
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
+  for (uint32_t k = 0; k < n; ++k) {
+    if (bpf_map_lookup_elem(fd, &k, per_cpu.data()) != 0) continue;
+    for (uint64_t v : per_cpu) *fields[k] += v;
+  }
 }
 
 XdpStats XdpProgram::ReadStats() const {
   XdpStats s;
-  if (stats_fd_ < 0) return s;
-  const int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return s;
-  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpu));
-  uint64_t* fields[] = {&s.redirected, &s.no_socket, &s.passed};
-  for (uint32_t k = 0; k < 3; ++k) {
-    if (bpf_map_lookup_elem(stats_fd_, &k, per_cpu.data()) != 0) continue;
-    for (uint64_t v : per_cpu) *fields[k] += v;
-  }
+  uint64_t* const fields[] = {&s.redirected, &s.no_socket, &s.passed};
+  SumPerCpuCounters(stats_fd_, fields, 3);
   return s;
 }
 
@@ -179,28 +188,30 @@ absl::StatusOr<bool> DetachStaleProgram(int ifindex) {
   return true;
 }
 
-std::string XdpObjectPath() {
+std::string BpfObjectPath(const char* env_var, const std::string& file) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (const char* env = std::getenv("DROCED_XDP_PROG"); env != nullptr && *env != 0) {
+  if (const char* env = std::getenv(env_var); env != nullptr && *env != 0) {
     return fs::exists(env, ec) ? env : "";
   }
-#ifdef DROCE_BUILD_XDP_PROG
+#ifdef DROCE_BUILD_BPF_DIR
   // A droced run from the build tree uses the build tree's object.
+  const std::string built = std::string(DROCE_BUILD_BPF_DIR) + "/" + file;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   const std::string build_root = DROCE_BUILD_ROOT;
-  if (!ec && self.string().rfind(build_root + "/", 0) == 0 && fs::exists(DROCE_BUILD_XDP_PROG, ec)) {
-    return DROCE_BUILD_XDP_PROG;
-  }
+  if (!ec && self.string().rfind(build_root + "/", 0) == 0 && fs::exists(built, ec)) return built;
 #endif
-#ifdef DROCE_INSTALLED_XDP_PROG
-  if (fs::exists(DROCE_INSTALLED_XDP_PROG, ec)) return DROCE_INSTALLED_XDP_PROG;
+#ifdef DROCE_INSTALLED_BPF_DIR
+  const std::string installed = std::string(DROCE_INSTALLED_BPF_DIR) + "/" + file;
+  if (fs::exists(installed, ec)) return installed;
 #endif
-#ifdef DROCE_BUILD_XDP_PROG
-  if (fs::exists(DROCE_BUILD_XDP_PROG, ec)) return DROCE_BUILD_XDP_PROG;
+#ifdef DROCE_BUILD_BPF_DIR
+  if (fs::exists(built, ec)) return built;
 #endif
   return "";
 }
+
+std::string XdpObjectPath() { return BpfObjectPath("DROCED_XDP_PROG", "droce_xdp.o"); }
 
 namespace {
 

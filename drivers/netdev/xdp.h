@@ -66,6 +66,18 @@ absl::StatusOr<bool> DetachStaleProgram(int ifindex);
 // tree's (for a droced run from it), else the installed one. Empty if none
 // exists.
 std::string XdpObjectPath();
+// The same search for any of droce's BPF objects (`file` in the build
+// tree's drivers/netdev or the installed data directory).
+std::string BpfObjectPath(const char* env_var, const std::string& file);
+
+// Makes a BPF hash map of GIDs (droce_addrs of the XDP and TC programs) hold
+// exactly `addrs`, adding before removing: an address in both sets is never
+// missing.
+absl::Status SyncAddressMap(int fd, const std::vector<Gid>& addrs);
+
+// Adds entry k (k < n) of a BPF per-CPU array of counters, summed over the
+// CPUs, to *fields[k] (the programs' stats maps). Nothing if fd < 0.
+void SumPerCpuCounters(int fd, uint64_t* const* fields, uint32_t n);
 
 // The classic BPF filter of the packet-socket fallback: accepts frames to the
 // host (PACKET_HOST: not outgoing, broadcast or multicast) that are IPv4 (not

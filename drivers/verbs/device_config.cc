@@ -250,6 +250,17 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 1, 1000);
       if (!x.ok()) return fail(x.status());
       f.dcqcn_line_rate_gbps = *x;
+    } else if (key == "cc") {
+      if (v != "none" && cc::FindAlgorithm(std::string_view(v.data(), v.size())) == nullptr) {
+        return fail(absl::InvalidArgumentError(absl::StrCat("cc: expected one of ", cc::AlgorithmNames(), ", got '", v, "'")));
+      }
+      f.cc = std::string(v);
+    } else if (key == "cc_params") {
+      f.cc_params = std::string(v);
+    } else if (key == "cc_line_rate_gbps") {
+      auto x = ParseU32(key, v, 1, 1000);
+      if (!x.ok()) return fail(x.status());
+      f.cc_line_rate_gbps = *x;
     } else if (key == "selective_repeat") {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
@@ -274,6 +285,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
       f.poll_ack_hold = *x;
+    } else if (key == "empty_poll_skip") {
+      auto x = ParseOnOff(key, v);
+      if (!x.ok()) return fail(x.status());
+      f.empty_poll_skip = *x;
     } else if (key == "doorbell_batch") {
       auto x = ParseU32(key, v, 1, 256);
       if (!x.ok()) return fail(x.status());
@@ -282,6 +297,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       auto x = ParseU32(key, v, 1, 10'000'000);
       if (!x.ok()) return fail(x.status());
       f.dev.ack_solicit_ns = uint64_t{*x} * 1000;
+    } else if (key == "min_ack_timeout") {
+      auto x = ParseU32(key, v, 0, 31);
+      if (!x.ok()) return fail(x.status());
+      f.dev.min_ack_timeout = static_cast<uint8_t>(*x);
     } else if (key == "sr_tlp") {
       auto x = ParseOnOff(key, v);
       if (!x.ok()) return fail(x.status());
@@ -303,8 +322,8 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       if (!x.ok()) return fail(x.status());
       f.netdev_bound = *x;
     } else if (key == "netdev_steering") {
-      if (v != "auto" && v != "xdp" && v != "af_packet") {
-        return fail(absl::InvalidArgumentError("netdev_steering: auto, xdp or af_packet"));
+      if (v != "auto" && v != "udp" && v != "xdp" && v != "af_packet") {
+        return fail(absl::InvalidArgumentError("netdev_steering: auto, udp, xdp or af_packet"));
       }
       f.netdev_steering = std::string(v);
     } else if (key == "lid") {
@@ -369,6 +388,20 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
       f.dev.min_time_between_cnps_ns = uint64_t{f.dev.dcqcn_params.min_time_between_cnps_us} * 1000;
     }
   }
+  if (f.dcqcn != "off" && f.cc != "none") {
+    return absl::InvalidArgumentError("dcqcn= and cc= both set: use cc=dcqcn (cc_params for the knobs) or dcqcn=paper|mlx5");
+  }
+  if (!f.cc_params.empty() && f.cc == "none") return absl::InvalidArgumentError("cc_params without cc=");
+  {
+    auto c = cc::ParseConfig(f.cc, f.cc_params, static_cast<uint64_t>(f.cc_line_rate_gbps * 1e9));
+    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("cc_params: ", c.status().message()));
+    f.dev.cc = *c;
+    f.dev.cc_line_rate_bps = static_cast<uint64_t>(f.cc_line_rate_gbps * 1e9);
+    double cnp_us = 0;
+    if (f.cc == "dcqcn" && !f.cnp_interval_set && cc::GetParam(f.dev.cc, "min_time_between_cnps_us", &cnp_us)) {
+      f.dev.min_time_between_cnps_ns = static_cast<uint64_t>(cnp_us) * 1000;
+    }
+  }
   if (f.name.empty()) return absl::InvalidArgumentError("no device name");
   if (f.fabric && f.fabric_dir.empty()) return absl::InvalidArgumentError("fabric=on needs fabric_dir");
   if (f.fabric && !f.vdev.empty()) return absl::InvalidArgumentError("a fabric device has no vdev of its own");
@@ -407,11 +440,13 @@ std::string FormatDeviceFile(const DeviceFile& f) {
                         f.dev.sr_rto_low_ns / 1000, f.dev.sr_rto_high_ns / 1000);
   absl::StrAppendFormat(&out, "sr_rto_min_us=%u\nsr_tlp=%s\n", f.dev.sr_rto_min_ns / 1000,
                         f.dev.sr_tlp ? "on" : "off");
-  absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\n", f.dev.unsignaled_ack_every,
-                        f.dev.ack_solicit_ns / 1000);
-  absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\n", f.doorbell_batch,
-                        f.poll_ack_hold ? "on" : "off");
+  absl::StrAppendFormat(&out, "unsignaled_ack_every=%u\nack_solicit_us=%u\nmin_ack_timeout=%u\n",
+                        f.dev.unsignaled_ack_every, f.dev.ack_solicit_ns / 1000, f.dev.min_ack_timeout);
+  absl::StrAppendFormat(&out, "doorbell_batch=%u\npoll_ack_hold=%s\nempty_poll_skip=%s\n", f.doorbell_batch,
+                        f.poll_ack_hold ? "on" : "off", f.empty_poll_skip ? "on" : "off");
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
+  absl::StrAppendFormat(&out, "cc=%s\ncc_line_rate_gbps=%.0f\n", f.cc, f.cc_line_rate_gbps);
+  if (!f.cc_params.empty()) absl::StrAppend(&out, "cc_params=", f.cc_params, "\n");
   if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", wire::GidAddressText(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");
   if (f.netdev_bound) absl::StrAppend(&out, "netdev_bound=on\nnetdev_steering=", f.netdev_steering, "\n");

@@ -388,6 +388,14 @@ struct DeviceFile {
   // interval applies (the paper's 50 us, mlx5's 4 us), as in droce-testpmd.
   bool cnp_interval_set = false;
   double dcqcn_line_rate_gbps = 100;
+  // Congestion control of every QP (doc/cc.md): cc=dcqcn|timely|hpcc|swift|none
+  // with the paper's parameters for cc_line_rate_gbps, then cc_params
+  // ("name=value,..." of the algorithm's table). Checked at the end of the
+  // file (dev.cc holds the result); dcqcn=paper|mlx5 is the older spelling of
+  // cc=dcqcn with a profile, and the two exclude each other.
+  std::string cc = "none";
+  std::string cc_params;
+  double cc_line_rate_gbps = 100;
   // A device of the host fabric (doc/droced.md): no wire of its own; the
   // program attaches to the droced of run directory fabric_dir, which gives
   // it a memif interface on the daemon's socket and its QPN range.
@@ -417,6 +425,9 @@ struct DeviceFile {
   // program's next post (core::Device::Poll's hold_acks): a reply and the
   // ACK of what it answers leave in one burst. Off: every round sends it.
   bool poll_ack_hold = true;
+  // An empty poll_cq of an idle device runs no poll round
+  // (Runtime::PollIfBusyLocked; doc/verbs.md "Who drives the device").
+  bool empty_poll_skip = false;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

@@ -32,7 +32,8 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "min_time_between_cnps_us=50\ncnp_dscp=40\nbroadcast_unresolved=off\nprogress_spins=10\n"
                      "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nprogress_nice=-7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
-                     "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\ndoorbell_batch=4\npoll_ack_hold=off\n";
+                     "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\ndoorbell_batch=4\npoll_ack_hold=off\n"
+                     "empty_poll_skip=on\nmin_ack_timeout=17\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -46,6 +47,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->dev.vlan_tci, (3 << 13) | 100);
   EXPECT_FALSE(g->dev.cnp_enabled);
   EXPECT_EQ(g->dev.min_time_between_cnps_ns, 50000u);
+  EXPECT_EQ(g->dev.min_ack_timeout, 17);
   // Without the key, a DCQCN profile brings its own CNP interval.
   auto paper = ParseDeviceFile(std::string(kMinimal) + "dcqcn=paper\n");
   ASSERT_TRUE(paper.ok()) << paper.status();
@@ -117,9 +119,12 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.ack_solicit_ns, 500'000u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "unsignaled_ack_every=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "ack_solicit_us=0\n").ok());
+  EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "min_ack_timeout=32\n").ok());
   EXPECT_EQ(g->doorbell_batch, 4u);
   EXPECT_FALSE(g->poll_ack_hold);
   EXPECT_TRUE(ParseDeviceFile(kMinimal)->poll_ack_hold);
+  EXPECT_TRUE(g->empty_poll_skip);
+  EXPECT_FALSE(ParseDeviceFile(kMinimal)->empty_poll_skip);
   EXPECT_EQ(ParseDeviceFile(kMinimal)->doorbell_batch, 16u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=257\n").ok());
@@ -146,6 +151,52 @@ TEST(DeviceFile, RejectsBadInputWithTheLine) {
   for (const char* text : bad) EXPECT_FALSE(ParseDeviceFile(text).ok()) << text;
   auto s = ParseDeviceFile("name=droce0\nvdev=x\nip=10.0.0.1\nmtu=1000\n");
   EXPECT_NE(std::string(s.status().message()).find("line 4"), std::string::npos) << s.status();
+}
+
+// cc= picks the algorithm of every QP (doc/cc.md), with the paper's
+// parameters at cc_line_rate_gbps and cc_params on top; errors say what is
+// allowed.
+TEST(DeviceFile, CongestionControlByName) {
+  auto f = ParseDeviceFile(std::string(kMinimal) + "cc=timely\ncc_line_rate_gbps=25\ncc_params=t_low_ns=40000, beta=0.5\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->dev.cc.ops, cc::FindAlgorithm("timely"));
+  double v = 0;
+  ASSERT_TRUE(cc::GetParam(f->dev.cc, "line_rate_bps", &v));
+  EXPECT_EQ(v, 25e9);
+  ASSERT_TRUE(cc::GetParam(f->dev.cc, "t_low_ns", &v));
+  EXPECT_EQ(v, 40000);
+  ASSERT_TRUE(cc::GetParam(f->dev.cc, "beta", &v));
+  EXPECT_EQ(v, 0.5);
+  EXPECT_FALSE(f->dev.dcqcn);
+  auto again = ParseDeviceFile(FormatDeviceFile(*f));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(DescribeConfig(again->dev.cc), DescribeConfig(f->dev.cc));
+
+  for (const char* name : {"dcqcn", "hpcc", "swift"}) {
+    auto g = ParseDeviceFile(std::string(kMinimal) + "cc=" + name + "\n");
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status();
+    EXPECT_STREQ(g->dev.cc.ops->name, name);
+  }
+  // cc=dcqcn brings the paper's CNP interval, as dcqcn=paper does.
+  EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "cc=dcqcn\n")->dev.min_time_between_cnps_ns, 50000u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->dev.cc.ops, nullptr);
+
+  const struct {
+    const char* text;
+    const char* says;
+  } kBad[] = {
+      {"cc=cubic\n", "cc: expected one of dcqcn, timely, hpcc, swift, none, got 'cubic'"},
+      {"cc=hpcc\ncc_params=eta=2\n", "cc_params: hpcc eta: '2' is not a number in 0.01..1"},
+      {"cc=swift\ncc_params=gamma=1\n", "cc_params: swift has no parameter 'gamma'"},
+      {"cc_params=beta=0.5\n", "cc_params without cc="},
+      {"cc=timely\ndcqcn=paper\n", "dcqcn= and cc= both set"},
+      {"cc=timely\ncc_line_rate_gbps=0\n", "cc_line_rate_gbps"},
+  };
+  for (const auto& b : kBad) {
+    auto g = ParseDeviceFile(std::string(kMinimal) + b.text);
+    ASSERT_FALSE(g.ok()) << b.text;
+    EXPECT_NE(std::string(g.status().message()).find(b.says), std::string::npos) << g.status();
+  }
 }
 
 TEST(DeviceFile, GidFormatIsSysfs) {

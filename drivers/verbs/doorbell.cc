@@ -40,6 +40,11 @@ uint32_t Runtime::PollLocked(uint64_t now_ns, bool program_polls) {
   if (now_ns >= next_link_check_ns_) {
     CheckLink(now_ns);
     CheckQps();  // once a millisecond, like the link
+    // The ring an empty poll looks at (IdleLocked), found again after a
+    // reconnection; a sleeper's Arm does the same. Not while a thread sleeps
+    // on the wake-up's descriptor, which a new ring replaces (a check after
+    // it woke does it).
+    if (wakeup_ != nullptr && !wakeup_stale_ && wire_armers_ == 0) wakeup_->Recheck();
   }
   batcher_.Flushed();  // the round transmits every active QP, deferred ones too
   const uint32_t work = dev_->Poll(now_ns, program_polls && file_.poll_ack_hold);

@@ -51,6 +51,16 @@ Runtime::ChannelWaiters* Runtime::FindWaitersLocked(int channel_fd) {
   return nullptr;
 }
 
+bool Runtime::EventsPendingLocked() {
+  for (const CqWatch& w : watches_) {
+    const queue::CompletionQueue* cq = dev_->cq(w.cq_id);
+    if (cq == nullptr) continue;
+    if (w.has_channel && cq->notifications() != w.seen_notifications) return true;
+    if (cq->overflowed() && !w.overrun_reported && w.async_write_fd >= 0) return true;
+  }
+  return false;
+}
+
 void Runtime::DeliverEvents() {
   for (CqWatch& w : watches_) {
     queue::CompletionQueue* cq = dev_->cq(w.cq_id);
@@ -185,6 +195,13 @@ int Runtime::ArmWireLocked() {
     fd = direct_->Arm(fd);
     if (fd < 0) wakeup_->Disarm();
   }
+  if (fd >= 0 && udp_) {  // the process's own socket with them
+    fd = udp_->Arm(fd);
+    if (fd < 0) {
+      if (direct_) direct_->Disarm();
+      wakeup_->Disarm();
+    }
+  }
   if (fd >= 0) ++wire_armers_;
   return fd;
 }
@@ -193,6 +210,7 @@ int Runtime::ArmWireLocked() {
 // leaves it for the others (poll wakes every sleeper on one write).
 void Runtime::DisarmWireLocked() {
   if (wire_armers_ > 0 && --wire_armers_ == 0) {
+    if (udp_) udp_->Disarm();
     if (direct_) direct_->Disarm();
     if (wakeup_ != nullptr) wakeup_->Disarm();
     RefreshWakeupLocked();

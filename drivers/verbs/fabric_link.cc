@@ -60,6 +60,20 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
     }
     first_netdev_state_ = m;
     has_netdev_state_ = true;
+    // steering udp: the process's own socket follows (doc/netdev.md).
+    if (m.own_socket != 0) {
+      fabric::NetdevSocket ns{};
+      int fds[3], nfds = 0;
+      const long n = poll(&pfd, 1, 2000) == 1 ? ethdev::ReceiveWithFds(fabric_fd_, &ns, sizeof ns, fds, &nfds) : -1;
+      if (n != sizeof ns || nfds != 1 || ns.magic != fabric::kNetdevSocketMagic ||
+          ns.version != fabric::kNetdevSocketVersion || ns.size != sizeof ns || ns.port == 0) {
+        for (int k = 0; k < nfds; ++k) close(fds[k]);
+        return absl::UnavailableError("droced sent no socket for the device's interface");
+      }
+      if (udp_fd_ >= 0) close(udp_fd_);
+      udp_fd_ = fds[0];
+      udp_port_ = ns.port;
+    }
   }
   // Only QPNs of our range: the daemon steers the device's others to the
   // processes that own them.
@@ -271,6 +285,11 @@ void Runtime::Reattach(uint64_t now_ns) {
     return;
   }
   ++fabric_reattaches_;
+  if (udp_ && udp_fd_ >= 0) {  // the new droced's socket for us
+    udp_->ReplaceSocket(udp_fd_, udp_port_);
+    dev_->set_udp_source_port(udp_port_);
+    udp_fd_ = -1;
+  }
   fabric_link_ = FabricLink::kReattached;  // IBV_EVENT_PORT_ACTIVE once the link is up
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/true);
   RenewWakeupLocked();

@@ -16,16 +16,28 @@
 // two: the progress thread's, then the program's). An event that thread
 // produced itself is handed over directly, without the socket; otherwise
 // libibverbs reads the datagram as usual.
+//
+// open()/open64() of a path under /sys/class/infiniband/DEV/ for one of
+// droce's devices read droce's sysfs tree ($SYSFS_PATH, which libibverbs
+// reads) instead: some stacks read a device's sysfs files themselves rather
+// than through libibverbs. UCX takes each GID's RoCE version from
+// ports/1/gid_attrs/types/N and its network interface from .../ndevs/N; with
+// nothing there it took droce's GIDs for RoCE v1 and found a RoCE v2 peer
+// (rxe, ConnectX) unreachable.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <limits.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdint>
 
 #include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -73,9 +85,73 @@ WaitFn ProviderWait(ibv_context* context) {
   return wait;
 }
 
+// The kernel's sysfs class directory of RDMA devices.
+constexpr char kSysClassInfiniband[] = "/sys/class/infiniband/";
+
+// For a path under /sys/class/infiniband/DEV/ naming one of droce's devices
+// (DEV is in $SYSFS_PATH/class/infiniband/), the same path in droce's tree,
+// written to `out`; false for every other path (and when SYSFS_PATH is the
+// kernel's own), which is opened as given.
+bool DroceSysfsPath(const char* path, char (&out)[PATH_MAX]) {
+  constexpr size_t kPrefix = sizeof(kSysClassInfiniband) - 1;
+  if (path == nullptr || std::strncmp(path, kSysClassInfiniband, kPrefix) != 0) return false;
+  const char* root = std::getenv("SYSFS_PATH");
+  if (root == nullptr || root[0] == '\0' || std::strcmp(root, "/sys") == 0) return false;
+  const char* dev = path + kPrefix;
+  const size_t dev_len = std::strcspn(dev, "/");
+  if (dev_len == 0) return false;
+  // SYSFS_PATH + "/class/infiniband/" + DEV, then the rest of the path.
+  const int dir_len = std::snprintf(out, sizeof out, "%s/class/infiniband/%.*s", root, static_cast<int>(dev_len), dev);
+  if (dir_len <= 0 || static_cast<size_t>(dir_len) >= sizeof out) return false;
+  struct stat st {};
+  if (stat(out, &st) != 0 || !S_ISDIR(st.st_mode)) return false;  // not droce's
+  const char* rest = dev + dev_len;
+  if (static_cast<size_t>(dir_len) + std::strlen(rest) >= sizeof out) return false;
+  std::strcpy(out + dir_len, rest);
+  return true;
+}
+
+using OpenFn = int (*)(const char*, int, ...);
+
+// `next`: the libc function this one stands for.
+int OpenRedirected(OpenFn next, const char* path, int flags, va_list ap) {
+  if (next == nullptr) {
+    errno = ENOSYS;
+    return -1;
+  }
+  mode_t mode = 0;
+  if ((flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE) mode = va_arg(ap, mode_t);
+  char droce_path[PATH_MAX];
+  return next(DroceSysfsPath(path, droce_path) ? droce_path : path, flags, mode);
+}
+
 }  // namespace
 
 extern "C" {
+
+// glibc's symbols are versioned (preload.map gives these GLIBC_2.2.5, the
+// version every x86-64 program's reference to them carries). Named by asm
+// label: with _FILE_OFFSET_BITS=64, <fcntl.h> makes the name open mean open64.
+int OpenShim(const char* path, int flags, ...) __asm__("open");
+int Open64Shim(const char* path, int flags, ...) __asm__("open64");
+
+__attribute__((visibility("default"))) int OpenShim(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  static const OpenFn next = reinterpret_cast<OpenFn>(dlsym(RTLD_NEXT, "open"));
+  const int fd = OpenRedirected(next, path, flags, ap);
+  va_end(ap);
+  return fd;
+}
+
+__attribute__((visibility("default"))) int Open64Shim(const char* path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  static const OpenFn next = reinterpret_cast<OpenFn>(dlsym(RTLD_NEXT, "open64"));
+  const int fd = OpenRedirected(next, path, flags, ap);
+  va_end(ap);
+  return fd;
+}
 
 __attribute__((visibility("default"))) ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   if (!IsDroce(context)) {

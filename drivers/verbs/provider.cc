@@ -92,7 +92,17 @@ struct DroceAh {
 // before 2026-11-28): no longer offered, so such a peer and this one agree
 // on nothing and stay go-back-N rather than drop each other's SACKs.
 constexpr uint32_t kDroceEceSelectiveRepeat = 0x2;
-constexpr uint32_t kDroceEceOptions = kDroceEceSelectiveRepeat;
+// Bits 0x4..0x20: the congestion control a QP runs (doc/cc.md "Per QP").
+// Every RC QP offers all four; a program picks one for a QP by setting its
+// ECE to that bit alone (ibv_set_ece, or rdma_set_local_ece, which carries
+// it to the peer in the REQ). Exactly one bit agreed: the QP runs that
+// algorithm from RTR; none or several: the device's cc=.
+constexpr struct {
+  uint32_t bit;
+  const char* algorithm;
+} kDroceEceCc[] = {{0x4, "dcqcn"}, {0x8, "timely"}, {0x10, "hpcc"}, {0x20, "swift"}};
+constexpr uint32_t kDroceEceCcMask = 0x4 | 0x8 | 0x10 | 0x20;
+constexpr uint32_t kDroceEceOptions = kDroceEceSelectiveRepeat | kDroceEceCcMask;
 
 // One poster at a time on a QP's send (or receive) queue: verbs lets
 // several threads post to one QP. Held for the WR copy into the ring, never
@@ -609,15 +619,15 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
 }
 
 // Up to n completions of CQ `id`; when fewer are there, one poll round of
-// the dataplane first (the program's polling drives it).
+// the dataplane first (the program's polling drives it), unless the device
+// has nothing to do: an idle device's empty poll runs no round.
 uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint32_t n) {
   AppLock lock(rt);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
   uint32_t got = rt->dev().PollCq(id, out, n);
   if (got < n) {
-    rt->PollLocked(now, /*program_polls=*/true);
-    got += rt->dev().PollCq(id, out + got, n - got);
+    if (rt->PollIfBusyLocked(now)) got += rt->dev().PollCq(id, out + got, n - got);
   } else {
     rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round
   }
@@ -1133,6 +1143,12 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
                     (qp->ece_set && (qp->ece_options & kDroceEceSelectiveRepeat) != 0);
     absl::Status s = rt->dev().SetQpSelectiveRepeat(qp->qpn, sr);
     if (!s.ok()) return ErrnoOf(s);
+    for (const auto& c : kDroceEceCc) {
+      if (qp->ece_set && (qp->ece_options & kDroceEceCcMask) == c.bit) {
+        s = rt->dev().SetQpCongestionControl(qp->qpn, c.algorithm);
+        if (!s.ok()) return ErrnoOf(s);
+      }
+    }
   }
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
   if (!s.ok()) return ErrnoOf(s);

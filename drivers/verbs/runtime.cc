@@ -172,7 +172,16 @@ absl::Status Runtime::Start() {
   if (file_.fabric) {
     direct_ = std::make_unique<ethdev::DirectIo>(port_.get(), file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp);
   }
-  dev_ = std::make_unique<core::Device>(file_.dev, direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get());
+  pktio::BurstIo* io = direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get();
+  if (udp_fd_ >= 0) {
+    // Frames to other hosts leave through the process's own socket, from
+    // its port (the ICRC covers the UDP header the kernel writes).
+    file_.dev.udp_source_port = udp_port_;
+    udp_ = std::make_unique<udp::UdpIo>(io, udp_fd_, udp_port_, file_.dev.mac);
+    udp_fd_ = -1;  // the UdpIo's now
+    io = udp_.get();
+  }
+  dev_ = std::make_unique<core::Device>(file_.dev, io);
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/false);
   if (file_.fabric) {
     dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
@@ -214,6 +223,7 @@ void Runtime::Stop() {
     }
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') PrintStats();
     dev_.reset();
+    udp_.reset();     // its buffers go back to the port's pool
     direct_.reset();  // unmaps the rings
     // A program may open the device again (qperf does per test): the vdev
     // must go too, or probing it again fails. Removing it closes the port.
@@ -237,6 +247,7 @@ void Runtime::Stop() {
     port_.reset();
   }
   if (event_socket_ >= 0) close(event_socket_);
+  if (udp_fd_ >= 0) close(udp_fd_);
   // After the memif interface went: the daemon then frees it and our QPNs.
   if (fabric_fd_ >= 0) close(fabric_fd_);
 }

@@ -30,6 +30,7 @@
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "drivers/udp/udp_io.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_mutex.h"
 #include "drivers/fabric/protocol.h"
@@ -87,6 +88,21 @@ class Runtime {
   // answer what it finds at once: a lone ACK waits for its post
   // (core::Device::Poll's hold_acks, if poll_ack_hold is on).
   uint32_t PollLocked(uint64_t now_ns, bool program_polls = false);
+  // poll_cq found its CQ empty: the round it would run, unless a round now
+  // would have nothing to do — nothing arrived (the wire's ring and the
+  // direct rings hold no frame), nothing to transmit, no timer armed, no
+  // event to deliver, the link check not due (core::Device::Quiescent and
+  // the tests in IdleLocked). Then nothing runs (doc/verbs.md "Who
+  // drives the device"; device file key empty_poll_skip). False when it
+  // ran none. Caller holds mu.
+  bool PollIfBusyLocked(uint64_t now_ns) {
+    if (file_.empty_poll_skip && IdleLocked(now_ns)) {
+      ++idle_polls_;
+      return false;
+    }
+    PollLocked(now_ns, /*program_polls=*/true);
+    return true;
+  }
   // post_send's doorbell: QP qpn transmits what it can now and nothing else
   // runs (core::Device::Doorbell); receive, timers, link checks and events
   // are the poll loop's (poll_cq, the progress thread, event waits). An
@@ -162,7 +178,11 @@ class Runtime {
     last_app_call_ns_.store(now_ns, std::memory_order_relaxed);
     // The caller, whose CPU time the progress thread reads before it
     // promotes itself (AutoSchedPolicy::NoteProgramCpu).
-    static thread_local const long tid = static_cast<long>(syscall(SYS_gettid));
+    // Constant-initialised and initial-exec: the provider is dlopen'ed, and
+    // a dynamically initialised thread_local costs a __tls_get_addr call on
+    // every poll and post (as unmap_guard.cc's).
+    __attribute__((tls_model("initial-exec"))) static thread_local long tid = 0;
+    if (tid == 0) tid = static_cast<long>(syscall(SYS_gettid));
     if (app_tid_.load(std::memory_order_relaxed) != tid) app_tid_.store(tid, std::memory_order_relaxed);
   }
 
@@ -288,6 +308,20 @@ class Runtime {
   void RenewWakeupLocked();
   void Stop();
   void ProgressLoop();
+  // A round now would do nothing (PollIfBusyLocked). An SRQ shrinks only in
+  // a round's receive, which checks its limit. Completion events are looked
+  // for only while a CQ is armed for one: a CQ overrun of a CQ that is not is
+  // reported by the next round that runs, the link check's at the latest (a
+  // millisecond). Caller holds mu.
+  bool IdleLocked(uint64_t now_ns) {
+    return now_ns < next_link_check_ns_ && dev_->Quiescent() && wakeup_ != nullptr && !wakeup_stale_ &&
+           (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() &&
+           (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
+  }
+  // DeliverEvents would send something: a completion event (a CQ armed for
+  // one got a completion outside a round, e.g. a flush by modify_qp) or a
+  // CQ overrun. Caller holds mu.
+  bool EventsPendingLocked();
   static bool RequestSlice(uint32_t slice_us, int32_t nice);
   static bool SetFifo(uint32_t priority);
   // A SCHED_FIFO progress thread spins at most this long without work
@@ -354,6 +388,13 @@ class Runtime {
   // A fabric device: the direct rings to the other processes, in front of
   // port_ (doc/droced.md "Direct rings"); the device's BurstIo.
   std::unique_ptr<ethdev::DirectIo> direct_;
+  // A netdev-bound device whose interface steers to the processes' own UDP
+  // sockets: frames to other hosts go through ours (doc/netdev.md), in front
+  // of direct_ / port_. udp_fd_/udp_port_: the socket an attach brought,
+  // until the UdpIo takes it.
+  std::unique_ptr<udp::UdpIo> udp_;
+  int udp_fd_ = -1;
+  uint16_t udp_port_ = 0;
   std::unique_ptr<ethdev::RxWakeup> wakeup_;  // null: idle sleeps are timed only
   std::unique_ptr<core::Device> dev_;
   std::vector<CqWatch> watches_;
@@ -387,6 +428,7 @@ class Runtime {
   uint64_t next_attach_ns_ = 0;
   uint64_t fabric_losses_ = 0, fabric_reattaches_ = 0;
   std::vector<int> async_fds_;  // under mu
+  uint64_t idle_polls_ = 0;  // under mu: empty polls that ran no round (PollIfBusyLocked)
   bool wakeup_stale_ = false;   // under mu: wakeup_ is for a port that went
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;

@@ -49,6 +49,8 @@ void Runtime::PrintStats() {
                  d.rx_direct, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.paths_added, d.paths_removed,
                  d.messages_refused);
   }
+  std::fprintf(stderr, "droce %s: empty polls that ran no round (nothing to do) %lu\n", file_.name.c_str(),
+               idle_polls_);
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
                "%lu, fabric losses %lu re-attaches %lu\n",
@@ -70,6 +72,14 @@ void Runtime::PrintStats() {
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load(),
                stats_.posts_left_for_owner.load());
+  if (udp_) {
+    const udp::UdpCounters& u = udp_->counters();
+    std::fprintf(stderr,
+                 "droce %s: own UDP socket (port %u): rx %lu datagrams (dropped %lu) in %lu calls (%lu empty), "
+                 "tx %lu (dropped %lu, source port rewritten %lu) in %lu calls, send buffer full %lu\n",
+                 file_.name.c_str(), udp_->port(), u.rx_datagrams, u.rx_dropped, u.rx_calls, u.rx_empty_calls,
+                 u.tx_datagrams, u.tx_dropped, u.tx_port_rewritten, u.tx_calls, u.tx_would_block);
+  }
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
   std::string line = absl::StrCat("droce ", file_.name, " device:");
   core::ForEachDeviceCounter(c, [&](const char* name, uint64_t v) { absl::StrAppend(&line, " ", name, " ", v); });
@@ -97,6 +107,17 @@ void Runtime::PrintQpStats(uint32_t qpn) {
                  transport::QpStateName(q->state()), q->selective_repeat() ? "on" : "off", k.sr_sacks_sent,
                  k.sr_sacks_received, k.sr_retransmitted_packets, k.sr_out_of_order_placed, k.sr_dropped,
                  k.sr_fallbacks, k.tlp_probes, k.sr_rack_resent, k.sr_spurious_timeouts);
+    if (const cc::CongestionControl& c = q->congestion_control(); c.ops() != nullptr) {  // doc/cc.md
+      const cc::Output& o = c.output();
+      const cc::Stats& st = c.stats();
+      std::fprintf(stderr,
+                   "droce %s qp %u cc: %s rate_limited %d rate_bps %lu window_packets %u acks %lu rtt_samples %lu "
+                   "last_rtt_us %.1f min_rtt_us %.1f telemetry_acks %lu cnps %lu timeouts %lu rate_decreases %lu "
+                   "rate_increases %lu\n",
+                   file_.name.c_str(), qpn, c.name(), o.rate_limited ? 1 : 0, o.rate_bps, o.window_packets, st.acks,
+                   st.rtt_samples, st.last_rtt_ns / 1e3, st.min_rtt_ns / 1e3, st.telemetry_acks, st.cnps, st.timeouts,
+                   st.rate_decreases, st.rate_increases);
+    }
     if (q->selective_repeat()) {  // the SR breakdown (doc/loss-experiment.md)
       const transport::RttEstimator& r = q->sr()->rtt();
       std::fprintf(stderr,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <new>
 
 namespace droce::cc {
@@ -242,6 +243,31 @@ Output DcqcnTimer(void* priv, uint64_t now_ns) {
   return Decided(Rp(priv));
 }
 
+static_assert(sizeof(DcqcnParams) <= kParamBytes);
+
+#define DCQCN_PARAM(field, type, lo, hi, help) \
+  Param{#field, Param::Type::type, offsetof(DcqcnParams, field), lo, hi, help}
+const Param kDcqcnParams[] = {
+    DCQCN_PARAM(line_rate_bps, kU64, 1e6, 1e13, "the port's rate, b/s: RC's ceiling"),
+    DCQCN_PARAM(rpg_time_reset_us, kU32, 1, 1e7, "timer T, us (paper 55, mlx5 300)"),
+    DCQCN_PARAM(rpg_byte_reset, kU64, 1, 1e12, "byte counter B, bytes (paper 10 MB, mlx5 32767)"),
+    DCQCN_PARAM(rpg_threshold, kU32, 0, 1000, "F: fast-recovery stages (paper 5, mlx5 1)"),
+    DCQCN_PARAM(rpg_ai_rate_mbps, kU32, 0, 1e6, "R_AI, Mb/s (paper 40, mlx5 5)"),
+    DCQCN_PARAM(rpg_hai_rate_mbps, kU32, 0, 1e6, "R_HAI, Mb/s (400: 10 x R_AI as QCN, mlx5 50)"),
+    DCQCN_PARAM(rpg_gd, kU32, 1, 30, "log2 Gd over alpha in 1/1024 (11: cut alpha/2)"),
+    DCQCN_PARAM(rpg_min_dec_fac, kU32, 0, 100, "%: one decrease keeps at least this much of RC (mlx5 50)"),
+    DCQCN_PARAM(rpg_min_rate_mbps, kU32, 1, 1e6, "RC's floor, Mb/s (mlx5 1)"),
+    DCQCN_PARAM(rate_to_set_on_first_cnp_mbps, kU32, 0, 1e6, "RC on a first CNP at line rate, Mb/s (0: off)"),
+    DCQCN_PARAM(rate_reduce_monitor_period_us, kU32, 0, 1e7, "at most one decrease per period, us (paper 0, mlx5 4)"),
+    DCQCN_PARAM(dce_tcp_g, kU32, 0, 1024, "alpha keeps g/1024 per update (paper 1020 = 1 - 1/256, mlx5 1019)"),
+    DCQCN_PARAM(dce_tcp_rtt_us, kU32, 1, 1e7, "alpha period K, us (paper 55, mlx5 1)"),
+    DCQCN_PARAM(initial_alpha_value, kU32, 0, 1024, "alpha at the first CNP, 1/1024 (paper 1024, mlx5 1023)"),
+    DCQCN_PARAM(min_time_between_cnps_us, kU32, 0, 1e6, "notification point: CNP interval, us (paper 50, mlx5 4)"),
+};
+#undef DCQCN_PARAM
+
+void DcqcnDefaults(void* params, uint64_t line_rate_bps) { new (params) DcqcnParams(PaperProfile(line_rate_bps)); }
+
 }  // namespace
 
 const Ops kDcqcnOps = {
@@ -253,6 +279,11 @@ const Ops kDcqcnOps = {
     .on_cnp = DcqcnCnp,
     .on_timeout = nullptr,  // nor to timeouts
     .on_timer = DcqcnTimer,
+    .params_size = sizeof(DcqcnParams),
+    .params = kDcqcnParams,
+    .nparams = sizeof kDcqcnParams / sizeof kDcqcnParams[0],
+    .defaults = DcqcnDefaults,
+    .needs_int = false,
 };
 
 const ReactionPoint* DcqcnReactionPoint(const CongestionControl& cc) {

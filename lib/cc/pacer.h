@@ -45,6 +45,7 @@ class Pacer {
   }
 
   uint64_t next_send_ns() const { return next_send_ns_; }
+  uint64_t last_start_ns() const { return last_start_ns_; }  // when the last packet went
   uint64_t rate_bps() const { return rate_bps_; }
 
  private:

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 
+#include "cc/congestion_control.h"
 #include "cc/dcqcn.h"
 #include "wire/gid.h"
 #include "wire/headers.h"
@@ -53,6 +54,12 @@ struct DeviceConfig {
   // or cc::Mlx5Profile, or hand-tuned.
   bool dcqcn = false;
   cc::DcqcnParams dcqcn_params = cc::Mlx5Profile(100'000'000'000ull);
+  // Otherwise every QP runs this algorithm (doc/cc.md; cc::ParseConfig from
+  // the device file's cc= and cc_params=), none by default.
+  cc::Config cc;
+  // The line rate the paper defaults of an algorithm a QP chooses for itself
+  // are made for (Device::SetQpCongestionControl).
+  uint64_t cc_line_rate_bps = 100'000'000'000ull;
   // Selective repeat (doc/transport.md "Selective repeat"): every RC QP of
   // the device uses it, without negotiation (both ends configured the same;
   // off by default: toward rxe or ConnectX a QP must stay IBTA go-back-N).
@@ -78,6 +85,14 @@ struct DeviceConfig {
   // left without one is solicited after ack_solicit_ns without sending.
   uint32_t unsignaled_ack_every = 16;
   uint64_t ack_solicit_ns = 500'000;
+  // The floor under every QP's local ACK timeout (transport::QpEnv, IBTA
+  // exponent; 0: each QP's own value).
+  uint8_t min_ack_timeout = 0;
+  // The UDP source port of every frame the device builds; 0: one per QP
+  // pair from its flow label (RoCEv2's ECMP entropy, as rxe and mlx5). A
+  // device whose frames leave through a kernel UDP socket sets the socket's
+  // port: the kernel writes the UDP header, and the ICRC covers the port.
+  uint16_t udp_source_port = 0;
 };
 
 }  // namespace droce::core

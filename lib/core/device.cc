@@ -196,8 +196,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.cnp_enabled = config_.cnp_enabled;
   env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
   env.cnp_dscp = config_.cnp_dscp;
-  env.cc = config_.dcqcn ? &cc::kDcqcnOps : nullptr;
-  env.cc_params = &config_.dcqcn_params;
+  // DeviceConfig::dcqcn (with its profile) or the algorithm of DeviceConfig::cc.
+  env.cc = config_.dcqcn ? &cc::kDcqcnOps : config_.cc.ops;
+  env.cc_params = config_.dcqcn ? static_cast<const void*>(&config_.dcqcn_params) : config_.cc.param_block();
   env.selective_repeat = config_.selective_repeat;
   env.sr_max_inflight_packets = config_.sr_max_inflight_packets;
   env.sr_rto_low_ns = config_.sr_rto_low_ns;
@@ -207,6 +208,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.sr_tlp = config_.sr_tlp;
   env.unsignaled_ack_every = config_.unsignaled_ack_every;
   env.ack_solicit_ns = config_.ack_solicit_ns;
+  env.min_ack_timeout = config_.min_ack_timeout;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet
@@ -233,6 +235,26 @@ absl::Status Device::SetQpSelectiveRepeat(uint32_t qpn, bool on) {
   Qp* q = qp(qpn);
   if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
   return q->SetSelectiveRepeat(on);
+}
+
+absl::Status Device::SetQpCongestionControl(uint32_t qpn, std::string_view algorithm) {
+  Qp* q = qp(qpn);
+  if (q == nullptr) return absl::NotFoundError(absl::StrFormat("no QP %u", qpn));
+  if (algorithm == "none") return q->SetCongestionControl(nullptr, nullptr);
+  const cc::Ops* ops = cc::FindAlgorithm(algorithm);
+  if (ops == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("unknown congestion control '%s' (one of %s)",
+                                                      std::string(algorithm), cc::AlgorithmNames()));
+  }
+  if (config_.dcqcn && ops == &cc::kDcqcnOps) return q->SetCongestionControl(ops, &config_.dcqcn_params);
+  if (config_.cc.ops == ops) return q->SetCongestionControl(ops, config_.cc.param_block());
+  for (const auto& c : cc_choices_) {
+    if (c->ops == ops) return q->SetCongestionControl(ops, c->param_block());
+  }
+  absl::StatusOr<cc::Config> made = cc::ParseConfig(algorithm, "", config_.cc_line_rate_bps);
+  if (!made.ok()) return made.status();
+  cc_choices_.push_back(std::make_unique<cc::Config>(*made));  // control path
+  return q->SetCongestionControl(ops, cc_choices_.back()->param_block());
 }
 
 absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
@@ -372,7 +394,7 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
   const uint32_t flow = av.flow_label != 0 ? av.flow_label
                                            : wire::FlowLabelForQpPair(local_qpn, remote_qpn);
   f.flow_label = flow;
-  f.udp_src_port = wire::UdpSourcePortForFlowLabel(flow);
+  f.udp_src_port = config_.udp_source_port != 0 ? config_.udp_source_port : wire::UdpSourcePortForFlowLabel(flow);
   *out = wire::MakeRoute(f);
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -162,6 +163,8 @@ class Device {
   ~Device();
 
   const DeviceConfig& config() const { return config_; }
+  // The UDP source port of the routes set from now on (DeviceConfig).
+  void set_udp_source_port(uint16_t port) { config_.udp_source_port = port; }
   // The GID table (GidTable(config)).
   const std::vector<Gid>& gids() const { return gids_; }
   // Replaces the GID table (a device bound to a host interface follows its
@@ -233,6 +236,12 @@ class Device {
   // Selective repeat for one RC QP, before RTR (the verbs provider calls it
   // when ECE agreed on it; doc/cm.md).
   absl::Status SetQpSelectiveRepeat(uint32_t qpn, bool on);
+  // Congestion control for one QP, before RTR (doc/cc.md "Per QP"):
+  // `algorithm` is a name of cc::FindAlgorithm or "none". The device's own
+  // algorithm runs with the device's parameters (cc_params), another with
+  // its paper defaults at DeviceConfig::cc_line_rate_bps. The verbs provider
+  // calls it at RTR when the program chose an algorithm through ECE.
+  absl::Status SetQpCongestionControl(uint32_t qpn, std::string_view algorithm);
   transport::Qp* qp(uint32_t qpn) {
     const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
     return i < qps_.size() ? qps_[i].qp.get() : nullptr;
@@ -282,6 +291,14 @@ class Device {
   // list (doc/core.md "Timers"): for tests and benchmarks.
   const TimerWheel& timers() const { return timers_; }
   size_t active_qps() const { return active_.size(); }
+  // Nothing for a round to do but receive: no QP with transmit work or a
+  // timer, no deferred doorbell, no control or refused frame waiting for the
+  // port, nothing looped back. With nothing arrived either, a round would be
+  // empty (the verbs runtime then skips an empty poll_cq's round).
+  bool Quiescent() const {
+    return active_.empty() && timers_.size() == 0 && n_deferred_ == 0 && tx_backlog_.empty() &&
+           arp_out_.empty() && nd_out_.empty() && loopback_.pending() == 0;
+  }
 
  private:
   void FoldSrCounters(const transport::QpCounters& k);
@@ -419,6 +436,10 @@ class Device {
     uint64_t ack_held_round = 0;  // the Poll round that last held this QP's ACK (hold_acks)
     PathFilter path;
   };
+  // The parameter blocks QPs run an algorithm other than the device's with
+  // (SetQpCongestionControl): one per algorithm, made on first use, never
+  // moved (QPs point into them).
+  std::vector<std::unique_ptr<cc::Config>> cc_choices_;
   std::vector<QpSlot> qps_;  // index = QPN - qpn_base_, grown up to max_qp slots
   // Slots of destroyed QPs, oldest first. A QPN is reused only once every
   // QPN of the range has been handed out, and then the one freed longest

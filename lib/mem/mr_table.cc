@@ -1,5 +1,6 @@
 #include "mem/mr_table.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/status/status.h"
@@ -12,11 +13,9 @@ constexpr uint32_t kRegionAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kR
 constexpr uint32_t kWindowAccess = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic;
 }  // namespace
 
-MrTable::MrTable(uint32_t max_regions, uint64_t seed) {
-  regions_.resize(max_regions);
-  free_slots_.reserve(max_regions);
+MrTable::MrTable(uint32_t max_regions, uint64_t seed) : max_regions_(max_regions) {
   // Slot 0 is never used so that key 0 is always invalid.
-  for (uint32_t i = max_regions; i-- > 1;) free_slots_.push_back(i);
+  regions_.resize(1);
   pd_refs_.push_back(0);
   pd_live_.push_back(false);  // PD 0 is never handed out
   if (seed == 0) {
@@ -57,6 +56,13 @@ absl::Status MrTable::DeallocPd(uint32_t pd) {
 }
 
 absl::StatusOr<uint32_t> MrTable::TakeSlot() {
+  if (free_slots_.empty() && regions_.size() < max_regions_) {
+    // Twice the slots (at least 64), the new ones handed out lowest first.
+    const size_t old = regions_.size();
+    const size_t grown = std::min<size_t>(max_regions_, std::max<size_t>(64, 2 * old));
+    regions_.resize(grown);
+    for (size_t i = grown; i-- > old;) free_slots_.push_back(static_cast<uint32_t>(i));
+  }
   if (free_slots_.empty()) return absl::ResourceExhaustedError("memory region table full");
   const uint32_t slot = free_slots_.back();
   free_slots_.pop_back();

@@ -191,8 +191,11 @@ class MrTable {
   void Unbind(MemoryRegion& mw);
   AccessResult InvalidateWindow(uint32_t key, uint32_t pd, const uint32_t* qpn);
 
+  // Grown on demand up to max_regions_ (TakeSlot): a device that registers a
+  // few regions does not clear a table sized for 65,536 of them.
   std::vector<MemoryRegion> regions_;
-  std::vector<uint32_t> free_slots_;
+  std::vector<uint32_t> free_slots_;  // slots below regions_.size() not in use, lowest on top
+  uint32_t max_regions_ = 0;
   std::vector<uint32_t> pd_refs_;  // regions and windows per PD; index = pd id
   std::vector<bool> pd_live_;
   uint32_t live_ = 0;

@@ -82,6 +82,31 @@ TEST(MrTable, RegistrationValidation) {
   EXPECT_FALSE(t.DeallocPd(pd).ok());  // regions still registered
 }
 
+// The table grows as regions are registered (it starts small so that a
+// device with a few regions does not clear 65,536 slots): keys taken before
+// a growth still resolve after it, slots are handed out lowest first, and
+// the limit is max_regions - 1 (slot 0 is never used).
+TEST(MrTable, GrowsOnDemandUpToItsLimit) {
+  MrTable t(200);
+  std::vector<uint8_t> buf(64);
+  const uint32_t pd = t.AllocPd();
+  std::vector<uint32_t> keys;
+  for (uint32_t i = 1; i < 200; ++i) {
+    auto k = t.Register(pd, buf.data(), 64, 0, kLocalWrite);
+    ASSERT_TRUE(k.ok()) << i;
+    EXPECT_EQ(MrTable::MwHandle(k->lkey), i);
+    keys.push_back(k->lkey);
+  }
+  EXPECT_EQ(t.Register(pd, buf.data(), 64, 0, kLocalWrite).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  for (uint32_t key : keys) EXPECT_EQ(t.CheckLocal(key, pd, 0, 64, true).result, AccessResult::kOk);
+  EXPECT_EQ(t.live_regions(), 199u);
+  ASSERT_TRUE(t.Deregister(keys[99]).ok());
+  auto again = t.Register(pd, buf.data(), 64, 0, kLocalWrite);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(MrTable::MwHandle(again->lkey), 100u);
+}
+
 // The low byte of a key is random per registration (a peer
 // cannot guess it from the slot), never the slot's previous one, and the
 // slot stays the index (O(1) lookup).

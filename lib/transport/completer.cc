@@ -138,8 +138,13 @@ void Qp::NoteAnswered(uint64_t now) {
 }
 
 uint64_t Qp::ArmRetransmitTimer(uint64_t now) {
-  const uint64_t t = sr_ ? sr_->ArmTimeoutNs() : AckTimeoutNs(attr_.timeout);
+  const uint64_t t = sr_ ? sr_->ArmTimeoutNs() : IbtaTimeoutNs();
   return t != 0 ? now + t : 0;
+}
+
+uint64_t Qp::IbtaTimeoutNs() const {
+  if (attr_.timeout == 0) return 0;
+  return AckTimeoutNs(std::max(attr_.timeout, env_.min_ack_timeout));
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
@@ -205,6 +210,7 @@ void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   if (s == CompState::kComplete) s = CompComplete(c);
   if (s == CompState::kSack) s = sr_->OnSack(c);
   if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
+  if (cc_.ops() != nullptr) CcOnResponse(c);  // cc_hooks.cc
 }
 
 // Responses for PSNs never sent, or already acknowledged, are stale.

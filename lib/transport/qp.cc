@@ -24,6 +24,7 @@ Qp::Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
       // bounds READ/atomic responses in flight plus NAKs.
       actions_(kMaxRdAtomic * 2 + 8) {
   cc_.Start(env.cc, env.cc_params);
+  int_requests_ = env.cc != nullptr && env.cc->needs_int;
   if (caps.type == QpType::kUd) {
     mtu_ = caps.port_mtu;
     ud_src_port_ = UdSourcePort(qpn);
@@ -47,6 +48,18 @@ absl::Status Qp::SetSelectiveRepeat(bool on) {
     sr_chosen_ = std::make_unique<SelectiveRepeat>(*this);  // control path
   }
   sr_ = sr_chosen_.get();
+  return absl::OkStatus();
+}
+
+absl::Status Qp::SetCongestionControl(const cc::Ops* ops, const void* params) {
+  if (state_ != QpState::kReset && state_ != QpState::kInit) {
+    return absl::FailedPreconditionError("congestion control is chosen before RTR");
+  }
+  if (ops != nullptr && params == nullptr) return absl::InvalidArgumentError("an algorithm needs its parameters");
+  cc_.Start(ops, params);
+  int_requests_ = ops != nullptr && ops->needs_int;
+  cc_timing_ = CcTiming{};
+  cc_timing_.acked_una = req_.psn_una;
   return absl::OkStatus();
 }
 
@@ -209,6 +222,8 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
+    cc_timing_ = CcTiming{};
+    cc_timing_.acked_una = attr_.sq_psn;
     if (sr_chosen_) sr_chosen_->SetSendPsn(attr_.sq_psn);
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
@@ -231,6 +246,8 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
     req_ = {};
     resp_ = {};
     cnp_ = {};
+    cc_timing_ = {};
+    int_echo_pending_ = false;
     if (sr_chosen_) sr_chosen_->Reset();
     sr_ = sr_chosen_.get();  // a fallback to go-back-N lasts one connection
     error_event_ = QpEvent::kNone;
@@ -506,7 +523,7 @@ void Qp::OnTimer(uint64_t now_ns) {
   // 9.7.6.1.3); an ACK that advances restores it. An SR QP's timer runs on
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
-  const uint64_t ibta_timeout = AckTimeoutNs(attr_.timeout);
+  const uint64_t ibta_timeout = IbtaTimeoutNs();
   if (sr_) sr_->OnTimeout(now_ns, ibta_timeout);  // may fall back to go-back-N (sr_ null then)
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.retry_clock_ns >= ibta_timeout);

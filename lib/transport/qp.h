@@ -85,6 +85,12 @@ struct QpEnv {
   // nothing new has been sent for ack_solicit_ns (doc/transport.md "Requester").
   uint32_t unsignaled_ack_every = 16;
   uint64_t ack_solicit_ns = 500'000;
+  // A floor under the QP's local ACK timeout (IBTA exponent, 0: none): the
+  // transport timer runs at least 4.096 us x 2^min_ack_timeout whatever the
+  // QP asked (0, infinite, stays infinite), as ConnectX firmware floors it
+  // (about 0.5 s on ConnectX-2). For peers that stall longer than a
+  // program's hard-coded timeout budget: guests emulated on a loaded host.
+  uint8_t min_ack_timeout = 0;
   // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP
   // makes it send a CNP to its peer, at most one per interval.
   bool cnp_enabled = true;
@@ -242,6 +248,11 @@ class Qp {
   const cc::ReactionPoint* reaction_point() const { return cc::DcqcnReactionPoint(cc_); }
   // Earliest time the pacer lets this QP send again (0 if not paced).
   uint64_t paced_until_ns() const { return cc_.paced_until_ns(); }
+  // The algorithm of this QP (null: none) with its parameters, which must
+  // outlive the QP; before RTR (RESET/INIT), as selective repeat. The
+  // device's default applies at creation; the verbs provider sets another
+  // at RTR when the program chose one through ECE (doc/cc.md).
+  absl::Status SetCongestionControl(const cc::Ops* ops, const void* params);
 
   // Selective repeat for this connection (RC only; before RTR). The device's
   // default (QpEnv::selective_repeat) applies at creation; the verbs
@@ -344,7 +355,15 @@ class Qp {
   DROCE_STEP ReqState ReqCheckSges(SendCtx& c);
   DROCE_STEP ReqState ReqBuildPacket(SendCtx& c);
   DROCE_STEP ReqState ReqUpdate(SendCtx& c);
-  uint32_t PacketsFor(const SendWqe& w) const;
+  // The per-WQE predicates below are inline: the doorbell's demand count
+  // (qp.cc), the requester and the completer ask them of every WQE.
+  uint32_t PacketsFor(const SendWqe& w) const {
+    if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
+    if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+      return 1;
+    }
+    return PacketsForLength(w.total_len);
+  }
   // Packets (PSNs) a message of `len` bytes takes at the path MTU, at least
   // one; 64-bit arithmetic, so any 32-bit length is counted right (2^31
   // bytes at MTU 256 is 2^23 PSNs).
@@ -359,9 +378,19 @@ class Qp {
   // Payloads from this size on are copied and CRCed in one pass.
   static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
-  bool IsReadOrAtomic(const SendWqe& w) const;
-  static bool IsLocalOp(const SendWqe& w);  // LOCAL_INV, BIND_MW: no packet
-  bool MayStart(const SendWqe& w) const;  // fence and rd_atomic limit allow it
+  static bool IsReadOrAtomic(const SendWqe& w) {
+    return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+           w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+  }
+  static bool IsLocalOp(const SendWqe& w) {  // LOCAL_INV, BIND_MW: no packet
+    return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
+  }
+  // Fence and rd_atomic limit allow it: a fenced WQE waits until every
+  // earlier READ/atomic has completed (IBTA 10.8.3.3).
+  bool MayStart(const SendWqe& w) const {
+    if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
+    return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
+  }
   uint32_t RequestRoom() const;           // request packets the send queue may send now
   uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).
@@ -386,6 +415,14 @@ class Qp {
   // The retransmission deadline to arm now (0: none): the retransmission
   // timeout is selective repeat's (its RTOs) or the QP's (4.096 us x 2^timeout).
   uint64_t ArmRetransmitTimer(uint64_t now);
+  // 4.096 us x 2^timeout of the QP, raised to the device's floor
+  // (QpEnv::min_ack_timeout); 0: infinite.
+  uint64_t IbtaTimeoutNs() const;
+  // AckReq at least every this many packets of a long message (selective
+  // repeat's spacing while it runs, requester.cc), and twice per
+  // congestion-control window, which a window-based algorithm (Swift, HPCC)
+  // may shrink to a few packets.
+  uint32_t AckReqEvery() const;
   // Request packets the window lets out with `in_flight` PSNs past psn_una.
   uint32_t WindowRoom(int32_t in_flight) const;
   // The in-flight cap: the transport's (go-back-N's window, or selective
@@ -494,6 +531,33 @@ class Qp {
   cc::CongestionControl cc_;
   bool Paced(uint64_t now_ns) const { return cc_.Paced(now_ns); }
   void NoteSent(uint32_t bytes, uint64_t now_ns) { cc_.OnSent(bytes, now_ns); }
+  // Congestion control's hooks into the requester and the completer
+  // (cc_hooks.cc), called only while the QP runs an algorithm: one packet
+  // at a time is timed from its first transmission to the response that
+  // acknowledges it (Karn: a resent one is not; the timed packet asks for
+  // its ACK, so ACK coalescing does not stretch the sample), and every response that
+  // moves psn_una reports the packets it acknowledged, the RTT sample if it
+  // ends the timing, and the INT echo it carries.
+  struct CcTiming {
+    bool timing = false;
+    uint32_t psn = 0;      // the timed packet
+    uint64_t sent_ns = 0;
+    uint32_t acked_una = 0;  // psn_una at the last report
+  } cc_timing_;
+  bool CcNoteSent(uint32_t psn, bool retransmission, uint64_t now_ns);
+  void CcOnResponse(const RespCtx& c);
+  // INT (wire/int.h, doc/cc.md "INT"): a QP whose algorithm needs the
+  // switches' telemetry (HPCC) asks for it in its SEND/WRITE packets
+  // (CcWriteIntRequest: the header after the extended headers, BTH byte 4's
+  // flag; the payload follows it); a responder that received a request with
+  // the switches' records echoes the newest in its next ACK (CcNoteInt,
+  // CcWriteIntEcho). A QP that never receives one never echoes.
+  bool int_requests_ = false;
+  bool int_echo_pending_ = false;
+  wire::IntStack int_echo_;
+  uint32_t CcWriteIntRequest(uint8_t* bth_p, uint32_t header_bytes);
+  void CcNoteInt(const ReqCtx& c);
+  uint32_t CcWriteIntEcho(uint8_t* bth_p, uint32_t header_bytes);
 
   void TakePostedSends();
   void TakePublishedRecvs();

@@ -261,5 +261,83 @@ TEST(TimerWheelDevice, QpsWaitingForAnAckAreOffTheActiveList) {
   EXPECT_EQ(a.dev->timers().size(), 0u);
 }
 
+// A pair whose requester (a) has the device floor `min_ack_timeout` under
+// its QP's ACK timeout (QpEnv::min_ack_timeout), for ibv_rc_pingpong's
+// exchange: a 4 KiB SEND that b receives.
+class FlooredPair {
+ public:
+  FlooredPair(uint8_t min_ack_timeout, uint8_t timeout) : wire_(sim::MemWireConfig{}) {
+    for (int i = 0; i < 2; ++i) {
+      DeviceConfig cfg;
+      cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
+      cfg.ipv4 = 0x0A000001 + i;
+      if (i == 0) cfg.min_ack_timeout = min_ack_timeout;
+      OpenSide(s_[i], cfg, &wire_.end(i), 1 << 16);
+    }
+    ConnectSides(s_, 1024, timeout, /*retry_cnt=*/7);
+  }
+  Side& a() { return s_[0]; }
+  Side& b() { return s_[1]; }
+  Qp* requester() { return s_[0].dev->qp(s_[0].qpn); }
+
+  // The SEND, with b silent for `stall_ns` (a guest descheduled by its
+  // host) and then answering: the requester's completion, once it has one.
+  Completion SendThroughStall(uint64_t stall_ns) {
+    EXPECT_EQ(b().dev->PostRecv(b().qpn, MakeRecv(1, b(), 0, 4096)), 0);
+    EXPECT_EQ(a().dev->PostSend(a().qpn, MakeWr(2, WrOpcode::kSend, a(), 0, 4096, b(), 0)), 0);
+    const uint64_t t0 = now_;
+    Completion c{};
+    for (; now_ < t0 + 1'000'000'000; now_ += 10'000) {
+      a().dev->Poll(now_);
+      if (now_ >= t0 + stall_ns) b().dev->Poll(now_);
+      if (a().dev->PollCq(a().cq, &c, 1) == 1) return c;
+    }
+    ADD_FAILURE() << "no completion";
+    return c;
+  }
+
+ private:
+  uint64_t now_ = 1'000'000;
+  sim::MemWire wire_;
+  Side s_[2];
+};
+
+// The floor raises a shorter QP timeout to itself and leaves a longer one.
+TEST(MinAckTimeout, FloorsTheQpsTimeout) {
+  FlooredPair floored(12, 8);
+  const uint64_t t0 = 1'000'000;
+  ASSERT_EQ(floored.a().dev->PostSend(floored.a().qpn, MakeWr(1, WrOpcode::kRdmaWrite, floored.a(), 0, 64,
+                                                              floored.b(), 0)), 0);
+  floored.a().dev->Poll(t0);
+  EXPECT_EQ(floored.requester()->NextDeadline() - t0, transport::AckTimeoutNs(12));
+
+  FlooredPair below(4, 8);
+  ASSERT_EQ(below.a().dev->PostSend(below.a().qpn, MakeWr(1, WrOpcode::kRdmaWrite, below.a(), 0, 64,
+                                                          below.b(), 0)), 0);
+  below.a().dev->Poll(t0);
+  EXPECT_EQ(below.requester()->NextDeadline() - t0, transport::AckTimeoutNs(8));
+}
+
+// A peer silent for longer than the QP's whole retry budget (8 timeouts of
+// 1 ms): the QP fails with retry exceeded, as IBTA says; with a floor of
+// 2^12 (16.8 ms a timeout) the same silence costs no retry at all.
+TEST(MinAckTimeout, APeerStalledPastTheRetryBudget) {
+  const uint64_t stall = 12 * transport::AckTimeoutNs(8);
+  FlooredPair exact(0, 8);
+  EXPECT_EQ(exact.SendThroughStall(stall).status, WcStatus::kRetryExcErr);
+  EXPECT_EQ(exact.requester()->counters().timeouts, 8u);
+
+  FlooredPair floored(12, 8);
+  EXPECT_EQ(floored.SendThroughStall(stall).status, WcStatus::kSuccess);
+  EXPECT_EQ(floored.requester()->counters().timeouts, 0u);
+}
+
+// A QP timeout of 0 (infinite) stays infinite under a floor.
+TEST(MinAckTimeout, InfiniteStaysInfinite) {
+  FlooredPair pair(12, 0);
+  EXPECT_EQ(pair.SendThroughStall(2'000'000'000ull / 4).status, WcStatus::kSuccess);
+  EXPECT_EQ(pair.requester()->counters().timeouts, 0u);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -15,15 +15,6 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
-bool Qp::IsLocalOp(const SendWqe& w) {
-  return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
-}
-
-bool Qp::IsReadOrAtomic(const SendWqe& w) const {
-  return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-         w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-}
-
 int Qp::ValidateSend(const SendWr& wr) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
   uint64_t total = 0;
@@ -55,18 +46,10 @@ int Qp::ValidateSend(const SendWr& wr) const {
   return 0;
 }
 
-uint32_t Qp::PacketsFor(const SendWqe& w) const {
-  if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
-  if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    return 1;
-  }
-  return PacketsForLength(w.total_len);
-}
-
-bool Qp::MayStart(const SendWqe& w) const {
-  // Fence: wait until every earlier READ/atomic has completed (IBTA 10.8.3.3).
-  if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
-  return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
+uint32_t Qp::AckReqEvery() const {
+  const uint32_t every = sr_ ? sr_->ack_req_every() : env_.ack_req_every;
+  const uint32_t cc_window = cc_.output().window_packets;  // 0: none
+  return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
 }
 
 bool Qp::StartWqe(SendWqe& w) {
@@ -346,6 +329,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
     req_.psn_high = PsnAdd(psn, 1);
   }
   if (sr_) sr_->OnRequestBuilt(psn, retransmission, !IsReadOrAtomic(w), now_ns);
+  // cc_hooks.cc: true when this packet is the one timed (it asks for its ACK).
+  const bool cc_timed = cc_.ops() != nullptr && CcNoteSent(psn, retransmission, now_ns);
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
   uint8_t* ext;
   const uint32_t l4_end = WriteHeaders(frame, 0, psn, false, false, &ext);
@@ -419,8 +404,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const bool ask_at_end = signaled || sr_ || retransmission ||
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
   const bool ack_req =
-      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= (sr_ ? sr_->ack_req_every() : env_.ack_req_every) ||
-                     req_.force_ack_req || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
+      reliable() && ((last && ask_at_end) || req_.packets_since_ack_req >= AckReqEvery() ||
+                     req_.force_ack_req || cc_timed || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   if (sr_ && ack_req) sr_->OnAckRequested(psn);
@@ -436,10 +421,11 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   // Immediate data is a __be32 already: its bytes go on the wire as they are.
   if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(w.wr.imm_data);
   if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(w.wr.invalidate_rkey);
-  transport_len = op.header_bytes + seg;
+  const uint32_t headers = op.header_bytes + (int_requests_ ? CcWriteIntRequest(bth_p, op.header_bytes) : 0);
+  transport_len = headers + seg;
   w.next_psn = PsnAdd(psn, 1);
   if (last) w.fully_sent = true;
-  uint8_t* payload = bth_p + op.header_bytes;
+  uint8_t* payload = bth_p + headers;
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
     GatherPayload(w, offset, seg, payload);

@@ -206,6 +206,7 @@ RespState Qp::CheckAndExecute(ReqCtx& c) {
 void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, payload_placed};
+  if (p.int_offset != 0) CcNoteInt(c);  // cc_hooks.cc: the switches' records, echoed in the next ACK
   // The states run in their order (RespState lists them so); a step that
   // returns a later state skips the ones between, kError or kDone ends the
   // request. Written as a chain rather than a switch in a loop: with the
@@ -527,7 +528,8 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
                                                    : a.syndrome);
       aeth.set_msn(a.msn);
       if (a.kind == ActionKind::kAck) ++counters_.acks_sent;
-      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
+      const uint32_t echo = int_echo_pending_ ? CcWriteIntEcho(bth_p, kBthBytes + kAethBytes) : 0;
+      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + echo);
     }
     case ActionKind::kAtomicAck: {
       bth.set_opcode(kRcAtomicAcknowledge);

@@ -2,7 +2,7 @@
 // perftest's 128 outstanding 64 KiB READs (or WRITEs) at MTU 1024 against
 // Linux rxe in an emulated guest (doc/interop-rxe.md). The slowness is the
 // test wire's, not the transport's: each end sends through a FIFO drained
-// at a fixed line rate in virtual time (sim::BottleneckIo). What the
+// at a fixed line rate in virtual time (sim::EgressPortIo). What the
 // responder owes waits there in order, as the requests wait in rxe's queue:
 // a READ asked again is served after everything asked before it, and in
 // full, as rxe serves it; a WRITE's data reaches it no faster than the rate.
@@ -15,7 +15,7 @@
 // not be asked for the same work over and over.
 #include <gmock/gmock.h>
 
-#include "sim/switch/bottleneck_io.h"
+#include "sim/switch/egress_port_io.h"
 #include "tests/support/rc_pair_fixture.h"
 
 namespace droce::core {
@@ -98,8 +98,8 @@ class SlowResponderPair {
     for (auto& d : c.impair) d.drop = loss;
     return c;
   }
-  static sim::BottleneckConfig FifoConfig(uint64_t rate_bps) {
-    sim::BottleneckConfig c;
+  static sim::EgressPortConfig FifoConfig(uint64_t rate_bps) {
+    sim::EgressPortConfig c;
     c.line_rate_bps = rate_bps;
     c.ecn = false;
     return c;
@@ -108,7 +108,7 @@ class SlowResponderPair {
   uint64_t now_ = 1'000'000;
   uint64_t stall_from_ = 0, stall_until_ = 0;
   sim::MemWire wire_;
-  sim::BottleneckIo slow_[2];
+  sim::EgressPortIo slow_[2];
   Side s_[2];
 };
 

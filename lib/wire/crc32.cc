@@ -119,6 +119,8 @@ struct PlainSrc {
   __m128i Load16(const uint8_t* p) const {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
+  __m128i Head16(const uint8_t* p) const { return Load16(p); }
+  __m128i Body16(const uint8_t* p) const { return Load16(p); }
   __attribute__((target("avx512f"))) __m512i Load64(const uint8_t* p) const {
     return _mm512_loadu_si512(p);
   }
@@ -135,6 +137,16 @@ struct OrMaskSrc {
       v = _mm_or_si128(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(mask + off)));
     }
     return v;
+  }
+  // The short path's loads, which know on which side of the mask they are:
+  // Head16 below offset kCrc32OrMaskBytes (the mask's zero half covers what
+  // a 16-byte load reads past it), Body16 from there on.
+  __m128i Head16(const uint8_t* p) const {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm_or_si128(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(mask + (p - base))));
+  }
+  __m128i Body16(const uint8_t* p) const {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
   __attribute__((target("avx512f"))) __m512i Load64(const uint8_t* p) const {
     __m512i v = _mm512_loadu_si512(p);
@@ -165,6 +177,8 @@ struct CopySrc {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (p - base)), v);
     return v;
   }
+  __m128i Head16(const uint8_t* p) const { return Load16(p); }
+  __m128i Body16(const uint8_t* p) const { return Load16(p); }
   __attribute__((target("avx512f"))) __m512i Load64(const uint8_t* p) const {
     const __m512i v = _mm512_loadu_si512(p);
     _mm512_storeu_si512(dst + (p - base), v);
@@ -186,6 +200,8 @@ alignas(16) constexpr uint8_t kShuffle[48] = {
 alignas(16) constexpr uint8_t kHighBytes[32] = {
     0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,    0,
     0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+
+__attribute__((target("pclmul,sse4.1"), always_inline)) inline uint32_t Reduce128(__m128i x1);
 
 // Folds one 128-bit accumulator over the remaining 16-byte blocks, then a
 // final partial block, and reduces it to the 32-bit CRC register. At least
@@ -212,6 +228,12 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t ReduceFrom128(__m128i x1, cons
         rest, _mm_and_si128(last, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kHighBytes + len))));
     x1 = Fold128(head, k128, rest);
   }
+  return Reduce128(x1);
+}
+
+// The 32-bit CRC register of a 128-bit accumulator.
+__attribute__((target("pclmul,sse4.1"), always_inline)) inline uint32_t Reduce128(__m128i x1) {
+  const __m128i k128 = _mm_set_epi64x(kFold128Hi, kFold128Lo);
   // 128 -> 64 bits.
   const __m128i mask32 = _mm_setr_epi32(~0, 0, ~0, 0);
   __m128i t = _mm_clmulepi64_si128(x1, k128, 0x10);
@@ -232,25 +254,94 @@ __attribute__((target("pclmul,sse4.1"))) inline __m128i FoldBy128(size_t j) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(kFoldBy128[j]));
 }
 
-// 16 <= len < 512: every full 16-byte block is folded straight onto the last
-// full block (independent multiplies, no serial chain), then the tail.
+// A block times x to the power of 128 * j bits (k = &kFoldBy128[j]): the
+// block folded over j blocks' distance, still 128 bits wide.
+__attribute__((target("pclmul,sse4.1"), always_inline)) inline __m128i MulBlock(__m128i b, const __m128i* k) {
+  return _mm_xor_si128(_mm_clmulepi64_si128(b, _mm_loadu_si128(k), 0x00),
+                       _mm_clmulepi64_si128(b, _mm_loadu_si128(k), 0x11));
+}
+
+// 16 <= len < 512, the latency-bound short buffers (headers, ACKs, small
+// payloads). The first r = len % 16 bytes form a block led by zeros (with
+// the register folded into the data, leading zeros leave the CRC as it is),
+// the f = len / 16 full blocks end at the buffer's end; every block but the
+// last is multiplied by x to the power of its distance from the last
+// (kFoldBy128[j] for j blocks) and all are summed: independent multiplies,
+// no serial chain and no tail to shuffle. The head and the four full blocks
+// after it (every byte below offset 64, where the ICRC's mask lies) take the
+// policy's Head16; from 80 bytes on they are written out, and the blocks
+// after them are addressed from the end at fixed distances (a jump into an
+// unrolled sequence), about six instructions a block.
 template <typename Src>
-__attribute__((target("pclmul,sse4.1"))) uint32_t ShortFold(uint32_t crc, const uint8_t* buf,
-                                                            size_t len, const Src& src) {
-  const size_t k = len / 16;
-  __m128i acc = _mm_xor_si128(src.Load16(buf), _mm_cvtsi32_si128(static_cast<int>(crc)));
-  if (k > 1) {
-    __m128i other = _mm_setzero_si128();  // two XOR chains
-    acc = Fold128(acc, FoldBy128(k - 1), src.Load16(buf + 16 * (k - 1)));
-    size_t i = 1;
-    for (; i + 1 < k - 1; i += 2) {
-      acc = Fold128(src.Load16(buf + 16 * i), FoldBy128(k - 1 - i), acc);
-      other = Fold128(src.Load16(buf + 16 * (i + 1)), FoldBy128(k - 2 - i), other);
+__attribute__((target("pclmul,sse4.1"), always_inline)) inline uint32_t ShortFold(
+    uint32_t crc, const uint8_t* buf, size_t len, const Src& src) {
+  const auto* const K = reinterpret_cast<const __m128i*>(kFoldBy128);
+  const size_t r = len % 16, f = len / 16;
+  const __m128i state = _mm_cvtsi32_si128(static_cast<int>(crc));
+  const __m128i* shift = reinterpret_cast<const __m128i*>(kShuffle + r);
+  const uint8_t* const end = buf + len;
+  const uint8_t* const p = buf + r;  // the first full block
+  // The head (block f: bytes [0, r) at its top, nothing when r is 0) and
+  // the first full block, which takes the register's bytes from r on.
+  const __m128i head = _mm_shuffle_epi8(_mm_xor_si128(src.Head16(buf), state), _mm_loadu_si128(shift));
+  __m128i acc = MulBlock(head, K + f);
+  __m128i cur = _mm_xor_si128(src.Head16(p), _mm_shuffle_epi8(state, _mm_loadu_si128(shift + 1)));
+  if (f >= 5) [[likely]] {
+    acc = _mm_xor_si128(acc, MulBlock(cur, K + f - 1));
+    acc = _mm_xor_si128(acc, MulBlock(src.Head16(p + 16), K + f - 2));
+    acc = _mm_xor_si128(acc, MulBlock(src.Head16(p + 32), K + f - 3));
+    acc = _mm_xor_si128(acc, MulBlock(src.Head16(p + 48), K + f - 4));
+    switch (f - 5) {  // blocks f - 5 .. 1, then the last
+    case 26: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 432), K + 26)); [[fallthrough]];
+    case 25: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 416), K + 25)); [[fallthrough]];
+    case 24: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 400), K + 24)); [[fallthrough]];
+    case 23: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 384), K + 23)); [[fallthrough]];
+    case 22: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 368), K + 22)); [[fallthrough]];
+    case 21: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 352), K + 21)); [[fallthrough]];
+    case 20: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 336), K + 20)); [[fallthrough]];
+    case 19: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 320), K + 19)); [[fallthrough]];
+    case 18: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 304), K + 18)); [[fallthrough]];
+    case 17: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 288), K + 17)); [[fallthrough]];
+    case 16: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 272), K + 16)); [[fallthrough]];
+    case 15: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 256), K + 15)); [[fallthrough]];
+    case 14: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 240), K + 14)); [[fallthrough]];
+    case 13: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 224), K + 13)); [[fallthrough]];
+    case 12: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 208), K + 12)); [[fallthrough]];
+    case 11: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 192), K + 11)); [[fallthrough]];
+    case 10: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 176), K + 10)); [[fallthrough]];
+    case 9: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 160), K + 9)); [[fallthrough]];
+    case 8: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 144), K + 8)); [[fallthrough]];
+    case 7: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 128), K + 7)); [[fallthrough]];
+    case 6: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 112), K + 6)); [[fallthrough]];
+    case 5: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 96), K + 5)); [[fallthrough]];
+    case 4: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 80), K + 4)); [[fallthrough]];
+    case 3: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 64), K + 3)); [[fallthrough]];
+    case 2: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 48), K + 2)); [[fallthrough]];
+    case 1: acc = _mm_xor_si128(acc, MulBlock(src.Body16(end - 32), K + 1)); [[fallthrough]];
+    default: break;
     }
-    if (i < k - 1) acc = Fold128(src.Load16(buf + 16 * i), FoldBy128(k - 1 - i), acc);
-    acc = _mm_xor_si128(acc, other);
+    return Reduce128(_mm_xor_si128(acc, src.Body16(end - 16)));
   }
-  return ReduceFrom128(acc, buf + 16 * k, len - 16 * k, src);
+  // Under 80 bytes (f < 5): every full block is below offset 64.
+  const __m128i* k = K + f - 1;
+  for (const uint8_t* q = p + 16; q < end; q += 16, --k) {
+    acc = _mm_xor_si128(acc, MulBlock(cur, k));
+    cur = src.Head16(q);
+  }
+  return Reduce128(_mm_xor_si128(acc, cur));
+}
+
+// ShortFold compiled twice: with VEX encoding where the CPU has AVX (three
+// operands: no register copies before each multiply), and without.
+template <typename Src>
+__attribute__((target("avx,pclmul"))) uint32_t ShortFoldAvx(uint32_t crc, const uint8_t* buf, size_t len,
+                                                         const Src& src) {
+  return ShortFold(crc, buf, len, src);
+}
+template <typename Src>
+__attribute__((target("pclmul,sse4.1"))) uint32_t ShortFoldSse(uint32_t crc, const uint8_t* buf, size_t len,
+                                                            const Src& src) {
+  return ShortFold(crc, buf, len, src);
 }
 
 // Folds four 128-bit accumulators (64 consecutive bytes of state) over the
@@ -279,7 +370,7 @@ __attribute__((target("pclmul,sse4.1"))) uint32_t Crc32Pclmul(uint32_t crc, cons
                                                               size_t len, const Src& src) {
   if (len < 16) return src.Small(crc, buf, len);
   // Short buffers (headers, ACKs, small payloads): latency, not throughput.
-  if (len < 512) return ShortFold(crc, buf, len, src);
+  if (len < 512) return ShortFoldSse(crc, buf, len, src);
   const __m128i c = _mm_cvtsi32_si128(static_cast<int>(crc));
   __m128i x1 = src.Load16(buf);
   __m128i x2 = src.Load16(buf + 16);
@@ -345,12 +436,15 @@ bool CpuHas(Crc32Impl impl) {
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
   const bool pclmul = (ecx & bit_PCLMUL) && (ecx & bit_SSE4_1);
   if (impl == Crc32Impl::kPclmul) return pclmul;
-  if (impl != Crc32Impl::kVpclmulAvx512) return true;
+  if (impl == Crc32Impl::kTable) return true;
   const bool osxsave = ecx & bit_OSXSAVE;
-  if (!pclmul || !osxsave) return false;
-  // The OS must save ZMM and opmask state (XCR0 bits 1,2,5,6,7).
+  if (!pclmul || !osxsave || !(ecx & bit_AVX)) return false;
+  // The OS must save XMM and YMM state (XCR0 bits 1, 2) and, for AVX-512,
+  // the ZMM and opmask state too (bits 5, 6, 7).
   uint32_t xcr0_lo, xcr0_hi;
   __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0x6) != 0x6) return false;
+  if (impl == Crc32Impl::kPclmulAvx) return true;
   if ((xcr0_lo & 0xE6) != 0xE6) return false;
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
   return (ebx & bit_AVX512F) && (ebx & bit_AVX512VL) && (ecx & bit_VPCLMULQDQ);
@@ -387,12 +481,14 @@ struct CopySrc {
 
 Crc32Impl DetectImpl() {
   if (CpuHas(Crc32Impl::kVpclmulAvx512)) return Crc32Impl::kVpclmulAvx512;
+  if (CpuHas(Crc32Impl::kPclmulAvx)) return Crc32Impl::kPclmulAvx;
   if (CpuHas(Crc32Impl::kPclmul)) return Crc32Impl::kPclmul;
   return Crc32Impl::kTable;
 }
 
 const Crc32Impl kActiveImpl = DetectImpl();
 const bool kHasPclmul = CpuHas(Crc32Impl::kPclmul);
+const bool kHasPclmulAvx = CpuHas(Crc32Impl::kPclmulAvx);
 const bool kHasVpclmul = CpuHas(Crc32Impl::kVpclmulAvx512);
 
 }  // namespace
@@ -404,8 +500,14 @@ template <typename Src>
 uint32_t Dispatch(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len, const Src& src) {
   (void)impl;
 #if defined(__x86_64__)
-  if (impl == Crc32Impl::kVpclmulAvx512 && kHasVpclmul) return Crc32Vpclmul(state, data, len, src);
-  if (impl == Crc32Impl::kPclmul && kHasPclmul) return Crc32Pclmul(state, data, len, src);
+  const bool vpclmul = impl == Crc32Impl::kVpclmulAvx512 && kHasVpclmul;
+  const bool avx = vpclmul || (impl == Crc32Impl::kPclmulAvx && kHasPclmulAvx);
+  if (avx || (impl == Crc32Impl::kPclmul && kHasPclmul)) {
+    if (len >= 16 && len < 512) {
+      return avx ? ShortFoldAvx(state, data, len, src) : ShortFoldSse(state, data, len, src);
+    }
+    return vpclmul ? Crc32Vpclmul(state, data, len, src) : Crc32Pclmul(state, data, len, src);
+  }
 #endif
   return src.Small(state, data, len);  // the table at any length
 }
@@ -443,6 +545,7 @@ uint32_t Crc32UpdateOrMasked(uint32_t state, const uint8_t* data, size_t len,
 Crc32Impl ActiveCrc32Impl() { return kActiveImpl; }
 bool Crc32ImplSupported(Crc32Impl impl) {
   return impl == Crc32Impl::kTable || (impl == Crc32Impl::kPclmul && kHasPclmul) ||
+         (impl == Crc32Impl::kPclmulAvx && kHasPclmulAvx) ||
          (impl == Crc32Impl::kVpclmulAvx512 && kHasVpclmul);
 }
 
@@ -450,6 +553,7 @@ const char* Crc32ImplName(Crc32Impl impl) {
   switch (impl) {
     case Crc32Impl::kTable: return "table";
     case Crc32Impl::kPclmul: return "pclmul";
+    case Crc32Impl::kPclmulAvx: return "pclmul-avx";
     case Crc32Impl::kVpclmulAvx512: return "vpclmul-avx512";
   }
   return "?";

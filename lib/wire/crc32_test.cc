@@ -124,9 +124,15 @@ TEST(Crc32, DispatchedEntryPointsMatchTheirImplementation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, Crc32ImplTest,
-                         ::testing::Values(Crc32Impl::kTable, Crc32Impl::kPclmul,
+                         ::testing::Values(Crc32Impl::kTable, Crc32Impl::kPclmul, Crc32Impl::kPclmulAvx,
                                            Crc32Impl::kVpclmulAvx512),
-                         [](const auto& info) { return std::string(Crc32ImplName(info.param)) == "vpclmul-avx512" ? std::string("vpclmul") : std::string(Crc32ImplName(info.param)); });
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Crc32Impl::kPclmulAvx: return std::string("pclmul_avx");
+                             case Crc32Impl::kVpclmulAvx512: return std::string("vpclmul");
+                             default: return std::string(Crc32ImplName(info.param));
+                           }
+                         });
 
 }  // namespace
 }  // namespace droce::wire

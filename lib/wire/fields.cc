@@ -91,6 +91,9 @@ PacketFields DecodeFields(const uint8_t* frame, const ParsedPacket& p) {
     f.sack_base_psn = v.base_psn();
     for (uint32_t w = 0; w < kSackBits / 64; ++w) f.sack_bits[w] = v.word(w);
   }
+  if (p.int_offset != 0) {
+    f.has_int = ParseInt(frame + p.int_offset, p.payload_offset - p.int_offset, &f.int_stack) != 0;
+  }
   f.payload = {frame + p.payload_offset, p.payload_len};
   f.icrc = StoredIcrc(frame, p);
   return f;
@@ -149,7 +152,9 @@ uint32_t WriteTransportHeaders(const PacketFields& f, uint8_t* bth_p) {
     v.set_base_psn(f.sack_base_psn);
     for (uint32_t w = 0; w < kSackBits / 64; ++w) v.set_word(w, f.sack_bits[w]);
   }
-  return op.header_bytes;
+  if (!f.has_int) return op.header_bytes;
+  bth_p[4] |= kBthIntFlag;
+  return op.header_bytes + WriteInt(bth_p + op.header_bytes, f.int_stack);
 }
 
 absl::StatusOr<uint32_t> SerializeFields(const PacketFields& f, uint8_t* out, uint32_t capacity) {
@@ -161,8 +166,8 @@ absl::StatusOr<uint32_t> SerializeFields(const PacketFields& f, uint8_t* out, ui
     return absl::InvalidArgumentError(absl::StrFormat("%s carries no payload", op.name));
   }
   const Route route = MakeRoute(f.route);
-  const uint64_t need = uint64_t{route.bytes.size()} + op.header_bytes + f.payload.size() + 3 +
-                        kIcrcBytes;
+  const uint64_t need = uint64_t{route.bytes.size()} + op.header_bytes + (f.has_int ? kIntMaxBytes : 0) +
+                        f.payload.size() + 3 + kIcrcBytes;
   if (need > capacity || need > 0xFFFF) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("frame of up to %d bytes does not fit in %u", need, capacity));
@@ -234,6 +239,16 @@ std::string DescribePacket(const uint8_t* frame, const ParsedPacket& p) {
       i = j + 1;
     }
     if (!any) s += "none";
+    s += ")";
+  }
+  if (f.has_int) {
+    // int(echo 2/5 q=1200,3000 tx=...): hops filled of the slots, then each hop's queue (bytes).
+    absl::StrAppendFormat(&s, " int(%s%u/%u", f.int_stack.echo ? "echo " : "", f.int_stack.hops, f.int_stack.slots);
+    for (uint32_t i = 0; i < f.int_stack.hops; ++i) {
+      const IntHop& h = f.int_stack.hop[i];
+      absl::StrAppendFormat(&s, " [ts=%u tx=%u q=%u rate=%u]", h.timestamp_ns, h.tx_bytes, h.qlen_bytes,
+                            h.line_rate_mbps);
+    }
     s += ")";
   }
   absl::StrAppendFormat(&s, " payload=%u pad=%u", p.payload_len, p.pad);

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "wire/headers.h"
+#include "wire/int.h"
 #include "wire/packet.h"
 
 namespace droce::wire {
@@ -57,6 +58,10 @@ struct PacketFields {
   uint32_t sreth_recv_seq = 0;
   uint32_t sack_base_psn = 0;
   uint64_t sack_bits[kSackBits / 64] = {};
+  // In-band telemetry (wire/int.h): after the extended headers when present
+  // (serialising sets BTH byte 4's kBthIntFlag).
+  bool has_int = false;
+  IntStack int_stack;
   std::span<const uint8_t> payload;  // points into the decoded frame
   uint32_t icrc = 0;                 // as stored
 };
@@ -68,11 +73,12 @@ PacketFields DecodeFields(const uint8_t* frame, const ParsedPacket& p);
 // out[0..capacity). Fails if the opcode is unknown or the frame does not fit.
 absl::StatusOr<uint32_t> SerializeFields(const PacketFields& f, uint8_t* out, uint32_t capacity);
 
-// Writes BTH and extended headers for `f` at `bth`; returns their length.
+// Writes BTH and extended headers for `f` at `bth` (and the INT header if
+// f.has_int); returns their length.
 uint32_t WriteTransportHeaders(const PacketFields& f, uint8_t* bth);
 
 // One line in the manner of tshark: opcode name, QPN, PSN, AckReq, RETH,
-// AETH, ImmDt, lengths, ECN.
+// AETH, ImmDt, INT, lengths, ECN.
 std::string DescribePacket(const uint8_t* frame, const ParsedPacket& p);
 std::string AethDescription(uint8_t syndrome);
 

@@ -149,8 +149,10 @@ TEST(Negative, EveryParseStatusHasACause) {
             }),
             S::kLengthMismatch);
   EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.payload_offset] ^= 1; }), S::kBadIcrc);
+  // BTH says an INT header follows, and the payload's first bytes are not one (wire/int.h).
+  EXPECT_EQ(StatusAfter([](auto& f, const auto& p) { f[p.bth_offset + 4] |= kBthIntFlag; }), S::kBadInt);
   // Every reason above is one the enum names; kOk and kCount aside, none is missing.
-  EXPECT_EQ(static_cast<int>(S::kCount), 15);
+  EXPECT_EQ(static_cast<int>(S::kCount), 16);
 }
 
 // TTL and TOS are masked in the ICRC: with the IPv4 checksum fixed, any TTL

@@ -1,5 +1,6 @@
 #include "wire/packet.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "wire/crc32.h"
@@ -23,6 +24,7 @@ const char* ParseStatusName(ParseStatus s) {
     case ParseStatus::kBadPad: return "bad_pad";
     case ParseStatus::kLengthMismatch: return "length_mismatch";
     case ParseStatus::kBadIcrc: return "bad_icrc";
+    case ParseStatus::kBadInt: return "bad_int";
     case ParseStatus::kCount: break;
   }
   return "?";
@@ -125,9 +127,17 @@ ParsedPacket Parse(const uint8_t* f, uint32_t len, bool cut) {
   if (!op.valid()) return Fail(p, ParseStatus::kUnknownOpcode);
 
   const uint32_t icrc = ip_end - kIcrcBytes;
-  const uint32_t payload = bth + op.header_bytes;
+  uint32_t payload = bth + op.header_bytes;
   if (payload > icrc) return Fail(p, ParseStatus::kLengthMismatch);
   if (payload > len) return Fail(p, ParseStatus::kTruncated);
+  if ((f[bth + 4] & kBthIntFlag) != 0) {
+    IntStack unused;
+    const uint32_t avail = (cut ? std::min(len, icrc) : icrc) - payload;
+    const uint32_t int_bytes = ParseInt(f + payload, avail, &unused);
+    if (int_bytes == 0) return Fail(p, cut && len < icrc ? ParseStatus::kTruncated : ParseStatus::kBadInt);
+    p.int_offset = static_cast<uint16_t>(payload);
+    payload += int_bytes;
+  }
   const uint32_t area = icrc - payload;
   const uint8_t pad = bth_view.pad_count();
   if (area % 4 != 0) return Fail(p, ParseStatus::kLengthMismatch);
@@ -154,6 +164,13 @@ ParsedPacket ParseAndVerify(const uint8_t* frame, uint32_t len) {
   ParsedPacket p = ParsePacket(frame, len);
   if (p.ok() && !IcrcMatches(frame, p)) p.status = ParseStatus::kBadIcrc;
   return p;
+}
+
+bool StampInt(uint8_t* frame, const ParsedPacket& p, const IntHop& h) {
+  if (!p.ok() || p.int_offset == 0) return false;
+  if (!PushIntHop(frame + p.int_offset, p.payload_offset - p.int_offset, h)) return false;
+  StoreLe32(frame + p.icrc_offset, ComputeIcrc(frame + p.l3_offset, p.icrc_offset - p.l3_offset, p.ipv6));
+  return true;
 }
 
 uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p) {

@@ -1,6 +1,7 @@
 // Parsing, ICRC and frame building for RoCEv2 packets:
 //   Ethernet [802.1Q] | IPv4 or IPv6 | UDP (dst 4791) | BTH | ext headers |
-//   payload | pad (0-3) | ICRC (4)
+//   [INT (wire/int.h), between droce peers that agreed on it] | payload |
+//   pad (0-3) | ICRC (4)
 //
 // ParsePacket never reads outside [frame, frame+len) and classifies every
 // frame with one ParseStatus, so the dataplane can count drops by reason.
@@ -12,6 +13,7 @@
 
 #include "wire/headers.h"
 #include "wire/icrc.h"
+#include "wire/int.h"
 #include "wire/opcode.h"
 
 namespace droce::wire {
@@ -34,6 +36,7 @@ enum class ParseStatus : uint8_t {
   kBadPad,            // pad count larger than the payload area
   kLengthMismatch,    // payload area not a multiple of 4, or payload on a no-payload opcode
   kBadIcrc,           // ICRC does not match (only from ParseAndVerify)
+  kBadInt,            // BTH says an INT header follows (wire/int.h) and it is malformed
   kCount,
 };
 const char* ParseStatusName(ParseStatus s);
@@ -53,6 +56,7 @@ struct ParsedPacket {
   uint16_t l3_offset = 0;
   uint16_t l4_offset = 0;
   uint16_t bth_offset = 0;
+  uint16_t int_offset = 0;  // the INT header (BTH byte 4 has kBthIntFlag); 0: none
   uint16_t payload_offset = 0;
   uint16_t payload_len = 0;
   uint16_t icrc_offset = 0;  // the packet (without Ethernet padding) ends 4 bytes later
@@ -151,6 +155,11 @@ void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn);
 // follows, RoCEv2's ICRC masks the field. True if the frame was changed
 // (false for Not-ECT and for a frame already CE).
 bool MarkCe(uint8_t* frame, uint32_t len);
+
+// A switch port's INT stamp (wire/int.h) on a frame ParsePacket accepted:
+// fills the next hop record of its INT request header and recomputes the
+// ICRC. False (the frame unchanged) without such a header or a free slot.
+bool StampInt(uint8_t* frame, const ParsedPacket& p, const IntHop& h);
 
 inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 3; }
 

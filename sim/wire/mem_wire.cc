@@ -8,7 +8,7 @@ namespace droce::sim {
 
 MemWire::MemWire(const MemWireConfig& config)
     : config_(config),
-      storage_(size_t{config.pool_frames} * kMaxFrameBytes),
+      storage_(new uint8_t[size_t{config.pool_frames} * kMaxFrameBytes]),
       lengths_(config.pool_frames, 0),
       ends_{End(this, 0), End(this, 1)} {
   free_.reserve(config.pool_frames);
@@ -40,7 +40,7 @@ uint64_t MemWire::Next() {  // xorshift128+
 double MemWire::Uniform() { return double(Next() >> 11) * (1.0 / 9007199254740992.0); }
 
 Frame MemWire::FrameFor(uint32_t slot, uint32_t len) {
-  return Frame{storage_.data() + size_t{slot} * kMaxFrameBytes, len, kMaxFrameBytes,
+  return Frame{storage_.get() + size_t{slot} * kMaxFrameBytes, len, kMaxFrameBytes,
                reinterpret_cast<void*>(uintptr_t{slot})};
 }
 
@@ -54,7 +54,7 @@ bool MemWire::Enqueue(int from, uint32_t slot) {
   d.queue[(d.head + d.count) % d.queue.size()] = slot;
   ++d.count;
   ++d.counters.delivered;
-  if (tap_ != nullptr) tap_(tap_ctx_, from, storage_.data() + size_t{slot} * kMaxFrameBytes, lengths_[slot]);
+  if (tap_ != nullptr) tap_(tap_ctx_, from, storage_.get() + size_t{slot} * kMaxFrameBytes, lengths_[slot]);
   return true;
 }
 
@@ -78,7 +78,7 @@ void MemWire::Transmit(int from, uint32_t slot) {
   Direction& d = dir_[from];
   const Impairments& imp = d.impair;
   ++d.counters.sent;
-  uint8_t* data = storage_.data() + size_t{slot} * kMaxFrameBytes;
+  uint8_t* data = storage_.get() + size_t{slot} * kMaxFrameBytes;
   const uint32_t len = lengths_[slot];
   const bool any = imp.drop > 0 || imp.duplicate > 0 || imp.reorder > 0 || imp.corrupt > 0 ||
                    imp.ecn_mark > 0;
@@ -105,7 +105,7 @@ void MemWire::Transmit(int from, uint32_t slot) {
   if (imp.duplicate > 0 && !free_.empty() && Uniform() < imp.duplicate) {
     const uint32_t copy = free_.back();
     free_.pop_back();
-    std::memcpy(storage_.data() + size_t{copy} * kMaxFrameBytes, data, len);
+    std::memcpy(storage_.get() + size_t{copy} * kMaxFrameBytes, data, len);
     lengths_[copy] = len;
     ++d.counters.duplicated;
     Deliver(from, copy);

@@ -10,6 +10,7 @@
 #define DROCE_SIM_WIRE_MEM_WIRE_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "pktio/burst_io.h"
@@ -107,7 +108,9 @@ class MemWire {
   uint64_t Next();
 
   MemWireConfig config_;
-  std::vector<uint8_t> storage_;
+  // Not cleared: a frame's bytes are written before anyone reads them, and
+  // the pool (tens of MB) is touched only as far as it is used.
+  std::unique_ptr<uint8_t[]> storage_;
   std::vector<uint32_t> lengths_;
   std::vector<uint32_t> free_;
   Direction dir_[2];

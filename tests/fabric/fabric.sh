@@ -126,27 +126,46 @@ knob_loss() {
   grep -q 'loss_dropped [1-9]' "$run/knobs.txt" || { echo "no frame dropped"; return 1; }
 }
 check "switch loss=0.02 on droce1: frames dropped, ibv_rc_pingpong -c still verifies every buffer" knob_loss
+# droce0 and droce1 registered again with the given device settings
+# ("set KEY=VALUE ..."; none: the defaults); nothing may be attached.
+reregister_pair() {
+  local d
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d "$@"
+    local name=$1 v4=$2 v6=$3; shift 3
+    "$ctl" link del "$name" >/dev/null && "$ctl" link add "$name" ip "$v4" ip "$v6" "$@" >/dev/null || return 1
+  done
+}
 knob_bottleneck() {
   # DCQCN on both ends for this run (registered again, nothing attached).
-  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
-    set -- $d
-    "$ctl" link del $1 >/dev/null && "$ctl" link add $1 ip $2 ip $3 set dcqcn=paper >/dev/null || return 1
-  done
+  reregister_pair set dcqcn=paper || return 1
   "$ctl" switch set droce1 bottleneck rate=1G kmin=20K kmax=200K pmax=0.2 || return 1
   pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D 3" "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D 3 127.0.0.1"
   local rc=$?
   "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
   "$ctl" switch clear droce1 || rc=1
-  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
-    set -- $d
-    "$ctl" link del $1 >/dev/null && "$ctl" link add $1 ip $2 ip $3 >/dev/null || rc=1
-  done
+  reregister_pair || rc=1
   [ $rc -eq 0 ] || return 1
   grep -q 'ce_marked [1-9]' "$run/knobs.txt" || { echo "nothing marked"; return 1; }
   grep -q ' rx_cnp [1-9]' "$run/client.log" || { echo "the sender got no CNP"; return 1; }
   grep -o ' rx_cnp [0-9]*' "$run/client.log"
 }
 check "switch bottleneck rate=1G on droce1: a DCQCN ib_write_bw gets CE marks and its sender CNPs" knob_bottleneck
+knob_int() {
+  # HPCC on both ends (cc=hpcc: every QP asks for INT; doc/cc.md), the port stamps it.
+  reregister_pair set cc=hpcc set cc_line_rate_gbps=1 || return 1
+  "$ctl" switch set droce1 bottleneck rate=1G kmin=1M kmax=1M pmax=0 int=on || return 1
+  pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D 2" "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1"
+  local rc=$?
+  "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
+  "$ctl" switch clear droce1 || rc=1
+  reregister_pair || rc=1
+  [ $rc -eq 0 ] || return 1
+  grep -q 'int_stamped [1-9]' "$run/knobs.txt" || { echo "nothing stamped"; return 1; }
+  grep -q 'cc: hpcc .*telemetry_acks [1-9]' "$run/client.log" || { echo "the sender's HPCC got no echo"; return 1; }
+  grep -o 'cc: hpcc .*' "$run/client.log" | head -2
+}
+check "switch bottleneck int=on on droce1: HPCC QPs (cc=hpcc) get the port's INT records echoed" knob_int
 knob_mirror() {
   "$ctl" switch set droce0 mirror "$run/mirror.pcap" || return 1
   pair "ibv_rc_pingpong -p $p -d droce0 -g 1 -n 50" "ibv_rc_pingpong -p $p -d droce1 -g 1 -n 50 127.0.0.1" || return 1

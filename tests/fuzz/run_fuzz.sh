@@ -17,11 +17,12 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # A failed build says why (under set -e it would end the script silently).
 if ! out=$(ninja -C "$build" tests/fuzz/fuzz_parser tests/fuzz/fuzz_responder tests/fuzz/fuzz_sack \
-    tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma tests/fuzz/fuzz_netlink 2>&1); then
+    tests/fuzz/fuzz_device tests/fuzz/fuzz_cm_mad tests/fuzz/fuzz_cm_ucma tests/fuzz/fuzz_netlink \
+    tests/fuzz/fuzz_telemetry 2>&1); then
   echo "fuzz build failed:"; grep -E 'error|FAILED' -A3 <<<"$out" | head -40; exit 1
 fi
 status=0
-for target in parser responder sack device cm_mad cm_ucma netlink; do
+for target in parser responder sack device cm_mad cm_ucma netlink telemetry; do
   scratch=$(mktemp -d)
   echo "fuzz_$target: ${seconds}s"
   if ! UBSAN_OPTIONS=halt_on_error=1 "$build"/tests/fuzz/fuzz_$target -max_total_time="$seconds" \

@@ -24,11 +24,11 @@ driver_dir=$(opt ibverbs_driver_dir) profile_dir=$(opt profile_dir)
 provider=$prefix/$libdir/libibverbs/libdroce
 
 check "meson install --destdir" meson install -C "$build" --destdir "$D" --no-rebuild --quiet
-check "the provider, its driver file, droced, the shims, the XDP program, the profile script, the unit" bash -c "
+check "the provider, its driver file, droced, the shims, the XDP and TC programs, the profile script, the unit" bash -c "
   set -e
   ls -l '$D$provider-rdmav34.so' '$D$prefix/$bindir/droced' '$D$prefix/$bindir/droce-ctl' '$D$prefix/$bindir/droce-cluster' \
     '$D$prefix/$libdir/libdroce-preload.so' '$D$prefix/$libdir/libdroce-rdmacm.so' '$D$prefix/$datadir/droce/droce_xdp.o' \
-    '$D$profile_dir/droce.sh' '$D$prefix/lib/systemd/system/droced.service'
+    '$D$prefix/$datadir/droce/droce_tc.o' '$D$profile_dir/droce.sh' '$D$prefix/lib/systemd/system/droced.service'
   grep -qx 'driver $provider' '$D$driver_dir/droce.driver'
   grep -q 'ExecStart=$prefix/$bindir/droced --foreground' '$D$prefix/lib/systemd/system/droced.service'"
 
@@ -47,9 +47,10 @@ installed() {  # CMD (a bash command line) in the namespace, with the installed 
     mount -t overlay overlay -o 'lowerdir=$D/etc:/etc' /etc &&
     ip netns exec '$ns' bash -c \"\$0\"" "$1"
 }
-check "the installed droce-ctl binds v0 with the installed droced and XDP program" installed "
-  '$prefix/$bindir/droce-ctl' link add droce0 netdev v0 && '$prefix/$bindir/droce-ctl' daemon status | grep 'netdev v0: AF_XDP' &&
-  grep -q 'prog/xdp.*droce_xdp' <(ip link show v0) && tr '\\0' ' ' </proc/\$(cat /run/droce/netns/$ns/droced.pid)/cmdline | grep -q '^$prefix/$bindir/droced'"
+check "the installed droce-ctl binds v0 with the installed droced and TC program (steering udp)" installed "
+  '$prefix/$bindir/droce-ctl' link add droce0 netdev v0 steering udp &&
+  '$prefix/$bindir/droce-ctl' daemon status | grep 'netdev v0: UDP sockets per process, TC steering' &&
+  ! grep -q prog/xdp <(ip link show v0) && tr '\\0' ' ' </proc/\$(cat /run/droce/netns/$ns/droced.pid)/cmdline | grep -q '^$prefix/$bindir/droced'"
 # A new login shell with an empty environment runs SCRIPT (what it reads
 # first is /etc/profile, and so /etc/profile.d/droce.sh).
 cat >"$D/devices.sh" <<'SH'
@@ -65,5 +66,8 @@ check "a new login shell: ibv_devices lists droce0, nothing set by hand" install
   "env -i HOME=/root TERM=dumb bash -l '$D/devices.sh'"
 check "a new login shell: ibv_devinfo and ibv_rc_pingpong on droce0 (10.0.0.1)" installed \
   "env -i HOME=/root TERM=dumb timeout 60 bash -l '$D/pingpong.sh'"
-check "daemon stop with the installed droce-ctl" installed "'$prefix/$bindir/droce-ctl' daemon stop && ! grep -q prog/xdp <(ip link show v0)"
+check "steering xdp with the installed XDP program; daemon stop unbinds it" installed "
+  '$prefix/$bindir/droce-ctl' link del droce0 && '$prefix/$bindir/droce-ctl' link add droce0 netdev v0 steering xdp &&
+  '$prefix/$bindir/droce-ctl' daemon status | grep 'netdev v0: AF_XDP' && grep -q 'prog/xdp.*droce_xdp' <(ip link show v0) &&
+  '$prefix/$bindir/droce-ctl' daemon stop && ! grep -q prog/xdp <(ip link show v0)"
 finish install

@@ -92,13 +92,14 @@ check "link add refuses an interface without an address" refused "no IPv4 or glo
 check "link add refuses an MTU below RoCE's smallest path MTU" refused "below RoCE's smallest path MTU" droce9 netdev x2
 check "link add refuses an unknown steering" refused "steering" droce9 netdev nd0 steering magic
 
-ip netns exec "$A" "$ctl" link add droce0 netdev nd0 >/dev/null || exit 1
-ip netns exec "$B" "$ctl" link add droce0 netdev nd0 >/dev/null || exit 1
+ip netns exec "$A" "$ctl" link add droce0 netdev nd0 steering udp >/dev/null || exit 1
+ip netns exec "$B" "$ctl" link add droce0 netdev nd0 steering udp >/dev/null || exit 1
 check "link add refuses a second device on the same interface" refused "bound to droce0 already" droce1 netdev nd0
-check "each namespace has its own run directory and droced; XDP on nd0" bash -c "
+check "each namespace has its own run directory and droced; nd0 steers to the processes' UDP sockets (steering udp)" bash -c "
   [ -S /run/droce/netns/$A/droced.sock ] && [ -S /run/droce/netns/$B/droced.sock ] &&
-  ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
-  ip netns exec $A '$ctl' daemon status | grep 'netdev nd0: AF_XDP, XDP native'"
+  ! ip -n $A link show nd0 | grep -q prog/xdp &&
+  ip netns exec $A '$ctl' daemon status | grep 'netdev nd0: UDP sockets per process, TC steering on nd0' &&
+  ip netns exec $B '$ctl' daemon status | grep -q 'netdev nd0: UDP sockets per process'"
 check "the GID table is nd0's addresses, sysfs names nd0" bash -c "
   $(declare -f on); ctl='$ctl'
   out=\$(on $A ibv_devinfo -v -d droce0) && echo \"\$out\" | grep -E 'GID|state|mtu' &&
@@ -151,7 +152,33 @@ tcp_and_rdma() {  # STEERING
   echo "ICMP unreachable in the captures: $icmp"
   [ $rdma -eq 0 ] && [ $tcp -eq 0 ] && [ $icmp -eq 0 ]
 }
-check "iperf3 on nd0 while ib_write_bw runs: both finish, no ICMP unreachable" tcp_and_rdma xdp
+check "iperf3 on nd0 while ib_write_bw runs: both finish, no ICMP unreachable" tcp_and_rdma udp
+
+# The processes' sockets (steering udp): the TC program steered the traffic
+# above to them, droced's own socket took none of it; a process killed with
+# its socket open leaves no steering behind (droced removes it when the
+# process's connection closes).
+no_stale_steering() {
+  status "$A" | grep "tc: steered" | grep -v "steered 0 " || return 1
+  # A pingpong server: it creates its QP, then waits for a client that never comes.
+  on "$A" timeout "$t" ibv_rc_pingpong -d droce0 -g 1 -p 18555 >/dev/null 2>&1 &
+  local s=$!
+  local n=""
+  for _ in $(seq 150); do
+    n=$(status "$A" | grep -o "processes with sockets [0-9]*"); [ "$n" = "processes with sockets 1" ] && break; sleep 0.1
+  done
+  echo "while the server runs: $n"
+  [ "$n" = "processes with sockets 1" ] || { kill $s; return 1; }
+  local p
+  for p in $(ip netns pids "$A"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = ibv_rc_pingpong ] && kill -9 $p; done
+  wait $s 2>/dev/null
+  for _ in $(seq 50); do
+    n=$(status "$A" | grep -o "processes with sockets [0-9]*"); [ "$n" = "processes with sockets 0" ] && break; sleep 0.1
+  done
+  echo "after kill -9: $n"
+  [ "$n" = "processes with sockets 0" ]
+}
+check "steering udp: the TC program steers, a killed process leaves no steering" no_stale_steering
 
 # Addresses added and removed at run time: the GID table follows; a QP pair
 # on the removed address errors (QP_FATAL), the pair on 10.0.0.1 goes on.
@@ -202,20 +229,33 @@ link_flap() {
 }
 check "nd0 down and up during traffic: PORT_ERR, QPs flushed, PORT_ACTIVE, traffic again" link_flap
 
-# Where XDP is not available: a packet socket with a BPF filter.
-fallback() {
+# droce0 bound again on both ends, with another steering.
+rebind() {  # STEERING
   local ns
   for ns in "$A" "$B"; do
     ip netns exec "$ns" "$ctl" link del droce0 || return 1
-    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering af_packet >/dev/null || return 1
+    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering "$1" >/dev/null || return 1
   done
-  status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
+}
+# Where XDP is not available: a packet socket with a BPF filter.
+fallback() {
+  rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
     tcp_and_rdma af_packet
 }
 check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" fallback
+
+# AF_XDP through droced (steering xdp): XDP native on the veth.
+xdp_steering() {
+  rebind xdp && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
+    status "$A" | grep 'netdev nd0: AF_XDP, XDP native' &&
+    pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
+    tcp_and_rdma xdp
+}
+check "steering xdp: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" xdp_steering
+# droce0 is still bound with steering xdp (above): binding the interface's
+# AF_XDP queue again at once can find the kernel still releasing it.
 check "daemon stop unbinds nd0 (no XDP program left)" bash -c "
-  ip netns exec $A '$ctl' link del droce0 && ip netns exec $A '$ctl' link add droce0 netdev nd0 >/dev/null &&
   ip -n $A link show nd0 | grep -q prog/xdp && ip netns exec $A '$ctl' daemon stop && ! ip -n $A link show nd0 | grep -q prog/xdp"
 
 # A cluster of 3 on a bridge (tools/droce-cluster): host 3 <-> host 1 and

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # 8 fabric devices, and programs that open every device of the host: a verbs
 # program that starts each one's dataplane and sends a datagram through it,
-# UCX's ucx_info and libfabric's fi_info (unmodified Debian packages).
+# UCX's ucx_info and libfabric's fi_info (unmodified Debian packages), and
+# empty polls of idle devices (idle_poll.c).
 # The MPI job over 8 devices is in mpi.sh.
 source "$(dirname "$0")/lib.sh"
 need ucx_info fi_info
-stacks_host droce-stacks-dev 8
+# empty_poll_skip=on: the idle_poll check's subject (off by default, doc/verbs.md).
+stacks_host droce-stacks-dev 8 empty_poll_skip=on
 : "${OPEN_DEVICES:?set OPEN_DEVICES to the open_devices program}"
+: "${IDLE_POLL:?set IDLE_POLL to the idle_poll program}"
 
 # Every device open at once in one process, each working (a UD datagram to
 # itself); what each cost is printed (doc/verbs.md "Memory per open device").
@@ -16,6 +19,19 @@ open_all() {
   [ $rc -eq 0 ] && grep -q "^8 of 8 devices open and working" <<<"$out"
 }
 check "one process opens 8 devices and uses each" open_all
+
+# UCX polls every CQ of every device it opened on each progress call: an
+# empty poll of an idle device runs no poll round (DROCE_STATS counts those
+# polls), and a datagram that waits in a device's ring is found by the next
+# poll all the same (idle_poll.c).
+idle_polls() {
+  local out; out=$(DROCE_STATS=1 timeout "$t" "$IDLE_POLL" 5000 2>&1); local rc=$?
+  grep -E "^idle|->|empty polls" <<<"$out"
+  local skipped; skipped=$(awk '/empty polls that ran no round/ && $NF >= 5000 {n++} END {print n + 0}' <<<"$out")
+  echo "$skipped of 8 devices skipped the rounds of their empty polls"
+  [ $rc -eq 0 ] && [ "$skipped" -eq 8 ] && [ "$(grep -c "the last 100 each found by the first poll" <<<"$out")" -eq 8 ]
+}
+check "empty polls of 8 idle devices run no round; arrivals are found by the next poll" idle_polls
 
 # UCX: one rc_verbs and one ud_verbs transport per device.
 ucx_info_lists_all() {

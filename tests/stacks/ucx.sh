@@ -91,4 +91,20 @@ probes() {
 }
 check "ucx_info -d: rc_verbs and ud_verbs only, no warning" probes
 
+# UCX reads each GID's type and network interface from /sys/class/infiniband/
+# DEV/ports/1/gid_attrs/ itself, not through libibverbs: libdroce-preload.so
+# shows it droce's tree. It finds the interface the device file names (lo
+# for a fabric device), nothing it fails to read, and RoCE v2 (UCX's subnet
+# check, which it runs for RoCE v2 GIDs only, compares the two addresses).
+echo "tag_lat -t tag_lat -n 50 -w 5" >"$work/gid.batch"
+gid_attrs() {
+  local env="$ucp UCX_IB_ROCE_LOCAL_SUBNET=y UCX_LOG_LEVEL=debug"
+  pair gid 5 "$work/gid.batch" "$env UCX_NET_DEVICES=droce0:1" "$env UCX_NET_DEVICES=droce1:1" >/dev/null || return 1
+  local out=$work/gid.client
+  grep -E "gid_attrs|RoCE LAG level|IP addresses" "$out" | sort -u | cut -c1-200
+  ! grep -q "gid_attrs" "$out" && grep -q "RoCE LAG level on droce1:1 (lo)" "$out" &&
+    grep -q "IP addresses match with a [0-9]*-bit prefix: local IP is 10.0.0.2, remote IP is 10.0.0.1" "$out"
+}
+check "UCX reads RoCE v2 and the interface from droce's gid_attrs" gid_attrs
+
 finish stacks_ucx

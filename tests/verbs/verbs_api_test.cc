@@ -398,6 +398,43 @@ TEST_F(VerbsApi, EceGivesSelectiveRepeatOnlyWhenBothOfferIt) {
   EXPECT_EQ(v, 5u);  // once
 }
 
+// ECE picks a QP's congestion control (doc/cc.md "Per QP"): every RC QP
+// offers droce's four algorithm bits (0x4 dcqcn, 0x8 timely, 0x10 hpcc,
+// 0x20 swift); a program that sets one alone on both ends (as
+// rdma_set_local_ece carries it in the REQ) gets that algorithm from RTR.
+// Two pairs in one process, TIMELY and HPCC (whose requests carry the INT
+// header and whose ACKs echo it), each move a multi-packet WRITE and READ.
+TEST_F(VerbsApi, EcePicksEachQpsCongestionControl) {
+  constexpr uint32_t kVendor = 0x64726f, kTimely = 0x8, kHpcc = 0x10, kAll = 0x4 | 0x8 | 0x10 | 0x20;
+  ibv_qp* q[4] = {NewQp(), NewQp(), NewQp(), NewQp()};
+  for (ibv_qp* x : q) ASSERT_NE(x, nullptr);
+  ibv_ece e{};
+  ASSERT_EQ(ibv_query_ece(q[0], &e), 0);
+  EXPECT_EQ(e.options & kAll, kAll);
+  const uint32_t pick[4] = {kTimely, kTimely, kHpcc, kHpcc};
+  for (int i = 0; i < 4; ++i) {
+    ibv_ece want{kVendor, 0x2 | pick[i], 0};
+    ASSERT_EQ(ibv_set_ece(q[i], &want), 0);
+    ASSERT_EQ(ibv_query_ece(q[i], &e), 0);
+    EXPECT_EQ(e.options & kAll, pick[i]);
+  }
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(ToInit(q[i]), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(ToRtr(q[i], q[i ^ 1]->qp_num), 0) << i;
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(ToRts(q[i]), 0);
+  for (int pair = 0; pair < 2; ++pair) {
+    ibv_qp* a = q[2 * pair];
+    Fill(0x1000, 6000, static_cast<uint8_t>(7 + pair));
+    ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, 0x1000, 6000, 0x40000), 0);
+    Fill(0x60000, 5000, static_cast<uint8_t>(9 + pair));
+    ASSERT_EQ(PostSend(a, IBV_WR_RDMA_READ, 2, 0x6000, 5000, 0x60000), 0);
+    auto wcs = Poll(2);
+    ASSERT_EQ(wcs.size(), 2u) << pair;
+    for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(std::memcmp(&buf_[0x40000], &buf_[0x1000], 6000), 0) << pair;
+    EXPECT_EQ(std::memcmp(&buf_[0x6000], &buf_[0x60000], 5000), 0) << pair;
+  }
+}
+
 TEST_F(VerbsApi, EveryRcOpcodeMovesTheRightBytes) {
   ibv_qp *a, *b;
   Connect(&a, &b);
@@ -1760,10 +1797,12 @@ TEST_F(VerbsApi, EceVendorIdAndOptions) {
   ibv_ece ece{};
   ASSERT_EQ(ibv_query_ece(q, &ece), 0);
   EXPECT_EQ(ece.vendor_id, 0x64726fu);  // the device's vendor_id
-  EXPECT_EQ(ece.options, 0x2u);  // selective repeat (1024-PSN SACK), the one option droce defines
+  // Selective repeat (1024-PSN SACK) and the four congestion-control
+  // algorithms (doc/cc.md "Per QP"): the options droce defines.
+  EXPECT_EQ(ece.options, 0x3eu);
   ibv_ece asked{0x64726f, 0xffffffff, 0};
   ASSERT_EQ(ibv_set_ece(q, &asked), 0);
-  EXPECT_EQ(asked.options, 0x2u);  // options droce does not define are reduced away
+  EXPECT_EQ(asked.options, 0x3eu);  // options droce does not define are reduced away
   ibv_ece other{0x02c9, 1, 0};   // another vendor's
   EXPECT_EQ(ibv_set_ece(q, &other), EINVAL);
   ibv_ece mask{0x64726f, 0, 1};

@@ -18,8 +18,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/interop/lab.sh"
 out=${1:-$root/doc/interop-rxe.md}
 lab_setup droce-cminterop
-"$lab" status >/dev/null 2>&1 || "$lab" up 1 || exit 2
-trap '"$lab" down >/dev/null 2>&1; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
+lab_up
+trap 'lab_down; "$ctl" daemon stop >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
 # RoCEv2 over IPv6 too: a global address on the guest's eth0 (rxe adds its GID).
 "$lab" exec 1 'ip -6 addr replace fd77::11/64 dev eth0 && for i in $(seq 30); do
@@ -27,7 +27,7 @@ mac=$("$lab" ns cat /sys/class/net/lab0/address)
 # The daemon starts inside the netns (its af_packet socket opens there); it
 # answers ARP for 192.168.77.2 out of the uplink and ARPs for the guest.
 ip netns exec rocelab env DROCE_RUN_DIR="$DROCE_RUN_DIR" DROCED_UPLINK="vdev:net_af_packet_up,iface=lab0" \
-  "$ctl" link add droce0 ip 192.168.77.2 ip fd77::2 mac "$mac" mtu 1024 || exit 2
+  "$ctl" link add droce0 ip 192.168.77.2 ip fd77::2 mac "$mac" mtu 1024 "${lab_droce_settings[@]}" || exit 2
 # shellcheck disable=SC2119  # no variables of its own here
 lab_droce_env
 # The guest has librdmacm but not its utilities: the host's (same Debian 12
@@ -47,11 +47,12 @@ summary() {
 # first and is rejected (REJ 8, invalid service ID, as any Linux server
 # answers), and perftest's retry then crashes in rdma_resolve_addr on the ids
 # it destroyed (a perftest bug, the same over the kernel's rdma_cm). Such a
-# run is repeated, at most 3 attempts, and says so. A server whose client
-# failed otherwise is stopped after 15 s, so the next case starts clean.
+# run is repeated, at most lab_attempts times (lab.sh), and says so. A
+# server whose client failed otherwise is stopped after 15 s, so the next
+# case starts clean.
 rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
   local attempt j o rc g="" grc=1 note=""
-  for attempt in 1 2 3; do
+  for ((attempt = 1; attempt <= lab_attempts; attempt++)); do
     j=$("$lab" bg 1 "$2")
     if [ -n "${4:-}" ]; then
       "$lab" waitport 1 "$4" 60 >/dev/null
@@ -60,11 +61,11 @@ rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
       sleep 1
     fi
     o=$(droce "$3" 2>&1); rc=$?
-    if [ $rc -ne 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$o" && [ $attempt -lt 3 ]; then
+    if [ $rc -ne 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$o" && [ $attempt -lt $lab_attempts ]; then
       "$lab" kill "$j" >/dev/null 2>&1; "$lab" wait "$j" 10 >/dev/null 2>&1
       show_side "droce client, attempt $attempt" $rc "$o"
       echo "  (attempt $attempt: perftest's data connection beat the server's second listen: REJ 8; once more)"
-      note=" (attempt $((attempt + 1)): the one before raced perftest's second listen)"
+      note=" (attempt $((attempt + 1)): the $attempt before raced perftest's second listen)"
       continue
     fi
     local secs=120

@@ -14,10 +14,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/interop/lab.sh"
 out=${1:-$root/doc/interop-rxe.md}
 lab_setup droce-interop
-"$lab" up 1 || exit 2
-trap '"$lab" down >/dev/null 2>&1; "$ctl" link del droce0 >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
+lab_up
+trap 'lab_down; "$ctl" link del droce0 >/dev/null 2>&1; rm -rf "$DROCE_RUN_DIR"' EXIT
 mac=$("$lab" ns cat /sys/class/net/lab0/address)
-"$ctl" link add droce0 type af_packet iface lab0 ip 192.168.77.2 mac "$mac" || exit 2
+"$ctl" link add droce0 type af_packet iface lab0 ip 192.168.77.2 mac "$mac" "${lab_droce_settings[@]}" || exit 2
 lab_droce_env DROCE_STATS=1
 gcc -O2 -o "$share/rxe_ops" "$root/tests/verbs/rxe_ops.c" -libverbs 2>/dev/null
 cp "$share/rxe_ops" "$DROCE_RUN_DIR/rxe_ops"

@@ -268,7 +268,6 @@ void SelectiveRepeat::NoteDelivered(uint32_t psn, uint64_t now, bool selective) 
     if (now >= req_.rtt_sent_ns) {
       req_.rtt.Sample(now - req_.rtt_sent_ns);
       CountRtt(now - req_.rtt_sent_ns);
-      qp_.cc_.OnAck(now - req_.rtt_sent_ns, now);
       const bool no_resend = qp_.counters_.sr_retransmitted_packets - qp_.counters_.tlp_probes == req_.rtt_retx;
       if (req_.rtt_clean && no_resend) NoteRttMax(now - req_.rtt_sent_ns, now);
       // The percentile takes samples under loss too, but not one that waited
@@ -415,7 +414,7 @@ void SelectiveRepeat::OnProgress() {
 // (the fabric's loss-free row, doc/loss-experiment.md). At most the QP's
 // IBTA timeout (0, infinite, leaves it).
 uint64_t SelectiveRepeat::RtoHighNs() const {
-  const uint64_t ibta = AckTimeoutNs(qp_.attr_.timeout);
+  const uint64_t ibta = qp_.IbtaTimeoutNs();
   uint64_t high = qp_.env_.sr_rto_high_ns;
   if (req_.rtt.valid) {
     const uint64_t rto = MeasuredRtoNs();
@@ -504,7 +503,7 @@ uint64_t SelectiveRepeat::RetransmitTimeoutNs() const {
   // response, RFC 4015: on the fabric a stall of a few ms otherwise makes
   // a timeout every 320 us, each second one resending the window).
   if (req_.backoff > 0) {
-    const uint64_t ibta = AckTimeoutNs(qp_.attr_.timeout);
+    const uint64_t ibta = qp_.IbtaTimeoutNs();
     const uint64_t ceiling = ibta == 0 ? qp_.env_.sr_rto_high_ns : std::min(ibta, qp_.env_.sr_rto_high_ns);
     // (At least four timeouts per IBTA timeout, though: the fallback toward
     // a peer without selective repeat needs an answer within one.)

@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
         iters, trials);
     std::printf("%u,memcpy,%.2f,%.1f\n", size, size / memcpy_ns, memcpy_ns);
     std::printf("%u,icrc_frame,%.2f,%.1f\n", size, size / icrc_ns, icrc_ns);
-    for (Crc32Impl impl : {Crc32Impl::kTable, Crc32Impl::kPclmul, Crc32Impl::kVpclmulAvx512}) {
+    for (Crc32Impl impl :
+         {Crc32Impl::kTable, Crc32Impl::kPclmul, Crc32Impl::kPclmulAvx, Crc32Impl::kVpclmulAvx512}) {
       if (!Crc32ImplSupported(impl)) continue;
       const double ns = MedianNsPerOp(
           [&](uint64_t i) {

@@ -13,12 +13,18 @@
 # TCP runs on the bare veth (before droce binds it) and again with droce's
 # XDP program on it (XDP on a veth turns the peer's GSO off).
 #   run.sh [ROUNDS=3] [DURATION=5] [ITERS=5000]   (root; prints CSV, then medians)
+#   env: STEERINGS="udp xdp" (netdev steerings, doc/netdev.md), MEMIF=1 (0: skip
+#   the fabric uplink), MTU=3000 (the veth's), PATH_MTU=2048 (perftest -m)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 build=${BUILD:-$root/build}
 ctl=$build/apps/ctl/droce-ctl
 rounds=${1:-3} dur=${2:-5} iters=${3:-5000}
+steerings=${STEERINGS:-udp xdp}  # the netdev devices' steerings measured, in this order
+memif=${MEMIF:-1}                # 0: no fabric memif uplink rows
+mtu=${MTU:-3000}                 # the veth's; XDP needs at most ~3500
+path_mtu=${PATH_MTU:-2048}       # the RDMA path MTU (AF_XDP's largest is 2048)
 [ "$(id -u)" = 0 ] || { echo "run.sh: needs root (network namespaces, XDP)" >&2; exit 77; }
 for t in iperf3 qperf ib_write_bw ib_send_lat; do
   command -v $t >/dev/null || { echo "run.sh: $t not found" >&2; exit 77; }
@@ -35,7 +41,7 @@ cleanup() {
 trap cleanup EXIT
 ip netns add $A && ip netns add $B || exit 1
 ip -n $A link add nd0 type veth peer name nd0 netns $B
-for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu 3000 up; done
+for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu $mtu up; done
 ip -n $A addr add 10.0.0.1/24 dev nd0; ip -n $B addr add 10.0.0.2/24 dev nd0
 
 ticks=$(getconf CLK_TCK)
@@ -52,6 +58,15 @@ timed() {  # OUT CMD...: runs CMD, appends "cpu SECONDS" (its and its children's
   local out=$1; shift
   /usr/bin/time -f "cpu %U %S" -a -o "$out" "$@" >>"$out" 2>&1
 }
+# Waits (up to 10 s) until a TCP port listens in a namespace: on a loaded
+# host a client started a fixed time after its server can find no one there.
+listening() {  # NS PORT
+  local _
+  for _ in $(seq 100); do
+    ip netns exec "$1" ss -Hltn "sport = :$2" 2>/dev/null | grep -q . && return 0
+    sleep 0.1
+  done
+}
 # A perftest-like pair: server in $1's context, client in $2's. Prints the
 # client's output and "cpu S" lines of both.
 pair() {  # SERVER_PREFIX... -- CLIENT_PREFIX... (each a command line as words)
@@ -59,7 +74,10 @@ pair() {  # SERVER_PREFIX... -- CLIENT_PREFIX... (each a command line as words)
   : >"$tmp/s.out"; : >"$tmp/c.out"
   eval "timed $tmp/s.out $server" &
   local s=$!
-  sleep 2
+  # perftest's server listens on TCP 18515: in namespace A (netdev) or here
+  # (memif, where other programs' servers may listen too: a fixed wait then).
+  if [[ $server == *"netns exec $A "* ]]; then listening $A 18515; else sleep 1.5; fi
+  sleep 0.5  # its device is open before it listens; the rest of its setup
   eval "timed $tmp/c.out $client"
   wait $s
 }
@@ -76,7 +94,7 @@ measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   # Events cannot be timed by duration (perftest): a count then.
   local amount="-D $dur"
   [ -n "${BW_ITERS:-}" ] && amount="-n $BW_ITERS"
-  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x 1 -s 65536 $amount -m 2048" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x 1 -s 65536 $amount -m 2048 ${PEER}"
+  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x 1 -s 65536 $amount -m $path_mtu" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x 1 -s 65536 $amount -m $path_mtu ${PEER}"
   d1=$(cpu_of $dpids); k1=$(softirqd)
   local mbs; mbs=$(awk '$1 == 65536 {print $4}' "$tmp/c.out" | tail -1)
   local prog; prog=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
@@ -97,9 +115,9 @@ measure_tcp() {  # SETUP ROUND
   local k0 k1
   k0=$(softirqd)
   : >"$tmp/s.out"; : >"$tmp/c.out"
-  ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out iperf3 -s -1 -p 5201" &
+  ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out timeout $((dur + 60)) iperf3 -s -1 -p 5201" &
   local s=$!
-  sleep 1
+  listening $A 5201
   ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c 10.0.0.1 -p 5201 -l 64K -t $dur -J"
   wait $s
   k1=$(softirqd)
@@ -110,7 +128,7 @@ measure_tcp() {  # SETUP ROUND
   printf '%s,%s,tcp_bw_64k,%.2f,MB/s,%.2f,%s,%.3f,%.2f,\n' "$1" "$2" "$mbs" "$cpu" "$bytes" "$(per_gb "$cpu" "$bytes")" "$soft"
   ip netns exec $A qperf >/dev/null 2>&1 &
   local q=$!
-  sleep 1
+  listening $A 19765
   local lat; lat=$(ip netns exec $B qperf 10.0.0.1 -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
   kill $q 2>/dev/null; wait $q 2>/dev/null
   printf '%s,%s,tcp_lat_2b,%s,us,,,,,\n' "$1" "$2" "$lat"
@@ -119,6 +137,7 @@ measure_tcp() {  # SETUP ROUND
 for r in $(seq "$rounds"); do
   # Kernel TCP on the bare veth.
   measure_tcp tcp_veth "$r"
+  if [ "$memif" = 1 ]; then
   # The fabric: two run directories (two hosts' droceds) joined by a memif
   # uplink, devices on it (doc/droced.md "Uplinks").
   DROCE_RUN_DIR=$UA DROCED_UPLINK=memif:$UA/up.sock:server "$ctl" link add bench0 ip 10.0.0.1 mtu 2048 >/dev/null
@@ -131,16 +150,21 @@ for r in $(seq "$rounds"); do
   measure_lat memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)"
   for d in $UB $UA; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
   DROCE_RUN_DIR=$UA "$ctl" link del bench0 >/dev/null; DROCE_RUN_DIR=$UB "$ctl" link del bench2 >/dev/null
-  # netdev-bound devices on the veth (AF_XDP).
-  ip netns exec $A "$ctl" link add droce0 netdev nd0 >/dev/null && ip netns exec $B "$ctl" link add droce0 netdev nd0 >/dev/null
-  DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
-  dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
-  measure_bw netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
-  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
-  measure_lat netdev_af_xdp "$r" "$(on_ns $A)" "$(on_ns $B)"
-  # Kernel TCP on the same veth while droce's XDP program is on it.
-  measure_tcp tcp_veth_with_xdp "$r"
-  for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null; ip netns exec $ns "$ctl" link del droce0 >/dev/null; done
+  fi
+  # netdev-bound devices on the veth, each steering: the processes' own UDP
+  # sockets (udp: droced off the data path) and AF_XDP through droced (xdp).
+  for steering in $steerings; do
+    ip netns exec $A "$ctl" link add droce0 netdev nd0 steering $steering >/dev/null &&
+      ip netns exec $B "$ctl" link add droce0 netdev nd0 steering $steering >/dev/null || continue
+    DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
+    dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
+    measure_bw netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+    MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+    measure_lat netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)"
+    # Kernel TCP on the same veth while droce's program is on it.
+    measure_tcp tcp_veth_with_$steering "$r"
+    for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null; ip netns exec $ns "$ctl" link del droce0 >/dev/null; done
+  done
 done | tee "$tmp/rows.csv"
 
 echo

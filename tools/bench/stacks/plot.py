@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Plots tools/bench/stacks/run.sh's results and prints the tables of results.md.
 
-  python3 tools/bench/stacks/plot.py results.csv   -> netpipe.png beside the CSV, tables on stdout
+  python3 tools/bench/stacks/plot.py results.csv   -> netpipe.png beside the CSV (NAME.png for
+                                                      another NAME.csv), tables on stdout
+  NETPIPE_TCP_LABEL, NETPIPE_TITLE: the TCP curve's label and the title (netpipe_cluster.sh)
 
 Each value is the median over the rounds of the CSV. NetPIPE's sizes are
 matched by message size; the goals are issue 33's.
 """
 import csv
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -76,7 +79,8 @@ def main():
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
     for stack, label, style in (("mpi_droce", "Open MPI, pml ucx on droce", "o-"),
-                                ("mpi_tcp", "Open MPI, btl tcp (kernel, loopback)", "s--")):
+                                ("mpi_tcp", os.environ.get("NETPIPE_TCP_LABEL", "Open MPI, btl tcp (kernel, loopback)"),
+                                 "s--")):
         xs = [s for s in sizes]
         a.plot(xs, [get("netpipe_lat", stack, s) for s in xs], style, ms=3, label=label)
         b.plot(xs, [get("netpipe_bw", stack, s) / 1000 for s in xs], style, ms=3, label=label)
@@ -90,10 +94,11 @@ def main():
     a.set_title("NetPIPE latency")
     b.set_ylabel("throughput (Gb/s, NetPIPE)")
     b.set_title("NetPIPE bandwidth")
-    fig.suptitle(f"NetPIPE between two ranks, droce0 ↔ droce1 vs kernel TCP (median of rounds, {path.name})",
-                 fontsize=9)
+    title = os.environ.get("NETPIPE_TITLE", "NetPIPE between two ranks, droce0 ↔ droce1 vs kernel TCP")
+    fig.suptitle(f"{title} (median of rounds, {path.name})", fontsize=9)
     fig.tight_layout()
-    png = path.with_name("netpipe.png")
+    png = path.with_name("netpipe.png" if path.stem == "results"
+                         else f"{path.stem}.png")
     fig.savefig(png, dpi=110)
     print(f"\nplot: {png}", file=sys.stderr)
 

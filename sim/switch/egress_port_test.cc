@@ -1,6 +1,8 @@
-// The emulated congestion point: FIFO timing at line rate, RED/ECN marking
-// (thresholds, probability, seed), tail drop and time-weighted queue stats.
-#include "sim/switch/bottleneck.h"
+// A switch egress port: FIFO timing at line rate (the queue adds delay),
+// RED/ECN marking (thresholds, probability, seed), tail drop, time-weighted
+// queue stats, PFC pause from downstream, the INT record of a leaving packet,
+// and PFC's ingress accounting.
+#include "sim/switch/egress_port.h"
 
 #include <cmath>
 #include <cstdint>
@@ -13,8 +15,8 @@ namespace {
 
 constexpr uint64_t kG = 1'000'000'000;
 
-BottleneckConfig TenGig() {
-  BottleneckConfig c;
+EgressPortConfig TenGig() {
+  EgressPortConfig c;
   c.line_rate_bps = 10 * kG;  // 1000 B take 800 ns
   c.kmin_bytes = 5000;
   c.kmax_bytes = 15000;
@@ -24,10 +26,10 @@ BottleneckConfig TenGig() {
   return c;
 }
 
-TEST(Bottleneck, DrainsFifoAtLineRate) {
-  BottleneckConfig c = TenGig();
+TEST(EgressPort, DrainsFifoAtLineRate) {
+  EgressPortConfig c = TenGig();
   c.ecn = false;
-  Bottleneck b(c);
+  EgressPort b(c);
   for (uint64_t tag = 1; tag <= 3; ++tag) EXPECT_FALSE(b.Enqueue(1000, 0, tag).dropped);
   EXPECT_EQ(b.queue_bytes(0), 3000u);
   EXPECT_EQ(b.next_departure_ns(), 800u);
@@ -52,21 +54,21 @@ TEST(Bottleneck, DrainsFifoAtLineRate) {
   EXPECT_EQ(b.departed_bytes(), 3000u);
 }
 
-TEST(Bottleneck, MarkProbabilityIsRed) {
-  Bottleneck b(TenGig());
+TEST(EgressPort, MarkProbabilityIsRed) {
+  EgressPort b(TenGig());
   EXPECT_EQ(b.MarkProbability(0), 0.0);
   EXPECT_EQ(b.MarkProbability(5000), 0.0);
   EXPECT_DOUBLE_EQ(b.MarkProbability(7500), 0.125);
   EXPECT_DOUBLE_EQ(b.MarkProbability(10000), 0.25);
   EXPECT_DOUBLE_EQ(b.MarkProbability(15000), 0.5);
   EXPECT_EQ(b.MarkProbability(15001), 1.0);
-  BottleneckConfig off = TenGig();
+  EgressPortConfig off = TenGig();
   off.ecn = false;
-  EXPECT_EQ(Bottleneck(off).MarkProbability(1'000'000), 0.0);
+  EXPECT_EQ(EgressPort(off).MarkProbability(1'000'000), 0.0);
 }
 
-TEST(Bottleneck, NoMarksBelowKminAllAboveKmax) {
-  Bottleneck b(TenGig());
+TEST(EgressPort, NoMarksBelowKminAllAboveKmax) {
+  EgressPort b(TenGig());
   // Back-to-back arrivals at t=0: packet i sees i*1000 bytes.
   for (int i = 0; i <= 5; ++i) EXPECT_FALSE(b.Enqueue(1000, 0).ce_marked) << i;
   for (int i = 6; i <= 15; ++i) b.Enqueue(1000, 0);
@@ -74,10 +76,10 @@ TEST(Bottleneck, NoMarksBelowKminAllAboveKmax) {
   EXPECT_EQ(b.max_queue_bytes(), 40'000u);
 }
 
-TEST(Bottleneck, DequeueMarkingSeesTheBytesBehind) {
-  BottleneckConfig c = TenGig();
+TEST(EgressPort, DequeueMarkingSeesTheBytesBehind) {
+  EgressPortConfig c = TenGig();
   c.mark_at = MarkAt::kDequeue;
-  Bottleneck b(c);
+  EgressPort b(c);
   // 20 back-to-back packets at t=0: none marked on arrival...
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(b.Enqueue(1000, 0, i).ce_marked);
   EXPECT_EQ(b.marked_packets(), 0u);
@@ -100,9 +102,9 @@ TEST(Bottleneck, DequeueMarkingSeesTheBytesBehind) {
 // Arrivals at exactly line rate after a prefill keep the queue at one level;
 // the marked fraction must match MarkProbability(level).
 double MarkedFraction(uint64_t seed, int prefill, std::vector<bool>* marks) {
-  BottleneckConfig c = TenGig();
+  EgressPortConfig c = TenGig();
   c.seed = seed;
-  Bottleneck b(c);
+  EgressPort b(c);
   for (int i = 0; i < prefill; ++i) b.Enqueue(1000, 0);
   int marked = 0;
   const int n = 200'000;
@@ -119,14 +121,14 @@ double MarkedFraction(uint64_t seed, int prefill, std::vector<bool>* marks) {
   return static_cast<double>(marked) / n;
 }
 
-TEST(Bottleneck, MarkedFractionMatchesRedProbability) {
+TEST(EgressPort, MarkedFractionMatchesRedProbability) {
   // Level 10000 B: p = 0.25; 4 sigma of a binomial over 2e5 is 0.0039.
   EXPECT_NEAR(MarkedFraction(7, 11, nullptr), 0.25, 0.004);
   // Level 7000 B: p = 0.1.
   EXPECT_NEAR(MarkedFraction(7, 8, nullptr), 0.1, 0.003);
 }
 
-TEST(Bottleneck, SameSeedSameMarksOtherSeedOthers) {
+TEST(EgressPort, SameSeedSameMarksOtherSeedOthers) {
   std::vector<bool> a, b, c;
   MarkedFraction(42, 11, &a);
   MarkedFraction(42, 11, &b);
@@ -135,10 +137,10 @@ TEST(Bottleneck, SameSeedSameMarksOtherSeedOthers) {
   EXPECT_NE(a, c);
 }
 
-TEST(Bottleneck, TailDropAtBufferSize) {
-  BottleneckConfig c = TenGig();
+TEST(EgressPort, TailDropAtBufferSize) {
+  EgressPortConfig c = TenGig();
   c.buffer_bytes = 3000;
-  Bottleneck b(c);
+  EgressPort b(c);
   EXPECT_FALSE(b.Enqueue(1000, 0).dropped);
   EXPECT_FALSE(b.Enqueue(1000, 0).dropped);
   EXPECT_FALSE(b.Enqueue(1000, 0).dropped);
@@ -151,8 +153,8 @@ TEST(Bottleneck, TailDropAtBufferSize) {
   EXPECT_EQ(b.max_queue_bytes(), 3000u);
 }
 
-TEST(Bottleneck, TimeWeightedQueuePercentiles) {
-  Bottleneck b(TenGig());
+TEST(EgressPort, TimeWeightedQueuePercentiles) {
+  EgressPort b(TenGig());
   b.ResetStats(0);
   b.Enqueue(1000, 0);
   b.Enqueue(1000, 0);
@@ -167,6 +169,92 @@ TEST(Bottleneck, TimeWeightedQueuePercentiles) {
   b.ResetStats(8000);
   EXPECT_EQ(b.max_queue_bytes(), 0u);
   EXPECT_EQ(b.enqueued_packets(), 0u);
+}
+
+TEST(EgressPort, QueueingDelayGrowsWithTheQueue) {
+  EgressPort b(TenGig());
+  // A burst of 10 at t=0: the k-th waits (k-1) x 800 ns before it starts.
+  for (int i = 0; i < 10; ++i) b.Enqueue(1000, 0, i);
+  Departure d;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(b.Dequeue(1'000'000, &d));
+    EXPECT_EQ(d.depart_ns - d.enqueue_ns, 800u * (i + 1));
+  }
+}
+
+TEST(EgressPort, PauseHoldsWhatHasNotStartedAndResumeGoesOn) {
+  EgressPortConfig c = TenGig();
+  c.ecn = false;
+  EgressPort b(c);
+  for (uint64_t tag = 1; tag <= 3; ++tag) b.Enqueue(1000, 0, tag);
+  b.Pause(500);  // packet 1 is on the wire (0..800): it finishes; 2 and 3 wait
+  EXPECT_TRUE(b.paused());
+  Departure d;
+  ASSERT_TRUE(b.Dequeue(10'000, &d));
+  EXPECT_EQ(d.tag, 1u);
+  EXPECT_EQ(d.depart_ns, 800u);
+  EXPECT_FALSE(b.Dequeue(10'000, &d));
+  EXPECT_EQ(b.next_departure_ns(), UINT64_MAX);
+  EXPECT_EQ(b.queue_bytes(10'000), 2000u);
+  b.Enqueue(1000, 10'000, 4);  // arrivals queue while paused
+  b.Resume(20'000);
+  EXPECT_FALSE(b.paused());
+  EXPECT_EQ(b.next_departure_ns(), 20'800u);
+  for (uint64_t tag = 2; tag <= 4; ++tag) {
+    ASSERT_TRUE(b.Dequeue(100'000, &d));
+    EXPECT_EQ(d.tag, tag);
+    EXPECT_EQ(d.depart_ns, 20'000 + 800 * (tag - 1));
+  }
+  EXPECT_EQ(b.pauses(), 1u);
+  EXPECT_EQ(b.paused_ns(100'000), 19'500u);
+  // A pause that ends before the packet in transmission does: the next one starts after it.
+  b.Enqueue(1000, 200'000, 5);
+  b.Enqueue(1000, 200'000, 6);
+  b.Pause(200'100);
+  b.Resume(200'200);
+  ASSERT_TRUE(b.Dequeue(300'000, &d));
+  EXPECT_EQ(d.depart_ns, 200'800u);
+  ASSERT_TRUE(b.Dequeue(300'000, &d));
+  EXPECT_EQ(d.depart_ns, 201'600u);
+}
+
+TEST(EgressPort, LeavingPacketsCarryThePortsIntRecord) {
+  EgressPortConfig c = TenGig();
+  c.int_stamp = true;
+  EgressPort b(c);
+  b.Enqueue(1000, 100, 1);
+  b.Enqueue(500, 100, 2);
+  b.Enqueue(1500, 100, 3);
+  Departure d;
+  ASSERT_TRUE(b.Dequeue(10'000, &d));
+  EXPECT_EQ(d.int_hop.timestamp_ns, 900u);
+  EXPECT_EQ(d.int_hop.tx_bytes, 1000u);
+  EXPECT_EQ(d.int_hop.qlen_bytes, 2000u);  // behind it
+  EXPECT_EQ(d.int_hop.line_rate_mbps, 10'000u);
+  ASSERT_TRUE(b.Dequeue(10'000, &d));
+  EXPECT_EQ(d.int_hop.timestamp_ns, 1300u);
+  EXPECT_EQ(d.int_hop.tx_bytes, 1500u);
+  EXPECT_EQ(d.int_hop.qlen_bytes, 1500u);
+  ASSERT_TRUE(b.Dequeue(10'000, &d));
+  EXPECT_EQ(d.int_hop.tx_bytes, 3000u);
+  EXPECT_EQ(d.int_hop.qlen_bytes, 0u);
+}
+
+TEST(PfcIngress, PausesAboveXoffResumesAtXon) {
+  PfcIngress pfc(2, 3000, 1000);
+  EXPECT_EQ(pfc.Add(0, 1500), PfcIngress::kNone);
+  EXPECT_EQ(pfc.Add(0, 1500), PfcIngress::kNone);  // 3000: not above
+  EXPECT_EQ(pfc.Add(1, 4000), PfcIngress::kPause);  // per ingress
+  EXPECT_EQ(pfc.Add(0, 1), PfcIngress::kPause);
+  EXPECT_EQ(pfc.Add(0, 1000), PfcIngress::kNone);  // already paused
+  EXPECT_TRUE(pfc.paused(0));
+  EXPECT_EQ(pfc.Remove(0, 2000), PfcIngress::kNone);  // 2001 > xon
+  EXPECT_EQ(pfc.Remove(0, 1001), PfcIngress::kResume);
+  EXPECT_FALSE(pfc.paused(0));
+  EXPECT_TRUE(pfc.paused(1));
+  EXPECT_EQ(pfc.Remove(1, 99'999), PfcIngress::kResume);  // never below zero
+  EXPECT_EQ(pfc.bytes(1), 0u);
+  EXPECT_EQ(pfc.pause_frames(), 2u);
 }
 
 }  // namespace

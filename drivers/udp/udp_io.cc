@@ -1,0 +1,156 @@
+#include "drivers/udp/udp_io.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace droce::udp {
+
+UdpIo::UdpIo(pktio::BurstIo* inner, int fd, uint16_t port, const std::array<uint8_t, 6>& own_mac)
+    : inner_(inner), fd_(fd), port_(port), mac_(own_mac) {}
+
+UdpIo::~UdpIo() {
+  if (stashed_ > 0) inner_->Release(stash_, stashed_);
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  if (fd_ >= 0) close(fd_);
+}
+
+void UdpIo::ReplaceSocket(int fd, uint16_t port) {
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  epoll_fd_ = -1;
+  armed_wire_fd_ = -1;
+  if (fd_ >= 0) close(fd_);
+  fd_ = fd;
+  port_ = port;
+}
+
+void UdpIo::AddHostMac(const std::array<uint8_t, 6>& mac) {
+  if (mac != mac_ && std::find(host_macs_.begin(), host_macs_.end(), mac) == host_macs_.end()) {
+    host_macs_.push_back(mac);
+  }
+}
+
+bool UdpIo::ToSocket(const pktio::Frame& f) const {
+  if (f.len < 14 || (f.data[0] & 1) != 0 || std::memcmp(f.data, mac_.data(), 6) == 0) return false;
+  for (const auto& m : host_macs_) {
+    if (std::memcmp(f.data, m.data(), 6) == 0) return false;
+  }
+  return true;
+}
+
+void UdpIo::Refill() {
+  const uint16_t want = static_cast<uint16_t>(RecvBatch::kMax - stashed_);
+  if (want > 0) stashed_ = static_cast<uint16_t>(stashed_ + inner_->AllocTx(stash_ + stashed_, want));
+}
+
+uint16_t UdpIo::ReceiveFromSocket(pktio::Frame* frames, uint16_t n) {
+  if (fd_ < 0 || n == 0) return 0;
+  Refill();
+  const int k = std::min<int>(n, stashed_);
+  if (k == 0) return 0;
+  // The stash is used from its end: what is left stays at its front.
+  const int first = stashed_ - k;
+  uint8_t* bufs[RecvBatch::kMax];
+  uint32_t caps[RecvBatch::kMax];
+  for (int i = 0; i < k; ++i) {
+    const pktio::Frame& s = stash_[first + i];
+    bufs[i] = s.data;
+    caps[i] = s.capacity > kHeadroom ? s.capacity - kHeadroom : 0;
+  }
+  RecvBatch::Frame got[RecvBatch::kMax];
+  const int r = recv_.Receive(fd_, bufs, caps, k, mac_, got, &counters_);
+  uint16_t out = 0;
+  pktio::Frame dropped[RecvBatch::kMax];
+  uint16_t ndropped = 0;
+  for (int i = 0; i < r; ++i) {
+    pktio::Frame f = stash_[first + i];
+    if (got[i].data == nullptr) {
+      dropped[ndropped++] = f;
+      continue;
+    }
+    f.capacity -= static_cast<uint32_t>(got[i].data - f.data);
+    f.data = got[i].data;
+    f.len = got[i].len;
+    frames[out++] = f;
+  }
+  if (ndropped > 0) inner_->Release(dropped, ndropped);
+  // The buffers not used (r < k) move down to close the gap.
+  for (int i = r; i < k; ++i) stash_[first + i - r] = stash_[first + i];
+  stashed_ = static_cast<uint16_t>(stashed_ - r);
+  return out;
+}
+
+uint16_t UdpIo::RxBurst(pktio::Frame* frames, uint16_t n) {
+  socket_first_ = !socket_first_;
+  uint16_t got = 0;
+  if (socket_first_) got = ReceiveFromSocket(frames, n);
+  if (got < n) got = static_cast<uint16_t>(got + inner_->RxBurst(frames + got, static_cast<uint16_t>(n - got)));
+  if (!socket_first_ && got < n) got = static_cast<uint16_t>(got + ReceiveFromSocket(frames + got, static_cast<uint16_t>(n - got)));
+  return got;
+}
+
+// Accepts a prefix, in order: runs of frames for the socket go out in one
+// sendmmsg each (and their buffers back to inner), runs of the others to
+// inner. Stops where either refuses.
+uint16_t UdpIo::TxBurst(pktio::Frame* frames, uint16_t n) {
+  uint16_t i = 0;
+  while (i < n) {
+    uint16_t j = i;
+    if (fd_ >= 0 && ToSocket(frames[i])) {
+      // A frame the socket cannot send (ReadDeparture refused it: not IP/UDP)
+      // ends the run and goes to inner.
+      while (j < n && ToSocket(frames[j]) && send_.Add(frames[j].data, frames[j].len, port_, &counters_)) ++j;
+      if (j > i) {
+        const int done = send_.Send(fd_, &counters_);
+        inner_->Release(frames + i, static_cast<uint16_t>(done));
+        i = static_cast<uint16_t>(i + done);
+        if (i < j) return i;  // the send buffer is full: the rest stays the caller's
+        continue;
+      }
+      j = static_cast<uint16_t>(i + 1);
+    }
+    while (j < n && !(fd_ >= 0 && ToSocket(frames[j]))) ++j;
+    const uint16_t taken = inner_->TxBurst(frames + i, static_cast<uint16_t>(j - i));
+    i = static_cast<uint16_t>(i + taken);
+    if (i < j) return i;
+  }
+  return i;
+}
+
+int UdpIo::Arm(int wire_fd) {
+  if (fd_ < 0) return wire_fd;
+  if (epoll_fd_ < 0) {
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return -1;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd_;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd_, &ev) != 0) {
+      close(epoll_fd_);
+      epoll_fd_ = -1;
+      return -1;
+    }
+  }
+  if (wire_fd != armed_wire_fd_) {
+    if (armed_wire_fd_ >= 0) (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, armed_wire_fd_, nullptr);
+    armed_wire_fd_ = -1;
+    if (wire_fd >= 0) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = wire_fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wire_fd, &ev) != 0) return -1;
+      armed_wire_fd_ = wire_fd;
+    }
+  }
+  return epoll_fd_;
+}
+
+void UdpIo::Disarm() {
+  // Out of the set: the inner descriptor may be another one next time.
+  if (armed_wire_fd_ >= 0 && epoll_fd_ >= 0) (void)epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, armed_wire_fd_, nullptr);
+  armed_wire_fd_ = -1;
+}
+
+}  // namespace droce::udp

@@ -1,0 +1,78 @@
+// A netdev-bound device's I/O in a process when its interface steers to the
+// processes' own UDP sockets (`steering udp`, doc/netdev.md): frames to
+// other hosts leave through the process's socket (sendmmsg), and the
+// kernel delivers to that socket the frames for the process's QPNs
+// (droced's TC program steers them by destination QP); droced is on
+// neither path. Everything that stays on the host goes through `inner`
+// (the direct rings and the memif port to droced): frames for the device's
+// own MAC (its other processes), for another droce device of the host
+// (AddHostMac), to a group, and whatever is no unicast IP/UDP frame.
+//
+// No allocation, logging or per-frame system call: one recvmmsg per receive
+// burst, one sendmmsg per run of frames for the socket. Not thread-safe: the
+// owner (the verbs runtime, under its mutex) calls from one thread at a time.
+#ifndef DROCE_DRIVERS_UDP_UDP_IO_H_
+#define DROCE_DRIVERS_UDP_UDP_IO_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "drivers/udp/roce_udp.h"
+#include "pktio/burst_io.h"
+
+namespace droce::udp {
+
+class UdpIo final : public pktio::BurstIo {
+ public:
+  // Takes `fd` (a socket from OpenSocket, bound to `port`: the source port
+  // of every frame it sends).
+  UdpIo(pktio::BurstIo* inner, int fd, uint16_t port, const std::array<uint8_t, 6>& own_mac);
+  ~UdpIo() override;
+  UdpIo(const UdpIo&) = delete;
+  UdpIo& operator=(const UdpIo&) = delete;
+
+  uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
+  uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
+  uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
+  void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+
+  // A new socket (droced re-attached): the old one is closed.
+  void ReplaceSocket(int fd, uint16_t port);
+  // Frames to this MAC stay on the host (another droce device's).
+  void AddHostMac(const std::array<uint8_t, 6>& mac);
+  uint16_t port() const { return port_; }
+
+  // Sleeping: `wire_fd` is the inner port's armed arrival descriptor (-1:
+  // none). Returns a descriptor that polls readable when either has
+  // something (an epoll set of both), -1 if that cannot be set up. Poll
+  // once more before sleeping.
+  int Arm(int wire_fd);
+  void Disarm();
+
+  const UdpCounters& counters() const { return counters_; }
+
+ private:
+  bool ToSocket(const pktio::Frame& f) const;
+  uint16_t ReceiveFromSocket(pktio::Frame* frames, uint16_t n);
+  void Refill();
+
+  pktio::BurstIo* inner_;
+  int fd_;
+  uint16_t port_;
+  std::array<uint8_t, 6> mac_;
+  std::vector<std::array<uint8_t, 6>> host_macs_;
+  // Empty buffers (from inner's AllocTx) the next recvmmsg fills.
+  pktio::Frame stash_[RecvBatch::kMax];
+  uint16_t stashed_ = 0;
+  bool socket_first_ = false;  // alternates: neither source starves the other
+  RecvBatch recv_;
+  SendBatch send_;
+  int epoll_fd_ = -1;
+  int armed_wire_fd_ = -1;
+  UdpCounters counters_;
+};
+
+}  // namespace droce::udp
+
+#endif  // DROCE_DRIVERS_UDP_UDP_IO_H_

@@ -31,6 +31,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "drivers/ethdev/memif_vdev.h"
 #include "drivers/verbs/device_config.h"
 #include "apps/droced/uplink_spec.h"
 #include "drivers/fabric/protocol.h"
@@ -514,8 +515,10 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     if (socket.empty()) return Fail("type memif needs 'socket PATH'");
     if (role != "server" && role != "client") return Fail("type memif needs 'role server' or 'role client'");
     if (socket[0] != '/') return Fail("memif socket must be an absolute path");
-    vdev = absl::StrCat("net_memif_", f.name, ",role=", role, ",socket=", socket,
-                        ",socket-abstract=no,bsize=10240");
+    vdev = ethdev::MemifVdevArgs({.name = "net_memif_" + f.name,
+                                  .server = role == "server",
+                                  .socket = socket,
+                                  .buffer_bytes = 10240});
   } else if (type == "af_packet") {
     if (iface.empty()) return Fail("type af_packet needs 'iface IFACE'");
     // 4 KiB ring slots: DPDK 22.11's af_packet PMD sends nothing from larger

@@ -55,12 +55,14 @@
 #include "sim/switch/egress_port_io.h"
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/memif_vdev.h"
 #include "drivers/ethdev/prefault.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "drivers/ethdev/unmap_guard.h"
 #include "pktio/burst_io.h"
 #include "wire/arp.h"
 #include "wire/nd.h"
+#include "wire/packet.h"
 #include "wire/headers.h"
 
 namespace droce::droced {
@@ -134,8 +136,8 @@ class MemifPorts final : public PortBackend {
 
   absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) override {
     const std::string name = absl::StrCat("net_memif_p", memif_id);
-    const std::string vdev = absl::StrCat(name, ",role=server,id=", memif_id, ",socket=", socket_,
-                                          ",socket-abstract=no,secret=", secret, ",bsize=10240");
+    const std::string vdev = ethdev::MemifVdevArgs(
+        {.name = name, .server = true, .id = memif_id, .socket = socket_, .secret = secret, .buffer_bytes = 10240});
     absl::Status s = ethdev::ProbeVdev(vdev);
     if (!s.ok()) return s;
     uint16_t port = 0;
@@ -429,7 +431,7 @@ class Daemon {
         rte_pktmbuf_free(m);
         continue;
       }
-      if (v.mark) MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
+      if (v.mark) wire::MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
       if (v.queue) {
         k.Hold(m, m->data_len, static_cast<uint32_t>(port), state_.ports()[port].memif_id, m->port);
         ++queued_;
@@ -454,28 +456,6 @@ class Daemon {
     std::memcpy(s.m, out, n * sizeof out[0]);
     s.n = n;
     if (!k.mirror_path().empty()) Mirror(device, k, s);
-  }
-
-  // Sets ECN CE on an ECN-capable IPv4/IPv6 frame (RoCEv2's ICRC masks the
-  // field; the IPv4 header checksum is recomputed).
-  static void MarkCe(uint8_t* f, uint32_t len) {
-    const wire::L3Info l3 = wire::ReadL3(f, len);
-    uint8_t* ip = f + l3.l3_offset;
-    if (l3.ether_type == wire::kEtherTypeIpv4 && len >= l3.l3_offset + 20) {
-      if ((ip[1] & 3) == 0) return;  // not ECN-capable: a real switch would drop or leave it
-      ip[1] |= 3;
-      const uint32_t ihl = (ip[0] & 15u) * 4;
-      if (ihl < 20 || len < l3.l3_offset + ihl) return;
-      ip[10] = ip[11] = 0;
-      uint32_t sum = 0;
-      for (uint32_t i = 0; i < ihl; i += 2) sum += (uint32_t{ip[i]} << 8) | ip[i + 1];
-      while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-      ip[10] = static_cast<uint8_t>(~sum >> 8);
-      ip[11] = static_cast<uint8_t>(~sum);
-    } else if (l3.ether_type == wire::kEtherTypeIpv6 && len >= l3.l3_offset + 40) {
-      if (((ip[1] >> 4) & 3) == 0) return;
-      ip[1] |= 0x30;
-    }
   }
 
   // The device's mirror (debugging: a stdio write per frame).
@@ -1222,7 +1202,7 @@ class Daemon {
   uint64_t next_uplink_try_ = 0;
   // Only after a start that failed (connect refused): restarting a client
   // mid-handshake makes DPDK 22.11's server close a socket its interrupt
-  // thread still watches (runtime.cc's CheckLink).
+  // thread still watches (drivers/verbs/fabric_link.cc's CheckLink).
   void RetryUplink() {
     const uint64_t now = NowNs();
     if (!uplink_retry_ || now < next_uplink_try_) return;
@@ -1423,8 +1403,8 @@ int Main(int argc, char** argv) {
   // processes coming and going never tear it down and re-create it.
   char pin_secret[17] = {};
   for (int i = 0; i < 16; ++i) pin_secret[i] = "0123456789abcdef"[(Fnv(run_dir) + NowNs() * (i + 7)) % 16];
-  eal.vdevs = {absl::StrCat("net_memif_droced,role=server,id=0,socket=", memif_socket,
-                            ",socket-abstract=no,secret=", pin_secret)};
+  eal.vdevs = {ethdev::MemifVdevArgs(
+      {.name = "net_memif_droced", .server = true, .id = 0, .socket = memif_socket, .secret = pin_secret})};
   absl::Status s = ethdev::StartEal(eal);
   if (s.ok() && !ethdev::InstallUnmapGuard()) Log("no SIGSEGV guard for memif's unmap race: %s", std::strerror(errno));
   rte_mempool* pool = s.ok() ? rte_pktmbuf_pool_create("droced_pool", 16383, 256, 0, kDataRoom, SOCKET_ID_ANY)

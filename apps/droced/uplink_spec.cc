@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "drivers/ethdev/memif_vdev.h"
 
 namespace droce::droced {
 namespace {
@@ -58,7 +59,7 @@ absl::StatusOr<UplinkSpec> ParseUplinkSpec(const std::string& spec) {
       return Bad(spec, "the memif socket path must not contain ',', '=', quotes or spaces");
     }
     u.port = "net_memif_uplink";
-    u.vdev = absl::StrCat(u.port, ",role=", role, ",id=0,socket=", u.socket, ",socket-abstract=no,bsize=10240");
+    u.vdev = ethdev::MemifVdevArgs({.name = u.port, .server = u.server, .id = 0, .socket = u.socket, .buffer_bytes = 10240});
     return u;
   }
   if (spec.rfind("vdev:", 0) == 0) {

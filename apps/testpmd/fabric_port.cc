@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "drivers/ethdev/memif_vdev.h"
 #include "drivers/fabric/protocol.h"
 
 namespace droce::testpmd {
@@ -19,34 +20,15 @@ absl::StatusOr<FabricAttachment> AttachToFabric(const std::string& run_dir, cons
     return absl::InvalidArgumentError(absl::StrCat("QPN range ", range, " is outside 1..",
                                                    fabric::kQpnSpace / fabric::kQpnsPerProcess - 1));
   }
-  const std::string control = fabric::ControlSocketPath(run_dir);
+  absl::StatusOr<fabric::Attachment> at = fabric::Attach(run_dir, device, range * fabric::kQpnsPerProcess);
+  if (!at.ok()) return at.status();
+  const fabric::Reply* r = &at->reply;
   FabricAttachment a;
-  a.fd = fabric::Connect(control);
-  if (a.fd < 0) {
-    return absl::UnavailableError(absl::StrCat("the fabric daemon is not running (", control, ": ",
-                                               std::strerror(errno),
-                                               "); register the device with `droce-ctl link add ", device,
-                                               " ip ADDR` (DROCE_RUN_DIR=", run_dir, ")"));
-  }
-  fabric::Request req = fabric::MakeRequest(fabric::kOpAttach, device);
-  req.want_qpn_base = range * fabric::kQpnsPerProcess;
-  absl::StatusOr<fabric::Reply> r = fabric::Call(a.fd, req, 10000);
-  auto fail = [&](absl::Status s) {
+  a.fd = at->fd;
+  // A range of one process's size, and GIDs to answer with.
+  if (r->qpn_count > fabric::kQpnsPerProcess || r->num_gids == 0) {
     close(a.fd);
-    return s;
-  };
-  if (!r.ok()) return fail(r.status());
-  if (r->error != 0) {
-    return fail(absl::UnavailableError(absl::StrCat("droced refused to attach to ", device, ": ", r->message, " (",
-                                                    std::strerror(r->error), ")")));
-  }
-  // Never trust a field not checked: the range must be the one asked for,
-  // the GIDs few, the strings terminated.
-  if (r->qpn_base != req.want_qpn_base || r->qpn_count == 0 || r->qpn_count > fabric::kQpnsPerProcess ||
-      r->num_gids == 0 || r->num_gids > fabric::kMaxGids ||
-      std::memchr(r->secret, 0, sizeof r->secret) == nullptr ||
-      std::memchr(r->memif_socket, 0, sizeof r->memif_socket) == nullptr) {
-    return fail(absl::FailedPreconditionError("droced's attach reply is invalid"));
+    return absl::FailedPreconditionError("droced's attach reply is invalid");
   }
   std::memcpy(a.mac.data(), r->mac, 6);
   for (uint32_t i = 0; i < r->num_gids; ++i) {
@@ -59,8 +41,8 @@ absl::StatusOr<FabricAttachment> AttachToFabric(const std::string& run_dir, cons
   // One name per process and range: two testpmds in one EAL never happen,
   // but the name must not clash with a verbs program's (net_memif_NAME_fabric).
   a.port_name = absl::StrCat("net_memif_", device, "_tp", range);
-  a.vdev = absl::StrCat(a.port_name, ",role=client,socket=", r->memif_socket, ",id=", r->memif_id,
-                        ",secret=", r->secret, ",socket-abstract=no,bsize=10240");
+  a.vdev = ethdev::MemifVdevArgs(
+      {.name = a.port_name, .id = r->memif_id, .socket = r->memif_socket, .secret = r->secret, .buffer_bytes = 10240});
   return a;
 }
 

@@ -1,7 +1,7 @@
 // droce-testpmd on a device of the host fabric (doc/testpmd.md "On the
 // fabric"): the process attaches to the run directory's droced as a verbs
-// program does (drivers/verbs/runtime.cc), over the control protocol of
-// drivers/verbs/fabric.h, and gets a memif interface on the daemon's socket,
+// program does (fabric::Attach, drivers/fabric/protocol.h, which the verbs
+// runtime uses too), and gets a memif interface on the daemon's socket,
 // the device's MAC and GIDs, and a QPN range. droce-testpmd asks for a
 // given range (`--qpn-range K`: QPNs K*1024 up) because its two ends derive
 // each other's QPNs without an exchange.

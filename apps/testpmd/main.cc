@@ -33,6 +33,7 @@
 #include "drivers/ethdev/eal.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/fabric/protocol.h"
+#include "wire/gid.h"
 #include "wire/headers.h"
 #include "wire/opcode.h"
 
@@ -127,17 +128,9 @@ core::Gid ParseIp(const std::string& name, const std::string& s) {
 }
 
 core::Mac ParseMac(const std::string& s) {
-  core::Mac m;
-  unsigned v[6];
-  char extra;
-  if (std::sscanf(s.c_str(), "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &extra) != 6) {
-    Fail("bad MAC address '" + s + "'");
-  }
-  for (int i = 0; i < 6; ++i) {
-    if (v[i] > 255) Fail("bad MAC address '" + s + "'");
-    m[i] = static_cast<uint8_t>(v[i]);
-  }
-  return m;
+  absl::StatusOr<core::Mac> m = verbs::ParseMac(s);  // the device file's form: 6 groups of 2 hex digits, unicast
+  if (!m.ok()) Fail(std::string(m.status().message()));
+  return *m;
 }
 
 double ParseNumber(const std::string& name, const std::string& s, double lo, double hi) {
@@ -481,8 +474,8 @@ void OpenSide(Side& side) {
                                     opt.peer_qpn_base)
                   : opt.port;
   std::printf("droce-testpmd: %s on %s, engine %s, %u-byte messages, MTU %u, %s -> %s; waiting for the link\n",
-              opt.role.c_str(), where.c_str(), opt.fwd.c_str(), opt.size, opt.mtu, GidToString(opt.ip).c_str(),
-              GidToString(opt.peer_ip).c_str());
+              opt.role.c_str(), where.c_str(), opt.fwd.c_str(), opt.size, opt.mtu, wire::GidAddressText(opt.ip).c_str(),
+              wire::GidAddressText(opt.peer_ip).c_str());
   std::fflush(stdout);
   if (!side.port->WaitLinkUp(60'000)) Fail("link did not come up within 60 s (is the peer running?)");
 }
@@ -532,7 +525,7 @@ FabricAttachment AttachDevice(Options& opt) {
   }
   if (!found) {
     close(a->fd);
-    Fail(opt.ip_set ? "--ip " + GidToString(opt.ip) + " is not an address of " + opt.device
+    Fail(opt.ip_set ? "--ip " + wire::GidAddressText(opt.ip) + " is not an address of " + opt.device
                     : opt.device + " has no address of --peer-ip's family");
   }
   opt.qpn_base = a->qpn_base;

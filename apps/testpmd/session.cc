@@ -11,18 +11,9 @@
 #include "absl/strings/str_format.h"
 #include "apps/testpmd/alloc_meter.h"
 #include "core/connect.h"
+#include "wire/gid.h"
 
 namespace droce::testpmd {
-
-std::string GidToString(const core::Gid& g) {
-  char s[INET6_ADDRSTRLEN] = "?";
-  if (core::IsIpv4MappedGid(g)) {
-    inet_ntop(AF_INET, g.data() + 12, s, sizeof s);
-  } else {
-    inet_ntop(AF_INET6, g.data(), s, sizeof s);
-  }
-  return s;
-}
 
 Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : opt(o), port(p) {
   core::DeviceConfig cfg;
@@ -282,7 +273,7 @@ absl::Status Session::Connect() {
     if (StopRequested()) return absl::CancelledError("stopped while resolving the peer");
     if (now >= resolve_deadline) {
       return absl::DeadlineExceededError(absl::StrFormat(
-          "the peer %s did not answer %s within 30 s", GidToString(peer_gid),
+          "the peer %s did not answer %s within 30 s", wire::GidAddressText(peer_gid),
           core::IsIpv4MappedGid(peer_gid) ? "ARP" : "neighbour solicitations"));
     }
     if (now >= next_request) {

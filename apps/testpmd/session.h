@@ -69,8 +69,6 @@ struct Options {
   uint32_t qpn_base = 0x11, peer_qpn_base = 0x11;
 };
 
-std::string GidToString(const core::Gid& g);
-
 struct Stats {
   uint64_t messages = 0, bytes = 0, errors = 0, verify_failures = 0;
   std::vector<double> latencies_us;

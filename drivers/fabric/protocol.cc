@@ -99,4 +99,37 @@ absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request&
   return r;
 }
 
+absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string& device, uint32_t want_qpn_base) {
+  const std::string control = ControlSocketPath(run_dir);
+  Attachment a;
+  a.fd = Connect(control);
+  if (a.fd < 0) {
+    return absl::UnavailableError(absl::StrCat("the fabric daemon is not running (", control, ": ",
+                                               std::strerror(errno), "); start it with `droce-ctl daemon start`",
+                                               " or register the device with `droce-ctl link add ", device,
+                                               " ...` (DROCE_RUN_DIR=", run_dir, ")"));
+  }
+  Request req = MakeRequest(kOpAttach, device);
+  req.want_qpn_base = want_qpn_base;
+  absl::StatusOr<Reply> r = Call(a.fd, req, 10000);
+  auto fail = [&](absl::Status s) {
+    close(a.fd);
+    return s;
+  };
+  if (!r.ok()) return fail(r.status());
+  if (r->error != 0) {
+    return fail(absl::UnavailableError(absl::StrCat("droced refused to attach to ", device, ": ", r->message, " (",
+                                                    std::strerror(r->error), ")")));
+  }
+  // Never trust a field not checked.
+  if (r->qpn_count == 0 || r->qpn_base < 2 || uint64_t{r->qpn_base} + r->qpn_count > kQpnSpace ||
+      (want_qpn_base != 0 && r->qpn_base != want_qpn_base) || r->num_gids > kMaxGids ||
+      std::memchr(r->secret, 0, sizeof r->secret) == nullptr ||
+      std::memchr(r->memif_socket, 0, sizeof r->memif_socket) == nullptr) {
+    return fail(absl::FailedPreconditionError("droced's attach reply is invalid"));
+  }
+  a.reply = *r;
+  return a;
+}
+
 }  // namespace droce::fabric

@@ -186,6 +186,19 @@ absl::StatusOr<Reply> Call(int fd, const Request& req, int timeout_ms, std::stri
 absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request& req, int timeout_ms,
                                std::string* text = nullptr, const void* body = nullptr, size_t body_len = 0);
 
+// A process's attachment to a fabric device (kOpAttach): the control
+// connection, which the attachment lives as long as, and droced's reply,
+// checked (no error; a QPN range inside the QPN space and, if one was asked
+// for, that one; at most kMaxGids GIDs; the strings terminated).
+struct Attachment {
+  int fd = -1;
+  Reply reply{};
+};
+// Connects to the droced of `run_dir` and attaches to `device`, asking for
+// the QPN range at want_qpn_base (0: any free one). Errors say what to do;
+// the socket is closed on one.
+absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string& device, uint32_t want_qpn_base);
+
 }  // namespace droce::fabric
 
 #endif  // DROCE_DRIVERS_FABRIC_PROTOCOL_H_

@@ -230,16 +230,6 @@ uint8_t RocePathMtu(uint32_t iface_mtu, uint32_t max_frame) {
   return 0;
 }
 
-std::string FormatIp(const Gid& g) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (IsIpv4(g)) {
-    inet_ntop(AF_INET, g.data() + 12, buf, sizeof buf);
-  } else {
-    inet_ntop(AF_INET6, g.data(), buf, sizeof buf);
-  }
-  return buf;
-}
-
 absl::Status ParseNetlink(const uint8_t* buf, size_t len, std::vector<NetlinkEvent>* out) {
   size_t off = 0;
   while (off < len) {

@@ -149,7 +149,7 @@ inline bool IsLinkLocal(const Gid& g) { return !IsIpv4(g) && g[0] == 0xfe && (g[
 // (80 bytes, as Linux rxe allows) and for the Ethernet header and a VLAN tag
 // in a frame. 0 if even 256 does not fit.
 uint8_t RocePathMtu(uint32_t iface_mtu, uint32_t max_frame);
-std::string FormatIp(const Gid& g);  // 10.0.0.1 or fe80::1
+inline std::string FormatIp(const Gid& g) { return wire::GidAddressText(g); }  // 10.0.0.1 or fe80::1
 
 }  // namespace droce::netdev
 

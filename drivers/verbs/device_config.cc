@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "droce/version.h"
+#include "transport/sr/state.h"
 #include "wire/gid.h"
 
 namespace droce::verbs {
@@ -39,16 +40,6 @@ absl::StatusOr<bool> ParseOnOff(absl::string_view key, absl::string_view v) {
   if (v == "on" || v == "1" || v == "true") return true;
   if (v == "off" || v == "0" || v == "false") return false;
   return absl::InvalidArgumentError(absl::StrFormat("%s: '%s' is not on/off", key, v));
-}
-
-std::string FormatIp(const core::Gid& g) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (wire::IsIpv4MappedGid(g)) {
-    inet_ntop(AF_INET, g.data() + 12, buf, sizeof buf);
-  } else {
-    inet_ntop(AF_INET6, g.data(), buf, sizeof buf);
-  }
-  return buf;
 }
 
 absl::Status WriteFile(const fs::path& p, absl::string_view content) {
@@ -431,8 +422,8 @@ std::string FormatDeviceFile(const DeviceFile& f) {
     absl::StrAppendFormat(&out, "ip=%u.%u.%u.%u\n", f.dev.ipv4 >> 24, (f.dev.ipv4 >> 16) & 255,
                           (f.dev.ipv4 >> 8) & 255, f.dev.ipv4 & 255);
   }
-  if (f.dev.has_ipv6_global) absl::StrAppend(&out, "ip=", FormatIp(f.dev.ipv6_global), "\n");
-  for (const auto& [g, m] : f.neighbors) absl::StrAppend(&out, "neighbor=", FormatIp(g), " ", FormatMac(m), "\n");
+  if (f.dev.has_ipv6_global) absl::StrAppend(&out, "ip=", wire::GidAddressText(f.dev.ipv6_global), "\n");
+  for (const auto& [g, m] : f.neighbors) absl::StrAppend(&out, "neighbor=", wire::GidAddressText(g), " ", FormatMac(m), "\n");
   absl::StrAppendFormat(&out, "mtu=%u\neal_memory_mb=%u\nlink_wait_ms=%u\n", f.mtu, f.eal_memory_mb,
                         f.link_wait_ms);
   if (!f.eal_args.empty()) absl::StrAppend(&out, "eal_args=", absl::StrJoin(f.eal_args, " "), "\n");
@@ -456,7 +447,7 @@ std::string FormatDeviceFile(const DeviceFile& f) {
   absl::StrAppendFormat(&out, "dcqcn=%s\ndcqcn_line_rate_gbps=%.0f\n", f.dcqcn, f.dcqcn_line_rate_gbps);
   absl::StrAppendFormat(&out, "cc=%s\ncc_line_rate_gbps=%.0f\n", f.cc, f.cc_line_rate_gbps);
   if (!f.cc_params.empty()) absl::StrAppend(&out, "cc_params=", f.cc_params, "\n");
-  if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", FormatIp(f.lid_peer), "\n");
+  if (f.has_lid_peer) absl::StrAppend(&out, "lid_peer=", wire::GidAddressText(f.lid_peer), "\n");
   if (f.fabric) absl::StrAppend(&out, "fabric=on\nfabric_dir=", f.fabric_dir, "\n");
   if (f.netdev_bound) absl::StrAppend(&out, "netdev_bound=on\nnetdev_steering=", f.netdev_steering, "\n");
   if (f.lid != 0) absl::StrAppend(&out, "lid=", f.lid, "\n");

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "transport/qp.h"
+#include "transport/sr/selective_repeat.h"
 #include "transport/step_contexts.h"
 #include "wire/psn.h"
 
@@ -89,7 +90,7 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
       ImpliedNak(missing);
       break;
     }
-    if (sr_) sr_state_->req.peer_answered = true;  // an SR SEND/WRITE packet acknowledged
+    if (sr_) sr_->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
     if (PsnLess(psn, w.last_psn)) {
       // Part of a multi-packet message acknowledged.
       if (PsnLess(req_.psn_una, PsnAdd(psn, 1))) {
@@ -106,8 +107,8 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
   AdvancePastDone();
 }
 
+// Forward progress restores the retry budgets and restarts the ACK timer.
 void Qp::NoteProgress(uint64_t now) {
-  if (sr_) SrSlide();  // SACK bits below the new psn_una leave the running count
   req_.implied_nak_pending = false;
   req_.rnr_nak_pending = false;
   req_.retry_left = attr_.retry_cnt;
@@ -115,10 +116,10 @@ void Qp::NoteProgress(uint64_t now) {
   req_.progress_since_retry = true;
   req_.retry_probe_pending = false;
   req_.retry_clock_ns = now;
-  if (sr_state_) SrOnProgress();
+  if (sr_) sr_->OnProgress();
   req_.retransmit_deadline = Outstanding() ? ArmRetransmitTimer(now) : 0;
   if (req_.retransmit_deadline == 0) req_.ack_solicit_deadline = 0;  // nothing left to ask about
-  if (sr_) SrArmTlp(now);
+  if (sr_) sr_->ArmTlp(now);
 }
 
 // A response the completer cannot use (a duplicate of one it took, one past
@@ -137,19 +138,13 @@ void Qp::NoteAnswered(uint64_t now) {
 }
 
 uint64_t Qp::ArmRetransmitTimer(uint64_t now) {
-  const uint64_t t = RetransmitTimeoutNs();
-  if (sr_state_) sr_state_->req.rto_low_armed = sr_ && t != 0 && t < SrRtoHighNs();
+  const uint64_t t = sr_ ? sr_->ArmTimeoutNs() : IbtaTimeoutNs();
   return t != 0 ? now + t : 0;
 }
 
 uint64_t Qp::IbtaTimeoutNs() const {
   if (attr_.timeout == 0) return 0;
   return AckTimeoutNs(std::max(attr_.timeout, env_.min_ack_timeout));
-}
-
-uint64_t Qp::RetransmitTimeoutNs() const {
-  if (!sr_) return IbtaTimeoutNs();
-  return SrRetransmitTimeoutNs();  // sr/requester.cc
 }
 
 // Skips the transmit cursor over WQEs acknowledged meanwhile and completes
@@ -164,7 +159,7 @@ void Qp::ImpliedNak(uint32_t missing_psn) {
   req_.implied_nak_pending = true;
   req_.implied_nak_psn = missing_psn;
   if (sr_) {
-    SrImpliedNak(missing_psn);  // sr/requester.cc: that READ/atomic alone
+    sr_->OnImpliedNak(missing_psn);  // that READ/atomic alone
     return;
   }
   RetryFrom(missing_psn);
@@ -205,11 +200,7 @@ void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   // responder: a step that returns a later state skips the ones between.
   CompState s = CompCheckPsn(c);
   if (s == CompState::kCheckAck) s = CompCheckAck(c);
-  // F-RTO decides on ACKs and SACKs only; a NAK or a READ/atomic response
-  // after a timeout resends the rest, as before F-RTO.
-  if (sr_state_ && sr_state_->req.frto && (s == CompState::kRnrNak || s == CompState::kNak || s == CompState::kGetWqe)) {
-    SrFrtoRelease();
-  }
+  if (sr_ && (s == CompState::kRnrNak || s == CompState::kNak || s == CompState::kGetWqe)) sr_->OnOtherResponse();
   if (s == CompState::kAck) s = CompAck(c);
   if (s == CompState::kRnrNak) s = CompRnrNak(c);
   if (s == CompState::kNak) s = CompNak(c);
@@ -217,7 +208,7 @@ void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
   if (s == CompState::kAtomic) s = CompAtomic(c);
   if (s == CompState::kRead) s = CompRead(c);
   if (s == CompState::kComplete) s = CompComplete(c);
-  if (s == CompState::kSack) s = CompSack(c);
+  if (s == CompState::kSack) s = sr_->OnSack(c);
   if (s == CompState::kBadResponse) ++counters_.dropped_bad_response;
   if (cc_.ops() != nullptr) CcOnResponse(c);  // cc_hooks.cc
 }
@@ -253,7 +244,7 @@ DROCE_STEP CompState Qp::CompCheckAck(RespCtx& c) {
 DROCE_STEP CompState Qp::CompAck(RespCtx& c) {
   ++counters_.acks_received;
   if (sr_ && !PsnLess(c.psn, req_.psn_una)) {
-    SrOnAck(c.psn, c.now);  // sr/completer.cc
+    sr_->OnAck(c.psn, c.now);
     return CompState::kDone;
   }
   AckUpTo(c.psn, c.now);
@@ -331,20 +322,10 @@ DROCE_STEP CompState Qp::CompGetWqe(RespCtx& c) {
     if (w.started && IsReadOrAtomic(w)) c.wqe = &w;
     break;
   }
-  if (sr_ && c.wqe != nullptr && PsnLess(c.wqe->last_psn, c.psn) && (c.op.roles & kRoleReadResponse)) {
-    // Selective repeat: a later READ's response while the oldest waits for
-    // a lost one (its responses keep coming): placed, not dropped.
-    for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
-      SendWqe& w = sq_.at(i);
-      if (!w.started) break;
-      if (w.done || &w == c.wqe || w.wr.opcode != WrOpcode::kRdmaRead) continue;
-      if (!PsnLess(c.psn, w.first_psn) && !PsnLess(w.last_psn, c.psn)) return SrPlaceLaterRead(c, w);
-    }
-    return CompState::kBadResponse;
-  }
-  if (!sr_ && c.wqe != nullptr && PsnLess(c.wqe->last_psn, c.psn) && (c.op.roles & kRoleReadResponse)) {
-    // Go-back-N: a later READ's response while the oldest misses one (the
-    // implied NAK above asked for it again).
+  if (c.wqe != nullptr && PsnLess(c.wqe->last_psn, c.psn) && (c.op.roles & kRoleReadResponse)) {
+    // A later READ's response while the oldest misses one (the implied NAK
+    // above asked for it again): dropped (selective repeat places it).
+    if (sr_) return sr_->OnLaterReadResponse(c);
     ++counters_.out_of_sequence;
     NoteAnswered(c.now);
     return CompState::kDone;
@@ -362,83 +343,50 @@ DROCE_STEP CompState Qp::CompAtomic(RespCtx& c) {
   SendWqe& w = *c.wqe;
   // The original value lands in host byte order, as verbs defines it.
   const uint64_t original = AtomicAckEthView(c.bth_p + c.op.atomic_ack_offset).original();
-  if (!SgesStillLent(w)) {
-    --req_.rd_atomic_outstanding;
-    FailWqe(w, WcStatus::kLocProtErr);
-    return CompState::kDone;
-  }
-  ScatterToSges(w, 0, reinterpret_cast<const uint8_t*>(&original), 8);
+  if (!PlaceResponseData(w, 0, reinterpret_cast<const uint8_t*>(&original), 8)) return CompState::kDone;
   return CompState::kComplete;
 }
 
-DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
-  SendWqe& w = *c.wqe;
-  const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
-  const bool ahead_sr = sr_ && PsnLess(expected, c.psn) &&
-                        PsnDiff(c.psn, req_.psn_una) < static_cast<int32_t>(kSrWindow);
-  if (c.psn != expected && !ahead_sr) {
-    if (PsnLess(c.psn, expected)) {
-      ++counters_.duplicates_received;
-    } else {
-      ++counters_.out_of_sequence;  // a response was lost: implied NAK
-      ImpliedNak(expected);
-    }
-    NoteAnswered(c.now);
-    return CompState::kDone;
-  }
-  // Selective repeat: a response past a lost one is placed at its own
-  // offset ((PSN - first) x MTU) and remembered (sr_read_got); the READ is
-  // asked again from the first missing response.
-  const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
-  if (ahead_sr) {
-    SrSlide();
-    if (BitTest(sr_state_->req.read_got, c.psn)) {
-      ++counters_.duplicates_received;
-      return CompState::kDone;
-    }
-  }
-  if (offset > w.total_len) return CompState::kBadResponse;
-  const uint32_t remaining = w.total_len - offset;
-  const uint32_t seg = c.p.payload_len;
-  const bool ends = (c.op.roles & kRoleLast) != 0;
-  // (Selective repeat asks for runs inside the READ: their LAST may come
-  // before the READ's end, so only the length is checked.)
-  const bool valid = sr_ ? seg == std::min(mtu_, remaining)
-                         : ends ? seg == remaining : (seg == mtu_ && seg < remaining);
-  if (!valid) return CompState::kBadResponse;
+bool Qp::PlaceResponseData(SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) {
   if (!SgesStillLent(w)) {
     --req_.rd_atomic_outstanding;
     FailWqe(w, WcStatus::kLocProtErr);
-    return CompState::kDone;
+    return false;
   }
-  ScatterToSges(w, offset, c.frame + c.p.payload_offset, seg);
-  if (ahead_sr) {
-    BitSet(sr_state_->req.read_got, c.psn);
-    ++counters_.out_of_sequence;
-    ++counters_.sr_out_of_order_placed;
-    ImpliedNak(expected);
-    return CompState::kDone;
-  }
+  ScatterToSges(w, offset, data, len);
+  return true;
+}
+
+// The expected response of the oldest READ is scattered at its offset; a
+// later one means a response was lost (implied NAK), an earlier one is a
+// duplicate (9.7.5.2.3).
+DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
+  if (sr_) return sr_->OnReadResponse(c);  // places past a lost response too
+  SendWqe& w = *c.wqe;
+  const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+  if (c.psn != expected) return ReadResponseNotExpected(c, expected);
+  const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
+  if (offset > w.total_len) return CompState::kBadResponse;
+  const uint32_t remaining = w.total_len - offset;
+  const uint32_t seg = c.p.payload_len;
+  const bool valid = (c.op.roles & kRoleLast) ? seg == remaining : (seg == mtu_ && seg < remaining);
+  if (!valid) return CompState::kBadResponse;
+  if (!PlaceResponseData(w, offset, c.frame + c.p.payload_offset, seg)) return CompState::kDone;
   w.read_done_bytes += seg;
-  if (sr_) {
-    // Responses placed ahead of this one count now.
-    while (w.read_done_bytes < w.total_len) {
-      const uint32_t psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
-      if (PsnDiff(psn, req_.psn_una) >= static_cast<int32_t>(kSrWindow) || !BitTest(sr_state_->req.read_got, psn)) break;
-      BitClear(sr_state_->req.read_got, psn);
-      w.read_done_bytes += std::min(mtu_, w.total_len - w.read_done_bytes);
-    }
-  }
   if (w.read_done_bytes == w.total_len) return CompState::kComplete;
   req_.psn_una = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
-  if (sr_ && ends) {
-    // A run asked again ended and the READ still misses responses that
-    // later ones were placed after: ask for the next run now.
-    NoteProgress(c.now);
-    ImpliedNak(req_.psn_una);
-    return CompState::kDone;
-  }
   NoteProgress(c.now);
+  return CompState::kDone;
+}
+
+CompState Qp::ReadResponseNotExpected(RespCtx& c, uint32_t expected) {
+  if (PsnLess(c.psn, expected)) {
+    ++counters_.duplicates_received;
+  } else {
+    ++counters_.out_of_sequence;  // a response was lost: implied NAK
+    ImpliedNak(expected);
+  }
+  NoteAnswered(c.now);
   return CompState::kDone;
 }
 
@@ -449,7 +397,7 @@ DROCE_STEP CompState Qp::CompComplete(RespCtx& c) {
   req_.psn_una = PsnAdd(w.last_psn, 1);
   NoteProgress(c.now);
   AdvancePastDone();
-  if (sr_ && state_ != QpState::kErr) SrCatchUpReads(c.now);
+  if (sr_ && state_ != QpState::kErr) sr_->OnReadOrAtomicDone(c.now);
   return CompState::kDone;
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "transport/sr/selective_repeat.h"
 #include "wire/icrc.h"
 #include "wire/psn.h"
 
@@ -31,6 +32,8 @@ Qp::Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
   if (env.selective_repeat && caps.type == QpType::kRc) (void)SetSelectiveRepeat(true);
 }
 
+Qp::~Qp() = default;
+
 // Selective repeat is a property of the connection, chosen before it is
 // made (RESET/INIT): the device's default at creation, or what ECE agreed
 // (doc/transport.md "Selective repeat", doc/cm.md).
@@ -39,8 +42,12 @@ absl::Status Qp::SetSelectiveRepeat(bool on) {
   if (state_ != QpState::kReset && state_ != QpState::kInit) {
     return absl::FailedPreconditionError("selective repeat is chosen before RTR");
   }
-  if (on && !sr_state_) sr_state_ = std::make_unique<SrState>();  // control path
-  sr_ = sr_chosen_ = on;
+  if (!on) {
+    sr_chosen_.reset();
+  } else if (!sr_chosen_) {
+    sr_chosen_ = std::make_unique<SelectiveRepeat>(*this);  // control path
+  }
+  sr_ = sr_chosen_.get();
   return absl::OkStatus();
 }
 
@@ -217,7 +224,7 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
     req_.psn_next = req_.psn_una = req_.psn_high = attr_.sq_psn;
     cc_timing_ = CcTiming{};
     cc_timing_.acked_una = attr_.sq_psn;
-    if (sr_state_) sr_state_->req.sack_base = sr_state_->req.retx_next = sr_state_->req.retx_end = attr_.sq_psn;
+    if (sr_chosen_) sr_chosen_->SetSendPsn(attr_.sq_psn);
   }
   if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -241,11 +248,8 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
     cnp_ = {};
     cc_timing_ = {};
     int_echo_pending_ = false;
-    if (sr_state_) {
-      sr_state_->req = {};
-      sr_state_->resp = {};
-    }
-    sr_ = sr_chosen_;  // a fallback to go-back-N lasts one connection
+    if (sr_chosen_) sr_chosen_->Reset();
+    sr_ = sr_chosen_.get();  // a fallback to go-back-N lasts one connection
     error_event_ = QpEvent::kNone;
   } else {
     state_ = next;
@@ -431,7 +435,7 @@ void Qp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t no
   }
   if (p.op().roles & wire::kRoleRequest) {
     if (sr_) {
-      OnSrRequest(frame, p, now_ns);  // responder.cc, "Selective repeat"
+      sr_->OnRequest(frame, p, now_ns);  // out of order inside its window
       return;
     }
     OnRequest(frame, p);  // RC and UC: one pipeline (responder.cc)
@@ -506,7 +510,7 @@ uint32_t Qp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
 void Qp::OnTimer(uint64_t now_ns) {
   cc_.OnTimer(now_ns);
   if (state_ != QpState::kRts && state_ != QpState::kSqd) return;
-  if (sr_) SrOnTimer(now_ns);  // sr/timers.cc: the tail-loss probe
+  if (sr_) sr_->OnTimer(now_ns);  // the tail-loss probe
   if (req_.ack_solicit_deadline != 0 && now_ns >= req_.ack_solicit_deadline) SolicitAck(now_ns);
   if (req_.retransmit_deadline == 0 || now_ns < req_.retransmit_deadline) return;
   if (!Outstanding()) {
@@ -520,7 +524,7 @@ void Qp::OnTimer(uint64_t now_ns) {
   // IRN's short RTOs: it spends a retry only per whole IBTA timeout without
   // progress, so retry-exceeded comes after the time the QP's attributes say.
   const uint64_t ibta_timeout = IbtaTimeoutNs();
-  if (sr_) SrTimeoutBegins(now_ns, ibta_timeout);  // sr/timers.cc: fallback, F-RTO's undo state
+  if (sr_) sr_->OnTimeout(now_ns, ibta_timeout);  // may fall back to go-back-N (sr_ null then)
   const bool spends_retry =
       !sr_ || (ibta_timeout != 0 && now_ns - req_.retry_clock_ns >= ibta_timeout);
   if (spends_retry && req_.retry_left == 0) {
@@ -534,7 +538,7 @@ void Qp::OnTimer(uint64_t now_ns) {
   req_.progress_since_retry = false;
   req_.implied_nak_pending = false;
   if (sr_) {
-    SrResendAfterTimeout();  // sr/timers.cc
+    sr_->ResendAfterTimeout();
   } else {
     // Go-back-N: the packet at psn_una alone, asking for an ACK (the retry
     // probe, SendRetryProbe); its answer decides the rest (CheckProbeAnswer).
@@ -601,19 +605,21 @@ uint32_t Qp::RequestRoom() const {
 
 // The window's one rule (ReqCheckWindow sends nothing at 0, RequestRoom
 // tells the device): go-back-N caps the span past psn_una; selective repeat
-// caps the packets still in the path (sent, neither acknowledged nor
-// SACKed), so a hole being repaired does not stop the packets after it,
-// and keeps the span inside the per-PSN state (kSrWindow).
+// has its own (the packets still in the path).
 uint32_t Qp::WindowRoom(int32_t in_flight) const {
-  int32_t room;
-  if (sr_) {
-    const int32_t span_room = static_cast<int32_t>(kSrWindow - 1) - in_flight;
-    const int32_t cap_room = static_cast<int32_t>(InflightCap()) - static_cast<int32_t>(SrUnsackedInFlight());
-    room = std::min(span_room, cap_room);
-  } else {
-    room = static_cast<int32_t>(InflightCap()) - in_flight;
-  }
+  if (sr_) return sr_->WindowRoom(in_flight);
+  const int32_t room = static_cast<int32_t>(InflightCap(env_.max_inflight_packets)) - in_flight;
   return room <= 0 ? 0 : static_cast<uint32_t>(room);
+}
+
+uint32_t Qp::PendingRetransmits() const {
+  if (sr_) return sr_->PendingRetransmits();
+  return req_.retry_probe_pending ? 1 : 0;
+}
+
+uint32_t Qp::posted_receives() const {
+  return rq_.size() + rq_.published() + (resp_.recv_wqe_held ? 1 : 0) +
+         (sr_chosen_ ? sr_chosen_->held_receives() : 0);
 }
 
 // Request packets queued from sq_next on, counted up to `cap` (an upper
@@ -663,7 +669,7 @@ uint64_t Qp::NextDeadline() const {
   if (state_ == QpState::kRts || state_ == QpState::kSqd) {
     take(req_.retransmit_deadline);
     take(req_.ack_solicit_deadline);
-    if (sr_) take(sr_state_->req.tlp_deadline);
+    if (sr_) take(sr_->tlp_deadline());
     // Requests waiting for the RNR timer and the pacer: the later of the two.
     const uint64_t hold = std::max(req_.rnr_resume_at, pace);
     if (hold != 0 && (RequestRoom() > 0 || PendingRetransmits() > 0)) take(hold);
@@ -718,7 +724,7 @@ void Qp::FlushAll() {
     c.qp_num = qpn_;
     env_.recv_cq->Push(c);
   }
-  if (sr_state_) SrFlushReceives();  // selective repeat: receives held for messages in the window
+  if (sr_chosen_) sr_chosen_->FlushReceives();  // receives held for messages in its window
   FlushReceiveQueue();
   resp_.in_message = InMessage::kNone;
 }

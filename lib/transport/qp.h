@@ -27,7 +27,6 @@
 #include "queue/completion.h"
 #include "queue/ring.h"
 #include "transport/counters.h"
-#include "transport/sr/state.h"
 #include "transport/states.h"
 #include "transport/types.h"
 #include "transport/ud_qp.h"
@@ -35,6 +34,8 @@
 #include "wire/psn.h"
 
 namespace droce::transport {
+
+class SelectiveRepeat;  // sr/selective_repeat.h
 
 // Shared receive queue: receive WQEs any QP attached to it may consume.
 class Srq {
@@ -122,8 +123,11 @@ struct QpEnv {
 };
 
 class Qp {
+  friend class SelectiveRepeat;  // a component of the QP, reached through its hooks
+
  public:
   Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env);
+  ~Qp();
 
   uint32_t qpn() const { return qpn_; }
   QpType type() const { return caps_.type; }
@@ -136,10 +140,7 @@ class Qp {
   const QpCounters& counters() const { return counters_; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
-  uint32_t posted_receives() const {
-    return rq_.size() + rq_.published() + (resp_.recv_wqe_held ? 1 : 0) +
-           (sr_state_ ? sr_state_->resp.recv_taken : 0);
-  }
+  uint32_t posted_receives() const;  // queued, held, published
 
   // ibv_modify_qp: validates the transition and the attribute mask (IBTA
   // 10.3.1, the required/optional attributes of each transition).
@@ -257,19 +258,10 @@ class Qp {
   // default (QpEnv::selective_repeat) applies at creation; the verbs
   // provider sets it at RTR when ECE agreed on it.
   absl::Status SetSelectiveRepeat(bool on);
-  bool selective_repeat() const { return sr_; }
-  // Selective repeat: packets sent and neither acknowledged nor SACKed
-  // (IRN's "in flight": a hole behind SACKed packets is one), from a running
-  // count of the SACKed PSNs: O(1) per ACK/SACK.
-  uint32_t sr_unsacked_in_flight() const { return SrUnsackedInFlight(); }
-  // Selective repeat's round-trip estimate and the timeouts it gives now.
-  const RttEstimator& sr_rtt() const { return sr_state_->req.rtt; }
-  uint64_t sr_rto_low_ns() const { return SrRtoLowNs(); }
-  uint64_t sr_rto_high_ns() const { return SrRtoHighNs(); }
-  uint64_t sr_rtt_high_ns() const { return sr_state_->req.rtt_high_ns; }
-  // The same counted by walking the SACK bitmap (tests check the running
-  // count against it; O(window)).
-  uint32_t SrUnsackedInFlightByWalk() const;
+  bool selective_repeat() const { return sr_ != nullptr; }
+  // Selective repeat's state while the connection uses it (RTT, RTOs, the
+  // packets in flight), null otherwise: for tests and statistics.
+  const SelectiveRepeat* sr() const { return sr_; }
 
   // Moves to ERR and flushes outstanding work (also used by destroy).
   void EnterError();
@@ -311,8 +303,8 @@ class Qp {
     uint32_t rkey = 0;
   };
 
-  // kSack (selective repeat): an ACK built when it leaves, from the
-  // responder's state then: a SACK while anything past the expected PSN has
+  // kSack (selective repeat): an ACK built when it leaves, from selective
+  // repeat's state then: a SACK while anything past the expected PSN has
   // arrived, a plain ACK otherwise.
   enum class ActionKind : uint8_t { kAck, kNak, kReadResponse, kAtomicAck, kSack };
   struct Action {
@@ -413,108 +405,32 @@ class Qp {
   DROCE_STEP CompState CompAtomic(RespCtx& c);
   DROCE_STEP CompState CompRead(RespCtx& c);
   DROCE_STEP CompState CompComplete(RespCtx& c);
-  // Selective repeat: a READ response for an outstanding READ that is not
-  // the oldest, placed at its offset and remembered (sr_read_got); and,
-  // once the oldest completes, the next READ taking what was placed for it
-  // (completing it, or asking for what it misses).
-  CompState SrPlaceLaterRead(RespCtx& c, SendWqe& w);
-  void SrCatchUpReads(uint64_t now);
-  CompState CompSack(RespCtx& c);  // sr/completer.cc
+  // A READ response at another PSN than the one expected: a duplicate, or
+  // one past a lost response (an implied NAK).
+  CompState ReadResponseNotExpected(RespCtx& c, uint32_t expected);
+  // A READ or atomic response's data into the WQE's buffers at `offset`.
+  // False: the buffers' region was deregistered; the WQE failed LOC_PROT_ERR.
+  bool PlaceResponseData(SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len);
   void AckUpTo(uint32_t psn, uint64_t now);
-  // The retransmission timeout to arm now: selective repeat's low one while
-  // little is in flight and the last timeout was followed by progress, the
-  // QP's (4.096 us x 2^timeout) otherwise; 0: no timer.
-  uint64_t RetransmitTimeoutNs() const;
+  // The retransmission deadline to arm now (0: none): the retransmission
+  // timeout is selective repeat's (its RTOs) or the QP's (4.096 us x 2^timeout).
+  uint64_t ArmRetransmitTimer(uint64_t now);
   // 4.096 us x 2^timeout of the QP, raised to the device's floor
   // (QpEnv::min_ack_timeout); 0: infinite.
   uint64_t IbtaTimeoutNs() const;
-  uint64_t SrRtoHighNs() const;
-  uint64_t SrRetransmitTimeoutNs() const;
-  void SrImpliedNak(uint32_t missing_psn);
-  void SrOnAck(uint32_t psn, uint64_t now);
-  uint64_t SrRtoLowNs() const;
-  // Selective repeat's per-packet send bookkeeping (RTT timing, Karn's
-  // rule, the send order RACK compares), the RTT sample when `psn` is
-  // acknowledged, the RACK scan, the tail-loss probe.
-  void SrNoteSent(uint32_t psn, bool retransmission, bool data, uint64_t now);
-  void SrNoteDelivered(uint32_t psn, uint64_t now, bool selective = false);
-  void SrRackScan();
-  void SrArmTlp(uint64_t now);
-  void SrCountRtt(uint64_t rtt_ns);
-  void SrNoteCap(bool full, uint64_t now);
-  void SrNoteDrained(bool drained, uint64_t now);
-  void SrProbe();
-  // F-RTO (RFC 5682, adapted; doc/transport.md "Spurious timeouts"): the
-  // first acknowledgement after a timeout's resend of psn_una decides
-  // whether the timeout was spurious (undone) or the rest is resent
-  // (SrFrtoRelease). `acked`: the cumulative PSN it acknowledges
-  // (inclusive); `holds_more`: it SACKs a PSN past that.
-  void SrFrtoDecide(uint32_t acked, bool holds_more);
-  void SrNoteRttMax(uint64_t rtt_ns, uint64_t now);
-  void SrNoteRepaired(uint64_t now);  // the timed resend's PSN acknowledged or SACKed (counters)
-  void SrOnProgress();  // an acknowledgement advanced psn_una: backoff, tail-loss probe
-  // Selective repeat's timers (sr/timers.cc), from OnTimer: the tail-loss
-  // probe; a retransmission timeout's start (the fallback, F-RTO's undo
-  // state) and its resend.
-  void SrOnTimer(uint64_t now_ns);
-  void SrTimeoutBegins(uint64_t now_ns, uint64_t ibta_timeout);
-  void SrResendAfterTimeout();
-  uint64_t SrRttMaxNs() const { return std::max(sr_state_->req.rtt_max_cur_ns, sr_state_->req.rtt_max_prev_ns); }
-  void SrNoteRttHigh(uint64_t rtt_ns);
-  // The measured RTO both short RTOs start from: SRTT + 4 RTTVAR (at least
-  // sr_rto_min_ns), the recent high percentile, and the windowed maximum
-  // while no loss is known.
-  uint64_t SrMeasuredRtoNs() const {
-    return std::max({sr_state_->req.rtt.Rto(env_.sr_rto_min_ns), sr_state_->req.rtt_high_ns, SrRttFloorNs()});
-  }
-  // The RTO's floor: the recent maximum RTT while no loss is known (nothing
-  // SACKed, nothing resent or to resend: a timeout then is most likely a
-  // delay); none once one is (a timeout then is most likely a lost
-  // retransmission, and waiting the recent maximum for it cost the
-  // fabric's 5 % row).
-  uint64_t SrRttFloorNs() const {
-    return sr_state_->req.sacked_count == 0 && sr_state_->req.resent_count == 0 && SrPendingRetransmits() == 0 ? SrRttMaxNs()
-                                                                                                   : 0;
-  }
-  void SrFrtoRelease();
-  bool SrLostAgain(uint32_t psn) const {  // RACK: resent, still missing, something sent later arrived
-    return BitTest(sr_state_->req.resent, psn) && !SrSacked(psn) &&
-           static_cast<int32_t>(sr_state_->req.sent_seq[psn % kSrWindow] - sr_state_->req.rack_seq) < 0;
-  }
-  // Packets sent and neither acknowledged nor SACKed (IRN's "in flight" for
-  // choosing RTO_low: a hole behind SACKed packets is one packet in flight,
-  // however far psn_high has gone): [psn_una, psn_high) less the SACKed
-  // PSNs in it (sr_state_->req.sacked_count).
-  uint32_t SrUnsackedInFlight() const {
-    const int32_t sent = wire::PsnDiff(req_.psn_high, req_.psn_una);
-    return sent > static_cast<int32_t>(sr_state_->req.sacked_count) ? static_cast<uint32_t>(sent) - sr_state_->req.sacked_count
-                                                               : 0;
-  }
-  void SrMarkSacked(uint32_t psn) {
-    if (BitTest(sr_state_->req.sacked, psn)) return;
-    BitSet(sr_state_->req.sacked, psn);
-    ++sr_state_->req.sacked_count;
-  }
-  uint64_t ArmRetransmitTimer(uint64_t now);  // the deadline for RetransmitTimeoutNs (0: none)
-  // AckReq at least every this many packets of a long message: under
-  // selective repeat also four times per in-flight cap, or a cap below
-  // ack_req_every would stall until the tail-loss probe with nothing asked;
-  // and twice per congestion-control window, which a window-based
-  // algorithm (Swift, HPCC) may shrink to a few packets.
-  uint32_t AckReqEvery() const {
-    const uint32_t every = sr_ ? std::min(env_.ack_req_every, std::max(1u, InflightCap() / 4)) : env_.ack_req_every;
-    const uint32_t cc_window = cc_.output().window_packets;  // 0: none
-    return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
-  }
+  // AckReq at least every this many packets of a long message (selective
+  // repeat's spacing while it runs, requester.cc), and twice per
+  // congestion-control window, which a window-based algorithm (Swift, HPCC)
+  // may shrink to a few packets.
+  uint32_t AckReqEvery() const;
   // Request packets the window lets out with `in_flight` PSNs past psn_una.
   uint32_t WindowRoom(int32_t in_flight) const;
-  // The in-flight cap: the transport's (go-back-N's window, selective
+  // The in-flight cap: the transport's (go-back-N's window, or selective
   // repeat's bandwidth-delay product), or congestion control's window when
   // its algorithm keeps a smaller one.
-  uint32_t InflightCap() const {
-    const uint32_t cap = sr_ ? std::min(env_.sr_max_inflight_packets, kSrWindow - 1) : env_.max_inflight_packets;
+  uint32_t InflightCap(uint32_t transport_cap) const {
     const uint32_t cc_window = cc_.output().window_packets;  // 0: none
-    return cc_window != 0 && cc_window < cap ? cc_window : cap;
+    return cc_window != 0 && cc_window < transport_cap ? cc_window : transport_cap;
   }
   void NoteProgress(uint64_t now);
   void NoteAnswered(uint64_t now);
@@ -550,53 +466,17 @@ class Qp {
   DROCE_STEP RespState ExecuteAtomic(ReqCtx& c);
   DROCE_STEP RespState Acknowledge(ReqCtx& c);
   RespState Duplicate(ReqCtx& c);
+  const Resource* ReplayResponse(ReqCtx& c, Action* a);  // a duplicate READ/atomic's answer
   RespState CheckAndExecute(ReqCtx& c);  // check_resource, check_rkey, execute (selective repeat's way in)
   // The error state: RC NAKs (and moves to ERR for class C/D), UC drops.
   void RespondError(RespError e, uint32_t psn);
   void DropUcMessage();
-  // --- selective repeat (sr/responder.cc, sr/requester.cc, sr/completer.cc, sr/timers.cc)
-  void OnSrRequest(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
-  // The peer does not use selective repeat (it sent IBTA SEND/WRITE
-  // requests, or never answered an SR one for a whole IBTA timeout): this
-  // QP uses go-back-N from now on, resending from psn_una as IBTA packets.
-  void SrFallBack(uint64_t now_ns);
-  bool SrOldestIsSendOrWrite() const;
-  bool SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error);
-  void SrAdvance();        // the expected PSN over what arrived; receives complete in order
-  void SrContinueAsIbta();  // a fallback inside a message: the IBTA responder takes it over
-  void SrRespondError(RespError e, uint32_t psn);
-  void QueueSack();
-  uint32_t BuildSack(uint8_t* frame);
-  bool SrReceived(uint32_t psn) const { return BitTest(sr_state_->resp.received, psn); }
-  void SrSlide();          // the requester's SACK bitmap follows psn_una
-  bool SrSacked(uint32_t psn) const { return BitTest(sr_state_->req.sacked, psn); }
-  void SrScheduleRetransmit(uint32_t from, uint32_t end);
-  uint32_t SrRetransmit(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
-  uint32_t SrPendingRetransmits() const;
   // Packets to resend besides the send queue's walk: selective repeat's
   // retransmissions, or go-back-N's retry probe.
-  uint32_t PendingRetransmits() const {
-    return sr_ ? SrPendingRetransmits() : req_.retry_probe_pending ? 1 : 0;
-  }
+  uint32_t PendingRetransmits() const;
   uint32_t SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
-  uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns);
-  void SrFlushReceives();
-  static bool BitTest(const SrBits& b, uint32_t psn) {
-    const uint32_t i = psn % kSrWindow;
-    return (b[i / 64] >> (i % 64)) & 1;
-  }
-  static void BitSet(SrBits& b, uint32_t psn) { b[(psn % kSrWindow) / 64] |= uint64_t{1} << (psn % 64); }
-  static void BitClear(SrBits& b, uint32_t psn) {
-    b[(psn % kSrWindow) / 64] &= ~(uint64_t{1} << (psn % 64));
-  }
-  // The 64 bits of PSNs psn, psn + 1, ... psn + 63 (bit i: psn + i), across
-  // the ring's word boundaries: a SACK's bitmap words, built and read a word
-  // at a time (1024 bits per SACK).
-  static uint64_t BitWord(const SrBits& b, uint32_t psn) {
-    const uint32_t i = psn % kSrWindow, w = i / 64, s = i % 64;
-    const uint64_t lo = b[w] >> s;
-    return s == 0 ? lo : lo | (b[(w + 1) % b.size()] << (64 - s));
-  }
+  // `read_len`: a READ asks for this many bytes (0: to its end).
+  uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns, uint32_t read_len = 0);
   // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
   static bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
                             const uint8_t* payload, uint32_t len, RespError* error);
@@ -720,6 +600,7 @@ class Qp {
     bool implied_nak_pending = false;
     uint32_t implied_nak_psn = 0;
     bool force_ack_req = false;  // a retransmission asks for an ACK (SR resends, the retry probe)
+    uint32_t resend_read_len = 0;  // a READ resent asks for this many bytes (0: to its end)
     uint64_t retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
   } req_;
 
@@ -743,10 +624,12 @@ class Qp {
     uint32_t next_resource = 0;
     uint32_t rd_atomic_active = 0;  // new READ/atomic requests whose responses are not all sent
   } resp_;
-  // Selective repeat's state (sr/state.h): allocated when it is chosen.
-  std::unique_ptr<SrState> sr_state_;
-  bool sr_ = false;
-  bool sr_chosen_ = false;  // what SetSelectiveRepeat chose (a move to RESET undoes a fallback)
+  // Selective repeat (sr/selective_repeat.h): allocated when chosen
+  // (SetSelectiveRepeat), kept through a fallback to go-back-N for the
+  // receive WQEs it holds and the SACKs still queued; sr_ points at it while
+  // the connection uses it (a move to RESET undoes a fallback).
+  std::unique_ptr<SelectiveRepeat> sr_chosen_;
+  SelectiveRepeat* sr_ = nullptr;
   std::vector<Resource> resources_;
   queue::Ring<Action> actions_;
 };

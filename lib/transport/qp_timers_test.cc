@@ -4,6 +4,7 @@
 // only wait for a timer are off the active list, and their timers still
 // fire on time (doc/core.md "Timers").
 #include "tests/support/rc_pair_fixture.h"
+#include "transport/sr/selective_repeat.h"
 
 namespace droce::core {
 namespace {
@@ -79,10 +80,10 @@ TEST(NextDeadline, SelectiveRepeatTailLossProbe) {
   a.dev->Poll(s);
   b.dev->Poll(s + 20'000);
   a.dev->Poll(s + 40'000);
-  ASSERT_EQ(a.dev->qp(a.qpn)->sr_rtt().srtt_ns, 40'000u);
+  ASSERT_EQ(a.dev->qp(a.qpn)->sr()->rtt().srtt_ns, 40'000u);
   const uint64_t t0 = s + 50'000;
   Qp* q = SendUnanswered(pair, MakeWr(2, WrOpcode::kRdmaWrite, a, 0, 64, b, 0), t0);
-  ASSERT_TRUE(q->sr_rtt().valid);
+  ASSERT_TRUE(q->sr()->rtt().valid);
   const uint64_t d = q->NextDeadline();
   ASSERT_EQ(d, t0 + 80'000);  // 2 SRTT
   q->OnTimer(d - 1);
@@ -102,7 +103,7 @@ TEST(NextDeadline, SelectiveRepeatRetransmitTimeout) {
   const uint64_t t0 = pair.now();
   Qp* q = SendUnanswered(pair, MakeWr(1, WrOpcode::kRdmaWrite, pair.a(), 0, 64, pair.b(), 0), t0);
   const uint64_t d = q->NextDeadline();  // no RTT sample yet: no probe, the low RTO
-  ASSERT_EQ(d - t0, q->sr_rto_low_ns());
+  ASSERT_EQ(d - t0, q->sr()->rto_low_ns());
   q->OnTimer(d - 1);
   EXPECT_EQ(q->counters().timeouts, 0u);
   EXPECT_EQ(q->NextDeadline(), d);

@@ -7,6 +7,7 @@
 
 #include "wire/icrc.h"
 #include "transport/qp.h"
+#include "transport/sr/selective_repeat.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -43,6 +44,12 @@ int Qp::ValidateSend(const SendWr& wr) const {
     if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
   }
   return 0;
+}
+
+uint32_t Qp::AckReqEvery() const {
+  const uint32_t every = sr_ ? sr_->ack_req_every() : env_.ack_req_every;
+  const uint32_t cc_window = cc_.output().window_packets;  // 0: none
+  return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
 }
 
 bool Qp::StartWqe(SendWqe& w) {
@@ -83,10 +90,7 @@ bool Qp::StartWqe(SendWqe& w) {
   w.last_psn = PsnAdd(req_.psn_next, n - 1);
   w.next_psn = w.first_psn;
   req_.psn_next = PsnAdd(req_.psn_next, n);
-  if (sr_ && (w.wr.opcode == WrOpcode::kSend || w.wr.opcode == WrOpcode::kSendWithImm ||
-              w.wr.opcode == WrOpcode::kSendWithInv || w.wr.opcode == WrOpcode::kRdmaWriteWithImm)) {
-    w.recv_seq = sr_state_->req.recv_seq++;  // which receive WQE of the peer it consumes
-  }
+  if (sr_) sr_->OnWqeStarted(w);
   w.started = true;
   if (read_or_atomic) ++req_.rd_atomic_outstanding;
   return true;
@@ -101,9 +105,10 @@ struct Qp::SendCtx {
 };
 
 uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
-  // Selective repeat: what the SACKs or a timeout showed lost goes first.
+  // What was lost goes first: what selective repeat's SACKs or timeout
+  // showed missing, or go-back-N's retry probe.
   if (sr_) {
-    used = SrRetransmit(frames, used, n, now_ns);
+    used = sr_->Retransmit(frames, used, n, now_ns);
     if (state_ == QpState::kErr) return used;
   } else if (req_.retry_probe_pending) {
     used = SendRetryProbe(frames, used, n, now_ns);
@@ -125,7 +130,7 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
       case ReqState::kCount: s = ReqState::kDone; break;
     }
   }
-  if (sr_) SrNoteDrained(req_.sq_next == sq_.tail() && Outstanding(), now_ns);
+  if (sr_) sr_->NoteDrained(req_.sq_next == sq_.tail() && Outstanding(), now_ns);
   return c.used;
 }
 
@@ -154,7 +159,7 @@ DROCE_STEP ReqState Qp::ReqStartWqe(SendCtx& c) {
 
 DROCE_STEP ReqState Qp::ReqCheckWindow(SendCtx& c) {
   const bool full = WindowRoom(PsnDiff(c.w->next_psn, req_.psn_una)) == 0;
-  if (sr_) SrNoteCap(full, c.now_ns);
+  if (sr_) sr_->NoteWindow(full, c.now_ns);
   return full ? ReqState::kDone : ReqState::kCheckLength;
 }
 
@@ -201,12 +206,8 @@ DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
   if (req_.retransmit_deadline == 0) {
     req_.retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
     req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
-  } else if (sr_state_ && sr_state_->req.rto_low_armed && SrUnsackedInFlight() > env_.sr_rto_low_below) {
-    // Armed low with little in flight; now there is more: the high one.
-    req_.retransmit_deadline = c.now_ns + SrRtoHighNs();
-    sr_state_->req.rto_low_armed = false;
   }
-  if (sr_) SrArmTlp(c.now_ns);
+  if (sr_) sr_->OnPacketSent(c.now_ns);
   req_.tail_sent_ns = c.now_ns;
   if (req_.tail_unsolicited && req_.ack_solicit_deadline == 0) {
     req_.ack_solicit_deadline = c.now_ns + env_.ack_solicit_ns;
@@ -256,13 +257,15 @@ uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uin
 // The packet at `psn` of a started WQE once more, asking for an ACK, the
 // WQE's cursor (next_psn, fully_sent) left as it was: a one-off resend
 // (selective repeat's, go-back-N's retry probe). 0: nothing built.
-uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns) {
+uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns, uint32_t read_len) {
   const uint32_t saved_next = w.next_psn;
   const bool saved_sent = w.fully_sent;
   w.next_psn = psn;
   req_.force_ack_req = true;
+  req_.resend_read_len = read_len;
   const uint32_t len = BuildRequest(w, frame, now_ns);
   req_.force_ack_req = false;
+  req_.resend_read_len = 0;
   w.next_psn = saved_next;
   w.fully_sent = saved_sent;
   return len;
@@ -325,7 +328,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   } else {
     req_.psn_high = PsnAdd(psn, 1);
   }
-  if (sr_) SrNoteSent(psn, retransmission, !IsReadOrAtomic(w), now_ns);
+  if (sr_) sr_->OnRequestBuilt(psn, retransmission, !IsReadOrAtomic(w), now_ns);
   // cc_hooks.cc: true when this packet is the one timed (it asks for its ACK).
   const bool cc_timed = cc_.ops() != nullptr && CcNoteSent(psn, retransmission, now_ns);
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
@@ -345,10 +348,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       RethWriter reth(ext);
       reth.set_va(w.wr.remote_addr + offset);
       reth.set_rkey(w.wr.rkey);
-      // Selective repeat: only the run of responses still missing.
-      reth.set_dma_length(sr_state_ && sr_state_->req.read_len != 0
-                              ? std::min(sr_state_->req.read_len, w.total_len - offset)
-                              : w.total_len - offset);
+      reth.set_dma_length(req_.resend_read_len != 0 ? std::min(req_.resend_read_len, w.total_len - offset)
+                                                    : w.total_len - offset);
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
@@ -389,7 +390,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const uint8_t ibta_opcode = OpcodeFor(reliable() ? Transport::kRc : Transport::kUc,
                                         is_write ? Operation::kWrite : Operation::kSend,
                                         PositionOf(first, last), extra);
-  // Selective repeat: the opcode's SR twin, an SRETH instead of the RETH.
+  // Selective repeat sends the opcode's SR twin (an SRETH instead of the RETH).
   const uint8_t opcode = sr_ ? SrOpcode(ibta_opcode) : ibta_opcode;
   const OpcodeInfo& op = OpInfo(opcode);
   bth.set_opcode(opcode);
@@ -407,18 +408,10 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
                      req_.force_ack_req || cc_timed || (retransmission && PsnAdd(psn, 1) == req_.psn_high));
   if (ack_req) req_.packets_since_ack_req = 0;
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
-  // F-RTO: which ACKs were asked for before a timeout (not by its own resend).
-  if (sr_ && ack_req && !(sr_state_->req.frto && psn == sr_state_->req.frto_una)) BitSet(sr_state_->req.ackreq, psn);
+  if (sr_ && ack_req) sr_->OnAckRequested(psn);
   bth.set_ack_req(ack_req);
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
-  if (op.Has(kHdrSrEth)) {
-    SrEthWriter sr(bth_p + op.sreth_offset);
-    sr.set_va(is_write ? w.wr.remote_addr : 0);
-    sr.set_rkey(is_write ? w.wr.rkey : 0);
-    sr.set_dma_length(w.total_len);
-    sr.set_offset(offset);
-    sr.set_recv_seq(w.recv_seq);
-  }
+  if (op.Has(kHdrSrEth)) SelectiveRepeat::WriteSrEth(bth_p + op.sreth_offset, w, offset, is_write);
   if (op.Has(kHdrReth)) {
     RethWriter reth(bth_p + op.reth_offset);
     reth.set_va(w.wr.remote_addr);

@@ -9,6 +9,7 @@
 
 #include "wire/icrc.h"
 #include "transport/qp.h"
+#include "transport/sr/selective_repeat.h"
 #include "transport/step_contexts.h"
 #include "wire/psn.h"
 
@@ -69,13 +70,8 @@ void Qp::QueueNak(uint8_t syndrome, uint32_t psn) {
 
 bool Qp::TakeRecvWqe() {
   if (resp_.recv_wqe_held) return true;
-  if (sr_state_ && sr_state_->resp.recv_taken > 0) {
-    // Taken by selective repeat before a fallback to go-back-N: the oldest
-    // first, in posting order.
-    resp_.recv_wqe = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr;
-    ++sr_state_->resp.recv_base;
-    --sr_state_->resp.recv_taken;
-  } else {
+  // Taken by selective repeat before a fallback to go-back-N: those first, in posting order.
+  if (!sr_chosen_ || !sr_chosen_->TakeHeldRecv(&resp_.recv_wqe)) {
     if (env_.srq == nullptr) TakePostedRecvs();  // posted without the device lock: they count now
     queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
     if (ring.empty()) return false;
@@ -198,8 +194,8 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
   return true;
 }
 
-// The IBTA responder's resource, R_Key and execute steps, for a request
-// selective repeat accepted out of order (sr/responder.cc).
+// The IBTA responder's resource, R_Key and execute steps, for a READ or
+// atomic request selective repeat takes at the expected PSN (sr/responder.cc).
 RespState Qp::CheckAndExecute(ReqCtx& c) {
   RespState s = CheckResource(c);
   if (s == RespState::kCheckRkey) s = CheckRkeyStep(c);
@@ -446,76 +442,73 @@ DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
 }
 
 RespState Qp::Duplicate(ReqCtx& c) {
-  const OpcodeInfo& op = c.op;
-  const uint32_t psn = c.psn;
   if (!c.is_read() && !c.is_atomic()) {
     // Duplicate SEND/WRITE: acknowledge what we have (the latest PSN). The
     // ACK is counted when it is sent (BuildResponse), like every other.
     QueueAck(PsnAdd(resp_.epsn, -1));
     return RespState::kDone;
   }
-  for (const Resource& res : resources_) {
-    if (!res.valid || PsnLess(psn, res.first_psn) || PsnLess(res.last_psn, psn)) continue;
-    if (res.atomic != c.is_atomic()) return RespState::kDone;
-    Action a{};
-    a.psn = psn;
-    a.msn = resp_.msn;
-    if (res.atomic) {
-      if (psn != res.first_psn) return RespState::kDone;
-      a.kind = ActionKind::kAtomicAck;  // replay, never re-execute
-      a.original = res.original;
-    } else {
-      // Re-execute the (possibly partial) READ the duplicate asks for: the
-      // original or a part of it, with its R_Key, answered within the
-      // original's PSNs; anything else is dropped (rxe's duplicate_request).
-      const RethView reth(c.bth_p + op.reth_offset);
-      const uint64_t skip = reth.va() - res.va;
-      const bool inside = reth.rkey() == res.rkey && reth.va() >= res.va && skip <= res.length &&
-                          reth.dma_length() <= res.length - skip &&
-                          PacketsForLength(reth.dma_length()) <=
-                              static_cast<uint32_t>(PsnDiff(res.last_psn, psn)) + 1;
-      if (!inside) {
-        ++counters_.dropped_bad_duplicates;
+  Action a{};
+  const Resource* res = ReplayResponse(c, &a);
+  if (res == nullptr) return RespState::kDone;
+  if (a.kind == ActionKind::kReadResponse) {
+    // A stream for the same READ still queued restarts here instead of
+    // running to its end beside a second copy.
+    for (uint32_t i = actions_.head(); i != actions_.tail(); ++i) {
+      Action& q = actions_.at(i);
+      if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res->first_psn) &&
+          !PsnLess(res->last_psn, q.psn)) {
+        a.holds_resource = q.holds_resource;
+        q = a;
         return RespState::kDone;
       }
-      const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
-      if (r.result != mem::AccessResult::kOk) return RespState::kDone;
-      a.kind = ActionKind::kReadResponse;
-      a.host = r.host;
-      a.rkey = reth.rkey();
-      a.epoch = env_.mrs->epoch();
-      a.length = reth.dma_length();
-      // A stream for the same READ still queued restarts here instead of
-      // running to its end beside a second copy. (Selective repeat asks for
-      // the runs it misses, which may lie inside a stream still queued:
-      // they go after it.)
-      for (uint32_t i = actions_.head(); !sr_ && i != actions_.tail(); ++i) {
-        Action& q = actions_.at(i);
-        if (q.kind == ActionKind::kReadResponse && !PsnLess(q.psn, res.first_psn) &&
-            !PsnLess(res.last_psn, q.psn)) {
-          a.holds_resource = q.holds_resource;
-          q = a;
-          return RespState::kDone;
-        }
-      }
     }
-    if (!actions_.Push(a)) return RespState::kDone;
-    // Selective repeat: the requester takes responses for its oldest
-    // outstanding READ only; a run asked again goes before the queued
-    // streams of later READs/atomics (after its own READ's stream), or
-    // those would all be sent, and dropped, while this READ waits for it.
-    if (sr_ && a.kind == ActionKind::kReadResponse) {
-      for (uint32_t i = actions_.tail() - 1; i != actions_.head(); --i) {
-        Action& prev = actions_.at(i - 1);
-        const bool later = (prev.kind == ActionKind::kReadResponse || prev.kind == ActionKind::kAtomicAck) &&
-                           PsnLess(res.last_psn, prev.psn);
-        if (!later) break;
-        std::swap(prev, actions_.at(i));
-      }
-    }
-    return RespState::kDone;
   }
-  return RespState::kDone;  // too old to be in the cache: ignore (9.7.5.1.2)
+  actions_.Push(a);
+  return RespState::kDone;
+}
+
+// A duplicate READ or atomic request (9.7.5.1.2) is answered from the
+// resource it falls in: an atomic's saved result is replayed, never
+// executed again; a READ is executed again for what the duplicate asks: the
+// original or a part of it, with its R_Key, answered within the original's
+// PSNs; anything else is dropped (rxe's duplicate_request). The resource,
+// and the response in *a; null: nothing to answer (too old to be in the
+// ring, 9.7.5.1.2, or dropped).
+const Qp::Resource* Qp::ReplayResponse(ReqCtx& c, Action* a) {
+  const uint32_t psn = c.psn;
+  for (const Resource& res : resources_) {
+    if (!res.valid || PsnLess(psn, res.first_psn) || PsnLess(res.last_psn, psn)) continue;
+    if (res.atomic != c.is_atomic()) return nullptr;
+    *a = Action{};
+    a->psn = psn;
+    a->msn = resp_.msn;
+    if (res.atomic) {
+      if (psn != res.first_psn) return nullptr;
+      a->kind = ActionKind::kAtomicAck;
+      a->original = res.original;
+      return &res;
+    }
+    const RethView reth(c.bth_p + c.op.reth_offset);
+    const uint64_t skip = reth.va() - res.va;
+    const bool inside = reth.rkey() == res.rkey && reth.va() >= res.va && skip <= res.length &&
+                        reth.dma_length() <= res.length - skip &&
+                        PacketsForLength(reth.dma_length()) <=
+                            static_cast<uint32_t>(PsnDiff(res.last_psn, psn)) + 1;
+    if (!inside) {
+      ++counters_.dropped_bad_duplicates;
+      return nullptr;
+    }
+    const auto r = CheckRkey(reth.rkey(), reth.va(), reth.dma_length(), mem::kRemoteRead);
+    if (r.result != mem::AccessResult::kOk) return nullptr;
+    a->kind = ActionKind::kReadResponse;
+    a->host = r.host;
+    a->rkey = reth.rkey();
+    a->epoch = env_.mrs->epoch();
+    a->length = reth.dma_length();
+    return &res;
+  }
+  return nullptr;
 }
 
 uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
@@ -526,7 +519,7 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
   *finished = true;
   switch (a.kind) {
     case ActionKind::kSack:
-      return BuildSack(frame);
+      return sr_chosen_->BuildSack(frame);  // selective repeat's (also queued before a fallback)
     case ActionKind::kAck:
     case ActionKind::kNak: {
       bth.set_opcode(kRcAcknowledge);
@@ -591,11 +584,5 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
   }
   return 0;
 }
-
-}  // namespace droce::transport
-
-// --- Selective repeat: the responder (doc/transport.md "Selective repeat").
-
-namespace droce::transport {
 
 }  // namespace droce::transport

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/support/rc_pair_fixture.h"
+#include "transport/sr/selective_repeat.h"
 #include "wire/headers.h"
 
 namespace droce::core {
@@ -24,8 +25,8 @@ struct InFlightCheck {
   uint64_t checks = 0, mismatches = 0, max_in_flight = 0;
   static void Tap(void* ctx, int, const uint8_t*, uint32_t) {
     auto* t = static_cast<InFlightCheck*>(ctx);
-    const uint32_t fast = t->qp->sr_unsacked_in_flight();
-    const uint32_t walk = t->qp->SrUnsackedInFlightByWalk();
+    const uint32_t fast = t->qp->sr()->unsacked_in_flight();
+    const uint32_t walk = t->qp->sr()->UnsackedInFlightByWalk();
     ++t->checks;
     if (fast != walk) ++t->mismatches;
     t->max_in_flight = std::max<uint64_t>(t->max_in_flight, walk);
@@ -53,7 +54,7 @@ TEST(SrInFlight, RunningCountMatchesTheBitmapUnderLoss) {
     EXPECT_EQ(check.mismatches, 0u) << "drop " << drop;
     EXPECT_GT(a.dev->qp(a.qpn)->counters().sr_sacks_received, 0u);
     EXPECT_GT(check.max_in_flight, 10u);
-    EXPECT_EQ(a.dev->qp(a.qpn)->sr_unsacked_in_flight(), 0u);
+    EXPECT_EQ(a.dev->qp(a.qpn)->sr()->unsacked_in_flight(), 0u);
   }
 }
 
@@ -214,11 +215,11 @@ TEST(SrTimers, LostTailIsRecoveredByTheProbeBeforeRtoLow) {
     DelayPair pair(tlp);
     Fill(pair.a().mem, 0, 8 * 65536, 1);
     ASSERT_TRUE(pair.Writes(8));  // RTT samples
-    const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+    const transport::RttEstimator& rtt = pair.qa().sr()->rtt();
     ASSERT_TRUE(rtt.valid);
     EXPECT_GE(rtt.srtt_ns, 10'000u) << "at least the 2 x 5 us of propagation";
     EXPECT_LT(rtt.srtt_ns, 100'000u);
-    EXPECT_LT(pair.qa().sr_rto_low_ns(), 200'000u) << "measured, below the configured ceiling";
+    EXPECT_LT(pair.qa().sr()->rto_low_ns(), 200'000u) << "measured, below the configured ceiling";
     // Drop the first transmission of the next WRITE's last packet.
     const uint32_t last_psn = wire::PsnAdd(pair.qa().next_psn(), 63);
     int seen = 0;
@@ -384,13 +385,13 @@ TEST(SrSpurious, ALossInsideTheSpikeIsStillResent) {
 // only makes spurious timeouts.
 TEST(SrRtt, MeasuredRtoWinsOverTheLowSetting) {
   DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/5'000);
-  EXPECT_EQ(pair.qa().sr_rto_low_ns(), 5'000u) << "before any sample";
+  EXPECT_EQ(pair.qa().sr()->rto_low_ns(), 5'000u) << "before any sample";
   Fill(pair.a().mem, 0, 8 * 65536, 7);
   ASSERT_TRUE(pair.Writes(8));
-  const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+  const transport::RttEstimator& rtt = pair.qa().sr()->rtt();
   ASSERT_TRUE(rtt.valid);
   EXPECT_GT(rtt.Rto(16'000), 5'000u);
-  EXPECT_EQ(pair.qa().sr_rto_low_ns(), std::min(rtt.Rto(16'000), pair.qa().sr_rto_high_ns()));
+  EXPECT_EQ(pair.qa().sr()->rto_low_ns(), std::min(rtt.Rto(16'000), pair.qa().sr()->rto_high_ns()));
   EXPECT_GE(rtt.srtt_ns, 10'000u) << "at least the 2 x 5 us of propagation";
 }
 
@@ -405,15 +406,15 @@ TEST(SrRtt, MeasuredRtoWinsOverTheLowSetting) {
 // (the fabric's loss-free row: half the packets resent, doc/loss-experiment.md).
 TEST(SrRtt, MeasuredRtoWinsOverTheHighSettingOnALongPath) {
   DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/400'000);
-  EXPECT_EQ(pair.qa().sr_rto_high_ns(), 320'000u) << "before any sample: the device's";
+  EXPECT_EQ(pair.qa().sr()->rto_high_ns(), 320'000u) << "before any sample: the device's";
   Fill(pair.a().mem, 0, 16 * 65536, 9);
   ASSERT_TRUE(pair.Writes(16));  // the first samples (timeouts before them are expected)
-  const transport::RttEstimator& rtt = pair.qa().sr_rtt();
+  const transport::RttEstimator& rtt = pair.qa().sr()->rtt();
   ASSERT_TRUE(rtt.valid) << "timeouts " << pair.qa().counters().timeouts << " resent "
                          << pair.qa().counters().sr_retransmitted_packets;
   EXPECT_GE(rtt.srtt_ns, 800'000u) << "at least the 2 x 400 us of propagation";
-  EXPECT_GE(pair.qa().sr_rto_low_ns(), rtt.Rto(200'000));
-  EXPECT_GE(pair.qa().sr_rto_high_ns(), rtt.Rto(200'000)) << "never below the measured RTO";
+  EXPECT_GE(pair.qa().sr()->rto_low_ns(), rtt.Rto(200'000));
+  EXPECT_GE(pair.qa().sr()->rto_high_ns(), rtt.Rto(200'000)) << "never below the measured RTO";
   const transport::QpCounters before = pair.qa().counters();
   ASSERT_TRUE(pair.Writes(16));
   const transport::QpCounters& after = pair.qa().counters();
@@ -435,13 +436,13 @@ TEST(SrSpurious, ALongerPathAfterTheRttWasMeasuredEndsTheTimeoutStorm) {
   DelayPair pair;
   Fill(pair.a().mem, 0, 16 * 65536, 3);
   ASSERT_TRUE(pair.Writes(8));
-  ASSERT_TRUE(pair.qa().sr_rtt().valid);
-  ASSERT_LT(pair.qa().sr_rtt().Rto(16'000), 320'000u);
+  ASSERT_TRUE(pair.qa().sr()->rtt().valid);
+  ASSERT_LT(pair.qa().sr()->rtt().Rto(16'000), 320'000u);
   pair.set_delay(400'000);
   const transport::QpCounters before = pair.qa().counters();
   ASSERT_TRUE(pair.Writes(16));
   const transport::QpCounters& after = pair.qa().counters();
-  EXPECT_GE(pair.qa().sr_rtt().srtt_ns, 100'000u) << "fresh samples of the longer path";
+  EXPECT_GE(pair.qa().sr()->rtt().srtt_ns, 100'000u) << "fresh samples of the longer path";
   EXPECT_GT(after.sr_spurious_timeouts - before.sr_spurious_timeouts, 0u);
   EXPECT_LT(after.sr_retransmitted_packets - before.sr_retransmitted_packets, 64u)
       << "timeouts " << after.timeouts - before.timeouts;
@@ -482,11 +483,11 @@ TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   pair.b_to_a().stall = false;
   const transport::QpCounters after = pair.qa().counters();
   ASSERT_GE(stalls, 4u);
-  EXPECT_EQ(after.timeouts - before.timeouts, 0u) << stalls << " stalls; RTO_low " << pair.qa().sr_rto_low_ns();
+  EXPECT_EQ(after.timeouts - before.timeouts, 0u) << stalls << " stalls; RTO_low " << pair.qa().sr()->rto_low_ns();
   EXPECT_EQ(after.sr_out_of_order_placed, start.sr_out_of_order_placed) << "nothing was lost";
   // Phase 3: once a loss is known (a SACK shows a hole), a timeout is most
   // likely a lost retransmission: the floor gives way to SRTT + 4 RTTVAR.
-  ASSERT_GE(pair.qa().sr_rto_low_ns(), 250'000u) << "the floor, while no loss is known";
+  ASSERT_GE(pair.qa().sr()->rto_low_ns(), 250'000u) << "the floor, while no loss is known";
   const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 10);
   int seen = 0;
   pair.a_to_b().drop = [&](const uint8_t* d, uint32_t l) {
@@ -496,7 +497,7 @@ TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   uint64_t rto_low_in_loss = 0;
   pair.each_step = [&] {
     if (rto_low_in_loss == 0 && pair.qa().counters().sr_sacks_received > after.sr_sacks_received) {
-      rto_low_in_loss = pair.qa().sr_rto_low_ns();
+      rto_low_in_loss = pair.qa().sr()->rto_low_ns();
     }
   };
   ASSERT_TRUE(pair.Writes(4));
@@ -554,10 +555,10 @@ TEST(SrRtt, ARecurringTailDuringRepairsFiresNoSpuriousTimeout) {
   ASSERT_GE(stalls, 10u);
   ASSERT_GE(repair_stalls, 10u);
   ASSERT_GE(after.sr_sacks_received - before.sr_sacks_received, 12u) << "holes shown";
-  EXPECT_GE(pair.qa().sr_rtt_high_ns(), 60'000u) << "the gaps are in the percentile";
+  EXPECT_GE(pair.qa().sr()->rtt_high_ns(), 60'000u) << "the gaps are in the percentile";
   EXPECT_EQ(after.timeouts - before.timeouts, 0u)
       << stalls << " gaps, " << repair_stalls << " in repairs, " << after.timeouts - before.timeouts
-      << " timeouts, SRTT " << pair.qa().sr_rtt().srtt_ns << ", RTTVAR " << pair.qa().sr_rtt().rttvar_ns;
+      << " timeouts, SRTT " << pair.qa().sr()->rtt().srtt_ns << ", RTTVAR " << pair.qa().sr()->rtt().rttvar_ns;
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 8 * 65536), 0);
 }
 
@@ -571,7 +572,7 @@ TEST(SrRepair, CountersTimeTheHoleFromItsSackToItsAcknowledgement) {
   ASSERT_TRUE(pair.Writes(8));
   const transport::QpCounters before = pair.qa().counters();
   EXPECT_GE(before.sr_rtt_min_ns, 10'000u) << "at least the 2 x 5 us of propagation";
-  EXPECT_LE(before.sr_rtt_min_ns, pair.qa().sr_rtt().srtt_ns);
+  EXPECT_LE(before.sr_rtt_min_ns, pair.qa().sr()->rtt().srtt_ns);
   EXPECT_GT(before.sr_rtt_inflight_sum, 0u);
   EXPECT_EQ(before.sr_repair_waits, 0u);
   const uint32_t lost = wire::PsnAdd(pair.qa().next_psn(), 10);
@@ -588,7 +589,7 @@ TEST(SrRepair, CountersTimeTheHoleFromItsSackToItsAcknowledgement) {
   ASSERT_EQ(after.sr_repairs_timed - before.sr_repairs_timed, 1u);
   const uint64_t repair = after.sr_repair_ns - before.sr_repair_ns;
   EXPECT_GE(repair, 10'000u) << "a round trip";
-  EXPECT_LT(repair, 3 * pair.qa().sr_rtt().srtt_ns);
+  EXPECT_LT(repair, 3 * pair.qa().sr()->rtt().srtt_ns);
   EXPECT_EQ(after.sr_repair_hist[0] - before.sr_repair_hist[0], 1u) << "below 32 us";
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 65536), 0);
   // A destroyed QP's repair times stay in the device's counters (DROCE_STATS prints them at close).
@@ -652,7 +653,7 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
     pair.each_step = [&] {
       const transport::Qp& q = pair.qa();
       const uint64_t new_sent = q.counters().tx_packets - q.counters().sr_retransmitted_packets;
-      if (new_sent < 32 * 64 && q.sr_unsacked_in_flight() < 64 && !q.HasTransmitWork(pair.now())) ++idle_with_room;
+      if (new_sent < 32 * 64 && q.sr()->unsacked_in_flight() < 64 && !q.HasTransmitWork(pair.now())) ++idle_with_room;
     };
     const uint64_t t0 = pair.now();
     ASSERT_TRUE(pair.Writes(32));

@@ -4,9 +4,12 @@
 #ifndef DROCE_LIB_WIRE_GID_H_
 #define DROCE_LIB_WIRE_GID_H_
 
+#include <arpa/inet.h>
+
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace droce::wire {
 
@@ -23,6 +26,17 @@ constexpr Gid Ipv4MappedGid(uint32_t ipv4) {
   return Gid{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, static_cast<uint8_t>(ipv4 >> 24),
              static_cast<uint8_t>(ipv4 >> 16), static_cast<uint8_t>(ipv4 >> 8),
              static_cast<uint8_t>(ipv4)};
+}
+
+// The address a GID stands for, as text: 10.0.0.1 (IPv4-mapped) or fe80::1.
+inline std::string GidAddressText(const Gid& g) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (IsIpv4MappedGid(g)) {
+    inet_ntop(AF_INET, g.data() + 12, buf, sizeof buf);
+  } else {
+    inet_ntop(AF_INET6, g.data(), buf, sizeof buf);
+  }
+  return buf;
 }
 
 }  // namespace droce::wire

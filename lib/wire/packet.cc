@@ -293,6 +293,26 @@ void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {
   }
 }
 
+bool MarkCe(uint8_t* frame, uint32_t len) {
+  const L3Info l3 = ReadL3(frame, len);
+  uint8_t* ip = frame + l3.l3_offset;
+  if (l3.ether_type == kEtherTypeIpv4 && len >= l3.l3_offset + kIpv4MinBytes) {
+    Ipv4Writer v4(ip);
+    const uint32_t ihl = v4.header_bytes();
+    if (v4.ecn() == kEcnNotEct || v4.ecn() == kEcnCe || ihl < kIpv4MinBytes || len < l3.l3_offset + ihl) return false;
+    v4.set_ecn(kEcnCe);
+    v4.set_checksum(Ipv4HeaderChecksum(ip, ihl));
+    return true;
+  }
+  if (l3.ether_type == kEtherTypeIpv6 && len >= l3.l3_offset + kIpv6Bytes) {
+    Ipv6Writer v6(ip);
+    if (v6.ecn() == kEcnNotEct || v6.ecn() == kEcnCe) return false;
+    v6.set_ecn(kEcnCe);
+    return true;
+  }
+  return false;
+}
+
 uint32_t FlowLabelForQpPair(uint32_t local_qpn, uint32_t remote_qpn) {
   uint64_t v = uint64_t{local_qpn} * remote_qpn;
   v ^= v >> 20;

@@ -150,6 +150,12 @@ inline uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport
 // the ICRC does not cover TOS.
 void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn);
 
+// CE on an ECN-capable IPv4 or IPv6 frame, as a congestion point marks it
+// (RFC 3168: a Not-ECT frame is left alone); the IPv4 header checksum
+// follows, RoCEv2's ICRC masks the field. True if the frame was changed
+// (false for Not-ECT and for a frame already CE).
+bool MarkCe(uint8_t* frame, uint32_t len);
+
 // A switch port's INT stamp (wire/int.h) on a frame ParsePacket accepted:
 // fills the next hop record of its INT request header and recomputes the
 // ICRC. False (the frame unchanged) without such a header or a free slot.

@@ -9,10 +9,7 @@ EgressEdits EditLeavingFrame(uint8_t* frame, uint32_t len, bool mark, const wire
   if (!mark && stamp == nullptr) return e;
   const wire::ParsedPacket p = wire::ParsePacket(frame, len);
   if (!p.ok()) return e;  // not RoCEv2: a switch forwards it untouched
-  if (mark && (p.ecn() == wire::kEcnEct0 || p.ecn() == wire::kEcnEct1)) {
-    wire::SetEcn(frame, p, wire::kEcnCe);
-    e.marked = true;
-  }
+  if (mark) e.marked = wire::MarkCe(frame, len);
   if (stamp != nullptr) e.stamped = wire::StampInt(frame, p, *stamp);
   return e;
 }

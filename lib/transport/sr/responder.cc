@@ -2,7 +2,7 @@
 // window, receive WQEs held for messages ahead, the expected PSN advanced
 // over what arrived, the SACK that says what is held, and a fallback to
 // go-back-N inside a message (the IBTA responder takes it over).
-#include "transport/qp.h"
+#include "transport/sr/selective_repeat.h"
 #include "transport/step_contexts.h"
 
 #include <algorithm>
@@ -25,10 +25,10 @@ using namespace droce::wire;
 // resent: a READ's responses and an atomic's result stay in PSN order, and
 // an atomic executes exactly once through the resource ring). Errors are
 // only acted on at the expected PSN, so they NAK exactly as go-back-N does.
-void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+void SelectiveRepeat::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
-  const int32_t ahead = PsnDiff(c.psn, resp_.epsn);
+  const int32_t ahead = PsnDiff(c.psn, qp_.resp_.epsn);
   if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
     // An IBTA SEND/WRITE at the expected PSN: the peer does not use
     // selective repeat (only one end configured it). Answer in its kind,
@@ -39,25 +39,25 @@ void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_n
     // when its timer fires): a duplicate is acknowledged, as IBTA's are,
     // the rest dropped.
     if (ahead == 0) {
-      SrFallBack(now_ns);
-      OnRequest(frame, p);
+      FallBack(now_ns);
+      qp_.OnRequest(frame, p);
       return;
     }
     if (ahead < 0) {
-      ++counters_.duplicates_received;
+      ++qp_.counters_.duplicates_received;
       QueueSack();  // an ACK of ePSN - 1 (a SACK while anything is held past it)
     } else {
-      ++counters_.out_of_sequence;
-      ++counters_.sr_dropped;
+      ++qp_.counters_.out_of_sequence;
+      ++qp_.counters_.sr_dropped;
     }
     return;
   }
   if (ahead >= static_cast<int32_t>(kSrWindow)) {
-    ++counters_.sr_dropped;  // beyond the window: the requester never sends that far
+    ++qp_.counters_.sr_dropped;  // beyond the window: the requester never sends that far
     return;
   }
-  if (ahead < 0 || (ahead > 0 && SrReceived(c.psn))) {
-    ++counters_.duplicates_received;
+  if (ahead < 0 || (ahead > 0 && Received(c.psn))) {
+    ++qp_.counters_.duplicates_received;
     if (ahead < 0 && (c.is_read() || c.is_atomic())) {
       Duplicate(c);  // re-execute a READ, replay an atomic (9.7.5.1.2)
     } else {
@@ -67,18 +67,18 @@ void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_n
   }
   if (!(c.op.roles & kRoleSr)) {
     if (ahead > 0) {
-      ++counters_.out_of_sequence;
-      ++counters_.sr_dropped;
+      ++qp_.counters_.out_of_sequence;
+      ++qp_.counters_.sr_dropped;
       QueueSack();
       return;
     }
-    const RespState s = CheckAndExecute(c);  // responder.cc: the IBTA steps
+    const RespState s = qp_.CheckAndExecute(c);  // responder.cc: the IBTA steps
     if (s == RespState::kError) {
-      RespondError(c.error, c.psn);
+      qp_.RespondError(c.error, c.psn);
       return;
     }
-    sr_state_->resp.in_message = false;  // a READ/atomic is a message of its own
-    SrAdvance();
+    resp_.in_message = false;  // a READ/atomic is a message of its own
+    Advance();
     return;
   }
   // When a SACK leaves for a SEND/WRITE packet placed: the requester
@@ -98,40 +98,40 @@ void Qp::OnSrRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_n
   // Duplicates and packets dropped ahead are answered as any other.
   const bool ack_req = BthView(bth_p).ack_req();
   bool first_hole = false;
-  if (ahead > 0 && !ack_req && !SrReceived(PsnAdd(c.psn, -1))) {
+  if (ahead > 0 && !ack_req && !Received(PsnAdd(c.psn, -1))) {
     first_hole = true;
-    for (uint64_t w : sr_state_->resp.received) first_hole &= w == 0;
+    for (uint64_t w : resp_.received) first_hole &= w == 0;
   }
   RespError error = RespError::kCount;
-  if (!SrPlaceData(c, ahead, &error)) {
+  if (!PlaceData(c, ahead, &error)) {
     if (ahead == 0 && error != RespError::kCount) {
-      SrRespondError(error, c.psn);
+      RespondErrorAtExpected(error, c.psn);
       return;
     }
-    ++counters_.sr_dropped;
+    ++qp_.counters_.sr_dropped;
     if (ahead > 0) QueueSack();
     return;
   }
-  BitSet(sr_state_->resp.received, c.psn);
-  if (c.last()) BitSet(sr_state_->resp.last, c.psn);
+  BitSet(resp_.received, c.psn);
+  if (c.last()) BitSet(resp_.last, c.psn);
   if (ahead > 0) {
-    ++counters_.sr_out_of_order_placed;
+    ++qp_.counters_.sr_out_of_order_placed;
     if (ack_req || first_hole) QueueSack();
     return;
   }
-  resp_.nak_seq_sent = false;
-  SrAdvance();
-  if (state_ == QpState::kErr) return;
-  if (ack_req || PsnDiff(resp_.epsn, c.psn) > 1) QueueSack();  // asked, or a hole filled
+  qp_.resp_.nak_seq_sent = false;
+  Advance();
+  if (qp_.state_ == QpState::kErr) return;
+  if (ack_req || PsnDiff(qp_.resp_.epsn, c.psn) > 1) QueueSack();  // asked, or a hole filled
 }
 
 // Places an SR SEND/WRITE packet where its SRETH says. False: not placed;
 // *error is the request's error when it is one (acted on only at the
 // expected PSN), kCount when the packet is just dropped.
-bool Qp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
+bool SelectiveRepeat::PlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
   const SrEthView sr(c.bth_p + c.op.sreth_offset);
   const uint64_t end = uint64_t{sr.offset()} + c.len;
-  const bool len_ok = c.last() ? c.len <= mtu_ : c.len == mtu_;
+  const bool len_ok = c.last() ? c.len <= qp_.mtu_ : c.len == qp_.mtu_;
   if (!len_ok) {
     *error = RespError::kLength;
     return false;
@@ -151,39 +151,39 @@ bool Qp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
   }
   SrRecv* r = nullptr;
   if (c.is_send() || (c.op.roles & kRoleConsumesRecv)) {
-    const uint32_t k = sr.recv_seq() - sr_state_->resp.recv_base;
+    const uint32_t k = sr.recv_seq() - resp_.recv_base;
     if (k >= kSrMaxHeldRecvs) return false;  // too far ahead to hold a receive for (or stale)
-    if (env_.srq == nullptr) TakePostedRecvs();
-    queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
-    while (sr_state_->resp.recv_taken <= k) {
+    if (qp_.env_.srq == nullptr) qp_.TakePostedRecvs();
+    queue::Ring<RecvWr, true>& ring = qp_.env_.srq != nullptr ? qp_.env_.srq->ring() : qp_.rq_;
+    while (resp_.recv_taken <= k) {
       if (ring.empty()) {
         if (ahead == 0) *error = RespError::kRnr;  // RNR NAK, PSN not consumed (9.7.5.2.8)
         return false;
       }
-      SrRecv& t = sr_state_->recvs[(sr_state_->resp.recv_base + sr_state_->resp.recv_taken) % kSrMaxHeldRecvs];
+      SrRecv& t = recvs_[(resp_.recv_base + resp_.recv_taken) % kSrMaxHeldRecvs];
       t = SrRecv{};
       t.wr = ring.front();
       ring.Pop();
-      ++sr_state_->resp.recv_taken;
+      ++resp_.recv_taken;
     }
-    r = &sr_state_->recvs[sr.recv_seq() % kSrMaxHeldRecvs];
+    r = &recvs_[sr.recv_seq() % kSrMaxHeldRecvs];
   }
   const uint8_t* payload = c.frame + c.p.payload_offset;
   if (c.is_write()) {
     // Every packet's range is checked against its R_Key on its own: nothing
     // lands outside [va, va + dma_length) of a region that grants it.
-    const auto t = CheckRkey(sr.rkey(), sr.va() + sr.offset(), c.len, mem::kRemoteWrite);
+    const auto t = qp_.CheckRkey(sr.rkey(), sr.va() + sr.offset(), c.len, mem::kRemoteWrite);
     if (t.result != mem::AccessResult::kOk) {
       *error = RespError::kRemoteAccess;
       return false;
     }
     if (c.len > 0) std::memcpy(t.host, payload, c.len);
-  } else if (!PlaceIntoRecv(*env_.mrs, env_.pd, r->wr, sr.offset(), payload, c.len, error)) {
+  } else if (!qp_.PlaceIntoRecv(*qp_.env_.mrs, qp_.env_.pd, r->wr, sr.offset(), payload, c.len, error)) {
     return false;
   }
   if (!c.last()) {
-    const uint32_t first_psn = PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / mtu_));
-    sr_state_->msgs[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), first_psn, c.is_write(), r != nullptr};
+    const uint32_t first_psn = PsnAdd(c.psn, -static_cast<int64_t>(sr.offset() / qp_.mtu_));
+    msgs_[c.psn % kSrWindow] = SrMsg{sr.va(), sr.rkey(), sr.dma_length(), first_psn, c.is_write(), r != nullptr};
   }
   if (r != nullptr && c.last()) {
     r->ended = true;
@@ -205,29 +205,29 @@ bool Qp::SrPlaceData(ReqCtx& c, int32_t ahead, RespError* error) {
 
 // The expected PSN moves over everything that arrived; then the receive
 // WQEs whose messages lie wholly before it complete, in order (10.8.3).
-void Qp::SrAdvance() {
-  while (SrReceived(resp_.epsn)) {
-    BitClear(sr_state_->resp.received, resp_.epsn);
-    const bool last = BitTest(sr_state_->resp.last, resp_.epsn);
+void SelectiveRepeat::Advance() {
+  while (Received(qp_.resp_.epsn)) {
+    BitClear(resp_.received, qp_.resp_.epsn);
+    const bool last = BitTest(resp_.last, qp_.resp_.epsn);
     if (last) {
-      BitClear(sr_state_->resp.last, resp_.epsn);
-      resp_.msn = PsnAdd(resp_.msn, 1);
+      BitClear(resp_.last, qp_.resp_.epsn);
+      qp_.resp_.msn = PsnAdd(qp_.resp_.msn, 1);
     }
-    sr_state_->resp.in_message = !last;
-    resp_.epsn = PsnAdd(resp_.epsn, 1);
+    resp_.in_message = !last;
+    qp_.resp_.epsn = PsnAdd(qp_.resp_.epsn, 1);
   }
-  while (sr_state_->resp.recv_taken > 0) {
-    SrRecv& r = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs];
-    if (!r.ended || !PsnLess(r.end_psn, resp_.epsn)) break;
+  while (resp_.recv_taken > 0) {
+    SrRecv& r = recvs_[resp_.recv_base % kSrMaxHeldRecvs];
+    if (!r.ended || !PsnLess(r.end_psn, qp_.resp_.epsn)) break;
     // Remote invalidation (10.6.7) happens in message order, at completion.
-    if (r.invalidate && env_.mrs->RemoteInvalidate(r.imm_or_inv, env_.pd, qpn_) != mem::AccessResult::kOk) {
-      SrRespondError(RespError::kInvalidate, r.end_psn);
+    if (r.invalidate && qp_.env_.mrs->RemoteInvalidate(r.imm_or_inv, qp_.env_.pd, qp_.qpn_) != mem::AccessResult::kOk) {
+      RespondErrorAtExpected(RespError::kInvalidate, r.end_psn);
       return;
     }
-    resp_.recv_wqe = r.wr;
-    CompleteRecv(WcStatus::kSuccess, r.opcode, r.byte_len, r.flags, r.imm_or_inv, r.solicited);
-    ++sr_state_->resp.recv_base;
-    --sr_state_->resp.recv_taken;
+    qp_.resp_.recv_wqe = r.wr;
+    qp_.CompleteRecv(WcStatus::kSuccess, r.opcode, r.byte_len, r.flags, r.imm_or_inv, r.solicited);
+    ++resp_.recv_base;
+    --resp_.recv_taken;
   }
 }
 
@@ -243,93 +243,112 @@ void Qp::SrAdvance() {
 // FIRST's RETH is), a SEND's (or WRITE with immediate's) receive WQE held at
 // the byte offset reached. Nothing of the message was visible yet (no
 // completion, no MSN), and PSNs below ePSN are duplicates either way.
-void Qp::SrContinueAsIbta() {
-  if (!sr_state_->resp.in_message || sr_state_->msgs.empty()) return;
-  sr_state_->resp.in_message = false;
-  const SrMsg& m = sr_state_->msgs[PsnAdd(resp_.epsn, -1) % kSrWindow];
-  const auto offset = static_cast<uint64_t>(PsnDiff(resp_.epsn, m.first_psn)) * mtu_;
+void SelectiveRepeat::ContinueAsIbta() {
+  if (!resp_.in_message || msgs_.empty()) return;
+  resp_.in_message = false;
+  const SrMsg& m = msgs_[PsnAdd(qp_.resp_.epsn, -1) % kSrWindow];
+  const auto offset = static_cast<uint64_t>(PsnDiff(qp_.resp_.epsn, m.first_psn)) * qp_.mtu_;
   if (m.consumes_recv) {
     // Its receive WQE is the oldest selective repeat holds: every message
     // that consumed one before it ended before ePSN and completed.
-    if (sr_state_->resp.recv_taken == 0 || resp_.recv_wqe_held) return;
-    resp_.recv_wqe = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr;
-    resp_.recv_wqe_held = true;
-    ++sr_state_->resp.recv_base;
-    --sr_state_->resp.recv_taken;
-    resp_.recv_offset = static_cast<uint32_t>(offset);
+    if (resp_.recv_taken == 0 || qp_.resp_.recv_wqe_held) return;
+    qp_.resp_.recv_wqe = recvs_[resp_.recv_base % kSrMaxHeldRecvs].wr;
+    qp_.resp_.recv_wqe_held = true;
+    ++resp_.recv_base;
+    --resp_.recv_taken;
+    qp_.resp_.recv_offset = static_cast<uint32_t>(offset);
   }
   if (!m.write) {
-    resp_.in_message = InMessage::kSend;
+    qp_.resp_.in_message = Qp::InMessage::kSend;
     return;
   }
   // (A target that no longer checks leaves no message in progress: the
   // next MIDDLE/LAST is an opcode sequence error, as the WRITE was doomed.)
-  const auto t = CheckRkey(m.rkey, m.va, m.dma_length, mem::kRemoteWrite);
+  const auto t = qp_.CheckRkey(m.rkey, m.va, m.dma_length, mem::kRemoteWrite);
   if (t.result != mem::AccessResult::kOk || offset > m.dma_length) return;
-  resp_.in_message = InMessage::kWrite;
-  resp_.write_host = t.host;
-  resp_.write_rkey = m.rkey;
-  resp_.write_epoch = env_.mrs->epoch();
-  resp_.write_total = m.dma_length;
-  resp_.write_remaining = m.dma_length - static_cast<uint32_t>(offset);
+  qp_.resp_.in_message = Qp::InMessage::kWrite;
+  qp_.resp_.write_host = t.host;
+  qp_.resp_.write_rkey = m.rkey;
+  qp_.resp_.write_epoch = qp_.env_.mrs->epoch();
+  qp_.resp_.write_total = m.dma_length;
+  qp_.resp_.write_remaining = m.dma_length - static_cast<uint32_t>(offset);
 }
 
 // The error state for an SR request at the expected PSN: the receive WQE
 // of its message (the oldest held) completes with the table's status, as
 // the held one does in go-back-N; later ones are flushed.
-void Qp::SrRespondError(RespError e, uint32_t psn) {
-  if (Info(e).fatal && sr_state_->resp.recv_taken > 0 && !resp_.recv_wqe_held) {
-    const SrRecv& r = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs];
+void SelectiveRepeat::RespondErrorAtExpected(RespError e, uint32_t psn) {
+  if (Info(e).fatal && resp_.recv_taken > 0 && !qp_.resp_.recv_wqe_held) {
+    const SrRecv& r = recvs_[resp_.recv_base % kSrMaxHeldRecvs];
     if (r.ended ? !PsnLess(r.end_psn, psn) : true) {
-      resp_.recv_wqe = r.wr;
-      resp_.recv_wqe_held = true;
-      ++sr_state_->resp.recv_base;
-      --sr_state_->resp.recv_taken;
+      qp_.resp_.recv_wqe = r.wr;
+      qp_.resp_.recv_wqe_held = true;
+      ++resp_.recv_base;
+      --resp_.recv_taken;
     }
   }
-  RespondError(e, psn);
+  qp_.RespondError(e, psn);
 }
 
-void Qp::SrFlushReceives() {
-  while (sr_state_->resp.recv_taken > 0) {
+void SelectiveRepeat::FlushReceives() {
+  while (resp_.recv_taken > 0) {
     queue::Completion c;
-    c.wr_id = sr_state_->recvs[sr_state_->resp.recv_base % kSrMaxHeldRecvs].wr.wr_id;
+    c.wr_id = recvs_[resp_.recv_base % kSrMaxHeldRecvs].wr.wr_id;
     c.status = WcStatus::kWrFlushErr;
     c.opcode = WcOpcode::kRecv;
-    c.qp_num = qpn_;
-    env_.recv_cq->Push(c);
-    ++sr_state_->resp.recv_base;
-    --sr_state_->resp.recv_taken;
+    c.qp_num = qp_.qpn_;
+    qp_.env_.recv_cq->Push(c);
+    ++resp_.recv_base;
+    --resp_.recv_taken;
+  }
+}
+
+// A duplicate READ or atomic request: the READ executed again, the
+// atomic's result replayed (Qp::ReplayResponse). The requester takes
+// responses for its oldest outstanding READ only: a run asked again goes
+// before the queued streams of later READs/atomics (after its own READ's
+// stream, which go-back-N replaces instead), or those would all be sent,
+// and dropped, while this READ waits for it.
+void SelectiveRepeat::Duplicate(ReqCtx& c) {
+  Action a{};
+  const Qp::Resource* res = qp_.ReplayResponse(c, &a);
+  if (res == nullptr || !qp_.actions_.Push(a) || a.kind != ActionKind::kReadResponse) return;
+  for (uint32_t i = qp_.actions_.tail() - 1; i != qp_.actions_.head(); --i) {
+    Action& prev = qp_.actions_.at(i - 1);
+    const bool later = (prev.kind == ActionKind::kReadResponse || prev.kind == ActionKind::kAtomicAck) &&
+                       PsnLess(res->last_psn, prev.psn);
+    if (!later) break;
+    std::swap(prev, qp_.actions_.at(i));
   }
 }
 
 // An ACK whose contents are decided when it leaves: coalesces with a
 // queued ACK or SACK, as ACKs do (9.7.5.1.1).
-void Qp::QueueSack() {
-  if (!actions_.empty()) {
-    Action& last = actions_.at(actions_.tail() - 1);
+void SelectiveRepeat::QueueSack() {
+  if (!qp_.actions_.empty()) {
+    Action& last = qp_.actions_.at(qp_.actions_.tail() - 1);
     if (last.kind == ActionKind::kAck || last.kind == ActionKind::kSack) {
       last.kind = ActionKind::kSack;
       return;
     }
   }
-  Action* a = actions_.Reserve();
+  Action* a = qp_.actions_.Reserve();
   if (a == nullptr) return;  // a later one covers it
   *a = Action{};
   a->kind = ActionKind::kSack;
-  actions_.Commit();
+  qp_.actions_.Commit();
 }
 
 // ACKNOWLEDGE of ePSN - 1 while nothing past ePSN has arrived; otherwise
 // SR_SACK: the same BTH PSN and AETH, and a SACKETH with ePSN and the
 // bitmap of the kSackBits (1024) PSNs after it.
-uint32_t Qp::BuildSack(uint8_t* frame) {
+uint32_t SelectiveRepeat::BuildSack(uint8_t* frame) {
   // Never acknowledge past a READ/atomic whose responses are still queued
   // behind this ACK: they carry its acknowledgement, in PSN order
   // (an ACK beyond a READ without its responses is an implied NAK).
-  uint32_t ack = resp_.epsn;
-  for (uint32_t i = actions_.head() + 1; i != actions_.tail(); ++i) {
-    const Action& q = actions_.at(i);
+  uint32_t ack = qp_.resp_.epsn;
+  for (uint32_t i = qp_.actions_.head() + 1; i != qp_.actions_.tail(); ++i) {
+    const Action& q = qp_.actions_.at(i);
     if (q.kind == ActionKind::kReadResponse || q.kind == ActionKind::kAtomicAck) {
       if (PsnLess(q.psn, ack)) ack = q.psn;
       break;
@@ -338,33 +357,33 @@ uint32_t Qp::BuildSack(uint8_t* frame) {
   static_assert(kSackBits == kSrWindow, "the bitmap is read from the ring a word at a time");
   uint64_t words[kSackBits / 64] = {};
   uint64_t held = 0;
-  for (uint32_t w = 0; w < kSackBits / 64; ++w) held |= words[w] = BitWord(sr_state_->resp.received, PsnAdd(ack, 1 + 64 * w));
+  for (uint32_t w = 0; w < kSackBits / 64; ++w) held |= words[w] = BitWord(resp_.received, PsnAdd(ack, 1 + 64 * w));
   // Only what arrived past ePSN: PSNs below it but past a READ still queued
   // may be that READ's own responses, which the requester must not take for
   // arrived (their places in the ring may hold PSNs a window ahead).
-  const int32_t below = PsnDiff(resp_.epsn, PsnAdd(ack, 1));
+  const int32_t below = PsnDiff(qp_.resp_.epsn, PsnAdd(ack, 1));
   for (int32_t i = 0; held != 0 && i < below && i < static_cast<int32_t>(kSackBits); ++i) {
     words[i / 64] &= ~(uint64_t{1} << (i % 64));
   }
   bool any = false;
   for (uint64_t w : words) any |= w != 0;
   uint8_t* ext;
-  const uint32_t bth_off = WriteHeaders(frame, 0, PsnAdd(ack, -1), false, false, &ext);
+  const uint32_t bth_off = qp_.WriteHeaders(frame, 0, PsnAdd(ack, -1), false, false, &ext);
   BthWriter bth(frame + bth_off);
   AethWriter aeth(ext);
-  aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
-  aeth.set_msn(resp_.msn);
+  aeth.set_syndrome(MakeSyndrome(AethType::kAck, qp_.CreditsField()));
+  aeth.set_msn(qp_.resp_.msn);
   if (!any) {
     bth.set_opcode(kRcAcknowledge);
-    ++counters_.acks_sent;
-    return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
+    ++qp_.counters_.acks_sent;
+    return FinalizeFrame(frame, qp_.route_, kBthBytes + kAethBytes);
   }
   bth.set_opcode(kSrSack);
   SackEthWriter sack(ext + kAethBytes);
   sack.set_base_psn(ack);
   for (uint32_t w = 0; w < kSackBits / 64; ++w) sack.set_word(w, words[w]);
-  ++counters_.sr_sacks_sent;
-  return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kSackEthBytes);
+  ++qp_.counters_.sr_sacks_sent;
+  return FinalizeFrame(frame, qp_.route_, kBthBytes + kAethBytes + kSackEthBytes);
 }
 
 }  // namespace droce::transport

@@ -1,0 +1,124 @@
+// The verbs runtime's doorbells: a post rung under the device lock
+// (batched while posts keep coming), or handed to the progress thread
+// (posted doorbells) when the program cannot take the lock at once.
+
+#include "drivers/verbs/runtime.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/memif_listener.h"
+#include "drivers/ethdev/memif_vdev.h"
+#include "drivers/ethdev/prefault.h"
+#include "drivers/verbs/abi.h"
+#include "drivers/fabric/protocol.h"
+#include "drivers/verbs/thread_pause.h"
+#include "drivers/verbs/tsc_clock.h"
+#include "transport/sr/selective_repeat.h"
+
+namespace droce::verbs {
+
+uint32_t Runtime::PollLocked(uint64_t now_ns, bool program_polls) {
+  if (now_ns >= next_link_check_ns_) {
+    CheckLink(now_ns);
+    CheckQps();  // once a millisecond, like the link
+    // The ring an empty poll looks at (IdleLocked), found again after a
+    // reconnection; a sleeper's Arm does the same. Not while a thread sleeps
+    // on the wake-up's descriptor, which a new ring replaces (a check after
+    // it woke does it).
+    if (wakeup_ != nullptr && !wakeup_stale_ && wire_armers_ == 0) wakeup_->Recheck();
+  }
+  batcher_.Flushed();  // the round transmits every active QP, deferred ones too
+  const uint32_t work = dev_->Poll(now_ns, program_polls && file_.poll_ack_hold);
+  if (!watches_.empty()) DeliverEvents();
+  if (!srq_limits_.empty()) CheckSrqLimits();
+  return work;
+}
+
+uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
+  if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
+  // A real-time progress thread asleep armed (it serves a program that went
+  // quiet) would not take a deferred tail before its sleep's bound.
+  small = small && !fifo_armed_.load(std::memory_order_relaxed);
+  if (batcher_.Defer(now_ns, small, last_app_poll_ns_.load(std::memory_order_relaxed))) {
+    dev_->DeferDoorbell(qpn);
+    return 0;
+  }
+  const uint32_t work = dev_->Doorbell(qpn, now_ns);
+  if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
+  if (file_.doorbell_batch > 1) batcher_.PostEnded(NowNs());
+  return work;
+}
+
+void Runtime::DrainPostedLocked(uint64_t now_ns) {
+  PostedDoorbell* d = posted_head_.exchange(nullptr, std::memory_order_acquire);
+  while (d != nullptr) {
+    // next first: once kinds is 0 a poster may push d again (and write next).
+    PostedDoorbell* next = d->next;
+    const uint8_t kinds = d->kinds.exchange(0, std::memory_order_acq_rel);
+    if (kinds & PostedDoorbell::kSend) {
+      (void)DoorbellLocked(d->qpn, now_ns);  // takes the receives too
+    } else if (kinds & PostedDoorbell::kRecv) {
+      dev_->TakePostedRecvs(d->qpn);
+    }
+    stats_.posts_left_for_owner.fetch_add(1, std::memory_order_relaxed);
+    d = next;
+  }
+}
+
+void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns) {
+  if (last_app_post_ns_.load(std::memory_order_relaxed) != now_ns) {
+    last_app_post_ns_.store(now_ns, std::memory_order_relaxed);
+  }
+  if (mu.try_lock()) {
+    if (kind == PostedDoorbell::kSend) {
+      (void)DoorbellLocked(d->qpn, now_ns, small);
+    } else {
+      dev_->TakePostedRecvs(d->qpn);
+    }
+    Unlock();
+    return;
+  }
+  if (d->kinds.fetch_or(kind, std::memory_order_acq_rel) == 0) {
+    PostedDoorbell* head = posted_head_.load(std::memory_order_relaxed);
+    do {
+      d->next = head;
+    } while (!posted_head_.compare_exchange_weak(head, d, std::memory_order_release, std::memory_order_relaxed));
+  }
+  // The owner drains before it lets go and looks again after (Unlock); what
+  // it can miss is a push that came after its look while its freeing store
+  // still sat in its store buffer. That store is visible well within
+  // kPostedHandoverNs: until then, a lock still held means that owner's
+  // last look is still to come, or a newer owner (who took the lock after
+  // this push, a locked instruction) drains it. Free: this thread takes the
+  // device and runs the list itself. Rare: a post stamps last_app_post_ns_,
+  // and the progress thread stands aside after it.
+  const uint64_t since = NowNs();
+  do {
+    if (!mu.locked()) {
+      if (mu.try_lock()) Unlock();
+      return;
+    }
+    __builtin_ia32_pause();
+  } while (NowNs() - since < kPostedHandoverNs);
+}
+
+}  // namespace droce::verbs

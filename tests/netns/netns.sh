@@ -4,16 +4,18 @@
 # 10.0.0.1/24 and 10.0.0.2/24, fd00::1/64 and fd00::2/64), `droce-ctl link
 # add droce0 netdev nd0` on each, nothing else configured; programs use the
 # peer's ordinary address. Root only (skipped otherwise). ONLY=REGEX runs
-# the checks whose names match; the namespaces are always removed.
+# the checks whose names match; the namespaces (NETNS_PREFIX-<pid>-*, default
+# netdevtest) are always removed.
 set -uo pipefail
 . "$(dirname "$0")/../fabric/lib.sh"
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (network namespaces, XDP)"; exit 77; }
-ip netns add "netdevtest-probe-$$" 2>/dev/null && ip netns del "netdevtest-probe-$$" ||
+prefix=${NETNS_PREFIX:-netdevtest}
+ip netns add "$prefix-probe-$$" 2>/dev/null && ip netns del "$prefix-probe-$$" ||
   { echo "SKIP: no network namespaces"; exit 77; }
 EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
 cluster=$root/tools/droce-cluster
 t=${PAIR_TIMEOUT:-60}
-A=netdevtest-$$-a B=netdevtest-$$-b C=netdevtest-$$-c
+A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c
 logs=$(mktemp -d /tmp/netdevtest.XXXXXX)
 log_dirs=("/run/droce/netns/$A" "/run/droce/netns/$B")
 FAIL_TAIL=40
@@ -273,10 +275,12 @@ cluster3() {
   wait $s || return 1
   if command -v mpirun >/dev/null; then
     timeout "$t" "$cluster" run --name "$C" 1 mpirun --allow-run-as-root --oversubscribe \
-      --mca plm_rsh_agent "$cluster rsh --name $C" --host "$C-2,$C-3" -np 2 ip -4 -br addr show eth0 \
-      >"$logs/mpi.log" 2>&1
+      --mca plm_rsh_agent "$cluster rsh --name $C" --host "$C-2,$C-3" -np 2 \
+      bash -c 'echo "$(ip -4 -br addr show eth0 | awk "{print \$3}") $DROCE_RUN_DIR"' >"$logs/mpi.log" 2>&1
     cat "$logs/mpi.log"
-    grep -q "10.0.0.2/24" "$logs/mpi.log" && grep -q "10.0.0.3/24" "$logs/mpi.log" || return 1
+    # Each rank in its host's namespace and with its host's droced (not mpirun's).
+    grep -qx "10.0.0.2/24 /run/droce/netns/$C-2" "$logs/mpi.log" &&
+      grep -qx "10.0.0.3/24 /run/droce/netns/$C-3" "$logs/mpi.log" || return 1
   fi
   "$cluster" down --name "$C" && ! ip netns list | grep -q "^$C-"
 }

@@ -255,6 +255,24 @@ xdp_steering() {
     tcp_and_rdma xdp
 }
 check "steering xdp: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" xdp_steering
+
+# GID 0, the default GID (fe80:: with the MAC's EUI-64), is steered to droce
+# as every other GID (libfabric's UD-based providers address peers by it),
+# also when the kernel's link-local address becomes usable after the binding
+# (its DAD ends a second after `ip link set up`; droce-cluster binds at once):
+# bound without it, then given it back.
+default_gid() {
+  local ns ll_a ll_b
+  ll_a=$(ip -n "$A" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
+  ll_b=$(ip -n "$B" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
+  [ -n "$ll_a" ] && [ -n "$ll_b" ] || { echo "no link-local address on nd0"; return 1; }
+  for ns in "$A" "$B"; do ip -n "$ns" -6 addr flush dev nd0 scope link; done
+  rebind xdp || return 1
+  ip -n "$A" addr add "$ll_a" dev nd0 nodad && ip -n "$B" addr add "$ll_b" dev nd0 nodad || return 1
+  echo "GID 0: A ${ll_a%/*}, B ${ll_b%/*}"
+  pair "$A" "ibv_ud_pingpong -d droce0 -g 0 -n 200" "$B" "ibv_ud_pingpong -d droce0 -g 0 -n 200 10.0.0.1"
+}
+check "steering xdp: ibv_ud_pingpong over GID 0 (fe80::, usable after the binding)" default_gid
 # droce0 is still bound with steering xdp (above): binding the interface's
 # AF_XDP queue again at once can find the kernel still releasing it.
 check "daemon stop unbinds nd0 (no XDP program left)" bash -c "

@@ -182,6 +182,18 @@ no_stale_steering() {
 }
 check "steering udp: the TC program steers, a killed process leaves no steering" no_stale_steering
 
+# Another droce device of host A's droced (a fabric device on a private
+# address): a program on droce0 (steering udp) reaches it through droced by
+# its MAC, not through its socket (where the kernel has no route to it).
+host_device() {
+  ip netns exec "$A" "$ctl" link add droce1 ip 192.168.77.1 >/dev/null || return 1
+  pair "$A" "ibv_rc_pingpong -d droce1 -g 1 -n 100" "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 100 127.0.0.1"
+  local rc=$?
+  ip netns exec "$A" "$ctl" link del droce1 >/dev/null
+  return $rc
+}
+check "steering udp: a program on droce0 reaches another device of its droced (droce1, 192.168.77.1)" host_device
+
 # Addresses added and removed at run time: the GID table follows; a QP pair
 # on the removed address errors (QP_FATAL), the pair on 10.0.0.1 goes on.
 addr_change() {

@@ -779,9 +779,9 @@ class Daemon {
       }
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd) {
-          Log("process %d left %s (memif %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu, "
+          Log("process %d left %s (%s %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu, "
               "rx_bursts %lu (full %lu)",
-              p.pid, state_.devices()[p.device].name.c_str(), p.memif_id, p.slot * fabric::kQpnsPerProcess,
+              p.pid, state_.devices()[p.device].name.c_str(), p.rings ? "rings" : "memif", p.memif_id, p.slot * fabric::kQpnsPerProcess,
               p.counters.rx_packets, p.counters.tx_packets, p.counters.tx_dropped, p.counters.rx_bursts,
               p.counters.rx_bursts_full);
         }

@@ -812,6 +812,9 @@ class Daemon {
       }
     }
     if (r.op == fabric::kOpStatus && r.error == 0) {
+      const RingPortCounters& rc = ports_.rings().counters();
+      text += absl::StrFormat("links (rings): rx_no_mbuf %lu rx_bad_length %lu tx_too_long %lu wakeups_sent %lu\n",
+                              rc.rx_no_mbuf, rc.rx_bad_length, rc.tx_too_long, rc.wakeups_sent);
       for (uint32_t d = 0; d < state_.devices().size(); ++d) text += netdev_.StatusText(d);
       text += cm_.StatusText();
     }

@@ -105,7 +105,7 @@ uint16_t RingPorts::RxBurst(int handle, rte_mbuf** mbufs, uint16_t n) {
   return filled;
 }
 
-uint16_t RingPorts::TxBurst(int handle, rte_mbuf* const* mbufs, uint16_t n) {
+uint16_t RingPorts::TxBurst(int handle, rte_mbuf** mbufs, uint16_t n) {
   Link& l = links_[handle];
   pktio::Frame f[64];
   n = std::min<uint16_t>(n, 64);
@@ -113,9 +113,17 @@ uint16_t RingPorts::TxBurst(int handle, rte_mbuf* const* mbufs, uint16_t n) {
     f[i].data = rte_pktmbuf_mtod(mbufs[i], uint8_t*);
     f[i].len = mbufs[i]->data_len;  // one segment: the switch forwards no chained frame
   }
-  const uint16_t took = l.to_process.Produce(f, n);
+  uint16_t took = 0;
+  while (took < n) {
+    took = static_cast<uint16_t>(took + l.to_process.Produce(f + took, static_cast<uint16_t>(n - took)));
+    // A frame longer than a slot (a jumbo frame from an uplink) is no
+    // process's: dropped here, so the frames behind it still go.
+    if (took == n || f[took].len <= l.to_process.max_frame()) break;
+    ++counters_.tx_too_long;
+    ++took;
+  }
   if (took > 0) {
-    rte_pktmbuf_free_bulk(const_cast<rte_mbuf**>(mbufs), took);  // copied
+    rte_pktmbuf_free_bulk(mbufs, took);  // copied (or too long)
     if (l.to_process.TakeWakeupRequest()) {
       const uint64_t one = 1;
       if (write(l.to_process_efd, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;

@@ -29,6 +29,7 @@ struct RingPortCounters {
   uint64_t rx_no_mbuf = 0;     // receive bursts droced's pool could not serve (frames stay in the ring)
   uint64_t rx_bad_length = 0;  // slots with a bad length (a process writing garbage): skipped
   uint64_t wakeups_sent = 0;   // eventfd writes (the process slept)
+  uint64_t tx_too_long = 0;    // frames longer than a ring slot (a jumbo frame from an uplink): dropped
 };
 
 class RingPorts {
@@ -50,9 +51,10 @@ class RingPorts {
   // rte_eth_rx_burst fills them). No system call.
   uint16_t RxBurst(int handle, rte_mbuf** mbufs, uint16_t n);
   // Copies a prefix of mbufs[0..n) into the process's ring (as much as it
-  // has room for), frees those mbufs and returns how many; the caller keeps
-  // the rest (rte_eth_tx_burst's contract). Wakes a sleeping process.
-  uint16_t TxBurst(int handle, rte_mbuf* const* mbufs, uint16_t n);
+  // has room for; a frame longer than a slot is dropped and counted), frees
+  // those mbufs and returns how many; the caller keeps the rest
+  // (rte_eth_tx_burst's contract). Wakes a sleeping process.
+  uint16_t TxBurst(int handle, rte_mbuf** mbufs, uint16_t n);
 
   // Sleeping: asks the process to write the link's eventfd after its next
   // burst and returns that eventfd (poll it, after polling the ring once

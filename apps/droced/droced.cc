@@ -3,10 +3,12 @@
 //   droced [--run-dir DIR] [--foreground] [--memory-mb N]
 //
 // Every program that opens a fabric device of the run directory attaches
-// here over the control socket (<run dir>/droced.sock) and gets a memif
-// interface on the daemon's memif socket (<run dir>/droced.memif.sock) and a
-// QPN range; the daemon switches frames between those interfaces (QPN
-// steering, ARP/ND answers, flooding) and never touches the transport.
+// here over the control socket (<run dir>/droced.sock) and gets a QPN range
+// and its link to the switch: a pair of shared-memory rings (ring_ports.h),
+// or for a DPDK application that asks, a memif interface on the daemon's
+// memif socket (<run dir>/droced.memif.sock); the daemon switches frames
+// between those links (QPN steering, ARP/ND answers, flooding) and never
+// touches the transport.
 // In the background (the default) it writes droced.pid and droced.log in the
 // run directory; `droce-ctl daemon start|stop|status` drives it.
 #include <fcntl.h>

@@ -69,8 +69,8 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
 }
 
 // A fabric device's frame buffers (its DaemonLink's pool): the loopback ring
-// (1024 frames) and the bursts in flight. Pages
-// are touched only as buffers are used (pktio::FramePool).
+// (1024 frames) and the bursts in flight. Pages are touched only as buffers
+// are used (pktio::FramePool).
 constexpr uint32_t kFabricLinkBuffers = 2047;
 
 }  // namespace

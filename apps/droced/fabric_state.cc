@@ -145,6 +145,9 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
   if (std::memchr(req.device, 0, sizeof req.device) == nullptr) return reject(EINVAL, "device name not terminated");
   const std::string device(req.device);
   if (req.pid != static_cast<uint32_t>(peer_pid)) return reject(EPERM, "pid is not the sender's");
+  if (req.link != fabric::kLinkRings && (req.op != fabric::kOpAttach || req.link != fabric::kLinkMemif)) {
+    return reject(EINVAL, absl::StrFormat("bad link kind %u", req.link));
+  }
   if (req.want_qpn_base != 0) {
     const uint32_t slot = req.want_qpn_base / fabric::kQpnsPerProcess;
     if (req.op != fabric::kOpAttach || req.want_qpn_base % fabric::kQpnsPerProcess != 0 || slot == 0 ||
@@ -291,9 +294,10 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   Port& p = *free_port;
   const int index = static_cast<int>(free_port - ports_.begin());
   p = Port{};
-  p.secret = RandomSecret();
+  p.rings = req.link == fabric::kLinkRings;
+  if (!p.rings) p.secret = RandomSecret();
   p.memif_id = next_memif_id_++;
-  absl::StatusOr<int> handle = backend_->OpenPort(p.memif_id, p.secret);
+  absl::StatusOr<int> handle = backend_->OpenPort(p.memif_id, p.secret, p.rings);
   if (!handle.ok()) {
     *error = EIO;
     *message = std::string(handle.status().message());
@@ -314,8 +318,10 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   std::memcpy(r.mac, d.mac.data(), 6);
   r.num_gids = static_cast<uint32_t>(std::min<size_t>(d.gids.size(), fabric::kMaxGids));
   for (uint32_t i = 0; i < r.num_gids; ++i) std::memcpy(r.gids[i], d.gids[i].data(), 16);
-  std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
-  std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
+  if (!p.rings) {
+    std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
+    std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
+  }
   return r;
 }
 
@@ -410,7 +416,7 @@ void FabricState::Detach(int port) {
   if (!p.in_use) return;
   FabricDevice& d = devices_[p.device];
   if (d.slot_owner[p.slot] == port) d.slot_owner[p.slot] = -1;
-  backend_->ClosePort(p.handle);
+  backend_->ClosePort(p.handle, p.rings);
   p.in_use = false;
   p.conn_fd = -1;
   RefreshActivePorts();
@@ -708,9 +714,9 @@ std::string FabricState::StatusText(const std::string& only_device) const {
       const size_t direct = static_cast<size_t>(std::count_if(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
         return d.port[0] == static_cast<int>(k) || d.port[1] == static_cast<int>(k);
       }));
-      absl::StrAppendFormat(&out, "  process pid %d port %zu memif %u qpns %u-%u: rx %lu pkts %lu B, tx %lu pkts %lu B, "
+      absl::StrAppendFormat(&out, "  process pid %d port %zu %s %u qpns %u-%u: rx %lu pkts %lu B, tx %lu pkts %lu B, "
                             "tx_dropped %lu, direct paths %zu\n",
-                            p.pid, k, p.memif_id, base, base + fabric::kQpnsPerProcess - 1, p.counters.rx_packets,
+                            p.pid, k, p.rings ? "rings" : "memif", p.memif_id, base, base + fabric::kQpnsPerProcess - 1, p.counters.rx_packets,
                             p.counters.rx_bytes, p.counters.tx_packets, p.counters.tx_bytes, p.counters.tx_dropped,
                             direct);
     }

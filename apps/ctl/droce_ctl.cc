@@ -11,10 +11,12 @@
 //   droce-ctl link show [NAME]
 //   droce-ctl daemon start [--uplink SPEC] [--eal "ARGS"] [--hugepages] | stop | status
 //   droce-ctl env
+//   droce-ctl settings [--markdown]
 //
 // Options (keyword value): ip ADDR (again for a second, IPv6 address),
 // mac MAC, neighbor IP,MAC (repeatable), mtu N, netdev IFACE, eal "ARGS",
-// set KEY=VALUE (any key of the device file, see doc/verbs.md).
+// progress PROFILE,
+// set KEY=VALUE (any key of the device file: device_settings.h).
 #include <linux/if.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -33,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "drivers/ethdev/memif_vdev.h"
 #include "drivers/verbs/device_config.h"
+#include "drivers/verbs/device_settings.h"
 #include "apps/droced/uplink_spec.h"
 #include "drivers/fabric/protocol.h"
 #include "drivers/netdev/netlink.h"
@@ -62,10 +65,13 @@ constexpr char kUsage[] =
     "         loss=P, reorder=P, seed=N, mirror FILE.pcap | mirror off\n"
     "  switch clear NAME          every knob of the device off\n"
     "  env            print the environment a verbs program needs\n"
+    "  settings [--markdown]  the device file's keys (set KEY=VALUE), their defaults and what they set\n"
     "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
     "         uplink SPEC (a fabric device: the uplink of the daemon this starts, as daemon start --uplink),\n"
     "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
-    "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\", set KEY=VALUE\n"
+    "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\",\n"
+    "         progress balanced|latency|shared-host (the progress thread's profile, doc/verbs.md),\n"
+    "         set KEY=VALUE (any key of the device file: droce-ctl settings)\n"
     "Devices live under --run-dir (default $DROCE_RUN_DIR, else /run/droce, or /run/droce/netns/NAME\n"
     "inside `ip netns exec NAME`: a network namespace is a host).\n";
 
@@ -457,7 +463,6 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   f.name = args[0];
   if (!IsValidDeviceName(f.name)) return Fail("bad device name '" + f.name + "' (letters, digits, _ and -)");
   f.dev.mac = MacFromName(f.name);
-  f.dev.broadcast_unresolved = true;
   std::string type, socket, role, iface, vdev, steering;
   bool has_ip = false, has_netdev = false, has_mac = false;
   DaemonOptions daemon;
@@ -502,6 +507,8 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     } else if (k == "uplink") {
       if (v.empty()) return Fail("link add: uplink: empty");
       daemon.uplink = v;
+    } else if (k == "progress") {
+      sets.insert(sets.begin(), "progress_profile=" + v);  // knobs set with it change the profile
     } else if (k == "eal") {
       sets.push_back("eal_args=" + v);
     } else if (k == "set") {
@@ -534,16 +541,13 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
                   " (no mac, vdev, socket, iface or uplink)");
     }
-    if (!steering.empty() && steering != "auto" && steering != "udp" && steering != "xdp" && steering != "af_packet") {
-      return Fail("steering: auto, udp, xdp or af_packet");
-    }
     std::error_code ec;
     fs::create_directories(run_dir, ec);
     f.fabric = true;
     f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
     if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
     f.netdev_bound = true;
-    f.netdev_steering = steering.empty() ? "auto" : steering;
+    if (!steering.empty()) sets.push_back("netdev_steering=" + steering);
     f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
     if (const int rc = CheckNetdev(run_dir, f.netdev, &f); rc != 0) return rc;
   } else if (type.empty()) {
@@ -628,6 +632,12 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (args[0] == "env") return Env(run_dir);
+  if (args[0] == "settings") {  // --markdown: doc/verbs.md's table
+    const bool markdown = args.size() > 1 && args[1] == "--markdown";
+    std::fputs((markdown ? DeviceSettingsMarkdown() + "\n" + ProgressProfilesMarkdown() : DeviceSettingsText()).c_str(),
+               stdout);
+    return 0;
+  }
   if (args[0] == "daemon") return DaemonCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
   if (args[0] == "switch") return SwitchCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
   if (args[0] != "link" || args.size() < 2) {

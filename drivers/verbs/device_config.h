@@ -367,6 +367,24 @@ class AutoSchedPolicy {
 // device's GIDs first, the rest empty.
 inline constexpr size_t kGidTableLen = 16;
 
+// A verbs device's core configuration before its file is read: where it
+// differs from core::DeviceConfig's, the verbs device's setting wins.
+//   - Frames to a destination without a neighbour entry go to the broadcast
+//     MAC: on a point-to-point wire (memif) any MAC arrives.
+//   - Selective repeat's measured RTO (and tail-loss probe) never go below
+//     200 us: the provider's poll loop shares the host's cores, so an ACK can
+//     be late by a scheduling quantum (the library's 16 us floor fits a poll
+//     loop that owns its core; doc/loss-experiment.md).
+inline core::DeviceConfig VerbsDeviceConfig() {
+  core::DeviceConfig c;
+  c.broadcast_unresolved = true;
+  c.sr_rto_min_ns = 200'000;
+  return c;
+}
+
+// A device file's contents. Its keys, their defaults (the initializers
+// here, ProgressConfig's and VerbsDeviceConfig's) and help are the table of
+// device_settings.h.
 struct DeviceFile {
   std::string name;       // ibdev name, e.g. droce0
   std::string vdev;       // DPDK vdev string, e.g. net_memif_droce0,role=server,socket=...,bsize=10240
@@ -375,9 +393,10 @@ struct DeviceFile {
   uint32_t eal_memory_mb = 256;
   uint32_t link_wait_ms = 5000;  // modify_qp to RTR/RTS waits this long for a down link
   std::vector<std::string> eal_args;  // extra EAL arguments
-  core::DeviceConfig dev;
+  core::DeviceConfig dev = VerbsDeviceConfig();
   std::vector<std::pair<core::Gid, core::Mac>> neighbors;
   ProgressConfig progress;
+  std::string progress_profile = "balanced";  // the profile progress started from
   // The one peer of a point-to-point wire: an address vector without a GRH
   // (LID addressing, as qperf's RC tests use) goes here instead of failing
   // with EINVAL as on a RoCE fabric. Unset: RoCE rules.
@@ -433,7 +452,8 @@ struct DeviceFile {
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }
 };
 
-// "key=value" lines; '#' comments. Unknown keys and bad values are errors.
+// "key=value" lines; '#' comments. Unknown keys and bad values are errors
+// with the line number. Both walk DeviceSettings() (device_settings.cc).
 absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text);
 std::string FormatDeviceFile(const DeviceFile& f);
 

@@ -201,7 +201,7 @@ class DoorbellBatcher {
 //   the thread was not sent to SCHED_OTHER for these reasons within kHoldNs
 //   (Switched), and the program's thread ran for at least half of the time
 //   it has been quiet (NoteProgramCpu: it spins on memory, rather than being
-//   preempted or blocked — the churn guard, lat5).
+//   preempted or blocked: the churn guard).
 // A program that calls in bursts (ib_write_lat polls for its send
 // completion, about half of each round trip, then spins on memory), a
 // polling program that other threads preempt now and then (on the shared
@@ -302,7 +302,8 @@ class AutoSchedPolicy {
   // not run — preempted on a loaded host (ibv_rc_pingpong polls without a
   // break: its only pauses are preemptions), or blocked — gains nothing from
   // a real-time thread, whose wake-ups then preempt it as soon as it runs
-  // again (lat4's churn: ~500 us/iter). The run time while not calling is
+  // again (promoted and demoted in turn, ibv_rc_pingpong took ~500 us per
+  // iteration on the 2-core VM). The run time while not calling is
   // bounded from below: all of the time between the previous reading and the
   // last call is taken as calling. A first reading, or one after the program
   // called with no reading in between, says "not spinning" until the next.

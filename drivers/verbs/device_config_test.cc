@@ -639,11 +639,11 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
 }
 
-// The churn guard (lat5): a promotion needs the program seen running
+// The churn guard: a promotion needs the program seen running
 // without calls for at least half of its quiet time since the previous
 // reading of its CPU clock. ibv_rc_pingpong polls without a break, so its
 // only pauses are preemptions: a real-time thread taken then preempts it
-// again as soon as it runs (lat4: ~500 us/iter in half the runs).
+// again as soon as it runs (~500 us per iteration in half the runs).
 TEST(AutoSchedPolicy, PromotesOnlyForAProgramThatRunsWithoutCalling) {
   AutoSchedPolicy p(/*quiet_us=*/20, /*drive_us=*/1000);
   uint64_t now = 10'000'000, cpu = 5'000'000;

@@ -230,7 +230,8 @@ std::vector<DeviceSetting> MakeSettings() {
                  return f.cnp_interval_set ? Values{absl::StrCat(f.dev.min_time_between_cnps_ns / 1000)} : Values{};
                },
                "the DCQCN profile's, else 4", "a QP sends at most one CNP per this interval"});
-  t.push_back(Number("cnp_dscp", 0, 63, 1, [](auto& f) -> auto& { return f.dev.cnp_dscp; }, "the DSCP of the CNPs the device sends"));
+  t.push_back(Number("cnp_dscp", 0, 63, 1, [](auto& f) -> auto& { return f.dev.cnp_dscp; },
+                     "the DSCP of the CNPs the device sends"));
   t.push_back(Switch("broadcast_unresolved", [](auto& f) -> auto& { return f.dev.broadcast_unresolved; },
                      "a destination without a neighbour entry gets the broadcast MAC instead of failing "
                      "(point-to-point wires); a netdev-bound device's neighbours are the kernel's"));

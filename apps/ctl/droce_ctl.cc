@@ -518,7 +518,11 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
     if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
     f.netdev_bound = true;
-    if (!steering.empty()) sets.push_back("netdev_steering=" + steering);
+    if (!steering.empty()) {  // checked by the device file's own parser, before the interface is probed
+      if (absl::Status s = FindDeviceSetting("netdev_steering")->parse(steering, f); !s.ok()) {
+        return Fail(std::string(s.message()));
+      }
+    }
     f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
     if (const int rc = CheckNetdev(run_dir, f.netdev, &f); rc != 0) return rc;
   } else if (type.empty()) {

@@ -273,7 +273,7 @@ std::vector<DeviceSetting> MakeSettings() {
                      "off, two droce QPs still agree on it through ECE under librdmacm)"));
   t.push_back(Number("sr_max_inflight_packets", 1, transport::kSrWindow - 1, 1,
                      [](auto& f) -> auto& { return f.dev.sr_max_inflight_packets; },
-                     "the cap on a selective-repeat QP's PSNs in flight"));
+                     "the cap on a selective-repeat QP's PSNs in flight (doc/transport.md \"Selective repeat\")"));
   t.push_back(Number("sr_rto_low_us", 1, 10'000'000, 1000, [](auto& f) -> auto& { return f.dev.sr_rto_low_ns; },
                      "selective repeat's low retransmission timeout (few packets in flight): a ceiling on "
                      "the measured one and its value before a sample"));
@@ -285,11 +285,13 @@ std::vector<DeviceSetting> MakeSettings() {
   t.push_back(Switch("sr_tlp", [](auto& f) -> auto& { return f.dev.sr_tlp; },
                      "selective repeat's tail-loss probe"));
   t.push_back(Number("unsignaled_ack_every", 1, 4096, 1, [](auto& f) -> auto& { return f.dev.unsignaled_ack_every; },
-                     "an unsignaled SEND/WRITE asks for an ACK once per this many packets (1: every message, as rxe)"));
+                     "an unsignaled SEND/WRITE asks for an ACK once per this many packets (1: every message, as rxe; "
+                     "doc/transport.md \"Requester\")"));
   t.push_back(Number("ack_solicit_us", 1, 10'000'000, 1000, [](auto& f) -> auto& { return f.dev.ack_solicit_ns; },
                      "a tail sent without an ACK request is solicited after this long without sending"));
   t.push_back(Number("min_ack_timeout", 0, 31, 1, [](auto& f) -> auto& { return f.dev.min_ack_timeout; },
-                     "a floor under every QP's local ACK timeout, as an IBTA exponent (0: none)"));
+                     "a floor under every QP's local ACK timeout, as an IBTA exponent (0: none; doc/transport.md "
+                     "\"Completer and recovery\")"));
   // The host fabric and netdev binding (doc/droced.md, doc/netdev.md).
   t.push_back(Switch("fabric", [](auto& f) -> auto& { return f.fabric; },
                      "a device of the host fabric: no wire of its own, the program attaches to the droced of `fabric_dir`"));

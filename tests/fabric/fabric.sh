@@ -195,7 +195,11 @@ kill_test() {
   local peer=$!
   timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 127.0.0.1 >"$run/oc.log" 2>&1 &
   local other_c=$!
-  sleep 4
+  # The victim dies mid-transfer: once its peer printed perftest's results
+  # header (the pair connected and the WRITEs started), not after a fixed
+  # time that a loaded host may need just to connect them.
+  for _ in $(seq 600); do grep -q '#bytes' "$run/kc.log" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
   "$ctl" link show droce0
   "$ctl" link show droce0 | grep -q "pid $victim " || { echo "victim $victim not attached"; return 1; }
   kill -9 $victim; wait $victim 2>/dev/null

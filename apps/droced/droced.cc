@@ -917,7 +917,7 @@ class Daemon {
       for (int side = 0; side < 2; ++side) {
         if (c.notify[side]) SendPathRemoval(c.path.port[side], c.path.id);
       }
-      Log("direct path %lu (memif %u - memif %u) withdrawn", c.path.id, c.path.memif[0], c.path.memif[1]);
+      Log("direct path %lu (attachments %u - %u) withdrawn", c.path.id, c.path.attachment_id[0], c.path.attachment_id[1]);
     }
   }
 
@@ -976,7 +976,7 @@ class Daemon {
       if (fd >= 0) close(fd);
     }
     if (ok) {
-      Log("direct path %lu: process %d (memif %u) <-> process %d (memif %u), %u slots each way", d.id, a.pid,
+      Log("direct path %lu: process %d (attachment %u) <-> process %d (attachment %u), %u slots each way", d.id, a.pid,
           a.memif_id, b.pid, b.memif_id, ring_slots_);
     }
     return ok;

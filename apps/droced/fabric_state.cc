@@ -603,7 +603,7 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
   // Paths whose ports left, or that the switch needs back.
   for (size_t i = 0; i < paths_.size();) {
     const DirectPath& d = paths_[i];
-    const bool alive0 = same(d.port[0], d.memif[0]), alive1 = same(d.port[1], d.memif[1]);
+    const bool alive0 = same(d.port[0], d.attachment_id[0]), alive1 = same(d.port[1], d.attachment_id[1]);
     if (alive0 && alive1 && qualifies(d.port[0]) && qualifies(d.port[1])) {
       ++i;
       continue;
@@ -629,7 +629,7 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
       DirectPath d;
       d.id = next_path_id_++;
       d.port[0] = a, d.port[1] = b;
-      d.memif[0] = ports_[a].memif_id, d.memif[1] = ports_[b].memif_id;
+      d.attachment_id[0] = ports_[a].memif_id, d.attachment_id[1] = ports_[b].memif_id;
       paths_.push_back(d);
       PathChange c;
       c.add = true;

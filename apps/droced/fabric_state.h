@@ -102,12 +102,12 @@ struct Port {
 
 // A direct path (doc/droced.md "Direct rings"): two attached ports whose
 // processes exchange frames through rings of their own; the switch sees none
-// of those frames. Ports are named by index and memif id (an index is
-// reused, a memif id never).
+// of those frames. Ports are named by index and attachment id (an index is
+// reused, an attachment id never).
 struct DirectPath {
   uint64_t id = 0;
   int port[2] = {-1, -1};
-  uint32_t memif[2] = {0, 0};
+  uint32_t attachment_id[2] = {0, 0};  // the ports' memif_id: an attachment id, never reused
 };
 
 // What SyncDirectPaths decided: set up a path (tell both sides), or take one

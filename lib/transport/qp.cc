@@ -230,6 +230,9 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (mask & kAttrMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
   if (mask & kAttrDestQpn) attr_.dest_qp_num = a.dest_qp_num;
+  if ((mask & (kAttrAv | kAttrDestQpn)) && route_.len != 0) {
+    headers_ = wire::MakeHeaderTemplate(route_, 0xFFFF, attr_.dest_qp_num);
+  }
 
   if (next == QpState::kErr && cur != QpState::kErr) {
     EnterError();
@@ -446,13 +449,11 @@ void Qp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t no
 
 uint32_t Qp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
                             bool solicited, uint8_t** ext) const {
-  uint8_t* bth_p = wire::WriteRoute(frame, route_);
+  // P_Key, MigReq and the destination QP come with the template.
+  uint8_t* bth_p = wire::WriteHeaderTemplate(frame, headers_);
   wire::BthWriter bth(bth_p);
   bth.set_opcode(opcode);
-  bth.set_flags(solicited, true, 0, 0);  // MigReq set: no APM, like rxe
-  bth.set_pkey(0xFFFF);
-  bth.set_ecn_bits(false, false);
-  bth.set_dest_qp(attr_.dest_qp_num);
+  if (solicited) bth.set_flags(true, true, 0, 0);
   bth.set_ack_req(ack_req);
   bth.set_psn(psn);
   *ext = bth_p + wire::kBthBytes;

@@ -518,6 +518,7 @@ class Qp {
   QpEvent error_event_ = QpEvent::kNone;
   QpAttr attr_;
   wire::Route route_;
+  wire::HeaderTemplate headers_;  // route_ and the BTH's fixed fields (WriteHeaders)
   wire::Route cnp_route_;  // route_ with the CNP DSCP and Not-ECT
   // Notification point state: a move to RESET value-initialises it.
   struct CnpConn {

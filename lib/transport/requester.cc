@@ -353,7 +353,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
-      return FinalizeFrame(frame, route_, transport_len);
+      return FinishTemplateFrame(frame, headers_, transport_len);
     }
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd: {
@@ -370,7 +370,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       transport_len += kAtomicEthBytes;
       w.next_psn = PsnAdd(psn, 1);
       w.fully_sent = true;
-      return FinalizeFrame(frame, route_, transport_len);
+      return FinishTemplateFrame(frame, headers_, transport_len);
     }
     default:
       break;
@@ -429,12 +429,11 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
     GatherPayload(w, offset, seg, payload);
-    return FinalizeFrame(frame, route_, transport_len);
+    return FinishTemplateFrame(frame, headers_, transport_len);
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);
-  const uint8_t* l3 = frame + route_.l3_offset;
-  uint32_t crc = IcrcBegin(l3, static_cast<uint32_t>(payload - l3), route_.ipv6);
+  uint32_t crc = IcrcTemplateBegin(frame, headers_, headers - kBthBytes);
   crc = GatherPayloadCrc(w, offset, seg, payload, crc);
   crc = Crc32Update(crc, payload + seg, frame + icrc_offset - (payload + seg));  // pad
   StoreLe32(frame + icrc_offset, Crc32Final(crc));

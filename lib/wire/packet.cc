@@ -282,6 +282,33 @@ uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
   return r.len + transport_len + pad;
 }
 
+HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp) {
+  HeaderTemplate t;
+  t.route = r;
+  std::memcpy(t.bytes.data(), r.bytes.data(), r.len);
+  BthWriter bth(t.bytes.data() + r.len);
+  bth.set_flags(false, true, 0, 0);  // MigReq set: no APM, like rxe
+  bth.set_pkey(pkey);
+  bth.set_dest_qp(dest_qp);
+  const uint8_t* l3 = t.bytes.data() + r.l3_offset;
+  const uint32_t headers = r.len + kBthBytes - r.l3_offset;
+  // The register with the per-packet bytes zero: remove what they add.
+  t.icrc_base = IcrcBegin(l3, headers, r.ipv6) ^ IcrcPerPacketBytes(l3, r.ipv6);
+  return t;
+}
+
+uint32_t IcrcTemplateBegin(const uint8_t* frame, const HeaderTemplate& t, uint32_t after_bth) {
+  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
+  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
+}
+
+uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t transport_len) {
+  const uint32_t icrc_offset = FinishHeaders(frame, t.route, transport_len);
+  const uint32_t crc = IcrcTemplateBegin(frame, t, icrc_offset - (t.route.len + kBthBytes));
+  StoreLe32(frame + icrc_offset, Crc32Final(crc));
+  return icrc_offset + kIcrcBytes;
+}
+
 void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {
   uint8_t* l3 = frame + p.l3_offset;
   if (p.ipv6) {

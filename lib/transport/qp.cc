@@ -1,6 +1,8 @@
 // QP creation, the verbs state machine, posting, and the per-QP scheduler.
 #include "transport/qp.h"
 
+#include <bit>
+
 #include <cerrno>
 #include <cstring>
 
@@ -214,6 +216,7 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrPathMtu) {
     attr_.path_mtu = a.path_mtu;
     mtu_ = a.path_mtu;
+    mtu_log2_ = static_cast<uint32_t>(std::countr_zero(a.path_mtu));
   }
   if (mask & kAttrTimeout) attr_.timeout = a.timeout;
   if (mask & kAttrRetryCnt) attr_.retry_cnt = req_.retry_left = a.retry_cnt;

@@ -295,6 +295,10 @@ void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t*
     std::memcpy(out, w.inline_data + offset, len);
     return;
   }
+  if (w.wr.num_sge == 1 && len > 0) {  // the common case: [offset, offset+len) lies in the one SGE
+    std::memcpy(out, w.sge_host[0] + offset, len);
+    return;
+  }
   ForEachSgeSpan(w, offset, len, [&out](const uint8_t* host, uint32_t n) {
     std::memcpy(out, host, n);
     out += n;

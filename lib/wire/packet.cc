@@ -260,7 +260,9 @@ Route WithTrafficClass(const Route& r, uint8_t tclass) {
   return out;
 }
 
-uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
+namespace {
+// FinishHeaders' work, inlined into FinishTemplateFrame as well.
+[[gnu::always_inline]] inline uint32_t FinishLengths(uint8_t* frame, const Route& r, uint32_t transport_len) {
   uint8_t* bth = frame + r.len;
   const uint32_t pad = PadFor(transport_len);
   std::memset(bth + transport_len, 0, pad);
@@ -282,6 +284,17 @@ uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
   return r.len + transport_len + pad;
 }
 
+[[gnu::always_inline]] inline uint32_t TemplateRegister(const uint8_t* frame, const HeaderTemplate& t,
+                                                       uint32_t after_bth) {
+  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
+  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
+}
+}  // namespace
+
+uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
+  return FinishLengths(frame, r, transport_len);
+}
+
 HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp) {
   HeaderTemplate t;
   t.route = r;
@@ -298,13 +311,12 @@ HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_q
 }
 
 uint32_t IcrcTemplateBegin(const uint8_t* frame, const HeaderTemplate& t, uint32_t after_bth) {
-  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
-  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
+  return TemplateRegister(frame, t, after_bth);
 }
 
 uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t transport_len) {
-  const uint32_t icrc_offset = FinishHeaders(frame, t.route, transport_len);
-  const uint32_t crc = IcrcTemplateBegin(frame, t, icrc_offset - (t.route.len + kBthBytes));
+  const uint32_t icrc_offset = FinishLengths(frame, t.route, transport_len);
+  const uint32_t crc = TemplateRegister(frame, t, icrc_offset - (t.route.len + kBthBytes));
   StoreLe32(frame + icrc_offset, Crc32Final(crc));
   return icrc_offset + kIcrcBytes;
 }

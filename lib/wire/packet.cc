@@ -95,13 +95,9 @@ ParsedPacket Parse(const uint8_t* f, uint32_t len, bool cut) {
     // on byte order (RFC 1071 2(B)) and 0xFFFF reads the same both ways.
     const uint8_t* ip = f + p.l3_offset;
     if (Ipv4View(ip).ttl() == 0) return Fail(p, ParseStatus::kIpTtlZero);
-    uint32_t w[5];
-    std::memcpy(w, ip, 20);
-    uint64_t sum = uint64_t{w[0]} + w[1] + w[2] + w[3] + w[4];
-    for (uint32_t i = 20; i < l4 - p.l3_offset; i += 4) {  // options
-      std::memcpy(w, ip + i, 4);
-      sum += w[0];
-    }
+    uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) +
+                   LoadLe32(ip + 16);
+    for (uint32_t i = 20; i < l4 - p.l3_offset; i += 4) sum += LoadLe32(ip + i);  // options
     sum = (sum & 0xFFFFFFFF) + (sum >> 32);
     sum = (sum & 0xFFFFFFFF) + (sum >> 32);
     sum = (sum & 0xFFFF) + (sum >> 16);
@@ -179,7 +175,7 @@ uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p) {
 
 bool IcrcMatches(const uint8_t* frame, const ParsedPacket& p) {
   return ComputeIcrc(frame + p.l3_offset, p.icrc_offset - p.l3_offset, p.ipv6) ==
-         StoredIcrc(frame, p);
+         LoadLe32(frame + p.icrc_offset);  // StoredIcrc
 }
 
 uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes) {

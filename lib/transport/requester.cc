@@ -46,7 +46,8 @@ int Qp::ValidateSend(const SendWr& wr) const {
   return 0;
 }
 
-uint32_t Qp::AckReqEvery() const {
+// Inline: BuildRequest, in this file, is its one caller.
+[[gnu::always_inline]] inline uint32_t Qp::AckReqEvery() const {
   const uint32_t every = sr_ ? sr_->ack_req_every() : env_.ack_req_every;
   const uint32_t cc_window = cc_.output().window_packets;  // 0: none
   return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
@@ -336,10 +337,12 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   // cc_hooks.cc: true when this packet is the one timed (it asks for its ACK).
   const bool cc_timed = cc_.ops() != nullptr && CcNoteSent(psn, retransmission, now_ns);
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
-  uint8_t* ext;
-  const uint32_t l4_end = WriteHeaders(frame, 0, psn, false, false, &ext);
-  uint8_t* bth_p = frame + l4_end;
+  // WriteHeaders(frame, 0, psn, false, false, &ext) without the call: every
+  // path below sets the opcode and AckReq.
+  uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);
+  uint8_t* ext = bth_p + kBthBytes;
   BthWriter bth(bth_p);
+  bth.set_psn(psn);
   uint32_t transport_len = kBthBytes;
 
   switch (w.wr.opcode) {

@@ -53,7 +53,8 @@ int Qp::ValidateSend(const SendWr& wr) const {
   return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
 }
 
-bool Qp::StartWqe(SendWqe& w) {
+// Inline: the requester's start_wqe step, in this file, is its one caller.
+[[gnu::always_inline]] inline bool Qp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (IsLocalOp(w)) {
     // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
@@ -291,7 +292,10 @@ inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& s
 }
 }  // namespace
 
-void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+namespace {
+// GatherPayload's work, inline in BuildRequest.
+template <typename Wqe>
+[[gnu::always_inline]] inline void GatherSges(const Wqe& w, uint32_t offset, uint32_t len, uint8_t* out) {
   if (w.wr.flags & kSendInline) {
     std::memcpy(out, w.inline_data + offset, len);
     return;
@@ -304,6 +308,11 @@ void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t*
     std::memcpy(out, host, n);
     out += n;
   });
+}
+}  // namespace
+
+void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+  GatherSges(w, offset, len, out);
 }
 
 uint32_t Qp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
@@ -435,7 +444,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   uint8_t* payload = bth_p + headers;
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
-    GatherPayload(w, offset, seg, payload);
+    GatherSges(w, offset, seg, payload);
     return FinishTemplateFrame(frame, headers_, transport_len);
   }
   // The payload is read once: gathered into the frame while it is CRCed.

@@ -301,7 +301,32 @@ void Qp::TakePublishedRecvs() {
   if (state_ == QpState::kErr) FlushReceiveQueue();  // posted into ERR (or while the QP went there)
 }
 
-int Qp::ValidateForQp(const SendWr& wr) const {
+// Inline in the posting paths below, their only callers.
+[[gnu::always_inline]] inline void Qp::PrepareSendWqe(SendWqe& w) {
+  const SendWr& wr = w.wr;
+  w.started = w.fully_sent = w.done = false;
+  w.read_done_bytes = 0;
+  w.status = WcStatus::kSuccess;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  w.total_len = static_cast<uint32_t>(total);
+  if (wr.flags & kSendInline) {
+    // Inline data is copied now; the application may reuse its buffers at once.
+    // Data a batch wrote in place (InlineBufferAhead) stays where it is.
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      const auto* from = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
+      if (from != w.inline_data + off) std::memcpy(w.inline_data + off, from, wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+  }
+  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    w.total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
+  }
+}
+
+[[gnu::always_inline]] inline int Qp::ValidateForQp(const SendWr& wr) const {
   if (const int err = ValidateSend(wr); err != 0) return err;
   if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
       wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
@@ -384,30 +409,6 @@ int Qp::PublishSends(uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) PrepareSendWqe(*sq_.ProducerSlot(i));
   sq_.Publish(n);
   return 0;
-}
-
-void Qp::PrepareSendWqe(SendWqe& w) {
-  const SendWr& wr = w.wr;
-  w.started = w.fully_sent = w.done = false;
-  w.read_done_bytes = 0;
-  w.status = WcStatus::kSuccess;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  w.total_len = static_cast<uint32_t>(total);
-  if (wr.flags & kSendInline) {
-    // Inline data is copied now; the application may reuse its buffers at once.
-    // Data a batch wrote in place (InlineBufferAhead) stays where it is.
-    uint32_t off = 0;
-    for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      const auto* from = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
-      if (from != w.inline_data + off) std::memcpy(w.inline_data + off, from, wr.sg_list[i].length);
-      off += wr.sg_list[i].length;
-    }
-  }
-  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    w.total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
-  }
 }
 
 void Qp::TakePostedSends() {

@@ -324,7 +324,7 @@ class Qp {
   };
 
   // --- requester / completer (requester.cc, completer.cc)
-  int ValidateSend(const SendWr& wr) const;
+  int ValidateSend(const SendWr& wr) const;  // in qp.cc, inline in ValidateForQp
   // A multi-packet WRITE or READ resolves its region (or window) once, on
   // its first packet; the key must still mean the same memory for each
   // later one. Once the program deregisters (re-registers, unbinds) it, or

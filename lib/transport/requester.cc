@@ -1,4 +1,4 @@
-// Requester (IBTA 9.7.1-9.7.4): validates and starts work requests, assigns
+// Requester (IBTA 9.7.1-9.7.4): starts work requests (lkeys checked), assigns
 // PSNs, segments messages by path MTU and builds request packets.
 #include <algorithm>
 #include <bit>
@@ -14,37 +14,6 @@ namespace droce::transport {
 
 using queue::WcStatus;
 using namespace droce::wire;
-
-int Qp::ValidateSend(const SendWr& wr) const {
-  if (wr.num_sge > caps_.max_send_sge) return EINVAL;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (total > kMaxMessageBytes) return EINVAL;  // max_msg_sz
-  const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
-                              wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-                              wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-  switch (wr.opcode) {
-    case WrOpcode::kRdmaWrite:
-    case WrOpcode::kRdmaWriteWithImm:
-    case WrOpcode::kSend:
-    case WrOpcode::kSendWithImm:
-    case WrOpcode::kSendWithInv:
-    case WrOpcode::kRdmaRead:
-    case WrOpcode::kLocalInv:
-    case WrOpcode::kBindMw:
-      break;
-    case WrOpcode::kAtomicCmpAndSwp:
-    case WrOpcode::kAtomicFetchAndAdd:
-      if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
-      break;
-    default:
-      return EINVAL;
-  }
-  if (wr.flags & kSendInline) {
-    if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
-  }
-  return 0;
-}
 
 // Inline: BuildRequest, in this file, is its one caller.
 [[gnu::always_inline]] inline uint32_t Qp::AckReqEvery() const {

@@ -146,24 +146,32 @@ uint16_t MemWire::End::RxBurst(Frame* frames, uint16_t n) {
     for (const Held& h : d.held) wire_->Enqueue(1 - side_, h.slot);
     d.held.clear();
   }
-  uint16_t i = 0;
-  for (; i < n && d.count > 0; ++i) {
-    const uint32_t slot = d.queue[d.head];
-    if (++d.head == d.queue.size()) d.head = 0;
-    --d.count;
-    frames[i] = wire_->FrameFor(slot, wire_->lengths_[slot]);
+  // The ring's state in locals: the stores into frames[] would otherwise
+  // make the compiler reload it for every frame.
+  const uint16_t take = static_cast<uint16_t>(d.count < n ? d.count : n);
+  const uint32_t* queue = d.queue.data();
+  const uint32_t size = static_cast<uint32_t>(d.queue.size());
+  const uint32_t* lengths = wire_->lengths_.data();
+  uint8_t* storage = wire_->storage_.get();
+  uint32_t head = d.head;
+  for (uint16_t i = 0; i < take; ++i) {
+    const uint32_t slot = queue[head];
+    if (++head == size) head = 0;
+    frames[i] = Frame{storage + size_t{slot} * kMaxFrameBytes, lengths[slot], kMaxFrameBytes,
+                      reinterpret_cast<void*>(uintptr_t{slot})};
   }
-  return i;
+  d.head = head;
+  d.count -= take;
+  return take;
 }
 
 uint16_t MemWire::End::AllocTx(Frame* frames, uint16_t n) {
-  uint16_t i = 0;
-  for (; i < n && !wire_->free_.empty(); ++i) {
-    const uint32_t slot = wire_->free_.back();
-    wire_->free_.pop_back();
-    frames[i] = wire_->FrameFor(slot, 0);
-  }
-  return i;
+  std::vector<uint32_t>& free = wire_->free_;
+  const uint16_t take = static_cast<uint16_t>(free.size() < n ? free.size() : n);
+  const uint32_t* top = free.data() + free.size();
+  for (uint16_t i = 0; i < take; ++i) frames[i] = wire_->FrameFor(top[-1 - i], 0);
+  free.resize(free.size() - take);
+  return take;
 }
 
 uint16_t MemWire::End::TxBurst(Frame* frames, uint16_t n) {

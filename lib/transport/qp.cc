@@ -1,6 +1,8 @@
 // QP creation, the verbs state machine, posting, and the per-QP scheduler.
 #include "transport/qp.h"
 
+#include <bit>
+
 #include <cerrno>
 #include <cstring>
 
@@ -214,6 +216,7 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrPathMtu) {
     attr_.path_mtu = a.path_mtu;
     mtu_ = a.path_mtu;
+    mtu_log2_ = static_cast<uint32_t>(std::countr_zero(a.path_mtu));
   }
   if (mask & kAttrTimeout) attr_.timeout = a.timeout;
   if (mask & kAttrRetryCnt) attr_.retry_cnt = req_.retry_left = a.retry_cnt;
@@ -230,6 +233,9 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (mask & kAttrMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
   if (mask & kAttrDestQpn) attr_.dest_qp_num = a.dest_qp_num;
+  if ((mask & (kAttrAv | kAttrDestQpn)) && route_.len != 0) {
+    headers_ = wire::MakeHeaderTemplate(route_, 0xFFFF, attr_.dest_qp_num);
+  }
 
   if (next == QpState::kErr && cur != QpState::kErr) {
     EnterError();
@@ -295,7 +301,65 @@ void Qp::TakePublishedRecvs() {
   if (state_ == QpState::kErr) FlushReceiveQueue();  // posted into ERR (or while the QP went there)
 }
 
-int Qp::ValidateForQp(const SendWr& wr) const {
+// Inline in the posting paths below, their only callers.
+[[gnu::always_inline]] inline void Qp::PrepareSendWqe(SendWqe& w) {
+  const SendWr& wr = w.wr;
+  w.started = w.fully_sent = w.done = false;
+  w.read_done_bytes = 0;
+  w.status = WcStatus::kSuccess;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  w.total_len = static_cast<uint32_t>(total);
+  if (wr.flags & kSendInline) {
+    // Inline data is copied now; the application may reuse its buffers at once.
+    // Data a batch wrote in place (InlineBufferAhead) stays where it is.
+    uint32_t off = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) {
+      const auto* from = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
+      if (from != w.inline_data + off) std::memcpy(w.inline_data + off, from, wr.sg_list[i].length);
+      off += wr.sg_list[i].length;
+    }
+  }
+  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    w.total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
+  }
+}
+
+// The checks every send WR passes (SGE count, max_msg_sz, opcode, an
+// atomic's one 8-byte SGE, inline size); inline in ValidateForQp, its one caller.
+[[gnu::always_inline]] inline int Qp::ValidateSend(const SendWr& wr) const {
+  if (wr.num_sge > caps_.max_send_sge) return EINVAL;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  if (total > kMaxMessageBytes) return EINVAL;  // max_msg_sz
+  const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
+                              wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
+                              wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+  switch (wr.opcode) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kRdmaWriteWithImm:
+    case WrOpcode::kSend:
+    case WrOpcode::kSendWithImm:
+    case WrOpcode::kSendWithInv:
+    case WrOpcode::kRdmaRead:
+    case WrOpcode::kLocalInv:
+    case WrOpcode::kBindMw:
+      break;
+    case WrOpcode::kAtomicCmpAndSwp:
+    case WrOpcode::kAtomicFetchAndAdd:
+      if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
+      break;
+    default:
+      return EINVAL;
+  }
+  if (wr.flags & kSendInline) {
+    if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
+  }
+  return 0;
+}
+
+[[gnu::always_inline]] inline int Qp::ValidateForQp(const SendWr& wr) const {
   if (const int err = ValidateSend(wr); err != 0) return err;
   if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
       wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
@@ -380,30 +444,6 @@ int Qp::PublishSends(uint32_t n) {
   return 0;
 }
 
-void Qp::PrepareSendWqe(SendWqe& w) {
-  const SendWr& wr = w.wr;
-  w.started = w.fully_sent = w.done = false;
-  w.read_done_bytes = 0;
-  w.status = WcStatus::kSuccess;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  w.total_len = static_cast<uint32_t>(total);
-  if (wr.flags & kSendInline) {
-    // Inline data is copied now; the application may reuse its buffers at once.
-    // Data a batch wrote in place (InlineBufferAhead) stays where it is.
-    uint32_t off = 0;
-    for (uint32_t i = 0; i < wr.num_sge; ++i) {
-      const auto* from = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
-      if (from != w.inline_data + off) std::memcpy(w.inline_data + off, from, wr.sg_list[i].length);
-      off += wr.sg_list[i].length;
-    }
-  }
-  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    w.total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
-  }
-}
-
 void Qp::TakePostedSends() {
   if (state_ != QpState::kErr) {
     sq_.TakeAllPublished();
@@ -446,13 +486,11 @@ void Qp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t no
 
 uint32_t Qp::WriteHeaders(uint8_t* frame, uint8_t opcode, uint32_t psn, bool ack_req,
                             bool solicited, uint8_t** ext) const {
-  uint8_t* bth_p = wire::WriteRoute(frame, route_);
+  // P_Key, MigReq and the destination QP come with the template.
+  uint8_t* bth_p = wire::WriteHeaderTemplate(frame, headers_);
   wire::BthWriter bth(bth_p);
   bth.set_opcode(opcode);
-  bth.set_flags(solicited, true, 0, 0);  // MigReq set: no APM, like rxe
-  bth.set_pkey(0xFFFF);
-  bth.set_ecn_bits(false, false);
-  bth.set_dest_qp(attr_.dest_qp_num);
+  if (solicited) bth.set_flags(true, true, 0, 0);
   bth.set_ack_req(ack_req);
   bth.set_psn(psn);
   *ext = bth_p + wire::kBthBytes;

@@ -324,7 +324,7 @@ class Qp {
   };
 
   // --- requester / completer (requester.cc, completer.cc)
-  int ValidateSend(const SendWr& wr) const;
+  int ValidateSend(const SendWr& wr) const;  // in qp.cc, inline in ValidateForQp
   // A multi-packet WRITE or READ resolves its region (or window) once, on
   // its first packet; the key must still mean the same memory for each
   // later one. Once the program deregisters (re-registers, unbinds) it, or
@@ -365,11 +365,9 @@ class Qp {
     return PacketsForLength(w.total_len);
   }
   // Packets (PSNs) a message of `len` bytes takes at the path MTU, at least
-  // one; 64-bit arithmetic, so any 32-bit length is counted right (2^31
-  // bytes at MTU 256 is 2^23 PSNs).
-  uint32_t PacketsForLength(uint32_t len) const {
-    return static_cast<uint32_t>(std::max<uint64_t>(1, (uint64_t{len} + mtu_ - 1) / mtu_));
-  }
+  // one. The MTU is a power of two (256..4096): a shift, not a division,
+  // and no overflow at any 32-bit length (2^31 bytes at MTU 256 is 2^23 PSNs).
+  uint32_t PacketsForLength(uint32_t len) const { return len == 0 ? 1 : ((len - 1) >> mtu_log2_) + 1; }
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.
@@ -518,6 +516,7 @@ class Qp {
   QpEvent error_event_ = QpEvent::kNone;
   QpAttr attr_;
   wire::Route route_;
+  wire::HeaderTemplate headers_;  // route_ and the BTH's fixed fields (WriteHeaders)
   wire::Route cnp_route_;  // route_ with the CNP DSCP and Not-ECT
   // Notification point state: a move to RESET value-initialises it.
   struct CnpConn {
@@ -526,6 +525,7 @@ class Qp {
     uint64_t last_cnp_ns = 0;
   } cnp_;
   uint32_t mtu_ = 1024;
+  uint32_t mtu_log2_ = 10;  // RC, UC: mtu_ == 1 << mtu_log2_ (UD: PacketsFor is 1)
   uint16_t ud_src_port_ = 0xC000;  // UD: the UDP source port of every packet (UdSourcePort)
   QpCounters counters_;
   cc::CongestionControl cc_;

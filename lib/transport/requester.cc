@@ -1,4 +1,4 @@
-// Requester (IBTA 9.7.1-9.7.4): validates and starts work requests, assigns
+// Requester (IBTA 9.7.1-9.7.4): starts work requests (lkeys checked), assigns
 // PSNs, segments messages by path MTU and builds request packets.
 #include <algorithm>
 #include <bit>
@@ -15,44 +15,15 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
-int Qp::ValidateSend(const SendWr& wr) const {
-  if (wr.num_sge > caps_.max_send_sge) return EINVAL;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
-  if (total > kMaxMessageBytes) return EINVAL;  // max_msg_sz
-  const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
-                              wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-                              wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-  switch (wr.opcode) {
-    case WrOpcode::kRdmaWrite:
-    case WrOpcode::kRdmaWriteWithImm:
-    case WrOpcode::kSend:
-    case WrOpcode::kSendWithImm:
-    case WrOpcode::kSendWithInv:
-    case WrOpcode::kRdmaRead:
-    case WrOpcode::kLocalInv:
-    case WrOpcode::kBindMw:
-      break;
-    case WrOpcode::kAtomicCmpAndSwp:
-    case WrOpcode::kAtomicFetchAndAdd:
-      if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
-      break;
-    default:
-      return EINVAL;
-  }
-  if (wr.flags & kSendInline) {
-    if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
-  }
-  return 0;
-}
-
-uint32_t Qp::AckReqEvery() const {
+// Inline: BuildRequest, in this file, is its one caller.
+[[gnu::always_inline]] inline uint32_t Qp::AckReqEvery() const {
   const uint32_t every = sr_ ? sr_->ack_req_every() : env_.ack_req_every;
   const uint32_t cc_window = cc_.output().window_packets;  // 0: none
   return cc_window != 0 ? std::min(every, std::max(1u, cc_window / 2)) : every;
 }
 
-bool Qp::StartWqe(SendWqe& w) {
+// Inline: the requester's start_wqe step, in this file, is its one caller.
+[[gnu::always_inline]] inline bool Qp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (IsLocalOp(w)) {
     // Executed in send-queue order, without a packet (IBTA 10.6.7.2);
@@ -290,15 +261,27 @@ inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& s
 }
 }  // namespace
 
-void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+namespace {
+// GatherPayload's work, inline in BuildRequest.
+template <typename Wqe>
+[[gnu::always_inline]] inline void GatherSges(const Wqe& w, uint32_t offset, uint32_t len, uint8_t* out) {
   if (w.wr.flags & kSendInline) {
     std::memcpy(out, w.inline_data + offset, len);
+    return;
+  }
+  if (w.wr.num_sge == 1 && len > 0) {  // the common case: [offset, offset+len) lies in the one SGE
+    std::memcpy(out, w.sge_host[0] + offset, len);
     return;
   }
   ForEachSgeSpan(w, offset, len, [&out](const uint8_t* host, uint32_t n) {
     std::memcpy(out, host, n);
     out += n;
   });
+}
+}  // namespace
+
+void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
+  GatherSges(w, offset, len, out);
 }
 
 uint32_t Qp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
@@ -332,10 +315,12 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   // cc_hooks.cc: true when this packet is the one timed (it asks for its ACK).
   const bool cc_timed = cc_.ops() != nullptr && CcNoteSent(psn, retransmission, now_ns);
   const uint32_t index = static_cast<uint32_t>(PsnDiff(psn, w.first_psn));
-  uint8_t* ext;
-  const uint32_t l4_end = WriteHeaders(frame, 0, psn, false, false, &ext);
-  uint8_t* bth_p = frame + l4_end;
+  // WriteHeaders(frame, 0, psn, false, false, &ext) without the call: every
+  // path below sets the opcode and AckReq.
+  uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);
+  uint8_t* ext = bth_p + kBthBytes;
   BthWriter bth(bth_p);
+  bth.set_psn(psn);
   uint32_t transport_len = kBthBytes;
 
   switch (w.wr.opcode) {
@@ -353,7 +338,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       transport_len += kRethBytes;
       w.next_psn = PsnAdd(w.last_psn, 1);
       w.fully_sent = true;
-      return FinalizeFrame(frame, route_, transport_len);
+      return FinishTemplateFrame(frame, headers_, transport_len);
     }
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd: {
@@ -370,7 +355,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       transport_len += kAtomicEthBytes;
       w.next_psn = PsnAdd(psn, 1);
       w.fully_sent = true;
-      return FinalizeFrame(frame, route_, transport_len);
+      return FinishTemplateFrame(frame, headers_, transport_len);
     }
     default:
       break;
@@ -428,13 +413,12 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   uint8_t* payload = bth_p + headers;
   if (seg < kFusedGatherMin) {
     // Short payloads: one CRC pass over the whole frame beats two reductions.
-    GatherPayload(w, offset, seg, payload);
-    return FinalizeFrame(frame, route_, transport_len);
+    GatherSges(w, offset, seg, payload);
+    return FinishTemplateFrame(frame, headers_, transport_len);
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);
-  const uint8_t* l3 = frame + route_.l3_offset;
-  uint32_t crc = IcrcBegin(l3, static_cast<uint32_t>(payload - l3), route_.ipv6);
+  uint32_t crc = IcrcTemplateBegin(frame, headers_, headers - kBthBytes);
   crc = GatherPayloadCrc(w, offset, seg, payload, crc);
   crc = Crc32Update(crc, payload + seg, frame + icrc_offset - (payload + seg));  // pad
   StoreLe32(frame + icrc_offset, Crc32Final(crc));

@@ -529,7 +529,7 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       aeth.set_msn(a.msn);
       if (a.kind == ActionKind::kAck) ++counters_.acks_sent;
       const uint32_t echo = int_echo_pending_ ? CcWriteIntEcho(bth_p, kBthBytes + kAethBytes) : 0;
-      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + echo);
+      return FinishTemplateFrame(frame, headers_, kBthBytes + kAethBytes + echo);
     }
     case ActionKind::kAtomicAck: {
       bth.set_opcode(kRcAtomicAcknowledge);
@@ -537,7 +537,7 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       aeth.set_syndrome(MakeSyndrome(AethType::kAck, CreditsField()));
       aeth.set_msn(a.msn);
       AtomicAckEthWriter(ext + kAethBytes).set_original(a.original);
-      return FinalizeFrame(frame, route_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
+      return FinishTemplateFrame(frame, headers_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
     }
     case ActionKind::kReadResponse: {
       if (a.offset > 0 && !MrStillLentSince(a.rkey, &a.epoch)) {
@@ -549,7 +549,7 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
         AethWriter aeth(ext);
         aeth.set_syndrome(MakeSyndrome(AethType::kNak, kNakRemoteAccessError));
         aeth.set_msn(a.msn);
-        return FinalizeFrame(frame, route_, kBthBytes + kAethBytes);
+        return FinishTemplateFrame(frame, headers_, kBthBytes + kAethBytes);
       }
       const uint32_t seg = std::min(mtu_, a.length - a.offset);
       const bool first = a.offset == 0;
@@ -570,12 +570,11 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
       *finished = last;
       if (seg < kFusedGatherMin) {
         if (seg > 0) std::memcpy(payload, src, seg);
-        return FinalizeFrame(frame, route_, op.header_bytes + seg);
+        return FinishTemplateFrame(frame, headers_, op.header_bytes + seg);
       }
       // Copied from the MR and CRCed in one pass.
       const uint32_t icrc_offset = FinishHeaders(frame, route_, op.header_bytes + seg);
-      const uint8_t* l3 = frame + route_.l3_offset;
-      uint32_t crc = IcrcBegin(l3, static_cast<uint32_t>(payload - l3), route_.ipv6);
+      uint32_t crc = IcrcTemplateBegin(frame, headers_, op.header_bytes - kBthBytes);
       crc = Crc32CopyUpdate(crc, payload, src, seg);
       crc = Crc32Update(crc, payload + seg, frame + icrc_offset - (payload + seg));  // pad
       StoreLe32(frame + icrc_offset, Crc32Final(crc));

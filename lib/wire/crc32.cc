@@ -512,6 +512,22 @@ uint32_t Dispatch(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t le
   return src.Small(state, data, len);  // the table at any length
 }
 
+#if defined(__x86_64__)
+// The active implementation's short path, tested first: headers, ACKs and
+// small payloads are most of the calls. False until crc32.cc's start-up has
+// run (Dispatch then takes the table, as kActiveImpl is still kTable).
+const bool kActiveShortAvx =
+    kActiveImpl == Crc32Impl::kPclmulAvx || kActiveImpl == Crc32Impl::kVpclmulAvx512;
+#endif
+
+template <typename Src>
+inline uint32_t DispatchActive(uint32_t state, const uint8_t* data, size_t len, const Src& src) {
+#if defined(__x86_64__)
+  if (len - 16 < 512 - 16 && kActiveShortAvx) return ShortFoldAvx(state, data, len, src);
+#endif
+  return Dispatch(kActiveImpl, state, data, len, src);
+}
+
 }  // namespace
 
 uint32_t Crc32UpdateWith(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len) {
@@ -520,7 +536,7 @@ uint32_t Crc32UpdateWith(Crc32Impl impl, uint32_t state, const uint8_t* data, si
 
 uint32_t Crc32Update(uint32_t state, const uint8_t* data, size_t len) {
   // A well-predicted branch on a constant chosen at start-up; no indirect call.
-  return Dispatch(kActiveImpl, state, data, len, PlainSrc{});
+  return DispatchActive(state, data, len, PlainSrc{});
 }
 
 uint32_t Crc32CopyUpdateWith(Crc32Impl impl, uint32_t state, uint8_t* dst, const uint8_t* src,
@@ -529,7 +545,7 @@ uint32_t Crc32CopyUpdateWith(Crc32Impl impl, uint32_t state, uint8_t* dst, const
 }
 
 uint32_t Crc32CopyUpdate(uint32_t state, uint8_t* dst, const uint8_t* src, size_t len) {
-  return Dispatch(kActiveImpl, state, src, len, CopySrc{src, dst});
+  return DispatchActive(state, src, len, CopySrc{src, dst});
 }
 
 uint32_t Crc32UpdateOrMaskedWith(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len,
@@ -539,7 +555,7 @@ uint32_t Crc32UpdateOrMaskedWith(Crc32Impl impl, uint32_t state, const uint8_t* 
 
 uint32_t Crc32UpdateOrMasked(uint32_t state, const uint8_t* data, size_t len,
                              const Crc32OrMask& mask) {
-  return Dispatch(kActiveImpl, state, data, len, OrMaskSrc{data, mask.bytes});
+  return DispatchActive(state, data, len, OrMaskSrc{data, mask.bytes});
 }
 
 Crc32Impl ActiveCrc32Impl() { return kActiveImpl; }

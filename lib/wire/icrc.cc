@@ -57,6 +57,33 @@ const Crc32OrMask kMaskV6 = MakeMask(true);
 
 }  // namespace
 
+namespace icrc_detail {
+namespace {
+constexpr uint32_t kDistance[kDistances] = {1, 2, 3, 4, 11, 12, 15, 16, 37, 38, 55, 56};
+
+// At compile time: the table of distance d from that of d - 1 (one more
+// zero byte through the CRC), as slice-by-N tables are made.
+constexpr std::array<std::array<uint32_t, 256>, kDistances> MakeByteAt() {
+  std::array<uint32_t, 256> one{};
+  for (uint32_t v = 0; v < 256; ++v) {
+    uint32_t r = v;
+    for (int k = 0; k < 8; ++k) r = (r >> 1) ^ ((r & 1) ? 0xEDB88320u : 0);
+    one[v] = r;
+  }
+  std::array<std::array<uint32_t, 256>, kDistances> t{};
+  std::array<uint32_t, 256> cur = one;
+  uint32_t i = 0;
+  for (uint32_t d = 1; i < kDistances; ++d) {
+    if (d == kDistance[i]) t[i++] = cur;
+    for (uint32_t v = 0; v < 256; ++v) cur[v] = (cur[v] >> 8) ^ one[cur[v] & 0xFF];
+  }
+  return t;
+}
+}  // namespace
+
+constexpr std::array<std::array<uint32_t, 256>, kDistances> kByteAt = MakeByteAt();
+}  // namespace icrc_detail
+
 uint32_t IcrcBegin(const uint8_t* l3, uint32_t len, bool ipv6) {
   if (!ipv6 && (l3[0] & 0x0F) != 5) [[unlikely]] return IcrcBeginIpv4Options(l3, len);
   return Crc32UpdateOrMasked(kPseudoLrhState, l3, len, ipv6 ? kMaskV6 : kMaskV4);

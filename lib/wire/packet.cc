@@ -95,13 +95,9 @@ ParsedPacket Parse(const uint8_t* f, uint32_t len, bool cut) {
     // on byte order (RFC 1071 2(B)) and 0xFFFF reads the same both ways.
     const uint8_t* ip = f + p.l3_offset;
     if (Ipv4View(ip).ttl() == 0) return Fail(p, ParseStatus::kIpTtlZero);
-    uint32_t w[5];
-    std::memcpy(w, ip, 20);
-    uint64_t sum = uint64_t{w[0]} + w[1] + w[2] + w[3] + w[4];
-    for (uint32_t i = 20; i < l4 - p.l3_offset; i += 4) {  // options
-      std::memcpy(w, ip + i, 4);
-      sum += w[0];
-    }
+    uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) +
+                   LoadLe32(ip + 16);
+    for (uint32_t i = 20; i < l4 - p.l3_offset; i += 4) sum += LoadLe32(ip + i);  // options
     sum = (sum & 0xFFFFFFFF) + (sum >> 32);
     sum = (sum & 0xFFFFFFFF) + (sum >> 32);
     sum = (sum & 0xFFFF) + (sum >> 16);
@@ -179,7 +175,7 @@ uint32_t StoredIcrc(const uint8_t* frame, const ParsedPacket& p) {
 
 bool IcrcMatches(const uint8_t* frame, const ParsedPacket& p) {
   return ComputeIcrc(frame + p.l3_offset, p.icrc_offset - p.l3_offset, p.ipv6) ==
-         StoredIcrc(frame, p);
+         LoadLe32(frame + p.icrc_offset);  // StoredIcrc
 }
 
 uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes) {
@@ -260,7 +256,9 @@ Route WithTrafficClass(const Route& r, uint8_t tclass) {
   return out;
 }
 
-uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
+namespace {
+// FinishHeaders' work, inlined into FinishTemplateFrame as well.
+[[gnu::always_inline]] inline uint32_t FinishLengths(uint8_t* frame, const Route& r, uint32_t transport_len) {
   uint8_t* bth = frame + r.len;
   const uint32_t pad = PadFor(transport_len);
   std::memset(bth + transport_len, 0, pad);
@@ -280,6 +278,43 @@ uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
     ip.set_checksum(static_cast<uint16_t>(~sum));
   }
   return r.len + transport_len + pad;
+}
+
+[[gnu::always_inline]] inline uint32_t TemplateRegister(const uint8_t* frame, const HeaderTemplate& t,
+                                                       uint32_t after_bth) {
+  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
+  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
+}
+}  // namespace
+
+uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
+  return FinishLengths(frame, r, transport_len);
+}
+
+HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp) {
+  HeaderTemplate t;
+  t.route = r;
+  std::memcpy(t.bytes.data(), r.bytes.data(), r.len);
+  BthWriter bth(t.bytes.data() + r.len);
+  bth.set_flags(false, true, 0, 0);  // MigReq set: no APM, like rxe
+  bth.set_pkey(pkey);
+  bth.set_dest_qp(dest_qp);
+  const uint8_t* l3 = t.bytes.data() + r.l3_offset;
+  const uint32_t headers = r.len + kBthBytes - r.l3_offset;
+  // The register with the per-packet bytes zero: remove what they add.
+  t.icrc_base = IcrcBegin(l3, headers, r.ipv6) ^ IcrcPerPacketBytes(l3, r.ipv6);
+  return t;
+}
+
+uint32_t IcrcTemplateBegin(const uint8_t* frame, const HeaderTemplate& t, uint32_t after_bth) {
+  return TemplateRegister(frame, t, after_bth);
+}
+
+uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t transport_len) {
+  const uint32_t icrc_offset = FinishLengths(frame, t.route, transport_len);
+  const uint32_t crc = TemplateRegister(frame, t, icrc_offset - (t.route.len + kBthBytes));
+  StoreLe32(frame + icrc_offset, Crc32Final(crc));
+  return icrc_offset + kIcrcBytes;
 }
 
 void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {

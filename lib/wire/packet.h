@@ -129,6 +129,37 @@ inline uint8_t* WriteRoute(uint8_t* frame, const Route& r) {
   return frame + r.len;
 }
 
+// A QP's packet headers built once, when its route or destination QP is
+// set: the route prefix and a BTH with the QP's fixed fields (P_Key,
+// MigReq, destination QP), and the ICRC register after the pseudo-LRH and
+// these headers with every per-packet field zero (IP and UDP lengths, BTH
+// bytes 0-1 and 8-11: opcode, SE, pad, TVer, AckReq, PSN). A packet copies
+// the prefix and sets its BTH fields, extended headers and payload;
+// FinishTemplateFrame fills the lengths and checksum and starts the ICRC
+// from `icrc_base` plus the per-packet bytes' contributions (the CRC is
+// linear: crc(H ^ D) = crc(H) ^ crc0(D)), with no CRC pass over the
+// headers; the pass covers only what follows the BTH.
+struct HeaderTemplate {
+  static constexpr uint32_t kBytes = 80;  // the longest route (66) and a BTH, rounded up
+  std::array<uint8_t, kBytes> bytes{};
+  Route route;  // offsets and the IPv4 partial sum (its bytes are those above)
+  uint32_t icrc_base = 0;
+};
+static_assert(HeaderTemplate::kBytes >= sizeof(Route::bytes) + kBthBytes);
+HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp);
+
+// Writes the template's headers at `frame` and returns the BTH.
+inline uint8_t* WriteHeaderTemplate(uint8_t* frame, const HeaderTemplate& t) {
+  std::memcpy(frame, t.bytes.data(), HeaderTemplate::kBytes);  // fixed size: wide copies
+  return frame + t.route.len;
+}
+
+// The ICRC register after the pseudo-LRH, the headers [l3, BTH end) of a
+// frame begun with WriteHeaderTemplate (its lengths and BTH set) and the
+// `after_bth` bytes that follow the BTH: IcrcBegin(l3, ..., ipv6) with a
+// CRC pass only over those bytes.
+uint32_t IcrcTemplateBegin(const uint8_t* frame, const HeaderTemplate& t, uint32_t after_bth);
+
 // FinalizeFrame without the ICRC: zeroes the pad, sets the pad count, IP and
 // UDP lengths and the IPv4 checksum. Returns the ICRC's offset in the frame
 // (for callers that compute the ICRC their own way, as lib/transport does).
@@ -144,6 +175,10 @@ inline uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport
             ComputeIcrc(frame + r.l3_offset, icrc_offset - r.l3_offset, r.ipv6));
   return icrc_offset + kIcrcBytes;
 }
+
+// FinalizeFrame for a frame begun with WriteHeaderTemplate: the same bytes,
+// the ICRC's pass only over what follows the BTH.
+uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t transport_len);
 
 // Recomputes lengths-independent fields after a change to masked fields
 // (ECN marking by a congestion point): only the IPv4 checksum needs fixing,

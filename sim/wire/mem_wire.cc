@@ -15,6 +15,7 @@ MemWire::MemWire(const MemWireConfig& config)
   for (uint32_t i = config.pool_frames; i-- > 0;) free_.push_back(i);
   for (int d = 0; d < 2; ++d) {
     dir_[d].impair = config.impair[d];
+    dir_[d].impaired = Impaired(config.impair[d]);
     dir_[d].queue.assign(config.queue_frames, 0);
   }
   // splitmix64 seeding of xoshiro128+-style state (two words suffice here).
@@ -39,29 +40,37 @@ uint64_t MemWire::Next() {  // xorshift128+
 
 double MemWire::Uniform() { return double(Next() >> 11) * (1.0 / 9007199254740992.0); }
 
-Frame MemWire::FrameFor(uint32_t slot, uint32_t len) {
-  return Frame{storage_.get() + size_t{slot} * kMaxFrameBytes, len, kMaxFrameBytes,
-               reinterpret_cast<void*>(uintptr_t{slot})};
+bool MemWire::Impaired(const Impairments& imp) {
+  return imp.drop > 0 || imp.duplicate > 0 || imp.reorder > 0 || imp.corrupt > 0 || imp.ecn_mark > 0;
 }
 
-bool MemWire::Enqueue(int from, uint32_t slot) {
+// Out of line: the per-frame path below carries no call that needs saved
+// registers unless a queue is full, a tap is set or frames are held back.
+[[gnu::noinline]] bool MemWire::TailDrop(Direction& d, uint32_t slot) {
+  ++d.counters.queue_full;
+  free_.push_back(slot);
+  return false;
+}
+
+[[gnu::noinline]] void MemWire::CallTap(int from, uint32_t slot) {
+  tap_(tap_ctx_, from, SlotData(slot), lengths_[slot]);
+}
+
+inline bool MemWire::Enqueue(int from, uint32_t slot) {
   Direction& d = dir_[from];
-  if (d.count == d.queue.size()) {
-    ++d.counters.queue_full;
-    free_.push_back(slot);
-    return false;
-  }
-  d.queue[(d.head + d.count) % d.queue.size()] = slot;
+  const uint32_t size = static_cast<uint32_t>(d.queue.size());
+  if (d.count == size) [[unlikely]] return TailDrop(d, slot);
+  const uint32_t tail = d.head + d.count;
+  d.queue[tail < size ? tail : tail - size] = slot;
   ++d.count;
   ++d.counters.delivered;
-  if (tap_ != nullptr) tap_(tap_ctx_, from, storage_.get() + size_t{slot} * kMaxFrameBytes, lengths_[slot]);
+  if (tap_ != nullptr) [[unlikely]] CallTap(from, slot);
   return true;
 }
 
-void MemWire::Deliver(int from, uint32_t slot) {
+// Frames held back for reordering go out once enough others have passed.
+[[gnu::noinline]] void MemWire::PassHeld(int from) {
   Direction& d = dir_[from];
-  Enqueue(from, slot);
-  // Frames held back for reordering go out once enough others have passed.
   for (size_t i = 0; i < d.held.size();) {
     if (--d.held[i].countdown == 0) {
       const uint32_t s = d.held[i].slot;
@@ -74,15 +83,26 @@ void MemWire::Deliver(int from, uint32_t slot) {
   }
 }
 
-void MemWire::Transmit(int from, uint32_t slot) {
+inline void MemWire::Deliver(int from, uint32_t slot) {
+  Enqueue(from, slot);
+  if (!dir_[from].held.empty()) [[unlikely]] PassHeld(from);
+}
+
+inline void MemWire::Transmit(int from, uint32_t slot) {
+  ++dir_[from].counters.sent;
+  if (!dir_[from].impaired) [[likely]] {  // a perfect wire: no draws, no parse
+    Deliver(from, slot);
+    return;
+  }
+  TransmitImpaired(from, slot);
+}
+
+[[gnu::noinline]] void MemWire::TransmitImpaired(int from, uint32_t slot) {
   Direction& d = dir_[from];
   const Impairments& imp = d.impair;
-  ++d.counters.sent;
-  uint8_t* data = storage_.get() + size_t{slot} * kMaxFrameBytes;
+  uint8_t* data = SlotData(slot);
   const uint32_t len = lengths_[slot];
-  const bool any = imp.drop > 0 || imp.duplicate > 0 || imp.reorder > 0 || imp.corrupt > 0 ||
-                   imp.ecn_mark > 0;
-  if (!any || (imp.roce_only && !wire::ParsePacket(data, len).ok())) {
+  if (imp.roce_only && !wire::ParsePacket(data, len).ok()) {
     Deliver(from, slot);
     return;
   }
@@ -99,7 +119,7 @@ void MemWire::Transmit(int from, uint32_t slot) {
   if (imp.duplicate > 0 && !free_.empty() && Uniform() < imp.duplicate) {
     const uint32_t copy = free_.back();
     free_.pop_back();
-    std::memcpy(storage_.get() + size_t{copy} * kMaxFrameBytes, data, len);
+    std::memcpy(SlotData(copy), data, len);
     lengths_[copy] = len;
     ++d.counters.duplicated;
     Deliver(from, copy);
@@ -120,24 +140,32 @@ uint16_t MemWire::End::RxBurst(Frame* frames, uint16_t n) {
     for (const Held& h : d.held) wire_->Enqueue(1 - side_, h.slot);
     d.held.clear();
   }
-  uint16_t i = 0;
-  for (; i < n && d.count > 0; ++i) {
-    const uint32_t slot = d.queue[d.head];
-    d.head = (d.head + 1) % d.queue.size();
-    --d.count;
-    frames[i] = wire_->FrameFor(slot, wire_->lengths_[slot]);
+  // The ring's state in locals: the stores into frames[] would otherwise
+  // make the compiler reload it for every frame.
+  const uint16_t take = static_cast<uint16_t>(d.count < n ? d.count : n);
+  const uint32_t* queue = d.queue.data();
+  const uint32_t size = static_cast<uint32_t>(d.queue.size());
+  const uint32_t* lengths = wire_->lengths_.data();
+  uint8_t* storage = wire_->storage_.get();
+  uint32_t head = d.head;
+  for (uint16_t i = 0; i < take; ++i) {
+    const uint32_t slot = queue[head];
+    if (++head == size) head = 0;
+    frames[i] = Frame{storage + size_t{slot} * kMaxFrameBytes, lengths[slot], kMaxFrameBytes,
+                      reinterpret_cast<void*>(uintptr_t{slot})};
   }
-  return i;
+  d.head = head;
+  d.count -= take;
+  return take;
 }
 
 uint16_t MemWire::End::AllocTx(Frame* frames, uint16_t n) {
-  uint16_t i = 0;
-  for (; i < n && !wire_->free_.empty(); ++i) {
-    const uint32_t slot = wire_->free_.back();
-    wire_->free_.pop_back();
-    frames[i] = wire_->FrameFor(slot, 0);
-  }
-  return i;
+  std::vector<uint32_t>& free = wire_->free_;
+  const uint16_t take = static_cast<uint16_t>(free.size() < n ? free.size() : n);
+  const uint32_t* top = free.data() + free.size();
+  for (uint16_t i = 0; i < take; ++i) frames[i] = wire_->FrameFor(top[-1 - i], 0);
+  free.resize(free.size() - take);
+  return take;
 }
 
 uint16_t MemWire::End::TxBurst(Frame* frames, uint16_t n) {

@@ -60,7 +60,10 @@ class MemWire {
   BurstIo& end(int i) { return ends_[i]; }
   // Counters of the direction leaving end `from`.
   const MemWireCounters& counters(int from) const { return dir_[from].counters; }
-  void set_impairments(int from, const Impairments& imp) { dir_[from].impair = imp; }
+  void set_impairments(int from, const Impairments& imp) {
+    dir_[from].impair = imp;
+    dir_[from].impaired = Impaired(imp);
+  }
   // Called for every frame that enters the far end's queue (for captures).
   using Tap = void (*)(void* ctx, int from, const uint8_t* data, uint32_t len);
   void set_tap(Tap tap, void* ctx) {
@@ -94,16 +97,25 @@ class MemWire {
 
   struct Direction {
     Impairments impair;
+    bool impaired = false;  // some probability above zero: Transmit draws for each frame
     std::vector<uint32_t> queue;  // ring of slots
     uint32_t head = 0, count = 0;
     std::vector<Held> held;
     MemWireCounters counters;
   };
 
-  Frame FrameFor(uint32_t slot, uint32_t len);
+  uint8_t* SlotData(uint32_t slot) { return storage_.get() + size_t{slot} * kMaxFrameBytes; }
+  Frame FrameFor(uint32_t slot, uint32_t len) {
+    return Frame{SlotData(slot), len, kMaxFrameBytes, reinterpret_cast<void*>(uintptr_t{slot})};
+  }
+  static bool Impaired(const Impairments& imp);
   bool Enqueue(int from, uint32_t slot);
+  bool TailDrop(Direction& d, uint32_t slot);
+  void CallTap(int from, uint32_t slot);
   void Deliver(int from, uint32_t slot);
+  void PassHeld(int from);
   void Transmit(int from, uint32_t slot);
+  void TransmitImpaired(int from, uint32_t slot);
   double Uniform();
   uint64_t Next();
 

@@ -376,14 +376,14 @@ uint32_t SelectiveRepeat::BuildSack(uint8_t* frame) {
   if (!any) {
     bth.set_opcode(kRcAcknowledge);
     ++qp_.counters_.acks_sent;
-    return FinalizeFrame(frame, qp_.route_, kBthBytes + kAethBytes);
+    return FinishTemplateFrame(frame, qp_.headers_, kBthBytes + kAethBytes);
   }
   bth.set_opcode(kSrSack);
   SackEthWriter sack(ext + kAethBytes);
   sack.set_base_psn(ack);
   for (uint32_t w = 0; w < kSackBits / 64; ++w) sack.set_word(w, words[w]);
   ++qp_.counters_.sr_sacks_sent;
-  return FinalizeFrame(frame, qp_.route_, kBthBytes + kAethBytes + kSackEthBytes);
+  return FinishTemplateFrame(frame, qp_.headers_, kBthBytes + kAethBytes + kSackEthBytes);
 }
 
 }  // namespace droce::transport

@@ -29,7 +29,15 @@ struct IncastConfig {
   uint64_t flow_bytes = 1u << 20;
   uint32_t msg_bytes = 64 * 1024;
   uint32_t depth = 16;       // WRITEs outstanding per flow
-  SwitchPortConfig port;     // every switch port; line_rate_bps is set from the link's
+  // Every switch port (line_rate_bps is the link's). ECN as the HPCC simulator's run.py sets it at
+  // 100 Gb/s (Kmin 100 KB and Kmax 400 KB per 25 Gb/s, Pmax 0.2); the buffer is unlimited unless set.
+  SwitchPortConfig port = [] {
+    SwitchPortConfig p;
+    p.kmin_bytes = 400'000;
+    p.kmax_bytes = 1'600'000;
+    p.pmax = 0.2;
+    return p;
+  }();
   bool int_stamp_auto = true;  // switch ports stamp INT when cc is hpcc
   // A busy host's poll loop period. A paced QP sends at most one packet per round (lib/cc/pacer.h), so it
   // is kept below a packet's time at the line rate (84 ns for 1 KiB at 100 Gb/s).

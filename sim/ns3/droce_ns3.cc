@@ -289,12 +289,14 @@ IncastResult RunIncast(const IncastConfig& cfg) {
     f.sender = s;
     if (flow_id[s] >= 0) f.progress = hosts[s]->model().Flow(flow_id[s]);
     f.cc = hosts[s]->model().Cc(sender_qpn[s]);
+    f.qp = hosts[s]->model().Qp(sender_qpn[s]);
     r.all_done = r.all_done && f.progress.done && !f.progress.failed;
     if (f.progress.done) r.end_ns = std::max(r.end_ns, f.progress.finish_ns - start_ns);
     r.flows.push_back(f);
   }
   if (!r.all_done) r.end_ns = end - start_ns;
   r.bottleneck = bottleneck.Stats(end);
+  for (const auto& h : hosts) r.host_counters.push_back(h->model().DescribeCounters());
   return r;
 }
 
@@ -315,14 +317,16 @@ void WriteSamplesCsv(const IncastResult& r, std::ostream& out) {
 }
 
 void WriteFlowsCsv(const IncastResult& r, std::ostream& out) {
-  out << "flow,sender,bytes,fct_us,done,failed,algorithm,rtt_samples,min_rtt_us,cnps,telemetry_acks,rate_decreases\n";
+  out << "flow,sender,bytes,fct_us,done,failed,algorithm,rtt_samples,min_rtt_us,cnps,telemetry_acks,rate_decreases,"
+         "tx_packets,retransmitted,timeouts,naks_received\n";
   for (size_t i = 0; i < r.flows.size(); ++i) {
     const IncastFlow& f = r.flows[i];
     const FlowProgress& p = f.progress;
     out << i << ',' << f.sender << ',' << p.bytes << ',' << (p.done ? (p.finish_ns - p.start_ns) / 1e3 : -1.0) << ','
         << p.done << ',' << p.failed << ',' << f.cc.algorithm << ',' << f.cc.rtt_samples << ','
         << f.cc.min_rtt_ns / 1e3 << ',' << f.cc.cnps << ',' << f.cc.telemetry_acks << ',' << f.cc.rate_decreases
-        << '\n';
+        << ',' << f.qp.tx_packets << ',' << f.qp.retransmitted_packets << ',' << f.qp.timeouts << ','
+        << f.qp.naks_received << '\n';
   }
 }
 
@@ -332,6 +336,11 @@ std::string Summary(const IncastConfig& cfg, const IncastResult& r) {
     if (f.progress.done) fct.push_back((f.progress.finish_ns - f.progress.start_ns) / 1e3);
   }
   std::sort(fct.begin(), fct.end());
+  uint64_t timeouts = 0, retransmitted = 0;
+  for (const IncastFlow& f : r.flows) {
+    timeouts += f.qp.timeouts;
+    retransmitted += f.qp.retransmitted_packets;
+  }
   const double ideal_us = cfg.flow_bytes * 8e6 * cfg.senders / cfg.line_rate_bps;  // all bytes at the line rate
   std::ostringstream s;
   s << "senders=" << cfg.senders << " cc=" << cfg.cc << " cc_params=\"" << cfg.cc_params << "\""
@@ -345,7 +354,7 @@ std::string Summary(const IncastConfig& cfg, const IncastResult& r) {
   s << " queue_max=" << r.bottleneck.max_queue_bytes << " queue_mean=" << static_cast<uint64_t>(r.bottleneck.mean_queue_bytes)
     << " queue_p50=" << r.bottleneck.p50_queue_bytes << " queue_p99=" << r.bottleneck.p99_queue_bytes
     << " drops=" << r.bottleneck.dropped << " marks=" << r.bottleneck.marked << " int_stamped=" << r.bottleneck.stamped
-    << " events=" << r.events;
+    << " timeouts=" << timeouts << " retransmitted=" << retransmitted << " events=" << r.events;
   return s.str();
 }
 

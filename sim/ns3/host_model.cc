@@ -302,7 +302,56 @@ CcView HostModel::Cc(uint32_t qpn) const {
   return v;
 }
 
+QpView HostModel::Qp(uint32_t qpn) const {
+  QpView v;
+  const transport::Qp* q = impl_->dev->qp(qpn);
+  if (q == nullptr) return v;
+  const transport::QpCounters& c = q->counters();
+  v.tx_packets = c.tx_packets;
+  v.retransmitted_packets = c.retransmitted_packets;
+  v.timeouts = c.timeouts;
+  v.naks_received = c.naks_received;
+  v.out_of_sequence = c.out_of_sequence;
+  v.duplicates_received = c.duplicates_received;
+  return v;
+}
+
 const HostCounters& HostModel::counters() const { return impl_->counters; }
+
+std::string HostModel::DescribeCounters() const {
+  std::string out;
+  const auto add = [&out](const char* name, uint64_t v) {
+    if (v == 0) return;
+    if (!out.empty()) out += ' ';
+    out += name;
+    out += '=';
+    out += std::to_string(v);
+  };
+  core::ForEachDeviceCounter(impl_->dev->counters(), add);
+  for (uint32_t qpn : impl_->qpns) {
+    const transport::QpCounters& c = impl_->dev->qp(qpn)->counters();
+    const std::string q = "qp" + std::to_string(qpn) + "_";
+    for (const auto& [name, v] : {std::pair<const char*, uint64_t>{"acks_received", c.acks_received},
+                                  {"acks_sent", c.acks_sent},
+                                  {"ack_solicits", c.ack_solicits},
+                                  {"timeouts", c.timeouts},
+                                  {"retransmitted", c.retransmitted_packets},
+                                  {"naks_received", c.naks_received},
+                                  {"naks_sent", c.naks_sent},
+                                  {"out_of_sequence", c.out_of_sequence},
+                                  {"duplicates_received", c.duplicates_received},
+                                  {"dropped_wrong_state", c.dropped_wrong_state},
+                                  {"dropped_bad_response", c.dropped_bad_response}}) {
+      add((q + name).c_str(), v);
+    }
+  }
+  const HostCounters& h = impl_->counters;
+  add("link_frames_in", h.frames_in);
+  add("link_frames_out", h.frames_out);
+  add("link_tx_refused", h.tx_refused);
+  add("link_rx_dropped", h.rx_dropped);
+  return out;
+}
 
 struct SwitchPortModel::Impl {
   explicit Impl(const sim::EgressPortConfig& c) : port(c) {}

@@ -54,6 +54,12 @@ struct CcView {
   uint64_t telemetry_acks = 0, cnps = 0, rate_decreases = 0;
 };
 
+// A QP's transport counters that say how its data got through.
+struct QpView {
+  uint64_t tx_packets = 0, retransmitted_packets = 0, timeouts = 0;
+  uint64_t naks_received = 0, out_of_sequence = 0, duplicates_received = 0;
+};
+
 struct HostCounters {
   uint64_t frames_in = 0, frames_out = 0;
   uint64_t tx_refused = 0;  // frames the link did not take (retried later)
@@ -92,7 +98,10 @@ class HostModel {
                 uint64_t now_ns, std::string* error);
   const FlowProgress& Flow(int id) const;
   CcView Cc(uint32_t qpn) const;
+  QpView Qp(uint32_t qpn) const;
   const HostCounters& counters() const;
+  // "name=value ..." of this host's non-zero counters: the device's, then the link's.
+  std::string DescribeCounters() const;
 
  private:
   struct Impl;

@@ -50,6 +50,7 @@ struct IncastFlow {
   uint32_t sender = 0;
   FlowProgress progress;
   CcView cc;  // at the end
+  QpView qp;  // the sender QP's transport counters at the end
 };
 
 struct IncastSample {
@@ -68,13 +69,15 @@ struct IncastResult {
   SwitchPortStats bottleneck;
   std::vector<IncastSample> samples;
   uint64_t events = 0;          // ns-3 events run
+  std::vector<std::string> host_counters;  // HostModel::DescribeCounters, senders then the receiver
 };
 
 IncastResult RunIncast(const IncastConfig& cfg);
 
 // t_us,queue_bytes,rate_gbps_0..,window_0..,goodput_gbps_0..
 void WriteSamplesCsv(const IncastResult& r, std::ostream& out);
-// flow,sender,bytes,fct_us,done,failed,algorithm,rtt_samples,min_rtt_us,cnps,telemetry_acks,rate_decreases
+// flow,sender,bytes,fct_us,done,failed,algorithm,rtt_samples,min_rtt_us,cnps,telemetry_acks,rate_decreases,
+// tx_packets,retransmitted,timeouts,naks_received
 void WriteFlowsCsv(const IncastResult& r, std::ostream& out);
 // One key=value line: the configuration and the results (FCTs, queue, drops, marks).
 std::string Summary(const IncastConfig& cfg, const IncastResult& r);

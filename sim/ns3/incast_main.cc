@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   IncastConfig cfg;
   std::string csv;
   std::string int_mode = "auto";
+  bool counters = false;
   double rate_gbps = 100, max_ms = 200;
   const Option options[] = {
       {"senders", "senders into the one receiver (4)", U(&cfg.senders)},
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
       {"sample-ns", "time-series period (5000)", U(&cfg.sample_ns)},
       {"max-ms", "simulated time limit (200)", [&](const std::string& v) { return ParseDouble(v, &max_ms) && max_ms > 0; }},
       {"seed", "the ports' marking seed (1)", U(&cfg.port.seed)},
+      {"counters", "on: print every host's non-zero counters (off)", [&](const std::string& v) { counters = v == "on"; return v == "on" || v == "off"; }},
       {"csv", "write PREFIX.samples.csv and PREFIX.flows.csv", [&](const std::string& v) { csv = v; return !v.empty(); }},
   };
   for (int i = 1; i < argc; ++i) {
@@ -124,6 +126,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << droce::ns3glue::Summary(cfg, r) << std::endl;
+  if (counters) {
+    for (size_t h = 0; h < r.host_counters.size(); ++h) {
+      std::cout << (h + 1 < r.host_counters.size() ? "sender " : "receiver ") << h << ": " << r.host_counters[h] << '\n';
+    }
+  }
   if (!csv.empty()) {
     std::ofstream samples(csv + ".samples.csv"), flows(csv + ".flows.csv");
     droce::ns3glue::WriteSamplesCsv(r, samples);

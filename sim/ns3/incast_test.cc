@@ -96,6 +96,22 @@ TEST(Ns3Incast, NoneOverflowsTheBufferWhereHpccStaysBelowIt) {
   EXPECT_LT(hpcc.end_ns, none.end_ns);
 }
 
+// HPCC's window, started at one BDP (over 120 packets) for each of 16
+// senders, shrinks to a few packets when the first ACK reports the queue:
+// the packets still in flight were sent while AckReq came every half window,
+// none of them asks for an ACK, and the responder coalesces. The requester
+// probes (Qp::CcAskWhenWindowStalls) instead of waiting for the transport
+// timer (67 ms here), so every flow finishes near the line rate's time.
+TEST(Ns3Incast, AShrunkenWindowNeverWaitsForTheTransportTimer) {
+  constexpr uint32_t kSenders = 16;
+  constexpr uint64_t kBytes = 1'000'000;
+  const IncastResult r = RunAndPrint(Incast("hpcc", kSenders, kBytes));
+  ExpectEveryFlowDone(r, kSenders, kBytes);
+  const uint64_t ideal_ns = kSenders * kBytes * 8 / 100;
+  EXPECT_LT(r.end_ns, 2 * ideal_ns);
+  for (const IncastFlow& f : r.flows) EXPECT_EQ(f.qp.timeouts, 0u) << f.sender;
+}
+
 // The time series: one sample per period from the start to the last
 // completion, the queue and every flow's rate and goodput in it.
 TEST(Ns3Incast, SamplesCoverTheRun) {

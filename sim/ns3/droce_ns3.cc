@@ -178,7 +178,7 @@ std::pair<Ptr<ns3::PointToPointNetDevice>, Ptr<ns3::PointToPointNetDevice>> Link
     Ptr<ns3::Queue<ns3::Packet>> q = ns3::CreateObject<ns3::DropTailQueue<ns3::Packet>>();
     q->SetMaxSize(ns3::QueueSize("1000p"));
     d[i]->SetQueue(q);
-    uint8_t mac[6] = {0x02, 0xFE, 0, 0, 0, 0};
+    uint8_t mac[6];
     std::memcpy(mac, host_mac, 6);
     if (i == 1) mac[1] = 0xFE;  // the switch port's own address, never a destination
     ns3::Mac48Address a;

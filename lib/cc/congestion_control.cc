@@ -158,6 +158,7 @@ void CongestionControl::Start(const Ops* ops, const void* params) {
   stats_ = Stats{};
   if (ops == nullptr) return;
   ops_ = ops;
+  params_ = params;
   out_ = ops_->init(priv_, params);
 }
 

@@ -143,6 +143,10 @@ class CongestionControl {
   // parameter struct, which must outlive the QP); the pacer starts afresh.
   void Start(const Ops* ops, const void* params);
   void Stop();
+  // The same algorithm and parameters from its initial state (a QP back in
+  // RESET starts a new connection: nothing of the old path's rate, window,
+  // estimates or statistics carries over).
+  void Restart() { Start(ops_, params_); }
   const Ops* ops() const { return ops_; }
   const char* name() const { return ops_ != nullptr ? ops_->name : "none"; }
   // The algorithm's state (the private area): for its own accessors.
@@ -215,6 +219,7 @@ class CongestionControl {
   }
 
   const Ops* ops_ = nullptr;
+  const void* params_ = nullptr;  // the caller's, as Start was given them
   Output out_;
   Pacer pacer_;
   Stats stats_;

@@ -53,6 +53,18 @@ void Qp::CcOnResponse(const RespCtx& c) {
   }
   if (ack.acked_packets == 0 && ack.telemetry == nullptr) return;
   cc_.OnAck(ack, c.now);
+  if (ack.acked_packets > 0) CcAskWhenWindowStalls();
+}
+
+void Qp::CcAskWhenWindowStalls() {
+  if (sr_ || cc_.output().window_packets == 0 || !Outstanding()) return;
+  if (cc_timing_.ack_req_sent && !PsnLess(cc_timing_.ack_req_psn, req_.psn_una)) return;  // an ACK is coming
+  if (req_.sq_next == sq_.tail() || RequestRoom() > 0) return;  // nothing waits, or the window has room
+  // Go-back-N's retry probe (SendRetryProbe): psn_una once more with AckReq, outside the window; the
+  // responder acknowledges everything it holds, and CheckProbeAnswer resends what it does not.
+  ++counters_.ack_solicits;
+  req_.retry_probe_pending = true;
+  req_.retry_probe_sent = false;
 }
 
 uint32_t Qp::CcWriteIntRequest(uint8_t* bth_p, uint32_t header_bytes) {

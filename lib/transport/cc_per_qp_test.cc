@@ -264,5 +264,24 @@ TEST(CcPerQp, HpccReactsToTheUtilisationItsTelemetryReports) {
   EXPECT_EQ(cc::HpccStateOf(blind.cc(0))->updates, 0u);
 }
 
+// A QP back in RESET starts a new connection: its algorithm (the same one,
+// with the same parameters) starts from its initial state, not from the
+// window, rate and statistics the old path left.
+TEST(CcPerQp, ResetRestartsTheAlgorithm) {
+  SharedPort swift({"swift"}, /*int_stamp=*/false, "swift", "max_cwnd=256");
+  const uint32_t initial_window = swift.cc(0).output().window_packets;
+  swift.Run(64, 2'000'000'000ull);
+  ASSERT_GE(swift.flow(0).completed, 64u);
+  ASSERT_GT(swift.cc(0).stats().rtt_samples, 10u);
+  ASSERT_LT(swift.cc(0).output().window_packets, initial_window);
+  transport::QpAttr attr;
+  attr.qp_state = transport::QpState::kReset;
+  ASSERT_TRUE(swift.a().dev->ModifyQp(swift.flow(0).qpn[0], attr, transport::kAttrState).ok());
+  EXPECT_STREQ(swift.cc(0).name(), "swift");
+  EXPECT_EQ(swift.cc(0).output().window_packets, initial_window);
+  EXPECT_EQ(swift.cc(0).stats().rtt_samples, 0u);
+  EXPECT_EQ(swift.cc(0).stats().rate_decreases, 0u);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -253,6 +253,7 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
     resp_ = {};
     cnp_ = {};
     cc_timing_ = {};
+    cc_.Restart();
     int_echo_pending_ = false;
     if (sr_chosen_) sr_chosen_->Reset();
     sr_ = sr_chosen_.get();  // a fallback to go-back-N lasts one connection

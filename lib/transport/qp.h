@@ -543,9 +543,17 @@ class Qp {
     uint32_t psn = 0;      // the timed packet
     uint64_t sent_ns = 0;
     uint32_t acked_una = 0;  // psn_una at the last report
+    uint32_t ack_req_psn = 0;   // the newest request packet sent with AckReq
+    bool ack_req_sent = false;  // ack_req_psn holds one
   } cc_timing_;
   bool CcNoteSent(uint32_t psn, bool retransmission, uint64_t now_ns);
   void CcOnResponse(const RespCtx& c);
+  // A window-based algorithm's window can shrink below what is in flight
+  // after the last packet that asked for an ACK was acknowledged: every
+  // packet still in flight went without AckReq and the responder, which
+  // coalesces, never answers. The oldest goes again with AckReq (the retry
+  // probe a timeout sends), instead of waiting for the transport timer.
+  void CcAskWhenWindowStalls();
   // INT (wire/int.h, doc/cc.md "INT"): a QP whose algorithm needs the
   // switches' telemetry (HPCC) asks for it in its SEND/WRITE packets
   // (CcWriteIntRequest: the header after the extended headers, BTH byte 4's

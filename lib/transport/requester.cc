@@ -395,6 +395,10 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (!retransmission && reliable()) req_.tail_unsolicited = last && !ack_req;
   if (sr_ && ack_req) sr_->OnAckRequested(psn);
   bth.set_ack_req(ack_req);
+  if (ack_req && cc_.ops() != nullptr) {
+    cc_timing_.ack_req_psn = psn;
+    cc_timing_.ack_req_sent = true;
+  }
   if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
   if (op.Has(kHdrSrEth)) SelectiveRepeat::WriteSrEth(bth_p + op.sreth_offset, w, offset, is_write);
   if (op.Has(kHdrReth)) {

@@ -33,7 +33,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nprogress_nice=-7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
                      "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\ndoorbell_batch=4\npoll_ack_hold=off\n"
-                     "empty_poll_skip=on\nmin_ack_timeout=17\n";
+                     "empty_poll_skip=off\nmin_ack_timeout=17\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -123,8 +123,8 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->doorbell_batch, 4u);
   EXPECT_FALSE(g->poll_ack_hold);
   EXPECT_TRUE(ParseDeviceFile(kMinimal)->poll_ack_hold);
-  EXPECT_TRUE(g->empty_poll_skip);
-  EXPECT_FALSE(ParseDeviceFile(kMinimal)->empty_poll_skip);
+  EXPECT_FALSE(g->empty_poll_skip);
+  EXPECT_TRUE(ParseDeviceFile(kMinimal)->empty_poll_skip);
   EXPECT_EQ(ParseDeviceFile(kMinimal)->doorbell_batch, 16u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=257\n").ok());

@@ -67,6 +67,7 @@
 #include "wire/nd.h"
 #include "wire/packet.h"
 #include "wire/headers.h"
+#include "apps/droced/clock.h"
 
 namespace droce::droced {
 namespace {
@@ -74,11 +75,6 @@ namespace {
 volatile sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 // Control-path log lines (never per packet).
 void Log(const char* fmt, ...) {

@@ -13,15 +13,10 @@
 #include "wire/arp.h"
 #include "wire/nd.h"
 #include "wire/steer.h"
+#include "apps/droced/clock.h"
 
 namespace droce::droced {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
 
@@ -484,10 +479,18 @@ Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, int64
     ++fd.counters.rx_not_roce;
     return d;
   }
-  if (qpn == 1) {
+  return SteerByQpn(static_cast<int>(device), qpn);
+}
+
+// A RoCEv2 frame to QPN qpn of a device: QP 1 to the daemon's CM, any
+// other QPN to the port of the process whose range holds it.
+Decision FabricState::SteerByQpn(int device, int64_t qpn) {
+  Decision d;
+  FabricDevice& fd = devices_[device];
+  if (qpn == 1) {  // GSI: QP 1 lives in the daemon, which plays the kernel's CM
     ++fd.counters.rx_gsi;
     d.kind = Decision::kToGsi;
-    d.device = static_cast<int>(device);
+    d.device = device;
     return d;
   }
   const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
@@ -557,24 +560,7 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
       return to_uplink(counters_.rx_no_route);
     }
   }
-  if (qpn == 1) {  // GSI: QP 1 lives in the daemon, which plays the kernel's CM
-    ++devices_[dev].counters.rx_gsi;
-    d.kind = Decision::kToGsi;
-    d.device = dev;
-    return d;
-  }
-  if (qpn >= 0) {
-    FabricDevice& fd = devices_[dev];
-    const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
-    if (owner < 0) {
-      ++fd.counters.rx_no_owner;
-      return d;
-    }
-    ++fd.counters.rx_roce;
-    d.kind = Decision::kToPort;
-    d.port = owner;
-    return d;
-  }
+  if (qpn >= 0) return SteerByQpn(dev, qpn);
   // Not RoCEv2: the control frames of the segment.
   uint32_t out_len = 0;
   const uint16_t type = wire::ReadL3(frame, len).ether_type;

@@ -214,6 +214,7 @@ class FabricState {
   int FindDeviceByMac(const uint8_t* mac) const;
   int FindDeviceByGid(const uint8_t* gid) const;
   Decision FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn);
+  Decision SteerByQpn(int device, int64_t qpn);
   fabric::Reply Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error);
   void Detach(int port);
   bool AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);

@@ -11,15 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "drivers/verbs/device_config.h"
+#include "apps/droced/clock.h"
 
 namespace droce::droced {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 void Log(const std::string& s) {
   char when[32];
@@ -132,10 +127,11 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   c.ifindex = link->ifindex;
   c.mac = link->mac;
   if (!netdev::ParseSteering(d.steering, &c.steering)) c.steering = netdev::Steering::kAuto;
-  absl::StatusOr<std::unique_ptr<netdev::InterfacePort>> port =
-      netdev::InterfacePort::Open(c, UsableAddresses(*addrs));
+  std::vector<core::Gid> steered = UsableAddresses(*addrs);
+  absl::StatusOr<std::unique_ptr<netdev::InterfacePort>> port = netdev::InterfacePort::Open(c, steered);
   if (!port.ok()) return port.status();
   Bound b;
+  b.steered = std::move(steered);
   b.ifindex = link->ifindex;
   b.gids = std::make_unique<netdev::GidCache>(link->mac);
   b.port = std::move(*port);
@@ -181,9 +177,23 @@ void NetdevBinder::Publish(uint32_t device, const netdev::LinkInfo& link,
   bool gids_changed = b.gids->SetMac(link.mac);
   b.port->SetMac(link.mac);
   gids_changed = b.gids->Update(usable) || gids_changed;
-  if (gids_changed) {
-    absl::Status s = b.port->SetAddresses(usable);
-    if (!s.ok()) Log(absl::StrCat(d.name, ": steering for the new addresses: ", s.message()));
+  // The steering takes frames for every GID of the table, the default GID
+  // (fe80:: with the MAC's EUI-64, index 0) included: programs address a
+  // peer by any of its GIDs (libfabric's UD-based providers by GID 0). The
+  // interface's EUI-64 link-local address becoming usable (its DAD done after
+  // the binding) changes no entry of the table, so the steering follows the
+  // table's contents, not gids_changed.
+  std::vector<core::Gid> steered;
+  for (size_t i = 0; i < netdev::GidCache::kSize; ++i) {
+    if (b.gids->valid(i)) steered.push_back(b.gids->entries()[i]);
+  }
+  if (steered != b.steered) {
+    absl::Status s = b.port->SetAddresses(steered);
+    if (s.ok()) {
+      b.steered = std::move(steered);
+    } else {
+      Log(absl::StrCat(d.name, ": steering for the new addresses: ", s.message()));
+    }
   }
   if (b.gids->overflowed() > 0) {
     Log(absl::StrFormat("%s: %zu addresses of %s do not fit the GID table (%zu entries)", d.name,

@@ -88,6 +88,7 @@ class NetdevBinder {
     std::unique_ptr<netdev::GidCache> gids;
     int ifindex = 0;
     std::vector<uint32_t> socket_slots;  // steering udp: slots whose process has a socket
+    std::vector<core::Gid> steered;      // the addresses the port's steering takes frames for
   };
   struct Pending {
     uint32_t device;

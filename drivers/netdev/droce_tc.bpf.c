@@ -4,7 +4,7 @@
 //
 // Each process of the device holds a UDP socket of its own, on a port the
 // kernel gave it (droced opened it, keeps a duplicate and handed it over).
-// A RoCEv2 packet for one of the interface's addresses arrives at UDP port
+// A RoCEv2 packet for one of the device's GIDs (droce_addrs) arrives at UDP port
 // 4791; this program reads the destination QP of its BTH, finds the process
 // whose QPN range holds it (droce_ports: QPN / 1024 -> port, filled by
 // droced) and rewrites the UDP destination port to that process's socket
@@ -33,22 +33,11 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-#define DROCE_ROCEV2_PORT 4791
-#define DROCE_MAX_ADDRS 64
+#include "droce_bpf.h"
+
 #define DROCE_QPN_SLOTS 16384  // 2^24 QPNs / 1024 per process
 #define DROCE_QPN_SLOT_SHIFT 10
 #define DROCE_MARK_VALID 0x80000000u
-
-struct droce_gid {
-  __u8 raw[16];
-};
-
-struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, DROCE_MAX_ADDRS);
-  __type(key, struct droce_gid);
-  __type(value, __u32);
-} droce_addrs SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -87,9 +76,7 @@ int droce_tc(struct __sk_buff* skb) {
     struct iphdr ip;
     if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof ip) < 0) return TC_ACT_UNSPEC;
     if (ip.protocol != IPPROTO_UDP || ip.ihl != 5 || (ip.frag_off & bpf_htons(0x3FFF)) != 0) return TC_ACT_UNSPEC;
-    dst.raw[10] = 0xFF;
-    dst.raw[11] = 0xFF;
-    __builtin_memcpy(&dst.raw[12], &ip.daddr, 4);
+    droce_gid_from_ipv4(&dst, &ip.daddr);
     udp_off = ETH_HLEN + sizeof ip;
     if (ip.id != 0 || ip.frag_off != bpf_htons(0x4000)) {
       mark = DROCE_MARK_VALID | ((__u32)(bpf_ntohs(ip.frag_off) >> 13) << 16) | bpf_ntohs(ip.id);

@@ -9,8 +9,7 @@
 //   - IPv4 and not a fragment (offset 0, MF clear), or IPv6
 //     whose next header is UDP,
 //   - UDP to port 4791 (RoCEv2, IBTA annex A17),
-//   - to an address in droce_addrs, which droced keeps equal to the
-//     interface's addresses (IPv4 as ::ffff:a.b.c.d, as a RoCE GID).
+//   - to one of the device's GIDs (droce_addrs, droce_bpf.h).
 // Everything else passes to the kernel untouched (XDP_PASS). A RoCEv2 frame
 // for us on a queue without a socket is dropped here, never handed to the
 // kernel (which would answer ICMP port unreachable); droce_stats counts it.
@@ -23,13 +22,9 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
-#define DROCE_ROCEV2_PORT 4791
-#define DROCE_MAX_QUEUES 64
-#define DROCE_MAX_ADDRS 64
+#include "droce_bpf.h"
 
-struct droce_gid {
-  __u8 raw[16];
-};
+#define DROCE_MAX_QUEUES 64
 
 struct {
   __uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -37,13 +32,6 @@ struct {
   __type(key, __u32);
   __type(value, __u32);
 } xsks_map SEC(".maps");
-
-struct {
-  __uint(type, BPF_MAP_TYPE_HASH);
-  __uint(max_entries, DROCE_MAX_ADDRS);
-  __type(key, struct droce_gid);
-  __type(value, __u32);
-} droce_addrs SEC(".maps");
 
 // Indices of droce_stats (drivers/netdev/xdp.h, XdpStat).
 enum {
@@ -82,9 +70,7 @@ int droce_xdp(struct xdp_md* ctx) {
       return count(STAT_PASSED, XDP_PASS);
     }
     udp = (void*)ip + ip->ihl * 4;
-    dst.raw[10] = 0xFF;
-    dst.raw[11] = 0xFF;
-    __builtin_memcpy(&dst.raw[12], &ip->daddr, 4);
+    droce_gid_from_ipv4(&dst, &ip->daddr);
   } else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
     struct ipv6hdr* ip6 = (void*)(eth + 1);
     if ((void*)(ip6 + 1) > end) return count(STAT_PASSED, XDP_PASS);

@@ -150,6 +150,15 @@ absl::Status Runtime::Start() {
     file_.dev.udp_source_port = udp_port_;
     udp_ = std::make_unique<udp::UdpIo>(io, udp_fd_, udp_port_, file_.dev.mac);
     udp_fd_ = -1;  // the UdpIo's now
+    // Frames to another droce device of this droced (its MAC, which droced
+    // answers for such a destination) stay on the host: droced switches them.
+    // The devices registered when the program starts; one added later is
+    // reached through the socket, where the kernel routes by its address.
+    for (const std::string& other : ListDevices(file_.fabric_dir)) {
+      if (other == file_.name) continue;
+      absl::StatusOr<DeviceFile> f = ReadDevice(file_.fabric_dir, other);
+      if (f.ok()) udp_->AddHostMac(f->dev.mac);
+    }
     io = udp_.get();
   }
   dev_ = std::make_unique<core::Device>(file_.dev, io);

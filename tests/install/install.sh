@@ -11,7 +11,7 @@ set -uo pipefail
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (namespaces, overlays)"; exit 77; }
 command -v unshare >/dev/null || { echo "SKIP: no unshare"; exit 77; }
 D=$(mktemp -d /tmp/droce-install.XXXXXX)
-ns=netdevtest-install-$$
+ns=${NETNS_PREFIX:-netdevtest}-install-$$  # NETNS_PREFIX: the namespace's name prefix
 cleanup() {
   ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
   ip netns del "$ns" 2>/dev/null

@@ -4,16 +4,18 @@
 # 10.0.0.1/24 and 10.0.0.2/24, fd00::1/64 and fd00::2/64), `droce-ctl link
 # add droce0 netdev nd0` on each, nothing else configured; programs use the
 # peer's ordinary address. Root only (skipped otherwise). ONLY=REGEX runs
-# the checks whose names match; the namespaces are always removed.
+# the checks whose names match; the namespaces (NETNS_PREFIX-<pid>-*, default
+# netdevtest) are always removed.
 set -uo pipefail
 . "$(dirname "$0")/../fabric/lib.sh"
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (network namespaces, XDP)"; exit 77; }
-ip netns add "netdevtest-probe-$$" 2>/dev/null && ip netns del "netdevtest-probe-$$" ||
+prefix=${NETNS_PREFIX:-netdevtest}
+ip netns add "$prefix-probe-$$" 2>/dev/null && ip netns del "$prefix-probe-$$" ||
   { echo "SKIP: no network namespaces"; exit 77; }
 EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
 cluster=$root/tools/droce-cluster
 t=${PAIR_TIMEOUT:-60}
-A=netdevtest-$$-a B=netdevtest-$$-b C=netdevtest-$$-c
+A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c
 logs=$(mktemp -d /tmp/netdevtest.XXXXXX)
 log_dirs=("/run/droce/netns/$A" "/run/droce/netns/$B")
 FAIL_TAIL=40
@@ -40,7 +42,13 @@ pair() {  # SERVER_NS "SERVER CMD" CLIENT_NS "CLIENT CMD"
   for attempt in 1 2; do
     timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $1 $2" >"$logs/server.log" 2>&1 &
     local server=$!
-    sleep 1.5
+    # The server's side channel: pingpong and perftest listen on TCP 18515,
+    # fi_pingpong on 47592; rping listens through the CM (nothing to see).
+    case $2 in
+      ibv_*|ib_*) LISTEN_NS=$1 wait_listen $server 18515 ;;
+      fi_pingpong*) LISTEN_NS=$1 wait_listen $server 47592 ;;
+      *) sleep 1.5 ;;
+    esac
     timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $3 $4" >"$logs/client.log" 2>&1
     local crc=$?
     wait $server; local src=$?
@@ -180,6 +188,18 @@ no_stale_steering() {
 }
 check "steering udp: the TC program steers, a killed process leaves no steering" no_stale_steering
 
+# Another droce device of host A's droced (a fabric device on a private
+# address): a program on droce0 (steering udp) reaches it through droced by
+# its MAC, not through its socket (where the kernel has no route to it).
+host_device() {
+  ip netns exec "$A" "$ctl" link add droce1 ip 192.168.77.1 >/dev/null || return 1
+  pair "$A" "ibv_rc_pingpong -d droce1 -g 1 -n 100" "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 100 127.0.0.1"
+  local rc=$?
+  ip netns exec "$A" "$ctl" link del droce1 >/dev/null
+  return $rc
+}
+check "steering udp: a program on droce0 reaches another device of its droced (droce1, 192.168.77.1)" host_device
+
 # Addresses added and removed at run time: the GID table follows; a QP pair
 # on the removed address errors (QP_FATAL), the pair on 10.0.0.1 goes on.
 addr_change() {
@@ -245,14 +265,31 @@ fallback() {
 }
 check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" fallback
 
-# AF_XDP through droced (steering xdp): XDP native on the veth.
+# AF_XDP through droced (steering xdp): XDP native on the veth. Bound while
+# the kernel lacks the interfaces' link-local addresses, given back after (as
+# their DAD ends a second after `ip link set up` and droce-cluster binds at
+# once): GID 0, fe80:: with the MAC's EUI-64, is steered anyway (below).
 xdp_steering() {
-  rebind xdp && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
+  local ns ll_a ll_b
+  ll_a=$(ip -n "$A" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
+  ll_b=$(ip -n "$B" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
+  [ -n "$ll_a" ] && [ -n "$ll_b" ] || { echo "no link-local address on nd0"; return 1; }
+  for ns in "$A" "$B"; do ip -n "$ns" -6 addr flush dev nd0 scope link; done
+  rebind xdp; local rc=$?
+  ip -n "$A" addr add "$ll_a" dev nd0 nodad && ip -n "$B" addr add "$ll_b" dev nd0 nodad || return 1
+  [ $rc -eq 0 ] && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
     status "$A" | grep 'netdev nd0: AF_XDP, XDP native' &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
     tcp_and_rdma xdp
 }
 check "steering xdp: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" xdp_steering
+
+# GID 0 (the default GID, fe80:: with the MAC's EUI-64) is steered to droce as
+# every other GID: libfabric's UD-based providers address peers by it.
+default_gid() {
+  pair "$A" "ibv_ud_pingpong -d droce0 -g 0 -n 200" "$B" "ibv_ud_pingpong -d droce0 -g 0 -n 200 10.0.0.1"
+}
+check "steering xdp: ibv_ud_pingpong over GID 0 (fe80::, usable after the binding)" default_gid
 # droce0 is still bound with steering xdp (above): binding the interface's
 # AF_XDP queue again at once can find the kernel still releasing it.
 check "daemon stop unbinds nd0 (no XDP program left)" bash -c "
@@ -273,10 +310,12 @@ cluster3() {
   wait $s || return 1
   if command -v mpirun >/dev/null; then
     timeout "$t" "$cluster" run --name "$C" 1 mpirun --allow-run-as-root --oversubscribe \
-      --mca plm_rsh_agent "$cluster rsh --name $C" --host "$C-2,$C-3" -np 2 ip -4 -br addr show eth0 \
-      >"$logs/mpi.log" 2>&1
+      --mca plm_rsh_agent "$cluster rsh --name $C" --host "$C-2,$C-3" -np 2 \
+      bash -c 'echo "$(ip -4 -br addr show eth0 | awk "{print \$3}") $DROCE_RUN_DIR"' >"$logs/mpi.log" 2>&1
     cat "$logs/mpi.log"
-    grep -q "10.0.0.2/24" "$logs/mpi.log" && grep -q "10.0.0.3/24" "$logs/mpi.log" || return 1
+    # Each rank in its host's namespace and with its host's droced (not mpirun's).
+    grep -qx "10.0.0.2/24 /run/droce/netns/$C-2" "$logs/mpi.log" &&
+      grep -qx "10.0.0.3/24 /run/droce/netns/$C-3" "$logs/mpi.log" || return 1
   fi
   "$cluster" down --name "$C" && ! ip netns list | grep -q "^$C-"
 }

@@ -13,8 +13,12 @@
 # TCP runs on the bare veth (before droce binds it) and again with droce's
 # XDP program on it (XDP on a veth turns the peer's GSO off).
 #   run.sh [ROUNDS=3] [DURATION=5] [ITERS=5000]   (root; prints CSV, then medians)
-#   env: STEERINGS="udp xdp" (netdev steerings, doc/netdev.md), MEMIF=1 (0: skip
-#   the fabric uplink), MTU=3000 (the veth's), PATH_MTU=2048 (perftest -m)
+#   env: STEERINGS="udp xdp" (netdev steerings, doc/netdev.md; a steering may
+#   carry device settings after '+', e.g. udp+event_busy_poll_us=200, and
+#   commands run in both namespaces before binding after '@', e.g.
+#   udp@ethtool_-K_nd0_gro_on: each is a setup of its own in the same rounds),
+#   MEMIF=1 (0: skip the fabric uplink), MTU=3000 (the veth's), PATH_MTU=2048
+#   (perftest -m), OPS="bw events lat tcp" (the netdev rows measured)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -29,7 +33,7 @@ path_mtu=${PATH_MTU:-2048}       # the RDMA path MTU (AF_XDP's largest is 2048)
 for t in iperf3 qperf ib_write_bw ib_send_lat; do
   command -v $t >/dev/null || { echo "run.sh: $t not found" >&2; exit 77; }
 done
-A=netdevbench-$$-a B=netdevbench-$$-b
+A=${NETNS_PREFIX:-netdevbench}-$$-a B=${NETNS_PREFIX:-netdevbench}-$$-b
 UA=$(mktemp -d /tmp/netdevbench-upA.XXXXXX) UB=$(mktemp -d /tmp/netdevbench-upB.XXXXXX)
 tmp=$(mktemp -d /tmp/netdevbench.XXXXXX)
 cleanup() {
@@ -153,17 +157,37 @@ for r in $(seq "$rounds"); do
   fi
   # netdev-bound devices on the veth, each steering: the processes' own UDP
   # sockets (udp: droced off the data path) and AF_XDP through droced (xdp).
-  for steering in $steerings; do
-    ip netns exec $A "$ctl" link add droce0 netdev nd0 steering $steering >/dev/null &&
-      ip netns exec $B "$ctl" link add droce0 netdev nd0 steering $steering >/dev/null || continue
+  for variant in $steerings; do
+    local_cmds=${variant#*@}; [ "$local_cmds" = "$variant" ] && local_cmds=
+    spec=${variant%%@*}
+    steering=${spec%%+*}
+    sets=()
+    if [ "$spec" != "$steering" ]; then
+      IFS=+ read -ra kv <<<"${spec#*+}"
+      for x in "${kv[@]}"; do sets+=(set "$x"); done
+    fi
+    if [ -n "$local_cmds" ]; then
+      IFS=@ read -ra cmds <<<"$local_cmds"
+      for c in "${cmds[@]}"; do for ns in $A $B; do ip netns exec $ns ${c//_/ } >/dev/null; done; done
+    fi
+    ip netns exec $A "$ctl" link add droce0 netdev nd0 steering $steering "${sets[@]}" >/dev/null &&
+      ip netns exec $B "$ctl" link add droce0 netdev nd0 steering $steering "${sets[@]}" >/dev/null || continue
     DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
     dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
-    measure_bw netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
-    MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
-    measure_lat netdev_$steering "$r" "$(on_ns $A)" "$(on_ns $B)"
+    ops=${OPS:-bw events lat tcp}
+    if [[ " $ops " == *" bw "* ]]; then measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"; fi
+    if [[ " $ops " == *" events "* ]]; then
+      MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+    fi
+    if [[ " $ops " == *" lat "* ]]; then measure_lat "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)"; fi
     # Kernel TCP on the same veth while droce's program is on it.
-    measure_tcp tcp_veth_with_$steering "$r"
+    if [[ " $ops " == *" tcp "* ]]; then measure_tcp "tcp_veth_with_$steering" "$r"; fi
     for ns in $A $B; do ip netns exec $ns "$ctl" daemon stop >/dev/null; ip netns exec $ns "$ctl" link del droce0 >/dev/null; done
+    if [ -n "$local_cmds" ]; then  # an "..._on" command is undone ("..._off"): the next setup starts from the bare veth
+      for c in "${cmds[@]}"; do
+        case "$c" in *_on) c=${c%_on}_off; for ns in $A $B; do ip netns exec $ns ${c//_/ } >/dev/null 2>&1; done ;; esac
+      done
+    fi
   done
 done | tee "$tmp/rows.csv"
 

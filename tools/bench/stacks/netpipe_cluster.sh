@@ -7,7 +7,8 @@
 # host 1 through the cluster's remote shell; the stacks alternate in each
 # round. CSV rows as run.sh's (round,test,stack,bytes,value,unit), then
 # plot.py's table and plot (NAME.png beside NAME.csv).
-#   bash tools/bench/stacks/netpipe_cluster.sh [OUT.csv]       (root; ROUNDS, default 3)
+#   bash tools/bench/stacks/netpipe_cluster.sh [OUT.csv]       (root; ROUNDS, default 3;
+#   STEERING=udp|xdp|af_packet, default auto; NETNS_PREFIX, default npbench)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../../../tests/stacks/lib.sh"
@@ -15,7 +16,7 @@ need mpirun NPopenmpi
 out=${1:-$here/results_cluster.csv}
 rounds=${ROUNDS:-3}
 cluster=$root/tools/droce-cluster
-cl=npbench-$$
+cl=${NETNS_PREFIX:-npbench}-$$
 export DROCE_CTL=$ctl
 work=$(mktemp -d /tmp/netpipe-cluster.XXXXXX)
 cleanup() {
@@ -23,7 +24,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$cluster" up 2 --name "$cl" >/dev/null || { echo "cannot bring the cluster up" >&2; exit 1; }
+"$cluster" up 2 --name "$cl" --steering "${STEERING:-auto}" >/dev/null || { echo "cannot bring the cluster up" >&2; exit 1; }
 mpi=(mpirun --allow-run-as-root --oversubscribe --mca plm_rsh_agent "$cluster rsh --name $cl" --host "$cl-1,$cl-2"
      -np 2)
 droce=(--mca pml ucx --mca osc ucx --mca btl self -x UCX_TLS=rc_verbs,ud_verbs,self -x UCX_NET_DEVICES=droce0:1

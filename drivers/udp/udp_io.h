@@ -4,7 +4,7 @@
 // kernel delivers to that socket the frames for the process's QPNs
 // (droced's TC program steers them by destination QP); droced is on
 // neither path. Everything that stays on the host goes through `inner`
-// (the direct rings and the memif port to droced): frames for the device's
+// (the direct rings and the link to droced): frames for the device's
 // own MAC (its other processes), for another droce device of the host
 // (AddHostMac), to a group, and whatever is no unicast IP/UDP frame.
 //

@@ -447,7 +447,7 @@ struct DeviceFile {
   bool poll_ack_hold = true;
   // An empty poll_cq of an idle device runs no poll round
   // (Runtime::PollIfBusyLocked; doc/verbs.md "Who drives the device").
-  bool empty_poll_skip = false;
+  bool empty_poll_skip = true;
 
   // The ethdev name of the vdev (text before the first comma).
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }

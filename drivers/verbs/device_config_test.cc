@@ -36,7 +36,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
                      "lid_peer=10.0.0.2\ndcqcn=paper\ndcqcn_line_rate_gbps=25\nprogress_hot_us=5\nprogress_hot_sleep_us=7\nprogress_max_sleep_us=200\nprogress_app_active_us=300\nprogress_app_active_max_us=900\nprogress_pm_qos_us=0\nprogress_wakeup=off\nevent_busy_poll_us=30\nprogress_slice_us=250\nprogress_sched=fifo\nprogress_rt_priority=7\nprogress_nice=-7\nnetdev=eth0\n"
                      "selective_repeat=on\nsr_max_inflight_packets=64\nsr_rto_low_us=150\nsr_rto_high_us=700\n"
                      "sr_rto_min_us=40\nsr_tlp=off\nunsignaled_ack_every=1\nack_solicit_us=30\ndoorbell_batch=4\npoll_ack_hold=off\n"
-                     "empty_poll_skip=on\nmin_ack_timeout=17\n";
+                     "empty_poll_skip=off\nmin_ack_timeout=17\n";
   auto f = ParseDeviceFile(text);
   ASSERT_TRUE(f.ok()) << f.status();
   auto g = ParseDeviceFile(FormatDeviceFile(*f));
@@ -126,8 +126,8 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(g->doorbell_batch, 4u);
   EXPECT_FALSE(g->poll_ack_hold);
   EXPECT_TRUE(ParseDeviceFile(kMinimal)->poll_ack_hold);
-  EXPECT_TRUE(g->empty_poll_skip);
-  EXPECT_FALSE(ParseDeviceFile(kMinimal)->empty_poll_skip);
+  EXPECT_FALSE(g->empty_poll_skip);
+  EXPECT_TRUE(ParseDeviceFile(kMinimal)->empty_poll_skip);
   EXPECT_EQ(ParseDeviceFile(kMinimal)->doorbell_batch, 16u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=257\n").ok());
@@ -315,7 +315,7 @@ const KeySample kSamples[] = {
     {"netdev_steering", "netdev_steering=xdp", kWire, "ebpf"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"poll_ack_hold", "poll_ack_hold=off", kWire, "hold"},
-    {"empty_poll_skip", "empty_poll_skip=on", kWire, "skip"},
+    {"empty_poll_skip", "empty_poll_skip=off", kWire, "skip"},
     {"progress_profile", "progress_profile=latency", kWire, "fast"},
     {"progress_spins", "progress_spins=10", kWire, "-1"},
     {"progress_hot_us", "progress_hot_us=5", kWire, "100000001"},

@@ -6,8 +6,8 @@
 # The MPI job over 8 devices is in mpi.sh.
 source "$(dirname "$0")/lib.sh"
 need ucx_info fi_info
-# empty_poll_skip=on: the idle_poll check's subject (off by default, doc/verbs.md).
-stacks_host droce-stacks-dev 8 empty_poll_skip=on
+# empty_poll_skip (on by default, doc/verbs.md): the idle_poll check's subject.
+stacks_host droce-stacks-dev 8
 : "${OPEN_DEVICES:?set OPEN_DEVICES to the open_devices program}"
 : "${IDLE_POLL:?set IDLE_POLL to the idle_poll program}"
 

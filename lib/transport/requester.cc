@@ -259,9 +259,7 @@ inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& s
     offset = 0;
   }
 }
-}  // namespace
 
-namespace {
 // GatherPayload's work, inline in BuildRequest.
 template <typename Wqe>
 [[gnu::always_inline]] inline void GatherSges(const Wqe& w, uint32_t offset, uint32_t len, uint8_t* out) {
@@ -416,7 +414,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   if (last) w.fully_sent = true;
   uint8_t* payload = bth_p + headers;
   if (seg < kFusedGatherMin) {
-    // Short payloads: one CRC pass over the whole frame beats two reductions.
+    // Short payloads: gathered, then one CRC pass over what follows the BTH
+    // (the template's register covers the headers) beats two reductions.
     GatherSges(w, offset, seg, payload);
     return FinishTemplateFrame(frame, headers_, transport_len);
   }

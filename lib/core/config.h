@@ -7,6 +7,7 @@
 
 #include "cc/congestion_control.h"
 #include "cc/dcqcn.h"
+#include "transport/qp_tuning.h"
 #include "wire/gid.h"
 #include "wire/headers.h"
 
@@ -15,7 +16,9 @@ namespace droce::core {
 using Gid = wire::Gid;
 using Mac = std::array<uint8_t, 6>;
 
-struct DeviceConfig {
+// The transport's tuning of every QP of the device (CNPs, selective repeat,
+// AckReq policy, the ACK timeout floor) is the transport::QpTuning base.
+struct DeviceConfig : transport::QpTuning {
   Mac mac{0x02, 0, 0, 0, 0, 1};
   uint32_t ipv4 = 0;        // host order; 0 = none
   bool has_ipv6_global = false;
@@ -45,10 +48,6 @@ struct DeviceConfig {
   // Destinations with no neighbour entry go to the broadcast MAC instead of
   // failing (point-to-point wires such as memif, where any MAC arrives).
   bool broadcast_unresolved = false;
-  // Notification point: CNPs for CE-marked packets (see transport::QpEnv).
-  bool cnp_enabled = true;
-  uint64_t min_time_between_cnps_ns = 4000;
-  uint8_t cnp_dscp = 48;
   // Reaction point: DCQCN rate limiting of every QP (off by default, as on
   // mlx5 without a congestion-control profile). Parameters: cc::PaperProfile
   // or cc::Mlx5Profile, or hand-tuned.
@@ -60,34 +59,6 @@ struct DeviceConfig {
   // The line rate the paper defaults of an algorithm a QP chooses for itself
   // are made for (Device::SetQpCongestionControl).
   uint64_t cc_line_rate_bps = 100'000'000'000ull;
-  // Selective repeat (doc/transport.md "Selective repeat"): every RC QP of
-  // the device uses it, without negotiation (both ends configured the same;
-  // off by default: toward rxe or ConnectX a QP must stay IBTA go-back-N).
-  // A QP may also be switched before RTR (SetQpSelectiveRepeat, ECE).
-  bool selective_repeat = false;
-  // The cap on PSNs in flight of an SR QP (the path's bandwidth-delay
-  // product in packets; at most transport::kSrWindow - 1), and IRN's low
-  // retransmission timeout, used while at most sr_rto_low_below packets
-  // are in flight, and its high one (IRN's RTO_high: a few round trips, not
-  // the QP's IBTA timeout; retry_cnt is still counted per IBTA timeout).
-  uint32_t sr_max_inflight_packets = 256;
-  uint64_t sr_rto_low_ns = 200'000;
-  uint32_t sr_rto_low_below = 4;
-  uint64_t sr_rto_high_ns = 320'000;
-  // Measured timers (doc/transport.md "Selective repeat"): the RTOs follow
-  // SRTT + 4 RTTVAR, at least sr_rto_min_ns, with sr_rto_low_ns and
-  // sr_rto_high_ns as ceilings and initial values; a tail-loss probe
-  // (sr_tlp) after max(sr_rto_min_ns, 2 SRTT) without anything to send.
-  uint64_t sr_rto_min_ns = 16'000;
-  bool sr_tlp = true;
-  // AckReq on unsignaled SEND/WRITEs (doc/transport.md "Requester"): every
-  // unsignaled_ack_every packets (1: on every message, as rxe), and a tail
-  // left without one is solicited after ack_solicit_ns without sending.
-  uint32_t unsignaled_ack_every = 16;
-  uint64_t ack_solicit_ns = 500'000;
-  // The floor under every QP's local ACK timeout (transport::QpEnv, IBTA
-  // exponent; 0: each QP's own value).
-  uint8_t min_ack_timeout = 0;
   // The UDP source port of every frame the device builds; 0: one per QP
   // pair from its flow label (RoCEv2's ECMP entropy, as rxe and mlx5). A
   // device whose frames leave through a kernel UDP socket sets the socket's

@@ -185,6 +185,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
     return absl::ResourceExhaustedError(absl::StrFormat("all %u QPs of the device are in use", config_.max_qp));
   }
   transport::QpEnv env;
+  static_cast<transport::QpTuning&>(env) = config_;  // the device's tuning, whole
   env.mrs = &mrs_;
   env.send_cq = cq(init.send_cq);
   env.recv_cq = cq(init.recv_cq);
@@ -193,22 +194,9 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.make_route = &Device::MakeRouteThunk;
   env.route_ctx = this;
   env.ahs = &ahs_;
-  env.cnp_enabled = config_.cnp_enabled;
-  env.min_time_between_cnps_ns = config_.min_time_between_cnps_ns;
-  env.cnp_dscp = config_.cnp_dscp;
   // DeviceConfig::dcqcn (with its profile) or the algorithm of DeviceConfig::cc.
   env.cc = config_.dcqcn ? &cc::kDcqcnOps : config_.cc.ops;
   env.cc_params = config_.dcqcn ? static_cast<const void*>(&config_.dcqcn_params) : config_.cc.param_block();
-  env.selective_repeat = config_.selective_repeat;
-  env.sr_max_inflight_packets = config_.sr_max_inflight_packets;
-  env.sr_rto_low_ns = config_.sr_rto_low_ns;
-  env.sr_rto_low_below = config_.sr_rto_low_below;
-  env.sr_rto_high_ns = config_.sr_rto_high_ns;
-  env.sr_rto_min_ns = config_.sr_rto_min_ns;
-  env.sr_tlp = config_.sr_tlp;
-  env.unsignaled_ack_every = config_.unsignaled_ack_every;
-  env.ack_solicit_ns = config_.ack_solicit_ns;
-  env.min_ack_timeout = config_.min_ack_timeout;
   uint32_t index;
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet

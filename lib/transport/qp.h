@@ -23,6 +23,7 @@
 #include "cc/congestion_control.h"
 #include "cc/dcqcn.h"
 #include "mem/mr_table.h"
+#include "transport/qp_tuning.h"
 #include "pktio/burst_io.h"
 #include "queue/completion.h"
 #include "queue/ring.h"
@@ -62,7 +63,7 @@ struct QpCaps {
 };
 
 // What a QP needs from its device, fixed at creation.
-struct QpEnv {
+struct QpEnv : QpTuning {
   mem::MrTable* mrs = nullptr;
   queue::CompletionQueue* send_cq = nullptr;
   queue::CompletionQueue* recv_cq = nullptr;
@@ -78,48 +79,11 @@ struct QpEnv {
   // Requester tuning (not visible in verbs).
   uint32_t max_inflight_packets = 512;
   uint32_t ack_req_every = 64;  // AckReq at least every N packets of a long message
-  // AckReq on an unsignaled SEND/WRITE's last packet only once this many
-  // packets went out since the last AckReq (1: every message, as rxe does);
-  // a signaled WR, a retransmission and an SR QP always ask. A tail left
-  // without AckReq is solicited (its last packet resent with AckReq) once
-  // nothing new has been sent for ack_solicit_ns (doc/transport.md "Requester").
-  uint32_t unsignaled_ack_every = 16;
-  uint64_t ack_solicit_ns = 500'000;
-  // A floor under the QP's local ACK timeout (IBTA exponent, 0: none): the
-  // transport timer runs at least 4.096 us x 2^min_ack_timeout whatever the
-  // QP asked (0, infinite, stays infinite), as ConnectX firmware floors it
-  // (about 0.5 s on ConnectX-2). For peers that stall longer than a
-  // program's hard-coded timeout budget: guests emulated on a loaded host.
-  uint8_t min_ack_timeout = 0;
-  // Notification point (RoCEv2 A17.9, DCQCN): a CE-marked packet for this QP
-  // makes it send a CNP to its peer, at most one per interval.
-  bool cnp_enabled = true;
-  uint64_t min_time_between_cnps_ns = 4000;
-  uint8_t cnp_dscp = 48;
   // Congestion control (lib/cc/congestion_control.h): the algorithm and its
   // parameters (e.g. cc::kDcqcnOps with a cc::DcqcnParams); null = none.
   // While it limits the rate, every packet but CNPs is paced to it.
   const cc::Ops* cc = nullptr;
   const void* cc_params = nullptr;
-  // Selective repeat (doc/transport.md "Selective repeat"): the device's
-  // default for its RC QPs (set without negotiation, both ends configured
-  // the same), the cap on PSNs in flight (the path's bandwidth-delay product,
-  // at most kSrWindow - 1), and the low retransmission timeout used while at
-  // most sr_rto_low_below packets are in flight (IRN's RTO_low).
-  bool selective_repeat = false;
-  uint32_t sr_max_inflight_packets = 256;
-  uint64_t sr_rto_low_ns = 200'000;
-  uint32_t sr_rto_low_below = 4;
-  // IRN's RTO_high: the retransmission timeout of an SR QP with more in
-  // flight (capped by the QP's IBTA timeout). A timeout retransmits; only
-  // a whole IBTA timeout without progress spends one of retry_cnt.
-  uint64_t sr_rto_high_ns = 1'000'000;
-  // Measured timers (RFC 6298 from ACK/SACKs of packets sent once): RTO_low
-  // = max(sr_rto_min_ns, SRTT + 4 RTTVAR), RTO_high = 3 x that, capped by
-  // sr_rto_low_ns / sr_rto_high_ns (the values used before a sample); a
-  // tail-loss probe after max(sr_rto_min_ns, 2 SRTT) without anything to send.
-  uint64_t sr_rto_min_ns = 16'000;
-  bool sr_tlp = true;
 };
 
 class Qp {

@@ -136,16 +136,26 @@ reregister_pair() {
     "$ctl" link del "$name" >/dev/null && "$ctl" link add "$name" ip "$v4" ip "$v6" "$@" >/dev/null || return 1
   done
 }
-knob_bottleneck() {
-  # DCQCN on both ends for this run (registered again, nothing attached).
-  reregister_pair set dcqcn=paper || return 1
-  "$ctl" switch set droce1 bottleneck rate=1G kmin=20K kmax=200K pmax=0.2 || return 1
-  pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D 3" "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D 3 127.0.0.1"
+# One ib_write_bw droce0 -> droce1 of SECONDS through droce1's bottleneck
+# port set with SWITCH ARGS, both devices registered again with the device
+# SETTINGS ("set KEY=V ..." words of reregister_pair) for the run and back to
+# their defaults after; droce1's port counters in $run/knobs.txt.
+bottleneck_write_bw() {  # SECONDS "SETTINGS" SWITCH ARGS...
+  local seconds=$1 settings=$2; shift 2
+  # shellcheck disable=SC2086  # the settings are words
+  reregister_pair $settings || return 1
+  "$ctl" switch set droce1 bottleneck "$@" || return 1
+  pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D $seconds" \
+    "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D $seconds 127.0.0.1"
   local rc=$?
   "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
   "$ctl" switch clear droce1 || rc=1
   reregister_pair || rc=1
-  [ $rc -eq 0 ] || return 1
+  return $rc
+}
+knob_bottleneck() {
+  # DCQCN on both ends for this run.
+  bottleneck_write_bw 3 "set dcqcn=paper" rate=1G kmin=20K kmax=200K pmax=0.2 || return 1
   grep -q 'ce_marked [1-9]' "$run/knobs.txt" || { echo "nothing marked"; return 1; }
   grep -q ' rx_cnp [1-9]' "$run/client.log" || { echo "the sender got no CNP"; return 1; }
   grep -o ' rx_cnp [0-9]*' "$run/client.log"
@@ -153,14 +163,7 @@ knob_bottleneck() {
 check "switch bottleneck rate=1G on droce1: a DCQCN ib_write_bw gets CE marks and its sender CNPs" knob_bottleneck
 knob_int() {
   # HPCC on both ends (cc=hpcc: every QP asks for INT; doc/cc.md), the port stamps it.
-  reregister_pair set cc=hpcc set cc_line_rate_gbps=1 || return 1
-  "$ctl" switch set droce1 bottleneck rate=1G kmin=1M kmax=1M pmax=0 int=on || return 1
-  pair "DROCE_STATS=1 ib_write_bw -p $p -d droce1 -x 1 -D 2" "DROCE_STATS=1 ib_write_bw -p $p -d droce0 -x 1 -D 2 127.0.0.1"
-  local rc=$?
-  "$ctl" daemon status droce1 | tee "$run/knobs.txt" | grep 'switch port'
-  "$ctl" switch clear droce1 || rc=1
-  reregister_pair || rc=1
-  [ $rc -eq 0 ] || return 1
+  bottleneck_write_bw 2 "set cc=hpcc set cc_line_rate_gbps=1" rate=1G kmin=1M kmax=1M pmax=0 int=on || return 1
   grep -q 'int_stamped [1-9]' "$run/knobs.txt" || { echo "nothing stamped"; return 1; }
   grep -q 'cc: hpcc .*telemetry_acks [1-9]' "$run/client.log" || { echo "the sender's HPCC got no echo"; return 1; }
   grep -o 'cc: hpcc .*' "$run/client.log" | head -2

@@ -555,11 +555,8 @@ CmService::Result CmService::CmdConnect(int conn, uint32_t, std::span<const uint
     cm::StoreCmaHeader(h, sreq.private_data);
     std::memcpy(sreq.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
                 c.conn_param.private_data_len);
-    auto step = id->cm->SendSidrReq(sreq, next_tid_++, kCmResponseTimeout, kMaxCmRetries, now_ms);
-    if (!step.ok()) return {EINVAL, {}};
-    id->state = IdState::kConnect;
-    Apply(*id, *step, nullptr, now_ms);
-    return {0, {}};
+    return SendStep(*id, id->cm->SendSidrReq(sreq, next_tid_++, kCmResponseTimeout, kMaxCmRetries, now_ms), now_ms,
+                    IdState::kConnect);
   }
   if (c.conn_param.private_data_len > cm::kRdmaCmReqUserPrivateData) return {EINVAL, {}};
   const uint32_t comm_id = static_cast<uint32_t>(rng_());
@@ -603,11 +600,7 @@ CmService::Result CmService::CmdConnect(int conn, uint32_t, std::span<const uint
   cm::StoreCmaHeader(h, req.private_data);
   std::memcpy(req.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
               c.conn_param.private_data_len);
-  auto step = id->cm->SendReq(req, next_tid_++, now_ms, c.ece.attr_mod);
-  if (!step.ok()) return {EINVAL, {}};
-  id->state = IdState::kConnect;
-  Apply(*id, *step, nullptr, now_ms);
-  return {0, {}};
+  return SendStep(*id, id->cm->SendReq(req, next_tid_++, now_ms, c.ece.attr_mod), now_ms, IdState::kConnect);
 }
 
 // RDMA_USER_CM_CMD_ACCEPT
@@ -620,11 +613,7 @@ CmService::Result CmService::CmdAccept(int conn, uint32_t, std::span<const uint8
   if (!c.conn_param.valid) {
     // The active side after CONNECT_RESPONSE (librdmacm moved its QP to
     // RTS): the RTU (Linux's cma_rep_recv).
-    auto step = id->cm->SendRtu(cm::Rtu{});
-    if (!step.ok()) return {EINVAL, {}};
-    id->state = IdState::kConnected;
-    Apply(*id, *step, nullptr, now_ms);
-    return {0, {}};
+    return SendStep(*id, id->cm->SendRtu(cm::Rtu{}), now_ms, IdState::kConnected);
   }
   if (id->qp_type == IBV_QPT_UD) {  // the SIDR_REP: our QPN and Q_Key
     if (c.conn_param.private_data_len > cm::kSidrRepPrivateDataSize) return {EINVAL, {}};
@@ -636,11 +625,7 @@ CmService::Result CmService::CmdAccept(int conn, uint32_t, std::span<const uint8
     srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
     srep.vendor_id = c.ece.vendor_id & 0xFFFFFF;
     std::memcpy(srep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
-    auto step = id->cm->SendSidrRep(srep);
-    if (!step.ok()) return {EINVAL, {}};
-    id->state = IdState::kConnected;
-    Apply(*id, *step, nullptr, now_ms);
-    return {0, {}};
+    return SendStep(*id, id->cm->SendSidrRep(srep), now_ms, IdState::kConnected);
   }
   if (c.conn_param.private_data_len > cm::kRepPrivateDataSize) return {EINVAL, {}};
   id->uid = c.uid;
@@ -659,10 +644,7 @@ CmService::Result CmService::CmdAccept(int conn, uint32_t, std::span<const uint8
   rep.srq = c.conn_param.srq != 0;
   rep.local_ca_guid = devices_[id->device].guid;
   std::memcpy(rep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
-  auto step = id->cm->SendRep(rep, now_ms, c.ece.attr_mod);
-  if (!step.ok()) return {EINVAL, {}};
-  Apply(*id, *step, nullptr, now_ms);
-  return {0, {}};
+  return SendStep(*id, id->cm->SendRep(rep, now_ms, c.ece.attr_mod), now_ms);
 }
 
 // RDMA_USER_CM_CMD_REJECT
@@ -681,16 +663,11 @@ CmService::Result CmService::CmdReject(int conn, uint32_t, std::span<const uint8
     srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
     std::memcpy(srep.private_data.data(), c.private_data,
                 std::min<size_t>(c.private_data_len, cm::kSidrRepPrivateDataSize));
-    auto step = id->cm->SendSidrRep(srep);
-    if (!step.ok()) return {EINVAL, {}};
-    Apply(*id, *step, nullptr, now_ms);
-    return {0, {}};
+    return SendStep(*id, id->cm->SendSidrRep(srep), now_ms);
   }
   const uint16_t reason = c.reason == 35 ? 35 : static_cast<uint16_t>(cm::RejReason::kConsumerDefined);
-  auto step = id->cm->SendRej(reason, now_ms, std::span<const uint8_t>(c.private_data, c.private_data_len));
-  if (!step.ok()) return {EINVAL, {}};
-  Apply(*id, *step, nullptr, now_ms);
-  return {0, {}};
+  return SendStep(*id, id->cm->SendRej(reason, now_ms, std::span<const uint8_t>(c.private_data, c.private_data_len)),
+                  now_ms);
 }
 
 // RDMA_USER_CM_CMD_DISCONNECT
@@ -1085,6 +1062,14 @@ std::vector<uint8_t> CmService::InitQpAttr(const Id& id, uint32_t qp_state, int*
       return {};
   }
   return Bytes(a);
+}
+
+CmService::Result CmService::SendStep(Id& id, const absl::StatusOr<cm::Step>& step, uint64_t now_ms,
+                                      std::optional<IdState> then) {
+  if (!step.ok()) return {EINVAL, {}};
+  if (then) id.state = *then;
+  Apply(id, *step, nullptr, now_ms);
+  return {0, {}};
 }
 
 void CmService::Apply(Id& id, const cm::Step& step, const cm::CmMessage* received, uint64_t now_ms) {

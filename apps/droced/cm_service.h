@@ -274,6 +274,11 @@ class CmService {
                   uint32_t counted_handle = 0);
   void Send(const Id& id, const cm::CmMessage& m);
   void Apply(Id& id, const cm::Step& step, const cm::CmMessage* received, uint64_t now_ms);
+  // A command's message, built by the id's connection: refused (EINVAL) if
+  // the connection could not build it, else the id moves to `then` (if
+  // given) and the step is applied (Apply).
+  Result SendStep(Id& id, const absl::StatusOr<cm::Step>& step, uint64_t now_ms,
+                  std::optional<IdState> then = std::nullopt);
   void DestroyId(uint32_t handle, uint64_t now_ms);
   void HandleReq(int device, const GsiPath& from, const cm::CmMessage& m, uint64_t now_ms);
   void HandleSidrReq(int device, const GsiPath& from, const cm::CmMessage& m, uint64_t now_ms);

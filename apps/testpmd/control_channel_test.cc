@@ -9,21 +9,12 @@
 
 #include "gtest/gtest.h"
 #include "sim/wire/mem_wire.h"
+#include "wire/gid.h"
 
 namespace droce::testpmd {
 namespace {
 
 constexpr uint64_t kMs = 1'000'000;
-
-core::Gid V4(uint32_t ip) {
-  core::Gid g{};
-  g[10] = g[11] = 0xff;
-  g[12] = ip >> 24;
-  g[13] = (ip >> 16) & 255;
-  g[14] = (ip >> 8) & 255;
-  g[15] = ip & 255;
-  return g;
-}
 
 // One end: a device, its control QP and a control area, as a session has.
 struct End {
@@ -47,7 +38,7 @@ struct End {
   // Connects toward `peer` and sends the hello.
   void Start(const End& peer) {
     core::ConnectParams c;
-    c.peer_gid = V4(peer.dev->config().ipv4);
+    c.peer_gid = wire::Ipv4MappedGid(peer.dev->config().ipv4);
     c.peer_mac = peer.dev->config().mac;
     c.peer_qpn = peer.qpn;
     c.timeout = 14;  // 67 ms, as a session's

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "apps/testpmd/alloc_meter.h"

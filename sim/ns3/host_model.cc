@@ -420,7 +420,32 @@ SwitchPortStats SwitchPortModel::Stats(uint64_t now_ns) {
   s.marked = impl_->marked;
   s.stamped = impl_->stamped;
   s.departed_bytes = p.departed_bytes();
+  s.pauses = p.pauses();
+  s.paused_ns = p.paused_ns(now_ns);
   return s;
 }
+
+void SwitchPortModel::Pause(uint64_t now_ns) { impl_->port.Pause(now_ns); }
+void SwitchPortModel::Resume(uint64_t now_ns) { impl_->port.Resume(now_ns); }
+
+const std::vector<uint64_t>& SwitchPortModel::QueueHistogramNs(uint64_t now_ns) {
+  return impl_->port.queue_histogram_ns(now_ns);
+}
+uint32_t SwitchPortModel::histogram_bin_bytes() const { return impl_->port.config().stats_bin_bytes; }
+
+struct PfcModel::Impl {
+  sim::PfcIngress pfc;
+};
+
+PfcModel::PfcModel(uint32_t ingresses, uint64_t xoff_bytes, uint64_t xon_bytes)
+    : impl_(new Impl{sim::PfcIngress(ingresses, xoff_bytes, xon_bytes)}) {}
+PfcModel::~PfcModel() = default;
+PfcModel::Signal PfcModel::Add(uint32_t ingress, uint32_t bytes) {
+  return static_cast<Signal>(impl_->pfc.Add(ingress, bytes));
+}
+PfcModel::Signal PfcModel::Remove(uint32_t ingress, uint32_t bytes) {
+  return static_cast<Signal>(impl_->pfc.Remove(ingress, bytes));
+}
+uint64_t PfcModel::pause_frames() const { return impl_->pfc.pause_frames(); }
 
 }  // namespace droce::ns3glue

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace droce::ns3glue {
 
@@ -128,6 +129,8 @@ struct SwitchPortStats {
   uint64_t p50_queue_bytes = 0, p99_queue_bytes = 0;
   uint64_t enqueued = 0, dropped = 0, marked = 0, stamped = 0;
   uint64_t departed_bytes = 0;
+  uint64_t pauses = 0;      // PFC pauses from downstream
+  uint64_t paused_ns = 0;
 };
 
 class SwitchPortModel {
@@ -145,10 +148,34 @@ class SwitchPortModel {
   const uint8_t* Dequeue(uint64_t now_ns, uint32_t* len);
   uint64_t QueueBytes(uint64_t now_ns);
   SwitchPortStats Stats(uint64_t now_ns);
+  // PFC from downstream: after the frame being sent, nothing leaves until Resume.
+  void Pause(uint64_t now_ns);
+  void Resume(uint64_t now_ns);
+  // Time-weighted queue-length histogram: ns spent with [i, i+1) x bin_bytes queued.
+  const std::vector<uint64_t>& QueueHistogramNs(uint64_t now_ns);
+  uint32_t histogram_bin_bytes() const;
 
  private:
   struct Impl;
   explicit SwitchPortModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// PFC accounting at a switch's ingress ports (sim::PfcIngress): the bytes
+// each ingress has in the switch's egress queues.
+class PfcModel {
+ public:
+  enum Signal : int { kNone = 0, kPause = 1, kResume = -1 };
+  PfcModel(uint32_t ingresses, uint64_t xoff_bytes, uint64_t xon_bytes);
+  ~PfcModel();
+  PfcModel(const PfcModel&) = delete;
+  PfcModel& operator=(const PfcModel&) = delete;
+  Signal Add(uint32_t ingress, uint32_t bytes);     // a frame from `ingress` was queued
+  Signal Remove(uint32_t ingress, uint32_t bytes);  // ... and has left
+  uint64_t pause_frames() const;
+
+ private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -162,6 +162,7 @@ FabricResult RunFabric(const FabricConfig& cfg) {
   std::vector<uint32_t> flow_qpn(n, 0);
   std::string start_error;
   size_t started = 0;
+  std::vector<size_t> running;  // flows started and not yet seen done
   std::function<void(size_t)> start = [&](size_t i) {
     const FlowSpec& f = cfg.flows[i];
     HostModel& tx = host[f.src]->model();
@@ -182,6 +183,7 @@ FabricResult RunFabric(const FabricConfig& cfg) {
       return;
     }
     ++started;
+    running.push_back(i);
     host[f.src]->Wake();
   };
   for (size_t i = 0; i < n; ++i) {
@@ -189,10 +191,7 @@ FabricResult RunFabric(const FabricConfig& cfg) {
   }
 
   // Stops once every flow has started and finished (checked every 10 us over the flows still running).
-  std::vector<size_t> running;
-  size_t checked = 0;
   std::function<void()> check = [&] {
-    for (; checked < started; ++checked) running.push_back(checked);
     running.erase(std::remove_if(running.begin(), running.end(),
                                  [&](size_t i) { return host[cfg.flows[i].src]->model().Flow(flow_id[i]).done; }),
                   running.end());
@@ -202,6 +201,49 @@ FabricResult RunFabric(const FabricConfig& cfg) {
     }
     ns3::Simulator::Schedule(ns3::MicroSeconds(10), check);
   };
+  // A port class's queue lengths (histogram, mean, max) and/or its counters (drops, marks, pauses) now.
+  const auto collect = [&](const char* name, DroceSwitch& sw, const std::vector<uint32_t>& ports, bool queues, bool counts) {
+    PortClassStats* c = nullptr;
+    for (PortClassStats& p : r.ports) c = p.name == name ? &p : c;
+    if (c == nullptr) {
+      r.ports.emplace_back();
+      c = &r.ports.back();
+      c->name = name;
+    }
+    for (uint32_t i : ports) {
+      SwitchPortModel& m = sw.port(i);
+      const SwitchPortStats s = m.Stats(NowNs());
+      if (queues) {
+        const std::vector<uint64_t>& h = m.QueueHistogramNs(NowNs());
+        c->bin_bytes = m.histogram_bin_bytes();
+        if (c->histogram_ns.size() < h.size()) c->histogram_ns.resize(h.size());
+        for (size_t b = 0; b < h.size(); ++b) c->histogram_ns[b] += h[b];
+        c->max_queue_bytes = std::max(c->max_queue_bytes, s.max_queue_bytes);
+        c->mean_queue_bytes += s.mean_queue_bytes;
+        ++c->ports;
+      }
+      if (!counts) continue;
+      c->dropped += s.dropped;
+      c->marked += s.marked;
+      c->stamped += s.stamped;
+      c->pauses += s.pauses;
+      c->paused_ns += s.paused_ns;
+    }
+  };
+  const auto collect_all = [&](bool queues, bool counts) {
+    for (uint32_t l = 0; l < cfg.leaves; ++l) {
+      std::vector<uint32_t> down(cfg.hosts_per_leaf);
+      for (uint32_t j = 0; j < cfg.hosts_per_leaf; ++j) down[j] = j;
+      collect("leaf_down", *leaf[l], down, queues, counts);
+      if (spines > 0) collect("leaf_up", *leaf[l], uplink[l], queues, counts);
+    }
+    for (uint32_t s = 0; s < spines; ++s) {
+      collect("spine_down", *spine[s], downlink[s], queues, counts);
+    }
+  };
+  if (cfg.queue_until_ns > 0) {
+    ns3::Simulator::Schedule(ns3::NanoSeconds(kStartNs + cfg.queue_until_ns), [&] { collect_all(true, false); });
+  }
   ns3::Simulator::Schedule(ns3::NanoSeconds(kStartNs), check);
   ns3::Simulator::Stop(ns3::NanoSeconds(kStartNs + cfg.max_ns));
   ns3::Simulator::Run();
@@ -225,43 +267,16 @@ FabricResult RunFabric(const FabricConfig& cfg) {
   }
   if (!r.all_done) r.end_ns = end - kStartNs;
 
-  const auto collect = [&](const char* name, DroceSwitch& sw, const std::vector<uint32_t>& ports) {
-    PortClassStats* c = nullptr;
-    for (PortClassStats& p : r.ports) c = p.name == name ? &p : c;
-    if (c == nullptr) {
-      r.ports.emplace_back();
-      c = &r.ports.back();
-      c->name = name;
-    }
-    for (uint32_t i : ports) {
-      SwitchPortModel& m = sw.port(i);
-      const SwitchPortStats s = m.Stats(end);
-      const std::vector<uint64_t>& h = m.QueueHistogramNs(end);
-      c->bin_bytes = m.histogram_bin_bytes();
-      if (c->histogram_ns.size() < h.size()) c->histogram_ns.resize(h.size());
-      for (size_t b = 0; b < h.size(); ++b) c->histogram_ns[b] += h[b];
-      c->max_queue_bytes = std::max(c->max_queue_bytes, s.max_queue_bytes);
-      c->mean_queue_bytes += s.mean_queue_bytes;
-      c->dropped += s.dropped;
-      c->marked += s.marked;
-      c->stamped += s.stamped;
-      c->pauses += s.pauses;
-      c->paused_ns += s.paused_ns;
-      ++c->ports;
-    }
-  };
-  for (uint32_t l = 0; l < cfg.leaves; ++l) {
-    std::vector<uint32_t> down(cfg.hosts_per_leaf);
-    for (uint32_t j = 0; j < cfg.hosts_per_leaf; ++j) down[j] = j;
-    collect("leaf_down", *leaf[l], down);
-    if (spines > 0) collect("leaf_up", *leaf[l], uplink[l]);
-    r.pause_frames += leaf[l]->pause_frames();
-    r.unknown_destination += leaf[l]->unknown_destination();
+  // The run may end before queue_until.
+  const bool queues_taken = !r.ports.empty();
+  collect_all(!queues_taken, true);
+  for (auto& sw : leaf) {
+    r.pause_frames += sw->pause_frames();
+    r.unknown_destination += sw->unknown_destination();
   }
-  for (uint32_t s = 0; s < spines; ++s) {
-    collect("spine_down", *spine[s], downlink[s]);
-    r.pause_frames += spine[s]->pause_frames();
-    r.unknown_destination += spine[s]->unknown_destination();
+  for (auto& sw : spine) {
+    r.pause_frames += sw->pause_frames();
+    r.unknown_destination += sw->unknown_destination();
   }
   for (PortClassStats& c : r.ports) c.mean_queue_bytes /= std::max<uint32_t>(1, c.ports);
   for (const auto& h : host) r.host_pauses += h->pauses();
@@ -295,7 +310,7 @@ void WriteQueueCdfCsv(const FabricResult& r, std::ostream& out) {
 }
 
 std::string FabricSummary(const FabricConfig& cfg, const FabricResult& r) {
-  std::vector<double> all, small, large;
+  std::vector<double> all, small;
   uint64_t done = 0, timeouts = 0, retransmitted = 0;
   for (const FabricFlow& f : r.flows) {
     timeouts += f.qp.timeouts;
@@ -304,7 +319,7 @@ std::string FabricSummary(const FabricConfig& cfg, const FabricResult& r) {
     ++done;
     const double s = static_cast<double>(f.progress.finish_ns - f.progress.start_ns) / f.ideal_ns;
     all.push_back(s);
-    (f.spec.bytes <= 100'000 ? small : large).push_back(s);
+    if (f.spec.bytes <= 100'000) small.push_back(s);
   }
   std::ostringstream o;
   o << "hosts=" << cfg.leaves * cfg.hosts_per_leaf << " leaves=" << cfg.leaves << " spines=" << cfg.spines

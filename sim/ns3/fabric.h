@@ -52,6 +52,9 @@ struct FabricConfig {
   uint64_t poll_ns = 50;
   uint64_t seed = 1;
   uint64_t max_ns = 100'000'000;  // simulated time limit
+  // Queue lengths are measured from the start to this time (0: to the end of the run): the arrivals'
+  // window, so the tail where the last long flows finish alone does not dilute them.
+  uint64_t queue_until_ns = 0;
   std::vector<FlowSpec> flows;    // start times from 0
 };
 
@@ -71,7 +74,7 @@ struct PortClassStats {
   std::vector<uint64_t> histogram_ns;  // summed over the ports: ns spent with [i, i+1) x bin_bytes queued
   uint64_t max_queue_bytes = 0;
   uint64_t dropped = 0, marked = 0, stamped = 0, pauses = 0, paused_ns = 0;
-  // Time-weighted over the ports and the run.
+  // Time-weighted over the ports and the measured time (FabricConfig::queue_until_ns).
   double mean_queue_bytes = 0;
   uint64_t QueuePercentile(double q) const;
 };

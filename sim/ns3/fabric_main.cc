@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   wl.hosts = cfg.leaves * cfg.hosts_per_leaf;
   wl.host_rate_bps = cfg.host_rate_bps;
   wl.duration_ns = static_cast<uint64_t>(duration_ms * 1e6);
+  cfg.queue_until_ns = wl.duration_ns;
   cfg.flows = droce::ns3glue::PoissonFlows(wl, sizes);
 
   const droce::ns3glue::FabricResult r = droce::ns3glue::RunFabric(cfg);

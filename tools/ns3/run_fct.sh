@@ -1,0 +1,53 @@
+#!/bin/bash
+# FCT slowdown on a 128-host leaf-spine in ns-3 (doc/cc-experiments.md
+# "droce inside ns-3: leaf-spine"): 8 leaves x 16 hosts at 100 Gb/s, 4 spines
+# at 400 Gb/s, every host running droce's transport with cc = none, dcqcn,
+# timely, hpcc, swift at the algorithms' paper defaults; flow sizes from
+# WebSearch (and FB_Hadoop), Poisson arrivals at 30 % and 50 % load for
+# DURATION_MS of simulated time, then run until every flow finishes (or
+# MAX_MS). Writes OUT/<workload>_<load>_<cc>.{flows,queue}.csv,
+# OUT/results.csv (one row per run), OUT/summary.md and the plots
+# (tools/ns3/plot_fct.py). Virtual time: the numbers are the same on any
+# machine; one run takes a minute or two of CPU.
+#   tools/ns3/run_fct.sh [BUILD_DIR] [OUT_DIR]
+#   env: WORKLOADS="websearch fb_hadoop" LOADS="0.3 0.5" CCS="none dcqcn timely hpcc swift"
+#        DURATION_MS=2 MAX_MS=30 SEED=1 NICE=10
+set -euo pipefail
+BUILD=${1:-build}
+OUT=${2:-doc/cc-experiments/ns3}
+BIN=$BUILD/sim/ns3/droce-ns3-fabric
+[ -x "$BIN" ] || { echo "run_fct.sh: $BIN not built (needs libns3-dev; ninja -C $BUILD)" >&2; exit 1; }
+WORKLOADS=${WORKLOADS:-websearch}
+LOADS=${LOADS:-0.3 0.5}
+CCS=${CCS:-none dcqcn timely hpcc swift}
+DURATION_MS=${DURATION_MS:-2}
+MAX_MS=${MAX_MS:-30}
+SEED=${SEED:-1}
+mkdir -p "$OUT"
+COMMON=(--leaves 8 --hosts-per-leaf 16 --spines 4 --host-gbps 100 --spine-gbps 400
+        --duration-ms "$DURATION_MS" --max-ms "$MAX_MS" --seed "$SEED")
+echo "# $(date -u +%F) $BIN ${COMMON[*]} --workload W --load L --cc CC --csv OUT/W_L_CC" > "$OUT/fct_commands.txt"
+for wl in $WORKLOADS; do
+  for load in $LOADS; do
+    for cc in $CCS; do
+      # A run that hits MAX_MS exits 3 and still writes its results (the flows not done are marked).
+      line=$(nice -n "${NICE:-10}" "$BIN" "${COMMON[@]}" --workload "$wl" --load "$load" --cc "$cc" \
+             --csv "$OUT/${wl}_${load}_${cc}") || [ $? -eq 3 ]
+      echo "$line"
+      echo "$line" >> "$OUT/fct_results.lines"
+    done
+  done
+done
+# Every run so far (a rerun of one workload keeps the others' rows), the last line per (workload, load, cc).
+python3 - "$OUT/fct_results.lines" <<'PYEOF' | python3 tools/ns3/kv_to_csv.py > "$OUT/fct_results.csv"
+import shlex, sys
+last = {}
+for line in open(sys.argv[1]):
+    if line.strip():
+        kv = dict(x.split("=", 1) for x in shlex.split(line))
+        last[(kv["workload"], kv["load"], kv["cc"])] = line.rstrip("\n")
+print("\n".join(last.values()))
+PYEOF
+PY=python3
+$PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
+$PY tools/ns3/plot_fct.py "$OUT"

@@ -96,11 +96,13 @@ def plot_queue(out, wl, load, runs):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in runs:
         rows = [q for q in read_csv(os.path.join(out, f"{wl}_{load}_{r['cc']}.queue.csv")) if q["class"] == "leaf_down"]
-        xs = [max(1, int(q["queue_bytes"])) / 1e3 for q in rows]
+        # The first bin (below 256 bytes: empty or one ACK) is drawn at 0.1 KB.
+        xs = [max(100, int(q["queue_bytes"])) / 1e3 for q in rows]
         ys = [float(q["cdf"]) for q in rows]
         ax.step(xs, ys, where="post", label=r["cc"], color=COLORS[r["cc"]])
     ax.set_xscale("log")
-    ax.set_xlabel("queue at a host-facing ToR port (KB; time-weighted over the arrivals)")
+    ax.set_xlim(0.1, None)
+    ax.set_xlabel("queue at a host-facing ToR port (KB, log; time-weighted over the arrivals; 0.1 = empty)")
     ax.set_ylabel("CDF")
     ax.set_title(f"{wl}, {float(load) * 100:.0f} % load")
     ax.grid(True, which="both", alpha=0.3)

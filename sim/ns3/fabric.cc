@@ -228,6 +228,7 @@ FabricResult RunFabric(const FabricConfig& cfg) {
       c->stamped += s.stamped;
       c->pauses += s.pauses;
       c->paused_ns += s.paused_ns;
+      c->departed_bytes.push_back(s.departed_bytes);
     }
   };
   const auto collect_all = [&](bool queues, bool counts) {

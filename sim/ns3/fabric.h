@@ -74,6 +74,7 @@ struct PortClassStats {
   std::vector<uint64_t> histogram_ns;  // summed over the ports: ns spent with [i, i+1) x bin_bytes queued
   uint64_t max_queue_bytes = 0;
   uint64_t dropped = 0, marked = 0, stamped = 0, pauses = 0, paused_ns = 0;
+  std::vector<uint64_t> departed_bytes;  // each port's, over the run (ECMP's spread over the uplinks)
   // Time-weighted over the ports and the measured time (FabricConfig::queue_until_ns).
   double mean_queue_bytes = 0;
   uint64_t QueuePercentile(double q) const;

@@ -46,6 +46,7 @@ IncastResult RunIncast(const IncastConfig& cfg) {
     port.seed = pc.seed + h;
     sw.AddRoute(hc.mac, {sw.AddPort(devs.second, port)});
   }
+  sw.Finish();
 
   // One RC QP pair per sender; the flows start together after a microsecond.
   HostModel& rx = hosts[cfg.senders]->model();

@@ -26,13 +26,13 @@ SEED=${SEED:-1}
 mkdir -p "$OUT"
 COMMON=(--leaves 8 --hosts-per-leaf 16 --spines 4 --host-gbps 100 --spine-gbps 400
         --duration-ms "$DURATION_MS" --max-ms "$MAX_MS" --seed "$SEED")
-echo "# $(date -u +%F) $BIN ${COMMON[*]} --workload W --load L --cc CC --csv OUT/W_L_CC" > "$OUT/fct_commands.txt"
 for wl in $WORKLOADS; do
   for load in $LOADS; do
     for cc in $CCS; do
+      args=("${COMMON[@]}" --workload "$wl" --load "$load" --cc "$cc" --csv "$OUT/${wl}_${load}_${cc}")
+      echo "$(date -u +%F) $BIN ${args[*]}" >> "$OUT/fct_commands.txt"
       # A run that hits MAX_MS exits 3 and still writes its results (the flows not done are marked).
-      line=$(nice -n "${NICE:-10}" "$BIN" "${COMMON[@]}" --workload "$wl" --load "$load" --cc "$cc" \
-             --csv "$OUT/${wl}_${load}_${cc}") || [ $? -eq 3 ]
+      line=$(nice -n "${NICE:-10}" "$BIN" "${args[@]}") || [ $? -eq 3 ]
       echo "$line"
       echo "$line" >> "$OUT/fct_results.lines"
     done

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots and tables of the ns-3 leaf-spine FCT experiments (tools/ns3/run_fct.sh).
 
-Reads OUT/fct_results.csv and OUT/<workload>_<load>_<cc>.{flows,queue}.csv and writes into OUT:
+Reads OUT/fct_results.csv and OUT/<workload>_<load>_<variant>.{flows,queue}.csv (a variant is a cc= name
+or a named setting of one, tools/ns3/run_fct.sh) and writes into OUT:
   fct_<workload>_<load>.png    FCT slowdown (p50, p95, p99) by flow size, one line per algorithm
   queue_<workload>_<load>.png  time-weighted CDF of the host-facing (ToR down) ports' queue, per algorithm
   fct_summary.md               slowdown percentiles by flow-size class and queue statistics, per run
@@ -18,8 +19,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CCS = ["none", "dcqcn", "timely", "hpcc", "swift"]
-COLORS = {"none": "black", "dcqcn": "tab:blue", "timely": "tab:orange", "hpcc": "tab:green", "swift": "tab:red"}
+CCS = ["none", "dcqcn", "timely", "hpcc", "swift", "dcqcn_mlx5"]
+COLORS = {"none": "black", "dcqcn": "tab:blue", "timely": "tab:orange", "hpcc": "tab:green", "swift": "tab:red",
+          "dcqcn_mlx5": "tab:purple"}
 SIZE_CLASSES = [("<100KB", 0, 100e3), ("100KB-1MB", 100e3, 1e6), (">=1MB", 1e6, math.inf), ("all", 0, math.inf)]
 
 
@@ -39,7 +41,7 @@ def flows(out, run):
     """(bytes, slowdown, done) per flow; unfinished flows at their slowdown so far."""
     end_us = float(run["end_us"])
     rows = []
-    for r in read_csv(os.path.join(out, f"{run['workload']}_{run['load']}_{run['cc']}.flows.csv")):
+    for r in read_csv(os.path.join(out, f"{run['workload']}_{run['load']}_{run['variant']}.flows.csv")):
         done = r["done"] == "1"
         ideal = float(r["ideal_us"])
         s = float(r["slowdown"]) if done else (end_us - float(r["start_us"])) / ideal
@@ -63,7 +65,7 @@ def fmt_bytes(b):
 
 
 def plot_fct(out, wl, load, runs):
-    data = {r["cc"]: flows(out, r) for r in runs}
+    data = {r["variant"]: flows(out, r) for r in runs}
     sizes = [b for b, _, _ in next(iter(data.values()))]
     edges = size_bins(sizes)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharex=True)
@@ -95,11 +97,11 @@ def plot_fct(out, wl, load, runs):
 def plot_queue(out, wl, load, runs):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in runs:
-        rows = [q for q in read_csv(os.path.join(out, f"{wl}_{load}_{r['cc']}.queue.csv")) if q["class"] == "leaf_down"]
+        rows = [q for q in read_csv(os.path.join(out, f"{wl}_{load}_{r['variant']}.queue.csv")) if q["class"] == "leaf_down"]
         # The first bin (below 256 bytes: empty or one ACK) is drawn at 0.1 KB.
         xs = [max(100, int(q["queue_bytes"])) / 1e3 for q in rows]
         ys = [float(q["cdf"]) for q in rows]
-        ax.step(xs, ys, where="post", label=r["cc"], color=COLORS[r["cc"]])
+        ax.step(xs, ys, where="post", label=r["variant"], color=COLORS.get(r["variant"]))
     ax.set_xscale("log")
     ax.set_xlim(0.1, None)
     ax.set_xlabel("queue at a host-facing ToR port (KB, log; time-weighted over the arrivals; 0.1 = empty)")
@@ -123,15 +125,15 @@ def main():
              "Slowdown = FCT / ideal FCT (the flow alone: bytes and headers at 100 Gb/s, store-and-forward, "
              "propagation of data and ACK). Flows not done at the time limit count at their slowdown so far.", ""]
     for (wl, load), runs in sorted(groups.items()):
-        runs.sort(key=lambda r: CCS.index(r["cc"]) if r["cc"] in CCS else 99)
+        runs.sort(key=lambda r: CCS.index(r["variant"]) if r["variant"] in CCS else 99)
         data = plot_fct(out, wl, load, runs)
         plot_queue(out, wl, load, runs)
         lines += [f"## {wl}, {float(load) * 100:.0f} % load ({runs[0]['flows']} flows over {runs[0]['duration_ms']} ms)", "",
-                  "| cc | done | " + " | ".join(f"{c} p50 / p95 / p99" for c, _, _ in SIZE_CLASSES) +
+                  "| variant | done | " + " | ".join(f"{c} p50 / p95 / p99" for c, _, _ in SIZE_CLASSES) +
                   " | ToR-down queue mean / p99 / max (KB) | drops | timeouts |",
                   "|---|---|" + "---|" * len(SIZE_CLASSES) + "---|---|---|"]
         for r in runs:
-            f = data[r["cc"]]
+            f = data[r["variant"]]
             cells = []
             for _, lo, hi in SIZE_CLASSES:
                 s = [x for b, x, _ in f if lo <= b < hi]
@@ -139,7 +141,7 @@ def main():
             q = f"{int(r['leaf_down_queue_mean']) / 1e3:.1f} / {int(r['leaf_down_queue_p99']) / 1e3:.1f} / " \
                 f"{int(r['leaf_down_queue_max']) / 1e3:.0f}"
             drops = sum(int(r[k]) for k in r if k.endswith("_drops"))
-            lines.append(f"| {r['cc']} | {r['done']}/{r['flows']} | " + " | ".join(cells) +
+            lines.append(f"| {r['variant']} | {r['done']}/{r['flows']} | " + " | ".join(cells) +
                          f" | {q} | {drops} | {r['timeouts']} |")
         lines.append("")
     with open(os.path.join(out, "fct_summary.md"), "w") as f:

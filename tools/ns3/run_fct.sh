@@ -10,8 +10,10 @@
 # (tools/ns3/plot_fct.py). Virtual time: the numbers are the same on any
 # machine; one run takes a minute or two of CPU.
 #   tools/ns3/run_fct.sh [BUILD_DIR] [OUT_DIR]
-#   env: WORKLOADS="websearch fb_hadoop" LOADS="0.3 0.5" CCS="none dcqcn timely hpcc swift"
-#        DURATION_MS=2 MAX_MS=30 SEED=1 NICE=10
+#   env: WORKLOADS="websearch fb_hadoop" LOADS="0.3 0.5" CCS="none dcqcn timely hpcc swift dcqcn_mlx5"
+#        DURATION_MS=1 MAX_MS=30 SEED=1 NICE=10
+# CCS holds variants: a cc= name, or dcqcn_mlx5 (DCQCN with mlx5-like timers, lib/cc/dcqcn.h
+# Mlx5Profile, and ECN marking at dequeue, as the HPCC simulator's DCQCN runs).
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-doc/cc-experiments/ns3}
@@ -19,8 +21,8 @@ BIN=$BUILD/sim/ns3/droce-ns3-fabric
 [ -x "$BIN" ] || { echo "run_fct.sh: $BIN not built (needs libns3-dev; ninja -C $BUILD)" >&2; exit 1; }
 WORKLOADS=${WORKLOADS:-websearch}
 LOADS=${LOADS:-0.3 0.5}
-CCS=${CCS:-none dcqcn timely hpcc swift}
-DURATION_MS=${DURATION_MS:-2}
+CCS=${CCS:-dcqcn timely hpcc swift}
+DURATION_MS=${DURATION_MS:-1}
 MAX_MS=${MAX_MS:-30}
 SEED=${SEED:-1}
 mkdir -p "$OUT"
@@ -28,24 +30,31 @@ COMMON=(--leaves 8 --hosts-per-leaf 16 --spines 4 --host-gbps 100 --spine-gbps 4
         --duration-ms "$DURATION_MS" --max-ms "$MAX_MS" --seed "$SEED")
 for wl in $WORKLOADS; do
   for load in $LOADS; do
-    for cc in $CCS; do
-      args=("${COMMON[@]}" --workload "$wl" --load "$load" --cc "$cc" --csv "$OUT/${wl}_${load}_${cc}")
+    for variant in $CCS; do
+      case $variant in
+        dcqcn_mlx5) cc=(--cc dcqcn --mark dequeue --cc-params "rpg_time_reset_us=300,rpg_byte_reset=32767,\
+rpg_threshold=1,rpg_ai_rate_mbps=5,rpg_hai_rate_mbps=50,rpg_min_dec_fac=50,rpg_min_rate_mbps=1,\
+rate_reduce_monitor_period_us=4,dce_tcp_g=1019,dce_tcp_rtt_us=1,initial_alpha_value=1023") ;;
+        *) cc=(--cc "$variant") ;;
+      esac
+      args=("${COMMON[@]}" --workload "$wl" --load "$load" "${cc[@]}" --csv "$OUT/${wl}_${load}_${variant}")
       echo "$(date -u +%F) $BIN ${args[*]}" >> "$OUT/fct_commands.txt"
       # A run that hits MAX_MS exits 3 and still writes its results (the flows not done are marked).
       line=$(nice -n "${NICE:-10}" "$BIN" "${args[@]}") || [ $? -eq 3 ]
+      line="variant=$variant $line"
       echo "$line"
       echo "$line" >> "$OUT/fct_results.lines"
     done
   done
 done
-# Every run so far (a rerun of one workload keeps the others' rows), the last line per (workload, load, cc).
+# Every run so far (a rerun of one workload keeps the others' rows), the last line per (workload, load, variant).
 python3 - "$OUT/fct_results.lines" <<'PYEOF' | python3 tools/ns3/kv_to_csv.py > "$OUT/fct_results.csv"
 import shlex, sys
 last = {}
 for line in open(sys.argv[1]):
     if line.strip():
         kv = dict(x.split("=", 1) for x in shlex.split(line))
-        last[(kv["workload"], kv["load"], kv["cc"])] = line.rstrip("\n")
+        last[(kv["workload"], kv["load"], kv["variant"])] = line.rstrip("\n")
 print("\n".join(last.values()))
 PYEOF
 PY=python3

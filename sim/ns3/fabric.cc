@@ -168,8 +168,9 @@ FabricResult RunFabric(const FabricConfig& cfg) {
     HostModel& tx = host[f.src]->model();
     HostModel& rx = host[f.dst]->model();
     std::string err;
-    const uint32_t a = tx.CreateQp(&err);
-    const uint32_t b = a != 0 ? rx.CreateQp(&err) : 0;
+    // The sender's queue holds the flow's `depth` WRITEs (twice, for slack); the receiver's posts nothing.
+    const uint32_t a = tx.CreateQp(&err, 2 * cfg.depth);
+    const uint32_t b = a != 0 ? rx.CreateQp(&err, 16) : 0;
     if (b == 0 || !tx.ConnectQp(a, rx, b, cfg.mtu, &err) || !rx.ConnectQp(b, tx, a, cfg.mtu, &err)) {
       start_error = err;
       ns3::Simulator::Stop();

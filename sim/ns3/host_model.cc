@@ -180,6 +180,10 @@ std::unique_ptr<HostModel> HostModel::Create(const HostModelConfig& cfg, Transmi
   d.ipv4 = cfg.ipv4;
   d.cc_line_rate_bps = cfg.line_rate_bps;
   d.min_time_between_cnps_ns = 50'000;  // DCQCN's notification point: one CNP per 50 us per QP
+  // QPNs from a fixed base, not the random one a real device picks: ECMP hashes the UDP source port, which
+  // comes from the QPN, so a random base would give every run other paths and no run could be repeated.
+  d.qpn_base = 16;
+  d.max_qp = 1u << 16;  // a QP per flow: a long workload creates thousands per host
   absl::StatusOr<cc::Config> c = cc::ParseConfig(cfg.cc, cfg.cc_params, cfg.line_rate_bps);
   if (!c.ok()) {
     *error = std::string(c.status().message());
@@ -229,11 +233,11 @@ uint64_t HostModel::NextPollNs(uint64_t now_ns, uint64_t busy_period_ns) const {
   return next == UINT64_MAX ? next : std::max(next, now_ns + 1);
 }
 
-uint32_t HostModel::CreateQp(std::string* error) {
+uint32_t HostModel::CreateQp(std::string* error, uint32_t max_send_wr) {
   core::QpInitAttr init;
   init.pd = impl_->pd;
   init.send_cq = init.recv_cq = impl_->cq;
-  init.caps.max_send_wr = 1024;
+  init.caps.max_send_wr = max_send_wr;
   init.caps.max_recv_wr = 16;
   absl::StatusOr<uint32_t> qpn = impl_->dev->CreateQp(init);
   if (!qpn.ok()) {

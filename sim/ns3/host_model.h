@@ -1,5 +1,5 @@
 // droce's NIC and a switch egress port as models another simulator drives:
-// the header the ns-3 glue (sim/ns3/droce_ns3.h) includes. It is C++17 and
+// the header the ns-3 glue (sim/ns3/nodes.h) includes. It is C++17 and
 // names nothing of lib/ or absl, because ns-3 3.37's headers do not compile
 // as C++20 with GCC 12 and the glue that includes them is built as C++17;
 // host_model.cc (C++20) holds the real core::Device, transport and cc.
@@ -89,8 +89,11 @@ class HostModel {
   // busy_period; the rest of the time it would spin without effect.
   uint64_t NextPollNs(uint64_t now_ns, uint64_t busy_period_ns) const;
 
-  // An RC QP running the host's cc=; 0 with *error on failure.
-  uint32_t CreateQp(std::string* error);
+  // An RC QP running the host's cc=, its send queue `max_send_wr` deep (a flow
+  // keeps `depth` WRITEs posted; a send queue entry holds 256 bytes of inline
+  // data, so thousands of QPs stay small only with short queues); 0 with
+  // *error on failure.
+  uint32_t CreateQp(std::string* error, uint32_t max_send_wr = 1024);
   // RESET -> RTS toward `peer_qpn` on `peer`, PSNs 0.
   bool ConnectQp(uint32_t qpn, const HostModel& peer, uint32_t peer_qpn, uint32_t mtu, std::string* error);
   // `bytes` of WRITEs of at most msg_bytes each from qpn into the peer's memory, `depth` outstanding.

@@ -1,16 +1,16 @@
 #!/bin/bash
 # FCT slowdown on a 128-host leaf-spine in ns-3 (doc/cc-experiments.md
 # "droce inside ns-3: leaf-spine"): 8 leaves x 16 hosts at 100 Gb/s, 4 spines
-# at 400 Gb/s, every host running droce's transport with cc = none, dcqcn,
-# timely, hpcc, swift at the algorithms' paper defaults; flow sizes from
-# WebSearch (and FB_Hadoop), Poisson arrivals at 30 % and 50 % load for
-# DURATION_MS of simulated time, then run until every flow finishes (or
-# MAX_MS). Writes OUT/<workload>_<load>_<cc>.{flows,queue}.csv,
-# OUT/results.csv (one row per run), OUT/summary.md and the plots
-# (tools/ns3/plot_fct.py). Virtual time: the numbers are the same on any
-# machine; one run takes a minute or two of CPU.
+# at 400 Gb/s, every host running droce's transport with each cc= variant at
+# the algorithms' paper defaults; flow sizes from WebSearch (or FB_Hadoop),
+# Poisson arrivals at 30 % and 50 % load for DURATION_MS of simulated time,
+# then run until every flow finishes (or MAX_MS). Writes
+# OUT/<workload>_<load>_<variant>.{flows,queue}.csv, OUT/fct_results.csv (one
+# row per run), OUT/fct_commands.txt, OUT/fct_summary.md and the plots
+# (tools/ns3/plot_fct.py). Virtual time and fixed seeds: a run gives the same
+# numbers on any machine; one takes 10-45 s of CPU.
 #   tools/ns3/run_fct.sh [BUILD_DIR] [OUT_DIR]
-#   env: WORKLOADS="websearch fb_hadoop" LOADS="0.3 0.5" CCS="none dcqcn timely hpcc swift dcqcn_mlx5"
+#   env: WORKLOADS="websearch fb_hadoop" LOADS="0.3 0.5" CCS="dcqcn timely hpcc swift dcqcn_mlx5" (or none)
 #        DURATION_MS=1 MAX_MS=30 SEED=1 NICE=10
 # CCS holds variants: a cc= name, or dcqcn_mlx5 (DCQCN with mlx5-like timers, lib/cc/dcqcn.h
 # Mlx5Profile, and ECN marking at dequeue, as the HPCC simulator's DCQCN runs).
@@ -21,7 +21,7 @@ BIN=$BUILD/sim/ns3/droce-ns3-fabric
 [ -x "$BIN" ] || { echo "run_fct.sh: $BIN not built (needs libns3-dev; ninja -C $BUILD)" >&2; exit 1; }
 WORKLOADS=${WORKLOADS:-websearch}
 LOADS=${LOADS:-0.3 0.5}
-CCS=${CCS:-dcqcn timely hpcc swift}
+CCS=${CCS:-dcqcn timely hpcc swift dcqcn_mlx5}
 DURATION_MS=${DURATION_MS:-1}
 MAX_MS=${MAX_MS:-30}
 SEED=${SEED:-1}

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "sim/ns3/fabric.h"
 #include "sim/ns3/workload.h"
@@ -30,6 +31,23 @@ FabricResult RunAndPrint(const FabricConfig& c) {
   EXPECT_EQ(r.error, "");
   std::printf("%s\n", FabricSummary(c, r).c_str());
   return r;
+}
+
+FlowSizeCdf WebSearch() {
+  FlowSizeCdf web;
+  std::string error;
+  EXPECT_TRUE(FlowSizeCdf::Load("websearch", &web, &error)) << error;
+  return web;
+}
+
+// WebSearch flows at `load` among `hosts` hosts over `duration_ns`.
+std::vector<FlowSpec> WebSearchFlows(uint32_t hosts, double load, uint64_t duration_ns, uint64_t seed) {
+  WorkloadConfig w;
+  w.hosts = hosts;
+  w.load = load;
+  w.duration_ns = duration_ns;
+  w.seed = seed;
+  return PoissonFlows(w, WebSearch());
 }
 
 const PortClassStats& Ports(const FabricResult& r, const std::string& name) {
@@ -59,16 +77,10 @@ TEST(Workload, TablesAreCdfsWithThePublishedMeans) {
 }
 
 TEST(Workload, PoissonArrivalsOfferTheLoad) {
-  std::string error;
-  FlowSizeCdf web;
-  ASSERT_TRUE(FlowSizeCdf::Load("websearch", &web, &error)) << error;
-  WorkloadConfig w;
-  w.hosts = 128;
-  w.load = 0.5;
-  w.duration_ns = 20'000'000;
-  const std::vector<FlowSpec> flows = PoissonFlows(w, web);
+  constexpr uint64_t kDurationNs = 20'000'000;
+  const std::vector<FlowSpec> flows = WebSearchFlows(128, 0.5, kDurationNs, 1);
   // 0.5 x 128 x 100 Gb/s / 1.7 MB per flow: ~4700 flows per ms.
-  const double expected = 0.5 * 128 * 100e9 / 8 / web.MeanBytes() * 20e-3;
+  const double expected = 0.5 * 128 * 100e9 / 8 / WebSearch().MeanBytes() * 20e-3;
   EXPECT_NEAR(static_cast<double>(flows.size()), expected, 0.05 * expected);
   uint64_t last = 0;
   for (const FlowSpec& f : flows) {
@@ -76,7 +88,7 @@ TEST(Workload, PoissonArrivalsOfferTheLoad) {
     ASSERT_LT(f.src, 128u);
     ASSERT_LT(f.dst, 128u);
     ASSERT_GE(f.start_ns, last);
-    ASSERT_LT(f.start_ns, w.duration_ns);
+    ASSERT_LT(f.start_ns, kDurationNs);
     last = f.start_ns;
   }
 }
@@ -87,15 +99,7 @@ TEST(Workload, PoissonArrivalsOfferTheLoad) {
 // its ideal (slowdown >= 1), and with congestion control on, the
 // host-facing queues stay far below what uncontrolled senders build.
 TEST(Ns3Fabric, WebSearchCompletesEveryFlowAtOrAboveItsIdeal) {
-  std::string error;
-  FlowSizeCdf web;
-  ASSERT_TRUE(FlowSizeCdf::Load("websearch", &web, &error)) << error;
-  WorkloadConfig w;
-  w.hosts = 16;
-  w.load = 0.5;
-  w.duration_ns = 300'000;
-  w.seed = 3;
-  std::vector<FlowSpec> flows = PoissonFlows(w, web);
+  std::vector<FlowSpec> flows = WebSearchFlows(16, 0.5, 300'000, 3);
   ASSERT_GE(flows.size(), 10u);
   for (uint32_t src : {1u, 2u, 3u, 9u, 10u, 11u}) flows.push_back({src, 0, 2'000'000, 50'000});
   double none_mean_queue = 0;
@@ -180,15 +184,8 @@ TEST(Ns3Fabric, EcmpSpreadsFlowsOverTheUplinks) {
 // Virtual time and fixed seeds: the same scenario twice gives the same
 // completions to the nanosecond (the ECMP paths, which hash QPNs, included).
 TEST(Ns3Fabric, ARunRepeatsExactly) {
-  std::string error;
-  FlowSizeCdf web;
-  ASSERT_TRUE(FlowSizeCdf::Load("websearch", &web, &error)) << error;
-  WorkloadConfig w;
-  w.hosts = 16;
-  w.load = 0.5;
-  w.duration_ns = 100'000;
   FabricConfig c = SmallFabric("hpcc");
-  c.flows = PoissonFlows(w, web);
+  c.flows = WebSearchFlows(16, 0.5, 100'000, 1);
   for (uint32_t i = 0; i < 16; ++i) c.flows.push_back({8 + i % 8, i / 2, 50'000, i * 500});
   const FabricResult a = RunFabric(c), b = RunFabric(c);
   ASSERT_TRUE(a.all_done);

@@ -49,6 +49,7 @@ void SwitchKnobs::DropQueued() {
     }
   }
   held_.clear();
+  held_bytes_ = 0;
 }
 
 void SwitchKnobs::Apply(const fabric::KnobRequest& k, PfcBoard* board) {
@@ -109,6 +110,7 @@ EgressVerdict SwitchKnobs::Egress(uint32_t bytes, uint64_t now_ns) {
 
 void SwitchKnobs::Hold(void* frame, uint32_t bytes, uint32_t port, uint32_t port_tag, uint32_t ingress) {
   held_.push_back(Held{frame, bytes, port, port_tag, ingress});
+  held_bytes_ += bytes;
   if (pfc_ != nullptr && ingress < PfcBoard::kIds && pfc_->Add(ingress, bytes) == sim::PfcIngress::kPause) {
     ++counters_.pfc_pauses;
     if (board_ != nullptr) board_->Hold(ingress);
@@ -120,6 +122,7 @@ bool SwitchKnobs::Release(uint64_t now_ns, Released* out) {
   if (port_ == nullptr || held_.empty() || !port_->Dequeue(now_ns, &d)) return false;
   const Held h = held_.front();
   held_.pop_front();
+  held_bytes_ -= h.bytes;
   if (pfc_ != nullptr && h.ingress < PfcBoard::kIds && pfc_->Remove(h.ingress, h.bytes) == sim::PfcIngress::kResume &&
       board_ != nullptr) {
     board_->Release(h.ingress);
@@ -145,7 +148,8 @@ std::string SwitchKnobs::Describe() const {
                           port_cfg_.mark_at == sim::MarkAt::kDequeue ? "dequeue" : "enqueue");
     if (port_cfg_.int_stamp) s += " int=on";
     if (pfc_xoff_ != 0) absl::StrAppendFormat(&s, " pfc=%u,%u", pfc_xoff_, pfc_xon_);
-    absl::StrAppendFormat(&s, " (queued %zu frames, max %lu B)", held_.size(), port_->max_queue_bytes());
+    absl::StrAppendFormat(&s, " (queued %zu frames %lu B, max %lu B)", held_.size(), held_bytes_,
+                          port_->max_queue_bytes());
   }
   if (!mirror_.empty()) absl::StrAppendFormat(&s, " mirror=%s", mirror_);
   if (s.empty()) return "";

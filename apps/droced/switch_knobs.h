@@ -140,6 +140,7 @@ class SwitchKnobs {
   std::unique_ptr<sim::PfcIngress> pfc_;
   PfcBoard* board_ = nullptr;
   std::deque<Held> held_;  // in the port's FIFO order
+  uint64_t held_bytes_ = 0;
   std::string mirror_;
   KnobCounters counters_;
 };

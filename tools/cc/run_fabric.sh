@@ -16,7 +16,8 @@
 #   PERIOD (0.02), QPERIOD (0.01), CC_PARAMS_<alg> (--cc-params; the defaults
 #   below scale the delay targets and base RTTs to this fabric's RTT, about
 #   0.3-1 ms between two processes through droced, not the papers' 10-50 us),
-#   SIZE (bytes per WRITE, 65536), OUTSTANDING (per sender, 8), TAG (file name prefix, run).
+#   CONNECT_S (s for every process to start and connect before the first
+#   sender's run, 20), SIZE (bytes per WRITE, 65536), OUTSTANDING (per sender, 8), TAG (file name prefix, run).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -54,7 +55,8 @@ trap cleanup EXIT
   echo "# ALGS='$algs' SENDERS=$n RATE_MBPS=$rate KMIN=$kmin KMAX=$kmax PMAX=$pmax LIMIT=$limit STAGGER=$stagger HOLD=$hold PERIOD=$period SIZE=$size OUTSTANDING=$outstanding CC_PARAMS_timely=$CC_PARAMS_timely CC_PARAMS_hpcc=$CC_PARAMS_hpcc CC_PARAMS_swift=$CC_PARAMS_swift tools/cc/run_fabric.sh"
 } >>"$out/commands.txt"
 
-for alg in $algs; do
+run_alg() {  # ALG: one run; true when every sender completed
+  local alg=$1 k p
   # Fresh devices for each algorithm: the port's counters are the run's.
   "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
   "$ctl" link add droce0 ip 10.0.0.1 >/dev/null || exit 1
@@ -67,7 +69,7 @@ for alg in $algs; do
   [ -n "$params" ] && cc+=(--cc-params "$params")
   pids=()
   total=$(awk -v n="$n" -v s="$stagger" -v h="$hold" 'BEGIN { print 2 * (n - 1) * s + h }')
-  limit_s=$(awk -v t="$total" 'BEGIN { printf "%d", t + 120 }')  # a process that hangs ends
+  limit_s=$(awk -v t="$total" -v c="${CONNECT_S:-20}" 'BEGIN { printf "%d", t + c + 120 }')  # a process that hangs ends
   for k in $(seq "$n"); do
     timeout "$limit_s" "$tp" -- --role server --device droce1 --peer-ip 10.0.0.1 --qpn-range "$k" "${cc[@]}" \
       --size "$size" --outstanding "$outstanding" >"$run/$alg.s$k.log" 2>&1 & pids+=($!)
@@ -76,12 +78,17 @@ for alg in $algs; do
     for _ in $(seq 600); do grep -qs "waiting for the link" "$run/$alg.s$k.log" && break; sleep 0.1; done
   done
   "$py" "$root/tools/cc/fabric.py" sample "$ctl" droce1 "$qperiod" >"$run/$alg.queue.csv" & sampler=$!
+  # Every sender starts now and connects at once (a process that attaches
+  # while the port is busy can take long to be scheduled on a loaded host);
+  # sender k begins its run at start + (k-1) x STAGGER s (--start-at, the
+  # clock of the stats lines), for `total - 2 (k-1) STAGGER` s.
+  start=$("$py" -c 'import time; print(f"{time.monotonic() + '"${CONNECT_S:-20}"':.3f}")')
   t0=$(date +%s.%N)
   for k in $(seq "$n"); do
     dur=$(awk -v t="$total" -v k="$k" -v s="$stagger" 'BEGIN { print t - 2 * (k - 1) * s }')
-    ( sleep "$(awk -v k="$k" -v s="$stagger" 'BEGIN { print (k - 1) * s }')"
-      exec timeout "$limit_s" "$tp" -- --role client --device droce0 --peer-ip 10.0.0.2 --qpn-range "$k" "${cc[@]}" \
-        --size "$size" --outstanding "$outstanding" --duration "$dur" --stats-period "$period" ) \
+    at=$(awk -v a="$start" -v k="$k" -v s="$stagger" 'BEGIN { printf "%.3f", a + (k - 1) * s }')
+    timeout "$limit_s" "$tp" -- --role client --device droce0 --peer-ip 10.0.0.2 --qpn-range "$k" "${cc[@]}" \
+      --size "$size" --outstanding "$outstanding" --duration "$dur" --stats-period "$period" --start-at "$at" \
       >"$run/$alg.c$k.log" 2>&1 & pids+=($!)
   done
   rc=0
@@ -91,6 +98,16 @@ for alg in $algs; do
   "$ctl" switch clear droce1
   echo "$alg: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, rc $rc, $(cat "$run/$alg.port.txt")"
   for k in $(seq "$n"); do grep -h "client write_bw:" "$run/$alg.c$k.log" | cut -c1-120; done
+  for k in $(seq "$n"); do grep -q "client write_bw:" "$run/$alg.c$k.log" || return 1; done
+}
+for alg in $algs; do
+  # A sender that never connected ("no hello from the peer") leaves the run
+  # without its flow: tried again, at most ATTEMPTS times (the log says so).
+  for attempt in $(seq "${ATTEMPTS:-3}"); do
+    run_alg "$alg" && break
+    echo "$alg: attempt $attempt: a sender did not complete; $(grep -h 'droce-testpmd: ' "$run/$alg".c*.log | grep -v waiting | head -1)"
+    echo "# $alg attempt $attempt: a sender did not complete" >>"$out/commands.txt"
+  done
   for f in "$run/$alg".*; do cp "$f" "$out/$tag.$(basename "$f")"; done
 done
 "$py" "$root/tools/cc/fabric.py" analyze "$out" "$tag" "$rate" "$kmin" "$kmax"

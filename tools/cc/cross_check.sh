@@ -9,7 +9,8 @@
 # the fabric's logs and table (fabric.*), and OUT/cross.<alg>.png: each
 # flow's throughput and cc rate, and the queue, ns-3 left, fabric right.
 #   tools/cc/cross_check.sh [OUT_DIR]     (default doc/cc-experiments/cross)
-# Env: BUILD, ALGS, RATE_MBPS (200), SECONDS (4), DELAY_NS (75000), and
+# Env: BUILD, ALGS, RATE_MBPS (200), SECONDS_RUN (4), DELAY_NS (75000),
+#   NS3=0 / FABRIC=0 (skip that side: rerun one, then plot both), and
 #   run_fabric.sh's KMIN KMAX PMAX LIMIT SIZE OUTSTANDING CC_PARAMS_<alg>.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +31,7 @@ mkdir -p "$out"
 gbps=$(awk -v r="$rate" 'BEGIN { print r / 1000 }')
 flow_bytes=$(awk -v r="$rate" -v s="$secs" 'BEGIN { printf "%d", r * 1e6 * s / 8 / 2 }')
 for alg in $algs; do
+  [ "${NS3:-1}" = 0 ] && break
   params_var=CC_PARAMS_$alg
   cmd=("$ns3" --senders 2 --cc "$alg" --rate-gbps "$gbps" --delay-ns "$delay" --mtu 4096 --flow-bytes "$flow_bytes"
        --msg-bytes "$size" --depth "$outstanding" --kmin "$kmin" --kmax "$kmax" --pmax "$pmax" --mark dequeue
@@ -38,6 +40,6 @@ for alg in $algs; do
   echo "# $(date -u +%Y-%m-%dT%H:%MZ) ${cmd[*]#$root/}" >>"$out/commands.txt"
   "${cmd[@]}" | tee "$out/ns3.$alg.summary.txt"
 done
-ALGS="$algs" SENDERS=2 STAGGER=0 HOLD="$secs" RATE_MBPS="$rate" KMIN="$kmin" KMAX="$kmax" PMAX="$pmax" LIMIT="$limit" \
+[ "${FABRIC:-1}" = 0 ] || ALGS="$algs" SENDERS=2 STAGGER=0 HOLD="$secs" RATE_MBPS="$rate" KMIN="$kmin" KMAX="$kmax" PMAX="$pmax" LIMIT="$limit" \
   SIZE="$size" OUTSTANDING="$outstanding" TAG=fabric "$root/tools/cc/run_fabric.sh" "$out"
 "$py" "$root/tools/cc/fabric.py" cross "$out" "$rate" "$kmin" "$kmax"

@@ -189,15 +189,15 @@ def plot(d, tag, per_alg, rate, kmin, kmax):
         fig, ax = plt.subplots(3, 1, figsize=(10, 8), sharex=True)
         for k, f in enumerate(flows):
             ts = [r["t_s"] - t0 for r in f["rows"]]
-            ax[0].plot(ts, [r["interval_gbps"] * 1000 for r in f["rows"]], lw=0.4, alpha=0.35, color=f"C{k}")
             sm = [smooth(f["rows"], r["t_s"], 0.1) for r in f["rows"]]
             ax[0].plot(ts, [float("nan") if v is None else v * 1000 for v in sm], lw=1.4, color=f"C{k}",
                        label=f"flow {k + 1}")
             if any(r["cc_rate_gbps"] > 0 for r in f["rows"]):
-                ax[0].plot(ts, [r["cc_rate_gbps"] * 1000 for r in f["rows"]], lw=0.8, ls=":", color=f"C{k}")
+                ax[0].plot(ts, [r["cc_rate_gbps"] * 1000 for r in f["rows"]], lw=0.5, ls=":", alpha=0.6, color=f"C{k}")
             ax[2].plot(ts, [r["rtt_us"] for r in f["rows"]], lw=0.6, color=f"C{k}")
         ax[0].axhline(rate * 1000, color="k", lw=0.5)
-        ax[0].set_ylabel("Mb/s (100 ms mean;\nthin: 20 ms; dotted: cc rate)")
+        ax[0].set_ylabel("Mb/s (100 ms mean;\ndotted: cc rate)")
+        ax[0].set_xlim(-0.5, max(e for _, e in spans) - t0 + 0.5)
         ax[0].legend(loc="upper right", fontsize=8)
         ax[0].set_title(f"{alg}: {len(flows)} droce-testpmd senders through droced's {rate * 1000:.0f} Mb/s queued port")
         ax[1].plot([t - t0 for t, _ in queue], [b / 1e3 for _, b in queue], lw=0.6, color="k")
@@ -217,6 +217,7 @@ def plot(d, tag, per_alg, rate, kmin, kmax):
         ax[i][0].plot([t - t0 for t, _ in queue], [b / 1e3 for _, b in queue], lw=0.6, color="k")
         ax[i][0].axhline(kmax / 1e3, color="r", lw=0.5, ls="--")
         ax[i][0].set_ylabel(f"{alg}\nqueue KB")
+        ax[i][0].set_xlim(-0.5, max(e for _, e in spans) - t0 + 0.5)
     ax[-1][0].set_xlabel("s since the first sender started")
     fig.tight_layout()
     fig.savefig(os.path.join(d, f"{tag}.queues.png"), dpi=90)
@@ -247,7 +248,7 @@ def cross(d, rate_mbps, kmin, kmax):
         ax[1][0].plot([r["t_us"] / 1e6 for r in ns], [r["queue_bytes"] / 1e3 for r in ns], color="k", lw=0.8)
         for k, f in enumerate(flows):
             ts = [r["t_s"] - t0 for r in f["rows"]]
-            sm = [smooth(f["rows"], r["t_s"], 0.02) for r in f["rows"]]
+            sm = [smooth(f["rows"], r["t_s"], 0.1) for r in f["rows"]]
             ax[0][1].plot(ts, [float("nan") if v is None else v * 1000 for v in sm], color=f"C{k}", label=f"flow {k + 1}")
             if any(r["cc_rate_gbps"] > 0 for r in f["rows"]):
                 ax[0][1].plot(ts, [r["cc_rate_gbps"] * 1000 for r in f["rows"]], color=f"C{k}", ls=":", lw=0.8)
@@ -257,7 +258,7 @@ def cross(d, rate_mbps, kmin, kmax):
             ax[1][c].axhline(kmax / 1e3, color="r", ls="--", lw=0.5)
             ax[1][c].set_xlabel("s")
         ax[0][0].set_title(f"{alg} in ns-3 (20 ms samples)")
-        ax[0][1].set_title(f"{alg} on the fabric (droced, real processes)")
+        ax[0][1].set_title(f"{alg} on the fabric (droced, real processes; 100 ms means)")
         ax[0][0].set_ylabel("Mb/s (dotted: cc rate)")
         ax[1][0].set_ylabel("queue KB")
         ax[0][0].legend(fontsize=8)

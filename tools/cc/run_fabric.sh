@@ -91,8 +91,15 @@ run_alg() {  # ALG: one run; true when every sender completed
       --size "$size" --outstanding "$outstanding" --duration "$dur" --stats-period "$period" --start-at "$at" \
       >"$run/$alg.c$k.log" 2>&1 & pids+=($!)
   done
+  # The senders, then their receivers: a receiver whose sender never came
+  # is stopped 10 s after the last sender ended.
   rc=0
-  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  for p in "${pids[@]:n}"; do wait "$p" || rc=1; done
+  for _ in $(seq 100); do
+    local alive=0; for p in "${pids[@]:0:n}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ $alive = 0 ] && break; sleep 0.1
+  done
+  for p in "${pids[@]:0:n}"; do kill "$p" 2>/dev/null; wait "$p" || rc=1; done
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
   "$ctl" daemon status droce1 | grep 'switch port' >"$run/$alg.port.txt"
   "$ctl" switch clear droce1

@@ -28,6 +28,7 @@ using namespace droce::wire;
 void SelectiveRepeat::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
+  if (p.int_offset != 0) qp_.CcNoteInt(c);  // the switches' records, echoed in the next ACK or SACK
   const int32_t ahead = PsnDiff(c.psn, qp_.resp_.epsn);
   if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
     // An IBTA SEND/WRITE at the expected PSN: the peer does not use

@@ -102,10 +102,21 @@ void Session::MaybePrintStats(uint64_t now) {
   if (now < next_stats_ns_) return;
   const double secs = double(now - last_stats_ns_) / 1e9;
   const core::DeviceCounters& c = dev->counters();
-  std::printf("stats %s: messages=%llu interval_gbps=%.3f rx_packets=%llu tx_packets=%llu rx_bad_icrc=%llu\n",
-              opt.role.c_str(), (unsigned long long)stats.messages,
+  // t_s is CLOCK_MONOTONIC, so the lines of several processes (and other
+  // samplers on the host) share one time axis; the cc fields are the first
+  // data QP's (rate 0: not rate limited, window 0: no window).
+  const transport::Qp* q = dev->qp(qpn);
+  const cc::Output& cc_out = q->congestion_control().output();
+  const cc::Stats& cc_st = q->congestion_control().stats();
+  std::printf("stats %s: t_s=%.6f messages=%llu interval_gbps=%.3f rx_packets=%llu tx_packets=%llu rx_bad_icrc=%llu "
+              "cc_rate_gbps=%.4f cc_window=%u rtt_us=%.1f min_rtt_us=%.1f cnps_rx=%llu retransmitted=%llu\n",
+              opt.role.c_str(), double(now) / 1e9, (unsigned long long)stats.messages,
               double(stats.bytes - last_stats_bytes_) * 8 / secs / 1e9, (unsigned long long)c.rx_packets,
-              (unsigned long long)c.tx_packets, (unsigned long long)c.rx_bad_icrc());
+              (unsigned long long)c.tx_packets, (unsigned long long)c.rx_bad_icrc(),
+              cc_out.rate_limited ? double(cc_out.rate_bps) / 1e9 : 0.0, cc_out.window_packets,
+              double(cc_st.last_rtt_ns) / 1e3, double(cc_st.min_rtt_ns) / 1e3,
+              (unsigned long long)q->counters().cnps_received,
+              (unsigned long long)q->counters().retransmitted_packets);
   std::fflush(stdout);
   last_stats_bytes_ = stats.bytes;
   last_stats_ns_ = now;

@@ -42,6 +42,7 @@ struct Options {
   bool interactive = false;  // a prompt instead of one run
   bool auto_start = false;   // -i: start forwarding before giving the prompt
   bool telemetry = false;    // DPDK telemetry socket with /droce/ commands
+  double start_at = 0;       // client: connect, then start the run at this CLOCK_MONOTONIC second (0: at once)
   double stats_period = 0;   // print a stats line this often while running (0: only at the end)
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU

@@ -428,161 +428,204 @@ void Show(const std::string& run_dir, const DeviceFile& f) {
   (void)run_dir;
 }
 
-int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::vector<std::string>& args) {
-  if (args.empty()) return Fail("link add: missing device name");
+// `link add NAME KEY VALUE ...` as given, before the wire is decided.
+struct LinkAddArgs {
   DeviceFile f;
-  f.name = args[0];
-  if (!IsValidDeviceName(f.name)) return Fail("bad device name '" + f.name + "' (letters, digits, _ and -)");
-  f.dev.mac = MacFromName(f.name);
   std::string type, socket, role, iface, vdev, steering;
   bool has_ip = false, has_netdev = false, has_mac = false;
   DaemonOptions daemon;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets;  // KEY=VALUE lines for the device file's parser
+};
+
+int ParseLinkAdd(const std::vector<std::string>& args, LinkAddArgs* a) {
+  if (args.empty()) return Fail("link add: missing device name");
+  DeviceFile& f = a->f;
+  f.name = args[0];
+  if (!IsValidDeviceName(f.name)) return Fail("bad device name '" + f.name + "' (letters, digits, _ and -)");
+  f.dev.mac = MacFromName(f.name);
   for (size_t i = 1; i < args.size(); i += 2) {
     const std::string& k = args[i];
     if (i + 1 >= args.size()) return Fail("link add: '" + k + "' needs a value");
     const std::string& v = args[i + 1];
     if (k == "type") {
-      type = v;
+      a->type = v;
     } else if (k == "socket") {
-      socket = v;
+      a->socket = v;
     } else if (k == "role") {
-      role = v;
+      a->role = v;
     } else if (k == "iface") {
-      iface = v;
+      a->iface = v;
     } else if (k == "vdev") {
-      vdev = v;
+      a->vdev = v;
     } else if (k == "ip") {
       auto g = ParseIpAsGid(v);
       if (!g.ok()) return Fail(std::string(g.status().message()));
-      sets.push_back("ip=" + v);
-      has_ip = true;
+      a->sets.push_back("ip=" + v);
+      a->has_ip = true;
     } else if (k == "steering") {
-      steering = v;
+      a->steering = v;
     } else if (k == "mac") {
       auto m = ParseMac(v);
       if (!m.ok()) return Fail(std::string(m.status().message()));
       f.dev.mac = *m;
-      has_mac = true;
+      a->has_mac = true;
     } else if (k == "lid-peer") {
       auto g = ParseIpAsGid(v);
       if (!g.ok()) return Fail(std::string(g.status().message()));
-      sets.push_back("lid_peer=" + v);
+      a->sets.push_back("lid_peer=" + v);
     } else if (k == "neighbor") {
-      sets.push_back("neighbor=" + v);
+      a->sets.push_back("neighbor=" + v);
     } else if (k == "mtu") {
-      sets.push_back("mtu=" + v);
+      a->sets.push_back("mtu=" + v);
     } else if (k == "netdev") {
       f.netdev = v;
-      has_netdev = true;
+      a->has_netdev = true;
     } else if (k == "uplink") {
       if (v.empty()) return Fail("link add: uplink: empty");
-      daemon.uplink = v;
+      a->daemon.uplink = v;
     } else if (k == "progress") {
-      sets.insert(sets.begin(), "progress_profile=" + v);  // knobs set with it change the profile
+      a->sets.insert(a->sets.begin(), "progress_profile=" + v);  // knobs set with it change the profile
     } else if (k == "eal") {
-      sets.push_back("eal_args=" + v);
+      a->sets.push_back("eal_args=" + v);
     } else if (k == "set") {
       if (v.find('=') == std::string::npos) return Fail("set: expected KEY=VALUE, got '" + v + "'");
-      sets.push_back(v);
+      a->sets.push_back(v);
     } else {
       return Fail("link add: unknown option '" + k + "'");
     }
   }
-  if (type == "memif") {
-    if (socket.empty()) return Fail("type memif needs 'socket PATH'");
-    if (role != "server" && role != "client") return Fail("type memif needs 'role server' or 'role client'");
-    if (socket[0] != '/') return Fail("memif socket must be an absolute path");
-    vdev = ethdev::MemifVdevArgs({.name = "net_memif_" + f.name,
-                                  .server = role == "server",
-                                  .socket = socket,
-                                  .buffer_bytes = 10240});
-  } else if (type == "af_packet") {
-    if (iface.empty()) return Fail("type af_packet needs 'iface IFACE'");
+  return 0;
+}
+
+// A device with a DPDK wire of its own: memif, af_packet or any vdev.
+int ConfigureOwnWire(LinkAddArgs* a) {
+  if (a->type == "memif") {
+    if (a->socket.empty()) return Fail("type memif needs 'socket PATH'");
+    if (a->role != "server" && a->role != "client") return Fail("type memif needs 'role server' or 'role client'");
+    if (a->socket[0] != '/') return Fail("memif socket must be an absolute path");
+    a->vdev = ethdev::MemifVdevArgs({.name = "net_memif_" + a->f.name,
+                                     .server = a->role == "server",
+                                     .socket = a->socket,
+                                     .buffer_bytes = 10240});
+  } else if (a->type == "af_packet") {
+    if (a->iface.empty()) return Fail("type af_packet needs 'iface IFACE'");
     // 4 KiB ring slots: DPDK 22.11's af_packet PMD sends nothing from larger
     // ones, so path MTU is at most 2048 on this wire.
-    vdev = absl::StrCat("net_af_packet_", f.name, ",iface=", iface, ",framesz=4096,blocksz=4096,framecnt=1024,qpairs=1");
-    sets.insert(sets.begin(), "mtu=2048");
-  } else if (type == "vdev") {
-    if (vdev.empty()) return Fail("type vdev needs 'vdev DPDK-VDEV-STRING'");
-  } else if (type.empty() && has_netdev && !has_ip) {
-    // The RoCE function of a host interface (doc/netdev.md): droced binds
-    // it; MAC, MTU and addresses are the interface's.
-    if (!vdev.empty() || !socket.empty() || !iface.empty() || has_mac || !daemon.uplink.empty()) {
-      return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
-                  " (no mac, vdev, socket, iface or uplink)");
-    }
-    std::error_code ec;
-    fs::create_directories(run_dir, ec);
-    f.fabric = true;
-    f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
-    if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
-    f.netdev_bound = true;
-    if (!steering.empty()) {  // checked by the device file's own parser, before the interface is probed
-      if (absl::Status s = FindDeviceSetting("netdev_steering")->parse(steering, f); !s.ok()) {
-        return Fail(std::string(s.message()));
-      }
-    }
-    f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
-    if (const int rc = CheckNetdev(run_dir, f.netdev, &f); rc != 0) return rc;
-  } else if (type.empty()) {
-    // The host fabric: no wire of its own; droced switches its frames.
-    if (!vdev.empty() || !socket.empty() || !iface.empty()) return Fail("a fabric device takes no vdev/socket/iface");
-    // The daemon's uplink: checked before anything is written.
-    if (const int rc = CheckUplink(daemon); rc != 0) return rc;
-    if (!daemon.uplink.empty() && DaemonRunning(run_dir)) {
-      return Fail("link add: uplink: droced is running for " + run_dir +
-                  " already, its uplink set when it started (droce-ctl daemon stop first, or leave uplink out)");
-    }
-    std::error_code ec;
-    fs::create_directories(run_dir, ec);
-    f.fabric = true;
-    f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
-    // Its LID (the fabric's subnet manager is here): kept on re-registering,
-    // else the smallest one no other fabric device of the directory has.
-    std::vector<bool> taken(0xC000, false);
-    for (const std::string& other : ListDevices(run_dir)) {
-      absl::StatusOr<DeviceFile> o = ReadDevice(run_dir, other);
-      if (!o.ok() || !o->fabric || o->lid == 0) continue;
-      if (other == f.name) f.lid = o->lid;
-      else taken[o->lid] = true;
-    }
-    for (uint32_t lid = 1; lid < taken.size() && (f.lid == 0 || taken[f.lid]); ++lid) {
-      if (!taken[lid]) f.lid = static_cast<uint16_t>(lid);
-    }
-    if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
+    a->vdev = absl::StrCat("net_af_packet_", a->f.name, ",iface=", a->iface,
+                           ",framesz=4096,blocksz=4096,framecnt=1024,qpairs=1");
+    a->sets.insert(a->sets.begin(), "mtu=2048");
+  } else if (a->type == "vdev") {
+    if (a->vdev.empty()) return Fail("type vdev needs 'vdev DPDK-VDEV-STRING'");
   } else {
-    return Fail("unknown type '" + type + "' (memif, af_packet, vdev, or none for the fabric)");
+    return Fail("unknown type '" + a->type + "' (memif, af_packet, vdev, or none for the fabric)");
   }
-  if (!type.empty() && !daemon.uplink.empty()) return Fail("link add: uplink is a fabric device's (no type)");
-  if (!steering.empty() && !f.netdev_bound) return Fail("link add: steering is a netdev-bound device's");
-  f.vdev = vdev;
+  if (!a->daemon.uplink.empty()) return Fail("link add: uplink is a fabric device's (no type)");
+  return 0;
+}
+
+// Both kinds of droced device (fabric and netdev-bound) live in the run
+// directory, whose control socket path must fit sockaddr_un.
+int JoinRunDir(const std::string& run_dir, DeviceFile* f) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  f->fabric = true;
+  f->fabric_dir = fs::weakly_canonical(run_dir, ec).string();
+  if (fabric::ControlSocketPath(f->fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
+  return 0;
+}
+
+// The RoCE function of a host interface (doc/netdev.md): droced binds it;
+// MAC, MTU and addresses are the interface's.
+int ConfigureNetdevBound(const std::string& run_dir, LinkAddArgs* a) {
+  DeviceFile& f = a->f;
+  if (!a->vdev.empty() || !a->socket.empty() || !a->iface.empty() || a->has_mac || !a->daemon.uplink.empty()) {
+    return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
+                " (no mac, vdev, socket, iface or uplink)");
+  }
+  if (const int rc = JoinRunDir(run_dir, &f); rc != 0) return rc;
+  f.netdev_bound = true;
+  if (!a->steering.empty()) {  // checked by the device file's own parser, before the interface is probed
+    if (absl::Status s = FindDeviceSetting("netdev_steering")->parse(a->steering, f); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+  f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
+  return CheckNetdev(run_dir, f.netdev, &f);
+}
+
+// The host fabric: no wire of its own; droced switches its frames.
+int ConfigureFabric(const std::string& run_dir, LinkAddArgs* a) {
+  DeviceFile& f = a->f;
+  if (!a->vdev.empty() || !a->socket.empty() || !a->iface.empty()) {
+    return Fail("a fabric device takes no vdev/socket/iface");
+  }
+  // The daemon's uplink: checked before anything is written.
+  if (const int rc = CheckUplink(a->daemon); rc != 0) return rc;
+  if (!a->daemon.uplink.empty() && DaemonRunning(run_dir)) {
+    return Fail("link add: uplink: droced is running for " + run_dir +
+                " already, its uplink set when it started (droce-ctl daemon stop first, or leave uplink out)");
+  }
+  if (const int rc = JoinRunDir(run_dir, &f); rc != 0) return rc;
+  // Its LID (the fabric's subnet manager is here): kept on re-registering,
+  // else the smallest one no other fabric device of the directory has.
+  std::vector<bool> taken(0xC000, false);
+  for (const std::string& other : ListDevices(run_dir)) {
+    absl::StatusOr<DeviceFile> o = ReadDevice(run_dir, other);
+    if (!o.ok() || !o->fabric || o->lid == 0) continue;
+    if (other == f.name) f.lid = o->lid;
+    else taken[o->lid] = true;
+  }
+  for (uint32_t lid = 1; lid < taken.size() && (f.lid == 0 || taken[f.lid]); ++lid) {
+    if (!taken[lid]) f.lid = static_cast<uint16_t>(lid);
+  }
+  return 0;
+}
+
+// Writes the device's tree and, for droced's devices, has droced take it.
+int RegisterDevice(const std::string& run_dir, const std::string& dev_dir, const DeviceFile& f,
+                   const DaemonOptions& daemon) {
+  absl::Status s = WriteDeviceTree(run_dir, dev_dir, f);
+  if (!s.ok()) return Fail(std::string(s.message()));
+  if (!f.fabric) return 0;
+  if (const int rc = DaemonStart(f.fabric_dir, /*quiet=*/true, daemon); rc != 0) {
+    if (f.netdev_bound) (void)RemoveDeviceTree(run_dir, dev_dir, f.name);
+    return rc;
+  }
+  const std::string failed = DaemonRescan(f.fabric_dir);
+  if (!failed.empty() && f.netdev_bound) {
+    // droced could not bind it (XDP, the interface's lock, UDP 4791 ...).
+    (void)RemoveDeviceTree(run_dir, dev_dir, f.name);
+    (void)DaemonRescan(f.fabric_dir);
+    std::string why = failed;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    return Fail("droced cannot bind " + f.name + ": " + why);
+  }
+  return 0;
+}
+
+int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::vector<std::string>& args) {
+  LinkAddArgs a;
+  if (const int rc = ParseLinkAdd(args, &a); rc != 0) return rc;
+  int rc = 0;
+  if (!a.type.empty()) {
+    rc = ConfigureOwnWire(&a);
+  } else if (a.has_netdev && !a.has_ip) {
+    rc = ConfigureNetdevBound(run_dir, &a);
+  } else {
+    rc = ConfigureFabric(run_dir, &a);
+  }
+  if (rc != 0) return rc;
+  if (!a.steering.empty() && !a.f.netdev_bound) return Fail("link add: steering is a netdev-bound device's");
+  a.f.vdev = a.vdev;
   // Validate everything through the same parser the provider uses.
-  std::string text = FormatDeviceFile(f);
-  for (const std::string& s : sets) text += s + "\n";
+  std::string text = FormatDeviceFile(a.f);
+  for (const std::string& s : a.sets) text += s + "\n";
   absl::StatusOr<DeviceFile> parsed = ParseDeviceFile(text);
   if (!parsed.ok()) return Fail(std::string(parsed.status().message()));
   if (!fs::exists("/sys/class/net/" + parsed->netdev)) {
     return Fail("netdev '" + parsed->netdev + "' does not exist (libibverbs resolves GIDs through it)");
   }
-  absl::Status s = WriteDeviceTree(run_dir, dev_dir, *parsed);
-  if (!s.ok()) return Fail(std::string(s.message()));
-  if (parsed->fabric) {
-    const int rc = DaemonStart(parsed->fabric_dir, /*quiet=*/true, daemon);
-    if (rc != 0) {
-      if (parsed->netdev_bound) (void)RemoveDeviceTree(run_dir, dev_dir, parsed->name);
-      return rc;
-    }
-    const std::string failed = DaemonRescan(parsed->fabric_dir);
-    if (!failed.empty() && parsed->netdev_bound) {
-      // droced could not bind it (XDP, the interface's lock, UDP 4791 ...).
-      (void)RemoveDeviceTree(run_dir, dev_dir, parsed->name);
-      (void)DaemonRescan(parsed->fabric_dir);
-      std::string why = failed;
-      while (!why.empty() && why.back() == '\n') why.pop_back();
-      return Fail("droced cannot bind " + parsed->name + ": " + why);
-    }
-  }
+  if (const int reg = RegisterDevice(run_dir, dev_dir, *parsed, a.daemon); reg != 0) return reg;
   Show(run_dir, *parsed);
   return 0;
 }

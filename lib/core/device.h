@@ -308,7 +308,15 @@ class Device {
                                      uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out);
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
-  void Activate(uint32_t qpn);
+  // Puts the QP on the active list (it has transmit work). Inline: every
+  // delivered frame calls it, and the QP is mostly on the list already.
+  void Activate(uint32_t qpn) {
+    const uint32_t i = qpn - qpn_base_;
+    if (!qps_[i].active) [[unlikely]] {
+      qps_[i].active = true;
+      active_.push_back(i);
+    }
+  }
   // Files the QP of slot `index` in the timing wheel at its NextDeadline(),
   // or takes it out; a deadline that moved later stays filed at the earlier
   // one (the wheel hands it back then and it is filed again).

@@ -7,18 +7,24 @@
 #                libFuzzer targets, a short run each from the committed corpus
 #   tsan         the provider and the other multi-threaded code under
 #                ThreadSanitizer (./build-tsan)
-# Prints each stage's duration and one closing line "N passed, N failed".
+#   bench        the engine's instructions per 64 B WRITE (callgrind, a release
+#                tree ./build-rel: tools/bench/engine/check_instructions.sh): a
+#                benchmark check that warns when the count rises more than 3 %
+#                above instructions.ref and never fails the run
+# Prints each stage's duration, the benchmark numbers and one closing line
+# "N passed, N failed".
 #
-# DROCE_TEST_STAGES picks stages (default "build tests sanitizers tsan");
+# DROCE_TEST_STAGES picks stages (default "build tests sanitizers tsan bench");
 # FUZZ_SECONDS sets the fuzz run per target (default 30, 0 skips fuzzing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-STAGES=${DROCE_TEST_STAGES:-build tests sanitizers tsan}
+STAGES=${DROCE_TEST_STAGES:-build tests sanitizers tsan bench}
 passed=0
 failed=0
 failures=()
 durations=()
+benchmarks=()  # lines for the summary: measured, never counted as passed or failed
 run_start=$(date +%s)
 
 count() {  # count NAME STATUS
@@ -56,6 +62,10 @@ finish() {
   echo "stage durations (min:s):"
   printf '  %s\n' "${durations[@]}"
   printf '  %-12s %3d:%02d\n' total $((total / 60)) $((total % 60))
+  if [ ${#benchmarks[@]} -gt 0 ]; then
+    echo "benchmarks (warnings only):"
+    printf '  %s\n' "${benchmarks[@]}"
+  fi
   if [ ${#failures[@]} -gt 0 ]; then
     echo "failures:"
     printf '  %s\n' "${failures[@]}"
@@ -149,6 +159,23 @@ if wants tsan; then
     unset TSAN_OPTIONS
   else
     count "tsan build" 1
+  fi
+  stage_end
+fi
+
+if wants bench; then
+  stage_begin bench
+  # Instructions are the stable measure on a shared host (wall clock is not):
+  # the check prints the count and a WARNING line above +3 %, exit 0 either
+  # way; 2 when it cannot run (no valgrind): noted, not a failure.
+  out=$(bash tools/bench/engine/check_instructions.sh 2>&1)
+  rc=$?
+  echo "$out"
+  if [ "$rc" -eq 0 ]; then
+    line=$(grep -E '^(ok|WARNING):' <<<"$out" | paste -sd ';' -)
+    benchmarks+=("engine instructions per 64 B WRITE: ${line:-$(tr '\n' ' ' <<<"$out")}")
+  else
+    benchmarks+=("engine instructions per 64 B WRITE: not measured (check_instructions.sh exit $rc)")
   fi
   stage_end
 fi

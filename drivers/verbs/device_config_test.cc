@@ -313,6 +313,7 @@ const KeySample kSamples[] = {
     {"lid", "lid=7", kFabric, "49152"},
     {"netdev_bound", "netdev_bound=on", "fabric=on\nfabric_dir=/run/droce\n", "bound"},
     {"netdev_steering", "netdev_steering=xdp", kWire, "ebpf"},
+    {"rx_icrc_trust", "rx_icrc_trust=on", "vdev=net_memif_droce0,role=server\nip=10.0.0.1\n", "trusted"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"poll_ack_hold", "poll_ack_hold=off", kWire, "hold"},
     {"empty_poll_skip", "empty_poll_skip=off", kWire, "skip"},
@@ -332,6 +333,24 @@ const KeySample kSamples[] = {
     {"progress_auto_drive_us", "progress_auto_drive_us=300", kWire, "forever"},
     {"progress_pm_qos_us", "progress_pm_qos_us=0", kWire, "-1"},
 };
+
+// Skipping the receive ICRC check is for shared-memory links only: refused
+// where frames come from a wire, off unless asked for.
+TEST(DeviceSettings, RxIcrcTrustOnlyOnSharedMemory) {
+  EXPECT_FALSE(ParseDeviceFile(kMinimal)->dev.rx_icrc_trusted);
+  const std::string on = "rx_icrc_trust=on\n";
+  auto memif = ParseDeviceFile(std::string(kMinimal) + on);
+  ASSERT_TRUE(memif.ok()) << memif.status();
+  EXPECT_TRUE(memif->dev.rx_icrc_trusted);
+  EXPECT_TRUE(ParseDeviceFile(absl::StrCat("name=droce0\n", kFabric, on)).ok());
+  for (const char* wire : {"vdev=net_pcap0,iface=eth0\n", "vdev=net_af_packet0,iface=eth0\n", "vdev=net_tap0\n",
+                           "vdev=0000:03:00.0\n"}) {
+    auto f = ParseDeviceFile(absl::StrCat("name=droce0\nip=10.0.0.1\n", wire, on));
+    ASSERT_FALSE(f.ok()) << wire;
+    EXPECT_NE(f.status().message().find("rx_icrc_trust"), std::string::npos) << f.status();
+  }
+  EXPECT_FALSE(ParseDeviceFile(absl::StrCat("name=droce0\nfabric=on\nfabric_dir=/run/droce\nnetdev_bound=on\n", on)).ok());
+}
 
 // The samples name exactly the table's keys: a new key needs a sample here.
 TEST(DeviceSettings, SamplesCoverEveryKey) {

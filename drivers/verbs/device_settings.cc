@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <type_traits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -318,6 +319,10 @@ std::vector<DeviceSetting> MakeSettings() {
   t.push_back(Choice("netdev_steering", {"auto", "udp", "xdp", "af_packet"},
                      [](auto& f) -> auto& { return f.netdev_steering; },
                      "how droced takes a netdev-bound device's frames from the interface (auto: XDP, else af_packet)"));
+  t.push_back(Switch("rx_icrc_trust", [](auto& f) -> auto& { return f.dev.rx_icrc_trusted; },
+                     "received frames are not ICRC-checked: only where no frame crosses a wire (a `net_memif` vdev; "
+                     "a fabric device whose droced has no uplink); refused on any other port and on a netdev-bound "
+                     "device (doc/rx-checks.md)"));
   // The provider's progress and doorbells (doc/verbs.md "Who drives the device").
   t.push_back(Number("doorbell_batch", 1, 256, 1, [](auto& f) -> auto& { return f.doorbell_batch; },
                      "small posts in a tight burst of a program that polls its CQ leave together, up to this "
@@ -576,6 +581,11 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
     return absl::InvalidArgumentError("a netdev-bound device's addresses are its interface's (no ip)");
   }
   if (f.dev.ipv4 == 0 && !f.dev.has_ipv6_global && !f.netdev_bound) return absl::InvalidArgumentError("no IP address");
+  if (f.dev.rx_icrc_trusted && (f.netdev_bound || (!f.fabric && !absl::StartsWith(f.port_name(), "net_memif")))) {
+    return absl::InvalidArgumentError(
+        "rx_icrc_trust=on only on a shared-memory link (a net_memif vdev or a fabric device): frames from a wire "
+        "are always ICRC-checked");
+  }
   return f;
 }
 

@@ -48,6 +48,12 @@ struct DeviceConfig : transport::QpTuning {
   // Destinations with no neighbour entry go to the broadcast MAC instead of
   // failing (point-to-point wires such as memif, where any MAC arrives).
   bool broadcast_unresolved = false;
+  // Received frames are not ICRC-checked (check 6 of doc/rx-checks.md, and
+  // WRITE MIDDLE payloads are placed without the fused check): only for a
+  // port whose frames never cross a wire (an in-memory or shared-memory
+  // link, whose sender computed the ICRC a moment before). Off by default;
+  // the verbs device file refuses it on a real wire (rx_icrc_trust).
+  bool rx_icrc_trusted = false;
   // Reaction point: DCQCN rate limiting of every QP (off by default, as on
   // mlx5 without a congestion-control profile). Parameters: cc::PaperProfile
   // or cc::Mlx5Profile, or hand-tuned.

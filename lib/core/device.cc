@@ -32,6 +32,7 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
     if (!IsIpv4MappedGid(g)) own_ipv6_.push_back(g);
   }
   rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
+  rx_l3_offset_ = static_cast<uint8_t>(wire::kEthBytes + (config.vlan ? wire::kVlanTagBytes : 0));
   std::memcpy(&mac_lo_, config.mac.data(), 4);
   std::memcpy(&mac_hi_, config.mac.data() + 4, 2);
   uint8_t ipv4_bytes[4];
@@ -209,6 +210,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   const uint32_t qpn = qpn_base_ + index;
   qps_[index].qp = std::make_unique<Qp>(qpn, c, env);
   qps_[index].path = PathFilter{};
+  ForgetPrediction(index);
   return qpn;
 }
 
@@ -257,6 +259,7 @@ absl::Status Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint3
   // The receive filter follows the QP's path: on from RTR (when the AV is
   // set) on, off again in RESET/INIT; ERR keeps what it had.
   PathFilter& f = qps_[qpn - qpn_base_].path;
+  ForgetPrediction(qpn - qpn_base_);
   switch (q->state()) {
     case transport::QpState::kReset:
     case transport::QpState::kInit:
@@ -308,6 +311,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   std::erase_if(groups_, [](const McastGroup& g) { return g.qpns.empty(); });
   slot.qp.reset();
   slot.path = PathFilter{};
+  ForgetPrediction(qpn - qpn_base_);
   timers_.Cancel(qpn - qpn_base_);
   free_slots_.push_back(qpn - qpn_base_);
   mrs_.ReleaseQp(qpn);  // its type-2 memory windows return to the free state

@@ -31,6 +31,7 @@
 #include "wire/gid.h"
 #include "wire/nd.h"
 #include "wire/packet.h"
+#include "wire/prediction.h"
 
 namespace droce::core {
 
@@ -117,6 +118,7 @@ struct QpInitAttr {
   X(tx_doorbells_deferred, "doorbells put off to leave with a later one (verbs doorbell batching)")         \
   X(tx_acks_held, "ACKs a round the program drove kept for its next post or round (Poll's hold_acks)")      \
   X(rx_bursts_full, "... that returned a full burst (the port's RX ring held more: a queue here)")        \
+  X(rx_predicted, "RoCEv2 frames whose headers were their QP's prediction (no full parse, doc/rx-checks.md)") \
   X(sr_rtt_samples, "destroyed SR QPs: RTT samples (QpCounters::sr_rtt_hist, summed)")                    \
   X(sr_rtt_inflight_sum, "... packets in flight at those samples, summed")                                \
   X(sr_rtt_min_us, "... the smallest RTT sample")                                                         \
@@ -306,7 +308,15 @@ class Device {
                                      uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out);
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
-  void Activate(uint32_t qpn);
+  // Puts the QP on the active list (it has transmit work). Inline: every
+  // delivered frame calls it, and the QP is mostly on the list already.
+  void Activate(uint32_t qpn) {
+    const uint32_t i = qpn - qpn_base_;
+    if (!qps_[i].active) [[unlikely]] {
+      qps_[i].active = true;
+      active_.push_back(i);
+    }
+  }
   // Files the QP of slot `index` in the timing wheel at its NextDeadline(),
   // or takes it out; a deadline that moved later stays filed at the earlier
   // one (the wheel hands it back then and it is filed again).
@@ -393,6 +403,7 @@ class Device {
   std::unordered_map<Gid, Neighbor, SeededGidHash, CountingGidEq> neighbors_;
   std::deque<Gid> learnt_order_;  // learnt entries, oldest first (may hold stale ones)
   uint16_t rx_vid_ = 0;           // VLAN id frames must carry (0: untagged or priority-tagged)
+  uint8_t rx_l3_offset_ = 0;      // where the IP header of a frame on the device's VLAN starts
   uint32_t mac_lo_ = 0;           // our MAC's first four bytes as a native load reads them
   uint16_t mac_hi_ = 0;           // ... and its last two
   uint32_t ipv4_raw_ = 0;         // our IPv4 address as a native load of the header reads it
@@ -435,6 +446,10 @@ class Device {
     bool active = false;  // on active_
     uint64_t ack_held_round = 0;  // the Poll round that last held this QP's ACK (hold_acks)
     PathFilter path;
+    // The headers of its frames, learnt from the last one that passed every
+    // receive check (wire/prediction.h); forgotten whenever what they were
+    // judged against changes (ForgetPrediction, ForgetPredictions).
+    wire::HeaderPrediction rx_prediction;
   };
   // The parameter blocks QPs run an algorithm other than the device's with
   // (SetQpCongestionControl): one per algorithm, made on first use, never
@@ -471,9 +486,21 @@ class Device {
     uint32_t index = 0;                 // BTH destination QP - qpn_base_
   };
   uint32_t ReceiveBurst(uint64_t now_ns);                                            // rx.cc
+  // A frame of a connected QP with the headers its slot predicts: checked
+  // and delivered without the full parse; false: nothing done, check it.
+  bool ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_t now_ns);       // rx_checks.h
   RxVerdict CheckFrame(const uint8_t* frame, uint32_t len, const wire::ParsedPacket& p);  // rx_checks.h
   void Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, const RxVerdict& v,
                 uint64_t now_ns);                                                   // dispatch.h
+  // An RC/UC frame that passed every device check, to its QP; false when
+  // its ICRC, checked while placing, fails (counted).
+  bool DeliverConnected(transport::Qp& q, const uint8_t* frame, const wire::ParsedPacket& p,
+                        bool verify_while_placing, uint32_t index, uint64_t now_ns);  // dispatch.h
+  // Header predictions rest on the device's addresses and the QP's path.
+  void ForgetPrediction(uint32_t index) { qps_[index].rx_prediction = wire::HeaderPrediction{}; }
+  void ForgetPredictions() {
+    for (uint32_t i = 0; i < qps_.size(); ++i) ForgetPrediction(i);
+  }
   void ExpireTimers(uint64_t now_ns);                                               // timers.cc
   uint32_t TransmitRound(uint64_t now_ns, bool hold_acks);                          // tx.cc
   // doorbell.cc: deferred doorbells and ACK holding.

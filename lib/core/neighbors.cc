@@ -27,6 +27,7 @@ bool Device::IsLocalGid(const Gid& gid) const {
 
 void Device::SetGids(const std::vector<Gid>& table) {
   gids_ = table;
+  ForgetPredictions();  // they were judged against the old addresses
   own_ipv6_.clear();
   more_ipv4_raw_.clear();
   ipv4_raw_ = 0;

@@ -16,6 +16,7 @@ uint32_t Device::ReceiveBurst(uint64_t now_ns) {
     const uint8_t* frame = rx[i].data;
     ++counters_.rx_packets;
     counters_.rx_bytes += rx[i].len;
+    if (ReceivePredicted(frame, rx[i].len, now_ns)) continue;
     const wire::ParsedPacket p = wire::ParsePacket(frame, rx[i].len);
     const RxVerdict v = CheckFrame(frame, rx[i].len, p);
     if (v.accepted) Dispatch(frame, p, v, now_ns);

@@ -55,7 +55,9 @@ inline Device::RxVerdict Device::CheckFrame(const uint8_t* frame, uint32_t len, 
     return {};
   }
   // 5. ICRC. RC WRITE MIDDLE: the QP checks it while it places the payload.
+  //    None on a port configured as trusted (DeviceConfig::rx_icrc_trusted).
   const uint32_t index = bth.dest_qp() - qpn_base_;
+  if (config_.rx_icrc_trusted) return {true, false, index};
   const bool has_qp = index < qps_.size() && qps_[index].qp != nullptr;
   const bool placer = has_qp && transport::Qp::VerifiesWhilePlacing(p);
   if (!placer && !wire::IcrcMatches(frame, p)) {
@@ -63,6 +65,37 @@ inline Device::RxVerdict Device::CheckFrame(const uint8_t* frame, uint32_t len, 
     return {};
   }
   return {true, placer, index};
+}
+
+// Header prediction (doc/rx-checks.md): a frame whose headers equal what
+// its QP's slot predicts passed checks 0-5, 8 and 9 when the prediction was
+// learnt, and nothing they depend on has changed since; ParsePredicted
+// checks its per-packet fields as ParsePacket does. Anything else (no
+// prediction, a difference, a failed check, a CNP, a bad ICRC) returns
+// false and the frame takes the full parse and checks, which count it.
+inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_t now_ns) {
+  using namespace wire;
+  const uint32_t l3 = rx_l3_offset_;
+  if (len < l3 + kIpv4MinBytes + kUdpBytes + kBthBytes + kIcrcBytes) return false;
+  // The BTH of an IPv6 frame or (any other EtherType) of an IPv4 one: the
+  // comparison tells whether it is one.
+  const uint32_t bth = l3 + kUdpBytes + (LoadBe16(frame + l3 - 2) == kEtherTypeIpv6 ? kIpv6Bytes : kIpv4MinBytes);
+  if (len < bth + kBthBytes + kIcrcBytes) return false;
+  const uint32_t index = LoadBe24(frame + bth + 5) - qpn_base_;
+  if (index >= qps_.size()) return false;
+  QpSlot& slot = qps_[index];
+  ParsedPacket p;
+  if (!ParsePredicted(frame, len, slot.rx_prediction, &p)) return false;
+  const Transport t = p.op().transport;
+  if (t != Transport::kRc && t != Transport::kUc) return false;
+  bool placer = false;
+  if (!config_.rx_icrc_trusted) [[likely]] {
+    placer = transport::Qp::VerifiesWhilePlacing(p);
+    if (!placer && !PredictedIcrcMatches(frame, p, slot.rx_prediction)) return false;
+  }
+  ++counters_.rx_predicted;
+  DeliverConnected(*slot.qp, frame, p, placer, index, now_ns);
+  return true;
 }
 
 }  // namespace droce::core

@@ -216,6 +216,23 @@ TEST_F(RxChecks, Ipv4ChecksumAndTtlZero) {
   EXPECT_TRUE(Feed(f));
 }
 
+TEST_F(RxChecks, IcrcIsCheckedUnlessThePortIsConfiguredAsTrusted) {
+  auto bad_icrc = [](std::vector<uint8_t>& b) { b.back() ^= 0x01; };
+  EXPECT_FALSE(Feed(Write(20), bad_icrc));
+  EXPECT_EQ(c().rx_bad_icrc(), 1u);
+  EXPECT_TRUE(Feed(Write(21)));
+  EXPECT_FALSE(Feed(Write(22), bad_icrc));  // by prediction too
+  EXPECT_EQ(c().rx_bad_icrc(), 2u);
+  DeviceConfig cfg;
+  cfg.rx_icrc_trusted = true;  // a shared-memory link (DeviceConfig::rx_icrc_trusted)
+  dev_.reset();
+  Build(cfg);
+  EXPECT_TRUE(Feed(Write(23), bad_icrc));
+  EXPECT_TRUE(Feed(Write(24), bad_icrc));  // by prediction too
+  EXPECT_EQ(c().rx_bad_icrc(), 0u);
+  EXPECT_GT(c().rx_predicted, 0u);
+}
+
 TEST_F(RxChecks, VlanTagWhereTheDeviceHasNone) {
   wire::PacketFields f = Write(11);
   f.route.has_vlan = true;

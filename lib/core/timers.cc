@@ -28,12 +28,5 @@ void Device::Refile(uint32_t index) {
   }
 }
 
-void Device::Activate(uint32_t qpn) {
-  const uint32_t i = qpn - qpn_base_;
-  if (!qps_[i].active) {
-    qps_[i].active = true;
-    active_.push_back(i);
-  }
-}
 
 }  // namespace droce::core

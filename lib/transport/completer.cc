@@ -51,9 +51,8 @@ void Qp::CompleteHead() {
 // be registered whenever the payload is read again (a retransmission) or a
 // READ/atomic's data comes back: the program may have deregistered and
 // reused the memory meanwhile. Free while no region was deregistered or
-// invalidated since (the table's epoch).
-bool Qp::SgesStillLent(SendWqe& w) const {
-  if ((w.wr.flags & kSendInline) || w.mr_epoch == env_.mrs->epoch()) return true;
+// invalidated since (the table's epoch: SgesStillLent, inline, tests it).
+bool Qp::SgesStillLentAfterChange(SendWqe& w) const {
   for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
     if (!MrStillLent(w.wr.sg_list[i].lkey, w.mr_epoch)) return false;
   }

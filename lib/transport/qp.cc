@@ -642,14 +642,7 @@ uint32_t Qp::RequestRoom() const {
   return WindowRoom(wire::PsnDiff(next_psn, req_.psn_una));
 }
 
-// The window's one rule (ReqCheckWindow sends nothing at 0, RequestRoom
-// tells the device): go-back-N caps the span past psn_una; selective repeat
-// has its own (the packets still in the path).
-uint32_t Qp::WindowRoom(int32_t in_flight) const {
-  if (sr_) return sr_->WindowRoom(in_flight);
-  const int32_t room = static_cast<int32_t>(InflightCap(env_.max_inflight_packets)) - in_flight;
-  return room <= 0 ? 0 : static_cast<uint32_t>(room);
-}
+uint32_t Qp::SrWindowRoom(int32_t in_flight) const { return sr_->WindowRoom(in_flight); }
 
 uint32_t Qp::PendingRetransmits() const {
   if (sr_) return sr_->PendingRetransmits();

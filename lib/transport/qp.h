@@ -305,7 +305,11 @@ class Qp {
     *epoch = now;
     return true;
   }
-  bool SgesStillLent(SendWqe& w) const;
+  // Inline: the test that passes every time but after a deregistration.
+  bool SgesStillLent(SendWqe& w) const {
+    return (w.wr.flags & kSendInline) || w.mr_epoch == env_.mrs->epoch() || SgesStillLentAfterChange(w);
+  }
+  bool SgesStillLentAfterChange(SendWqe& w) const;
   bool StartWqe(SendWqe& w);  // after MayStart: local op, lkeys, PSNs
   // The requester's ReqState steps (requester.cc, transport/states.h):
   // request packets into frames[used, n); returns the new `used`.
@@ -386,7 +390,15 @@ class Qp {
   // may shrink to a few packets.
   uint32_t AckReqEvery() const;
   // Request packets the window lets out with `in_flight` PSNs past psn_una.
-  uint32_t WindowRoom(int32_t in_flight) const;
+  // The window's one rule (ReqCheckWindow sends nothing at 0, RequestRoom
+  // tells the device): go-back-N caps the span past psn_una; selective
+  // repeat has its own (the packets still in the path).
+  uint32_t WindowRoom(int32_t in_flight) const {
+    if (sr_) return SrWindowRoom(in_flight);
+    const int32_t room = static_cast<int32_t>(InflightCap(env_.max_inflight_packets)) - in_flight;
+    return room <= 0 ? 0 : static_cast<uint32_t>(room);
+  }
+  uint32_t SrWindowRoom(int32_t in_flight) const;
   // The in-flight cap: the transport's (go-back-N's window, or selective
   // repeat's bandwidth-delay product), or congestion control's window when
   // its algorithm keeps a smaller one.

@@ -59,7 +59,7 @@ const Crc32OrMask kMaskV6 = MakeMask(true);
 
 namespace icrc_detail {
 namespace {
-constexpr uint32_t kDistance[kDistances] = {1, 2, 3, 4, 11, 12, 15, 16, 37, 38, 55, 56};
+constexpr uint32_t kDistance[kDistances] = {1, 2, 3, 4, 11, 12, 15, 16, 35, 36, 37, 38, 55, 56};
 
 // At compile time: the table of distance d from that of d - 1 (one more
 // zero byte through the CRC), as slice-by-N tables are made.

@@ -43,7 +43,8 @@ namespace icrc_detail {
 // kByteAt[i][v]: the CRC register, zero before, after byte v and then
 // kDistance[i] - 1 zero bytes; kDistance is the byte's distance from the
 // end of the BTH (the last byte: 1).
-enum Distance : uint32_t { kD1, kD2, kD3, kD4, kD11, kD12, kD15, kD16, kD37, kD38, kD55, kD56, kDistances };
+// (kD35 and kD36: the IPv4 ID, for header prediction, wire/prediction.h.)
+enum Distance : uint32_t { kD1, kD2, kD3, kD4, kD11, kD12, kD15, kD16, kD35, kD36, kD37, kD38, kD55, kD56, kDistances };
 extern const std::array<std::array<uint32_t, 256>, kDistances> kByteAt;
 }  // namespace icrc_detail
 

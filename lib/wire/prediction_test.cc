@@ -1,0 +1,228 @@
+// Header prediction (wire/prediction.h): a predicted frame is parsed to the
+// same ParsedPacket as ParsePacket's and its ICRC judged as IcrcMatches
+// judges it; a frame that differs from the prediction in any compared bit,
+// or fails any per-packet check, is not predicted.
+#include "wire/prediction.h"
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "wire/fields.h"
+
+namespace droce::wire {
+namespace {
+
+bool SameParse(const ParsedPacket& a, const ParsedPacket& b) {
+  return a.status == b.status && a.ipv6 == b.ipv6 && a.has_vlan == b.has_vlan && a.tclass == b.tclass &&
+         a.pad == b.pad && a.vlan_tci == b.vlan_tci && a.l3_offset == b.l3_offset && a.l4_offset == b.l4_offset &&
+         a.bth_offset == b.bth_offset && a.int_offset == b.int_offset && a.payload_offset == b.payload_offset &&
+         a.payload_len == b.payload_len && a.icrc_offset == b.icrc_offset && a.opcode == b.opcode;
+}
+
+struct Shape {
+  bool ipv6, vlan;
+};
+const Shape kShapes[] = {{false, false}, {false, true}, {true, false}, {true, true}};
+
+PacketFields Fields(const Shape& s, uint8_t opcode, uint32_t psn, uint32_t payload_len, uint16_t ip_id) {
+  static std::vector<uint8_t> payload(4096, 0x5A);
+  PacketFields f;
+  f.route.src_mac = {0x02, 0, 0, 0, 0, 0x02};
+  f.route.dst_mac = {0x02, 0, 0, 0, 0, 0x01};
+  f.route.has_vlan = s.vlan;
+  f.route.vlan_tci = (2 << 13) | 100;
+  f.route.ipv6 = s.ipv6;
+  f.route.ipv4_id = ip_id;
+  f.route.tclass = 0x1A;
+  for (int i = 0; i < 16; ++i) {
+    f.route.src_ip[i] = static_cast<uint8_t>(0x20 + i);
+    f.route.dst_ip[i] = static_cast<uint8_t>(0x40 + i);
+  }
+  if (!s.ipv6) {
+    f.route.src_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2};
+    f.route.dst_ip = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
+  }
+  f.bth.opcode = opcode;
+  f.bth.dest_qp = 0x123456;
+  f.bth.psn = psn;
+  f.bth.ack_req = (psn & 1) != 0;
+  f.reth_va = 0x10000;
+  f.reth_rkey = 0x77;
+  f.reth_length = payload_len;
+  if (OpInfo(opcode).roles & kRolePayload) f.payload = std::span<const uint8_t>(payload.data(), payload_len);
+  return f;
+}
+
+std::vector<uint8_t> Frame(const PacketFields& f) {
+  std::vector<uint8_t> b(9000);
+  b.resize(*SerializeFields(f, b.data(), static_cast<uint32_t>(b.size())));
+  return b;
+}
+
+HeaderPrediction Learn(const std::vector<uint8_t>& b) {
+  const ParsedPacket p = ParsePacket(b.data(), static_cast<uint32_t>(b.size()));
+  EXPECT_TRUE(Predictable(p));
+  return LearnPrediction(b.data(), p);
+}
+
+// ParsePredicted either declines or agrees with ParsePacket and IcrcMatches.
+void ExpectAgrees(const std::vector<uint8_t>& b, const HeaderPrediction& h, bool* predicted = nullptr) {
+  ParsedPacket got;
+  const bool ok = ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), h, &got);
+  if (predicted != nullptr) *predicted = ok;
+  if (!ok) return;
+  const ParsedPacket want = ParsePacket(b.data(), static_cast<uint32_t>(b.size()));
+  ASSERT_TRUE(want.ok());
+  EXPECT_TRUE(SameParse(got, want));
+  EXPECT_EQ(PredictedIcrcMatches(b.data(), got, h), IcrcMatches(b.data(), want));
+}
+
+TEST(HeaderPrediction, TheQpsNextFramesArePredictedAndParsedAsParsePacketDoes) {
+  for (const Shape& s : kShapes) {
+    const HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 7, 64, 1)));
+    int predicted = 0;
+    for (uint8_t opcode : {kRcWriteFirst, kRcWriteMiddle, kRcWriteLast, kRcWriteOnly, kRcSendOnly, kRcSendFirst,
+                           kRcReadRequest, kRcAcknowledge, kRcReadResponseOnly, kUcWriteOnly}) {
+      for (uint32_t len : {0u, 1u, 3u, 4u, 63u, 64u, 256u, 1024u, 4096u}) {
+        if (!(OpInfo(opcode).roles & kRolePayload) && len != 0) continue;
+        // Another PSN, AckReq, length, IPv4 ID: the per-packet fields.
+        std::vector<uint8_t> b = Frame(Fields(s, opcode, 1000 + len, len, static_cast<uint16_t>(len * 7)));
+        bool ok = false;
+        ExpectAgrees(b, h, &ok);
+        EXPECT_TRUE(ok) << int(opcode) << " " << len;
+        predicted += ok;
+        ParsedPacket p;
+        ASSERT_TRUE(ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), h, &p));
+        EXPECT_TRUE(PredictedIcrcMatches(b.data(), p, h));
+        b[p.icrc_offset] ^= 1;  // the ICRC itself
+        EXPECT_FALSE(PredictedIcrcMatches(b.data(), p, h));
+        b[p.icrc_offset] ^= 1;
+        if (p.payload_len != 0) {
+          b[p.payload_offset] ^= 0x80;
+          EXPECT_FALSE(PredictedIcrcMatches(b.data(), p, h));
+        }
+      }
+    }
+    EXPECT_GT(predicted, 30);
+  }
+}
+
+TEST(HeaderPrediction, EveryBitOfTheHeadersEitherFallsBackOrIsJudgedAsByTheFullParse) {
+  // Each bit through the BTH flipped: a bit of a compared field always falls
+  // back; any other frame that is predicted parses and checks as before.
+  for (const Shape& s : kShapes) {
+    const std::vector<uint8_t> good = Frame(Fields(s, kRcWriteOnly, 9, 64, 3));
+    const HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 8, 64, 2)));
+    const uint32_t bth_end = h.bth_end;
+    int compared = 0;
+    for (uint32_t i = 0; i < bth_end; ++i) {
+      for (int bit = 0; bit < 8; ++bit) {
+        std::vector<uint8_t> b = good;
+        b[i] ^= static_cast<uint8_t>(1 << bit);
+        bool ok = false;
+        ExpectAgrees(b, h, &ok);
+        if (h.mask[i] & (1 << bit)) {
+          EXPECT_FALSE(ok) << "byte " << i << " bit " << bit;
+          ++compared;
+        }
+      }
+    }
+    EXPECT_GT(compared, 0);
+    // Every field a receive check reads is compared (doc/rx-checks.md):
+    // destination MAC, EtherTypes, VLAN id, IP version and header length,
+    // protocol, IPv4 flags and fragment offset, addresses, the UDP
+    // destination port, TVer, P_Key, BTH byte 4 (INT flag) and destination QP.
+    const uint32_t l3 = h.l3_offset, l4 = l3 + (s.ipv6 ? kIpv6Bytes : kIpv4MinBytes), bth = l4 + kUdpBytes;
+    struct Field {
+      uint32_t at, bytes;
+      uint8_t first_mask;
+    };
+    std::vector<Field> judged = {{0, 6, 0xFF}, {l3 - 2, 2, 0xFF}, {l4 + 2, 2, 0xFF}, {bth + 1, 1, 0x0F},
+                                 {bth + 2, 6, 0xFF}};
+    if (s.vlan) judged.insert(judged.end(), {{12, 2, 0xFF}, {14, 2, 0x0F}});
+    if (s.ipv6) {
+      judged.insert(judged.end(), {{l3, 1, 0xF0}, {l3 + 6, 1, 0xFF}, {l3 + 8, 32, 0xFF}});
+    } else {
+      judged.insert(judged.end(), {{l3, 1, 0xFF}, {l3 + 6, 2, 0xFF}, {l3 + 9, 1, 0xFF}, {l3 + 12, 8, 0xFF}});
+    }
+    for (const Field& f : judged) {
+      EXPECT_EQ(h.mask[f.at] & f.first_mask, f.first_mask) << f.at;
+      for (uint32_t i = 1; i < f.bytes; ++i) EXPECT_EQ(h.mask[f.at + i], 0xFF) << f.at + i;
+    }
+  }
+}
+
+TEST(HeaderPrediction, PerPacketFieldsAreCheckedAsParsePacketChecksThem) {
+  for (const Shape& s : kShapes) {
+    const HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 1, 64, 1)));
+    const std::vector<uint8_t> good = Frame(Fields(s, kRcSendOnly, 2, 64, 1));
+    const ParsedPacket p = ParsePacket(good.data(), static_cast<uint32_t>(good.size()));
+    ASSERT_TRUE(p.ok());
+    const uint32_t l3 = p.l3_offset, l4 = p.l4_offset, bth = p.bth_offset;
+    // Every opcode, every pad count, and the lengths cut and changed.
+    for (int op = 0; op < 256; ++op) {
+      for (int pad = 0; pad < 4; ++pad) {
+        std::vector<uint8_t> b = good;
+        b[bth] = static_cast<uint8_t>(op);
+        b[bth + 1] = static_cast<uint8_t>((b[bth + 1] & ~0x30) | (pad << 4));
+        bool ok = false;
+        ExpectAgrees(b, h, &ok);
+        if (ok) {
+          EXPECT_TRUE(OpInfo(static_cast<uint8_t>(op)).valid());
+        }
+      }
+    }
+    for (uint32_t cut = 1; cut < 24; ++cut) {
+      std::vector<uint8_t> b = good;
+      b.resize(b.size() - cut);
+      bool ok = true;
+      ExpectAgrees(b, h, &ok);
+      EXPECT_FALSE(ok) << cut;
+    }
+    for (int delta : {-8, -4, -1, 1, 4, 8, 4096}) {
+      for (uint32_t at : {s.ipv6 ? l3 + 4 : l3 + 2, l4 + 4}) {  // IP length, UDP length
+        std::vector<uint8_t> b = good;
+        b.resize(b.size() + 8, 0);  // Ethernet padding: room for a longer IP length
+        StoreBe16(b.data() + at, static_cast<uint16_t>(LoadBe16(b.data() + at) + delta));
+        ExpectAgrees(b, h);
+      }
+    }
+    if (!s.ipv6) {
+      std::vector<uint8_t> b = good;
+      b[l3 + 10] ^= 0x40;  // the header checksum
+      bool ok = true;
+      ExpectAgrees(b, h, &ok);
+      EXPECT_FALSE(ok);
+      PacketFields f = Fields(s, kRcSendOnly, 2, 64, 1);
+      f.route.ttl = 0;
+      b = Frame(f);
+      ExpectAgrees(b, h, &ok);
+      EXPECT_FALSE(ok);  // TTL 0, checksum right
+      f.route.ttl = 1;
+      b = Frame(f);
+      ExpectAgrees(b, h, &ok);
+      EXPECT_TRUE(ok);  // another TTL: not a field any check compares
+    }
+  }
+}
+
+TEST(HeaderPrediction, NothingIsPredictedWithoutALearntFrameOrFromAnUnpredictableOne) {
+  const std::vector<uint8_t> b = Frame(Fields(kShapes[0], kRcWriteOnly, 1, 64, 1));
+  ParsedPacket p;
+  EXPECT_FALSE(ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), HeaderPrediction{}, &p));
+  PacketFields f = Fields(kShapes[0], kRcWriteOnly, 1, 64, 1);
+  f.has_int = true;
+  f.int_stack.slots = 2;
+  const std::vector<uint8_t> with_int = Frame(f);
+  const ParsedPacket q = ParsePacket(with_int.data(), static_cast<uint32_t>(with_int.size()));
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(Predictable(q));
+  // A frame with an INT header differs from a prediction learnt without.
+  const HeaderPrediction h = Learn(b);
+  EXPECT_FALSE(ParsePredicted(with_int.data(), static_cast<uint32_t>(with_int.size()), h, &p));
+}
+
+}  // namespace
+}  // namespace droce::wire

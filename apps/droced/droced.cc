@@ -595,6 +595,7 @@ class Daemon {
                                            static_cast<uint32_t>(m->buf_len - m->data_off));
         switch (d.kind) {
           case Decision::kToPort:
+            state_.NoteSwitched(static_cast<int>(idx), d.port);
             Push(d.port, m);
             break;
           case Decision::kReplyHere:
@@ -629,6 +630,9 @@ class Daemon {
       ndirty_ = 0;
     }
     if (work == 0) work += FlushHeld();
+    // Pairs that just talked through the switch get their path (its
+    // marker keeps their frames in order: ethdev/direct_io.h).
+    if (state_.paths_asked()) SyncPaths();
     return work;
   }
 

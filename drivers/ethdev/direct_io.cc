@@ -119,7 +119,7 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
     if (nfds != 0) return refuse("a removal carries no descriptors");
     for (size_t i = 0; i < paths_.size(); ++i) {
       if (paths_[i].id != m.path_id) continue;
-      if (!paths_[i].marker_sent) --markers_unsent_;
+      if (paths_[i].marker_due) --markers_unsent_;
       Close(paths_[i]);
       paths_.erase(paths_.begin() + static_cast<long>(i));
       rx_next_ = 0;
@@ -212,7 +212,7 @@ bool ReadPathMarker(const uint8_t* f, uint32_t len, uint64_t* path_id) {
 void DirectIo::SendMarkers() {
   for (Path& p : paths_) {
     if (markers_unsent_ == 0) return;
-    if (p.marker_sent) continue;
+    if (!p.marker_due) continue;
     pktio::Frame f;
     if (inner_->AllocTx(&f, 1) != 1) return;
     BuildPathMarker(f.data, p.mac, mac_, p.qpn_first, p.id);
@@ -222,6 +222,7 @@ void DirectIo::SendMarkers() {
       return;  // the port is full: the next TxBurst tries again
     }
     p.marker_sent = true;
+    p.marker_due = false;
     --markers_unsent_;
     ++counters_.markers_sent;
   }
@@ -299,7 +300,15 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       Path& p = paths_[route];
       Warm(p);
       took = p.tx.Produce(frames + i, run);
+      if (took == 0 && ++p.full_streak == kMarkerResendFulls) {
+        p.full_streak = 0;
+        if (!p.marker_due) {
+          p.marker_due = true;
+          ++markers_unsent_;
+        }
+      }
       if (took > 0) {
+        p.full_streak = 0;
         inner_->Release(frames + i, took);  // copied: the buffers go back
         counters_.tx_direct += took;
         if (p.tx.TakeWakeupRequest()) {

@@ -1,9 +1,9 @@
 // Direct rings between the processes of one droced fabric: the NIC's
 // embedded switch offloading the data path (doc/droced.md "Direct rings").
 //
-// droced pairs every two attached ports (a process on a device) with a
-// memfd holding two pktio::FrameRings, one per direction, and an eventfd per
-// direction, and passes them over each side's control connection with
+// droced pairs two attached ports (a process on a device) that exchange
+// frames through its switch with a memfd holding two pktio::FrameRings, one
+// per direction, and an eventfd per direction, and passes them over each side's control connection with
 // SCM_RIGHTS: only those two processes ever map the memory (the daemon
 // never does, and closes its descriptors once sent). `DirectIo` wraps the
 // port to the daemon (memif): a transmitted frame whose destination MAC and
@@ -159,17 +159,24 @@ class DirectIo final : public pktio::BurstIo {
     uint32_t peer_pid = 0;
     bool warm = false;  // prefaulted (Warm)
     bool marker_sent = false;  // this side's frames to the peer take the ring
+    bool marker_due = true;    // a marker is to go through the port (SendMarkers)
+    uint32_t full_streak = 0;  // transmit bursts in a row the full ring took nothing of
     bool rx_open = false;      // the peer's marker came: the ring is read
     uint32_t rx_waits = 0;     // polls that found the port empty and the closed ring not
   };
   // Polls of an empty port with frames waiting in a closed ring after which
   // the ring opens without its marker (counted markers_missed).
   static constexpr uint32_t kMarkerWaitPolls = 4096;
+  // Transmit bursts in a row that a full ring refused whole, after which the
+  // marker goes again: the switch drops what does not fit the receiver's
+  // link ring, markers too, and a receiver still waiting for its marker
+  // never empties the ring (an extra marker is taken out and ignored).
+  static constexpr uint32_t kMarkerResendFulls = 1024;
   // A path's memory is prefaulted (ethdev/prefault.h: page tables at once,
   // not a fault per page on the first pass) when its first frame goes in or
-  // comes out, not when it is set up: droced gives every two ports a path,
-  // and a process with 8 devices open in a job of 4 has 248 of them, most of
-  // which never carry a frame (2.2 MiB each would be 0.5 GiB resident).
+  // comes out, not when it is set up: a path's first frames cross the switch
+  // until the marker has (a path can be set up and withdrawn without ever
+  // carrying one, e.g. by a knob).
   void Warm(Path& p);
   // The path whose peer owns the frame's destination, or -1 (the port).
   int Route(const pktio::Frame& f) const;

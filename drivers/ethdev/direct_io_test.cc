@@ -266,6 +266,24 @@ TEST_F(DirectIoTest, LostMarkerOpensTheRingAfterAWait) {
   EXPECT_EQ(b_.counters().markers_missed, 1u);
 }
 
+// A marker the switch dropped while the receiver sleeps (it polls rarely):
+// the sender, refused by the full ring again and again, sends the marker
+// again, and the receiver opens the ring on it.
+TEST_F(DirectIoTest, FullClosedRingMakesTheSenderSendTheMarkerAgain) {
+  Pair();
+  pktio::Frame m[4];
+  ASSERT_EQ(wire_.end(1).RxBurst(m, 4), 1);  // the "switch" loses a's marker
+  wire_.end(1).Release(m, 1);
+  int sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  EXPECT_EQ(sent, static_cast<int>(kSlots));
+  for (uint32_t i = 0; i < 1024; ++i) EXPECT_FALSE(SendFromA(kMacB, 2048 + 1, 0));
+  EXPECT_EQ(a_.counters().markers_sent, 2u);
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_EQ(b_.counters().markers_missed, 0u);
+  EXPECT_EQ(b_.counters().markers_received, 1u);
+}
+
 TEST_F(DirectIoTest, FullRingPushesBack) {
   Pair();
   int sent = 0;

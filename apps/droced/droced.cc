@@ -568,6 +568,10 @@ class Daemon {
 
   uint32_t PollOnce() {
     uint32_t work = ReleaseQueued();
+    if (!held_markers_.empty()) {
+      SendHeldMarkers();
+      work += held_markers_.size();  // no sleep while one waits: its receiver's draining wakes nobody
+    }
     std::vector<Port>& ports = state_.ports();
     rte_mbuf* rx[kBurst];
     const PfcBoard& pfc = SwitchKnobs::process_board();
@@ -677,7 +681,11 @@ class Daemon {
       for (uint16_t i = 0; i < took; ++i) bytes += run[i].len;
       p.counters.tx_packets += took;
       p.counters.tx_bytes += bytes;
-      p.counters.tx_dropped += run_len - took;  // a full ring tail-drops, as a switch port does
+      // A full ring tail-drops, as a switch port does; but a path's marker
+      // waits (HoldMarker), or its receiver would never read the path.
+      for (uint16_t i = took; i < run_len; ++i) {
+        if (!HoldMarker(run_dst, run[i])) ++p.counters.tx_dropped;
+      }
       ports_.rings().CountRingToRing(took);
       run_len = 0;
     };
@@ -713,6 +721,41 @@ class Daemon {
     flush_run();
     ports_.rings().ReleaseRx(src.handle, done);
     return nm;
+  }
+
+  // A direct path's marker (ethdev/direct_io.h) that found the receiver's
+  // ring full: kept and sent when it has room (SendHeldMarkers), since the
+  // receiver reads the path only after it. Holding it reorders nothing: it
+  // must follow the sender's earlier switched frames, which are delivered or
+  // dropped already, and the sender's later frames to that receiver take
+  // the path. False if f is no marker.
+  bool HoldMarker(int port, const pktio::Frame& f) {
+    uint64_t id;
+    if (!ethdev::ReadPathMarker(f.data, f.len, &id) || held_markers_.size() >= kMaxHeldMarkers) return false;
+    HeldMarker h;
+    h.port = port;
+    h.attachment = state_.ports()[port].memif_id;
+    std::memcpy(h.frame, f.data, ethdev::kPathMarkerBytes);
+    held_markers_.push_back(h);
+    return true;
+  }
+  void SendHeldMarkers() {
+    for (size_t i = 0; i < held_markers_.size();) {
+      const HeldMarker& h = held_markers_[i];
+      const Port& p = state_.ports()[h.port];
+      if (!p.in_use || !p.rings || p.memif_id != h.attachment) {  // it left
+        held_markers_.erase(held_markers_.begin() + static_cast<long>(i));
+        continue;
+      }
+      pktio::Frame f;
+      f.data = const_cast<uint8_t*>(h.frame);
+      f.len = ethdev::kPathMarkerBytes;
+      if (ports_.rings().TxFrames(p.handle, &f, 1) == 1) {
+        held_markers_.erase(held_markers_.begin() + static_cast<long>(i));
+        continue;
+      }
+      ++i;
+    }
   }
 
   // The ring-linked port a frame goes to ring to ring, or -1 (the mbuf way).
@@ -1415,6 +1458,13 @@ class Daemon {
   }
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
+  struct HeldMarker {
+    int port = -1;
+    uint32_t attachment = 0;  // the port's memif_id when held: a reused index is another process
+    uint8_t frame[ethdev::kPathMarkerBytes] = {};
+  };
+  std::vector<HeldMarker> held_markers_;  // few: paths being set up to a full ring
+  static constexpr size_t kMaxHeldMarkers = 1024;
   rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
   size_t queued_ = 0;               // frames in the devices' bottleneck queues
   uint32_t nheld_ = 0;               // frames held since the last FlushHeld (0: nothing to scan)

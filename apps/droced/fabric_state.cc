@@ -593,9 +593,12 @@ bool FabricState::DirectAllowed(uint32_t device) const {
   return !k.active() && k.mirror_path().empty();
 }
 
+// Ring-linked processes only: the verbs provider takes paths (DirectIo); a
+// memif-linked one (droce-testpmd) never reads the messages, and one sent
+// mid-handshake on its control connection is in its way.
 bool FabricState::QualifiesForPath(int port) const {
   const Port& p = ports_[port];
-  return p.in_use && !p.uplink && !p.iface && p.conn_fd >= 0 && DirectAllowed(p.device);
+  return p.in_use && p.rings && !p.uplink && !p.iface && p.conn_fd >= 0 && DirectAllowed(p.device);
 }
 
 void FabricState::AskPath(int src, int dst) {

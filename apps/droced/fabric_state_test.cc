@@ -524,6 +524,11 @@ TEST_F(FabricStateTest, DirectPathsFollowTrafficPortsAndKnobs) {
   c = state_->SyncDirectPaths();
   EXPECT_EQ(c.size(), 2u);
   EXPECT_EQ(state_->direct_paths().size(), 3u);
+  // A memif-linked process (droce-testpmd, which takes no path) gets none.
+  ASSERT_EQ(Attach(15, "droce1", 666, fabric::kLinkMemif).error, 0);
+  state_->NoteSwitched(port_of(15), p10);
+  EXPECT_FALSE(state_->paths_asked());
+  state_->ConnectionClosed(15);
   // A pair asked for just before one side left gets nothing.
   ASSERT_EQ(Attach(14, "droce1", 555).error, 0);
   state_->NoteSwitched(port_of(14), p10);

@@ -102,6 +102,13 @@ class DirectIoTest : public ::testing::Test {
     a_.Release(&f, 1);
     return false;
   }
+  // The "switch" loses the marker a sent when the path was added (the
+  // only frame on the wire).
+  void LoseTheMarkerOfA() {
+    pktio::Frame m[4];
+    ASSERT_EQ(wire_.end(1).RxBurst(m, 4), 1);
+    wire_.end(1).Release(m, 1);
+  }
   // Receives on b; returns the tags of what arrived.
   std::vector<uint8_t> ReceiveOnB() {
     std::vector<uint8_t> tags;
@@ -252,9 +259,7 @@ TEST_F(DirectIoTest, EarlyMarkerOpensThePathWhenItArrives) {
 // empty for kMarkerWaitPolls polls with frames waiting in it.
 TEST_F(DirectIoTest, LostMarkerOpensTheRingAfterAWait) {
   Pair();
-  pktio::Frame m[4];
-  ASSERT_EQ(wire_.end(1).RxBurst(m, 4), 1);  // the "switch" loses a's marker
-  wire_.end(1).Release(m, 1);
+  LoseTheMarkerOfA();
   ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
   EXPECT_TRUE(ReceiveOnB().empty());
   pktio::Frame fs[4];
@@ -271,9 +276,7 @@ TEST_F(DirectIoTest, LostMarkerOpensTheRingAfterAWait) {
 // again, and the receiver opens the ring on it.
 TEST_F(DirectIoTest, FullClosedRingMakesTheSenderSendTheMarkerAgain) {
   Pair();
-  pktio::Frame m[4];
-  ASSERT_EQ(wire_.end(1).RxBurst(m, 4), 1);  // the "switch" loses a's marker
-  wire_.end(1).Release(m, 1);
+  LoseTheMarkerOfA();
   int sent = 0;
   while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
   EXPECT_EQ(sent, static_cast<int>(kSlots));

@@ -66,6 +66,7 @@
 #include "wire/arp.h"
 #include "wire/nd.h"
 #include "wire/packet.h"
+#include "wire/steer.h"
 #include "wire/headers.h"
 #include "apps/droced/clock.h"
 
@@ -567,6 +568,10 @@ class Daemon {
 
   uint32_t PollOnce() {
     uint32_t work = ReleaseQueued();
+    if (!held_markers_.empty()) {
+      SendHeldMarkers();
+      work += held_markers_.size();  // no sleep while one waits: its receiver's draining wakes nobody
+    }
     std::vector<Port>& ports = state_.ports();
     rte_mbuf* rx[kBurst];
     const PfcBoard& pfc = SwitchKnobs::process_board();
@@ -574,62 +579,217 @@ class Daemon {
       Port& src = ports[idx];
       // PFC: a sender whose frames fill a bottleneck waits in its own ring.
       if (queued_ != 0 && pfc.held(static_cast<uint32_t>(src.handle))) continue;
-      const uint16_t n = PortRx(src, rx, kBurst);
-      work += n;
-      if (n != 0) {
-        ++src.counters.rx_bursts;
-        if (n == kBurst) ++src.counters.rx_bursts_full;
-      }
-      for (uint16_t i = 0; i < n; ++i) {
-        rte_mbuf* m = rx[i];
-        if (m->nb_segs != 1) {
-          ++state_.counters().rx_malformed;
-          rte_pktmbuf_free(m);
-          continue;
-        }
-        if (trace_ != nullptr) Trace(idx, m);
-        if (static_cast<int>(idx) == state_.uplink()) CmSnoopArp(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len);
-        ++src.counters.rx_packets;
-        src.counters.rx_bytes += m->data_len;
-        const Decision d = state_.Classify(static_cast<int>(idx), rte_pktmbuf_mtod(m, uint8_t*), m->data_len,
-                                           static_cast<uint32_t>(m->buf_len - m->data_off));
-        switch (d.kind) {
-          case Decision::kToPort:
-            Push(d.port, m);
-            break;
-          case Decision::kReplyHere:
-            m->data_len = static_cast<uint16_t>(d.len);
-            m->pkt_len = d.len;
-            Push(d.port, m);
-            break;
-          case Decision::kFlood:
-            for (const uint32_t k : state_.active_ports()) {
-              const Port& p = ports[k];
-              if (!p.in_use || p.iface || k == idx || (d.device >= 0 && p.device != static_cast<uint32_t>(d.device))) {
-                continue;
-              }
-              rte_mbuf_refcnt_update(m, 1);  // one reference per copy: memif copies and frees each
-              Push(static_cast<int>(k), m);
-              ++state_.counters().flooded;
-            }
-            rte_pktmbuf_free(m);
-            break;
-          case Decision::kToGsi:
-            RefreshCmDevices();
-            cm_.OnGsiFrame(d.device, rte_pktmbuf_mtod(m, uint8_t*), m->data_len, NowNs() / 1'000'000);
-            rte_pktmbuf_free(m);
-            CmSettle();
-            break;
-          case Decision::kDrop:
-            rte_pktmbuf_free(m);
-            break;
+      uint16_t n;
+      if (src.rings && trace_ == nullptr) {
+        n = SwitchFromRing(idx, src, rx, &work);
+      } else {
+        n = PortRx(src, rx, kBurst);
+        work += n;
+        if (n != 0) {
+          ++src.counters.rx_bursts;
+          if (n == kBurst) ++src.counters.rx_bursts_full;
         }
       }
+      for (uint16_t i = 0; i < n; ++i) SwitchFrame(idx, rx[i]);
       for (uint32_t k = 0; k < ndirty_; ++k) work += Flush(dirty_[k]);
       ndirty_ = 0;
     }
     if (work == 0) work += FlushHeld();
+    // Pairs that just talked through the switch get their path (its
+    // marker keeps their frames in order: ethdev/direct_io.h).
+    if (state_.paths_asked()) SyncPaths();
     return work;
+  }
+
+  // One frame from port idx, in an mbuf: the switch's rules decide.
+  void SwitchFrame(uint32_t idx, rte_mbuf* m) {
+    std::vector<Port>& ports = state_.ports();
+    Port& src = ports[idx];
+    if (m->nb_segs != 1) {
+      ++state_.counters().rx_malformed;
+      rte_pktmbuf_free(m);
+      return;
+    }
+    if (trace_ != nullptr) Trace(idx, m);
+    if (static_cast<int>(idx) == state_.uplink()) CmSnoopArp(rte_pktmbuf_mtod(m, const uint8_t*), m->data_len);
+    ++src.counters.rx_packets;
+    src.counters.rx_bytes += m->data_len;
+    const Decision d = state_.Classify(static_cast<int>(idx), rte_pktmbuf_mtod(m, uint8_t*), m->data_len,
+                                       static_cast<uint32_t>(m->buf_len - m->data_off));
+    switch (d.kind) {
+      case Decision::kToPort:
+        state_.NoteSwitched(static_cast<int>(idx), d.port);
+        Push(d.port, m);
+        break;
+      case Decision::kReplyHere:
+        m->data_len = static_cast<uint16_t>(d.len);
+        m->pkt_len = d.len;
+        Push(d.port, m);
+        break;
+      case Decision::kFlood:
+        for (const uint32_t k : state_.active_ports()) {
+          const Port& p = ports[k];
+          if (!p.in_use || p.iface || k == idx || (d.device >= 0 && p.device != static_cast<uint32_t>(d.device))) {
+            continue;
+          }
+          rte_mbuf_refcnt_update(m, 1);  // one reference per copy: memif copies and frees each
+          Push(static_cast<int>(k), m);
+          ++state_.counters().flooded;
+        }
+        rte_pktmbuf_free(m);
+        break;
+      case Decision::kToGsi:
+        RefreshCmDevices();
+        cm_.OnGsiFrame(d.device, rte_pktmbuf_mtod(m, uint8_t*), m->data_len, NowNs() / 1'000'000);
+        rte_pktmbuf_free(m);
+        CmSettle();
+        break;
+      case Decision::kDrop:
+        rte_pktmbuf_free(m);
+        break;
+    }
+  }
+
+  // A ring-linked process's burst, read in place. A unicast RoCEv2 frame
+  // (not for QP 1) to another ring-linked process whose device has no knob
+  // set is copied straight from the one's ring into the other's: one copy in
+  // droced instead of two through an mbuf (doc/droced.md "The link to the
+  // daemon"). The rest is copied into mbufs (*mbufs, returned count) for
+  // SwitchFrame: what Classify may rewrite (ARP, ND), floods, the CM, memif
+  // ports, the uplink, interfaces and knobs. The process can still write
+  // its slots: each view's length was read once, and a frame's destination
+  // is decided from the bytes as they were when read (a process that
+  // rewrites its own frame meanwhile only garbles its own frame).
+  uint16_t SwitchFromRing(uint32_t idx, Port& src, rte_mbuf** mbufs, uint32_t* work) {
+    pktio::Frame v[kBurst];
+    const uint16_t n = ports_.rings().PeekRx(src.handle, v, kBurst);
+    if (n == 0) return 0;
+    *work += n;
+    ++src.counters.rx_bursts;
+    if (n == kBurst) ++src.counters.rx_bursts_full;
+    std::vector<Port>& ports = state_.ports();
+    uint16_t nm = 0;
+    // A run of frames to one process goes in one TxFrames.
+    int run_dst = -1;
+    uint16_t run_len = 0;
+    pktio::Frame run[kBurst];
+    const auto flush_run = [&]() {
+      if (run_len == 0) return;
+      Port& p = ports[run_dst];
+      const uint16_t took = ports_.rings().TxFrames(p.handle, run, run_len);
+      uint64_t bytes = 0;
+      for (uint16_t i = 0; i < took; ++i) bytes += run[i].len;
+      p.counters.tx_packets += took;
+      p.counters.tx_bytes += bytes;
+      // A full ring tail-drops, as a switch port does; but a path's marker
+      // waits (HoldMarker), or its receiver would never read the path.
+      for (uint16_t i = took; i < run_len; ++i) {
+        if (!HoldMarker(run_dst, run[i])) ++p.counters.tx_dropped;
+      }
+      ports_.rings().CountRingToRing(took);
+      run_len = 0;
+    };
+    uint16_t done = 0;
+    for (uint16_t i = 0; i < n; ++i, ++done) {
+      if (v[i].len == 0) continue;  // a bad length (counted by the ring)
+      const int dst = RingToRingDestination(idx, v[i]);
+      if (dst >= 0) {
+        ++src.counters.rx_packets;
+        src.counters.rx_bytes += v[i].len;
+        if (dst != run_dst) {
+          flush_run();
+          run_dst = dst;
+        }
+        run[run_len++] = v[i];
+        continue;
+      }
+      rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+      if (m == nullptr) {  // the rest stays in the ring for the next round
+        ports_.rings().CountNoMbuf();
+        break;
+      }
+      if (rte_pktmbuf_tailroom(m) < v[i].len) {  // longer than any frame: the ring's bound is the slot
+        rte_pktmbuf_free(m);
+        ++state_.counters().rx_malformed;
+        continue;
+      }
+      std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), v[i].data, v[i].len);
+      m->data_len = static_cast<uint16_t>(v[i].len);
+      m->pkt_len = v[i].len;
+      mbufs[nm++] = m;
+    }
+    flush_run();
+    ports_.rings().ReleaseRx(src.handle, done);
+    return nm;
+  }
+
+  // A direct path's marker (ethdev/direct_io.h) that found the receiver's
+  // ring full: kept and sent when it has room (SendHeldMarkers), since the
+  // receiver reads the path only after it. Holding it reorders nothing: it
+  // must follow the sender's earlier switched frames, which are delivered or
+  // dropped already, and the sender's later frames to that receiver take
+  // the path. False if f is no marker.
+  bool HoldMarker(int port, const pktio::Frame& f) {
+    uint64_t id;
+    if (!ethdev::ReadPathMarker(f.data, f.len, &id) || held_markers_.size() >= kMaxHeldMarkers) return false;
+    HeldMarker h;
+    h.port = port;
+    h.attachment = state_.ports()[port].memif_id;
+    std::memcpy(h.frame, f.data, ethdev::kPathMarkerBytes);
+    held_markers_.push_back(h);
+    return true;
+  }
+  void SendHeldMarkers() {
+    for (size_t i = 0; i < held_markers_.size();) {
+      const HeldMarker& h = held_markers_[i];
+      const Port& p = state_.ports()[h.port];
+      if (!p.in_use || !p.rings || p.memif_id != h.attachment) {  // it left
+        held_markers_.erase(held_markers_.begin() + static_cast<long>(i));
+        continue;
+      }
+      pktio::Frame f;
+      f.data = const_cast<uint8_t*>(h.frame);
+      f.len = ethdev::kPathMarkerBytes;
+      if (ports_.rings().TxFrames(p.handle, &f, 1) == 1) {
+        held_markers_.erase(held_markers_.begin() + static_cast<long>(i));
+        continue;
+      }
+      ++i;
+    }
+  }
+
+  // The ring-linked port a frame goes to ring to ring, or -1 (the mbuf way).
+  // Only unicast RoCEv2 for a QPN above 1 is decided here: Classify writes
+  // nothing for those (it answers ARP and ND in place) and steers them by
+  // QPN; its decision is then taken only if the port is another process's
+  // ring whose device has no knob.
+  int RingToRingDestination(uint32_t idx, const pktio::Frame& f) {
+    if (f.len < wire::kEthBytes || (f.data[0] & 1) != 0) return -1;
+    const int64_t qpn = wire::RoceDestQp(f.data, f.len);
+    if (qpn < 2) return -1;
+    // Checked before Classify counts the frame: a frame that is then not
+    // forwarded here would be classified (and counted) again in SwitchFrame.
+    const uint8_t* mac = f.data;
+    int dev = -1;
+    for (size_t i = 0; i < state_.devices().size(); ++i) {
+      if (std::memcmp(state_.devices()[i].mac.data(), mac, 6) == 0) dev = static_cast<int>(i);
+    }
+    if (dev < 0 || state_.devices()[dev].netdev_bound || !KnobFree(static_cast<uint32_t>(dev))) return -1;
+    const Port& from = state_.ports()[idx];
+    if (from.device < state_.devices().size() &&
+        (state_.devices()[from.device].netdev_bound || !KnobFree(from.device))) {
+      return -1;
+    }
+    const Decision d = state_.Classify(static_cast<int>(idx), const_cast<uint8_t*>(f.data), f.len, f.len);
+    if (d.kind != Decision::kToPort) return -1;  // (RoCEv2 to no owner: dropped and counted by Classify)
+    const Port& p = state_.ports()[d.port];
+    if (!p.in_use || !p.rings || p.uplink || p.iface || d.port == static_cast<int>(idx)) return -1;
+    state_.NoteSwitched(static_cast<int>(idx), d.port);
+    return d.port;
+  }
+  bool KnobFree(uint32_t device) {
+    const SwitchKnobs& k = state_.knobs(device);
+    return !k.active() && k.mirror_path().empty();
   }
 
   // DROCED_TRACE=FILE (debugging only: a stdio write per frame): every
@@ -811,8 +971,9 @@ class Daemon {
     }
     if (r.op == fabric::kOpStatus && r.error == 0) {
       const RingPortCounters& rc = ports_.rings().counters();
-      text += absl::StrFormat("links (rings): rx_no_mbuf %lu rx_bad_length %lu tx_too_long %lu wakeups_sent %lu\n",
-                              rc.rx_no_mbuf, rc.rx_bad_length, rc.tx_too_long, rc.wakeups_sent);
+      text += absl::StrFormat(
+          "links (rings): rx_no_mbuf %lu rx_bad_length %lu tx_too_long %lu wakeups_sent %lu ring_to_ring %lu\n",
+          rc.rx_no_mbuf, rc.rx_bad_length, rc.tx_too_long, rc.wakeups_sent, rc.ring_to_ring);
       for (uint32_t d = 0; d < state_.devices().size(); ++d) text += netdev_.StatusText(d);
       text += cm_.StatusText();
     }
@@ -1297,6 +1458,13 @@ class Daemon {
   }
   std::vector<Conn> conns_;
   Stage stages_[kMaxPorts];
+  struct HeldMarker {
+    int port = -1;
+    uint32_t attachment = 0;  // the port's memif_id when held: a reused index is another process
+    uint8_t frame[ethdev::kPathMarkerBytes] = {};
+  };
+  std::vector<HeldMarker> held_markers_;  // few: paths being set up to a full ring
+  static constexpr size_t kMaxHeldMarkers = 1024;
   rte_mbuf* held_[kMaxPorts] = {};  // the reorder knob's frame per port
   size_t queued_ = 0;               // frames in the devices' bottleneck queues
   uint32_t nheld_ = 0;               // frames held since the last FlushHeld (0: nothing to scan)

@@ -361,6 +361,7 @@ void FabricState::RemoveInterfacePort(uint32_t device) {
   if (device >= devices_.size()) return;
   FabricDevice& d = devices_[device];
   if (d.iface_port >= 0) {
+    ForgetAskedBy(d.iface_port);
     ports_[d.iface_port] = Port{};
     d.iface_port = -1;
   }
@@ -414,6 +415,7 @@ void FabricState::Detach(int port) {
   backend_->ClosePort(p.handle, p.rings);
   p.in_use = false;
   p.conn_fd = -1;
+  ForgetAskedBy(port);  // its index is the next attachment's
   RefreshActivePorts();
 }
 
@@ -591,12 +593,34 @@ bool FabricState::DirectAllowed(uint32_t device) const {
   return !k.active() && k.mirror_path().empty();
 }
 
+// Ring-linked processes only: the verbs provider takes paths (DirectIo); a
+// memif-linked one (droce-testpmd) never reads the messages, and one sent
+// mid-handshake on its control connection is in its way.
+bool FabricState::QualifiesForPath(int port) const {
+  const Port& p = ports_[port];
+  return p.in_use && p.rings && !p.uplink && !p.iface && p.conn_fd >= 0 && DirectAllowed(p.device);
+}
+
+void FabricState::AskPath(int src, int dst) {
+  // A port's frames to itself (two QPs of one device) never cross the
+  // switch; a pair that cannot have a path asks again on every frame, at
+  // the cost of these tests (switch knobs are the slow path anyway).
+  if (src == dst || !QualifiesForPath(src) || !QualifiesForPath(dst)) return;
+  asked_[static_cast<uint32_t>(src)].set(static_cast<uint32_t>(dst));
+  asked_[static_cast<uint32_t>(dst)].set(static_cast<uint32_t>(src));
+  DirectPath d;
+  d.port[0] = src, d.port[1] = dst;
+  d.attachment_id[0] = ports_[src].memif_id, d.attachment_id[1] = ports_[dst].memif_id;
+  asked_pairs_.push_back(d);
+}
+
+void FabricState::ForgetAskedBy(int port) {
+  asked_[static_cast<uint32_t>(port)].reset();
+  for (std::bitset<kMaxPorts>& row : asked_) row.reset(static_cast<uint32_t>(port));
+}
+
 std::vector<PathChange> FabricState::SyncDirectPaths() {
   std::vector<PathChange> out;
-  const auto qualifies = [&](int port) {
-    const Port& p = ports_[port];
-    return p.in_use && !p.uplink && !p.iface && p.conn_fd >= 0 && DirectAllowed(p.device);
-  };
   const auto same = [&](int port, uint32_t memif) {
     return ports_[port].in_use && !ports_[port].uplink && !ports_[port].iface && ports_[port].memif_id == memif;
   };
@@ -604,10 +628,11 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
   for (size_t i = 0; i < paths_.size();) {
     const DirectPath& d = paths_[i];
     const bool alive0 = same(d.port[0], d.attachment_id[0]), alive1 = same(d.port[1], d.attachment_id[1]);
-    if (alive0 && alive1 && qualifies(d.port[0]) && qualifies(d.port[1])) {
+    if (alive0 && alive1 && QualifiesForPath(d.port[0]) && QualifiesForPath(d.port[1])) {
       ++i;
       continue;
     }
+    if (alive0 && alive1) ForgetAsked(d.port[0], d.port[1]);  // their next switched frame asks again
     PathChange c;
     c.path = d;
     c.notify[0] = alive0;
@@ -615,29 +640,28 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
     out.push_back(c);
     paths_.erase(paths_.begin() + static_cast<long>(i));
   }
-  // Every pair of qualifying ports without one.
-  for (size_t x = 0; x < active_ports_.size(); ++x) {
-    const int a = static_cast<int>(active_ports_[x]);
-    if (!qualifies(a)) continue;
-    for (size_t y = x + 1; y < active_ports_.size(); ++y) {
-      const int b = static_cast<int>(active_ports_[y]);
-      if (!qualifies(b)) continue;
-      const bool exists = std::any_of(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
-        return (d.port[0] == a && d.port[1] == b) || (d.port[0] == b && d.port[1] == a);
-      });
-      if (exists) continue;
-      DirectPath d;
-      d.id = next_path_id_++;
-      d.port[0] = a, d.port[1] = b;
-      d.attachment_id[0] = ports_[a].memif_id, d.attachment_id[1] = ports_[b].memif_id;
-      paths_.push_back(d);
-      PathChange c;
-      c.add = true;
-      c.path = d;
-      c.notify[0] = c.notify[1] = true;
-      out.push_back(c);
+  // The pairs the switch found talking since, still the same attachments.
+  for (const DirectPath& want : asked_pairs_) {
+    const int a = want.port[0], b = want.port[1];
+    if (!same(a, want.attachment_id[0]) || !same(b, want.attachment_id[1])) continue;  // one left (bits cleared)
+    if (!QualifiesForPath(a) || !QualifiesForPath(b)) {
+      ForgetAsked(a, b);
+      continue;
     }
+    const bool exists = std::any_of(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
+      return (d.port[0] == a && d.port[1] == b) || (d.port[0] == b && d.port[1] == a);
+    });
+    if (exists) continue;
+    DirectPath d = want;
+    d.id = next_path_id_++;
+    paths_.push_back(d);
+    PathChange c;
+    c.add = true;
+    c.path = d;
+    c.notify[0] = c.notify[1] = true;
+    out.push_back(c);
   }
+  asked_pairs_.clear();
   return out;
 }
 

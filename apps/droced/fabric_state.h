@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <bitset>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -188,13 +189,21 @@ class FabricState {
 
   std::string StatusText(const std::string& only_device) const;
 
-  // Direct paths: every two attached processes get one, unless a switch
-  // knob is set on either's device (its frames must cross the switch) or
-  // direct rings are off (droced --no-direct). Call after anything that
-  // changes ports or knobs; returns what to do, in order (removals first).
+  // Direct paths: two attached processes get one when the switch first
+  // forwards a frame between them (NoteSwitched), unless a switch knob is
+  // set on either's device (its frames must cross the switch) or direct
+  // rings are off (droced --no-direct). Call SyncDirectPaths after anything
+  // that changes ports or knobs, and when paths_asked(); it returns what to
+  // do, in order (removals first).
   void set_direct_rings(bool on) { direct_rings_ = on; }
   bool direct_rings() const { return direct_rings_; }
   bool DirectAllowed(uint32_t device) const;
+  // The switch forwarded a frame from port src to port dst. A bit test
+  // once the pair has asked (the hot path's cost).
+  void NoteSwitched(int src, int dst) {
+    if (!asked_[static_cast<uint32_t>(src)].test(static_cast<uint32_t>(dst))) AskPath(src, dst);
+  }
+  bool paths_asked() const { return !asked_pairs_.empty(); }
   std::vector<PathChange> SyncDirectPaths();
   // Setting a path up failed (a side could not be told): forget it.
   void ForgetDirectPath(uint64_t id);
@@ -233,6 +242,18 @@ class FabricState {
   void RefreshActivePorts();
   std::string uplink_describe_;
   bool direct_rings_ = true;
+  // A pair that asked for a path (or has one): bit dst of asked_[src] and
+  // bit src of asked_[dst]; cleared when either port goes and when a path
+  // is withdrawn from two ports that stay (a knob), so they may ask again.
+  std::vector<std::bitset<kMaxPorts>> asked_ = std::vector<std::bitset<kMaxPorts>>(kMaxPorts);
+  std::vector<DirectPath> asked_pairs_;  // asked since the last SyncDirectPaths
+  void AskPath(int src, int dst);
+  bool QualifiesForPath(int port) const;
+  void ForgetAsked(int a, int b) {
+    asked_[static_cast<uint32_t>(a)].reset(static_cast<uint32_t>(b));
+    asked_[static_cast<uint32_t>(b)].reset(static_cast<uint32_t>(a));
+  }
+  void ForgetAskedBy(int port);
   std::vector<DirectPath> paths_;
   uint64_t next_path_id_ = 1;
 };

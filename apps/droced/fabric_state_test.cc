@@ -468,44 +468,72 @@ TEST_F(FabricStateTest, SwitchSetChecksEveryFieldAndWho) {
   EXPECT_FALSE(state_->knobs(0).active());
 }
 
-// Direct paths: every two attached processes get one; a process that
-// leaves takes its paths with it (only the survivor is told); a knob on a
-// device withdraws the paths of its processes (the switch needs their
-// frames) and clearing it brings them back; the uplink never gets one.
-TEST_F(FabricStateTest, DirectPathsFollowPortsAndKnobs) {
+// Direct paths: two attached processes get one when the switch first
+// forwards a frame between them, never at attach; a process that leaves
+// takes its paths with it (only the survivor is told); a knob on a device
+// withdraws the paths of its processes (the switch needs their frames) and,
+// once cleared, their next switched frame brings them back; the uplink
+// never gets one.
+TEST_F(FabricStateTest, DirectPathsFollowTrafficPortsAndKnobs) {
+  const auto port_of = [&](int conn) {
+    for (uint32_t i : state_->active_ports()) {
+      if (state_->ports()[i].conn_fd == conn) return static_cast<int>(i);
+    }
+    return -1;
+  };
   ASSERT_EQ(Attach(10, "droce0", 111).error, 0);
-  std::vector<PathChange> c = state_->SyncDirectPaths();
-  EXPECT_TRUE(c.empty());  // alone: no peer
   ASSERT_EQ(Attach(11, "droce0", 222).error, 0);
   ASSERT_EQ(Attach(12, "droce1", 333).error, 0);
-  state_->AddUplink(900, "test uplink");
+  const int uplink = state_->AddUplink(900, "test uplink");
+  EXPECT_TRUE(state_->SyncDirectPaths().empty());  // attached, silent: no path
+  const int p10 = port_of(10), p11 = port_of(11), p12 = port_of(12);
+  state_->NoteSwitched(p10, p11);
+  state_->NoteSwitched(p11, p10);  // the same pair: asked once
+  state_->NoteSwitched(p10, p10);  // a port to itself: never
+  state_->NoteSwitched(p12, uplink);
+  state_->NoteSwitched(uplink, p12);
+  EXPECT_TRUE(state_->paths_asked());
+  std::vector<PathChange> c = state_->SyncDirectPaths();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_TRUE(c[0].add);
+  EXPECT_TRUE(c[0].notify[0] && c[0].notify[1]);
+  EXPECT_FALSE(state_->paths_asked());
+  state_->NoteSwitched(p10, p11);  // has one: nothing asked
+  EXPECT_FALSE(state_->paths_asked());
+  state_->NoteSwitched(p10, p12);
+  state_->NoteSwitched(p12, p11);
   c = state_->SyncDirectPaths();
-  ASSERT_EQ(c.size(), 3u);  // 10-11, 10-12, 11-12; none to the uplink
-  for (const PathChange& x : c) {
-    EXPECT_TRUE(x.add);
-    EXPECT_TRUE(x.notify[0] && x.notify[1]);
-    EXPECT_NE(x.path.port[0], state_->uplink());
-    EXPECT_NE(x.path.port[1], state_->uplink());
-  }
+  ASSERT_EQ(c.size(), 2u);  // 10-12, 12-11
   EXPECT_TRUE(state_->SyncDirectPaths().empty());  // nothing changed: nothing to do
   EXPECT_EQ(state_->direct_paths().size(), 3u);
   // The process on conn 11 dies: its two paths go, the survivors are told.
-  int gone = -1;
-  for (uint32_t i : state_->active_ports()) {
-    if (state_->ports()[i].conn_fd == 11) gone = static_cast<int>(i);
-  }
   state_->ConnectionClosed(11);
   c = state_->SyncDirectPaths();
   ASSERT_EQ(c.size(), 2u);
   for (const PathChange& x : c) {
     EXPECT_FALSE(x.add);
-    for (int side = 0; side < 2; ++side) EXPECT_EQ(x.notify[side], x.path.port[side] != gone);
+    for (int side = 0; side < 2; ++side) EXPECT_EQ(x.notify[side], x.path.port[side] != p11);
   }
-  // A newcomer reusing the port index is a new attachment: new paths.
+  // A newcomer reusing the port index is a new attachment: it asks anew.
   ASSERT_EQ(Attach(13, "droce0", 444).error, 0);
+  const int p13 = port_of(13);
+  EXPECT_EQ(p13, p11);
+  EXPECT_TRUE(state_->SyncDirectPaths().empty());
+  state_->NoteSwitched(p13, p10);
+  state_->NoteSwitched(p12, p13);
   c = state_->SyncDirectPaths();
   EXPECT_EQ(c.size(), 2u);
   EXPECT_EQ(state_->direct_paths().size(), 3u);
+  // A memif-linked process (droce-testpmd, which takes no path) gets none.
+  ASSERT_EQ(Attach(15, "droce1", 666, fabric::kLinkMemif).error, 0);
+  state_->NoteSwitched(port_of(15), p10);
+  EXPECT_FALSE(state_->paths_asked());
+  state_->ConnectionClosed(15);
+  // A pair asked for just before one side left gets nothing.
+  ASSERT_EQ(Attach(14, "droce1", 555).error, 0);
+  state_->NoteSwitched(port_of(14), p10);
+  state_->ConnectionClosed(14);
+  EXPECT_TRUE(state_->SyncDirectPaths().empty());
   // A loss knob on droce1: the paths of its process go (both sides told).
   auto set = [&](const std::string& dev, const fabric::KnobRequest& k) {
     fabric::Request req = fabric::MakeRequest(fabric::kOpSwitchSet, dev);
@@ -527,9 +555,14 @@ TEST_F(FabricStateTest, DirectPathsFollowPortsAndKnobs) {
     EXPECT_TRUE(x.notify[0] && x.notify[1]);
   }
   EXPECT_EQ(state_->direct_paths().size(), 1u);  // droce0's two processes keep theirs
+  state_->NoteSwitched(p12, p10);  // while the knob is on, the switch keeps them
+  EXPECT_FALSE(state_->paths_asked());
   fabric::KnobRequest clear{};
   clear.set = fabric::kKnobAll;
   ASSERT_EQ(set("droce1", clear).error, 0);
+  EXPECT_TRUE(state_->SyncDirectPaths().empty());  // back when they talk again
+  state_->NoteSwitched(p12, p10);
+  state_->NoteSwitched(p13, p12);
   c = state_->SyncDirectPaths();
   EXPECT_EQ(c.size(), 2u);
   EXPECT_EQ(state_->direct_paths().size(), 3u);

@@ -106,13 +106,19 @@ uint16_t RingPorts::RxBurst(int handle, rte_mbuf** mbufs, uint16_t n) {
 }
 
 uint16_t RingPorts::TxBurst(int handle, rte_mbuf** mbufs, uint16_t n) {
-  Link& l = links_[handle];
   pktio::Frame f[64];
   n = std::min<uint16_t>(n, 64);
   for (uint16_t i = 0; i < n; ++i) {
     f[i].data = rte_pktmbuf_mtod(mbufs[i], uint8_t*);
     f[i].len = mbufs[i]->data_len;  // one segment: the switch forwards no chained frame
   }
+  const uint16_t took = TxFrames(handle, f, n);
+  if (took > 0) rte_pktmbuf_free_bulk(mbufs, took);  // copied (or too long)
+  return took;
+}
+
+uint16_t RingPorts::TxFrames(int handle, const pktio::Frame* f, uint16_t n) {
+  Link& l = links_[handle];
   uint16_t took = 0;
   while (took < n) {
     took = static_cast<uint16_t>(took + l.to_process.Produce(f + took, static_cast<uint16_t>(n - took)));
@@ -122,15 +128,22 @@ uint16_t RingPorts::TxBurst(int handle, rte_mbuf** mbufs, uint16_t n) {
     ++counters_.tx_too_long;
     ++took;
   }
-  if (took > 0) {
-    rte_pktmbuf_free_bulk(mbufs, took);  // copied (or too long)
-    if (l.to_process.TakeWakeupRequest()) {
-      const uint64_t one = 1;
-      if (write(l.to_process_efd, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;
-    }
+  if (took > 0 && l.to_process.TakeWakeupRequest()) {
+    const uint64_t one = 1;
+    if (write(l.to_process_efd, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;
   }
   return took;
 }
+
+uint16_t RingPorts::PeekRx(int handle, pktio::Frame* views, uint16_t n) {
+  Link& l = links_[handle];
+  const uint64_t bad_before = l.to_daemon.counters().bad_length;
+  const uint16_t got = l.to_daemon.Peek(views, n);
+  counters_.rx_bad_length += l.to_daemon.counters().bad_length - bad_before;
+  return got;
+}
+
+void RingPorts::ReleaseRx(int handle, uint16_t n) { links_[handle].to_daemon.Release(n); }
 
 int RingPorts::Arm(int handle) {
   Link& l = links_[handle];

@@ -30,6 +30,9 @@ struct RingPortCounters {
   uint64_t rx_bad_length = 0;  // slots with a bad length (a process writing garbage): skipped
   uint64_t wakeups_sent = 0;   // eventfd writes (the process slept)
   uint64_t tx_too_long = 0;    // frames longer than a ring slot (a jumbo frame from an uplink): dropped
+  // Frames copied straight from one process's ring into another's (one copy
+  // in droced, not two through an mbuf).
+  uint64_t ring_to_ring = 0;
 };
 
 class RingPorts {
@@ -56,6 +59,16 @@ class RingPorts {
   // (rte_eth_tx_burst's contract). Wakes a sleeping process.
   uint16_t TxBurst(int handle, rte_mbuf** mbufs, uint16_t n);
 
+  // Ring to ring: views of up to n frames the process sent, in place in its
+  // ring (FrameRing::Peek: untrusted bytes the process can still write; a
+  // bad length is a view of 0 bytes); their slots stay taken until ReleaseRx.
+  uint16_t PeekRx(int handle, pktio::Frame* views, uint16_t n);
+  void ReleaseRx(int handle, uint16_t n);  // the first n of them
+  // Copies a prefix of frames[0..n) into the process's ring as TxBurst does
+  // mbufs (a frame longer than a slot is dropped and counted) and returns
+  // how many it took; wakes a sleeping process.
+  uint16_t TxFrames(int handle, const pktio::Frame* frames, uint16_t n);
+
   // Sleeping: asks the process to write the link's eventfd after its next
   // burst and returns that eventfd (poll it, after polling the ring once
   // more). Disarm after waking.
@@ -63,6 +76,8 @@ class RingPorts {
   void Disarm(int handle);
 
   const RingPortCounters& counters() const { return counters_; }
+  void CountNoMbuf() { ++counters_.rx_no_mbuf; }
+  void CountRingToRing(uint64_t n) { counters_.ring_to_ring += n; }
 
  private:
   struct Link {

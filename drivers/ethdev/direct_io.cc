@@ -14,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "drivers/ethdev/daemon_link.h"
 #include "drivers/ethdev/prefault.h"
+#include "wire/headers.h"
+#include "wire/opcode.h"
 #include "wire/steer.h"
 
 namespace droce::ethdev {
@@ -93,6 +95,7 @@ void DirectIo::Close(Path& p) {
 void DirectIo::RemoveAll() {
   for (Path& p : paths_) Close(p);
   paths_.clear();
+  markers_unsent_ = 0;
 }
 
 absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
@@ -116,6 +119,7 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
     if (nfds != 0) return refuse("a removal carries no descriptors");
     for (size_t i = 0; i < paths_.size(); ++i) {
       if (paths_[i].id != m.path_id) continue;
+      if (paths_[i].marker_due) --markers_unsent_;
       Close(paths_[i]);
       paths_.erase(paths_.begin() + static_cast<long>(i));
       rx_next_ = 0;
@@ -159,9 +163,97 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.rx_efd, &ev);
   }
   if (armed_) p.rx.Arm();  // a sleeper is waiting on the set already
+  const auto early = std::find(early_markers_.begin(), early_markers_.end(), p.id);
+  if (early != early_markers_.end()) {
+    p.rx_open = true;
+    early_markers_.erase(early);
+  }
   paths_.push_back(p);
   ++counters_.paths_added;
+  ++markers_unsent_;
+  SendMarkers();
   return absl::OkStatus();
+}
+
+void BuildPathMarker(uint8_t* f, const std::array<uint8_t, 6>& dst, const std::array<uint8_t, 6>& src,
+                     uint32_t dst_qpn, uint64_t path_id) {
+  std::memset(f, 0, kPathMarkerBytes);
+  std::memcpy(f, dst.data(), 6);
+  std::memcpy(f + 6, src.data(), 6);
+  wire::StoreBe16(f + 12, wire::kEtherTypeIpv4);
+  uint8_t* ip = f + wire::kEthBytes;
+  ip[0] = 0x45;
+  wire::StoreBe16(ip + 2, kPathMarkerBytes - wire::kEthBytes);
+  ip[8] = 64;
+  ip[9] = wire::kIpProtoUdp;
+  uint8_t* udp = ip + wire::kIpv4MinBytes;
+  wire::StoreBe16(udp + 2, wire::kRoceV2Port);
+  wire::StoreBe16(udp + 4, kPathMarkerBytes - wire::kEthBytes - wire::kIpv4MinBytes);
+  uint8_t* bth = udp + wire::kUdpBytes;
+  bth[0] = kPathMarkerOpcode;
+  wire::StoreBe16(bth + 2, 0xffff);
+  bth[5] = static_cast<uint8_t>(dst_qpn >> 16), bth[6] = static_cast<uint8_t>(dst_qpn >> 8);
+  bth[7] = static_cast<uint8_t>(dst_qpn);
+  std::memcpy(bth + wire::kBthBytes, &kPathMarkerMagic, 8);
+  std::memcpy(bth + wire::kBthBytes + 8, &path_id, 8);
+}
+
+bool ReadPathMarker(const uint8_t* f, uint32_t len, uint64_t* path_id) {
+  if (len != kPathMarkerBytes || wire::LoadBe16(f + 12) != wire::kEtherTypeIpv4) return false;
+  const uint32_t bth = wire::RoceBthOffset(f, len);
+  if (bth != wire::kEthBytes + wire::kIpv4MinBytes + wire::kUdpBytes || f[bth] != kPathMarkerOpcode) return false;
+  uint64_t magic;
+  std::memcpy(&magic, f + bth + wire::kBthBytes, 8);
+  if (magic != kPathMarkerMagic) return false;
+  std::memcpy(path_id, f + bth + wire::kBthBytes + 8, 8);
+  return true;
+}
+
+void DirectIo::SendMarkers() {
+  for (Path& p : paths_) {
+    if (markers_unsent_ == 0) return;
+    if (!p.marker_due) continue;
+    pktio::Frame f;
+    if (inner_->AllocTx(&f, 1) != 1) return;
+    BuildPathMarker(f.data, p.mac, mac_, p.qpn_first, p.id);
+    f.len = kPathMarkerBytes;
+    if (inner_->TxBurst(&f, 1) != 1) {
+      inner_->Release(&f, 1);
+      return;  // the port is full: the next TxBurst tries again
+    }
+    p.marker_sent = true;
+    p.marker_due = false;
+    --markers_unsent_;
+    ++counters_.markers_sent;
+  }
+}
+
+void DirectIo::OpenRx(uint64_t path_id) {
+  ++counters_.markers_received;
+  for (Path& p : paths_) {
+    if (p.id == path_id) {
+      p.rx_open = true;
+      return;
+    }
+  }
+  // Its kPeerAdd is still on the control connection.
+  if (early_markers_.size() == kMaxEarlyMarkers) early_markers_.erase(early_markers_.begin());
+  early_markers_.push_back(path_id);
+}
+
+uint16_t DirectIo::TakeMarkers(pktio::Frame* frames, uint16_t n) {
+  port_was_empty_ = n == 0;
+  uint16_t kept = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    uint64_t id;
+    if (frames[i].len == kPathMarkerBytes && ReadPathMarker(frames[i].data, frames[i].len, &id)) {
+      OpenRx(id);
+      inner_->Release(&frames[i], 1);
+      continue;
+    }
+    frames[kept++] = frames[i];
+  }
+  return kept;
 }
 
 void DirectIo::Warm(Path& p) {
@@ -175,7 +267,7 @@ int DirectIo::Route(const pktio::Frame& f) const {
   int64_t qpn = -2;
   for (size_t i = 0; i < paths_.size(); ++i) {
     const Path& p = paths_[i];
-    if (std::memcmp(f.data, p.mac.data(), 6) != 0) continue;
+    if (!p.marker_sent || std::memcmp(f.data, p.mac.data(), 6) != 0) continue;
     if (qpn == -2) qpn = wire::RoceDestQp(f.data, f.len);
     if (qpn < 0) return -1;  // not RoCEv2: the switch's
     if (static_cast<uint32_t>(qpn) - p.qpn_first < p.qpn_count && f.len <= p.tx.max_frame()) {
@@ -192,6 +284,7 @@ bool DirectIo::Mine(const pktio::Frame& f) const {
 }
 
 uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
+  if (markers_unsent_ != 0) SendMarkers();
   if (paths_.empty()) return inner_->TxBurst(frames, n);
   uint16_t i = 0;
   int route = n > 0 ? Route(frames[0]) : -1;
@@ -207,7 +300,15 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       Path& p = paths_[route];
       Warm(p);
       took = p.tx.Produce(frames + i, run);
+      if (took == 0 && ++p.full_streak == kMarkerResendFulls) {
+        p.full_streak = 0;
+        if (!p.marker_due) {
+          p.marker_due = true;
+          ++markers_unsent_;
+        }
+      }
       if (took > 0) {
+        p.full_streak = 0;
         inner_->Release(frames + i, took);  // copied: the buffers go back
         counters_.tx_direct += took;
         if (p.tx.TakeWakeupRequest()) {
@@ -225,7 +326,7 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
 }
 
 uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
-  if (paths_.empty()) return inner_->RxBurst(frames, n);
+  if (paths_.empty()) return TakeMarkers(frames, inner_->RxBurst(frames, n));
   const uint32_t sources = static_cast<uint32_t>(paths_.size()) + 1;
   uint16_t got = 0;
   for (uint32_t k = 0; k < sources && got < n; ++k) {
@@ -233,12 +334,17 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     pktio::Frame* out = frames + got;
     const uint16_t room = static_cast<uint16_t>(std::min<uint32_t>(n - got, 64));
     if (s == paths_.size()) {
-      got = static_cast<uint16_t>(got + inner_->RxBurst(out, room));
+      got = static_cast<uint16_t>(got + TakeMarkers(out, inner_->RxBurst(out, room)));
       continue;
     }
     Path& p = paths_[s];
     const uint32_t avail = p.rx.Available();
     if (avail == 0) continue;
+    if (!p.rx_open) {
+      if (!port_was_empty_ || ++p.rx_waits < kMarkerWaitPolls) continue;
+      p.rx_open = true;  // the marker was lost: better late frames than none
+      ++counters_.markers_missed;
+    }
     Warm(p);
     const uint16_t alloc = inner_->AllocTx(out, static_cast<uint16_t>(std::min<uint32_t>(avail, room)));
     if (alloc == 0) continue;

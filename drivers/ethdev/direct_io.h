@@ -1,9 +1,9 @@
 // Direct rings between the processes of one droced fabric: the NIC's
 // embedded switch offloading the data path (doc/droced.md "Direct rings").
 //
-// droced pairs every two attached ports (a process on a device) with a
-// memfd holding two pktio::FrameRings, one per direction, and an eventfd per
-// direction, and passes them over each side's control connection with
+// droced pairs two attached ports (a process on a device) that exchange
+// frames through its switch with a memfd holding two pktio::FrameRings, one
+// per direction, and an eventfd per direction, and passes them over each side's control connection with
 // SCM_RIGHTS: only those two processes ever map the memory (the daemon
 // never does, and closes its descriptors once sent). `DirectIo` wraps the
 // port to the daemon (memif): a transmitted frame whose destination MAC and
@@ -13,6 +13,15 @@
 // and the port. A frame read from a ring is delivered only if it is
 // addressed to this port's MAC and QPN range; anything else is dropped and
 // counted: a peer cannot make us receive what the switch would not.
+//
+// A path opens with a marker (doc/droced.md "Direct rings"): the sender
+// puts a marker frame for the peer into the port first and its later frames
+// to the peer into the ring; the receiver reads the ring only once the
+// marker came out of the port. The switch keeps each sender's frames to a
+// receiver in order, so every frame the sender gave the switch before the
+// path existed is delivered before any of the ring's: a path set up while
+// the pair is talking (droced sets one up at a pair's first switched frame)
+// reorders nothing.
 //
 // No allocation, logging or system call per frame; a wake-up (an eventfd
 // write) only when the receiver sleeps and asked for one (FrameRing::Arm).
@@ -77,7 +86,26 @@ struct DirectCounters {
   uint64_t rx_bad_length = 0;  // ring slots with a bad length: dropped
   uint64_t wakeups_sent = 0;   // eventfd writes (the peer slept)
   uint64_t paths_added = 0, paths_removed = 0, messages_refused = 0;
+  uint64_t markers_sent = 0, markers_received = 0;
+  // Rings opened without their marker (lost on the switch's way: its ring to
+  // this process was full) after kMarkerWaitPolls polls that found the port
+  // empty while the ring held frames.
+  uint64_t markers_missed = 0;
 };
+
+// The marker that opens a path (DirectIo): a RoCEv2 frame the switch steers
+// by its destination MAC and QPN like any other, with a manufacturer-specific
+// BTH opcode (IBTA 9.2: 0xC0-0xFF) and a payload of kPathMarkerMagic and the
+// path's id. It never leaves DirectIo: the receiver takes it out of the
+// port's bursts.
+inline constexpr uint8_t kPathMarkerOpcode = 0xC0;
+inline constexpr uint64_t kPathMarkerMagic = 0x6b72614d50495264;  // "dRIPMark"
+inline constexpr uint32_t kPathMarkerBytes = 14 + 20 + 8 + 12 + 16;
+// Writes the marker of path `path_id` from `src` to `dst` (QPN dst_qpn) into f.
+void BuildPathMarker(uint8_t* f, const std::array<uint8_t, 6>& dst, const std::array<uint8_t, 6>& src,
+                     uint32_t dst_qpn, uint64_t path_id);
+// The path id of a marker frame, or false if f is no marker.
+bool ReadPathMarker(const uint8_t* f, uint32_t len, uint64_t* path_id);
 
 class DirectIo final : public pktio::BurstIo {
  public:
@@ -130,17 +158,37 @@ class DirectIo final : public pktio::BurstIo {
     int rx_efd = -1, tx_efd = -1;
     uint32_t peer_pid = 0;
     bool warm = false;  // prefaulted (Warm)
+    bool marker_sent = false;  // this side's frames to the peer take the ring
+    bool marker_due = true;    // a marker is to go through the port (SendMarkers)
+    uint32_t full_streak = 0;  // transmit bursts in a row the full ring took nothing of
+    bool rx_open = false;      // the peer's marker came: the ring is read
+    uint32_t rx_waits = 0;     // polls that found the port empty and the closed ring not
   };
+  // Polls of an empty port with frames waiting in a closed ring after which
+  // the ring opens without its marker (counted markers_missed).
+  static constexpr uint32_t kMarkerWaitPolls = 4096;
+  // Transmit bursts in a row that a full ring refused whole, after which the
+  // marker goes again: the switch drops what does not fit the receiver's
+  // link ring, markers too, and a receiver still waiting for its marker
+  // never empties the ring (an extra marker is taken out and ignored).
+  static constexpr uint32_t kMarkerResendFulls = 1024;
   // A path's memory is prefaulted (ethdev/prefault.h: page tables at once,
   // not a fault per page on the first pass) when its first frame goes in or
-  // comes out, not when it is set up: droced gives every two ports a path,
-  // and a process with 8 devices open in a job of 4 has 248 of them, most of
-  // which never carry a frame (2.2 MiB each would be 0.5 GiB resident).
+  // comes out, not when it is set up: a path's first frames cross the switch
+  // until the marker has (a path can be set up and withdrawn without ever
+  // carrying one, e.g. by a knob).
   void Warm(Path& p);
   // The path whose peer owns the frame's destination, or -1 (the port).
   int Route(const pktio::Frame& f) const;
   bool Mine(const pktio::Frame& f) const;
   void Close(Path& p);
+  // Sends the markers of the paths that have not sent theirs (the port may
+  // refuse them when full: the next TxBurst tries again).
+  void SendMarkers();
+  // Takes the markers out of frames[0..n) (the port's), opening their
+  // paths; returns how many frames are left.
+  uint16_t TakeMarkers(pktio::Frame* frames, uint16_t n);
+  void OpenRx(uint64_t path_id);
 
   pktio::BurstIo* inner_;
   std::array<uint8_t, 6> mac_;
@@ -148,6 +196,12 @@ class DirectIo final : public pktio::BurstIo {
   std::vector<Path> paths_;  // few: one per peer port
   uint32_t generation_ = 0;
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
+  uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
+  bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
+  // Markers that came before their path's kPeerAdd (the control connection
+  // is read once a millisecond): the path opens at once when it arrives.
+  std::vector<uint64_t> early_markers_;
+  static constexpr size_t kMaxEarlyMarkers = 64;
   int epoll_fd_ = -1;
   int armed_wire_fd_ = -1;
   bool armed_ = false;

@@ -102,6 +102,13 @@ class DirectIoTest : public ::testing::Test {
     a_.Release(&f, 1);
     return false;
   }
+  // The "switch" loses the marker a sent when the path was added (the
+  // only frame on the wire).
+  void LoseTheMarkerOfA() {
+    pktio::Frame m[4];
+    ASSERT_EQ(wire_.end(1).RxBurst(m, 4), 1);
+    wire_.end(1).Release(m, 1);
+  }
   // Receives on b; returns the tags of what arrived.
   std::vector<uint8_t> ReceiveOnB() {
     std::vector<uint8_t> tags;
@@ -127,7 +134,7 @@ TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
   const std::array<uint8_t, 6> bcast = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   ASSERT_TRUE(SendFromA(bcast, 2048 + 5, 4));   // broadcast: the port
   EXPECT_EQ(a_.counters().tx_direct, 1u);
-  EXPECT_EQ(wire_.counters(0).sent, 3u);
+  EXPECT_EQ(wire_.counters(0).sent, 4u);  // the three and the path's marker
   // b gets the ring's frame and, through the "switch" (here a plain wire),
   // the others; its own check keeps only what is addressed to its range.
   const std::vector<uint8_t> tags = ReceiveOnB();
@@ -180,6 +187,13 @@ TEST_F(DirectIoTest, ReceiverDropsFramesNotForItsQpns) {
   lm.peer_qpn_count = (1u << 24) - 2;  // "b owns every QPN"
   ASSERT_TRUE(liar.Apply(lm, fl, 3).ok());
   ASSERT_TRUE(b_.Apply(AddMessage(9, kMacA, 1024, 1), fb, 3).ok());
+  {  // the liar's marker, as the switch would carry it (here on a's wire)
+    pktio::Frame m;
+    ASSERT_EQ(a_.AllocTx(&m, 1), 1);
+    BuildPathMarker(m.data, kMacB, kMacA, 2048, 9);
+    m.len = kPathMarkerBytes;
+    ASSERT_EQ(wire_.end(0).TxBurst(&m, 1), 1);
+  }
   for (uint32_t qpn : {4096u + 1, 2048u + 3, 1u}) {
     pktio::Frame x;
     ASSERT_EQ(liar.AllocTx(&x, 1), 1);
@@ -206,7 +220,71 @@ TEST_F(DirectIoTest, RemovedPathFallsBackToThePort) {
   EXPECT_EQ(a_.generation(), 2u);
   ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
   EXPECT_EQ(a_.counters().tx_direct, 0u);
-  EXPECT_EQ(wire_.counters(0).sent, 1u);
+  EXPECT_EQ(wire_.counters(0).sent, 2u);  // the path's marker, then the frame
+}
+
+// A path set up while the pair talks through the switch: the receiver reads
+// the ring only after the sender's marker, which follows every frame the
+// sender gave the switch before, so nothing arrives out of order; the
+// marker never reaches the device.
+TEST_F(DirectIoTest, RingOpensAfterTheSwitchedFramesBeforeIt) {
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));  // no path yet: the port
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 2));
+  Pair();
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 3));  // the ring
+  EXPECT_EQ(a_.counters().tx_direct, 1u);
+  EXPECT_EQ(a_.counters().markers_sent, 1u);
+  EXPECT_EQ(ReceiveOnB(), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_EQ(b_.counters().markers_received, 1u);
+  EXPECT_EQ(b_.counters().markers_missed, 0u);
+}
+
+// The marker before its path's kPeerAdd (the control connection is read
+// later than the port): the path opens as soon as it is added.
+TEST_F(DirectIoTest, EarlyMarkerOpensThePathWhenItArrives) {
+  Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
+  efd_a_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  efd_b_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int fa[3] = {dup(mem.fd), dup(efd_a_), dup(efd_b_)};
+  const int fb[3] = {dup(mem.fd), dup(efd_b_), dup(efd_a_)};
+  ASSERT_TRUE(a_.Apply(AddMessage(7, kMacB, 2048, 0), fa, 3).ok());
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));  // the ring
+  EXPECT_TRUE(ReceiveOnB().empty());            // b takes the marker; no path yet
+  ASSERT_TRUE(b_.Apply(AddMessage(7, kMacA, 1024, 1), fb, 3).ok());
+  EXPECT_EQ(ReceiveOnB(), std::vector<uint8_t>{1});
+  EXPECT_EQ(b_.counters().markers_missed, 0u);
+}
+
+// A marker the switch dropped: the ring opens once the port has stayed
+// empty for kMarkerWaitPolls polls with frames waiting in it.
+TEST_F(DirectIoTest, LostMarkerOpensTheRingAfterAWait) {
+  Pair();
+  LoseTheMarkerOfA();
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  EXPECT_TRUE(ReceiveOnB().empty());
+  pktio::Frame fs[4];
+  uint16_t n = 0;
+  for (int i = 0; i < 10000 && n == 0; ++i) n = b_.RxBurst(fs, 4);
+  ASSERT_EQ(n, 1);
+  EXPECT_EQ(fs[0].data[60], 1);
+  b_.Release(fs, n);
+  EXPECT_EQ(b_.counters().markers_missed, 1u);
+}
+
+// A marker the switch dropped while the receiver sleeps (it polls rarely):
+// the sender, refused by the full ring again and again, sends the marker
+// again, and the receiver opens the ring on it.
+TEST_F(DirectIoTest, FullClosedRingMakesTheSenderSendTheMarkerAgain) {
+  Pair();
+  LoseTheMarkerOfA();
+  int sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  EXPECT_EQ(sent, static_cast<int>(kSlots));
+  for (uint32_t i = 0; i < 1024; ++i) EXPECT_FALSE(SendFromA(kMacB, 2048 + 1, 0));
+  EXPECT_EQ(a_.counters().markers_sent, 2u);
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_EQ(b_.counters().markers_missed, 0u);
+  EXPECT_EQ(b_.counters().markers_received, 1u);
 }
 
 TEST_F(DirectIoTest, FullRingPushesBack) {

@@ -452,6 +452,25 @@ void ExpectDocSection(const char* what, const std::string& table) {
       << "doc/verbs.md's " << what << " differ from the table (droce-ctl settings --markdown prints both)";
 }
 
+// EAL settings are a wire device's: a fabric device starts no EAL, so a
+// value that would do nothing is refused, not ignored. Its file leaves the
+// key out; a file an older droce-ctl wrote (the default written out) still
+// parses.
+TEST(DeviceSettings, FabricDeviceRefusesEalSettings) {
+  const std::string fabric = std::string("name=droce0\n") + kFabric;
+  for (const char* line : {"eal_memory_mb=128\n", "eal_args=--log-level=debug\n"}) {
+    absl::StatusOr<DeviceFile> f = ParseDeviceFile(fabric + line);
+    ASSERT_FALSE(f.ok()) << line;
+    EXPECT_NE(f.status().message().find("starts no EAL"), std::string::npos) << f.status();
+  }
+  absl::StatusOr<DeviceFile> old = ParseDeviceFile(fabric + "eal_memory_mb=256\n");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(FormatDeviceFile(*old).find("eal_memory_mb"), std::string::npos);
+  absl::StatusOr<DeviceFile> wire = ParseDeviceFile(std::string("name=droce0\n") + kWire + "eal_memory_mb=128\n");
+  ASSERT_TRUE(wire.ok()) << wire.status();
+  EXPECT_NE(FormatDeviceFile(*wire).find("eal_memory_mb=128"), std::string::npos);
+}
+
 TEST(DeviceSettings, DocListsExactlyTheTable) { ExpectDocSection("device settings", DeviceSettingsMarkdown()); }
 TEST(DeviceSettings, DocListsTheProgressProfiles) { ExpectDocSection("progress profiles", ProgressProfilesMarkdown()); }
 

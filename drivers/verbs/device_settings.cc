@@ -177,8 +177,17 @@ std::vector<DeviceSetting> MakeSettings() {
                },
                [](const DeviceFile& f) { return Values{absl::StrCat(f.mtu)}; }, "",
                "the port's active MTU (256, 512, 1024, 2048 or 4096)"});
-  t.push_back(Number("eal_memory_mb", 64, 1 << 20, 1, [](auto& f) -> auto& { return f.eal_memory_mb; },
-                     "memory DPDK's EAL takes at open (`-m`)"));
+  {
+    // A wire device's only: a fabric device's link to droced is shared-memory
+    // rings, and a process whose devices are all on the fabric starts no EAL.
+    DeviceSetting eal_memory = Number(
+        "eal_memory_mb", 64, 1 << 20, 1, [](auto& f) -> auto& { return f.eal_memory_mb; },
+        "memory DPDK's EAL takes at open (`-m`); a wire device's only (a fabric device starts no EAL and refuses "
+        "any other value than the default)");
+    const auto format_wire = eal_memory.format;
+    eal_memory.format = [format_wire](const DeviceFile& f) { return f.fabric ? Values{} : format_wire(f); };
+    t.push_back(std::move(eal_memory));
+  }
   t.push_back(Number("link_wait_ms", 0, 600000, 1, [](auto& f) -> auto& { return f.link_wait_ms; },
                      "modify_qp to RTR/RTS waits this long for a link that is down"));
   t.push_back({"eal_args",
@@ -187,7 +196,8 @@ std::vector<DeviceSetting> MakeSettings() {
                  return absl::OkStatus();
                },
                [](const DeviceFile& f) { return f.eal_args.empty() ? Values{} : Values{absl::StrJoin(f.eal_args, " ")}; },
-               "none", "extra EAL arguments, separated by spaces"});
+               "none", "extra EAL arguments, separated by spaces; a wire device's only (a fabric device starts no EAL "
+               "and refuses them)"});
   // Headers of what the device sends.
   t.push_back(Number("dscp", 0, 63, 1, [](auto& f) -> auto& { return f.dev.dscp; },
                      "data packets' DSCP unless the address vector sets a traffic class"));
@@ -574,6 +584,10 @@ absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text) {
   if (f.name.empty()) return absl::InvalidArgumentError("no device name");
   if (f.fabric && f.fabric_dir.empty()) return absl::InvalidArgumentError("fabric=on needs fabric_dir");
   if (f.fabric && !f.vdev.empty()) return absl::InvalidArgumentError("a fabric device has no vdev of its own");
+  if (f.fabric && (f.eal_memory_mb != DeviceFile{}.eal_memory_mb || !f.eal_args.empty())) {
+    return absl::InvalidArgumentError(
+        "eal_memory_mb/eal_args: a fabric device starts no EAL (its link to droced is shared-memory rings)");
+  }
   if (f.lid != 0 && !f.fabric) return absl::InvalidArgumentError("lid: only a fabric device has one (lid_peer on a wire)");
   if (!f.fabric && f.vdev.empty()) return absl::InvalidArgumentError("no vdev (dataplane port)");
   if (f.netdev_bound && !f.fabric) return absl::InvalidArgumentError("netdev_bound=on needs fabric=on (droced binds it)");

@@ -1,5 +1,6 @@
 #include "pktio/frame_ring.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace droce::pktio {
@@ -89,6 +90,34 @@ uint16_t FrameRing::Consume(Frame* dst, uint16_t n) {
   if (moved) tail().store(my_tail_, std::memory_order_release);
   counters_.consumed += filled;
   return filled;
+}
+
+uint16_t FrameRing::Peek(Frame* views, uint16_t n) {
+  const uint32_t avail = Available();
+  uint16_t k = 0;
+  for (; k < n && k < avail; ++k) {
+    uint8_t* s = slot(my_tail_ + k);
+    uint32_t len;
+    std::memcpy(&len, s, sizeof len);
+    if (len > max_frame()) {
+      ++counters_.bad_length;
+      len = 0;
+    }
+    views[k].data = s + kSlotHeader;
+    views[k].len = len;
+    views[k].capacity = len;
+  }
+  peeked_ = k;
+  return k;
+}
+
+void FrameRing::Release(uint16_t n) {
+  const uint32_t k = std::min<uint32_t>(n, peeked_);
+  peeked_ = 0;
+  if (k == 0) return;
+  my_tail_ += k;
+  counters_.consumed += k;
+  tail().store(my_tail_, std::memory_order_release);
 }
 
 bool FrameRing::Arm() {

@@ -75,6 +75,17 @@ class FrameRing {
   // A slot whose length exceeds the slot or the buffer is skipped
   // (`bad_length`) without being copied. Returns the frames filled.
   uint16_t Consume(Frame* dst, uint16_t n);
+  // In place, for a forwarder that copies each frame once, straight into
+  // another ring: up to n published frames as views into their slots
+  // (views[i].data, .len; .capacity = .len), their slots kept until
+  // Release. Each length is read once and bounded by the slot (a bad one:
+  // the view has len 0, counted `bad_length`). The producer can still write
+  // a viewed slot (hostile): read its bytes as untrusted and never twice for
+  // the same decision. Peek again only after Release.
+  uint16_t Peek(Frame* views, uint16_t n);
+  // Frees the first n slots of the last Peek (at most as many as it viewed,
+  // in one store); the rest are viewed again by the next Peek.
+  void Release(uint16_t n);
   // Asks for a wake-up before sleeping; returns false if frames are already
   // there (then do not sleep). Disarm after waking.
   bool Arm();
@@ -93,6 +104,7 @@ class FrameRing {
   uint32_t slot_bytes_ = 0;
   uint32_t my_head_ = 0;  // producer: its own head, never re-read from the shared memory
   uint32_t my_tail_ = 0;  // consumer: its own tail
+  uint32_t peeked_ = 0;   // consumer: slots the last Peek viewed, freed by Release
   uint32_t cached_tail_ = 0;  // producer: the consumer's tail as last read (Produce)
   FrameRingCounters counters_;
 };

@@ -69,6 +69,52 @@ TEST(FrameRing, FifoAndWraparound) {
   EXPECT_EQ(cons.counters().consumed, 30u);
 }
 
+// Peek views frames in their slots (no copy) and keeps the slots until
+// Release: a producer cannot reuse them before; a bad length is a view of 0
+// bytes. Forwarded ring to ring: one copy, in order.
+TEST(FrameRing, PeekViewsInPlaceUntilRelease) {
+  RingMemory m(4, 256), m2(4, 256);
+  FrameRing prod(m.mem, 4, 256), cons(m.mem, 4, 256);
+  FrameRing prod2(m2.mem, 4, 256), cons2(m2.mem, 4, 256);
+  std::vector<uint8_t> in(50), out(256);
+  for (uint8_t k = 0; k < 4; ++k) {
+    Frame f = Payload(in, static_cast<uint8_t>(10 * k));
+    ASSERT_EQ(prod.Produce(&f, 1), 1);
+  }
+  Frame v[8];
+  ASSERT_EQ(cons.Peek(v, 8), 4);
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_EQ(v[k].len, 50u);
+    EXPECT_EQ(v[k].data[0], static_cast<uint8_t>(10 * k));
+  }
+  Frame more = Payload(in, 99);
+  EXPECT_EQ(prod.Produce(&more, 1), 0);  // the slots are still the consumer's
+  EXPECT_EQ(prod2.Produce(v, 4), 4);     // forwarded: copied once, into the next ring
+  cons.Release(3);
+  EXPECT_EQ(cons.Available(), 1u);       // the fourth is viewed again
+  ASSERT_EQ(cons.Peek(v, 8), 1);
+  EXPECT_EQ(v[0].data[0], 30);
+  cons.Release(1);
+  EXPECT_EQ(cons.Available(), 0u);
+  EXPECT_EQ(prod.Produce(&more, 1), 1);
+  for (int k = 0; k < 4; ++k) {
+    Frame d = Buf(out);
+    ASSERT_EQ(cons2.Consume(&d, 1), 1);
+    EXPECT_EQ(d.len, 50u);
+    EXPECT_EQ(d.data[0], static_cast<uint8_t>(10 * k));
+  }
+  // A hostile length (the producer rewrites a published slot's): a view of
+  // nothing, counted, and the slot is still freed.
+  ASSERT_EQ(cons.Peek(v, 8), 1);
+  const uint32_t huge = 100000;
+  std::memcpy(v[0].data - FrameRing::kSlotHeader, &huge, sizeof huge);
+  ASSERT_EQ(cons.Peek(v, 8), 1);  // looked at again before Release: the same slot
+  EXPECT_EQ(v[0].len, 0u);
+  EXPECT_EQ(cons.counters().bad_length, 1u);
+  cons.Release(1);
+  EXPECT_EQ(cons.Available(), 0u);
+}
+
 TEST(FrameRing, FullRefusesAndKeepsOrder) {
   RingMemory m(4, 256);
   FrameRing prod(m.mem, 4, 256), cons(m.mem, 4, 256);

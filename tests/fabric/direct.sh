@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Direct rings between the processes of one droced (doc/droced.md "Direct
 # rings"): frames between two attached processes take the pair's own rings,
-# not the daemon's switch; only that pair maps them (a third process on the
-# same device and the daemon itself never do); a switch knob on a device
+# not the daemon's switch, from the pair's first switched frame on; only that
+# pair maps them (a third process on the same device, which exchanges no
+# frame, gets none, and the daemon never maps one); a switch knob on a device
 # withdraws its processes' paths (frames cross the switch again) and clearing
 # it brings them back; a process SIGKILLed while its peer writes into their
 # ring: the daemon withdraws the path, the peer's QP ends in retry-exceeded.
@@ -45,14 +46,15 @@ direct_used() {
 check "ib_write_bw droce0 <-> droce1 moves its frames through the pair's ring" direct_used
 
 # Three processes: A and B (a pair exchanging frames), C a third process on
-# A's device. A's and B's ring is mapped by A and B only.
+# A's device that exchanges none. A's and B's ring is mapped by A and B
+# only; C, silent, has no path at all.
 only_the_pair() {
   ibv_rc_pingpong -p $p -d droce0 -g 1 -n 100000 >"$run/a.log" 2>&1 & local a=$!; track $a
   ibv_rc_pingpong -p $((p + 1)) -d droce0 -g 1 -n 10 >"$run/c3.log" 2>&1 & local c=$!; track $c
   wait_listen $a $p
   ibv_rc_pingpong -p $p -d droce1 -g 1 -n 100000 127.0.0.1 >"$run/b.log" 2>&1 & local b=$!; track $b
   wait_attached droce0 2 && wait_attached droce1 1 || { echo "not attached"; return 1; }
-  wait_paths 3 || return 1
+  wait_paths 1 || return 1
   sleep 0.5  # each side reads its paths within a millisecond of its next poll
   kill -0 $b || { echo "B exited early"; cat "$run/b.log"; return 1; }
   local dpid; dpid=$(cat "$run/droced.pid")
@@ -61,8 +63,7 @@ only_the_pair() {
   echo "A-B ring: $ring"
   grep -q "$ring " /proc/$b/maps || { echo "B does not map $ring"; return 1; }
   grep -q "$ring " /proc/$c/maps && { echo "the third process C ($c) maps A's and B's ring"; return 1; }
-  # C has its own rings, one with each of them.
-  [ "$(grep -c "droce-ring-" /proc/$c/maps)" -ge 2 ] || { echo "C maps no ring of its own"; grep droce-ring /proc/$c/maps; return 1; }
+  grep -q "droce-ring-" /proc/$c/maps && { echo "C, which sent nothing, maps a ring"; grep droce-ring /proc/$c/maps; return 1; }
   # No descriptor of any ring stays open anywhere (mappings only), and the
   # daemon neither maps nor holds one.
   for x in $a $b $c $dpid; do
@@ -75,10 +76,11 @@ only_the_pair() {
 check "a pair's ring is mapped by the pair only (not a third process, not droced)" only_the_pair
 
 # A knob on droce1 withdraws the paths of droce1's processes; clearing it
-# brings them back.
+# brings them back (the pair's next switched frame asks again).
 knob_fallback() {
-  ibv_rc_pingpong -p $p -d droce0 -g 1 >"$run/k0.log" 2>&1 & local a=$!; track $a
-  ibv_rc_pingpong -p $((p + 1)) -d droce1 -g 1 >"$run/k1.log" 2>&1 & local b=$!; track $b
+  ibv_rc_pingpong -p $p -d droce0 -g 1 -n 100000000 >"$run/k0.log" 2>&1 & local a=$!; track $a
+  wait_listen $a $p
+  ibv_rc_pingpong -p $p -d droce1 -g 1 -n 100000000 127.0.0.1 >"$run/k1.log" 2>&1 & local b=$!; track $b
   wait_attached droce0 1 && wait_attached droce1 1 || { echo "not attached"; return 1; }
   wait_paths 1 || return 1
   "$ctl" switch set droce1 loss=0.01 || return 1

@@ -43,9 +43,9 @@ check "mpi_check, 4 ranks across droce0 and droce1" two_devices
 # context each, and each context every device: 64 (process, device)
 # attachments to one droced at once, each a pair of shared-memory rings
 # (doc/droced.md "The link to the daemon"; no DPDK port per attachment).
-# Its start is the slow part (64 device opens, droced pairs every two of the
-# 64 ports with a direct path: 2016 paths): 77-106 s on the 2 shared cores at
-# load 47-50, so it gets three times the pair timeout.
+# Its start is the slow part (64 device opens; droced sets up a direct path
+# only for the pairs of ports that exchange frames, not all 2016): it gets
+# three times the pair timeout.
 all_devices() {
   local out; out=$(timeout "$((t * 3))" "${mpi[@]}" -np 4 "$mpi_check" -max 65536 -r 1 2>&1)
   local rc=$?; echo "$out" | tail -20

@@ -286,6 +286,14 @@ int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n
   return got;
 }
 
+bool SendBatch::Joins(const Departure& d) const {
+  if (!gso_ || m_ == 0 || !last_open_ || !d.ipv6 || !last_.ipv6) return false;
+  const int segments = frames_of_[m_ - 1];
+  return d.payload_len > 0 && d.payload_len <= last_.payload_len && segments < kMaxSegments &&
+         last_bytes_ + d.payload_len <= kMaxSegmentedBytes && d.dst_port == last_.dst_port &&
+         d.tclass == last_.tclass && d.ttl == last_.ttl && d.dst == last_.dst && d.src == last_.src;
+}
+
 bool SendBatch::Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c) {
   Departure d;
   if (n_ == kMax || !ReadDeparture(frame, len, &d)) return false;
@@ -293,19 +301,48 @@ bool SendBatch::Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c)
     RewriteSourcePort(frame, d, port);
     ++c->tx_port_rewritten;
   }
-  PrepareMessage(d, frame, &names_[n_], &iov_[n_], control_[n_], &msgs_[n_].msg_hdr);
+  if (Joins(d)) {
+    msghdr& m = msgs_[m_ - 1].msg_hdr;
+    iov_[n_] = {frame + d.payload_offset, d.payload_len};
+    if (m.msg_iovlen == 1) {  // a second segment: the message is segmented from now on
+      auto* cm = reinterpret_cast<cmsghdr*>(static_cast<char*>(m.msg_control) + m.msg_controllen);
+      cm->cmsg_level = SOL_UDP;
+      cm->cmsg_type = UDP_SEGMENT;
+      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t size = static_cast<uint16_t>(last_.payload_len);
+      std::memcpy(CMSG_DATA(cm), &size, sizeof size);
+      m.msg_controllen += CMSG_SPACE(sizeof(uint16_t));
+    }
+    ++m.msg_iovlen;
+    ++frames_of_[m_ - 1];
+    last_bytes_ += d.payload_len;
+    last_open_ = d.payload_len == last_.payload_len;
+    ++n_;
+    return true;
+  }
+  PrepareMessage(d, frame, &names_[m_], &iov_[n_], control_[m_], &msgs_[m_].msg_hdr);
+  frames_of_[m_] = 1;
+  last_ = d;
+  last_bytes_ = d.payload_len;
+  last_open_ = true;
+  ++m_;
   ++n_;
   return true;
 }
 
 int SendBatch::Send(int fd, UdpCounters* c) {
-  int done = 0;
-  while (done < n_) {
+  int done = 0;  // frames
+  int sent_msgs = 0;
+  while (sent_msgs < m_) {
     ++c->tx_calls;
-    const int sent = sendmmsg(fd, msgs_ + done, static_cast<unsigned>(n_ - done), MSG_DONTWAIT);
+    const int sent = sendmmsg(fd, msgs_ + sent_msgs, static_cast<unsigned>(m_ - sent_msgs), MSG_DONTWAIT);
     if (sent > 0) {
-      done += sent;
-      c->tx_datagrams += static_cast<uint64_t>(sent);
+      for (int i = sent_msgs; i < sent_msgs + sent; ++i) {
+        done += frames_of_[i];
+        c->tx_datagrams += static_cast<uint64_t>(frames_of_[i]);
+        if (frames_of_[i] > 1) c->tx_gso_datagrams += static_cast<uint64_t>(frames_of_[i]);
+      }
+      sent_msgs += sent;
       continue;
     }
     if (sent < 0 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)) {
@@ -313,11 +350,20 @@ int SendBatch::Send(int fd, UdpCounters* c) {
       break;
     }
     // This message can never leave (no route, its source address gone, too
-    // big): dropped, as a NIC drops what it cannot send.
-    ++c->tx_dropped;
-    ++done;
+    // big): dropped, as a NIC drops what it cannot send. A segmented one the
+    // kernel refuses (EIO: no checksum offload on the route's device;
+    // EINVAL) turns segmentation off; its frames are lost once, as a
+    // dropped frame is, and the transport sends them again one by one.
+    if (frames_of_[sent_msgs] > 1 && (errno == EIO || errno == EINVAL)) {
+      gso_ = false;
+      ++c->tx_gso_refused;
+    }
+    c->tx_dropped += static_cast<uint64_t>(frames_of_[sent_msgs]);
+    done += frames_of_[sent_msgs];
+    ++sent_msgs;
   }
   n_ = 0;
+  m_ = 0;
   return done;
 }
 

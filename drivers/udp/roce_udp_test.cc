@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -182,6 +183,91 @@ TEST(RoceUdp, WhatIsNoUnicastUdpFrameIsNoDeparture) {
 }
 
 // An in-memory inner port: what it was given to send, and frames to deliver.
+// Receives every datagram waiting at `s` (one buffer each), rebuilt.
+std::vector<std::vector<uint8_t>> ReceiveAll(const Sock& s, UdpCounters* c) {
+  std::vector<std::vector<uint8_t>> out;
+  std::vector<std::vector<uint8_t>> bufs(RecvBatch::kMax, std::vector<uint8_t>(kHeadroom + pktio::kMaxFrameBytes));
+  uint8_t* ptrs[RecvBatch::kMax];
+  uint32_t caps[RecvBatch::kMax];
+  for (int i = 0; i < RecvBatch::kMax; ++i) ptrs[i] = bufs[i].data(), caps[i] = pktio::kMaxFrameBytes;
+  RecvBatch recv;
+  RecvBatch::Frame got[RecvBatch::kMax];
+  while (Readable(s.fd)) {
+    const int r = recv.Receive(s.fd, ptrs, caps, RecvBatch::kMax, kPeerMac, got, c);
+    if (r == 0) break;
+    for (int i = 0; i < r; ++i) {
+      if (got[i].data != nullptr) out.emplace_back(got[i].data, got[i].data + got[i].len);
+    }
+    pollfd p{s.fd, POLLIN, 0};
+    if (poll(&p, 1, 50) != 1) break;
+  }
+  return out;
+}
+
+// Segmented sends (SendBatch::set_gso): a run of equal-sized IPv6 frames to
+// one destination leaves in one message, the last frame shorter; an IPv4
+// frame and a frame to another port start messages of their own. The
+// receiving socket (no UDP_GRO) gets each frame as its own datagram, bit
+// for bit what was sent, its ICRC valid.
+TEST(RoceUdp, SegmentedSendsCarryEachFrameWithItsIcrc) {
+  Sock a, b, other;
+  std::vector<std::vector<uint8_t>> frames;
+  for (int i = 0; i < 5; ++i) frames.push_back(Frame(true, a.port, b.port, 1024));
+  frames.push_back(Frame(true, a.port, b.port, 100));       // shorter: ends the run
+  frames.push_back(Frame(true, a.port, b.port, 1024));      // a new message
+  frames.push_back(Frame(false, a.port, b.port, 1024));     // IPv4: never segmented
+  frames.push_back(Frame(true, a.port, other.port, 1024));  // another port
+  for (size_t i = 0; i < frames.size(); ++i) wire::StoreBe32(frames[i].data() + frames[i].size() - 8, 1000 + i);
+  // Each frame's ICRC again after the mark written into its payload.
+  for (auto& f : frames) {
+    Departure d;
+    ASSERT_TRUE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
+    const uint32_t icrc_at = d.payload_offset + d.payload_len - wire::kIcrcBytes;
+    wire::StoreLe32(f.data() + icrc_at, wire::ComputeIcrc(f.data() + d.l3_offset, icrc_at - d.l3_offset, d.ipv6));
+  }
+  UdpCounters ca, cb, co;
+  SendBatch send;
+  send.set_gso(true);
+  for (auto& f : frames) ASSERT_TRUE(send.Add(f.data(), static_cast<uint32_t>(f.size()), a.port, &ca));
+  ASSERT_EQ(send.Send(a.fd, &ca), static_cast<int>(frames.size()));
+  EXPECT_EQ(ca.tx_calls, 1u);
+  EXPECT_EQ(ca.tx_datagrams, frames.size());
+  EXPECT_EQ(ca.tx_gso_datagrams, 6u);  // the first message: five full frames and the short one
+  EXPECT_EQ(ca.tx_dropped, 0u);
+  std::vector<std::vector<uint8_t>> got = ReceiveAll(b, &cb);
+  std::vector<std::vector<uint8_t>> got_other = ReceiveAll(other, &co);
+  ASSERT_EQ(got.size(), 8u);
+  ASSERT_EQ(got_other.size(), 1u);
+  got.push_back(got_other[0]);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    SCOPED_TRACE(i);
+    const std::vector<uint8_t>& sent = frames[i];
+    // Datagrams of different families may arrive in either order: find it by its mark.
+    auto it = std::find_if(got.begin(), got.end(), [&](const std::vector<uint8_t>& g) {
+      return g.size() == sent.size() && wire::LoadBe32(g.data() + g.size() - 8) == 1000 + i;
+    });
+    ASSERT_NE(it, got.end());
+    std::vector<uint8_t> g = *it;
+    Departure d;
+    ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
+    EXPECT_EQ(d.dst_port, kRoceV2Port);
+    wire::UdpWriter(g.data() + d.l4_offset).set_dst_port(i == 8 ? other.port : b.port);
+    EXPECT_EQ(std::memcmp(g.data() + 12, sent.data() + 12, sent.size() - 12), 0);
+    EXPECT_TRUE(IcrcValid(g.data(), d));
+  }
+}
+
+TEST(RoceUdp, WithoutSegmentationEveryFrameIsItsOwnMessage) {
+  Sock a, b;
+  std::vector<std::vector<uint8_t>> frames(4, Frame(true, a.port, b.port, 512));
+  UdpCounters ca, cb;
+  SendBatch send;
+  for (auto& f : frames) ASSERT_TRUE(send.Add(f.data(), static_cast<uint32_t>(f.size()), a.port, &ca));
+  ASSERT_EQ(send.Send(a.fd, &ca), 4);
+  EXPECT_EQ(ca.tx_gso_datagrams, 0u);
+  EXPECT_EQ(ReceiveAll(b, &cb).size(), 4u);
+}
+
 class FakeInner : public pktio::BurstIo {
  public:
   uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override {

@@ -26,6 +26,8 @@ void UdpIo::ReplaceSocket(int fd, uint16_t port) {
   port_ = port;
 }
 
+void UdpIo::set_gso(bool on) { send_.set_gso(on); }
+
 void UdpIo::AddHostMac(const std::array<uint8_t, 6>& mac) {
   if (mac != mac_ && std::find(host_macs_.begin(), host_macs_.end(), mac) == host_macs_.end()) {
     host_macs_.push_back(mac);

@@ -42,6 +42,8 @@ class UdpIo final : public pktio::BurstIo {
   // Frames to this MAC stay on the host (another droce device's).
   void AddHostMac(const std::array<uint8_t, 6>& mac);
   uint16_t port() const { return port_; }
+  // Segmented sends of IPv6 runs (SendBatch) and coalesced receives (UDP_GRO).
+  void set_gso(bool on);
 
   // Sleeping: `wire_fd` is the inner port's armed arrival descriptor (-1:
   // none). Returns a descriptor that polls readable when either has

@@ -438,6 +438,10 @@ struct DeviceFile {
   // an XDP program), af_packet (a packet socket with a BPF filter) or auto
   // (XDP, else af_packet).
   std::string netdev_steering = "auto";
+  // With steering udp: runs of equal-sized IPv6 frames to one destination
+  // leave in one segmented send (UDP_SEGMENT; udp::SendBatch), and the
+  // process's socket takes coalesced datagrams (UDP_GRO; udp::UdpIo).
+  bool udp_gso = false;
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;

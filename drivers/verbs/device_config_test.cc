@@ -313,6 +313,7 @@ const KeySample kSamples[] = {
     {"lid", "lid=7", kFabric, "49152"},
     {"netdev_bound", "netdev_bound=on", "fabric=on\nfabric_dir=/run/droce\n", "bound"},
     {"netdev_steering", "netdev_steering=xdp", kWire, "ebpf"},
+    {"udp_gso", "udp_gso=on", kWire, "segmented"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"poll_ack_hold", "poll_ack_hold=off", kWire, "hold"},
     {"empty_poll_skip", "empty_poll_skip=off", kWire, "skip"},

@@ -4,6 +4,7 @@
 #include <netinet/udp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -284,6 +285,109 @@ int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n
   }
   c->rx_datagrams += static_cast<uint64_t>(got);
   return got;
+}
+
+namespace {
+
+// The segment size of a coalesced datagram (UDP_GRO's control message), 0 if none.
+uint32_t CoalescedSegment(const msghdr& m) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&m), c)) {
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int v;
+      std::memcpy(&v, CMSG_DATA(c), sizeof v);
+      return v > 0 ? static_cast<uint32_t>(v) : 0;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RecvBatch::ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, int per_message,
+                                uint32_t segment, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
+                                uint32_t* seen_segment) {
+  if (n > kMax) n = kMax;
+  if (per_message < 1 || per_message > n || segment == 0) return 0;
+  const int messages = n / per_message;
+  for (int j = 0; j < messages; ++j) {
+    for (int i = 0; i < per_message; ++i) iov_[j * per_message + i] = {bufs[j * per_message + i] + kHeadroom, segment};
+    msghdr& m = msgs_[j].msg_hdr;
+    m.msg_name = &names_[j];
+    m.msg_namelen = sizeof names_[j];
+    m.msg_iov = &iov_[j * per_message];
+    m.msg_iovlen = static_cast<size_t>(per_message);
+    m.msg_control = control_[j];
+    m.msg_controllen = kControlBytes;
+    m.msg_flags = 0;
+  }
+  ++c->rx_calls;
+  const int got = recvmmsg(fd, msgs_, static_cast<unsigned>(messages), MSG_DONTWAIT, nullptr);
+  if (got <= 0) {
+    ++c->rx_empty_calls;
+    return 0;
+  }
+  Arrival a;
+  for (int j = 0; j < got; ++j) {
+    const msghdr& m = msgs_[j].msg_hdr;
+    Frame* o = out + j * per_message;
+    uint8_t* const* b = bufs + j * per_message;
+    for (int i = 0; i < per_message; ++i) o[i] = {nullptr, 0};
+    const uint32_t total = msgs_[j].msg_len;
+    const uint32_t coalesced = CoalescedSegment(m);
+    const uint32_t size = coalesced != 0 ? coalesced : total;
+    if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || !ReadArrival(m, &a) || size == 0) {
+      ++c->rx_dropped;
+      continue;
+    }
+    const uint32_t segments = (total + size - 1) / size;
+    c->rx_datagrams += segments;
+    if (coalesced != 0) {
+      *seen_segment = coalesced;
+      if (segments > 1) c->rx_coalesced += segments;
+    }
+    if (size != segment && segments > 1) {
+      // Not one segment per buffer: gathered, then each copied to its own.
+      ++c->rx_gro_copied;
+      if (scratch_.size() < total) scratch_.resize(total);
+      uint32_t at = 0;
+      for (int i = 0; i < per_message && at < total; ++i) {
+        const uint32_t k = std::min(segment, total - at);
+        std::memcpy(scratch_.data() + at, b[i] + kHeadroom, k);
+        at += k;
+      }
+      for (uint32_t k = 0; k < segments; ++k) {
+        const uint32_t len = std::min(size, total - k * size);
+        if (k >= static_cast<uint32_t>(per_message) || len > caps[j * per_message + k]) {
+          ++c->rx_dropped;
+          continue;
+        }
+        std::memcpy(b[k] + kHeadroom, scratch_.data() + k * size, len);
+      }
+    } else if (segments == 1 && total > segment) {
+      // One datagram longer than the read size: its tail went to the next buffers.
+      if (total > caps[j * per_message]) {
+        ++c->rx_dropped;
+        continue;
+      }
+      ++c->rx_gro_copied;
+      uint32_t at = segment;
+      for (int i = 1; i < per_message && at < total; ++i) {
+        const uint32_t k = std::min(segment, total - at);
+        std::memmove(b[0] + kHeadroom + at, b[i] + kHeadroom, k);
+        at += k;
+      }
+    }
+    if (segments == 1) {
+      o[0].data = WriteHeaders(a, own_mac, b[0] + kHeadroom, total, &o[0].len);
+      continue;
+    }
+    for (uint32_t k = 0; k < segments && k < static_cast<uint32_t>(per_message); ++k) {
+      const uint32_t len = std::min(size, total - k * size);
+      if (len > caps[j * per_message + k]) continue;
+      o[k].data = WriteHeaders(a, own_mac, b[k] + kHeadroom, len, &o[k].len);
+    }
+  }
+  return got * per_message;
 }
 
 bool SendBatch::Joins(const Departure& d) const {

@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -111,7 +112,7 @@ void RewriteSourcePort(uint8_t* frame, const Departure& d, uint16_t port);
 // sendmmsg's message for one departure: the destination in *name, the
 // source address, traffic class and (when not 64) hop limit in the control
 // buffer `control` (kControlBytes). The iovec is the caller's.
-inline constexpr size_t kControlBytes = 128;
+inline constexpr size_t kControlBytes = 160;
 void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name, iovec* iov, char* control,
                     msghdr* m);
 
@@ -123,6 +124,8 @@ struct UdpCounters {
   uint64_t tx_would_block = 0;   // bursts the socket's send buffer stopped (retried by the device)
   uint64_t tx_port_rewritten = 0;  // frames built with another source port: rewritten (RewriteSourcePort)
   uint64_t rx_calls = 0, rx_empty_calls = 0, tx_calls = 0;  // system calls
+  uint64_t rx_coalesced = 0;      // datagrams that arrived as segments of a coalesced one (UDP_GRO)
+  uint64_t rx_gro_copied = 0;     // coalesced datagrams whose segments were not where the buffers expected: copied
   uint64_t tx_gso_datagrams = 0;  // datagrams that left as one of several segments of one send (SendBatch gso)
   uint64_t tx_gso_refused = 0;    // segmented sends the kernel refused: segmentation off from then on
 };
@@ -142,7 +145,20 @@ class RecvBatch {
   int Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, const std::array<uint8_t, 6>& own_mac,
               Frame* out, UdpCounters* c);
 
+  // With UDP_GRO on the socket a datagram may be several of the sender's,
+  // coalesced: each message gets `per_message` buffers, each reading
+  // `segment` payload bytes (all `caps` at least that), so a coalesced
+  // datagram of that segment size lands one segment per buffer and needs
+  // no copy; other sizes are copied into place (rx_gro_copied) and, when
+  // they need more buffers than the message has, the rest is dropped.
+  // out[0..ret) say what became of buffers 0..ret (nullptr: holds no
+  // frame). *seen_segment: the segment size of the last coalesced datagram
+  // (unchanged if none).
+  int ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, int per_message, uint32_t segment,
+                       const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c, uint32_t* seen_segment);
+
  private:
+  std::vector<uint8_t> scratch_;  // a coalesced datagram gathered for copying (ReceiveCoalesced)
   mmsghdr msgs_[kMax];
   iovec iov_[kMax];
   sockaddr_in6 names_[kMax];

@@ -404,5 +404,50 @@ TEST(UdpIo, CoalescedDatagramsSplitIntoTheFramesSent) {
   EXPECT_EQ(inner_b.live, 0);
 }
 
+// After coalesced datagrams of small segments (a run of ACK-sized frames),
+// a single full-size frame still arrives whole (the read size has a floor:
+// 64 buffers of it hold 64 KiB), moved into one buffer.
+TEST(UdpIo, AFullFrameAfterSmallCoalescedOnesArrivesWhole) {
+  FakeInner inner_a, inner_b;
+  Sock sa, sb;
+  const uint16_t pa = sa.port, pb = sb.port;
+  {
+    UdpIo a(&inner_a, sa.fd, pa, kOwnMac), b(&inner_b, sb.fd, pb, kPeerMac);
+    sa.fd = sb.fd = -1;
+    a.set_gso(true);
+    b.set_gso(true);
+    std::vector<std::vector<uint8_t>> sent(10, Frame(true, pa, pb, 0));
+    sent.push_back(Frame(true, pa, pb, 4096));
+    for (size_t round = 0; round < 2; ++round) {
+      // The small run in one burst (one segmented send), then the big frame alone.
+      const size_t from = round == 0 ? 0 : 10, to = round == 0 ? 10 : 11;
+      std::vector<pktio::Frame> out;
+      for (size_t i = from; i < to; ++i) out.push_back(Copy(inner_a, sent[i]));
+      ASSERT_EQ(a.TxBurst(out.data(), static_cast<uint16_t>(out.size())), out.size());
+      ASSERT_TRUE(Readable(b.Arm(-1)));
+      std::vector<pktio::Frame> in;
+      for (int tries = 0; tries < 50 && in.size() < to - from; ++tries) {
+        pktio::Frame f[32];
+        const uint16_t got = b.RxBurst(f, 32);
+        in.insert(in.end(), f, f + got);
+      }
+      ASSERT_EQ(in.size(), to - from);
+      for (size_t i = 0; i < in.size(); ++i) {
+        std::vector<uint8_t> g(in[i].data, in[i].data + in[i].len);
+        ASSERT_EQ(g.size(), sent[from + i].size());
+        Departure d;
+        ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
+        wire::UdpWriter(g.data() + d.l4_offset).set_dst_port(pb);
+        EXPECT_EQ(std::memcmp(g.data() + 12, sent[from + i].data() + 12, g.size() - 12), 0);
+      }
+      inner_b.Release(in.data(), static_cast<uint16_t>(in.size()));
+    }
+    EXPECT_EQ(b.counters().rx_coalesced, 10u);
+    EXPECT_EQ(b.counters().rx_dropped, 0u);
+  }
+  EXPECT_EQ(inner_a.live, 0);
+  EXPECT_EQ(inner_b.live, 0);
+}
+
 }  // namespace
 }  // namespace droce::udp

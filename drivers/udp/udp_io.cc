@@ -9,6 +9,12 @@
 #include <cstring>
 
 namespace droce::udp {
+namespace {
+
+// RecvBatch::kMax buffers of this many bytes hold the largest datagram.
+constexpr uint32_t kMinReadSegment = 0x10000 / RecvBatch::kMax;
+
+}  // namespace
 
 UdpIo::UdpIo(pktio::BurstIo* inner, int fd, uint16_t port, const std::array<uint8_t, 6>& own_mac)
     : inner_(inner), fd_(fd), port_(port), mac_(own_mac) {}
@@ -46,7 +52,9 @@ void UdpIo::EnableCoalescing() {
 // datagram (64 KiB) at the smallest segment size seen so far: a datagram of
 // larger segments then needs fewer buffers (copied into place), never more.
 // Before any was seen, one message gets every buffer: neither the kernel's
-// coalescing nor a segmented send makes more than 64 segments. What the
+// coalescing nor a segmented send makes more than 64 segments. The read
+// size stays at least kMinReadSegment, so a message's buffers hold 64 KiB
+// whatever coalesced datagrams of small segments (ACKs) were seen. What the
 // burst does not take waits in ready_.
 uint16_t UdpIo::ReceiveCoalesced(pktio::Frame* frames, uint16_t n) {
   if (ready_n_ == 0) {
@@ -72,7 +80,7 @@ uint16_t UdpIo::ReceiveCoalesced(pktio::Frame* frames, uint16_t n) {
     RecvBatch::Frame got[RecvBatch::kMax];
     uint32_t seen = 0;
     const int r = recv_.ReceiveCoalesced(fd_, bufs, caps, k, per_message, segment, mac_, got, &counters_, &seen);
-    if (seen != 0 && (segment_ == 0 || seen < segment_)) segment_ = seen;
+    if (seen != 0) segment_ = std::max(kMinReadSegment, segment_ == 0 ? seen : std::min(segment_, seen));
     // Buffers with a frame go to ready_, the others back to the stash.
     uint16_t kept = static_cast<uint16_t>(first);
     ready_first_ = 0;

@@ -250,13 +250,26 @@ link_flap() {
 check "nd0 down and up during traffic: PORT_ERR, QPs flushed, PORT_ACTIVE, traffic again" link_flap
 
 # droce0 bound again on both ends, with another steering.
-rebind() {  # STEERING
+rebind() {  # STEERING [set KEY=VALUE...]
   local ns
   for ns in "$A" "$B"; do
     ip netns exec "$ns" "$ctl" link del droce0 || return 1
-    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering "$1" >/dev/null || return 1
+    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering "$@" >/dev/null || return 1
   done
 }
+# udp_gso: 64 KiB messages over IPv6 leave as segmented sends and arrive
+# coalesced (both ends' counters say so), their data checked (-c).
+segmented() {
+  rebind udp set udp_gso=on &&
+    pair "$A" "env DROCE_STATS=1 ibv_rc_pingpong -d droce0 -g 2 -s 65536 -n 200 -c" \
+      "$B" "env DROCE_STATS=1 ibv_rc_pingpong -d droce0 -g 2 -s 65536 -n 200 -c 10.0.0.1" || return 1
+  local f
+  for f in "$logs/server.log" "$logs/client.log"; do
+    grep -o 'coalesced [0-9]*\|segmented [0-9]*' "$f"
+    grep -q 'segmented [1-9]' "$f" && grep -q 'coalesced [1-9]' "$f" || return 1
+  done
+}
+check "steering udp, udp_gso=on: 64 KiB messages over IPv6 segmented and coalesced, data checked" segmented
 # Where XDP is not available: a packet socket with a BPF filter.
 fallback() {
   rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&

@@ -253,26 +253,31 @@ void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name
   m->msg_controllen = used;
 }
 
-int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n,
-                       const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c) {
-  if (n > kMax) n = kMax;
-  for (int i = 0; i < n; ++i) {
-    iov_[i] = {bufs[i] + kHeadroom, caps[i]};
-    msghdr& m = msgs_[i].msg_hdr;
-    m.msg_name = &names_[i];
-    m.msg_namelen = sizeof names_[i];
-    m.msg_iov = &iov_[i];
-    m.msg_iovlen = 1;
-    m.msg_control = control_[i];
+int RecvBatch::ReceiveMessages(int fd, int messages, int iov_per_message, UdpCounters* c) {
+  for (int j = 0; j < messages; ++j) {
+    msghdr& m = msgs_[j].msg_hdr;
+    m.msg_name = &names_[j];
+    m.msg_namelen = sizeof names_[j];
+    m.msg_iov = &iov_[j * iov_per_message];
+    m.msg_iovlen = static_cast<size_t>(iov_per_message);
+    m.msg_control = control_[j];
     m.msg_controllen = kControlBytes;
     m.msg_flags = 0;
   }
   ++c->rx_calls;
-  const int got = recvmmsg(fd, msgs_, static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  const int got = recvmmsg(fd, msgs_, static_cast<unsigned>(messages), MSG_DONTWAIT, nullptr);
   if (got <= 0) {
     ++c->rx_empty_calls;
     return 0;
   }
+  return got;
+}
+
+int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n,
+                       const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c) {
+  if (n > kMax) n = kMax;
+  for (int i = 0; i < n; ++i) iov_[i] = {bufs[i] + kHeadroom, caps[i]};
+  const int got = ReceiveMessages(fd, n, 1, c);
   Arrival a;
   for (int i = 0; i < got; ++i) {
     const msghdr& m = msgs_[i].msg_hdr;
@@ -309,23 +314,8 @@ int RecvBatch::ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* ca
   if (n > kMax) n = kMax;
   if (per_message < 1 || per_message > n || segment == 0) return 0;
   const int messages = n / per_message;
-  for (int j = 0; j < messages; ++j) {
-    for (int i = 0; i < per_message; ++i) iov_[j * per_message + i] = {bufs[j * per_message + i] + kHeadroom, segment};
-    msghdr& m = msgs_[j].msg_hdr;
-    m.msg_name = &names_[j];
-    m.msg_namelen = sizeof names_[j];
-    m.msg_iov = &iov_[j * per_message];
-    m.msg_iovlen = static_cast<size_t>(per_message);
-    m.msg_control = control_[j];
-    m.msg_controllen = kControlBytes;
-    m.msg_flags = 0;
-  }
-  ++c->rx_calls;
-  const int got = recvmmsg(fd, msgs_, static_cast<unsigned>(messages), MSG_DONTWAIT, nullptr);
-  if (got <= 0) {
-    ++c->rx_empty_calls;
-    return 0;
-  }
+  for (int i = 0; i < messages * per_message; ++i) iov_[i] = {bufs[i] + kHeadroom, segment};
+  const int got = ReceiveMessages(fd, messages, per_message, c);
   Arrival a;
   for (int j = 0; j < got; ++j) {
     const msghdr& m = msgs_[j].msg_hdr;

@@ -158,6 +158,10 @@ class RecvBatch {
                        const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c, uint32_t* seen_segment);
 
  private:
+  // recvmmsg of `messages` messages, each reading into the next
+  // `iov_per_message` entries of iov_ (set by the caller); returns how many came.
+  int ReceiveMessages(int fd, int messages, int iov_per_message, UdpCounters* c);
+
   std::vector<uint8_t> scratch_;  // a coalesced datagram gathered for copying (ReceiveCoalesced)
   mmsghdr msgs_[kMax];
   iovec iov_[kMax];

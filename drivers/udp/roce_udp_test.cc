@@ -344,6 +344,36 @@ TEST(UdpIo, OtherHostsGoToTheSocketTheHostStaysInside) {
   EXPECT_EQ(inner_b.live, 0);
 }
 
+// Sends `frames` from a (one TxBurst) and receives them at b in bursts of
+// at most `burst`: each bit-exact the frame sent (its destination port as
+// the sender wrote it), its ICRC valid, in order.
+void CrossInOrder(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
+                  const std::vector<std::vector<uint8_t>>& frames, uint16_t burst, uint16_t dst_port) {
+  std::vector<pktio::Frame> out;
+  for (const auto& f : frames) out.push_back(Copy(inner_a, f));
+  ASSERT_EQ(a.TxBurst(out.data(), static_cast<uint16_t>(out.size())), out.size());
+  ASSERT_TRUE(Readable(b.Arm(-1)));
+  std::vector<pktio::Frame> in;
+  for (int tries = 0; tries < 50 && in.size() < frames.size(); ++tries) {
+    pktio::Frame f[64];
+    const uint16_t got = b.RxBurst(f, burst);
+    EXPECT_LE(got, burst);
+    in.insert(in.end(), f, f + got);
+  }
+  ASSERT_EQ(in.size(), frames.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    SCOPED_TRACE(i);
+    std::vector<uint8_t> g(in[i].data, in[i].data + in[i].len);
+    ASSERT_EQ(g.size(), frames[i].size());
+    Departure d;
+    ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
+    wire::UdpWriter(g.data() + d.l4_offset).set_dst_port(dst_port);
+    EXPECT_EQ(std::memcmp(g.data() + 12, frames[i].data() + 12, g.size() - 12), 0);
+    EXPECT_TRUE(IcrcValid(g.data(), d));
+  }
+  inner_b.Release(in.data(), static_cast<uint16_t>(in.size()));
+}
+
 // udp_gso on both ends over loopback (which hands the segmented skb to the
 // receiving socket whole): the receiver's socket takes the run as one
 // coalesced datagram and UdpIo splits it into one buffer per frame, each
@@ -371,29 +401,7 @@ TEST(UdpIo, CoalescedDatagramsSplitIntoTheFramesSent) {
         wire::StoreLe32(f.data() + icrc_at, wire::ComputeIcrc(f.data() + d.l3_offset, icrc_at - d.l3_offset, true));
         sent.push_back(f);
       }
-      pktio::Frame out[20];
-      for (int i = 0; i < 20; ++i) out[i] = Copy(inner_a, sent[i]);
-      ASSERT_EQ(a.TxBurst(out, 20), 20);
-      ASSERT_TRUE(Readable(b.Arm(-1)));
-      std::vector<pktio::Frame> in;
-      for (int tries = 0; tries < 50 && in.size() < 20; ++tries) {
-        pktio::Frame f[8];
-        const uint16_t got = b.RxBurst(f, 8);
-        EXPECT_LE(got, 8);
-        in.insert(in.end(), f, f + got);
-      }
-      ASSERT_EQ(in.size(), 20u);
-      for (int i = 0; i < 20; ++i) {
-        SCOPED_TRACE(i);
-        std::vector<uint8_t> g(in[i].data, in[i].data + in[i].len);
-        ASSERT_EQ(g.size(), sent[i].size());
-        Departure d;
-        ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
-        wire::UdpWriter(g.data() + d.l4_offset).set_dst_port(pb);
-        EXPECT_EQ(std::memcmp(g.data() + 12, sent[i].data() + 12, g.size() - 12), 0);
-        EXPECT_TRUE(IcrcValid(g.data(), d));
-      }
-      inner_b.Release(in.data(), static_cast<uint16_t>(in.size()));
+      CrossInOrder(a, inner_a, b, inner_b, sent, 8, pb);
     }
     EXPECT_EQ(a.counters().tx_gso_datagrams, 40u);
     EXPECT_EQ(b.counters().rx_coalesced, 40u);
@@ -416,32 +424,8 @@ TEST(UdpIo, AFullFrameAfterSmallCoalescedOnesArrivesWhole) {
     sa.fd = sb.fd = -1;
     a.set_gso(true);
     b.set_gso(true);
-    std::vector<std::vector<uint8_t>> sent(10, Frame(true, pa, pb, 0));
-    sent.push_back(Frame(true, pa, pb, 4096));
-    for (size_t round = 0; round < 2; ++round) {
-      // The small run in one burst (one segmented send), then the big frame alone.
-      const size_t from = round == 0 ? 0 : 10, to = round == 0 ? 10 : 11;
-      std::vector<pktio::Frame> out;
-      for (size_t i = from; i < to; ++i) out.push_back(Copy(inner_a, sent[i]));
-      ASSERT_EQ(a.TxBurst(out.data(), static_cast<uint16_t>(out.size())), out.size());
-      ASSERT_TRUE(Readable(b.Arm(-1)));
-      std::vector<pktio::Frame> in;
-      for (int tries = 0; tries < 50 && in.size() < to - from; ++tries) {
-        pktio::Frame f[32];
-        const uint16_t got = b.RxBurst(f, 32);
-        in.insert(in.end(), f, f + got);
-      }
-      ASSERT_EQ(in.size(), to - from);
-      for (size_t i = 0; i < in.size(); ++i) {
-        std::vector<uint8_t> g(in[i].data, in[i].data + in[i].len);
-        ASSERT_EQ(g.size(), sent[from + i].size());
-        Departure d;
-        ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
-        wire::UdpWriter(g.data() + d.l4_offset).set_dst_port(pb);
-        EXPECT_EQ(std::memcmp(g.data() + 12, sent[from + i].data() + 12, g.size() - 12), 0);
-      }
-      inner_b.Release(in.data(), static_cast<uint16_t>(in.size()));
-    }
+    CrossInOrder(a, inner_a, b, inner_b, std::vector<std::vector<uint8_t>>(10, Frame(true, pa, pb, 0)), 32, pb);
+    CrossInOrder(a, inner_a, b, inner_b, {Frame(true, pa, pb, 4096)}, 32, pb);
     EXPECT_EQ(b.counters().rx_coalesced, 10u);
     EXPECT_EQ(b.counters().rx_dropped, 0u);
   }

@@ -259,29 +259,28 @@ fallback() {
 }
 check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" fallback
 
-# AF_XDP through droced (steering xdp): XDP native on the veth.
+# AF_XDP through droced (steering xdp): XDP native on the veth. Bound while
+# the kernel lacks the interfaces' link-local addresses, given back after (as
+# their DAD ends a second after `ip link set up` and droce-cluster binds at
+# once): GID 0, fe80:: with the MAC's EUI-64, is steered anyway (below).
 xdp_steering() {
-  rebind xdp && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
+  local ns ll_a ll_b
+  ll_a=$(ip -n "$A" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
+  ll_b=$(ip -n "$B" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
+  [ -n "$ll_a" ] && [ -n "$ll_b" ] || { echo "no link-local address on nd0"; return 1; }
+  for ns in "$A" "$B"; do ip -n "$ns" -6 addr flush dev nd0 scope link; done
+  rebind xdp; local rc=$?
+  ip -n "$A" addr add "$ll_a" dev nd0 nodad && ip -n "$B" addr add "$ll_b" dev nd0 nodad || return 1
+  [ $rc -eq 0 ] && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
     status "$A" | grep 'netdev nd0: AF_XDP, XDP native' &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
     tcp_and_rdma xdp
 }
 check "steering xdp: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" xdp_steering
 
-# GID 0, the default GID (fe80:: with the MAC's EUI-64), is steered to droce
-# as every other GID (libfabric's UD-based providers address peers by it),
-# also when the kernel's link-local address becomes usable after the binding
-# (its DAD ends a second after `ip link set up`; droce-cluster binds at once):
-# bound without it, then given it back.
+# GID 0 (the default GID, fe80:: with the MAC's EUI-64) is steered to droce as
+# every other GID: libfabric's UD-based providers address peers by it.
 default_gid() {
-  local ns ll_a ll_b
-  ll_a=$(ip -n "$A" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
-  ll_b=$(ip -n "$B" -6 addr show dev nd0 scope link | awk '/inet6/ {print $2; exit}')
-  [ -n "$ll_a" ] && [ -n "$ll_b" ] || { echo "no link-local address on nd0"; return 1; }
-  for ns in "$A" "$B"; do ip -n "$ns" -6 addr flush dev nd0 scope link; done
-  rebind xdp || return 1
-  ip -n "$A" addr add "$ll_a" dev nd0 nodad && ip -n "$B" addr add "$ll_b" dev nd0 nodad || return 1
-  echo "GID 0: A ${ll_a%/*}, B ${ll_b%/*}"
   pair "$A" "ibv_ud_pingpong -d droce0 -g 0 -n 200" "$B" "ibv_ud_pingpong -d droce0 -g 0 -n 200 10.0.0.1"
 }
 check "steering xdp: ibv_ud_pingpong over GID 0 (fe80::, usable after the binding)" default_gid

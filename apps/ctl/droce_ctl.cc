@@ -11,10 +11,12 @@
 //   droce-ctl link show [NAME]
 //   droce-ctl daemon start [--uplink SPEC] [--eal "ARGS"] [--hugepages] | stop | status
 //   droce-ctl env
+//   droce-ctl settings [--markdown]
 //
 // Options (keyword value): ip ADDR (again for a second, IPv6 address),
 // mac MAC, neighbor IP,MAC (repeatable), mtu N, netdev IFACE, eal "ARGS",
-// set KEY=VALUE (any key of the device file, see doc/verbs.md).
+// progress PROFILE,
+// set KEY=VALUE (any key of the device file: device_settings.h).
 #include <linux/if.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -22,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,8 +34,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "drivers/ethdev/memif_vdev.h"
 #include "drivers/verbs/device_config.h"
+#include "drivers/verbs/device_settings.h"
 #include "apps/droced/uplink_spec.h"
 #include "drivers/fabric/protocol.h"
 #include "drivers/netdev/netlink.h"
@@ -40,34 +45,6 @@
 namespace droce::verbs {
 namespace {
 namespace fs = std::filesystem;
-
-constexpr char kUsage[] =
-    "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n"
-    "  link add NAME netdev IFACE [steering auto|udp|xdp|af_packet]\n"
-    "                                    the RoCE function of a host interface, as Linux rxe's\n"
-    "                                    (its MAC, MTU and addresses; droced binds it: doc/netdev.md)\n"
-    "  link add NAME ip ADDR [OPTIONS]   a device of the host fabric (droced, started as needed):\n"
-    "                                    any number of processes open it\n"
-    "  link add NAME type memif socket PATH role server|client ip ADDR [OPTIONS]\n"
-    "  link add NAME type af_packet iface IFACE ip ADDR [OPTIONS]\n"
-    "  link add NAME type vdev vdev DPDK-VDEV ip ADDR [OPTIONS]\n"
-    "  link del NAME\n"
-    "  link show [NAME]\n"
-    "  daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages] | stop | status\n"
-    "                             the run directory's fabric daemon (droced); SPEC (else $DROCED_UPLINK):\n"
-    "                             memif:SOCKET:server|client, vdev:NAME[,ARGS], pci:DDDD:BB:DD.F[,ARGS]\n"
-    "  switch set NAME KNOB...    the network's knobs on a fabric device's switch port (frames to it):\n"
-    "         bottleneck rate=10G kmin=BYTES kmax=BYTES pmax=0.01 [limit=BYTES] [mark=enqueue|dequeue]\n"
-    "                    [int=on] [pfc=XOFF[,XON]] | bottleneck off,\n"
-    "         loss=P, reorder=P, seed=N, mirror FILE.pcap | mirror off\n"
-    "  switch clear NAME          every knob of the device off\n"
-    "  env            print the environment a verbs program needs\n"
-    "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
-    "         uplink SPEC (a fabric device: the uplink of the daemon this starts, as daemon start --uplink),\n"
-    "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
-    "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\", set KEY=VALUE\n"
-    "Devices live under --run-dir (default $DROCE_RUN_DIR, else /run/droce, or /run/droce/netns/NAME\n"
-    "inside `ip netns exec NAME`: a network namespace is a host).\n";
 
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "droce-ctl: %s\n", msg.c_str());
@@ -457,7 +434,6 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   f.name = args[0];
   if (!IsValidDeviceName(f.name)) return Fail("bad device name '" + f.name + "' (letters, digits, _ and -)");
   f.dev.mac = MacFromName(f.name);
-  f.dev.broadcast_unresolved = true;
   std::string type, socket, role, iface, vdev, steering;
   bool has_ip = false, has_netdev = false, has_mac = false;
   DaemonOptions daemon;
@@ -502,6 +478,8 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
     } else if (k == "uplink") {
       if (v.empty()) return Fail("link add: uplink: empty");
       daemon.uplink = v;
+    } else if (k == "progress") {
+      sets.insert(sets.begin(), "progress_profile=" + v);  // knobs set with it change the profile
     } else if (k == "eal") {
       sets.push_back("eal_args=" + v);
     } else if (k == "set") {
@@ -534,16 +512,17 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
       return Fail("a netdev-bound device takes its MAC and addresses from " + f.netdev +
                   " (no mac, vdev, socket, iface or uplink)");
     }
-    if (!steering.empty() && steering != "auto" && steering != "udp" && steering != "xdp" && steering != "af_packet") {
-      return Fail("steering: auto, udp, xdp or af_packet");
-    }
     std::error_code ec;
     fs::create_directories(run_dir, ec);
     f.fabric = true;
     f.fabric_dir = fs::weakly_canonical(run_dir, ec).string();
     if (fabric::ControlSocketPath(f.fabric_dir).size() >= 108) return Fail("run directory path too long for a socket");
     f.netdev_bound = true;
-    f.netdev_steering = steering.empty() ? "auto" : steering;
+    if (!steering.empty()) {  // checked by the device file's own parser, before the interface is probed
+      if (absl::Status s = FindDeviceSetting("netdev_steering")->parse(steering, f); !s.ok()) {
+        return Fail(std::string(s.message()));
+      }
+    }
     f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
     if (const int rc = CheckNetdev(run_dir, f.netdev, &f); rc != 0) return rc;
   } else if (type.empty()) {
@@ -608,55 +587,117 @@ int LinkAdd(const std::string& run_dir, const std::string& dev_dir, const std::v
   return 0;
 }
 
+// Where droce-ctl registers devices: --run-dir and --dev-dir.
+struct Dirs {
+  std::string run;
+  std::string dev;
+};
+
+int LinkDel(const Dirs& d, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Fail("link del NAME");
+  absl::Status s = RemoveDeviceTree(d.run, d.dev, args[0]);
+  if (s.ok() && DaemonRunning(d.run)) (void)DaemonRescan(d.run);
+  return s.ok() ? 0 : Fail(std::string(s.message()));
+}
+
+int LinkShow(const Dirs& d, const std::vector<std::string>& args) {
+  std::vector<std::string> names = args.empty() ? ListDevices(d.run) : args;
+  int rc = 0;
+  for (const std::string& n : names) {
+    absl::StatusOr<DeviceFile> f = ReadDevice(d.run, n);
+    if (!f.ok()) {
+      rc = Fail(std::string(f.status().message()));
+      continue;
+    }
+    Show(d.run, *f);
+  }
+  return rc;
+}
+
+int Settings(const Dirs&, const std::vector<std::string>& args) {
+  const bool markdown = !args.empty() && args[0] == "--markdown";  // doc/verbs.md's tables
+  std::fputs((markdown ? DeviceSettingsMarkdown() + "\n" + ProgressProfilesMarkdown() : DeviceSettingsText()).c_str(),
+             stdout);
+  return 0;
+}
+
+// droce-ctl's commands: the words that name one, its handler (given the
+// arguments after those words) and its usage lines (none: an alias).
+struct Command {
+  const char* name;
+  int (*run)(const Dirs& d, const std::vector<std::string>& args);
+  const char* usage;
+};
+constexpr Command kCommands[] = {
+    {"link add", [](const Dirs& d, const std::vector<std::string>& a) { return LinkAdd(d.run, d.dev, a); },
+     "  link add NAME netdev IFACE [steering auto|udp|xdp|af_packet]\n"
+     "                                    the RoCE function of a host interface, as Linux rxe's\n"
+     "                                    (its MAC, MTU and addresses; droced binds it: doc/netdev.md)\n"
+     "  link add NAME ip ADDR [OPTIONS]   a device of the host fabric (droced, started as needed):\n"
+     "                                    any number of processes open it\n"
+     "  link add NAME type memif socket PATH role server|client ip ADDR [OPTIONS]\n"
+     "  link add NAME type af_packet iface IFACE ip ADDR [OPTIONS]\n"
+     "  link add NAME type vdev vdev DPDK-VDEV ip ADDR [OPTIONS]\n"},
+    {"link del", LinkDel, "  link del NAME\n"},
+    {"link delete", LinkDel, nullptr},
+    {"link show", LinkShow, "  link show [NAME]\n"},
+    {"daemon", [](const Dirs& d, const std::vector<std::string>& a) { return DaemonCommand(d.run, a); },
+     "  daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages] | stop | status\n"
+     "                             the run directory's fabric daemon (droced); SPEC (else $DROCED_UPLINK):\n"
+     "                             memif:SOCKET:server|client, vdev:NAME[,ARGS], pci:DDDD:BB:DD.F[,ARGS]\n"},
+    {"switch", [](const Dirs& d, const std::vector<std::string>& a) { return SwitchCommand(d.run, a); },
+     "  switch set NAME KNOB...    the network's knobs on a fabric device's switch port (frames to it):\n"
+     "         bottleneck rate=10G kmin=BYTES kmax=BYTES pmax=0.01 [limit=BYTES] [mark=enqueue|dequeue]\n"
+     "                    [int=on] [pfc=XOFF[,XON]] | bottleneck off,\n"
+     "         loss=P, reorder=P, seed=N, mirror FILE.pcap | mirror off\n"
+     "  switch clear NAME          every knob of the device off\n"},
+    {"env", [](const Dirs& d, const std::vector<std::string>&) { return Env(d.run); },
+     "  env            print the environment a verbs program needs\n"},
+    {"settings", Settings,
+     "  settings [--markdown]  the device file's keys (set KEY=VALUE), their defaults and what they set\n"},
+};
+
+std::string Usage() {
+  std::string out = "usage: droce-ctl [--run-dir DIR] [--dev-dir DIR] COMMAND\n";
+  for (const Command& c : kCommands) {
+    if (c.usage != nullptr) out += c.usage;
+  }
+  return out +
+         "OPTIONS: ip ADDR (IPv4 and/or IPv6), mac MAC, neighbor IP,MAC, mtu 256..4096,\n"
+         "         uplink SPEC (a fabric device: the uplink of the daemon this starts, as daemon start --uplink),\n"
+         "         lid-peer IP (point-to-point: LID-addressed QPs, e.g. qperf's, go to IP),\n"
+         "         netdev IFACE (named by sysfs gid_attrs, default lo), eal \"ARGS\",\n"
+         "         progress balanced|latency|shared-host (the progress thread's profile, doc/verbs.md),\n"
+         "         set KEY=VALUE (any key of the device file: droce-ctl settings)\n"
+         "Devices live under --run-dir (default $DROCE_RUN_DIR, else /run/droce, or /run/droce/netns/NAME\n"
+         "inside `ip netns exec NAME`: a network namespace is a host).\n";
+}
+
 int Main(int argc, char** argv) {
-  std::string run_dir = DefaultRunDir();
-  std::string dev_dir = kDevInfinibandDir;
+  Dirs dirs{DefaultRunDir(), kDevInfinibandDir};
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if ((a == "--run-dir" || a == "--dev-dir") && i + 1 < argc) {
-      (a == "--run-dir" ? run_dir : dev_dir) = argv[++i];
+      (a == "--run-dir" ? dirs.run : dirs.dev) = argv[++i];
     } else if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
+      std::fputs(Usage().c_str(), stdout);
       return 0;
     } else {
       args.push_back(a);
     }
   }
-  if (args.empty()) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  if (args[0] == "env") return Env(run_dir);
-  if (args[0] == "daemon") return DaemonCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
-  if (args[0] == "switch") return SwitchCommand(run_dir, std::vector<std::string>(args.begin() + 1, args.end()));
-  if (args[0] != "link" || args.size() < 2) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string& cmd = args[1];
-  const std::vector<std::string> rest(args.begin() + 2, args.end());
-  if (cmd == "add") return LinkAdd(run_dir, dev_dir, rest);
-  if (cmd == "del" || cmd == "delete") {
-    if (rest.size() != 1) return Fail("link del NAME");
-    absl::Status s = RemoveDeviceTree(run_dir, dev_dir, rest[0]);
-    if (s.ok() && DaemonRunning(run_dir)) (void)DaemonRescan(run_dir);
-    return s.ok() ? 0 : Fail(std::string(s.message()));
-  }
-  if (cmd == "show") {
-    std::vector<std::string> names = rest.empty() ? ListDevices(run_dir) : rest;
-    int rc = 0;
-    for (const std::string& n : names) {
-      absl::StatusOr<DeviceFile> f = ReadDevice(run_dir, n);
-      if (!f.ok()) {
-        rc = Fail(std::string(f.status().message()));
-        continue;
-      }
-      Show(run_dir, *f);
+  bool known_group = false;  // args[0] begins some command ("link")
+  for (const Command& c : kCommands) {
+    const std::vector<std::string> words = absl::StrSplit(c.name, ' ');
+    known_group |= !args.empty() && args[0] == words[0];
+    if (args.size() >= words.size() && std::equal(words.begin(), words.end(), args.begin())) {
+      return c.run(dirs, std::vector<std::string>(args.begin() + static_cast<ptrdiff_t>(words.size()), args.end()));
     }
-    return rc;
   }
-  return Fail("unknown command 'link " + cmd + "'");
+  if (known_group && args.size() >= 2) return Fail("unknown command '" + args[0] + " " + args[1] + "'");
+  std::fputs(Usage().c_str(), stderr);
+  return 2;
 }
 
 }  // namespace

@@ -273,533 +273,618 @@ CmService::Result CmService::Command(int conn, std::span<const uint8_t> cmd, uin
   return r;
 }
 
-CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
-                                      std::span<const uint8_t> option) {
-  Result r;
-  switch (cmd) {
-    case RDMA_USER_CM_CMD_CREATE_ID: {
-      rdma_ucm_create_id c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      const int qp_type = QpTypeOf(c.ps, c.qp_type);
-      if (qp_type < 0) return {EINVAL, {}};
-      Id id;
-      id.handle = next_handle_++;
-      id.conn = conn;
-      id.uid = c.uid;
-      id.ps = c.ps;
-      id.qp_type = static_cast<uint8_t>(qp_type);
-      id.seq_num = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
-      rdma_ucm_create_id_resp resp{id.handle};
-      ids_.emplace(id.handle, std::move(id));
-      return {0, Bytes(resp)};
+// RDMA_USER_CM_CMD_CREATE_ID
+CmService::Result CmService::CmdCreateId(int conn, uint32_t, std::span<const uint8_t> in,
+                                         uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_create_id c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  const int qp_type = QpTypeOf(c.ps, c.qp_type);
+  if (qp_type < 0) return {EINVAL, {}};
+  Id id;
+  id.handle = next_handle_++;
+  id.conn = conn;
+  id.uid = c.uid;
+  id.ps = c.ps;
+  id.qp_type = static_cast<uint8_t>(qp_type);
+  id.seq_num = static_cast<uint32_t>(rng_()) & 0xFFFFFF;
+  rdma_ucm_create_id_resp resp{id.handle};
+  ids_.emplace(id.handle, std::move(id));
+  return {0, Bytes(resp)};
+}
+
+// RDMA_USER_CM_CMD_DESTROY_ID
+CmService::Result CmService::CmdDestroyId(int conn, uint32_t, std::span<const uint8_t> in,
+                                          uint64_t now_ms, std::span<const uint8_t>) {
+  rdma_ucm_destroy_id c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  rdma_ucm_destroy_id_resp resp{id->events_reported};
+  DestroyId(c.id, now_ms);
+  return {0, Bytes(resp)};
+}
+
+// RDMA_USER_CM_CMD_BIND_IP, RDMA_USER_CM_CMD_BIND
+CmService::Result CmService::CmdBind(int conn, uint32_t cmd, std::span<const uint8_t> in,
+                                     uint64_t, std::span<const uint8_t>) {
+  uint32_t handle;
+  cm::IpAddr ip{};
+  bool v6 = false;
+  uint16_t port = 0;
+  int err;
+  if (cmd == RDMA_USER_CM_CMD_BIND_IP) {
+    rdma_ucm_bind_ip c;
+    if (!Load(in, &c)) return {EINVAL, {}};
+    handle = c.id;
+    err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), sizeof c.addr, &ip, &v6, &port);
+  } else {
+    rdma_ucm_bind c;
+    if (!Load(in, &c)) return {EINVAL, {}};
+    handle = c.id;
+    if (c.addr_size > sizeof c.addr) return {EINVAL, {}};
+    err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), c.addr_size, &ip, &v6, &port);
+  }
+  Id* id = Find(conn, handle);
+  if (id == nullptr) return {EINVAL, {}};
+  if (err != 0) return {err, {}};
+  return {Bind(*id, Addr{v6, ip, port}), {}};
+}
+
+// RDMA_USER_CM_CMD_RESOLVE_IP, RDMA_USER_CM_CMD_RESOLVE_ADDR
+CmService::Result CmService::CmdResolveAddr(int conn, uint32_t cmd, std::span<const uint8_t> in,
+                                            uint64_t now_ms, std::span<const uint8_t>) {
+  uint32_t handle, timeout_ms;
+  Addr src, dst;
+  bool has_src = false;
+  int err = 0;
+  if (cmd == RDMA_USER_CM_CMD_RESOLVE_IP) {
+    rdma_ucm_resolve_ip c;
+    if (!Load(in, &c)) return {EINVAL, {}};
+    handle = c.id;
+    timeout_ms = c.timeout_ms;
+    err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.dst_addr), sizeof c.dst_addr, &dst.ip, &dst.v6,
+                        &dst.port);
+    if (err == 0 && c.src_addr.sin6_family != 0) {
+      has_src = true;
+      err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.src_addr), sizeof c.src_addr, &src.ip, &src.v6,
+                          &src.port);
     }
-    case RDMA_USER_CM_CMD_DESTROY_ID: {
-      rdma_ucm_destroy_id c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      rdma_ucm_destroy_id_resp resp{id->events_reported};
-      DestroyId(c.id, now_ms);
-      return {0, Bytes(resp)};
+  } else {
+    rdma_ucm_resolve_addr c;
+    if (!Load(in, &c)) return {EINVAL, {}};
+    handle = c.id;
+    timeout_ms = c.timeout_ms;
+    if (c.dst_size > sizeof c.dst_addr || c.src_size > sizeof c.src_addr) return {EINVAL, {}};
+    err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.dst_addr), c.dst_size, &dst.ip, &dst.v6, &dst.port);
+    if (err == 0 && c.src_size != 0) {
+      has_src = true;
+      err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.src_addr), c.src_size, &src.ip, &src.v6,
+                          &src.port);
     }
-    case RDMA_USER_CM_CMD_BIND_IP:
-    case RDMA_USER_CM_CMD_BIND: {
-      uint32_t handle;
-      cm::IpAddr ip{};
-      bool v6 = false;
-      uint16_t port = 0;
-      int err;
-      if (cmd == RDMA_USER_CM_CMD_BIND_IP) {
-        rdma_ucm_bind_ip c;
-        if (!Load(in, &c)) return {EINVAL, {}};
-        handle = c.id;
-        err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), sizeof c.addr, &ip, &v6, &port);
-      } else {
-        rdma_ucm_bind c;
-        if (!Load(in, &c)) return {EINVAL, {}};
-        handle = c.id;
-        if (c.addr_size > sizeof c.addr) return {EINVAL, {}};
-        err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), c.addr_size, &ip, &v6, &port);
-      }
-      Id* id = Find(conn, handle);
-      if (id == nullptr) return {EINVAL, {}};
-      if (err != 0) return {err, {}};
-      return {Bind(*id, Addr{v6, ip, port}), {}};
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_IP:
-    case RDMA_USER_CM_CMD_RESOLVE_ADDR: {
-      uint32_t handle, timeout_ms;
-      Addr src, dst;
-      bool has_src = false;
-      int err = 0;
-      if (cmd == RDMA_USER_CM_CMD_RESOLVE_IP) {
-        rdma_ucm_resolve_ip c;
-        if (!Load(in, &c)) return {EINVAL, {}};
-        handle = c.id;
-        timeout_ms = c.timeout_ms;
-        err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.dst_addr), sizeof c.dst_addr, &dst.ip, &dst.v6,
-                            &dst.port);
-        if (err == 0 && c.src_addr.sin6_family != 0) {
-          has_src = true;
-          err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.src_addr), sizeof c.src_addr, &src.ip, &src.v6,
-                              &src.port);
-        }
-      } else {
-        rdma_ucm_resolve_addr c;
-        if (!Load(in, &c)) return {EINVAL, {}};
-        handle = c.id;
-        timeout_ms = c.timeout_ms;
-        if (c.dst_size > sizeof c.dst_addr || c.src_size > sizeof c.src_addr) return {EINVAL, {}};
-        err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.dst_addr), c.dst_size, &dst.ip, &dst.v6, &dst.port);
-        if (err == 0 && c.src_size != 0) {
-          has_src = true;
-          err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.src_addr), c.src_size, &src.ip, &src.v6,
-                              &src.port);
-        }
-      }
-      Id* id = Find(conn, handle);
-      if (id == nullptr) return {EINVAL, {}};
-      if (err != 0) return {err, {}};
-      // The kernel's route, where netdev-bound devices reach the host's
-      // networks: which device, and from which address.
-      std::optional<Route> kernel_route;
-      if (route_ != nullptr && DeviceOfIp(dst) < 0 && !IsMulticastIp(dst.v6, dst.ip)) {
-        const Addr* bound = id->state == IdState::kAddrBound && !id->src.any() ? &id->src
-                            : has_src && !src.any()                              ? &src
-                                                                                 : nullptr;
-        const cm::Gid bound_gid = bound != nullptr ? GidOf(*bound) : cm::Gid{};
-        kernel_route = route_(GidOf(dst), bound != nullptr ? &bound_gid : nullptr);
-        if (kernel_route->device < 0 || !devices_[kernel_route->device].netdev) kernel_route.reset();
-      }
-      if (id->state == IdState::kIdle) {
-        // Unbound: the source is the device that owns the destination (a
-        // local address routes to itself, as on Linux), the kernel's route's
-        // (netdev-bound devices), or the given one.
-        Addr from = has_src ? src : Addr{dst.v6, {}, 0};
-        if (!has_src || from.any()) {
-          const int d = DeviceOfIp(dst);
-          if (d >= 0) {
-            from.ip = dst.ip;
-          } else if (kernel_route) {
-            if (dst.v6) {
-              from.ip = kernel_route->source;
-            } else {
-              std::memcpy(from.ip.data() + 12, kernel_route->source.data() + 12, 4);
-            }
-          } else if (!devices_.empty()) {
-            // The first address of the destination's family; for IPv6 of its
-            // scope too (a link-local source only for a link-local peer).
-            auto link_local = [](const cm::IpAddr& a) { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; };
-            for (const cm::Gid& g : devices_[0].gids) {
-              if (g != cm::Gid{} && IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
-                if (!dst.v6) std::memcpy(from.ip.data() + 12, g.data() + 12, 4); else from.ip = g;
-                break;
-              }
-            }
-          }
-        }
-        from.port = has_src ? src.port : 0;
-        if (const int e = Bind(*id, from); e != 0) return {e, {}};
-      } else if (id->state != IdState::kAddrBound) {
-        return {EINVAL, {}};
-      }
-      if (id->device < 0) {  // bound to the wildcard: take the device by the destination, or the route
-        Addr self = id->src;
-        self.ip = dst.ip;
-        self.v6 = dst.v6;
-        id->device = DeviceOfIp(self);
-        if (id->device >= 0) {
-          id->src.ip = dst.ip;
-        } else if (kernel_route) {
-          id->device = kernel_route->device;
-          if (dst.v6) {
-            id->src.ip = kernel_route->source;
-          } else {
-            std::memcpy(id->src.ip.data() + 12, kernel_route->source.data() + 12, 4);
-          }
-        }
-      }
-      id->dst = dst;
-      const int dst_dev = DeviceOfIp(dst);
-      // A multicast destination (mckey resolves its group address) resolves
-      // on the source's device to the group's MAC, as Linux's neighbour
-      // lookup maps it; rdma_join_multicast follows.
-      const bool mcast = IsMulticastIp(dst.v6, dst.ip);
-      // Another host's address from a netdev-bound device: the kernel's
-      // next hop; from a fabric device: through the uplink, by ARP (IPv4)
-      // or neighbour solicitation (IPv6).
-      const bool netdev = id->device >= 0 && devices_[id->device].netdev;
-      const bool remote = dst_dev < 0 && !mcast && (netdev ? kernel_resolve_ != nullptr : resolve_ != nullptr);
-      if (id->device < 0 || (dst_dev < 0 && !mcast && !remote) || dst.v6 != id->src.v6) {
-        // No droce device reaches it (and no uplink): ADDR_ERROR, as Linux
-        // reports an unreachable destination.
-        QueueEvent(*id, kEvAddrError, -EHOSTUNREACH);
-        return {0, {}};
-      }
-      if (remote) {
-        const uint32_t timeout = timeout_ms != 0 ? timeout_ms : 2000;
-        if (!netdev) {
-          const auto n = neighbours_.find(GidOf(dst));
-          if (n != neighbours_.end()) {
-            AddrResolved(*id, n->second);
-            return {0, {}};
-          }
-        }
-        id->state = IdState::kAddrQuery;
-        id->resolve_deadline_ms = now_ms + timeout;
-        id->resolve_retry_ms = netdev ? UINT64_MAX : now_ms + 1000;  // the kernel retries by itself
-        if (netdev) {
-          kernel_resolve_(id->device, GidOf(id->src), GidOf(dst), timeout);
+  }
+  Id* id = Find(conn, handle);
+  if (id == nullptr) return {EINVAL, {}};
+  if (err != 0) return {err, {}};
+  // The kernel's route, where netdev-bound devices reach the host's
+  // networks: which device, and from which address.
+  std::optional<Route> kernel_route;
+  if (route_ != nullptr && DeviceOfIp(dst) < 0 && !IsMulticastIp(dst.v6, dst.ip)) {
+    const Addr* bound = id->state == IdState::kAddrBound && !id->src.any() ? &id->src
+                        : has_src && !src.any()                              ? &src
+                                                                             : nullptr;
+    const cm::Gid bound_gid = bound != nullptr ? GidOf(*bound) : cm::Gid{};
+    kernel_route = route_(GidOf(dst), bound != nullptr ? &bound_gid : nullptr);
+    if (kernel_route->device < 0 || !devices_[kernel_route->device].netdev) kernel_route.reset();
+  }
+  if (id->state == IdState::kIdle) {
+    // Unbound: the source is the device that owns the destination (a
+    // local address routes to itself, as on Linux), the kernel's route's
+    // (netdev-bound devices), or the given one.
+    Addr from = has_src ? src : Addr{dst.v6, {}, 0};
+    if (!has_src || from.any()) {
+      const int d = DeviceOfIp(dst);
+      if (d >= 0) {
+        from.ip = dst.ip;
+      } else if (kernel_route) {
+        if (dst.v6) {
+          from.ip = kernel_route->source;
         } else {
-          resolve_(id->device, GidOf(id->src), GidOf(dst));
+          std::memcpy(from.ip.data() + 12, kernel_route->source.data() + 12, 4);
         }
-        return {0, {}};
-      }
-      AddrResolved(*id, mcast ? MulticastMacOf(dst.v6, dst.ip) : devices_[dst_dev].mac);
-      return {0, {}};
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_ROUTE: {
-      rdma_ucm_resolve_route c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      if (id->state != IdState::kAddrResolved && id->state != IdState::kRouteResolved) return {EINVAL, {}};
-      id->state = IdState::kRouteResolved;
-      QueueEvent(*id, kEvRouteResolved, 0);
-      return {0, {}};
-    }
-    case RDMA_USER_CM_CMD_QUERY_ROUTE: {
-      rdma_ucm_query c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      return {0, QueryRoute(*id)};
-    }
-    case RDMA_USER_CM_CMD_QUERY: {
-      rdma_ucm_query c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      if (c.option != RDMA_USER_CM_QUERY_ADDR) return {ENOSYS, {}};
-      rdma_ucm_query_addr_resp resp{};
-      if (id->device >= 0) {
-        resp.node_guid = htobe64(devices_[id->device].guid);
-        resp.port_num = 1;
-        resp.pkey = 0xFFFF;
-      }
-      resp.src_size = id->src.v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-      resp.dst_size = id->dst.v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
-      StoreSockaddr(id->src.v6, id->src.ip, id->src.port, &resp.src_addr);
-      StoreSockaddr(id->dst.v6, id->dst.ip, id->dst.port, &resp.dst_addr);
-      return {0, Bytes(resp)};
-    }
-    case RDMA_USER_CM_CMD_LISTEN: {
-      rdma_ucm_listen c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      if (id->state == IdState::kIdle) {
-        if (const int e = Bind(*id, Addr{}); e != 0) return {e, {}};
-      }
-      if (id->state == IdState::kListen) return {0, {}};
-      if (id->state != IdState::kAddrBound) return {EINVAL, {}};
-      for (const auto& [h, other] : ids_) {
-        if (&other != id && other.state == IdState::kListen && other.ps == id->ps && other.src.port == id->src.port &&
-            (other.src.any() || id->src.any() || other.src.ip == id->src.ip)) {
-          return {EADDRINUSE, {}};
+      } else if (!devices_.empty()) {
+        // The first address of the destination's family; for IPv6 of its
+        // scope too (a link-local source only for a link-local peer).
+        auto link_local = [](const cm::IpAddr& a) { return a[0] == 0xfe && (a[1] & 0xc0) == 0x80; };
+        for (const cm::Gid& g : devices_[0].gids) {
+          if (g != cm::Gid{} && IsIpv4MappedGid(g) != dst.v6 && (!dst.v6 || link_local(g) == link_local(dst.ip))) {
+            if (!dst.v6) std::memcpy(from.ip.data() + 12, g.data() + 12, 4); else from.ip = g;
+            break;
+          }
         }
       }
-      id->state = IdState::kListen;
-      return {0, {}};
     }
-    case RDMA_USER_CM_CMD_CONNECT: {
-      rdma_ucm_connect c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      if (id->state != IdState::kRouteResolved || !c.conn_param.valid) return {EINVAL, {}};
-      if (id->qp_type == IBV_QPT_UD) {
-        // UD: a service id resolution (SIDR_REQ), as Linux's cma_resolve_ib_udp.
-        if (c.conn_param.private_data_len > cm::kSidrReqPrivateDataSize - cm::kCmaHeaderSize) return {EINVAL, {}};
-        const uint32_t request_id = static_cast<uint32_t>(rng_());
-        id->cm.emplace(request_id, cm::ConnectionConfig{kPacketLifeTime});
-        by_comm_id_[request_id] = id->handle;
-        cm::SidrReq sreq;
-        sreq.pkey = 0xFFFF;
-        sreq.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->dst.port);
-        cm::CmaHeader h;
-        h.ip_version = id->src.v6 ? 6 : 4;
-        h.port = id->src.port;
-        h.src = id->src.ip;
-        h.dst = id->dst.ip;
-        cm::StoreCmaHeader(h, sreq.private_data);
-        std::memcpy(sreq.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
-                    c.conn_param.private_data_len);
-        auto step = id->cm->SendSidrReq(sreq, next_tid_++, kCmResponseTimeout, kMaxCmRetries, now_ms);
-        if (!step.ok()) return {EINVAL, {}};
-        id->state = IdState::kConnect;
-        Apply(*id, *step, nullptr, now_ms);
+    from.port = has_src ? src.port : 0;
+    if (const int e = Bind(*id, from); e != 0) return {e, {}};
+  } else if (id->state != IdState::kAddrBound) {
+    return {EINVAL, {}};
+  }
+  if (id->device < 0) {  // bound to the wildcard: take the device by the destination, or the route
+    Addr self = id->src;
+    self.ip = dst.ip;
+    self.v6 = dst.v6;
+    id->device = DeviceOfIp(self);
+    if (id->device >= 0) {
+      id->src.ip = dst.ip;
+    } else if (kernel_route) {
+      id->device = kernel_route->device;
+      if (dst.v6) {
+        id->src.ip = kernel_route->source;
+      } else {
+        std::memcpy(id->src.ip.data() + 12, kernel_route->source.data() + 12, 4);
+      }
+    }
+  }
+  id->dst = dst;
+  const int dst_dev = DeviceOfIp(dst);
+  // A multicast destination (mckey resolves its group address) resolves
+  // on the source's device to the group's MAC, as Linux's neighbour
+  // lookup maps it; rdma_join_multicast follows.
+  const bool mcast = IsMulticastIp(dst.v6, dst.ip);
+  // Another host's address from a netdev-bound device: the kernel's
+  // next hop; from a fabric device: through the uplink, by ARP (IPv4)
+  // or neighbour solicitation (IPv6).
+  const bool netdev = id->device >= 0 && devices_[id->device].netdev;
+  const bool remote = dst_dev < 0 && !mcast && (netdev ? kernel_resolve_ != nullptr : resolve_ != nullptr);
+  if (id->device < 0 || (dst_dev < 0 && !mcast && !remote) || dst.v6 != id->src.v6) {
+    // No droce device reaches it (and no uplink): ADDR_ERROR, as Linux
+    // reports an unreachable destination.
+    QueueEvent(*id, kEvAddrError, -EHOSTUNREACH);
+    return {0, {}};
+  }
+  if (remote) {
+    const uint32_t timeout = timeout_ms != 0 ? timeout_ms : 2000;
+    if (!netdev) {
+      const auto n = neighbours_.find(GidOf(dst));
+      if (n != neighbours_.end()) {
+        AddrResolved(*id, n->second);
         return {0, {}};
       }
-      if (c.conn_param.private_data_len > cm::kRdmaCmReqUserPrivateData) return {EINVAL, {}};
-      const uint32_t comm_id = static_cast<uint32_t>(rng_());
-      id->cm.emplace(comm_id, cm::ConnectionConfig{kPacketLifeTime});
-      by_comm_id_[comm_id] = id->handle;
-      id->local_qpn = c.conn_param.qp_num & 0xFFFFFF;
-      id->responder_resources = c.conn_param.responder_resources;
-      id->initiator_depth = c.conn_param.initiator_depth;
-      id->retry_count = std::min<uint8_t>(c.conn_param.retry_count, 7);
-      id->rnr_retry_count = std::min<uint8_t>(c.conn_param.rnr_retry_count, 7);
-      cm::Req req;
-      req.vendor_id = c.ece.vendor_id & 0xFFFFFF;
-      req.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->dst.port);
-      req.local_ca_guid = devices_[id->device].guid;
-      req.local_qpn = id->local_qpn;
-      req.responder_resources = id->responder_resources;
-      req.initiator_depth = id->initiator_depth;
-      req.remote_cm_response_timeout = kCmResponseTimeout;
-      req.transport = cm::TransportType::kRc;
-      req.end_to_end_flow_control = c.conn_param.flow_control != 0;
-      req.starting_psn = id->seq_num;
-      req.local_cm_response_timeout = kCmResponseTimeout;
-      req.retry_count = id->retry_count;
-      req.pkey = 0xFFFF;
-      req.path_mtu = id->path_mtu;
-      req.rnr_retry_count = id->rnr_retry_count;
-      req.max_cm_retries = kMaxCmRetries;
-      req.srq = c.conn_param.srq != 0;
-      req.primary.local_lid = 0xFFFF;  // permissive: RoCE has no LIDs (Linux's cm_format_req)
-      req.primary.remote_lid = 0xFFFF;
-      req.primary.local_gid = id->path.src_gid;
-      req.primary.remote_gid = id->path.dst_gid;
-      req.primary.traffic_class = id->tos;
-      req.primary.hop_limit = kHopLimit;
-      req.primary.local_ack_timeout = id->ack_timeout.value_or(kLocalAckTimeout);
-      cm::CmaHeader h;
-      h.ip_version = id->src.v6 ? 6 : 4;
-      h.port = id->src.port;
-      h.src = id->src.ip;
-      h.dst = id->dst.ip;
-      cm::StoreCmaHeader(h, req.private_data);
-      std::memcpy(req.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
-                  c.conn_param.private_data_len);
-      auto step = id->cm->SendReq(req, next_tid_++, now_ms, c.ece.attr_mod);
-      if (!step.ok()) return {EINVAL, {}};
-      id->state = IdState::kConnect;
-      Apply(*id, *step, nullptr, now_ms);
+    }
+    id->state = IdState::kAddrQuery;
+    id->resolve_deadline_ms = now_ms + timeout;
+    id->resolve_retry_ms = netdev ? UINT64_MAX : now_ms + 1000;  // the kernel retries by itself
+    if (netdev) {
+      kernel_resolve_(id->device, GidOf(id->src), GidOf(dst), timeout);
+    } else {
+      resolve_(id->device, GidOf(id->src), GidOf(dst));
+    }
+    return {0, {}};
+  }
+  AddrResolved(*id, mcast ? MulticastMacOf(dst.v6, dst.ip) : devices_[dst_dev].mac);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_RESOLVE_ROUTE
+CmService::Result CmService::CmdResolveRoute(int conn, uint32_t, std::span<const uint8_t> in,
+                                             uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_resolve_route c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  if (id->state != IdState::kAddrResolved && id->state != IdState::kRouteResolved) return {EINVAL, {}};
+  id->state = IdState::kRouteResolved;
+  QueueEvent(*id, kEvRouteResolved, 0);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_QUERY_ROUTE
+CmService::Result CmService::CmdQueryRoute(int conn, uint32_t, std::span<const uint8_t> in,
+                                           uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_query c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  return {0, QueryRoute(*id)};
+}
+
+// RDMA_USER_CM_CMD_QUERY
+CmService::Result CmService::CmdQuery(int conn, uint32_t, std::span<const uint8_t> in,
+                                      uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_query c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  if (c.option != RDMA_USER_CM_QUERY_ADDR) return {ENOSYS, {}};
+  rdma_ucm_query_addr_resp resp{};
+  if (id->device >= 0) {
+    resp.node_guid = htobe64(devices_[id->device].guid);
+    resp.port_num = 1;
+    resp.pkey = 0xFFFF;
+  }
+  resp.src_size = id->src.v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  resp.dst_size = id->dst.v6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  StoreSockaddr(id->src.v6, id->src.ip, id->src.port, &resp.src_addr);
+  StoreSockaddr(id->dst.v6, id->dst.ip, id->dst.port, &resp.dst_addr);
+  return {0, Bytes(resp)};
+}
+
+// RDMA_USER_CM_CMD_LISTEN
+CmService::Result CmService::CmdListen(int conn, uint32_t, std::span<const uint8_t> in,
+                                       uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_listen c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  if (id->state == IdState::kIdle) {
+    if (const int e = Bind(*id, Addr{}); e != 0) return {e, {}};
+  }
+  if (id->state == IdState::kListen) return {0, {}};
+  if (id->state != IdState::kAddrBound) return {EINVAL, {}};
+  for (const auto& [h, other] : ids_) {
+    if (&other != id && other.state == IdState::kListen && other.ps == id->ps && other.src.port == id->src.port &&
+        (other.src.any() || id->src.any() || other.src.ip == id->src.ip)) {
+      return {EADDRINUSE, {}};
+    }
+  }
+  id->state = IdState::kListen;
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_CONNECT
+CmService::Result CmService::CmdConnect(int conn, uint32_t, std::span<const uint8_t> in,
+                                        uint64_t now_ms, std::span<const uint8_t>) {
+  rdma_ucm_connect c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  if (id->state != IdState::kRouteResolved || !c.conn_param.valid) return {EINVAL, {}};
+  if (id->qp_type == IBV_QPT_UD) {
+    // UD: a service id resolution (SIDR_REQ), as Linux's cma_resolve_ib_udp.
+    if (c.conn_param.private_data_len > cm::kSidrReqPrivateDataSize - cm::kCmaHeaderSize) return {EINVAL, {}};
+    const uint32_t request_id = static_cast<uint32_t>(rng_());
+    id->cm.emplace(request_id, cm::ConnectionConfig{kPacketLifeTime});
+    by_comm_id_[request_id] = id->handle;
+    cm::SidrReq sreq;
+    sreq.pkey = 0xFFFF;
+    sreq.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->dst.port);
+    cm::CmaHeader h;
+    h.ip_version = id->src.v6 ? 6 : 4;
+    h.port = id->src.port;
+    h.src = id->src.ip;
+    h.dst = id->dst.ip;
+    cm::StoreCmaHeader(h, sreq.private_data);
+    std::memcpy(sreq.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
+                c.conn_param.private_data_len);
+    auto step = id->cm->SendSidrReq(sreq, next_tid_++, kCmResponseTimeout, kMaxCmRetries, now_ms);
+    if (!step.ok()) return {EINVAL, {}};
+    id->state = IdState::kConnect;
+    Apply(*id, *step, nullptr, now_ms);
+    return {0, {}};
+  }
+  if (c.conn_param.private_data_len > cm::kRdmaCmReqUserPrivateData) return {EINVAL, {}};
+  const uint32_t comm_id = static_cast<uint32_t>(rng_());
+  id->cm.emplace(comm_id, cm::ConnectionConfig{kPacketLifeTime});
+  by_comm_id_[comm_id] = id->handle;
+  id->local_qpn = c.conn_param.qp_num & 0xFFFFFF;
+  id->responder_resources = c.conn_param.responder_resources;
+  id->initiator_depth = c.conn_param.initiator_depth;
+  id->retry_count = std::min<uint8_t>(c.conn_param.retry_count, 7);
+  id->rnr_retry_count = std::min<uint8_t>(c.conn_param.rnr_retry_count, 7);
+  cm::Req req;
+  req.vendor_id = c.ece.vendor_id & 0xFFFFFF;
+  req.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->dst.port);
+  req.local_ca_guid = devices_[id->device].guid;
+  req.local_qpn = id->local_qpn;
+  req.responder_resources = id->responder_resources;
+  req.initiator_depth = id->initiator_depth;
+  req.remote_cm_response_timeout = kCmResponseTimeout;
+  req.transport = cm::TransportType::kRc;
+  req.end_to_end_flow_control = c.conn_param.flow_control != 0;
+  req.starting_psn = id->seq_num;
+  req.local_cm_response_timeout = kCmResponseTimeout;
+  req.retry_count = id->retry_count;
+  req.pkey = 0xFFFF;
+  req.path_mtu = id->path_mtu;
+  req.rnr_retry_count = id->rnr_retry_count;
+  req.max_cm_retries = kMaxCmRetries;
+  req.srq = c.conn_param.srq != 0;
+  req.primary.local_lid = 0xFFFF;  // permissive: RoCE has no LIDs (Linux's cm_format_req)
+  req.primary.remote_lid = 0xFFFF;
+  req.primary.local_gid = id->path.src_gid;
+  req.primary.remote_gid = id->path.dst_gid;
+  req.primary.traffic_class = id->tos;
+  req.primary.hop_limit = kHopLimit;
+  req.primary.local_ack_timeout = id->ack_timeout.value_or(kLocalAckTimeout);
+  cm::CmaHeader h;
+  h.ip_version = id->src.v6 ? 6 : 4;
+  h.port = id->src.port;
+  h.src = id->src.ip;
+  h.dst = id->dst.ip;
+  cm::StoreCmaHeader(h, req.private_data);
+  std::memcpy(req.private_data.data() + cm::kCmaHeaderSize, c.conn_param.private_data,
+              c.conn_param.private_data_len);
+  auto step = id->cm->SendReq(req, next_tid_++, now_ms, c.ece.attr_mod);
+  if (!step.ok()) return {EINVAL, {}};
+  id->state = IdState::kConnect;
+  Apply(*id, *step, nullptr, now_ms);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_ACCEPT
+CmService::Result CmService::CmdAccept(int conn, uint32_t, std::span<const uint8_t> in,
+                                       uint64_t now_ms, std::span<const uint8_t>) {
+  rdma_ucm_accept c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr || !id->cm) return {EINVAL, {}};
+  if (!c.conn_param.valid) {
+    // The active side after CONNECT_RESPONSE (librdmacm moved its QP to
+    // RTS): the RTU (Linux's cma_rep_recv).
+    auto step = id->cm->SendRtu(cm::Rtu{});
+    if (!step.ok()) return {EINVAL, {}};
+    id->state = IdState::kConnected;
+    Apply(*id, *step, nullptr, now_ms);
+    return {0, {}};
+  }
+  if (id->qp_type == IBV_QPT_UD) {  // the SIDR_REP: our QPN and Q_Key
+    if (c.conn_param.private_data_len > cm::kSidrRepPrivateDataSize) return {EINVAL, {}};
+    id->uid = c.uid;
+    cm::SidrRep srep;
+    srep.status = cm::SidrStatus::kOk;
+    srep.qpn = c.conn_param.qp_num & 0xFFFFFF;
+    srep.qkey = c.conn_param.qkey != 0 ? c.conn_param.qkey : kUdpQkey;
+    srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
+    srep.vendor_id = c.ece.vendor_id & 0xFFFFFF;
+    std::memcpy(srep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
+    auto step = id->cm->SendSidrRep(srep);
+    if (!step.ok()) return {EINVAL, {}};
+    id->state = IdState::kConnected;
+    Apply(*id, *step, nullptr, now_ms);
+    return {0, {}};
+  }
+  if (c.conn_param.private_data_len > cm::kRepPrivateDataSize) return {EINVAL, {}};
+  id->uid = c.uid;
+  id->local_qpn = c.conn_param.qp_num & 0xFFFFFF;
+  id->responder_resources = c.conn_param.responder_resources;
+  id->initiator_depth = c.conn_param.initiator_depth;
+  cm::Rep rep;
+  rep.local_qpn = id->local_qpn;
+  rep.vendor_id = c.ece.vendor_id & 0xFFFFFF;
+  rep.starting_psn = id->seq_num;
+  rep.responder_resources = id->responder_resources;
+  rep.initiator_depth = id->initiator_depth;
+  rep.target_ack_delay = 15;
+  rep.end_to_end_flow_control = c.conn_param.flow_control != 0;
+  rep.rnr_retry_count = std::min<uint8_t>(c.conn_param.rnr_retry_count, 7);
+  rep.srq = c.conn_param.srq != 0;
+  rep.local_ca_guid = devices_[id->device].guid;
+  std::memcpy(rep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
+  auto step = id->cm->SendRep(rep, now_ms, c.ece.attr_mod);
+  if (!step.ok()) return {EINVAL, {}};
+  Apply(*id, *step, nullptr, now_ms);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_REJECT
+CmService::Result CmService::CmdReject(int conn, uint32_t, std::span<const uint8_t> in,
+                                       uint64_t now_ms, std::span<const uint8_t>) {
+  rdma_ucm_reject c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr || !id->cm) return {EINVAL, {}};
+  if (c.private_data_len > cm::kRejPrivateDataSize) return {EINVAL, {}};
+  // Linux's rdma_reject: "consumer defined" with the user's private data
+  // (the reason byte selects that or, with ECE, "vendor option not supported").
+  if (id->qp_type == IBV_QPT_UD) {
+    cm::SidrRep srep;
+    srep.status = cm::SidrStatus::kReject;
+    srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
+    std::memcpy(srep.private_data.data(), c.private_data,
+                std::min<size_t>(c.private_data_len, cm::kSidrRepPrivateDataSize));
+    auto step = id->cm->SendSidrRep(srep);
+    if (!step.ok()) return {EINVAL, {}};
+    Apply(*id, *step, nullptr, now_ms);
+    return {0, {}};
+  }
+  const uint16_t reason = c.reason == 35 ? 35 : static_cast<uint16_t>(cm::RejReason::kConsumerDefined);
+  auto step = id->cm->SendRej(reason, now_ms, std::span<const uint8_t>(c.private_data, c.private_data_len));
+  if (!step.ok()) return {EINVAL, {}};
+  Apply(*id, *step, nullptr, now_ms);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_DISCONNECT
+CmService::Result CmService::CmdDisconnect(int conn, uint32_t, std::span<const uint8_t> in,
+                                           uint64_t now_ms, std::span<const uint8_t>) {
+  rdma_ucm_disconnect c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr || !id->cm) return {EINVAL, {}};
+  // Linux's rdma_disconnect: a DREQ, or the DREP to a received DREQ; in
+  // any other state nothing is sent and it still succeeds (a program
+  // disconnects after its DISCONNECTED event, when time wait has begun).
+  absl::StatusOr<cm::Step> step = id->cm->SendDreq(next_tid_++, now_ms);
+  if (!step.ok()) step = id->cm->SendDrep(now_ms);
+  if (step.ok()) Apply(*id, *step, nullptr, now_ms);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_INIT_QP_ATTR
+CmService::Result CmService::CmdInitQpAttr(int conn, uint32_t, std::span<const uint8_t> in,
+                                           uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_init_qp_attr c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  int err = 0;
+  std::vector<uint8_t> out = InitQpAttr(*id, c.qp_state, &err);
+  return {err, std::move(out)};
+}
+
+// RDMA_USER_CM_CMD_GET_EVENT
+CmService::Result CmService::CmdGetEvent(int conn, uint32_t, std::span<const uint8_t> in,
+                                         uint64_t, std::span<const uint8_t>) {
+  Result r;
+  rdma_ucm_get_event c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  for (auto it = events_.begin(); it != events_.end(); ++it) {
+    if (it->conn != conn) continue;
+    if (auto id = ids_.find(it->handle); id != ids_.end()) ++id->second.events_reported;
+    if (auto mc = mcasts_.find(it->mc); it->mc != 0 && mc != mcasts_.end()) ++mc->second.events_reported;
+    r.out = std::move(it->resp);
+    events_.erase(it);
+    return r;
+  }
+  return {EAGAIN, {}};
+}
+
+// RDMA_USER_CM_CMD_SET_OPTION
+CmService::Result CmService::CmdSetOption(int conn, uint32_t, std::span<const uint8_t> in,
+                                          uint64_t, std::span<const uint8_t> option) {
+  rdma_ucm_set_option c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr) return {EINVAL, {}};
+  if (option.size() != c.optlen) return {EINVAL, {}};
+  if (c.level != RDMA_OPTION_ID) return {ENOSYS, {}};
+  switch (c.optname) {
+    case RDMA_OPTION_ID_TOS:
+      if (option.size() != 1) return {EINVAL, {}};
+      id->tos = option[0];
+      id->tos_set = true;
+      return {0, {}};
+    case RDMA_OPTION_ID_REUSEADDR: {
+      int v;
+      if (option.size() != sizeof v) return {EINVAL, {}};
+      std::memcpy(&v, option.data(), sizeof v);
+      if (id->state != IdState::kIdle) return {EINVAL, {}};
+      id->reuseaddr = v != 0;
       return {0, {}};
     }
-    case RDMA_USER_CM_CMD_ACCEPT: {
-      rdma_ucm_accept c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr || !id->cm) return {EINVAL, {}};
-      if (!c.conn_param.valid) {
-        // The active side after CONNECT_RESPONSE (librdmacm moved its QP to
-        // RTS): the RTU (Linux's cma_rep_recv).
-        auto step = id->cm->SendRtu(cm::Rtu{});
-        if (!step.ok()) return {EINVAL, {}};
-        id->state = IdState::kConnected;
-        Apply(*id, *step, nullptr, now_ms);
-        return {0, {}};
-      }
-      if (id->qp_type == IBV_QPT_UD) {  // the SIDR_REP: our QPN and Q_Key
-        if (c.conn_param.private_data_len > cm::kSidrRepPrivateDataSize) return {EINVAL, {}};
-        id->uid = c.uid;
-        cm::SidrRep srep;
-        srep.status = cm::SidrStatus::kOk;
-        srep.qpn = c.conn_param.qp_num & 0xFFFFFF;
-        srep.qkey = c.conn_param.qkey != 0 ? c.conn_param.qkey : kUdpQkey;
-        srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
-        srep.vendor_id = c.ece.vendor_id & 0xFFFFFF;
-        std::memcpy(srep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
-        auto step = id->cm->SendSidrRep(srep);
-        if (!step.ok()) return {EINVAL, {}};
-        id->state = IdState::kConnected;
-        Apply(*id, *step, nullptr, now_ms);
-        return {0, {}};
-      }
-      if (c.conn_param.private_data_len > cm::kRepPrivateDataSize) return {EINVAL, {}};
-      id->uid = c.uid;
-      id->local_qpn = c.conn_param.qp_num & 0xFFFFFF;
-      id->responder_resources = c.conn_param.responder_resources;
-      id->initiator_depth = c.conn_param.initiator_depth;
-      cm::Rep rep;
-      rep.local_qpn = id->local_qpn;
-      rep.vendor_id = c.ece.vendor_id & 0xFFFFFF;
-      rep.starting_psn = id->seq_num;
-      rep.responder_resources = id->responder_resources;
-      rep.initiator_depth = id->initiator_depth;
-      rep.target_ack_delay = 15;
-      rep.end_to_end_flow_control = c.conn_param.flow_control != 0;
-      rep.rnr_retry_count = std::min<uint8_t>(c.conn_param.rnr_retry_count, 7);
-      rep.srq = c.conn_param.srq != 0;
-      rep.local_ca_guid = devices_[id->device].guid;
-      std::memcpy(rep.private_data.data(), c.conn_param.private_data, c.conn_param.private_data_len);
-      auto step = id->cm->SendRep(rep, now_ms, c.ece.attr_mod);
-      if (!step.ok()) return {EINVAL, {}};
-      Apply(*id, *step, nullptr, now_ms);
+    case RDMA_OPTION_ID_AFONLY:
+      if (option.size() != sizeof(int)) return {EINVAL, {}};
       return {0, {}};
-    }
-    case RDMA_USER_CM_CMD_REJECT: {
-      rdma_ucm_reject c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr || !id->cm) return {EINVAL, {}};
-      if (c.private_data_len > cm::kRejPrivateDataSize) return {EINVAL, {}};
-      // Linux's rdma_reject: "consumer defined" with the user's private data
-      // (the reason byte selects that or, with ECE, "vendor option not supported").
-      if (id->qp_type == IBV_QPT_UD) {
-        cm::SidrRep srep;
-        srep.status = cm::SidrStatus::kReject;
-        srep.service_id = cm::ServiceId(static_cast<cm::PortSpace>(id->ps), id->src.port);
-        std::memcpy(srep.private_data.data(), c.private_data,
-                    std::min<size_t>(c.private_data_len, cm::kSidrRepPrivateDataSize));
-        auto step = id->cm->SendSidrRep(srep);
-        if (!step.ok()) return {EINVAL, {}};
-        Apply(*id, *step, nullptr, now_ms);
-        return {0, {}};
-      }
-      const uint16_t reason = c.reason == 35 ? 35 : static_cast<uint16_t>(cm::RejReason::kConsumerDefined);
-      auto step = id->cm->SendRej(reason, now_ms, std::span<const uint8_t>(c.private_data, c.private_data_len));
-      if (!step.ok()) return {EINVAL, {}};
-      Apply(*id, *step, nullptr, now_ms);
+    case RDMA_OPTION_ID_ACK_TIMEOUT:
+      if (option.size() != 1) return {EINVAL, {}};
+      id->ack_timeout = std::min<uint8_t>(option[0], 31);
       return {0, {}};
-    }
-    case RDMA_USER_CM_CMD_DISCONNECT: {
-      rdma_ucm_disconnect c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr || !id->cm) return {EINVAL, {}};
-      // Linux's rdma_disconnect: a DREQ, or the DREP to a received DREQ; in
-      // any other state nothing is sent and it still succeeds (a program
-      // disconnects after its DISCONNECTED event, when time wait has begun).
-      absl::StatusOr<cm::Step> step = id->cm->SendDreq(next_tid_++, now_ms);
-      if (!step.ok()) step = id->cm->SendDrep(now_ms);
-      if (step.ok()) Apply(*id, *step, nullptr, now_ms);
-      return {0, {}};
-    }
-    case RDMA_USER_CM_CMD_INIT_QP_ATTR: {
-      rdma_ucm_init_qp_attr c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      int err = 0;
-      std::vector<uint8_t> out = InitQpAttr(*id, c.qp_state, &err);
-      return {err, std::move(out)};
-    }
-    case RDMA_USER_CM_CMD_GET_EVENT: {
-      rdma_ucm_get_event c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      for (auto it = events_.begin(); it != events_.end(); ++it) {
-        if (it->conn != conn) continue;
-        if (auto id = ids_.find(it->handle); id != ids_.end()) ++id->second.events_reported;
-        if (auto mc = mcasts_.find(it->mc); it->mc != 0 && mc != mcasts_.end()) ++mc->second.events_reported;
-        r.out = std::move(it->resp);
-        events_.erase(it);
-        return r;
-      }
-      return {EAGAIN, {}};
-    }
-    case RDMA_USER_CM_CMD_SET_OPTION: {
-      rdma_ucm_set_option c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr) return {EINVAL, {}};
-      if (option.size() != c.optlen) return {EINVAL, {}};
-      if (c.level != RDMA_OPTION_ID) return {ENOSYS, {}};
-      switch (c.optname) {
-        case RDMA_OPTION_ID_TOS:
-          if (option.size() != 1) return {EINVAL, {}};
-          id->tos = option[0];
-          id->tos_set = true;
-          return {0, {}};
-        case RDMA_OPTION_ID_REUSEADDR: {
-          int v;
-          if (option.size() != sizeof v) return {EINVAL, {}};
-          std::memcpy(&v, option.data(), sizeof v);
-          if (id->state != IdState::kIdle) return {EINVAL, {}};
-          id->reuseaddr = v != 0;
-          return {0, {}};
-        }
-        case RDMA_OPTION_ID_AFONLY:
-          if (option.size() != sizeof(int)) return {EINVAL, {}};
-          return {0, {}};
-        case RDMA_OPTION_ID_ACK_TIMEOUT:
-          if (option.size() != 1) return {EINVAL, {}};
-          id->ack_timeout = std::min<uint8_t>(option[0], 31);
-          return {0, {}};
-        default:
-          return {ENOSYS, {}};
-      }
-    }
-    case RDMA_USER_CM_CMD_NOTIFY: {
-      rdma_ucm_notify c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Id* id = Find(conn, c.id);
-      if (id == nullptr || !id->cm) return {EINVAL, {}};
-      if (c.event == kCommEst) Apply(*id, id->cm->CommEstablished(), nullptr, now_ms);
-      return {0, {}};
-    }
-    case RDMA_USER_CM_CMD_MIGRATE_ID: {
-      // rdma_migrate_id: written to the destination event channel (`conn`);
-      // the id and its undelivered events move there from the channel the
-      // command names (Linux's ucma_migrate_id takes it as an fd; `option`
-      // carries the connection the caller resolved it to).
-      rdma_ucm_migrate_id c;
-      int from;
-      if (!Load(in, &c) || option.size() != sizeof from) return {EINVAL, {}};
-      std::memcpy(&from, option.data(), sizeof from);
-      Id* id = from >= 0 ? Find(from, c.id) : nullptr;
-      if (id == nullptr) return {EINVAL, {}};
-      id->conn = conn;
-      for (Event& e : events_) {
-        if (e.handle == c.id) e.conn = conn;
-      }
-      rdma_ucm_migrate_resp resp{id->events_reported};
-      return {0, Bytes(resp)};
-    }
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: {
-      rdma_ucm_join_ip_mcast c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      Addr group;
-      const int err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), sizeof c.addr, &group.ip, &group.v6,
-                                    &group.port);
-      if (err != 0) return {err, {}};
-      return Join(conn, c.id, c.uid, group, RDMA_MC_JOIN_FLAG_FULLMEMBER);
-    }
-    case RDMA_USER_CM_CMD_JOIN_MCAST: {
-      rdma_ucm_join_mcast c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      // As ucma_join_multicast: the size must be the family's own.
-      sa_family_t family;
-      std::memcpy(&family, &c.addr, sizeof family);
-      const size_t want = family == AF_INET ? sizeof(sockaddr_in) : family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
-      if (want == 0 || c.addr_size != want) return {EINVAL, {}};
-      Addr group;
-      const int err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), c.addr_size, &group.ip, &group.v6,
-                                    &group.port);
-      if (err != 0) return {err, {}};
-      return Join(conn, c.id, c.uid, group, c.join_flags);
-    }
-    case RDMA_USER_CM_CMD_LEAVE_MCAST: {
-      // rdma_leave_multicast: no event; the group's undelivered events go
-      // (ucma_cleanup_mc_events) and the answer counts the ones delivered,
-      // which librdmacm waits to be acknowledged before it frees the join.
-      rdma_ucm_destroy_id c;
-      if (!Load(in, &c)) return {EINVAL, {}};
-      auto it = mcasts_.find(c.id);
-      if (it == mcasts_.end()) return {ENOENT, {}};
-      if (Find(conn, it->second.id_handle) == nullptr) return {EINVAL, {}};
-      std::erase_if(events_, [&](const Event& e) { return e.mc == c.id; });
-      rdma_ucm_destroy_id_resp resp{it->second.events_reported};
-      mcasts_.erase(it);
-      return {0, Bytes(resp)};
-    }
     default:
-      // GET_OPTION (Linux: ENOSYS too).
       return {ENOSYS, {}};
   }
+}
+
+// RDMA_USER_CM_CMD_NOTIFY
+CmService::Result CmService::CmdNotify(int conn, uint32_t, std::span<const uint8_t> in,
+                                       uint64_t now_ms, std::span<const uint8_t>) {
+  rdma_ucm_notify c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Id* id = Find(conn, c.id);
+  if (id == nullptr || !id->cm) return {EINVAL, {}};
+  if (c.event == kCommEst) Apply(*id, id->cm->CommEstablished(), nullptr, now_ms);
+  return {0, {}};
+}
+
+// RDMA_USER_CM_CMD_MIGRATE_ID
+CmService::Result CmService::CmdMigrateId(int conn, uint32_t, std::span<const uint8_t> in,
+                                          uint64_t, std::span<const uint8_t> option) {
+  // rdma_migrate_id: written to the destination event channel (`conn`);
+  // the id and its undelivered events move there from the channel the
+  // command names (Linux's ucma_migrate_id takes it as an fd; `option`
+  // carries the connection the caller resolved it to).
+  rdma_ucm_migrate_id c;
+  int from;
+  if (!Load(in, &c) || option.size() != sizeof from) return {EINVAL, {}};
+  std::memcpy(&from, option.data(), sizeof from);
+  Id* id = from >= 0 ? Find(from, c.id) : nullptr;
+  if (id == nullptr) return {EINVAL, {}};
+  id->conn = conn;
+  for (Event& e : events_) {
+    if (e.handle == c.id) e.conn = conn;
+  }
+  rdma_ucm_migrate_resp resp{id->events_reported};
+  return {0, Bytes(resp)};
+}
+
+// RDMA_USER_CM_CMD_JOIN_IP_MCAST
+CmService::Result CmService::CmdJoinIpMcast(int conn, uint32_t, std::span<const uint8_t> in,
+                                            uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_join_ip_mcast c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  Addr group;
+  const int err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), sizeof c.addr, &group.ip, &group.v6,
+                                &group.port);
+  if (err != 0) return {err, {}};
+  return Join(conn, c.id, c.uid, group, RDMA_MC_JOIN_FLAG_FULLMEMBER);
+}
+
+// RDMA_USER_CM_CMD_JOIN_MCAST
+CmService::Result CmService::CmdJoinMcast(int conn, uint32_t, std::span<const uint8_t> in,
+                                          uint64_t, std::span<const uint8_t>) {
+  rdma_ucm_join_mcast c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  // As ucma_join_multicast: the size must be the family's own.
+  sa_family_t family;
+  std::memcpy(&family, &c.addr, sizeof family);
+  const size_t want = family == AF_INET ? sizeof(sockaddr_in) : family == AF_INET6 ? sizeof(sockaddr_in6) : 0;
+  if (want == 0 || c.addr_size != want) return {EINVAL, {}};
+  Addr group;
+  const int err = ParseSockaddr(reinterpret_cast<const uint8_t*>(&c.addr), c.addr_size, &group.ip, &group.v6,
+                                &group.port);
+  if (err != 0) return {err, {}};
+  return Join(conn, c.id, c.uid, group, c.join_flags);
+}
+
+// RDMA_USER_CM_CMD_LEAVE_MCAST
+CmService::Result CmService::CmdLeaveMcast(int conn, uint32_t, std::span<const uint8_t> in,
+                                           uint64_t, std::span<const uint8_t>) {
+  // rdma_leave_multicast: no event; the group's undelivered events go
+  // (ucma_cleanup_mc_events) and the answer counts the ones delivered,
+  // which librdmacm waits to be acknowledged before it frees the join.
+  rdma_ucm_destroy_id c;
+  if (!Load(in, &c)) return {EINVAL, {}};
+  auto it = mcasts_.find(c.id);
+  if (it == mcasts_.end()) return {ENOENT, {}};
+  if (Find(conn, it->second.id_handle) == nullptr) return {EINVAL, {}};
+  std::erase_if(events_, [&](const Event& e) { return e.mc == c.id; });
+  rdma_ucm_destroy_id_resp resp{it->second.events_reported};
+  mcasts_.erase(it);
+  return {0, Bytes(resp)};
+}
+
+// The command table, indexed by command number as Linux's ucma_cmd_table
+// (drivers/infiniband/core/ucma.c): a command without a handler is ENOSYS.
+const CmService::CommandTable CmService::kCommandTable = [] {
+  CommandTable t{};
+  t[RDMA_USER_CM_CMD_CREATE_ID] = &CmService::CmdCreateId;
+  t[RDMA_USER_CM_CMD_DESTROY_ID] = &CmService::CmdDestroyId;
+  t[RDMA_USER_CM_CMD_BIND_IP] = &CmService::CmdBind;
+  t[RDMA_USER_CM_CMD_BIND] = &CmService::CmdBind;
+  t[RDMA_USER_CM_CMD_RESOLVE_IP] = &CmService::CmdResolveAddr;
+  t[RDMA_USER_CM_CMD_RESOLVE_ADDR] = &CmService::CmdResolveAddr;
+  t[RDMA_USER_CM_CMD_RESOLVE_ROUTE] = &CmService::CmdResolveRoute;
+  t[RDMA_USER_CM_CMD_QUERY_ROUTE] = &CmService::CmdQueryRoute;
+  t[RDMA_USER_CM_CMD_QUERY] = &CmService::CmdQuery;
+  t[RDMA_USER_CM_CMD_LISTEN] = &CmService::CmdListen;
+  t[RDMA_USER_CM_CMD_CONNECT] = &CmService::CmdConnect;
+  t[RDMA_USER_CM_CMD_ACCEPT] = &CmService::CmdAccept;
+  t[RDMA_USER_CM_CMD_REJECT] = &CmService::CmdReject;
+  t[RDMA_USER_CM_CMD_DISCONNECT] = &CmService::CmdDisconnect;
+  t[RDMA_USER_CM_CMD_INIT_QP_ATTR] = &CmService::CmdInitQpAttr;
+  t[RDMA_USER_CM_CMD_GET_EVENT] = &CmService::CmdGetEvent;
+  t[RDMA_USER_CM_CMD_SET_OPTION] = &CmService::CmdSetOption;
+  t[RDMA_USER_CM_CMD_NOTIFY] = &CmService::CmdNotify;
+  t[RDMA_USER_CM_CMD_MIGRATE_ID] = &CmService::CmdMigrateId;
+  t[RDMA_USER_CM_CMD_JOIN_IP_MCAST] = &CmService::CmdJoinIpMcast;
+  t[RDMA_USER_CM_CMD_JOIN_MCAST] = &CmService::CmdJoinMcast;
+  t[RDMA_USER_CM_CMD_LEAVE_MCAST] = &CmService::CmdLeaveMcast;
+  return t;
+}();
+
+CmService::Result CmService::Dispatch(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                                      std::span<const uint8_t> option) {
+  const Handler h = cmd < kCommandTable.size() ? kCommandTable[cmd] : nullptr;
+  if (h == nullptr) return {ENOSYS, {}};  // GET_OPTION (Linux: ENOSYS too)
+  return (this->*h)(conn, cmd, in, now_ms, option);
 }
 
 // rdma_join_multicast on RoCE, as Linux's cma_iboe_join_multicast: no SA

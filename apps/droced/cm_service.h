@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <rdma/ib_user_verbs.h>
+#include <rdma/rdma_user_cm.h>
 
 #include "apps/droced/cm_gsi.h"
 #include "cm/connection.h"
@@ -211,8 +212,55 @@ class CmService {
   };
 
   Result Join(int conn, uint32_t handle, uint64_t uid, const Addr& group, uint16_t join_flags);
+  // One handler per ucma command (Cmd<Name> for RDMA_USER_CM_CMD_<NAME>),
+  // reached through kCommandTable: each reads its command's struct from
+  // `in` and answers it.
+  using Handler = Result (CmService::*)(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                                        std::span<const uint8_t> option);
+  using CommandTable = std::array<Handler, RDMA_USER_CM_CMD_JOIN_MCAST + 1>;
+  static const CommandTable kCommandTable;
   Result Dispatch(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
                   std::span<const uint8_t> option);
+  Result CmdCreateId(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                     std::span<const uint8_t> option);
+  Result CmdDestroyId(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                      std::span<const uint8_t> option);
+  Result CmdBind(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                 std::span<const uint8_t> option);
+  Result CmdResolveAddr(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                        std::span<const uint8_t> option);
+  Result CmdResolveRoute(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                         std::span<const uint8_t> option);
+  Result CmdQueryRoute(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                       std::span<const uint8_t> option);
+  Result CmdQuery(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                  std::span<const uint8_t> option);
+  Result CmdListen(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                   std::span<const uint8_t> option);
+  Result CmdConnect(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                    std::span<const uint8_t> option);
+  Result CmdAccept(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                   std::span<const uint8_t> option);
+  Result CmdReject(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                   std::span<const uint8_t> option);
+  Result CmdDisconnect(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                       std::span<const uint8_t> option);
+  Result CmdInitQpAttr(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                       std::span<const uint8_t> option);
+  Result CmdGetEvent(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                     std::span<const uint8_t> option);
+  Result CmdSetOption(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                      std::span<const uint8_t> option);
+  Result CmdNotify(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                   std::span<const uint8_t> option);
+  Result CmdMigrateId(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                      std::span<const uint8_t> option);
+  Result CmdJoinIpMcast(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                        std::span<const uint8_t> option);
+  Result CmdJoinMcast(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                      std::span<const uint8_t> option);
+  Result CmdLeaveMcast(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
+                       std::span<const uint8_t> option);
   Id* Find(int conn, uint32_t handle);
   int DeviceOfIp(const Addr& a) const;
   int GidIndex(int device, const cm::Gid& gid) const;

@@ -3,10 +3,12 @@
 //   droced [--run-dir DIR] [--foreground] [--memory-mb N]
 //
 // Every program that opens a fabric device of the run directory attaches
-// here over the control socket (<run dir>/droced.sock) and gets a memif
-// interface on the daemon's memif socket (<run dir>/droced.memif.sock) and a
-// QPN range; the daemon switches frames between those interfaces (QPN
-// steering, ARP/ND answers, flooding) and never touches the transport.
+// here over the control socket (<run dir>/droced.sock) and gets a QPN range
+// and its link to the switch: a pair of shared-memory rings (ring_ports.h),
+// or for a DPDK application that asks, a memif interface on the daemon's
+// memif socket (<run dir>/droced.memif.sock); the daemon switches frames
+// between those links (QPN steering, ARP/ND answers, flooding) and never
+// touches the transport.
 // In the background (the default) it writes droced.pid and droced.log in the
 // run directory; `droce-ctl daemon start|stop|status` drives it.
 #include <fcntl.h>
@@ -49,6 +51,7 @@
 #include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
 #include "apps/droced/netdev_binder.h"
+#include "apps/droced/ring_ports.h"
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
 #include "apps/droced/uplink_spec.h"
@@ -64,6 +67,7 @@
 #include "wire/nd.h"
 #include "wire/packet.h"
 #include "wire/headers.h"
+#include "apps/droced/clock.h"
 
 namespace droce::droced {
 namespace {
@@ -71,11 +75,6 @@ namespace {
 volatile sig_atomic_t g_stop = 0;
 void OnSignal(int) { g_stop = 1; }
 
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 // Control-path log lines (never per packet).
 void Log(const char* fmt, ...) {
@@ -127,14 +126,19 @@ constexpr uint16_t kRing = 1024;
 // chained and is dropped (rx_malformed).
 constexpr uint16_t kDataRoom = pktio::kMaxFrameBytes + RTE_PKTMBUF_HEADROOM;
 
-// The processes' memif interfaces: DPDK memif servers on one socket, told
-// apart by id (DPDK 22.11's memif_socket_init keeps one listener per socket
-// path and a list of interfaces; a client's init message names its id).
-class MemifPorts final : public PortBackend {
+// The processes' links: shared-memory rings (ring_ports.h) for the verbs
+// provider, or, for a DPDK application that asks (droce-testpmd), a memif
+// interface: DPDK memif servers on one socket, told apart by id (DPDK
+// 22.11's memif_socket_init keeps one listener per socket path and a list of
+// interfaces; a client's init message names its id).
+class ProcessPorts final : public PortBackend {
  public:
-  MemifPorts(std::string socket, rte_mempool* pool) : socket_(std::move(socket)), pool_(pool) {}
+  ProcessPorts(std::string socket, rte_mempool* pool, uint32_t link_slots)
+      : socket_(std::move(socket)), pool_(pool), rings_(pool, link_slots) {}
+  RingPorts& rings() { return rings_; }
 
-  absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) override {
+  absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret, bool rings) override {
+    if (rings) return rings_.Open(memif_id);
     const std::string name = absl::StrCat("net_memif_p", memif_id);
     const std::string vdev = ethdev::MemifVdevArgs(
         {.name = name, .server = true, .id = memif_id, .socket = socket_, .secret = secret, .buffer_bytes = 10240});
@@ -165,7 +169,11 @@ class MemifPorts final : public PortBackend {
   // thread panicked re-adding a closed fd to its epoll set (droced died when
   // an MPI rank was killed). Waiting for the link to go down first lets the
   // peer's own disconnect finish.
-  void ClosePort(int handle) override {
+  void ClosePort(int handle, bool rings) override {
+    if (rings) {
+      rings_.Close(handle);  // droced's own mapping: the process's stays valid until it unmaps
+      return;
+    }
     struct Job {
       uint16_t port;
       char name[RTE_ETH_NAME_MAX_LEN];
@@ -190,14 +198,15 @@ class MemifPorts final : public PortBackend {
  private:
   std::string socket_;
   rte_mempool* pool_;
+  RingPorts rings_;
 };
 
 class Daemon {
  public:
-  Daemon(std::string run_dir, rte_mempool* pool)
+  Daemon(std::string run_dir, rte_mempool* pool, uint32_t link_slots)
       : run_dir_(run_dir),
         pool_(pool),
-        ports_(fabric::MemifSocketPath(run_dir), pool),
+        ports_(fabric::MemifSocketPath(run_dir), pool, link_slots),
         state_(run_dir, &ports_),
         netdev_(run_dir, &state_, [this](uint32_t dev, const fabric::NetdevState& m) { NotifyNetdev(dev, m); },
                 [this](int port) { wakeups_[port].reset(); }),
@@ -357,7 +366,7 @@ class Daemon {
   bool AnyLinkUp() {
     for (const Port& p : state_.ports()) {
       rte_eth_link link{};
-      if (p.in_use && !p.uplink && !p.iface && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
+      if (p.in_use && !p.uplink && !p.iface && !p.rings && rte_eth_link_get_nowait(static_cast<uint16_t>(p.handle), &link) == 0 &&
           link.link_status == RTE_ETH_LINK_UP) {
         return true;
       }
@@ -396,11 +405,7 @@ class Daemon {
       // Counted before: memif's transmit frees what it sent.
       uint64_t bytes[kBurst];
       for (uint16_t i = 0; i < s.n; ++i) bytes[i] = rte_pktmbuf_pkt_len(s.m[i]);
-      // A process killed mid-burst: DPDK's memif thread unmaps its rings
-      // under us (ethdev/unmap_guard.h); the burst then ends, not the daemon.
-      bool faulted = false;
-      sent = ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), s.m, s.n, &faulted);
-      if (faulted) ++state_.counters().unmap_faults;
+      sent = PortTx(p, s.m, s.n);
       for (uint16_t i = 0; i < sent; ++i) p.counters.tx_bytes += bytes[i];
       p.counters.tx_packets += sent;
       p.counters.tx_dropped += s.n - sent;
@@ -532,14 +537,32 @@ class Daemon {
       rte_mbuf* m = held_[i];
       held_[i] = nullptr;
       const Port& p = state_.ports()[i];
-      bool faulted = false;
-      if (p.in_use && ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), &m, 1, &faulted) == 1) {
+      if (p.in_use && PortTx(p, &m, 1) == 1) {
         ++work;
       } else {
         rte_pktmbuf_free(m);
       }
     }
     return work;
+  }
+
+  // A port's bursts: a process's rings, or an ethdev port (a memif
+  // process, the uplink, an interface). A process killed mid-burst on memif:
+  // DPDK's memif thread unmaps its rings under us (ethdev/unmap_guard.h); the
+  // burst then ends, not the daemon. Rings are droced's own mapping.
+  uint16_t PortRx(const Port& p, rte_mbuf** m, uint16_t n) {
+    if (p.rings) return ports_.rings().RxBurst(p.handle, m, n);
+    bool faulted = false;
+    n = ethdev::GuardedRxBurst(static_cast<uint16_t>(p.handle), m, n, &faulted);
+    if (faulted) ++state_.counters().unmap_faults;
+    return n;
+  }
+  uint16_t PortTx(const Port& p, rte_mbuf** m, uint16_t n) {
+    if (p.rings) return ports_.rings().TxBurst(p.handle, m, n);
+    bool faulted = false;
+    n = ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), m, n, &faulted);
+    if (faulted) ++state_.counters().unmap_faults;
+    return n;
   }
 
   uint32_t PollOnce() {
@@ -551,9 +574,7 @@ class Daemon {
       Port& src = ports[idx];
       // PFC: a sender whose frames fill a bottleneck waits in its own ring.
       if (queued_ != 0 && pfc.held(static_cast<uint32_t>(src.handle))) continue;
-      bool faulted = false;
-      const uint16_t n = ethdev::GuardedRxBurst(static_cast<uint16_t>(src.handle), rx, kBurst, &faulted);
-      if (faulted) ++state_.counters().unmap_faults;
+      const uint16_t n = PortRx(src, rx, kBurst);
       work += n;
       if (n != 0) {
         ++src.counters.rx_bursts;
@@ -651,6 +672,12 @@ class Daemon {
         continue;
       }
       any = true;
+      if (p.rings) {  // its ring's eventfd (ring_ports.h): always there
+        armed_ring_[nwake_] = p.handle;
+        armed_[nwake_] = i;
+        wake_fds_[nwake_++] = ports_.rings().Arm(p.handle);
+        continue;
+      }
       if (wakeups_[i] == nullptr || wakeup_memif_[i] != p.memif_id) {
         std::string why_not;
         wakeups_[i] = ethdev::RxWakeup::For(static_cast<uint16_t>(p.handle), &why_not);
@@ -667,6 +694,7 @@ class Daemon {
         all = false;
         break;
       }
+      armed_ring_[nwake_] = -1;
       armed_[nwake_] = i;
       wake_fds_[nwake_++] = fd;
     }
@@ -677,7 +705,11 @@ class Daemon {
 
   void DisarmWakeups() {
     for (uint32_t k = 0; k < nwake_; ++k) {
-      if (wakeups_[armed_[k]] != nullptr) wakeups_[armed_[k]]->Disarm();
+      if (armed_ring_[k] >= 0) {
+        ports_.rings().Disarm(armed_ring_[k]);  // closed meanwhile: nothing to do
+      } else if (wakeups_[armed_[k]] != nullptr) {
+        wakeups_[armed_[k]]->Disarm();
+      }
     }
     nwake_ = 0;
   }
@@ -745,9 +777,9 @@ class Daemon {
       }
       for (const Port& p : state_.ports()) {
         if (p.in_use && p.conn_fd == c.fd) {
-          Log("process %d left %s (memif %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu, "
+          Log("process %d left %s (%s %u, qpns from %u): rx %lu pkts, tx %lu pkts, tx_dropped %lu, "
               "rx_bursts %lu (full %lu)",
-              p.pid, state_.devices()[p.device].name.c_str(), p.memif_id, p.slot * fabric::kQpnsPerProcess,
+              p.pid, state_.devices()[p.device].name.c_str(), p.rings ? "rings" : "memif", p.memif_id, p.slot * fabric::kQpnsPerProcess,
               p.counters.rx_packets, p.counters.tx_packets, p.counters.tx_dropped, p.counters.rx_bursts,
               p.counters.rx_bursts_full);
         }
@@ -778,13 +810,16 @@ class Daemon {
       }
     }
     if (r.op == fabric::kOpStatus && r.error == 0) {
+      const RingPortCounters& rc = ports_.rings().counters();
+      text += absl::StrFormat("links (rings): rx_no_mbuf %lu rx_bad_length %lu tx_too_long %lu wakeups_sent %lu\n",
+                              rc.rx_no_mbuf, rc.rx_bad_length, rc.tx_too_long, rc.wakeups_sent);
       for (uint32_t d = 0; d < state_.devices().size(); ++d) text += netdev_.StatusText(d);
       text += cm_.StatusText();
     }
     if (r.error != 0) {
       Log("request from pid %d refused: %s (%s)", c.pid, r.message, std::strerror(r.error));
     } else if (r.op == fabric::kOpAttach) {
-      Log("process %d attached (memif %u, qpns %u-%u)", c.pid, r.memif_id, r.qpn_base,
+      Log("process %d attached (%s %u, qpns %u-%u)", c.pid, r.memif_socket[0] != 0 ? "memif" : "rings", r.memif_id, r.qpn_base,
           r.qpn_base + r.qpn_count - 1);
     }
     std::string out(reinterpret_cast<const char*>(&r), sizeof r);
@@ -792,13 +827,17 @@ class Daemon {
     fabric::Reply* hdr = reinterpret_cast<fabric::Reply*>(out.data());
     hdr->size = static_cast<uint32_t>(out.size());
     send(c.fd, out.data(), out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    // A netdev-bound device's process gets the interface's state right
-    // after its attach reply (its GID table, its port state).
+    // The process's side of its rings follows the reply, then, for a
+    // netdev-bound device, the interface's state (its GID table, its port).
     if (r.op == fabric::kOpAttach && r.error == 0) {
       for (const Port& p : state_.ports()) {
-        if (p.in_use && p.conn_fd == c.fd && !p.iface && state_.devices()[p.device].netdev_bound) {
-          SendNetdevAttach(c, p);
+        if (!p.in_use || p.conn_fd != c.fd || p.iface) continue;
+        if (p.rings) {
+          if (const int err = ports_.rings().SendToProcess(p.handle, c.fd); err != 0) {
+            Log("process %d: sending its link: %s", c.pid, std::strerror(err));
+          }
         }
+        if (state_.devices()[p.device].netdev_bound) SendNetdevAttach(c, p);
       }
     }
     // After the reply: an attach's paths follow it on the same connection.
@@ -907,10 +946,9 @@ class Daemon {
     const size_t bytes = 2 * pktio::FrameRing::Bytes(ring_slots_, slot_bytes);
     // Named for /proc/PID/maps (tests/fabric: only the pair maps it).
     const std::string name = absl::StrFormat("droce-ring-%lu-%d-%d", d.id, a.pid, b.pid);
-    const int mem = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    const int mem = ethdev::CreateRingMemfd(name, bytes);
     int efd[2] = {eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
-    bool ok = mem >= 0 && efd[0] >= 0 && efd[1] >= 0 && ftruncate(mem, static_cast<off_t>(bytes)) == 0 &&
-              fcntl(mem, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
+    bool ok = mem >= 0 && efd[0] >= 0 && efd[1] >= 0;
     int sent = 0;
     for (int side = 0; ok && side < 2; ++side) {
       const Port& me = side == 0 ? a : b;
@@ -1211,7 +1249,7 @@ class Daemon {
     uplink_retry_ = rte_eth_dev_start(static_cast<uint16_t>(uplink_port_)) != 0;
     if (!uplink_retry_) Log("uplink: connected to its server");
   }
-  MemifPorts ports_;
+  ProcessPorts ports_;
   FabricState state_;
   NetdevBinder netdev_;
   CmService cm_;
@@ -1272,6 +1310,7 @@ class Daemon {
   uint32_t wakeup_memif_[kMaxPorts] = {};
   uint32_t prefaulted_memif_[kMaxPorts] = {};  // the memif whose region was prefaulted, per port index
   uint32_t armed_[kMaxPorts] = {};
+  int armed_ring_[kMaxPorts] = {};  // the armed port's RingPorts handle, -1: an ethdev port
   int wake_fds_[kMaxPorts] = {};
   uint32_t nwake_ = 0;
   uint32_t ndirty_ = 0;
@@ -1288,6 +1327,7 @@ int Main(int argc, char** argv) {
   // DROCED_DIRECT=0: a daemon droce-ctl starts switches every frame (benchmarks).
   bool direct = std::getenv("DROCED_DIRECT") == nullptr || std::string(std::getenv("DROCED_DIRECT")) != "0";
   uint32_t ring_slots = 256;
+  uint32_t link_slots = 512;
   // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
   std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
   // A real NIC as the uplink: hugepages and the PMD's own EAL options.
@@ -1311,6 +1351,12 @@ int Main(int argc, char** argv) {
         std::fprintf(stderr, "droced: --ring-slots: a power of two, 2..65536\n");
         return 2;
       }
+    } else if (a == "--link-slots" && i + 1 < argc) {
+      link_slots = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
+      if (!pktio::FrameRing::ValidGeometry(link_slots, pktio::FrameRing::kDefaultSlotBytes)) {
+        std::fprintf(stderr, "droced: --link-slots: a power of two, 2..65536\n");
+        return 2;
+      }
     } else if (a == "--foreground") {
       foreground = true;
     } else if (a == "--uplink" && i + 1 < argc) {
@@ -1323,7 +1369,7 @@ int Main(int argc, char** argv) {
       for (absl::string_view w : absl::StrSplit(argv[++i], ' ', absl::SkipEmpty())) eal_args.emplace_back(w);
     } else {
       std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--no-direct] [--ring-slots N] [--hugepages] [--eal \"EAL ARGS\"]\n"
+                   "[--no-realtime] [--no-direct] [--ring-slots N] [--link-slots N] [--hugepages] [--eal \"EAL ARGS\"]\n"
                    "              [--uplink memif:SOCKET:server|client | vdev:NAME[,ARGS] | pci:DDDD:BB:DD.F[,ARGS]]\n");
       return 2;
     }
@@ -1412,7 +1458,7 @@ int Main(int argc, char** argv) {
   if (s.ok() && pool == nullptr) s = absl::ResourceExhaustedError(rte_strerror(rte_errno));
   // Frames a bottleneck still holds when it is replaced or its device goes.
   SwitchKnobs::set_frame_free([](void* m) { rte_pktmbuf_free(static_cast<rte_mbuf*>(m)); });
-  auto* daemon = s.ok() ? new Daemon(run_dir, pool) : nullptr;
+  auto* daemon = s.ok() ? new Daemon(run_dir, pool, link_slots) : nullptr;
   if (daemon != nullptr) {
     daemon->set_busy_poll(busy_poll);
     daemon->set_busy_window_us(busy_window_us);

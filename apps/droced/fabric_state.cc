@@ -13,15 +13,10 @@
 #include "wire/arp.h"
 #include "wire/nd.h"
 #include "wire/steer.h"
+#include "apps/droced/clock.h"
 
 namespace droce::droced {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
 
@@ -145,6 +140,9 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
   if (std::memchr(req.device, 0, sizeof req.device) == nullptr) return reject(EINVAL, "device name not terminated");
   const std::string device(req.device);
   if (req.pid != static_cast<uint32_t>(peer_pid)) return reject(EPERM, "pid is not the sender's");
+  if (req.link != fabric::kLinkRings && (req.op != fabric::kOpAttach || req.link != fabric::kLinkMemif)) {
+    return reject(EINVAL, absl::StrFormat("bad link kind %u", req.link));
+  }
   if (req.want_qpn_base != 0) {
     const uint32_t slot = req.want_qpn_base / fabric::kQpnsPerProcess;
     if (req.op != fabric::kOpAttach || req.want_qpn_base % fabric::kQpnsPerProcess != 0 || slot == 0 ||
@@ -291,9 +289,10 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   Port& p = *free_port;
   const int index = static_cast<int>(free_port - ports_.begin());
   p = Port{};
-  p.secret = RandomSecret();
+  p.rings = req.link == fabric::kLinkRings;
+  if (!p.rings) p.secret = RandomSecret();
   p.memif_id = next_memif_id_++;
-  absl::StatusOr<int> handle = backend_->OpenPort(p.memif_id, p.secret);
+  absl::StatusOr<int> handle = backend_->OpenPort(p.memif_id, p.secret, p.rings);
   if (!handle.ok()) {
     *error = EIO;
     *message = std::string(handle.status().message());
@@ -314,8 +313,10 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   std::memcpy(r.mac, d.mac.data(), 6);
   r.num_gids = static_cast<uint32_t>(std::min<size_t>(d.gids.size(), fabric::kMaxGids));
   for (uint32_t i = 0; i < r.num_gids; ++i) std::memcpy(r.gids[i], d.gids[i].data(), 16);
-  std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
-  std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
+  if (!p.rings) {
+    std::strncpy(r.secret, p.secret.c_str(), sizeof r.secret - 1);
+    std::strncpy(r.memif_socket, memif_socket().c_str(), sizeof r.memif_socket - 1);
+  }
   return r;
 }
 
@@ -410,7 +411,7 @@ void FabricState::Detach(int port) {
   if (!p.in_use) return;
   FabricDevice& d = devices_[p.device];
   if (d.slot_owner[p.slot] == port) d.slot_owner[p.slot] = -1;
-  backend_->ClosePort(p.handle);
+  backend_->ClosePort(p.handle, p.rings);
   p.in_use = false;
   p.conn_fd = -1;
   RefreshActivePorts();
@@ -478,10 +479,18 @@ Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, int64
     ++fd.counters.rx_not_roce;
     return d;
   }
-  if (qpn == 1) {
+  return SteerByQpn(static_cast<int>(device), qpn);
+}
+
+// A RoCEv2 frame to QPN qpn of a device: QP 1 to the daemon's CM, any
+// other QPN to the port of the process whose range holds it.
+Decision FabricState::SteerByQpn(int device, int64_t qpn) {
+  Decision d;
+  FabricDevice& fd = devices_[device];
+  if (qpn == 1) {  // GSI: QP 1 lives in the daemon, which plays the kernel's CM
     ++fd.counters.rx_gsi;
     d.kind = Decision::kToGsi;
-    d.device = static_cast<int>(device);
+    d.device = device;
     return d;
   }
   const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
@@ -551,24 +560,7 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
       return to_uplink(counters_.rx_no_route);
     }
   }
-  if (qpn == 1) {  // GSI: QP 1 lives in the daemon, which plays the kernel's CM
-    ++devices_[dev].counters.rx_gsi;
-    d.kind = Decision::kToGsi;
-    d.device = dev;
-    return d;
-  }
-  if (qpn >= 0) {
-    FabricDevice& fd = devices_[dev];
-    const int16_t owner = fd.slot_owner[static_cast<uint32_t>(qpn) / fabric::kQpnsPerProcess];
-    if (owner < 0) {
-      ++fd.counters.rx_no_owner;
-      return d;
-    }
-    ++fd.counters.rx_roce;
-    d.kind = Decision::kToPort;
-    d.port = owner;
-    return d;
-  }
+  if (qpn >= 0) return SteerByQpn(dev, qpn);
   // Not RoCEv2: the control frames of the segment.
   uint32_t out_len = 0;
   const uint16_t type = wire::ReadL3(frame, len).ether_type;
@@ -708,9 +700,9 @@ std::string FabricState::StatusText(const std::string& only_device) const {
       const size_t direct = static_cast<size_t>(std::count_if(paths_.begin(), paths_.end(), [&](const DirectPath& d) {
         return d.port[0] == static_cast<int>(k) || d.port[1] == static_cast<int>(k);
       }));
-      absl::StrAppendFormat(&out, "  process pid %d port %zu memif %u qpns %u-%u: rx %lu pkts %lu B, tx %lu pkts %lu B, "
+      absl::StrAppendFormat(&out, "  process pid %d port %zu %s %u qpns %u-%u: rx %lu pkts %lu B, tx %lu pkts %lu B, "
                             "tx_dropped %lu, direct paths %zu\n",
-                            p.pid, k, p.memif_id, base, base + fabric::kQpnsPerProcess - 1, p.counters.rx_packets,
+                            p.pid, k, p.rings ? "rings" : "memif", p.memif_id, base, base + fabric::kQpnsPerProcess - 1, p.counters.rx_packets,
                             p.counters.rx_bytes, p.counters.tx_packets, p.counters.tx_bytes, p.counters.tx_dropped,
                             direct);
     }

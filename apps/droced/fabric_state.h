@@ -23,13 +23,15 @@ namespace droce::droced {
 inline constexpr uint32_t kMaxPorts = 256;  // attached processes, all devices together
 inline constexpr uint32_t kSlots = fabric::kQpnSpace / fabric::kQpnsPerProcess;
 
-// Creates and destroys a process's memif server interface (droced.cc:
-// rte_dev_probe on the daemon's memif socket). Returns an opaque port handle.
+// Creates and destroys a process's link to the switch (droced.cc): its
+// shared-memory rings (`rings`, fabric::kLinkRings), or a memif server
+// interface on the daemon's memif socket (fabric::kLinkMemif: rte_dev_probe).
+// Returns an opaque handle, per kind.
 class PortBackend {
  public:
   virtual ~PortBackend() = default;
-  virtual absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) = 0;
-  virtual void ClosePort(int handle) = 0;
+  virtual absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret, bool rings) = 0;
+  virtual void ClosePort(int handle, bool rings) = 0;
 };
 
 struct PortCounters {
@@ -90,9 +92,10 @@ struct Port {
   pid_t pid = 0;
   uint32_t device = 0;
   uint32_t slot = 0;
-  uint32_t memif_id = 0;
-  int handle = -1;  // PortBackend's
-  std::string secret;
+  uint32_t memif_id = 0;  // the attachment's id (never reused): its memif interface's, or its rings'
+  bool rings = false;     // linked by shared-memory rings (fabric::kLinkRings), else by memif
+  int handle = -1;        // PortBackend's
+  std::string secret;     // memif only
   PortCounters counters;
   uint32_t peer_generation = 0;  // direct-path messages sent to this port (ethdev::PeerMessage)
 };
@@ -211,6 +214,7 @@ class FabricState {
   int FindDeviceByMac(const uint8_t* mac) const;
   int FindDeviceByGid(const uint8_t* gid) const;
   Decision FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn);
+  Decision SteerByQpn(int device, int64_t qpn);
   fabric::Reply Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error);
   void Detach(int port);
   bool AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);

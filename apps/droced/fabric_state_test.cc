@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 class FakePorts : public PortBackend {
  public:
-  absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret) override {
+  absl::StatusOr<int> OpenPort(uint32_t memif_id, const std::string& secret, bool rings) override {
     if (fail_next) {
       fail_next = false;
       return absl::UnavailableError("probe failed");
@@ -31,10 +31,12 @@ class FakePorts : public PortBackend {
     opened.insert(next);
     ids.push_back(memif_id);
     secrets.push_back(secret);
+    ring_links.push_back(rings);
     return next++;
   }
-  void ClosePort(int handle) override { opened.erase(handle); }
+  void ClosePort(int handle, bool) override { opened.erase(handle); }
   std::set<int> opened;
+  std::vector<bool> ring_links;
   std::vector<uint32_t> ids;
   std::vector<std::string> secrets;
   int next = 100;
@@ -79,9 +81,10 @@ class FabricStateTest : public ::testing::Test {
   fabric::Reply Send(int fd, const fabric::Request& req, pid_t pid = 4242) {
     return state_->Handle(fd, &req, sizeof req, pid, 0, &text_);
   }
-  fabric::Reply Attach(int fd, const std::string& dev, pid_t pid = 4242) {
+  fabric::Reply Attach(int fd, const std::string& dev, pid_t pid = 4242, uint32_t link = fabric::kLinkRings) {
     fabric::Request req = fabric::MakeRequest(fabric::kOpAttach, dev);
     req.pid = static_cast<uint32_t>(pid);
+    req.link = link;
     return Send(fd, req, pid);
   }
   int PortsInUse() {
@@ -110,9 +113,10 @@ TEST_F(FabricStateTest, AttachGivesEachProcessItsOwnRangeAndInterface) {
   EXPECT_NE(a.memif_id, 0u);  // the daemon's own pinned interface
   EXPECT_EQ(std::memcmp(a.mac, kMac0.data(), 6), 0);
   EXPECT_EQ(a.num_gids, 2u);  // link-local and IPv4
-  EXPECT_STRNE(a.secret, "");
-  EXPECT_STRNE(a.secret, b.secret);
-  EXPECT_EQ(std::string(a.memif_socket), fabric::MemifSocketPath(dir_));
+  // Rings (the default): no memif interface, so no secret or socket.
+  EXPECT_STREQ(a.secret, "");
+  EXPECT_STREQ(a.memif_socket, "");
+  EXPECT_EQ(ports_.ring_links, (std::vector<bool>{true, true}));
   // Ranges are per device: droce1's first process may get droce0's range.
   const fabric::Reply c = Attach(12, "droce1", 333);
   ASSERT_EQ(c.error, 0) << c.message;
@@ -121,6 +125,26 @@ TEST_F(FabricStateTest, AttachGivesEachProcessItsOwnRangeAndInterface) {
   EXPECT_NE(state_->StatusText("droce0").find("pid 111"), std::string::npos);
   EXPECT_NE(state_->StatusText("droce0").find("pid 222"), std::string::npos);
   EXPECT_EQ(state_->StatusText("droce0").find("pid 333"), std::string::npos);
+}
+
+// A DPDK application (droce-testpmd) asks for a memif interface: it gets a
+// secret of its own and the daemon's memif socket.
+TEST_F(FabricStateTest, MemifAttachGetsAnInterfaceWithItsOwnSecret) {
+  const fabric::Reply a = Attach(10, "droce0", 111, fabric::kLinkMemif);
+  const fabric::Reply b = Attach(11, "droce0", 222, fabric::kLinkMemif);
+  ASSERT_EQ(a.error, 0) << a.message;
+  ASSERT_EQ(b.error, 0) << b.message;
+  EXPECT_STRNE(a.secret, "");
+  EXPECT_STRNE(a.secret, b.secret);
+  EXPECT_EQ(std::string(a.memif_socket), fabric::MemifSocketPath(dir_));
+  EXPECT_EQ(ports_.ring_links, (std::vector<bool>{false, false}));
+  EXPECT_NE(state_->StatusText("droce0").find("memif " + std::to_string(a.memif_id)), std::string::npos);
+  EXPECT_EQ(Attach(12, "droce0", 333, 2).error, EINVAL);  // no such link kind
+  EXPECT_EQ(Attach(13, "droce0", 444, 0xffffffffu).error, EINVAL);
+  fabric::Request status = fabric::MakeRequest(fabric::kOpStatus, "");
+  status.pid = 4242;
+  status.link = fabric::kLinkMemif;  // only an attach names a link
+  EXPECT_EQ(Send(14, status).error, EINVAL);
 }
 
 // A program whose daemon restarted asks for its old range back: granted

@@ -11,15 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "drivers/verbs/device_config.h"
+#include "apps/droced/clock.h"
 
 namespace droce::droced {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
 
 void Log(const std::string& s) {
   char when[32];

@@ -20,7 +20,7 @@ absl::StatusOr<FabricAttachment> AttachToFabric(const std::string& run_dir, cons
     return absl::InvalidArgumentError(absl::StrCat("QPN range ", range, " is outside 1..",
                                                    fabric::kQpnSpace / fabric::kQpnsPerProcess - 1));
   }
-  absl::StatusOr<fabric::Attachment> at = fabric::Attach(run_dir, device, range * fabric::kQpnsPerProcess);
+  absl::StatusOr<fabric::Attachment> at = fabric::Attach(run_dir, device, range * fabric::kQpnsPerProcess, fabric::kLinkMemif);
   if (!at.ok()) return at.status();
   const fabric::Reply* r = &at->reply;
   FabricAttachment a;

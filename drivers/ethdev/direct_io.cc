@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "drivers/ethdev/daemon_link.h"
 #include "drivers/ethdev/prefault.h"
 #include "wire/steer.h"
 
@@ -133,13 +134,9 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   }
   const size_t ring_bytes = pktio::FrameRing::Bytes(m.slots, m.slot_bytes);
   const size_t bytes = 2 * ring_bytes;
-  struct stat st {};
-  if (fstat(owned[0], &st) != 0 || static_cast<size_t>(st.st_size) != bytes) return refuse("memfd size");
-  // Sealed against shrinking: a peer cannot truncate it under us (SIGBUS).
-  const int seals = fcntl(owned[0], F_GET_SEALS);
-  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) return refuse("memfd not sealed");
-  void* map = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, owned[0], 0);
-  if (map == MAP_FAILED) return refuse(absl::StrFormat("mmap: %s", std::strerror(errno)));
+  absl::StatusOr<void*> mapped = MapRingMemfd(owned[0], bytes);
+  if (!mapped.ok()) return refuse(std::string(mapped.status().message()));
+  void* map = *mapped;
   close(owned[0]);  // the mapping keeps the memory
   owned[0] = -1;
   Path p;

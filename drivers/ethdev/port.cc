@@ -23,7 +23,6 @@ namespace {
 // receive ring whose frames exceed the mbuf; memif's bsize is 10240) plus
 // DPDK's headroom. droce's own frames never exceed pktio::kMaxFrameBytes.
 constexpr uint16_t kDataRoom = 10240 + RTE_PKTMBUF_HEADROOM;
-constexpr uint16_t kDroceDataRoom = pktio::kMaxFrameBytes + RTE_PKTMBUF_HEADROOM;  // PortConfig::droce_frames_only
 
 }  // namespace
 
@@ -52,8 +51,7 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
     return absl::NotFoundError(absl::StrFormat("no DPDK port named %s (is its --vdev given?)", c.name));
   }
   const std::string pool_name = "droce_pool_" + std::to_string(port);
-  const uint16_t data_room = c.droce_frames_only ? kDroceDataRoom : kDataRoom;
-  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, c.mempool_cache, 0, data_room,
+  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), c.mbufs, c.mempool_cache, 0, kDataRoom,
                                               rte_eth_dev_socket_id(port));
   if (pool == nullptr) {
     return absl::ResourceExhaustedError(absl::StrFormat("mbuf pool for %s: %s", c.name, rte_strerror(rte_errno)));

@@ -19,11 +19,6 @@ struct PortConfig {
   std::string name;          // ethdev name, e.g. "net_memif0" (the vdev's name)
   uint32_t mbufs = 8191;     // pool size: rx + tx rings + frames in flight
   uint32_t mempool_cache = 256;  // mbufs each lcore keeps to itself (up to 1.5x this)
-  // The port carries only droce's own frames (droced's fabric), never more
-  // than pktio::kMaxFrameBytes: mbufs get a data room that size, less than
-  // half of the 10240 bytes a jumbo-frame wire needs (net_af_packet refuses
-  // a receive ring whose frames exceed the mbuf).
-  bool droce_frames_only = false;
   uint16_t rx_ring = 1024;
   uint16_t tx_ring = 1024;
   bool start_may_fail = false;  // open anyway (link down) if starting fails

@@ -99,7 +99,8 @@ absl::StatusOr<Reply> CallOnce(const std::string& control_socket, const Request&
   return r;
 }
 
-absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string& device, uint32_t want_qpn_base) {
+absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string& device, uint32_t want_qpn_base,
+                                  uint32_t link) {
   const std::string control = ControlSocketPath(run_dir);
   Attachment a;
   a.fd = Connect(control);
@@ -111,6 +112,7 @@ absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string&
   }
   Request req = MakeRequest(kOpAttach, device);
   req.want_qpn_base = want_qpn_base;
+  req.link = link;
   absl::StatusOr<Reply> r = Call(a.fd, req, 10000);
   auto fail = [&](absl::Status s) {
     close(a.fd);

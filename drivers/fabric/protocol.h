@@ -23,7 +23,7 @@
 namespace droce::fabric {
 
 inline constexpr uint32_t kMagic = 0x64524f43;  // "dROC"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr uint32_t kNameBytes = 48;      // device name, NUL-terminated (IsValidDeviceName: <= 32)
 inline constexpr uint32_t kSecretBytes = 24;    // memif secret (DPDK's ETH_MEMIF_SECRET_SIZE)
 inline constexpr uint32_t kMessageBytes = 128;
@@ -34,8 +34,20 @@ inline constexpr uint32_t kQpnSpace = 1u << 24;
 // A status reply carries up to this much text after its header.
 inline constexpr uint32_t kMaxStatusText = 60 * 1024;
 
+// An attached process's link to the switch (doc/droced.md "The link to the
+// daemon").
+enum AttachLink : uint32_t {
+  // Shared-memory rings (ethdev::LinkMessage follows the attach reply): the
+  // verbs provider. Any number of them, no DPDK on the process's side.
+  kLinkRings = 0,
+  // A DPDK memif interface on the daemon's memif socket (memif_id, secret,
+  // memif_socket in the reply): a DPDK application whose engines drive an
+  // ethdev port (droce-testpmd). At most RTE_MAX_ETHPORTS - 1 per daemon.
+  kLinkMemif = 1,
+};
+
 enum Op : uint16_t {
-  kOpAttach = 1,    // attach this process to a fabric device: memif id, QPN range
+  kOpAttach = 1,    // attach this process to a fabric device: its link, QPN range
   kOpDetach = 2,    // give the attachment back (closing the socket does too)
   kOpStatus = 3,    // text: devices, attached processes, counters
   kOpShutdown = 4,  // stop the daemon (same user or root)
@@ -142,7 +154,10 @@ struct Request {
   // range its QPs already use. Granted only if free (else EADDRINUSE). Other
   // ops: zero.
   uint32_t want_qpn_base;
-  uint8_t reserved[12];  // must be zero
+  // kOpAttach: how the process's frames reach the daemon (AttachLink).
+  // Other ops: zero.
+  uint32_t link;
+  uint8_t reserved[8];  // must be zero
 };
 static_assert(sizeof(Request) == 80);
 
@@ -153,7 +168,7 @@ struct Reply {
   uint32_t size;       // sizeof(Reply), plus the text of a status reply
   int32_t error;       // 0 or a positive errno
   // kOpAttach:
-  uint32_t memif_id;   // the process's memif interface on the daemon's socket
+  uint32_t memif_id;   // the attachment's id: its memif interface on the daemon's socket (kLinkMemif)
   uint32_t qpn_base;   // QPNs [qpn_base, qpn_base + qpn_count) are the process's
   uint32_t qpn_count;
   uint32_t num_gids;
@@ -197,7 +212,9 @@ struct Attachment {
 // Connects to the droced of `run_dir` and attaches to `device`, asking for
 // the QPN range at want_qpn_base (0: any free one). Errors say what to do;
 // the socket is closed on one.
-absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string& device, uint32_t want_qpn_base);
+// `link`: AttachLink (kLinkRings: read the LinkMessage that follows).
+absl::StatusOr<Attachment> Attach(const std::string& run_dir, const std::string& device, uint32_t want_qpn_base,
+                                  uint32_t link = kLinkRings);
 
 }  // namespace droce::fabric
 

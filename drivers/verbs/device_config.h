@@ -201,7 +201,7 @@ class DoorbellBatcher {
 //   the thread was not sent to SCHED_OTHER for these reasons within kHoldNs
 //   (Switched), and the program's thread ran for at least half of the time
 //   it has been quiet (NoteProgramCpu: it spins on memory, rather than being
-//   preempted or blocked — the churn guard, lat5).
+//   preempted or blocked: the churn guard).
 // A program that calls in bursts (ib_write_lat polls for its send
 // completion, about half of each round trip, then spins on memory), a
 // polling program that other threads preempt now and then (on the shared
@@ -302,7 +302,8 @@ class AutoSchedPolicy {
   // not run — preempted on a loaded host (ibv_rc_pingpong polls without a
   // break: its only pauses are preemptions), or blocked — gains nothing from
   // a real-time thread, whose wake-ups then preempt it as soon as it runs
-  // again (lat4's churn: ~500 us/iter). The run time while not calling is
+  // again (promoted and demoted in turn, ibv_rc_pingpong took ~500 us per
+  // iteration on the 2-core VM). The run time while not calling is
   // bounded from below: all of the time between the previous reading and the
   // last call is taken as calling. A first reading, or one after the program
   // called with no reading in between, says "not spinning" until the next.
@@ -367,6 +368,24 @@ class AutoSchedPolicy {
 // device's GIDs first, the rest empty.
 inline constexpr size_t kGidTableLen = 16;
 
+// A verbs device's core configuration before its file is read: where it
+// differs from core::DeviceConfig's, the verbs device's setting wins.
+//   - Frames to a destination without a neighbour entry go to the broadcast
+//     MAC: on a point-to-point wire (memif) any MAC arrives.
+//   - Selective repeat's measured RTO (and tail-loss probe) never go below
+//     200 us: the provider's poll loop shares the host's cores, so an ACK can
+//     be late by a scheduling quantum (the library's 16 us floor fits a poll
+//     loop that owns its core; doc/loss-experiment.md).
+inline core::DeviceConfig VerbsDeviceConfig() {
+  core::DeviceConfig c;
+  c.broadcast_unresolved = true;
+  c.sr_rto_min_ns = 200'000;
+  return c;
+}
+
+// A device file's contents. Its keys, their defaults (the initializers
+// here, ProgressConfig's and VerbsDeviceConfig's) and help are the table of
+// device_settings.h.
 struct DeviceFile {
   std::string name;       // ibdev name, e.g. droce0
   std::string vdev;       // DPDK vdev string, e.g. net_memif_droce0,role=server,socket=...,bsize=10240
@@ -375,9 +394,10 @@ struct DeviceFile {
   uint32_t eal_memory_mb = 256;
   uint32_t link_wait_ms = 5000;  // modify_qp to RTR/RTS waits this long for a down link
   std::vector<std::string> eal_args;  // extra EAL arguments
-  core::DeviceConfig dev;
+  core::DeviceConfig dev = VerbsDeviceConfig();
   std::vector<std::pair<core::Gid, core::Mac>> neighbors;
   ProgressConfig progress;
+  std::string progress_profile = "balanced";  // the profile progress started from
   // The one peer of a point-to-point wire: an address vector without a GRH
   // (LID addressing, as qperf's RC tests use) goes here instead of failing
   // with EINVAL as on a RoCE fabric. Unset: RoCE rules.
@@ -433,7 +453,8 @@ struct DeviceFile {
   std::string port_name() const { return vdev.substr(0, vdev.find(',')); }
 };
 
-// "key=value" lines; '#' comments. Unknown keys and bad values are errors.
+// "key=value" lines; '#' comments. Unknown keys and bad values are errors
+// with the line number. Both walk DeviceSettings() (device_settings.cc).
 absl::StatusOr<DeviceFile> ParseDeviceFile(absl::string_view text);
 std::string FormatDeviceFile(const DeviceFile& f);
 

@@ -3,10 +3,13 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "drivers/verbs/device_settings.h"
 #include "gtest/gtest.h"
 
 namespace droce::verbs {
@@ -260,6 +263,179 @@ TEST(DeviceFile, FabricLid) {
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "lid=3\n").ok());  // a wire: lid_peer instead
 }
 
+// Every key of the table, with a value other than its default and the
+// lines it needs beside the name (a wire and an address unless given).
+struct KeySample {
+  const char* key;
+  const char* line;     // key=value, as FormatDeviceFile writes it back
+  const char* context;  // other lines it needs
+  const char* bad;      // a value the key refuses; null: it takes any text
+};
+constexpr char kWire[] = "vdev=net_null0\nip=10.0.0.1\n";
+constexpr char kFabric[] = "fabric=on\nfabric_dir=/run/droce\nip=10.0.0.1\n";
+const KeySample kSamples[] = {
+    {"name", "name=droce7", kWire, "dr oce"},
+    {"vdev", "vdev=net_memif_droce0,role=server", "ip=10.0.0.1\n", nullptr},
+    {"netdev", "netdev=eth0", kWire, nullptr},
+    {"mac", "mac=02:aa:bb:cc:dd:ee", kWire, "01:00:00:00:00:01"},
+    {"ip", "ip=fd00::1", "vdev=net_null0\n", "10.0.0.300"},
+    {"neighbor", "neighbor=10.0.0.2 02:00:00:00:00:02", kWire, "10.0.0.2"},
+    {"mtu", "mtu=1024", kWire, "1000"},
+    {"eal_memory_mb", "eal_memory_mb=128", kWire, "32"},
+    {"link_wait_ms", "link_wait_ms=10", kWire, "600001"},
+    {"eal_args", "eal_args=--log-level=debug -l 1", kWire, nullptr},
+    {"dscp", "dscp=26", kWire, "64"},
+    {"ecn", "ecn=0", kWire, "3"},
+    {"vlan", "vlan=100", kWire, "4096"},
+    {"pcp", "pcp=3", kWire, "8"},
+    {"max_qp", "max_qp=64", kWire, "0"},
+    {"cnp", "cnp=off", kWire, "maybe"},
+    {"min_time_between_cnps_us", "min_time_between_cnps_us=50", kWire, "1000001"},
+    {"cnp_dscp", "cnp_dscp=40", kWire, "-1"},
+    {"broadcast_unresolved", "broadcast_unresolved=off", kWire, "yes"},
+    {"lid_peer", "lid_peer=10.0.0.2", kWire, "peer"},
+    {"dcqcn", "dcqcn=paper", kWire, "fast"},
+    {"dcqcn_line_rate_gbps", "dcqcn_line_rate_gbps=25", kWire, "0"},
+    {"cc", "cc=timely", kWire, "cubic"},
+    {"cc_line_rate_gbps", "cc_line_rate_gbps=40", kWire, "1001"},
+    {"cc_params", "cc_params=beta=0.5", "cc=timely\nvdev=net_null0\nip=10.0.0.1\n", "frob=1"},
+    {"selective_repeat", "selective_repeat=on", kWire, "yes"},
+    {"sr_max_inflight_packets", "sr_max_inflight_packets=64", kWire, "1024"},
+    {"sr_rto_low_us", "sr_rto_low_us=150", kWire, "0"},
+    {"sr_rto_high_us", "sr_rto_high_us=700", kWire, "0"},
+    {"sr_rto_min_us", "sr_rto_min_us=40", kWire, "0"},
+    {"sr_tlp", "sr_tlp=off", kWire, "2"},
+    {"unsignaled_ack_every", "unsignaled_ack_every=1", kWire, "0"},
+    {"ack_solicit_us", "ack_solicit_us=30", kWire, "0"},
+    {"min_ack_timeout", "min_ack_timeout=17", kWire, "32"},
+    {"fabric", "fabric=on", "fabric_dir=/run/droce\nip=10.0.0.1\n", "fabric"},
+    {"fabric_dir", "fabric_dir=/tmp/run", "fabric=on\nip=10.0.0.1\n", "run"},
+    {"lid", "lid=7", kFabric, "49152"},
+    {"netdev_bound", "netdev_bound=on", "fabric=on\nfabric_dir=/run/droce\n", "bound"},
+    {"netdev_steering", "netdev_steering=xdp", kWire, "ebpf"},
+    {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
+    {"poll_ack_hold", "poll_ack_hold=off", kWire, "hold"},
+    {"empty_poll_skip", "empty_poll_skip=on", kWire, "skip"},
+    {"progress_profile", "progress_profile=latency", kWire, "fast"},
+    {"progress_spins", "progress_spins=10", kWire, "-1"},
+    {"progress_hot_us", "progress_hot_us=5", kWire, "100000001"},
+    {"progress_hot_sleep_us", "progress_hot_sleep_us=7", kWire, "x"},
+    {"progress_max_sleep_us", "progress_max_sleep_us=200", kWire, "1ms"},
+    {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
+    {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
+    {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
+    {"event_busy_poll_us", "event_busy_poll_us=30", kWire, "0.5"},
+    {"progress_slice_us", "progress_slice_us=250", kWire, "long"},
+    {"progress_sched", "progress_sched=fifo", kWire, "rr"},
+    {"progress_rt_priority", "progress_rt_priority=7", kWire, "0"},
+    {"progress_nice", "progress_nice=-7", kWire, "20"},
+    {"progress_auto_drive_us", "progress_auto_drive_us=300", kWire, "forever"},
+    {"progress_pm_qos_us", "progress_pm_qos_us=0", kWire, "-1"},
+};
+
+// The samples name exactly the table's keys: a new key needs a sample here.
+TEST(DeviceSettings, SamplesCoverEveryKey) {
+  std::vector<std::string> table, samples;
+  for (const DeviceSetting& s : DeviceSettings()) table.push_back(s.key);
+  for (const KeySample& k : kSamples) samples.push_back(k.key);
+  EXPECT_EQ(table, samples);
+}
+
+// A key set to a value other than its default is written back as given,
+// and the written file parses to the same file again.
+TEST(DeviceSettings, EveryKeyRoundTrips) {
+  for (const KeySample& k : kSamples) {
+    const std::string text = std::string(k.line).starts_with("name=")
+                                 ? absl::StrCat(k.context, k.line, "\n")
+                                 : absl::StrCat("name=droce0\n", k.context, k.line, "\n");
+    absl::StatusOr<DeviceFile> f = ParseDeviceFile(text);
+    ASSERT_TRUE(f.ok()) << k.key << ": " << f.status();
+    const std::string written = FormatDeviceFile(*f);
+    EXPECT_NE(written.find(absl::StrCat("\n", k.line, "\n")), std::string::npos) << k.key << ":\n" << written;
+    EXPECT_EQ(FormatDeviceFile(*ParseDeviceFile(written)), written) << k.key;
+    const std::string value = std::string(k.line).substr(std::string(k.line).find('=') + 1);
+    EXPECT_NE(DeviceSettingDefault(*FindDeviceSetting(k.key)), value) << k.key << ": the sample is the default";
+  }
+}
+
+// A refused value is an error that names the line and the key.
+TEST(DeviceSettings, BadValuesSayWhichKeyAndLine) {
+  for (const KeySample& k : kSamples) {
+    if (k.bad == nullptr) continue;
+    const std::string text = absl::StrCat("name=droce0\n", k.context, k.key, "=", k.bad, "\n");
+    absl::StatusOr<DeviceFile> f = ParseDeviceFile(text);
+    ASSERT_FALSE(f.ok()) << text;
+    const std::string msg(f.status().message());
+    const bool names_key = msg.find(k.key) != std::string::npos || msg.find("device name") != std::string::npos ||
+                           msg.find("MAC address") != std::string::npos || msg.find("IP address") != std::string::npos;
+    EXPECT_TRUE(names_key) << k.key << ": " << msg;
+    // cc_params is checked against its algorithm once the file is read.
+    if (std::string_view(k.key) != "cc_params") EXPECT_TRUE(msg.starts_with("line ")) << k.key << ": " << msg;
+  }
+}
+
+// Every key has help, and a key a default file leaves out says what that means.
+TEST(DeviceSettings, EveryKeyHasHelpAndADefault) {
+  for (const DeviceSetting& s : DeviceSettings()) {
+    EXPECT_GT(std::strlen(s.help), 10u) << s.key;
+    EXPECT_FALSE(DeviceSettingDefault(s).empty()) << s.key;
+    EXPECT_EQ(std::string(s.help).find('|'), std::string::npos) << s.key << ": breaks the Markdown table";
+  }
+  // Defaults of a verbs device where they differ from core::DeviceConfig's.
+  EXPECT_EQ(DeviceSettingDefault(*FindDeviceSetting("broadcast_unresolved")), "on");
+  EXPECT_EQ(DeviceSettingDefault(*FindDeviceSetting("sr_rto_min_us")), "200");
+}
+
+// A profile sets the progress knobs from their defaults; a knob after it
+// changes one of them, a profile after a knob starts over.
+TEST(DeviceSettings, ProgressProfiles) {
+  const ProgressConfig defaults;
+  auto balanced = ParseDeviceFile(std::string(kMinimal) + "progress_profile=balanced\n");
+  ASSERT_TRUE(balanced.ok()) << balanced.status();
+  EXPECT_EQ(FormatDeviceFile(*balanced), FormatDeviceFile(*ParseDeviceFile(kMinimal)));
+  auto shared = ParseDeviceFile(std::string(kMinimal) + "progress_profile=shared-host\nprogress_spins=30\n");
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_FALSE(shared->progress.sched_auto);
+  EXPECT_FALSE(shared->progress.sched_fifo);
+  EXPECT_EQ(shared->progress.event_busy_poll_us, 0u);
+  EXPECT_EQ(shared->progress.spins, 30u);
+  EXPECT_EQ(shared->progress.hot_us, defaults.hot_us / 10);
+  auto latency = ParseDeviceFile(std::string(kMinimal) + "progress_spins=30\nprogress_profile=latency\n");
+  ASSERT_TRUE(latency.ok()) << latency.status();
+  EXPECT_EQ(latency->progress.spins, defaults.spins * 10);
+  EXPECT_EQ(latency->progress.pm_qos_us, 0);
+  EXPECT_TRUE(latency->progress.sched_auto);
+  auto again = ParseDeviceFile(FormatDeviceFile(*shared));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->progress_profile, "shared-host");
+  EXPECT_EQ(again->progress.spins, 30u);
+  // Every profile but the default changes something.
+  for (const ProgressProfile& p : ProgressProfiles()) {
+    DeviceFile f;
+    p.apply(f.progress);
+    f.progress_profile = p.name;
+    EXPECT_EQ(FormatDeviceFile(f) == FormatDeviceFile(DeviceFile{}), p.name == std::string("balanced")) << p.name;
+  }
+}
+
+// doc/verbs.md holds the tables generated from the settings table (and the
+// profiles) between markers.
+void ExpectDocSection(const char* what, const std::string& table) {
+  const char* dir = std::getenv("DROCE_DOC_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "DROCE_DOC_DIR unset (meson test sets it)";
+  const std::string doc = Slurp(fs::path(dir) / "verbs.md");
+  const std::string begin = absl::StrCat("<!-- ", what, ": generated from drivers/verbs/device_settings.cc -->\n");
+  const std::string end = absl::StrCat("<!-- end of ", what, " -->\n");
+  const size_t b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << "doc/verbs.md lacks " << begin;
+  ASSERT_NE(e, std::string::npos) << "doc/verbs.md lacks " << end;
+  EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), table)
+      << "doc/verbs.md's " << what << " differ from the table (droce-ctl settings --markdown prints both)";
+}
+
+TEST(DeviceSettings, DocListsExactlyTheTable) { ExpectDocSection("device settings", DeviceSettingsMarkdown()); }
+TEST(DeviceSettings, DocListsTheProgressProfiles) { ExpectDocSection("progress profiles", ProgressProfilesMarkdown()); }
+
 }  // namespace
 }  // namespace droce::verbs
 
@@ -463,11 +639,11 @@ TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   EXPECT_TRUE(p.WantFifo(false, now + 3'000'000, now, false));
 }
 
-// The churn guard (lat5): a promotion needs the program seen running
+// The churn guard: a promotion needs the program seen running
 // without calls for at least half of its quiet time since the previous
 // reading of its CPU clock. ibv_rc_pingpong polls without a break, so its
 // only pauses are preemptions: a real-time thread taken then preempts it
-// again as soon as it runs (lat4: ~500 us/iter in half the runs).
+// again as soon as it runs (~500 us per iteration in half the runs).
 TEST(AutoSchedPolicy, PromotesOnlyForAProgramThatRunsWithoutCalling) {
   AutoSchedPolicy p(/*quiet_us=*/20, /*drive_us=*/1000);
   uint64_t now = 10'000'000, cpu = 5'000'000;

@@ -43,6 +43,19 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
   if (!a.ok()) return a.status();
   fabric_fd_ = a->fd;
   const fabric::Reply& r = a->reply;
+  // The link's rings follow the reply (ethdev/daemon_link.h).
+  {
+    pollfd pfd{fabric_fd_, POLLIN, 0};
+    ethdev::LinkMessage m{};
+    int fds[3], nfds = 0;
+    const long n = poll(&pfd, 1, 2000) == 1 ? ethdev::ReceiveWithFds(fabric_fd_, &m, sizeof m, fds, &nfds) : -1;
+    if (n != sizeof m) {
+      for (int k = 0; k < nfds; ++k) close(fds[k]);
+      return absl::UnavailableError("droced sent no link for the device (a different version?)");
+    }
+    absl::Status s = link_->Bind(m, fds, nfds);  // takes the descriptors
+    if (!s.ok()) return absl::UnavailableError(absl::StrCat("droced's link: ", s.message()));
+  }
   if (std::memcmp(r.mac, file_.dev.mac.data(), 6) != 0) {
     return absl::FailedPreconditionError("droced knows the device with another MAC (re-register it)");
   }
@@ -79,13 +92,6 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
   // processes that own them.
   file_.dev.qpn_base = r.qpn_base;
   file_.dev.max_qp = std::min(file_.dev.max_qp, r.qpn_count);
-  // The client lays out the shared memory (2 rings of 1024 buffers): buffers
-  // the size of droce's largest frame, all the fabric carries to a process.
-  file_.vdev = ethdev::MemifVdevArgs({.name = absl::StrCat("net_memif_", file_.name, "_fabric"),
-                                      .id = r.memif_id,
-                                      .socket = r.memif_socket,
-                                      .secret = r.secret,
-                                      .buffer_bytes = pktio::kMaxFrameBytes});
   return absl::OkStatus();
 }
 
@@ -97,7 +103,7 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
 // thread still watches, and EAL panics in the server.
 void Runtime::CheckLink(uint64_t now_ns) {
   if (file_.fabric && !CheckFabric(now_ns)) return;
-  const bool up = port_->RefreshLink();
+  const bool up = port_ ? port_->RefreshLink() : link_->bound();
   const bool was_up = link_up_.exchange(up, std::memory_order_relaxed);
   next_link_check_ns_ = now_ns + 1'000'000;
   if (up && !was_up) {
@@ -124,11 +130,9 @@ void Runtime::CheckLink(uint64_t now_ns) {
 }
 
 // The daemon stopped or died. Its control connection is the attachment:
-// the daemon never ends it for a live program, and closes it before it
-// tears the program's interface down when it stops (droced.cc), so the
-// program stops polling and removes the interface itself — DPDK 22.11's
-// memif thread would otherwise unmap the rings under a poll. (A daemon
-// killed outright closes both sockets at once: that window stays.)
+// the daemon never ends it for a live program, so its end of file is the
+// daemon's end; the link's rings are this process's own mapping and stay
+// valid until LoseFabric unmaps them.
 bool Runtime::CheckFabric(uint64_t now_ns) {
   next_link_check_ns_ = now_ns + 1'000'000;
   if (fabric_link_ == FabricLink::kLost) {
@@ -142,10 +146,9 @@ bool Runtime::CheckFabric(uint64_t now_ns) {
     return false;
   }
   if (fabric_link_ == FabricLink::kReattached) {
-    const bool up = port_->RefreshLink();
+    const bool up = link_->bound();
     link_up_.store(up, std::memory_order_relaxed);
     if (!up) return false;
-    PrefaultWire();
     fabric_link_ = FabricLink::kAttached;
     fabric_lost_.store(false, std::memory_order_relaxed);
     SendPortEvent(IBV_EVENT_PORT_ACTIVE);
@@ -194,19 +197,12 @@ void Runtime::LoseFabric(uint64_t now_ns) {
   fabric_link_ = FabricLink::kLost;
   fabric_lost_.store(true, std::memory_order_relaxed);
   link_up_.store(false, std::memory_order_relaxed);
-  port_->MarkLinkDown();
   if (direct_) direct_->RemoveAll();  // a new daemon sets up new ones
   RenewWakeupLocked();
-  // A daemon that was killed closed its memif sockets too, and DPDK's
-  // interrupt thread is tearing that connection down (memif_disconnect);
-  // stopping the port here at the same time would run it twice at once
-  // (double frees in 22.11). Give the thread time to see the socket close
-  // and finish, as droced does for a program that leaves. A daemon that
-  // stops cleanly keeps our interface up until we remove it.
-  usleep(20'000);
-  if (!port_->LinkUp()) usleep(10'000);
-  port_->Stop(/*close=*/true);  // on EAL's interrupt thread (EthdevPort::Stop)
-  (void)ethdev::RemoveVdev(file_.port_name());
+  // Our mapping of the link stays valid whatever the daemon did (it is
+  // ours): unmapping it here races with nothing. The pool stays, and with
+  // it the frames the device holds.
+  link_->Unbind();
   if (fabric_fd_ >= 0) close(fabric_fd_);
   fabric_fd_ = -1;
   // The port is down: the QPs' peers are unreachable. Flushing them now
@@ -271,11 +267,6 @@ void Runtime::ApplyNetdevState(const fabric::NetdevState& m, bool events) {
 void Runtime::Reattach(uint64_t now_ns) {
   next_attach_ns_ = now_ns + 200'000'000;
   absl::Status s = AttachFabric(dev_->qpn_base());
-  if (s.ok()) s = ethdev::ProbeVdev(file_.vdev);
-  if (s.ok()) {
-    s = port_->Rebind(file_.port_name(), /*start_may_fail=*/true);
-    if (!s.ok()) (void)ethdev::RemoveVdev(file_.port_name());
-  }
   if (!s.ok()) {
     if (fabric_fd_ >= 0) close(fabric_fd_);
     fabric_fd_ = -1;
@@ -305,7 +296,7 @@ void Runtime::RefreshWakeupLocked() {
   wakeup_.reset();
   wakeup_stale_ = false;
   if (file_.progress.wakeup && fabric_link_ != FabricLink::kLost) {
-    wakeup_ = ethdev::RxWakeup::For(port_->port_id(), nullptr);
+    wakeup_ = link_ ? link_->MakeWakeup() : ethdev::RxWakeup::For(port_->port_id(), nullptr);
   }
 }
 

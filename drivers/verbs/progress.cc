@@ -117,7 +117,8 @@ void Runtime::ProgressLoop() {
   // progress thread allocates and frees every mbuf (measured: 64 KiB
   // ib_write_bw's receiver spent its time in the pool's ring and in memif's
   // copies from cold mbufs without it).
-  const bool registered = ethdev::RegisterThread();
+  // (A process whose devices are all on the fabric runs no EAL.)
+  const bool registered = ethdev::EalStarted() && ethdev::RegisterThread();
   pthread_setname_np(pthread_self(), "droce-progress");
   const bool nice_taken = RequestSlice(file_.progress.slice_us, file_.progress.nice);
   if (!nice_taken) stats_.progress_nice_refused.store(1, std::memory_order_relaxed);

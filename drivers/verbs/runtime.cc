@@ -1,6 +1,6 @@
 // The verbs runtime (runtime.h): one per open device in a process. This
 // file starts and stops it: the registry of open devices, EAL and the port
-// (a memif client to droced on the fabric), the device, the progress
+// (none on the fabric: a DaemonLink to droced), the device, the progress
 // thread's start; the other jobs have files of their own: fabric_link.cc,
 // progress.cc, events.cc, doorbell.cc, stats.cc.
 #include "drivers/verbs/runtime.h"
@@ -68,11 +68,10 @@ void RemoveStaleMemifSocket(const std::string& vdev) {
   close(fd);
 }
 
-// A fabric port's mbuf pool (PortConfig): the device's loopback ring (1024
-// frames), the lcores' caches (the program's EAL thread and the progress
-// thread, up to 1.5 x the cache each) and the bursts in flight fit in it.
-constexpr uint32_t kFabricPortMbufs = 2047;
-constexpr uint32_t kFabricPortMempoolCache = 128;
+// A fabric device's frame buffers (its DaemonLink's pool): the loopback ring
+// (1024 frames) and the bursts in flight. Pages are touched only as buffers
+// are used (pktio::FramePool).
+constexpr uint32_t kFabricLinkBuffers = 2047;
 
 }  // namespace
 
@@ -132,47 +131,19 @@ void Runtime::Release(Runtime* rt) {
 
 absl::Status Runtime::Start() {
   if (file_.fabric) {
+    link_ = std::make_unique<ethdev::DaemonLink>(kFabricLinkBuffers);
     absl::Status s = AttachFabric(0);
     if (!s.ok()) return s;
-  }
-  RemoveStaleMemifSocket(file_.vdev);
-  if (!ethdev::EalStarted()) {
-    ethdev::EalConfig eal;
-    eal.file_prefix = absl::StrCat("droce-", file_.name, "-", getpid());
-    eal.memory_mb = file_.eal_memory_mb;
-    eal.vdevs = {file_.vdev};
-    eal.extra_args = file_.eal_args;
-    absl::Status s = ethdev::StartEal(eal);
-    if (!s.ok()) return s;
+    link_up_ = true;
   } else {
-    absl::Status s = ethdev::ProbeVdev(file_.vdev);
+    absl::Status s = OpenWirePort();
     if (!s.ok()) return s;
   }
-  memif_client_ = file_.vdev.rfind("net_memif", 0) == 0 && file_.vdev.find("role=client") != std::string::npos;
-  ethdev::PortConfig pc;
-  pc.name = file_.port_name();
-  pc.start_may_fail = memif_client_;
-  pc.guard_peer_unmap = file_.vdev.rfind("net_memif", 0) == 0;
-  pc.memif_listener_path = ethdev::MemifListenerPath(file_.vdev);
+  pktio::BurstIo* wire = link_ ? static_cast<pktio::BurstIo*>(link_.get()) : port_.get();
   if (file_.fabric) {
-    // memif copies each frame between its shared buffers and our mbufs
-    // within the burst, so the pool holds only the frames the device keeps:
-    // its loopback ring (1024), a burst each way, the lcores' caches. Each
-    // open device costs this much (doc/verbs.md "Memory per open device").
-    pc.droce_frames_only = true;
-    pc.mbufs = kFabricPortMbufs;
-    pc.mempool_cache = kFabricPortMempoolCache;
+    direct_ = std::make_unique<ethdev::DirectIo>(wire, file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp);
   }
-  absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
-  if (!port.ok()) return port.status();
-  port_ = std::move(*port);
-  next_reconnect_ns_ = NowNs() + 100'000'000;
-  attempt_ns_ = NowNs();
-  link_up_ = port_->RefreshLink();
-  if (file_.fabric) {
-    direct_ = std::make_unique<ethdev::DirectIo>(port_.get(), file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp);
-  }
-  pktio::BurstIo* io = direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : port_.get();
+  pktio::BurstIo* io = direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : wire;
   if (udp_fd_ >= 0) {
     // Frames to other hosts leave through the process's own socket, from
     // its port (the ICRC covers the UDP header the kernel writes).
@@ -192,16 +163,11 @@ absl::Status Runtime::Start() {
   }
   dev_ = std::make_unique<core::Device>(file_.dev, io);
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/false);
-  if (file_.fabric) {
-    dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
-    // The daemon listens already: the handshake takes milliseconds. QPs of
-    // the device in other processes are reached only through it.
-    link_up_ = port_->WaitLinkUp(static_cast<int>(file_.link_wait_ms));
-  }
+  if (file_.fabric) dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
   if (link_up_) PrefaultWire();
   if (file_.progress.wakeup) {
     std::string why_not;
-    wakeup_ = ethdev::RxWakeup::For(port_->port_id(), &why_not);
+    wakeup_ = link_ ? link_->MakeWakeup() : ethdev::RxWakeup::For(port_->port_id(), &why_not);
     if (wakeup_ == nullptr && std::getenv("DROCE_DEBUG") != nullptr) {
       std::fprintf(stderr, "droce %s: no wake-up on arrival (%s)\n", file_.name.c_str(), why_not.c_str());
     }
@@ -221,6 +187,37 @@ absl::Status Runtime::Start() {
   return absl::OkStatus();
 }
 
+// A wire device's dataplane port: EAL started (or the vdev hot-plugged into
+// a running one) and the port opened.
+absl::Status Runtime::OpenWirePort() {
+  RemoveStaleMemifSocket(file_.vdev);
+  if (!ethdev::EalStarted()) {
+    ethdev::EalConfig eal;
+    eal.file_prefix = absl::StrCat("droce-", file_.name, "-", getpid());
+    eal.memory_mb = file_.eal_memory_mb;
+    eal.vdevs = {file_.vdev};
+    eal.extra_args = file_.eal_args;
+    absl::Status s = ethdev::StartEal(eal);
+    if (!s.ok()) return s;
+  } else {
+    absl::Status s = ethdev::ProbeVdev(file_.vdev);
+    if (!s.ok()) return s;
+  }
+  memif_client_ = file_.vdev.rfind("net_memif", 0) == 0 && file_.vdev.find("role=client") != std::string::npos;
+  ethdev::PortConfig pc;
+  pc.name = file_.port_name();
+  pc.start_may_fail = memif_client_;
+  pc.guard_peer_unmap = file_.vdev.rfind("net_memif", 0) == 0;
+  pc.memif_listener_path = ethdev::MemifListenerPath(file_.vdev);
+  absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
+  if (!port.ok()) return port.status();
+  port_ = std::move(*port);
+  next_reconnect_ns_ = NowNs() + 100'000'000;
+  attempt_ns_ = NowNs();
+  link_up_ = port_->RefreshLink();
+  return absl::OkStatus();
+}
+
 void Runtime::Stop() {
   stop_ = true;
   if (progress_.joinable()) progress_.join();
@@ -234,26 +231,9 @@ void Runtime::Stop() {
     dev_.reset();
     udp_.reset();     // its buffers go back to the port's pool
     direct_.reset();  // unmaps the rings
-    // A program may open the device again (qperf does per test): the vdev
-    // must go too, or probing it again fails. Removing it closes the port.
-    wakeup_.reset();
-    // A peer that exits as we do closes its memif socket, and DPDK's
-    // interrupt thread then tears the connection down (memif_disconnect)
-    // while our close would do the same: two teardowns at once fault in
-    // 22.11 (seen: rte_dev_remove -> memif close, SIGSEGV, the interrupt
-    // thread inside its own disconnect). The port is stopped and closed on
-    // that thread, in turn (EthdevPort::Stop; test
-    // BothEndsOfAMemifClosingAtOnceDoNotRace); the vdev removal then finds
-    // the port closed. The pauses, from before, stay as margin.
-    if (port_ && file_.vdev.rfind("net_memif", 0) == 0 && !port_->LinkUp()) usleep(30'000);
-    if (port_) port_->Stop(/*close=*/true);
-    (void)ethdev::RemoveVdev(file_.port_name());
-    // A peer that left during our close: the interrupt thread's disconnect
-    // frees the interface's mbufs into our pools, so the pools go only after
-    // it has had time to finish (seen in CI: ~EthdevPort's rte_mempool_free
-    // while the interrupt thread was inside memif, SIGSEGV at exit).
-    if (port_ && file_.vdev.rfind("net_memif", 0) == 0) usleep(30'000);
-    port_.reset();
+    wakeup_.reset();  // before the link it looks at
+    link_.reset();    // unmaps the link's rings (droced keeps its own mapping until the connection closes)
+    if (port_) StopWirePort();
   }
   if (event_socket_ >= 0) close(event_socket_);
   if (udp_fd_ >= 0) close(udp_fd_);
@@ -261,11 +241,33 @@ void Runtime::Stop() {
   if (fabric_fd_ >= 0) close(fabric_fd_);
 }
 
+// A program may open the device again (qperf does per test): the vdev
+// must go too, or probing it again fails. Removing it closes the port.
+// A peer that exits as we do closes its memif socket, and DPDK's interrupt
+// thread then tears the connection down (memif_disconnect) while our close
+// would do the same: two teardowns at once fault in 22.11 (seen:
+// rte_dev_remove -> memif close, SIGSEGV, the interrupt thread inside its
+// own disconnect). The port is stopped and closed on that thread, in turn
+// (EthdevPort::Stop; test BothEndsOfAMemifClosingAtOnceDoNotRace); the vdev
+// removal then finds the port closed. The pauses stay as margin.
+void Runtime::StopWirePort() {
+  const bool memif = file_.vdev.rfind("net_memif", 0) == 0;
+  if (memif && !port_->LinkUp()) usleep(30'000);
+  port_->Stop(/*close=*/true);
+  (void)ethdev::RemoveVdev(file_.port_name());
+  // A peer that left during our close: the interrupt thread's disconnect
+  // frees the interface's mbufs into our pools, so the pools go only after
+  // it has had time to finish (seen in CI: ~EthdevPort's rte_mempool_free
+  // while the interrupt thread was inside memif, SIGSEGV at exit).
+  if (memif) usleep(30'000);
+  port_.reset();
+}
+
 // The memif regions are mapped once the link is up: their page tables are
 // filled now, not one fault per page on the first pass over the rings
 // (ethdev/prefault.h).
 void Runtime::PrefaultWire() {
-  if (file_.vdev.rfind("net_memif", 0) != 0) return;
+  if (!port_ || file_.vdev.rfind("net_memif", 0) != 0) return;
   wire_prefaulted_bytes_ = ethdev::PrefaultSharedMappings(ethdev::kMemifRegionName);
 }
 

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/device.h"
+#include "drivers/ethdev/daemon_link.h"
 #include "drivers/ethdev/direct_io.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
@@ -274,8 +275,11 @@ class Runtime {
  private:
   explicit Runtime(const DeviceFile& f) : file_(f), batcher_(f.doorbell_batch) { active_mtu_ = f.mtu; }
   absl::Status Start();
-  // A fabric device: attach to droced (memif id, QPN range) and point the
-  // device file's vdev at the daemon's memif socket.
+  // A wire device's port (EAL, the vdev, the ethdev port), and its close.
+  absl::Status OpenWirePort();
+  void StopWirePort();
+  // A fabric device: attach to droced (QPN range) and bind link_ to the
+  // rings it sends after its reply.
   // want_qpn_base: 0 at start; the device's range when re-attaching (a
   // reply with another range fails).
   absl::Status AttachFabric(uint32_t want_qpn_base);
@@ -384,7 +388,10 @@ class Runtime {
   // pushed by posters, taken whole by the owner.
   std::atomic<PostedDoorbell*> posted_head_{nullptr};
   int refs_ = 0;
-  std::unique_ptr<ethdev::EthdevPort> port_;
+  std::unique_ptr<ethdev::EthdevPort> port_;  // a wire device's port (none on the fabric)
+  // A fabric device's link to droced (ethdev/daemon_link.h): shared-memory
+  // rings and a pool of frame buffers of its own; no EAL, no ethdev port.
+  std::unique_ptr<ethdev::DaemonLink> link_;
   // A fabric device: the direct rings to the other processes, in front of
   // port_ (doc/droced.md "Direct rings"); the device's BurstIo.
   std::unique_ptr<ethdev::DirectIo> direct_;

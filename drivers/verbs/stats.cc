@@ -39,7 +39,22 @@ namespace droce::verbs {
 // for users who want to know what the wire did (drops, NAKs, retransmits).
 void Runtime::PrintStats() {
   const core::DeviceCounters& c = dev_->counters();
-  const ethdev::PortStats& p = port_->stats();
+  ethdev::PortStats p;
+  if (port_) {
+    p = port_->stats();
+  } else if (link_) {
+    const ethdev::DaemonLinkCounters& l = link_->counters();
+    p.rx_packets = l.rx_packets;
+    p.tx_packets = l.tx_packets;
+    p.tx_full = l.tx_ring_full;
+    std::fprintf(stderr,
+                 "droce %s: droced link %u (rings %zu B mapped): rx %lu tx %lu ring full %lu no buffer %lu wakeups sent "
+                 "%lu binds %lu; frame buffers %u of %u B, at most %u in use at once\n",
+                 file_.name.c_str(), link_->link_id(), link_->map_bytes(), l.rx_packets, l.tx_packets, l.tx_ring_full,
+                 l.rx_no_buffer, l.wakeups_sent, l.binds, link_->pool().count(), link_->pool().buffer_bytes(),
+                 link_->pool().high_water());
+  }
+  const bool wire_up = port_ ? port_->LinkUp() : link_ != nullptr && link_->bound();
   if (direct_) {
     const ethdev::DirectCounters& d = direct_->counters();
     std::fprintf(stderr,
@@ -54,7 +69,7 @@ void Runtime::PrintStats() {
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
                "%lu, fabric losses %lu re-attaches %lu\n",
-               file_.name.c_str(), port_->LinkUp() ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
+               file_.name.c_str(), wire_up ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
                p.rx_multi_segment, p.unmap_faults, dev_->loopback_counters().looped, fabric_losses_,
                fabric_reattaches_);
   std::fprintf(stderr,

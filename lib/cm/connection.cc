@@ -199,27 +199,35 @@ absl::StatusOr<Step> Connection::SendRej(uint16_t reason, uint64_t now_ms, std::
   }
 }
 
-absl::StatusOr<Step> Connection::SendDreq(uint64_t tid, uint64_t now_ms, std::span<const uint8_t> pd) {
-  if (auto s = CheckPd(pd, kDreqPrivateDataSize); !s.ok()) return s;
-  if (state_ != State::kEstablished) return BadState("DREQ", state_);
+Dreq Connection::MakeDreq(std::span<const uint8_t> pd) const {
   Dreq d;
   d.local_comm_id = local_comm_id_;
   d.remote_comm_id = remote_comm_id_;
   d.remote_qpn = remote_qpn_;
   CopyPd(d.private_data, pd);
+  return d;
+}
+
+Drep Connection::MakeDrep(std::span<const uint8_t> pd) const {
+  Drep d;
+  d.local_comm_id = local_comm_id_;
+  d.remote_comm_id = remote_comm_id_;
+  CopyPd(d.private_data, pd);
+  return d;
+}
+
+absl::StatusOr<Step> Connection::SendDreq(uint64_t tid, uint64_t now_ms, std::span<const uint8_t> pd) {
+  if (auto s = CheckPd(pd, kDreqPrivateDataSize); !s.ok()) return s;
+  if (state_ != State::kEstablished) return BadState("DREQ", state_);
   tid_ = tid;
   state_ = State::kDreqSent;
-  return Sent(Message(d), PathMs() + response_timeout_ms_, max_cm_retries_, now_ms);
+  return Sent(Message(MakeDreq(pd)), PathMs() + response_timeout_ms_, max_cm_retries_, now_ms);
 }
 
 absl::StatusOr<Step> Connection::SendDrep(uint64_t now_ms, std::span<const uint8_t> pd) {
   if (auto s = CheckPd(pd, kDrepPrivateDataSize); !s.ok()) return s;
   if (state_ != State::kDreqRcvd) return BadState("DREP", state_);
-  Drep d;
-  d.local_comm_id = local_comm_id_;
-  d.remote_comm_id = remote_comm_id_;
-  CopyPd(d.private_data, pd);
-  Step step = SendOnce(Message(d));
+  Step step = SendOnce(Message(MakeDrep(pd)));
   EnterTimewait(now_ms);
   return step;
 }
@@ -276,26 +284,17 @@ Step Connection::Destroy(uint64_t now_ms) {
       step = SendOnce(Message(MakeRej(static_cast<uint16_t>(RejReason::kConsumerDefined), {}, {})));
       EnterTimewait(now_ms);
       break;
-    case State::kEstablished: {
-      Dreq d;
-      d.local_comm_id = local_comm_id_;
-      d.remote_comm_id = remote_comm_id_;
-      d.remote_qpn = remote_qpn_;
-      step = SendOnce(Message(d));
+    case State::kEstablished:
+      step = SendOnce(Message(MakeDreq({})));
       EnterTimewait(now_ms);
       break;
-    }
     case State::kDreqSent:
       EnterTimewait(now_ms);
       break;
-    case State::kDreqRcvd: {
-      Drep d;
-      d.local_comm_id = local_comm_id_;
-      d.remote_comm_id = remote_comm_id_;
-      step = SendOnce(Message(d));
+    case State::kDreqRcvd:
+      step = SendOnce(Message(MakeDrep({})));
       EnterTimewait(now_ms);
       break;
-    }
     case State::kTimewait:
       if (!deadline_ms_) EnterTimewait(now_ms);
       break;

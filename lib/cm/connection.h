@@ -131,6 +131,8 @@ class Connection {
   void ResetToIdle();
   CmMessage Message(CmBody body) const;
   Rej MakeRej(uint16_t reason, std::span<const uint8_t> pd, std::span<const uint8_t> ari) const;
+  Dreq MakeDreq(std::span<const uint8_t> pd) const;
+  Drep MakeDrep(std::span<const uint8_t> pd) const;
   uint64_t PathMs() const { return 2 * CmTimeoutMs(config_.packet_life_time); }
 
   Step OnReq(const CmMessage& m, const Req& req, uint64_t now_ms);

@@ -95,13 +95,7 @@ void MemWire::Transmit(int from, uint32_t slot) {
     data[Next() % len] ^= static_cast<uint8_t>(1u << (Next() % 8));
     ++d.counters.corrupted;
   }
-  if (imp.ecn_mark > 0 && Uniform() < imp.ecn_mark) {
-    const wire::ParsedPacket p = wire::ParsePacket(data, len);
-    if (p.ok() && (p.ecn() == wire::kEcnEct0 || p.ecn() == wire::kEcnEct1)) {
-      wire::SetEcn(data, p, wire::kEcnCe);
-      ++d.counters.ecn_marked;
-    }
-  }
+  if (imp.ecn_mark > 0 && Uniform() < imp.ecn_mark && wire::MarkCe(data, len)) ++d.counters.ecn_marked;
   if (imp.duplicate > 0 && !free_.empty() && Uniform() < imp.duplicate) {
     const uint32_t copy = free_.back();
     free_.pop_back();

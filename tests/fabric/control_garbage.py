@@ -4,10 +4,10 @@
 and the daemon must keep answering. Usage: control_garbage.py RUN_DIR"""
 import os, random, socket, struct, sys
 
-MAGIC, VERSION = 0x64524F43, 1
+MAGIC, VERSION = 0x64524F43, 2
 OP_ATTACH, OP_STATUS, OP_SWITCH_SET = 1, 3, 6
 KNOBS = 176  # KnobRequest, after the request
-REQ = struct.Struct("<IHHII48s16s")  # magic version op size pid device want_qpn_base+reserved
+REQ = struct.Struct("<IHHII48s16s")  # magic version op size pid device want_qpn_base+link+reserved
 HDR = struct.Struct("<IHHIi")         # reply: magic version op size error
 
 
@@ -52,6 +52,8 @@ def main():
         ("switch set, unknown device", request(op=OP_SWITCH_SET, device=b"nosuch", size=REQ.size + KNOBS) +
          b"\0" * KNOBS),
         ("want_qpn_base unaligned", request(reserved=struct.pack("<I", 1025))),
+        ("unknown link kind", request(reserved=struct.pack("<II", 0, 7))),
+        ("link kind on a status request", request(op=OP_STATUS, reserved=struct.pack("<II", 0, 1))),
     ]
     rng = random.Random(14)
     for i in range(300):

@@ -191,11 +191,16 @@ kill_test() {
   timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 >"$run/os.log" 2>&1 &
   local other_s=$!
   wait_listen $victim $p; wait_listen $other_s $p3
-  timeout "$t" ib_write_bw -p $p -d droce0 -x 1 -D 20 127.0.0.1 >"$run/kc.log" 2>&1 &
+  timeout "$t" stdbuf -oL ib_write_bw -p $p -d droce0 -x 1 -D 20 127.0.0.1 >"$run/kc.log" 2>&1 &
   local peer=$!
   timeout "$t" ib_send_bw -p $p3 -d droce0 -x 1 -D 12 127.0.0.1 >"$run/oc.log" 2>&1 &
   local other_c=$!
-  sleep 4
+  # The victim dies mid-transfer: a second after its peer printed the
+  # victim's QP (perftest's "remote address" line: the pair connected, the
+  # WRITEs start), not after a fixed time that a loaded host may need just
+  # to connect them. The peer's stdout is line-buffered for this.
+  for _ in $(seq 600); do grep -q 'remote address' "$run/kc.log" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
   "$ctl" link show droce0
   "$ctl" link show droce0 | grep -q "pid $victim " || { echo "victim $victim not attached"; return 1; }
   kill -9 $victim; wait $victim 2>/dev/null

@@ -74,11 +74,12 @@ rping_teardown_race() {  # LOG...
 # Waits until a server process PID listens on every TCP PORT given (its side
 # channel), at most 30 s, or until it exits. A fixed sleep lost this race on
 # a loaded host: the client's connect was refused and both sides failed.
+# With LISTEN_NS set, looks in that network namespace.
 wait_listen() {  # PID PORT...
   local pid=$1 port; shift
   for port in "$@"; do
     for _ in $(seq 300); do
-      ss -Hltn "sport = :$port" | grep -q . && break
+      ${LISTEN_NS:+ip netns exec "$LISTEN_NS"} ss -Hltn "sport = :$port" | grep -q . && break
       kill -0 "$pid" 2>/dev/null || return 0
       sleep 0.1
     done

@@ -47,10 +47,12 @@ next_port() { p=$((p + 1)); }
 # host the client's REQ can beat the listener and be rejected (REJ 8, "invalid
 # service ID", as Linux answers), and perftest's own retry then faults in
 # librdmacm (a freed id). That one race, seen in the client's line-buffered
-# output, is run again once; any other failure is a failure.
+# output (perftest names it "RDMA_CM_EVENT_REJECTED; error: 8" or, from its
+# connect loop, "Unexpected CM event bl blka 8"), is run again, up to 4
+# attempts in all; any other failure is a failure.
 perftest_pair() {  # 'SERVER CMD' 'CLIENT CMD'
   local attempt q=$p
-  for attempt in 1 2; do
+  for attempt in 1 2 3 4; do
     timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
     local server=$!
     wait_listen $server $q
@@ -61,7 +63,7 @@ perftest_pair() {  # 'SERVER CMD' 'CLIENT CMD'
     echo "--- server ($server_rc): $1"; tail -5 "$run/server.log"
     echo "--- client ($client_rc): $2"; tail -8 "$run/client.log"
     [ $client_rc -eq 0 ] && [ $server_rc -eq 0 ] && return 0
-    grep -q "RDMA_CM_EVENT_REJECTED; error: 8" "$run/client.log" || return 1
+    grep -qE "RDMA_CM_EVENT_REJECTED; error: 8|Unexpected CM event bl blka 8\b" "$run/client.log" || return 1
     echo "(perftest's listen race: the client's REQ came before the server listened; once more)"
     # A port of its own for the second attempt (the first's may linger).
     set -- "${1//-p $q /-p $((q + 500)) }" "${2//-p $q /-p $((q + 500)) }"; q=$((q + 500))

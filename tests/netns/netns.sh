@@ -42,7 +42,13 @@ pair() {  # SERVER_NS "SERVER CMD" CLIENT_NS "CLIENT CMD"
   for attempt in 1 2; do
     timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $1 $2" >"$logs/server.log" 2>&1 &
     local server=$!
-    sleep 1.5
+    # The server's side channel: pingpong and perftest listen on TCP 18515,
+    # fi_pingpong on 47592; rping listens through the CM (nothing to see).
+    case $2 in
+      ibv_*|ib_*) LISTEN_NS=$1 wait_listen $server 18515 ;;
+      fi_pingpong*) LISTEN_NS=$1 wait_listen $server 47592 ;;
+      *) sleep 1.5 ;;
+    esac
     timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $3 $4" >"$logs/client.log" 2>&1
     local crc=$?
     wait $server; local src=$?

@@ -20,6 +20,32 @@ open_all() {
 }
 check "one process opens 8 devices and uses each" open_all
 
+# Many attachments at once: 6 processes with all 8 devices open each, 48
+# (process, device) pairs on one droced, more than DPDK's 32 ethdev ports
+# (each is a pair of shared-memory rings, doc/droced.md "The link to the
+# daemon"). Each device of each process works before and after all of them
+# are attached, and droced lists all 48.
+many_processes() {
+  local go=$run/many.go k pids=() rc=0 i
+  rm -f "$go"
+  for k in 1 2 3 4 5 6; do
+    timeout "$t" "$OPEN_DEVICES" -min 8 -wait "$go" >"$run/many.$k.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in $(seq 1200); do
+    [ "$(cat "$run"/many.*.log 2>/dev/null | grep -c 'devices open and working')" -eq 6 ] && break
+    sleep 0.1
+  done
+  local attached; attached=$("$ctl" daemon status | grep -c "^  process pid .* rings ")
+  echo "droced: $attached attachments by rings"
+  touch "$go"
+  for k in "${!pids[@]}"; do wait "${pids[$k]}" || { rc=1; echo "process $((k + 1)) failed:"; cat "$run/many.$((k + 1)).log"; }; done
+  grep -h "devices open and working\|after the wait" "$run"/many.*.log
+  [ $rc -eq 0 ] && [ "$attached" -eq 48 ] &&
+    [ "$(cat "$run"/many.*.log | grep -c '^after the wait: 8 of 8 devices working')" -eq 6 ]
+}
+check "6 processes x 8 devices: 48 attachments to one droced, every device working" many_processes
+
 # UCX polls every CQ of every device it opened on each progress call: an
 # empty poll of an idle device runs no poll round (DROCE_STATS counts those
 # polls), and a datagram that waits in a device's ring is found by the next

@@ -3,8 +3,11 @@
 // each cost the process: resident memory and threads, read from /proc.
 // Then it sends one UD datagram through every device to itself and checks it
 // arrived, so each device is not only open but working.
-//   open_devices [-n N] [-min N]   exit 0 if at least -min devices (default:
-//                                   all listed) opened and passed the check.
+//   open_devices [-n N] [-min N] [-wait FILE]
+//     exit 0 if at least -min devices (default: all listed) opened and
+//     passed the check; with -wait, the devices stay open (and are checked
+//     once more) until FILE exists, so many processes can hold theirs at
+//     once.
 #include <infiniband/verbs.h>
 #include <dirent.h>
 #include <stdio.h>
@@ -104,9 +107,11 @@ static int SelfDatagram(struct Dev* d, int index) {
 
 int main(int argc, char** argv) {
   int limit = 1 << 30, min = -1;
+  const char* wait_file = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "-n") == 0) limit = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "-min") == 0) min = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "-wait") == 0) wait_file = argv[i + 1];
   }
   int n = 0;
   struct ibv_device** list = ibv_get_device_list(&n);
@@ -151,6 +156,14 @@ int main(int argc, char** argv) {
   long rss1 = StatusKb("VmRSS");
   printf("%d of %d devices open and working; rss %ld KiB (+%ld KiB, %ld KiB per device), threads %ld, fds %ld\n",
          good, n, rss1, rss1 - rss0, n ? (rss1 - rss0) / n : 0, StatusKb("Threads"), OpenFds());
+  fflush(stdout);
+  if (wait_file != NULL) {
+    while (access(wait_file, F_OK) != 0) usleep(20000);
+    int again = 0;  // every device still works while the others' are open too
+    for (int i = 0; i < n; ++i) again += devs[i].qp && SelfDatagram(&devs[i], i) == 0;
+    printf("after the wait: %d of %d devices working\n", again, n);
+    if (again < good) good = again;
+  }
   for (int i = 0; i < n; ++i) {
     struct Dev* d = &devs[i];
     if (d->qp) ibv_destroy_qp(d->qp);

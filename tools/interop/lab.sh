@@ -187,13 +187,16 @@ lab_results_table() {
   printf '%s\n' "${results[@]}"
 }
 
-# The run's summary on stdout: the table and how many cases passed.
+# The run's summary on stdout: the table and how many cases passed. Returns
+# non-zero when a case failed (or none ran), so a lab script run as the last
+# command of a job exits with its verdict.
 lab_summary() {
   local passed
   passed=$(printf '%s\n' "${results[@]}" | grep -c '| pass')
   echo
   echo "Summary ($(date -u '+%Y-%m-%d %H:%M') UTC): $passed of ${#results[@]} cases passed"
   lab_results_table
+  [ "${#results[@]}" -gt 0 ] && [ "$passed" -eq "${#results[@]}" ]
 }
 
 # replace_section FILE NAME replaces the lines between "<!-- NAME: begin -->"

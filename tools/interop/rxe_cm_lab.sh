@@ -61,7 +61,7 @@ rxe_server() {  # name, guest cmd, droce cmd, [tcp port]
       sleep 1
     fi
     o=$(droce "$3" 2>&1); rc=$?
-    if [ $rc -ne 0 ] && grep -q 'RDMA_CM_EVENT_REJECTED; error: 8' <<<"$o" && [ $attempt -lt $lab_attempts ]; then
+    if [ $rc -ne 0 ] && grep -qE 'RDMA_CM_EVENT_REJECTED; error: 8|Unexpected CM event bl blka 8\b' <<<"$o" && [ $attempt -lt $lab_attempts ]; then
       "$lab" kill "$j" >/dev/null 2>&1; "$lab" wait "$j" 10 >/dev/null 2>&1
       show_side "droce client, attempt $attempt" $rc "$o"
       echo "  (attempt $attempt: perftest's data connection beat the server's second listen: REJ 8; once more)"

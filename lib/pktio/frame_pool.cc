@@ -1,0 +1,43 @@
+#include "pktio/frame_pool.h"
+
+#include <new>
+
+namespace droce::pktio {
+
+FramePool::FramePool(uint32_t count, uint32_t buffer_bytes)
+    : count_(count), buffer_bytes_((buffer_bytes + 63) & ~63u) {
+  // Not value-initialised: large allocations come from fresh anonymous
+  // pages, which stay unmapped until a buffer is first written.
+  base_ = static_cast<uint8_t*>(::operator new(size_t{count_} * buffer_bytes_, std::align_val_t{64}));
+  free_.reserve(count_);
+  for (uint32_t i = count_; i-- > 0;) free_.push_back(i);  // buffer 0 goes out first
+}
+
+FramePool::~FramePool() { ::operator delete(base_, std::align_val_t{64}); }
+
+uint16_t FramePool::Alloc(Frame* frames, uint16_t n) {
+  uint16_t got = 0;
+  while (got < n && !free_.empty()) {
+    uint8_t* b = base_ + size_t{free_.back()} * buffer_bytes_;
+    free_.pop_back();
+    frames[got++] = Frame{b, 0, buffer_bytes_, b};
+  }
+  const uint32_t out = count_ - available();
+  if (out > high_water_) high_water_ = out;
+  return got;
+}
+
+void FramePool::Free(const Frame* frames, uint16_t n) {
+  for (uint16_t i = 0; i < n; ++i) {
+    const uintptr_t b = reinterpret_cast<uintptr_t>(frames[i].handle);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(base_);
+    const size_t off = b - base;  // wraps for a handle below the pool: then too large
+    if (b < base || off >= size_t{count_} * buffer_bytes_ || off % buffer_bytes_ != 0 || free_.size() >= count_) {
+      ++foreign_frees_;
+      continue;
+    }
+    free_.push_back(static_cast<uint32_t>(off / buffer_bytes_));
+  }
+}
+
+}  // namespace droce::pktio

@@ -317,7 +317,8 @@ std::vector<DeviceSetting> MakeSettings() {
                      "the RoCE function of the host interface `netdev`, which droced binds (needs `fabric`)"));
   t.push_back(Choice("netdev_steering", {"auto", "udp", "xdp", "af_packet"},
                      [](auto& f) -> auto& { return f.netdev_steering; },
-                     "how droced takes a netdev-bound device's frames from the interface (auto: XDP, else af_packet)"));
+                     "how droced takes a netdev-bound device's frames from the interface (auto: the processes' "
+                     "UDP sockets, else XDP, else af_packet)"));
   t.push_back(Switch("udp_gso", [](auto& f) -> auto& { return f.udp_gso; },
                      "with `netdev_steering` udp: runs of equal-sized IPv6 frames to one peer leave in one "
                      "segmented send (UDP_SEGMENT), and the socket takes coalesced datagrams (UDP_GRO)"));

@@ -337,8 +337,11 @@ int RecvBatch::ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* ca
     }
     if (size != segment && segments > 1) {
       // Not one segment per buffer: gathered, then each copied to its own.
+      if (scratch_.size() < total) {  // ReserveForCoalesced was not called
+        ++c->rx_dropped;
+        continue;
+      }
       ++c->rx_gro_copied;
-      if (scratch_.size() < total) scratch_.resize(total);
       uint32_t at = 0;
       for (int i = 0; i < per_message && at < total; ++i) {
         const uint32_t k = std::min(segment, total - at);

@@ -154,6 +154,9 @@ class RecvBatch {
   // out[0..ret) say what became of buffers 0..ret (nullptr: holds no
   // frame). *seen_segment: the segment size of the last coalesced datagram
   // (unchanged if none).
+  // Sizes the copy buffer ReceiveCoalesced may need (64 KiB), so that no
+  // receive allocates.
+  void ReserveForCoalesced() { scratch_.resize(0x10000); }
   int ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, int per_message, uint32_t segment,
                        const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c, uint32_t* seen_segment);
 

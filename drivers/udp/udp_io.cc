@@ -46,6 +46,7 @@ void UdpIo::EnableCoalescing() {
   const int one = 1;
   // Without UDP_GRO the kernel splits a coalesced datagram before the socket: nothing lost.
   if (fd_ >= 0 && setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one) != 0) coalesce_ = false;
+  if (coalesce_) recv_.ReserveForCoalesced();
 }
 
 // Each recvmmsg message gets enough buffers for the largest coalesced

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "drivers/udp/udp_io.h"
@@ -374,63 +375,63 @@ void CrossInOrder(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
   inner_b.Release(in.data(), static_cast<uint16_t>(in.size()));
 }
 
-// udp_gso on both ends over loopback (which hands the segmented skb to the
-// receiving socket whole): the receiver's socket takes the run as one
-// coalesced datagram and UdpIo splits it into one buffer per frame, each
-// bit-exact the frame sent, in order, across bursts smaller than the run.
-// The first run arrives before the receiver knows the segment size (copied
-// into place), the second lands in place.
-TEST(UdpIo, CoalescedDatagramsSplitIntoTheFramesSent) {
+// Two UdpIos over loopback with udp_gso on both; every buffer goes back.
+class CoalescingPair : public testing::Test {
+ protected:
+  void SetUp() override {
+    pa = sa.port, pb = sb.port;
+    a.emplace(&inner_a, sa.fd, pa, kOwnMac);
+    b.emplace(&inner_b, sb.fd, pb, kPeerMac);
+    sa.fd = sb.fd = -1;  // the UdpIos' now
+    a->set_gso(true);
+    b->set_gso(true);
+  }
+  void TearDown() override {
+    a.reset();
+    b.reset();
+    EXPECT_EQ(inner_a.live, 0);
+    EXPECT_EQ(inner_b.live, 0);
+  }
   FakeInner inner_a, inner_b;
   Sock sa, sb;
-  const uint16_t pa = sa.port, pb = sb.port;
-  {
-    UdpIo a(&inner_a, sa.fd, pa, kOwnMac), b(&inner_b, sb.fd, pb, kPeerMac);
-    sa.fd = sb.fd = -1;
-    a.set_gso(true);
-    b.set_gso(true);
-    for (int run = 0; run < 2; ++run) {
-      SCOPED_TRACE(run);
-      std::vector<std::vector<uint8_t>> sent;
-      for (int i = 0; i < 20; ++i) {
-        std::vector<uint8_t> f = Frame(true, pa, pb, i == 19 ? 300 : 2048);
-        Departure d;
-        EXPECT_TRUE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
-        wire::StoreBe32(f.data() + d.payload_offset + 4, 5000 + i);  // the PSN field: tells frames apart
-        const uint32_t icrc_at = d.payload_offset + d.payload_len - wire::kIcrcBytes;
-        wire::StoreLe32(f.data() + icrc_at, wire::ComputeIcrc(f.data() + d.l3_offset, icrc_at - d.l3_offset, true));
-        sent.push_back(f);
-      }
-      CrossInOrder(a, inner_a, b, inner_b, sent, 8, pb);
+  uint16_t pa = 0, pb = 0;
+  std::optional<UdpIo> a, b;
+};
+
+// The receiver's socket takes a segmented run as one coalesced datagram
+// (loopback hands the segmented skb over whole) and UdpIo splits it into
+// one buffer per frame, each bit-exact the frame sent, in order, across
+// bursts smaller than the run. The first run arrives before the receiver
+// knows the segment size (copied into place), the second lands in place.
+TEST_F(CoalescingPair, CoalescedDatagramsSplitIntoTheFramesSent) {
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run);
+    std::vector<std::vector<uint8_t>> sent;
+    for (int i = 0; i < 20; ++i) {
+      std::vector<uint8_t> f = Frame(true, pa, pb, i == 19 ? 300 : 2048);
+      Departure d;
+      EXPECT_TRUE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
+      wire::StoreBe32(f.data() + d.payload_offset + 4, 5000 + i);  // the PSN field: tells frames apart
+      const uint32_t icrc_at = d.payload_offset + d.payload_len - wire::kIcrcBytes;
+      wire::StoreLe32(f.data() + icrc_at, wire::ComputeIcrc(f.data() + d.l3_offset, icrc_at - d.l3_offset, true));
+      sent.push_back(f);
     }
-    EXPECT_EQ(a.counters().tx_gso_datagrams, 40u);
-    EXPECT_EQ(b.counters().rx_coalesced, 40u);
-    EXPECT_EQ(b.counters().rx_gro_copied, 1u);  // the first run only
-    EXPECT_EQ(b.counters().rx_dropped, 0u);
+    CrossInOrder(*a, inner_a, *b, inner_b, sent, 8, pb);
   }
-  EXPECT_EQ(inner_a.live, 0);
-  EXPECT_EQ(inner_b.live, 0);
+  EXPECT_EQ(a->counters().tx_gso_datagrams, 40u);
+  EXPECT_EQ(b->counters().rx_coalesced, 40u);
+  EXPECT_EQ(b->counters().rx_gro_copied, 1u);  // the first run only
+  EXPECT_EQ(b->counters().rx_dropped, 0u);
 }
 
 // After coalesced datagrams of small segments (a run of ACK-sized frames),
 // a single full-size frame still arrives whole (the read size has a floor:
 // 64 buffers of it hold 64 KiB), moved into one buffer.
-TEST(UdpIo, AFullFrameAfterSmallCoalescedOnesArrivesWhole) {
-  FakeInner inner_a, inner_b;
-  Sock sa, sb;
-  const uint16_t pa = sa.port, pb = sb.port;
-  {
-    UdpIo a(&inner_a, sa.fd, pa, kOwnMac), b(&inner_b, sb.fd, pb, kPeerMac);
-    sa.fd = sb.fd = -1;
-    a.set_gso(true);
-    b.set_gso(true);
-    CrossInOrder(a, inner_a, b, inner_b, std::vector<std::vector<uint8_t>>(10, Frame(true, pa, pb, 0)), 32, pb);
-    CrossInOrder(a, inner_a, b, inner_b, {Frame(true, pa, pb, 4096)}, 32, pb);
-    EXPECT_EQ(b.counters().rx_coalesced, 10u);
-    EXPECT_EQ(b.counters().rx_dropped, 0u);
-  }
-  EXPECT_EQ(inner_a.live, 0);
-  EXPECT_EQ(inner_b.live, 0);
+TEST_F(CoalescingPair, AFullFrameAfterSmallCoalescedOnesArrivesWhole) {
+  CrossInOrder(*a, inner_a, *b, inner_b, std::vector<std::vector<uint8_t>>(10, Frame(true, pa, pb, 0)), 32, pb);
+  CrossInOrder(*a, inner_a, *b, inner_b, {Frame(true, pa, pb, 4096)}, 32, pb);
+  EXPECT_EQ(b->counters().rx_coalesced, 10u);
+  EXPECT_EQ(b->counters().rx_dropped, 0u);
 }
 
 }  // namespace

@@ -296,8 +296,7 @@ CmService::Result CmService::CmdCreateId(int conn, uint32_t, std::span<const uin
 CmService::Result CmService::CmdDestroyId(int conn, uint32_t, std::span<const uint8_t> in,
                                           uint64_t now_ms, std::span<const uint8_t>) {
   rdma_ucm_destroy_id c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   rdma_ucm_destroy_id_resp resp{id->events_reported};
   DestroyId(c.id, now_ms);
@@ -468,8 +467,7 @@ CmService::Result CmService::CmdResolveAddr(int conn, uint32_t cmd, std::span<co
 CmService::Result CmService::CmdResolveRoute(int conn, uint32_t, std::span<const uint8_t> in,
                                              uint64_t, std::span<const uint8_t>) {
   rdma_ucm_resolve_route c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   if (id->state != IdState::kAddrResolved && id->state != IdState::kRouteResolved) return {EINVAL, {}};
   id->state = IdState::kRouteResolved;
@@ -481,8 +479,7 @@ CmService::Result CmService::CmdResolveRoute(int conn, uint32_t, std::span<const
 CmService::Result CmService::CmdQueryRoute(int conn, uint32_t, std::span<const uint8_t> in,
                                            uint64_t, std::span<const uint8_t>) {
   rdma_ucm_query c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   return {0, QueryRoute(*id)};
 }
@@ -491,8 +488,7 @@ CmService::Result CmService::CmdQueryRoute(int conn, uint32_t, std::span<const u
 CmService::Result CmService::CmdQuery(int conn, uint32_t, std::span<const uint8_t> in,
                                       uint64_t, std::span<const uint8_t>) {
   rdma_ucm_query c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   if (c.option != RDMA_USER_CM_QUERY_ADDR) return {ENOSYS, {}};
   rdma_ucm_query_addr_resp resp{};
@@ -512,8 +508,7 @@ CmService::Result CmService::CmdQuery(int conn, uint32_t, std::span<const uint8_
 CmService::Result CmService::CmdListen(int conn, uint32_t, std::span<const uint8_t> in,
                                        uint64_t, std::span<const uint8_t>) {
   rdma_ucm_listen c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   if (id->state == IdState::kIdle) {
     if (const int e = Bind(*id, Addr{}); e != 0) return {e, {}};
@@ -534,8 +529,7 @@ CmService::Result CmService::CmdListen(int conn, uint32_t, std::span<const uint8
 CmService::Result CmService::CmdConnect(int conn, uint32_t, std::span<const uint8_t> in,
                                         uint64_t now_ms, std::span<const uint8_t>) {
   rdma_ucm_connect c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   if (id->state != IdState::kRouteResolved || !c.conn_param.valid) return {EINVAL, {}};
   if (id->qp_type == IBV_QPT_UD) {
@@ -607,8 +601,7 @@ CmService::Result CmService::CmdConnect(int conn, uint32_t, std::span<const uint
 CmService::Result CmService::CmdAccept(int conn, uint32_t, std::span<const uint8_t> in,
                                        uint64_t now_ms, std::span<const uint8_t>) {
   rdma_ucm_accept c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr || !id->cm) return {EINVAL, {}};
   if (!c.conn_param.valid) {
     // The active side after CONNECT_RESPONSE (librdmacm moved its QP to
@@ -651,8 +644,7 @@ CmService::Result CmService::CmdAccept(int conn, uint32_t, std::span<const uint8
 CmService::Result CmService::CmdReject(int conn, uint32_t, std::span<const uint8_t> in,
                                        uint64_t now_ms, std::span<const uint8_t>) {
   rdma_ucm_reject c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr || !id->cm) return {EINVAL, {}};
   if (c.private_data_len > cm::kRejPrivateDataSize) return {EINVAL, {}};
   // Linux's rdma_reject: "consumer defined" with the user's private data
@@ -674,8 +666,7 @@ CmService::Result CmService::CmdReject(int conn, uint32_t, std::span<const uint8
 CmService::Result CmService::CmdDisconnect(int conn, uint32_t, std::span<const uint8_t> in,
                                            uint64_t now_ms, std::span<const uint8_t>) {
   rdma_ucm_disconnect c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr || !id->cm) return {EINVAL, {}};
   // Linux's rdma_disconnect: a DREQ, or the DREP to a received DREQ; in
   // any other state nothing is sent and it still succeeds (a program
@@ -690,8 +681,7 @@ CmService::Result CmService::CmdDisconnect(int conn, uint32_t, std::span<const u
 CmService::Result CmService::CmdInitQpAttr(int conn, uint32_t, std::span<const uint8_t> in,
                                            uint64_t, std::span<const uint8_t>) {
   rdma_ucm_init_qp_attr c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   int err = 0;
   std::vector<uint8_t> out = InitQpAttr(*id, c.qp_state, &err);
@@ -719,8 +709,7 @@ CmService::Result CmService::CmdGetEvent(int conn, uint32_t, std::span<const uin
 CmService::Result CmService::CmdSetOption(int conn, uint32_t, std::span<const uint8_t> in,
                                           uint64_t, std::span<const uint8_t> option) {
   rdma_ucm_set_option c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr) return {EINVAL, {}};
   if (option.size() != c.optlen) return {EINVAL, {}};
   if (c.level != RDMA_OPTION_ID) return {ENOSYS, {}};
@@ -754,8 +743,7 @@ CmService::Result CmService::CmdSetOption(int conn, uint32_t, std::span<const ui
 CmService::Result CmService::CmdNotify(int conn, uint32_t, std::span<const uint8_t> in,
                                        uint64_t now_ms, std::span<const uint8_t>) {
   rdma_ucm_notify c;
-  if (!Load(in, &c)) return {EINVAL, {}};
-  Id* id = Find(conn, c.id);
+  Id* id = LoadForId(conn, in, &c);
   if (id == nullptr || !id->cm) return {EINVAL, {}};
   if (c.event == kCommEst) Apply(*id, id->cm->CommEstablished(), nullptr, now_ms);
   return {0, {}};

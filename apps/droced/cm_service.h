@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -262,6 +263,15 @@ class CmService {
   Result CmdLeaveMcast(int conn, uint32_t cmd, std::span<const uint8_t> in, uint64_t now_ms,
                        std::span<const uint8_t> option);
   Id* Find(int conn, uint32_t handle);
+  // A command's fixed part and the id it names (its `id` field), as the
+  // kernel's ucma copies the command and then looks up its context:
+  // nullptr when the command is short or the id is not this connection's.
+  template <typename Command>
+  Id* LoadForId(int conn, std::span<const uint8_t> in, Command* c) {
+    if (in.size() < sizeof(Command)) return nullptr;
+    std::memcpy(c, in.data(), sizeof(Command));
+    return Find(conn, c->id);
+  }
   int DeviceOfIp(const Addr& a) const;
   int GidIndex(int device, const cm::Gid& gid) const;
   cm::Gid GidOf(const Addr& a) const;

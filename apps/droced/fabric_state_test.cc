@@ -593,6 +593,32 @@ TEST(SwitchKnobs, BottleneckMarksAboveKminAndTailDrops) {
   EXPECT_LE(s.queue_bytes(t0 + 400 * 4000), 100000u);
 }
 
+// The bottleneck's FIFO is a fixed ring of kMaxQueuedFrames: the frame
+// beyond it is tail-dropped, whatever the byte limit; one released, room again.
+TEST(SwitchKnobs, BottleneckHoldsAtMostItsRingOfFrames) {
+  fabric::KnobRequest k{};
+  k.set = fabric::kKnobBottleneck;
+  k.rate_bps = 1'000'000;  // 1 Mb/s: a 100-byte frame takes 800 us
+  k.kmax_bytes = 1u << 30;
+  SwitchKnobs s;
+  s.Apply(k);
+  static int frames[SwitchKnobs::kMaxQueuedFrames + 10];
+  uint32_t queued = 0;
+  for (int& f : frames) {
+    const EgressVerdict v = s.Egress(100, 0);
+    if (!v.queue) continue;
+    s.Hold(&f, 100, 0, 0, 0);
+    ++queued;
+  }
+  EXPECT_EQ(queued, SwitchKnobs::kMaxQueuedFrames);
+  EXPECT_EQ(s.queued_frames(), SwitchKnobs::kMaxQueuedFrames);
+  EXPECT_EQ(s.counters().queue_dropped, 10u);
+  Released r;
+  ASSERT_TRUE(s.Release(800'000, &r));
+  EXPECT_EQ(r.frame, &frames[0]);
+  EXPECT_TRUE(s.Egress(100, 800'000).queue);
+}
+
 // The bottleneck is a queue: frames leave at the line rate, in order, with
 // the port's INT record, and PFC holds a sender above xoff until xon.
 TEST(SwitchKnobs, BottleneckQueuesAtLineRateStampsIntAndPausesTheSender) {

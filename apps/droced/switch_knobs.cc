@@ -41,14 +41,15 @@ PfcBoard& SwitchKnobs::process_board() {
 }
 
 void SwitchKnobs::DropQueued() {
-  for (const Held& h : held_) {
+  for (; !held_.empty(); held_.Pop()) {
+    const Held& h = held_.front();
     if (g_frame_free != nullptr) g_frame_free(h.frame);
     if (pfc_ != nullptr && h.ingress < PfcBoard::kIds && pfc_->Remove(h.ingress, h.bytes) == sim::PfcIngress::kResume &&
         board_ != nullptr) {
       board_->Release(h.ingress);
     }
   }
-  held_.clear();
+  held_bytes_ = 0;
 }
 
 void SwitchKnobs::Apply(const fabric::KnobRequest& k, PfcBoard* board) {
@@ -73,6 +74,8 @@ void SwitchKnobs::Apply(const fabric::KnobRequest& k, PfcBoard* board) {
       port_cfg_.mark_at = (k.port_flags & fabric::kPortMarkAtDequeue) ? sim::MarkAt::kDequeue : sim::MarkAt::kEnqueue;
       port_cfg_.int_stamp = (k.port_flags & fabric::kPortInt) != 0;
       port_cfg_.seed = seed_;
+      port_cfg_.max_packets = kMaxQueuedFrames;  // as held_: the port drops what held_ has no room for
+      if (held_.depth() < kMaxQueuedFrames) held_.Reset(kMaxQueuedFrames);  // empty (DropQueued)
       port_ = std::make_unique<sim::EgressPort>(port_cfg_);
       pfc_xoff_ = k.pfc_xoff_bytes;
       pfc_xon_ = k.pfc_xon_bytes;
@@ -108,7 +111,8 @@ EgressVerdict SwitchKnobs::Egress(uint32_t bytes, uint64_t now_ns) {
 }
 
 void SwitchKnobs::Hold(void* frame, uint32_t bytes, uint32_t port, uint32_t port_tag, uint32_t ingress) {
-  held_.push_back(Held{frame, bytes, port, port_tag, ingress});
+  held_.Push(Held{frame, bytes, port, port_tag, ingress});  // Egress queued it: the port had room, so has held_
+  held_bytes_ += bytes;
   if (pfc_ != nullptr && ingress < PfcBoard::kIds && pfc_->Add(ingress, bytes) == sim::PfcIngress::kPause) {
     ++counters_.pfc_pauses;
     if (board_ != nullptr) board_->Hold(ingress);
@@ -119,7 +123,8 @@ bool SwitchKnobs::Release(uint64_t now_ns, Released* out) {
   sim::Departure d;
   if (port_ == nullptr || held_.empty() || !port_->Dequeue(now_ns, &d)) return false;
   const Held h = held_.front();
-  held_.pop_front();
+  held_.Pop();
+  held_bytes_ -= h.bytes;
   if (pfc_ != nullptr && h.ingress < PfcBoard::kIds && pfc_->Remove(h.ingress, h.bytes) == sim::PfcIngress::kResume &&
       board_ != nullptr) {
     board_->Release(h.ingress);
@@ -145,7 +150,8 @@ std::string SwitchKnobs::Describe() const {
                           port_cfg_.mark_at == sim::MarkAt::kDequeue ? "dequeue" : "enqueue");
     if (port_cfg_.int_stamp) s += " int=on";
     if (pfc_xoff_ != 0) absl::StrAppendFormat(&s, " pfc=%u,%u", pfc_xoff_, pfc_xon_);
-    absl::StrAppendFormat(&s, " (queued %zu frames, max %lu B)", held_.size(), port_->max_queue_bytes());
+    absl::StrAppendFormat(&s, " (queued %zu frames %lu B, max %lu B)", held_.size(), held_bytes_,
+                          port_->max_queue_bytes());
   }
   if (!mirror_.empty()) absl::StrAppendFormat(&s, " mirror=%s", mirror_);
   if (s.empty()) return "";

@@ -20,13 +20,13 @@
 #define DROCE_APPS_DROCED_SWITCH_KNOBS_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <random>
 #include <string>
 
 #include "absl/status/status.h"
 #include "drivers/fabric/protocol.h"
+#include "queue/ring.h"
 #include "sim/switch/egress_port.h"
 
 namespace droce::droced {
@@ -78,6 +78,10 @@ struct Released {
 
 class SwitchKnobs {
  public:
+  // Frames a bottleneck holds at most (droced's whole mbuf pool is 16383):
+  // its FIFO is a ring of this many, allocated when the bottleneck is set,
+  // and a frame beyond them is tail-dropped.
+  static constexpr uint32_t kMaxQueuedFrames = 16384;
   // Checks a request's knobs (every field, whatever `set` says); applies
   // the ones `set` names. Fails without changing anything.
   static absl::Status Validate(const fabric::KnobRequest& k);
@@ -139,7 +143,8 @@ class SwitchKnobs {
   std::unique_ptr<sim::EgressPort> port_;
   std::unique_ptr<sim::PfcIngress> pfc_;
   PfcBoard* board_ = nullptr;
-  std::deque<Held> held_;  // in the port's FIFO order
+  queue::Ring<Held> held_;  // in the port's FIFO order
+  uint64_t held_bytes_ = 0;
   std::string mirror_;
   KnobCounters counters_;
 };

@@ -83,6 +83,8 @@ constexpr const char kUsage[] =
     "  --seed N               seed for --drop-rate (1)\n"
     "  --pcap-out FILE        write every frame sent and received to a pcap file\n"
     "  --stats-period S       print a stats line every S seconds while running (0: off)\n"
+    "  --start-at T           client: connect, then start the run when CLOCK_MONOTONIC reaches\n"
+    "                         T seconds (several senders join one after another, connected early)\n"
     "  --dscp N               DSCP of data packets, 0..63 (0)\n"
     "  --ecn not-ect|ect0|ect1  ECN codepoint of data packets (ect0)\n"
     "  --vlan ID              802.1Q tag with VLAN ID 1..4094 (untagged)\n"
@@ -236,6 +238,7 @@ Options ParseOptions(int argc, char** argv) {
     else if (k == "--cc") o.cc = v;
     else if (k == "--cc-params") o.cc_params = v;
     else if (k == "--stats-period") o.stats_period = ParseNumber(k, v, 0, 3600);
+    else if (k == "--start-at") o.start_at = ParseNumber(k, v, 0, 1e12);
     else if (k == "--line-rate-gbps") o.line_rate_gbps = ParseNumber(k, v, 0.01, 1000);
     else if (k == "--bottleneck-gbps") o.bottleneck_gbps = ParseNumber(k, v, 0.001, 1000);
     else if (k == "--kmin-kb") o.kmin_kb = ParseNumber(k, v, 0, 1e6);

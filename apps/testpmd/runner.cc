@@ -98,6 +98,8 @@ int Runner::ClientRun(const Engine* engine) {
     }
     connected_.store(true, std::memory_order_release);
   }
+  const uint64_t start_at = static_cast<uint64_t>(opt_.start_at * 1e9);
+  while (s_.NowNs() < start_at && !s_.StopRequested()) s_.Progress();  // idle: it yields the CPU
   s_.stats = Stats{};
   s_.SendCtrl(CtrlType::kStart, static_cast<uint64_t>(EngineIndex(engine)));
   CtrlMsg ready;

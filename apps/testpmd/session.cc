@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "apps/testpmd/alloc_meter.h"
@@ -75,10 +74,12 @@ Session::Session(const Options& o, ethdev::EthdevPort* p, pktio::BurstIo* io) : 
   init.caps.max_send_wr = init.caps.max_recv_wr = 2 * kCtrlRecvs;
   ctrl_qpn = create(init);
   snapshot_.qps.resize(qpns.size() + 1);  // filled in place by the owner: no allocation then
-  buf.assign(uint64_t{o.outstanding} * o.size + 4096, 0);
+  const uint64_t ctrl_offset = uint64_t{o.outstanding} * o.size;
+  buf.assign(ctrl_offset + kCtrlAreaBytes, 0);
   va = reinterpret_cast<uint64_t>(buf.data());
   keys = *dev->RegMr(pd, buf.data(), buf.size(), va,
                      mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic);
+  ctrl_.emplace(*dev, ctrl_qpn, buf.data() + ctrl_offset, va + ctrl_offset, keys.lkey, keys.rkey, va);
 }
 
 uint64_t Session::NowNs() const {
@@ -101,10 +102,21 @@ void Session::MaybePrintStats(uint64_t now) {
   if (now < next_stats_ns_) return;
   const double secs = double(now - last_stats_ns_) / 1e9;
   const core::DeviceCounters& c = dev->counters();
-  std::printf("stats %s: messages=%llu interval_gbps=%.3f rx_packets=%llu tx_packets=%llu rx_bad_icrc=%llu\n",
-              opt.role.c_str(), (unsigned long long)stats.messages,
+  // t_s is CLOCK_MONOTONIC, so the lines of several processes (and other
+  // samplers on the host) share one time axis; the cc fields are the first
+  // data QP's (rate 0: not rate limited, window 0: no window).
+  const transport::Qp* q = dev->qp(qpn);
+  const cc::Output& cc_out = q->congestion_control().output();
+  const cc::Stats& cc_st = q->congestion_control().stats();
+  std::printf("stats %s: t_s=%.6f messages=%llu interval_gbps=%.3f rx_packets=%llu tx_packets=%llu rx_bad_icrc=%llu "
+              "cc_rate_gbps=%.4f cc_window=%u rtt_us=%.1f min_rtt_us=%.1f cnps_rx=%llu retransmitted=%llu\n",
+              opt.role.c_str(), double(now) / 1e9, (unsigned long long)stats.messages,
               double(stats.bytes - last_stats_bytes_) * 8 / secs / 1e9, (unsigned long long)c.rx_packets,
-              (unsigned long long)c.tx_packets, (unsigned long long)c.rx_bad_icrc());
+              (unsigned long long)c.tx_packets, (unsigned long long)c.rx_bad_icrc(),
+              cc_out.rate_limited ? double(cc_out.rate_bps) / 1e9 : 0.0, cc_out.window_packets,
+              double(cc_st.last_rtt_ns) / 1e3, double(cc_st.min_rtt_ns) / 1e3,
+              (unsigned long long)q->counters().cnps_received,
+              (unsigned long long)q->counters().retransmitted_packets);
   std::fflush(stdout);
   last_stats_bytes_ = stats.bytes;
   last_stats_ns_ = now;
@@ -184,66 +196,21 @@ void Session::ServeSlow() {
   served_.store(req, std::memory_order_release);
 }
 
-void Session::PostCtrlRecv(uint32_t k) {
-  transport::RecvWr r;
-  r.wr_id = kCtrlWrIdBase + k;
-  r.num_sge = 1;
-  r.sg_list[0] = {va + ctrl_offset() + 2048 + k * 64, 64, keys.lkey};
-  (void)dev->PostRecv(ctrl_qpn, r);
-}
-
-void Session::SendCtrl(CtrlType type, uint64_t value) {
-  // Eight send buffers in turn: a message is gathered when it is transmitted,
-  // so one buffer could be overwritten by the next message before that.
-  static_assert(sizeof(CtrlMsg) <= 64);
-  CtrlMsg m{kCtrlMagic, static_cast<uint32_t>(type), keys.rkey, va, value};
-  const uint64_t off = ctrl_offset() + (ctrl_sends_++ % 8) * 64;
-  std::memcpy(buf.data() + off, &m, sizeof m);
-  transport::SendWr wr;
-  wr.wr_id = kCtrlWrIdBase - 1;
-  wr.opcode = transport::WrOpcode::kSend;
-  wr.flags = transport::kSendSignaled;
-  wr.num_sge = 1;
-  wr.sg_list[0] = {va + off, sizeof m, keys.lkey};
-  (void)dev->PostSend(ctrl_qpn, wr);
-}
+void Session::SendCtrl(CtrlType type, uint64_t value) { ctrl_->Send(type, value); }
 
 uint32_t Session::PollCompletions(queue::Completion* out, uint32_t n) {
   queue::Completion wc[64];
   const uint32_t got = dev->PollCq(cq, wc, n < 64 ? n : 64);
   uint32_t k = 0;
   for (uint32_t i = 0; i < got; ++i) {
-    if (wc[i].wr_id >= kCtrlWrIdBase - 1) {
-      if (wc[i].status != queue::WcStatus::kSuccess) {
-        ++stats.errors;
-        continue;
-      }
-      if (wc[i].opcode == queue::WcOpcode::kRecv) {
-        const uint32_t slot = static_cast<uint32_t>(wc[i].wr_id - kCtrlWrIdBase);
-        CtrlMsg m;
-        std::memcpy(&m, buf.data() + ctrl_offset() + 2048 + slot * 64, sizeof m);
-        if (m.magic == kCtrlMagic) ctrl_inbox.push_back(m);
-        PostCtrlRecv(slot);
-      }
-      continue;
-    }
-    out[k++] = wc[i];
+    if (!ctrl_->Consume(wc[i], &stats.errors)) out[k++] = wc[i];
   }
   return k;
 }
 
-bool Session::HasCtrl(CtrlType type) const {
-  return std::any_of(ctrl_inbox.begin(), ctrl_inbox.end(),
-                     [&](const CtrlMsg& m) { return m.type == static_cast<uint32_t>(type); });
-}
+bool Session::HasCtrl(CtrlType type) const { return ctrl_->Has(type); }
 
-CtrlMsg Session::TakeCtrl(CtrlType type) {
-  auto it = std::find_if(ctrl_inbox.begin(), ctrl_inbox.end(),
-                         [&](const CtrlMsg& m) { return m.type == static_cast<uint32_t>(type); });
-  const CtrlMsg m = *it;
-  ctrl_inbox.erase(it);
-  return m;
-}
+CtrlMsg Session::TakeCtrl(CtrlType type) { return ctrl_->Take(type); }
 
 bool Session::WaitCtrl(CtrlType type, uint64_t deadline_ns, CtrlMsg* out) {
   queue::Completion wc[64];
@@ -288,48 +255,39 @@ absl::Status Session::Connect() {
   c.peer_mac_known = false;  // the neighbour table
   c.mtu = opt.mtu;
   c.timeout = 14;  // 67 ms
-  absl::Status st;
   // Both sides create the same QPs in the same order: numbers agree.
-  for (uint32_t i = 0; i < qpns.size() && st.ok(); ++i) {
+  for (uint32_t i = 0; i < qpns.size(); ++i) {
     c.peer_qpn = opt.peer_qpn_base + i;
-    st = core::ConnectQp(*dev, qpns[i], c);
+    if (absl::Status st = core::ConnectQp(*dev, qpns[i], c); !st.ok()) return st;
   }
-  if (st.ok()) {
-    c.peer_qpn = opt.peer_qpn_base + static_cast<uint32_t>(qpns.size());
-    st = core::ConnectQp(*dev, ctrl_qpn, c);
-  }
-  if (!st.ok()) return st;
-  for (uint32_t k = 0; k < kCtrlRecvs; ++k) PostCtrlRecv(k);
-  SendCtrl(CtrlType::kHello, opt.mtu);
-  CtrlMsg hello;
+  c.peer_qpn = opt.peer_qpn_base + static_cast<uint32_t>(qpns.size());
+  // On the fabric the link is up as soon as droced is: until the peer has
+  // attached, the switch drops our hello (rx_no_owner) and the control QP
+  // runs out of retries; the channel starts it over (control_channel.h).
+  if (absl::Status st = ctrl_->StartHello(c, opt.mtu); !st.ok()) return st;
   const uint64_t deadline = NowNs() + 30'000'000'000ull;
-  const uint64_t errors_before = stats.errors;
-  bool restarted = false;
-  while (!WaitCtrl(CtrlType::kHello, std::min(deadline, NowNs() + 100'000'000), &hello)) {
-    if (NowNs() >= deadline) return absl::DeadlineExceededError("no hello from the peer within 30 s");
-    // On the fabric the link is up as soon as droced is: a peer that has
-    // not attached yet owns no QPN, the switch drops our hello (rx_no_owner)
-    // and its retries run out. Start the control QP over (the same PSNs: a
-    // peer that got the hello but whose ACK was lost sees a duplicate).
-    if (opt.device.empty() || dev->qp(ctrl_qpn)->state() != transport::QpState::kErr) continue;
-    transport::QpAttr reset;
-    reset.qp_state = transport::QpState::kReset;
-    if (absl::Status r = dev->ModifyQp(ctrl_qpn, reset, transport::kAttrState); !r.ok()) return r;
-    queue::Completion wc[64];
-    while (PollCompletions(wc, 64) > 0) {
+  queue::Completion wc[64];
+  for (;;) {
+    absl::StatusOr<bool> done = ctrl_->HelloDone();
+    if (!done.ok()) return done.status();
+    if (*done) break;
+    if (NowNs() >= deadline) {
+      return absl::DeadlineExceededError(ctrl_->have_peer_hello()
+                                             ? "the peer did not acknowledge this side's hello within 30 s"
+                                             : "no hello from the peer within 30 s");
     }
-    if (absl::Status r = core::ConnectQp(*dev, ctrl_qpn, c); !r.ok()) return r;
-    for (uint32_t k = 0; k < kCtrlRecvs; ++k) PostCtrlRecv(k);
-    SendCtrl(CtrlType::kHello, opt.mtu);
-    restarted = true;
+    Progress();
+    const uint32_t n = PollCompletions(wc, 64);
+    for (uint32_t i = 0; i < n; ++i) stats.errors += wc[i].status != queue::WcStatus::kSuccess;
   }
-  if (restarted) stats.errors = errors_before;  // the flushed hellos of the restarts
+  const CtrlMsg& hello = ctrl_->peer_hello();
   // The path MTU is fixed when a QP goes to RTR; both ends must agree (a
   // responder NAKs packets longer than its own), so a mismatch is an error
   // here rather than failed transfers later.
   if (hello.value != 0 && hello.value != opt.mtu) {
-    // Our hello may still be on its way (or due for a retransmission): give
-    // it a second, so that the peer can say the same instead of timing out.
+    // The peer's hello may still need our ACK (a lost one is answered when
+    // it comes again): give it a second, so that the peer can say the same
+    // instead of timing out.
     for (const uint64_t until = NowNs() + 1'000'000'000; NowNs() < until;) Progress();
     return absl::FailedPreconditionError(absl::StrFormat(
         "the peer's path MTU is %u, this side's %u: give both the same --mtu (or set mtu on both)",

@@ -13,9 +13,11 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "apps/testpmd/control_channel.h"
 #include "apps/testpmd/pattern.h"
 #include "core/device.h"
 #include "drivers/ethdev/port.h"
@@ -40,6 +42,7 @@ struct Options {
   bool interactive = false;  // a prompt instead of one run
   bool auto_start = false;   // -i: start forwarding before giving the prompt
   bool telemetry = false;    // DPDK telemetry socket with /droce/ commands
+  double start_at = 0;       // client: connect, then start the run at this CLOCK_MONOTONIC second (0: at once)
   double stats_period = 0;   // print a stats line this often while running (0: only at the end)
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU
@@ -95,21 +98,6 @@ struct Snapshot {
   uint64_t messages = 0, bytes = 0, errors = 0, verify_failures = 0;
 };
 
-// Control messages travel as small SENDs on the control QP. One run:
-// client start(engine) -> server ready -> the engine's data -> client bye(n).
-// quit ends the server.
-enum class CtrlType : uint32_t { kHello = 1, kBye = 2, kStart = 3, kReady = 4, kQuit = 5 };
-struct CtrlMsg {
-  uint64_t magic;  // kCtrlMagic
-  uint32_t type;
-  uint32_t rkey;
-  uint64_t va;
-  uint64_t value;  // hello: path MTU; bye: messages sent (lets the passive side verify); start: engine index
-};
-inline constexpr uint64_t kCtrlMagic = 0x64726F6365637472ull;  // "droce ctr"
-inline constexpr uint64_t kCtrlWrIdBase = 1ull << 62;
-inline constexpr uint32_t kCtrlRecvs = 8;  // receives kept posted on the control QP
-
 class Session {
  public:
   // `io` carries the frames (the port itself, or a tap around it).
@@ -155,13 +143,12 @@ class Session {
   uint32_t QpnForSeq(uint64_t seq) const {
     return qpns[(seq % opt.outstanding) % qpns.size()];  // one QP per slot keeps its writes ordered
   }
-  std::vector<uint8_t> buf;  // slots (outstanding x size) then a 4 KiB control area
+  std::vector<uint8_t> buf;  // slots (outstanding x size) then the control area (kCtrlAreaBytes)
   uint64_t va = 0;
   mem::MrKeys keys{};
   uint64_t peer_va = 0;
   uint32_t peer_rkey = 0;
   Stats stats;
-  std::vector<CtrlMsg> ctrl_inbox;
   uint32_t data_recvs_posted = 0;  // send_bw server: receives on the data QP (kept across runs)
 
   uint8_t* slot(uint32_t i) { return buf.data() + uint64_t{i % opt.outstanding} * opt.size; }
@@ -170,12 +157,10 @@ class Session {
 
  private:
   void MaybePrintStats(uint64_t now);
-  void PostCtrlRecv(uint32_t k);
   void ServeSlow();
   uint64_t next_stats_ns_ = 0, last_stats_ns_ = 0, last_stats_bytes_ = 0;
-  uint64_t ctrl_offset() const { return uint64_t{opt.outstanding} * opt.size; }
   uint32_t idle_ = 0;
-  uint64_t ctrl_sends_ = 0;
+  std::optional<ControlChannel> ctrl_;  // on ctrl_qpn, in the buffer's control area
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> running_{false};
   // Requests from other threads: a requester (one at a time, under mu_)

@@ -21,6 +21,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -160,6 +161,15 @@ struct DroceQp {
   uint32_t ece_options = 0;
   bool ece_set = false;  // set_ece was called: ece_options is an agreement
 };
+
+// Whether ECE agreed on `algorithm`'s bit with the peer.
+bool EceAgreedOn(const DroceQp& qp, std::string_view algorithm) {
+  if (!qp.ece_set) return false;
+  for (const auto& c : kDroceEceCc) {
+    if (algorithm == c.algorithm) return (qp.ece_options & c.bit) != 0;
+  }
+  return false;
+}
 
 // A per-thread address: which thread opened a QP's ibv_wr_* batch.
 const void* ThisThread() {
@@ -1148,6 +1158,15 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
         s = rt->dev().SetQpCongestionControl(qp->qpn, c.algorithm);
         if (!s.ok()) return ErrnoOf(s);
       }
+    }
+    // An algorithm that needs the peer (HPCC: INT on every request, echoed
+    // in its ACKs) runs only where ECE agreed on its bit; toward a peer that
+    // did not (rxe, ConnectX, a program that connects without ECE) the QP
+    // runs none, so that peer sees plain IBTA.
+    const cc::Ops* ops = rt->dev().qp(qp->qpn)->congestion_control().ops();
+    if (ops != nullptr && ops->needs_int && !EceAgreedOn(*qp, ops->name)) {
+      s = rt->dev().SetQpCongestionControl(qp->qpn, "none");
+      if (!s.ok()) return ErrnoOf(s);
     }
   }
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));

@@ -311,6 +311,9 @@ class Runtime {
   // a new one now, or when the last sleeper leaves.
   void RenewWakeupLocked();
   void Stop();
+  // The progress thread's body (progress.cc): its loop and scheduling
+  // state live in ProgressThread.
+  class ProgressThread;
   void ProgressLoop();
   // A round now would do nothing (PollIfBusyLocked). An SRQ shrinks only in
   // a round's receive, which checks its limit. Completion events are looked

@@ -1,4 +1,4 @@
-// Who is talking (issue 19, item 4): the receive path executes a frame only
+// Who is talking: the receive path executes a frame only
 // if it is for this device (VLAN, destination MAC and IP), in the default
 // partition (P_Key), well formed at the IP layer (header checksum, TTL) and,
 // for a connected QP with a path, sent along that path (source and

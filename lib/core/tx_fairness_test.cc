@@ -1,5 +1,5 @@
 // One QP streaming the largest READ response a peer may ask for (2^31 bytes)
-// must not monopolise a poll round (issue 19, item 1): receive is polled
+// must not monopolise a poll round: receive is polled
 // between rounds and every other active QP gets its turn, so a second QP's
 // WRITE is acknowledged within a round or two, with at most a few bursts of
 // the stream ahead of it. Measured in rounds and packets, not wall time.
@@ -194,9 +194,9 @@ class BurstCounter final : public pktio::BurstIo {
 };
 
 // Many QPs with a packet each leave in one shared burst per round, from at
-// most one burst's worth of buffers (issue
-// 17: one TxBurst per QP made -q 8 with small messages pay a port call per
-// packet), each QP's packets still in order, and everything completes.
+// most one burst's worth of buffers (one TxBurst per QP would make -q 8
+// with small messages pay a port call per packet), each QP's packets still
+// in order, and everything completes.
 TEST(TxGather, OnePacketFromEachOfManyQpsIsOneBurst) {
   constexpr int kQps = 24;  // fewer than a burst (32)
   sim::MemWireConfig wc;

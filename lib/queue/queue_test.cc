@@ -23,6 +23,26 @@ TEST(Ring, HonoursRequestedDepthAndWraps) {
   EXPECT_EQ(r.size(), 3u);
 }
 
+TEST(Ring, GrowKeepsTheEntriesInOrder) {
+  Ring<int> r(3);
+  for (int i = 0; i < 5; ++i) {  // wrapped: the entries straddle the slots' end
+    r.Push(i);
+    if (r.size() == 3) r.Pop();
+  }
+  ASSERT_EQ(r.size(), 2u);
+  r.Grow(10);
+  EXPECT_EQ(r.depth(), 10u);
+  for (int i = 5; i < 13; ++i) EXPECT_TRUE(r.Push(i));
+  EXPECT_FALSE(r.Push(13));
+  for (int want = 3; want < 13; ++want) {
+    EXPECT_EQ(r.front(), want);
+    r.Pop();
+  }
+  EXPECT_TRUE(r.empty());
+  r.Grow(4);  // never smaller
+  EXPECT_EQ(r.depth(), 10u);
+}
+
 // A producer that does not own the ring (a verbs thread posting without the
 // device lock) fills and publishes; the owner takes and pops. Nothing
 // published is lost or seen twice, and a slot is never refilled before the

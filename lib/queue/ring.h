@@ -54,6 +54,21 @@ class Ring {
     }
   }
 
+  // Owner only, not a shared ring: `depth` (if larger) with the entries
+  // kept in order. Allocates; a control-path step, or one a queue takes a
+  // bounded number of times as it reaches new highs (doubling).
+  void Grow(uint32_t depth) requires(!kShared) {
+    if (depth <= limit_) return;
+    const uint32_t cap = std::bit_ceil(depth);
+    if (cap > slots_.size()) {
+      std::vector<T> bigger(cap);
+      for (uint32_t i = head_; i != tail_; ++i) bigger[i & (cap - 1)] = std::move(slots_[i & mask_]);
+      slots_ = std::move(bigger);
+      mask_ = cap - 1;
+    }
+    limit_ = depth;
+  }
+
   uint32_t size() const { return tail_ - head_; }
   uint32_t depth() const { return limit_; }
   bool empty() const { return head_ == tail_; }

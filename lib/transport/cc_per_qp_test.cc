@@ -34,9 +34,10 @@ class SharedPort {
  public:
   // `algorithms`: one flow (a QP on a, its peer on b) each; `int_stamp`: the
   // port stamps INT requests; `device_cc`, `device_params`: device a's cc=
-  // and cc_params= (what a QP choosing that algorithm runs).
+  // and cc_params= (what a QP choosing that algorithm runs);
+  // `selective_repeat`: every QP of both devices.
   explicit SharedPort(std::vector<const char*> algorithms, bool int_stamp = false, const char* device_cc = nullptr,
-                      const char* device_params = "")
+                      const char* device_params = "", bool selective_repeat = false)
       : wire_(WireConfig()), port_(&wire_.end(0), PortConfig(int_stamp), &Clock, &now_, 16 * 1024) {
     for (int i = 0; i < 2; ++i) {
       DeviceConfig cfg;
@@ -49,6 +50,7 @@ class SharedPort {
       cfg.ipv4 = 0x0A000001 + i;
       cfg.cc_line_rate_bps = kRate;
       cfg.min_time_between_cnps_ns = 50'000;
+      cfg.selective_repeat = selective_repeat;
       OpenSide(s_[i], cfg, i == 0 ? static_cast<pktio::BurstIo*>(&port_) : &wire_.end(1), kDepth * kMsg * 4);
     }
     for (size_t f = 0; f < algorithms.size(); ++f) {
@@ -262,6 +264,17 @@ TEST(CcPerQp, HpccReactsToTheUtilisationItsTelemetryReports) {
   SharedPort blind({"hpcc"}, /*int_stamp=*/false, "hpcc", kHpcc);
   blind.Run(8, 2'000'000'000ull);
   EXPECT_EQ(cc::HpccStateOf(blind.cc(0))->updates, 0u);
+}
+
+// With selective repeat the responder acknowledges with its own ACKs and
+// SACKs: they carry the INT echo too, so HPCC sees the port's records.
+TEST(CcPerQp, HpccGetsItsEchoesWithSelectiveRepeat) {
+  SharedPort sr({"hpcc"}, /*int_stamp=*/true, "hpcc", "base_rtt_ns=40000", /*selective_repeat=*/true);
+  sr.Run(16, 2'000'000'000ull);
+  ASSERT_GE(sr.flow(0).completed, 16u);
+  EXPECT_GT(sr.port().counters().int_stamped, 100u);
+  EXPECT_GT(sr.cc(0).stats().telemetry_acks, 10u);
+  EXPECT_GT(cc::HpccStateOf(sr.cc(0))->updates, 0u);
 }
 
 // A QP back in RESET starts a new connection: its algorithm (the same one,

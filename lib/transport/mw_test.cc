@@ -1,5 +1,5 @@
 // Memory windows over the wire (IBTA 10.6.7) and the rules of remote
-// invalidation (issue 19): READ/WRITE/atomics through a window's rkey, the
+// invalidation: READ/WRITE/atomics through a window's rkey, the
 // type-2 window's QP association, LOCAL_INV and SEND_WITH_INV, and a window
 // invalidated or unbound while a message through it is in flight.
 #include <algorithm>
@@ -169,7 +169,7 @@ TEST(MemoryWindows, Type2WindowBelongsToTheQpThatBoundIt) {
             AccessResult::kBadKey);
 }
 
-// Issue 19 item 3: a peer's SEND_WITH_INV naming a region registered with
+// A peer's SEND_WITH_INV naming a region registered with
 // ibv_reg_mr — here the responder's own receive buffer, and a region with no
 // remote rights at all — must not invalidate it. The receive completes in
 // error (REM_INV_REQ_ERR, as rxe's RESPST_ERR_INVALIDATE_RKEY), the

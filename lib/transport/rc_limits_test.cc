@@ -1,7 +1,7 @@
 // The RC transport frame by frame: one droce device whose QP talks to a
 // scripted peer. Crafted requests and responses go in; the exact frames
 // droce sends back, its completions and its counters come out. Covers what a
-// hostile or broken peer may send (issue 19): immediate data byte for byte,
+// hostile or broken peer may send: immediate data byte for byte,
 // DMA lengths above 2^31, zero-length RDMA, responder resources, duplicate
 // READs, NAK syndromes, and the state a move to RESET must clear.
 #include <sys/mman.h>
@@ -259,7 +259,7 @@ std::vector<uint8_t> ImmOnWire(const Sent& s) {
   return {p, p + 4};
 }
 
-// --- Immediate data (issue 19 item 6): verbs' imm_data is a __be32; its
+// --- Immediate data: verbs' imm_data is a __be32; its
 // bytes are the wire bytes, both ways, byte for byte.
 
 TEST(Immediate, RequesterPutsTheProgramsBytesOnTheWire) {
@@ -314,7 +314,7 @@ TEST(Immediate, UcResponderDeliversTheWireBytes) {
 }
 
 
-// --- DMA lengths (issue 19 item 2): a message is 0..2^31 bytes (IBTA 9.4,
+// --- DMA lengths: a message is 0..2^31 bytes (IBTA 9.4,
 // max_msg_sz); more is NAKed invalid request, as rxe's check_length does,
 // and a READ's PSN count never wraps.
 
@@ -415,7 +415,7 @@ TEST(DmaLength, RequesterRefusesMoreThan2To31) {
 }
 
 
-// --- Zero-length RDMA (issue 19 item 5): no R_Key or VA check (IBTA 9.4,
+// --- Zero-length RDMA: no R_Key or VA check (IBTA 9.4,
 // rxe's check_rkey); WRITE with immediate still takes a receive; READ
 // answers one response without payload.
 
@@ -495,7 +495,7 @@ TEST(ZeroLength, UcWriteNeedsNoKey) {
 }
 
 
-// --- Responder errors raise the event verbs defines (issue 19 item 7):
+// --- Responder errors raise the event verbs defines:
 // access violation -> QP_ACCESS_ERR, invalid request -> QP_REQ_ERR, else
 // QP_FATAL (IBTA 11.6.3.1, C9-222.1.1). lib/transport reports the kind,
 // the verbs runtime turns it into the ibv_event_type (tests/verbs checks that).
@@ -537,7 +537,7 @@ TEST(ErrorEvent, RequesterErrorsAreFatalAndTheProgramsMoveIsNone) {
   EXPECT_EQ(peer.qp()->error_event(), transport::QpEvent::kNone);
 }
 
-// --- max_dest_rd_atomic (issue 19 item 7): more READ/atomic requests
+// --- max_dest_rd_atomic: more READ/atomic requests
 // outstanding than the responder resources negotiated is an invalid request
 // (IBTA 9.9.3.1.3 class C; rxe NAKs invalid request when it has none). A
 // request is outstanding until its last response left: a requester that keeps
@@ -578,7 +578,7 @@ TEST(RdAtomicResources, NoneNegotiatedNaksEveryRead) {
             "READ with no responder resources");
 }
 
-// --- Duplicate READs (issue 19 item 7): re-executed only for the original's
+// --- Duplicate READs: re-executed only for the original's
 // range or a part of it, with its R_Key, inside its PSNs (rxe's
 // duplicate_request); anything else is dropped.
 
@@ -612,7 +612,7 @@ TEST(DuplicateRead, AskingForMoreThanTheOriginalIsIgnored) {
   EXPECT_EQ(peer.qp()->expected_psn(), p + 2);
 }
 
-// --- NAK codes the requester does not know (issue 19 item 7): Invalid RD
+// --- NAK codes the requester does not know: Invalid RD
 // Request (an RD-only code, syndrome 0x64) and the reserved codes complete
 // REM_OP_ERR, as rxe's completer does.
 
@@ -636,7 +636,7 @@ TEST(NakSyndrome, UnknownCodesCompleteRemoteOperationalError) {
 }
 
 
-// --- Issue 18's counter and RESET bugs.
+// --- Counters and the state RESET clears.
 
 TEST(Counters, ADuplicateRequestsAckIsCountedOnce) {
   Peer peer;

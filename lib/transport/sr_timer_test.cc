@@ -506,7 +506,7 @@ TEST(SrRtt, RecurringDelaysBelowTheRecentMaximumFireNoTimeout) {
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 16 * 65536), 0);
 }
 
-// The fabric's RTT tail during repairs (doc/loss-experiment.md "Round 7"):
+// The fabric's RTT tail during repairs (tools/bench/loss/results.md):
 // ~10 % of the RTT samples several times the rest (scheduling gaps), and a
 // gap that comes while a hole is being repaired. The windowed maximum holds
 // only while no loss is known, so the resend's timer was SRTT + 4 RTTVAR,
@@ -562,7 +562,7 @@ TEST(SrRtt, ARecurringTailDuringRepairsFiresNoSpuriousTimeout) {
   EXPECT_EQ(std::memcmp(pair.a().mem.data(), pair.b().mem.data(), 8 * 65536), 0);
 }
 
-// A repair's time in the counters (doc/loss-experiment.md "Round 6"): one
+// A repair's time in the counters (tools/bench/loss/results.md): one
 // packet lost inside a WRITE; the SACK that shows the hole and the resend
 // leave in the same poll (nothing waits before it in the requester), and the
 // resend's acknowledgement takes a round trip through the path.
@@ -606,7 +606,7 @@ TEST(SrRepair, CountersTimeTheHoleFromItsSackToItsAcknowledgement) {
 // An in-flight cap below ack_req_every (64): every window must ask for its
 // ACK, or the requester sends the cap's packets, none with AckReq, and waits
 // for the tail-loss probe (or the timer) each time (the fabric's cap-32 rows
-// in doc/loss-experiment.md "Round 6": 0.02-0.05 Gb/s loss-free).
+// in tools/bench/loss/results.md: 0.02-0.05 Gb/s loss-free).
 TEST(SrCap, ACapBelowTheAckReqSpacingStillGetsAnAckEachRoundTrip) {
   for (uint32_t cap : {16u, 32u}) {
     DelayPair pair(/*tlp=*/true, cap);
@@ -674,14 +674,14 @@ TEST(SrCap, SackedPacketsPastAHoleDoNotCountAgainstTheCap) {
 // 25 Gb/s, cap 256), a hole's repair takes two round trips; with the old
 // 128-bit bitmap the packets sent more than 128 past the hole could not be
 // SACKed meanwhile, kept their places in the cap and stopped the sender for
-// most of each repair (2 % lost: 1.47x the loss-free time; 1.04x after;
-// doc/loss-experiment.md "Round 8"). Since round 9 the responder reports
+// most of each repair (2 % lost: 1.47x the loss-free time, against 1.04x
+// with the full bitmap; tools/bench/loss/results.md). The responder reports
 // packets behind a known hole only when asked (AckReq), so on this path,
 // which only the window limits, the packets sent after a batch's last
 // AckReq wait a round trip more for their SACK: 1.27x. Asking on the packet
-// that fills the window took it back to 1.09x but cost the fabric a tenth
-// of its loss-free goodput and most of round 9's gain at 1 % (every batch
-// answered twice once off the AckReq spacing): not kept.
+// that fills the window would give 1.09x but costs the fabric a tenth of
+// its loss-free goodput at 1 % (every batch answered twice once off the
+// AckReq spacing).
 TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
   uint64_t took[2] = {};
   for (int lossy = 0; lossy < 2; ++lossy) {
@@ -701,11 +701,11 @@ TEST(SrCap, PacketsFarPastAHoleAreSackedWhileItIsRepaired) {
   EXPECT_LT(took[1], took[0] * 130 / 100) << "loss-free " << took[0] << " ns, 2 % lost " << took[1] << " ns";
 }
 
-// Round 9 (doc/loss-experiment.md): the responder SACKs a first hole at
+// The responder SACKs a first hole at
 // once and the packets placed behind it when asked (AckReq), not one SACK
 // per packet placed ahead. One 64 KiB WRITE (64 packets, AckReq on the
 // last) whose 10th packet is lost: a SACK for packet 11 (the first hole,
-// resent at once) and one for packet 64; before, one for each of the 54
+// resent at once) and one for packet 64, not one for each of the 54
 // packets placed ahead (each arrives in its own poll on this wire).
 TEST(SrSack, AFirstHoleIsSackedAtOnceAndThePacketsBehindItWhenAsked) {
   DelayPair pair;
@@ -724,8 +724,8 @@ TEST(SrSack, AFirstHoleIsSackedAtOnceAndThePacketsBehindItWhenAsked) {
 
 // A stream with holes always open (48 x 64 KiB, 2 % lost, 100 us each way):
 // the responder answers what asks (AckReq every 64 packets, each message's
-// last, the retransmissions) and the first holes; before round 9 it sent a
-// SACK per packet placed ahead (106 against 2 962 when written).
+// last, the retransmissions) and the first holes, not a SACK per packet
+// placed ahead (about 106 here, against 2 962 that way).
 TEST(SrSack, AStreamWithHolesIsSackedWhenAskedNotPerPacket) {
   DelayPair pair(/*tlp=*/true, /*window=*/256, /*rto_low_ns=*/200'000, /*delay_ns=*/100'000);
   Fill(pair.a().mem, 0, 48 * 65536, 5);

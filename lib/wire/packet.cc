@@ -317,17 +317,6 @@ uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t t
   return icrc_offset + kIcrcBytes;
 }
 
-void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn) {
-  uint8_t* l3 = frame + p.l3_offset;
-  if (p.ipv6) {
-    Ipv6Writer(l3).set_ecn(ecn);
-  } else {
-    Ipv4Writer ip(l3);
-    ip.set_ecn(ecn);
-    ip.set_checksum(Ipv4HeaderChecksum(l3, ip.header_bytes()));
-  }
-}
-
 bool MarkCe(uint8_t* frame, uint32_t len) {
   const L3Info l3 = ReadL3(frame, len);
   uint8_t* ip = frame + l3.l3_offset;

@@ -180,11 +180,6 @@ inline uint32_t FinalizeFrame(uint8_t* frame, const Route& r, uint32_t transport
 // the ICRC's pass only over what follows the BTH.
 uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t transport_len);
 
-// Recomputes lengths-independent fields after a change to masked fields
-// (ECN marking by a congestion point): only the IPv4 checksum needs fixing,
-// the ICRC does not cover TOS.
-void SetEcn(uint8_t* frame, const ParsedPacket& p, uint8_t ecn);
-
 // CE on an ECN-capable IPv4 or IPv6 frame, as a congestion point marks it
 // (RFC 3168: a Not-ECT frame is left alone); the IPv4 header checksum
 // follows, RoCEv2's ICRC masks the field. True if the frame was changed

@@ -127,8 +127,8 @@ TEST(Packet, EcnMarkingKeepsIcrcValid) {
     PacketFields f = SampleWrite(ipv6, false, 100, &payload);
     std::vector<uint8_t> frame(5000);
     uint32_t n = *SerializeFields(f, frame.data(), frame.size());
-    ParsedPacket p = ParsePacket(frame.data(), n);
-    SetEcn(frame.data(), p, kEcnCe);
+    ASSERT_EQ(ParsePacket(frame.data(), n).ecn(), kEcnEct0);
+    EXPECT_TRUE(MarkCe(frame.data(), n));
     ParsedPacket q = ParseAndVerify(frame.data(), n);
     ASSERT_TRUE(q.ok());
     EXPECT_EQ(q.ecn(), kEcnCe);
@@ -136,6 +136,21 @@ TEST(Packet, EcnMarkingKeepsIcrcValid) {
       Ipv4View ip(frame.data() + q.l3_offset);
       EXPECT_EQ(ip.checksum(), Ipv4HeaderChecksum(frame.data() + q.l3_offset, 20));
     }
+    EXPECT_FALSE(MarkCe(frame.data(), n)) << "already CE";
+  }
+}
+
+// RFC 3168: a congestion point never marks a Not-ECT frame.
+TEST(Packet, EcnMarkingLeavesNotEctFramesAlone) {
+  for (bool ipv6 : {false, true}) {
+    std::vector<uint8_t> payload;
+    PacketFields f = SampleWrite(ipv6, false, 100, &payload);
+    f.route.tclass = static_cast<uint8_t>(f.route.tclass & ~3u);  // Not-ECT
+    std::vector<uint8_t> frame(5000);
+    uint32_t n = *SerializeFields(f, frame.data(), frame.size());
+    const std::vector<uint8_t> before(frame.begin(), frame.begin() + n);
+    EXPECT_FALSE(MarkCe(frame.data(), n));
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), frame.begin()));
   }
 }
 

@@ -180,6 +180,10 @@ std::unique_ptr<HostModel> HostModel::Create(const HostModelConfig& cfg, Transmi
   d.ipv4 = cfg.ipv4;
   d.cc_line_rate_bps = cfg.line_rate_bps;
   d.min_time_between_cnps_ns = 50'000;  // DCQCN's notification point: one CNP per 50 us per QP
+  // QPNs from a fixed base, not the random one a real device picks: ECMP hashes the UDP source port, which
+  // comes from the QPN, so a random base would give every run other paths and no run could be repeated.
+  d.qpn_base = 16;
+  d.max_qp = 1u << 16;  // a QP per flow: a long workload creates thousands per host
   absl::StatusOr<cc::Config> c = cc::ParseConfig(cfg.cc, cfg.cc_params, cfg.line_rate_bps);
   if (!c.ok()) {
     *error = std::string(c.status().message());
@@ -229,11 +233,11 @@ uint64_t HostModel::NextPollNs(uint64_t now_ns, uint64_t busy_period_ns) const {
   return next == UINT64_MAX ? next : std::max(next, now_ns + 1);
 }
 
-uint32_t HostModel::CreateQp(std::string* error) {
+uint32_t HostModel::CreateQp(std::string* error, uint32_t max_send_wr) {
   core::QpInitAttr init;
   init.pd = impl_->pd;
   init.send_cq = init.recv_cq = impl_->cq;
-  init.caps.max_send_wr = 1024;
+  init.caps.max_send_wr = max_send_wr;
   init.caps.max_recv_wr = 16;
   absl::StatusOr<uint32_t> qpn = impl_->dev->CreateQp(init);
   if (!qpn.ok()) {
@@ -420,7 +424,32 @@ SwitchPortStats SwitchPortModel::Stats(uint64_t now_ns) {
   s.marked = impl_->marked;
   s.stamped = impl_->stamped;
   s.departed_bytes = p.departed_bytes();
+  s.pauses = p.pauses();
+  s.paused_ns = p.paused_ns(now_ns);
   return s;
 }
+
+void SwitchPortModel::Pause(uint64_t now_ns) { impl_->port.Pause(now_ns); }
+void SwitchPortModel::Resume(uint64_t now_ns) { impl_->port.Resume(now_ns); }
+
+const std::vector<uint64_t>& SwitchPortModel::QueueHistogramNs(uint64_t now_ns) {
+  return impl_->port.queue_histogram_ns(now_ns);
+}
+uint32_t SwitchPortModel::histogram_bin_bytes() const { return impl_->port.config().stats_bin_bytes; }
+
+struct PfcModel::Impl {
+  sim::PfcIngress pfc;
+};
+
+PfcModel::PfcModel(uint32_t ingresses, uint64_t xoff_bytes, uint64_t xon_bytes)
+    : impl_(new Impl{sim::PfcIngress(ingresses, xoff_bytes, xon_bytes)}) {}
+PfcModel::~PfcModel() = default;
+PfcModel::Signal PfcModel::Add(uint32_t ingress, uint32_t bytes) {
+  return static_cast<Signal>(impl_->pfc.Add(ingress, bytes));
+}
+PfcModel::Signal PfcModel::Remove(uint32_t ingress, uint32_t bytes) {
+  return static_cast<Signal>(impl_->pfc.Remove(ingress, bytes));
+}
+uint64_t PfcModel::pause_frames() const { return impl_->pfc.pause_frames(); }
 
 }  // namespace droce::ns3glue

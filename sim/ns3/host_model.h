@@ -1,5 +1,5 @@
 // droce's NIC and a switch egress port as models another simulator drives:
-// the header the ns-3 glue (sim/ns3/droce_ns3.h) includes. It is C++17 and
+// the header the ns-3 glue (sim/ns3/nodes.h) includes. It is C++17 and
 // names nothing of lib/ or absl, because ns-3 3.37's headers do not compile
 // as C++20 with GCC 12 and the glue that includes them is built as C++17;
 // host_model.cc (C++20) holds the real core::Device, transport and cc.
@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace droce::ns3glue {
 
@@ -88,8 +89,11 @@ class HostModel {
   // busy_period; the rest of the time it would spin without effect.
   uint64_t NextPollNs(uint64_t now_ns, uint64_t busy_period_ns) const;
 
-  // An RC QP running the host's cc=; 0 with *error on failure.
-  uint32_t CreateQp(std::string* error);
+  // An RC QP running the host's cc=, its send queue `max_send_wr` deep (a flow
+  // keeps `depth` WRITEs posted; a send queue entry holds 256 bytes of inline
+  // data, so thousands of QPs stay small only with short queues); 0 with
+  // *error on failure.
+  uint32_t CreateQp(std::string* error, uint32_t max_send_wr = 1024);
   // RESET -> RTS toward `peer_qpn` on `peer`, PSNs 0.
   bool ConnectQp(uint32_t qpn, const HostModel& peer, uint32_t peer_qpn, uint32_t mtu, std::string* error);
   // `bytes` of WRITEs of at most msg_bytes each from qpn into the peer's memory, `depth` outstanding.
@@ -128,6 +132,8 @@ struct SwitchPortStats {
   uint64_t p50_queue_bytes = 0, p99_queue_bytes = 0;
   uint64_t enqueued = 0, dropped = 0, marked = 0, stamped = 0;
   uint64_t departed_bytes = 0;
+  uint64_t pauses = 0;      // PFC pauses from downstream
+  uint64_t paused_ns = 0;
 };
 
 class SwitchPortModel {
@@ -145,10 +151,34 @@ class SwitchPortModel {
   const uint8_t* Dequeue(uint64_t now_ns, uint32_t* len);
   uint64_t QueueBytes(uint64_t now_ns);
   SwitchPortStats Stats(uint64_t now_ns);
+  // PFC from downstream: after the frame being sent, nothing leaves until Resume.
+  void Pause(uint64_t now_ns);
+  void Resume(uint64_t now_ns);
+  // Time-weighted queue-length histogram: ns spent with [i, i+1) x bin_bytes queued.
+  const std::vector<uint64_t>& QueueHistogramNs(uint64_t now_ns);
+  uint32_t histogram_bin_bytes() const;
 
  private:
   struct Impl;
   explicit SwitchPortModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// PFC accounting at a switch's ingress ports (sim::PfcIngress): the bytes
+// each ingress has in the switch's egress queues.
+class PfcModel {
+ public:
+  enum Signal : int { kNone = 0, kPause = 1, kResume = -1 };
+  PfcModel(uint32_t ingresses, uint64_t xoff_bytes, uint64_t xon_bytes);
+  ~PfcModel();
+  PfcModel(const PfcModel&) = delete;
+  PfcModel& operator=(const PfcModel&) = delete;
+  Signal Add(uint32_t ingress, uint32_t bytes);     // a frame from `ingress` was queued
+  Signal Remove(uint32_t ingress, uint32_t bytes);  // ... and has left
+  uint64_t pause_frames() const;
+
+ private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -6,7 +6,7 @@
 // together; every host runs cc=. ns-3's scheduler is the only clock.
 //
 // C++17 and free of ns-3's headers: the scenario program and the test
-// include it; droce_ns3.cc holds the ns-3 side.
+// include it; incast.cc and nodes.cc hold the ns-3 side.
 #ifndef DROCE_SIM_NS3_INCAST_H_
 #define DROCE_SIM_NS3_INCAST_H_
 

@@ -2,55 +2,19 @@
 // every host running droce's transport with cc= (sim/ns3/incast.h). Prints
 // one key=value summary line; --csv PREFIX writes PREFIX.samples.csv (queue
 // and each flow's rate, window and goodput over time) and PREFIX.flows.csv.
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
-#include <functional>
 #include <iostream>
-#include <limits>
 #include <string>
 
 #include "sim/ns3/incast.h"
-
-namespace {
+#include "sim/ns3/options.h"
 
 using droce::ns3glue::IncastConfig;
-
-struct Option {
-  const char* name;
-  const char* help;
-  std::function<bool(const std::string&)> set;
-};
-
-bool ParseU64(const std::string& v, uint64_t* out) {
-  if (v.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v[0] == '-') return false;
-  *out = x;
-  return true;
-}
-
-bool ParseDouble(const std::string& v, double* out) {
-  char* end = nullptr;
-  *out = std::strtod(v.c_str(), &end);
-  return !v.empty() && *end == '\0';
-}
-
-template <typename T>
-std::function<bool(const std::string&)> U(T* field) {
-  return [field](const std::string& v) {
-    uint64_t x;
-    if (!ParseU64(v, &x) || x > std::numeric_limits<T>::max()) return false;
-    *field = static_cast<T>(x);
-    return true;
-  };
-}
-
-}  // namespace
+using droce::ns3glue::OnOff;
+using droce::ns3glue::Option;
+using droce::ns3glue::ParseDouble;
+using droce::ns3glue::U;
 
 int main(int argc, char** argv) {
   IncastConfig cfg;
@@ -79,41 +43,11 @@ int main(int argc, char** argv) {
       {"sample-ns", "time-series period (5000)", U(&cfg.sample_ns)},
       {"max-ms", "simulated time limit (200)", [&](const std::string& v) { return ParseDouble(v, &max_ms) && max_ms > 0; }},
       {"seed", "the ports' marking seed (1)", U(&cfg.port.seed)},
-      {"counters", "on: print every host's non-zero counters (off)", [&](const std::string& v) { counters = v == "on"; return v == "on" || v == "off"; }},
+      {"counters", "on: print every host's non-zero counters (off)", OnOff(&counters)},
       {"csv", "write PREFIX.samples.csv and PREFIX.flows.csv", [&](const std::string& v) { csv = v; return !v.empty(); }},
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::printf("usage: droce-ns3-incast [--option value | --option=value] ...\n");
-      for (const Option& o : options) std::printf("  --%-10s %s\n", o.name, o.help);
-      return 0;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      std::fprintf(stderr, "droce-ns3-incast: unexpected argument '%s' (--help)\n", arg.c_str());
-      return 2;
-    }
-    std::string name = arg.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name.resize(eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "droce-ns3-incast: --%s needs a value\n", name.c_str());
-      return 2;
-    }
-    const Option* o = nullptr;
-    for (const Option& c : options) o = name == c.name ? &c : o;
-    if (o == nullptr) {
-      std::fprintf(stderr, "droce-ns3-incast: unknown option --%s (--help)\n", name.c_str());
-      return 2;
-    }
-    if (!o->set(value)) {
-      std::fprintf(stderr, "droce-ns3-incast: bad value '%s' for --%s: %s\n", value.c_str(), name.c_str(), o->help);
-      return 2;
-    }
+  if (const int status = droce::ns3glue::ParseOptions(argc, argv, "droce-ns3-incast", options); status >= 0) {
+    return status;
   }
   cfg.line_rate_bps = static_cast<uint64_t>(rate_gbps * 1e9);
   cfg.max_ns = static_cast<uint64_t>(max_ms * 1e6);

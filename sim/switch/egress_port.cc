@@ -4,7 +4,8 @@
 
 namespace droce::sim {
 
-EgressPort::EgressPort(const EgressPortConfig& cfg) : cfg_(cfg), rng_(cfg.seed) {
+EgressPort::EgressPort(const EgressPortConfig& cfg)
+    : cfg_(cfg), rng_(cfg.seed), fifo_(cfg.max_packets != 0 ? cfg.max_packets : kInitialPackets) {
   if (cfg_.stats_bin_bytes == 0) cfg_.stats_bin_bytes = 1;
   if (cfg_.kmax_bytes < cfg_.kmin_bytes) cfg_.kmax_bytes = cfg_.kmin_bytes;
 }
@@ -39,8 +40,8 @@ bool EgressPort::Mark(uint64_t q) {
 
 void EgressPort::Drain(uint64_t now_ns) {
   const uint32_t rate_mbps = static_cast<uint32_t>(std::min<uint64_t>(cfg_.line_rate_bps / 1'000'000, UINT32_MAX));
-  while (in_port_ < scheduled_ && fifo_[in_port_].d.depart_ns <= now_ns) {
-    Departure& d = fifo_[in_port_].d;
+  while (in_port_ < scheduled_ && At(in_port_).d.depart_ns <= now_ns) {
+    Departure& d = At(in_port_).d;
     Record(d.depart_ns);
     queue_bytes_ -= d.bytes;
     tx_bytes_ += d.bytes;
@@ -61,7 +62,10 @@ void EgressPort::Schedule(Entry& e, uint64_t not_before_ns) {
 EnqueueResult EgressPort::Enqueue(uint32_t bytes, uint64_t now_ns, uint64_t tag) {
   Drain(now_ns);
   EnqueueResult r;
-  if (cfg_.buffer_bytes != 0 && queue_bytes_ + bytes > cfg_.buffer_bytes) {
+  if (fifo_.full()) {
+    if (cfg_.max_packets == 0) fifo_.Grow(fifo_.depth() * 2);
+  }
+  if ((cfg_.buffer_bytes != 0 && queue_bytes_ + bytes > cfg_.buffer_bytes) || fifo_.full()) {
     ++dropped_;
     r.dropped = true;
     return r;
@@ -74,9 +78,9 @@ EnqueueResult EgressPort::Enqueue(uint32_t bytes, uint64_t now_ns, uint64_t tag)
   e.d.ce_marked = r.ce_marked;
   e.d.enqueue_ns = now_ns;
   e.d.depart_ns = kWaiting;
-  fifo_.push_back(e);
+  fifo_.Push(e);
   if (!paused_) {
-    Schedule(fifo_.back(), now_ns);
+    Schedule(fifo_.at(fifo_.tail() - 1), now_ns);
     scheduled_ = fifo_.size();
   }
   queue_bytes_ += bytes;
@@ -84,7 +88,9 @@ EnqueueResult EgressPort::Enqueue(uint32_t bytes, uint64_t now_ns, uint64_t tag)
   return r;
 }
 
-uint64_t EgressPort::next_departure_ns() const { return fifo_.empty() ? UINT64_MAX : fifo_.front().d.depart_ns; }
+uint64_t EgressPort::next_departure_ns() const {
+  return fifo_.empty() ? UINT64_MAX : fifo_.at(fifo_.head()).d.depart_ns;
+}
 
 void EgressPort::Pause(uint64_t now_ns) {
   if (paused_) return;
@@ -93,12 +99,12 @@ void EgressPort::Pause(uint64_t now_ns) {
   paused_since_ = now_ns;
   ++pauses_;
   // The packet in transmission (if any) finishes; those after it wait.
-  size_t i = in_port_;
-  while (i < scheduled_ && fifo_[i].start_ns <= now_ns) ++i;
-  link_free_ns_ = i > in_port_ ? fifo_[i - 1].d.depart_ns : now_ns;
-  for (size_t k = i; k < scheduled_; ++k) {
-    fifo_[k].start_ns = kWaiting;
-    fifo_[k].d.depart_ns = kWaiting;
+  uint32_t i = in_port_;
+  while (i < scheduled_ && At(i).start_ns <= now_ns) ++i;
+  link_free_ns_ = i > in_port_ ? At(i - 1).d.depart_ns : now_ns;
+  for (uint32_t k = i; k < scheduled_; ++k) {
+    At(k).start_ns = kWaiting;
+    At(k).d.depart_ns = kWaiting;
   }
   scheduled_ = i;
 }
@@ -110,7 +116,7 @@ void EgressPort::Resume(uint64_t now_ns) {
   paused_ns_ += now_ns - paused_since_;
   link_ = cc::Pacer{};
   const uint64_t start = std::max(now_ns, link_free_ns_);
-  for (size_t k = scheduled_; k < fifo_.size(); ++k) Schedule(fifo_[k], start);
+  for (uint32_t k = scheduled_; k < fifo_.size(); ++k) Schedule(At(k), start);
   scheduled_ = fifo_.size();
 }
 
@@ -118,7 +124,7 @@ bool EgressPort::Dequeue(uint64_t now_ns, Departure* out) {
   if (fifo_.empty() || fifo_.front().d.depart_ns > now_ns) return false;
   Drain(now_ns);  // the front has left the port: in_port_ > 0
   *out = fifo_.front().d;
-  fifo_.pop_front();
+  fifo_.Pop();
   --in_port_;
   --scheduled_;
   departed_bytes_ += out->bytes;

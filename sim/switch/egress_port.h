@@ -24,11 +24,11 @@
 #define DROCE_SIM_SWITCH_EGRESS_PORT_H_
 
 #include <cstdint>
-#include <deque>
 #include <random>
 #include <vector>
 
 #include "cc/pacer.h"
+#include "queue/ring.h"
 #include "wire/int.h"
 
 namespace droce::sim {
@@ -43,6 +43,13 @@ struct EgressPortConfig {
   bool ecn = true;            // false: never mark (a drop-tail FIFO)
   MarkAt mark_at = MarkAt::kEnqueue;
   uint64_t buffer_bytes = 0;  // 0: unlimited; else a packet that does not fit is dropped
+  // The FIFO's size in packets. 0: as many as the buffer takes (it starts
+  // at kInitialPackets and doubles when full: a bounded number of
+  // allocations, as the queue reaches new highs). Else it is allocated for
+  // this many at construction, never again, and a packet beyond them is
+  // dropped: what a caller that holds the frames in a fixed ring of its own
+  // sets (droced, EgressPortIo), so its hot path never allocates.
+  uint32_t max_packets = 0;
   bool int_stamp = false;     // Departure::int_hop is meant to be written into INT requests
   uint64_t seed = 1;
   uint32_t stats_bin_bytes = 64;  // resolution of the queue-length histogram
@@ -90,6 +97,7 @@ class EgressPort {
     return queue_bytes_;
   }
   size_t queue_packets() const { return fifo_.size(); }
+  static constexpr uint32_t kInitialPackets = 1024;
 
   double MarkProbability(uint64_t queue_bytes) const;
 
@@ -132,9 +140,11 @@ class EgressPort {
   std::mt19937_64 rng_;
   cc::Pacer link_;              // next time the port is free (while not paused)
   uint64_t link_free_ns_ = 0;   // after a pause: when the packet in transmission ends
-  std::deque<Entry> fifo_;      // accepted, not yet dequeued by the caller
-  size_t in_port_ = 0;          // fifo_[in_port_..] have not left the port
-  size_t scheduled_ = 0;        // fifo_[..scheduled_) have their departure times
+  // The k-th oldest packet not yet dequeued.
+  Entry& At(uint32_t k) { return fifo_.at(fifo_.head() + k); }
+  queue::Ring<Entry> fifo_;     // accepted, not yet dequeued by the caller
+  uint32_t in_port_ = 0;        // At(in_port_..) have not left the port
+  uint32_t scheduled_ = 0;      // At(..scheduled_) have their departure times
   uint64_t queue_bytes_ = 0;
   uint64_t tx_bytes_ = 0;       // bytes that have left, for INT
   bool paused_ = false;

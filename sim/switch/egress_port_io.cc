@@ -14,16 +14,27 @@ EgressEdits EditLeavingFrame(uint8_t* frame, uint32_t len, bool mark, const wire
   return e;
 }
 
+namespace {
+EgressPortConfig WithMaxPackets(EgressPortConfig c, uint32_t n) {
+  c.max_packets = n;
+  return c;
+}
+}  // namespace
+
 EgressPortIo::EgressPortIo(BurstIo* port, const EgressPortConfig& config, Clock clock, void* clock_ctx,
                            uint32_t max_held_frames)
-    : port_(port), port_model_(config), clock_(clock), clock_ctx_(clock_ctx), max_held_(max_held_frames) {
-  out_.reserve(64);
+    : port_(port),
+      port_model_(WithMaxPackets(config, max_held_frames)),
+      clock_(clock),
+      clock_ctx_(clock_ctx),
+      held_(max_held_frames) {
+  out_.reserve(max_held_frames);
 }
 
 EgressPortIo::~EgressPortIo() {
   while (!held_.empty()) {
     port_->Release(&held_.front(), 1);
-    held_.pop_front();
+    held_.Pop();
   }
 }
 
@@ -36,11 +47,6 @@ uint16_t EgressPortIo::TxBurst(Frame* frames, uint16_t n) {
   const uint64_t t = now();
   for (uint16_t i = 0; i < n; ++i) {
     Frame& f = frames[i];
-    if (held_.size() >= max_held_) {
-      ++counters_.dropped;
-      port_->Release(&f, 1);
-      continue;
-    }
     const EnqueueResult r = port_model_.Enqueue(f.len, t);
     if (r.dropped) {
       ++counters_.dropped;
@@ -49,7 +55,7 @@ uint16_t EgressPortIo::TxBurst(Frame* frames, uint16_t n) {
     }
     if (r.ce_marked && EditLeavingFrame(f.data, f.len, true, nullptr).marked) ++counters_.ce_marked;  // at enqueue
     ++counters_.accepted;
-    held_.push_back(f);
+    held_.Push(f);  // the port took it: it has room, as this ring (same size)
   }
   Flush();
   return n;  // every frame is the port's now: queued, or lost as a switch loses it
@@ -68,7 +74,7 @@ void EgressPortIo::Flush() {
     counters_.ce_marked += e.marked;
     counters_.int_stamped += e.stamped;
     out_.push_back(f);
-    held_.pop_front();
+    held_.Pop();
   }
   if (out_.empty()) return;
   const uint16_t total = static_cast<uint16_t>(out_.size());

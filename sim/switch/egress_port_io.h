@@ -13,10 +13,10 @@
 #define DROCE_SIM_SWITCH_EGRESS_PORT_IO_H_
 
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "pktio/burst_io.h"
+#include "queue/ring.h"
 #include "sim/switch/egress_port.h"
 
 namespace droce::sim {
@@ -45,6 +45,8 @@ EgressEdits EditLeavingFrame(uint8_t* frame, uint32_t len, bool mark, const wire
 class EgressPortIo final : public BurstIo {
  public:
   using Clock = uint64_t (*)(void* ctx);
+  // At most `max_held_frames` wait in the port (a fixed ring, the port's
+  // max_packets): beyond them a frame is dropped, as the port's tail drop.
   EgressPortIo(BurstIo* port, const EgressPortConfig& config, Clock clock, void* clock_ctx,
                uint32_t max_held_frames = 4096);
   ~EgressPortIo() override;
@@ -65,8 +67,7 @@ class EgressPortIo final : public BurstIo {
   EgressPort port_model_;
   Clock clock_;
   void* clock_ctx_;
-  uint32_t max_held_;
-  std::deque<Frame> held_;  // in the FIFO, in order
+  queue::Ring<Frame> held_;  // in the FIFO, in order
   std::vector<Frame> out_;
   EgressPortIoCounters counters_;
 };

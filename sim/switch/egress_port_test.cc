@@ -153,6 +153,33 @@ TEST(EgressPort, TailDropAtBufferSize) {
   EXPECT_EQ(b.max_queue_bytes(), 3000u);
 }
 
+// max_packets 0: the FIFO grows past its first allocation as the queue
+// does, in order; max_packets N: a fixed FIFO, the packet beyond N dropped.
+TEST(EgressPort, FifoGrowsUnlessItsSizeIsGiven) {
+  EgressPortConfig c = TenGig();
+  EgressPort grows(c);
+  const uint32_t n = 3 * EgressPort::kInitialPackets + 5;
+  for (uint32_t i = 0; i < n; ++i) EXPECT_FALSE(grows.Enqueue(1000, 0, i).dropped);
+  EXPECT_EQ(grows.queue_packets(), n);
+  Departure d;
+  for (uint32_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(grows.Dequeue(uint64_t{n} * 800, &d));
+    EXPECT_EQ(d.tag, i);
+    EXPECT_EQ(d.depart_ns, uint64_t{i + 1} * 800);
+  }
+  EXPECT_FALSE(grows.Dequeue(UINT64_MAX - 1, &d));
+
+  c.max_packets = 4;
+  EgressPort fixed(c);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(fixed.Enqueue(1000, 0).dropped);
+  EXPECT_TRUE(fixed.Enqueue(1000, 0).dropped);
+  EXPECT_EQ(fixed.dropped_packets(), 1u);
+  // Left the port but not dequeued: still the caller's, still no room.
+  EXPECT_TRUE(fixed.Enqueue(1000, 800).dropped);
+  ASSERT_TRUE(fixed.Dequeue(800, &d));
+  EXPECT_FALSE(fixed.Enqueue(1000, 800).dropped);
+}
+
 TEST(EgressPort, TimeWeightedQueuePercentiles) {
   EgressPort b(TenGig());
   b.ResetStats(0);

@@ -10,14 +10,7 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 single_host droce-direct
 p=${SIDE_PORT:-$((20000 + ($$ + 7) % 20000))}
-# Programs a check started: checks run in a subshell, so they are listed in
-# a file, and killed after every check (a failed one leaves them running).
-track() { echo "$1" >>"$run/pids"; }
-after_check() {
-  [ -f "$run/pids" ] || return 0
-  while read -r x; do kill -9 "$x" 2>/dev/null; done <"$run/pids"
-  : >"$run/pids"
-}
+after_check() { stop_tracked; }
 # Waits until `link show DEV` lists N processes.
 wait_attached() {
   for _ in $(seq 100); do

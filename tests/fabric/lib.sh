@@ -10,6 +10,7 @@
 #                           VERBOSE=1 prints every output
 #                           after_check, if the script defines it, runs after every check and at exit
 #   finish NAME             the tally; its status is the script's
+#   track PID, stop_tracked programs a check started in the background, ended after it
 #   wait_listen PID PORT... until a server listens on its side-channel ports
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${BUILD:-$root/build}
@@ -51,6 +52,24 @@ check() {
   fi
   if [ "${VERBOSE:-0}" = 1 ]; then echo "$out"; fi
   return 0
+}
+
+# Programs a check starts in the background: checks run in a subshell, so
+# they are listed in a file, and a script's after_check calls stop_tracked
+# (a failed check leaves them running). TERM first: timeout(1) passes it on
+# to the program it runs, where a KILL ends timeout alone and leaves the
+# program running until its own deadline (a droce-testpmd waiting 30 s for a
+# hello, beside the next check). What is still there after 5 s is killed.
+track() { echo "$1" >>"$run/pids"; }
+stop_tracked() {
+  [ -f "$run/pids" ] || return 0
+  local x
+  while read -r x; do kill "$x" 2>/dev/null; done <"$run/pids"
+  while read -r x; do
+    for _ in $(seq 50); do kill -0 "$x" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$x" 2>/dev/null
+  done <"$run/pids"
+  : >"$run/pids"
 }
 
 finish() {

@@ -164,6 +164,32 @@ sr_by_ece() {
 }
 next_port
 check "rdma_cm between two droce programs: both QPs use selective repeat (ECE)" sr_by_ece
+# HPCC needs the peer to echo INT, so a QP runs it only where ECE agreed on
+# its bit (doc/cc.md): two cc=hpcc devices connected by rdma_cm do, and the
+# INT records droce0's switch port stamps come back to the sender.
+hpcc_by_ece() {
+  local d
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d
+    "$ctl" link del "$1" >/dev/null && "$ctl" link add "$1" ip "$2" ip "$3" set cc=hpcc set cc_line_rate_gbps=1 >/dev/null ||
+      return 1
+  done
+  "$ctl" switch set droce0 bottleneck rate=1G kmin=1M kmax=1M pmax=0 int=on || return 1
+  perftest_pair "DROCE_STATS=1 ib_write_bw -R -d droce0 -p $p -D 1" \
+    "DROCE_STATS=1 ib_write_bw -R -d droce1 -p $p -D 1 10.0.0.1"
+  local rc=$?
+  "$ctl" daemon status droce0 | tee "$run/knobs.txt" | grep 'switch port'
+  for d in "droce0 10.0.0.1 fd00::1" "droce1 10.0.0.2 fd00::2"; do
+    set -- $d
+    "$ctl" link del "$1" >/dev/null && "$ctl" link add "$1" ip "$2" ip "$3" >/dev/null || rc=1
+  done
+  [ $rc = 0 ] || return 1
+  grep -q 'int_stamped [1-9]' "$run/knobs.txt" || { echo "nothing stamped"; return 1; }
+  grep -q 'cc: hpcc .*telemetry_acks [1-9]' "$run/client.log" || { echo "the sender's HPCC got no echo"; return 1; }
+  grep -o 'cc: hpcc .*' "$run/client.log" | head -2
+}
+next_port
+check "rdma_cm between two cc=hpcc devices: ECE agrees on HPCC, the port's INT records are echoed" hpcc_by_ece
 
 # Nobody listens: REJ "invalid service ID" at once, not a REQ timeout. Timed
 # by the shim's trace from the GET_EVENT that returned ROUTE_RESOLVED (rping

@@ -11,12 +11,7 @@ set -uo pipefail
 single_host droce-fab-testpmd
 tp="$build/apps/testpmd/droce-testpmd"
 senders=${SENDERS:-3}
-track() { echo "$1" >>"$run/pids"; }
-after_check() {
-  [ -f "$run/pids" ] || return 0
-  while read -r x; do kill -9 "$x" 2>/dev/null; done <"$run/pids"
-  : >"$run/pids"
-}
+after_check() { stop_tracked; }
 "$ctl" link add droce0 ip 10.0.0.1 >/dev/null || exit 1
 "$ctl" link add droce1 ip 10.0.0.2 >/dev/null || exit 1
 

@@ -23,13 +23,7 @@ for n in 2 4 8 16; do
     rows+=("$line")
   done
 done
-# key=value lines -> CSV (the keys of the first line; cc_params is quoted and has no spaces here).
-printf '%s\n' "${rows[@]}" | python3 -c '
-import sys, shlex, csv
-rows = [dict(kv.split("=", 1) for kv in shlex.split(l)) for l in sys.stdin if l.strip()]
-w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0].keys()))
-w.writeheader()
-w.writerows(rows)' > "$OUT/results.csv"
+printf '%s\n' "${rows[@]}" | python3 tools/ns3/kv_to_csv.py > "$OUT/results.csv"
 PY=python3
 $PY -c 'import matplotlib' 2>/dev/null || PY=/usr/bin/python3
 $PY tools/ns3/plot_incast.py "$OUT"

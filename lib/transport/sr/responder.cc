@@ -28,6 +28,7 @@ using namespace droce::wire;
 void SelectiveRepeat::OnRequest(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, false};
+  if (p.int_offset != 0) qp_.CcNoteInt(c);  // the switches' records, echoed in the next ACK or SACK
   const int32_t ahead = PsnDiff(c.psn, qp_.resp_.epsn);
   if (!(c.op.roles & kRoleSr) && (c.is_send() || c.is_write())) {
     // An IBTA SEND/WRITE at the expected PSN: the peer does not use
@@ -373,17 +374,22 @@ uint32_t SelectiveRepeat::BuildSack(uint8_t* frame) {
   AethWriter aeth(ext);
   aeth.set_syndrome(MakeSyndrome(AethType::kAck, qp_.CreditsField()));
   aeth.set_msn(qp_.resp_.msn);
+  // Either carries the INT records the last request brought (HPCC), as
+  // go-back-N's ACK does: after the extended headers.
   if (!any) {
     bth.set_opcode(kRcAcknowledge);
     ++qp_.counters_.acks_sent;
-    return FinishTemplateFrame(frame, qp_.headers_, kBthBytes + kAethBytes);
+    const uint32_t echo = qp_.int_echo_pending_ ? qp_.CcWriteIntEcho(frame + bth_off, kBthBytes + kAethBytes) : 0;
+    return FinishTemplateFrame(frame, qp_.headers_, kBthBytes + kAethBytes + echo);
   }
   bth.set_opcode(kSrSack);
   SackEthWriter sack(ext + kAethBytes);
   sack.set_base_psn(ack);
   for (uint32_t w = 0; w < kSackBits / 64; ++w) sack.set_word(w, words[w]);
   ++qp_.counters_.sr_sacks_sent;
-  return FinishTemplateFrame(frame, qp_.headers_, kBthBytes + kAethBytes + kSackEthBytes);
+  const uint32_t headers = kBthBytes + kAethBytes + kSackEthBytes;
+  const uint32_t echo = qp_.int_echo_pending_ ? qp_.CcWriteIntEcho(frame + bth_off, headers) : 0;
+  return FinishTemplateFrame(frame, qp_.headers_, headers + echo);
 }
 
 }  // namespace droce::transport

@@ -1,196 +1,14 @@
-// The ns-3 side of sim/ns3 (C++17: ns-3 3.37's headers are not C++20-clean).
-// A DroceHost owns a HostModel (droce's core::Device) behind a
-// PointToPointNetDevice: frames the channel delivers go to the model, frames
-// the model transmits go to the device's queue, and the model's poll loop
-// runs as ns-3 events — at once when a frame arrives at an idle host, then
-// every poll period while it has work or timers. A DroceSwitch forwards by
-// destination MAC into one SwitchPortModel per port, which serializes at the
-// line rate; the switch side of each link runs far faster than the line
-// rate, so the port model alone sets the departure times and the channel
-// adds the propagation delay.
+// N-to-1 incast (sim/ns3/incast.h) on sim/ns3's ns-3 hosts and switch
+// (sim/ns3/nodes.h). C++17: ns-3 3.37's headers are not C++20-clean.
 #include <algorithm>
-#include <cstring>
 #include <functional>
-#include <limits>
 #include <memory>
 #include <sstream>
-#include <unordered_map>
 
-#include "ns3/data-rate.h"
-#include "ns3/drop-tail-queue.h"
-#include "ns3/mac48-address.h"
-#include "ns3/node.h"
-#include "ns3/packet.h"
-#include "ns3/point-to-point-channel.h"
-#include "ns3/point-to-point-net-device.h"
-#include "ns3/simulator.h"
 #include "sim/ns3/incast.h"
+#include "sim/ns3/nodes.h"
 
 namespace droce::ns3glue {
-namespace {
-
-using ns3::Ptr;
-
-constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
-constexpr uint32_t kHostTxQueuePackets = 64;  // the NIC's transmit ring toward the link
-constexpr uint64_t kSwitchSideSpeedup = 64;   // the switch side of a link: the port model serializes
-constexpr uint16_t kIpv4 = 0x0800;            // the p2p device carries the whole Ethernet frame
-
-uint64_t NowNs() { return static_cast<uint64_t>(ns3::Simulator::Now().GetNanoSeconds()); }
-
-uint64_t MacKey(const uint8_t* mac) {
-  uint64_t k = 0;
-  for (int i = 0; i < 6; ++i) k = k << 8 | mac[i];
-  return k;
-}
-
-class DroceHost {
- public:
-  DroceHost(Ptr<ns3::PointToPointNetDevice> dev, uint64_t poll_ns) : dev_(dev), poll_ns_(poll_ns) {
-    dev_->SetReceiveCallback(ns3::MakeCallback(&DroceHost::OnReceive, this));
-  }
-  bool Open(const HostModelConfig& cfg, std::string* error) {
-    model_ = HostModel::Create(cfg, &DroceHost::Transmit, this, error);
-    return model_ != nullptr;
-  }
-  HostModel& model() { return *model_; }
-
-  // A frame arrived or work was posted: a busy loop (next round within a
-  // period) sees it on that round; a loop spinning idle or for a far
-  // deadline sees it now.
-  void Wake() {
-    const uint64_t now = NowNs();
-    if (poll_at_ <= now + poll_ns_) return;
-    if (poll_.IsRunning()) ns3::Simulator::Cancel(poll_);
-    poll_at_ = now;
-    poll_ = ns3::Simulator::ScheduleNow(&DroceHost::PollEvent, this);
-  }
-
- private:
-  static bool Transmit(void* ctx, const uint8_t* frame, uint32_t len) {
-    DroceHost* h = static_cast<DroceHost*>(ctx);
-    if (h->dev_->GetQueue()->GetNPackets() >= kHostTxQueuePackets) return false;
-    ns3::Mac48Address dst;
-    dst.CopyFrom(frame);
-    return h->dev_->Send(ns3::Create<ns3::Packet>(frame, len), dst, kIpv4);
-  }
-
-  bool OnReceive(Ptr<ns3::NetDevice>, Ptr<const ns3::Packet> p, uint16_t, const ns3::Address&) {
-    const uint32_t len = p->GetSize();
-    if (len > sizeof(buf_)) return false;
-    p->CopyData(buf_, len);
-    model_->Receive(buf_, len);
-    Wake();
-    return true;
-  }
-
-  void PollEvent() {
-    const uint64_t now = NowNs();
-    model_->Poll(now);
-    poll_at_ = model_->NextPollNs(now, poll_ns_);
-    if (poll_at_ != kNever) poll_ = ns3::Simulator::Schedule(ns3::NanoSeconds(poll_at_ - now), &DroceHost::PollEvent, this);
-  }
-
-  Ptr<ns3::PointToPointNetDevice> dev_;
-  uint64_t poll_ns_;
-  std::unique_ptr<HostModel> model_;
-  ns3::EventId poll_;
-  uint64_t poll_at_ = kNever;
-  uint8_t buf_[9216];
-};
-
-class DroceSwitch {
- public:
-  // A port toward `mac` on `dev`.
-  void AddPort(Ptr<ns3::PointToPointNetDevice> dev, const uint8_t* mac, const SwitchPortConfig& cfg) {
-    Port p;
-    p.dev = dev;
-    p.model = SwitchPortModel::Create(cfg);
-    by_mac_[MacKey(mac)] = static_cast<uint32_t>(ports_.size());
-    ports_.push_back(std::move(p));
-    dev->SetReceiveCallback(ns3::MakeCallback(&DroceSwitch::OnReceive, this));
-  }
-  SwitchPortModel& port(uint32_t i) { return *ports_[i].model; }
-  uint64_t unknown_destination() const { return unknown_destination_; }
-
- private:
-  struct Port {
-    Ptr<ns3::PointToPointNetDevice> dev;
-    std::unique_ptr<SwitchPortModel> model;
-    ns3::EventId departure;
-    uint64_t departure_at = kNever;
-  };
-
-  bool OnReceive(Ptr<ns3::NetDevice>, Ptr<const ns3::Packet> p, uint16_t, const ns3::Address&) {
-    const uint32_t len = p->GetSize();
-    if (len < 14 || len > sizeof(buf_)) return false;
-    p->CopyData(buf_, len);
-    const auto it = by_mac_.find(MacKey(buf_));
-    if (it == by_mac_.end()) {
-      ++unknown_destination_;
-      return true;
-    }
-    if (ports_[it->second].model->Enqueue(buf_, len, NowNs())) ScheduleDeparture(it->second);
-    return true;
-  }
-
-  void ScheduleDeparture(uint32_t i) {
-    Port& p = ports_[i];
-    const uint64_t t = p.model->NextDepartureNs();
-    if (t == kNever || t >= p.departure_at) return;
-    if (p.departure.IsRunning()) ns3::Simulator::Cancel(p.departure);
-    p.departure_at = t;
-    const uint64_t now = NowNs();
-    p.departure = ns3::Simulator::Schedule(ns3::NanoSeconds(t > now ? t - now : 0), &DroceSwitch::Depart, this, i);
-  }
-
-  void Depart(uint32_t i) {
-    Port& p = ports_[i];
-    p.departure_at = kNever;
-    uint32_t len = 0;
-    for (const uint8_t* f; (f = p.model->Dequeue(NowNs(), &len)) != nullptr;) {
-      ns3::Mac48Address dst;
-      dst.CopyFrom(f);
-      p.dev->Send(ns3::Create<ns3::Packet>(f, len), dst, kIpv4);
-    }
-    ScheduleDeparture(i);
-  }
-
-  std::vector<Port> ports_;
-  std::unordered_map<uint64_t, uint32_t> by_mac_;
-  uint64_t unknown_destination_ = 0;
-  uint8_t buf_[9216];
-};
-
-// A point-to-point link between a host and the switch: the host's side at the line rate, the switch's faster.
-std::pair<Ptr<ns3::PointToPointNetDevice>, Ptr<ns3::PointToPointNetDevice>> Link(Ptr<ns3::Node> host,
-                                                                                 Ptr<ns3::Node> sw,
-                                                                                 const IncastConfig& cfg,
-                                                                                 const uint8_t* host_mac) {
-  Ptr<ns3::PointToPointChannel> ch = ns3::CreateObject<ns3::PointToPointChannel>();
-  ch->SetAttribute("Delay", ns3::TimeValue(ns3::NanoSeconds(cfg.link_delay_ns)));
-  Ptr<ns3::PointToPointNetDevice> d[2];
-  const Ptr<ns3::Node> nodes[2] = {host, sw};
-  for (int i = 0; i < 2; ++i) {
-    d[i] = ns3::CreateObject<ns3::PointToPointNetDevice>();
-    d[i]->SetDataRate(ns3::DataRate(cfg.line_rate_bps * (i == 0 ? 1 : kSwitchSideSpeedup)));
-    d[i]->SetMtu(9000);
-    Ptr<ns3::Queue<ns3::Packet>> q = ns3::CreateObject<ns3::DropTailQueue<ns3::Packet>>();
-    q->SetMaxSize(ns3::QueueSize("1000p"));
-    d[i]->SetQueue(q);
-    uint8_t mac[6];
-    std::memcpy(mac, host_mac, 6);
-    if (i == 1) mac[1] = 0xFE;  // the switch port's own address, never a destination
-    ns3::Mac48Address a;
-    a.CopyFrom(mac);
-    d[i]->SetAddress(a);
-    nodes[i]->AddDevice(d[i]);
-    d[i]->Attach(ch);
-  }
-  return {d[0], d[1]};
-}
-
-}  // namespace
 
 IncastResult RunIncast(const IncastConfig& cfg) {
   IncastResult r;
@@ -210,7 +28,7 @@ IncastResult RunIncast(const IncastConfig& cfg) {
   DroceSwitch sw;
   std::vector<std::unique_ptr<DroceHost>> hosts;
   const Destroy destroy_first;
-  Ptr<ns3::Node> sw_node = ns3::CreateObject<ns3::Node>();
+  ns3::Ptr<ns3::Node> sw_node = ns3::CreateObject<ns3::Node>();
   for (uint32_t h = 0; h < n; ++h) {
     HostModelConfig hc;
     hc.mac[4] = static_cast<uint8_t>(h >> 8);
@@ -220,13 +38,15 @@ IncastResult RunIncast(const IncastConfig& cfg) {
     hc.cc = cfg.cc;
     hc.cc_params = cfg.cc_params;
     hc.mem_bytes = std::max<uint32_t>(1u << 20, cfg.msg_bytes * cfg.depth);
-    const auto devs = Link(ns3::CreateObject<ns3::Node>(), sw_node, cfg, hc.mac);
+    const auto devs =
+        LinkToSwitch(ns3::CreateObject<ns3::Node>(), sw_node, cfg.line_rate_bps, cfg.link_delay_ns, hc.mac, false);
     hosts.push_back(std::make_unique<DroceHost>(devs.first, cfg.poll_ns));
     if (!hosts.back()->Open(hc, &r.error)) return r;
     SwitchPortConfig port = pc;
     port.seed = pc.seed + h;
-    sw.AddPort(devs.second, hc.mac, port);
+    sw.AddRoute(hc.mac, {sw.AddPort(devs.second, port)});
   }
+  sw.Finish();
 
   // One RC QP pair per sender; the flows start together after a microsecond.
   HostModel& rx = hosts[cfg.senders]->model();

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Plots and tables of the ns-3 leaf-spine FCT experiments (tools/ns3/run_fct.sh).
+
+Reads OUT/fct_results.csv and OUT/<workload>_<load>_<variant>.{flows,queue}.csv (a variant is a cc= name
+or a named setting of one, tools/ns3/run_fct.sh) and writes into OUT:
+  fct_<workload>_<load>.png    FCT slowdown (p50, p95, p99) by flow size, one line per algorithm
+  queue_<workload>_<load>.png  time-weighted CDF of the host-facing (ToR down) ports' queue, per algorithm
+  fct_summary.md               slowdown percentiles by flow-size class and queue statistics, per run
+A flow still running at the time limit counts with the slowdown it had reached by then (a lower bound),
+so an algorithm that leaves flows unfinished is not flattered by dropping them.
+"""
+import csv
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+CCS = ["none", "dcqcn", "timely", "hpcc", "swift", "dcqcn_mlx5"]
+COLORS = {"none": "black", "dcqcn": "tab:blue", "timely": "tab:orange", "hpcc": "tab:green", "swift": "tab:red",
+          "dcqcn_mlx5": "tab:purple"}
+SIZE_CLASSES = [("<100KB", 0, 100e3), ("100KB-1MB", 100e3, 1e6), (">=1MB", 1e6, math.inf), ("all", 0, math.inf)]
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def pct(values, q):
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def flows(out, run):
+    """(bytes, slowdown, done) per flow; unfinished flows at their slowdown so far."""
+    end_us = float(run["end_us"])
+    rows = []
+    for r in read_csv(os.path.join(out, f"{run['workload']}_{run['load']}_{run['variant']}.flows.csv")):
+        done = r["done"] == "1"
+        ideal = float(r["ideal_us"])
+        s = float(r["slowdown"]) if done else (end_us - float(r["start_us"])) / ideal
+        rows.append((int(r["bytes"]), s, done))
+    return rows
+
+
+def size_bins(sizes, n=10):
+    """Upper edges of n bins holding about equal numbers of flows (as the HPCC paper's x axis)."""
+    s = sorted(sizes)
+    edges = []
+    for i in range(1, n + 1):
+        e = s[min(len(s) - 1, int(i * len(s) / n) - 1)]
+        if not edges or e > edges[-1]:
+            edges.append(e)
+    return edges
+
+
+def fmt_bytes(b):
+    return f"{b / 1e6:.1f}M" if b >= 1e6 else f"{b / 1e3:.0f}K" if b >= 1e3 else f"{b}"
+
+
+def plot_fct(out, wl, load, runs):
+    data = {r["variant"]: flows(out, r) for r in runs}
+    sizes = [b for b, _, _ in next(iter(data.values()))]
+    edges = size_bins(sizes)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), sharex=True)
+    for ax, (q, name) in zip(axes, [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")]):
+        for cc in CCS:
+            if cc not in data:
+                continue
+            ys = []
+            lo = 0
+            for e in edges:
+                ys.append(pct([s for b, s, _ in data[cc] if lo < b <= e], q))
+                lo = e
+            ax.plot(range(len(edges)), ys, marker="o", ms=3, label=cc, color=COLORS[cc])
+        ax.set_yscale("log")
+        ax.set_title(f"{name} FCT slowdown")
+        ax.set_xticks(range(len(edges)))
+        ax.set_xticklabels([fmt_bytes(e) for e in edges], rotation=45)
+        ax.set_xlabel("flow size (bins of equal flow count, upper edge)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("FCT / ideal")
+    axes[0].legend()
+    fig.suptitle(f"{wl}, {float(load) * 100:.0f} % load, 128 hosts (8 leaves x 16, 4 spines), 100/400 Gb/s")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, f"fct_{wl}_{load}.png"), dpi=90)
+    plt.close(fig)
+    return data
+
+
+def plot_queue(out, wl, load, runs):
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in runs:
+        rows = [q for q in read_csv(os.path.join(out, f"{wl}_{load}_{r['variant']}.queue.csv")) if q["class"] == "leaf_down"]
+        # The first bin (below 256 bytes: empty or one ACK) is drawn at 0.1 KB.
+        xs = [max(100, int(q["queue_bytes"])) / 1e3 for q in rows]
+        ys = [float(q["cdf"]) for q in rows]
+        ax.step(xs, ys, where="post", label=r["variant"], color=COLORS.get(r["variant"]))
+    ax.set_xscale("log")
+    ax.set_xlim(0.1, None)
+    ax.set_xlabel("queue at a host-facing ToR port (KB, log; time-weighted over the arrivals; 0.1 = empty)")
+    ax.set_ylabel("CDF")
+    ax.set_title(f"{wl}, {float(load) * 100:.0f} % load")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, f"queue_{wl}_{load}.png"), dpi=90)
+    plt.close(fig)
+
+
+def main():
+    out = sys.argv[1]
+    results = read_csv(os.path.join(out, "fct_results.csv"))
+    groups = {}
+    for r in results:
+        groups.setdefault((r["workload"], r["load"]), []).append(r)
+    lines = ["# ns-3 leaf-spine: FCT slowdown and queues", "",
+             "Generated by tools/ns3/plot_fct.py from fct_results.csv (commands in fct_commands.txt).", "",
+             "Slowdown = FCT / ideal FCT (the flow alone: bytes and headers at 100 Gb/s, store-and-forward, "
+             "propagation of data and ACK). Flows not done at the time limit count at their slowdown so far.", ""]
+    for (wl, load), runs in sorted(groups.items()):
+        runs.sort(key=lambda r: CCS.index(r["variant"]) if r["variant"] in CCS else 99)
+        data = plot_fct(out, wl, load, runs)
+        plot_queue(out, wl, load, runs)
+        lines += [f"## {wl}, {float(load) * 100:.0f} % load ({runs[0]['flows']} flows over {runs[0]['duration_ms']} ms)", "",
+                  "| variant | done | " + " | ".join(f"{c} p50 / p95 / p99" for c, _, _ in SIZE_CLASSES) +
+                  " | ToR-down queue mean / p99 / max (KB) | drops | timeouts |",
+                  "|---|---|" + "---|" * len(SIZE_CLASSES) + "---|---|---|"]
+        for r in runs:
+            f = data[r["variant"]]
+            cells = []
+            for _, lo, hi in SIZE_CLASSES:
+                s = [x for b, x, _ in f if lo <= b < hi]
+                cells.append(" / ".join(f"{pct(s, q):.2f}" for q in (0.5, 0.95, 0.99)) if s else "-")
+            q = f"{int(r['leaf_down_queue_mean']) / 1e3:.1f} / {int(r['leaf_down_queue_p99']) / 1e3:.1f} / " \
+                f"{int(r['leaf_down_queue_max']) / 1e3:.0f}"
+            drops = sum(int(r[k]) for k in r if k.endswith("_drops"))
+            lines.append(f"| {r['variant']} | {r['done']}/{r['flows']} | " + " | ".join(cells) +
+                         f" | {q} | {drops} | {r['timeouts']} |")
+        lines.append("")
+    with open(os.path.join(out, "fct_summary.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -139,6 +139,7 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   if (port_index < 0) return absl::ResourceExhaustedError("no switch port left");
   d.iface_describe = b.port->Describe();
   Log(absl::StrCat(d.name, ": bound to ", d.netdev, " (ifindex ", b.ifindex, "): ", d.iface_describe));
+  if (!b.port->udp_refused().empty()) Log(absl::StrCat(d.name, ": UDP sockets not used: ", b.port->udp_refused()));
   if (!b.port->xdp_refused().empty()) Log(absl::StrCat(d.name, ": XDP not used: ", b.port->xdp_refused()));
   bound_[device] = std::move(b);
   Publish(device, *link, *addrs);

@@ -158,10 +158,14 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
   absl::StatusOr<int> lock = TakeLock(c.ifname, c.ifindex);
   if (!lock.ok()) return lock.status();
   p->lock_fd_ = *lock;
-  if (c.steering == Steering::kUdp) {
+  // auto: the processes' own sockets first (droced off the data path, the
+  // interface keeps its GSO and MTU), then XDP, then af_packet. OpenUdp
+  // leaves nothing behind when it fails (no TC link, no socket).
+  if (c.steering == Steering::kUdp || c.steering == Steering::kAuto) {
     absl::Status s = p->OpenUdp(c, addrs);
-    if (!s.ok()) return s;
-    return p;
+    if (s.ok()) return p;
+    if (c.steering == Steering::kUdp) return s;
+    p->udp_refused_ = std::string(s.message());
   }
   absl::StatusOr<int> guard = TakeRoceV2Port(c.ifname);
   if (!guard.ok()) return guard.status();
@@ -174,7 +178,10 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
   }
   absl::Status s = p->OpenAfPacket(c, addrs);
   if (!s.ok()) {
-    if (!p->xdp_refused_.empty()) return absl::UnavailableError(absl::StrCat(s.message(), "; XDP: ", p->xdp_refused_));
+    if (!p->xdp_refused_.empty()) {
+      return absl::UnavailableError(absl::StrCat(s.message(), "; XDP: ", p->xdp_refused_,
+                                                 p->udp_refused_.empty() ? "" : "; UDP sockets: ", p->udp_refused_));
+    }
     return s;
   }
   return p;

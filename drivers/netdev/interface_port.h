@@ -52,7 +52,7 @@ struct InterfaceConfig {
   std::string device;  // the droce device (names the DPDK port)
   std::string ifname;
   int ifindex = 0;
-  Steering steering = Steering::kAuto;  // auto: XDP, else af_packet (udp only when asked for)
+  Steering steering = Steering::kAuto;  // auto: udp, else XDP, else af_packet
   uint16_t ring = 1024;
   std::array<uint8_t, 6> mac{};  // the interface's (udp: the frames droced's socket receives are rebuilt for it)
 };
@@ -95,7 +95,9 @@ class InterfacePort {
   udp::UdpCounters udp_counters() const { return udp_ ? udp_->counters() : udp::UdpCounters{}; }
   // e.g. "XDP native + AF_XDP on veth0", "af_packet + BPF filter on veth0"
   std::string Describe() const;
-  // Why XDP was not used (auto steering that fell back), else empty.
+  // Why the UDP sockets and XDP were not used (auto steering that fell
+  // back: udp, then xdp, then af_packet), else empty.
+  const std::string& udp_refused() const { return udp_refused_; }
   const std::string& xdp_refused() const { return xdp_refused_; }
 
  private:
@@ -121,6 +123,7 @@ class InterfacePort {
   // next binding of the interface fails with EBUSY. ClosePort closes them.
   std::vector<std::pair<int, uint64_t>> xsk_fds_;
   uint32_t max_frame_ = 0;
+  std::string udp_refused_;
   std::string xdp_refused_;
   // steering udp:
   std::unique_ptr<TcProgram> tc_;

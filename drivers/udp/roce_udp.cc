@@ -4,6 +4,7 @@
 #include <netinet/udp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -252,26 +253,31 @@ void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name
   m->msg_controllen = used;
 }
 
-int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n,
-                       const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c) {
-  if (n > kMax) n = kMax;
-  for (int i = 0; i < n; ++i) {
-    iov_[i] = {bufs[i] + kHeadroom, caps[i]};
-    msghdr& m = msgs_[i].msg_hdr;
-    m.msg_name = &names_[i];
-    m.msg_namelen = sizeof names_[i];
-    m.msg_iov = &iov_[i];
-    m.msg_iovlen = 1;
-    m.msg_control = control_[i];
+int RecvBatch::ReceiveMessages(int fd, int messages, int iov_per_message, UdpCounters* c) {
+  for (int j = 0; j < messages; ++j) {
+    msghdr& m = msgs_[j].msg_hdr;
+    m.msg_name = &names_[j];
+    m.msg_namelen = sizeof names_[j];
+    m.msg_iov = &iov_[j * iov_per_message];
+    m.msg_iovlen = static_cast<size_t>(iov_per_message);
+    m.msg_control = control_[j];
     m.msg_controllen = kControlBytes;
     m.msg_flags = 0;
   }
   ++c->rx_calls;
-  const int got = recvmmsg(fd, msgs_, static_cast<unsigned>(n), MSG_DONTWAIT, nullptr);
+  const int got = recvmmsg(fd, msgs_, static_cast<unsigned>(messages), MSG_DONTWAIT, nullptr);
   if (got <= 0) {
     ++c->rx_empty_calls;
     return 0;
   }
+  return got;
+}
+
+int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n,
+                       const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c) {
+  if (n > kMax) n = kMax;
+  for (int i = 0; i < n; ++i) iov_[i] = {bufs[i] + kHeadroom, caps[i]};
+  const int got = ReceiveMessages(fd, n, 1, c);
   Arrival a;
   for (int i = 0; i < got; ++i) {
     const msghdr& m = msgs_[i].msg_hdr;
@@ -286,6 +292,105 @@ int RecvBatch::Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n
   return got;
 }
 
+namespace {
+
+// The segment size of a coalesced datagram (UDP_GRO's control message), 0 if none.
+uint32_t CoalescedSegment(const msghdr& m) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&m), c)) {
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+      int v;
+      std::memcpy(&v, CMSG_DATA(c), sizeof v);
+      return v > 0 ? static_cast<uint32_t>(v) : 0;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RecvBatch::ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, int per_message,
+                                uint32_t segment, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
+                                uint32_t* seen_segment) {
+  if (n > kMax) n = kMax;
+  if (per_message < 1 || per_message > n || segment == 0) return 0;
+  const int messages = n / per_message;
+  for (int i = 0; i < messages * per_message; ++i) iov_[i] = {bufs[i] + kHeadroom, segment};
+  const int got = ReceiveMessages(fd, messages, per_message, c);
+  Arrival a;
+  for (int j = 0; j < got; ++j) {
+    const msghdr& m = msgs_[j].msg_hdr;
+    Frame* o = out + j * per_message;
+    uint8_t* const* b = bufs + j * per_message;
+    for (int i = 0; i < per_message; ++i) o[i] = {nullptr, 0};
+    const uint32_t total = msgs_[j].msg_len;
+    const uint32_t coalesced = CoalescedSegment(m);
+    const uint32_t size = coalesced != 0 ? coalesced : total;
+    if ((m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || !ReadArrival(m, &a) || size == 0) {
+      ++c->rx_dropped;
+      continue;
+    }
+    const uint32_t segments = (total + size - 1) / size;
+    c->rx_datagrams += segments;
+    if (coalesced != 0) {
+      *seen_segment = coalesced;
+      if (segments > 1) c->rx_coalesced += segments;
+    }
+    if (size != segment && segments > 1) {
+      // Not one segment per buffer: gathered, then each copied to its own.
+      if (scratch_.size() < total) {  // ReserveForCoalesced was not called
+        ++c->rx_dropped;
+        continue;
+      }
+      ++c->rx_gro_copied;
+      uint32_t at = 0;
+      for (int i = 0; i < per_message && at < total; ++i) {
+        const uint32_t k = std::min(segment, total - at);
+        std::memcpy(scratch_.data() + at, b[i] + kHeadroom, k);
+        at += k;
+      }
+      for (uint32_t k = 0; k < segments; ++k) {
+        const uint32_t len = std::min(size, total - k * size);
+        if (k >= static_cast<uint32_t>(per_message) || len > caps[j * per_message + k]) {
+          ++c->rx_dropped;
+          continue;
+        }
+        std::memcpy(b[k] + kHeadroom, scratch_.data() + k * size, len);
+      }
+    } else if (segments == 1 && total > segment) {
+      // One datagram longer than the read size: its tail went to the next buffers.
+      if (total > caps[j * per_message]) {
+        ++c->rx_dropped;
+        continue;
+      }
+      ++c->rx_gro_copied;
+      uint32_t at = segment;
+      for (int i = 1; i < per_message && at < total; ++i) {
+        const uint32_t k = std::min(segment, total - at);
+        std::memmove(b[0] + kHeadroom + at, b[i] + kHeadroom, k);
+        at += k;
+      }
+    }
+    if (segments == 1) {
+      o[0].data = WriteHeaders(a, own_mac, b[0] + kHeadroom, total, &o[0].len);
+      continue;
+    }
+    for (uint32_t k = 0; k < segments && k < static_cast<uint32_t>(per_message); ++k) {
+      const uint32_t len = std::min(size, total - k * size);
+      if (len > caps[j * per_message + k]) continue;
+      o[k].data = WriteHeaders(a, own_mac, b[k] + kHeadroom, len, &o[k].len);
+    }
+  }
+  return got * per_message;
+}
+
+bool SendBatch::Joins(const Departure& d) const {
+  if (!gso_ || m_ == 0 || !last_open_ || !d.ipv6 || !last_.ipv6) return false;
+  const int segments = frames_of_[m_ - 1];
+  return d.payload_len > 0 && d.payload_len <= last_.payload_len && segments < kMaxSegments &&
+         last_bytes_ + d.payload_len <= kMaxSegmentedBytes && d.dst_port == last_.dst_port &&
+         d.tclass == last_.tclass && d.ttl == last_.ttl && d.dst == last_.dst && d.src == last_.src;
+}
+
 bool SendBatch::Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c) {
   Departure d;
   if (n_ == kMax || !ReadDeparture(frame, len, &d)) return false;
@@ -293,19 +398,48 @@ bool SendBatch::Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c)
     RewriteSourcePort(frame, d, port);
     ++c->tx_port_rewritten;
   }
-  PrepareMessage(d, frame, &names_[n_], &iov_[n_], control_[n_], &msgs_[n_].msg_hdr);
+  if (Joins(d)) {
+    msghdr& m = msgs_[m_ - 1].msg_hdr;
+    iov_[n_] = {frame + d.payload_offset, d.payload_len};
+    if (m.msg_iovlen == 1) {  // a second segment: the message is segmented from now on
+      auto* cm = reinterpret_cast<cmsghdr*>(static_cast<char*>(m.msg_control) + m.msg_controllen);
+      cm->cmsg_level = SOL_UDP;
+      cm->cmsg_type = UDP_SEGMENT;
+      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t size = static_cast<uint16_t>(last_.payload_len);
+      std::memcpy(CMSG_DATA(cm), &size, sizeof size);
+      m.msg_controllen += CMSG_SPACE(sizeof(uint16_t));
+    }
+    ++m.msg_iovlen;
+    ++frames_of_[m_ - 1];
+    last_bytes_ += d.payload_len;
+    last_open_ = d.payload_len == last_.payload_len;
+    ++n_;
+    return true;
+  }
+  PrepareMessage(d, frame, &names_[m_], &iov_[n_], control_[m_], &msgs_[m_].msg_hdr);
+  frames_of_[m_] = 1;
+  last_ = d;
+  last_bytes_ = d.payload_len;
+  last_open_ = true;
+  ++m_;
   ++n_;
   return true;
 }
 
 int SendBatch::Send(int fd, UdpCounters* c) {
-  int done = 0;
-  while (done < n_) {
+  int done = 0;  // frames
+  int sent_msgs = 0;
+  while (sent_msgs < m_) {
     ++c->tx_calls;
-    const int sent = sendmmsg(fd, msgs_ + done, static_cast<unsigned>(n_ - done), MSG_DONTWAIT);
+    const int sent = sendmmsg(fd, msgs_ + sent_msgs, static_cast<unsigned>(m_ - sent_msgs), MSG_DONTWAIT);
     if (sent > 0) {
-      done += sent;
-      c->tx_datagrams += static_cast<uint64_t>(sent);
+      for (int i = sent_msgs; i < sent_msgs + sent; ++i) {
+        done += frames_of_[i];
+        c->tx_datagrams += static_cast<uint64_t>(frames_of_[i]);
+        if (frames_of_[i] > 1) c->tx_gso_datagrams += static_cast<uint64_t>(frames_of_[i]);
+      }
+      sent_msgs += sent;
       continue;
     }
     if (sent < 0 && (errno == EAGAIN || errno == ENOBUFS || errno == EINTR)) {
@@ -313,11 +447,20 @@ int SendBatch::Send(int fd, UdpCounters* c) {
       break;
     }
     // This message can never leave (no route, its source address gone, too
-    // big): dropped, as a NIC drops what it cannot send.
-    ++c->tx_dropped;
-    ++done;
+    // big): dropped, as a NIC drops what it cannot send. A segmented one the
+    // kernel refuses (EIO: no checksum offload on the route's device;
+    // EINVAL) turns segmentation off; its frames are lost once, as a
+    // dropped frame is, and the transport sends them again one by one.
+    if (frames_of_[sent_msgs] > 1 && (errno == EIO || errno == EINVAL)) {
+      gso_ = false;
+      ++c->tx_gso_refused;
+    }
+    c->tx_dropped += static_cast<uint64_t>(frames_of_[sent_msgs]);
+    done += frames_of_[sent_msgs];
+    ++sent_msgs;
   }
   n_ = 0;
+  m_ = 0;
   return done;
 }
 

@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -111,7 +112,7 @@ void RewriteSourcePort(uint8_t* frame, const Departure& d, uint16_t port);
 // sendmmsg's message for one departure: the destination in *name, the
 // source address, traffic class and (when not 64) hop limit in the control
 // buffer `control` (kControlBytes). The iovec is the caller's.
-inline constexpr size_t kControlBytes = 128;
+inline constexpr size_t kControlBytes = 160;
 void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name, iovec* iov, char* control,
                     msghdr* m);
 
@@ -123,6 +124,10 @@ struct UdpCounters {
   uint64_t tx_would_block = 0;   // bursts the socket's send buffer stopped (retried by the device)
   uint64_t tx_port_rewritten = 0;  // frames built with another source port: rewritten (RewriteSourcePort)
   uint64_t rx_calls = 0, rx_empty_calls = 0, tx_calls = 0;  // system calls
+  uint64_t rx_coalesced = 0;      // datagrams that arrived as segments of a coalesced one (UDP_GRO)
+  uint64_t rx_gro_copied = 0;     // coalesced datagrams whose segments were not where the buffers expected: copied
+  uint64_t tx_gso_datagrams = 0;  // datagrams that left as one of several segments of one send (SendBatch gso)
+  uint64_t tx_gso_refused = 0;    // segmented sends the kernel refused: segmentation off from then on
 };
 
 // recvmmsg into caller buffers, each frame's headers rebuilt in front of its
@@ -140,7 +145,27 @@ class RecvBatch {
   int Receive(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, const std::array<uint8_t, 6>& own_mac,
               Frame* out, UdpCounters* c);
 
+  // With UDP_GRO on the socket a datagram may be several of the sender's,
+  // coalesced: each message gets `per_message` buffers, each reading
+  // `segment` payload bytes (all `caps` at least that), so a coalesced
+  // datagram of that segment size lands one segment per buffer and needs
+  // no copy; other sizes are copied into place (rx_gro_copied) and, when
+  // they need more buffers than the message has, the rest is dropped.
+  // out[0..ret) say what became of buffers 0..ret (nullptr: holds no
+  // frame). *seen_segment: the segment size of the last coalesced datagram
+  // (unchanged if none).
+  // Sizes the copy buffer ReceiveCoalesced may need (64 KiB), so that no
+  // receive allocates.
+  void ReserveForCoalesced() { scratch_.resize(0x10000); }
+  int ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, int per_message, uint32_t segment,
+                       const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c, uint32_t* seen_segment);
+
  private:
+  // recvmmsg of `messages` messages, each reading into the next
+  // `iov_per_message` entries of iov_ (set by the caller); returns how many came.
+  int ReceiveMessages(int fd, int messages, int iov_per_message, UdpCounters* c);
+
+  std::vector<uint8_t> scratch_;  // a coalesced datagram gathered for copying (ReceiveCoalesced)
   mmsghdr msgs_[kMax];
   iovec iov_[kMax];
   sockaddr_in6 names_[kMax];
@@ -148,9 +173,25 @@ class RecvBatch {
 };
 
 // sendmmsg of frames: Add each (in order), then Send.
+//
+// With segmentation on (set_gso), consecutive IPv6 frames to the same
+// destination with the same addressing and size leave as one message with
+// UDP_SEGMENT: the kernel builds one skb for the run and cuts it into
+// datagrams of that size (the last may be shorter) as late as it can — in
+// the NIC, or at a receiving socket of the same host. Each segment's IPv6
+// and UDP headers equal the frame's own (payload length and UDP length from
+// the segment size, the checksum masked in the ICRC), so every frame's ICRC,
+// computed over its own headers, stays valid. IPv4 frames never take part:
+// the kernel gives the k-th segment identification k, which the ICRC covers.
 class SendBatch {
  public:
   static constexpr int kMax = 64;
+  // Segments of one message: the kernel's UDP_MAX_SEGMENTS is 64 on older
+  // kernels; the UDP length caps a message's bytes.
+  static constexpr int kMaxSegments = 64;
+  static constexpr uint32_t kMaxSegmentedBytes = 0xFFFF - 8;
+  void set_gso(bool on) { gso_ = on; }
+  bool gso() const { return gso_; }
   // False if the frame is no datagram the socket can send (ReadDeparture);
   // true once queued. A frame whose source port is not `port` is rewritten
   // first.
@@ -162,14 +203,25 @@ class SendBatch {
   // for good (counted in tx_dropped). Fewer than were added only when the
   // socket's send buffer is full: the caller keeps the rest.
   int Send(int fd, UdpCounters* c);
-  void Clear() { n_ = 0; }
+  void Clear() { n_ = 0, m_ = 0; }
 
  private:
-  int n_ = 0;
+  // Whether `d` (payload_len bytes) can be the next segment of the last message.
+  bool Joins(const Departure& d) const;
+
+  bool gso_ = false;
+  int n_ = 0;  // frames
+  int m_ = 0;  // messages
   mmsghdr msgs_[kMax];
-  iovec iov_[kMax];
+  iovec iov_[kMax];  // one per frame; a message's are consecutive
   sockaddr_in6 names_[kMax];
   alignas(8) char control_[kMax][kControlBytes];
+  // The last message: its first frame's addressing, its segment size, bytes
+  // and whether its last segment was a full one (a shorter one ends it).
+  Departure last_;
+  uint32_t last_bytes_ = 0;
+  bool last_open_ = false;
+  int frames_of_[kMax];  // per message
 };
 
 }  // namespace droce::udp

@@ -1,18 +1,27 @@
 #include "drivers/udp/udp_io.h"
 
+#include <netinet/udp.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace droce::udp {
+namespace {
+
+// RecvBatch::kMax buffers of this many bytes hold the largest datagram.
+constexpr uint32_t kMinReadSegment = 0x10000 / RecvBatch::kMax;
+
+}  // namespace
 
 UdpIo::UdpIo(pktio::BurstIo* inner, int fd, uint16_t port, const std::array<uint8_t, 6>& own_mac)
     : inner_(inner), fd_(fd), port_(port), mac_(own_mac) {}
 
 UdpIo::~UdpIo() {
   if (stashed_ > 0) inner_->Release(stash_, stashed_);
+  if (ready_n_ > 0) inner_->Release(ready_ + ready_first_, ready_n_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
   if (fd_ >= 0) close(fd_);
 }
@@ -24,6 +33,76 @@ void UdpIo::ReplaceSocket(int fd, uint16_t port) {
   if (fd_ >= 0) close(fd_);
   fd_ = fd;
   port_ = port;
+  if (coalesce_) EnableCoalescing();
+}
+
+void UdpIo::set_gso(bool on) {
+  send_.set_gso(on);
+  coalesce_ = on;
+  if (on) EnableCoalescing();
+}
+
+void UdpIo::EnableCoalescing() {
+  const int one = 1;
+  // Without UDP_GRO the kernel splits a coalesced datagram before the socket: nothing lost.
+  if (fd_ >= 0 && setsockopt(fd_, SOL_UDP, UDP_GRO, &one, sizeof one) != 0) coalesce_ = false;
+  if (coalesce_) recv_.ReserveForCoalesced();
+}
+
+// Each recvmmsg message gets enough buffers for the largest coalesced
+// datagram (64 KiB) at the smallest segment size seen so far: a datagram of
+// larger segments then needs fewer buffers (copied into place), never more.
+// Before any was seen, one message gets every buffer: neither the kernel's
+// coalescing nor a segmented send makes more than 64 segments. The read
+// size stays at least kMinReadSegment, so a message's buffers hold 64 KiB
+// whatever coalesced datagrams of small segments (ACKs) were seen. What the
+// burst does not take waits in ready_.
+uint16_t UdpIo::ReceiveCoalesced(pktio::Frame* frames, uint16_t n) {
+  if (ready_n_ == 0) {
+    Refill();
+    if (stashed_ == 0) return 0;
+    uint32_t room = UINT32_MAX;
+    for (int i = 0; i < stashed_; ++i) {
+      room = std::min(room, stash_[i].capacity > kHeadroom ? stash_[i].capacity - kHeadroom : 0);
+    }
+    const bool known = segment_ != 0 && segment_ <= room;
+    const uint32_t segment = known ? segment_ : room;
+    if (segment == 0) return 0;
+    const int per_message =
+        known ? std::min<int>(stashed_, static_cast<int>((0x10000 + segment - 1) / segment)) : stashed_;
+    const int k = stashed_ / per_message * per_message;
+    const int first = stashed_ - k;
+    uint8_t* bufs[RecvBatch::kMax];
+    uint32_t caps[RecvBatch::kMax];
+    for (int i = 0; i < k; ++i) {
+      bufs[i] = stash_[first + i].data;
+      caps[i] = stash_[first + i].capacity - kHeadroom;
+    }
+    RecvBatch::Frame got[RecvBatch::kMax];
+    uint32_t seen = 0;
+    const int r = recv_.ReceiveCoalesced(fd_, bufs, caps, k, per_message, segment, mac_, got, &counters_, &seen);
+    if (seen != 0) segment_ = std::max(kMinReadSegment, segment_ == 0 ? seen : std::min(segment_, seen));
+    // Buffers with a frame go to ready_, the others back to the stash.
+    uint16_t kept = static_cast<uint16_t>(first);
+    ready_first_ = 0;
+    for (int i = 0; i < k; ++i) {
+      pktio::Frame f = stash_[first + i];
+      if (i < r && got[i].data != nullptr) {
+        f.capacity -= static_cast<uint32_t>(got[i].data - f.data);
+        f.data = got[i].data;
+        f.len = got[i].len;
+        ready_[ready_n_++] = f;
+      } else {
+        stash_[kept++] = f;
+      }
+    }
+    stashed_ = kept;
+  }
+  const uint16_t out = std::min(n, ready_n_);
+  std::copy(ready_ + ready_first_, ready_ + ready_first_ + out, frames);
+  ready_first_ = static_cast<uint16_t>(ready_first_ + out);
+  ready_n_ = static_cast<uint16_t>(ready_n_ - out);
+  return out;
 }
 
 void UdpIo::AddHostMac(const std::array<uint8_t, 6>& mac) {
@@ -47,6 +126,7 @@ void UdpIo::Refill() {
 
 uint16_t UdpIo::ReceiveFromSocket(pktio::Frame* frames, uint16_t n) {
   if (fd_ < 0 || n == 0) return 0;
+  if (coalesce_ || ready_n_ > 0) return ReceiveCoalesced(frames, n);
   Refill();
   const int k = std::min<int>(n, stashed_);
   if (k == 0) return 0;

@@ -42,6 +42,10 @@ class UdpIo final : public pktio::BurstIo {
   // Frames to this MAC stay on the host (another droce device's).
   void AddHostMac(const std::array<uint8_t, 6>& mac);
   uint16_t port() const { return port_; }
+  // Segmented sends of IPv6 runs (SendBatch) and coalesced receives
+  // (UDP_GRO on the socket: a datagram of several of the sender's frames,
+  // split into one buffer each, RecvBatch::ReceiveCoalesced).
+  void set_gso(bool on);
 
   // Sleeping: `wire_fd` is the inner port's armed arrival descriptor (-1:
   // none). Returns a descriptor that polls readable when either has
@@ -56,6 +60,8 @@ class UdpIo final : public pktio::BurstIo {
   bool ToSocket(const pktio::Frame& f) const;
   uint16_t ReceiveFromSocket(pktio::Frame* frames, uint16_t n);
   void Refill();
+  void EnableCoalescing();
+  uint16_t ReceiveCoalesced(pktio::Frame* frames, uint16_t n);
 
   pktio::BurstIo* inner_;
   int fd_;
@@ -66,6 +72,12 @@ class UdpIo final : public pktio::BurstIo {
   pktio::Frame stash_[RecvBatch::kMax];
   uint16_t stashed_ = 0;
   bool socket_first_ = false;  // alternates: neither source starves the other
+  // Coalesced receives: frames received but not yet asked for (a datagram
+  // may hold more than a burst takes), and the segment size to read with.
+  bool coalesce_ = false;
+  pktio::Frame ready_[RecvBatch::kMax];
+  uint16_t ready_first_ = 0, ready_n_ = 0;
+  uint32_t segment_ = 0;  // 0: not seen yet (the buffers' whole room)
   RecvBatch recv_;
   SendBatch send_;
   int epoll_fd_ = -1;

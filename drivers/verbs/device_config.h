@@ -434,10 +434,15 @@ struct DeviceFile {
   // sends the table at attach and when it changes), its frames leave and
   // arrive by the interface, and its neighbours are the kernel's.
   bool netdev_bound = false;
-  // How droced takes the device's frames from the interface: xdp (AF_XDP and
+  // How droced takes the device's frames from the interface: udp (each
+  // process's own UDP socket, a TC program steering by QPN), xdp (AF_XDP and
   // an XDP program), af_packet (a packet socket with a BPF filter) or auto
-  // (XDP, else af_packet).
+  // (udp, else XDP, else af_packet).
   std::string netdev_steering = "auto";
+  // With steering udp: runs of equal-sized IPv6 frames to one destination
+  // leave in one segmented send (UDP_SEGMENT; udp::SendBatch), and the
+  // process's socket takes coalesced datagrams (UDP_GRO; udp::UdpIo).
+  bool udp_gso = false;
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;

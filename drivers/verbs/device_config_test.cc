@@ -314,6 +314,7 @@ const KeySample kSamples[] = {
     {"netdev_bound", "netdev_bound=on", "fabric=on\nfabric_dir=/run/droce\n", "bound"},
     {"netdev_steering", "netdev_steering=xdp", kWire, "ebpf"},
     {"rx_icrc_trust", "rx_icrc_trust=on", "vdev=net_memif_droce0,role=server\nip=10.0.0.1\n", "trusted"},
+    {"udp_gso", "udp_gso=on", kWire, "segmented"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"poll_ack_hold", "poll_ack_hold=off", kWire, "hold"},
     {"empty_poll_skip", "empty_poll_skip=off", kWire, "skip"},

@@ -328,11 +328,15 @@ std::vector<DeviceSetting> MakeSettings() {
                      "the RoCE function of the host interface `netdev`, which droced binds (needs `fabric`)"));
   t.push_back(Choice("netdev_steering", {"auto", "udp", "xdp", "af_packet"},
                      [](auto& f) -> auto& { return f.netdev_steering; },
-                     "how droced takes a netdev-bound device's frames from the interface (auto: XDP, else af_packet)"));
+                     "how droced takes a netdev-bound device's frames from the interface (auto: the processes' "
+                     "UDP sockets, else XDP, else af_packet)"));
   t.push_back(Switch("rx_icrc_trust", [](auto& f) -> auto& { return f.dev.rx_icrc_trusted; },
                      "received frames are not ICRC-checked: only where no frame crosses a wire (a `net_memif` vdev; "
                      "a fabric device whose droced has no uplink); refused on any other port and on a netdev-bound "
                      "device (doc/rx-checks.md)"));
+  t.push_back(Switch("udp_gso", [](auto& f) -> auto& { return f.udp_gso; },
+                     "with `netdev_steering` udp: runs of equal-sized IPv6 frames to one peer leave in one "
+                     "segmented send (UDP_SEGMENT), and the socket takes coalesced datagrams (UDP_GRO)"));
   // The provider's progress and doorbells (doc/verbs.md "Who drives the device").
   t.push_back(Number("doorbell_batch", 1, 256, 1, [](auto& f) -> auto& { return f.doorbell_batch; },
                      "small posts in a tight burst of a program that polls its CQ leave together, up to this "

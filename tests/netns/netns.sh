@@ -250,13 +250,43 @@ link_flap() {
 check "nd0 down and up during traffic: PORT_ERR, QPs flushed, PORT_ACTIVE, traffic again" link_flap
 
 # droce0 bound again on both ends, with another steering.
-rebind() {  # STEERING
+rebind() {  # STEERING [set KEY=VALUE...]
   local ns
   for ns in "$A" "$B"; do
     ip netns exec "$ns" "$ctl" link del droce0 || return 1
-    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering "$1" >/dev/null || return 1
+    ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering "$@" >/dev/null || return 1
   done
 }
+# The index of ADDR in NS's droce0 GID table (sysfs), once it is there.
+gid_of() {  # NS ADDR
+  local want f _
+  want=$(python3 -c 'import ipaddress, sys; print(ipaddress.ip_address(sys.argv[1]).exploded)' "$2")
+  for _ in $(seq 50); do
+    for f in /run/droce/netns/$1/sysfs/class/infiniband/droce0/ports/1/gids/*; do
+      [ "$(cat "$f" 2>/dev/null)" = "$want" ] && { basename "$f"; return 0; }
+    done
+    sleep 0.1
+  done
+  return 1
+}
+# udp_gso: 64 KiB messages over IPv6 leave as segmented sends and arrive
+# coalesced (both ends' counters say so), their data checked (-c). The
+# fd00:: addresses again (nd0 down above flushed them); min_ack_timeout: a
+# process off the CPU for half a second on a loaded host is no failure here.
+segmented() {
+  ip -n "$A" addr replace fd00::1/64 dev nd0 nodad && ip -n "$B" addr replace fd00::2/64 dev nd0 nodad &&
+    rebind udp set udp_gso=on set min_ack_timeout=17 || return 1
+  local ga gb
+  ga=$(gid_of "$A" fd00::1) && gb=$(gid_of "$B" fd00::2) || { echo "no fd00:: GID"; return 1; }
+  pair "$A" "env DROCE_STATS=1 ibv_rc_pingpong -d droce0 -g $ga -s 65536 -n 200 -c" \
+    "$B" "env DROCE_STATS=1 ibv_rc_pingpong -d droce0 -g $gb -s 65536 -n 200 -c 10.0.0.1" || return 1
+  local f
+  for f in "$logs/server.log" "$logs/client.log"; do
+    grep -o 'coalesced [0-9]*\|segmented [0-9]*' "$f"
+    grep -q 'segmented [1-9]' "$f" && grep -q 'coalesced [1-9]' "$f" || return 1
+  done
+}
+check "steering udp, udp_gso=on: 64 KiB messages over IPv6 segmented and coalesced, data checked" segmented
 # Where XDP is not available: a packet socket with a BPF filter.
 fallback() {
   rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&

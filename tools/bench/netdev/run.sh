@@ -18,7 +18,9 @@
 #   commands run in both namespaces before binding after '@', e.g.
 #   udp@ethtool_-K_nd0_gro_on: each is a setup of its own in the same rounds),
 #   MEMIF=1 (0: skip the fabric uplink), MTU=3000 (the veth's), PATH_MTU=2048
-#   (perftest -m), OPS="bw events lat tcp" (the netdev rows measured)
+#   (perftest -m), OPS="bw events lat tcp" (the netdev rows measured), IPV6=1
+#   (the veth gets fd00::1/64 and fd00::2/64 too; RDMA uses that GID, index
+#   2, and iperf3/qperf that address: what udp_gso segments)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -47,6 +49,11 @@ ip netns add $A && ip netns add $B || exit 1
 ip -n $A link add nd0 type veth peer name nd0 netns $B
 for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu $mtu up; done
 ip -n $A addr add 10.0.0.1/24 dev nd0; ip -n $B addr add 10.0.0.2/24 dev nd0
+gid=1 tcp_peer=10.0.0.1  # the netdev device's GID index: the IPv4 address (0 is the link-local one)
+if [ "${IPV6:-0}" = 1 ]; then
+  ip -n $A addr add fd00::1/64 dev nd0 nodad; ip -n $B addr add fd00::2/64 dev nd0 nodad
+  gid=2 tcp_peer=fd00::1
+fi
 
 ticks=$(getconf CLK_TCK)
 cpu_of() {  # PID...: user+system ticks of the processes (all threads)
@@ -98,7 +105,7 @@ measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   # Events cannot be timed by duration (perftest): a count then.
   local amount="-D $dur"
   [ -n "${BW_ITERS:-}" ] && amount="-n $BW_ITERS"
-  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x 1 -s 65536 $amount -m $path_mtu" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x 1 -s 65536 $amount -m $path_mtu ${PEER}"
+  pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x ${GIDX:-1} -s 65536 $amount -m $path_mtu" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x ${GIDX:-1} -s 65536 $amount -m $path_mtu ${PEER}"
   d1=$(cpu_of $dpids); k1=$(softirqd)
   local mbs; mbs=$(awk '$1 == 65536 {print $4}' "$tmp/c.out" | tail -1)
   local prog; prog=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
@@ -111,7 +118,7 @@ measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
     "$(per_gb "$cpu" "$bytes")" "$soft" "$dcpu"
 }
 measure_lat() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX
-  pair "$3 ib_send_lat -d ${DEV_A} -x 1 -s 2 -n $iters" "$4 ib_send_lat -d ${DEV_B} -x 1 -s 2 -n $iters ${PEER}"
+  pair "$3 ib_send_lat -d ${DEV_A} -x ${GIDX:-1} -s 2 -n $iters" "$4 ib_send_lat -d ${DEV_B} -x ${GIDX:-1} -s 2 -n $iters ${PEER}"
   local typ; typ=$(awk '$1 == 2 {print $5}' "$tmp/c.out" | tail -1)
   printf '%s,%s,send_lat_2b,%s,us,,,,,\n' "$1" "$2" "${typ:-0}"
 }
@@ -122,7 +129,7 @@ measure_tcp() {  # SETUP ROUND
   ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out timeout $((dur + 60)) iperf3 -s -1 -p 5201" &
   local s=$!
   listening $A 5201
-  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c 10.0.0.1 -p 5201 -l 64K -t $dur -J"
+  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c $tcp_peer -p 5201 -l 64K -t $dur -J"
   wait $s
   k1=$(softirqd)
   local bytes; bytes=$(python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[:t.rindex("}")+1]); print(j["end"]["sum_received"]["bytes"])' "$tmp/c.out" 2>/dev/null || echo 0)
@@ -133,7 +140,7 @@ measure_tcp() {  # SETUP ROUND
   ip netns exec $A qperf >/dev/null 2>&1 &
   local q=$!
   listening $A 19765
-  local lat; lat=$(ip netns exec $B qperf 10.0.0.1 -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
+  local lat; lat=$(ip netns exec $B qperf $tcp_peer -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
   kill $q 2>/dev/null; wait $q 2>/dev/null
   printf '%s,%s,tcp_lat_2b,%s,us,,,,,\n' "$1" "$2" "$lat"
 }
@@ -147,7 +154,7 @@ for r in $(seq "$rounds"); do
   DROCE_RUN_DIR=$UA DROCED_UPLINK=memif:$UA/up.sock:server "$ctl" link add bench0 ip 10.0.0.1 mtu 2048 >/dev/null
   DROCE_RUN_DIR=$UB DROCED_UPLINK=memif:$UA/up.sock:client "$ctl" link add bench2 ip 10.0.0.3 mtu 2048 >/dev/null
   sleep 2
-  DEV_A=bench0 DEV_B=bench2 PEER=127.0.0.1
+  DEV_A=bench0 DEV_B=bench2 PEER=127.0.0.1 GIDX=1
   dp="$(cat $UA/droced.pid) $(cat $UB/droced.pid)"
   measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
   MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
@@ -172,7 +179,7 @@ for r in $(seq "$rounds"); do
     fi
     ip netns exec $A "$ctl" link add droce0 netdev nd0 steering $steering "${sets[@]}" >/dev/null &&
       ip netns exec $B "$ctl" link add droce0 netdev nd0 steering $steering "${sets[@]}" >/dev/null || continue
-    DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1
+    DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1 GIDX=$gid
     dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
     ops=${OPS:-bw events lat tcp}
     if [[ " $ops " == *" bw "* ]]; then measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"; fi

@@ -152,7 +152,7 @@ else
 fi
 # --stats-period prints progress lines while the engine runs.
 if out=$(CLIENT_ARGS="--duration 1 --stats-period 0.25" bash "$root/tools/memif-pair.sh" --fwd write_bw --size 16384) &&
-   [ "$(echo "$out" | grep -c '^stats client: messages=')" -ge 2 ]; then
+   [ "$(echo "$out" | grep -cE '^stats client: t_s=[0-9.]+ messages=')" -ge 2 ]; then
   echo "ok   --stats-period"
 else
   echo "FAIL --stats-period"; echo "$out"; status=1

@@ -769,11 +769,7 @@ class Daemon {
     if (qpn < 2) return -1;
     // Checked before Classify counts the frame: a frame that is then not
     // forwarded here would be classified (and counted) again in SwitchFrame.
-    const uint8_t* mac = f.data;
-    int dev = -1;
-    for (size_t i = 0; i < state_.devices().size(); ++i) {
-      if (std::memcmp(state_.devices()[i].mac.data(), mac, 6) == 0) dev = static_cast<int>(i);
-    }
+    const int dev = state_.FindDeviceByMac(f.data);
     if (dev < 0 || state_.devices()[dev].netdev_bound || !KnobFree(static_cast<uint32_t>(dev))) return -1;
     const Port& from = state_.ports()[idx];
     if (from.device < state_.devices().size() &&

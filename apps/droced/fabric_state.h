@@ -217,10 +217,11 @@ class FabricState {
   SwitchKnobs& knobs(uint32_t device) { return *devices_[device].knobs; }
   GlobalCounters& counters() { return counters_; }
   std::string memif_socket() const { return fabric::MemifSocketPath(run_dir_); }
+  // The device whose MAC a frame's destination is, or -1.
+  int FindDeviceByMac(const uint8_t* mac) const;
 
  private:
   int FindDevice(const std::string& name) const;
-  int FindDeviceByMac(const uint8_t* mac) const;
   int FindDeviceByGid(const uint8_t* gid) const;
   Decision FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn);
   Decision SteerByQpn(int device, int64_t qpn);

@@ -88,21 +88,11 @@ ParsedPacket Parse(const uint8_t* f, uint32_t len, bool cut) {
   UdpView udp(f + l4);
   if (udp.dst_port() != kRoceV2Port) return Fail(p, ParseStatus::kNotRoce);
   if (!p.ipv6) {
-    // The whole IPv4 header is present (l4 + UDP bytes are). Its checksum
-    // (RFC 791) sums to 0xFFFF over all of it; only RoCEv2 frames are
-    // checked: foreign ones are not ours to judge.
-    // Summed in native 32-bit words: a one's-complement sum does not depend
-    // on byte order (RFC 1071 2(B)) and 0xFFFF reads the same both ways.
+    // The whole IPv4 header is present (l4 + UDP bytes are); only RoCEv2
+    // frames are checked: foreign ones are not ours to judge.
     const uint8_t* ip = f + p.l3_offset;
     if (Ipv4View(ip).ttl() == 0) return Fail(p, ParseStatus::kIpTtlZero);
-    uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) +
-                   LoadLe32(ip + 16);
-    for (uint32_t i = 20; i < l4 - p.l3_offset; i += 4) sum += LoadLe32(ip + i);  // options
-    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
-    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    if (sum != 0xFFFF) return Fail(p, ParseStatus::kBadIpChecksum);
+    if (!Ipv4HeaderChecksumOk(ip, l4 - p.l3_offset)) return Fail(p, ParseStatus::kBadIpChecksum);
   }
   if (ip_end < l4 + kUdpBytes || udp.length() != ip_end - l4) {
     return Fail(p, ParseStatus::kBadUdpLength);

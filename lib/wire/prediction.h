@@ -93,14 +93,7 @@ inline bool ParsePredicted(const uint8_t* frame, uint32_t len, const HeaderPredi
     ip_end = l4 + LoadBe16(ip + 4);
     p->tclass = static_cast<uint8_t>(LoadBe16(ip) >> 4);
   } else {
-    if (ip[8] == 0) return false;  // TTL
-    uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) +
-                   LoadLe32(ip + 16);
-    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
-    sum = (sum & 0xFFFFFFFF) + (sum >> 32);
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    if (sum != 0xFFFF) return false;
+    if (ip[8] == 0 || !Ipv4HeaderChecksumOk(ip, kIpv4MinBytes)) return false;  // TTL, checksum
     l4 = l3 + kIpv4MinBytes;
     ip_end = l3 + LoadBe16(ip + 2);
     p->tclass = ip[1];

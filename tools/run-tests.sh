@@ -2,6 +2,9 @@
 # Runs every droce test, in stages, each timed:
 #   build        the normal tree (./build)
 #   tests        every suite there: unit, golden, e2e, verbs, fabric, conformance
+#   package      the Debian packages (tools/build-deb.sh, nocheck: the tests stage
+#                ran the unit tests) into ./build-deb, lintian on them, and
+#                tests/install/package.sh (dpkg -x, login shell, dpkg -i/--purge)
 #   sanitizers   one clang tree with ASan+UBSan (./build-san): the unit and golden
 #                suites, the verbs provider's API test through libibverbs, and the
 #                libFuzzer targets, a short run each from the committed corpus
@@ -14,12 +17,12 @@
 # Prints each stage's duration, the benchmark numbers and one closing line
 # "N passed, N failed".
 #
-# DROCE_TEST_STAGES picks stages (default "build tests sanitizers tsan bench");
+# DROCE_TEST_STAGES picks stages (default "build tests package sanitizers tsan bench");
 # FUZZ_SECONDS sets the fuzz run per target (default 30, 0 skips fuzzing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-STAGES=${DROCE_TEST_STAGES:-build tests sanitizers tsan bench}
+STAGES=${DROCE_TEST_STAGES:-build tests package sanitizers tsan bench}
 passed=0
 failed=0
 failures=()
@@ -98,6 +101,23 @@ if wants tests; then
   stage_begin tests
   meson test -C build --print-errorlogs --num-processes 2 --timeout-multiplier 2
   meson_suite_counts build/meson-logs/testlog.json build
+  stage_end
+fi
+
+if wants package; then
+  stage_begin package
+  rm -rf build-deb && mkdir build-deb
+  if DEB_BUILD_OPTIONS=nocheck nice -n 2 bash tools/build-deb.sh build-deb >build-deb/build.log 2>&1; then
+    count "package: build" 0
+    # Errors fail the stage; warnings are printed (debian/README.source says which stay and why).
+    lintian --fail-on error build-deb/*.changes
+    count "package: lintian" $?
+    DEBS=$PWD/build-deb bash tests/install/package.sh
+    count "package: tests/install/package.sh" $?
+  else
+    tail -40 build-deb/build.log
+    count "package: build" 1
+  fi
   stage_end
 fi
 

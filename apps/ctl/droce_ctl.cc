@@ -83,8 +83,8 @@ std::string ProviderDir() {
 // path (LD_PRELOAD then needs no ld.so cache entry for a new install).
 std::string ShimPath(const std::string& name, const std::string& build_dir) {
   if (InBuildTree() && fs::exists(fs::path(build_dir) / name)) return build_dir + "/" + name;
-#ifdef DROCE_INSTALLED_LIBDIR
-  if (fs::exists(fs::path(DROCE_INSTALLED_LIBDIR) / name)) return std::string(DROCE_INSTALLED_LIBDIR) + "/" + name;
+#ifdef DROCE_INSTALLED_SHIM_DIR
+  if (fs::exists(fs::path(DROCE_INSTALLED_SHIM_DIR) / name)) return std::string(DROCE_INSTALLED_SHIM_DIR) + "/" + name;
 #endif
   return name;
 }

@@ -47,7 +47,8 @@ ibv_devices | tee /dev/stderr | grep -q droce0
 SH
   cat >"$D/pingpong.sh" <<'SH'
 ibv_devinfo -d droce0 -v | grep -q '::ffff:10.0.0.1' || exit 1
-ibv_rc_pingpong -d droce0 -g 1 -n 100 -c & sleep 1.5
+ibv_rc_pingpong -d droce0 -g 1 -n 100 -c &
+for _ in $(seq 300); do ss -ltn | grep -q ':18515 ' && break; sleep 0.1; done
 ibv_rc_pingpong -d droce0 -g 1 -n 100 -c 10.0.0.1 && wait $!
 SH
   check "a new login shell: ibv_devices lists droce0, nothing set by hand" installed \

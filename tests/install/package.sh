@@ -34,8 +34,8 @@ check "droce holds the provider, its driver file, droced, droce-ctl, the shims, 
   set -e
   dpkg -c '$deb' | awk '{print \$6}' >'$D/droce.list'
   for f in '$provider-rdmav34.so' /etc/libibverbs.d/droce.driver /etc/profile.d/droce.sh /$unit \
-      /usr/bin/droced /usr/bin/droce-ctl /usr/bin/droce-cluster /usr/lib/$multiarch/libdroce-preload.so \
-      /usr/lib/$multiarch/libdroce-rdmacm.so /usr/share/droce/droce_xdp.o /usr/share/droce/droce_tc.o; do
+      /usr/bin/droced /usr/bin/droce-ctl /usr/bin/droce-cluster /usr/lib/$multiarch/droce/libdroce-preload.so \
+      /usr/lib/$multiarch/droce/libdroce-rdmacm.so /usr/share/droce/droce_xdp.o /usr/share/droce/droce_tc.o; do
     grep -qx \".\$f\" '$D/droce.list' || { echo \"missing \$f\"; exit 1; }
   done
   dpkg -I '$deb' conffiles | grep -x /etc/profile.d/droce.sh

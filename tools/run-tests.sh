@@ -109,7 +109,8 @@ if wants package; then
   rm -rf build-deb && mkdir build-deb
   if DEB_BUILD_OPTIONS=nocheck nice -n 2 bash tools/build-deb.sh build-deb >build-deb/build.log 2>&1; then
     count "package: build" 0
-    # Errors fail the stage; warnings are printed (debian/README.source says which stay and why).
+    # Errors fail the stage (debian/droce.lintian-overrides says why the BPF objects' are
+    # overridden); warnings are printed: no manual pages yet.
     lintian --fail-on error build-deb/*.changes
     count "package: lintian" $?
     DEBS=$PWD/build-deb bash tests/install/package.sh

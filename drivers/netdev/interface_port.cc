@@ -26,6 +26,7 @@
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "wire/gid.h"
 #include "pktio/burst_io.h"
 
 namespace droce::netdev {
@@ -155,6 +156,7 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
   p->ifname_ = c.ifname;
   p->ifindex_ = c.ifindex;
   p->device_ = c.device;
+  p->addrs_ = addrs;
   absl::StatusOr<int> lock = TakeLock(c.ifname, c.ifindex);
   if (!lock.ok()) return lock.status();
   p->lock_fd_ = *lock;
@@ -406,12 +408,85 @@ void InterfacePort::SetMac(const std::array<uint8_t, 6>& mac) {
 }
 
 absl::Status InterfacePort::SetAddresses(const std::vector<Gid>& addrs) {
-  if (tc_) return tc_->SetAddresses(addrs);
-  if (xdp_) return xdp_->SetAddresses(addrs);
+  addrs_ = addrs;
+  return ApplySteering();
+}
+
+// steering udp: the TC program leaves group frames alone (no process's
+// socket can take a group's frames for another process), and droced's
+// socket, the member, receives them. XDP and af_packet take them as they
+// take the addresses'.
+absl::Status InterfacePort::ApplySteering() {
+  if (tc_) return tc_->SetAddresses(addrs_);
+  std::vector<Gid> all = addrs_;
+  all.insert(all.end(), groups_.begin(), groups_.end());
+  if (xdp_) return xdp_->SetAddresses(all);
   if (packet_fd_ < 0) return absl::FailedPreconditionError("no port");
-  absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(addrs);
+  absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(all);
   if (!filter.ok()) return filter.status();
   return AttachFilter(packet_fd_, *filter);
+}
+
+int InterfacePort::membership_fd() const { return udp_ ? udp_->fd() : guard_fd_; }
+
+namespace {
+
+// Joins (or leaves) group g on the interface through socket fd: the kernel
+// sends the IGMP/MLD report and filters the group's MAC in. A dual-stack
+// socket joins an IPv4 group at IPPROTO_IP (IPv6's own level would read the
+// group as an IPv6 address).
+absl::Status Membership(int fd, int ifindex, const Gid& g, bool join) {
+  int domain = AF_INET6;
+  socklen_t dl = sizeof domain;
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) != 0) domain = AF_INET6;
+  group_req r{};
+  r.gr_interface = static_cast<uint32_t>(ifindex);
+  if (wire::IsIpv4MappedGid(g)) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&r.gr_group);
+    a->sin_family = AF_INET;
+    std::memcpy(&a->sin_addr, g.data() + 12, 4);
+  } else {
+    if (domain != AF_INET6) return absl::FailedPreconditionError("no IPv6 in this kernel");
+    auto* a = reinterpret_cast<sockaddr_in6*>(&r.gr_group);
+    a->sin6_family = AF_INET6;
+    std::memcpy(&a->sin6_addr, g.data(), 16);
+  }
+  const int level = wire::IsIpv4MappedGid(g) ? IPPROTO_IP : IPPROTO_IPV6;
+  if (setsockopt(fd, level, join ? MCAST_JOIN_GROUP : MCAST_LEAVE_GROUP, &r, sizeof r) != 0) {
+    return absl::UnavailableError(absl::StrCat(join ? "joining" : "leaving", " a multicast group: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InterfacePort::SetGroups(const std::vector<Gid>& groups) {
+  const int fd = membership_fd();
+  if (fd < 0) return absl::FailedPreconditionError("no socket on the interface");
+  absl::Status first;
+  // Leave first, then join: the steering never takes a group the interface
+  // is no member of.
+  std::vector<Gid> kept;
+  for (const Gid& g : groups_) {
+    if (std::find(groups.begin(), groups.end(), g) != groups.end()) {
+      kept.push_back(g);
+    } else if (absl::Status s = Membership(fd, ifindex_, g, false); !s.ok()) {
+      first.Update(s);
+    }
+  }
+  groups_ = kept;
+  first.Update(ApplySteering());
+  for (const Gid& g : groups) {
+    if (std::find(groups_.begin(), groups_.end(), g) != groups_.end()) continue;
+    absl::Status s = Membership(fd, ifindex_, g, true);
+    if (s.ok()) {
+      groups_.push_back(g);
+    } else {
+      first.Update(s);
+    }
+  }
+  first.Update(ApplySteering());
+  return first;
 }
 
 std::string InterfacePort::Describe() const {

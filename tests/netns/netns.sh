@@ -13,6 +13,7 @@ prefix=${NETNS_PREFIX:-netdevtest}
 ip netns add "$prefix-probe-$$" 2>/dev/null && ip netns del "$prefix-probe-$$" ||
   { echo "SKIP: no network namespaces"; exit 77; }
 EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
+MCAST=${MCAST_ATTACH:-$build/tests/netns/mcast_attach}
 cluster=$root/tools/droce-cluster
 t=${PAIR_TIMEOUT:-60}
 A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c
@@ -200,6 +201,64 @@ host_device() {
 }
 check "steering udp: a program on droce0 reaches another device of its droced (droce1, 192.168.77.1)" host_device
 
+# ibv_attach_mcast and detach on droce0: bad input gets EINVAL; nd0 is a
+# member of the group (the kernel's view) while a QP of the host is attached
+# to it, and leaves it with the last one.
+mcast_membership() {
+  on "$A" "$MCAST" droce0 239.1.2.4 2 >"$logs/mcast.log" 2>&1 &
+  local p=$! step seen=""
+  for step in attached "one left" detached; do
+    for _ in $(seq 100); do grep -q "^$step" "$logs/mcast.log" && break; sleep 0.05; done
+    grep -q "^$step" "$logs/mcast.log" || break
+    ip -n "$A" maddr show dev nd0 | grep -q 239.1.2.4 && seen="$seen, $step: yes" || seen="$seen, $step: no"
+  done
+  wait $p; local rc=$?
+  cat "$logs/mcast.log"; echo "member of 239.1.2.4$seen"
+  [ $rc -eq 0 ] && [ "$seen" = ", attached: yes, one left: yes, detached: no" ]
+}
+check "ibv_attach_mcast: EINVAL for a unicast GID and an unattached group; nd0 a member while a QP is attached" \
+  mcast_membership
+
+# Another VLAN's frames are never the interface's: a RoCEv2 frame to A's
+# nd0 MAC and 10.0.0.1 (QP 1), tagged with VLAN 100, sent from B, moves none
+# of the steering's counters; the same frame untagged (the control) does.
+# (This kernel has no VLAN interfaces; the kernel moves the tag into the
+# frame's metadata before TC and packet sockets see it all the same.)
+inject_roce() {  # VLAN (0: untagged)
+  local dst; dst=$(ip -n "$A" -br link show nd0 | awk '{print $3}')
+  ip netns exec "$B" python3 - "$dst" "$1" <<'PY'
+import socket, struct, sys
+dst = bytes.fromhex(sys.argv[1].replace(':', '')); vlan = int(sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('nd0', 0))
+src = s.getsockname()[4]
+bth = bytes([0x64, 0, 0xff, 0xff, 0, 0, 0, 1]) + bytes(4) + bytes(8)  # UD SEND only to QP 1, DETH
+payload = bth + bytes(4)  # ICRC (not checked before the steering)
+udp = struct.pack('!HHHH', 49152, 4791, 8 + len(payload), 0) + payload
+ip = bytearray(struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0,
+                           socket.inet_aton('10.0.0.2'), socket.inet_aton('10.0.0.1')))
+c = sum(struct.unpack('!10H', bytes(ip))); c = (c & 0xffff) + (c >> 16); c = (c & 0xffff) + (c >> 16)
+ip[10:12] = struct.pack('!H', ~c & 0xffff)
+tag = struct.pack('!HH', 0x8100, vlan) if vlan else b''
+for _ in range(5):
+    s.send(dst + src + tag + struct.pack('!H', 0x0800) + bytes(ip) + udp)
+PY
+}
+steering_taken() {  # STEERING: what the steering took so far
+  case $1 in
+    udp) status "$A" | grep -o 'tc: steered [0-9]* to_daemon [0-9]*' ;;
+    xdp) status "$A" | grep -o 'xdp: redirected [0-9]*' ;;
+    af_packet) status "$A" | grep -o 'netdev nd0: .*, rx [0-9]* pkts' | grep -o 'rx [0-9]* pkts' ;;
+  esac
+}
+vlan_frames_skipped() {  # STEERING
+  local before after control
+  before=$(steering_taken "$1"); inject_roce 100; sleep 0.5; after=$(steering_taken "$1")
+  inject_roce 0; sleep 0.5; control=$(steering_taken "$1")
+  echo "$1: before '$before', after VLAN 100 frames '$after', after untagged ones '$control'"
+  [ -n "$before" ] && [ "$before" = "$after" ] && [ "$after" != "$control" ]
+}
+check "steering udp: VLAN 100 frames for nd0's address are not taken (untagged ones are)" vlan_frames_skipped udp
+
 # Addresses added and removed at run time: the GID table follows; a QP pair
 # on the removed address errors (QP_FATAL), the pair on 10.0.0.1 goes on.
 addr_change() {
@@ -291,7 +350,7 @@ check "steering udp, udp_gso=on: 64 KiB messages over IPv6 segmented and coalesc
 fallback() {
   rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
-    tcp_and_rdma af_packet
+    tcp_and_rdma af_packet && vlan_frames_skipped af_packet
 }
 check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" fallback
 
@@ -310,7 +369,7 @@ xdp_steering() {
   [ $rc -eq 0 ] && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
     status "$A" | grep 'netdev nd0: AF_XDP, XDP native' &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
-    tcp_and_rdma xdp
+    tcp_and_rdma xdp && vlan_frames_skipped xdp
 }
 check "steering xdp: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" xdp_steering
 

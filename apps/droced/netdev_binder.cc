@@ -143,6 +143,7 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   if (!b.port->xdp_refused().empty()) Log(absl::StrCat(d.name, ": XDP not used: ", b.port->xdp_refused()));
   bound_[device] = std::move(b);
   Publish(device, *link, *addrs);
+  (void)SyncGroups();  // bound again (the interface came back): the groups its processes still hold
   return absl::OkStatus();
 }
 

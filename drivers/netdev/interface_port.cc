@@ -1,8 +1,11 @@
 #include "drivers/netdev/interface_port.h"
 
+#include <linux/ethtool.h>
 #include <linux/filter.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <fcntl.h>
@@ -250,9 +253,37 @@ absl::StatusOr<uint16_t> StartPort(const std::string& vdev, const std::string& n
 
 }  // namespace
 
+namespace {
+
+// The interface's RX queues in use (ETHTOOL_GCHANNELS: RX and combined
+// channels, as DPDK's net_af_xdp reads them); 1 where the driver has no
+// channels (veth without XDP reports its queues here too).
+uint32_t RxQueues(const std::string& ifname) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 1;
+  ethtool_channels ch{};
+  ch.cmd = ETHTOOL_GCHANNELS;
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname.c_str());
+  ifr.ifr_data = reinterpret_cast<char*>(&ch);
+  const int rc = ioctl(fd, SIOCETHTOOL, &ifr);
+  close(fd);
+  if (rc != 0) return 1;
+  return std::max<uint32_t>(1, ch.rx_count + ch.combined_count);
+}
+
+}  // namespace
+
 absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
   const std::string object = XdpObjectPath();
   if (object.empty()) return absl::FailedPreconditionError("droce's XDP program (droce_xdp.o) is not installed");
+  // droced's AF_XDP socket is on queue 0: a RoCEv2 frame the NIC put on
+  // another queue would be dropped (the program's no_socket).
+  if (const uint32_t queues = RxQueues(c.ifname); queues > 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s has %u RX queues; XDP steers queue 0 only (use one channel, or steering udp or af_packet)", c.ifname,
+        queues));
+  }
   const uint16_t room = ethdev::AfXdpDataRoom();
   const std::string pool_name = absl::StrCat("nd_xdp_", c.ifindex);
   pool_ = room ? rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, room, SOCKET_ID_ANY) : nullptr;

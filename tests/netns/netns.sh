@@ -16,13 +16,13 @@ EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
 MCAST=${MCAST_ATTACH:-$build/tests/netns/mcast_attach}
 cluster=$root/tools/droce-cluster
 t=${PAIR_TIMEOUT:-60}
-A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c
+A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c QA=$prefix-$$-qa QB=$prefix-$$-qb
 logs=$(mktemp -d /tmp/netdevtest.XXXXXX)
 log_dirs=("/run/droce/netns/$A" "/run/droce/netns/$B")
 FAIL_TAIL=40
 
 cleanup() {
-  for ns in "$A" "$B"; do
+  for ns in "$A" "$B" "$QA" "$QB"; do
     ip netns exec "$ns" "$ctl" daemon stop >/dev/null 2>&1
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$ns" 2>/dev/null
@@ -383,6 +383,41 @@ check "steering xdp: ibv_ud_pingpong over GID 0 (fe80::, usable after the bindin
 # AF_XDP queue again at once can find the kernel still releasing it.
 check "daemon stop unbinds nd0 (no XDP program left)" bash -c "
   ip -n $A link show nd0 | grep -q prog/xdp && ip netns exec $A '$ctl' daemon stop && ! ip -n $A link show nd0 | grep -q prog/xdp"
+
+# A veth with 4 RX queues: XDP steering (droced's AF_XDP socket on queue 0)
+# is refused with the reason, and auto falls back past it; steering udp and
+# af_packet take every queue: pingpongs of 3 processes at once (3 UDP
+# source ports: 3 flows, which the sending veth hashes over its 4 queues)
+# pass.
+multiqueue() {
+  ip netns add "$QA" && ip netns add "$QB" || return 1
+  ip -n "$QA" link add nd0 numtxqueues 4 numrxqueues 4 type veth peer name nd0 numtxqueues 4 numrxqueues 4 netns "$QB" || return 1
+  local ns st p k rc=0
+  for ns in "$QA" "$QB"; do ip -n "$ns" link set lo up; ip -n "$ns" link set nd0 up; done
+  ip -n "$QA" addr add 10.0.0.1/24 dev nd0; ip -n "$QB" addr add 10.0.0.2/24 dev nd0
+  local out; out=$(ip netns exec "$QA" "$ctl" link add droce0 netdev nd0 steering xdp 2>&1) && return 1
+  echo "$out"; grep -q "4 RX queues; XDP steers queue 0 only" <<<"$out" || return 1
+  for st in udp af_packet; do
+    for ns in "$QA" "$QB"; do
+      ip netns exec "$ns" "$ctl" link del droce0 >/dev/null 2>&1
+      ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering $st >/dev/null || return 1
+    done
+    local pids=()
+    for k in 0 1 2; do
+      on "$QA" timeout "$t" ibv_rc_pingpong -d droce0 -g 1 -n 200 -p $((18600 + k)) >"$logs/mq-s$k.log" 2>&1 &
+      pids+=($!)
+    done
+    for k in 0 1 2; do LISTEN_NS=$QA wait_listen "${pids[$k]}" $((18600 + k)); done
+    for k in 0 1 2; do
+      on "$QB" timeout "$t" ibv_rc_pingpong -d droce0 -g 1 -n 200 -p $((18600 + k)) 10.0.0.1 >"$logs/mq-c$k.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    echo "steering $st: $(grep -h 'iters in' "$logs"/mq-c*.log | wc -l) of 3 clients done"
+  done
+  return $rc
+}
+check "a veth with 4 RX queues: XDP refused with the reason; udp and af_packet carry 3 flows at once" multiqueue
 
 # A cluster of 3 on a bridge (tools/droce-cluster): host 3 <-> host 1 and
 # rdma_cm host 2 -> host 3; Open MPI launches through it as its remote shell.

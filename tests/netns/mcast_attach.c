@@ -1,11 +1,11 @@
 // ibv_attach_mcast / ibv_detach_mcast on a netdev-bound device, as a program
 // sees them (tests/netns/netns.sh, doc/netdev.md "Multicast"):
 //
-//   mcast_attach DEV GROUP_V4 SECONDS
+//   mcast_attach DEV GROUP SECONDS
 //
-// A UD QP: attaching it to the device's GID 1 (a unicast address) must fail
-// with EINVAL, and detaching it from GROUP_V4 before any attach too; then it
-// attaches to GROUP_V4 (a second QP too), prints "attached", holds the
+// GROUP: an IPv4 or IPv6 multicast address. A UD QP: attaching it to the
+// device's GID 1 (a unicast address) must fail with EINVAL, and detaching it
+// from GROUP before any attach too; then it attaches to GROUP (a second QP too), prints "attached", holds the
 // membership SECONDS seconds, detaches the first QP and prints "one left",
 // holds it SECONDS more, detaches the second and prints "detached". Exits 0
 // when every call did what it should.
@@ -25,7 +25,7 @@ static int fail(const char* what, int got, int want) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: %s DEV GROUP_V4 SECONDS\n", argv[0]);
+    fprintf(stderr, "usage: %s DEV GROUP SECONDS\n", argv[0]);
     return 2;
   }
   const int seconds = atoi(argv[3]);
@@ -51,8 +51,10 @@ int main(int argc, char** argv) {
   union ibv_gid unicast, group;
   if (ibv_query_gid(ctx, 1, 1, &unicast) != 0) return fail("ibv_query_gid 1", errno, 0);
   memset(&group, 0, sizeof group);
-  group.raw[10] = group.raw[11] = 0xff;
-  if (inet_pton(AF_INET, argv[2], &group.raw[12]) != 1) return fail("group address", EINVAL, 0);
+  if (inet_pton(AF_INET6, argv[2], group.raw) != 1) {
+    group.raw[10] = group.raw[11] = 0xff;
+    if (inet_pton(AF_INET, argv[2], &group.raw[12]) != 1) return fail("group address", EINVAL, 0);
+  }
   int rc;
   if ((rc = ibv_attach_mcast(qp[0], &unicast, 0)) != EINVAL) return fail("attach to a unicast GID", rc, EINVAL);
   if ((rc = ibv_detach_mcast(qp[0], &group, 0)) != EINVAL) return fail("detach before attach", rc, EINVAL);

@@ -204,20 +204,21 @@ check "steering udp: a program on droce0 reaches another device of its droced (d
 # ibv_attach_mcast and detach on droce0: bad input gets EINVAL; nd0 is a
 # member of the group (the kernel's view) while a QP of the host is attached
 # to it, and leaves it with the last one.
-mcast_membership() {
-  on "$A" "$MCAST" droce0 239.1.2.4 2 >"$logs/mcast.log" 2>&1 &
+mcast_membership() {  # GROUP (IPv4: IGMP, IPv6: MLD)
+  on "$A" "$MCAST" droce0 "$1" 2 >"$logs/mcast.log" 2>&1 &
   local p=$! step seen=""
   for step in attached "one left" detached; do
     for _ in $(seq 100); do grep -q "^$step" "$logs/mcast.log" && break; sleep 0.05; done
     grep -q "^$step" "$logs/mcast.log" || break
-    ip -n "$A" maddr show dev nd0 | grep -q 239.1.2.4 && seen="$seen, $step: yes" || seen="$seen, $step: no"
+    ip -n "$A" maddr show dev nd0 | grep -qw "$1" && seen="$seen, $step: yes" || seen="$seen, $step: no"
   done
   wait $p; local rc=$?
-  cat "$logs/mcast.log"; echo "member of 239.1.2.4$seen"
+  cat "$logs/mcast.log"; echo "member of $1$seen"
   [ $rc -eq 0 ] && [ "$seen" = ", attached: yes, one left: yes, detached: no" ]
 }
 check "ibv_attach_mcast: EINVAL for a unicast GID and an unattached group; nd0 a member while a QP is attached" \
-  mcast_membership
+  mcast_membership 239.1.2.4
+check "ibv_attach_mcast to an IPv6 group (ff0e::4): nd0 a member while a QP is attached" mcast_membership ff0e::4
 
 # Another VLAN's frames are never the interface's: a RoCEv2 frame to A's
 # nd0 MAC and 10.0.0.1 (QP 1), tagged with VLAN 100, sent from B, moves none

@@ -446,13 +446,15 @@ cluster3() {
 check "a cluster of 3 on a bridge: pingpong, rping, mpirun through droce-cluster rsh" cluster3
 
 # Multicast RoCEv2 over the interfaces (rdma_join_multicast, ibv_attach_mcast):
-# hosts 2 and 3 join 239.1.2.3 with librdmacm's mckey, host 1 sends to it;
-# every receiver gets every datagram; the interfaces are members while the
-# QPs are attached (the kernel's IGMP view) and leave after; each steering.
+# host 2 (one process) and host 3 (two) join 239.1.2.3 with librdmacm's
+# mckey, host 1 sends to it; every receiver gets every datagram; the
+# interfaces are members while the QPs are attached (the kernel's IGMP view)
+# and leave after; each steering.
 mcast_receivers() {  # STEERING
   local k out
-  for k in 2 3; do
-    timeout "$t" "$cluster" run --name "$C" $k mckey -m 239.1.2.3 -b 10.0.0.$k -C 20 -S 256 >"$logs/mc$k.log" 2>&1 &
+  for k in 2 3 4; do
+    timeout "$t" "$cluster" run --name "$C" $((k == 4 ? 3 : k)) mckey -m 239.1.2.3 -b 10.0.0.$((k == 4 ? 3 : k)) \
+      -C 20 -S 256 >"$logs/mc$k.log" 2>&1 &
     eval "mc$k=\$!"
   done
   # Both joined: the interfaces are members (the kernel's view), droced says so.
@@ -464,7 +466,7 @@ mcast_receivers() {  # STEERING
   echo "members: hosts 2 and 3"
 }
 multicast() {  # STEERING
-  local k rc=0 mc2 mc3
+  local k rc=0 mc2 mc3 mc4
   if [ "$1" != auto ]; then
     for k in 1 2 3; do
       ip netns exec "$C-$k" "$ctl" link del droce0 && ip netns exec "$C-$k" "$ctl" link add droce0 netdev eth0 steering "$1" >/dev/null || return 1
@@ -475,17 +477,18 @@ multicast() {  # STEERING
   timeout "$t" "$cluster" run --name "$C" 1 mckey -m 239.1.2.3 -b 10.0.0.1 -s -C 20 -S 256 >"$logs/mc1.log" 2>&1 || rc=1
   wait $mc2 || rc=1
   wait $mc3 || rc=1
-  for k in 1 2 3; do echo "--- host $k"; tail -3 "$logs/mc$k.log"; done
-  for k in 2 3; do grep -q "data transfers complete" "$logs/mc$k.log" || rc=1; done
+  wait $mc4 || rc=1
+  for k in 1 2 3 4; do echo "--- mckey $k"; tail -3 "$logs/mc$k.log"; done
+  for k in 2 3 4; do grep -q "data transfers complete" "$logs/mc$k.log" || rc=1; done
   # The last QP gone, each interface left the group.
   for k in 2 3; do
     ip -n "$C-$k" maddr show dev eth0 | grep -q 239.1.2.3 && { echo "host $k: eth0 still a member"; rc=1; }
   done
   return $rc
 }
-check "multicast: mckey from host 1 to hosts 2 and 3 (steering auto)" multicast auto
-check "multicast: mckey from host 1 to hosts 2 and 3 (steering xdp)" multicast xdp
-check "multicast: mckey from host 1 to hosts 2 and 3 (steering af_packet)" multicast af_packet
+check "multicast: mckey from host 1 to hosts 2 and 3 (two processes on 3) (steering auto)" multicast auto
+check "multicast: mckey from host 1 to hosts 2 and 3 (two processes on 3) (steering xdp)" multicast xdp
+check "multicast: mckey from host 1 to hosts 2 and 3 (two processes on 3) (steering af_packet)" multicast af_packet
 check "the cluster goes down" bash -c "DROCE_CTL='$ctl' '$cluster' down --name '$C' && ! ip netns list | grep -q '^$C-'"
 
 finish netns

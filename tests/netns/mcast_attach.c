@@ -3,7 +3,8 @@
 //
 //   mcast_attach DEV GROUP SECONDS
 //
-// GROUP: an IPv4 or IPv6 multicast address. A UD QP: attaching it to the
+// GROUP: an IPv4 or IPv6 multicast address. Prints GID 1's interface index
+// as ibv_query_gid_ex reads it ("gid 1 ndev_ifindex N gid_type T"). A UD QP: attaching it to the
 // device's GID 1 (a unicast address) must fail with EINVAL, and detaching it
 // from GROUP before any attach too; then it attaches to GROUP (a second QP too), prints "attached", holds the
 // membership SECONDS seconds, detaches the first QP and prints "one left",
@@ -48,14 +49,18 @@ int main(int argc, char** argv) {
     fprintf(stderr, "no UD QP\n");
     return 1;
   }
+  int rc;
   union ibv_gid unicast, group;
   if (ibv_query_gid(ctx, 1, 1, &unicast) != 0) return fail("ibv_query_gid 1", errno, 0);
+  // The GID's network interface as rdma-core reports it (its sysfs view).
+  struct ibv_gid_entry entry;
+  if ((rc = ibv_query_gid_ex(ctx, 1, 1, &entry, 0)) != 0) return fail("ibv_query_gid_ex 1", rc, 0);
+  printf("gid 1 ndev_ifindex %u gid_type %u\n", entry.ndev_ifindex, entry.gid_type);
   memset(&group, 0, sizeof group);
   if (inet_pton(AF_INET6, argv[2], group.raw) != 1) {
     group.raw[10] = group.raw[11] = 0xff;
     if (inet_pton(AF_INET, argv[2], &group.raw[12]) != 1) return fail("group address", EINVAL, 0);
   }
-  int rc;
   if ((rc = ibv_attach_mcast(qp[0], &unicast, 0)) != EINVAL) return fail("attach to a unicast GID", rc, EINVAL);
   if ((rc = ibv_detach_mcast(qp[0], &group, 0)) != EINVAL) return fail("detach before attach", rc, EINVAL);
   for (int i = 0; i < 2; ++i) {

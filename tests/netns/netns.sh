@@ -214,9 +214,12 @@ mcast_membership() {  # GROUP (IPv4: IGMP, IPv6: MLD)
   done
   wait $p; local rc=$?
   cat "$logs/mcast.log"; echo "member of $1$seen"
-  [ $rc -eq 0 ] && [ "$seen" = ", attached: yes, one left: yes, detached: no" ]
+  # ibv_query_gid_ex names nd0 as GID 1's interface (RoCE v2: type 2).
+  local ifindex; ifindex=$(ip netns exec "$A" cat /sys/class/net/nd0/ifindex)
+  [ $rc -eq 0 ] && [ "$seen" = ", attached: yes, one left: yes, detached: no" ] &&
+    grep -qx "gid 1 ndev_ifindex $ifindex gid_type 2" "$logs/mcast.log"
 }
-check "ibv_attach_mcast: EINVAL for a unicast GID and an unattached group; nd0 a member while a QP is attached" \
+check "ibv_attach_mcast: EINVAL for a unicast GID and an unattached group; nd0 a member while a QP is attached; ibv_query_gid_ex names nd0" \
   mcast_membership 239.1.2.4
 check "ibv_attach_mcast to an IPv6 group (ff0e::4): nd0 a member while a QP is attached" mcast_membership ff0e::4
 

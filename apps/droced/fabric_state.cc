@@ -351,6 +351,7 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   r.qpn_base = slot * fabric::kQpnsPerProcess;
   r.qpn_count = fabric::kQpnsPerProcess;
   std::memcpy(r.mac, d.mac.data(), 6);
+  if (uplink_ >= 0) r.flags |= fabric::kReplyFramesFromWire;
   r.num_gids = static_cast<uint32_t>(std::min<size_t>(d.gids.size(), fabric::kMaxGids));
   for (uint32_t i = 0; i < r.num_gids; ++i) std::memcpy(r.gids[i], d.gids[i].data(), 16);
   if (!p.rings) {

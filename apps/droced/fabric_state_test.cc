@@ -343,9 +343,15 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
 TEST_F(FabricStateTest, UplinkTakesWhatIsNotOnTheSegment) {
   const fabric::Reply a = Attach(10, "droce0", 111);
   ASSERT_EQ(a.error, 0);
+  EXPECT_EQ(a.flags & fabric::kReplyFramesFromWire, 0);  // no uplink yet: only the host's processes
   const int up = state_->AddUplink(77, "memif test");
   ASSERT_GE(up, 0);
   EXPECT_EQ(state_->AddUplink(78, "a second"), -1);  // one uplink
+  // A process attaching now is told frames from a wire reach it (a device
+  // that trusts its link refuses to attach: rx_icrc_trust).
+  const fabric::Reply later = Attach(12, "droce0", 333);
+  ASSERT_EQ(later.error, 0) << later.message;
+  EXPECT_NE(later.flags & fabric::kReplyFramesFromWire, 0);
   EXPECT_TRUE(state_->ports()[up].uplink);
   int own = -1;
   for (size_t i = 0; i < state_->ports().size(); ++i) {

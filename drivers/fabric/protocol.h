@@ -176,6 +176,13 @@ struct Request {
 };
 static_assert(sizeof(Request) == 80);
 
+enum ReplyFlags : uint8_t {
+  // Frames from other hosts reach the device: the daemon has an uplink, a
+  // wire whose frames only their ICRC vouches for (a device that trusts its
+  // link, rx_icrc_trust, must not attach).
+  kReplyFramesFromWire = 1,
+};
+
 struct Reply {
   uint32_t magic;
   uint16_t version;
@@ -188,7 +195,8 @@ struct Reply {
   uint32_t qpn_count;
   uint32_t num_gids;
   uint8_t mac[6];
-  uint8_t pad[2];
+  uint8_t flags;       // kOpAttach: ReplyFlags
+  uint8_t pad;
   uint8_t gids[kMaxGids][16];
   char secret[kSecretBytes];  // memif secret of the interface (NUL-terminated)
   char memif_socket[112];     // path of the daemon's memif socket (sun_path: < 108)

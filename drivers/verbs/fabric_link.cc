@@ -60,6 +60,11 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
   if (std::memcmp(r.mac, file_.dev.mac.data(), 6) != 0) {
     return absl::FailedPreconditionError("droced knows the device with another MAC (re-register it)");
   }
+  if (file_.dev.rx_icrc_trusted && (r.flags & fabric::kReplyFramesFromWire) != 0) {
+    return absl::FailedPreconditionError(
+        "rx_icrc_trust=on, but droced has an uplink: frames from other hosts reach the device and are always "
+        "checked (turn rx_icrc_trust off, or run the daemon without --uplink)");
+  }
   if (want_qpn_base != 0 && r.qpn_count < file_.dev.max_qp) {
     return absl::FailedPreconditionError("droced gave a QPN range smaller than the device's QPs");
   }

@@ -58,7 +58,22 @@ enum Op : uint16_t {
   // ResolveRequest; the reply's mac is the next hop's (the answer may take
   // as long as the kernel's neighbour resolution, up to timeout_ms).
   kOpResolve = 7,
+  // A netdev-bound device's multicast group (doc/netdev.md "Multicast"):
+  // the request is followed by a McastRequest. The process (its pid's
+  // attachment to the device) joins or leaves the group; the interface is a
+  // member while any process of the host is (IGMP/MLD through the kernel),
+  // and the group's frames from the interface go to every process of the
+  // device. A process's groups go when its attachment does.
+  kOpMcast = 8,
 };
+
+// kOpMcast's body.
+struct McastRequest {
+  uint8_t gid[16];       // the group (IPv4 as ::ffff:a.b.c.d): a multicast address
+  uint32_t join;         // 1: join, 0: leave
+  uint8_t reserved[12];  // must be zero
+};
+static_assert(sizeof(McastRequest) == 32);
 
 // kOpResolve's body.
 struct ResolveRequest {

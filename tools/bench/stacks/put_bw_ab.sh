@@ -5,6 +5,8 @@
 # (DROCE_STATS=1): messages per second, and per message the empty polls that
 # ran no round, the progress threads' sleeps and the receive bursts.
 #   bash tools/bench/stacks/put_bw_ab.sh NAME=BUILD_DIR NAME=BUILD_DIR...   (ROUNDS, default 3; ITERS, default 5000)
+# CLIENT_WRAP runs the client (the sender) under a tool, e.g.
+#   CLIENT_WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p --toggle-collect=*PollCq*"
 # CSV on stdout: round,build,side,msg_per_s,skipped_polls_per_msg,sleeps_per_msg,rx_bursts_per_msg,load
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +20,7 @@ if [ "${PUT_BW_ONE:-0}" = 1 ]; then  # one run with $BUILD: the client's rate, t
     >"$run/server.log" 2>"$run/server.err" &
   server=$!
   wait_listen $server $p
-  DROCE_STATS=1 ucx_perftest -d droce1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n "$n" -p $p 127.0.0.1 \
+  DROCE_STATS=1 ${CLIENT_WRAP:-} ucx_perftest -d droce1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n "$n" -p $p 127.0.0.1 \
     >"$run/client.log" 2>"$run/client.err"
   wait $server
   echo "rate $(awk '/^Final:/ {print $9}' "$run/client.log")"
@@ -31,7 +33,7 @@ if [ "${PUT_BW_ONE:-0}" = 1 ]; then  # one run with $BUILD: the client's rate, t
   done
   exit 0
 fi
-[ $# -ge 2 ] || { echo "usage: $0 NAME=BUILD_DIR NAME=BUILD_DIR..." >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 NAME=BUILD_DIR [NAME=BUILD_DIR...]" >&2; exit 2; }
 n=${ITERS:-5000}
 echo "round,build,side,msg_per_s,skipped_polls_per_msg,sleeps_per_msg,rx_bursts_per_msg,load"
 for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do

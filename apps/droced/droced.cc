@@ -636,6 +636,10 @@ class Daemon {
           Push(static_cast<int>(k), m);
           ++state_.counters().flooded;
         }
+        if (d.port >= 0) {  // a netdev-bound device's group frame: out of its interface too
+          rte_mbuf_refcnt_update(m, 1);
+          Push(d.port, m);
+        }
         rte_pktmbuf_free(m);
         break;
       case Decision::kToGsi:
@@ -951,6 +955,7 @@ class Daemon {
       conns_.erase(conns_.begin() + static_cast<long>(i));
       SyncPaths();  // its peers stop using their rings to it
       netdev_.ReleaseUnownedSockets();  // its steering goes, then its socket's port
+      (void)netdev_.SyncGroups();       // and its multicast groups (logged if the kernel refuses)
       return;
     }
     std::string text;
@@ -969,6 +974,13 @@ class Daemon {
       if (!failed.empty()) {
         r.error = ENODEV;
         std::snprintf(r.message, sizeof r.message, "%s", failed.c_str());
+      }
+    }
+    if (r.op == fabric::kOpMcast && r.error == 0) {
+      // The interface joins (or leaves) the group: the kernel's refusal is the process's error.
+      if (absl::Status s = netdev_.SyncGroups(); !s.ok()) {
+        r.error = EADDRNOTAVAIL;
+        std::snprintf(r.message, sizeof r.message, "%s", std::string(s.message()).c_str());
       }
     }
     if (r.op == fabric::kOpStatus && r.error == 0) {
@@ -1006,6 +1018,7 @@ class Daemon {
     // After the reply: an attach's paths follow it on the same connection.
     SyncPaths();
     netdev_.ReleaseUnownedSockets();  // a detach's
+    (void)netdev_.SyncGroups();
   }
 
   // The interface's state for a process that just attached, and with

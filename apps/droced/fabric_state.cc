@@ -127,6 +127,7 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
   const ssize_t want = static_cast<ssize_t>(
       sizeof req + (op_peek == fabric::kOpSwitchSet ? sizeof(fabric::KnobRequest)
                     : op_peek == fabric::kOpResolve ? sizeof(fabric::ResolveRequest)
+                    : op_peek == fabric::kOpMcast   ? sizeof(fabric::McastRequest)
                                                     : 0));
   if (n != want) {
     if (n >= 8) std::memcpy(&req, buf, 8);  // answer with its op if it has one
@@ -236,6 +237,45 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
       resolve->timeout_ms = q.timeout_ms;
       return fabric::MakeReply(req, EINPROGRESS, "");
     }
+    case fabric::kOpMcast: {
+      if (!verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      const int dev = FindDevice(device);
+      if (dev < 0) return reject(ENODEV, absl::StrCat("no device ", device));
+      FabricDevice& d = devices_[dev];
+      if (!d.netdev_bound) return reject(EOPNOTSUPP, absl::StrCat(device, " is no netdev-bound device"));
+      fabric::McastRequest q;
+      std::memcpy(&q, static_cast<const char*>(buf) + sizeof req, sizeof q);
+      if (std::any_of(std::begin(q.reserved), std::end(q.reserved), [](uint8_t b) { return b != 0; })) {
+        return reject(EINVAL, "reserved bytes are not zero");
+      }
+      if (q.join > 1) return reject(EINVAL, "join: 0 or 1");
+      core::Gid group;
+      std::memcpy(group.data(), q.gid, 16);
+      if (!core::MulticastMac(group)) return reject(EINVAL, "not a multicast group");
+      int port = -1;
+      for (size_t i = 0; i < ports_.size(); ++i) {
+        const Port& p = ports_[i];
+        if (p.in_use && !p.iface && !p.uplink && p.pid == peer_pid && p.device == static_cast<uint32_t>(dev)) {
+          port = static_cast<int>(i);
+        }
+      }
+      if (port < 0) return reject(ENOENT, absl::StrCat("pid ", peer_pid, " has no attachment to ", device));
+      auto it = d.groups.find(group);
+      const bool member = it != d.groups.end() && absl::c_linear_search(it->second, port);
+      if (q.join == 1) {
+        if (member) return fabric::MakeReply(req, 0, "");
+        if (it == d.groups.end()) {
+          if (d.groups.size() >= kMaxGroupsPerDevice) return reject(ENOSPC, "the device's group table is full");
+          it = d.groups.emplace(group, std::vector<int>{}).first;
+        }
+        it->second.push_back(port);
+      } else {
+        if (!member) return reject(EINVAL, "the process is no member of the group");
+        std::erase(it->second, port);
+        if (it->second.empty()) d.groups.erase(it);
+      }
+      return fabric::MakeReply(req, 0, "");
+    }
     default:
       return reject(EOPNOTSUPP, absl::StrFormat("unknown op %u", req.op));
   }
@@ -316,6 +356,7 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   r.qpn_base = slot * fabric::kQpnsPerProcess;
   r.qpn_count = fabric::kQpnsPerProcess;
   std::memcpy(r.mac, d.mac.data(), 6);
+  if (uplink_ >= 0) r.flags |= fabric::kReplyFramesFromWire;
   r.num_gids = static_cast<uint32_t>(std::min<size_t>(d.gids.size(), fabric::kMaxGids));
   for (uint32_t i = 0; i < r.num_gids; ++i) std::memcpy(r.gids[i], d.gids[i].data(), 16);
   if (!p.rings) {
@@ -392,6 +433,13 @@ bool FabricState::SetNetdevState(uint32_t device, const core::Mac& mac, const st
   return true;
 }
 
+std::vector<core::Gid> FabricState::GroupsOf(uint32_t device) const {
+  std::vector<core::Gid> out;
+  if (device >= devices_.size()) return out;
+  for (const auto& [group, members] : devices_[device].groups) out.push_back(group);
+  return out;
+}
+
 fabric::NetdevState FabricState::NetdevStateOf(uint32_t device) const {
   fabric::NetdevState m{};
   m.magic = fabric::kNetdevMagic;
@@ -417,6 +465,10 @@ void FabricState::Detach(int port) {
   if (!p.in_use) return;
   FabricDevice& d = devices_[p.device];
   if (d.slot_owner[p.slot] == port) d.slot_owner[p.slot] = -1;
+  for (auto it = d.groups.begin(); it != d.groups.end();) {  // its multicast groups go with it
+    std::erase(it->second, port);
+    it = it->second.empty() ? d.groups.erase(it) : std::next(it);
+  }
   backend_->ClosePort(p.handle, p.rings);
   p.in_use = false;
   p.conn_fd = -1;
@@ -477,11 +529,25 @@ bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t 
 
 
 // A frame from a netdev-bound device's interface: its steering took only
-// RoCEv2 for the interface's addresses, so only unicast RoCEv2 to the device
-// is accepted, steered by QPN like a process's frames.
-Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn) {
+// RoCEv2 for the interface's addresses and the groups its processes joined,
+// so only unicast RoCEv2 to the device is accepted, steered by QPN like a
+// process's frames, and multicast RoCEv2 to one of those groups, which every
+// process of the device gets a copy of (each keeps what its QPs attached).
+Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, uint32_t len, int64_t qpn) {
   Decision d;
   FabricDevice& fd = devices_[device];
+  if (qpn == kMulticastQpn && IsMulticastMac(frame)) {
+    core::Gid group;
+    if (!wire::DestIpAsGid(frame, len, group.data()) || !fd.groups.contains(group) ||
+        core::MulticastMac(group) != core::Mac{frame[0], frame[1], frame[2], frame[3], frame[4], frame[5]}) {
+      ++fd.counters.rx_not_roce;
+      return d;
+    }
+    ++fd.counters.rx_roce;
+    d.kind = Decision::kFlood;
+    d.device = static_cast<int>(device);
+    return d;
+  }
   if (qpn < 0 || qpn == kMulticastQpn || std::memcmp(frame, fd.mac.data(), 6) != 0) {
     ++fd.counters.rx_not_roce;
     return d;
@@ -542,7 +608,7 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
   const int64_t qpn = wire::RoceDestQpAt(frame, bth);
   if (fabric::HasPathMarkerOpcode(frame, bth)) return SteerMarker(src, frame, len, qpn);
   const Port& from = ports_[src];
-  if (from.iface) return FromInterface(from.device, frame, qpn);
+  if (from.iface) return FromInterface(from.device, frame, len, qpn);
   // A process of a netdev-bound device: what is for no device here leaves by
   // the device's interface (the host's network), not by the fabric's uplink.
   FabricDevice* home = !from.uplink && from.device < devices_.size() && devices_[from.device].netdev_bound
@@ -573,8 +639,19 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     if (dev < 0) return to_uplink(counters_.rx_unknown_dst);
   } else if (qpn == kMulticastQpn) {
     // RoCEv2 multicast (UD to a group): to every other attached process of
-    // the segment; each device keeps what is for the groups it joined.
+    // the segment; each device keeps what is for the groups it joined. A
+    // netdev-bound device's: to its other processes and out of its
+    // interface (the host's network).
     d.kind = Decision::kFlood;
+    if (home != nullptr) {
+      d.device = static_cast<int>(from.device);
+      if (home->iface_port >= 0 && home->port_active) {
+        ++home->counters.to_netdev;
+        d.port = home->iface_port;
+      } else {
+        ++home->counters.netdev_dropped;
+      }
+    }
     return d;
   } else if (qpn >= 0) {
     // Broadcast RoCEv2 (a sender whose neighbour was unresolved): the

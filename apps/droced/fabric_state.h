@@ -10,9 +10,11 @@
 
 #include <bitset>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/statusor.h"
 #include "apps/droced/switch_knobs.h"
 #include "core/device.h"
@@ -80,6 +82,8 @@ struct FabricDevice {
   uint32_t gid_valid = 0;
   uint8_t active_mtu = 3;         // IBV_MTU_1024
   uint32_t generation = 0;        // of the state processes were sent
+  // Multicast groups its processes joined (kOpMcast): group -> member ports.
+  std::map<core::Gid, std::vector<int>> groups;
   std::unique_ptr<SwitchKnobs> knobs = std::make_unique<SwitchKnobs>();  // its switch port's (egress)
 };
 
@@ -138,7 +142,7 @@ struct Decision {
   enum Kind : uint8_t {
     kDrop,
     kToPort,     // port
-    kFlood,      // every port but src (of device `device` if device >= 0, else all)
+    kFlood,      // every port but src and interfaces (of device `device` if device >= 0, else all); and port if >= 0
     kReplyHere,  // the frame was rewritten in place (ARP/NA answer): send it back to src, new length len
     kToGsi,      // for QP 1 (GSI) of device `device`: the daemon's CM takes it
   } kind = kDrop;
@@ -186,6 +190,9 @@ class FabricState {
   bool SetNetdevState(uint32_t device, const core::Mac& mac, const std::vector<core::Gid>& gids, uint32_t valid,
                       bool active, uint8_t active_mtu);
   fabric::NetdevState NetdevStateOf(uint32_t device) const;
+  // The multicast groups some process of the device is a member of.
+  std::vector<core::Gid> GroupsOf(uint32_t device) const;
+  static constexpr size_t kMaxGroupsPerDevice = 16;  // with 16 GIDs: what the af_packet filter holds
   FabricDevice& device(uint32_t i) { return devices_[i]; }
 
   // The forwarding rules. `frame` may be rewritten (replies).
@@ -227,7 +234,7 @@ class FabricState {
  private:
   int FindDevice(const std::string& name) const;
   int FindDeviceByGid(const uint8_t* gid) const;
-  Decision FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn);
+  Decision FromInterface(uint32_t device, const uint8_t* frame, uint32_t len, int64_t qpn);
   Decision SteerByQpn(int device, int64_t qpn);
   // A frame with the path marker's opcode from port src: forwarded only if it
   // is the marker of a path from src to the port its MAC and QPN steer to.

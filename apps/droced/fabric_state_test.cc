@@ -344,9 +344,15 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
 TEST_F(FabricStateTest, UplinkTakesWhatIsNotOnTheSegment) {
   const fabric::Reply a = Attach(10, "droce0", 111);
   ASSERT_EQ(a.error, 0);
+  EXPECT_EQ(a.flags & fabric::kReplyFramesFromWire, 0);  // no uplink yet: only the host's processes
   const int up = state_->AddUplink(77, "memif test");
   ASSERT_GE(up, 0);
   EXPECT_EQ(state_->AddUplink(78, "a second"), -1);  // one uplink
+  // A process attaching now is told frames from a wire reach it (a device
+  // that trusts its link refuses to attach: rx_icrc_trust).
+  const fabric::Reply later = Attach(12, "droce0", 333);
+  ASSERT_EQ(later.error, 0) << later.message;
+  EXPECT_NE(later.flags & fabric::kReplyFramesFromWire, 0);
   EXPECT_TRUE(state_->ports()[up].uplink);
   int own = -1;
   for (size_t i = 0; i < state_->ports().size(); ++i) {
@@ -918,6 +924,66 @@ TEST_F(NetdevStateTest, FramesFromTheInterfaceAreOnlyUnicastRoceForTheDevice) {
   state_->RemoveInterfacePort(dev_);
   EXPECT_EQ(state_->devices()[dev_].iface_port, -1);
   EXPECT_EQ(state_->NetdevStateOf(dev_).port_active, 0);
+}
+
+// kOpMcast: a process's groups, checked; the group's frames from the
+// interface reach every process of the device; a process's multicast leaves
+// by the interface as well; its groups go with it.
+TEST_F(NetdevStateTest, MulticastGroupsJoinedByProcessesAndTheirFrames) {
+  Bind(true);
+  ASSERT_EQ(Attach(10, "nd0", 111).error, 0);
+  ASSERT_EQ(Attach(11, "nd0", 222).error, 0);
+  auto mcast = [&](pid_t pid, const core::Gid& g, uint32_t join, const std::string& dev = "nd0", uint8_t junk = 0) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpMcast, dev);
+    req.size = sizeof req + sizeof(fabric::McastRequest);
+    req.pid = static_cast<uint32_t>(pid);
+    fabric::McastRequest body{};
+    std::memcpy(body.gid, g.data(), 16);
+    body.join = join;
+    body.reserved[5] = junk;
+    char buf[sizeof req + sizeof body];
+    std::memcpy(buf, &req, sizeof req);
+    std::memcpy(buf + sizeof req, &body, sizeof body);
+    return state_->Handle(9, buf, sizeof buf, pid, 0, &text_).error;
+  };
+  const core::Gid group = wire::Ipv4MappedGid(0xef010203);  // 239.1.2.3
+  auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  const std::vector<uint8_t> frame = RoceFrame({0x01, 0x00, 0x5e, 1, 2, 3}, 0xef010203, 0xFFFFFF);
+  EXPECT_EQ(classify(frame, iface_).kind, Decision::kDrop);  // no member yet
+  EXPECT_EQ(mcast(111, wire::Ipv4MappedGid(0x0a000102), 1), EINVAL);  // no group
+  EXPECT_EQ(mcast(111, group, 2), EINVAL);
+  EXPECT_EQ(mcast(111, group, 1, "nd0", 1), EINVAL);               // reserved bytes
+  EXPECT_EQ(mcast(333, group, 1), ENOENT);                         // not attached
+  EXPECT_EQ(mcast(111, group, 1, "droce0"), EOPNOTSUPP);           // a fabric device
+  EXPECT_EQ(mcast(111, group, 0), EINVAL);                         // leaving what it never joined
+  EXPECT_EQ(mcast(111, group, 1), 0);
+  EXPECT_EQ(mcast(111, group, 1), 0);  // again: still one membership
+  EXPECT_EQ(mcast(222, group, 1), 0);
+  EXPECT_EQ(state_->GroupsOf(dev_), std::vector<core::Gid>{group});
+  Decision d = classify(frame, iface_);
+  EXPECT_EQ(d.kind, Decision::kFlood);
+  EXPECT_EQ(d.device, static_cast<int>(dev_));
+  EXPECT_EQ(d.port, -1);  // never back out of the interface
+  // The group's MAC must be the group's, the QPN the multicast QPN.
+  EXPECT_EQ(classify(RoceFrame({0x01, 0x00, 0x5e, 1, 2, 4}, 0xef010203, 0xFFFFFF), iface_).kind, Decision::kDrop);
+  EXPECT_EQ(classify(RoceFrame({0x01, 0x00, 0x5e, 1, 2, 3}, 0xef010203, 0x40), iface_).kind, Decision::kDrop);
+  // A process's datagram to the group: its device's other processes, and out.
+  int proc = -1;
+  for (size_t i = 0; i < state_->ports().size(); ++i) {
+    if (state_->ports()[i].in_use && state_->ports()[i].conn_fd == 10) proc = static_cast<int>(i);
+  }
+  d = classify(frame, proc);
+  EXPECT_EQ(d.kind, Decision::kFlood);
+  EXPECT_EQ(d.device, static_cast<int>(dev_));
+  EXPECT_EQ(d.port, iface_);
+  // One leaves, the other's connection closes: no member is left.
+  EXPECT_EQ(mcast(111, group, 0), 0);
+  EXPECT_EQ(state_->GroupsOf(dev_), std::vector<core::Gid>{group});
+  state_->ConnectionClosed(11);
+  EXPECT_TRUE(state_->GroupsOf(dev_).empty());
+  EXPECT_EQ(classify(frame, iface_).kind, Decision::kDrop);
 }
 
 TEST_F(NetdevStateTest, ResolveChecksEveryField) {

@@ -1,11 +1,11 @@
 #include "drivers/ethdev/direct_io.h"
 
 #include <fcntl.h>
-#include <time.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>

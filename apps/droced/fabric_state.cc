@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "drivers/fabric/path_marker.h"
 #include "wire/arp.h"
 #include "wire/nd.h"
 #include "wire/steer.h"
@@ -20,12 +21,16 @@ namespace {
 
 constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
 
+uint64_t RandomWord() {
+  uint64_t x = 0;
+  if (getrandom(&x, sizeof x, 0) != sizeof x) x = NowNs() ^ (uint64_t(getpid()) << 32);
+  return x;
+}
+
 std::string RandomSecret() {
   uint8_t b[8] = {};
-  if (getrandom(b, sizeof b, 0) != sizeof b) {
-    const uint64_t x = NowNs() ^ (uint64_t(getpid()) << 32);
-    std::memcpy(b, &x, sizeof b);
-  }
+  const uint64_t x = RandomWord();
+  std::memcpy(b, &x, sizeof b);
   std::string s;
   for (uint8_t c : b) absl::StrAppendFormat(&s, "%02x", c);
   return s;
@@ -572,13 +577,36 @@ Decision FabricState::SteerByQpn(int device, int64_t qpn) {
   return d;
 }
 
+Decision FabricState::SteerMarker(int src, const uint8_t* frame, uint32_t len, int64_t qpn) {
+  Decision d;
+  fabric::PathMarker m;
+  const Port& from = ports_[src];
+  const int dev = IsMulticastMac(frame) ? -1 : FindDeviceByMac(frame);
+  if (!from.uplink && !from.iface && dev >= 0 && qpn > 1 && fabric::ReadPathMarker(frame, len, &m)) {
+    const Decision to = SteerByQpn(dev, qpn);
+    for (const DirectPath& p : paths_) {
+      if (p.id != m.path_id || p.marker_key != m.key || to.kind != Decision::kToPort) continue;
+      for (int side = 0; side < 2; ++side) {
+        if (p.port[side] == src && p.attachment_id[side] == from.memif_id && p.port[1 - side] == to.port &&
+            p.attachment_id[1 - side] == ports_[to.port].memif_id) {
+          return to;
+        }
+      }
+    }
+  }
+  ++counters_.forged_markers;
+  return d;
+}
+
 Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity) {
   Decision d;
   if (len < wire::kEthBytes) {
     ++counters_.rx_malformed;
     return d;
   }
-  const int64_t qpn = wire::RoceDestQp(frame, len);
+  const uint32_t bth = wire::RoceBthOffset(frame, len);
+  const int64_t qpn = wire::RoceDestQpAt(frame, bth);
+  if (fabric::HasPathMarkerOpcode(frame, bth)) return SteerMarker(src, frame, len, qpn);
   const Port& from = ports_[src];
   if (from.iface) return FromInterface(from.device, frame, len, qpn);
   // A process of a netdev-bound device: what is for no device here leaves by
@@ -731,6 +759,9 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
     if (exists) continue;
     DirectPath d = want;
     d.id = next_path_id_++;
+    do {
+      d.marker_key = RandomWord();
+    } while (d.marker_key == 0);
     paths_.push_back(d);
     PathChange c;
     c.add = true;
@@ -753,9 +784,10 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           (NowNs() - start_ns_) / 1'000'000'000ull, memif_socket());
     absl::StrAppendFormat(&out,
                           "  switch: rx_unknown_dst %lu rx_no_route %lu rx_malformed %lu flooded %lu "
-                          "requests %lu rejected %lu unmap_faults %lu\n",
+                          "requests %lu rejected %lu unmap_faults %lu forged_markers %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
-                          counters_.requests, counters_.requests_rejected, counters_.unmap_faults);
+                          counters_.requests, counters_.requests_rejected, counters_.unmap_faults,
+                          counters_.forged_markers);
     absl::StrAppendFormat(&out, "  direct paths: %zu (direct rings %s)\n", paths_.size(),
                           direct_rings_ ? "on" : "off: every frame crosses the switch");
     if (uplink_ < 0) {

@@ -111,6 +111,7 @@ struct Port {
 // reused, an attachment id never).
 struct DirectPath {
   uint64_t id = 0;
+  uint64_t marker_key = 0;  // random, never 0: only the two processes learn it (fabric/path_marker.h)
   int port[2] = {-1, -1};
   uint32_t attachment_id[2] = {0, 0};  // the ports' memif_id: an attachment id, never reused
 };
@@ -130,6 +131,9 @@ struct GlobalCounters {
   uint64_t flooded = 0;          // broadcast/multicast frames copied to other ports
   uint64_t to_uplink = 0;        // unicast for MACs (broadcast RoCEv2 for IPs) not on this segment
   uint64_t unmap_faults = 0;     // bursts a leaving process's memif teardown ended (ethdev/unmap_guard.h)
+  // Frames with the path marker's opcode that are not the marker of a path
+  // from the port they came from to the port they go to: dropped.
+  uint64_t forged_markers = 0;
   uint64_t requests = 0, requests_rejected = 0;
 };
 
@@ -232,6 +236,9 @@ class FabricState {
   int FindDeviceByGid(const uint8_t* gid) const;
   Decision FromInterface(uint32_t device, const uint8_t* frame, uint32_t len, int64_t qpn);
   Decision SteerByQpn(int device, int64_t qpn);
+  // A frame with the path marker's opcode from port src: forwarded only if it
+  // is the marker of a path from src to the port its MAC and QPN steer to.
+  Decision SteerMarker(int src, const uint8_t* frame, uint32_t len, int64_t qpn);
   fabric::Reply Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error);
   void Detach(int port);
   bool AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "drivers/fabric/path_marker.h"
 #include "gtest/gtest.h"
 #include "wire/arp.h"
 #include "wire/byte_order.h"
@@ -583,6 +584,67 @@ TEST_F(FabricStateTest, DirectPathsFollowTrafficPortsAndKnobs) {
   EXPECT_EQ(c.size(), 3u);
   EXPECT_TRUE(state_->direct_paths().empty());
   EXPECT_NE(state_->StatusText("").find("direct paths: 0 (direct rings off"), std::string::npos);
+}
+
+// A direct path's marker (fabric/path_marker.h) opens the receiver's ring:
+// the switch forwards one only if it is the marker of a path from the port it
+// came from to the port it goes to, with the path's key. Any other frame
+// with the marker's opcode (another process, the uplink, a stale path) is
+// dropped and counted.
+TEST_F(FabricStateTest, OnlyThePathsOwnMarkerCrossesTheSwitch) {
+  const auto port_of = [&](int conn) {
+    for (uint32_t i : state_->active_ports()) {
+      if (state_->ports()[i].conn_fd == conn) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  const fabric::Reply b = Attach(11, "droce1", 222);
+  ASSERT_EQ(Attach(12, "droce0", 333).error | a.error | b.error, 0);
+  const int uplink = state_->AddUplink(900, "test uplink");
+  const int pa = port_of(10), pb = port_of(11), pc = port_of(12);
+  state_->NoteSwitched(pa, pb);
+  const std::vector<PathChange> c = state_->SyncDirectPaths();
+  ASSERT_EQ(c.size(), 1u);
+  const DirectPath path = c[0].path;
+  EXPECT_NE(path.marker_key, 0u);
+  const auto marker = [&](const core::Mac& dst, const core::Mac& src, uint32_t qpn, uint64_t id, uint64_t key) {
+    std::vector<uint8_t> f(fabric::kPathMarkerBytes);
+    fabric::BuildPathMarker(f.data(), dst, src, qpn, fabric::PathMarker{id, key});
+    return f;
+  };
+  const auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  // The real one, both ways.
+  Decision d = classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key), pa);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, pb);
+  d = classify(marker(kMac0, kMac1, a.qpn_base, path.id, path.marker_key), pb);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, pa);
+  EXPECT_EQ(state_->counters().forged_markers, 0u);
+  // Forged: a third process with the right id and key (it cannot know the
+  // key; it is dropped even if it guessed), a wrong key, another id, the
+  // path's marker to a port off the path, and one from the uplink.
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key), pc).kind, Decision::kDrop);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key + 1), pa).kind, Decision::kDrop);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id + 1, path.marker_key), pa).kind, Decision::kDrop);
+  const uint32_t c_qpn = state_->ports()[pc].slot * fabric::kQpnsPerProcess;
+  EXPECT_EQ(classify(marker(kMac0, kMac1, c_qpn, path.id, path.marker_key), pb).kind, Decision::kDrop);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key), uplink).kind, Decision::kDrop);
+  // A frame with the marker's opcode that is not even marker-shaped.
+  std::vector<uint8_t> odd = marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key);
+  odd.push_back(0);
+  EXPECT_EQ(classify(odd, pa).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().forged_markers, 6u);
+  // The path gone (a side left): its marker is stale.
+  state_->ConnectionClosed(11);
+  (void)state_->SyncDirectPaths();
+  const fabric::Reply b2 = Attach(11, "droce1", 222);
+  ASSERT_EQ(b2.error, 0);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b2.qpn_base, path.id, path.marker_key), pa).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().forged_markers, 7u);
 }
 
 TEST(SwitchKnobs, LossIsSeededAndAtTheGivenRate) {

@@ -326,7 +326,7 @@ class Runtime {
   // reported by the next round that runs, the link check's at the latest (a
   // millisecond). Caller holds mu.
   bool IdleLocked(uint64_t now_ns) {
-    return now_ns < next_link_check_ns_ && dev_->Quiescent() && wakeup_ != nullptr && !wakeup_stale_ &&
+    return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && wakeup_ != nullptr && !wakeup_stale_ &&
            (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
   }

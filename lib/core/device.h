@@ -291,13 +291,15 @@ class Device {
   // list (doc/core.md "Timers"): for tests and benchmarks.
   const TimerWheel& timers() const { return timers_; }
   size_t active_qps() const { return active_.size(); }
-  // Nothing for a round to do but receive: no QP with transmit work or a
-  // timer, no deferred doorbell, no control or refused frame waiting for the
-  // port, nothing looped back. With nothing arrived either, a round would be
-  // empty (the verbs runtime then skips an empty poll_cq's round).
-  bool Quiescent() const {
-    return active_.empty() && timers_.size() == 0 && n_deferred_ == 0 && tx_backlog_.empty() &&
-           arp_out_.empty() && nd_out_.empty() && loopback_.pending() == 0;
+  // Nothing for a round at now_ns to do but receive: no QP with transmit
+  // work or a timer due (a QP with data in flight has its retransmit timer
+  // armed, mostly far ahead: TimerWheel::NoneDueBy), no deferred doorbell, no
+  // control or refused frame waiting for the port, nothing looped back. With
+  // nothing arrived either, a round would be empty (the verbs runtime then
+  // skips an empty poll_cq's round).
+  bool Quiescent(uint64_t now_ns) {
+    return active_.empty() && n_deferred_ == 0 && tx_backlog_.empty() && arp_out_.empty() && nd_out_.empty() &&
+           loopback_.pending() == 0 && timers_.NoneDueBy(now_ns);
   }
 
  private:

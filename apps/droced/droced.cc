@@ -636,6 +636,10 @@ class Daemon {
           Push(static_cast<int>(k), m);
           ++state_.counters().flooded;
         }
+        if (d.port >= 0) {  // a netdev-bound device's group frame: out of its interface too
+          rte_mbuf_refcnt_update(m, 1);
+          Push(d.port, m);
+        }
         rte_pktmbuf_free(m);
         break;
       case Decision::kToGsi:
@@ -693,9 +697,12 @@ class Daemon {
     for (uint16_t i = 0; i < n; ++i, ++done) {
       if (v[i].len == 0) continue;  // a bad length (counted by the ring)
       const int dst = RingToRingDestination(idx, v[i]);
-      if (dst >= 0) {
+      if (dst >= 0 || dst == kDropped) {
         ++src.counters.rx_packets;
         src.counters.rx_bytes += v[i].len;
+      }
+      if (dst == kDropped) continue;
+      if (dst >= 0) {
         if (dst != run_dst) {
           flush_run();
           run_dst = dst;
@@ -723,19 +730,19 @@ class Daemon {
     return nm;
   }
 
-  // A direct path's marker (ethdev/direct_io.h) that found the receiver's
+  // A direct path's marker (fabric/path_marker.h) that found the receiver's
   // ring full: kept and sent when it has room (SendHeldMarkers), since the
   // receiver reads the path only after it. Holding it reorders nothing: it
   // must follow the sender's earlier switched frames, which are delivered or
   // dropped already, and the sender's later frames to that receiver take
   // the path. False if f is no marker.
   bool HoldMarker(int port, const pktio::Frame& f) {
-    uint64_t id;
-    if (!ethdev::ReadPathMarker(f.data, f.len, &id) || held_markers_.size() >= kMaxHeldMarkers) return false;
+    fabric::PathMarker marker;
+    if (!fabric::ReadPathMarker(f.data, f.len, &marker) || held_markers_.size() >= kMaxHeldMarkers) return false;
     HeldMarker h;
     h.port = port;
     h.attachment = state_.ports()[port].memif_id;
-    std::memcpy(h.frame, f.data, ethdev::kPathMarkerBytes);
+    std::memcpy(h.frame, f.data, fabric::kPathMarkerBytes);
     held_markers_.push_back(h);
     return true;
   }
@@ -749,7 +756,7 @@ class Daemon {
       }
       pktio::Frame f;
       f.data = const_cast<uint8_t*>(h.frame);
-      f.len = ethdev::kPathMarkerBytes;
+      f.len = fabric::kPathMarkerBytes;
       if (ports_.rings().TxFrames(p.handle, &f, 1) == 1) {
         held_markers_.erase(held_markers_.begin() + static_cast<long>(i));
         continue;
@@ -758,7 +765,8 @@ class Daemon {
     }
   }
 
-  // The ring-linked port a frame goes to ring to ring, or -1 (the mbuf way).
+  // The ring-linked port a frame goes to ring to ring, -1 (the mbuf way), or
+  // kDropped (Classify dropped and counted it).
   // Only unicast RoCEv2 for a QPN above 1 is decided here: Classify writes
   // nothing for those (it answers ARP and ND in place) and steers them by
   // QPN; its decision is then taken only if the port is another process's
@@ -777,12 +785,14 @@ class Daemon {
       return -1;
     }
     const Decision d = state_.Classify(static_cast<int>(idx), const_cast<uint8_t*>(f.data), f.len, f.len);
-    if (d.kind != Decision::kToPort) return -1;  // (RoCEv2 to no owner: dropped and counted by Classify)
+    if (d.kind == Decision::kDrop) return kDropped;  // RoCEv2 to no owner, a forged marker
+    if (d.kind != Decision::kToPort) return -1;
     const Port& p = state_.ports()[d.port];
     if (!p.in_use || !p.rings || p.uplink || p.iface || d.port == static_cast<int>(idx)) return -1;
     state_.NoteSwitched(static_cast<int>(idx), d.port);
     return d.port;
   }
+  static constexpr int kDropped = -2;
   bool KnobFree(uint32_t device) {
     const SwitchKnobs& k = state_.knobs(device);
     return !k.active() && k.mirror_path().empty();
@@ -945,6 +955,7 @@ class Daemon {
       conns_.erase(conns_.begin() + static_cast<long>(i));
       SyncPaths();  // its peers stop using their rings to it
       netdev_.ReleaseUnownedSockets();  // its steering goes, then its socket's port
+      (void)netdev_.SyncGroups();       // and its multicast groups (logged if the kernel refuses)
       return;
     }
     std::string text;
@@ -963,6 +974,13 @@ class Daemon {
       if (!failed.empty()) {
         r.error = ENODEV;
         std::snprintf(r.message, sizeof r.message, "%s", failed.c_str());
+      }
+    }
+    if (r.op == fabric::kOpMcast && r.error == 0) {
+      // The interface joins (or leaves) the group: the kernel's refusal is the process's error.
+      if (absl::Status s = netdev_.SyncGroups(); !s.ok()) {
+        r.error = EADDRNOTAVAIL;
+        std::snprintf(r.message, sizeof r.message, "%s", std::string(s.message()).c_str());
       }
     }
     if (r.op == fabric::kOpStatus && r.error == 0) {
@@ -1000,6 +1018,7 @@ class Daemon {
     // After the reply: an attach's paths follow it on the same connection.
     SyncPaths();
     netdev_.ReleaseUnownedSockets();  // a detach's
+    (void)netdev_.SyncGroups();
   }
 
   // The interface's state for a process that just attached, and with
@@ -1118,6 +1137,7 @@ class Daemon {
       m.slot_bytes = slot_bytes;
       m.my_ring = static_cast<uint32_t>(side);
       m.peer_pid = static_cast<uint32_t>(peer.pid);
+      m.marker_key = d.marker_key;
       const int fds[3] = {mem, efd[side], efd[1 - side]};
       const int err = ethdev::SendPeerMessage(me.conn_fd, m, fds, 3);
       if (err != 0) {
@@ -1457,7 +1477,7 @@ class Daemon {
   struct HeldMarker {
     int port = -1;
     uint32_t attachment = 0;  // the port's memif_id when held: a reused index is another process
-    uint8_t frame[ethdev::kPathMarkerBytes] = {};
+    uint8_t frame[fabric::kPathMarkerBytes] = {};
   };
   std::vector<HeldMarker> held_markers_;  // few: paths being set up to a full ring
   static constexpr size_t kMaxHeldMarkers = 1024;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "drivers/fabric/path_marker.h"
 #include "wire/arp.h"
 #include "wire/nd.h"
 #include "wire/steer.h"
@@ -20,12 +21,16 @@ namespace {
 
 constexpr int64_t kMulticastQpn = 0xFFFFFF;  // BTH destination QP of a multicast datagram (IBTA 10.5.3)
 
+uint64_t RandomWord() {
+  uint64_t x = 0;
+  if (getrandom(&x, sizeof x, 0) != sizeof x) x = NowNs() ^ (uint64_t(getpid()) << 32);
+  return x;
+}
+
 std::string RandomSecret() {
   uint8_t b[8] = {};
-  if (getrandom(b, sizeof b, 0) != sizeof b) {
-    const uint64_t x = NowNs() ^ (uint64_t(getpid()) << 32);
-    std::memcpy(b, &x, sizeof b);
-  }
+  const uint64_t x = RandomWord();
+  std::memcpy(b, &x, sizeof b);
   std::string s;
   for (uint8_t c : b) absl::StrAppendFormat(&s, "%02x", c);
   return s;
@@ -122,6 +127,7 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
   const ssize_t want = static_cast<ssize_t>(
       sizeof req + (op_peek == fabric::kOpSwitchSet ? sizeof(fabric::KnobRequest)
                     : op_peek == fabric::kOpResolve ? sizeof(fabric::ResolveRequest)
+                    : op_peek == fabric::kOpMcast   ? sizeof(fabric::McastRequest)
                                                     : 0));
   if (n != want) {
     if (n >= 8) std::memcpy(&req, buf, 8);  // answer with its op if it has one
@@ -231,6 +237,45 @@ fabric::Reply FabricState::Handle(int fd, const void* buf, ssize_t n, pid_t peer
       resolve->timeout_ms = q.timeout_ms;
       return fabric::MakeReply(req, EINPROGRESS, "");
     }
+    case fabric::kOpMcast: {
+      if (!verbs::IsValidDeviceName(device)) return reject(EINVAL, "bad device name");
+      const int dev = FindDevice(device);
+      if (dev < 0) return reject(ENODEV, absl::StrCat("no device ", device));
+      FabricDevice& d = devices_[dev];
+      if (!d.netdev_bound) return reject(EOPNOTSUPP, absl::StrCat(device, " is no netdev-bound device"));
+      fabric::McastRequest q;
+      std::memcpy(&q, static_cast<const char*>(buf) + sizeof req, sizeof q);
+      if (std::any_of(std::begin(q.reserved), std::end(q.reserved), [](uint8_t b) { return b != 0; })) {
+        return reject(EINVAL, "reserved bytes are not zero");
+      }
+      if (q.join > 1) return reject(EINVAL, "join: 0 or 1");
+      core::Gid group;
+      std::memcpy(group.data(), q.gid, 16);
+      if (!core::MulticastMac(group)) return reject(EINVAL, "not a multicast group");
+      int port = -1;
+      for (size_t i = 0; i < ports_.size(); ++i) {
+        const Port& p = ports_[i];
+        if (p.in_use && !p.iface && !p.uplink && p.pid == peer_pid && p.device == static_cast<uint32_t>(dev)) {
+          port = static_cast<int>(i);
+        }
+      }
+      if (port < 0) return reject(ENOENT, absl::StrCat("pid ", peer_pid, " has no attachment to ", device));
+      auto it = d.groups.find(group);
+      const bool member = it != d.groups.end() && absl::c_linear_search(it->second, port);
+      if (q.join == 1) {
+        if (member) return fabric::MakeReply(req, 0, "");
+        if (it == d.groups.end()) {
+          if (d.groups.size() >= kMaxGroupsPerDevice) return reject(ENOSPC, "the device's group table is full");
+          it = d.groups.emplace(group, std::vector<int>{}).first;
+        }
+        it->second.push_back(port);
+      } else {
+        if (!member) return reject(EINVAL, "the process is no member of the group");
+        std::erase(it->second, port);
+        if (it->second.empty()) d.groups.erase(it);
+      }
+      return fabric::MakeReply(req, 0, "");
+    }
     default:
       return reject(EOPNOTSUPP, absl::StrFormat("unknown op %u", req.op));
   }
@@ -311,6 +356,7 @@ fabric::Reply FabricState::Attach(const fabric::Request& req, int fd, pid_t pid,
   r.qpn_base = slot * fabric::kQpnsPerProcess;
   r.qpn_count = fabric::kQpnsPerProcess;
   std::memcpy(r.mac, d.mac.data(), 6);
+  if (uplink_ >= 0) r.flags |= fabric::kReplyFramesFromWire;
   r.num_gids = static_cast<uint32_t>(std::min<size_t>(d.gids.size(), fabric::kMaxGids));
   for (uint32_t i = 0; i < r.num_gids; ++i) std::memcpy(r.gids[i], d.gids[i].data(), 16);
   if (!p.rings) {
@@ -387,6 +433,13 @@ bool FabricState::SetNetdevState(uint32_t device, const core::Mac& mac, const st
   return true;
 }
 
+std::vector<core::Gid> FabricState::GroupsOf(uint32_t device) const {
+  std::vector<core::Gid> out;
+  if (device >= devices_.size()) return out;
+  for (const auto& [group, members] : devices_[device].groups) out.push_back(group);
+  return out;
+}
+
 fabric::NetdevState FabricState::NetdevStateOf(uint32_t device) const {
   fabric::NetdevState m{};
   m.magic = fabric::kNetdevMagic;
@@ -412,6 +465,10 @@ void FabricState::Detach(int port) {
   if (!p.in_use) return;
   FabricDevice& d = devices_[p.device];
   if (d.slot_owner[p.slot] == port) d.slot_owner[p.slot] = -1;
+  for (auto it = d.groups.begin(); it != d.groups.end();) {  // its multicast groups go with it
+    std::erase(it->second, port);
+    it = it->second.empty() ? d.groups.erase(it) : std::next(it);
+  }
   backend_->ClosePort(p.handle, p.rings);
   p.in_use = false;
   p.conn_fd = -1;
@@ -472,11 +529,25 @@ bool FabricState::AnswerNd(int dev_hint, uint8_t* frame, uint32_t len, uint32_t 
 
 
 // A frame from a netdev-bound device's interface: its steering took only
-// RoCEv2 for the interface's addresses, so only unicast RoCEv2 to the device
-// is accepted, steered by QPN like a process's frames.
-Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn) {
+// RoCEv2 for the interface's addresses and the groups its processes joined,
+// so only unicast RoCEv2 to the device is accepted, steered by QPN like a
+// process's frames, and multicast RoCEv2 to one of those groups, which every
+// process of the device gets a copy of (each keeps what its QPs attached).
+Decision FabricState::FromInterface(uint32_t device, const uint8_t* frame, uint32_t len, int64_t qpn) {
   Decision d;
   FabricDevice& fd = devices_[device];
+  if (qpn == kMulticastQpn && IsMulticastMac(frame)) {
+    core::Gid group;
+    if (!wire::DestIpAsGid(frame, len, group.data()) || !fd.groups.contains(group) ||
+        core::MulticastMac(group) != core::Mac{frame[0], frame[1], frame[2], frame[3], frame[4], frame[5]}) {
+      ++fd.counters.rx_not_roce;
+      return d;
+    }
+    ++fd.counters.rx_roce;
+    d.kind = Decision::kFlood;
+    d.device = static_cast<int>(device);
+    return d;
+  }
   if (qpn < 0 || qpn == kMulticastQpn || std::memcmp(frame, fd.mac.data(), 6) != 0) {
     ++fd.counters.rx_not_roce;
     return d;
@@ -506,15 +577,38 @@ Decision FabricState::SteerByQpn(int device, int64_t qpn) {
   return d;
 }
 
+Decision FabricState::SteerMarker(int src, const uint8_t* frame, uint32_t len, int64_t qpn) {
+  Decision d;
+  fabric::PathMarker m;
+  const Port& from = ports_[src];
+  const int dev = IsMulticastMac(frame) ? -1 : FindDeviceByMac(frame);
+  if (!from.uplink && !from.iface && dev >= 0 && qpn > 1 && fabric::ReadPathMarker(frame, len, &m)) {
+    const Decision to = SteerByQpn(dev, qpn);
+    for (const DirectPath& p : paths_) {
+      if (p.id != m.path_id || p.marker_key != m.key || to.kind != Decision::kToPort) continue;
+      for (int side = 0; side < 2; ++side) {
+        if (p.port[side] == src && p.attachment_id[side] == from.memif_id && p.port[1 - side] == to.port &&
+            p.attachment_id[1 - side] == ports_[to.port].memif_id) {
+          return to;
+        }
+      }
+    }
+  }
+  ++counters_.forged_markers;
+  return d;
+}
+
 Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t capacity) {
   Decision d;
   if (len < wire::kEthBytes) {
     ++counters_.rx_malformed;
     return d;
   }
-  const int64_t qpn = wire::RoceDestQp(frame, len);
+  const uint32_t bth = wire::RoceBthOffset(frame, len);
+  const int64_t qpn = wire::RoceDestQpAt(frame, bth);
+  if (fabric::HasPathMarkerOpcode(frame, bth)) return SteerMarker(src, frame, len, qpn);
   const Port& from = ports_[src];
-  if (from.iface) return FromInterface(from.device, frame, qpn);
+  if (from.iface) return FromInterface(from.device, frame, len, qpn);
   // A process of a netdev-bound device: what is for no device here leaves by
   // the device's interface (the host's network), not by the fabric's uplink.
   FabricDevice* home = !from.uplink && from.device < devices_.size() && devices_[from.device].netdev_bound
@@ -545,8 +639,19 @@ Decision FabricState::Classify(int src, uint8_t* frame, uint32_t len, uint32_t c
     if (dev < 0) return to_uplink(counters_.rx_unknown_dst);
   } else if (qpn == kMulticastQpn) {
     // RoCEv2 multicast (UD to a group): to every other attached process of
-    // the segment; each device keeps what is for the groups it joined.
+    // the segment; each device keeps what is for the groups it joined. A
+    // netdev-bound device's: to its other processes and out of its
+    // interface (the host's network).
     d.kind = Decision::kFlood;
+    if (home != nullptr) {
+      d.device = static_cast<int>(from.device);
+      if (home->iface_port >= 0 && home->port_active) {
+        ++home->counters.to_netdev;
+        d.port = home->iface_port;
+      } else {
+        ++home->counters.netdev_dropped;
+      }
+    }
     return d;
   } else if (qpn >= 0) {
     // Broadcast RoCEv2 (a sender whose neighbour was unresolved): the
@@ -654,6 +759,9 @@ std::vector<PathChange> FabricState::SyncDirectPaths() {
     if (exists) continue;
     DirectPath d = want;
     d.id = next_path_id_++;
+    do {
+      d.marker_key = RandomWord();
+    } while (d.marker_key == 0);
     paths_.push_back(d);
     PathChange c;
     c.add = true;
@@ -676,9 +784,10 @@ std::string FabricState::StatusText(const std::string& only_device) const {
                           (NowNs() - start_ns_) / 1'000'000'000ull, memif_socket());
     absl::StrAppendFormat(&out,
                           "  switch: rx_unknown_dst %lu rx_no_route %lu rx_malformed %lu flooded %lu "
-                          "requests %lu rejected %lu unmap_faults %lu\n",
+                          "requests %lu rejected %lu unmap_faults %lu forged_markers %lu\n",
                           counters_.rx_unknown_dst, counters_.rx_no_route, counters_.rx_malformed, counters_.flooded,
-                          counters_.requests, counters_.requests_rejected, counters_.unmap_faults);
+                          counters_.requests, counters_.requests_rejected, counters_.unmap_faults,
+                          counters_.forged_markers);
     absl::StrAppendFormat(&out, "  direct paths: %zu (direct rings %s)\n", paths_.size(),
                           direct_rings_ ? "on" : "off: every frame crosses the switch");
     if (uplink_ < 0) {

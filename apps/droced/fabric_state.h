@@ -10,9 +10,11 @@
 
 #include <bitset>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/statusor.h"
 #include "apps/droced/switch_knobs.h"
 #include "core/device.h"
@@ -80,6 +82,8 @@ struct FabricDevice {
   uint32_t gid_valid = 0;
   uint8_t active_mtu = 3;         // IBV_MTU_1024
   uint32_t generation = 0;        // of the state processes were sent
+  // Multicast groups its processes joined (kOpMcast): group -> member ports.
+  std::map<core::Gid, std::vector<int>> groups;
   std::unique_ptr<SwitchKnobs> knobs = std::make_unique<SwitchKnobs>();  // its switch port's (egress)
 };
 
@@ -107,6 +111,7 @@ struct Port {
 // reused, an attachment id never).
 struct DirectPath {
   uint64_t id = 0;
+  uint64_t marker_key = 0;  // random, never 0: only the two processes learn it (fabric/path_marker.h)
   int port[2] = {-1, -1};
   uint32_t attachment_id[2] = {0, 0};  // the ports' memif_id: an attachment id, never reused
 };
@@ -126,6 +131,9 @@ struct GlobalCounters {
   uint64_t flooded = 0;          // broadcast/multicast frames copied to other ports
   uint64_t to_uplink = 0;        // unicast for MACs (broadcast RoCEv2 for IPs) not on this segment
   uint64_t unmap_faults = 0;     // bursts a leaving process's memif teardown ended (ethdev/unmap_guard.h)
+  // Frames with the path marker's opcode that are not the marker of a path
+  // from the port they came from to the port they go to: dropped.
+  uint64_t forged_markers = 0;
   uint64_t requests = 0, requests_rejected = 0;
 };
 
@@ -134,7 +142,7 @@ struct Decision {
   enum Kind : uint8_t {
     kDrop,
     kToPort,     // port
-    kFlood,      // every port but src (of device `device` if device >= 0, else all)
+    kFlood,      // every port but src and interfaces (of device `device` if device >= 0, else all); and port if >= 0
     kReplyHere,  // the frame was rewritten in place (ARP/NA answer): send it back to src, new length len
     kToGsi,      // for QP 1 (GSI) of device `device`: the daemon's CM takes it
   } kind = kDrop;
@@ -182,6 +190,9 @@ class FabricState {
   bool SetNetdevState(uint32_t device, const core::Mac& mac, const std::vector<core::Gid>& gids, uint32_t valid,
                       bool active, uint8_t active_mtu);
   fabric::NetdevState NetdevStateOf(uint32_t device) const;
+  // The multicast groups some process of the device is a member of.
+  std::vector<core::Gid> GroupsOf(uint32_t device) const;
+  static constexpr size_t kMaxGroupsPerDevice = 16;  // with 16 GIDs: what the af_packet filter holds
   FabricDevice& device(uint32_t i) { return devices_[i]; }
 
   // The forwarding rules. `frame` may be rewritten (replies).
@@ -223,8 +234,11 @@ class FabricState {
  private:
   int FindDevice(const std::string& name) const;
   int FindDeviceByGid(const uint8_t* gid) const;
-  Decision FromInterface(uint32_t device, const uint8_t* frame, int64_t qpn);
+  Decision FromInterface(uint32_t device, const uint8_t* frame, uint32_t len, int64_t qpn);
   Decision SteerByQpn(int device, int64_t qpn);
+  // A frame with the path marker's opcode from port src: forwarded only if it
+  // is the marker of a path from src to the port its MAC and QPN steer to.
+  Decision SteerMarker(int src, const uint8_t* frame, uint32_t len, int64_t qpn);
   fabric::Reply Attach(const fabric::Request& req, int fd, pid_t pid, std::string* message, int* error);
   void Detach(int port);
   bool AnswerArp(int dev, uint8_t* frame, uint32_t len, uint32_t capacity, uint32_t* out_len);

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 
+#include "drivers/fabric/path_marker.h"
 #include "gtest/gtest.h"
 #include "wire/arp.h"
 #include "wire/byte_order.h"
@@ -343,9 +344,15 @@ TEST_F(FabricStateTest, SteersRoceByDestinationQpn) {
 TEST_F(FabricStateTest, UplinkTakesWhatIsNotOnTheSegment) {
   const fabric::Reply a = Attach(10, "droce0", 111);
   ASSERT_EQ(a.error, 0);
+  EXPECT_EQ(a.flags & fabric::kReplyFramesFromWire, 0);  // no uplink yet: only the host's processes
   const int up = state_->AddUplink(77, "memif test");
   ASSERT_GE(up, 0);
   EXPECT_EQ(state_->AddUplink(78, "a second"), -1);  // one uplink
+  // A process attaching now is told frames from a wire reach it (a device
+  // that trusts its link refuses to attach: rx_icrc_trust).
+  const fabric::Reply later = Attach(12, "droce0", 333);
+  ASSERT_EQ(later.error, 0) << later.message;
+  EXPECT_NE(later.flags & fabric::kReplyFramesFromWire, 0);
   EXPECT_TRUE(state_->ports()[up].uplink);
   int own = -1;
   for (size_t i = 0; i < state_->ports().size(); ++i) {
@@ -577,6 +584,67 @@ TEST_F(FabricStateTest, DirectPathsFollowTrafficPortsAndKnobs) {
   EXPECT_EQ(c.size(), 3u);
   EXPECT_TRUE(state_->direct_paths().empty());
   EXPECT_NE(state_->StatusText("").find("direct paths: 0 (direct rings off"), std::string::npos);
+}
+
+// A direct path's marker (fabric/path_marker.h) opens the receiver's ring:
+// the switch forwards one only if it is the marker of a path from the port it
+// came from to the port it goes to, with the path's key. Any other frame
+// with the marker's opcode (another process, the uplink, a stale path) is
+// dropped and counted.
+TEST_F(FabricStateTest, OnlyThePathsOwnMarkerCrossesTheSwitch) {
+  const auto port_of = [&](int conn) {
+    for (uint32_t i : state_->active_ports()) {
+      if (state_->ports()[i].conn_fd == conn) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const fabric::Reply a = Attach(10, "droce0", 111);
+  const fabric::Reply b = Attach(11, "droce1", 222);
+  ASSERT_EQ(Attach(12, "droce0", 333).error | a.error | b.error, 0);
+  const int uplink = state_->AddUplink(900, "test uplink");
+  const int pa = port_of(10), pb = port_of(11), pc = port_of(12);
+  state_->NoteSwitched(pa, pb);
+  const std::vector<PathChange> c = state_->SyncDirectPaths();
+  ASSERT_EQ(c.size(), 1u);
+  const DirectPath path = c[0].path;
+  EXPECT_NE(path.marker_key, 0u);
+  const auto marker = [&](const core::Mac& dst, const core::Mac& src, uint32_t qpn, uint64_t id, uint64_t key) {
+    std::vector<uint8_t> f(fabric::kPathMarkerBytes);
+    fabric::BuildPathMarker(f.data(), dst, src, qpn, fabric::PathMarker{id, key});
+    return f;
+  };
+  const auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  // The real one, both ways.
+  Decision d = classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key), pa);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, pb);
+  d = classify(marker(kMac0, kMac1, a.qpn_base, path.id, path.marker_key), pb);
+  EXPECT_EQ(d.kind, Decision::kToPort);
+  EXPECT_EQ(d.port, pa);
+  EXPECT_EQ(state_->counters().forged_markers, 0u);
+  // Forged: a third process with the right id and key (it cannot know the
+  // key; it is dropped even if it guessed), a wrong key, another id, the
+  // path's marker to a port off the path, and one from the uplink.
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key), pc).kind, Decision::kDrop);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key + 1), pa).kind, Decision::kDrop);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id + 1, path.marker_key), pa).kind, Decision::kDrop);
+  const uint32_t c_qpn = state_->ports()[pc].slot * fabric::kQpnsPerProcess;
+  EXPECT_EQ(classify(marker(kMac0, kMac1, c_qpn, path.id, path.marker_key), pb).kind, Decision::kDrop);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key), uplink).kind, Decision::kDrop);
+  // A frame with the marker's opcode that is not even marker-shaped.
+  std::vector<uint8_t> odd = marker(kMac1, kMac0, b.qpn_base, path.id, path.marker_key);
+  odd.push_back(0);
+  EXPECT_EQ(classify(odd, pa).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().forged_markers, 6u);
+  // The path gone (a side left): its marker is stale.
+  state_->ConnectionClosed(11);
+  (void)state_->SyncDirectPaths();
+  const fabric::Reply b2 = Attach(11, "droce1", 222);
+  ASSERT_EQ(b2.error, 0);
+  EXPECT_EQ(classify(marker(kMac1, kMac0, b2.qpn_base, path.id, path.marker_key), pa).kind, Decision::kDrop);
+  EXPECT_EQ(state_->counters().forged_markers, 7u);
 }
 
 TEST(SwitchKnobs, LossIsSeededAndAtTheGivenRate) {
@@ -856,6 +924,66 @@ TEST_F(NetdevStateTest, FramesFromTheInterfaceAreOnlyUnicastRoceForTheDevice) {
   state_->RemoveInterfacePort(dev_);
   EXPECT_EQ(state_->devices()[dev_].iface_port, -1);
   EXPECT_EQ(state_->NetdevStateOf(dev_).port_active, 0);
+}
+
+// kOpMcast: a process's groups, checked; the group's frames from the
+// interface reach every process of the device; a process's multicast leaves
+// by the interface as well; its groups go with it.
+TEST_F(NetdevStateTest, MulticastGroupsJoinedByProcessesAndTheirFrames) {
+  Bind(true);
+  ASSERT_EQ(Attach(10, "nd0", 111).error, 0);
+  ASSERT_EQ(Attach(11, "nd0", 222).error, 0);
+  auto mcast = [&](pid_t pid, const core::Gid& g, uint32_t join, const std::string& dev = "nd0", uint8_t junk = 0) {
+    fabric::Request req = fabric::MakeRequest(fabric::kOpMcast, dev);
+    req.size = sizeof req + sizeof(fabric::McastRequest);
+    req.pid = static_cast<uint32_t>(pid);
+    fabric::McastRequest body{};
+    std::memcpy(body.gid, g.data(), 16);
+    body.join = join;
+    body.reserved[5] = junk;
+    char buf[sizeof req + sizeof body];
+    std::memcpy(buf, &req, sizeof req);
+    std::memcpy(buf + sizeof req, &body, sizeof body);
+    return state_->Handle(9, buf, sizeof buf, pid, 0, &text_).error;
+  };
+  const core::Gid group = wire::Ipv4MappedGid(0xef010203);  // 239.1.2.3
+  auto classify = [&](std::vector<uint8_t> f, int src) {
+    return state_->Classify(src, f.data(), static_cast<uint32_t>(f.size()), static_cast<uint32_t>(f.size()));
+  };
+  const std::vector<uint8_t> frame = RoceFrame({0x01, 0x00, 0x5e, 1, 2, 3}, 0xef010203, 0xFFFFFF);
+  EXPECT_EQ(classify(frame, iface_).kind, Decision::kDrop);  // no member yet
+  EXPECT_EQ(mcast(111, wire::Ipv4MappedGid(0x0a000102), 1), EINVAL);  // no group
+  EXPECT_EQ(mcast(111, group, 2), EINVAL);
+  EXPECT_EQ(mcast(111, group, 1, "nd0", 1), EINVAL);               // reserved bytes
+  EXPECT_EQ(mcast(333, group, 1), ENOENT);                         // not attached
+  EXPECT_EQ(mcast(111, group, 1, "droce0"), EOPNOTSUPP);           // a fabric device
+  EXPECT_EQ(mcast(111, group, 0), EINVAL);                         // leaving what it never joined
+  EXPECT_EQ(mcast(111, group, 1), 0);
+  EXPECT_EQ(mcast(111, group, 1), 0);  // again: still one membership
+  EXPECT_EQ(mcast(222, group, 1), 0);
+  EXPECT_EQ(state_->GroupsOf(dev_), std::vector<core::Gid>{group});
+  Decision d = classify(frame, iface_);
+  EXPECT_EQ(d.kind, Decision::kFlood);
+  EXPECT_EQ(d.device, static_cast<int>(dev_));
+  EXPECT_EQ(d.port, -1);  // never back out of the interface
+  // The group's MAC must be the group's, the QPN the multicast QPN.
+  EXPECT_EQ(classify(RoceFrame({0x01, 0x00, 0x5e, 1, 2, 4}, 0xef010203, 0xFFFFFF), iface_).kind, Decision::kDrop);
+  EXPECT_EQ(classify(RoceFrame({0x01, 0x00, 0x5e, 1, 2, 3}, 0xef010203, 0x40), iface_).kind, Decision::kDrop);
+  // A process's datagram to the group: its device's other processes, and out.
+  int proc = -1;
+  for (size_t i = 0; i < state_->ports().size(); ++i) {
+    if (state_->ports()[i].in_use && state_->ports()[i].conn_fd == 10) proc = static_cast<int>(i);
+  }
+  d = classify(frame, proc);
+  EXPECT_EQ(d.kind, Decision::kFlood);
+  EXPECT_EQ(d.device, static_cast<int>(dev_));
+  EXPECT_EQ(d.port, iface_);
+  // One leaves, the other's connection closes: no member is left.
+  EXPECT_EQ(mcast(111, group, 0), 0);
+  EXPECT_EQ(state_->GroupsOf(dev_), std::vector<core::Gid>{group});
+  state_->ConnectionClosed(11);
+  EXPECT_TRUE(state_->GroupsOf(dev_).empty());
+  EXPECT_EQ(classify(frame, iface_).kind, Decision::kDrop);
 }
 
 TEST_F(NetdevStateTest, ResolveChecksEveryField) {

@@ -143,6 +143,7 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   if (!b.port->xdp_refused().empty()) Log(absl::StrCat(d.name, ": XDP not used: ", b.port->xdp_refused()));
   bound_[device] = std::move(b);
   Publish(device, *link, *addrs);
+  (void)SyncGroups();  // bound again (the interface came back): the groups its processes still hold
   return absl::OkStatus();
 }
 
@@ -442,22 +443,41 @@ void NetdevBinder::ReleaseUnownedSockets() {
   }
 }
 
+absl::Status NetdevBinder::SyncGroups() {
+  absl::Status first;
+  for (auto& entry : bound_) {
+    Bound& b = entry.second;
+    std::vector<core::Gid> want = state_->GroupsOf(entry.first);
+    if (want == b.groups) continue;
+    absl::Status s = b.port->SetGroups(want);
+    if (!s.ok()) {
+      Log(absl::StrCat(state_->devices()[entry.first].name, ": multicast groups: ", s.message()));
+      first.Update(s);
+    }
+    b.groups = std::move(want);
+  }
+  return first;
+}
+
 std::string NetdevBinder::StatusText(uint32_t device) const {
   auto it = bound_.find(device);
   if (it == bound_.end()) return "";
   const netdev::InterfacePort& port = *it->second.port;
+  std::string groups;
+  for (const core::Gid& g : it->second.groups) absl::StrAppend(&groups, groups.empty() ? "" : " ", wire::GidAddressText(g));
+  if (!groups.empty()) groups = absl::StrCat("  multicast groups: ", groups, "\n");
   if (port.steering() == netdev::Steering::kUdp) {
     const netdev::TcStats t = port.tc_stats();
     const udp::UdpCounters u = port.udp_counters();
-    return absl::StrFormat(
+    return groups + absl::StrFormat(
         "  tc: steered %lu to_daemon %lu marked %lu; processes with sockets %zu; droced's socket: rx %lu "
         "(dropped %lu) tx %lu (dropped %lu)\n",
         t.steered, t.to_daemon, t.marked, it->second.socket_slots.size(), u.rx_datagrams, u.rx_dropped,
         u.tx_datagrams, u.tx_dropped);
   }
-  if (port.steering() != netdev::Steering::kXdp) return "";
+  if (port.steering() != netdev::Steering::kXdp) return groups;
   const netdev::XdpStats s = port.xdp_stats();
-  return absl::StrFormat("  xdp: redirected %lu no_socket %lu passed %lu\n", s.redirected, s.no_socket, s.passed);
+  return groups + absl::StrFormat("  xdp: redirected %lu no_socket %lu passed %lu\n", s.redirected, s.no_socket, s.passed);
 }
 
 }  // namespace droce::droced

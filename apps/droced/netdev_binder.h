@@ -76,6 +76,11 @@ class NetdevBinder {
   bool SteersToSockets(uint32_t device) const;
   absl::StatusOr<netdev::ProcessSocket> ProcessSocketFor(uint32_t device, uint32_t slot);
   void ReleaseUnownedSockets();
+  // Makes each bound interface a member of the multicast groups its
+  // device's processes joined (FabricState::GroupsOf) and of no other, its
+  // steering taking their frames. Call after a kOpMcast and after a process
+  // left. The first failure, if any.
+  absl::Status SyncGroups();
 
   bool any_bound() const { return !bound_.empty(); }
   static constexpr size_t kMaxPending = 4096;
@@ -89,6 +94,7 @@ class NetdevBinder {
     int ifindex = 0;
     std::vector<uint32_t> socket_slots;  // steering udp: slots whose process has a socket
     std::vector<core::Gid> steered;      // the addresses the port's steering takes frames for
+    std::vector<core::Gid> groups;       // the multicast groups the port joined
   };
   struct Pending {
     uint32_t device;

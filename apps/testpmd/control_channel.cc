@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
 namespace droce::testpmd {
 namespace {
 
@@ -13,6 +16,22 @@ static_assert(sizeof(CtrlMsg) <= kSlotBytes);
 static_assert(kRecvOffset + kCtrlRecvs * kSlotBytes <= kCtrlAreaBytes);
 
 }  // namespace
+
+std::string RunShapeMismatch(const RunShape& own, const RunShape& peer) {
+  std::vector<std::string> differ;
+  if (peer.mtu != own.mtu) {
+    differ.push_back(absl::StrFormat("the peer's path MTU is %u, this side's %u: give both the same --mtu (or set mtu on both)",
+                                     peer.mtu, own.mtu));
+  }
+  if (peer.outstanding != own.outstanding) {
+    differ.push_back(absl::StrFormat("the peer runs --outstanding %u, this side %u: give both the same",
+                                     peer.outstanding, own.outstanding));
+  }
+  if (peer.size != own.size) {
+    differ.push_back(absl::StrFormat("the peer runs --size %u, this side %u: give both the same", peer.size, own.size));
+  }
+  return absl::StrJoin(differ, "; ");
+}
 
 void ControlChannel::PostRecv(uint32_t k) {
   transport::RecvWr r;

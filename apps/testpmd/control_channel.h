@@ -1,5 +1,5 @@
 // The control QP of a droce-testpmd session: small SENDs that open the
-// session (the hello: the peer's buffer address, rkey and path MTU) and
+// session (the hello: the peer's buffer address, rkey and run shape) and
 // start and end the runs (doc/testpmd.md). No DPDK here: the unit test runs
 // two channels over sim::MemWire on virtual time.
 //
@@ -19,6 +19,7 @@
 #define DROCE_APPS_TESTPMD_CONTROL_CHANNEL_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,8 +36,28 @@ struct CtrlMsg {
   uint32_t type;
   uint32_t rkey;
   uint64_t va;
-  uint64_t value;  // hello: path MTU; bye: messages sent (lets the passive side verify); start: engine index
+  uint64_t value;  // hello: EncodeRunShape; bye: messages sent (lets the passive side verify); start: engine index
 };
+
+// What the two ends of a session must agree on, carried by the hello: the
+// path MTU (fixed when a QP goes to RTR; a responder NAKs packets longer than
+// its own) and the data buffer's slots (`outstanding` of `size` bytes: the
+// active side writes message k into slot k mod outstanding and the passive
+// side verifies the slots by that rule).
+struct RunShape {
+  uint32_t mtu = 0;          // < 2^16
+  uint32_t outstanding = 0;  // < 2^16
+  uint32_t size = 0;
+};
+inline uint64_t EncodeRunShape(const RunShape& s) {
+  return uint64_t{s.mtu & 0xFFFF} | uint64_t{s.outstanding & 0xFFFF} << 16 | uint64_t{s.size} << 32;
+}
+inline RunShape DecodeRunShape(uint64_t v) {
+  return {static_cast<uint32_t>(v & 0xFFFF), static_cast<uint32_t>(v >> 16 & 0xFFFF), static_cast<uint32_t>(v >> 32)};
+}
+// Empty if the peer's shape is this side's; else what differs and which
+// options to give both ends.
+std::string RunShapeMismatch(const RunShape& own, const RunShape& peer);
 inline constexpr uint64_t kCtrlMagic = 0x64726F6365637472ull;  // "droce ctr"
 inline constexpr uint64_t kCtrlWrIdBase = 1ull << 62;            // control WRs: this and the one below
 inline constexpr uint32_t kCtrlRecvs = 8;                         // receives kept posted

@@ -137,5 +137,23 @@ TEST(HelloExchange, PeerHelloArrivesInOurLastRetryInterval) {
   ExpectMessagesFlow(p);
 }
 
+// The hello carries the run's shape; ends that differ in any part of it
+// say which option differs, and nothing for equal shapes.
+TEST(RunShape, RoundTripsAndNamesWhatDiffers) {
+  const RunShape own{4096, 4096, 1u << 24};
+  const RunShape back = DecodeRunShape(EncodeRunShape(own));
+  EXPECT_EQ(back.mtu, own.mtu);
+  EXPECT_EQ(back.outstanding, own.outstanding);
+  EXPECT_EQ(back.size, own.size);
+  EXPECT_EQ(RunShapeMismatch(own, own), "");
+  EXPECT_EQ(RunShapeMismatch({1024, 16, 64}, {4096, 16, 64}),
+            "the peer's path MTU is 4096, this side's 1024: give both the same --mtu (or set mtu on both)");
+  EXPECT_EQ(RunShapeMismatch({1024, 16, 64}, {1024, 32, 64}),
+            "the peer runs --outstanding 32, this side 16: give both the same");
+  const std::string both = RunShapeMismatch({1024, 16, 64}, {1024, 8, 65536});
+  EXPECT_NE(both.find("--outstanding 8, this side 16"), std::string::npos) << both;
+  EXPECT_NE(both.find("--size 65536, this side 64"), std::string::npos) << both;
+}
+
 }  // namespace
 }  // namespace droce::testpmd

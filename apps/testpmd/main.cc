@@ -6,12 +6,10 @@
 // the client drives the selected traffic engine for --duration seconds (or,
 // with -i, from start to stop) and prints throughput, message rate, latency
 // percentiles and verification results.
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +20,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "apps/testpmd/fabric_port.h"
 #include "apps/testpmd/port_tap.h"
 #include "apps/testpmd/prompt.h"
@@ -56,223 +53,9 @@ const Engine* FindEngine(const std::string& name) {
 
 namespace {
 
-constexpr const char kUsage[] =
-    "usage: droce-testpmd [EAL options] -- [options]\n"
-    "  --role server|client|pair  server answers and verifies; client drives the engine; pair:\n"
-    "                         both in one process on a net_ring pair, no --vdev needed (server)\n"
-    "  --port NAME            DPDK port name, e.g. net_memif0 (net_memif0)\n"
-    "  --device NAME          a device of the host fabric instead of a port: attach to droced\n"
-    "                         ($DROCE_RUN_DIR), its MAC and addresses; needs --peer-ip\n"
-    "  --qpn-range K          on the fabric: QPNs K*1024 up, 1..16383 (1)\n"
-    "  --peer-qpn-range K     on the fabric: the peer's range (as --qpn-range)\n"
-    "  --fwd ENGINE           write_bw | read_bw | send_bw | atomic_bw | write_lat, or the raw-wire\n"
-    "                         baselines raw_lat | raw_stream (write_bw)\n"
-    "  --ip ADDR              own IPv4 or IPv6 address (10.0.0.1 server, 10.0.0.2 client)\n"
-    "  --peer-ip ADDR         peer's address, same family as --ip (IPv6: resolved by neighbour discovery)\n"
-    "  --mac MAC              own MAC (02:00:00:00:00:01 server, :02 client)\n"
-    "  --peer-mac MAC         static next hop; without it the peer is resolved by ARP or ND\n"
-    "                         (raw engines use 02:00:00:00:00:02 / :01)\n"
-    "  --mtu BYTES            256..4096 (4096)\n"
-    "  --size BYTES           message size (65536; write_lat: at least 8)\n"
-    "  --outstanding N        messages in flight, 2..4096 (16)\n"
-    "  --qps N                QPs (write_bw, read_bw), 1..1024; slots spread over them (1)\n"
-    "  --duration SECONDS     client run time (3; with -i: until stop)\n"
-    "  --iterations N         stop after N messages instead\n"
-    "  --idle-spins N         empty polls before yielding the CPU (64)\n"
-    "  --drop-rate P          drop transmitted frames with probability P, 0..0.5 (0)\n"
-    "  --seed N               seed for --drop-rate (1)\n"
-    "  --pcap-out FILE        write every frame sent and received to a pcap file\n"
-    "  --stats-period S       print a stats line every S seconds while running (0: off)\n"
-    "  --start-at T           client: connect, then start the run when CLOCK_MONOTONIC reaches\n"
-    "                         T seconds (several senders join one after another, connected early)\n"
-    "  --dscp N               DSCP of data packets, 0..63 (0)\n"
-    "  --ecn not-ect|ect0|ect1  ECN codepoint of data packets (ect0)\n"
-    "  --vlan ID              802.1Q tag with VLAN ID 1..4094 (untagged)\n"
-    "  --pcp P                802.1Q priority 0..7 (0; without --vlan: a priority tag, VLAN 0)\n"
-    "  -i, --interactive      a prompt: start, stop, show port stats, show qp [N], set fwd E,\n"
-    "                         set mtu N, clear stats, quit; the engine runs in the background\n"
-    "  --auto-start           with -i: start forwarding at once, then give the prompt\n"
-    "  --telemetry            DPDK telemetry socket with /droce/port and /droce/qp (off:\n"
-    "                         --no-telemetry is passed to EAL)\n"
-    "  --dcqcn off|paper|mlx5 DCQCN reaction point profile (off)\n"
-    "  --cc ALGORITHM         congestion control of every QP: dcqcn, timely, hpcc, swift or none\n"
-    "                         (none; doc/cc.md), with the paper's parameters at --line-rate-gbps\n"
-    "  --cc-params N=V,...    the algorithm's parameters by name (an unknown name lists them)\n"
-    "  --line-rate-gbps G     the reaction point's line rate (100)\n"
-    "  --bottleneck-gbps G    emulated congestion point on the transmit path at G Gb/s (none)\n"
-    "  --kmin-kb K --kmax-kb K --pmax P --buffer-kb B   its RED/ECN marking and buffer (5, 200, 0.01, unlimited)\n";
-
 [[noreturn]] void Fail(const std::string& msg) {
   std::fprintf(stderr, "droce-testpmd: %s\n", msg.c_str());
   std::exit(2);
-}
-
-// An IPv4 address as an IPv4-mapped GID, or an IPv6 address.
-core::Gid ParseIp(const std::string& name, const std::string& s) {
-  core::Gid g{};
-  if (s.find(':') != std::string::npos) {
-    if (inet_pton(AF_INET6, s.c_str(), g.data()) != 1) Fail("bad IPv6 address '" + s + "' for " + name);
-    if (g[0] == 0xff) Fail(name + " must not be a multicast address");
-    if (g == core::Gid{} || core::IsIpv4MappedGid(g)) Fail(name + ": '" + s + "' is not a usable IPv6 address");
-    return g;
-  }
-  std::vector<std::string> parts = absl::StrSplit(s, '.');
-  if (parts.size() != 4) Fail("bad IPv4 address '" + s + "' for " + name);
-  g[10] = g[11] = 0xFF;
-  for (int i = 0; i < 4; ++i) {
-    const std::string& p = parts[i];
-    char* end;
-    const long v = std::strtol(p.c_str(), &end, 10);
-    if (p.empty() || *end || v < 0 || v > 255) Fail("bad IPv4 address '" + s + "' for " + name);
-    g[12 + i] = static_cast<uint8_t>(v);
-  }
-  return g;
-}
-
-core::Mac ParseMac(const std::string& s) {
-  absl::StatusOr<core::Mac> m = verbs::ParseMac(s);  // the device file's form: 6 groups of 2 hex digits, unicast
-  if (!m.ok()) Fail(std::string(m.status().message()));
-  return *m;
-}
-
-double ParseNumber(const std::string& name, const std::string& s, double lo, double hi) {
-  char* end;
-  errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end || errno || v < lo || v > hi) {
-    Fail(absl::StrFormat("%s must be a number in [%g, %g], not '%s'", name, lo, hi, s));
-  }
-  return v;
-}
-
-uint32_t ParseInteger(const std::string& name, const std::string& s, uint32_t lo, uint32_t hi) {
-  char* end;
-  errno = 0;
-  const unsigned long v = std::strtoul(s.c_str(), &end, 10);
-  if (s.empty() || *end || errno || s[0] == '-' || v < lo || v > hi) {
-    Fail(absl::StrFormat("%s must be an integer in [%u, %u], not '%s'", name, lo, hi, s));
-  }
-  return static_cast<uint32_t>(v);
-}
-
-bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
-
-Options ParseOptions(int argc, char** argv) {
-  Options o;
-  bool peer_mac_set = false, port_set = false, mac_set = false;
-  std::vector<std::pair<std::string, std::string>> kv;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    // Options without a value.
-    if (a == "-i" || a == "--interactive") {
-      o.interactive = true;
-      continue;
-    }
-    if (a == "--auto-start") {
-      o.auto_start = true;
-      continue;
-    }
-    if (a == "--telemetry") {
-      o.telemetry = true;
-      continue;
-    }
-    if (a.rfind("--", 0) != 0) Fail("unexpected argument '" + a + "'\n" + kUsage);
-    if (i + 1 >= argc) Fail("missing value for " + a);
-    kv.emplace_back(a, argv[++i]);
-  }
-  for (auto& [k, v] : kv) {
-    if (k == "--role") {
-      if (v != "server" && v != "client" && v != "pair") Fail("--role must be server, client or pair");
-      o.role = v;
-    }
-  }
-  if (o.role == "client") {
-    std::swap(o.ip, o.peer_ip);
-    std::swap(o.mac, o.peer_mac);
-  }
-  for (auto& [k, v] : kv) {
-    if (k == "--role") continue;
-    else if (k == "--port") o.port = v, port_set = true;
-    else if (k == "--device") {
-      if (!verbs::IsValidDeviceName(v)) Fail("--device: bad device name '" + v + "'");
-      o.device = v;
-    } else if (k == "--qpn-range") o.qpn_range = ParseInteger(k, v, 1, 16383);
-    else if (k == "--peer-qpn-range") o.peer_qpn_range = ParseInteger(k, v, 1, 16383);
-    else if (k == "--fwd") {
-      if (!FindEngine(v)) Fail("unknown engine '" + v + "' (write_bw, read_bw, send_bw, atomic_bw, write_lat, raw_lat, raw_stream)");
-      o.fwd = v;
-    } else if (k == "--ip") o.ip = ParseIp(k, v), o.ip_set = true;
-    else if (k == "--peer-ip") o.peer_ip = ParseIp(k, v), o.peer_ip_set = true;
-    else if (k == "--mac") o.mac = ParseMac(v), mac_set = true;
-    else if (k == "--peer-mac") o.peer_mac = ParseMac(v), peer_mac_set = true;
-    else if (k == "--mtu") {
-      o.mtu = static_cast<uint32_t>(ParseNumber(k, v, 256, 4096));
-      if (transport::MtuBytesToEnum(o.mtu) == 0) Fail("--mtu must be 256, 512, 1024, 2048 or 4096");
-    } else if (k == "--size") o.size = static_cast<uint32_t>(ParseNumber(k, v, 1, 1 << 24));
-    else if (k == "--outstanding") o.outstanding = static_cast<uint32_t>(ParseNumber(k, v, 2, 4096));
-    else if (k == "--qps") o.qps = static_cast<uint32_t>(ParseNumber(k, v, 1, 1024));
-    else if (k == "--duration") o.duration = ParseNumber(k, v, 0.01, 3600), o.duration_set = true;
-    else if (k == "--iterations") o.iterations = static_cast<uint32_t>(ParseNumber(k, v, 1, 1e9)), o.duration_set = true;
-    else if (k == "--idle-spins") o.idle_spins = static_cast<uint32_t>(ParseNumber(k, v, 0, 1e9));
-    else if (k == "--drop-rate") o.drop_rate = ParseNumber(k, v, 0, 0.5);
-    else if (k == "--seed") o.seed = static_cast<uint64_t>(ParseNumber(k, v, 0, 1e18));
-    else if (k == "--pcap-out") o.pcap_out = v;
-    else if (k == "--dscp") o.dscp = static_cast<uint8_t>(ParseInteger(k, v, 0, 63));
-    else if (k == "--ecn") {
-      if (v == "not-ect") o.ecn = wire::kEcnNotEct;
-      else if (v == "ect0") o.ecn = wire::kEcnEct0;
-      else if (v == "ect1") o.ecn = wire::kEcnEct1;
-      else Fail("--ecn: expected not-ect, ect0 or ect1, got '" + v + "'");
-    } else if (k == "--vlan") o.vlan = static_cast<int>(ParseInteger(k, v, 1, 4094));
-    else if (k == "--pcp") {
-      o.pcp = static_cast<uint8_t>(ParseInteger(k, v, 0, 7));
-      if (o.vlan < 0) o.vlan = 0;  // a priority tag unless --vlan says otherwise
-    } else if (k == "--dcqcn") {
-      if (v != "off" && v != "paper" && v != "mlx5") Fail("--dcqcn: expected off, paper or mlx5, got '" + v + "'");
-      o.dcqcn = v;
-    }
-    else if (k == "--cc") o.cc = v;
-    else if (k == "--cc-params") o.cc_params = v;
-    else if (k == "--stats-period") o.stats_period = ParseNumber(k, v, 0, 3600);
-    else if (k == "--start-at") o.start_at = ParseNumber(k, v, 0, 1e12);
-    else if (k == "--line-rate-gbps") o.line_rate_gbps = ParseNumber(k, v, 0.01, 1000);
-    else if (k == "--bottleneck-gbps") o.bottleneck_gbps = ParseNumber(k, v, 0.001, 1000);
-    else if (k == "--kmin-kb") o.kmin_kb = ParseNumber(k, v, 0, 1e6);
-    else if (k == "--kmax-kb") o.kmax_kb = ParseNumber(k, v, 0, 1e6);
-    else if (k == "--pmax") o.pmax = ParseNumber(k, v, 0, 1);
-    else if (k == "--buffer-kb") o.buffer_kb = ParseNumber(k, v, 0, 1e7);
-    else Fail("unknown option " + k + "\n" + kUsage);
-  }
-  o.peer_mac_static = peer_mac_set;
-  if (o.peer_qpn_range == 0) o.peer_qpn_range = o.qpn_range;
-  if (!o.device.empty()) {
-    // The device gives the MAC and the addresses; the daemon's switch the wire.
-    if (port_set || mac_set) Fail("--device takes the port and MAC from the fabric: no --port or --mac");
-    if (o.role == "pair") Fail("--role pair joins two net_ring ports in one process: not with --device");
-    if (IsRaw(o.fwd)) Fail("the raw baselines bypass droce (fixed MACs, no QPN): not on the fabric (--device)");
-    if (!o.peer_ip_set) Fail("--device needs --peer-ip (the peer device's address)");
-  } else if (o.qpn_range != 1 || o.peer_qpn_range != 1) {
-    Fail("--qpn-range and --peer-qpn-range go with --device");
-  }
-  if (core::IsIpv4MappedGid(o.ip) != core::IsIpv4MappedGid(o.peer_ip)) Fail("--ip and --peer-ip must both be IPv4 or both IPv6");
-  if (o.ip == o.peer_ip && o.device.empty()) Fail("--ip and --peer-ip must differ");
-  if (o.kmax_kb < o.kmin_kb) Fail("--kmax-kb must not be below --kmin-kb");
-  if (o.cc != "none" && o.dcqcn != "off") Fail("--cc and --dcqcn both given: use --cc dcqcn (--cc-params for its knobs)");
-  if (auto c = cc::ParseConfig(o.cc, o.cc_params, static_cast<uint64_t>(o.line_rate_gbps * 1e9)); !c.ok()) {
-    Fail("--cc " + o.cc + ": " + std::string(c.status().message()));
-  }
-  if (o.fwd == "write_lat" && o.size < 8) Fail("write_lat needs --size of at least 8");
-  if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") Fail("--qps > 1 works with write_bw and read_bw");
-  if (o.qps > o.outstanding) Fail("--qps must not exceed --outstanding (each QP carries at least one slot)");
-  if (o.auto_start && !o.interactive) Fail("--auto-start goes with -i (without -i the engine starts anyway)");
-  if (o.role == "pair" && (o.interactive || o.telemetry || !o.pcap_out.empty() || IsRaw(o.fwd))) {
-    Fail("--role pair runs one RDMA engine once: no -i, --telemetry, --pcap-out or raw baseline");
-  }
-  return o;
 }
 
 // The largest path MTU whose frames fit the port (tagged, IPv6, RETH and
@@ -591,10 +374,16 @@ int main(int argc, char** argv) {
   using namespace droce::testpmd;
   int sep = 1;
   while (sep < argc && std::strcmp(argv[sep], "--") != 0) ++sep;
-  for (int i = sep + 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) ParseOptions(argc - i, argv + i);
+  const std::vector<std::string> args(argv + std::min(sep + 1, argc), argv + argc);
+  if (WantsHelp(args)) {
+    std::fputs(Usage().c_str(), stdout);
+    return 0;
   }
-  Options opt = ParseOptions(sep < argc ? argc - sep - 1 : 0, argv + sep + 1);  // the prompt may change fwd/mtu
+  std::vector<std::string> engines;
+  for (const Engine* e : AllEngines()) engines.push_back(e->name);
+  absl::StatusOr<Options> parsed = ParseOptions(args, engines);
+  if (!parsed.ok()) Fail(std::string(parsed.status().message()));
+  Options opt = *parsed;  // the prompt may change fwd/mtu
   const Engine* engine = FindEngine(opt.fwd);
   std::optional<FabricAttachment> fabric;
   if (!opt.device.empty()) fabric = AttachDevice(opt);

@@ -264,7 +264,8 @@ absl::Status Session::Connect() {
   // On the fabric the link is up as soon as droced is: until the peer has
   // attached, the switch drops our hello (rx_no_owner) and the control QP
   // runs out of retries; the channel starts it over (control_channel.h).
-  if (absl::Status st = ctrl_->StartHello(c, opt.mtu); !st.ok()) return st;
+  const RunShape own_shape{opt.mtu, opt.outstanding, opt.size};
+  if (absl::Status st = ctrl_->StartHello(c, EncodeRunShape(own_shape)); !st.ok()) return st;
   const uint64_t deadline = NowNs() + 30'000'000'000ull;
   queue::Completion wc[64];
   for (;;) {
@@ -281,17 +282,14 @@ absl::Status Session::Connect() {
     for (uint32_t i = 0; i < n; ++i) stats.errors += wc[i].status != queue::WcStatus::kSuccess;
   }
   const CtrlMsg& hello = ctrl_->peer_hello();
-  // The path MTU is fixed when a QP goes to RTR; both ends must agree (a
-  // responder NAKs packets longer than its own), so a mismatch is an error
-  // here rather than failed transfers later.
-  if (hello.value != 0 && hello.value != opt.mtu) {
+  // A mismatch is an error here rather than failed transfers or failed
+  // verification later (RunShape).
+  if (const std::string differ = RunShapeMismatch(own_shape, DecodeRunShape(hello.value)); !differ.empty()) {
     // The peer's hello may still need our ACK (a lost one is answered when
     // it comes again): give it a second, so that the peer can say the same
     // instead of timing out.
     for (const uint64_t until = NowNs() + 1'000'000'000; NowNs() < until;) Progress();
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the peer's path MTU is %u, this side's %u: give both the same --mtu (or set mtu on both)",
-        static_cast<uint32_t>(hello.value), opt.mtu));
+    return absl::FailedPreconditionError(differ);
   }
   peer_va = hello.va;
   peer_rkey = hello.rkey;

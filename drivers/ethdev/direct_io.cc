@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,9 +71,21 @@ long ReceiveWithFds(int sock, void* buf, unsigned long len, int fds[3], int* nfd
   return n;
 }
 
+namespace {
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+}  // namespace
+
 DirectIo::DirectIo(pktio::BurstIo* inner, const std::array<uint8_t, 6>& own_mac, uint32_t qpn_first,
-                   uint32_t qpn_count)
-    : inner_(inner), mac_(own_mac), qpn_first_(qpn_first), qpn_count_(qpn_count) {
+                   uint32_t qpn_count, Clock clock)
+    : inner_(inner),
+      clock_(clock ? std::move(clock) : Clock(MonotonicNs)),
+      mac_(own_mac),
+      qpn_first_(qpn_first),
+      qpn_count_(qpn_count) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
 }
 
@@ -129,6 +142,7 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   }
   if (m.op != kPeerAdd) return refuse(absl::StrFormat("unknown op %u", m.op));
   if (nfds != 3) return refuse("a path needs a memfd and two eventfds");
+  if (m.marker_key == 0) return refuse("a path needs a marker key");
   if (!pktio::FrameRing::ValidGeometry(m.slots, m.slot_bytes) || m.my_ring > 1) return refuse("bad ring geometry");
   if (m.peer_qpn_count == 0 || m.peer_qpn_base < 2 || m.peer_qpn_count > (1u << 24) - m.peer_qpn_base) {
     return refuse("bad peer QPN range");
@@ -145,6 +159,7 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   owned[0] = -1;
   Path p;
   p.id = m.path_id;
+  p.key = m.marker_key;
   std::memcpy(p.mac.data(), m.peer_mac, 6);
   p.qpn_first = m.peer_qpn_base;
   p.qpn_count = m.peer_qpn_count;
@@ -163,7 +178,8 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p.rx_efd, &ev);
   }
   if (armed_) p.rx.Arm();  // a sleeper is waiting on the set already
-  const auto early = std::find(early_markers_.begin(), early_markers_.end(), p.id);
+  const auto early = std::find_if(early_markers_.begin(), early_markers_.end(),
+                                  [&](const fabric::PathMarker& e) { return e.path_id == p.id && e.key == p.key; });
   if (early != early_markers_.end()) {
     p.rx_open = true;
     early_markers_.erase(early);
@@ -175,48 +191,14 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   return absl::OkStatus();
 }
 
-void BuildPathMarker(uint8_t* f, const std::array<uint8_t, 6>& dst, const std::array<uint8_t, 6>& src,
-                     uint32_t dst_qpn, uint64_t path_id) {
-  std::memset(f, 0, kPathMarkerBytes);
-  std::memcpy(f, dst.data(), 6);
-  std::memcpy(f + 6, src.data(), 6);
-  wire::StoreBe16(f + 12, wire::kEtherTypeIpv4);
-  uint8_t* ip = f + wire::kEthBytes;
-  ip[0] = 0x45;
-  wire::StoreBe16(ip + 2, kPathMarkerBytes - wire::kEthBytes);
-  ip[8] = 64;
-  ip[9] = wire::kIpProtoUdp;
-  uint8_t* udp = ip + wire::kIpv4MinBytes;
-  wire::StoreBe16(udp + 2, wire::kRoceV2Port);
-  wire::StoreBe16(udp + 4, kPathMarkerBytes - wire::kEthBytes - wire::kIpv4MinBytes);
-  uint8_t* bth = udp + wire::kUdpBytes;
-  bth[0] = kPathMarkerOpcode;
-  wire::StoreBe16(bth + 2, 0xffff);
-  bth[5] = static_cast<uint8_t>(dst_qpn >> 16), bth[6] = static_cast<uint8_t>(dst_qpn >> 8);
-  bth[7] = static_cast<uint8_t>(dst_qpn);
-  std::memcpy(bth + wire::kBthBytes, &kPathMarkerMagic, 8);
-  std::memcpy(bth + wire::kBthBytes + 8, &path_id, 8);
-}
-
-bool ReadPathMarker(const uint8_t* f, uint32_t len, uint64_t* path_id) {
-  if (len != kPathMarkerBytes || wire::LoadBe16(f + 12) != wire::kEtherTypeIpv4) return false;
-  const uint32_t bth = wire::RoceBthOffset(f, len);
-  if (bth != wire::kEthBytes + wire::kIpv4MinBytes + wire::kUdpBytes || f[bth] != kPathMarkerOpcode) return false;
-  uint64_t magic;
-  std::memcpy(&magic, f + bth + wire::kBthBytes, 8);
-  if (magic != kPathMarkerMagic) return false;
-  std::memcpy(path_id, f + bth + wire::kBthBytes + 8, 8);
-  return true;
-}
-
 void DirectIo::SendMarkers() {
   for (Path& p : paths_) {
     if (markers_unsent_ == 0) return;
     if (!p.marker_due) continue;
     pktio::Frame f;
     if (inner_->AllocTx(&f, 1) != 1) return;
-    BuildPathMarker(f.data, p.mac, mac_, p.qpn_first, p.id);
-    f.len = kPathMarkerBytes;
+    fabric::BuildPathMarker(f.data, p.mac, mac_, p.qpn_first, fabric::PathMarker{p.id, p.key});
+    f.len = fabric::kPathMarkerBytes;
     if (inner_->TxBurst(&f, 1) != 1) {
       inner_->Release(&f, 1);
       return;  // the port is full: the next TxBurst tries again
@@ -228,32 +210,65 @@ void DirectIo::SendMarkers() {
   }
 }
 
-void DirectIo::OpenRx(uint64_t path_id) {
-  ++counters_.markers_received;
+void DirectIo::OpenRx(const fabric::PathMarker& m) {
   for (Path& p : paths_) {
-    if (p.id == path_id) {
-      p.rx_open = true;
+    if (p.id != m.path_id) continue;
+    if (p.key != m.key) {
+      ++counters_.markers_forged;
       return;
     }
+    ++counters_.markers_received;
+    p.rx_open = true;
+    return;
   }
-  // Its kPeerAdd is still on the control connection.
+  // Its kPeerAdd is still on the control connection (the key is checked then).
+  ++counters_.markers_received;
   if (early_markers_.size() == kMaxEarlyMarkers) early_markers_.erase(early_markers_.begin());
-  early_markers_.push_back(path_id);
+  early_markers_.push_back(m);
 }
 
 uint16_t DirectIo::TakeMarkers(pktio::Frame* frames, uint16_t n) {
   port_was_empty_ = n == 0;
   uint16_t kept = 0;
   for (uint16_t i = 0; i < n; ++i) {
-    uint64_t id;
-    if (frames[i].len == kPathMarkerBytes && ReadPathMarker(frames[i].data, frames[i].len, &id)) {
-      OpenRx(id);
+    fabric::PathMarker m;
+    if (frames[i].len == fabric::kPathMarkerBytes && fabric::ReadPathMarker(frames[i].data, frames[i].len, &m)) {
+      OpenRx(m);
       inner_->Release(&frames[i], 1);
       continue;
     }
     frames[kept++] = frames[i];
   }
   return kept;
+}
+
+void DirectIo::NoteRingRefused(Path& p) {
+  const uint64_t now = clock_();
+  if (!p.refusing) {
+    p.refusing = true;
+    p.refusing_since_ns = now;
+    return;
+  }
+  if (now - p.refusing_since_ns < kMarkerResendNs) return;
+  p.refusing_since_ns = now;
+  if (!p.marker_due) {
+    p.marker_due = true;
+    ++markers_unsent_;
+  }
+  SendMarkers();
+}
+
+bool DirectIo::MarkerWaitOver(Path& p) {
+  const uint64_t now = clock_();
+  if (!p.rx_waiting) {
+    p.rx_waiting = true;
+    p.rx_wait_since_ns = now;
+    return false;
+  }
+  if (!port_was_empty_ || now - p.rx_wait_since_ns < kMarkerWaitNs) return false;
+  p.rx_open = true;  // the marker was lost: better late frames than none
+  ++counters_.markers_missed;
+  return true;
 }
 
 void DirectIo::Warm(Path& p) {
@@ -300,15 +315,9 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       Path& p = paths_[route];
       Warm(p);
       took = p.tx.Produce(frames + i, run);
-      if (took == 0 && ++p.full_streak == kMarkerResendFulls) {
-        p.full_streak = 0;
-        if (!p.marker_due) {
-          p.marker_due = true;
-          ++markers_unsent_;
-        }
-      }
+      if (took == 0) NoteRingRefused(p);
       if (took > 0) {
-        p.full_streak = 0;
+        p.refusing = false;
         inner_->Release(frames + i, took);  // copied: the buffers go back
         counters_.tx_direct += took;
         if (p.tx.TakeWakeupRequest()) {
@@ -340,11 +349,7 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     Path& p = paths_[s];
     const uint32_t avail = p.rx.Available();
     if (avail == 0) continue;
-    if (!p.rx_open) {
-      if (!port_was_empty_ || ++p.rx_waits < kMarkerWaitPolls) continue;
-      p.rx_open = true;  // the marker was lost: better late frames than none
-      ++counters_.markers_missed;
-    }
+    if (!p.rx_open && !MarkerWaitOver(p)) continue;
     Warm(p);
     const uint16_t alloc = inner_->AllocTx(out, static_cast<uint16_t>(std::min<uint32_t>(avail, room)));
     if (alloc == 0) continue;

@@ -32,9 +32,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "drivers/fabric/path_marker.h"
 #include "pktio/burst_io.h"
 #include "pktio/frame_ring.h"
 
@@ -44,7 +46,7 @@ namespace droce::ethdev {
 // one per datagram; kPeerAdd carries three descriptors (SCM_RIGHTS): the
 // memfd, this side's receive eventfd, the peer's receive eventfd.
 inline constexpr uint32_t kPeerMagic = 0x64524950;  // "dRIP"
-inline constexpr uint16_t kPeerVersion = 1;
+inline constexpr uint16_t kPeerVersion = 2;
 enum PeerOp : uint16_t {
   kPeerAdd = 1,     // a direct path to a peer port: use it from now on
   kPeerRemove = 2,  // withdraw path `path_id` (the peer left, or the switch needs its frames)
@@ -64,7 +66,8 @@ struct PeerMessage {
   uint32_t slot_bytes;
   uint32_t my_ring;         // 0 or 1: the ring this side consumes; it produces into the other
   uint32_t peer_pid;        // for status and logs only
-  uint8_t reserved[24];     // zero
+  uint64_t marker_key;      // the path's key: its markers carry it (fabric/path_marker.h)
+  uint8_t reserved[16];     // zero
 };
 static_assert(sizeof(PeerMessage) == 80);
 
@@ -88,30 +91,24 @@ struct DirectCounters {
   uint64_t paths_added = 0, paths_removed = 0, messages_refused = 0;
   uint64_t markers_sent = 0, markers_received = 0;
   // Rings opened without their marker (lost on the switch's way: its ring to
-  // this process was full) after kMarkerWaitPolls polls that found the port
-  // empty while the ring held frames.
+  // this process was full) once the port had nothing while the ring had held
+  // frames for kMarkerWaitNs.
   uint64_t markers_missed = 0;
+  // Marker frames whose key is not their path's (another process wrote
+  // them): ignored, the ring stays as it was.
+  uint64_t markers_forged = 0;
 };
-
-// The marker that opens a path (DirectIo): a RoCEv2 frame the switch steers
-// by its destination MAC and QPN like any other, with a manufacturer-specific
-// BTH opcode (IBTA 9.2: 0xC0-0xFF) and a payload of kPathMarkerMagic and the
-// path's id. It never leaves DirectIo: the receiver takes it out of the
-// port's bursts.
-inline constexpr uint8_t kPathMarkerOpcode = 0xC0;
-inline constexpr uint64_t kPathMarkerMagic = 0x6b72614d50495264;  // "dRIPMark"
-inline constexpr uint32_t kPathMarkerBytes = 14 + 20 + 8 + 12 + 16;
-// Writes the marker of path `path_id` from `src` to `dst` (QPN dst_qpn) into f.
-void BuildPathMarker(uint8_t* f, const std::array<uint8_t, 6>& dst, const std::array<uint8_t, 6>& src,
-                     uint32_t dst_qpn, uint64_t path_id);
-// The path id of a marker frame, or false if f is no marker.
-bool ReadPathMarker(const uint8_t* f, uint32_t len, uint64_t* path_id);
 
 class DirectIo final : public pktio::BurstIo {
  public:
+  // Monotonic nanoseconds: read only while a path waits for its marker
+  // (kMarkerWaitNs) or its ring refuses every frame (kMarkerResendNs).
+  using Clock = std::function<uint64_t()>;
   // `inner`: the port to the daemon. Frames are delivered to this side only
-  // for `own_mac` and QPNs [qpn_first, qpn_first + qpn_count).
-  DirectIo(pktio::BurstIo* inner, const std::array<uint8_t, 6>& own_mac, uint32_t qpn_first, uint32_t qpn_count);
+  // for `own_mac` and QPNs [qpn_first, qpn_first + qpn_count). Without a
+  // clock, CLOCK_MONOTONIC.
+  DirectIo(pktio::BurstIo* inner, const std::array<uint8_t, 6>& own_mac, uint32_t qpn_first, uint32_t qpn_count,
+           Clock clock = nullptr);
   ~DirectIo() override;
   DirectIo(const DirectIo&) = delete;
   DirectIo& operator=(const DirectIo&) = delete;
@@ -147,9 +144,22 @@ class DirectIo final : public pktio::BurstIo {
 
   const DirectCounters& counters() const { return counters_; }
 
+  // How long frames may wait in a closed ring, the port having nothing,
+  // before the ring opens without its marker (counted markers_missed). Long
+  // enough for a marker still in droced's burst or held for a full ring to
+  // come (a daemon descheduled for a few milliseconds); a lost marker costs
+  // the path this much once.
+  static constexpr uint64_t kMarkerWaitNs = 5'000'000;
+  // How long a full ring may refuse every frame before the marker goes
+  // again: the switch drops what does not fit the receiver's link ring,
+  // markers too, and a receiver still waiting for its marker never empties
+  // the ring (an extra marker is taken out and ignored).
+  static constexpr uint64_t kMarkerResendNs = 2'000'000;
+
  private:
   struct Path {
     uint64_t id = 0;
+    uint64_t key = 0;  // its markers carry it (fabric/path_marker.h)
     std::array<uint8_t, 6> mac{};
     uint32_t qpn_first = 0, qpn_count = 0;
     void* map = nullptr;
@@ -160,18 +170,12 @@ class DirectIo final : public pktio::BurstIo {
     bool warm = false;  // prefaulted (Warm)
     bool marker_sent = false;  // this side's frames to the peer take the ring
     bool marker_due = true;    // a marker is to go through the port (SendMarkers)
-    uint32_t full_streak = 0;  // transmit bursts in a row the full ring took nothing of
-    bool rx_open = false;      // the peer's marker came: the ring is read
-    uint32_t rx_waits = 0;     // polls that found the port empty and the closed ring not
+    bool refusing = false;       // the ring took nothing of the last transmit burst for it
+    uint64_t refusing_since_ns = 0;
+    bool rx_open = false;        // the peer's marker came: the ring is read
+    bool rx_waiting = false;     // the closed ring has held frames since rx_wait_since_ns
+    uint64_t rx_wait_since_ns = 0;
   };
-  // Polls of an empty port with frames waiting in a closed ring after which
-  // the ring opens without its marker (counted markers_missed).
-  static constexpr uint32_t kMarkerWaitPolls = 4096;
-  // Transmit bursts in a row that a full ring refused whole, after which the
-  // marker goes again: the switch drops what does not fit the receiver's
-  // link ring, markers too, and a receiver still waiting for its marker
-  // never empties the ring (an extra marker is taken out and ignored).
-  static constexpr uint32_t kMarkerResendFulls = 1024;
   // A path's memory is prefaulted (ethdev/prefault.h: page tables at once,
   // not a fault per page on the first pass) when its first frame goes in or
   // comes out, not when it is set up: a path's first frames cross the switch
@@ -188,9 +192,16 @@ class DirectIo final : public pktio::BurstIo {
   // Takes the markers out of frames[0..n) (the port's), opening their
   // paths; returns how many frames are left.
   uint16_t TakeMarkers(pktio::Frame* frames, uint16_t n);
-  void OpenRx(uint64_t path_id);
+  void OpenRx(const fabric::PathMarker& m);
+  // The ring of p took nothing of a transmit burst: after kMarkerResendNs of
+  // that, its marker is due again.
+  void NoteRingRefused(Path& p);
+  // p's ring is closed and holds frames: true (and the ring opens, counted
+  // markers_missed) once that has lasted kMarkerWaitNs and the port is empty.
+  bool MarkerWaitOver(Path& p);
 
   pktio::BurstIo* inner_;
+  Clock clock_;
   std::array<uint8_t, 6> mac_;
   uint32_t qpn_first_, qpn_count_;
   std::vector<Path> paths_;  // few: one per peer port
@@ -200,7 +211,8 @@ class DirectIo final : public pktio::BurstIo {
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection
   // is read once a millisecond): the path opens at once when it arrives.
-  std::vector<uint64_t> early_markers_;
+  // Their keys are checked when the path arrives.
+  std::vector<fabric::PathMarker> early_markers_;
   static constexpr size_t kMaxEarlyMarkers = 64;
   int epoll_fd_ = -1;
   int armed_wire_fd_ = -1;

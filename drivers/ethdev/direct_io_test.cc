@@ -24,6 +24,7 @@ constexpr std::array<uint8_t, 6> kMacA = {0x02, 0, 0, 0, 0, 0xa};
 constexpr std::array<uint8_t, 6> kMacB = {0x02, 0, 0, 0, 0, 0xb};
 constexpr uint32_t kSlots = 8;
 constexpr uint32_t kSlotBytes = pktio::FrameRing::kDefaultSlotBytes;
+constexpr uint64_t kKey = 0x5eed5eed1234abcdull;  // the paths' marker key (droced draws one per path)
 
 // Ethernet + IPv4 + UDP:4791 + BTH with destination QP `qpn`; `tag` in the payload.
 uint32_t BuildRoce(uint8_t* f, const std::array<uint8_t, 6>& dst, uint32_t qpn, uint8_t tag) {
@@ -54,7 +55,8 @@ struct Memfd {
   }
 };
 
-PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint32_t qpn_base, uint32_t my_ring) {
+PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint32_t qpn_base, uint32_t my_ring,
+                       uint64_t key = kKey) {
   PeerMessage m{};
   m.magic = kPeerMagic;
   m.version = kPeerVersion;
@@ -68,12 +70,16 @@ PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint
   m.slots = kSlots;
   m.slot_bytes = kSlotBytes;
   m.my_ring = my_ring;
+  m.marker_key = key;
   return m;
 }
 
 class DirectIoTest : public ::testing::Test {
  protected:
-  DirectIoTest() : wire_(sim::MemWireConfig{}), a_(&wire_.end(0), kMacA, 1024, 1024), b_(&wire_.end(1), kMacB, 2048, 1024) {}
+  DirectIoTest()
+      : wire_(sim::MemWireConfig{}),
+        a_(&wire_.end(0), kMacA, 1024, 1024, [this] { return now_ns_; }),
+        b_(&wire_.end(1), kMacB, 2048, 1024, [this] { return now_ns_; }) {}
 
   // Pairs a (QPNs 1024..) and b (2048..) as droced does: one memfd, an
   // eventfd per direction, each side given its own copies.
@@ -121,6 +127,17 @@ class DirectIoTest : public ::testing::Test {
     return tags;
   }
 
+  // Puts a marker of path `id` with `key` for b on the wire, as any process
+  // could address a frame to b.
+  void SendMarkerToB(uint64_t id, uint64_t key) {
+    pktio::Frame m;
+    ASSERT_EQ(wire_.end(0).AllocTx(&m, 1), 1);
+    fabric::BuildPathMarker(m.data, kMacB, kMacA, 2048, fabric::PathMarker{id, key});
+    m.len = fabric::kPathMarkerBytes;
+    ASSERT_EQ(wire_.end(0).TxBurst(&m, 1), 1);
+  }
+
+  uint64_t now_ns_ = 1'000'000'000;  // virtual time: both ends' clock
   sim::MemWire wire_;
   DirectIo a_, b_;
   int efd_a_ = -1, efd_b_ = -1;
@@ -187,13 +204,7 @@ TEST_F(DirectIoTest, ReceiverDropsFramesNotForItsQpns) {
   lm.peer_qpn_count = (1u << 24) - 2;  // "b owns every QPN"
   ASSERT_TRUE(liar.Apply(lm, fl, 3).ok());
   ASSERT_TRUE(b_.Apply(AddMessage(9, kMacA, 1024, 1), fb, 3).ok());
-  {  // the liar's marker, as the switch would carry it (here on a's wire)
-    pktio::Frame m;
-    ASSERT_EQ(a_.AllocTx(&m, 1), 1);
-    BuildPathMarker(m.data, kMacB, kMacA, 2048, 9);
-    m.len = kPathMarkerBytes;
-    ASSERT_EQ(wire_.end(0).TxBurst(&m, 1), 1);
-  }
+  SendMarkerToB(9, kKey);  // the liar's marker, as the switch would carry it (here on a's wire)
   for (uint32_t qpn : {4096u + 1, 2048u + 3, 1u}) {
     pktio::Frame x;
     ASSERT_EQ(liar.AllocTx(&x, 1), 1);
@@ -239,6 +250,53 @@ TEST_F(DirectIoTest, RingOpensAfterTheSwitchedFramesBeforeIt) {
   EXPECT_EQ(b_.counters().markers_missed, 0u);
 }
 
+// A marker with the path's id but not its key (any process can address a
+// frame to b; only a and b know the key) leaves the ring closed: the frames
+// a gave the switch before the path still come before the ring's. The real
+// marker then opens it.
+TEST_F(DirectIoTest, ForgedMarkerDoesNotOpenTheRing) {
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));  // no path yet: the port
+  Pair();                                       // a's marker follows it on the port
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 2));  // the ring
+  // The switch is slow: frame 1 and the marker are still in it (taken off
+  // the wire here, put back below), and a forged marker overtakes them.
+  std::vector<std::vector<uint8_t>> in_switch;
+  {
+    pktio::Frame fs[4];
+    const uint16_t n = wire_.end(1).RxBurst(fs, 4);
+    ASSERT_EQ(n, 2);
+    for (uint16_t i = 0; i < n; ++i) in_switch.emplace_back(fs[i].data, fs[i].data + fs[i].len);
+    wire_.end(1).Release(fs, n);
+  }
+  SendMarkerToB(7, kKey ^ 1);
+  EXPECT_TRUE(ReceiveOnB().empty());  // the ring stays closed: 2 must not overtake 1
+  EXPECT_EQ(b_.counters().markers_forged, 1u);
+  EXPECT_EQ(b_.counters().markers_received, 0u);
+  for (const std::vector<uint8_t>& bytes : in_switch) {
+    pktio::Frame f;
+    ASSERT_EQ(wire_.end(0).AllocTx(&f, 1), 1);
+    std::memcpy(f.data, bytes.data(), bytes.size());
+    f.len = static_cast<uint32_t>(bytes.size());
+    ASSERT_EQ(wire_.end(0).TxBurst(&f, 1), 1);
+  }
+  EXPECT_EQ(ReceiveOnB(), (std::vector<uint8_t>{1, 2}));
+  EXPECT_EQ(b_.counters().markers_received, 1u);
+  EXPECT_EQ(b_.counters().markers_missed, 0u);
+}
+
+// A forged marker that comes before its path's kPeerAdd is kept with its
+// key, and the path, when it arrives with another key, stays closed.
+TEST_F(DirectIoTest, EarlyForgedMarkerDoesNotOpenThePath) {
+  SendMarkerToB(7, kKey ^ 1);
+  EXPECT_TRUE(ReceiveOnB().empty());
+  Pair();
+  LoseTheMarkerOfA();
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  EXPECT_TRUE(ReceiveOnB().empty());
+  SendMarkerToB(7, kKey);  // the real one
+  EXPECT_EQ(ReceiveOnB(), std::vector<uint8_t>{1});
+}
+
 // The marker before its path's kPeerAdd (the control connection is read
 // later than the port): the path opens as soon as it is added.
 TEST_F(DirectIoTest, EarlyMarkerOpensThePathWhenItArrives) {
@@ -255,32 +313,37 @@ TEST_F(DirectIoTest, EarlyMarkerOpensThePathWhenItArrives) {
   EXPECT_EQ(b_.counters().markers_missed, 0u);
 }
 
-// A marker the switch dropped: the ring opens once the port has stayed
-// empty for kMarkerWaitPolls polls with frames waiting in it.
+// A marker the switch dropped: the ring opens once frames have waited in it
+// for kMarkerWaitNs (virtual time) with the port empty, however often or
+// rarely the receiver polls meanwhile.
 TEST_F(DirectIoTest, LostMarkerOpensTheRingAfterAWait) {
   Pair();
   LoseTheMarkerOfA();
   ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
-  EXPECT_TRUE(ReceiveOnB().empty());
   pktio::Frame fs[4];
-  uint16_t n = 0;
-  for (int i = 0; i < 10000 && n == 0; ++i) n = b_.RxBurst(fs, 4);
-  ASSERT_EQ(n, 1);
+  for (int i = 0; i < 20000; ++i) ASSERT_EQ(b_.RxBurst(fs, 4), 0);  // polls alone open nothing
+  now_ns_ += DirectIo::kMarkerWaitNs - 1;
+  EXPECT_EQ(b_.RxBurst(fs, 4), 0);
+  now_ns_ += 1;
+  ASSERT_EQ(b_.RxBurst(fs, 4), 1);  // a single poll once the time is up
   EXPECT_EQ(fs[0].data[60], 1);
-  b_.Release(fs, n);
+  b_.Release(fs, 1);
   EXPECT_EQ(b_.counters().markers_missed, 1u);
 }
 
 // A marker the switch dropped while the receiver sleeps (it polls rarely):
-// the sender, refused by the full ring again and again, sends the marker
-// again, and the receiver opens the ring on it.
+// the sender, refused by the full ring for kMarkerResendNs (virtual time),
+// sends the marker again, and the receiver opens the ring on it.
 TEST_F(DirectIoTest, FullClosedRingMakesTheSenderSendTheMarkerAgain) {
   Pair();
   LoseTheMarkerOfA();
   int sent = 0;
   while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
   EXPECT_EQ(sent, static_cast<int>(kSlots));
-  for (uint32_t i = 0; i < 1024; ++i) EXPECT_FALSE(SendFromA(kMacB, 2048 + 1, 0));
+  for (uint32_t i = 0; i < 5000; ++i) EXPECT_FALSE(SendFromA(kMacB, 2048 + 1, 0));
+  EXPECT_EQ(a_.counters().markers_sent, 1u);  // refusals alone resend nothing
+  now_ns_ += DirectIo::kMarkerResendNs;
+  EXPECT_FALSE(SendFromA(kMacB, 2048 + 1, 0));
   EXPECT_EQ(a_.counters().markers_sent, 2u);
   EXPECT_EQ(ReceiveOnB().size(), kSlots);
   EXPECT_EQ(b_.counters().markers_missed, 0u);

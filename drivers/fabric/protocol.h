@@ -58,7 +58,22 @@ enum Op : uint16_t {
   // ResolveRequest; the reply's mac is the next hop's (the answer may take
   // as long as the kernel's neighbour resolution, up to timeout_ms).
   kOpResolve = 7,
+  // A netdev-bound device's multicast group (doc/netdev.md "Multicast"):
+  // the request is followed by a McastRequest. The process (its pid's
+  // attachment to the device) joins or leaves the group; the interface is a
+  // member while any process of the host is (IGMP/MLD through the kernel),
+  // and the group's frames from the interface go to every process of the
+  // device. A process's groups go when its attachment does.
+  kOpMcast = 8,
 };
+
+// kOpMcast's body.
+struct McastRequest {
+  uint8_t gid[16];       // the group (IPv4 as ::ffff:a.b.c.d): a multicast address
+  uint32_t join;         // 1: join, 0: leave
+  uint8_t reserved[12];  // must be zero
+};
+static_assert(sizeof(McastRequest) == 32);
 
 // kOpResolve's body.
 struct ResolveRequest {
@@ -161,6 +176,13 @@ struct Request {
 };
 static_assert(sizeof(Request) == 80);
 
+enum ReplyFlags : uint8_t {
+  // Frames from other hosts reach the device: the daemon has an uplink, a
+  // wire whose frames only their ICRC vouches for (a device that trusts its
+  // link, rx_icrc_trust, must not attach).
+  kReplyFramesFromWire = 1,
+};
+
 struct Reply {
   uint32_t magic;
   uint16_t version;
@@ -173,7 +195,8 @@ struct Reply {
   uint32_t qpn_count;
   uint32_t num_gids;
   uint8_t mac[6];
-  uint8_t pad[2];
+  uint8_t flags;       // kOpAttach: ReplyFlags
+  uint8_t pad;
   uint8_t gids[kMaxGids][16];
   char secret[kSecretBytes];  // memif secret of the interface (NUL-terminated)
   char memif_socket[112];     // path of the daemon's memif socket (sun_path: < 108)

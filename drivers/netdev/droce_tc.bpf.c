@@ -68,7 +68,10 @@ static __always_inline void count(__u32 stat) {
 
 SEC("tc")
 int droce_tc(struct __sk_buff* skb) {
-  if (skb->pkt_type != PACKET_HOST) return TC_ACT_UNSPEC;
+  // A frame that had an 802.1Q tag (the kernel moved it into the skb's
+  // metadata before this program runs) belongs to that VLAN's interface,
+  // not to this one: never ours, whatever its address.
+  if (skb->pkt_type != PACKET_HOST || skb->vlan_present) return TC_ACT_UNSPEC;
   struct droce_gid dst = {};
   __u32 udp_off;
   __u32 mark = 0;

@@ -5,11 +5,13 @@
 // interface's own addresses leave it here. A frame is redirected into the
 // AF_XDP socket of its receive queue (xsks_map, filled by DPDK's net_af_xdp,
 // which loads this object through its xdp_prog devarg) when it is
-//   - unicast (a group or broadcast destination MAC is the kernel's),
 //   - IPv4 and not a fragment (offset 0, MF clear), or IPv6
 //     whose next header is UDP,
 //   - UDP to port 4791 (RoCEv2, IBTA annex A17),
-//   - to one of the device's GIDs (droce_addrs, droce_bpf.h).
+//   - to one of the device's GIDs or to a multicast group its processes
+//     joined (droce_addrs, droce_bpf.h), with a unicast destination MAC for
+//     an address and a group MAC for a group (a broadcast frame, or a group
+//     MAC with a unicast address, is the kernel's).
 // Everything else passes to the kernel untouched (XDP_PASS). A RoCEv2 frame
 // for us on a queue without a socket is dropped here, never handed to the
 // kernel (which would answer ICMP port unreachable); droce_stats counts it.
@@ -60,7 +62,7 @@ int droce_xdp(struct xdp_md* ctx) {
   void* end = (void*)(long)ctx->data_end;
   struct ethhdr* eth = data;
   if ((void*)(eth + 1) > end) return count(STAT_PASSED, XDP_PASS);
-  if (eth->h_dest[0] & 1) return count(STAT_PASSED, XDP_PASS);
+  const int group_mac = eth->h_dest[0] & 1;
   struct droce_gid dst = {};
   struct udphdr* udp;
   if (eth->h_proto == bpf_htons(ETH_P_IP)) {
@@ -71,12 +73,14 @@ int droce_xdp(struct xdp_md* ctx) {
     }
     udp = (void*)ip + ip->ihl * 4;
     droce_gid_from_ipv4(&dst, &ip->daddr);
+    if (group_mac != ((dst.raw[12] & 0xF0) == 0xE0)) return count(STAT_PASSED, XDP_PASS);
   } else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
     struct ipv6hdr* ip6 = (void*)(eth + 1);
     if ((void*)(ip6 + 1) > end) return count(STAT_PASSED, XDP_PASS);
     if (ip6->nexthdr != IPPROTO_UDP) return count(STAT_PASSED, XDP_PASS);
     udp = (void*)(ip6 + 1);
     __builtin_memcpy(dst.raw, &ip6->daddr, 16);
+    if (group_mac != (dst.raw[0] == 0xFF)) return count(STAT_PASSED, XDP_PASS);
   } else {
     return count(STAT_PASSED, XDP_PASS);
   }

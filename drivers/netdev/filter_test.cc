@@ -13,10 +13,14 @@
 namespace droce::netdev {
 namespace {
 
-uint32_t RunFilter(const std::vector<sock_filter>& prog, const std::vector<uint8_t>& f, uint32_t pkttype) {
+// vlan_tagged: the kernel moved an 802.1Q tag out of the frame into its
+// metadata (SKF_AD_VLAN_TAG_PRESENT).
+uint32_t RunFilter(const std::vector<sock_filter>& prog, const std::vector<uint8_t>& f, uint32_t pkttype,
+                   bool vlan_tagged = false) {
   uint32_t a = 0, x = 0;
   auto load = [&](uint32_t off, int size) -> std::optional<uint32_t> {
     if (off == static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE) && size == 4) return pkttype;
+    if (off == static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT) && size == 4) return vlan_tagged ? 1 : 0;
     if (off + size > f.size()) return std::nullopt;
     uint32_t v = 0;
     for (int i = 0; i < size; ++i) v = (v << 8) | f[off + i];
@@ -114,6 +118,23 @@ TEST(RoceFilter, TakesOnlyRoceV2ForOurAddresses) {
   std::vector<uint8_t> cut = V4Frame(0x0a000001, 4791);
   cut.resize(14 + 20 + 2);  // no room for the port
   EXPECT_EQ(RunFilter(*p, cut, PACKET_HOST), 0u);
+}
+
+// Another VLAN's frame for the same address is its VLAN interface's; a
+// group's frames arrive as PACKET_MULTICAST and are taken for the groups
+// joined (in the address list) only.
+TEST(RoceFilter, SkipsTaggedFramesAndTakesJoinedGroups) {
+  const Gid group = wire::Ipv4MappedGid(0xef010203);  // 239.1.2.3
+  Gid group6{0xff, 0x0e};
+  group6[15] = 7;
+  absl::StatusOr<std::vector<sock_filter>> p = RoceFilter({wire::Ipv4MappedGid(0x0a000001), group, group6});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(RunFilter(*p, V4Frame(0x0a000001, 4791), PACKET_HOST, /*vlan_tagged=*/true), 0u);
+  EXPECT_NE(RunFilter(*p, V4Frame(0xef010203, 4791), PACKET_MULTICAST), 0u);
+  EXPECT_NE(RunFilter(*p, V6Frame(group6, 4791), PACKET_MULTICAST), 0u);
+  EXPECT_EQ(RunFilter(*p, V4Frame(0xef010204, 4791), PACKET_MULTICAST), 0u);  // a group not joined
+  EXPECT_EQ(RunFilter(*p, V4Frame(0xef010203, 4791), PACKET_MULTICAST, true), 0u);
+  EXPECT_EQ(RunFilter(*p, V4Frame(0xef010203, 4791), PACKET_OUTGOING), 0u);
 }
 
 TEST(RoceFilter, NoAddressTakesNothingAndTooManyAreRefused) {

@@ -1,8 +1,11 @@
 #include "drivers/netdev/interface_port.h"
 
+#include <linux/ethtool.h>
 #include <linux/filter.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <fcntl.h>
@@ -26,6 +29,7 @@
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/port.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "wire/gid.h"
 #include "pktio/burst_io.h"
 
 namespace droce::netdev {
@@ -155,6 +159,7 @@ absl::StatusOr<std::unique_ptr<InterfacePort>> InterfacePort::Open(const Interfa
   p->ifname_ = c.ifname;
   p->ifindex_ = c.ifindex;
   p->device_ = c.device;
+  p->addrs_ = addrs;
   absl::StatusOr<int> lock = TakeLock(c.ifname, c.ifindex);
   if (!lock.ok()) return lock.status();
   p->lock_fd_ = *lock;
@@ -248,9 +253,37 @@ absl::StatusOr<uint16_t> StartPort(const std::string& vdev, const std::string& n
 
 }  // namespace
 
+namespace {
+
+// The interface's RX queues in use (ETHTOOL_GCHANNELS: RX and combined
+// channels, as DPDK's net_af_xdp reads them); 1 where the driver has no
+// channels (veth without XDP reports its queues here too).
+uint32_t RxQueues(const std::string& ifname) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 1;
+  ethtool_channels ch{};
+  ch.cmd = ETHTOOL_GCHANNELS;
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname.c_str());
+  ifr.ifr_data = reinterpret_cast<char*>(&ch);
+  const int rc = ioctl(fd, SIOCETHTOOL, &ifr);
+  close(fd);
+  if (rc != 0) return 1;
+  return std::max<uint32_t>(1, ch.rx_count + ch.combined_count);
+}
+
+}  // namespace
+
 absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
   const std::string object = XdpObjectPath();
   if (object.empty()) return absl::FailedPreconditionError("droce's XDP program (droce_xdp.o) is not installed");
+  // droced's AF_XDP socket is on queue 0: a RoCEv2 frame the NIC put on
+  // another queue would be dropped (the program's no_socket).
+  if (const uint32_t queues = RxQueues(c.ifname); queues > 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s has %u RX queues; XDP steers queue 0 only (use one channel, or steering udp or af_packet)", c.ifname,
+        queues));
+  }
   const uint16_t room = ethdev::AfXdpDataRoom();
   const std::string pool_name = absl::StrCat("nd_xdp_", c.ifindex);
   pool_ = room ? rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, room, SOCKET_ID_ANY) : nullptr;
@@ -406,12 +439,85 @@ void InterfacePort::SetMac(const std::array<uint8_t, 6>& mac) {
 }
 
 absl::Status InterfacePort::SetAddresses(const std::vector<Gid>& addrs) {
-  if (tc_) return tc_->SetAddresses(addrs);
-  if (xdp_) return xdp_->SetAddresses(addrs);
+  addrs_ = addrs;
+  return ApplySteering();
+}
+
+// steering udp: the TC program leaves group frames alone (no process's
+// socket can take a group's frames for another process), and droced's
+// socket, the member, receives them. XDP and af_packet take them as they
+// take the addresses'.
+absl::Status InterfacePort::ApplySteering() {
+  if (tc_) return tc_->SetAddresses(addrs_);
+  std::vector<Gid> all = addrs_;
+  all.insert(all.end(), groups_.begin(), groups_.end());
+  if (xdp_) return xdp_->SetAddresses(all);
   if (packet_fd_ < 0) return absl::FailedPreconditionError("no port");
-  absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(addrs);
+  absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(all);
   if (!filter.ok()) return filter.status();
   return AttachFilter(packet_fd_, *filter);
+}
+
+int InterfacePort::membership_fd() const { return udp_ ? udp_->fd() : guard_fd_; }
+
+namespace {
+
+// Joins (or leaves) group g on the interface through socket fd: the kernel
+// sends the IGMP/MLD report and filters the group's MAC in. A dual-stack
+// socket joins an IPv4 group at IPPROTO_IP (IPv6's own level would read the
+// group as an IPv6 address).
+absl::Status Membership(int fd, int ifindex, const Gid& g, bool join) {
+  int domain = AF_INET6;
+  socklen_t dl = sizeof domain;
+  if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) != 0) domain = AF_INET6;
+  group_req r{};
+  r.gr_interface = static_cast<uint32_t>(ifindex);
+  if (wire::IsIpv4MappedGid(g)) {
+    auto* a = reinterpret_cast<sockaddr_in*>(&r.gr_group);
+    a->sin_family = AF_INET;
+    std::memcpy(&a->sin_addr, g.data() + 12, 4);
+  } else {
+    if (domain != AF_INET6) return absl::FailedPreconditionError("no IPv6 in this kernel");
+    auto* a = reinterpret_cast<sockaddr_in6*>(&r.gr_group);
+    a->sin6_family = AF_INET6;
+    std::memcpy(&a->sin6_addr, g.data(), 16);
+  }
+  const int level = wire::IsIpv4MappedGid(g) ? IPPROTO_IP : IPPROTO_IPV6;
+  if (setsockopt(fd, level, join ? MCAST_JOIN_GROUP : MCAST_LEAVE_GROUP, &r, sizeof r) != 0) {
+    return absl::UnavailableError(absl::StrCat(join ? "joining" : "leaving", " a multicast group: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InterfacePort::SetGroups(const std::vector<Gid>& groups) {
+  const int fd = membership_fd();
+  if (fd < 0) return absl::FailedPreconditionError("no socket on the interface");
+  absl::Status first;
+  // Leave first, then join: the steering never takes a group the interface
+  // is no member of.
+  std::vector<Gid> kept;
+  for (const Gid& g : groups_) {
+    if (std::find(groups.begin(), groups.end(), g) != groups.end()) {
+      kept.push_back(g);
+    } else if (absl::Status s = Membership(fd, ifindex_, g, false); !s.ok()) {
+      first.Update(s);
+    }
+  }
+  groups_ = kept;
+  first.Update(ApplySteering());
+  for (const Gid& g : groups) {
+    if (std::find(groups_.begin(), groups_.end(), g) != groups_.end()) continue;
+    absl::Status s = Membership(fd, ifindex_, g, true);
+    if (s.ok()) {
+      groups_.push_back(g);
+    } else {
+      first.Update(s);
+    }
+  }
+  first.Update(ApplySteering());
+  return first;
 }
 
 std::string InterfacePort::Describe() const {

@@ -78,6 +78,11 @@ class InterfacePort {
   Steering steering() const { return steering_; }
   // The interface's addresses changed: the steering follows them.
   absl::Status SetAddresses(const std::vector<Gid>& addrs);
+  // The multicast groups the device's processes joined: the interface is a
+  // member of each (droced's socket at 4791 joins it, so the kernel sends
+  // IGMP/MLD reports and the interface accepts the group's MAC), and the
+  // steering takes the group's RoCEv2 frames as it takes the addresses'.
+  absl::Status SetGroups(const std::vector<Gid>& groups);
   void SetMac(const std::array<uint8_t, 6>& mac);
   // steering udp: a new socket for the process that owns QPNs [slot * 1024,
   // slot * 1024 + 1024), and the steering of those QPNs to it. The returned
@@ -106,6 +111,9 @@ class InterfacePort {
   absl::Status OpenAfPacket(const InterfaceConfig& c, const std::vector<Gid>& addrs);
   absl::Status OpenUdp(const InterfaceConfig& c, const std::vector<Gid>& addrs);
   void ClosePort();
+  absl::Status ApplySteering();
+  // The socket whose group memberships are the interface's: droced's at 4791.
+  int membership_fd() const;
 
   std::string ifname_;
   int ifindex_ = 0;
@@ -130,6 +138,8 @@ class InterfacePort {
   std::unique_ptr<UdpSocketPort> udp_;
   std::vector<std::pair<uint32_t, int>> process_sockets_;  // slot -> droced's duplicate
   std::string device_;
+  std::vector<Gid> addrs_;   // the interface's addresses the steering takes
+  std::vector<Gid> groups_;  // the groups joined and steered
 };
 
 }  // namespace droce::netdev

@@ -43,6 +43,7 @@ class UdpSocketPort {
   uint16_t port_id() const { return port_; }
   void SetMac(const std::array<uint8_t, 6>& mac) { mac_ = mac; }
   const udp::UdpCounters& counters() const { return counters_; }
+  int fd() const { return fd_; }
 
  private:
   UdpSocketPort() = default;

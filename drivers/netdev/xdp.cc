@@ -265,8 +265,16 @@ absl::StatusOr<std::vector<sock_filter>> RoceFilter(const std::vector<Gid>& addr
   }
   constexpr uint32_t kAccept = 0xFFFFFFFF, kDrop = 0, kPort = 4791;
   FilterBuilder b;
+  // To us, or to a group the interface is a member of (the addresses then
+  // say whether it is one of the device's).
   b.Stmt(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE));
-  b.Jump(BPF_JMP | BPF_JEQ | BPF_K, PACKET_HOST, "", "drop0");
+  b.Jump(BPF_JMP | BPF_JEQ | BPF_K, PACKET_HOST, "ether", "");
+  b.Jump(BPF_JMP | BPF_JEQ | BPF_K, PACKET_MULTICAST, "", "drop0");
+  b.Label("ether");
+  // A tagged frame (its tag in the metadata, the data untagged) is its
+  // VLAN interface's, never the interface's own.
+  b.Stmt(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_VLAN_TAG_PRESENT));
+  b.Jump(BPF_JMP | BPF_JEQ | BPF_K, 0, "", "drop0");
   b.Stmt(BPF_LD | BPF_H | BPF_ABS, 12);  // EtherType
   b.Jump(BPF_JMP | BPF_JEQ | BPF_K, 0x0800, "v4", "");
   b.Jump(BPF_JMP | BPF_JEQ | BPF_K, 0x86DD, "v6", "drop0");

@@ -80,7 +80,8 @@ absl::Status SyncAddressMap(int fd, const std::vector<Gid>& addrs);
 void SumPerCpuCounters(int fd, uint64_t* const* fields, uint32_t n);
 
 // The classic BPF filter of the packet-socket fallback: accepts frames to the
-// host (PACKET_HOST: not outgoing, broadcast or multicast) that are IPv4 (not
+// host (PACKET_HOST: not outgoing or broadcast) or to a group the interface joined
+// (PACKET_MULTICAST) that are IPv4 (not
 // a fragment) or IPv6 (UDP right after the fixed header), UDP to port 4791,
 // to one of `addrs`; drops everything else. At most kMaxFilterAddrs
 // addresses (more are left out: InvalidArgument).

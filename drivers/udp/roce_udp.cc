@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "wire/byte_order.h"
+#include "wire/gid.h"
 #include "wire/headers.h"
 #include "wire/icrc.h"
 #include "wire/packet.h"
@@ -55,6 +56,19 @@ absl::StatusOr<int> OpenSocket(const SocketConfig& c, uint16_t* bound_port) {
   // droce's frames covers. Never fragmented: the path MTU fits the interface.
   if (SetInt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_PROBE) != 0) return fail("IP_MTU_DISCOVER");
   if (SetInt(fd, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_PMTUDISC_PROBE) != 0) return fail("IPV6_MTU_DISCOVER");
+  // A group's frames sent here reach the host's other processes through
+  // droced's switch, not as the kernel's loopback copy.
+  if (SetInt(fd, IPPROTO_IP, IP_MULTICAST_LOOP, 0) != 0) return fail("IP_MULTICAST_LOOP");
+  if (SetInt(fd, IPPROTO_IPV6, IPV6_MULTICAST_LOOP, 0) != 0) return fail("IPV6_MULTICAST_LOOP");
+  // A group's datagrams leave by the interface: the PKTINFO each send
+  // carries names no interface, and a group has no route of its own.
+  if (!c.ifname.empty()) {
+    const int ifindex = static_cast<int>(if_nametoindex(c.ifname.c_str()));
+    ip_mreqn m{};
+    m.imr_ifindex = ifindex;
+    if (ifindex == 0 || setsockopt(fd, IPPROTO_IP, IP_MULTICAST_IF, &m, sizeof m) != 0) return fail("IP_MULTICAST_IF");
+    if (SetInt(fd, IPPROTO_IPV6, IPV6_MULTICAST_IF, ifindex) != 0) return fail("IPV6_MULTICAST_IF");
+  }
   if (c.rcvbuf_bytes > 0 && SetInt(fd, SOL_SOCKET, SO_RCVBUFFORCE, c.rcvbuf_bytes) != 0) {
     (void)SetInt(fd, SOL_SOCKET, SO_RCVBUF, c.rcvbuf_bytes);  // capped by net.core.rmem_max
   }
@@ -119,7 +133,9 @@ uint8_t* WriteHeaders(const Arrival& a, const std::array<uint8_t, 6>& own_mac, u
   uint8_t* ip = udp - (a.ipv6 ? wire::kIpv6Bytes : wire::kIpv4MinBytes);
   uint8_t* eth = ip - wire::kEthBytes;
   wire::EthWriter e(eth);
-  e.set_dst_mac(own_mac.data());
+  // A group's datagram (droced's socket, a member) goes to the group's MAC.
+  const std::optional<std::array<uint8_t, 6>> group = wire::GroupMacOfGid(a.dst);
+  e.set_dst_mac(group ? group->data() : own_mac.data());
   std::memset(eth + 6, 0, 6);
   if (a.ipv6) {
     e.set_ether_type(wire::kEtherTypeIpv6);
@@ -156,7 +172,7 @@ uint8_t* WriteHeaders(const Arrival& a, const std::array<uint8_t, 6>& own_mac, u
 
 bool ReadDeparture(const uint8_t* f, uint32_t len, Departure* d) {
   const wire::L3Info l3 = wire::ReadL3(f, len);
-  if (l3.ether_type == 0 || (f[0] & 1) != 0) return false;  // short, or to a group
+  if (l3.ether_type == 0) return false;
   const uint8_t* ip = f + l3.l3_offset;
   uint32_t l4;
   uint32_t ip_end;
@@ -189,6 +205,12 @@ bool ReadDeparture(const uint8_t* f, uint32_t len, Departure* d) {
     ip_end = l4 + h.payload_length();
   } else {
     return false;
+  }
+  // To a group MAC: a datagram to that group only (not broadcast, not a
+  // unicast address behind a group MAC).
+  if ((f[0] & 1) != 0) {
+    const std::optional<std::array<uint8_t, 6>> group = wire::GroupMacOfGid(d->dst);
+    if (!group || std::memcmp(group->data(), f, 6) != 0) return false;
   }
   if (len < l4 + wire::kUdpBytes || ip_end > len) return false;
   wire::UdpView u(f + l4);
@@ -242,13 +264,14 @@ void PrepareMessage(const Departure& d, const uint8_t* frame, sockaddr_in6* name
     std::memcpy(&pi.ipi6_addr, d.src.data(), 16);
     add(IPPROTO_IPV6, IPV6_PKTINFO, pi);
     add(IPPROTO_IPV6, IPV6_TCLASS, int{d.tclass});
-    if (d.ttl != 64) add(IPPROTO_IPV6, IPV6_HOPLIMIT, int{d.ttl});
+    // (A group's default hop limit is 1, not 64.)
+    if (d.ttl != 64 || d.dst[0] == 0xFF) add(IPPROTO_IPV6, IPV6_HOPLIMIT, int{d.ttl});
   } else {
     in_pktinfo pi{};
     std::memcpy(&pi.ipi_spec_dst, d.src.data() + 12, 4);
     add(IPPROTO_IP, IP_PKTINFO, pi);
     add(IPPROTO_IP, IP_TOS, int{d.tclass});
-    if (d.ttl != 64) add(IPPROTO_IP, IP_TTL, int{d.ttl});
+    if (d.ttl != 64 || (d.dst[12] & 0xF0) == 0xE0) add(IPPROTO_IP, IP_TTL, int{d.ttl});
   }
   m->msg_controllen = used;
 }

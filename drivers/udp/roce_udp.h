@@ -102,8 +102,10 @@ struct Departure {
 
 // Parses a frame's Ethernet (one 802.1Q tag allowed), IPv4 (no options, not
 // a fragment) or IPv6 (UDP next) and UDP headers, checking every length.
-// False for anything else (ARP, ND, multicast and broadcast destinations
-// stay on the host: the caller sends those elsewhere).
+// False for anything else (ARP, ND, broadcast, and a group MAC that is not
+// the destination group's: the caller sends those elsewhere). A process
+// sends group datagrams through droced (udp_io.h), whose socket sends them
+// out of the interface.
 bool ReadDeparture(const uint8_t* frame, uint32_t len, Departure* d);
 
 // Sets the frame's UDP source port to `port` and recomputes its ICRC.

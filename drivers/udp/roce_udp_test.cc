@@ -172,9 +172,19 @@ TEST(RoceUdp, WhatIsNoUnicastUdpFrameIsNoDeparture) {
   std::vector<uint8_t> f = Frame(false, 1, 4791, 8);
   Departure d;
   EXPECT_TRUE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
-  f[0] |= 1;  // a group
+  const std::vector<uint8_t> unicast = f;
+  f[0] |= 1;  // a group MAC in front of a unicast address
   EXPECT_FALSE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
-  f[0] &= 0xFE;
+  // To group 239.1.2.3 with its MAC: a departure; with another group's MAC: none.
+  const uint8_t group_mac[6] = {0x01, 0x00, 0x5e, 0x01, 0x02, 0x03};
+  std::memcpy(f.data(), group_mac, 6);
+  const uint8_t group_ip[4] = {239, 1, 2, 3};
+  std::memcpy(f.data() + 14 + 16, group_ip, 4);
+  EXPECT_TRUE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
+  EXPECT_EQ(d.dst[12], 239);
+  f[5] = 0x04;
+  EXPECT_FALSE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
+  f = unicast;
   EXPECT_FALSE(ReadDeparture(f.data(), 30, &d));  // cut inside the IP header
   f[14 + 6] = 0x20;  // more fragments
   EXPECT_FALSE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));

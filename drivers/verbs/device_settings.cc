@@ -332,8 +332,8 @@ std::vector<DeviceSetting> MakeSettings() {
                      "UDP sockets, else XDP, else af_packet)"));
   t.push_back(Switch("rx_icrc_trust", [](auto& f) -> auto& { return f.dev.rx_icrc_trusted; },
                      "received frames are not ICRC-checked: only where no frame crosses a wire (a `net_memif` vdev; "
-                     "a fabric device whose droced has no uplink); refused on any other port and on a netdev-bound "
-                     "device (doc/rx-checks.md)"));
+                     "a fabric device, which then does not attach to a droced with an uplink); refused on any other port "
+                     "and on a netdev-bound device (doc/rx-checks.md)"));
   t.push_back(Switch("udp_gso", [](auto& f) -> auto& { return f.udp_gso; },
                      "with `netdev_steering` udp: runs of equal-sized IPv6 frames to one peer leave in one "
                      "segmented send (UDP_SEGMENT), and the socket takes coalesced datagrams (UDP_GRO)"));

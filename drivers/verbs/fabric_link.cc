@@ -25,6 +25,7 @@
 #include <map>
 #include <string>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/memif_listener.h"
@@ -58,6 +59,11 @@ absl::Status Runtime::AttachFabric(uint32_t want_qpn_base) {
   }
   if (std::memcmp(r.mac, file_.dev.mac.data(), 6) != 0) {
     return absl::FailedPreconditionError("droced knows the device with another MAC (re-register it)");
+  }
+  if (file_.dev.rx_icrc_trusted && (r.flags & fabric::kReplyFramesFromWire) != 0) {
+    return absl::FailedPreconditionError(
+        "rx_icrc_trust=on, but droced has an uplink: frames from other hosts reach the device and are always "
+        "checked (turn rx_icrc_trust off, or run the daemon without --uplink)");
   }
   if (want_qpn_base != 0 && r.qpn_count < file_.dev.max_qp) {
     return absl::FailedPreconditionError("droced gave a QPN range smaller than the device's QPs");
@@ -298,6 +304,41 @@ void Runtime::RefreshWakeupLocked() {
   if (file_.progress.wakeup && fabric_link_ != FabricLink::kLost) {
     wakeup_ = link_ ? link_->MakeWakeup() : ethdev::RxWakeup::For(port_->port_id(), nullptr);
   }
+}
+
+int Runtime::SyncMcastGroups() {
+  if (!file_.netdev_bound) return 0;
+  std::lock_guard<std::mutex> serial(mcast_mu_);
+  std::vector<core::Gid> want;
+  {
+    std::lock_guard<DeviceMutex> lock(mu);
+    want = dev_->McastGroups();
+  }
+  const auto call = [&](const core::Gid& g, bool join) {
+    fabric::McastRequest q{};
+    std::memcpy(q.gid, g.data(), 16);
+    q.join = join ? 1 : 0;
+    fabric::Request req = fabric::MakeRequest(fabric::kOpMcast, file_.name);
+    req.size = sizeof req + sizeof q;
+    absl::StatusOr<fabric::Reply> r =
+        fabric::CallOnce(fabric::ControlSocketPath(file_.fabric_dir), req, 5000, nullptr, &q, sizeof q);
+    if (!r.ok()) return ENETDOWN;
+    if (r->error != 0 && std::getenv("DROCE_DEBUG") != nullptr) {
+      std::fprintf(stderr, "droce %s: multicast group: %s\n", file_.name.c_str(), r->message);
+    }
+    return r->error;
+  };
+  for (const core::Gid& g : want) {
+    if (absl::c_linear_search(mcast_joined_, g)) continue;
+    if (const int err = call(g, true); err != 0) return err;
+    mcast_joined_.push_back(g);
+  }
+  std::erase_if(mcast_joined_, [&](const core::Gid& g) {
+    if (absl::c_linear_search(want, g)) return false;
+    (void)call(g, false);  // droced drops it with the process anyway
+    return true;
+  });
+  return 0;
 }
 
 bool Runtime::WaitLinkUp() {

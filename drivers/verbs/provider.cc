@@ -1262,6 +1262,7 @@ int DestroyQp(ibv_qp* ibqp) {
     return s;
   });
   if (err != 0) return err;
+  (void)rt->SyncMcastGroups();  // a destroyed QP left its groups
   pthread_mutex_destroy(&ibqp->mutex);
   pthread_cond_destroy(&ibqp->cond);
   delete qp;
@@ -1677,8 +1678,20 @@ int AttachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
   Runtime* rt = Rt(ibqp->context);
   core::Gid g;
   std::memcpy(g.data(), gid->raw, 16);
-  AppLock lock(rt);
-  return ErrnoOf(rt->dev().AttachMcast(ToQp(ibqp)->qpn, g));
+  {
+    AppLock lock(rt);
+    if (const int err = ErrnoOf(rt->dev().AttachMcast(ToQp(ibqp)->qpn, g)); err != 0) return err;
+  }
+  // A netdev-bound device's interface joins the group (droced); refused, the QP is not attached.
+  const int err = rt->SyncMcastGroups();
+  if (err != 0) {
+    {
+      AppLock lock(rt);
+      (void)rt->dev().DetachMcast(ToQp(ibqp)->qpn, g);
+    }
+    (void)rt->SyncMcastGroups();
+  }
+  return err;
 }
 
 int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
@@ -1686,8 +1699,12 @@ int DetachMcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t) {
   Runtime* rt = Rt(ibqp->context);
   core::Gid g;
   std::memcpy(g.data(), gid->raw, 16);
-  AppLock lock(rt);
-  return ErrnoOf(rt->dev().DetachMcast(ToQp(ibqp)->qpn, g));
+  {
+    AppLock lock(rt);
+    if (const int err = ErrnoOf(rt->dev().DetachMcast(ToQp(ibqp)->qpn, g)); err != 0) return err;
+  }
+  (void)rt->SyncMcastGroups();  // the last QP of the host gone, the interface leaves the group
+  return 0;
 }
 
 // ---------------------------------------------------------------- context

@@ -229,6 +229,11 @@ class Runtime {
   // resolve by ARP/ND themselves and always return 0 (an unresolved
   // neighbour falls back to broadcast where allowed).
   int ResolveNeighbor(const core::Gid& gid, uint8_t sgid_index);
+  // A netdev-bound device's multicast groups: droced makes the interface a
+  // member of those the device's QPs are attached to (kOpMcast), and of no
+  // other once every process left it. Call without mu after attaching or
+  // detaching a QP; 0 or the errno of a refused join.
+  int SyncMcastGroups();
 
   // Caller holds mu.
   void WatchCq(const CqWatch& w);
@@ -321,7 +326,7 @@ class Runtime {
   // reported by the next round that runs, the link check's at the latest (a
   // millisecond). Caller holds mu.
   bool IdleLocked(uint64_t now_ns) {
-    return now_ns < next_link_check_ns_ && dev_->Quiescent() && wakeup_ != nullptr && !wakeup_stale_ &&
+    return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && wakeup_ != nullptr && !wakeup_stale_ &&
            (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
   }
@@ -386,6 +391,8 @@ class Runtime {
   void CheckLink(uint64_t now_ns);
 
   DeviceFile file_;
+  std::mutex mcast_mu_;                   // serializes SyncMcastGroups
+  std::vector<core::Gid> mcast_joined_;   // the groups droced has this process as a member of
   DoorbellBatcher batcher_;  // under mu
   // Posts' doorbells left for mu's owner (RingPosted): a lock-free stack,
   // pushed by posters, taken whole by the owner.

@@ -38,16 +38,8 @@ namespace droce::core {
 using wire::IsIpv4MappedGid;  // wire/gid.h
 
 // The Ethernet group address of a RoCEv2 multicast GID, or nullopt when the
-// GID is not multicast: ::ffff:224.0.0.0/4 -> 01:00:5e + the low 23 bits of
-// the IPv4 address (RFC 1112), ff00::/8 -> 33:33 + its last 32 bits (RFC 2464).
-inline std::optional<Mac> MulticastMac(const Gid& g) {
-  if (IsIpv4MappedGid(g)) {
-    if ((g[12] & 0xF0) != 0xE0) return std::nullopt;
-    return Mac{0x01, 0x00, 0x5e, static_cast<uint8_t>(g[13] & 0x7F), g[14], g[15]};
-  }
-  if (g[0] != 0xFF) return std::nullopt;
-  return Mac{0x33, 0x33, g[12], g[13], g[14], g[15]};
-}
+// GID is not multicast (wire/gid.h).
+inline std::optional<Mac> MulticastMac(const Gid& g) { return wire::GroupMacOfGid(g); }
 
 // A GID hash with a seed (for tables keyed by addresses a peer chooses).
 struct SeededGidHash {
@@ -229,6 +221,12 @@ class Device {
   // QP 0xFFFFFF, the group's IP and MAC) goes to every attached QP.
   absl::Status AttachMcast(uint32_t qpn, const Gid& group);
   absl::Status DetachMcast(uint32_t qpn, const Gid& group);
+  // The groups some QP is attached to.
+  std::vector<Gid> McastGroups() const {
+    std::vector<Gid> out;
+    for (const McastGroup& g : groups_) out.push_back(g.gid);
+    return out;
+  }
   static constexpr uint32_t kMaxMcastGroups = 256;
   static constexpr uint32_t kMaxMcastQpAttach = 1024;
 
@@ -293,13 +291,15 @@ class Device {
   // list (doc/core.md "Timers"): for tests and benchmarks.
   const TimerWheel& timers() const { return timers_; }
   size_t active_qps() const { return active_.size(); }
-  // Nothing for a round to do but receive: no QP with transmit work or a
-  // timer, no deferred doorbell, no control or refused frame waiting for the
-  // port, nothing looped back. With nothing arrived either, a round would be
-  // empty (the verbs runtime then skips an empty poll_cq's round).
-  bool Quiescent() const {
-    return active_.empty() && timers_.size() == 0 && n_deferred_ == 0 && tx_backlog_.empty() &&
-           arp_out_.empty() && nd_out_.empty() && loopback_.pending() == 0;
+  // Nothing for a round at now_ns to do but receive: no QP with transmit
+  // work or a timer due (a QP with data in flight has its retransmit timer
+  // armed, mostly far ahead: TimerWheel::NoneDueBy), no deferred doorbell, no
+  // control or refused frame waiting for the port, nothing looped back. With
+  // nothing arrived either, a round would be empty (the verbs runtime then
+  // skips an empty poll_cq's round).
+  bool Quiescent(uint64_t now_ns) {
+    return active_.empty() && n_deferred_ == 0 && tx_backlog_.empty() && arp_out_.empty() && nd_out_.empty() &&
+           loopback_.pending() == 0 && timers_.NoneDueBy(now_ns);
   }
 
  private:

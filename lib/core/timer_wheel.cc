@@ -1,5 +1,7 @@
 #include "core/timer_wheel.h"
 
+#include <algorithm>
+
 namespace droce::core {
 
 TimerWheel::TimerWheel(uint64_t now_ns) : heads_(kSlots + 1, kNil), cur_tick_(TickOf(now_ns)) {}
@@ -54,6 +56,7 @@ void TimerWheel::Arm(uint32_t id, uint64_t deadline_ns) {
   }
   e.deadline = deadline_ns;
   Place(id);
+  if (deadline_ns < earliest_) earliest_ = deadline_ns;
 }
 
 void TimerWheel::Cancel(uint32_t id) {
@@ -100,6 +103,20 @@ void TimerWheel::WalkOverflow(uint64_t now_ns) {
     id = next;
   }
   overflow_walk_tick_ = cur_tick_ + kSlots / 2;
+}
+
+void TimerWheel::FindEarliest() {
+  uint64_t e = UINT64_MAX;
+  for (uint32_t k = 0; k < kSlots; ++k) {
+    const uint32_t head = heads_[static_cast<uint32_t>((cur_tick_ + k) % kSlots)];
+    if (head == kNil) continue;
+    // Every entry of this slot is due by its tick's end; a later slot's are not
+    // earlier (the current slot may also hold entries due before it).
+    for (uint32_t id = head; id != kNil; id = entries_[id].next) e = std::min(e, entries_[id].deadline);
+    break;
+  }
+  for (uint32_t id = heads_[kOverflow]; id != kNil; id = entries_[id].next) e = std::min(e, entries_[id].deadline);
+  earliest_ = e;
 }
 
 std::span<const uint32_t> TimerWheel::Expire(uint64_t now_ns) {

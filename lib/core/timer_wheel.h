@@ -45,6 +45,18 @@ class TimerWheel {
   // stays valid until the next Expire; re-arming from it is allowed).
   std::span<const uint32_t> Expire(uint64_t now_ns);
 
+  // No entry is due at now_ns (every deadline filed is later): what an
+  // empty poll asks before it skips a round. One compare while the lower
+  // bound it keeps of the deadlines is later than now_ns; else (the earliest
+  // came due, or was cancelled or moved later) it finds the earliest deadline
+  // anew, looking at the slots ahead up to the first that holds one and at
+  // the overflow list, and answers by that.
+  bool NoneDueBy(uint64_t now_ns) {
+    if (size_ == 0 || earliest_ > now_ns) return true;
+    FindEarliest();
+    return earliest_ > now_ns;
+  }
+
   uint32_t size() const { return size_; }
   uint32_t overflow_size() const { return overflow_size_; }
   // Entries looked at by Expire since construction (a cost measure for tests).
@@ -67,6 +79,7 @@ class TimerWheel {
   void ExpireList(uint32_t list, uint64_t now_ns);
   void HandBack(uint32_t id);  // a due entry leaves the wheel for Expire's answer
   void WalkOverflow(uint64_t now_ns);
+  void FindEarliest();
 
   std::vector<Entry> entries_;
   std::vector<uint32_t> heads_;  // kSlots + 1 lists: the slots, then the overflow
@@ -76,6 +89,9 @@ class TimerWheel {
   uint32_t size_ = 0;
   uint32_t overflow_size_ = 0;
   uint64_t visited_ = 0;
+  // A lower bound of every deadline filed: Arm lowers it; a cancel, an
+  // expiry or a deadline moved later leave it low until FindEarliest.
+  uint64_t earliest_ = UINT64_MAX;
 };
 
 }  // namespace droce::core

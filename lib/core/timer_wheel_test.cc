@@ -29,6 +29,40 @@ TEST(TimerWheel, HandsBackAnEntryAtItsDeadlineNotBefore) {
   EXPECT_EQ(w.size(), 0u);
 }
 
+// NoneDueBy answers exactly at every instant, across re-arms, cancels,
+// expiries and deadlines beyond a turn of the wheel (the overflow list): an
+// empty poll skips its round only while no deadline has come.
+TEST(TimerWheel, NoneDueByIsExactAcrossRandomUse) {
+  std::mt19937_64 rng(7);
+  TimerWheel w(5'000'000);
+  constexpr uint32_t kIds = 16;
+  w.Reserve(kIds);
+  uint64_t now = 5'000'000;
+  EXPECT_TRUE(w.NoneDueBy(now));
+  for (int step = 0; step < 20000; ++step) {
+    const uint32_t id = static_cast<uint32_t>(rng() % kIds);
+    switch (rng() % 4) {
+      case 0: {  // near, far, beyond a turn
+        const uint64_t spans[3] = {20'000, 2'000'000, 100'000'000};
+        w.Arm(id, now + 1 + rng() % spans[rng() % 3]);
+        break;
+      }
+      case 1:
+        w.Cancel(id);
+        break;
+      default:
+        now += rng() % 30'000;
+        if (rng() % 3 == 0) w.Expire(now);
+        break;
+    }
+    uint64_t earliest = UINT64_MAX;
+    for (uint32_t i = 0; i < kIds; ++i) {
+      if (w.armed(i)) earliest = std::min(earliest, w.deadline(i));
+    }
+    ASSERT_EQ(w.NoneDueBy(now), earliest > now) << "step " << step;
+  }
+}
+
 TEST(TimerWheel, ArmReplacesAndCancelRemoves) {
   TimerWheel w(0);
   w.Reserve(3);

@@ -34,12 +34,15 @@ inline uint32_t RoceBthOffset(const uint8_t* f, uint32_t len) {
   return off + kUdpBytes;
 }
 
-// The destination QP of a RoCEv2 frame (24 bits), or -1 if it is not one.
-inline int64_t RoceDestQp(const uint8_t* f, uint32_t len) {
-  const uint32_t bth = RoceBthOffset(f, len);
+// The destination QP of a RoCEv2 frame whose BTH is at `bth`
+// (RoceBthOffset), or -1 if bth is 0 (not RoCEv2).
+inline int64_t RoceDestQpAt(const uint8_t* f, uint32_t bth) {
   if (bth == 0) return -1;
   return (uint32_t{f[bth + 5]} << 16) | (uint32_t{f[bth + 6]} << 8) | f[bth + 7];
 }
+
+// The destination QP of a RoCEv2 frame (24 bits), or -1 if it is not one.
+inline int64_t RoceDestQp(const uint8_t* f, uint32_t len) { return RoceDestQpAt(f, RoceBthOffset(f, len)); }
 
 // The destination IP of an IPv4 or IPv6 frame as a 16-byte GID
 // (IPv4 as ::ffff:a.b.c.d); false for anything else.

@@ -175,6 +175,14 @@ elif [ "$(grep -c "the peer's path MTU is" <<<"$out")" -ne 2 ]; then
 else
   echo "ok   an MTU mismatch is refused by both ends"
 fi
+# Likewise different --outstanding (the slots the passive side verifies).
+if out=$(CLIENT_ARGS="--duration 0.5 --outstanding 32" bash "$root/tools/memif-pair.sh" --fwd write_bw 2>&1); then
+  echo "FAIL --outstanding mismatch accepted"; echo "$out" | tail -5; status=1
+elif [ "$(grep -c "runs --outstanding" <<<"$out")" -ne 2 ]; then
+  echo "FAIL --outstanding mismatch: not both ends explained it"; echo "$out" | tail -8; status=1
+else
+  echo "ok   an --outstanding mismatch is refused by both ends"
+fi
 # A server killed (SIGKILL) mid-run: the client's QPs time out, its work
 # requests complete with errors, and it exits 1 with its result line — no
 # crash (its device must not hand a full TX backlog back to a closed port).

@@ -53,6 +53,16 @@ check "rping -C 10 -S 2000 host B droce2 -> host A droce0 across the uplink (rdm
   pair "$A" "rping -s -a 10.0.0.1 -p $p -C 10 -S 2000" "$B" "rping -c -a 10.0.0.1 -p $p -C 10 -S 2000 -v"
 check "uplink counters moved on both" bash -c "DROCE_RUN_DIR=$A '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]' &&
   DROCE_RUN_DIR=$B '$ctl' daemon status | grep -E 'uplink memif.*to_uplink [1-9].*rx [1-9]'"
+# A device that trusts its link without the ICRC check (rx_icrc_trust) does
+# not start on a daemon with an uplink: frames from a wire reach it.
+trusting() {
+  DROCE_RUN_DIR=$A "$ctl" link add droce1 ip 10.0.0.2 set rx_icrc_trust=on >/dev/null || return 1
+  local out; out=$(on "$A" ibv_rc_pingpong -d droce1 -g 1 -n 5 2>&1)
+  DROCE_RUN_DIR=$A "$ctl" link del droce1 >/dev/null
+  echo "$out" | head -3
+  grep -q "rx_icrc_trust=on, but droced has an uplink" <<<"$out"
+}
+check "rx_icrc_trust=on is refused on a daemon with an uplink" trusting
 
 # The same two hosts joined by a netdev instead: each daemon's uplink is
 # net_af_packet on one end of a veth pair (root only; path MTU 2048 on

@@ -13,15 +13,16 @@ prefix=${NETNS_PREFIX:-netdevtest}
 ip netns add "$prefix-probe-$$" 2>/dev/null && ip netns del "$prefix-probe-$$" ||
   { echo "SKIP: no network namespaces"; exit 77; }
 EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
+MCAST=${MCAST_ATTACH:-$build/tests/netns/mcast_attach}
 cluster=$root/tools/droce-cluster
 t=${PAIR_TIMEOUT:-60}
-A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c
+A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c QA=$prefix-$$-qa QB=$prefix-$$-qb
 logs=$(mktemp -d /tmp/netdevtest.XXXXXX)
 log_dirs=("/run/droce/netns/$A" "/run/droce/netns/$B")
 FAIL_TAIL=40
 
 cleanup() {
-  for ns in "$A" "$B"; do
+  for ns in "$A" "$B" "$QA" "$QB"; do
     ip netns exec "$ns" "$ctl" daemon stop >/dev/null 2>&1
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$ns" 2>/dev/null
@@ -200,6 +201,68 @@ host_device() {
 }
 check "steering udp: a program on droce0 reaches another device of its droced (droce1, 192.168.77.1)" host_device
 
+# ibv_attach_mcast and detach on droce0: bad input gets EINVAL; nd0 is a
+# member of the group (the kernel's view) while a QP of the host is attached
+# to it, and leaves it with the last one.
+mcast_membership() {  # GROUP (IPv4: IGMP, IPv6: MLD)
+  on "$A" "$MCAST" droce0 "$1" 2 >"$logs/mcast.log" 2>&1 &
+  local p=$! step seen=""
+  for step in attached "one left" detached; do
+    for _ in $(seq 100); do grep -q "^$step" "$logs/mcast.log" && break; sleep 0.05; done
+    grep -q "^$step" "$logs/mcast.log" || break
+    ip -n "$A" maddr show dev nd0 | grep -qw "$1" && seen="$seen, $step: yes" || seen="$seen, $step: no"
+  done
+  wait $p; local rc=$?
+  cat "$logs/mcast.log"; echo "member of $1$seen"
+  # ibv_query_gid_ex names nd0 as GID 1's interface (RoCE v2: type 2).
+  local ifindex; ifindex=$(ip netns exec "$A" cat /sys/class/net/nd0/ifindex)
+  [ $rc -eq 0 ] && [ "$seen" = ", attached: yes, one left: yes, detached: no" ] &&
+    grep -qx "gid 1 ndev_ifindex $ifindex gid_type 2" "$logs/mcast.log"
+}
+check "ibv_attach_mcast: EINVAL for a unicast GID and an unattached group; nd0 a member while a QP is attached; ibv_query_gid_ex names nd0" \
+  mcast_membership 239.1.2.4
+check "ibv_attach_mcast to an IPv6 group (ff0e::4): nd0 a member while a QP is attached" mcast_membership ff0e::4
+
+# Another VLAN's frames are never the interface's: a RoCEv2 frame to A's
+# nd0 MAC and 10.0.0.1 (QP 1), tagged with VLAN 100, sent from B, moves none
+# of the steering's counters; the same frame untagged (the control) does.
+# (This kernel has no VLAN interfaces; the kernel moves the tag into the
+# frame's metadata before TC and packet sockets see it all the same.)
+inject_roce() {  # VLAN (0: untagged)
+  local dst; dst=$(ip -n "$A" -br link show nd0 | awk '{print $3}')
+  ip netns exec "$B" python3 - "$dst" "$1" <<'PY'
+import socket, struct, sys
+dst = bytes.fromhex(sys.argv[1].replace(':', '')); vlan = int(sys.argv[2])
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('nd0', 0))
+src = s.getsockname()[4]
+bth = bytes([0x64, 0, 0xff, 0xff, 0, 0, 0, 1]) + bytes(4) + bytes(8)  # UD SEND only to QP 1, DETH
+payload = bth + bytes(4)  # ICRC (not checked before the steering)
+udp = struct.pack('!HHHH', 49152, 4791, 8 + len(payload), 0) + payload
+ip = bytearray(struct.pack('!BBHHHBBH4s4s', 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0,
+                           socket.inet_aton('10.0.0.2'), socket.inet_aton('10.0.0.1')))
+c = sum(struct.unpack('!10H', bytes(ip))); c = (c & 0xffff) + (c >> 16); c = (c & 0xffff) + (c >> 16)
+ip[10:12] = struct.pack('!H', ~c & 0xffff)
+tag = struct.pack('!HH', 0x8100, vlan) if vlan else b''
+for _ in range(5):
+    s.send(dst + src + tag + struct.pack('!H', 0x0800) + bytes(ip) + udp)
+PY
+}
+steering_taken() {  # STEERING: what the steering took so far
+  case $1 in
+    udp) status "$A" | grep -o 'tc: steered [0-9]* to_daemon [0-9]*' ;;
+    xdp) status "$A" | grep -o 'xdp: redirected [0-9]*' ;;
+    af_packet) status "$A" | grep -o 'netdev nd0: .*, rx [0-9]* pkts' | grep -o 'rx [0-9]* pkts' ;;
+  esac
+}
+vlan_frames_skipped() {  # STEERING
+  local before after control
+  before=$(steering_taken "$1"); inject_roce 100; sleep 0.5; after=$(steering_taken "$1")
+  inject_roce 0; sleep 0.5; control=$(steering_taken "$1")
+  echo "$1: before '$before', after VLAN 100 frames '$after', after untagged ones '$control'"
+  [ -n "$before" ] && [ "$before" = "$after" ] && [ "$after" != "$control" ]
+}
+check "steering udp: VLAN 100 frames for nd0's address are not taken (untagged ones are)" vlan_frames_skipped udp
+
 # Addresses added and removed at run time: the GID table follows; a QP pair
 # on the removed address errors (QP_FATAL), the pair on 10.0.0.1 goes on.
 addr_change() {
@@ -291,7 +354,7 @@ check "steering udp, udp_gso=on: 64 KiB messages over IPv6 segmented and coalesc
 fallback() {
   rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
-    tcp_and_rdma af_packet
+    tcp_and_rdma af_packet && vlan_frames_skipped af_packet
 }
 check "the af_packet fallback: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" fallback
 
@@ -310,7 +373,7 @@ xdp_steering() {
   [ $rc -eq 0 ] && ip -n $A link show nd0 | grep -q 'prog/xdp.*droce_xdp' && ip -n $B link show nd0 | grep -q 'prog/xdp.*droce_xdp' &&
     status "$A" | grep 'netdev nd0: AF_XDP, XDP native' &&
     pair "$A" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c" "$B" "ibv_rc_pingpong -d droce0 -g 1 -n 300 -c 10.0.0.1" &&
-    tcp_and_rdma xdp
+    tcp_and_rdma xdp && vlan_frames_skipped xdp
 }
 check "steering xdp: pingpong, ib_write_bw beside iperf3, no ICMP unreachable" xdp_steering
 
@@ -324,6 +387,41 @@ check "steering xdp: ibv_ud_pingpong over GID 0 (fe80::, usable after the bindin
 # AF_XDP queue again at once can find the kernel still releasing it.
 check "daemon stop unbinds nd0 (no XDP program left)" bash -c "
   ip -n $A link show nd0 | grep -q prog/xdp && ip netns exec $A '$ctl' daemon stop && ! ip -n $A link show nd0 | grep -q prog/xdp"
+
+# A veth with 4 RX queues: XDP steering (droced's AF_XDP socket on queue 0)
+# is refused with the reason, and auto falls back past it; steering udp and
+# af_packet take every queue: pingpongs of 3 processes at once (3 UDP
+# source ports: 3 flows, which the sending veth hashes over its 4 queues)
+# pass.
+multiqueue() {
+  ip netns add "$QA" && ip netns add "$QB" || return 1
+  ip -n "$QA" link add nd0 numtxqueues 4 numrxqueues 4 type veth peer name nd0 numtxqueues 4 numrxqueues 4 netns "$QB" || return 1
+  local ns st p k rc=0
+  for ns in "$QA" "$QB"; do ip -n "$ns" link set lo up; ip -n "$ns" link set nd0 up; done
+  ip -n "$QA" addr add 10.0.0.1/24 dev nd0; ip -n "$QB" addr add 10.0.0.2/24 dev nd0
+  local out; out=$(ip netns exec "$QA" "$ctl" link add droce0 netdev nd0 steering xdp 2>&1) && return 1
+  echo "$out"; grep -q "4 RX queues; XDP steers queue 0 only" <<<"$out" || return 1
+  for st in udp af_packet; do
+    for ns in "$QA" "$QB"; do
+      ip netns exec "$ns" "$ctl" link del droce0 >/dev/null 2>&1
+      ip netns exec "$ns" "$ctl" link add droce0 netdev nd0 steering $st >/dev/null || return 1
+    done
+    local pids=()
+    for k in 0 1 2; do
+      on "$QA" timeout "$t" ibv_rc_pingpong -d droce0 -g 1 -n 200 -p $((18600 + k)) >"$logs/mq-s$k.log" 2>&1 &
+      pids+=($!)
+    done
+    for k in 0 1 2; do LISTEN_NS=$QA wait_listen "${pids[$k]}" $((18600 + k)); done
+    for k in 0 1 2; do
+      on "$QB" timeout "$t" ibv_rc_pingpong -d droce0 -g 1 -n 200 -p $((18600 + k)) 10.0.0.1 >"$logs/mq-c$k.log" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    echo "steering $st: $(grep -h 'iters in' "$logs"/mq-c*.log | wc -l) of 3 clients done"
+  done
+  return $rc
+}
+check "a veth with 4 RX queues: XDP refused with the reason; udp and af_packet carry 3 flows at once" multiqueue
 
 # A cluster of 3 on a bridge (tools/droce-cluster): host 3 <-> host 1 and
 # rdma_cm host 2 -> host 3; Open MPI launches through it as its remote shell.
@@ -347,8 +445,53 @@ cluster3() {
     grep -qx "10.0.0.2/24 /run/droce/netns/$C-2" "$logs/mpi.log" &&
       grep -qx "10.0.0.3/24 /run/droce/netns/$C-3" "$logs/mpi.log" || return 1
   fi
-  "$cluster" down --name "$C" && ! ip netns list | grep -q "^$C-"
 }
 check "a cluster of 3 on a bridge: pingpong, rping, mpirun through droce-cluster rsh" cluster3
+
+# Multicast RoCEv2 over the interfaces (rdma_join_multicast, ibv_attach_mcast):
+# host 2 (one process) and host 3 (two) join 239.1.2.3 with librdmacm's
+# mckey, host 1 sends to it; every receiver gets every datagram; the
+# interfaces are members while the QPs are attached (the kernel's IGMP view)
+# and leave after; each steering.
+mcast_receivers() {  # STEERING
+  local k out
+  for k in 2 3 4; do
+    timeout "$t" "$cluster" run --name "$C" $((k == 4 ? 3 : k)) mckey -m 239.1.2.3 -b 10.0.0.$((k == 4 ? 3 : k)) \
+      -C 20 -S 256 >"$logs/mc$k.log" 2>&1 &
+    eval "mc$k=\$!"
+  done
+  # Both joined: the interfaces are members (the kernel's view), droced says so.
+  for _ in $(seq 100); do
+    out=$(for k in 2 3; do ip netns exec "$C-$k" "$ctl" daemon status | grep -c 'multicast groups: 239.1.2.3'; done | tr -d '\n')
+    [ "$out" = 11 ] && break; sleep 0.1
+  done
+  for k in 2 3; do ip -n "$C-$k" maddr show dev eth0 | grep -q 239.1.2.3 || { echo "host $k: eth0 is no member"; return 1; }; done
+  echo "members: hosts 2 and 3"
+}
+multicast() {  # STEERING
+  local k rc=0 mc2 mc3 mc4
+  if [ "$1" != auto ]; then
+    for k in 1 2 3; do
+      ip netns exec "$C-$k" "$ctl" link del droce0 && ip netns exec "$C-$k" "$ctl" link add droce0 netdev eth0 steering "$1" >/dev/null || return 1
+    done
+  fi
+  ip netns exec "$C-1" "$ctl" daemon status | grep "netdev eth0"
+  mcast_receivers "$1" || return 1
+  timeout "$t" "$cluster" run --name "$C" 1 mckey -m 239.1.2.3 -b 10.0.0.1 -s -C 20 -S 256 >"$logs/mc1.log" 2>&1 || rc=1
+  wait $mc2 || rc=1
+  wait $mc3 || rc=1
+  wait $mc4 || rc=1
+  for k in 1 2 3 4; do echo "--- mckey $k"; tail -3 "$logs/mc$k.log"; done
+  for k in 2 3 4; do grep -q "data transfers complete" "$logs/mc$k.log" || rc=1; done
+  # The last QP gone, each interface left the group.
+  for k in 2 3; do
+    ip -n "$C-$k" maddr show dev eth0 | grep -q 239.1.2.3 && { echo "host $k: eth0 still a member"; rc=1; }
+  done
+  return $rc
+}
+check "multicast: mckey from host 1 to hosts 2 and 3 (two processes on 3) (steering auto)" multicast auto
+check "multicast: mckey from host 1 to hosts 2 and 3 (two processes on 3) (steering xdp)" multicast xdp
+check "multicast: mckey from host 1 to hosts 2 and 3 (two processes on 3) (steering af_packet)" multicast af_packet
+check "the cluster goes down" bash -c "DROCE_CTL='$ctl' '$cluster' down --name '$C' && ! ip netns list | grep -q '^$C-'"
 
 finish netns

@@ -59,14 +59,54 @@ lab_guest_priority() {
   renice -n -10 -p $(ls "/proc/$pid/task") >/dev/null
 }
 
+# Where droce0 is (LAB_LINK, default netdev):
+#   netdev    droce0 is the RoCE function of a host of its own, as rxe is of the
+#             guest's eth0: a network namespace (droce_ns) with a veth to the
+#             lab's bridge, the kernel's address 192.168.77.3 (fd77::3) on it,
+#             `droce-ctl link add droce0 netdev labh0` (doc/netdev.md). TCP and
+#             RoCE use the same address.
+#   af_packet the scripts' first way: droce0 on the lab's own lab0 through DPDK
+#             af_packet (rxe_lab.sh: a device of its own wire; rxe_cm_lab.sh: a
+#             fabric device whose droced has lab0 as its uplink), with
+#             192.168.77.2 (fd77::2), which the kernel does not own; programs'
+#             TCP side channels use the bridge's 192.168.77.1.
+# Sets droce_ns, droce_ip, droce_ip6 (droce0's RoCE addresses) and droce_tcp
+# (where a droce server's TCP side channel is reached).
+lab_link=${LAB_LINK:-netdev}
+case $lab_link in
+  netdev) droce_ns=droce-labhost-$$ droce_ip=192.168.77.3 droce_ip6=fd77::3 droce_tcp=192.168.77.3 ;;
+  af_packet) droce_ns=rocelab droce_ip=192.168.77.2 droce_ip6=fd77::2 droce_tcp=192.168.77.1 ;;
+  *) echo "LAB_LINK must be netdev or af_packet" >&2; exit 2 ;;
+esac
+
+# The netdev host: its namespace, a veth whose other end is a port of the
+# lab's bridge, the kernel's addresses, and droce0 bound to it with the
+# settings given. The host goes with lab_netdev_host_down (the veth with it).
+lab_netdev_host_up() {  # [droce-ctl link add words...]
+  ip netns add "$droce_ns" || return 1
+  ip -n rocelab link add labh$$ type veth peer name labh0 netns "$droce_ns" || return 1
+  ip -n rocelab link set labh$$ master labbr0 up
+  ip -n "$droce_ns" link set lo up
+  ip -n "$droce_ns" addr add 192.168.77.3/24 dev labh0
+  ip -n "$droce_ns" -6 addr add fd77::3/64 dev labh0 nodad
+  ip -n "$droce_ns" link set labh0 up
+  ip netns exec "$droce_ns" env DROCE_RUN_DIR="$DROCE_RUN_DIR" "$ctl" link add droce0 netdev labh0 "$@"
+}
+lab_netdev_host_down() {
+  ip netns exec "$droce_ns" env DROCE_RUN_DIR="$DROCE_RUN_DIR" "$ctl" daemon stop >/dev/null 2>&1
+  ip netns pids "$droce_ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip netns del "$droce_ns" 2>/dev/null
+  ip -n rocelab link del labh$$ 2>/dev/null
+}
+
 # droce's environment (droce-ctl env) and the NAME=VALUE words given, for
-# droce CMD: runs CMD in the lab's netns, where droce's port is.
+# droce CMD: runs CMD in droce's namespace (droce_ns).
 lab_droce_env() {  # [NAME=VALUE...]
   env_droce="$("$ctl" env | sed 's/^export //' | tr '\n' ' ')$*"
 }
 droce() {
   # shellcheck disable=SC2086  # env_droce is NAME=VALUE words
-  ip netns exec rocelab env $env_droce timeout 120 bash -c "$1"
+  ip netns exec "$droce_ns" env $env_droce timeout 120 bash -c "$1"
 }
 
 # One table row a program pair: record NAME ROLES RESULT. `summary` (each
@@ -119,7 +159,7 @@ droce_wait_listen() {  # pid port before
   for ((i = 0; i < 600; i++)); do
     kill -0 "$1" 2>/dev/null || return 1
     if [ -n "$2" ]; then
-      ip netns exec rocelab ss -ltnH "sport = :$2" 2>/dev/null | grep -q . && return 0
+      ip netns exec "$droce_ns" ss -ltnH "sport = :$2" 2>/dev/null | grep -q . && return 0
     elif [ "$(cm_listening)" -gt "${3:-0}" ] 2>/dev/null; then
       return 0
     fi
@@ -134,9 +174,9 @@ droce_wait_listen() {  # pid port before
 lab_attempts=5
 
 # droce is the server, rxe the client. The guest reaches the side channel at
-# the netns' bridge address (.1): .2 is droce's RoCE address, which the kernel
-# does not own (droce answers its ARP). The client starts once droce's server
-# listens (droce_wait_listen).
+# droce_tcp (the kernel's address of droce's host; with LAB_LINK=af_packet
+# the bridge's .1, droce's .2 being no address of the kernel's). The client
+# starts once droce's server listens (droce_wait_listen).
 #
 # perftest -R's listen race, this direction: perftest connects twice (an
 # exchange, then the data connection), and its server listens again only

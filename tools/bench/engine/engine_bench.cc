@@ -102,7 +102,7 @@ Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstan
   while (completed < count) {
     while (posted < count && posted - completed < outstanding) {
       wr.wr_id = posted;
-      wr.flags = (posted % kSignalEvery == kSignalEvery - 1 || posted == count - 1) ? transport::kSendSignaled : 0;
+      wr.flags = (posted % kSignalEvery == kSignalEvery - 1 || posted == count - 1) ? uint32_t{transport::kSendSignaled} : 0u;
       if (ep[0].dev->PostSend(ep[0].qpn, wr) != 0) break;
       ++posted;
     }

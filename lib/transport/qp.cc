@@ -204,7 +204,10 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   }
 
   // Apply.
-  if (mask & kAttrAccessFlags) attr_.qp_access_flags = a.qp_access_flags;
+  if (mask & kAttrAccessFlags) {
+    attr_.qp_access_flags = a.qp_access_flags;
+    ForgetExpectedRegion();  // resolved under the old flags
+  }
   if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
   if (mask & kAttrPort) attr_.port_num = a.port_num;
   if (mask & kAttrQkey) attr_.qkey = a.qkey;

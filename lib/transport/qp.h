@@ -102,6 +102,9 @@ class Qp {
   const QpCaps& caps() const { return caps_; }
   const QpEnv& env() const { return env_; }
   const QpCounters& counters() const { return counters_; }
+  // The responder forgets the region its fast path places into (PlaceExpected):
+  // the next WRITEs take the full chain until one resolves a region again.
+  void ForgetExpectedRegion() { resp_.expected = {}; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const;  // queued, held, published
@@ -428,6 +431,7 @@ class Qp {
   struct ReqCtx;
   // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
+  DROCE_STEP RespState PlaceExpected(ReqCtx& c);
   DROCE_STEP RespState CheckPsn(ReqCtx& c);
   DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
   DROCE_STEP RespState CheckLength(ReqCtx& c);
@@ -607,6 +611,19 @@ class Qp {
     uint32_t write_total = 0;
     uint32_t next_resource = 0;
     uint32_t rd_atomic_active = 0;  // new READ/atomic requests whose responses are not all sent
+    // The region (or window) the last WRITE FIRST/ONLY resolved its R_Key
+    // to through every check of check_rkey: PlaceExpected bounds-checks the
+    // next WRITEs through the same key against it instead of the MR table,
+    // while nothing was registered, deregistered, bound or invalidated
+    // since (the table's epoch is still `epoch`) and the QP's access flags
+    // are the same (Modify forgets it).
+    struct ExpectedRegion {
+      uint8_t* host = nullptr;
+      uint64_t iova = 0;
+      uint64_t length = 0;
+      uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
+      uint32_t rkey = 0;
+    } expected;
   } resp_;
   // Selective repeat (sr/selective_repeat.h): allocated when chosen
   // (SetSelectiveRepeat), kept through a fallback to go-back-N for the

@@ -291,7 +291,12 @@ class Qp {
   };
 
   // --- requester / completer (requester.cc, completer.cc)
-  int ValidateSend(const SendWr& wr) const;  // in qp.cc, inline in ValidateForQp
+  int ValidateSend(const SendWr& wr, uint64_t* total) const;  // in qp.cc, inline in ValidateForQp
+  static uint64_t SgeBytes(const SendWr& wr) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+    return total;
+  }
   // A multi-packet WRITE or READ resolves its region (or window) once, on
   // its first packet; the key must still mean the same memory for each
   // later one. Once the program deregisters (re-registers, unbinds) it, or
@@ -551,8 +556,8 @@ class Qp {
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
   // The WQE's derived fields and inline copy; wqe.wr is filled and valid.
-  void PrepareSendWqe(SendWqe& w);
-  int ValidateForQp(const SendWr& wr) const;  // ValidateSend plus the QP type's opcodes
+  void PrepareSendWqe(SendWqe& w, uint64_t total);
+  int ValidateForQp(const SendWr& wr, uint64_t* total) const;  // ValidateSend plus the QP type's opcodes
 
   // Requester.
   queue::Ring<SendWqe, /*kShared=*/true> sq_;  // posts publish into it (NextSendSlot)

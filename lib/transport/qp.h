@@ -319,6 +319,7 @@ class Qp {
   }
   bool SgesStillLentAfterChange(SendWqe& w) const;
   bool StartWqe(SendWqe& w);  // after MayStart: local op, lkeys, PSNs
+  mem::MrTable::Resolved ResolveLocal(const Sge& sge, bool needs_write);  // CheckLocal, through req_.local
   // The requester's ReqState steps (requester.cc, transport/states.h):
   // request packets into frames[used, n); returns the new `used`.
   struct SendCtx;
@@ -595,6 +596,19 @@ class Qp {
     bool force_ack_req = false;  // a retransmission asks for an ACK (SR resends, the retry probe)
     uint32_t resend_read_len = 0;  // a READ resent asks for this many bytes (0: to its end)
     uint64_t retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
+    // The region the last SGE's L_Key resolved to through CheckLocal
+    // (ResolveLocal): the next SGEs through the same key are bounds-checked
+    // against it while the MR table's epoch is still `epoch` (nothing
+    // registered, deregistered, bound or invalidated since: the key still
+    // names that memory, with the same PD and access).
+    struct LocalRegion {
+      uint8_t* host = nullptr;
+      uint64_t iova = 0;
+      uint64_t length = 0;
+      uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
+      uint32_t lkey = 0;
+      bool writable = false;
+    } local;
   } req_;
 
   // Responder.

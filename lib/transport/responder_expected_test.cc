@@ -223,13 +223,13 @@ TEST_F(ResponderExpected, StreamsAreJudgedAsTheFullChainJudgesThem) {
     uint64_t va = 0;
     if (left > 0 && pick(50) != 0) {
       // The WRITE in progress continues (now and then with a wrong length).
-      opcode = left > kMtu ? kRcWriteMiddle : (pick(4) == 0 ? kRcWriteLastImm : kRcWriteLast);
+      opcode = left > kMtu ? uint8_t{kRcWriteMiddle} : pick(4) == 0 ? uint8_t{kRcWriteLastImm} : uint8_t{kRcWriteLast};
       len = std::min(left, kMtu);
       if (pick(40) == 0) len = pick(kMtu + 8);
       region = write_region;
     } else {
       const uint32_t o = pick(100);
-      opcode = o < 50 ? kRcWriteOnly : o < 70 ? kRcWriteFirst : kOthers[pick(sizeof kOthers)];
+      opcode = o < 50 ? uint8_t{kRcWriteOnly} : o < 70 ? uint8_t{kRcWriteFirst} : kOthers[pick(sizeof kOthers)];
       const uint32_t r = pick(100);
       region = r < 80 ? 0 : r < 90 ? 2 : r < 96 ? 1 : -1;
       const uint32_t where = pick(100);

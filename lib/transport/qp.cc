@@ -204,7 +204,10 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   }
 
   // Apply.
-  if (mask & kAttrAccessFlags) attr_.qp_access_flags = a.qp_access_flags;
+  if (mask & kAttrAccessFlags) {
+    attr_.qp_access_flags = a.qp_access_flags;
+    ForgetExpectedRegion();  // resolved under the old flags
+  }
   if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
   if (mask & kAttrPort) attr_.port_num = a.port_num;
   if (mask & kAttrQkey) attr_.qkey = a.qkey;
@@ -303,13 +306,12 @@ void Qp::TakePublishedRecvs() {
 }
 
 // Inline in the posting paths below, their only callers.
-[[gnu::always_inline]] inline void Qp::PrepareSendWqe(SendWqe& w) {
+// `total`: the WR's SGE bytes, as its validation added them up.
+[[gnu::always_inline]] inline void Qp::PrepareSendWqe(SendWqe& w, uint64_t total) {
   const SendWr& wr = w.wr;
   w.started = w.fully_sent = w.done = false;
   w.read_done_bytes = 0;
   w.status = WcStatus::kSuccess;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
   w.total_len = static_cast<uint32_t>(total);
   if (wr.flags & kSendInline) {
     // Inline data is copied now; the application may reuse its buffers at once.
@@ -328,11 +330,12 @@ void Qp::TakePublishedRecvs() {
 }
 
 // The checks every send WR passes (SGE count, max_msg_sz, opcode, an
-// atomic's one 8-byte SGE, inline size); inline in ValidateForQp, its one caller.
-[[gnu::always_inline]] inline int Qp::ValidateSend(const SendWr& wr) const {
+// atomic's one 8-byte SGE, inline size); inline in ValidateForQp, its one
+// caller. *total: the SGE bytes.
+[[gnu::always_inline]] inline int Qp::ValidateSend(const SendWr& wr, uint64_t* total_out) const {
   if (wr.num_sge > caps_.max_send_sge) return EINVAL;
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+  const uint64_t total = SgeBytes(wr);
+  *total_out = total;
   if (total > kMaxMessageBytes) return EINVAL;  // max_msg_sz
   const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
                               wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
@@ -360,8 +363,8 @@ void Qp::TakePublishedRecvs() {
   return 0;
 }
 
-[[gnu::always_inline]] inline int Qp::ValidateForQp(const SendWr& wr) const {
-  if (const int err = ValidateSend(wr); err != 0) return err;
+[[gnu::always_inline]] inline int Qp::ValidateForQp(const SendWr& wr, uint64_t* total) const {
+  if (const int err = ValidateSend(wr, total); err != 0) return err;
   if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
       wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
     return EINVAL;  // UC has no READ, atomics or SEND with invalidate (9.8.2)
@@ -376,7 +379,8 @@ int Qp::PostSend(const SendWr& wr) {
   if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
     return EINVAL;
   }
-  if (const int err = ValidateForQp(wr); err != 0) return err;
+  uint64_t total;
+  if (const int err = ValidateForQp(wr, &total); err != 0) return err;
   if (sq_.published() != 0) TakePostedSends();  // posts published earlier go first
   SendWqe* w = sq_.ProducerSlot();
   if (w == nullptr) return ENOMEM;
@@ -395,13 +399,19 @@ int Qp::PostSend(const SendWr& wr) {
   d.rkey = wr.rkey;
   d.imm_data = wr.imm_data;
   d.invalidate_rkey = wr.invalidate_rkey;
-  d.compare_add = wr.compare_add;
-  d.swap = wr.swap;
-  d.bind = wr.bind;
-  d.ah = wr.ah;
-  d.remote_qpn = wr.remote_qpn;
-  d.remote_qkey = wr.remote_qkey;
-  PrepareSendWqe(*w);
+  // The operands only their opcode (or the UD QP) reads.
+  if (wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    d.compare_add = wr.compare_add;
+    d.swap = wr.swap;
+  } else if (wr.opcode == WrOpcode::kBindMw) {
+    d.bind = wr.bind;
+  }
+  if (ud()) {
+    d.ah = wr.ah;
+    d.remote_qpn = wr.remote_qpn;
+    d.remote_qkey = wr.remote_qkey;
+  }
+  PrepareSendWqe(*w, total);
   sq_.PublishOwn();
   if (state_ == QpState::kErr) {
     w->done = true;
@@ -427,8 +437,9 @@ uint8_t* Qp::InlineBufferAhead(uint32_t ahead) {
 int Qp::PublishSend() {
   SendWqe* w = sq_.ProducerSlot();
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
-  if (const int err = ValidateForQp(w->wr); err != 0) return err;
-  PrepareSendWqe(*w);
+  uint64_t total;
+  if (const int err = ValidateForQp(w->wr, &total); err != 0) return err;
+  PrepareSendWqe(*w, total);
   sq_.Publish();
   return 0;
 }
@@ -438,9 +449,13 @@ int Qp::PublishSends(uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
     const SendWqe* w = sq_.ProducerSlot(i);
     if (w == nullptr) return ENOMEM;
-    if (const int err = ValidateForQp(w->wr); err != 0) return err;
+    uint64_t total;
+    if (const int err = ValidateForQp(w->wr, &total); err != 0) return err;
   }
-  for (uint32_t i = 0; i < n; ++i) PrepareSendWqe(*sq_.ProducerSlot(i));
+  for (uint32_t i = 0; i < n; ++i) {
+    SendWqe& w = *sq_.ProducerSlot(i);
+    PrepareSendWqe(w, SgeBytes(w.wr));
+  }
   sq_.Publish(n);
   return 0;
 }

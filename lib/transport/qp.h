@@ -102,6 +102,9 @@ class Qp {
   const QpCaps& caps() const { return caps_; }
   const QpEnv& env() const { return env_; }
   const QpCounters& counters() const { return counters_; }
+  // The responder forgets the region its fast path places into (PlaceExpected):
+  // the next WRITEs take the full chain until one resolves a region again.
+  void ForgetExpectedRegion() { resp_.expected = {}; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const;  // queued, held, published
@@ -288,7 +291,12 @@ class Qp {
   };
 
   // --- requester / completer (requester.cc, completer.cc)
-  int ValidateSend(const SendWr& wr) const;  // in qp.cc, inline in ValidateForQp
+  int ValidateSend(const SendWr& wr, uint64_t* total) const;  // in qp.cc, inline in ValidateForQp
+  static uint64_t SgeBytes(const SendWr& wr) {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < wr.num_sge; ++i) total += wr.sg_list[i].length;
+    return total;
+  }
   // A multi-packet WRITE or READ resolves its region (or window) once, on
   // its first packet; the key must still mean the same memory for each
   // later one. Once the program deregisters (re-registers, unbinds) it, or
@@ -311,6 +319,7 @@ class Qp {
   }
   bool SgesStillLentAfterChange(SendWqe& w) const;
   bool StartWqe(SendWqe& w);  // after MayStart: local op, lkeys, PSNs
+  mem::MrTable::Resolved ResolveLocal(const Sge& sge, bool needs_write);  // CheckLocal, through req_.local
   // The requester's ReqState steps (requester.cc, transport/states.h):
   // request packets into frames[used, n); returns the new `used`.
   struct SendCtx;
@@ -428,6 +437,7 @@ class Qp {
   struct ReqCtx;
   // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
+  DROCE_STEP RespState PlaceExpected(ReqCtx& c);
   DROCE_STEP RespState CheckPsn(ReqCtx& c);
   DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
   DROCE_STEP RespState CheckLength(ReqCtx& c);
@@ -547,8 +557,8 @@ class Qp {
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
   // The WQE's derived fields and inline copy; wqe.wr is filled and valid.
-  void PrepareSendWqe(SendWqe& w);
-  int ValidateForQp(const SendWr& wr) const;  // ValidateSend plus the QP type's opcodes
+  void PrepareSendWqe(SendWqe& w, uint64_t total);
+  int ValidateForQp(const SendWr& wr, uint64_t* total) const;  // ValidateSend plus the QP type's opcodes
 
   // Requester.
   queue::Ring<SendWqe, /*kShared=*/true> sq_;  // posts publish into it (NextSendSlot)
@@ -586,6 +596,19 @@ class Qp {
     bool force_ack_req = false;  // a retransmission asks for an ACK (SR resends, the retry probe)
     uint32_t resend_read_len = 0;  // a READ resent asks for this many bytes (0: to its end)
     uint64_t retry_clock_ns = 0;  // start of the IBTA timeout that the next retry_cnt spend measures
+    // The region the last SGE's L_Key resolved to through CheckLocal
+    // (ResolveLocal): the next SGEs through the same key are bounds-checked
+    // against it while the MR table's epoch is still `epoch` (nothing
+    // registered, deregistered, bound or invalidated since: the key still
+    // names that memory, with the same PD and access).
+    struct LocalRegion {
+      uint8_t* host = nullptr;
+      uint64_t iova = 0;
+      uint64_t length = 0;
+      uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
+      uint32_t lkey = 0;
+      bool writable = false;
+    } local;
   } req_;
 
   // Responder.
@@ -607,6 +630,19 @@ class Qp {
     uint32_t write_total = 0;
     uint32_t next_resource = 0;
     uint32_t rd_atomic_active = 0;  // new READ/atomic requests whose responses are not all sent
+    // The region (or window) the last WRITE FIRST/ONLY resolved its R_Key
+    // to through every check of check_rkey: PlaceExpected bounds-checks the
+    // next WRITEs through the same key against it instead of the MR table,
+    // while nothing was registered, deregistered, bound or invalidated
+    // since (the table's epoch is still `epoch`) and the QP's access flags
+    // are the same (Modify forgets it).
+    struct ExpectedRegion {
+      uint8_t* host = nullptr;
+      uint64_t iova = 0;
+      uint64_t length = 0;
+      uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
+      uint32_t rkey = 0;
+    } expected;
   } resp_;
   // Selective repeat (sr/selective_repeat.h): allocated when chosen
   // (SetSelectiveRepeat), kept through a fallback to go-back-N for the

@@ -85,6 +85,43 @@ TEST(RcErrors, BadLocalKeyIsLocalProtectionError) {
   EXPECT_EQ(pair.link().counters(0).sent, 0u);
 }
 
+// The requester answers an SGE through the region its L_Key resolved for
+// an earlier WQE (Qp::ResolveLocal) only inside that region, for an access
+// the region grants, and while nothing was deregistered since.
+TEST(RcErrors, ALocalKeyResolvedBeforeStillChecksEverySge) {
+  constexpr uint32_t kMemBytes = 1 << 16;
+  for (int c = 0; c < 4; ++c) {
+    RcPair pair({}, 1, 1024, kMemBytes);
+    Side& a = pair.a();
+    Side& b = pair.b();
+    std::vector<uint8_t> read_only(4096, 0x33);  // a local buffer without local write
+    const auto ro = *a.dev->RegMr(a.pd, read_only.data(), read_only.size(),
+                                  reinterpret_cast<uint64_t>(read_only.data()), 0);
+    SendWr first = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 64, b, 0);
+    if (c == 2) first.sg_list[0] = {reinterpret_cast<uint64_t>(read_only.data()), 64, ro.lkey};
+    ASSERT_EQ(a.dev->PostSend(a.qpn, first), 0);
+    std::vector<Completion> ca, cb;
+    ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+    ASSERT_EQ(ca[0].status, WcStatus::kSuccess) << c;
+    SendWr next = MakeWr(2, WrOpcode::kRdmaWrite, a, kMemBytes - 32, 64, b, 0);  // c 0: past the end
+    if (c == 1) next.sg_list[0].addr = reinterpret_cast<uint64_t>(a.mem.data()) - 1;  // below the start
+    if (c == 2) {  // a READ lands in the region: it needs local write
+      next = MakeWr(2, WrOpcode::kRdmaRead, a, 0, 64, b, 0);
+      next.sg_list[0] = {reinterpret_cast<uint64_t>(read_only.data()), 64, ro.lkey};
+    }
+    if (c == 3) {
+      next = MakeWr(2, WrOpcode::kRdmaWrite, a, 0, 64, b, 0);
+      ASSERT_TRUE(a.dev->DeregMr(a.keys.lkey).ok());
+    }
+    ASSERT_EQ(a.dev->PostSend(a.qpn, next), 0);
+    ca.clear();
+    ASSERT_TRUE(pair.Run(&ca, 1, &cb, 0));
+    EXPECT_EQ(ca[0].wr_id, 2u);
+    EXPECT_EQ(ca[0].status, WcStatus::kLocProtErr) << c;
+    EXPECT_EQ(read_only, std::vector<uint8_t>(4096, 0x33)) << c;
+  }
+}
+
 TEST(RcErrors, RnrRetryExhaustion) {
   RcPair pair({}, 1, 1024, 1 << 20, 0, 0, 8, 7, /*rnr_retry=*/2);
   SendWr wr = MakeWr(1, WrOpcode::kSend, pair.a(), 0, 100, pair.b(), 0);

@@ -23,6 +23,25 @@ using namespace droce::wire;
 }
 
 // Inline: the requester's start_wqe step, in this file, is its one caller.
+// MrTable::CheckLocal's answer for the QP's PD: the last region resolved
+// answers an SGE inside it through the same L_Key while nothing changed in
+// the MR table since (a WQE stream from one buffer resolves its key once).
+[[gnu::always_inline]] inline mem::MrTable::Resolved Qp::ResolveLocal(const Sge& sge, bool needs_write) {
+  RequesterConn::LocalRegion& r = req_.local;
+  const uint64_t epoch = env_.mrs->epoch();
+  const uint64_t offset = sge.addr - r.iova;  // wraps (and fails the bound) below iova
+  if (sge.lkey == r.lkey && r.epoch == epoch && offset <= r.length && sge.length <= r.length - offset &&
+      (r.writable || !needs_write)) {
+    return {mem::AccessResult::kOk, r.host + offset};
+  }
+  const auto res = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr, sge.length, needs_write);
+  if (res.result == mem::AccessResult::kOk) {
+    const mem::MemoryRegion* mr = env_.mrs->Find(sge.lkey);
+    r = {mr->host, mr->iova, mr->length, epoch, sge.lkey, (mr->access & mem::kLocalWrite) != 0};
+  }
+  return res;
+}
+
 [[gnu::always_inline]] inline bool Qp::StartWqe(SendWqe& w) {
   const bool read_or_atomic = IsReadOrAtomic(w);
   if (IsLocalOp(w)) {
@@ -46,8 +65,7 @@ using namespace droce::wire;
   if (!(w.wr.flags & kSendInline)) {
     for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
       const Sge& sge = w.wr.sg_list[i];
-      const auto r = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr, sge.length,
-                                          /*needs_write=*/read_or_atomic);
+      const auto r = ResolveLocal(sge, /*needs_write=*/read_or_atomic);
       if (r.result != mem::AccessResult::kOk) {
         FailWqe(w, WcStatus::kLocProtErr);
         return true;

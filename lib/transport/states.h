@@ -60,6 +60,9 @@ constexpr const char* ReqStateName(ReqState s) { return kReqStateNames[static_ca
 // same pipeline; the steps ask reliable() where IBTA 9.7.5 (RC) and 9.8.3
 // (UC) differ.
 enum class RespState : uint8_t {
+  // The expected next request of a WRITE stream, placed in one step
+  // (Qp::PlaceExpected); anything else goes on to check_psn.
+  kPlaceExpected,
   kCheckPsn,         // 9.7.5.1.2 (RC) / 9.8.3 (UC: resynchronise on a gap)
   kCheckOpSequence,  // 9.7.5.1.3
   kCheckLength,      // 9.7.5.1.4: MTU-sized FIRST/MIDDLE, LAST up to the MTU
@@ -74,7 +77,7 @@ enum class RespState : uint8_t {
 };
 
 inline constexpr std::array<const char*, static_cast<size_t>(RespState::kCount)> kRespStateNames = {
-    "check_psn", "check_op_sequence", "check_length", "check_resource", "check_rkey",
+    "place_expected", "check_psn", "check_op_sequence", "check_length", "check_resource", "check_rkey",
     "execute",   "acknowledge",       "duplicate",    "error",          "done"};
 constexpr const char* RespStateName(RespState s) { return kRespStateNames[static_cast<size_t>(s)]; }
 

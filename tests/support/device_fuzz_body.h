@@ -25,6 +25,7 @@
 #include "core/connect.h"
 #include "core/device.h"
 #include "sim/wire/scripted_io.h"
+#include "wire/byte_order.h"
 #include "wire/fields.h"
 #include "wire/psn.h"
 
@@ -105,6 +106,8 @@ class DeviceFuzz {
   uint64_t errors() const { return errors_; }
   uint64_t frames() const { return frames_; }
   const DeviceCounters& counters() const { return dev_.counters(); }
+  // Frames the device took by its QPs' header predictions (the predicted receive path).
+  uint64_t predicted() const { return dev_.counters().rx_predicted; }
   uint64_t qp_rx_packets() {
     return dev_.qp(qpn_[0])->counters().rx_packets + dev_.qp(qpn_[1])->counters().rx_packets;
   }
@@ -237,6 +240,21 @@ class DeviceFuzz {
     if (!n.ok()) return;
     frame.resize(*n);
     if (mut == 0xF9 && frame.size() > 30) frame[24] ^= 0x10;  // IPv4 header byte: checksum now wrong
+    // The QP's frames match its header prediction once it has learnt one
+    // (doc/rx-checks.md): bits flipped in the headers through the BTH, the
+    // lengths and pad the predicted path checks per packet, a cut frame.
+    // Each must be judged as the full parse and checks judge it.
+    if (mut >= 0xE0 && mut < 0xF0) {
+      const uint32_t at = static_cast<uint32_t>(Take(1)) % std::min<size_t>(frame.size(), 80);
+      frame[at] ^= static_cast<uint8_t>(1u << (mut & 7));
+    }
+    if (mut == 0xFA) frame.resize(frame.size() - std::min<size_t>(frame.size(), Take(1) % 32));
+    if (mut == 0xFB && frame.size() > 42) {  // IPv4 total length or UDP length, by up to +-8
+      const uint32_t at = (Take(1) & 1) ? 16 : 38;
+      wire::StoreBe16(frame.data() + at, static_cast<uint16_t>(wire::LoadBe16(frame.data() + at) +
+                                                                static_cast<int8_t>(Take(1)) % 9));
+    }
+    if (mut == 0xFC && frame.size() > 43) frame[43] ^= static_cast<uint8_t>((Take(1) & 3) << 4);  // BTH pad
     // Remember what a request may write in region 0 (RETH/AtomicETH target).
     if (rkey == keys_[0].rkey && va >= kIova[0] && va < kIova[0] + kRegion) {
       const uint64_t end = std::min<uint64_t>(kIova[0] + kRegion, va + std::max<uint32_t>(f.reth_length, 8) + 256);

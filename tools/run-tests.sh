@@ -2,9 +2,11 @@
 # Runs every droce test, in stages, each timed:
 #   build        the normal tree (./build)
 #   tests        every suite there: unit, golden, e2e, verbs, fabric, conformance
-#   package      the Debian packages (tools/build-deb.sh, nocheck: the tests stage
-#                ran the unit tests) into ./build-deb, lintian on them, and
-#                tests/install/package.sh (dpkg -x, login shell, dpkg -i/--purge)
+#   package      (only when asked for: a second full build, ~15 min on a loaded
+#                2-core host) the Debian packages (tools/build-deb.sh, nocheck:
+#                the tests stage ran the unit tests) into ./build-deb, lintian on
+#                them, and tests/install/package.sh (dpkg -x, login shell,
+#                dpkg -i/--purge)
 #   sanitizers   one clang tree with ASan+UBSan (./build-san): the unit and golden
 #                suites, the verbs provider's API test through libibverbs, and the
 #                libFuzzer targets, a short run each from the committed corpus
@@ -17,12 +19,13 @@
 # Prints each stage's duration, the benchmark numbers and one closing line
 # "N passed, N failed".
 #
-# DROCE_TEST_STAGES picks stages (default "build tests package sanitizers tsan bench");
+# DROCE_TEST_STAGES picks stages (default "build tests sanitizers tsan bench"; add
+# package for the Debian packages, e.g. DROCE_TEST_STAGES="build package");
 # FUZZ_SECONDS sets the fuzz run per target (default 30, 0 skips fuzzing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS=${FUZZ_SECONDS:-30}
-STAGES=${DROCE_TEST_STAGES:-build tests package sanitizers tsan bench}
+STAGES=${DROCE_TEST_STAGES:-build tests sanitizers tsan bench}
 passed=0
 failed=0
 failures=()

@@ -290,6 +290,19 @@ class Qp {
     bool holds_resource = false;  // a new READ/atomic: counts against max_dest_rd_atomic until sent
   };
 
+  // A key's region as a full check resolved it, kept so that the next
+  // accesses through the same key check only their bounds while the MR
+  // table's epoch is still `epoch` (the requester's L_Keys, the responder's
+  // R_Key: req_.local, resp_.expected).
+  struct ResolvedRegion {
+    uint8_t* host = nullptr;
+    uint64_t iova = 0;
+    uint64_t length = 0;
+    uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
+    uint32_t key = 0;
+    bool writable = false;  // local write (the requester's READ and atomic targets)
+  };
+
   // --- requester / completer (requester.cc, completer.cc)
   int ValidateSend(const SendWr& wr, uint64_t* total) const;  // in qp.cc, inline in ValidateForQp
   static uint64_t SgeBytes(const SendWr& wr) {
@@ -601,14 +614,7 @@ class Qp {
     // against it while the MR table's epoch is still `epoch` (nothing
     // registered, deregistered, bound or invalidated since: the key still
     // names that memory, with the same PD and access).
-    struct LocalRegion {
-      uint8_t* host = nullptr;
-      uint64_t iova = 0;
-      uint64_t length = 0;
-      uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
-      uint32_t lkey = 0;
-      bool writable = false;
-    } local;
+    ResolvedRegion local;
   } req_;
 
   // Responder.
@@ -636,13 +642,7 @@ class Qp {
     // while nothing was registered, deregistered, bound or invalidated
     // since (the table's epoch is still `epoch`) and the QP's access flags
     // are the same (Modify forgets it).
-    struct ExpectedRegion {
-      uint8_t* host = nullptr;
-      uint64_t iova = 0;
-      uint64_t length = 0;
-      uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
-      uint32_t rkey = 0;
-    } expected;
+    ResolvedRegion expected;
   } resp_;
   // Selective repeat (sr/selective_repeat.h): allocated when chosen
   // (SetSelectiveRepeat), kept through a fallback to go-back-N for the

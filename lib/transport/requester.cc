@@ -27,10 +27,10 @@ using namespace droce::wire;
 // answers an SGE inside it through the same L_Key while nothing changed in
 // the MR table since (a WQE stream from one buffer resolves its key once).
 [[gnu::always_inline]] inline mem::MrTable::Resolved Qp::ResolveLocal(const Sge& sge, bool needs_write) {
-  RequesterConn::LocalRegion& r = req_.local;
+  ResolvedRegion& r = req_.local;
   const uint64_t epoch = env_.mrs->epoch();
   const uint64_t offset = sge.addr - r.iova;  // wraps (and fails the bound) below iova
-  if (sge.lkey == r.lkey && r.epoch == epoch && offset <= r.length && sge.length <= r.length - offset &&
+  if (sge.lkey == r.key && r.epoch == epoch && offset <= r.length && sge.length <= r.length - offset &&
       (r.writable || !needs_write)) {
     return {mem::AccessResult::kOk, r.host + offset};
   }

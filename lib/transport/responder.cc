@@ -242,12 +242,12 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
   const uint64_t epoch = env_.mrs->epoch();
   uint8_t* dst;
   if (opcode == kRcWriteOnly || opcode == kRcWriteFirst) {
-    const ResponderConn::ExpectedRegion& r = resp_.expected;
+    const ResolvedRegion& r = resp_.expected;
     const RethView reth(c.bth_p + kBthBytes);
     const uint64_t offset = reth.va() - r.iova;  // wraps (and fails the bound) below iova
     const uint32_t dma_length = reth.dma_length();
     const bool only = opcode == kRcWriteOnly;
-    if (resp_.in_message != InMessage::kNone || reth.rkey() != r.rkey || r.epoch != epoch ||
+    if (resp_.in_message != InMessage::kNone || reth.rkey() != r.key || r.epoch != epoch ||
         offset > r.length || dma_length > r.length - offset ||
         (only ? (dma_length != c.len || c.len > mtu_) : (c.len != mtu_ || dma_length < c.len))) {
       return RespState::kCheckPsn;
@@ -258,7 +258,7 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
     } else {
       if (dma_length > kMaxMessageBytes) return RespState::kCheckPsn;
       resp_.write_host = dst;
-      resp_.write_rkey = r.rkey;
+      resp_.write_rkey = r.key;
       resp_.write_epoch = epoch;
       resp_.write_total = dma_length;
       resp_.write_remaining = dma_length - c.len;

@@ -105,10 +105,25 @@ void DirectIo::Close(Path& p) {
   ++counters_.paths_removed;
 }
 
+void DirectIo::CloseDrained() {
+  for (size_t i = 0; i < paths_.size();) {
+    Path& p = paths_[i];
+    if (!p.withdrawn || p.rx.Available() != 0) {
+      ++i;
+      continue;
+    }
+    Close(p);
+    paths_.erase(paths_.begin() + static_cast<long>(i));
+    --withdrawn_paths_;
+    rx_next_ = 0;
+  }
+}
+
 void DirectIo::RemoveAll() {
   for (Path& p : paths_) Close(p);
   paths_.clear();
   markers_unsent_ = 0;
+  withdrawn_paths_ = 0;
 }
 
 absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
@@ -131,11 +146,13 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   if (m.op == kPeerRemove) {
     if (nfds != 0) return refuse("a removal carries no descriptors");
     for (size_t i = 0; i < paths_.size(); ++i) {
-      if (paths_[i].id != m.path_id) continue;
-      if (paths_[i].marker_due) --markers_unsent_;
-      Close(paths_[i]);
-      paths_.erase(paths_.begin() + static_cast<long>(i));
-      rx_next_ = 0;
+      Path& p = paths_[i];
+      if (p.id != m.path_id) continue;
+      if (p.marker_due) --markers_unsent_;
+      p.marker_due = p.marker_sent = false;  // Route and SendMarkers pass it by
+      p.withdrawn = true;
+      ++withdrawn_paths_;
+      CloseDrained();  // at once if nothing waits in its ring
       return absl::OkStatus();
     }
     return absl::OkStatus();  // gone already
@@ -373,6 +390,7 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     got = static_cast<uint16_t>(got + kept);
   }
   rx_next_ = (rx_next_ + 1) % sources;
+  if (withdrawn_paths_ != 0) CloseDrained();
   return got;
 }
 

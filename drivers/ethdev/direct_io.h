@@ -175,6 +175,10 @@ class DirectIo final : public pktio::BurstIo {
     bool rx_open = false;        // the peer's marker came: the ring is read
     bool rx_waiting = false;     // the closed ring has held frames since rx_wait_since_ns
     uint64_t rx_wait_since_ns = 0;
+    // The daemon withdrew the path (its peer left, a knob): nothing goes
+    // into it any more, and it closes once the frames the peer wrote before
+    // are read (a peer that wrote and exited at once leaves them there).
+    bool withdrawn = false;
   };
   // A path's memory is prefaulted (ethdev/prefault.h: page tables at once,
   // not a fault per page on the first pass) when its first frame goes in or
@@ -186,6 +190,8 @@ class DirectIo final : public pktio::BurstIo {
   int Route(const pktio::Frame& f) const;
   bool Mine(const pktio::Frame& f) const;
   void Close(Path& p);
+  // Closes the withdrawn paths whose rings are read empty.
+  void CloseDrained();
   // Sends the markers of the paths that have not sent theirs (the port may
   // refuse them when full: the next TxBurst tries again).
   void SendMarkers();
@@ -208,6 +214,7 @@ class DirectIo final : public pktio::BurstIo {
   uint32_t generation_ = 0;
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
   uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
+  uint32_t withdrawn_paths_ = 0;  // withdrawn paths still holding frames (CloseDrained)
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection
   // is read once a millisecond): the path opens at once when it arrives.

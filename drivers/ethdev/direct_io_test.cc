@@ -234,6 +234,49 @@ TEST_F(DirectIoTest, RemovedPathFallsBackToThePort) {
   EXPECT_EQ(wire_.counters(0).sent, 2u);  // the path's marker, then the frame
 }
 
+// The peer wrote into the ring and left at once (udaddy's server: its
+// replies, then exit): droced withdraws the path before this side read it.
+// What the peer wrote is still delivered, then the path closes; nothing
+// more goes into it.
+TEST_F(DirectIoTest, WithdrawnPathDeliversWhatThePeerWroteBefore) {
+  Pair();
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 6, 2));
+  EXPECT_EQ(a_.counters().tx_direct, 2u);
+  PeerMessage rm = AddMessage(7, kMacA, 1024, 1);
+  rm.op = kPeerRemove;
+  rm.generation = 2;
+  ASSERT_TRUE(b_.Apply(rm, nullptr, 0).ok());
+  EXPECT_EQ(b_.paths(), 1u);  // held until read
+  EXPECT_EQ(ReceiveOnB(), (std::vector<uint8_t>{1, 2}));  // the marker (on the wire) opens it
+  EXPECT_EQ(b_.paths(), 0u);
+  EXPECT_EQ(b_.counters().rx_direct, 2u);
+}
+
+// The same with the marker lost on the way: the frames come after the
+// marker wait, as on a path that stays.
+TEST_F(DirectIoTest, WithdrawnPathWithoutItsMarkerDeliversAfterTheWait) {
+  Pair();
+  LoseTheMarkerOfA();
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));
+  PeerMessage rm = AddMessage(7, kMacA, 1024, 1);
+  rm.op = kPeerRemove;
+  ASSERT_TRUE(b_.Apply(rm, nullptr, 0).ok());
+  pktio::Frame fs[4];
+  EXPECT_EQ(b_.RxBurst(fs, 4), 0);
+  now_ns_ += DirectIo::kMarkerWaitNs;
+  ASSERT_EQ(b_.RxBurst(fs, 4), 1);
+  EXPECT_EQ(fs[0].data[60], 1);
+  b_.Release(fs, 1);
+  EXPECT_EQ(b_.paths(), 0u);
+  // Nothing of b's goes to the withdrawn ring: b's frames for a take the port.
+  pktio::Frame f;
+  ASSERT_EQ(b_.AllocTx(&f, 1), 1);
+  f.len = BuildRoce(f.data, kMacA, 1024 + 1, 9);
+  ASSERT_EQ(b_.TxBurst(&f, 1), 1);
+  EXPECT_EQ(b_.counters().tx_direct, 0u);
+}
+
 // A path set up while the pair talks through the switch: the receiver reads
 // the ring only after the sender's marker, which follows every frame the
 // sender gave the switch before, so nothing arrives out of order; the

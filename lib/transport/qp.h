@@ -105,6 +105,9 @@ class Qp {
   // The responder forgets the region its fast path places into (PlaceExpected):
   // the next WRITEs take the full chain until one resolves a region again.
   void ForgetExpectedRegion() { resp_.expected = {}; }
+  // Every request packet takes the requester's full build, none the short
+  // one (BuildShortRequest): for the test that compares the two.
+  void UseFullRequestBuild() { short_requests_ = false; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const;  // queued, held, published
@@ -359,6 +362,9 @@ class Qp {
   // and no overflow at any 32-bit length (2^31 bytes at MTU 256 is 2^23 PSNs).
   uint32_t PacketsForLength(uint32_t len) const { return len == 0 ? 1 : ((len - 1) >> mtu_log2_) + 1; }
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
+  // The common request packet built in fewer steps (requester.cc).
+  bool ShortRequest(const SendWqe& w) const;
+  uint32_t BuildShortRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.
   uint32_t GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
@@ -560,6 +566,7 @@ class Qp {
   // the switches' records echoes the newest in its next ACK (CcNoteInt,
   // CcWriteIntEcho). A QP that never receives one never echoes.
   bool int_requests_ = false;
+  bool short_requests_ = true;  // ShortRequest's packets take BuildShortRequest
   bool int_echo_pending_ = false;
   wire::IntStack int_echo_;
   uint32_t CcWriteIntRequest(uint8_t* bth_p, uint32_t header_bytes);

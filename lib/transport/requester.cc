@@ -169,7 +169,8 @@ DROCE_STEP ReqState Qp::ReqCheckSges(SendCtx& c) {
 }
 
 DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
-  const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
+  const uint32_t len = ShortRequest(*c.w) ? BuildShortRequest(*c.w, c.frames[c.used].data)
+                                          : BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
@@ -316,6 +317,48 @@ void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
     std::memcpy(host, data, n);
     data += n;
   });
+}
+
+// BuildRequest's effects for a packet it would build from these inputs only:
+// the first transmission of an RC SEND or WRITE without immediate that fits
+// one packet (an ONLY opcode) and the short gather, on a QP without
+// selective repeat, congestion control or INT, not a resend asking for its
+// ACK. Every other packet takes BuildRequest; the equivalence test
+// (transport_short_request) feeds both the same streams.
+[[gnu::always_inline]] inline bool Qp::ShortRequest(const SendWqe& w) const {
+  return (w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+         w.total_len < kFusedGatherMin && w.next_psn == req_.psn_high && w.next_psn == w.first_psn &&
+         reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ && !req_.force_ack_req &&
+         short_requests_;
+}
+
+uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame) {
+  ++counters_.short_requests;
+  const uint32_t psn = w.next_psn;
+  req_.psn_high = PsnAdd(psn, 1);
+  w.next_psn = req_.psn_high;
+  w.fully_sent = true;
+  // AckReq as BuildRequest decides it for a message's last packet sent once.
+  const uint32_t since = req_.packets_since_ack_req + 1;
+  const bool signaled = (w.wr.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
+  const bool ack_req = signaled || since >= env_.unsignaled_ack_every || since >= AckReqEvery();
+  req_.packets_since_ack_req = ack_req ? 0 : since;
+  req_.tail_unsolicited = !ack_req;
+  uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);
+  const bool write = w.wr.opcode == WrOpcode::kRdmaWrite;
+  bth_p[0] = write ? kRcWriteOnly : kRcSendOnly;
+  if (w.wr.flags & kSendSolicited) BthWriter(bth_p).set_flags(true, true, 0, 0);
+  StoreBe32(bth_p + 8, (uint32_t{ack_req} << 31) | psn);  // AckReq, reserved 7 bits, PSN
+  uint32_t headers = kBthBytes;
+  if (write) {
+    RethWriter reth(bth_p + kBthBytes);
+    reth.set_va(w.wr.remote_addr);
+    reth.set_rkey(w.wr.rkey);
+    reth.set_dma_length(w.total_len);
+    headers += kRethBytes;
+  }
+  GatherSges(w, 0, w.total_len, bth_p + headers);
+  return FinishTemplateFrameInline(frame, headers_, headers + w.total_len);
 }
 
 uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {

@@ -341,6 +341,7 @@ class Qp {
   struct SendCtx;
   uint32_t TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
   DROCE_STEP ReqState ReqGetWqe(SendCtx& c);
+  DROCE_STEP ReqState ReqShortRequest(SendCtx& c);
   DROCE_STEP ReqState ReqCheckLimits(SendCtx& c);
   DROCE_STEP ReqState ReqStartWqe(SendCtx& c);
   DROCE_STEP ReqState ReqCheckWindow(SendCtx& c);
@@ -364,6 +365,7 @@ class Qp {
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
   // The common request packet built in fewer steps (requester.cc).
   bool ShortRequest(const SendWqe& w) const;
+  bool ShortStart(const SendWqe& w) const;
   uint32_t BuildShortRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.

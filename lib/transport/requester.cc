@@ -108,6 +108,7 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
   while (s != ReqState::kDone) {
     switch (s) {
       case ReqState::kGetWqe: s = ReqGetWqe(c); break;
+      case ReqState::kShortRequest: s = ReqShortRequest(c); break;
       case ReqState::kCheckLimits: s = ReqCheckLimits(c); break;
       case ReqState::kStartWqe: s = ReqStartWqe(c); break;
       case ReqState::kCheckWindow: s = ReqCheckWindow(c); break;
@@ -128,7 +129,40 @@ DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
   if (Paced(c.now_ns)) return ReqState::kDone;
   c.w = &sq_.at(req_.sq_next);
   if (c.w->started) return ReqState::kCheckWindow;
-  return state_ == QpState::kSqd ? ReqState::kDone : ReqState::kCheckLimits;  // SQD: drained
+  if (state_ == QpState::kSqd) return ReqState::kDone;  // SQD: drained
+  return ShortStart(*c.w) ? ReqState::kShortRequest : ReqState::kCheckLimits;
+}
+
+// A new WQE that ShortRequest's build will send whole, whose limits and
+// window let it start: no fence behind an outstanding READ/atomic, room in
+// the window, its first PSN the next one ever sent.
+[[gnu::always_inline]] inline bool Qp::ShortStart(const SendWqe& w) const {
+  return (w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+         w.total_len < kFusedGatherMin && ((w.wr.flags & kSendInline) || w.wr.num_sge <= 1) &&
+         req_.psn_next == req_.psn_high && reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ &&
+         short_requests_ && !((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) &&
+         WindowRoom(PsnDiff(req_.psn_next, req_.psn_una)) != 0;
+}
+
+// check_limits, start_wqe, check_window, check_length, check_sges and
+// build_packet for ShortStart's WQEs, with only the effects they have on
+// such a WQE; update follows. An L_Key the MR table does not grant takes
+// the full steps (which fail the WQE), nothing changed here.
+DROCE_STEP ReqState Qp::ReqShortRequest(SendCtx& c) {
+  SendWqe& w = *c.w;
+  if (!(w.wr.flags & kSendInline)) {
+    if (w.wr.num_sge == 1) {
+      const auto r = ResolveLocal(w.wr.sg_list[0], /*needs_write=*/false);
+      if (r.result != mem::AccessResult::kOk) return ReqState::kCheckLimits;
+      w.sge_host[0] = r.host;
+    }
+    w.mr_epoch = env_.mrs->epoch();
+  }
+  w.first_psn = w.last_psn = w.next_psn = req_.psn_next;
+  req_.psn_next = PsnAdd(req_.psn_next, 1);
+  w.started = true;
+  c.frames[c.used].len = BuildShortRequest(w, c.frames[c.used].data);
+  return ReqUpdate(c);
 }
 
 DROCE_STEP ReqState Qp::ReqCheckLimits(SendCtx& c) {

@@ -375,16 +375,20 @@ void Qp::TakePublishedRecvs() {
   return 0;
 }
 
-int Qp::PostSend(const SendWr& wr) {
-  if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
+// PostSend's steps. kCommon: the caller has seen the common case (an RC or
+// UC QP in RTS, nothing published waiting, no inline data), whose steps
+// make no call, so its instance needs no saved registers.
+template <bool kCommon>
+[[gnu::always_inline]] inline int Qp::PostSendSteps(const SendWr& wr) {
+  if (!kCommon && state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
     return EINVAL;
   }
   uint64_t total;
   if (const int err = ValidateForQp(wr, &total); err != 0) return err;
-  if (sq_.published() != 0) TakePostedSends();  // posts published earlier go first
+  if (!kCommon && sq_.published() != 0) TakePostedSends();  // posts published earlier go first
   SendWqe* w = sq_.ProducerSlot();
   if (w == nullptr) return ENOMEM;
-  if (ud()) {
+  if (!kCommon && ud()) {
     if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing published
   }
   // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
@@ -406,19 +410,28 @@ int Qp::PostSend(const SendWr& wr) {
   } else if (wr.opcode == WrOpcode::kBindMw) {
     d.bind = wr.bind;
   }
-  if (ud()) {
+  if (!kCommon && ud()) {
     d.ah = wr.ah;
     d.remote_qpn = wr.remote_qpn;
     d.remote_qkey = wr.remote_qkey;
   }
   PrepareSendWqe(*w, total);
   sq_.PublishOwn();
-  if (state_ == QpState::kErr) {
+  if (!kCommon && state_ == QpState::kErr) {
     w->done = true;
     w->status = WcStatus::kWrFlushErr;
     CompleteHead();
   }
   return 0;
+}
+
+[[gnu::noinline]] int Qp::PostSendOther(const SendWr& wr) { return PostSendSteps<false>(wr); }
+
+int Qp::PostSend(const SendWr& wr) {
+  if (state_ == QpState::kRts && !ud() && sq_.published() == 0 && !(wr.flags & kSendInline)) [[likely]] {
+    return PostSendSteps<true>(wr);
+  }
+  return PostSendOther(wr);
 }
 
 SendWr* Qp::NextSendSlot() { return SendSlotAhead(0); }

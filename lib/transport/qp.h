@@ -576,6 +576,9 @@ class Qp {
   uint32_t CcWriteIntEcho(uint8_t* bth_p, uint32_t header_bytes);
 
   void TakePostedSends();
+  template <bool kCommon>
+  int PostSendSteps(const SendWr& wr);  // PostSend's (qp.cc)
+  int PostSendOther(const SendWr& wr);  // PostSend but for its common case
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
   // The WQE's derived fields and inline copy; wqe.wr is filled and valid.

@@ -65,7 +65,11 @@ class ShortRequest : public ::testing::TestWithParam<Params> {
   bool dcqcn() const { return std::get<2>(GetParam()); }
 
   void SetUp() override {
+    unanswered_.clear();
+    any_sent_ = false;
     for (End* e : {&short_, &full_}) {
+      e->io.rx.clear();
+      e->io.sent.clear();
       DeviceConfig cfg;
       cfg.mac = {0x02, 0, 0, 0, 0, 0x01};
       cfg.ipv4 = kOwnIp;
@@ -278,6 +282,38 @@ TEST_P(ShortRequest, FramesAreTheFullBuildsByteForByte) {
     EXPECT_EQ(shorts_, 0u);  // congestion control takes the full build
   } else {
     EXPECT_GT(shorts_, c.tx_packets / 5);
+  }
+}
+
+// A WRITE whose L_Key the MR table refuses (a key it never gave, an SGE
+// past the region's end, a region deregistered after the post) fails with
+// LOC_PROT_ERR as the full steps fail it, after WRITEs that went well
+// through the same key (the region the short step resolved last).
+TEST_P(ShortRequest, ALocalKeyRefusedFailsTheWqeAsTheFullStepsDo) {
+  for (int bad = 0; bad < 3; ++bad) {
+    SCOPED_TRACE(bad);
+    if (bad > 0) SetUp();
+    for (int k = 0; k < 4; ++k) {
+      transport::SendWr wr;
+      wr.wr_id = static_cast<uint64_t>(k);
+      wr.opcode = WrOpcode::kRdmaWrite;
+      wr.flags = transport::kSendSignaled;
+      wr.num_sge = 1;
+      wr.remote_addr = 0x7000000000;
+      wr.rkey = 0x1234500;
+      for (End* e : {&short_, &full_}) {
+        wr.sg_list[0] = {kIova + 64 * k, 64, e->keys.lkey};
+        if (k == 3 && bad == 0) wr.sg_list[0].lkey = e->keys.lkey + 0x100;
+        if (k == 3 && bad == 1) wr.sg_list[0].addr = kIova + kRegion - 32;
+        ASSERT_EQ(e->dev->PostSend(e->qpn, wr), 0);
+        if (k == 3 && bad == 2) ASSERT_TRUE(e->dev->DeregMr(e->keys.lkey).ok());
+      }
+      PollAndCompare("write " + std::to_string(k));
+      AnswerAll();
+      PollAndCompare("answer " + std::to_string(k));
+    }
+    EXPECT_EQ(short_.qp()->state(), transport::QpState::kErr);
+    EXPECT_EQ(shorts_, 3u);
   }
 }
 

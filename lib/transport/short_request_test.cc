@@ -306,14 +306,16 @@ TEST_P(ShortRequest, ALocalKeyRefusedFailsTheWqeAsTheFullStepsDo) {
         if (k == 3 && bad == 0) wr.sg_list[0].lkey = e->keys.lkey + 0x100;
         if (k == 3 && bad == 1) wr.sg_list[0].addr = kIova + kRegion - 32;
         ASSERT_EQ(e->dev->PostSend(e->qpn, wr), 0);
-        if (k == 3 && bad == 2) ASSERT_TRUE(e->dev->DeregMr(e->keys.lkey).ok());
+        if (k == 3 && bad == 2) {
+          ASSERT_TRUE(e->dev->DeregMr(e->keys.lkey).ok());
+        }
       }
       PollAndCompare("write " + std::to_string(k));
       AnswerAll();
       PollAndCompare("answer " + std::to_string(k));
     }
     EXPECT_EQ(short_.qp()->state(), transport::QpState::kErr);
-    EXPECT_EQ(shorts_, 3u);
+    EXPECT_EQ(shorts_, dcqcn() ? 0u : 3u);  // congestion control takes the full steps
   }
 }
 

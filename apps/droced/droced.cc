@@ -1,6 +1,6 @@
 // droced: the host fabric daemon of one droce run directory (doc/droced.md).
 //
-//   droced [--run-dir DIR] [--foreground] [--memory-mb N]
+//   droced [options]   (droced --help; the table is options.cc)
 //
 // Every program that opens a fabric device of the run directory attaches
 // here over the control socket (<run dir>/droced.sock) and gets a QPN range
@@ -51,6 +51,7 @@
 #include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
 #include "apps/droced/netdev_binder.h"
+#include "apps/droced/options.h"
 #include "apps/droced/ring_ports.h"
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
@@ -1501,72 +1502,18 @@ class Daemon {
 };
 
 int Main(int argc, char** argv) {
-  std::string run_dir = verbs::DefaultRunDir();
-  bool foreground = false, busy_poll = false, realtime = true;
-  // DROCED_BUSY_WINDOW_US: for daemons droce-ctl starts (benchmarks).
-  uint32_t busy_window_us = std::getenv("DROCED_BUSY_WINDOW_US") != nullptr
-                                ? static_cast<uint32_t>(std::strtoul(std::getenv("DROCED_BUSY_WINDOW_US"), nullptr, 10))
-                                : 0;
-  unsigned memory_mb = 256;
-  // DROCED_DIRECT=0: a daemon droce-ctl starts switches every frame (benchmarks).
-  bool direct = std::getenv("DROCED_DIRECT") == nullptr || std::string(std::getenv("DROCED_DIRECT")) != "0";
-  uint32_t ring_slots = 256;
-  uint32_t link_slots = 512;
-  // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
-  std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
-  // A real NIC as the uplink: hugepages and the PMD's own EAL options.
-  bool hugepages = false;
-  std::vector<std::string> eal_args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--run-dir" && i + 1 < argc) {
-      run_dir = argv[++i];
-    } else if (a == "--no-realtime") {
-      realtime = false;
-    } else if (a == "--busy-poll") {
-      busy_poll = true;
-    } else if (a == "--busy-window-us" && i + 1 < argc) {
-      busy_window_us = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-    } else if (a == "--no-direct") {
-      direct = false;
-    } else if (a == "--ring-slots" && i + 1 < argc) {
-      ring_slots = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-      if (!pktio::FrameRing::ValidGeometry(ring_slots, pktio::FrameRing::kDefaultSlotBytes)) {
-        std::fprintf(stderr, "droced: --ring-slots: a power of two, 2..65536\n");
-        return 2;
-      }
-    } else if (a == "--link-slots" && i + 1 < argc) {
-      link_slots = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-      if (!pktio::FrameRing::ValidGeometry(link_slots, pktio::FrameRing::kDefaultSlotBytes)) {
-        std::fprintf(stderr, "droced: --link-slots: a power of two, 2..65536\n");
-        return 2;
-      }
-    } else if (a == "--foreground") {
-      foreground = true;
-    } else if (a == "--uplink" && i + 1 < argc) {
-      uplink = argv[++i];
-    } else if (a == "--memory-mb" && i + 1 < argc) {
-      memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
-    } else if (a == "--hugepages") {
-      hugepages = true;
-    } else if (a == "--eal" && i + 1 < argc) {
-      for (absl::string_view w : absl::StrSplit(argv[++i], ' ', absl::SkipEmpty())) eal_args.emplace_back(w);
-    } else {
-      std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--no-direct] [--ring-slots N] [--link-slots N] [--hugepages] [--eal \"EAL ARGS\"]\n"
-                   "              [--uplink memif:SOCKET:server|client | vdev:NAME[,ARGS] | pci:DDDD:BB:DD.F[,ARGS]]\n");
-      return 2;
-    }
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (DaemonWantsHelp(args)) {
+    std::fputs(DaemonUsage().c_str(), stdout);
+    return 0;
   }
-  std::optional<UplinkSpec> uplink_spec;
-  if (!uplink.empty()) {
-    absl::StatusOr<UplinkSpec> u = ParseUplinkSpec(uplink);
-    if (!u.ok()) {
-      std::fprintf(stderr, "droced: %s\n", std::string(u.status().message()).c_str());
-      return 2;
-    }
-    uplink_spec = *u;
+  absl::StatusOr<DaemonOptions> options = ParseDaemonOptions(args, verbs::DefaultRunDir(), std::getenv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "droced: %s\n", std::string(options.status().message()).c_str());
+    return 2;
   }
+  std::string run_dir = options->run_dir;
+  const bool foreground = options->foreground;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   run_dir = std::filesystem::weakly_canonical(run_dir, ec).string();
@@ -1621,12 +1568,12 @@ int Main(int argc, char** argv) {
   unlink(memif_socket.c_str());
   ethdev::EalConfig eal;
   eal.file_prefix = absl::StrFormat("droced-%08x", Fnv(run_dir));
-  eal.memory_mb = memory_mb;
-  eal.hugepages = hugepages;
-  eal.extra_args = eal_args;
-  if (uplink_spec && uplink_spec->kind == UplinkSpec::Kind::kPci) {
+  eal.memory_mb = options->memory_mb;
+  eal.hugepages = options->hugepages;
+  eal.extra_args = options->eal_args;
+  if (options->uplink && options->uplink->kind == UplinkSpec::Kind::kPci) {
     eal.pci = true;  // only the uplink's device: allow-listed
-    eal.extra_args.insert(eal.extra_args.begin(), {"-a", uplink_spec->vdev});
+    eal.extra_args.insert(eal.extra_args.begin(), {"-a", options->uplink->vdev});
   }
   // An interface of the daemon's own that is never started (no client can
   // connect to it): it keeps the socket's listener for the daemon's life, so
@@ -1642,14 +1589,14 @@ int Main(int argc, char** argv) {
   if (s.ok() && pool == nullptr) s = absl::ResourceExhaustedError(rte_strerror(rte_errno));
   // Frames a bottleneck still holds when it is replaced or its device goes.
   SwitchKnobs::set_frame_free([](void* m) { rte_pktmbuf_free(static_cast<rte_mbuf*>(m)); });
-  auto* daemon = s.ok() ? new Daemon(run_dir, pool, link_slots) : nullptr;
+  auto* daemon = s.ok() ? new Daemon(run_dir, pool, options->link_slots) : nullptr;
   if (daemon != nullptr) {
-    daemon->set_busy_poll(busy_poll);
-    daemon->set_busy_window_us(busy_window_us);
-    daemon->set_realtime(realtime);
-    daemon->set_direct(direct, ring_slots);
+    daemon->set_busy_poll(options->busy_poll);
+    daemon->set_busy_window_us(options->busy_window_us);
+    daemon->set_realtime(options->realtime);
+    daemon->set_direct(options->direct, options->ring_slots);
     s = daemon->Listen();
-    if (s.ok() && uplink_spec) s = daemon->OpenUplink(*uplink_spec);
+    if (s.ok() && options->uplink) s = daemon->OpenUplink(*options->uplink);
   }
   if (!s.ok()) {
     Log("cannot start: %s", std::string(s.message()).c_str());

@@ -1501,6 +1501,54 @@ class Daemon {
   uint32_t ndirty_ = 0;
 };
 
+// The run directory's pid file, locked (one daemon per directory); -1 with
+// the reason on stderr when it cannot be opened or another daemon holds it.
+int LockPidFile(const std::string& pid_path, const std::string& run_dir) {
+  const int pid_fd = open(pid_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (pid_fd < 0) {
+    std::fprintf(stderr, "droced: %s: %s\n", pid_path.c_str(), std::strerror(errno));
+    return -1;
+  }
+  if (flock(pid_fd, LOCK_EX | LOCK_NB) != 0) {
+    char other[32] = {};
+    (void)!pread(pid_fd, other, sizeof other - 1, 0);
+    other[std::strcspn(other, "\n")] = '\0';
+    std::fprintf(stderr, "droced: already running for %s (pid %s)\n", run_dir.c_str(), other);
+    close(pid_fd);
+    return -1;
+  }
+  return pid_fd;
+}
+
+// Forks into the background. The parent waits until the daemon says it
+// listens (a byte on the pipe whose write end `*ready_fd` the child keeps)
+// and returns its exit code; the child returns nullopt with stdin on
+// /dev/null and stdout/stderr on the run directory's log.
+std::optional<int> Detach(const std::string& run_dir, int* ready_fd) {
+  int ready_pipe[2] = {-1, -1};
+  if (pipe2(ready_pipe, O_CLOEXEC) != 0) return 1;
+  const pid_t child = fork();
+  if (child < 0) return 1;
+  if (child > 0) {
+    close(ready_pipe[1]);
+    char ok = 0;
+    const bool ready = read(ready_pipe[0], &ok, 1) == 1 && ok == 1;
+    if (!ready) std::fprintf(stderr, "droced: failed to start, see %s\n", fabric::LogFilePath(run_dir).c_str());
+    return ready ? 0 : 1;
+  }
+  close(ready_pipe[0]);
+  *ready_fd = ready_pipe[1];
+  setsid();
+  const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  const int log_fd = open(fabric::LogFilePath(run_dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (null_fd >= 0) dup2(null_fd, 0);
+  if (log_fd >= 0) {
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+  }
+  return std::nullopt;
+}
+
 int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (DaemonWantsHelp(args)) {
@@ -1519,38 +1567,11 @@ int Main(int argc, char** argv) {
   run_dir = std::filesystem::weakly_canonical(run_dir, ec).string();
   // One daemon per run directory: the pid file's lock says who it is.
   const std::string pid_path = fabric::PidFilePath(run_dir);
-  const int pid_fd = open(pid_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (pid_fd < 0) {
-    std::fprintf(stderr, "droced: %s: %s\n", pid_path.c_str(), std::strerror(errno));
-    return 1;
-  }
-  if (flock(pid_fd, LOCK_EX | LOCK_NB) != 0) {
-    char other[32] = {};
-    (void)!pread(pid_fd, other, sizeof other - 1, 0);
-    std::fprintf(stderr, "droced: already running for %s (pid %s)\n", run_dir.c_str(), other);
-    return 1;
-  }
-  int ready_pipe[2] = {-1, -1};
+  const int pid_fd = LockPidFile(pid_path, run_dir);
+  if (pid_fd < 0) return 1;
+  int ready_fd = -1;
   if (!foreground) {
-    if (pipe2(ready_pipe, O_CLOEXEC) != 0) return 1;
-    const pid_t child = fork();
-    if (child < 0) return 1;
-    if (child > 0) {  // wait until the daemon listens (or failed)
-      close(ready_pipe[1]);
-      char ok = 0;
-      const bool ready = read(ready_pipe[0], &ok, 1) == 1 && ok == 1;
-      if (!ready) std::fprintf(stderr, "droced: failed to start, see %s\n", fabric::LogFilePath(run_dir).c_str());
-      return ready ? 0 : 1;
-    }
-    close(ready_pipe[0]);
-    setsid();
-    const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    const int log_fd = open(fabric::LogFilePath(run_dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    if (log_fd >= 0) {
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-    }
+    if (std::optional<int> parent_exit = Detach(run_dir, &ready_fd)) return *parent_exit;
   }
   const std::string pid_text = absl::StrCat(getpid(), "\n");
   (void)!ftruncate(pid_fd, 0);
@@ -1604,10 +1625,10 @@ int Main(int argc, char** argv) {
   }
   Log("serving %s (pid %d, control %s, memif %s)", run_dir.c_str(), getpid(),
       fabric::ControlSocketPath(run_dir).c_str(), memif_socket.c_str());
-  if (ready_pipe[1] >= 0) {
+  if (ready_fd >= 0) {
     const char ok = 1;
-    (void)!write(ready_pipe[1], &ok, 1);
-    close(ready_pipe[1]);
+    (void)!write(ready_fd, &ok, 1);
+    close(ready_fd);
   }
   if (const char* trace = std::getenv("DROCED_TRACE"); trace != nullptr) daemon->OpenTrace(trace);
   daemon->Run();

@@ -239,6 +239,12 @@ class Qp {
   QpEvent error_event() const { return error_event_; }
 
  private:
+  // Modify's steps: the transition and the values checked, then applied.
+  absl::Status CheckTransition(QpState cur, QpState next, uint32_t mask) const;
+  static absl::Status CheckAttributeValues(const QpAttr& a, uint32_t mask);
+  void ApplyAttributes(const QpAttr& a, uint32_t mask, const wire::Route& route);
+  void ResetToFresh();
+
   struct SendWqe {
     SendWr wr;
     uint8_t inline_data[kMaxInlineData];

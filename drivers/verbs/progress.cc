@@ -387,11 +387,10 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // An armed channel whose program waits on the fd itself (UCX's epoll)
   // keeps the thread hot only while packets come: a device with an armed
   // channel and no traffic sleeps armed like any idle one (an arrival wakes
-  // it). Kept hot for as long as a channel was armed, every device of a
-  // program that opens many (UCX, MPI: 8 per rank) had its thread waking
-  // every hot_sleep_us, and on 2 shared cores those threads took the CPU
-  // from the programs' own progress for seconds (UCX's UD peers then timed
-  // out).
+  // it). A hot phase for every armed channel would keep a thread waking
+  // every hot_sleep_us on each device such a program opens (UCX and MPI
+  // open them all, 8 per rank on a GPU server), and on shared cores those
+  // threads take the CPU from the programs' own progress.
   const bool hot = now - last_work_ < uint64_t{pc_.hot_us} * 1000;
   // Hot: short timed sleeps, not an armed wait. A thread woken by the
   // peer's eventfd write may be placed on the waker's CPU and wait there

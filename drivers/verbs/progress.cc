@@ -135,7 +135,7 @@ class Runtime::ProgressThread {
   void ServeEventWaiter();
   void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app);
   uint32_t PollOnce();
-  void IdleStep(uint64_t now, bool waiting_for_event, uint64_t last_app);
+  void IdleStep(uint64_t now, uint64_t last_app);
 
   Runtime& rt_;
   const ProgressConfig& pc_;
@@ -370,7 +370,7 @@ uint32_t Runtime::ProgressThread::PollOnce() {
 // sleeps are short, so a packet for a program that spins on memory
 // (ib_write_lat's server) waits microseconds, not a scheduler slice; after
 // that, sleeps double up to max_sleep_us.
-void Runtime::ProgressThread::IdleStep(uint64_t now, bool waiting_for_event, uint64_t last_app) {
+void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   if (idle_ == 0) idle_since_ = now;
   // Under auto a SCHED_FIFO thread whose program is not calling spins
   // longer (kAutoFifoSpinNs).
@@ -384,7 +384,14 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, bool waiting_for_event, uin
     SwitchAuto(true, now);  // decided before the sleep, not after
   }
   rt_.stats_.progress_sleeps.fetch_add(1, std::memory_order_relaxed);
-  const bool hot = waiting_for_event || now - last_work_ < uint64_t{pc_.hot_us} * 1000;
+  // An armed channel whose program waits on the fd itself (UCX's epoll)
+  // keeps the thread hot only while packets come: a device with an armed
+  // channel and no traffic sleeps armed like any idle one (an arrival wakes
+  // it). A hot phase for every armed channel would keep a thread waking
+  // every hot_sleep_us on each device such a program opens (UCX and MPI
+  // open them all, 8 per rank on a GPU server), and on shared cores those
+  // threads take the CPU from the programs' own progress.
+  const bool hot = now - last_work_ < uint64_t{pc_.hot_us} * 1000;
   // Hot: short timed sleeps, not an armed wait. A thread woken by the
   // peer's eventfd write may be placed on the waker's CPU and wait there
   // behind a spinning program for a scheduler slice (ib_write_lat runs with
@@ -445,7 +452,7 @@ void Runtime::ProgressThread::Run() {
       last_work_ = now;
       continue;
     }
-    IdleStep(now, waiting_for_event, last_app);
+    IdleStep(now, last_app);
   }
 }
 

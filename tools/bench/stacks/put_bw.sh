@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # UCT put_bw 64 KiB (rc_verbs, zcopy) against ib_write_bw 64 KiB, the issue's
-# goal (put_bw >= 90 % of ib_write_bw), measured in alternation so that both
-# see the same load: in each round ib_write_bw, then ucx_perftest with UCX's
-# default send queue (UCX_RC_VERBS_TX_QUEUE_LEN=256 WRs in flight), then with
-# perftest's depth (128). Server on droce0, client on droce1 (fabric devices
-# of a private run directory). CSV on stdout: round,test,value,unit
+# goal (put_bw >= 90 % of ib_write_bw), like for like and in alternation so
+# that all see the same load. ucx_perftest's put_bw keeps one zcopy PUT
+# outstanding unless told otherwise (UCX 1.13 perftest.c: put_bw's window is
+# 1; `-O N` sets it): stop-and-wait, one message per round trip. ib_write_bw
+# keeps its tx depth (-t, default 128) in flight. So each round measures both
+# pairings: window 128 (ib_write_bw -t 128, put_bw -O 128) and window 1
+# (ib_write_bw -t 1, put_bw as run by default). Server on droce0, client on
+# droce1 (fabric devices of a private run directory). CSV on stdout:
+# round,test,value,unit
 #   bash tools/bench/stacks/put_bw.sh          (ROUNDS, default 5; ITERS, default 5000)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,15 +26,16 @@ pair() {  # PORT 'SERVER CMD' 'CLIENT CMD (the server address appended)': the cl
 echo "round,test,value,unit"
 for ((r = 1; r <= ${ROUNDS:-5}; ++r)); do
   echo "# round $r $(date -u +%FT%TZ) load $(cut -d' ' -f1 /proc/loadavg)" >&2
-  p=$((port + 1))
-  v=$(pair $p "ib_write_bw -d droce0 -x 1 -s 65536 -n $n -p $p" "ib_write_bw -d droce1 -x 1 -s 65536 -n $n -p $p" |
-      awk '$1 == 65536 && NF >= 5 {print $5 * 1e6}')
-  echo "$r,ib_write_bw,$v,msg/s"
-  for depth in 256 128; do
+  for window in 128 1; do
+    p=$((port + 1))
+    v=$(pair $p "ib_write_bw -d droce0 -x 1 -s 65536 -t $window -n $n -p $p" \
+        "ib_write_bw -d droce1 -x 1 -s 65536 -t $window -n $n -p $p" |
+        awk '$1 == 65536 && NF >= 5 {print $5 * 1e6}')
+    echo "$r,ib_write_bw_t$window,$v,msg/s"
     p=$((port + 2))
-    v=$(pair $p "UCX_RC_VERBS_TX_QUEUE_LEN=$depth ucx_perftest -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n $n -p $p" \
-        "UCX_RC_VERBS_TX_QUEUE_LEN=$depth ucx_perftest -d droce1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n $n -p $p" |
+    v=$(pair $p "ucx_perftest -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -O $window -n $n -p $p" \
+        "ucx_perftest -d droce1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -O $window -n $n -p $p" |
         awk '/^Final:/ {print $9}')
-    echo "$r,put_bw_txq$depth,$v,msg/s"
+    echo "$r,put_bw_O$window,$v,msg/s"
   done
 done

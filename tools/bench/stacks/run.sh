@@ -2,7 +2,9 @@
 # The communication stacks on droce against perftest on the same devices and
 # against the same stacks over kernel TCP (loopback), in one run (issue 33):
 #   UCT am_lat (rc_verbs)        vs ib_send_lat -s 8        (one-way latency, typical)
-#   UCT put_bw 64 KiB (zcopy)    vs ib_write_bw -s 65536    (messages per second)
+#   UCT put_bw 64 KiB (zcopy)    vs ib_write_bw -s 65536    (messages per second; both with
+#                                128 WRITEs in flight: put_bw -O 128, ib_write_bw's tx depth.
+#                                put_bw's own default is one, stop-and-wait: put_bw.sh)
 #   UCP tag_lat 8 B, tag_bw 8 B and 1 MiB: UCX_TLS=rc_verbs,ud_verbs,self vs UCX_TLS=tcp,self
 #   NetPIPE (NPopenmpi, 1 B .. 4 MiB): Open MPI over pml ucx on droce vs pml ob1 + btl tcp
 # Server on droce0, client on droce1 (fabric devices of a private run
@@ -49,8 +51,8 @@ for ((r = 1; r <= rounds; ++r)); do
       "ucx_perftest -d droce1:1 -x rc_verbs -t am_lat -n 20000 -p $p" | ucx_final 3)
   row $r am_lat uct_rc_verbs 8 "$v" us; echo "UCT am_lat typical $v us"
   p=$((port + 4))
-  v=$(pair $p "ucx_perftest -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 5000 -p $p" \
-      "ucx_perftest -d droce1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 5000 -p $p" | ucx_final 9)
+  v=$(pair $p "ucx_perftest -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -O 128 -n 5000 -p $p" \
+      "ucx_perftest -d droce1:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -O 128 -n 5000 -p $p" | ucx_final 9)
   row $r put_bw uct_rc_verbs 65536 "$v" msg/s; echo "UCT put_bw 64 KiB $v msg/s"
   for stack in droce tcp; do
     if [ $stack = droce ]; then

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# NetPIPE (NPopenmpi, 1 B .. 4 MiB) between two Open MPI ranks: over pml ucx on
+# droce with fabric devices of each setting given, and over kernel TCP (pml
+# ob1, btl tcp on the loopback interface), alternating within each round so
+# that all see the same load. Rank 0 on droce0, rank 1 on droce1.
+#   bash tools/bench/stacks/netpipe_ab.sh NAME=SETTINGS...   (SETTINGS: KEY=VALUE[,KEY=VALUE]
+#                                                             of the device file, or "default")
+#   e.g. bash tools/bench/stacks/netpipe_ab.sh default=default trust=rx_icrc_trust=on
+# ROUNDS (default 1). CSV on stdout: round,stack,bytes,usec,mbps,load
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+[ $# -ge 1 ] || { echo "usage: $0 NAME=SETTINGS..." >&2; exit 2; }
+if [ -n "${NETPIPE_ONE:-}" ]; then  # one NetPIPE run: "tcp" or the device settings
+  source "$here/../../../tests/stacks/lib.sh"
+  need mpirun NPopenmpi
+  sets=()
+  [ "$NETPIPE_ONE" != tcp ] && [ "$NETPIPE_ONE" != default ] && IFS=, read -ra sets <<<"$NETPIPE_ONE"
+  stacks_host droce-bench-np 2 "${sets[@]}"
+  cd "$run"
+  if [ "$NETPIPE_ONE" = tcp ]; then
+    OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo timeout 600 \
+      mpirun --allow-run-as-root --oversubscribe -np 2 NPopenmpi -p 0 -u 4194304 -o np.out >np.log 2>&1
+  else
+    OMPI_MCA_pml=ucx OMPI_MCA_btl=self UCX_TLS=rc_verbs,ud_verbs,self timeout 600 \
+      mpirun --allow-run-as-root --oversubscribe -np 1 -x UCX_NET_DEVICES=droce0:1 NPopenmpi -p 0 -u 4194304 -o np.out \
+      : -np 1 -x UCX_NET_DEVICES=droce1:1 NPopenmpi -p 0 -u 4194304 -o np.out >np.log 2>&1
+  fi
+  cat np.out  # bytes, Mbps, seconds (one way)
+  exit 0
+fi
+echo "round,stack,bytes,usec,mbps,load"
+for ((r = 1; r <= ${ROUNDS:-1}; ++r)); do
+  for spec in "$@" tcp=tcp; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    NETPIPE_ONE="${spec#*=}" bash "$0" "$@" |
+      awk -v r=$r -v s="${spec%%=*}" -v load="$load" 'NF >= 3 {printf "%d,%s,%s,%.2f,%.1f,%s\n", r, s, $1, $3 * 1e6, $2, load}'
+  done
+done

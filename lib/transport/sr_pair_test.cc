@@ -225,7 +225,9 @@ TEST(SelectiveRepeat, PipelinedReadsUnderLossAreAnsweredWithoutDrops) {
         EXPECT_EQ(ka.timeouts, 0u) << "rd " << int(rd);
         EXPECT_LT(took, 300'000u) << "rd " << int(rd);
       }
-      if (loss == 0) EXPECT_EQ(kb.tx_packets, kN * size / 1024);
+      if (loss == 0) {
+        EXPECT_EQ(kb.tx_packets, kN * size / 1024);
+      }
     }
   }
 }

@@ -190,7 +190,7 @@ ReplayResult Send(const Endpoints& e, const std::vector<Datagram>& dgs) {
     transport::SendWr w;
     w.wr_id = i;
     w.opcode = d.p.op().Has(kHdrImmDt) ? transport::WrOpcode::kSendWithImm : transport::WrOpcode::kSend;
-    w.flags = transport::kSendSignaled | (d.solicited ? transport::kSendSolicited : 0);
+    w.flags = transport::kSendSignaled | (d.solicited ? uint32_t{transport::kSendSolicited} : 0u);
     w.num_sge = 1;
     w.sg_list[0] = {0x10000000 + i * kSlot, d.p.payload_len, keys.lkey};
     if (d.p.op().Has(kHdrImmDt)) std::memcpy(&w.imm_data, f + d.p.bth_offset + d.p.op().immdt_offset, 4);

@@ -105,6 +105,9 @@ class Qp {
   // The responder forgets the region its fast path places into (PlaceExpected):
   // the next WRITEs take the full chain until one resolves a region again.
   void ForgetExpectedRegion() { resp_.expected = {}; }
+  // ACKs retire the send queue WQE by WQE (the reference path the
+  // equivalence test compares AckUpTo's run-wise walk with).
+  void AckEachWqe(bool on) { ack_per_wqe_ = on; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const;  // queued, held, published
@@ -400,6 +403,9 @@ class Qp {
   // False: the buffers' region was deregistered; the WQE failed LOC_PROT_ERR.
   bool PlaceResponseData(SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len);
   void AckUpTo(uint32_t psn, uint64_t now);
+  bool AckPartOf(SendWqe& w, uint32_t psn);
+  void AckUpToPerWqe(uint32_t psn, uint64_t now);
+  bool ack_per_wqe_ = false;
   // The retransmission deadline to arm now (0: none): the retransmission
   // timeout is selective repeat's (its RTOs) or the QP's (4.096 us x 2^timeout).
   uint64_t ArmRetransmitTimer(uint64_t now);

@@ -39,6 +39,7 @@
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_settings.h"
 #include "apps/droced/uplink_spec.h"
+#include "drivers/fabric/build_tree.h"
 #include "drivers/fabric/protocol.h"
 #include "drivers/netdev/netlink.h"
 
@@ -60,43 +61,32 @@ core::Mac MacFromName(const std::string& name) {
 
 // droce-ctl run from the build tree uses the build tree's provider, shims
 // and droced; an installed one uses the installed ones.
-bool InBuildTree() {
-#ifdef DROCE_BUILD_ROOT
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  return !ec && self.string().rfind(std::string(DROCE_BUILD_ROOT) + "/", 0) == 0;
-#else
-  return false;
-#endif
+const std::string& BuildRoot() {
+  static const std::string root = fabric::BuildTreeRoot();
+  return root;
 }
 
 std::string ProviderDir() {
-#ifdef DROCE_BUILD_PROVIDER_DIR
-  if (InBuildTree() && fs::exists(fs::path(DROCE_BUILD_PROVIDER_DIR) / "libdroce-rdmav34.so")) {
-    return DROCE_BUILD_PROVIDER_DIR;
-  }
-#endif
+  const std::string dir = BuildRoot().empty() ? "" : BuildRoot() + "/drivers/verbs";
+  if (!dir.empty() && fs::exists(fs::path(dir) / "libdroce-rdmav34.so")) return dir;
   return "";
 }
 
 // A shim library: the build tree's, or the installed one by its absolute
 // path (LD_PRELOAD then needs no ld.so cache entry for a new install).
-std::string ShimPath(const std::string& name, const std::string& build_dir) {
-  if (InBuildTree() && fs::exists(fs::path(build_dir) / name)) return build_dir + "/" + name;
+std::string ShimPath(const std::string& name, const std::string& build_subdir) {
+  if (!BuildRoot().empty()) {
+    const fs::path built = fs::path(BuildRoot()) / build_subdir / name;
+    if (fs::exists(built)) return built.string();
+  }
 #ifdef DROCE_INSTALLED_SHIM_DIR
   if (fs::exists(fs::path(DROCE_INSTALLED_SHIM_DIR) / name)) return std::string(DROCE_INSTALLED_SHIM_DIR) + "/" + name;
 #endif
   return name;
 }
 
-// The rdma_cm shim (drivers/rdmacm, doc/cm.md) next to the provider's in a build tree.
-std::string RdmacmPreload() {
-#ifdef DROCE_BUILD_RDMACM_DIR
-  return ShimPath("libdroce-rdmacm.so", DROCE_BUILD_RDMACM_DIR);
-#else
-  return "libdroce-rdmacm.so";
-#endif
-}
+// The rdma_cm shim (drivers/rdmacm, doc/cm.md).
+std::string RdmacmPreload() { return ShimPath("libdroce-rdmacm.so", "drivers/rdmacm"); }
 
 int Env(const std::string& run_dir) {
   std::printf("export SYSFS_PATH=%s\n", SysfsRoot(run_dir).c_str());
@@ -107,16 +97,17 @@ int Env(const std::string& run_dir) {
     std::printf("export LD_PRELOAD=%s/libdroce-preload.so:%s\n", dir.c_str(), RdmacmPreload().c_str());
   } else {
     // Installed: libibverbs finds the provider through its driver file.
-    std::printf("export LD_PRELOAD=%s:%s\n", ShimPath("libdroce-preload.so", "").c_str(), RdmacmPreload().c_str());
+    std::printf("export LD_PRELOAD=%s:%s\n", ShimPath("libdroce-preload.so", "drivers/verbs").c_str(), RdmacmPreload().c_str());
   }
   return 0;
 }
 
 // droced: next to droce-ctl in a build tree or an installation, else $PATH.
 std::string DrocedPath() {
-#ifdef DROCE_BUILD_DROCED
-  if (InBuildTree() && fs::exists(DROCE_BUILD_DROCED)) return DROCE_BUILD_DROCED;
-#endif
+  if (!BuildRoot().empty()) {
+    const fs::path built = fs::path(BuildRoot()) / "apps/droced/droced";
+    if (fs::exists(built)) return built.string();
+  }
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec && fs::exists(self.parent_path() / "droced")) return (self.parent_path() / "droced").string();

@@ -251,6 +251,16 @@ size_t CmService::PendingEvents(int conn) const {
   return static_cast<size_t>(std::count_if(events_.begin(), events_.end(), [&](const Event& e) { return e.conn == conn; }));
 }
 
+namespace {
+
+// A BIND of an AF_IB address (librdmacm's probe, CmCounters::af_ib_probes).
+bool IsAfIbBind(std::span<const uint8_t> in) {
+  rdma_ucm_bind b;
+  return Load(in, &b) && b.addr.ss_family == AF_IB;
+}
+
+}  // namespace
+
 CmService::Result CmService::Command(int conn, std::span<const uint8_t> cmd, uint64_t now_ms,
                                      std::span<const uint8_t> option) {
   ++counters_.commands;
@@ -263,6 +273,10 @@ CmService::Result CmService::Command(int conn, std::span<const uint8_t> cmd, uin
     if (r.error == 0 && r.out.size() > hdr.out) r.error = ENOSPC;
     if (r.error == EAGAIN && hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT) {
       ++counters_.get_event_empty;
+      return r;
+    }
+    if (r.error == EAFNOSUPPORT && hdr.cmd == RDMA_USER_CM_CMD_BIND && IsAfIbBind(cmd.subspan(sizeof hdr))) {
+      ++counters_.af_ib_probes;
       return r;
     }
   }
@@ -1480,9 +1494,9 @@ std::string CmService::StatusText() const {
   for (const auto& [handle, id] : ids_) listening += id.state == IdState::kListen ? 1 : 0;
   std::string out = absl::StrFormat(
       "cm: %zu ids, %zu listening, %zu in time wait, %zu multicast joins; commands %lu (failed %lu, get_event "
-      "with none waiting %lu), mads rx %lu tx %lu, unmatched %lu, ignored %lu, rej_no_listener %lu",
+      "with none waiting %lu, AF_IB probes %lu), mads rx %lu tx %lu, unmatched %lu, ignored %lu, rej_no_listener %lu",
       ids_.size(), listening, zombies_.size(), mcasts_.size(), counters_.commands, counters_.commands_failed,
-      counters_.get_event_empty, counters_.mads_rx, counters_.mads_tx, counters_.unmatched, counters_.ignored,
+      counters_.get_event_empty, counters_.af_ib_probes, counters_.mads_rx, counters_.mads_tx, counters_.unmatched, counters_.ignored,
       counters_.rej_no_listener);
   for (size_t e = 1; e < static_cast<size_t>(cm::MadError::kCount); ++e) {
     if (counters_.mad_errors[e] != 0) {

@@ -54,6 +54,11 @@ struct CmCounters {
   // made non-blocking (rsockets does) gets EAGAIN, as from the kernel's
   // ucma; a normal answer, not a failure.
   uint64_t get_event_empty = 0;
+  // librdmacm's probe for AF_IB (a BIND of an AF_IB address when each
+  // process opens its first channel): refused with EAFNOSUPPORT, as a
+  // kernel without AF_IB refuses it, so librdmacm uses the IP commands; the
+  // expected answer, not a failure.
+  uint64_t af_ib_probes = 0;
   uint64_t mads_rx = 0, mads_tx = 0;
   uint64_t mad_errors[static_cast<size_t>(cm::MadError::kCount)] = {};
   uint64_t gsi_drops[static_cast<size_t>(GsiDrop::kCount)] = {};

@@ -684,6 +684,12 @@ TEST_F(CmServiceTest, BadCommandsAreRefused) {
   b.addr_size = sizeof(sockaddr_in6);
   b.addr.ss_family = 27;
   EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_BIND, b).error, EAFNOSUPPORT);
+  EXPECT_EQ(cm_.counters().af_ib_probes, 1u);  // librdmacm's probe: an expected refusal, not a failure
+  const uint64_t failed = cm_.counters().commands_failed;
+  b.addr.ss_family = AF_UNIX;
+  EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_BIND, b).error, EAFNOSUPPORT);
+  EXPECT_EQ(cm_.counters().af_ib_probes, 1u);
+  EXPECT_EQ(cm_.counters().commands_failed, failed + 1);
   // An address no device has; an address in use.
   rdma_ucm_bind_ip bi{};
   bi.id = id;
@@ -729,7 +735,7 @@ TEST_F(CmServiceTest, PollingAnEmptyChannelIsNotAFailure) {
   EXPECT_EQ(cm_.counters().commands_failed, 0u);
   EXPECT_EQ(Cmd(kClient, RDMA_USER_CM_CMD_DISCONNECT, rdma_ucm_disconnect{77}).error, EINVAL);
   EXPECT_EQ(cm_.counters().commands_failed, 1u);
-  EXPECT_NE(cm_.StatusText().find("commands 6 (failed 1, get_event with none waiting 5)"), std::string::npos)
+  EXPECT_NE(cm_.StatusText().find("commands 6 (failed 1, get_event with none waiting 5, AF_IB probes 0)"), std::string::npos)
       << cm_.StatusText();
 }
 

@@ -1,6 +1,6 @@
 // droced: the host fabric daemon of one droce run directory (doc/droced.md).
 //
-//   droced [--run-dir DIR] [--foreground] [--memory-mb N]
+//   droced [options]   (droced --help; the table is options.cc)
 //
 // Every program that opens a fabric device of the run directory attaches
 // here over the control socket (<run dir>/droced.sock) and gets a QPN range
@@ -51,6 +51,7 @@
 #include "apps/droced/cm_service.h"
 #include "apps/droced/fabric_state.h"
 #include "apps/droced/netdev_binder.h"
+#include "apps/droced/options.h"
 #include "apps/droced/ring_ports.h"
 #include <rdma/rdma_user_cm.h>
 #include "drivers/rdmacm/cm_protocol.h"
@@ -1500,110 +1501,77 @@ class Daemon {
   uint32_t ndirty_ = 0;
 };
 
+// The run directory's pid file, locked (one daemon per directory); -1 with
+// the reason on stderr when it cannot be opened or another daemon holds it.
+int LockPidFile(const std::string& pid_path, const std::string& run_dir) {
+  const int pid_fd = open(pid_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (pid_fd < 0) {
+    std::fprintf(stderr, "droced: %s: %s\n", pid_path.c_str(), std::strerror(errno));
+    return -1;
+  }
+  if (flock(pid_fd, LOCK_EX | LOCK_NB) != 0) {
+    char other[32] = {};
+    (void)!pread(pid_fd, other, sizeof other - 1, 0);
+    other[std::strcspn(other, "\n")] = '\0';
+    std::fprintf(stderr, "droced: already running for %s (pid %s)\n", run_dir.c_str(), other);
+    close(pid_fd);
+    return -1;
+  }
+  return pid_fd;
+}
+
+// Forks into the background. The parent waits until the daemon says it
+// listens (a byte on the pipe whose write end `*ready_fd` the child keeps)
+// and returns its exit code; the child returns nullopt with stdin on
+// /dev/null and stdout/stderr on the run directory's log.
+std::optional<int> Detach(const std::string& run_dir, int* ready_fd) {
+  int ready_pipe[2] = {-1, -1};
+  if (pipe2(ready_pipe, O_CLOEXEC) != 0) return 1;
+  const pid_t child = fork();
+  if (child < 0) return 1;
+  if (child > 0) {
+    close(ready_pipe[1]);
+    char ok = 0;
+    const bool ready = read(ready_pipe[0], &ok, 1) == 1 && ok == 1;
+    if (!ready) std::fprintf(stderr, "droced: failed to start, see %s\n", fabric::LogFilePath(run_dir).c_str());
+    return ready ? 0 : 1;
+  }
+  close(ready_pipe[0]);
+  *ready_fd = ready_pipe[1];
+  setsid();
+  const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  const int log_fd = open(fabric::LogFilePath(run_dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (null_fd >= 0) dup2(null_fd, 0);
+  if (log_fd >= 0) {
+    dup2(log_fd, 1);
+    dup2(log_fd, 2);
+  }
+  return std::nullopt;
+}
+
 int Main(int argc, char** argv) {
-  std::string run_dir = verbs::DefaultRunDir();
-  bool foreground = false, busy_poll = false, realtime = true;
-  // DROCED_BUSY_WINDOW_US: for daemons droce-ctl starts (benchmarks).
-  uint32_t busy_window_us = std::getenv("DROCED_BUSY_WINDOW_US") != nullptr
-                                ? static_cast<uint32_t>(std::strtoul(std::getenv("DROCED_BUSY_WINDOW_US"), nullptr, 10))
-                                : 0;
-  unsigned memory_mb = 256;
-  // DROCED_DIRECT=0: a daemon droce-ctl starts switches every frame (benchmarks).
-  bool direct = std::getenv("DROCED_DIRECT") == nullptr || std::string(std::getenv("DROCED_DIRECT")) != "0";
-  uint32_t ring_slots = 256;
-  uint32_t link_slots = 512;
-  // DROCED_UPLINK: for a daemon droce-ctl starts (two run directories = two hosts).
-  std::string uplink = std::getenv("DROCED_UPLINK") != nullptr ? std::getenv("DROCED_UPLINK") : "";
-  // A real NIC as the uplink: hugepages and the PMD's own EAL options.
-  bool hugepages = false;
-  std::vector<std::string> eal_args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--run-dir" && i + 1 < argc) {
-      run_dir = argv[++i];
-    } else if (a == "--no-realtime") {
-      realtime = false;
-    } else if (a == "--busy-poll") {
-      busy_poll = true;
-    } else if (a == "--busy-window-us" && i + 1 < argc) {
-      busy_window_us = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-    } else if (a == "--no-direct") {
-      direct = false;
-    } else if (a == "--ring-slots" && i + 1 < argc) {
-      ring_slots = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-      if (!pktio::FrameRing::ValidGeometry(ring_slots, pktio::FrameRing::kDefaultSlotBytes)) {
-        std::fprintf(stderr, "droced: --ring-slots: a power of two, 2..65536\n");
-        return 2;
-      }
-    } else if (a == "--link-slots" && i + 1 < argc) {
-      link_slots = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
-      if (!pktio::FrameRing::ValidGeometry(link_slots, pktio::FrameRing::kDefaultSlotBytes)) {
-        std::fprintf(stderr, "droced: --link-slots: a power of two, 2..65536\n");
-        return 2;
-      }
-    } else if (a == "--foreground") {
-      foreground = true;
-    } else if (a == "--uplink" && i + 1 < argc) {
-      uplink = argv[++i];
-    } else if (a == "--memory-mb" && i + 1 < argc) {
-      memory_mb = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
-    } else if (a == "--hugepages") {
-      hugepages = true;
-    } else if (a == "--eal" && i + 1 < argc) {
-      for (absl::string_view w : absl::StrSplit(argv[++i], ' ', absl::SkipEmpty())) eal_args.emplace_back(w);
-    } else {
-      std::fprintf(stderr, "usage: droced [--run-dir DIR] [--foreground] [--memory-mb N] [--busy-poll] [--busy-window-us N] "
-                   "[--no-realtime] [--no-direct] [--ring-slots N] [--link-slots N] [--hugepages] [--eal \"EAL ARGS\"]\n"
-                   "              [--uplink memif:SOCKET:server|client | vdev:NAME[,ARGS] | pci:DDDD:BB:DD.F[,ARGS]]\n");
-      return 2;
-    }
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (DaemonWantsHelp(args)) {
+    std::fputs(DaemonUsage().c_str(), stdout);
+    return 0;
   }
-  std::optional<UplinkSpec> uplink_spec;
-  if (!uplink.empty()) {
-    absl::StatusOr<UplinkSpec> u = ParseUplinkSpec(uplink);
-    if (!u.ok()) {
-      std::fprintf(stderr, "droced: %s\n", std::string(u.status().message()).c_str());
-      return 2;
-    }
-    uplink_spec = *u;
+  absl::StatusOr<DaemonOptions> options = ParseDaemonOptions(args, verbs::DefaultRunDir(), std::getenv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "droced: %s\n", std::string(options.status().message()).c_str());
+    return 2;
   }
+  std::string run_dir = options->run_dir;
+  const bool foreground = options->foreground;
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   run_dir = std::filesystem::weakly_canonical(run_dir, ec).string();
   // One daemon per run directory: the pid file's lock says who it is.
   const std::string pid_path = fabric::PidFilePath(run_dir);
-  const int pid_fd = open(pid_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (pid_fd < 0) {
-    std::fprintf(stderr, "droced: %s: %s\n", pid_path.c_str(), std::strerror(errno));
-    return 1;
-  }
-  if (flock(pid_fd, LOCK_EX | LOCK_NB) != 0) {
-    char other[32] = {};
-    (void)!pread(pid_fd, other, sizeof other - 1, 0);
-    std::fprintf(stderr, "droced: already running for %s (pid %s)\n", run_dir.c_str(), other);
-    return 1;
-  }
-  int ready_pipe[2] = {-1, -1};
+  const int pid_fd = LockPidFile(pid_path, run_dir);
+  if (pid_fd < 0) return 1;
+  int ready_fd = -1;
   if (!foreground) {
-    if (pipe2(ready_pipe, O_CLOEXEC) != 0) return 1;
-    const pid_t child = fork();
-    if (child < 0) return 1;
-    if (child > 0) {  // wait until the daemon listens (or failed)
-      close(ready_pipe[1]);
-      char ok = 0;
-      const bool ready = read(ready_pipe[0], &ok, 1) == 1 && ok == 1;
-      if (!ready) std::fprintf(stderr, "droced: failed to start, see %s\n", fabric::LogFilePath(run_dir).c_str());
-      return ready ? 0 : 1;
-    }
-    close(ready_pipe[0]);
-    setsid();
-    const int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    const int log_fd = open(fabric::LogFilePath(run_dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    if (log_fd >= 0) {
-      dup2(log_fd, 1);
-      dup2(log_fd, 2);
-    }
+    if (std::optional<int> parent_exit = Detach(run_dir, &ready_fd)) return *parent_exit;
   }
   const std::string pid_text = absl::StrCat(getpid(), "\n");
   (void)!ftruncate(pid_fd, 0);
@@ -1621,12 +1589,12 @@ int Main(int argc, char** argv) {
   unlink(memif_socket.c_str());
   ethdev::EalConfig eal;
   eal.file_prefix = absl::StrFormat("droced-%08x", Fnv(run_dir));
-  eal.memory_mb = memory_mb;
-  eal.hugepages = hugepages;
-  eal.extra_args = eal_args;
-  if (uplink_spec && uplink_spec->kind == UplinkSpec::Kind::kPci) {
+  eal.memory_mb = options->memory_mb;
+  eal.hugepages = options->hugepages;
+  eal.extra_args = options->eal_args;
+  if (options->uplink && options->uplink->kind == UplinkSpec::Kind::kPci) {
     eal.pci = true;  // only the uplink's device: allow-listed
-    eal.extra_args.insert(eal.extra_args.begin(), {"-a", uplink_spec->vdev});
+    eal.extra_args.insert(eal.extra_args.begin(), {"-a", options->uplink->vdev});
   }
   // An interface of the daemon's own that is never started (no client can
   // connect to it): it keeps the socket's listener for the daemon's life, so
@@ -1642,14 +1610,14 @@ int Main(int argc, char** argv) {
   if (s.ok() && pool == nullptr) s = absl::ResourceExhaustedError(rte_strerror(rte_errno));
   // Frames a bottleneck still holds when it is replaced or its device goes.
   SwitchKnobs::set_frame_free([](void* m) { rte_pktmbuf_free(static_cast<rte_mbuf*>(m)); });
-  auto* daemon = s.ok() ? new Daemon(run_dir, pool, link_slots) : nullptr;
+  auto* daemon = s.ok() ? new Daemon(run_dir, pool, options->link_slots) : nullptr;
   if (daemon != nullptr) {
-    daemon->set_busy_poll(busy_poll);
-    daemon->set_busy_window_us(busy_window_us);
-    daemon->set_realtime(realtime);
-    daemon->set_direct(direct, ring_slots);
+    daemon->set_busy_poll(options->busy_poll);
+    daemon->set_busy_window_us(options->busy_window_us);
+    daemon->set_realtime(options->realtime);
+    daemon->set_direct(options->direct, options->ring_slots);
     s = daemon->Listen();
-    if (s.ok() && uplink_spec) s = daemon->OpenUplink(*uplink_spec);
+    if (s.ok() && options->uplink) s = daemon->OpenUplink(*options->uplink);
   }
   if (!s.ok()) {
     Log("cannot start: %s", std::string(s.message()).c_str());
@@ -1657,10 +1625,10 @@ int Main(int argc, char** argv) {
   }
   Log("serving %s (pid %d, control %s, memif %s)", run_dir.c_str(), getpid(),
       fabric::ControlSocketPath(run_dir).c_str(), memif_socket.c_str());
-  if (ready_pipe[1] >= 0) {
+  if (ready_fd >= 0) {
     const char ok = 1;
-    (void)!write(ready_pipe[1], &ok, 1);
-    close(ready_pipe[1]);
+    (void)!write(ready_fd, &ok, 1);
+    close(ready_fd);
   }
   if (const char* trace = std::getenv("DROCED_TRACE"); trace != nullptr) daemon->OpenTrace(trace);
   daemon->Run();

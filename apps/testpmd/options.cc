@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "apps/common/option_table.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -27,41 +28,11 @@ struct Parse {
   const std::vector<std::string>* engines = nullptr;  // what --fwd accepts
 };
 
-using Setter = absl::Status (*)(Parse& p, const std::string& name, const std::string& value);
+using OptionSpec = apps::OptionSpec<Parse>;
+using apps::Integer;
+using apps::Number;
 
-struct OptionSpec {
-  const char* name;   // "--mtu"
-  const char* alias;  // "-i", or nullptr
-  const char* value;  // the value's name in the usage; nullptr: a switch without a value
-  const char* help;   // '\n' starts a continuation line
-  Setter set;
-};
-
-absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(what); }
-
-template <typename T>
-absl::Status Number(const std::string& name, const std::string& s, double lo, double hi, T* out) {
-  char* end;
-  errno = 0;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end || errno || v < lo || v > hi) {
-    return Bad(absl::StrFormat("%s must be a number in [%g, %g], not '%s'", name, lo, hi, s));
-  }
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::Status Integer(const std::string& name, const std::string& s, uint32_t lo, uint32_t hi, T* out) {
-  char* end;
-  errno = 0;
-  const unsigned long v = std::strtoul(s.c_str(), &end, 10);
-  if (s.empty() || *end || errno || s[0] == '-' || v < lo || v > hi) {
-    return Bad(absl::StrFormat("%s must be an integer in [%u, %u], not '%s'", name, lo, hi, s));
-  }
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
+absl::Status Bad(const std::string& what) { return apps::BadOption(what); }
 
 // An IPv4 address as an IPv4-mapped GID, or an IPv6 address.
 absl::Status Ip(const std::string& name, const std::string& s, core::Gid* out) {
@@ -92,17 +63,6 @@ absl::Status Mac(const std::string& name, const std::string& s, core::Mac* out) 
   if (!m.ok()) return Bad(name + ": " + std::string(m.status().message()));
   *out = *m;
   return absl::OkStatus();
-}
-
-absl::Status OneOf(const std::string& name, const std::string& v, std::initializer_list<const char*> allowed,
-                   std::string* out) {
-  for (const char* a : allowed) {
-    if (v == a) {
-      *out = v;
-      return absl::OkStatus();
-    }
-  }
-  return Bad(absl::StrFormat("%s: expected %s, got '%s'", name, absl::StrJoin(allowed, ", "), v));
 }
 
 // The table. --role is applied before the others (the client's defaults
@@ -247,7 +207,7 @@ const std::vector<OptionSpec>& Table() {
        }},
       {"--dcqcn", nullptr, "off|paper|mlx5", "DCQCN reaction point profile (off)",
        [](Parse& p, const std::string& k, const std::string& v) {
-         return OneOf(k, v, {"off", "paper", "mlx5"}, &p.o.dcqcn);
+         return apps::ParseWord(k, v, {"off", "paper", "mlx5"}, &p.o.dcqcn);
        }},
       {"--cc", nullptr, "ALGORITHM",
        "congestion control of every QP: dcqcn, timely, hpcc, swift or none\n(none; doc/cc.md), with the paper's "
@@ -279,13 +239,6 @@ const std::vector<OptionSpec>& Table() {
        [](Parse& p, const std::string& k, const std::string& v) { return Number(k, v, 0, 1e7, &p.o.buffer_kb); }},
   };
   return table;
-}
-
-const OptionSpec* Find(const std::string& arg) {
-  for (const OptionSpec& s : Table()) {
-    if (arg == s.name || (s.alias != nullptr && arg == s.alias)) return &s;
-  }
-  return nullptr;
 }
 
 // What involves several options, once all are set.
@@ -323,61 +276,28 @@ absl::Status CheckTogether(const Parse& p) {
 
 bool IsRaw(const std::string& fwd) { return fwd.rfind("raw_", 0) == 0; }
 
-std::string Usage() {
-  constexpr size_t kHelpColumn = 25;
-  std::string u = "usage: droce-testpmd [EAL options] -- [options]\n";
-  for (const OptionSpec& s : Table()) {
-    std::string head = "  ";
-    if (s.alias != nullptr) absl::StrAppend(&head, s.alias, ", ");
-    absl::StrAppend(&head, s.name);
-    if (s.value != nullptr) absl::StrAppend(&head, " ", s.value);
-    head += head.size() + 1 < kHelpColumn ? std::string(kHelpColumn - head.size(), ' ') : "  ";
-    bool first = true;
-    for (absl::string_view line : absl::StrSplit(s.help, '\n')) {
-      absl::StrAppend(&u, first ? head : std::string(kHelpColumn, ' '), line, "\n");
-      first = false;
-    }
-  }
-  return u;
-}
+std::string Usage() { return "usage: droce-testpmd [EAL options] -- [options]\n" + apps::FormatUsage(Table()); }
 
-bool WantsHelp(const std::vector<std::string>& args) {
-  return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
-}
+bool WantsHelp(const std::vector<std::string>& args) { return apps::WantsHelp(args); }
 
 absl::StatusOr<Options> ParseOptions(const std::vector<std::string>& args, const std::vector<std::string>& engines) {
-  struct Given {
-    const OptionSpec* spec;
-    std::string name, value;
-  };
-  std::vector<Given> given;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const OptionSpec* spec = Find(args[i]);
-    if (spec == nullptr) {
-      return Bad((args[i].rfind("--", 0) == 0 ? "unknown option " + args[i] : "unexpected argument '" + args[i] + "'") +
-                 " (-- --help lists the options)");
-    }
-    if (spec->value == nullptr) {
-      given.push_back({spec, spec->name, ""});
-      continue;
-    }
-    if (i + 1 >= args.size()) return Bad("missing value for " + args[i]);
-    given.push_back({spec, spec->name, args[++i]});
-  }
+  absl::StatusOr<std::vector<apps::GivenOption<Parse>>> given =
+      apps::SplitOptions(Table(), args, "-- --help lists the options");
+  if (!given.ok()) return given.status();
   Parse p;
   p.engines = &engines;
-  const auto is_role = [](const Given& g) { return std::string_view(g.spec->name) == "--role"; };
-  for (const Given& g : given) {
+  const auto is_role = [](const apps::GivenOption<Parse>& g) { return std::string_view(g.spec->name) == "--role"; };
+  for (const apps::GivenOption<Parse>& g : *given) {
     if (!is_role(g)) continue;
-    if (absl::Status s = g.spec->set(p, g.name, g.value); !s.ok()) return s;
+    if (absl::Status s = g.spec->set(p, g.spec->name, g.value); !s.ok()) return s;
   }
   if (p.o.role == "client") {
     std::swap(p.o.ip, p.o.peer_ip);
     std::swap(p.o.mac, p.o.peer_mac);
   }
-  for (const Given& g : given) {
+  for (const apps::GivenOption<Parse>& g : *given) {
     if (is_role(g)) continue;
-    if (absl::Status s = g.spec->set(p, g.name, g.value); !s.ok()) return s;
+    if (absl::Status s = g.spec->set(p, g.spec->name, g.value); !s.ok()) return s;
   }
   p.o.peer_mac_static = p.peer_mac_set;
   if (p.o.peer_qpn_range == 0) p.o.peer_qpn_range = p.o.qpn_range;

@@ -1,6 +1,8 @@
 // Test helper: a memif server in a process of its own, as the peer program
 // of a droce device is. Serves one client on SOCKET, keeps the link up for
-// HOLD_MS after it comes up, then closes its port as ibv_close_device does
+// HOLD_MS after the client has seen it up (the client creates SOCKET.seen:
+// on a loaded host a client may not run for longer than any fixed hold),
+// then closes its port as ibv_close_device does
 // (Stop, then the vdev removed) and exits. Creates SOCKET.ready once its
 // port is started: a client that connects earlier (EAL has probed the vdev,
 // so the socket listens) is refused ("ID not found": memif serves a port
@@ -48,7 +50,11 @@ int main(int argc, char** argv) {
   }
   if (const int fd = open((sock + ".ready").c_str(), O_CREAT | O_WRONLY, 0600); fd >= 0) close(fd);
   const bool served = (*port)->WaitLinkUp(60'000);
-  if (served) usleep(hold_ms * 1000);
+  if (served) {
+    const std::string seen = sock + ".seen";
+    for (int waited_ms = 0; access(seen.c_str(), F_OK) != 0 && waited_ms < 60'000; ++waited_ms) usleep(1000);
+    usleep(hold_ms * 1000);
+  }
   (*port)->Stop(/*close=*/true);
   (void)RemoveVdev(vdev);
   // Ends as a verbs program does after ibv_close_device: the port's pools

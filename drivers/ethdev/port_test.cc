@@ -2,6 +2,7 @@
 // what the port's counters say about frames it did and did not send.
 #include "drivers/ethdev/port.h"
 
+#include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,7 +189,11 @@ TEST_F(EthdevPortTest, AClientRestartingWhileItsServerClosesFreesOnce) {
       // dropped; never one mid-handshake (CheckLink's rule).
       for (int quiet_polls = 0; quiet_polls < 400;) {
         const bool up = (*client)->RefreshLink();
-        if (up) was_up = true;
+        if (up && !was_up) {
+          was_up = true;
+          // The server's hold starts now (memif_server_peer).
+          if (const int fd = open((sock + ".seen").c_str(), O_CREAT | O_WRONLY, 0600); fd >= 0) close(fd);
+        }
         if (!up && ((*client)->start_failed() || was_up)) {
           (*client)->Reconnect();
           if (was_up) ++restarts_after_drop;
@@ -208,6 +213,7 @@ TEST_F(EthdevPortTest, AClientRestartingWhileItsServerClosesFreesOnce) {
     (void)RemoveVdev(name);
     unlink(sock.c_str());
     unlink(ready.c_str());
+    unlink((sock + ".seen").c_str());
   }
   EXPECT_EQ(log.Text().find("Invalid memory"), std::string::npos) << log.Text();
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "drivers/fabric/build_tree.h"
 
 namespace droce::netdev {
 namespace {
@@ -194,19 +195,14 @@ std::string BpfObjectPath(const char* env_var, const std::string& file) {
   if (const char* env = std::getenv(env_var); env != nullptr && *env != 0) {
     return fs::exists(env, ec) ? env : "";
   }
-#ifdef DROCE_BUILD_BPF_DIR
   // A droced run from the build tree uses the build tree's object.
-  const std::string built = std::string(DROCE_BUILD_BPF_DIR) + "/" + file;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  const std::string build_root = DROCE_BUILD_ROOT;
-  if (!ec && self.string().rfind(build_root + "/", 0) == 0 && fs::exists(built, ec)) return built;
-#endif
+  if (const std::string root = fabric::BuildTreeRoot(); !root.empty()) {
+    const std::string built = root + "/drivers/netdev/" + file;
+    if (fs::exists(built, ec)) return built;
+  }
 #ifdef DROCE_INSTALLED_BPF_DIR
   const std::string installed = std::string(DROCE_INSTALLED_BPF_DIR) + "/" + file;
   if (fs::exists(installed, ec)) return installed;
-#endif
-#ifdef DROCE_BUILD_BPF_DIR
-  if (fs::exists(built, ec)) return built;
 #endif
   return "";
 }

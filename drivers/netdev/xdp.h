@@ -67,7 +67,8 @@ absl::StatusOr<bool> DetachStaleProgram(int ifindex);
 // exists.
 std::string XdpObjectPath();
 // The same search for any of droce's BPF objects (`file` in the build
-// tree's drivers/netdev or the installed data directory).
+// tree's drivers/netdev, fabric::BuildTreeRoot, or the installed directory,
+// <libdir>/droce).
 std::string BpfObjectPath(const char* env_var, const std::string& file);
 
 // Makes a BPF hash map of GIDs (droce_addrs of the XDP and TC programs) hold

@@ -289,6 +289,15 @@ void Runtime::Reattach(uint64_t now_ns) {
   }
   fabric_link_ = FabricLink::kReattached;  // IBV_EVENT_PORT_ACTIVE once the link is up
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/true);
+  // The new droced knows none of the groups the QPs are attached to (they
+  // keep their attachments through the flush): the interface joins them
+  // again, as a kernel RoCE driver rejoins after a reset. Under mu, so no
+  // attach or detach runs meanwhile; a SyncMcastGroups already past its
+  // snapshot sends the same joins or leaves again, which droced takes as
+  // they come.
+  if (file_.netdev_bound) {
+    for (const core::Gid& g : dev_->McastGroups()) (void)CallMcast(g, true);
+  }
   RenewWakeupLocked();
 }
 
@@ -306,6 +315,21 @@ void Runtime::RefreshWakeupLocked() {
   }
 }
 
+int Runtime::CallMcast(const core::Gid& group, bool join) {
+  fabric::McastRequest q{};
+  std::memcpy(q.gid, group.data(), 16);
+  q.join = join ? 1 : 0;
+  fabric::Request req = fabric::MakeRequest(fabric::kOpMcast, file_.name);
+  req.size = sizeof req + sizeof q;
+  absl::StatusOr<fabric::Reply> r =
+      fabric::CallOnce(fabric::ControlSocketPath(file_.fabric_dir), req, 5000, nullptr, &q, sizeof q);
+  if (!r.ok()) return ENETDOWN;
+  if (r->error != 0 && std::getenv("DROCE_DEBUG") != nullptr) {
+    std::fprintf(stderr, "droce %s: multicast group: %s\n", file_.name.c_str(), r->message);
+  }
+  return r->error;
+}
+
 int Runtime::SyncMcastGroups() {
   if (!file_.netdev_bound) return 0;
   std::lock_guard<std::mutex> serial(mcast_mu_);
@@ -314,28 +338,14 @@ int Runtime::SyncMcastGroups() {
     std::lock_guard<DeviceMutex> lock(mu);
     want = dev_->McastGroups();
   }
-  const auto call = [&](const core::Gid& g, bool join) {
-    fabric::McastRequest q{};
-    std::memcpy(q.gid, g.data(), 16);
-    q.join = join ? 1 : 0;
-    fabric::Request req = fabric::MakeRequest(fabric::kOpMcast, file_.name);
-    req.size = sizeof req + sizeof q;
-    absl::StatusOr<fabric::Reply> r =
-        fabric::CallOnce(fabric::ControlSocketPath(file_.fabric_dir), req, 5000, nullptr, &q, sizeof q);
-    if (!r.ok()) return ENETDOWN;
-    if (r->error != 0 && std::getenv("DROCE_DEBUG") != nullptr) {
-      std::fprintf(stderr, "droce %s: multicast group: %s\n", file_.name.c_str(), r->message);
-    }
-    return r->error;
-  };
   for (const core::Gid& g : want) {
     if (absl::c_linear_search(mcast_joined_, g)) continue;
-    if (const int err = call(g, true); err != 0) return err;
+    if (const int err = CallMcast(g, true); err != 0) return err;
     mcast_joined_.push_back(g);
   }
   std::erase_if(mcast_joined_, [&](const core::Gid& g) {
     if (absl::c_linear_search(want, g)) return false;
-    (void)call(g, false);  // droced drops it with the process anyway
+    (void)CallMcast(g, false);  // droced drops it with the process anyway
     return true;
   });
   return 0;

@@ -292,8 +292,11 @@ class Runtime {
   // remove its interface, move every QP to ERR (posted work completes with
   // IBV_WC_WR_FLUSH_ERR), IBV_EVENT_PORT_ERR to every context. Caller holds mu.
   void LoseFabric(uint64_t now_ns);
-  // Tries to attach again (the same QPN range, a new interface).
+  // Tries to attach again (the same QPN range, a new interface); a
+  // netdev-bound device's groups are announced to the new droced.
   void Reattach(uint64_t now_ns);
+  // kOpMcast: this process joins or leaves `group` in droced; 0 or its errno.
+  int CallMcast(const core::Gid& group, bool join);
   // False if the fabric's state decided the link (lost, re-attaching).
   bool CheckFabric(uint64_t now_ns);
   // Applies what droced sent unasked (direct paths, ethdev/direct_io.h;

@@ -318,11 +318,15 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   return absl::OkStatus();
 }
 
+// Out of line: the active list's growth would make every post save
+// registers around the call to Qp::PostSend.
+[[gnu::noinline]] void Device::ActivateOutOfLine(uint32_t qpn) { Activate(qpn); }
+
 int Device::PostSend(uint32_t qpn, const transport::SendWr& wr) {
   Qp* q = qp(qpn);
   if (q == nullptr) return EINVAL;
   const int err = q->PostSend(wr);
-  if (err == 0) Activate(qpn);
+  if (err == 0 && !qps_[qpn - qpn_base_].active) [[unlikely]] ActivateOutOfLine(qpn);
   return err;
 }
 

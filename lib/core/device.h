@@ -310,6 +310,7 @@ class Device {
                          uint32_t remote_qpn, wire::Route* out) const;
   // Puts the QP on the active list (it has transmit work). Inline: every
   // delivered frame calls it, and the QP is mostly on the list already.
+  void ActivateOutOfLine(uint32_t qpn);
   void Activate(uint32_t qpn) {
     const uint32_t i = qpn - qpn_base_;
     if (!qps_[i].active) [[unlikely]] {

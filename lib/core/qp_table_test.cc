@@ -92,7 +92,9 @@ TEST_F(QpTable, AReusedQpnStartsCleanAndInheritsNoCompletions) {
   uint32_t again = 0;
   for (int i = 0; i < 8 && again != a; ++i) {
     again = *dev_->CreateQp(init_);
-    if (again != a) ASSERT_TRUE(dev_->DestroyQp(again).ok());
+    if (again != a) {
+      ASSERT_TRUE(dev_->DestroyQp(again).ok());
+    }
   }
   ASSERT_EQ(again, a);
   EXPECT_EQ(dev_->qp(a)->state(), transport::QpState::kReset);

@@ -126,51 +126,46 @@ constexpr Transition kUdTransitions[] = {
 
 }  // namespace
 
-absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
-  const QpState cur = state_;
-  if ((mask & kAttrCurState) && a.cur_qp_state != cur) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cur_qp_state %s does not match the QP's state %s", QpStateName(a.cur_qp_state),
-        QpStateName(cur)));
-  }
-  const QpState next = (mask & kAttrState) ? a.qp_state : cur;
-  const bool to_reset_or_err = (mask & kAttrState) && (next == QpState::kReset || next == QpState::kErr);
-  if (to_reset_or_err) {
+// The transition's attribute mask against IBTA's tables (or, for a move to
+// RESET or ERR, the state alone).
+absl::Status Qp::CheckTransition(QpState cur, QpState next, uint32_t mask) const {
+  if ((mask & kAttrState) && (next == QpState::kReset || next == QpState::kErr)) {
     if (mask & ~kAlwaysOk) {
       return absl::InvalidArgumentError("only the state may be given for a move to RESET or ERR");
     }
-  } else {
-    const Transition* t = nullptr;
-    if (reliable()) {
-      for (const Transition& x : kTransitions) {
-        if (x.from == cur && x.to == next) t = &x;
-      }
-    } else if (ud()) {
-      for (const Transition& x : kUdTransitions) {
-        if (x.from == cur && x.to == next) t = &x;
-      }
-    } else {
-      for (const Transition& x : kUcTransitions) {
-        if (x.from == cur && x.to == next) t = &x;
-      }
-    }
-    if (t == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("no transition %s -> %s", QpStateName(cur), QpStateName(next)));
-    }
-    if ((mask & t->required) != t->required) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s -> %s requires attribute mask 0x%x (missing 0x%x)", QpStateName(cur),
-          QpStateName(next), t->required, t->required & ~mask));
-    }
-    if (mask & ~(t->required | t->optional | kAlwaysOk)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("attribute mask 0x%x not allowed for %s -> %s",
-                          mask & ~(t->required | t->optional | kAlwaysOk), QpStateName(cur),
-                          QpStateName(next)));
-    }
+    return absl::OkStatus();
   }
-  // Validate values before changing anything.
+  const Transition* t = nullptr;
+  const auto find = [&](const auto& table) {
+    for (const Transition& x : table) {
+      if (x.from == cur && x.to == next) t = &x;
+    }
+  };
+  if (reliable()) {
+    find(kTransitions);
+  } else if (ud()) {
+    find(kUdTransitions);
+  } else {
+    find(kUcTransitions);
+  }
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat("no transition %s -> %s", QpStateName(cur), QpStateName(next)));
+  }
+  if ((mask & t->required) != t->required) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s -> %s requires attribute mask 0x%x (missing 0x%x)",
+                                                      QpStateName(cur), QpStateName(next), t->required,
+                                                      t->required & ~mask));
+  }
+  if (mask & ~(t->required | t->optional | kAlwaysOk)) {
+    return absl::InvalidArgumentError(absl::StrFormat("attribute mask 0x%x not allowed for %s -> %s",
+                                                      mask & ~(t->required | t->optional | kAlwaysOk),
+                                                      QpStateName(cur), QpStateName(next)));
+  }
+  return absl::OkStatus();
+}
+
+// The values the mask selects, each in its range; nothing changes yet.
+absl::Status Qp::CheckAttributeValues(const QpAttr& a, uint32_t mask) {
   if ((mask & kAttrPathMtu) && MtuBytesToEnum(a.path_mtu) == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("path MTU %u is not 256..4096", a.path_mtu));
   }
@@ -191,19 +186,15 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   }
   if ((mask & kAttrPort) && a.port_num != 1) return absl::InvalidArgumentError("port must be 1");
   if ((mask & kAttrAccessFlags) &&
-      (a.qp_access_flags & ~(mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead |
-                             mem::kRemoteAtomic))) {
+      (a.qp_access_flags & ~(mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead | mem::kRemoteAtomic))) {
     return absl::InvalidArgumentError("unknown access flags");
   }
-  wire::Route route = route_;
-  if (mask & kAttrAv) {
-    if (env_.make_route == nullptr) return absl::FailedPreconditionError("device cannot route");
-    const uint32_t dqpn = (mask & kAttrDestQpn) ? a.dest_qp_num : attr_.dest_qp_num;
-    absl::Status s = env_.make_route(env_.route_ctx, a.ah, qpn_, dqpn, &route);
-    if (!s.ok()) return s;
-  }
+  return absl::OkStatus();
+}
 
-  // Apply.
+// The checked attributes into the QP; `route` is the new path's when the
+// mask has kAttrAv.
+void Qp::ApplyAttributes(const QpAttr& a, uint32_t mask, const wire::Route& route) {
   if (mask & kAttrAccessFlags) {
     attr_.qp_access_flags = a.qp_access_flags;
     ForgetExpectedRegion();  // resolved under the old flags
@@ -239,28 +230,50 @@ absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
   if ((mask & (kAttrAv | kAttrDestQpn)) && route_.len != 0) {
     headers_ = wire::MakeHeaderTemplate(route_, 0xFFFF, attr_.dest_qp_num);
   }
+}
 
+// Back to a freshly created QP: queues emptied without completions.
+void Qp::ResetToFresh() {
+  state_ = QpState::kReset;
+  sq_.Reset(caps_.max_send_wr);
+  rq_.Reset(env_.srq ? 1 : caps_.max_recv_wr);
+  actions_.Reset(kMaxRdAtomic * 2 + 8);
+  for (Resource& r : resources_) r = Resource{};
+  // Nothing of the old connection may act on the next one (PSNs, MSN,
+  // a message half received, a CNP owed, an implied NAK or RNR NAK being
+  // waited out): the per-connection state is value-initialised.
+  req_ = {};
+  resp_ = {};
+  cnp_ = {};
+  cc_timing_ = {};
+  cc_.Restart();
+  int_echo_pending_ = false;
+  if (sr_chosen_) sr_chosen_->Reset();
+  sr_ = sr_chosen_.get();  // a fallback to go-back-N lasts one connection
+  error_event_ = QpEvent::kNone;
+}
+
+absl::Status Qp::Modify(const QpAttr& a, uint32_t mask) {
+  const QpState cur = state_;
+  if ((mask & kAttrCurState) && a.cur_qp_state != cur) {
+    return absl::InvalidArgumentError(absl::StrFormat("cur_qp_state %s does not match the QP's state %s",
+                                                      QpStateName(a.cur_qp_state), QpStateName(cur)));
+  }
+  const QpState next = (mask & kAttrState) ? a.qp_state : cur;
+  if (absl::Status s = CheckTransition(cur, next, mask); !s.ok()) return s;
+  if (absl::Status s = CheckAttributeValues(a, mask); !s.ok()) return s;
+  wire::Route route = route_;
+  if (mask & kAttrAv) {
+    if (env_.make_route == nullptr) return absl::FailedPreconditionError("device cannot route");
+    const uint32_t dqpn = (mask & kAttrDestQpn) ? a.dest_qp_num : attr_.dest_qp_num;
+    absl::Status s = env_.make_route(env_.route_ctx, a.ah, qpn_, dqpn, &route);
+    if (!s.ok()) return s;
+  }
+  ApplyAttributes(a, mask, route);
   if (next == QpState::kErr && cur != QpState::kErr) {
     EnterError();
   } else if (next == QpState::kReset) {
-    // Back to a freshly created QP: queues emptied without completions.
-    state_ = QpState::kReset;
-    sq_.Reset(caps_.max_send_wr);
-    rq_.Reset(env_.srq ? 1 : caps_.max_recv_wr);
-    actions_.Reset(kMaxRdAtomic * 2 + 8);
-    for (Resource& r : resources_) r = Resource{};
-    // Nothing of the old connection may act on the next one (PSNs, MSN,
-    // a message half received, a CNP owed, an implied NAK or RNR NAK being
-    // waited out): the per-connection state is value-initialised.
-    req_ = {};
-    resp_ = {};
-    cnp_ = {};
-    cc_timing_ = {};
-    cc_.Restart();
-    int_echo_pending_ = false;
-    if (sr_chosen_) sr_chosen_->Reset();
-    sr_ = sr_chosen_.get();  // a fallback to go-back-N lasts one connection
-    error_event_ = QpEvent::kNone;
+    ResetToFresh();
   } else {
     state_ = next;
   }
@@ -375,16 +388,20 @@ void Qp::TakePublishedRecvs() {
   return 0;
 }
 
-int Qp::PostSend(const SendWr& wr) {
-  if (state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
+// PostSend's steps. kCommon: the caller has seen the common case (an RC or
+// UC QP in RTS, nothing published waiting, no inline data), whose steps
+// make no call, so its instance needs no saved registers.
+template <bool kCommon>
+[[gnu::always_inline]] inline int Qp::PostSendSteps(const SendWr& wr) {
+  if (!kCommon && state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
     return EINVAL;
   }
   uint64_t total;
   if (const int err = ValidateForQp(wr, &total); err != 0) return err;
-  if (sq_.published() != 0) TakePostedSends();  // posts published earlier go first
+  if (!kCommon && sq_.published() != 0) TakePostedSends();  // posts published earlier go first
   SendWqe* w = sq_.ProducerSlot();
   if (w == nullptr) return ENOMEM;
-  if (ud()) {
+  if (!kCommon && ud()) {
     if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing published
   }
   // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
@@ -406,19 +423,28 @@ int Qp::PostSend(const SendWr& wr) {
   } else if (wr.opcode == WrOpcode::kBindMw) {
     d.bind = wr.bind;
   }
-  if (ud()) {
+  if (!kCommon && ud()) {
     d.ah = wr.ah;
     d.remote_qpn = wr.remote_qpn;
     d.remote_qkey = wr.remote_qkey;
   }
   PrepareSendWqe(*w, total);
   sq_.PublishOwn();
-  if (state_ == QpState::kErr) {
+  if (!kCommon && state_ == QpState::kErr) {
     w->done = true;
     w->status = WcStatus::kWrFlushErr;
     CompleteHead();
   }
   return 0;
+}
+
+[[gnu::noinline]] int Qp::PostSendOther(const SendWr& wr) { return PostSendSteps<false>(wr); }
+
+int Qp::PostSend(const SendWr& wr) {
+  if (state_ == QpState::kRts && !ud() && sq_.published() == 0 && !(wr.flags & kSendInline)) [[likely]] {
+    return PostSendSteps<true>(wr);
+  }
+  return PostSendOther(wr);
 }
 
 SendWr* Qp::NextSendSlot() { return SendSlotAhead(0); }

@@ -112,6 +112,9 @@ class Qp {
   // ACKs retire the send queue WQE by WQE (the reference path the
   // equivalence test compares AckUpTo's run-wise walk with).
   void AckEachWqe(bool on) { ack_per_wqe_ = on; }
+  // Every request packet takes the requester's full build, none the short
+  // one (BuildShortRequest): for the test that compares the two.
+  void UseFullRequestBuild() { short_requests_ = false; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const;  // queued, held, published
@@ -243,6 +246,12 @@ class Qp {
   QpEvent error_event() const { return error_event_; }
 
  private:
+  // Modify's steps: the transition and the values checked, then applied.
+  absl::Status CheckTransition(QpState cur, QpState next, uint32_t mask) const;
+  static absl::Status CheckAttributeValues(const QpAttr& a, uint32_t mask);
+  void ApplyAttributes(const QpAttr& a, uint32_t mask, const wire::Route& route);
+  void ResetToFresh();
+
   struct SendWqe {
     SendWr wr;
     uint8_t inline_data[kMaxInlineData];
@@ -345,6 +354,7 @@ class Qp {
   struct SendCtx;
   uint32_t TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
   DROCE_STEP ReqState ReqGetWqe(SendCtx& c);
+  DROCE_STEP ReqState ReqShortRequest(SendCtx& c);
   DROCE_STEP ReqState ReqCheckLimits(SendCtx& c);
   DROCE_STEP ReqState ReqStartWqe(SendCtx& c);
   DROCE_STEP ReqState ReqCheckWindow(SendCtx& c);
@@ -366,6 +376,10 @@ class Qp {
   // and no overflow at any 32-bit length (2^31 bytes at MTU 256 is 2^23 PSNs).
   uint32_t PacketsForLength(uint32_t len) const { return len == 0 ? 1 : ((len - 1) >> mtu_log2_) + 1; }
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
+  // The common request packet built in fewer steps (requester.cc).
+  bool ShortRequest(const SendWqe& w) const;
+  bool ShortStart(const SendWqe& w) const;
+  uint32_t BuildShortRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.
   uint32_t GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
@@ -577,6 +591,7 @@ class Qp {
   // the switches' records echoes the newest in its next ACK (CcNoteInt,
   // CcWriteIntEcho). A QP that never receives one never echoes.
   bool int_requests_ = false;
+  bool short_requests_ = true;  // ShortRequest's packets take BuildShortRequest
   bool int_echo_pending_ = false;
   wire::IntStack int_echo_;
   uint32_t CcWriteIntRequest(uint8_t* bth_p, uint32_t header_bytes);
@@ -584,6 +599,9 @@ class Qp {
   uint32_t CcWriteIntEcho(uint8_t* bth_p, uint32_t header_bytes);
 
   void TakePostedSends();
+  template <bool kCommon>
+  int PostSendSteps(const SendWr& wr);  // PostSend's (qp.cc)
+  int PostSendOther(const SendWr& wr);  // PostSend but for its common case
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
   // The WQE's derived fields and inline copy; wqe.wr is filled and valid.

@@ -108,6 +108,7 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
   while (s != ReqState::kDone) {
     switch (s) {
       case ReqState::kGetWqe: s = ReqGetWqe(c); break;
+      case ReqState::kShortRequest: s = ReqShortRequest(c); break;
       case ReqState::kCheckLimits: s = ReqCheckLimits(c); break;
       case ReqState::kStartWqe: s = ReqStartWqe(c); break;
       case ReqState::kCheckWindow: s = ReqCheckWindow(c); break;
@@ -128,7 +129,40 @@ DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
   if (Paced(c.now_ns)) return ReqState::kDone;
   c.w = &sq_.at(req_.sq_next);
   if (c.w->started) return ReqState::kCheckWindow;
-  return state_ == QpState::kSqd ? ReqState::kDone : ReqState::kCheckLimits;  // SQD: drained
+  if (state_ == QpState::kSqd) return ReqState::kDone;  // SQD: drained
+  return ShortStart(*c.w) ? ReqState::kShortRequest : ReqState::kCheckLimits;
+}
+
+// A new WQE that ShortRequest's build will send whole, whose limits and
+// window let it start: no fence behind an outstanding READ/atomic, room in
+// the window, its first PSN the next one ever sent.
+[[gnu::always_inline]] inline bool Qp::ShortStart(const SendWqe& w) const {
+  return (w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+         w.total_len < kFusedGatherMin && ((w.wr.flags & kSendInline) || w.wr.num_sge <= 1) &&
+         req_.psn_next == req_.psn_high && reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ &&
+         short_requests_ && !((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) &&
+         WindowRoom(PsnDiff(req_.psn_next, req_.psn_una)) != 0;
+}
+
+// check_limits, start_wqe, check_window, check_length, check_sges and
+// build_packet for ShortStart's WQEs, with only the effects they have on
+// such a WQE; update follows. An L_Key the MR table does not grant takes
+// the full steps (which fail the WQE), nothing changed here.
+DROCE_STEP ReqState Qp::ReqShortRequest(SendCtx& c) {
+  SendWqe& w = *c.w;
+  if (!(w.wr.flags & kSendInline)) {
+    if (w.wr.num_sge == 1) {
+      const auto r = ResolveLocal(w.wr.sg_list[0], /*needs_write=*/false);
+      if (r.result != mem::AccessResult::kOk) return ReqState::kCheckLimits;
+      w.sge_host[0] = r.host;
+    }
+    w.mr_epoch = env_.mrs->epoch();
+  }
+  w.first_psn = w.last_psn = w.next_psn = req_.psn_next;
+  req_.psn_next = PsnAdd(req_.psn_next, 1);
+  w.started = true;
+  c.frames[c.used].len = BuildShortRequest(w, c.frames[c.used].data);
+  return ReqUpdate(c);
 }
 
 DROCE_STEP ReqState Qp::ReqCheckLimits(SendCtx& c) {
@@ -169,7 +203,8 @@ DROCE_STEP ReqState Qp::ReqCheckSges(SendCtx& c) {
 }
 
 DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
-  const uint32_t len = BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
+  const uint32_t len = ShortRequest(*c.w) ? BuildShortRequest(*c.w, c.frames[c.used].data)
+                                          : BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
@@ -316,6 +351,48 @@ void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
     std::memcpy(host, data, n);
     data += n;
   });
+}
+
+// BuildRequest's effects for a packet it would build from these inputs only:
+// the first transmission of an RC SEND or WRITE without immediate that fits
+// one packet (an ONLY opcode) and the short gather, on a QP without
+// selective repeat, congestion control or INT, not a resend asking for its
+// ACK. Every other packet takes BuildRequest; the equivalence test
+// (transport_short_request) feeds both the same streams.
+[[gnu::always_inline]] inline bool Qp::ShortRequest(const SendWqe& w) const {
+  return (w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+         w.total_len < kFusedGatherMin && w.next_psn == req_.psn_high && w.next_psn == w.first_psn &&
+         reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ && !req_.force_ack_req &&
+         short_requests_;
+}
+
+uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame) {
+  ++counters_.short_requests;
+  const uint32_t psn = w.next_psn;
+  req_.psn_high = PsnAdd(psn, 1);
+  w.next_psn = req_.psn_high;
+  w.fully_sent = true;
+  // AckReq as BuildRequest decides it for a message's last packet sent once.
+  const uint32_t since = req_.packets_since_ack_req + 1;
+  const bool signaled = (w.wr.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
+  const bool ack_req = signaled || since >= env_.unsignaled_ack_every || since >= AckReqEvery();
+  req_.packets_since_ack_req = ack_req ? 0 : since;
+  req_.tail_unsolicited = !ack_req;
+  uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);
+  const bool write = w.wr.opcode == WrOpcode::kRdmaWrite;
+  bth_p[0] = write ? kRcWriteOnly : kRcSendOnly;
+  if (w.wr.flags & kSendSolicited) BthWriter(bth_p).set_flags(true, true, 0, 0);
+  StoreBe32(bth_p + 8, (uint32_t{ack_req} << 31) | psn);  // AckReq, reserved 7 bits, PSN
+  uint32_t headers = kBthBytes;
+  if (write) {
+    RethWriter reth(bth_p + kBthBytes);
+    reth.set_va(w.wr.remote_addr);
+    reth.set_rkey(w.wr.rkey);
+    reth.set_dma_length(w.total_len);
+    headers += kRethBytes;
+  }
+  GatherSges(w, 0, w.total_len, bth_p + headers);
+  return FinishTemplateFrameInline(frame, headers_, headers + w.total_len);
 }
 
 uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {

@@ -39,6 +39,7 @@ enum class QpEvent : uint8_t { kNone, kFatal, kRequestError, kAccessError };
 // wait (kDone). RC, UC and UD run the same steps; UD's WQEs are one packet.
 enum class ReqState : uint8_t {
   kGetWqe,       // the WQE at sq_next (none: done); the pacer may hold the burst
+  kShortRequest,  // a new one-packet SEND/WRITE that may go now: started and built in one step
   kCheckLimits,  // a new WQE: SQD starts nothing; fence (10.8.3.3), max_rd_atomic (9.9.3.1.3)
   kStartWqe,     // LOCAL_INV / BIND_MW run here (10.6.7.2); lkeys checked, PSNs assigned (9.7.1)
   kCheckWindow,  // at most max_inflight_packets unacknowledged PSNs
@@ -51,7 +52,7 @@ enum class ReqState : uint8_t {
 };
 
 inline constexpr std::array<const char*, static_cast<size_t>(ReqState::kCount)> kReqStateNames = {
-    "get_wqe",     "check_limits", "start_wqe",    "check_window", "check_length",
+    "get_wqe",     "short_request", "check_limits", "start_wqe",    "check_window", "check_length",
     "check_sges",  "build_packet", "update",       "done"};
 constexpr const char* ReqStateName(ReqState s) { return kReqStateNames[static_cast<size_t>(s)]; }
 

@@ -28,7 +28,9 @@ TEST(UcPair, CleanLinkDeliversEveryMessage) {
       Fill(a.mem, 0, len, static_cast<uint32_t>(id));
       std::memset(b.mem.data() + (1 << 20), 0, len + 8);
       const bool recv = op != WrOpcode::kRdmaWrite;
-      if (recv) ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(id, b, 1 << 20, len + 8)), 0);
+      if (recv) {
+        ASSERT_EQ(b.dev->PostRecv(b.qpn, MakeRecv(id, b, 1 << 20, len + 8)), 0);
+      }
       SendWr wr = MakeWr(id, op, a, 0, len, b, 1 << 20);
       wr.imm_data = 0xABCD0000u + static_cast<uint32_t>(id);
       ASSERT_EQ(a.dev->PostSend(a.qpn, wr), 0);

@@ -246,36 +246,6 @@ Route WithTrafficClass(const Route& r, uint8_t tclass) {
   return out;
 }
 
-namespace {
-// FinishHeaders' work, inlined into FinishTemplateFrame as well.
-[[gnu::always_inline]] inline uint32_t FinishLengths(uint8_t* frame, const Route& r, uint32_t transport_len) {
-  uint8_t* bth = frame + r.len;
-  const uint32_t pad = PadFor(transport_len);
-  std::memset(bth + transport_len, 0, pad);
-  BthWriter(bth).set_pad_count(static_cast<uint8_t>(pad));
-  const uint32_t udp_len = kUdpBytes + transport_len + pad + kIcrcBytes;
-  UdpWriter(frame + r.l4_offset).set_length(static_cast<uint16_t>(udp_len));
-  uint8_t* l3 = frame + r.l3_offset;
-  if (r.ipv6) {
-    Ipv6Writer(l3).set_payload_length(static_cast<uint16_t>(udp_len));
-  } else {
-    Ipv4Writer ip(l3);
-    const uint32_t total = kIpv4MinBytes + udp_len;
-    ip.set_total_length(static_cast<uint16_t>(total));
-    uint32_t sum = r.ipv4_partial_sum + total;
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    sum = (sum & 0xFFFF) + (sum >> 16);
-    ip.set_checksum(static_cast<uint16_t>(~sum));
-  }
-  return r.len + transport_len + pad;
-}
-
-[[gnu::always_inline]] inline uint32_t TemplateRegister(const uint8_t* frame, const HeaderTemplate& t,
-                                                       uint32_t after_bth) {
-  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
-  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
-}
-}  // namespace
 
 uint32_t FinishHeaders(uint8_t* frame, const Route& r, uint32_t transport_len) {
   return FinishLengths(frame, r, transport_len);
@@ -301,10 +271,7 @@ uint32_t IcrcTemplateBegin(const uint8_t* frame, const HeaderTemplate& t, uint32
 }
 
 uint32_t FinishTemplateFrame(uint8_t* frame, const HeaderTemplate& t, uint32_t transport_len) {
-  const uint32_t icrc_offset = FinishLengths(frame, t.route, transport_len);
-  const uint32_t crc = TemplateRegister(frame, t, icrc_offset - (t.route.len + kBthBytes));
-  StoreLe32(frame + icrc_offset, Crc32Final(crc));
-  return icrc_offset + kIcrcBytes;
+  return FinishTemplateFrameInline(frame, t, transport_len);
 }
 
 bool MarkCe(uint8_t* frame, uint32_t len) {

@@ -53,7 +53,7 @@ check "link add ... uplink BAD: refused, the device not registered" bash -c "
 check "DROCED_UPLINK=BAD: refused, named as from the environment" \
   refused "bad uplink 'vdev:'.*(from DROCED_UPLINK)" env DROCE_RUN_DIR="$C" DROCED_UPLINK=vdev: "$ctl" daemon start
 check "droced --uplink BAD itself: exit 2 with the reason" \
-  refused "droced: bad uplink 'memif:/a b:server'" "$build/apps/droced/droced" --run-dir "$C" --foreground --uplink "memif:/a b:server"
+  refused "droced: --uplink: bad uplink 'memif:/a b:server'" "$build/apps/droced/droced" --run-dir "$C" --foreground --uplink "memif:/a b:server"
 check "link add type memif ... uplink: refused (a fabric device's option)" \
   refused "uplink is a fabric device's" env DROCE_RUN_DIR="$C" "$ctl" link add droce9 type memif socket /tmp/x.sock role server ip 10.0.0.9 uplink memif:/tmp/y.sock:server
 

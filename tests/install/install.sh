@@ -19,8 +19,8 @@ check "meson install --destdir" meson install -C "$build" --destdir "$D" --no-re
 check "the provider, its driver file, droced, the shims, the XDP and TC programs, the profile script, the unit" bash -c "
   set -e
   ls -l '$D$provider-rdmav34.so' '$D$prefix/$bindir/droced' '$D$prefix/$bindir/droce-ctl' '$D$prefix/$bindir/droce-cluster' \
-    '$D$prefix/$libdir/droce/libdroce-preload.so' '$D$prefix/$libdir/droce/libdroce-rdmacm.so' '$D$prefix/$datadir/droce/droce_xdp.o' \
-    '$D$prefix/$datadir/droce/droce_tc.o' '$D$profile_dir/droce.sh' '$D$prefix/lib/systemd/system/droced.service'
+    '$D$prefix/$libdir/droce/libdroce-preload.so' '$D$prefix/$libdir/droce/libdroce-rdmacm.so' '$D$prefix/$libdir/droce/droce_xdp.o' \
+    '$D$prefix/$libdir/droce/droce_tc.o' '$D$profile_dir/droce.sh' '$D$prefix/lib/systemd/system/droced.service'
   grep -qx 'driver $provider' '$D$driver_dir/droce.driver'
   grep -q 'ExecStart=$prefix/$bindir/droced --foreground' '$D$prefix/lib/systemd/system/droced.service'"
 

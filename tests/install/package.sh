@@ -30,19 +30,37 @@ multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 provider=/usr/lib/$multiarch/libibverbs/libdroce
 overlay_dirs=(/usr /etc)
 
-check "droce holds the provider, its driver file, droced, droce-ctl, the shims, the BPF programs, the profile script, the unit" bash -c "
+check "droce holds the provider, its driver file, droced, droce-ctl, the shims, the BPF programs, the profile script, the unit, the manual pages" bash -c "
   set -e
   dpkg -c '$deb' | awk '{print \$6}' >'$D/droce.list'
   for f in '$provider-rdmav34.so' /etc/libibverbs.d/droce.driver /etc/profile.d/droce.sh /$unit \
       /usr/bin/droced /usr/bin/droce-ctl /usr/bin/droce-cluster /usr/lib/$multiarch/droce/libdroce-preload.so \
-      /usr/lib/$multiarch/droce/libdroce-rdmacm.so /usr/share/droce/droce_xdp.o /usr/share/droce/droce_tc.o \
-      /usr/share/doc/droce/netdev.md; do
+      /usr/lib/$multiarch/droce/libdroce-rdmacm.so /usr/lib/$multiarch/droce/droce_xdp.o /usr/lib/$multiarch/droce/droce_tc.o \
+      /usr/share/doc/droce/netdev.md /usr/share/man/man1/droced.1.gz /usr/share/man/man1/droce-ctl.1.gz \
+      /usr/share/man/man1/droce-cluster.1.gz; do
     grep -qx \".\$f\" '$D/droce.list' || { echo \"missing \$f\"; exit 1; }
   done
   dpkg -I '$deb' conffiles | grep -x /etc/profile.d/droce.sh
   dpkg -I '$deb' postinst | grep -q 'deb-systemd-helper.*enable.*droced.service'
   dpkg -f '$deb' Depends | tee /dev/stderr | grep libibverbs1 | grep librte-net-af-xdp | grep -q librte-net-af-packet"
 check "dpkg -x droce and droce-tools" bash -c "dpkg -x '$deb' '$D' && dpkg -x '$tools_deb' '$D' && ls '$D/usr/bin/droce-testpmd'"
+# Nothing of the tree's paths is in the packages (dpkg's fixfilepath maps
+# the compilers' file names; droce-ctl and droced find a build tree at run
+# time, drivers/fabric/build_tree.h): the same sources built in another
+# directory give the same files. Debug information is in the -dbgsym
+# packages, not checked here.
+check "no file of the packages names the source tree or the build directory" bash -c "
+  ! grep -rl -e '$root' -e 'obj-$(dpkg-architecture -qDEB_HOST_GNU_TYPE)' '$D/usr' '$D/etc' '$D/lib'"
+# The manual pages render without warnings and list what the programs accept.
+check "man droce-ctl, droced, droce-testpmd: no warnings, the programs' own options" bash -c "
+  set -e
+  for p in droce-ctl droced droce-cluster droce-testpmd droce-pcap droce-loopback droce-ccsim droce-study; do
+    out=\$(MANWIDTH=80 man --warnings -l '$D/usr/share/man/man1/'\$p.1.gz 2>&1 >/dev/null)
+    [ -z \"\$out\" ] || { echo \"\$p: \$out\"; exit 1; }
+  done
+  MANWIDTH=200 man -l '$D/usr/share/man/man1/droce-ctl.1.gz' | grep -q 'link add NAME netdev IFACE'
+  MANWIDTH=200 man -l '$D/usr/share/man/man1/droced.1.gz' | grep -q -- '--run-dir DIR'
+  MANWIDTH=200 man -l '$D/usr/share/man/man1/droce-testpmd.1.gz' | grep -q -- '--fwd ENGINE'"
 check "the driver file names the provider, the unit runs /usr/bin/droced" bash -c "
   grep -qx 'driver $provider' '$D/etc/libibverbs.d/droce.driver' &&
   grep -qx 'ExecStart=/usr/bin/droced --foreground --run-dir /run/droce' '$D/$unit'"

@@ -14,6 +14,7 @@ ip netns add "$prefix-probe-$$" 2>/dev/null && ip netns del "$prefix-probe-$$" |
   { echo "SKIP: no network namespaces"; exit 77; }
 EVENTS=${NETDEV_EVENTS:-$build/tests/netns/netdev_events}
 MCAST=${MCAST_ATTACH:-$build/tests/netns/mcast_attach}
+MCAST_RESTART=${MCAST_RESTART:-$build/tests/netns/mcast_restart}
 cluster=$root/tools/droce-cluster
 t=${PAIR_TIMEOUT:-60}
 A=$prefix-$$-a B=$prefix-$$-b C=$prefix-$$-c QA=$prefix-$$-qa QB=$prefix-$$-qb
@@ -222,6 +223,27 @@ mcast_membership() {  # GROUP (IPv4: IGMP, IPv6: MLD)
 check "ibv_attach_mcast: EINVAL for a unicast GID and an unattached group; nd0 a member while a QP is attached; ibv_query_gid_ex names nd0" \
   mcast_membership 239.1.2.4
 check "ibv_attach_mcast to an IPv6 group (ff0e::4): nd0 a member while a QP is attached" mcast_membership ff0e::4
+
+# A program attached to a group outlives droced: host A's droced stops and
+# starts again while a UD QP is attached; the program sees PORT_ERR and
+# PORT_ACTIVE, takes its QP back to RTS, and nd0 is a member of the group
+# again (the provider announces its groups to the new droced), so a datagram
+# host B sends to the group reaches it.
+mcast_after_restart() {  # GROUP
+  on "$A" "$MCAST_RESTART" recv droce0 "$1" 40 >"$logs/mcr.log" 2>&1 &
+  local p=$! member=no
+  for _ in $(seq 200); do grep -q "^attached" "$logs/mcr.log" && break; sleep 0.05; done
+  ip netns exec "$A" "$ctl" daemon stop && ip netns exec "$A" "$ctl" daemon start || { kill $p; return 1; }
+  for _ in $(seq 600); do grep -q "^ready" "$logs/mcr.log" && break; sleep 0.05; done
+  ip -n "$A" maddr show dev nd0 | grep -qw "$1" && member=yes
+  timeout "$t" bash -c "$(declare -f on); ctl='$ctl'; on $B $MCAST_RESTART send droce0 $1 40" >"$logs/mcs.log" 2>&1 &
+  local s=$!
+  wait $p; local rc=$?
+  kill $s 2>/dev/null; wait $s 2>/dev/null
+  cat "$logs/mcr.log" "$logs/mcs.log"; echo "nd0 a member of $1 after the restart: $member"
+  [ $rc -eq 0 ] && [ $member = yes ] && grep -q "^received 64 bytes" "$logs/mcr.log"
+}
+check "multicast after a droced restart: the group joined again, a datagram to it arrives" mcast_after_restart 239.1.2.5
 
 # Another VLAN's frames are never the interface's: a RoCEv2 frame to A's
 # nd0 MAC and 10.0.0.1 (QP 1), tagged with VLAN 100, sent from B, moves none

@@ -95,10 +95,11 @@ class Ring {
     Commit();
     return true;
   }
-  // A shared ring's release store tells the producer the slot is free
-  // again: the owner reads an entry before it pops it and never after.
-  void Pop() {
-    ++head_;
+  // Pops the oldest `n`. A shared ring's release store tells the producer
+  // the slots are free again: the owner reads an entry before it pops it
+  // and never after.
+  void Pop(uint32_t n = 1) {
+    head_ += n;
     if constexpr (kShared) shared_.retired.store(head_, std::memory_order_release);
   }
 

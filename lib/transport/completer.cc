@@ -66,18 +66,80 @@ void Qp::FailWqe(SendWqe& w, WcStatus status) {
   Fail(QpEvent::kFatal);  // flushes everything behind it and completes in order
 }
 
+// One walk from the head of the send queue: every WQE it passes is done
+// when it stops (acknowledged now, or before), so they complete in order as
+// it goes and leave the ring at once; psn_una moves once, to the end of the
+// last WQE acknowledged in full. It stops at the first WQE not acknowledged
+// in full: not started, past `psn`, a READ/atomic (its response decides),
+// or a multi-packet message acknowledged in part (AckPartOf).
 void Qp::AckUpTo(uint32_t psn, uint64_t now) {
+  if (ack_per_wqe_) {
+    AckUpToPerWqe(psn, now);
+    return;
+  }
+  const uint32_t head = sq_.head(), tail = sq_.tail();
+  const bool sig_all = caps_.sq_sig_all;
   bool progress = false;
-  // Started WQEs may lie beyond req_.sq_next after a go-back-N rewind; an ACK
-  // from their first transmission still counts.
+  uint32_t acked_last = 0;
+  uint32_t i = head;
+  for (; i != tail; ++i) {
+    SendWqe& w = sq_.at(i);
+    if (!w.done) {
+      if (!w.started || IsReadOrAtomic(w) || PsnLess(psn, w.last_psn)) break;
+      if (sr_) sr_->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
+      w.done = true;
+      acked_last = w.last_psn;
+      progress = true;
+    }
+    if (w.status != WcStatus::kSuccess || (w.wr.flags & kSendSignaled) || sig_all) PushSendCompletion(w);
+  }
+  if (progress && PsnLess(req_.psn_una, PsnAdd(acked_last, 1))) req_.psn_una = PsnAdd(acked_last, 1);
+  if (i != tail) progress |= AckPartOf(sq_.at(i), psn);
+  sq_.Pop(i - head);
+  // The transmit cursor never points behind the head, nor at a WQE done
+  // meanwhile (started WQEs may lie beyond it after a go-back-N rewind; an
+  // ACK from their first transmission still counts).
+  if (static_cast<int32_t>(req_.sq_next - i) < 0) req_.sq_next = i;
+  if (progress) NoteProgress(now);
+  while (req_.sq_next != sq_.tail() && sq_.at(req_.sq_next).done) ++req_.sq_next;
+}
+
+// The WQE AckUpTo's walk stopped at, not done: a READ/atomic whose
+// response an ACK past it shows lost, or a multi-packet message `psn`
+// acknowledges in part. True: psn_una moved.
+bool Qp::AckPartOf(SendWqe& w, uint32_t psn) {
+  if (!w.started || PsnLess(psn, w.first_psn)) return false;
+  if (IsReadOrAtomic(w)) {
+    // An ACK beyond a READ/atomic whose response never came: the response
+    // was lost (implied NAK, 9.7.5.2.5). Ask again for what is missing.
+    const uint32_t missing =
+        w.wr.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_) : w.first_psn;
+    if (PsnLess(psn, missing)) return false;
+    bool moved = false;
+    if (PsnLess(req_.psn_una, missing)) {
+      req_.psn_una = missing;
+      moved = true;
+    }
+    ImpliedNak(missing);
+    return moved;
+  }
+  if (sr_) sr_->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
+  // Part of a multi-packet message acknowledged.
+  if (!PsnLess(req_.psn_una, PsnAdd(psn, 1))) return false;
+  req_.psn_una = PsnAdd(psn, 1);
+  return true;
+}
+
+// AckUpTo WQE by WQE, marking each done and completing them afterwards:
+// the reference the equivalence test (transport_ack_run) compares the walk with.
+void Qp::AckUpToPerWqe(uint32_t psn, uint64_t now) {
+  bool progress = false;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.done) continue;
     if (!w.started) break;
     if (PsnLess(psn, w.first_psn)) break;
     if (IsReadOrAtomic(w)) {
-      // An ACK beyond a READ/atomic whose response never came: the response
-      // was lost (implied NAK, 9.7.5.2.5). Ask again for what is missing.
       const uint32_t missing =
           w.wr.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_)
                                              : w.first_psn;
@@ -89,9 +151,8 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
       ImpliedNak(missing);
       break;
     }
-    if (sr_) sr_->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
+    if (sr_) sr_->OnPeerAnswered();
     if (PsnLess(psn, w.last_psn)) {
-      // Part of a multi-packet message acknowledged.
       if (PsnLess(req_.psn_una, PsnAdd(psn, 1))) {
         req_.psn_una = PsnAdd(psn, 1);
         progress = true;

@@ -104,7 +104,14 @@ class Qp {
   const QpCounters& counters() const { return counters_; }
   // The responder forgets the region its fast path places into (PlaceExpected):
   // the next WRITEs take the full chain until one resolves a region again.
-  void ForgetExpectedRegion() { resp_.expected = {}; }
+  // The same for SENDs: it forgets the region the last receive scatter resolved.
+  void ForgetExpectedRegion() {
+    resp_.expected = {};
+    resp_.recv_local = {};
+  }
+  // ACKs retire the send queue WQE by WQE (the reference path the
+  // equivalence test compares AckUpTo's run-wise walk with).
+  void AckEachWqe(bool on) { ack_per_wqe_ = on; }
   // Every request packet takes the requester's full build, none the short
   // one (BuildShortRequest): for the test that compares the two.
   void UseFullRequestBuild() { short_requests_ = false; }
@@ -161,9 +168,9 @@ class Qp {
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
-  // RC WRITE MIDDLE only. See doc/transport.md "ICRC and placement".
+  // RC WRITE MIDDLE and SEND MIDDLE. See doc/transport.md "ICRC and placement".
   static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
-    return p.opcode == wire::kRcWriteMiddle;
+    return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendMiddle;
   }
   // OnPacket for such a packet. False: the ICRC failed and the packet was
   // dropped without any change to the QP (the caller counts it); it may have
@@ -414,6 +421,9 @@ class Qp {
   // False: the buffers' region was deregistered; the WQE failed LOC_PROT_ERR.
   bool PlaceResponseData(SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len);
   void AckUpTo(uint32_t psn, uint64_t now);
+  bool AckPartOf(SendWqe& w, uint32_t psn);
+  void AckUpToPerWqe(uint32_t psn, uint64_t now);
+  bool ack_per_wqe_ = false;
   // The retransmission deadline to arm now (0: none): the retransmission
   // timeout is selective repeat's (its RTOs) or the QP's (4.096 us x 2^timeout).
   uint64_t ArmRetransmitTimer(uint64_t now);
@@ -462,9 +472,10 @@ class Qp {
   // --- responder (responder.cc): RespState steps, one function each,
   // returning the next state (transport/states.h, doc/transport.md).
   struct ReqCtx;
-  // payload_placed: a WRITE MIDDLE payload is already in place (OnUnverifiedPacket).
+  // payload_placed: a WRITE or SEND MIDDLE payload is already in place (OnUnverifiedPacket).
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
   DROCE_STEP RespState PlaceExpected(ReqCtx& c);
+  RespState ExpectedAcknowledge(ReqCtx& c);
   DROCE_STEP RespState CheckPsn(ReqCtx& c);
   DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
   DROCE_STEP RespState CheckLength(ReqCtx& c);
@@ -489,8 +500,14 @@ class Qp {
   // `read_len`: a READ asks for this many bytes (0: to its end).
   uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns, uint32_t read_len = 0);
   // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
+  // `learnt` (if given) receives the region the last piece's L_Key resolved to.
   static bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
-                            const uint8_t* payload, uint32_t len, RespError* error);
+                            const uint8_t* payload, uint32_t len, RespError* error,
+                            ResolvedRegion* learnt = nullptr);
+  // Where `len` bytes at the held receive WQE's running offset go, when
+  // they lie in one SGE inside the region its L_Key resolved to last
+  // (resp_.recv_local, MR table epoch unchanged); else null (the full scatter).
+  uint8_t* RecvDestination(uint32_t len) const;
   // Scatters a SEND payload into the held receive WQE at the running offset.
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error);
   // R_Key check of a remote request: the QP's own access flags, then the
@@ -661,6 +678,11 @@ class Qp {
     // since (the table's epoch is still `epoch`) and the QP's access flags
     // are the same (Modify forgets it).
     ResolvedRegion expected;
+    // The region the last receive scatter's L_Key resolved to through
+    // CheckLocal (PlaceSendPayload): PlaceExpected places the next SENDs
+    // through the same key with a bounds check against it while the MR
+    // table's epoch is unchanged.
+    ResolvedRegion recv_local;
   } resp_;
   // Selective repeat (sr/selective_repeat.h): allocated when chosen
   // (SetSelectiveRepeat), kept through a fallback to go-back-N for the

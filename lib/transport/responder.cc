@@ -135,7 +135,7 @@ void Qp::RespondError(RespError e, uint32_t psn) {
 
 // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
 bool Qp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,
-                   const uint8_t* payload, uint32_t len, RespError* error) {
+                   const uint8_t* payload, uint32_t len, RespError* error, ResolvedRegion* learnt) {
   uint32_t skip = offset, left = len;
   const uint8_t* src = payload;
   for (uint32_t i = 0; i < wr.num_sge && left > 0; ++i) {
@@ -151,6 +151,10 @@ bool Qp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_
       return false;
     }
     std::memcpy(r.host, src, n);
+    if (learnt != nullptr) {
+      const mem::MemoryRegion* mr = mrs.Find(sge.lkey);
+      if (mr != nullptr) *learnt = {mr->host, mr->iova, mr->length, mrs.epoch(), sge.lkey, true};
+    }
     src += n;
     left -= n;
     skip = 0;
@@ -163,21 +167,51 @@ bool Qp::PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_
 }
 
 bool Qp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error) {
-  return PlaceIntoRecv(*env_.mrs, env_.pd, resp_.recv_wqe, resp_.recv_offset, payload, len, error);
+  return PlaceIntoRecv(*env_.mrs, env_.pd, resp_.recv_wqe, resp_.recv_offset, payload, len, error,
+                       &resp_.recv_local);
+}
+
+uint8_t* Qp::RecvDestination(uint32_t len) const {
+  const RecvWr& wr = resp_.recv_wqe;
+  uint32_t skip = resp_.recv_offset;
+  for (uint32_t i = 0; i < wr.num_sge; ++i) {
+    const Sge& sge = wr.sg_list[i];
+    if (skip >= sge.length) {
+      skip -= sge.length;
+      continue;
+    }
+    if (len > sge.length - skip) return nullptr;  // across SGEs, or past the last
+    const ResolvedRegion& r = resp_.recv_local;
+    const uint64_t offset = sge.addr + skip - r.iova;  // wraps (and fails the bound) below iova
+    if (sge.lkey != r.key || r.epoch != env_.mrs->epoch() || offset > r.length || len > r.length - offset) {
+      return nullptr;
+    }
+    return r.host + offset;
+  }
+  return nullptr;
 }
 
 bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint32_t len = p.payload_len;
   // Place while verifying only where the destination follows from verified
   // state alone: the WRITE in progress (its RETH was checked on a verified
-  // FIRST), at the expected PSN, inside what that WRITE has left. Anything
-  // else is verified first and takes the ordinary path.
-  const bool in_place = VerifiesWhilePlacing(p) && reliable() && state_ != QpState::kReset &&
-                        state_ != QpState::kInit && state_ != QpState::kErr &&
-                        resp_.in_message == InMessage::kWrite && len == mtu_ &&
-                        len <= resp_.write_remaining && BthView(frame + p.bth_offset).psn() == resp_.epsn &&
-                        MrStillLentSince(resp_.write_rkey, &resp_.write_epoch);
-  if (!in_place) {
+  // FIRST), at the expected PSN, inside what that WRITE has left; or the
+  // SEND in progress, into its receive WQE through the region the WQE's
+  // L_Key resolved to. Anything else is verified first and takes the
+  // ordinary path.
+  uint8_t* dst = nullptr;
+  if (reliable() && state_ != QpState::kReset && state_ != QpState::kInit && state_ != QpState::kErr &&
+      len == mtu_ && BthView(frame + p.bth_offset).psn() == resp_.epsn) {
+    if (p.opcode == kRcWriteMiddle) {
+      if (resp_.in_message == InMessage::kWrite && len <= resp_.write_remaining &&
+          MrStillLentSince(resp_.write_rkey, &resp_.write_epoch)) {
+        dst = resp_.write_host + (resp_.write_total - resp_.write_remaining);
+      }
+    } else if (resp_.in_message == InMessage::kSend && resp_.recv_wqe_held) {
+      dst = RecvDestination(len);
+    }
+  }
+  if (dst == nullptr) {
     if (!IcrcMatches(frame, p)) return false;
     OnPacket(frame, p, now_ns);
     return true;
@@ -185,7 +219,7 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
   const uint8_t* l3 = frame + p.l3_offset;
   const uint8_t* payload = frame + p.payload_offset;
   uint32_t crc = IcrcBegin(l3, p.payload_offset - p.l3_offset, p.ipv6);
-  crc = Crc32CopyUpdate(crc, resp_.write_host + (resp_.write_total - resp_.write_remaining), payload, len);
+  crc = Crc32CopyUpdate(crc, dst, payload, len);
   crc = Crc32Update(crc, payload + len, p.icrc_offset - p.payload_offset - len);  // pad
   if (Crc32Final(crc) != StoredIcrc(frame, p)) return false;  // silently dropped, state untouched
   ++counters_.rx_packets;
@@ -226,15 +260,26 @@ void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_pla
   }
 }
 
+// The acknowledge step of a request PlaceExpected took.
+[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
+  ++counters_.expected_requests;
+  resp_.nak_seq_sent = false;
+  resp_.epsn = PsnAdd(c.psn, 1);
+  if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
+  return RespState::kDone;
+}
+
 // The responder's header prediction (as Van Jacobson's TCP fast path): an
 // RC WRITE at the expected PSN that continues the opcode sequence, without
 // immediate data, whose RETH names the region check_rkey resolved last
 // (resp_.expected, still valid) and lies inside it, or a MIDDLE/LAST of the
 // WRITE in progress while nothing changed in the MR table since that
-// region was resolved, is placed and
+// region was resolved; or an RC SEND without immediate or invalidation
+// whose bytes go inside one SGE of the receive WQE through the region the
+// last receive scatter resolved (resp_.recv_local), is placed and
 // acknowledged here with exactly the effects the full chain would have.
 // Anything else - another opcode or PSN, a length or bound the chain would
-// refuse, a key or epoch that differs, a zero-length WRITE - goes to
+// refuse, a key or epoch that differs, a zero-length request - goes to
 // check_psn and takes every step of IBTA 9.7.5 as always.
 DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
   if (c.psn != resp_.epsn || !reliable() || c.len == 0) return RespState::kCheckPsn;
@@ -277,16 +322,42 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
       resp_.in_message = InMessage::kNone;
       resp_.msn = PsnAdd(resp_.msn, 1);
     }
+  } else if (opcode == kRcSendOnly || opcode == kRcSendFirst || opcode == kRcSendMiddle || opcode == kRcSendLast) {
+    // A SEND without immediate or invalidation, into the receive WQE at
+    // its running offset, inside one SGE whose L_Key resolved last to the
+    // region it still names. The lengths are checked before a WQE is taken:
+    // the chain refuses a bad length before check_resource takes one.
+    const bool first = opcode == kRcSendOnly || opcode == kRcSendFirst;
+    const bool last = opcode == kRcSendOnly || opcode == kRcSendLast;
+    if ((first ? resp_.in_message != InMessage::kNone : resp_.in_message != InMessage::kSend) ||
+        (last ? c.len > mtu_ : c.len != mtu_)) {
+      return RespState::kCheckPsn;
+    }
+    if (first) {
+      if (!TakeRecvWqe()) return RespState::kCheckPsn;  // RNR: the chain's NAK
+      resp_.recv_offset = 0;
+    } else if (!resp_.recv_wqe_held) {
+      return RespState::kCheckPsn;
+    }
+    dst = RecvDestination(c.len);
+    if (dst == nullptr) return RespState::kCheckPsn;  // the full scatter and its checks
+    if (!c.payload_placed) std::memcpy(dst, c.frame + c.p.payload_offset, c.len);
+    resp_.recv_offset += c.len;
+    if (last) {
+      CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, resp_.recv_offset, 0, 0, BthView(c.bth_p).solicited());
+      resp_.in_message = InMessage::kNone;
+      resp_.msn = PsnAdd(resp_.msn, 1);
+    } else {
+      resp_.in_message = InMessage::kSend;
+    }
+    return ExpectedAcknowledge(c);
   } else {
     return RespState::kCheckPsn;
   }
   if (!c.payload_placed) std::memcpy(dst, c.frame + c.p.payload_offset, c.len);
-  ++counters_.expected_requests;
-  resp_.nak_seq_sent = false;
-  resp_.epsn = PsnAdd(c.psn, 1);
-  if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
-  return RespState::kDone;
+  return ExpectedAcknowledge(c);
 }
+
 
 DROCE_STEP RespState Qp::CheckPsn(ReqCtx& c) {
   if (!reliable()) {

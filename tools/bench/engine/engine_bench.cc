@@ -60,9 +60,10 @@ struct Result {
   double gbit_per_s;
 };
 
-// Streams `count` RDMA WRITEs of `size` bytes from A to B with up to
-// `outstanding` in flight (every 16th signaled), all on this thread.
-Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstanding) {
+// Streams `count` RDMA WRITEs (`send`: SENDs, into receives B keeps
+// posted) of `size` bytes from A to B with up to `outstanding` in flight
+// (every 16th signaled), all on this thread.
+Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstanding, bool send = false) {
   sim::MemWireConfig wire_config;  // no impairments: a perfect wire
   wire_config.pool_frames = 8192;
   wire_config.queue_frames = 8192;
@@ -89,11 +90,15 @@ Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstan
   Connect(ep[0], ep[1], mtu);
   Connect(ep[1], ep[0], mtu);
   transport::SendWr wr;
-  wr.opcode = transport::WrOpcode::kRdmaWrite;
+  wr.opcode = send ? transport::WrOpcode::kSend : transport::WrOpcode::kRdmaWrite;
   wr.num_sge = 1;
   wr.sg_list[0] = {reinterpret_cast<uint64_t>(ep[0].mem.data()), size, ep[0].keys.lkey};
   wr.remote_addr = reinterpret_cast<uint64_t>(ep[1].mem.data());
   wr.rkey = ep[1].keys.rkey;
+  transport::RecvWr recv;
+  recv.num_sge = 1;
+  recv.sg_list[0] = {reinterpret_cast<uint64_t>(ep[1].mem.data()), size, ep[1].keys.lkey};
+  for (uint32_t i = 0; send && i < outstanding + 8; ++i) (void)ep[1].dev->PostRecv(ep[1].qpn, recv);
   // Signal often enough that a full window always contains a signaled WR.
   const uint32_t kSignalEvery = std::min<uint32_t>(16, outstanding);
   uint64_t posted = 0, completed = 0, now = 0;
@@ -109,6 +114,9 @@ Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstan
     now += 100;
     ep[0].dev->Poll(now);
     ep[1].dev->Poll(now);
+    if (send) {
+      for (uint32_t k = ep[1].dev->PollCq(ep[1].cq, wc, 64); k > 0; --k) (void)ep[1].dev->PostRecv(ep[1].qpn, recv);
+    }
     const uint32_t n = ep[0].dev->PollCq(ep[0].cq, wc, 64);
     for (uint32_t i = 0; i < n; ++i) {
       if (wc[i].status != queue::WcStatus::kSuccess) {
@@ -223,7 +231,8 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|manyqp|all]
+// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|manyqp|all]
+// send: 64 KiB SENDs (20,000, as large's WRITEs) against memcpy.
 // manyqp: 1, 64 and 1024 QPs with one 64 B WRITE outstanding each, the
 // peer polled every 8th round (messages_64B / 4 messages per case).
 int main(int argc, char** argv) {
@@ -243,9 +252,9 @@ int main(int argc, char** argv) {
       }
       continue;
     }
-    if (only != "large") small.push_back(WriteStream(64, 1024, small_count, 512).msgs_per_s);
+    if (only != "large" && only != "send") small.push_back(WriteStream(64, 1024, small_count, 512).msgs_per_s);
     if (only != "small") {
-      large.push_back(WriteStream(65536, 4096, 20000, outstanding_large).gbit_per_s);
+      large.push_back(WriteStream(65536, 4096, 20000, outstanding_large, only == "send").gbit_per_s);
       memcpy_gbps.push_back(MemcpyGbps(65536, 8ull << 30));
     }
   }
@@ -257,9 +266,10 @@ int main(int argc, char** argv) {
   if (!small.empty()) std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
   if (!large.empty()) {
     const double m = Median(memcpy_gbps);
-    std::printf("write_64KiB_goodput,%.2f,Gbit/s\n", Median(large));
+    const char* op = only == "send" ? "send" : "write";
+    std::printf("%s_64KiB_goodput,%.2f,Gbit/s\n", op, Median(large));
     std::printf("memcpy_64KiB,%.2f,Gbit/s\n", m);
-    std::printf("write_64KiB_vs_memcpy,%.3f,ratio\n", Median(large) / m);
+    std::printf("%s_64KiB_vs_memcpy,%.3f,ratio\n", op, Median(large) / m);
   }
   return 0;
 }

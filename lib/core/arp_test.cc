@@ -2,6 +2,7 @@
 // hand-made ARP frames.
 #include <cstring>
 
+#include "wire/gid.h"
 #include "core/device.h"
 #include "gtest/gtest.h"
 #include "sim/wire/mem_wire.h"
@@ -11,16 +12,6 @@
 namespace droce::core {
 namespace {
 
-Gid V4(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  g[12] = ip >> 24;
-  g[13] = (ip >> 16) & 255;
-  g[14] = (ip >> 8) & 255;
-  g[15] = ip & 255;
-  return g;
-}
-
 TEST(Arp, RequestIsAnsweredAndBothSidesLearn) {
   sim::MemWire wire(sim::MemWireConfig{});
   DeviceConfig ca, cb;
@@ -29,14 +20,14 @@ TEST(Arp, RequestIsAnsweredAndBothSidesLearn) {
   cb.mac = {0x02, 0, 0, 0, 0, 0xb};
   cb.ipv4 = 0x0A000002;
   Device a(ca, &wire.end(0)), b(cb, &wire.end(1));
-  EXPECT_FALSE(a.HasNeighbor(V4(cb.ipv4)));
+  EXPECT_FALSE(a.HasNeighbor(wire::Ipv4MappedGid(cb.ipv4)));
   a.RequestArp(cb.ipv4);
   for (int i = 0; i < 4; ++i) {
     a.Poll(i);
     b.Poll(i);
   }
-  EXPECT_TRUE(a.HasNeighbor(V4(cb.ipv4)));
-  EXPECT_TRUE(b.HasNeighbor(V4(ca.ipv4)));  // learnt from the request itself
+  EXPECT_TRUE(a.HasNeighbor(wire::Ipv4MappedGid(cb.ipv4)));
+  EXPECT_TRUE(b.HasNeighbor(wire::Ipv4MappedGid(ca.ipv4)));  // learnt from the request itself
   EXPECT_EQ(a.counters().arp_requests_sent, 1u);
   EXPECT_EQ(b.counters().arp_replies_sent, 1u);
   EXPECT_EQ(a.counters().neighbors_learned, 1u);
@@ -48,7 +39,7 @@ TEST(Arp, RequestIsAnsweredAndBothSidesLearn) {
   }
   EXPECT_EQ(b.counters().arp_replies_sent, 1u);
   EXPECT_EQ(b.counters().rx_arp, 2u);
-  EXPECT_FALSE(a.HasNeighbor(V4(0x0A000063)));
+  EXPECT_FALSE(a.HasNeighbor(wire::Ipv4MappedGid(0x0A000063)));
 }
 
 TEST(Arp, BuildAndParseRoundTripWithVlan) {

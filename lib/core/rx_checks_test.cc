@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "wire/gid.h"
 #include "core/connect.h"
 #include "core/device.h"
 #include "sim/wire/scripted_io.h"
@@ -25,13 +26,6 @@ namespace {
 constexpr Mac kPeerMac = {0x02, 0, 0, 0, 0, 0x02};
 constexpr uint32_t kPeerQpn = 0x99;
 constexpr uint32_t kOwnIp = 0x0A000001, kPeerIp = 0x0A000002;
-
-Gid V4(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  wire::StoreBe32(g.data() + 12, ip);
-  return g;
-}
 
 // A device with one RC QP at RTS connected to a fake peer 10.0.0.2, and a
 // remotely writable region; frames are fed by hand.
@@ -51,7 +45,7 @@ class RxChecks : public ::testing::Test {
     keys_ = *dev_->RegMr(pd_, mem_.data(), mem_.size(), 0x10000,
                          mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
     ConnectParams c;
-    c.peer_gid = V4(kPeerIp);
+    c.peer_gid = wire::Ipv4MappedGid(kPeerIp);
     c.peer_mac = kPeerMac;
     c.peer_qpn = kPeerQpn;
     ASSERT_TRUE(ConnectQp(*dev_, qpn_, c).ok());
@@ -64,8 +58,8 @@ class RxChecks : public ::testing::Test {
     wire::PacketFields f;
     f.route.src_mac = kPeerMac;
     f.route.dst_mac = dev_->config().mac;
-    f.route.src_ip = V4(kPeerIp);
-    f.route.dst_ip = V4(kOwnIp);
+    f.route.src_ip = wire::Ipv4MappedGid(kPeerIp);
+    f.route.dst_ip = wire::Ipv4MappedGid(kOwnIp);
     f.route.has_vlan = dev_->config().vlan;
     f.route.vlan_tci = dev_->config().vlan_tci;
     f.bth.opcode = wire::kRcWriteOnly;
@@ -127,12 +121,12 @@ TEST_F(RxChecks, DestinationMacMustBeOursOrBroadcast) {
 
 TEST_F(RxChecks, DestinationIpMustBeOneOfOurGids) {
   wire::PacketFields f = Write(4);
-  f.route.dst_ip = V4(0x0A000009);
+  f.route.dst_ip = wire::Ipv4MappedGid(0x0A000009);
   EXPECT_FALSE(Feed(f));
   EXPECT_EQ(c().rx_drop_dst_ip, 1u);
   // Our IPv4 address in an IPv6 header (::ffff:10.0.0.1) is not an IPv6 GID.
   f.route.ipv6 = true;
-  f.route.dst_ip = V4(kOwnIp);
+  f.route.dst_ip = wire::Ipv4MappedGid(kOwnIp);
   EXPECT_FALSE(Feed(f));
   EXPECT_EQ(c().rx_drop_dst_ip, 2u);
   EXPECT_TRUE(Feed(Write(4)));
@@ -140,9 +134,9 @@ TEST_F(RxChecks, DestinationIpMustBeOneOfOurGids) {
 
 TEST_F(RxChecks, SourceAddressMustBeTheQpsPath) {
   wire::PacketFields f = Write(5);
-  f.route.src_ip = V4(0x0A4D0063);  // 10.77.0.99
+  f.route.src_ip = wire::Ipv4MappedGid(0x0A4D0063);  // 10.77.0.99
   EXPECT_FALSE(Feed(f));
-  f.route.src_ip = V4(0x08080808);
+  f.route.src_ip = wire::Ipv4MappedGid(0x08080808);
   EXPECT_FALSE(Feed(f));
   EXPECT_EQ(c().rx_drop_path, 2u);
   EXPECT_EQ(c().rx_unknown_qp, 0u);
@@ -157,7 +151,7 @@ TEST_F(RxChecks, AnIpv6FrameDoesNotReachAnIpv4Qp) {
   f.route.dst_ip = dev_->gids()[0];
   f.route.src_ip = Gid{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, 2};
   EXPECT_FALSE(Feed(f));
-  f.route.src_ip = V4(kPeerIp);
+  f.route.src_ip = wire::Ipv4MappedGid(kPeerIp);
   EXPECT_FALSE(Feed(f));
   EXPECT_EQ(c().rx_drop_path, 2u);
   EXPECT_EQ(c().rx_drop_dst_ip, 0u);
@@ -179,7 +173,7 @@ TEST_F(RxChecks, AnIpv4FrameDoesNotReachAnIpv6Qp) {
   wire::PacketFields f = Write(7);
   f.bth.dest_qp = q6;
   f.bth.psn = dev_->qp(q6)->expected_psn();
-  f.route.src_ip = V4(kPeerIp);  // IPv4 from the right host, wrong IP version for this QP
+  f.route.src_ip = wire::Ipv4MappedGid(kPeerIp);  // IPv4 from the right host, wrong IP version for this QP
   EXPECT_FALSE(Feed(f));
   EXPECT_EQ(c().rx_drop_path, 1u);
   // The same WRITE over IPv6 along its path executes.
@@ -268,7 +262,7 @@ TEST_F(RxChecks, LoopbackFramesPassEveryCheck) {
   init.send_cq = init.recv_cq = cq_;
   const uint32_t self = *dev_->CreateQp(init);
   ConnectParams cp;
-  cp.peer_gid = V4(kOwnIp);
+  cp.peer_gid = wire::Ipv4MappedGid(kOwnIp);
   cp.peer_mac = dev_->config().mac;
   cp.peer_qpn = self;
   ASSERT_TRUE(ConnectQp(*dev_, self, cp).ok());
@@ -311,8 +305,8 @@ TEST_F(RxChecks, ForgedAckFromAnotherAddressCompletesNothing) {
   wire::PacketFields ack;
   ack.route.src_mac = kPeerMac;
   ack.route.dst_mac = dev_->config().mac;
-  ack.route.src_ip = V4(0x0A4D0063);
-  ack.route.dst_ip = V4(kOwnIp);
+  ack.route.src_ip = wire::Ipv4MappedGid(0x0A4D0063);
+  ack.route.dst_ip = wire::Ipv4MappedGid(kOwnIp);
   ack.bth.opcode = wire::kRcAcknowledge;
   ack.bth.dest_qp = qpn_;
   ack.bth.psn = wire::BthView(io_.sent[0].data() + sent.bth_offset).psn();
@@ -326,7 +320,7 @@ TEST_F(RxChecks, ForgedAckFromAnotherAddressCompletesNothing) {
   EXPECT_EQ(dev_->PollCq(cq_, &wc, 1), 0u);
   EXPECT_EQ(c().rx_drop_path, 1u);
   // From the peer it completes.
-  ack.route.src_ip = V4(kPeerIp);
+  ack.route.src_ip = wire::Ipv4MappedGid(kPeerIp);
   frame.resize(256);
   frame.resize(*wire::SerializeFields(ack, frame.data(), 256));
   io_.rx.push_back(frame);
@@ -467,25 +461,25 @@ TEST(Neighbors, ArpNeverOverridesAStaticEntry) {
   DeviceConfig cfg;
   cfg.ipv4 = kOwnIp;
   Device dev(cfg, &io);
-  ASSERT_TRUE(dev.AddNeighbor(V4(kPeerIp), kPeerMac));
+  ASSERT_TRUE(dev.AddNeighbor(wire::Ipv4MappedGid(kPeerIp), kPeerMac));
   const Mac evil = {0x02, 0xee, 0, 0, 0, 0x66};
   io.rx.push_back(ArpFrame(wire::kArpReply, kPeerIp, evil, kOwnIp, cfg.mac));  // unsolicited reply
   io.rx.push_back(ArpFrame(wire::kArpRequest, kPeerIp, evil, kOwnIp, cfg.mac));
   dev.Poll(1);
-  ASSERT_NE(dev.FindNeighbor(V4(kPeerIp)), nullptr);
-  EXPECT_EQ(*dev.FindNeighbor(V4(kPeerIp)), kPeerMac);
+  ASSERT_NE(dev.FindNeighbor(wire::Ipv4MappedGid(kPeerIp)), nullptr);
+  EXPECT_EQ(*dev.FindNeighbor(wire::Ipv4MappedGid(kPeerIp)), kPeerMac);
   EXPECT_EQ(dev.counters().neighbors_refused, 2u);
   EXPECT_EQ(dev.counters().neighbors_learned, 0u);
   // A learnt entry does follow the latest ARP (the peer's NIC was replaced).
   io.rx.push_back(ArpFrame(wire::kArpReply, 0x0A000003, kPeerMac, kOwnIp, cfg.mac));
   io.rx.push_back(ArpFrame(wire::kArpReply, 0x0A000003, evil, kOwnIp, cfg.mac));
   dev.Poll(2);
-  ASSERT_NE(dev.FindNeighbor(V4(0x0A000003)), nullptr);
-  EXPECT_EQ(*dev.FindNeighbor(V4(0x0A000003)), evil);
+  ASSERT_NE(dev.FindNeighbor(wire::Ipv4MappedGid(0x0A000003)), nullptr);
+  EXPECT_EQ(*dev.FindNeighbor(wire::Ipv4MappedGid(0x0A000003)), evil);
   // An ARP aimed at someone else teaches nothing.
   io.rx.push_back(ArpFrame(wire::kArpReply, 0x0A000004, evil, 0x0A000005, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff}));
   dev.Poll(3);
-  EXPECT_FALSE(dev.HasNeighbor(V4(0x0A000004)));
+  EXPECT_FALSE(dev.HasNeighbor(wire::Ipv4MappedGid(0x0A000004)));
 }
 
 TEST(Neighbors, AFloodOfDistinctSendersIsBoundedAndKeepsStaticEntries) {
@@ -493,7 +487,7 @@ TEST(Neighbors, AFloodOfDistinctSendersIsBoundedAndKeepsStaticEntries) {
   DeviceConfig cfg;
   cfg.ipv4 = kOwnIp;
   Device dev(cfg, &io);
-  ASSERT_TRUE(dev.AddNeighbor(V4(kPeerIp), kPeerMac));
+  ASSERT_TRUE(dev.AddNeighbor(wire::Ipv4MappedGid(kPeerIp), kPeerMac));
   const uint64_t compares_before = dev.neighbor_key_compares();
   constexpr uint32_t kFlood = 50'000;
   for (uint32_t i = 0; i < kFlood; ++i) {
@@ -510,10 +504,10 @@ TEST(Neighbors, AFloodOfDistinctSendersIsBoundedAndKeepsStaticEntries) {
   EXPECT_LE(dev.neighbor_count(), cfg.max_neighbors);
   EXPECT_EQ(dev.counters().neighbors_learned, kFlood);
   EXPECT_EQ(dev.counters().neighbors_evicted, kFlood - (cfg.max_neighbors - 1));
-  ASSERT_NE(dev.FindNeighbor(V4(kPeerIp)), nullptr);
-  EXPECT_EQ(*dev.FindNeighbor(V4(kPeerIp)), kPeerMac);
-  EXPECT_TRUE(dev.HasNeighbor(V4(0x0B000000 + kFlood - 1)));  // the newest are kept
-  EXPECT_FALSE(dev.HasNeighbor(V4(0x0B000000)));
+  ASSERT_NE(dev.FindNeighbor(wire::Ipv4MappedGid(kPeerIp)), nullptr);
+  EXPECT_EQ(*dev.FindNeighbor(wire::Ipv4MappedGid(kPeerIp)), kPeerMac);
+  EXPECT_TRUE(dev.HasNeighbor(wire::Ipv4MappedGid(0x0B000000 + kFlood - 1)));  // the newest are kept
+  EXPECT_FALSE(dev.HasNeighbor(wire::Ipv4MappedGid(0x0B000000)));
   // The work: each frame looks its sender up and evicts the oldest learnt
   // entry, a handful of key comparisons (a table scanned linearly, or a hash
   // the senders could pile into one bucket, makes hundreds per frame).
@@ -523,13 +517,13 @@ TEST(Neighbors, AFloodOfDistinctSendersIsBoundedAndKeepsStaticEntries) {
   DeviceConfig small = cfg;
   small.max_neighbors = 4;
   Device tiny(small, &io);
-  for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(tiny.AddNeighbor(V4(0x0C000000 + i), kPeerMac));
-  EXPECT_FALSE(tiny.AddNeighbor(V4(0x0C000009), kPeerMac));
+  for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(tiny.AddNeighbor(wire::Ipv4MappedGid(0x0C000000 + i), kPeerMac));
+  EXPECT_FALSE(tiny.AddNeighbor(wire::Ipv4MappedGid(0x0C000009), kPeerMac));
   io.rx.push_back(ArpFrame(wire::kArpRequest, 0x0B000000, kPeerMac, kOwnIp, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff}));
   tiny.Poll(1);
   EXPECT_EQ(tiny.neighbor_count(), 4u);
   EXPECT_EQ(tiny.counters().neighbors_refused, 2u);
-  EXPECT_FALSE(tiny.HasNeighbor(V4(0x0B000000)));
+  EXPECT_FALSE(tiny.HasNeighbor(wire::Ipv4MappedGid(0x0B000000)));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "wire/gid.h"
 #include "core/connect.h"
 #include "core/device.h"
 #include "sim/wire/scripted_io.h"
@@ -24,13 +25,6 @@ constexpr Mac kPeerMac = {0x02, 0, 0, 0, 0, 0x02};
 constexpr uint32_t kPeerQpn = 0x99;
 constexpr uint32_t kOwnIp = 0x0A000001, kPeerIp = 0x0A000002;
 const Gid kPeer6{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, 2};
-
-Gid V4(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  wire::StoreBe32(g.data() + 12, ip);
-  return g;
-}
 
 struct End {
   sim::ScriptedIo io;
@@ -64,7 +58,7 @@ class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
       e->keys = *e->dev->RegMr(pd, e->mem.data(), e->mem.size(), 0x10000,
                                mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
       ConnectParams c;
-      c.peer_gid = ipv6() ? kPeer6 : V4(kPeerIp);
+      c.peer_gid = ipv6() ? kPeer6 : wire::Ipv4MappedGid(kPeerIp);
       c.sgid_index = ipv6() ? 0 : 1;
       c.peer_mac = kPeerMac;
       c.peer_qpn = kPeerQpn;
@@ -81,8 +75,8 @@ class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
     f.route.src_mac = kPeerMac;
     f.route.dst_mac = predicting_.dev->config().mac;
     f.route.ipv6 = ipv6();
-    f.route.src_ip = ipv6() ? kPeer6 : V4(kPeerIp);
-    f.route.dst_ip = ipv6() ? own6_ : V4(kOwnIp);
+    f.route.src_ip = ipv6() ? kPeer6 : wire::Ipv4MappedGid(kPeerIp);
+    f.route.dst_ip = ipv6() ? own6_ : wire::Ipv4MappedGid(kOwnIp);
     f.route.has_vlan = vlan();
     f.route.vlan_tci = 100;
     f.route.ipv4_id = static_cast<uint16_t>(next_id_++);

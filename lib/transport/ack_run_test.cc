@@ -37,13 +37,6 @@ constexpr uint64_t kIova = 0x100000;
 constexpr uint64_t kRemote = 0x900000;
 constexpr uint32_t kSqPsn = 0xFFFFA0;  // the PSN wraps within the stream
 
-Gid V4(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  StoreBe32(g.data() + 12, ip);
-  return g;
-}
-
 struct End {
   sim::ScriptedIo io;
   std::unique_ptr<Device> dev;
@@ -97,7 +90,7 @@ class AckRun : public ::testing::TestWithParam<Variant> {
       reset.qp_state = transport::QpState::kReset;
       ASSERT_TRUE(e->dev->ModifyQp(e->qpn, reset, transport::kAttrState).ok());
       ConnectParams c;
-      c.peer_gid = V4(0x0A000002);
+      c.peer_gid = Ipv4MappedGid(0x0A000002);
       c.peer_mac = kPeerMac;
       c.peer_qpn = kPeerQpn;
       c.mtu = kMtu;
@@ -169,8 +162,8 @@ class AckRun : public ::testing::TestWithParam<Variant> {
     PacketFields f;
     f.route.src_mac = kPeerMac;
     f.route.dst_mac = run_.dev->config().mac;
-    f.route.src_ip = V4(0x0A000002);
-    f.route.dst_ip = V4(0x0A000001);
+    f.route.src_ip = Ipv4MappedGid(0x0A000002);
+    f.route.dst_ip = Ipv4MappedGid(0x0A000001);
     f.route.ipv4_id = static_cast<uint16_t>(now_ / 1000);
     f.bth.opcode = opcode;
     f.bth.dest_qp = run_.qpn;

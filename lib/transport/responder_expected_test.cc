@@ -44,13 +44,6 @@ constexpr uint32_t kAccess[kRegions] = {kAllRemote, mem::kRemoteRead, kAllRemote
 constexpr uint32_t kRecvAt = 4096;  // receives land in region 2 from here
 constexpr uint32_t kBadKey = 200u << 8 | 0x5A;  // a slot neither end uses
 
-Gid V4(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  StoreBe32(g.data() + 12, ip);
-  return g;
-}
-
 struct End {
   sim::ScriptedIo io;
   std::unique_ptr<Device> dev;
@@ -100,7 +93,7 @@ class ResponderExpected : public ::testing::Test {
       reset.qp_state = transport::QpState::kReset;
       ASSERT_TRUE(e->dev->ModifyQp(e->qpn, reset, transport::kAttrState).ok());
       ConnectParams c;
-      c.peer_gid = V4(0x0A000002);
+      c.peer_gid = Ipv4MappedGid(0x0A000002);
       c.peer_mac = kPeerMac;
       c.peer_qpn = kPeerQpn;
       c.mtu = kMtu;
@@ -225,8 +218,8 @@ class ResponderExpected : public ::testing::Test {
     PacketFields f;
     f.route.src_mac = kPeerMac;
     f.route.dst_mac = fast_.dev->config().mac;
-    f.route.src_ip = V4(0x0A000002);
-    f.route.dst_ip = V4(0x0A000001);
+    f.route.src_ip = Ipv4MappedGid(0x0A000002);
+    f.route.dst_ip = Ipv4MappedGid(0x0A000001);
     f.route.ipv4_id = static_cast<uint16_t>(now_ / 1000);
     f.bth.opcode = opcode;
     f.bth.dest_qp = fast_.qpn;

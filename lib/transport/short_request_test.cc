@@ -39,13 +39,6 @@ const Gid kPeer6{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, 2};
 constexpr uint64_t kIova = 0x100000;
 constexpr uint32_t kRegion = 16384;
 
-Gid V4(uint32_t ip) {
-  Gid g{};
-  g[10] = g[11] = 0xff;
-  StoreBe32(g.data() + 12, ip);
-  return g;
-}
-
 struct End {
   sim::ScriptedIo io;
   std::unique_ptr<Device> dev;
@@ -89,7 +82,7 @@ class ShortRequest : public ::testing::TestWithParam<Params> {
       for (uint32_t k = 0; k < kRegion; ++k) e->mem[k] = static_cast<uint8_t>(k * 13 + 5);
       e->keys = *e->dev->RegMr(pd, e->mem.data(), kRegion, kIova, mem::kLocalWrite | mem::kRemoteWrite);
       ConnectParams c;
-      c.peer_gid = ipv6() ? kPeer6 : V4(kPeerIp);
+      c.peer_gid = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
       c.sgid_index = ipv6() ? 0 : 1;
       c.peer_mac = kPeerMac;
       c.peer_qpn = kPeerQpn;
@@ -108,8 +101,8 @@ class ShortRequest : public ::testing::TestWithParam<Params> {
     f.route.src_mac = kPeerMac;
     f.route.dst_mac = short_.dev->config().mac;
     f.route.ipv6 = ipv6();
-    f.route.src_ip = ipv6() ? kPeer6 : V4(kPeerIp);
-    f.route.dst_ip = ipv6() ? own_gid_ : V4(kOwnIp);
+    f.route.src_ip = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
+    f.route.dst_ip = ipv6() ? own_gid_ : Ipv4MappedGid(kOwnIp);
     f.bth.opcode = opcode;
     f.bth.dest_qp = short_.qpn;
     f.bth.psn = psn;

@@ -69,7 +69,7 @@ struct ProgressConfig {
   uint32_t auto_drive_us = 1000;
   uint32_t rt_priority = 1;
   // progress_pm_qos_us: while the progress thread is hot (a program polled
-  // or waits for an event, or a packet came within hot_us) the runtime
+  // or waits in ibv_get_cq_event, or a packet came within hot_us) the runtime
   // holds /dev/cpu_dma_latency at this many microseconds (PM QoS, as
   // tuned's latency-performance profile does): idle CPUs then stay in
   // shallow states (0: poll) and a wake-up does not first leave a halted

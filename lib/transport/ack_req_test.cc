@@ -144,5 +144,38 @@ TEST(AckReq, ALostUnaskedTailIsRepairedBySolicit) {
   EXPECT_EQ(pair.b().mem[64], 0x5A);
 }
 
+// A peer that stops right after receiving (rdma_disconnect moves its QP to
+// ERR before the DREQ leaves) acknowledges what it accepted on the way: the
+// requester's unasked tail completes, instead of being flushed when the
+// disconnect reaches it (fi_pingpong's last unsignaled message over
+// verbs;ofi_rxm did so).
+TEST(AckReq, AResponderMovingToErrAcknowledgesTheUnaskedTail) {
+  AckPair pair(16, 100'000);
+  const uint64_t t0 = 1'000'000;
+  pair.Write(1, false, t0);
+  pair.Write(2, false, t0 + 2000);
+  EXPECT_EQ(pair.qb()->counters().acks_sent, 0u);  // nothing asked yet
+  QpAttr err;
+  err.qp_state = transport::QpState::kErr;
+  ASSERT_TRUE(pair.b().dev->ModifyQp(pair.b().qpn, err, transport::kAttrState).ok());
+  pair.b().dev->Poll(t0 + 5000);
+  EXPECT_EQ(pair.qb()->counters().acks_sent, 1u);
+  pair.TakeAnswers(t0 + 6000);
+  EXPECT_TRUE(pair.AllAcked());
+  EXPECT_EQ(pair.qa()->counters().ack_solicits, 0u);
+  // A's own move to ERR now flushes nothing: both WRITEs completed.
+  ASSERT_TRUE(pair.a().dev->ModifyQp(pair.a().qpn, err, transport::kAttrState).ok());
+  pair.a().dev->Poll(t0 + 7000);
+  Completion c[8];
+  EXPECT_EQ(pair.a().dev->PollCq(pair.a().cq, c, 8), 0u);
+  // A responder with nothing owed sends nothing more on its way to ERR.
+  AckPair quiet(16, 100'000);
+  quiet.Write(1, true, t0);  // signaled: acknowledged at once
+  const uint32_t acks = quiet.qb()->counters().acks_sent;
+  ASSERT_TRUE(quiet.b().dev->ModifyQp(quiet.b().qpn, err, transport::kAttrState).ok());
+  quiet.b().dev->Poll(t0 + 5000);
+  EXPECT_EQ(quiet.qb()->counters().acks_sent, acks);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -767,6 +767,9 @@ bool Qp::HasWork() const {
 }
 
 void Qp::EnterError() {
+  // What was accepted is acknowledged before the QP stops (the ACK leaves in
+  // ERR: responses go before the state test of the transmit round).
+  if (resp_.ack_owed && reliable()) QueueAck(wire::PsnAdd(resp_.epsn, -1));
   state_ = QpState::kErr;
   attr_.qp_state = state_;
   req_.retransmit_deadline = 0;

@@ -660,6 +660,12 @@ class Qp {
     uint32_t epsn = 0;
     uint32_t msn = 0;
     bool nak_seq_sent = false;
+    // Requests accepted without AckReq and not acknowledged since: a move
+    // to ERR acknowledges them (EnterError), as a NIC that ACKs at once
+    // would have, so a peer that disconnects right after its receive
+    // completion does not leave our requester's last unsignaled WR to be
+    // flushed instead of completed.
+    bool ack_owed = false;
     InMessage in_message = InMessage::kNone;
     bool recv_wqe_held = false;
     RecvWr recv_wqe;

@@ -39,6 +39,7 @@ uint8_t Qp::CreditsField() const {
 }
 
 void Qp::QueueAck(uint32_t psn) {
+  resp_.ack_owed = false;
   // Coalesce: a queued, unsent ACK just moves forward (9.7.5.1.1).
   if (!actions_.empty()) {
     Action& last = actions_.at(actions_.tail() - 1);
@@ -58,6 +59,7 @@ void Qp::QueueAck(uint32_t psn) {
 }
 
 void Qp::QueueNak(uint8_t syndrome, uint32_t psn) {
+  resp_.ack_owed = false;  // a NAK acknowledges what came before its PSN
   Action* a = actions_.Reserve();
   if (a == nullptr) return;  // the requester's timer recovers
   *a = Action{};
@@ -265,7 +267,11 @@ void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_pla
   ++counters_.expected_requests;
   resp_.nak_seq_sent = false;
   resp_.epsn = PsnAdd(c.psn, 1);
-  if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
+  if (BthView(c.bth_p).ack_req()) {
+    QueueAck(c.psn);
+  } else {
+    resp_.ack_owed = true;
+  }
   return RespState::kDone;
 }
 
@@ -575,7 +581,11 @@ DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
 DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
   if (!reliable()) return RespState::kDone;  // UC moved resp_.epsn in CheckPsn and never ACKs
   resp_.epsn = PsnAdd(c.psn, 1);
-  if (BthView(c.bth_p).ack_req()) QueueAck(c.psn);
+  if (BthView(c.bth_p).ack_req()) {
+    QueueAck(c.psn);
+  } else {
+    resp_.ack_owed = true;
+  }
   return RespState::kDone;
 }
 

@@ -476,6 +476,7 @@ class Qp {
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
   DROCE_STEP RespState PlaceExpected(ReqCtx& c);
   RespState ExpectedAcknowledge(ReqCtx& c);
+  void AcceptRequest(const ReqCtx& c);
   DROCE_STEP RespState CheckPsn(ReqCtx& c);
   DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
   DROCE_STEP RespState CheckLength(ReqCtx& c);

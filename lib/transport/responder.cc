@@ -262,16 +262,22 @@ void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_pla
   }
 }
 
-// The acknowledge step of a request PlaceExpected took.
-[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
-  ++counters_.expected_requests;
-  resp_.nak_seq_sent = false;
+// The request at c.psn accepted: the next PSN is expected, and the ACK is
+// queued if the request asked for one, else owed (EnterError sends it).
+[[gnu::always_inline]] inline void Qp::AcceptRequest(const ReqCtx& c) {
   resp_.epsn = PsnAdd(c.psn, 1);
   if (BthView(c.bth_p).ack_req()) {
     QueueAck(c.psn);
   } else {
     resp_.ack_owed = true;
   }
+}
+
+// The acknowledge step of a request PlaceExpected took.
+[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
+  ++counters_.expected_requests;
+  resp_.nak_seq_sent = false;
+  AcceptRequest(c);
   return RespState::kDone;
 }
 
@@ -580,12 +586,7 @@ DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
 
 DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
   if (!reliable()) return RespState::kDone;  // UC moved resp_.epsn in CheckPsn and never ACKs
-  resp_.epsn = PsnAdd(c.psn, 1);
-  if (BthView(c.bth_p).ack_req()) {
-    QueueAck(c.psn);
-  } else {
-    resp_.ack_owed = true;
-  }
+  AcceptRequest(c);
   return RespState::kDone;
 }
 

@@ -364,6 +364,7 @@ template <bool kCommon>
     w.local_host = to;
   }
   // The operands only their opcode reads.
+  if (wr.opcode == WrOpcode::kRdmaWrite || wr.opcode == WrOpcode::kSend) [[likely]] return;
   switch (wr.opcode) {
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kSend:
@@ -405,22 +406,11 @@ template <bool kCommon>
   const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
                               wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
                               wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-  switch (wr.opcode) {
-    case WrOpcode::kRdmaWrite:
-    case WrOpcode::kRdmaWriteWithImm:
-    case WrOpcode::kSend:
-    case WrOpcode::kSendWithImm:
-    case WrOpcode::kSendWithInv:
-    case WrOpcode::kRdmaRead:
-    case WrOpcode::kLocalInv:
-    case WrOpcode::kBindMw:
-      break;
-    case WrOpcode::kAtomicCmpAndSwp:
-    case WrOpcode::kAtomicFetchAndAdd:
-      if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
-      break;
-    default:
-      return EINVAL;
+  // WrOpcode's values are 0..kSendWithInv, all valid; an atomic has one 8-byte SGE.
+  if (static_cast<uint8_t>(wr.opcode) > static_cast<uint8_t>(WrOpcode::kSendWithInv)) return EINVAL;
+  if ((wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd) &&
+      (wr.num_sge != 1 || wr.sg_list[0].length != 8)) {
+    return EINVAL;
   }
   if (wr.flags & kSendInline) {
     if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
@@ -430,8 +420,9 @@ template <bool kCommon>
 
 [[gnu::always_inline]] inline int Qp::ValidateForQp(const SendWr& wr, uint64_t* total) const {
   if (const int err = ValidateSend(wr, total); err != 0) return err;
-  if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
-      wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
+  // WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM are WrOpcode's values 0..3.
+  static_assert(static_cast<int>(WrOpcode::kSendWithImm) == 3 && static_cast<int>(WrOpcode::kRdmaWrite) == 0);
+  if (!reliable() && static_cast<uint8_t>(wr.opcode) > static_cast<uint8_t>(WrOpcode::kSendWithImm)) {
     return EINVAL;  // UC has no READ, atomics or SEND with invalidate (9.8.2)
   }
   if (ud() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm) {

@@ -80,15 +80,16 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
   }
   const uint32_t head = sq_.head(), tail = sq_.tail();
   const bool sig_all = caps_.sq_sig_all;
+  SelectiveRepeat* const sr = sr_;
   bool progress = false;
   uint32_t acked_last = 0;
   uint32_t i = head;
+  // Every WQE the walk passes leaves the ring below: none is marked done.
   for (; i != tail; ++i) {
-    SendWqe& w = sq_.at(i);
+    const SendWqe& w = sq_.at(i);
     if (!w.done) {
       if (!w.started || IsReadOrAtomic(w) || PsnLess(psn, w.last_psn)) break;
-      if (sr_) sr_->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
-      w.done = true;
+      if (sr != nullptr) sr->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
       acked_last = w.last_psn;
       progress = true;
     }

@@ -357,9 +357,13 @@ class Daemon {
     // unmap its rings while the program may be polling them.
     for (const Conn& c : conns_) close(c.fd);
     for (int waited_ms = 0; waited_ms < 1000 && AnyLinkUp(); ++waited_ms) usleep(1000);
-    netdev_.UnbindAll();  // the interfaces get their XDP programs off
+    // The processes are detached before the interfaces are unbound: an
+    // unbinding tells the device's processes that the port is down, on their
+    // connections, which are closed now (their descriptor numbers free for
+    // reuse).
     for (const Conn& c : conns_) state_.ConnectionClosed(c.fd);
     conns_.clear();
+    netdev_.UnbindAll();  // the interfaces get their XDP programs off
     close(listen_fd_);
     unlink(fabric::ControlSocketPath(run_dir_).c_str());
   }

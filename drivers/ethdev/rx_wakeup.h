@@ -30,8 +30,8 @@ class RxWakeup {
   virtual ~RxWakeup() = default;
   // The wake-up source of `port_id`'s RX queue 0, or nullptr with the reason.
   static std::unique_ptr<RxWakeup> For(uint16_t port_id, std::string* why_not);
-  // One wake-up for several af_xdp or af_packet ports (an interface's
-  // AF_XDP sockets, a port per RX queue): any queue socket's arrival.
+  // One wake-up for several af_xdp ports (an interface's AF_XDP sockets, a
+  // port per RX queue): an arrival on any of their sockets.
   static std::unique_ptr<RxWakeup> ForSockets(const std::vector<uint16_t>& port_ids, std::string* why_not);
 
   // Asks for a notification on arrival and returns the descriptor to poll

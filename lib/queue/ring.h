@@ -81,10 +81,9 @@ class Ring {
   const T& at(uint32_t index) const { return slots_[index & mask_]; }
   T& front() { return at(head_); }
   // Slots: the ring's storage holds capacity() entries; an entry's slot
-  // (index & mask) indexes arrays kept beside the ring (a queue's side
-  // arrays for what its entries need only sometimes).
+  // (its index & mask, SlotOf) indexes arrays kept beside the ring (a
+  // queue's side arrays for what its entries need only sometimes).
   uint32_t capacity() const { return mask_ + 1; }
-  uint32_t slot(uint32_t index) const { return index & mask_; }
   uint32_t SlotOf(const T* entry) const { return static_cast<uint32_t>(entry - slots_.data()); }
 
   // Returns the slot to fill, or nullptr when full; Commit() publishes it.

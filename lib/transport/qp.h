@@ -306,12 +306,10 @@ class Qp {
   const SendWqeExt& Ext(const SendWqe& w) const { return sq_ext_[sq_.SlotOf(&w)]; }
   // MrTable::epoch() when the WQE's SGEs were last known good.
   uint64_t& SendWqeEpoch(const SendWqe& w) { return sq_epoch_[sq_.SlotOf(&w)]; }
-  // SGE i of a started or posted WQE, and its host address once started.
+  // SGE i of a posted WQE (its host address once started: local_host or
+  // SendWqeExt::sge_host, which ForEachSgeSpan walks).
   Sge SgeOf(const SendWqe& w, uint32_t i) const {
     return w.num_sge == 1 ? Sge{w.local_addr, w.total_len, w.lkey} : Ext(w).sges[i];
-  }
-  uint8_t* SgeHost(const SendWqe& w, uint32_t i) const {
-    return w.num_sge == 1 ? w.local_host : Ext(w).sge_host[i];
   }
 
   // Responder resources for READ and atomic requests (9.7.5.1.3), kept for

@@ -18,26 +18,12 @@ command -v perf >/dev/null || { echo "profile.sh: perf not found" >&2; exit 77; 
 A=${NETNS_PREFIX:-profile}-$$-a B=${NETNS_PREFIX:-profile}-$$-b
 out=${OUT:-$(mktemp -d /tmp/netdevprofile.XXXXXX)}
 mkdir -p "$out"
-cleanup() {
-  for ns in $A $B; do
-    ip netns exec $ns "$ctl" daemon stop >/dev/null 2>&1
-    ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del $ns 2>/dev/null; rm -rf /run/droce/netns/$ns
-  done
-  [ -n "${OUT:-}" ] || rm -rf "$out"
-}
+# shellcheck source=udp_gso_pair.sh
+. "$here/udp_gso_pair.sh"
+cleanup() { udp_gso_pair_cleanup; [ -n "${OUT:-}" ] || rm -rf "$out"; }
 trap cleanup EXIT
-ip netns add $A && ip netns add $B || exit 1
-ip -n $A link add nd0 type veth peer name nd0 netns $B
-for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu 9000 up; done
-ip -n $A addr add 10.0.0.1/24 dev nd0; ip -n $B addr add 10.0.0.2/24 dev nd0
-ip -n $A addr add fd00::1/64 dev nd0 nodad; ip -n $B addr add fd00::2/64 dev nd0 nodad
-settings=(set udp_gso=on)
-for s in ${SETTINGS:-}; do settings+=(set "$s"); done
-for ns in $A $B; do
-  ip netns exec $ns "$ctl" link add droce0 netdev nd0 steering udp "${settings[@]}" >/dev/null || exit 1
-done
-on() { local ns=$1; shift; ip netns exec "$ns" env CTL="$ctl" DROCE_STATS=1 bash -c 'eval "$("$CTL" env)"; exec "$@"' on "$@"; }
+udp_gso_pair_up || exit 1
+ON_ENV=DROCE_STATS=1
 rec() { echo "perf record -g -F ${FREQ:-2999} -o $out/$1.data --"; }
 # shellcheck disable=SC2046
 on $A $(rec recv) ib_send_bw -d droce0 -x 2 -m 4096 -s "$size" $ev -n "$n" >"$out/recv.log" 2>&1 &

@@ -138,25 +138,25 @@ measure_lat() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX
   local typ; typ=$(awk '$1 == 2 {print $5}' "$tmp/c.out" | tail -1)
   printf '%s,%s,send_lat_2b,%s,us,,,,,\n' "$1" "$2" "${typ:-0}"
 }
-measure_tcp() {  # SETUP ROUND
-  local k0 k1
-  if [ "${STARTUP:-1}" = 1 ]; then  # iperf3 moving 10 x 64 KiB: its fixed cost
-    : >"$tmp/s.out"; : >"$tmp/c.out"
-    ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out timeout 60 iperf3 -s -1 -p 5201" &
-    local s0=$!
-    listening $A 5201
-    ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c $tcp_peer -p 5201 -l 64K -n 640K -J"
-    wait $s0
-    printf '%s,%s,tcp_bw_64k_startup,10,msgs,%.2f,655360,,,\n' "$1" "$2" \
-      "$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")"
-  fi
-  k0=$(softirqd)
+# One iperf3 stream from B to A, its client given AMOUNT ("-t S" or "-n BYTES");
+# outputs and CPU lines in $tmp/s.out and $tmp/c.out.
+iperf3_pair() {  # AMOUNT...
   : >"$tmp/s.out"; : >"$tmp/c.out"
   ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out timeout $((dur + 60)) iperf3 -s -1 -p 5201" &
   local s=$!
   listening $A 5201
-  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c $tcp_peer -p 5201 -l 64K -t $dur -J"
+  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c $tcp_peer -p 5201 -l 64K $* -J"
   wait $s
+}
+measure_tcp() {  # SETUP ROUND
+  local k0 k1
+  if [ "${STARTUP:-1}" = 1 ]; then  # iperf3 moving 10 x 64 KiB: its fixed cost
+    iperf3_pair -n 640K
+    printf '%s,%s,tcp_bw_64k_startup,10,msgs,%.2f,655360,,,\n' "$1" "$2" \
+      "$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")"
+  fi
+  k0=$(softirqd)
+  iperf3_pair -t "$dur"
   k1=$(softirqd)
   local bytes; bytes=$(python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[:t.rindex("}")+1]); print(j["end"]["sum_received"]["bytes"])' "$tmp/c.out" 2>/dev/null || echo 0)
   local cpu; cpu=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")

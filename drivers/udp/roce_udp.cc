@@ -345,12 +345,12 @@ int RecvBatch::ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* ca
     caps_[i] = caps[i];
     iov_[i] = {bufs[i] + kHeadroom, segment};
   }
-  return ReceiveCoalescedAgain(fd, own_mac, out, c, seen_segment);
+  return std::max(ReceiveCoalescedAgain(fd, own_mac, out, c, seen_segment), 0);
 }
 
 int RecvBatch::ReceiveCoalescedAgain(int fd, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
                                      uint32_t* seen_segment) {
-  if (messages_ == 0) return 0;
+  if (messages_ == 0) return -1;
   const int per_message = per_message_;
   const uint32_t segment = segment_;
   uint8_t* const* bufs = bufs_;

@@ -163,7 +163,8 @@ class RecvBatch {
                        const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c, uint32_t* seen_segment);
   // ReceiveCoalesced again with the buffers, sizes and split of the last
   // call (its buffers unchanged since, none of them taken): a receive that
-  // found nothing is repeated without setting its buffers up again.
+  // found nothing is repeated without setting its buffers up again. -1:
+  // the last call set no receive up (its arguments were refused).
   int ReceiveCoalescedAgain(int fd, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
                             uint32_t* seen_segment);
 

@@ -335,10 +335,27 @@ int RecvBatch::ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* ca
                                 uint32_t segment, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
                                 uint32_t* seen_segment) {
   if (n > kMax) n = kMax;
+  messages_ = 0;
   if (per_message < 1 || per_message > n || segment == 0) return 0;
-  const int messages = n / per_message;
-  for (int i = 0; i < messages * per_message; ++i) iov_[i] = {bufs[i] + kHeadroom, segment};
-  const int got = ReceiveMessages(fd, messages, per_message, c);
+  messages_ = n / per_message;
+  per_message_ = per_message;
+  segment_ = segment;
+  for (int i = 0; i < messages_ * per_message; ++i) {
+    bufs_[i] = bufs[i];
+    caps_[i] = caps[i];
+    iov_[i] = {bufs[i] + kHeadroom, segment};
+  }
+  return std::max(ReceiveCoalescedAgain(fd, own_mac, out, c, seen_segment), 0);
+}
+
+int RecvBatch::ReceiveCoalescedAgain(int fd, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
+                                     uint32_t* seen_segment) {
+  if (messages_ == 0) return -1;
+  const int per_message = per_message_;
+  const uint32_t segment = segment_;
+  uint8_t* const* bufs = bufs_;
+  const uint32_t* caps = caps_;
+  const int got = ReceiveMessages(fd, messages_, per_message, c);
   Arrival a;
   for (int j = 0; j < got; ++j) {
     const msghdr& m = msgs_[j].msg_hdr;

@@ -161,6 +161,12 @@ class RecvBatch {
   void ReserveForCoalesced() { scratch_.resize(0x10000); }
   int ReceiveCoalesced(int fd, uint8_t* const* bufs, const uint32_t* caps, int n, int per_message, uint32_t segment,
                        const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c, uint32_t* seen_segment);
+  // ReceiveCoalesced again with the buffers, sizes and split of the last
+  // call (its buffers unchanged since, none of them taken): a receive that
+  // found nothing is repeated without setting its buffers up again. -1:
+  // the last call set no receive up (its arguments were refused).
+  int ReceiveCoalescedAgain(int fd, const std::array<uint8_t, 6>& own_mac, Frame* out, UdpCounters* c,
+                            uint32_t* seen_segment);
 
  private:
   // recvmmsg of `messages` messages, each reading into the next
@@ -168,6 +174,11 @@ class RecvBatch {
   int ReceiveMessages(int fd, int messages, int iov_per_message, UdpCounters* c);
 
   std::vector<uint8_t> scratch_;  // a coalesced datagram gathered for copying (ReceiveCoalesced)
+  // The last ReceiveCoalesced's buffers and split (ReceiveCoalescedAgain).
+  uint8_t* bufs_[kMax];
+  uint32_t caps_[kMax];
+  int messages_ = 0, per_message_ = 0;
+  uint32_t segment_ = 0;
   mmsghdr msgs_[kMax];
   iovec iov_[kMax];
   sockaddr_in6 names_[kMax];

@@ -33,6 +33,7 @@ void UdpIo::ReplaceSocket(int fd, uint16_t port) {
   if (fd_ >= 0) close(fd_);
   fd_ = fd;
   port_ = port;
+  repeat_stashed_ = 0;
   if (coalesce_) EnableCoalescing();
 }
 
@@ -57,36 +58,30 @@ void UdpIo::EnableCoalescing() {
 // size stays at least kMinReadSegment, so a message's buffers hold 64 KiB
 // whatever coalesced datagrams of small segments (ACKs) were seen. What the
 // burst does not take waits in ready_.
+// A receive that found nothing leaves the stash as it was: while nothing
+// refills it, the next one repeats it as set up (RecvBatch::
+// ReceiveCoalescedAgain), which is what a device polling an idle socket
+// does most of the time.
 uint16_t UdpIo::ReceiveCoalesced(pktio::Frame* frames, uint16_t n) {
   if (ready_n_ == 0) {
     Refill();
     if (stashed_ == 0) return 0;
-    uint32_t room = UINT32_MAX;
-    for (int i = 0; i < stashed_; ++i) {
-      room = std::min(room, stash_[i].capacity > kHeadroom ? stash_[i].capacity - kHeadroom : 0);
-    }
-    const bool known = segment_ != 0 && segment_ <= room;
-    const uint32_t segment = known ? segment_ : room;
-    if (segment == 0) return 0;
-    const int per_message =
-        known ? std::min<int>(stashed_, static_cast<int>((0x10000 + segment - 1) / segment)) : stashed_;
-    const int k = stashed_ / per_message * per_message;
-    const int first = stashed_ - k;
-    uint8_t* bufs[RecvBatch::kMax];
-    uint32_t caps[RecvBatch::kMax];
-    for (int i = 0; i < k; ++i) {
-      bufs[i] = stash_[first + i].data;
-      caps[i] = stash_[first + i].capacity - kHeadroom;
-    }
     RecvBatch::Frame got[RecvBatch::kMax];
     uint32_t seen = 0;
-    const int r = recv_.ReceiveCoalesced(fd_, bufs, caps, k, per_message, segment, mac_, got, &counters_, &seen);
+    int r;
+    if (repeat_stashed_ == stashed_) {
+      r = recv_.ReceiveCoalescedAgain(fd_, mac_, got, &counters_, &seen);
+    } else {
+      r = ReceiveIntoStash(got, &seen);
+    }
+    repeat_stashed_ = r == 0 ? stashed_ : 0;
+    if (r <= 0) return 0;
     if (seen != 0) segment_ = std::max(kMinReadSegment, segment_ == 0 ? seen : std::min(segment_, seen));
     // Buffers with a frame go to ready_, the others back to the stash.
-    uint16_t kept = static_cast<uint16_t>(first);
+    uint16_t kept = static_cast<uint16_t>(read_first_);
     ready_first_ = 0;
-    for (int i = 0; i < k; ++i) {
-      pktio::Frame f = stash_[first + i];
+    for (int i = 0; i < read_n_; ++i) {
+      pktio::Frame f = stash_[read_first_ + i];
       if (i < r && got[i].data != nullptr) {
         f.capacity -= static_cast<uint32_t>(got[i].data - f.data);
         f.data = got[i].data;
@@ -103,6 +98,33 @@ uint16_t UdpIo::ReceiveCoalesced(pktio::Frame* frames, uint16_t n) {
   ready_first_ = static_cast<uint16_t>(ready_first_ + out);
   ready_n_ = static_cast<uint16_t>(ready_n_ - out);
   return out;
+}
+
+// Sets the stash up for a coalesced receive (the split below) and receives;
+// read_first_ and read_n_ say which stash entries the buffers were. -1: no
+// receive was made (no buffer has room).
+int UdpIo::ReceiveIntoStash(RecvBatch::Frame* got, uint32_t* seen) {
+  read_n_ = 0;
+  uint32_t room = UINT32_MAX;
+  for (int i = 0; i < stashed_; ++i) {
+    room = std::min(room, stash_[i].capacity > kHeadroom ? stash_[i].capacity - kHeadroom : 0);
+  }
+  const bool known = segment_ != 0 && segment_ <= room;
+  const uint32_t segment = known ? segment_ : room;
+  if (segment == 0) return -1;
+  const int per_message =
+      known ? std::min<int>(stashed_, static_cast<int>((0x10000 + segment - 1) / segment)) : stashed_;
+  const int k = stashed_ / per_message * per_message;
+  const int first = stashed_ - k;
+  uint8_t* bufs[RecvBatch::kMax];
+  uint32_t caps[RecvBatch::kMax];
+  for (int i = 0; i < k; ++i) {
+    bufs[i] = stash_[first + i].data;
+    caps[i] = stash_[first + i].capacity - kHeadroom;
+  }
+  read_first_ = first;
+  read_n_ = k;
+  return recv_.ReceiveCoalesced(fd_, bufs, caps, k, per_message, segment, mac_, got, &counters_, seen);
 }
 
 void UdpIo::AddHostMac(const std::array<uint8_t, 6>& mac) {
@@ -127,6 +149,7 @@ void UdpIo::Refill() {
 uint16_t UdpIo::ReceiveFromSocket(pktio::Frame* frames, uint16_t n) {
   if (fd_ < 0 || n == 0) return 0;
   if (coalesce_ || ready_n_ > 0) return ReceiveCoalesced(frames, n);
+  repeat_stashed_ = 0;
   Refill();
   const int k = std::min<int>(n, stashed_);
   if (k == 0) return 0;

@@ -62,6 +62,7 @@ class UdpIo final : public pktio::BurstIo {
   void Refill();
   void EnableCoalescing();
   uint16_t ReceiveCoalesced(pktio::Frame* frames, uint16_t n);
+  int ReceiveIntoStash(RecvBatch::Frame* got, uint32_t* seen);
 
   pktio::BurstIo* inner_;
   int fd_;
@@ -78,6 +79,12 @@ class UdpIo final : public pktio::BurstIo {
   pktio::Frame ready_[RecvBatch::kMax];
   uint16_t ready_first_ = 0, ready_n_ = 0;
   uint32_t segment_ = 0;  // 0: not seen yet (the buffers' whole room)
+  // The stash entries the last coalesced receive read into.
+  int read_first_ = 0, read_n_ = 0;
+  // The last coalesced receive found nothing with this many buffers
+  // stashed (0: it found something, or none was made): while the stash
+  // still holds as many, they are the same buffers in the same places.
+  uint16_t repeat_stashed_ = 0;
   RecvBatch recv_;
   SendBatch send_;
   int epoll_fd_ = -1;

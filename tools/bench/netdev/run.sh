@@ -20,7 +20,13 @@
 #   MEMIF=1 (0: skip the fabric uplink), MTU=3000 (the veth's), PATH_MTU=2048
 #   (perftest -m), OPS="bw events lat tcp" (the netdev rows measured), IPV6=1
 #   (the veth gets fd00::1/64 and fd00::2/64 too; RDMA uses that GID, index
-#   2, and iperf3/qperf that address: what udp_gso segments)
+#   2, and iperf3/qperf that address: what udp_gso segments), STARTUP=1 (each
+#   bandwidth row gets a "_startup" row: the same pair moving 10 messages,
+#   whose CPU is the programs' fixed cost -- perftest spends ~0.2 s of CPU per
+#   program measuring its clock rate before it connects; the medians then
+#   also give CPU per GB net of it, (cpu - startup cpu) / (bytes - startup
+#   bytes); STARTUP=0: none), EVENTS_ITERS (the ib_send_bw -e rows' message
+#   count; DURATION x 4000 by default)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -117,20 +123,40 @@ measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   printf '%s,%s,%s,%s,MB/s,%.2f,%.0f,%.3f,%.2f,%.2f\n' "$setup" "$round" "${MODE:-write_bw_64k}" "${mbs:-0}" "$cpu" "$bytes" \
     "$(per_gb "$cpu" "$bytes")" "$soft" "$dcpu"
 }
+# The same pair moving 10 messages: its CPU is what the programs spend
+# whatever they move (perftest's clock-rate measurement, device open, QP
+# setup, exit), reported as a "MODE_startup" row.
+measure_startup() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
+  [ "${STARTUP:-1}" = 1 ] || return 0
+  local mode=${MODE:-write_bw_64k}
+  local row; row=$(MODE=x BW_ITERS=10 measure_bw "$@")
+  IFS=, read -r _ _ _ _ _ cpu _ _ soft dcpu <<<"$row"
+  printf '%s,%s,%s_startup,10,msgs,%s,655360,,%s,%s\n' "$1" "$2" "$mode" "$cpu" "$soft" "$dcpu"
+}
 measure_lat() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX
   pair "$3 ib_send_lat -d ${DEV_A} -x ${GIDX:-1} -s 2 -n $iters" "$4 ib_send_lat -d ${DEV_B} -x ${GIDX:-1} -s 2 -n $iters ${PEER}"
   local typ; typ=$(awk '$1 == 2 {print $5}' "$tmp/c.out" | tail -1)
   printf '%s,%s,send_lat_2b,%s,us,,,,,\n' "$1" "$2" "${typ:-0}"
 }
-measure_tcp() {  # SETUP ROUND
-  local k0 k1
-  k0=$(softirqd)
+# One iperf3 stream from B to A, its client given AMOUNT ("-t S" or "-n BYTES");
+# outputs and CPU lines in $tmp/s.out and $tmp/c.out.
+iperf3_pair() {  # AMOUNT...
   : >"$tmp/s.out"; : >"$tmp/c.out"
   ip netns exec $A bash -c "$(declare -f timed); timed $tmp/s.out timeout $((dur + 60)) iperf3 -s -1 -p 5201" &
   local s=$!
   listening $A 5201
-  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c $tcp_peer -p 5201 -l 64K -t $dur -J"
+  ip netns exec $B bash -c "$(declare -f timed); timed $tmp/c.out iperf3 -c $tcp_peer -p 5201 -l 64K $* -J"
   wait $s
+}
+measure_tcp() {  # SETUP ROUND
+  local k0 k1
+  if [ "${STARTUP:-1}" = 1 ]; then  # iperf3 moving 10 x 64 KiB: its fixed cost
+    iperf3_pair -n 640K
+    printf '%s,%s,tcp_bw_64k_startup,10,msgs,%.2f,655360,,,\n' "$1" "$2" \
+      "$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")"
+  fi
+  k0=$(softirqd)
+  iperf3_pair -t "$dur"
   k1=$(softirqd)
   local bytes; bytes=$(python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[:t.rindex("}")+1]); print(j["end"]["sum_received"]["bytes"])' "$tmp/c.out" 2>/dev/null || echo 0)
   local cpu; cpu=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
@@ -156,8 +182,10 @@ for r in $(seq "$rounds"); do
   sleep 2
   DEV_A=bench0 DEV_B=bench2 PEER=127.0.0.1 GIDX=1
   dp="$(cat $UA/droced.pid) $(cat $UB/droced.pid)"
+  measure_startup memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
   measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
-  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
+  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e measure_startup memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
+  MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=${EVENTS_ITERS:-$((dur * 4000))} measure_bw memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)" "$dp"
   measure_lat memif_uplink "$r" "$(on_dir $UA)" "$(on_dir $UB)"
   for d in $UB $UA; do DROCE_RUN_DIR=$d "$ctl" daemon stop >/dev/null 2>&1; done
   DROCE_RUN_DIR=$UA "$ctl" link del bench0 >/dev/null; DROCE_RUN_DIR=$UB "$ctl" link del bench2 >/dev/null
@@ -182,9 +210,13 @@ for r in $(seq "$rounds"); do
     DEV_A=droce0 DEV_B=droce0 PEER=10.0.0.1 GIDX=$gid
     dp="$(cat /run/droce/netns/$A/droced.pid) $(cat /run/droce/netns/$B/droced.pid)"
     ops=${OPS:-bw events lat tcp}
-    if [[ " $ops " == *" bw "* ]]; then measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"; fi
+    if [[ " $ops " == *" bw "* ]]; then
+      measure_startup "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+      measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+    fi
     if [[ " $ops " == *" events "* ]]; then
-      MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=$((dur * 4000)) measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+      MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e measure_startup "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
+      MODE=send_bw_64k_events BW_TOOL=ib_send_bw BW_OPTS=-e BW_ITERS=${EVENTS_ITERS:-$((dur * 4000))} measure_bw "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)" "$dp"
     fi
     if [[ " $ops " == *" lat "* ]]; then measure_lat "netdev_$variant" "$r" "$(on_ns $A)" "$(on_ns $B)"; fi
     # Kernel TCP on the same veth while droce's program is on it.
@@ -203,13 +235,22 @@ echo "medians over $rounds rounds:"
 python3 - "$tmp/rows.csv" <<'PY'
 import csv, statistics, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 10 and r[0] != "setup"]
+startup = {(s, r, t[:-len("_startup")]): (float(cpu or 0), float(b or 0))
+           for s, r, t, v, u, cpu, b, *_ in rows if t.endswith("_startup")}
 by = {}
-for s, _, t, v, u, cpu, b, per, soft, daemons in rows:
-    by.setdefault((s, t, u), []).append((float(v or 0), float(per or 0), float(soft or 0)))
+for s, r, t, v, u, cpu, b, per, soft, daemons in rows:
+    net = None
+    if (s, r, t) in startup and cpu and float(b or 0) > startup[(s, r, t)][1]:
+        s_cpu, s_bytes = startup[(s, r, t)]
+        net = (float(cpu) - s_cpu) / ((float(b) - s_bytes) / 1e9)
+    by.setdefault((s, t, u), []).append((float(v or 0), float(per or 0), float(soft or 0), net))
 for (s, t, u), vals in sorted(by.items()):
-    med = statistics.median(v for v, _, _ in vals)
-    per = statistics.median(p for _, p, _ in vals)
-    soft = statistics.median(x for _, _, x in vals)
+    med = statistics.median(v for v, *_ in vals)
+    per = statistics.median(p for _, p, *_ in vals)
+    soft = statistics.median(x for _, _, x, _ in vals)
+    nets = [n for *_, n in vals if n is not None]
     extra = f"  CPU {per:.3f} s/GB (+ksoftirqd {soft:.2f} s)" if per else ""
-    print(f"  {s:18s} {t:12s} {med:10.2f} {u}{extra}   [{', '.join(f'{v:.2f}' for v, _, _ in vals)}]")
+    if nets:
+        extra += f", without startup {statistics.median(nets):.3f} s/GB [{', '.join(f'{n:.3f}' for n in nets)}]"
+    print(f"  {s:18s} {t:12s} {med:10.2f} {u}{extra}   [{', '.join(f'{v:.2f}' for v, *_ in vals)}]")
 PY

@@ -12,26 +12,11 @@ rounds=${1:-3} n=${2:-20000}
 [ "$(id -u)" = 0 ] || { echo "wakeups.sh: needs root" >&2; exit 77; }
 A=${NETNS_PREFIX:-wakeups}-$$-a B=${NETNS_PREFIX:-wakeups}-$$-b
 tmp=$(mktemp -d /tmp/wakeups.XXXXXX)
-cleanup() {
-  for ns in $A $B; do
-    ip netns exec $ns "$ctl" daemon stop >/dev/null 2>&1
-    ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip netns del $ns 2>/dev/null; rm -rf /run/droce/netns/$ns
-  done
-  rm -rf "$tmp"
-}
+# shellcheck source=udp_gso_pair.sh
+. "$here/udp_gso_pair.sh"
+cleanup() { udp_gso_pair_cleanup; rm -rf "$tmp"; }
 trap cleanup EXIT
-ip netns add $A && ip netns add $B || exit 1
-ip -n $A link add nd0 type veth peer name nd0 netns $B
-for ns in $A $B; do ip -n $ns link set lo up; ip -n $ns link set nd0 mtu 9000 up; done
-ip -n $A addr add 10.0.0.1/24 dev nd0; ip -n $B addr add 10.0.0.2/24 dev nd0
-ip -n $A addr add fd00::1/64 dev nd0 nodad; ip -n $B addr add fd00::2/64 dev nd0 nodad
-settings=(set udp_gso=on)
-for s in ${SETTINGS:-}; do settings+=(set "$s"); done
-for ns in $A $B; do
-  ip netns exec $ns "$ctl" link add droce0 netdev nd0 steering udp "${settings[@]}" >/dev/null || exit 1
-done
-on() { local ns=$1; shift; ip netns exec "$ns" env CTL="$ctl" bash -c 'eval "$("$CTL" env)"; exec "$@"' on "$@"; }
+udp_gso_pair_up || exit 1
 field() { grep ",$2" "$1" | cut -d, -f1; }  # perf stat -x, FILE EVENT
 for r in $(seq "$rounds"); do
   on $A perf stat -x, -e context-switches,task-clock -o "$tmp/recv" \

@@ -97,6 +97,7 @@ class Qp {
   QpType type() const { return caps_.type; }
   bool reliable() const { return caps_.type == QpType::kRc; }
   bool ud() const { return caps_.type == QpType::kUd; }
+  uint32_t path_mtu() const { return mtu_; }  // RC, UC: a full packet's payload
   QpState state() const { return state_; }
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }

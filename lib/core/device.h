@@ -471,7 +471,6 @@ class Device {
   // gather_spare_ entries are empty buffers kept from the port for the next.
   std::vector<pktio::Frame> gather_frames_;
   uint16_t gather_spare_ = 0;
-  uint32_t gather_bytes_ = 0;  // bytes in gather_frames_[0, pending): flushed at tx_flush_bytes
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
   size_t tx_backlog_head_ = 0;
   size_t tx_round_robin_ = 0;  // which active QP transmits first this round

@@ -306,6 +306,7 @@ const KeySample kSamples[] = {
     {"sr_rto_min_us", "sr_rto_min_us=40", kWire, "0"},
     {"sr_tlp", "sr_tlp=off", kWire, "2"},
     {"unsignaled_ack_every", "unsignaled_ack_every=1", kWire, "0"},
+    {"tx_flush_bytes", "tx_flush_bytes=0", kWire, "2000000"},
     {"ack_solicit_us", "ack_solicit_us=30", kWire, "0"},
     {"min_ack_timeout", "min_ack_timeout=17", kWire, "32"},
     {"fabric", "fabric=on", "fabric_dir=/run/droce\nip=10.0.0.1\n", "fabric"},

@@ -45,6 +45,15 @@ struct DeviceConfig : transport::QpTuning {
   // cannot hold the port, the receive ring or the caller's lock for longer
   // than a round.
   uint16_t tx_bursts_per_qp = 2;
+  // Full frames (over half the MTU) leave in bursts of this many bytes'
+  // worth, before the burst has `burst` frames (0: only full bursts and the
+  // end of a round): a long message goes out in pieces while the rest is
+  // built, so a peer that reads the port on another CPU (a direct ring
+  // between two processes) places the first frames while the sender builds
+  // the next, instead of waiting for the whole burst (32 frames of 4 KiB:
+  // 128 KiB built and copied before the reader sees a byte). Short frames
+  // fill `burst` as before.
+  uint32_t tx_flush_bytes = 16384;
   // Destinations with no neighbour entry go to the broadcast MAC instead of
   // failing (point-to-point wires such as memif, where any MAC arrives).
   bool broadcast_unresolved = false;

@@ -255,9 +255,9 @@ void Qp::RetryFrom(uint32_t psn) {
 
 // The completer (IBTA 9.7.5.2, 9.9) as rxe's rxe_comp.c reads: each
 // CompState step returns the next (transport/states.h).
-void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now) {
+void Qp::OnResponse(const uint8_t* frame, const ParsedPacket& p, uint64_t now, bool payload_placed) {
   const uint8_t* bth_p = frame + p.bth_offset;
-  RespCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), now};
+  RespCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), now, payload_placed};
   // The states run in their order (CompState lists them so), as in the
   // responder: a step that returns a later state skips the ones between.
   CompState s = CompCheckPsn(c);
@@ -433,12 +433,35 @@ DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
   const uint32_t seg = c.p.payload_len;
   const bool valid = (c.op.roles & kRoleLast) ? seg == remaining : (seg == mtu_ && seg < remaining);
   if (!valid) return CompState::kBadResponse;
-  if (!PlaceResponseData(w, offset, c.frame + c.p.payload_offset, seg)) return CompState::kDone;
+  if (!c.payload_placed && !PlaceResponseData(w, offset, c.frame + c.p.payload_offset, seg)) {
+    return CompState::kDone;
+  }
   Ext(w).read_done_bytes += seg;
   if (Ext(w).read_done_bytes == w.total_len) return CompState::kComplete;
   req_.psn_una = PsnAdd(w.first_psn, Ext(w).read_done_bytes / mtu_);
   NoteProgress(c.now);
   return CompState::kDone;
+}
+
+// OnUnverifiedPacket's test for a READ RESPONSE MIDDLE: exactly the
+// response CompRead would place next, with nothing before it in the chain
+// that could act otherwise. The oldest WQE not done is a READ whose FIRST
+// response (verified) was accepted, the PSN is the next it expects (so
+// psn_una, and CheckPsn and AckUpTo change nothing), the length is the path
+// MTU with more to come, and its buffers' regions are still registered.
+Qp::SendWqe* Qp::ReadAwaitingMiddle(uint32_t psn, uint32_t len) {
+  if (sr_ || len != mtu_ || psn != req_.psn_una) return nullptr;
+  for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
+    SendWqe& w = sq_.at(i);
+    if (w.done) continue;
+    const uint32_t done_bytes = w.opcode == WrOpcode::kRdmaRead ? Ext(w).read_done_bytes : 0;
+    if (!w.started || done_bytes == 0 || psn != PsnAdd(w.first_psn, done_bytes / mtu_) ||
+        w.total_len - done_bytes <= len || !SgesStillLent(w)) {
+      return nullptr;
+    }
+    return &w;
+  }
+  return nullptr;
 }
 
 CompState Qp::ReadResponseNotExpected(RespCtx& c, uint32_t expected) {

@@ -4,6 +4,7 @@
 // tested in lib/wire/icrc_test.cc.
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -33,7 +34,13 @@ class QpPair : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     ipv6_ = GetParam();
     pd_ = mrs_.AllocPd();
+    Connect();
+  }
+
+  // Fresh memory (side i filled with i), regions and connected QPs.
+  void Connect() {
     for (int i = 0; i < 2; ++i) {
+      if (qp_[i] != nullptr) (void)mrs_.Deregister(keys_[i].lkey);  // a test may have done it already
       mem_[i].assign(1 << 20, static_cast<uint8_t>(i));
       keys_[i] = *mrs_.Register(pd_, mem_[i].data(), mem_[i].size(),
                                 reinterpret_cast<uint64_t>(mem_[i].data()),
@@ -47,6 +54,7 @@ class QpPair : public ::testing::TestWithParam<bool> {
       QpCaps caps;
       caps.max_send_wr = caps.max_recv_wr = 256;
       qp_[i] = std::make_unique<Qp>(0x11 + i, caps, env);
+      cq_[i] = queue::CompletionQueue(1024);
     }
     for (int i = 0; i < 2; ++i) {
       QpAttr a;
@@ -240,6 +248,188 @@ TEST_P(QpPair, CorruptedMiddleIsDroppedAndRewritten) {
   EXPECT_EQ(qp_[0]->state(), QpState::kRts);
   EXPECT_EQ(qp_[1]->state(), QpState::kRts);
 }
+
+// READ RESPONSE MIDDLE payloads are checked and placed in one pass
+// (OnUnverifiedPacket); everything a READ's requester ends with must be what
+// the two-pass path (check, then OnPacket) leaves: memory, completions, QP
+// state and counters, for READs of 1..6 MTUs scattered over SGEs, with a
+// response lost, two swapped, a MIDDLE corrupted (and asked for again) and
+// the destination deregistered mid-READ.
+enum class ReadFault { kNone, kLost, kSwapped, kCorruptPayload, kCorruptIcrc, kCorruptPsn, kDeregistered };
+
+struct ReadOutcome {
+  std::vector<uint8_t> memory;
+  std::vector<std::tuple<uint64_t, int, uint32_t>> completions;  // wr_id, status, byte_len
+  QpState state;
+  uint64_t rx_packets, duplicates, out_of_sequence, retransmitted, bad_responses;
+  uint32_t dropped;
+  bool placed_before_check = false;  // a corrupted MIDDLE's payload was seen in place before its drop
+  bool operator==(const ReadOutcome& o) const {
+    return memory == o.memory && completions == o.completions && state == o.state && rx_packets == o.rx_packets &&
+           duplicates == o.duplicates && out_of_sequence == o.out_of_sequence && retransmitted == o.retransmitted &&
+           bad_responses == o.bad_responses && dropped == o.dropped;
+  }
+};
+
+class ReadPlacement : public QpPair {
+ protected:
+  // READs of `mtus` MTUs plus `extra` bytes from side 1 into side 0, over
+  // `sges` SGEs, with `fault` on the `victim`-th response frame (first time).
+  ReadOutcome Run(bool fused, uint32_t mtus, uint32_t extra, uint32_t sges, ReadFault fault, int victim) {
+    Connect();
+    std::mt19937 rng(mtus * 131 + extra + sges);
+    for (auto& b : mem_[1]) b = static_cast<uint8_t>(rng());
+    std::fill(mem_[0].begin(), mem_[0].end(), 0xEE);
+    const uint32_t size = mtus * 4096 + extra;
+    SendWr rd;
+    rd.wr_id = 7;
+    rd.opcode = WrOpcode::kRdmaRead;
+    rd.flags = kSendSignaled;
+    rd.num_sge = sges;
+    // Uneven pieces, 1000 bytes apart: a MIDDLE's payload crosses SGEs.
+    uint32_t left = size;
+    uint64_t at = reinterpret_cast<uint64_t>(mem_[0].data()) + 100;
+    for (uint32_t i = 0; i < sges; ++i) {
+      const uint32_t n = i + 1 == sges ? left : std::min(left, size / sges + 1234 * (i + 1));
+      rd.sg_list[i] = {at, n, keys_[0].lkey};
+      at += n + 1000;
+      left -= n;
+    }
+    rd.remote_addr = reinterpret_cast<uint64_t>(mem_[1].data()) + 333;
+    rd.rkey = keys_[1].rkey;
+    EXPECT_EQ(qp_[0]->PostSend(rd), 0);
+    ReadOutcome out;
+    out.dropped = 0;
+    int responses = 0;
+    bool done = false;
+    std::vector<uint8_t> held;
+    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) {
+      const ParsedPacket p = ParsePacket(f, len);
+      if (!p.ok()) {
+        ++out.dropped;
+        return;
+      }
+      if (fused && Qp::VerifiesWhilePlacing(p)) {
+        if (!to.OnUnverifiedPacket(f, p, now_)) ++out.dropped;
+      } else if (wire::IcrcMatches(f, p)) {
+        to.OnPacket(f, p, now_);
+      } else {
+        ++out.dropped;
+      }
+    };
+    Shuttle(
+        [&](Qp& to, uint8_t* f, uint32_t len) {
+          const ParsedPacket p = ParsePacket(f, len);
+          const bool response = &to == qp_[0].get() && p.ok() && (p.op().roles & kRoleReadResponse);
+          const bool middle = response && p.opcode == kRcReadResponseMiddle;
+          if (!done && response && ++responses == victim) {
+            switch (fault) {
+              case ReadFault::kNone: break;
+              case ReadFault::kLost: done = true; return;
+              case ReadFault::kSwapped: done = true; held.assign(f, f + len); return;
+              case ReadFault::kCorruptPayload:
+              case ReadFault::kCorruptIcrc:
+              case ReadFault::kCorruptPsn: {
+                if (!middle) break;
+                done = true;
+                const uint32_t where = fault == ReadFault::kCorruptPayload ? p.payload_offset + 77
+                                       : fault == ReadFault::kCorruptIcrc  ? p.icrc_offset
+                                                                           : p.bth_offset + 11;
+                f[where] ^= 0x10;
+                const uint32_t offset = static_cast<uint32_t>(victim - 1) * 4096;  // the response's bytes
+                std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
+                deliver(to, f, len);
+                // Where the payload would land: the READ's bytes [offset, offset + 4096) over its SGEs.
+                std::vector<uint8_t> landed;
+                uint32_t skip = offset, want = p.payload_len;
+                for (uint32_t i = 0; i < rd.num_sge && want > 0; ++i) {
+                  const Sge& g = rd.sg_list[i];
+                  if (skip >= g.length) {
+                    skip -= g.length;
+                    continue;
+                  }
+                  const uint32_t n = std::min(want, g.length - skip);
+                  const uint8_t* h = reinterpret_cast<const uint8_t*>(g.addr) + skip;
+                  landed.insert(landed.end(), h, h + n);
+                  want -= n;
+                  skip = 0;
+                }
+                out.placed_before_check = landed == payload;
+                return;
+              }
+              case ReadFault::kDeregistered:
+                done = true;
+                deliver(to, f, len);
+                EXPECT_TRUE(mrs_.Deregister(keys_[0].lkey).ok());
+                return;
+            }
+          }
+          deliver(to, f, len);
+          if (!held.empty() && response) {
+            std::vector<uint8_t> late;
+            late.swap(held);
+            deliver(to, late.data(), static_cast<uint32_t>(late.size()));
+          }
+        },
+        /*fire_timers=*/true);
+    out.memory = mem_[0];
+    queue::Completion wc[8];
+    for (uint32_t i = 0, n = cq_[0].Poll(wc, 8); i < n; ++i) {
+      out.completions.emplace_back(wc[i].wr_id, static_cast<int>(wc[i].status), wc[i].byte_len);
+    }
+    const QpCounters& k = qp_[0]->counters();
+    out.state = qp_[0]->state();
+    out.rx_packets = k.rx_packets;
+    out.duplicates = k.duplicates_received;
+    out.out_of_sequence = k.out_of_sequence;
+    out.retransmitted = k.retransmitted_packets;
+    out.bad_responses = k.dropped_bad_response;
+    return out;
+  }
+};
+
+TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
+  struct Case {
+    uint32_t mtus, extra, sges;
+    ReadFault fault;
+    int victim;
+  };
+  const Case cases[] = {
+      {0, 100, 1, ReadFault::kNone, 0},          {1, 0, 1, ReadFault::kNone, 0},
+      {1, 1, 1, ReadFault::kNone, 0},            {2, 0, 1, ReadFault::kNone, 0},
+      {3, 0, 1, ReadFault::kNone, 0},            {6, 17, 1, ReadFault::kNone, 0},
+      {6, 17, 3, ReadFault::kNone, 0},           {5, 0, 8, ReadFault::kNone, 0},
+      {6, 0, 1, ReadFault::kLost, 3},            {6, 0, 3, ReadFault::kLost, 2},
+      {6, 0, 1, ReadFault::kLost, 6},            {6, 0, 1, ReadFault::kSwapped, 2},
+      {6, 0, 3, ReadFault::kSwapped, 4},         {6, 0, 1, ReadFault::kCorruptPayload, 3},
+      {6, 5, 3, ReadFault::kCorruptPayload, 2},  {6, 0, 1, ReadFault::kCorruptIcrc, 4},
+      {6, 0, 1, ReadFault::kCorruptPsn, 2},      {6, 0, 1, ReadFault::kDeregistered, 2},
+      {6, 0, 3, ReadFault::kDeregistered, 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.mtus << " MTUs + " << c.extra << " over " << c.sges << " SGEs, fault "
+                                      << static_cast<int>(c.fault) << " on response " << c.victim);
+    const ReadOutcome two = Run(false, c.mtus, c.extra, c.sges, c.fault, c.victim);
+    const ReadOutcome one = Run(true, c.mtus, c.extra, c.sges, c.fault, c.victim);
+    EXPECT_TRUE(one == two);
+    ASSERT_EQ(one.completions.size(), 1u);
+    if (c.fault == ReadFault::kDeregistered) {
+      EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kLocProtErr));
+    } else {
+      EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kSuccess));
+      EXPECT_EQ(one.state, QpState::kRts);
+    }
+    // A MIDDLE whose payload or ICRC is corrupted reaches the buffer before
+    // its check fails only on the one-pass path (so it is the one under
+    // test); a corrupted PSN sends it the ordinary way.
+    EXPECT_EQ(one.placed_before_check,
+              c.fault == ReadFault::kCorruptPayload || c.fault == ReadFault::kCorruptIcrc);
+    EXPECT_FALSE(two.placed_before_check);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ip, ReadPlacement, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });
 
 INSTANTIATE_TEST_SUITE_P(Ip, QpPair, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });

@@ -99,6 +99,7 @@ class Qp {
   QpType type() const { return caps_.type; }
   bool reliable() const { return caps_.type == QpType::kRc; }
   bool ud() const { return caps_.type == QpType::kUd; }
+  uint32_t path_mtu() const { return mtu_; }  // RC, UC: a full packet's payload
   QpState state() const { return state_; }
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
@@ -170,14 +171,16 @@ class Qp {
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
-  // RC WRITE MIDDLE and SEND MIDDLE. See doc/transport.md "ICRC and placement".
+  // RC WRITE MIDDLE, SEND MIDDLE and READ RESPONSE MIDDLE. See
+  // doc/transport.md "ICRC and placement".
   static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
-    return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendMiddle;
+    return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendMiddle ||
+           p.opcode == wire::kRcReadResponseMiddle;
   }
   // OnPacket for such a packet. False: the ICRC failed and the packet was
   // dropped without any change to the QP (the caller counts it); it may have
-  // left bytes in the unacknowledged part of the WRITE in progress, which
-  // the retransmission overwrites before anything completes.
+  // left bytes in the unacknowledged part of the WRITE, receive or READ in
+  // progress, which the retransmission overwrites before anything completes.
   bool OnUnverifiedPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
 
   // Fills up to n transmit buffers (each with capacity >= kMaxFrameBytes);
@@ -430,6 +433,9 @@ class Qp {
   // Payloads from this size on are copied and CRCed in one pass.
   static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
+  // ScatterToSges continuing an ICRC register over the bytes it copies.
+  uint32_t ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len,
+                            uint32_t crc) const;
   static bool IsReadOrAtomic(const SendWqe& w) {
     return w.opcode == WrOpcode::kRdmaRead || w.opcode == WrOpcode::kAtomicCmpAndSwp ||
            w.opcode == WrOpcode::kAtomicFetchAndAdd;
@@ -447,7 +453,11 @@ class Qp {
   uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
-  void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now);
+  // payload_placed: a READ RESPONSE MIDDLE's payload is already in place (OnUnverifiedPacket).
+  void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now, bool payload_placed = false);
+  // The READ a READ RESPONSE MIDDLE at `psn` of `len` bytes continues, when
+  // verified state alone says where its payload goes: nullptr otherwise.
+  SendWqe* ReadAwaitingMiddle(uint32_t psn, uint32_t len);
   DROCE_STEP CompState CompCheckPsn(RespCtx& c);
   DROCE_STEP CompState CompCheckAck(RespCtx& c);
   DROCE_STEP CompState CompAck(RespCtx& c);

@@ -353,6 +353,15 @@ void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
   });
 }
 
+uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len,
+                              uint32_t crc) const {
+  ForEachSgeSpan(w, offset, len, [&data, &crc](uint8_t* host, uint32_t n) {
+    crc = Crc32CopyUpdate(crc, host, data, n);
+    data += n;
+  });
+  return crc;
+}
+
 // BuildRequest's effects for a packet it would build from these inputs only:
 // the first transmission of an RC SEND or WRITE without immediate that fits
 // one packet (an ONLY opcode) and the short gather, on a QP without

@@ -195,16 +195,23 @@ uint8_t* Qp::RecvDestination(uint32_t len) const {
 
 bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint32_t len = p.payload_len;
+  const uint32_t psn = BthView(frame + p.bth_offset).psn();
   // Place while verifying only where the destination follows from verified
   // state alone: the WRITE in progress (its RETH was checked on a verified
-  // FIRST), at the expected PSN, inside what that WRITE has left; or the
-  // SEND in progress, into its receive WQE through the region the WQE's
-  // L_Key resolved to. Anything else is verified first and takes the
-  // ordinary path.
+  // FIRST), at the expected PSN, inside what that WRITE has left; the SEND
+  // in progress, into its receive WQE through the region the WQE's L_Key
+  // resolved to; or the READ whose responses arrive, at the offset its
+  // accepted responses reached (ReadAwaitingMiddle). Anything else is
+  // verified first and takes the ordinary path.
   uint8_t* dst = nullptr;
+  SendWqe* read = nullptr;
   if (reliable() && state_ != QpState::kReset && state_ != QpState::kInit && state_ != QpState::kErr &&
-      len == mtu_ && BthView(frame + p.bth_offset).psn() == resp_.epsn) {
-    if (p.opcode == kRcWriteMiddle) {
+      len == mtu_) {
+    if (p.opcode == kRcReadResponseMiddle) {
+      read = ReadAwaitingMiddle(psn, len);
+    } else if (psn != resp_.epsn) {
+      // not the request expected: the ordinary path
+    } else if (p.opcode == kRcWriteMiddle) {
       if (resp_.in_message == InMessage::kWrite && len <= resp_.write_remaining &&
           MrStillLentSince(resp_.write_rkey, &resp_.write_epoch)) {
         dst = resp_.write_host + (resp_.write_total - resp_.write_remaining);
@@ -213,7 +220,7 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
       dst = RecvDestination(len);
     }
   }
-  if (dst == nullptr) {
+  if (dst == nullptr && read == nullptr) {
     if (!IcrcMatches(frame, p)) return false;
     OnPacket(frame, p, now_ns);
     return true;
@@ -221,12 +228,17 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
   const uint8_t* l3 = frame + p.l3_offset;
   const uint8_t* payload = frame + p.payload_offset;
   uint32_t crc = IcrcBegin(l3, p.payload_offset - p.l3_offset, p.ipv6);
-  crc = Crc32CopyUpdate(crc, dst, payload, len);
+  crc = read != nullptr ? ScatterToSgesCrc(*read, Ext(*read).read_done_bytes, payload, len, crc)
+                        : Crc32CopyUpdate(crc, dst, payload, len);
   crc = Crc32Update(crc, payload + len, p.icrc_offset - p.payload_offset - len);  // pad
   if (Crc32Final(crc) != StoredIcrc(frame, p)) return false;  // silently dropped, state untouched
   ++counters_.rx_packets;
   counters_.rx_bytes += p.payload_len;
-  OnRequest(frame, p, /*payload_placed=*/true);
+  if (read != nullptr) {
+    OnResponse(frame, p, now_ns, /*payload_placed=*/true);
+  } else {
+    OnRequest(frame, p, /*payload_placed=*/true);
+  }
   return true;
 }
 

@@ -241,16 +241,20 @@ uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes);
 // A received IPv4 header's checksum is right (RFC 791) when the
 // one's-complement sum over the whole header is 0xFFFF. Summed in native
 // 32-bit words: the sum does not depend on byte order (RFC 1071 2(B)) and
-// 0xFFFF reads the same both ways. Inline: with a constant header_bytes
-// (20) the options loop goes away.
-inline bool Ipv4HeaderChecksumOk(const uint8_t* ip, uint32_t header_bytes) {
-  uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) + LoadLe32(ip + 16);
-  for (uint32_t i = kIpv4MinBytes; i < header_bytes; i += 4) sum += LoadLe32(ip + i);  // options
+// 0xFFFF reads the same both ways, nor on the order of the words.
+// Ipv4ChecksumFolds: a sum of all of a header's words, folded.
+inline bool Ipv4ChecksumFolds(uint64_t sum) {
   sum = (sum & 0xFFFFFFFF) + (sum >> 32);
   sum = (sum & 0xFFFFFFFF) + (sum >> 32);
   sum = (sum & 0xFFFF) + (sum >> 16);
   sum = (sum & 0xFFFF) + (sum >> 16);
   return sum == 0xFFFF;
+}
+// Inline: with a constant header_bytes (20) the options loop goes away.
+inline bool Ipv4HeaderChecksumOk(const uint8_t* ip, uint32_t header_bytes) {
+  uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) + LoadLe32(ip + 16);
+  for (uint32_t i = kIpv4MinBytes; i < header_bytes; i += 4) sum += LoadLe32(ip + i);  // options
+  return Ipv4ChecksumFolds(sum);
 }
 
 // UDP source port for a QP pair as Linux computes it for RoCEv2

@@ -145,6 +145,11 @@ struct HeaderTemplate {
   std::array<uint8_t, kBytes> bytes{};
   Route route;  // offsets and the IPv4 partial sum (its bytes are those above)
   uint32_t icrc_base = 0;
+  // TemplateRegister's share of the last frame's lengths and BTH bytes 0-1
+  // (opcode, SE, pad), keyed by those bytes: a QP's packets mostly repeat
+  // them, and only the PSN's four table lookups are left per packet.
+  mutable uint32_t last_key = 0;  // BTH bytes 0-1, UDP length << 16; 0: none
+  mutable uint32_t last_icrc = 0;
 };
 static_assert(HeaderTemplate::kBytes >= sizeof(Route::bytes) + kBthBytes);
 HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp);
@@ -222,8 +227,16 @@ inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 
 // IcrcTemplateBegin's steps.
 [[gnu::always_inline]] inline uint32_t TemplateRegister(const uint8_t* frame, const HeaderTemplate& t,
                                                        uint32_t after_bth) {
-  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
-  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
+  const uint8_t* bth = frame + t.route.len;
+  uint16_t bth01, udp_len;
+  std::memcpy(&bth01, bth, 2);
+  std::memcpy(&udp_len, frame + t.route.l4_offset + 4, 2);
+  const uint32_t key = bth01 | uint32_t{udp_len} << 16;  // the IP length follows the UDP length
+  if (key != t.last_key) [[unlikely]] {
+    t.last_key = key;
+    t.last_icrc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6) ^ IcrcPsnBytes(bth);
+  }
+  return Crc32Update(t.last_icrc ^ IcrcPsnBytes(bth), bth + kBthBytes, after_bth);
 }
 
 // FinishTemplateFrame's steps, inline where a call per packet shows (the

@@ -50,7 +50,7 @@ HeaderPrediction LearnPrediction(const uint8_t* frame, const ParsedPacket& p) {
 
   const uint8_t* ip = frame + l3;
   uint32_t base = IcrcBegin(ip, bth_end - l3, p.ipv6) ^ IcrcPerPacketBytes(ip, p.ipv6);
-  if (!p.ipv6) base ^= prediction_detail::IcrcIpv4IdBytes(ip);
+  if (!p.ipv6) base ^= IcrcIpv4IdBytes(ip);
   h.icrc_base = base;
   return h;  // no frame taken yet: the next one the mask allows is
 }

@@ -99,15 +99,6 @@ inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const ui
   if (bth_end > 64) d |= Differ(frame, h, mask, 48);
   return (d[0] | d[1]) == 0;
 }
-// The BTH's AckReq and PSN bytes (8-11) in the ICRC register.
-inline uint32_t IcrcPsnBytes(const uint8_t* bth) {
-  using namespace icrc_detail;
-  return kByteAt[kD4][bth[8]] ^ kByteAt[kD3][bth[9]] ^ kByteAt[kD2][bth[10]] ^ kByteAt[kD1][bth[11]];
-}
-inline uint32_t IcrcIpv4IdBytes(const uint8_t* l3) {
-  using namespace icrc_detail;
-  return kByteAt[kD36][l3[4]] ^ kByteAt[kD35][l3[5]];
-}
 }  // namespace prediction_detail
 
 // The exact tier: `frame` equals the last frame taken but for the fields
@@ -138,7 +129,6 @@ inline const ParsedPacket* ParsePredicted(const uint8_t* frame, uint32_t len, He
 
 // IcrcMatches for the frame ParsePredicted took last with `h`.
 inline bool PredictedIcrcMatches(const uint8_t* frame, const HeaderPrediction& h) {
-  using namespace prediction_detail;
   const ParsedPacket& p = h.last;
   const uint32_t bth_end = p.bth_offset + kBthBytes;
   uint32_t crc = h.last_icrc ^ IcrcPsnBytes(frame + p.bth_offset);

@@ -81,7 +81,7 @@ inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_
   // comparison tells whether it is one.
   const uint32_t bth = l3 + kUdpBytes + (LoadBe16(frame + l3 - 2) == kEtherTypeIpv6 ? kIpv6Bytes : kIpv4MinBytes);
   if (len < bth + kBthBytes + kIcrcBytes) return false;
-  const uint32_t index = LoadBe24(frame + bth + 5) - qpn_base_;
+  const uint32_t index = (LoadBe32(frame + bth + 4) & 0xFFFFFF) - qpn_base_;  // one load for the QPN
   if (index >= qps_.size()) return false;
   QpSlot& slot = qps_[index];
   const ParsedPacket* parsed = ParsePredicted(frame, len, slot.rx_prediction);

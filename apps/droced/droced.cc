@@ -357,9 +357,13 @@ class Daemon {
     // unmap its rings while the program may be polling them.
     for (const Conn& c : conns_) close(c.fd);
     for (int waited_ms = 0; waited_ms < 1000 && AnyLinkUp(); ++waited_ms) usleep(1000);
-    netdev_.UnbindAll();  // the interfaces get their XDP programs off
+    // The processes are detached before the interfaces are unbound: an
+    // unbinding tells the device's processes that the port is down, on their
+    // connections, which are closed now (their descriptor numbers free for
+    // reuse).
     for (const Conn& c : conns_) state_.ConnectionClosed(c.fd);
     conns_.clear();
+    netdev_.UnbindAll();  // the interfaces get their XDP programs off
     close(listen_fd_);
     unlink(fabric::ControlSocketPath(run_dir_).c_str());
   }
@@ -407,7 +411,7 @@ class Daemon {
       // Counted before: memif's transmit frees what it sent.
       uint64_t bytes[kBurst];
       for (uint16_t i = 0; i < s.n; ++i) bytes[i] = rte_pktmbuf_pkt_len(s.m[i]);
-      sent = PortTx(p, s.m, s.n);
+      sent = p.queue_ports.empty() ? PortTx(p, s.m, s.n) : SpreadTx(p, s.m, bytes, s.n);
       for (uint16_t i = 0; i < sent; ++i) p.counters.tx_bytes += bytes[i];
       p.counters.tx_packets += sent;
       p.counters.tx_dropped += s.n - sent;
@@ -552,8 +556,9 @@ class Daemon {
   // process, the uplink, an interface). A process killed mid-burst on memif:
   // DPDK's memif thread unmaps its rings under us (ethdev/unmap_guard.h); the
   // burst then ends, not the daemon. Rings are droced's own mapping.
-  uint16_t PortRx(const Port& p, rte_mbuf** m, uint16_t n) {
+  uint16_t PortRx(Port& p, rte_mbuf** m, uint16_t n) {
     if (p.rings) return ports_.rings().RxBurst(p.handle, m, n);
+    if (!p.queue_ports.empty()) return QueuesRx(p, m, n);
     bool faulted = false;
     n = ethdev::GuardedRxBurst(static_cast<uint16_t>(p.handle), m, n, &faulted);
     if (faulted) ++state_.counters().unmap_faults;
@@ -565,6 +570,72 @@ class Daemon {
     n = ethdev::GuardedTxBurst(static_cast<uint16_t>(p.handle), m, n, &faulted);
     if (faulted) ++state_.counters().unmap_faults;
     return n;
+  }
+
+  // An interface's port with a DPDK port per RX queue of the interface (XDP
+  // steering): every queue read, from one further each time, so that a busy
+  // queue does not starve the others.
+  uint16_t QueuesRx(Port& p, rte_mbuf** m, uint16_t n) {
+    const auto queues = static_cast<uint16_t>(p.queue_ports.size());
+    const uint16_t first = p.next_queue;
+    p.next_queue = static_cast<uint16_t>(first + 1 == queues ? 0 : first + 1);
+    uint16_t got = 0;
+    for (uint16_t k = 0; k < queues && got < n; ++k) {
+      const uint16_t q = static_cast<uint16_t>(first + k < queues ? first + k : first + k - queues);
+      got += rte_eth_rx_burst(p.queue_ports[q], 0, m + got, static_cast<uint16_t>(n - got));
+    }
+    return got;
+  }
+
+  // ... and its TX queues: each frame on its flow's queue (RoCEv2's UDP
+  // source port over the queues; anything else on queue 0), so a flow's
+  // frames stay in order and the flows spread over the peer's queues as RSS
+  // spreads them. m and bytes (each frame's length) are reordered alike: the
+  // frames sent first, then those their queue did not take.
+  uint16_t SpreadTx(const Port& p, rte_mbuf** m, uint64_t* bytes, uint16_t n) {
+    static_assert(netdev::kMaxXdpQueues <= 64);
+    const auto queues = static_cast<uint16_t>(p.queue_ports.size());
+    uint16_t queue_of[kBurst];
+    uint16_t start[netdev::kMaxXdpQueues + 1] = {};
+    for (uint16_t i = 0; i < n; ++i) {
+      const auto* f = rte_pktmbuf_mtod(m[i], const uint8_t*);
+      const uint32_t bth = wire::RoceBthOffset(f, m[i]->data_len);
+      // The port's bits mixed (Fibonacci hashing): source ports that
+      // differ in their high bits only still land on different queues.
+      const uint32_t sport = bth == 0 ? 0 : wire::LoadBe16(f + bth - wire::kUdpBytes);
+      queue_of[i] = bth == 0 ? 0 : static_cast<uint16_t>(((sport * 2654435761u) >> 16) % queues);
+      ++start[queue_of[i] + 1];
+    }
+    for (uint16_t q = 1; q <= queues; ++q) start[q] = static_cast<uint16_t>(start[q] + start[q - 1]);
+    rte_mbuf* grouped[kBurst];
+    uint64_t grouped_bytes[kBurst];
+    uint16_t fill[netdev::kMaxXdpQueues];
+    std::memcpy(fill, start, queues * sizeof fill[0]);
+    for (uint16_t i = 0; i < n; ++i) {
+      const uint16_t j = fill[queue_of[i]]++;
+      grouped[j] = m[i];
+      grouped_bytes[j] = bytes[i];
+    }
+    rte_mbuf* unsent[kBurst];
+    uint64_t unsent_bytes[kBurst];
+    uint16_t sent = 0, left = 0;
+    for (uint16_t q = 0; q < queues; ++q) {
+      const uint16_t begin = start[q], count = static_cast<uint16_t>(start[q + 1] - start[q]);
+      if (count == 0) continue;
+      const uint16_t took = rte_eth_tx_burst(p.queue_ports[q], 0, grouped + begin, count);
+      for (uint16_t i = begin; i < begin + count; ++i) {
+        if (i < begin + took) {
+          m[sent] = grouped[i];
+          bytes[sent++] = grouped_bytes[i];
+        } else {
+          unsent[left] = grouped[i];
+          unsent_bytes[left++] = grouped_bytes[i];
+        }
+      }
+    }
+    std::memcpy(m + sent, unsent, left * sizeof unsent[0]);
+    std::memcpy(bytes + sent, unsent_bytes, left * sizeof unsent_bytes[0]);
+    return sent;
   }
 
   uint32_t PollOnce() {
@@ -847,7 +918,8 @@ class Daemon {
       }
       if (wakeups_[i] == nullptr || wakeup_memif_[i] != p.memif_id) {
         std::string why_not;
-        wakeups_[i] = ethdev::RxWakeup::For(static_cast<uint16_t>(p.handle), &why_not);
+        wakeups_[i] = p.queue_ports.empty() ? ethdev::RxWakeup::For(static_cast<uint16_t>(p.handle), &why_not)
+                                            : ethdev::RxWakeup::ForSockets(p.queue_ports, &why_not);
         wakeup_memif_[i] = p.memif_id;
       }
       const int fd = wakeups_[i] != nullptr ? wakeups_[i]->Arm() : -1;

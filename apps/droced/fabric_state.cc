@@ -387,7 +387,7 @@ int FabricState::AddUplink(int handle, std::string describe) {
   return uplink_;
 }
 
-int FabricState::AddInterfacePort(uint32_t device, int handle) {
+int FabricState::AddInterfacePort(uint32_t device, int handle, const std::vector<uint16_t>& queue_ports) {
   auto free_port = std::find_if(ports_.begin(), ports_.end(), [](const Port& p) { return !p.in_use; });
   if (free_port == ports_.end() || device >= devices_.size()) return -1;
   *free_port = Port{};
@@ -395,6 +395,7 @@ int FabricState::AddInterfacePort(uint32_t device, int handle) {
   free_port->iface = true;
   free_port->device = device;
   free_port->handle = handle;
+  if (queue_ports.size() > 1) free_port->queue_ports = queue_ports;
   free_port->memif_id = next_memif_id_++;  // names this port's life (droced's per-port wake-ups)
   const int index = static_cast<int>(free_port - ports_.begin());
   devices_[device].iface_port = index;

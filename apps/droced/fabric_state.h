@@ -93,6 +93,10 @@ struct Port {
   bool in_use = false;
   bool uplink = false;  // the port to other hosts (another droced): device kUplinkDevice, no connection
   bool iface = false;   // a netdev-bound device's port on its interface: no connection
+  // An interface's port whose steering has a DPDK port per RX queue (XDP on
+  // several queues): those ports, handle being queue 0's; else empty.
+  std::vector<uint16_t> queue_ports;
+  uint16_t next_queue = 0;  // ... the queue its next receive starts at
   int conn_fd = -1;
   pid_t pid = 0;
   uint32_t device = 0;
@@ -184,7 +188,7 @@ class FabricState {
   // netdev-bound devices (doc/netdev.md): the interface's port, added when
   // droced bound it, removed when it unbinds; the kernel's view of the
   // interface (MAC, GID table of 16 with its valid bits, carrier, path MTU).
-  int AddInterfacePort(uint32_t device, int handle);
+  int AddInterfacePort(uint32_t device, int handle, const std::vector<uint16_t>& queue_ports = {});
   void RemoveInterfacePort(uint32_t device);
   // True if anything processes see changed (then send NetdevStateOf).
   bool SetNetdevState(uint32_t device, const core::Mac& mac, const std::vector<core::Gid>& gids, uint32_t valid,

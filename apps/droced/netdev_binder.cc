@@ -135,7 +135,7 @@ absl::Status NetdevBinder::Bind(uint32_t device) {
   b.ifindex = link->ifindex;
   b.gids = std::make_unique<netdev::GidCache>(link->mac);
   b.port = std::move(*port);
-  const int port_index = state_->AddInterfacePort(device, b.port->port_id());
+  const int port_index = state_->AddInterfacePort(device, b.port->port_id(), b.port->queue_ports());
   if (port_index < 0) return absl::ResourceExhaustedError("no switch port left");
   d.iface_describe = b.port->Describe();
   Log(absl::StrCat(d.name, ": bound to ", d.netdev, " (ifindex ", b.ifindex, "): ", d.iface_describe));
@@ -477,7 +477,11 @@ std::string NetdevBinder::StatusText(uint32_t device) const {
   }
   if (port.steering() != netdev::Steering::kXdp) return groups;
   const netdev::XdpStats s = port.xdp_stats();
-  return groups + absl::StrFormat("  xdp: redirected %lu no_socket %lu passed %lu\n", s.redirected, s.no_socket, s.passed);
+  std::string queues;
+  const std::vector<uint64_t> per_queue = port.QueueRxFrames();
+  for (size_t q = 0; q < per_queue.size(); ++q) absl::StrAppend(&queues, " ", q, ":", per_queue[q]);
+  return groups + absl::StrFormat("  xdp: redirected %lu no_socket %lu passed %lu; received per RX queue:%s\n",
+                                  s.redirected, s.no_socket, s.passed, queues);
 }
 
 }  // namespace droce::droced

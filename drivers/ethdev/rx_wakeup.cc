@@ -6,6 +6,7 @@
 #include <elf.h>
 #include <link.h>
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,6 +16,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include <rte_ethdev.h>
 #include <rte_interrupts.h>
@@ -240,6 +243,44 @@ class SocketWakeup final : public RxWakeup {
   const char* kind_;
 };
 
+// Several ports' queue sockets (an interface's AF_XDP sockets, one per RX
+// queue): an epoll set of our duplicates, readable when any of them is.
+class SocketSetWakeup final : public RxWakeup {
+ public:
+  explicit SocketSetWakeup(const char* kind) : kind_(kind) {}
+  ~SocketSetWakeup() override {
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+    for (const int fd : own_) close(fd);
+  }
+  // Adds a duplicate of fd to the set; false with the reason.
+  bool Add(int fd, std::string* why_not) {
+    if (epoll_fd_ < 0) epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    const int own = epoll_fd_ < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+      *why_not = std::string("epoll set of the queues' sockets: ") + std::strerror(errno);
+      return false;
+    }
+    own_.push_back(own);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = own;
+    if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, own, &ev) != 0) {
+      *why_not = std::string("epoll_ctl: ") + std::strerror(errno);
+      return false;
+    }
+    return true;
+  }
+  const char* kind() const override { return kind_; }
+  int Arm() override { return epoll_fd_; }
+  void Disarm() override {}
+  bool KnownEmpty() override { return false; }
+
+ private:
+  int epoll_fd_ = -1;
+  std::vector<int> own_;
+  const char* kind_;
+};
+
 bool SocketOfDomain(int fd, int want) {
   int domain = 0;
   socklen_t len = sizeof domain;
@@ -317,6 +358,17 @@ std::unique_ptr<RxWakeup> RxWakeup::For(uint16_t port_id, std::string* why_not) 
   }
   *why_not = driver + " has no wake-up source";
   return nullptr;
+}
+
+std::unique_ptr<RxWakeup> RxWakeup::ForSockets(const std::vector<uint16_t>& port_ids, std::string* why_not) {
+  std::string unused;
+  if (why_not == nullptr) why_not = &unused;
+  auto set = std::make_unique<SocketSetWakeup>("AF_XDP sockets");
+  for (const uint16_t port : port_ids) {
+    const int fd = QueueSocket(port, why_not);
+    if (fd < 0 || !set->Add(fd, why_not)) return nullptr;
+  }
+  return set;
 }
 
 int QueueSocket(uint16_t port_id, std::string* why_not) {

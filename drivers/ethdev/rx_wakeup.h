@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace droce::ethdev {
 
@@ -29,6 +30,9 @@ class RxWakeup {
   virtual ~RxWakeup() = default;
   // The wake-up source of `port_id`'s RX queue 0, or nullptr with the reason.
   static std::unique_ptr<RxWakeup> For(uint16_t port_id, std::string* why_not);
+  // One wake-up for several af_xdp ports (an interface's AF_XDP sockets, a
+  // port per RX queue): an arrival on any of their sockets.
+  static std::unique_ptr<RxWakeup> ForSockets(const std::vector<uint16_t>& port_ids, std::string* why_not);
 
   // Asks for a notification on arrival and returns the descriptor to poll
   // for POLLIN, or -1 if that is not possible right now (memif between

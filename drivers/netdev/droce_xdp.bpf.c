@@ -4,7 +4,8 @@
 // The kernel keeps its IP stack on the interface: only RoCEv2 frames for the
 // interface's own addresses leave it here. A frame is redirected into the
 // AF_XDP socket of its receive queue (xsks_map, filled by DPDK's net_af_xdp,
-// which loads this object through its xdp_prog devarg) when it is
+// which loads this object through its xdp_prog devarg, and by droced with
+// the other queues' sockets) when it is
 //   - IPv4 and not a fragment (offset 0, MF clear), or IPv6
 //     whose next header is UDP,
 //   - UDP to port 4791 (RoCEv2, IBTA annex A17),
@@ -26,6 +27,7 @@
 
 #include "droce_bpf.h"
 
+// RX queues served (netdev::kMaxXdpQueues, interface_port.h).
 #define DROCE_MAX_QUEUES 64
 
 struct {

@@ -209,20 +209,22 @@ InterfacePort::~InterfacePort() {
 
 void InterfacePort::ClosePort() {
   xdp_.reset();
-  if (port_ >= 0) {
-    rte_eth_dev_stop(static_cast<uint16_t>(port_));
-    rte_eth_dev_close(static_cast<uint16_t>(port_));  // net_af_xdp detaches its XDP program here
-    port_ = -1;
+  if (queue_ports_.empty() && port_ >= 0) queue_ports_.push_back(static_cast<uint16_t>(port_));
+  for (const uint16_t port : queue_ports_) {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);  // net_af_xdp detaches the interface's XDP program here
   }
-  if (!vdev_name_.empty()) (void)ethdev::RemoveVdev(vdev_name_);
-  vdev_name_.clear();
+  queue_ports_.clear();
+  port_ = -1;
+  for (const std::string& name : vdev_names_) (void)ethdev::RemoveVdev(name);
+  vdev_names_.clear();
   for (const auto& [fd, ino] : xsk_fds_) {
     struct stat st {};
     if (fstat(fd, &st) == 0 && st.st_ino == ino) close(fd);  // still the PMD's leaked socket
   }
   xsk_fds_.clear();
-  if (pool_ != nullptr) rte_mempool_free(pool_);
-  pool_ = nullptr;
+  for (rte_mempool* pool : pools_) rte_mempool_free(pool);
+  pools_.clear();
   packet_fd_ = -1;
 }
 
@@ -277,58 +279,53 @@ uint32_t RxQueues(const std::string& ifname) {
 absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
   const std::string object = XdpObjectPath();
   if (object.empty()) return absl::FailedPreconditionError("droce's XDP program (droce_xdp.o) is not installed");
-  // droced's AF_XDP socket is on queue 0: a RoCEv2 frame the NIC put on
-  // another queue would be dropped (the program's no_socket).
-  if (const uint32_t queues = RxQueues(c.ifname); queues > 1) {
+  // An AF_XDP socket on every RX queue in use: the NIC spreads flows over
+  // its queues (RSS), and a RoCEv2 frame for us on a queue without a socket
+  // would be dropped (the program's no_socket).
+  const uint32_t queues = RxQueues(c.ifname);
+  if (queues > kMaxXdpQueues) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s has %u RX queues; XDP steers queue 0 only (use one channel, or steering udp or af_packet)", c.ifname,
-        queues));
+        "%s has %u RX queues; XDP steering serves at most %u (use fewer channels, or steering udp or af_packet)",
+        c.ifname, queues, kMaxXdpQueues));
   }
+  // Each queue's socket has a UMEM of its own: a pool of page-sized mbufs
+  // (net_af_xdp registers the pool's memory as the UMEM).
   const uint16_t room = ethdev::AfXdpDataRoom();
-  const std::string pool_name = absl::StrCat("nd_xdp_", c.ifindex);
-  pool_ = room ? rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, room, SOCKET_ID_ANY) : nullptr;
-  if (pool_ == nullptr) return absl::ResourceExhaustedError(absl::StrCat("AF_XDP pool: ", rte_strerror(rte_errno)));
-  vdev_name_ = absl::StrCat("net_af_xdp_", c.device);
-  // busy_budget=0: no preferred busy polling, so an empty poll costs no
-  // system call (the loop polls many ports); frames arrive in the sender's
-  // softirq.
-  const std::string vdev = absl::StrCat(vdev_name_, ",iface=", c.ifname, ",start_queue=0,queue_count=1,busy_budget=0",
-                                        ",xdp_prog=", object);
-  // The kernel releases a closed AF_XDP socket's hold on the queue
-  // (its buffer pool) from a work queue: right after an unbinding the queue
-  // may still be busy (EBUSY on bind, which DPDK reports as EINVAL).
-  absl::StatusOr<uint16_t> port = absl::UnavailableError("not started");
-  int attempt = 0;
-  for (; attempt < 60 && !port.ok(); ++attempt) {
-    if (attempt > 0) usleep(50'000);
-    // We hold the interface's lock: a droce program still attached is a
-    // dead droced's, or the one a failed start left (net_af_xdp attaches it
-    // before it binds its socket and does not take it off when that fails),
-    // and would make the attach fail.
-    absl::StatusOr<bool> stale = DetachStaleProgram(c.ifindex);
-    if (!stale.ok()) {
-      port = stale.status();
-      break;
+  if (room == 0) return absl::ResourceExhaustedError("AF_XDP: no mbuf fits a page");
+  for (uint32_t q = 0; q < queues; ++q) {
+    const std::string pool_name = absl::StrCat("nd_xdp_", c.ifindex, "_", q);
+    rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, room, SOCKET_ID_ANY);
+    if (pool == nullptr) {
+      ClosePort();
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("%s: %u RX queues need %u MiB of AF_XDP UMEM each, droced's memory holds %u "
+                          "(droced --memory-mb)",
+                          c.ifname, queues, (XdpUmemBytesPerQueue() + (1 << 19)) >> 20, q));
     }
-    const std::vector<std::pair<int, uint64_t>> before = XdpSockets();
-    port = StartPort(vdev, vdev_name_, pool_, c.ring);
-    for (const auto& s : XdpSockets()) {
-      if (std::find(before.begin(), before.end(), s) == before.end()) xsk_fds_.push_back(s);
-    }
-    if (!port.ok()) {  // what the failed start left: closed before the next try
-      for (const auto& [fd, ino] : xsk_fds_) close(fd);
-      xsk_fds_.clear();
-    }
+    pools_.push_back(pool);
   }
-  if (!port.ok()) {
-    vdev_name_.clear();
-    ClosePort();
-    return port.status();
+  // A port per RX queue: DPDK 22.11's net_af_xdp serves several queues in one
+  // port only as "combined" channels, which a veth (separate RX and TX
+  // queues) has none of. Each port loads and attaches droce's program with a
+  // socket map of its own holding its queue's socket; the last one attached
+  // stays, and the other queues' sockets are put in its map.
+  for (uint32_t q = 0; q < queues; ++q) {
+    absl::StatusOr<uint16_t> port = StartXdpQueue(c, object, q);
+    if (!port.ok()) {
+      ClosePort();
+      return port.status();
+    }
+    queue_ports_.push_back(*port);
   }
-  if (attempt > 1) std::fprintf(stderr, "AF_XDP on %s started at attempt %d\n", c.ifname.c_str(), attempt);
-  port_ = *port;
+  port_ = queue_ports_[0];
   absl::StatusOr<std::unique_ptr<XdpProgram>> prog = XdpProgram::Attached(c.ifindex);
   absl::Status s = prog.ok() ? (*prog)->SetAddresses(addrs) : prog.status();
+  for (uint32_t q = 0; s.ok() && q + 1 < queues; ++q) {
+    std::string why;
+    const int xsk = ethdev::QueueSocket(queue_ports_[q], &why);
+    s = xsk >= 0 ? (*prog)->SetQueueSocket(q, xsk)
+                 : absl::FailedPreconditionError(absl::StrCat("RX queue ", q, "'s AF_XDP socket: ", why));
+  }
   if (!s.ok()) {
     ClosePort();
     return s;
@@ -339,22 +336,65 @@ absl::Status InterfacePort::OpenXdp(const InterfaceConfig& c, const std::vector<
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint16_t> InterfacePort::StartXdpQueue(const InterfaceConfig& c, const std::string& object,
+                                                     uint32_t queue) {
+  const std::string name = absl::StrCat("net_af_xdp_", c.device, queue == 0 ? "" : absl::StrCat("_q", queue));
+  // busy_budget=0: no preferred busy polling, so an empty poll costs no
+  // system call (the loop polls many ports); frames arrive in the sender's
+  // softirq.
+  const std::string vdev = absl::StrCat(name, ",iface=", c.ifname, ",start_queue=", queue,
+                                        ",queue_count=1,busy_budget=0,xdp_prog=", object);
+  // The kernel releases a closed AF_XDP socket's hold on the queue
+  // (its buffer pool) from a work queue: right after an unbinding the queue
+  // may still be busy (EBUSY on bind, which DPDK reports as EINVAL).
+  absl::StatusOr<uint16_t> port = absl::UnavailableError("not started");
+  int attempt = 0;
+  for (; attempt < 60 && !port.ok(); ++attempt) {
+    if (attempt > 0) usleep(50'000);
+    // We hold the interface's lock: a droce program still attached is a
+    // dead droced's, the one a failed start left (net_af_xdp attaches it
+    // before it binds its socket and does not take it off when that fails),
+    // or the previous queue's port's, and would make the attach fail.
+    absl::StatusOr<bool> stale = DetachStaleProgram(c.ifindex);
+    if (!stale.ok()) {
+      port = stale.status();
+      break;
+    }
+    const std::vector<std::pair<int, uint64_t>> before = XdpSockets();
+    std::vector<std::pair<int, uint64_t>> opened;
+    port = StartPort(vdev, name, pools_[queue], c.ring);
+    for (const auto& s : XdpSockets()) {
+      if (std::find(before.begin(), before.end(), s) == before.end()) opened.push_back(s);
+    }
+    if (!port.ok()) {  // what the failed start left: closed before the next try
+      for (const auto& [fd, ino] : opened) close(fd);
+    } else {
+      xsk_fds_.insert(xsk_fds_.end(), opened.begin(), opened.end());
+    }
+  }
+  if (!port.ok()) return port.status();
+  vdev_names_.push_back(name);
+  if (attempt > 1) std::fprintf(stderr, "AF_XDP on %s queue %u started at attempt %d\n", c.ifname.c_str(), queue, attempt);
+  return port;
+}
+
 absl::Status InterfacePort::OpenAfPacket(const InterfaceConfig& c, const std::vector<Gid>& addrs) {
   absl::StatusOr<std::vector<sock_filter>> filter = RoceFilter(addrs);
   if (!filter.ok()) return filter.status();
   const std::string pool_name = absl::StrCat("nd_pkt_", c.ifindex);
-  pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0, kAfPacketFrame + RTE_PKTMBUF_HEADROOM,
-                                  SOCKET_ID_ANY);
-  if (pool_ == nullptr) return absl::ResourceExhaustedError(absl::StrCat("af_packet pool: ", rte_strerror(rte_errno)));
-  vdev_name_ = absl::StrCat("net_af_packet_", c.device);
-  const std::string vdev = absl::StrCat(vdev_name_, ",iface=", c.ifname, ",framesz=", kAfPacketFrame,
+  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), kRxMbufs, 256, 0,
+                                              kAfPacketFrame + RTE_PKTMBUF_HEADROOM, SOCKET_ID_ANY);
+  if (pool == nullptr) return absl::ResourceExhaustedError(absl::StrCat("af_packet pool: ", rte_strerror(rte_errno)));
+  pools_.push_back(pool);
+  const std::string name = absl::StrCat("net_af_packet_", c.device);
+  const std::string vdev = absl::StrCat(name, ",iface=", c.ifname, ",framesz=", kAfPacketFrame,
                                         ",blocksz=", kAfPacketFrame, ",framecnt=1024,qpairs=1");
-  absl::StatusOr<uint16_t> port = StartPort(vdev, vdev_name_, pool_, c.ring);
+  absl::StatusOr<uint16_t> port = StartPort(vdev, name, pool, c.ring);
   if (!port.ok()) {
-    vdev_name_.clear();
     ClosePort();
     return port.status();
   }
+  vdev_names_.push_back(name);
   port_ = *port;
   std::string why;
   packet_fd_ = ethdev::QueueSocket(*port, &why);
@@ -520,10 +560,25 @@ absl::Status InterfacePort::SetGroups(const std::vector<Gid>& groups) {
   return first;
 }
 
+uint64_t XdpUmemBytesPerQueue() {
+  const uint16_t room = ethdev::AfXdpDataRoom();
+  return room == 0 ? 0 : uint64_t{kRxMbufs} * rte_mempool_calc_obj_size(sizeof(rte_mbuf) + room, 0, nullptr);
+}
+
+std::vector<uint64_t> InterfacePort::QueueRxFrames() const {
+  std::vector<uint64_t> out;
+  for (const uint16_t port : queue_ports_) {
+    rte_eth_stats st{};
+    out.push_back(rte_eth_stats_get(port, &st) == 0 ? st.ipackets : 0);
+  }
+  return out;
+}
+
 std::string InterfacePort::Describe() const {
   if (steering_ == Steering::kUdp) return absl::StrCat("UDP sockets per process, TC steering on ", ifname_);
   if (steering_ == Steering::kXdp) {
-    return absl::StrCat("AF_XDP, XDP ", xdp_ ? xdp_->mode() : "?", " on ", ifname_);
+    return absl::StrCat("AF_XDP, XDP ", xdp_ ? xdp_->mode() : "?", " on ", ifname_,
+                        queue_ports_.size() > 1 ? absl::StrCat(" (", queue_ports_.size(), " RX queues, a socket each)") : "");
   }
   return absl::StrCat("af_packet + BPF filter on ", ifname_, xdp_refused_.empty() ? "" : " (XDP: " + xdp_refused_ + ")");
 }

@@ -11,11 +11,12 @@
 //    of the process that owns its destination QP; droced's own socket at
 //    4791 takes QP 1 and QPNs nobody owns, and is the switch's port on the
 //    interface (udp_port.h).
-//  - XDP (auto's first choice): DPDK's net_af_xdp opens an AF_XDP socket on queue 0
-//    and attaches droce's XDP program (droce_xdp.bpf.c) from its object
-//    file; the program redirects RoCEv2 for our addresses into the socket
-//    and passes everything else. droced keeps the program's address map equal
-//    to the interface's addresses.
+//  - XDP (auto's choice where the TC program cannot attach): DPDK's
+//    net_af_xdp opens an AF_XDP socket on every RX queue in use and attaches
+//    droce's XDP program (droce_xdp.bpf.c) from its object file; the program
+//    redirects RoCEv2 for our addresses into its queue's socket and passes
+//    everything else. droced keeps the program's address map equal to the
+//    interface's addresses.
 //  - af_packet (where XDP is not available): DPDK's net_af_packet, with a
 //    classic BPF filter on its packet socket so only RoCEv2 for our addresses
 //    is copied into its ring. The kernel still sees those frames too.
@@ -43,6 +44,12 @@
 struct rte_mempool;
 
 namespace droce::netdev {
+
+// The XDP program's socket map holds this many RX queues (droce_xdp.bpf.c).
+constexpr uint32_t kMaxXdpQueues = 64;
+// The UMEM memory an AF_XDP socket of the XDP steering takes from droced's
+// DPDK memory, per RX queue.
+uint64_t XdpUmemBytesPerQueue();
 
 enum class Steering : uint8_t { kAuto, kXdp, kAfPacket, kUdp };
 const char* SteeringName(Steering s);
@@ -92,6 +99,11 @@ class InterfacePort {
   // it. A slot that had one gets a new one.
   absl::StatusOr<ProcessSocket> OpenProcessSocket(uint32_t slot);
   void CloseProcessSocket(uint32_t slot);
+  // XDP steering: a DPDK port per RX queue of the interface (an AF_XDP
+  // socket each, bound to that queue; port_id() is queue 0's), else empty.
+  const std::vector<uint16_t>& queue_ports() const { return queue_ports_; }
+  // XDP steering: the frames each RX queue's socket received.
+  std::vector<uint64_t> QueueRxFrames() const;
   // The largest frame the port receives whole.
   uint32_t max_frame_bytes() const { return max_frame_; }
   XdpStats xdp_stats() const { return xdp_ ? xdp_->ReadStats() : XdpStats{}; }
@@ -108,6 +120,9 @@ class InterfacePort {
  private:
   InterfacePort() = default;
   absl::Status OpenXdp(const InterfaceConfig& c, const std::vector<Gid>& addrs);
+  // XDP: the port of RX queue `queue`, with its AF_XDP socket, the program
+  // attached (replacing the previous queue's).
+  absl::StatusOr<uint16_t> StartXdpQueue(const InterfaceConfig& c, const std::string& object, uint32_t queue);
   absl::Status OpenAfPacket(const InterfaceConfig& c, const std::vector<Gid>& addrs);
   absl::Status OpenUdp(const InterfaceConfig& c, const std::vector<Gid>& addrs);
   void ClosePort();
@@ -120,8 +135,9 @@ class InterfacePort {
   int lock_fd_ = -1;
   int guard_fd_ = -1;
   int port_ = -1;
-  std::string vdev_name_;
-  rte_mempool* pool_ = nullptr;
+  std::vector<uint16_t> queue_ports_;     // XDP steering: RX queue q's port
+  std::vector<std::string> vdev_names_;   // the ports' DPDK devices
+  std::vector<rte_mempool*> pools_;       // XDP: RX queue q's UMEM; af_packet: its one pool
   Steering steering_ = Steering::kXdp;
   std::unique_ptr<XdpProgram> xdp_;
   int packet_fd_ = -1;  // af_packet: the PMD's socket (not ours to close)

@@ -112,6 +112,10 @@ absl::StatusOr<std::unique_ptr<XdpProgram>> XdpProgram::Attached(int ifindex) {
         p->stats_fd_ = fd;
         continue;
       }
+      if (name == "xsks_map" && mi.type == BPF_MAP_TYPE_XSKMAP) {
+        p->xsks_fd_ = fd;
+        continue;
+      }
     }
     close(fd);
   }
@@ -122,6 +126,16 @@ absl::StatusOr<std::unique_ptr<XdpProgram>> XdpProgram::Attached(int ifindex) {
 XdpProgram::~XdpProgram() {
   if (addrs_fd_ >= 0) close(addrs_fd_);
   if (stats_fd_ >= 0) close(stats_fd_);
+  if (xsks_fd_ >= 0) close(xsks_fd_);
+}
+
+absl::Status XdpProgram::SetQueueSocket(uint32_t queue, int xsk_fd) {
+  if (xsks_fd_ < 0) return absl::FailedPreconditionError("droce's XDP program has no xsks_map");
+  const auto fd = static_cast<uint32_t>(xsk_fd);
+  if (bpf_map_update_elem(xsks_fd_, &queue, &fd, BPF_ANY) != 0) {
+    return absl::UnavailableError(absl::StrCat("the AF_XDP socket of RX queue ", queue, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status XdpProgram::SetAddresses(const std::vector<Gid>& addrs) {

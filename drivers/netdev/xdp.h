@@ -44,6 +44,9 @@ class XdpProgram {
   // The addresses whose RoCEv2 frames are redirected: exactly these.
   absl::Status SetAddresses(const std::vector<Gid>& addrs);
   XdpStats ReadStats() const;
+  // Frames for us on RX queue `queue` go to the AF_XDP socket xsk_fd
+  // (bound to that queue of the interface).
+  absl::Status SetQueueSocket(uint32_t queue, int xsk_fd);
   // "native" (in the driver), "generic" (on the kernel's skb path) or "offload".
   const std::string& mode() const { return mode_; }
   uint32_t prog_id() const { return prog_id_; }
@@ -52,6 +55,7 @@ class XdpProgram {
   XdpProgram() = default;
   int addrs_fd_ = -1;
   int stats_fd_ = -1;
+  int xsks_fd_ = -1;
   std::vector<Gid> addrs_;
   std::string mode_;
   uint32_t prog_id_ = 0;

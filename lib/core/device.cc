@@ -319,15 +319,18 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
 }
 
 // Out of line: the active list's growth would make every post save
-// registers around the call to Qp::PostSend.
+// registers.
 [[gnu::noinline]] void Device::ActivateOutOfLine(uint32_t qpn) { Activate(qpn); }
 
+// The QP goes on the active list before its post, so that the post is the
+// last call (nothing saved around it); one whose post fails leaves the list
+// at the next transmit round, which finds nothing new to send.
 int Device::PostSend(uint32_t qpn, const transport::SendWr& wr) {
-  Qp* q = qp(qpn);
-  if (q == nullptr) return EINVAL;
-  const int err = q->PostSend(wr);
-  if (err == 0 && !qps_[qpn - qpn_base_].active) [[unlikely]] ActivateOutOfLine(qpn);
-  return err;
+  const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
+  if (i >= qps_.size() || qps_[i].qp == nullptr) return EINVAL;
+  QpSlot& slot = qps_[i];
+  if (!slot.active) [[unlikely]] ActivateOutOfLine(qpn);
+  return slot.qp->PostSend(wr);
 }
 
 int Device::PostRecv(uint32_t qpn, const transport::RecvWr& wr) {

@@ -80,6 +80,11 @@ class Ring {
   T& at(uint32_t index) { return slots_[index & mask_]; }
   const T& at(uint32_t index) const { return slots_[index & mask_]; }
   T& front() { return at(head_); }
+  // Slots: the ring's storage holds capacity() entries; an entry's slot
+  // (its index & mask, SlotOf) indexes arrays kept beside the ring (a
+  // queue's side arrays for what its entries need only sometimes).
+  uint32_t capacity() const { return mask_ + 1; }
+  uint32_t SlotOf(const T* entry) const { return static_cast<uint32_t>(entry - slots_.data()); }
 
   // Returns the slot to fill, or nullptr when full; Commit() publishes it.
   T* Reserve() { return full() ? nullptr : &slots_[tail_ & mask_]; }

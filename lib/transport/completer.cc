@@ -19,10 +19,10 @@ bool Qp::Outstanding() const { return req_.psn_una != req_.psn_next; }
 
 void Qp::PushSendCompletion(const SendWqe& w) {
   queue::Completion c;
-  c.wr_id = w.wr.wr_id;
+  c.wr_id = w.wr_id;
   c.status = w.status;
   c.qp_num = qpn_;
-  switch (w.wr.opcode) {
+  switch (w.opcode) {
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kRdmaWriteWithImm: c.opcode = WcOpcode::kRdmaWrite; break;
     case WrOpcode::kRdmaRead: c.opcode = WcOpcode::kRdmaRead; break;
@@ -39,7 +39,7 @@ void Qp::PushSendCompletion(const SendWqe& w) {
 void Qp::CompleteHead() {
   while (!sq_.empty() && sq_.front().done) {
     const SendWqe& w = sq_.front();
-    if (w.status != WcStatus::kSuccess || (w.wr.flags & kSendSignaled) || caps_.sq_sig_all) {
+    if (w.status != WcStatus::kSuccess || (w.flags & kSendSignaled) || caps_.sq_sig_all) {
       PushSendCompletion(w);
     }
     sq_.Pop();
@@ -52,11 +52,12 @@ void Qp::CompleteHead() {
 // READ/atomic's data comes back: the program may have deregistered and
 // reused the memory meanwhile. Free while no region was deregistered or
 // invalidated since (the table's epoch: SgesStillLent, inline, tests it).
-bool Qp::SgesStillLentAfterChange(SendWqe& w) const {
-  for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
-    if (!MrStillLent(w.wr.sg_list[i].lkey, w.mr_epoch)) return false;
+bool Qp::SgesStillLentAfterChange(SendWqe& w) {
+  uint64_t& epoch = SendWqeEpoch(w);
+  for (uint32_t i = 0; i < w.num_sge; ++i) {
+    if (!MrStillLent(SgeOf(w, i).lkey, epoch)) return false;
   }
-  w.mr_epoch = env_.mrs->epoch();
+  epoch = env_.mrs->epoch();
   return true;
 }
 
@@ -79,19 +80,20 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
   }
   const uint32_t head = sq_.head(), tail = sq_.tail();
   const bool sig_all = caps_.sq_sig_all;
+  SelectiveRepeat* const sr = sr_;
   bool progress = false;
   uint32_t acked_last = 0;
   uint32_t i = head;
+  // Every WQE the walk passes leaves the ring below: none is marked done.
   for (; i != tail; ++i) {
-    SendWqe& w = sq_.at(i);
+    const SendWqe& w = sq_.at(i);
     if (!w.done) {
       if (!w.started || IsReadOrAtomic(w) || PsnLess(psn, w.last_psn)) break;
-      if (sr_) sr_->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
-      w.done = true;
+      if (sr != nullptr) sr->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
       acked_last = w.last_psn;
       progress = true;
     }
-    if (w.status != WcStatus::kSuccess || (w.wr.flags & kSendSignaled) || sig_all) PushSendCompletion(w);
+    if (w.status != WcStatus::kSuccess || (w.flags & kSendSignaled) || sig_all) PushSendCompletion(w);
   }
   if (progress && PsnLess(req_.psn_una, PsnAdd(acked_last, 1))) req_.psn_una = PsnAdd(acked_last, 1);
   if (i != tail) progress |= AckPartOf(sq_.at(i), psn);
@@ -113,7 +115,7 @@ bool Qp::AckPartOf(SendWqe& w, uint32_t psn) {
     // An ACK beyond a READ/atomic whose response never came: the response
     // was lost (implied NAK, 9.7.5.2.5). Ask again for what is missing.
     const uint32_t missing =
-        w.wr.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_) : w.first_psn;
+        w.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, Ext(w).read_done_bytes / mtu_) : w.first_psn;
     if (PsnLess(psn, missing)) return false;
     bool moved = false;
     if (PsnLess(req_.psn_una, missing)) {
@@ -141,7 +143,7 @@ void Qp::AckUpToPerWqe(uint32_t psn, uint64_t now) {
     if (PsnLess(psn, w.first_psn)) break;
     if (IsReadOrAtomic(w)) {
       const uint32_t missing =
-          w.wr.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, w.read_done_bytes / mtu_)
+          w.opcode == WrOpcode::kRdmaRead ? PsnAdd(w.first_psn, Ext(w).read_done_bytes / mtu_)
                                              : w.first_psn;
       if (PsnLess(psn, missing)) break;
       if (PsnLess(req_.psn_una, missing)) {
@@ -233,8 +235,8 @@ void Qp::RetryFrom(uint32_t psn) {
     if (!w.started) break;
     if (PsnLess(w.last_psn, psn)) continue;
     w.next_psn = PsnLess(psn, w.first_psn) ? w.first_psn : psn;
-    if (w.wr.opcode == WrOpcode::kRdmaRead) {
-      w.read_done_bytes = static_cast<uint32_t>(PsnDiff(w.next_psn, w.first_psn)) * mtu_;
+    if (w.opcode == WrOpcode::kRdmaRead) {
+      Ext(w).read_done_bytes = static_cast<uint32_t>(PsnDiff(w.next_psn, w.first_psn)) * mtu_;
     }
     w.fully_sent = false;
     if (static_cast<int32_t>(i - req_.sq_next) < 0) req_.sq_next = i;
@@ -244,7 +246,7 @@ void Qp::RetryFrom(uint32_t psn) {
       if (!later.started) break;
       later.next_psn = later.first_psn;
       later.fully_sent = false;
-      if (later.wr.opcode == WrOpcode::kRdmaRead) later.read_done_bytes = 0;
+      if (later.opcode == WrOpcode::kRdmaRead) Ext(later).read_done_bytes = 0;
     }
     break;
   }
@@ -393,7 +395,7 @@ DROCE_STEP CompState Qp::CompGetWqe(RespCtx& c) {
   if (c.wqe == nullptr || PsnLess(c.psn, c.wqe->first_psn) || PsnLess(c.wqe->last_psn, c.psn)) {
     return CompState::kBadResponse;
   }
-  const bool read = c.wqe->wr.opcode == WrOpcode::kRdmaRead;
+  const bool read = c.wqe->opcode == WrOpcode::kRdmaRead;
   if (c.op.roles & kRoleAtomic) return read ? CompState::kBadResponse : CompState::kAtomic;
   if (!(c.op.roles & kRoleReadResponse) || !read) return CompState::kBadResponse;
   return CompState::kRead;
@@ -423,7 +425,7 @@ bool Qp::PlaceResponseData(SendWqe& w, uint32_t offset, const uint8_t* data, uin
 DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
   if (sr_) return sr_->OnReadResponse(c);  // places past a lost response too
   SendWqe& w = *c.wqe;
-  const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+  const uint32_t expected = PsnAdd(w.first_psn, Ext(w).read_done_bytes / mtu_);
   if (c.psn != expected) return ReadResponseNotExpected(c, expected);
   const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * mtu_;
   if (offset > w.total_len) return CompState::kBadResponse;
@@ -432,9 +434,9 @@ DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
   const bool valid = (c.op.roles & kRoleLast) ? seg == remaining : (seg == mtu_ && seg < remaining);
   if (!valid) return CompState::kBadResponse;
   if (!PlaceResponseData(w, offset, c.frame + c.p.payload_offset, seg)) return CompState::kDone;
-  w.read_done_bytes += seg;
-  if (w.read_done_bytes == w.total_len) return CompState::kComplete;
-  req_.psn_una = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+  Ext(w).read_done_bytes += seg;
+  if (Ext(w).read_done_bytes == w.total_len) return CompState::kComplete;
+  req_.psn_una = PsnAdd(w.first_psn, Ext(w).read_done_bytes / mtu_);
   NoteProgress(c.now);
   return CompState::kDone;
 }

@@ -32,9 +32,19 @@ Qp::Qp(uint32_t qpn, const QpCaps& caps, const QpEnv& env)
     ud_src_port_ = UdSourcePort(qpn);
   }
   if (env.selective_repeat && caps.type == QpType::kRc) (void)SetSelectiveRepeat(true);
+  SizeSendQueueArrays();
 }
 
 Qp::~Qp() = default;
+
+void Qp::SizeSendQueueArrays() {
+  const uint32_t n = sq_.capacity();
+  if (n == sq_arrays_size_) return;
+  sq_ext_ = NewSlotArray<SendWqeExt>(n);
+  sq_epoch_ = NewSlotArray<uint64_t>(n);
+  sq_staged_ = NewSlotArray<SendWr>(n);
+  sq_arrays_size_ = n;
+}
 
 // Selective repeat is a property of the connection, chosen before it is
 // made (RESET/INIT): the device's default at creation, or what ECE agreed
@@ -236,6 +246,7 @@ void Qp::ApplyAttributes(const QpAttr& a, uint32_t mask, const wire::Route& rout
 void Qp::ResetToFresh() {
   state_ = QpState::kReset;
   sq_.Reset(caps_.max_send_wr);
+  SizeSendQueueArrays();
   rq_.Reset(env_.srq ? 1 : caps_.max_recv_wr);
   actions_.Reset(kMaxRdAtomic * 2 + 8);
   for (Resource& r : resources_) r = Resource{};
@@ -318,27 +329,69 @@ void Qp::TakePublishedRecvs() {
   if (state_ == QpState::kErr) FlushReceiveQueue();  // posted into ERR (or while the QP went there)
 }
 
-// Inline in the posting paths below, their only callers.
-// `total`: the WR's SGE bytes, as its validation added them up.
-[[gnu::always_inline]] inline void Qp::PrepareSendWqe(SendWqe& w, uint64_t total) {
-  const SendWr& wr = w.wr;
-  w.started = w.fully_sent = w.done = false;
-  w.read_done_bytes = 0;
+// Inline in the posting paths below, their only callers: the WQE from a
+// valid WR, writing its one line and, only for what the WR carries, its
+// slot's SendWqeExt. `total`: the WR's SGE bytes, as its validation added
+// them up. kCommon: not inline, not UD (PostSend's common case).
+template <bool kCommon>
+[[gnu::always_inline]] inline void Qp::FillSendWqe(SendWqe& w, const SendWr& wr, uint64_t total) {
+  w.wr_id = wr.wr_id;
+  w.remote_addr = wr.remote_addr;
+  w.rkey = wr.rkey;
+  w.opcode = wr.opcode;
+  w.flags = static_cast<uint8_t>(wr.flags);
+  w.num_sge = static_cast<uint8_t>(wr.num_sge);
   w.status = WcStatus::kSuccess;
+  w.started = w.fully_sent = w.done = false;
   w.total_len = static_cast<uint32_t>(total);
-  if (wr.flags & kSendInline) {
+  if (wr.num_sge == 1) {
+    w.local_addr = wr.sg_list[0].addr;
+    w.lkey = wr.sg_list[0].lkey;
+  } else if (wr.num_sge > 1) {
+    SendWqeExt& x = Ext(w);
+    for (uint32_t i = 0; i < wr.num_sge; ++i) x.sges[i] = wr.sg_list[i];
+  }
+  if (!kCommon && (wr.flags & kSendInline)) {
     // Inline data is copied now; the application may reuse its buffers at once.
     // Data a batch wrote in place (InlineBufferAhead) stays where it is.
+    uint8_t* const to = Ext(w).inline_data;
     uint32_t off = 0;
     for (uint32_t i = 0; i < wr.num_sge; ++i) {
       const auto* from = reinterpret_cast<const uint8_t*>(wr.sg_list[i].addr);
-      if (from != w.inline_data + off) std::memcpy(w.inline_data + off, from, wr.sg_list[i].length);
+      if (from != to + off) std::memcpy(to + off, from, wr.sg_list[i].length);
       off += wr.sg_list[i].length;
     }
+    w.local_host = to;
   }
-  if (wr.opcode == WrOpcode::kRdmaRead || wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-      wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    w.total_len = wr.opcode == WrOpcode::kRdmaRead ? static_cast<uint32_t>(total) : 8;
+  // The operands only their opcode reads.
+  if (wr.opcode == WrOpcode::kRdmaWrite || wr.opcode == WrOpcode::kSend) [[likely]] return;
+  switch (wr.opcode) {
+    case WrOpcode::kRdmaWrite:
+    case WrOpcode::kSend:
+      break;
+    case WrOpcode::kRdmaWriteWithImm:
+    case WrOpcode::kSendWithImm:
+      Ext(w).imm_data = wr.imm_data;
+      break;
+    case WrOpcode::kSendWithInv:
+    case WrOpcode::kLocalInv:
+      Ext(w).invalidate_rkey = wr.invalidate_rkey;
+      break;
+    case WrOpcode::kRdmaRead:
+      Ext(w).read_done_bytes = 0;
+      break;
+    case WrOpcode::kAtomicCmpAndSwp:
+    case WrOpcode::kAtomicFetchAndAdd: {
+      SendWqeExt& x = Ext(w);
+      x.compare_add = wr.compare_add;
+      x.swap = wr.swap;
+      x.read_done_bytes = 0;
+      w.total_len = 8;
+      break;
+    }
+    case WrOpcode::kBindMw:
+      Ext(w).bind = wr.bind;
+      break;
   }
 }
 
@@ -353,22 +406,11 @@ void Qp::TakePublishedRecvs() {
   const bool read_or_atomic = wr.opcode == WrOpcode::kRdmaRead ||
                               wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
                               wr.opcode == WrOpcode::kAtomicFetchAndAdd;
-  switch (wr.opcode) {
-    case WrOpcode::kRdmaWrite:
-    case WrOpcode::kRdmaWriteWithImm:
-    case WrOpcode::kSend:
-    case WrOpcode::kSendWithImm:
-    case WrOpcode::kSendWithInv:
-    case WrOpcode::kRdmaRead:
-    case WrOpcode::kLocalInv:
-    case WrOpcode::kBindMw:
-      break;
-    case WrOpcode::kAtomicCmpAndSwp:
-    case WrOpcode::kAtomicFetchAndAdd:
-      if (wr.num_sge != 1 || wr.sg_list[0].length != 8) return EINVAL;
-      break;
-    default:
-      return EINVAL;
+  // WrOpcode's values are 0..kSendWithInv, all valid; an atomic has one 8-byte SGE.
+  if (static_cast<uint8_t>(wr.opcode) > static_cast<uint8_t>(WrOpcode::kSendWithInv)) return EINVAL;
+  if ((wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd) &&
+      (wr.num_sge != 1 || wr.sg_list[0].length != 8)) {
+    return EINVAL;
   }
   if (wr.flags & kSendInline) {
     if (read_or_atomic || total > caps_.max_inline_data) return EINVAL;
@@ -378,8 +420,9 @@ void Qp::TakePublishedRecvs() {
 
 [[gnu::always_inline]] inline int Qp::ValidateForQp(const SendWr& wr, uint64_t* total) const {
   if (const int err = ValidateSend(wr, total); err != 0) return err;
-  if (!reliable() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm &&
-      wr.opcode != WrOpcode::kRdmaWrite && wr.opcode != WrOpcode::kRdmaWriteWithImm) {
+  // WRITE, WRITE_WITH_IMM, SEND, SEND_WITH_IMM are WrOpcode's values 0..3.
+  static_assert(static_cast<int>(WrOpcode::kSendWithImm) == 3 && static_cast<int>(WrOpcode::kRdmaWrite) == 0);
+  if (!reliable() && static_cast<uint8_t>(wr.opcode) > static_cast<uint8_t>(WrOpcode::kSendWithImm)) {
     return EINVAL;  // UC has no READ, atomics or SEND with invalidate (9.8.2)
   }
   if (ud() && wr.opcode != WrOpcode::kSend && wr.opcode != WrOpcode::kSendWithImm) {
@@ -404,31 +447,8 @@ template <bool kCommon>
   if (!kCommon && ud()) {
     if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing published
   }
-  // Only the SGEs in use: a full SendWr is 8 SGEs, most WRs have one.
-  static_assert(sizeof(SendWr) == 240, "a new SendWr field must be copied here too");
-  SendWr& d = w->wr;
-  d.wr_id = wr.wr_id;
-  d.opcode = wr.opcode;
-  d.flags = wr.flags;
-  d.num_sge = wr.num_sge;
-  for (uint32_t i = 0; i < wr.num_sge; ++i) d.sg_list[i] = wr.sg_list[i];
-  d.remote_addr = wr.remote_addr;
-  d.rkey = wr.rkey;
-  d.imm_data = wr.imm_data;
-  d.invalidate_rkey = wr.invalidate_rkey;
-  // The operands only their opcode (or the UD QP) reads.
-  if (wr.opcode == WrOpcode::kAtomicCmpAndSwp || wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
-    d.compare_add = wr.compare_add;
-    d.swap = wr.swap;
-  } else if (wr.opcode == WrOpcode::kBindMw) {
-    d.bind = wr.bind;
-  }
-  if (!kCommon && ud()) {
-    d.ah = wr.ah;
-    d.remote_qpn = wr.remote_qpn;
-    d.remote_qkey = wr.remote_qkey;
-  }
-  PrepareSendWqe(*w, total);
+  static_assert(sizeof(SendWr) == 240, "a new SendWr field must be copied in FillSendWqe too");
+  FillSendWqe<kCommon>(*w, wr, total);
   sq_.PublishOwn();
   if (!kCommon && state_ == QpState::kErr) {
     w->done = true;
@@ -451,21 +471,22 @@ SendWr* Qp::NextSendSlot() { return SendSlotAhead(0); }
 
 SendWr* Qp::SendSlotAhead(uint32_t ahead) {
   SendWqe* w = sq_.ProducerSlot(ahead);
-  return w == nullptr ? nullptr : &w->wr;
+  return w == nullptr ? nullptr : &sq_staged_[sq_.SlotOf(w)];
 }
 
 uint8_t* Qp::InlineBufferAhead(uint32_t ahead) {
   SendWqe* w = sq_.ProducerSlot(ahead);
-  return w == nullptr ? nullptr : w->inline_data;
+  return w == nullptr ? nullptr : Ext(*w).inline_data;
 }
 
 // One WR (ibv_post_send, the common case): one look at the ring's counters.
 int Qp::PublishSend() {
   SendWqe* w = sq_.ProducerSlot();
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
+  const SendWr& wr = sq_staged_[sq_.SlotOf(w)];
   uint64_t total;
-  if (const int err = ValidateForQp(w->wr, &total); err != 0) return err;
-  PrepareSendWqe(*w, total);
+  if (const int err = ValidateForQp(wr, &total); err != 0) return err;
+  FillSendWqe<false>(*w, wr, total);
   sq_.Publish();
   return 0;
 }
@@ -476,11 +497,12 @@ int Qp::PublishSends(uint32_t n) {
     const SendWqe* w = sq_.ProducerSlot(i);
     if (w == nullptr) return ENOMEM;
     uint64_t total;
-    if (const int err = ValidateForQp(w->wr, &total); err != 0) return err;
+    if (const int err = ValidateForQp(sq_staged_[sq_.SlotOf(w)], &total); err != 0) return err;
   }
   for (uint32_t i = 0; i < n; ++i) {
     SendWqe& w = *sq_.ProducerSlot(i);
-    PrepareSendWqe(w, SgeBytes(w.wr));
+    const SendWr& wr = sq_staged_[sq_.SlotOf(&w)];
+    FillSendWqe<false>(w, wr, SgeBytes(wr));
   }
   sq_.Publish(n);
   return 0;
@@ -701,6 +723,8 @@ uint32_t Qp::posted_receives() const {
 // doorbell took a burst of buffers and the device moved the 31 it did not
 // use aside on every flush (a fifth of ib_write_bw -s 64's posting thread).
 uint32_t Qp::QueuedRequestPackets(uint32_t cap) const {
+  // Every WQE counts at least one: with `cap` of them queued, no walk.
+  if (sq_.tail() - req_.sq_next >= cap) return cap;
   uint32_t n = 0;
   for (uint32_t i = req_.sq_next; i != sq_.tail() && n < cap; ++i) {
     const SendWqe& w = sq_.at(i);

@@ -17,6 +17,8 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <new>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -252,25 +254,63 @@ class Qp {
   void ApplyAttributes(const QpAttr& a, uint32_t mask, const wire::Route& route);
   void ResetToFresh();
 
-  struct SendWqe {
-    SendWr wr;
-    uint8_t inline_data[kMaxInlineData];
-    uint8_t* sge_host[kMaxSge] = {};  // resolved at start; inline WQEs use inline_data
+  // A send WQE: what posting, the common request build and the completer
+  // touch, in one 64-byte line (as mlx5's WQE basic block). A queue that
+  // cycles through thousands of slots finds each cold when it is posted
+  // again and when it completes: one line each time. What only some WRs
+  // carry (further SGEs, inline data, immediate, atomic operands, a bind,
+  // the UD route, READ progress) is in the slot's SendWqeExt, touched only
+  // for them; the MR epoch in a dense array (SendWqeEpoch).
+  struct alignas(64) SendWqe {
+    uint64_t wr_id = 0;
+    uint64_t remote_addr = 0;  // RDMA and atomic
+    // One SGE (num_sge == 1; its length is total_len): its address and
+    // L_Key as posted, its host address once started. Inline data: the
+    // slot's bytes (SendWqeExt::inline_data). More SGEs: SendWqeExt::sges.
+    uint64_t local_addr = 0;
+    uint8_t* local_host = nullptr;
+    uint32_t rkey = 0;
+    uint32_t lkey = 0;
     uint32_t total_len = 0;
+    uint32_t first_psn = 0;
+    uint32_t last_psn = 0;
+    uint32_t next_psn = 0;  // next packet to (re)send
+    WrOpcode opcode = WrOpcode::kSend;
+    uint8_t flags = 0;    // SendFlags
+    uint8_t num_sge = 0;
+    queue::WcStatus status = queue::WcStatus::kSuccess;
     bool started = false;     // PSNs assigned
     bool fully_sent = false;  // every packet handed to the wire at least once
     bool done = false;        // acknowledged or failed
-    uint32_t first_psn = 0;
-    uint32_t last_psn = 0;
-    uint32_t next_psn = 0;    // next packet to (re)send
-    uint32_t read_done_bytes = 0;  // READ: response bytes placed
-    uint32_t recv_seq = 0;    // SR: the receive sequence number of a message consuming a receive
-    uint64_t mr_epoch = 0;    // MrTable::epoch() when sge_host was last known good
-    queue::WcStatus status = queue::WcStatus::kSuccess;
-    // UD: the address handle's prefix and the Q_Key, copied when posted.
-    wire::Route ud_route;
-    uint32_t ud_qkey = 0;
   };
+  static_assert(sizeof(SendWqe) == 64, "the hot WQE is one cache line");
+  // The rest of a WQE, in an array beside the ring (same slot), read and
+  // written only for the WRs that use it.
+  struct SendWqeExt {
+    Sge sges[kMaxSge];             // num_sge > 1
+    uint8_t* sge_host[kMaxSge];    // num_sge > 1: resolved at start
+    uint32_t imm_data;         // WITH_IMM
+    uint32_t invalidate_rkey;  // SEND_WITH_INV, LOCAL_INV
+    uint64_t compare_add;      // atomics
+    uint64_t swap;
+    BindWr bind;               // BIND_MW
+    uint32_t read_done_bytes;  // READ: response bytes placed
+    uint32_t recv_seq;  // SR: the receive sequence number of a message consuming a receive
+    // UD: the destination QP, the address handle's prefix and the Q_Key, copied when posted.
+    uint32_t remote_qpn;
+    uint32_t ud_qkey;
+    wire::Route ud_route;
+    uint8_t inline_data[kMaxInlineData];
+  };
+  SendWqeExt& Ext(const SendWqe& w) { return sq_ext_[sq_.SlotOf(&w)]; }
+  const SendWqeExt& Ext(const SendWqe& w) const { return sq_ext_[sq_.SlotOf(&w)]; }
+  // MrTable::epoch() when the WQE's SGEs were last known good.
+  uint64_t& SendWqeEpoch(const SendWqe& w) { return sq_epoch_[sq_.SlotOf(&w)]; }
+  // SGE i of a posted WQE (its host address once started: local_host or
+  // SendWqeExt::sge_host, which ForEachSgeSpan walks).
+  Sge SgeOf(const SendWqe& w, uint32_t i) const {
+    return w.num_sge == 1 ? Sge{w.local_addr, w.total_len, w.lkey} : Ext(w).sges[i];
+  }
 
   // Responder resources for READ and atomic requests (9.7.5.1.3), kept for
   // duplicate detection: a duplicate READ is re-executed, a duplicate atomic
@@ -343,10 +383,10 @@ class Qp {
     return true;
   }
   // Inline: the test that passes every time but after a deregistration.
-  bool SgesStillLent(SendWqe& w) const {
-    return (w.wr.flags & kSendInline) || w.mr_epoch == env_.mrs->epoch() || SgesStillLentAfterChange(w);
+  bool SgesStillLent(SendWqe& w) {
+    return (w.flags & kSendInline) || SendWqeEpoch(w) == env_.mrs->epoch() || SgesStillLentAfterChange(w);
   }
-  bool SgesStillLentAfterChange(SendWqe& w) const;
+  bool SgesStillLentAfterChange(SendWqe& w);
   bool StartWqe(SendWqe& w);  // after MayStart: local op, lkeys, PSNs
   mem::MrTable::Resolved ResolveLocal(const Sge& sge, bool needs_write);  // CheckLocal, through req_.local
   // The requester's ReqState steps (requester.cc, transport/states.h):
@@ -366,7 +406,7 @@ class Qp {
   // (qp.cc), the requester and the completer ask them of every WQE.
   uint32_t PacketsFor(const SendWqe& w) const {
     if (ud()) return 1;  // a datagram is one packet (longer ones are never sent)
-    if (w.wr.opcode == WrOpcode::kAtomicCmpAndSwp || w.wr.opcode == WrOpcode::kAtomicFetchAndAdd) {
+    if (w.opcode == WrOpcode::kAtomicCmpAndSwp || w.opcode == WrOpcode::kAtomicFetchAndAdd) {
       return 1;
     }
     return PacketsForLength(w.total_len);
@@ -381,6 +421,9 @@ class Qp {
   bool ShortStart(const SendWqe& w) const;
   uint32_t BuildShortRequest(SendWqe& w, uint8_t* frame);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
+  void GatherSges(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;  // inline
+  template <typename Span>
+  void ForEachSgeSpan(const SendWqe& w, uint32_t offset, uint32_t len, Span&& span) const;
   // GatherPayload continuing an ICRC register over the bytes it copies.
   uint32_t GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
                             uint32_t crc) const;
@@ -388,16 +431,16 @@ class Qp {
   static constexpr uint32_t kFusedGatherMin = 512;
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   static bool IsReadOrAtomic(const SendWqe& w) {
-    return w.wr.opcode == WrOpcode::kRdmaRead || w.wr.opcode == WrOpcode::kAtomicCmpAndSwp ||
-           w.wr.opcode == WrOpcode::kAtomicFetchAndAdd;
+    return w.opcode == WrOpcode::kRdmaRead || w.opcode == WrOpcode::kAtomicCmpAndSwp ||
+           w.opcode == WrOpcode::kAtomicFetchAndAdd;
   }
   static bool IsLocalOp(const SendWqe& w) {  // LOCAL_INV, BIND_MW: no packet
-    return w.wr.opcode == WrOpcode::kLocalInv || w.wr.opcode == WrOpcode::kBindMw;
+    return w.opcode == WrOpcode::kLocalInv || w.opcode == WrOpcode::kBindMw;
   }
   // Fence and rd_atomic limit allow it: a fenced WQE waits until every
   // earlier READ/atomic has completed (IBTA 10.8.3.3).
   bool MayStart(const SendWqe& w) const {
-    if ((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
+    if ((w.flags & kSendFence) && req_.rd_atomic_outstanding > 0) return false;
     return !IsReadOrAtomic(w) || req_.rd_atomic_outstanding < std::max<uint32_t>(1, attr_.max_rd_atomic);
   }
   uint32_t RequestRoom() const;           // request packets the send queue may send now
@@ -605,12 +648,35 @@ class Qp {
   int PostSendOther(const SendWr& wr);  // PostSend but for its common case
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
-  // The WQE's derived fields and inline copy; wqe.wr is filled and valid.
-  void PrepareSendWqe(SendWqe& w, uint64_t total);
+  // The WQE from a valid WR (qp.cc); kCommon: neither inline nor UD.
+  template <bool kCommon>
+  void FillSendWqe(SendWqe& w, const SendWr& wr, uint64_t total);
   int ValidateForQp(const SendWr& wr, uint64_t* total) const;  // ValidateSend plus the QP type's opcodes
 
   // Requester.
   queue::Ring<SendWqe, /*kShared=*/true> sq_;  // posts publish into it (NextSendSlot)
+  // Arrays beside the send ring, by slot. Their storage is left as
+  // allocated (each entry is written before it is read: by the post that
+  // fills the slot, or the start of its WQE), so a deep queue costs no
+  // set-up stores and no pages until used.
+  struct FreeStorage {
+    void operator()(void* p) const { ::operator delete(p); }
+  };
+  template <typename T>
+  using SlotArray = std::unique_ptr<T[], FreeStorage>;
+  template <typename T>
+  static SlotArray<T> NewSlotArray(uint32_t n) {
+    static_assert(std::is_aggregate_v<T> || std::is_trivially_default_constructible_v<T>,
+                  "implicit lifetime: no constructor runs on the storage");
+    return SlotArray<T>(static_cast<T*>(::operator new(sizeof(T) * n)));
+  }
+  SlotArray<SendWqeExt> sq_ext_;
+  SlotArray<uint64_t> sq_epoch_;
+  // What a producer fills (NextSendSlot, SendSlotAhead) before it is
+  // published into the ring's WQEs, by the slot it will take.
+  SlotArray<SendWr> sq_staged_;
+  uint32_t sq_arrays_size_ = 0;
+  void SizeSendQueueArrays();
   // The requester's per-connection state: a move to RESET value-initialises
   // it (RTR/RTS set the PSNs and retry budgets again).
   struct RequesterConn {

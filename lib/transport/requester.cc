@@ -49,12 +49,12 @@ using namespace droce::wire;
     // a failure completes in error and moves the QP to ERR, as
     // in rxe (bind: MW_BIND_ERR; local invalidate: LOC_QP_OP_ERR).
     w.done = true;
-    if (w.wr.opcode == WrOpcode::kLocalInv) {
-      if (env_.mrs->LocalInvalidate(w.wr.invalidate_rkey, env_.pd) != mem::AccessResult::kOk) {
+    if (w.opcode == WrOpcode::kLocalInv) {
+      if (env_.mrs->LocalInvalidate(Ext(w).invalidate_rkey, env_.pd) != mem::AccessResult::kOk) {
         FailWqe(w, WcStatus::kLocQpOpErr);
       }
     } else {
-      const BindWr& b = w.wr.bind;
+      const BindWr& b = Ext(w).bind;
       const mem::MwBind bind{b.mw_handle, b.new_key, b.mr_lkey, b.addr, b.length, b.access};
       if (env_.mrs->BindMw(bind, env_.pd, qpn_) != mem::AccessResult::kOk) {
         FailWqe(w, WcStatus::kMwBindErr);
@@ -62,17 +62,16 @@ using namespace droce::wire;
     }
     return true;
   }
-  if (!(w.wr.flags & kSendInline)) {
-    for (uint32_t i = 0; i < w.wr.num_sge; ++i) {
-      const Sge& sge = w.wr.sg_list[i];
-      const auto r = ResolveLocal(sge, /*needs_write=*/read_or_atomic);
+  if (!(w.flags & kSendInline)) {
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+      const auto r = ResolveLocal(SgeOf(w, i), /*needs_write=*/read_or_atomic);
       if (r.result != mem::AccessResult::kOk) {
         FailWqe(w, WcStatus::kLocProtErr);
         return true;
       }
-      w.sge_host[i] = r.host;
+      (w.num_sge == 1 ? w.local_host : Ext(w).sge_host[i]) = r.host;
     }
-    w.mr_epoch = env_.mrs->epoch();
+    SendWqeEpoch(w) = env_.mrs->epoch();
   }
   const uint32_t n = PacketsFor(w);
   w.first_psn = req_.psn_next;
@@ -137,10 +136,10 @@ DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
 // window let it start: no fence behind an outstanding READ/atomic, room in
 // the window, its first PSN the next one ever sent.
 [[gnu::always_inline]] inline bool Qp::ShortStart(const SendWqe& w) const {
-  return (w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
-         w.total_len < kFusedGatherMin && ((w.wr.flags & kSendInline) || w.wr.num_sge <= 1) &&
+  return (w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+         w.total_len < kFusedGatherMin && ((w.flags & kSendInline) || w.num_sge <= 1) &&
          req_.psn_next == req_.psn_high && reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ &&
-         short_requests_ && !((w.wr.flags & kSendFence) && req_.rd_atomic_outstanding > 0) &&
+         short_requests_ && !((w.flags & kSendFence) && req_.rd_atomic_outstanding > 0) &&
          WindowRoom(PsnDiff(req_.psn_next, req_.psn_una)) != 0;
 }
 
@@ -150,13 +149,13 @@ DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
 // the full steps (which fail the WQE), nothing changed here.
 DROCE_STEP ReqState Qp::ReqShortRequest(SendCtx& c) {
   SendWqe& w = *c.w;
-  if (!(w.wr.flags & kSendInline)) {
-    if (w.wr.num_sge == 1) {
-      const auto r = ResolveLocal(w.wr.sg_list[0], /*needs_write=*/false);
+  if (!(w.flags & kSendInline)) {
+    if (w.num_sge == 1) {
+      const auto r = ResolveLocal(Sge{w.local_addr, w.total_len, w.lkey}, /*needs_write=*/false);
       if (r.result != mem::AccessResult::kOk) return ReqState::kCheckLimits;
-      w.sge_host[0] = r.host;
+      w.local_host = r.host;
     }
-    w.mr_epoch = env_.mrs->epoch();
+    SendWqeEpoch(w) = env_.mrs->epoch();
   }
   w.first_psn = w.last_psn = w.next_psn = req_.psn_next;
   req_.psn_next = PsnAdd(req_.psn_next, 1);
@@ -253,8 +252,8 @@ uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     if (!w.started) return used;
     if (PsnLess(w.last_psn, req_.psn_una)) continue;
     uint32_t psn = PsnLess(req_.psn_una, w.first_psn) ? w.first_psn : req_.psn_una;
-    if (w.wr.opcode == WrOpcode::kRdmaRead) {
-      psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu_);
+    if (w.opcode == WrOpcode::kRdmaRead) {
+      psn = PsnAdd(w.first_psn, Ext(w).read_done_bytes / mtu_);
     } else if (IsReadOrAtomic(w)) {
       psn = w.first_psn;
     }
@@ -295,33 +294,35 @@ uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_
   return len;
 }
 
-namespace {
 // Calls span(host, n) for each piece of [offset, offset+len) of a WQE's
 // message, walking its SGEs in order (resolved host addresses).
-template <typename Wqe, typename Span>
-inline void ForEachSgeSpan(const Wqe& w, uint32_t offset, uint32_t len, Span&& span) {
-  for (uint32_t i = 0; i < w.wr.num_sge && len > 0; ++i) {
-    const uint32_t sge_len = w.wr.sg_list[i].length;
+template <typename Span>
+[[gnu::always_inline]] inline void Qp::ForEachSgeSpan(const SendWqe& w, uint32_t offset, uint32_t len,
+                                                      Span&& span) const {
+  if (w.num_sge == 1) {
+    if (len > 0) span(w.local_host + offset, len);
+    return;
+  }
+  const SendWqeExt& x = Ext(w);
+  for (uint32_t i = 0; i < w.num_sge && len > 0; ++i) {
+    const uint32_t sge_len = x.sges[i].length;
     if (offset >= sge_len) {
       offset -= sge_len;
       continue;
     }
     const uint32_t n = std::min(len, sge_len - offset);
-    span(w.sge_host[i] + offset, n);
+    span(x.sge_host[i] + offset, n);
     len -= n;
     offset = 0;
   }
 }
 
-// GatherPayload's work, inline in BuildRequest.
-template <typename Wqe>
-[[gnu::always_inline]] inline void GatherSges(const Wqe& w, uint32_t offset, uint32_t len, uint8_t* out) {
-  if (w.wr.flags & kSendInline) {
-    std::memcpy(out, w.inline_data + offset, len);
-    return;
-  }
-  if (w.wr.num_sge == 1 && len > 0) {  // the common case: [offset, offset+len) lies in the one SGE
-    std::memcpy(out, w.sge_host[0] + offset, len);
+// GatherPayload's work, inline in the request builds. Inline data and a
+// single SGE are one copy from local_host.
+[[gnu::always_inline]] inline void Qp::GatherSges(const SendWqe& w, uint32_t offset, uint32_t len,
+                                                  uint8_t* out) const {
+  if ((w.flags & kSendInline) || w.num_sge == 1) {
+    if (len > 0) std::memcpy(out, w.local_host + offset, len);
     return;
   }
   ForEachSgeSpan(w, offset, len, [&out](const uint8_t* host, uint32_t n) {
@@ -329,7 +330,6 @@ template <typename Wqe>
     out += n;
   });
 }
-}  // namespace
 
 void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const {
   GatherSges(w, offset, len, out);
@@ -337,7 +337,7 @@ void Qp::GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t*
 
 uint32_t Qp::GatherPayloadCrc(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out,
                                 uint32_t crc) const {
-  if (w.wr.flags & kSendInline) return Crc32CopyUpdate(crc, out, w.inline_data + offset, len);
+  if (w.flags & kSendInline) return Crc32CopyUpdate(crc, out, w.local_host + offset, len);
   ForEachSgeSpan(w, offset, len, [&out, &crc](const uint8_t* host, uint32_t n) {
     crc = Crc32CopyUpdate(crc, out, host, n);
     out += n;
@@ -360,13 +360,15 @@ void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
 // ACK. Every other packet takes BuildRequest; the equivalence test
 // (transport_short_request) feeds both the same streams.
 [[gnu::always_inline]] inline bool Qp::ShortRequest(const SendWqe& w) const {
-  return (w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+  return (w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
          w.total_len < kFusedGatherMin && w.next_psn == req_.psn_high && w.next_psn == w.first_psn &&
          reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ && !req_.force_ack_req &&
          short_requests_;
 }
 
-uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame) {
+// Inline in its two callers (ReqShortRequest, ReqBuildPacket): as a call,
+// the requester's loop saves and restores its registers around every packet.
+[[gnu::always_inline]] inline uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame) {
   ++counters_.short_requests;
   const uint32_t psn = w.next_psn;
   req_.psn_high = PsnAdd(psn, 1);
@@ -374,20 +376,20 @@ uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame) {
   w.fully_sent = true;
   // AckReq as BuildRequest decides it for a message's last packet sent once.
   const uint32_t since = req_.packets_since_ack_req + 1;
-  const bool signaled = (w.wr.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
+  const bool signaled = (w.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
   const bool ack_req = signaled || since >= env_.unsignaled_ack_every || since >= AckReqEvery();
   req_.packets_since_ack_req = ack_req ? 0 : since;
   req_.tail_unsolicited = !ack_req;
   uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);
-  const bool write = w.wr.opcode == WrOpcode::kRdmaWrite;
+  const bool write = w.opcode == WrOpcode::kRdmaWrite;
   bth_p[0] = write ? kRcWriteOnly : kRcSendOnly;
-  if (w.wr.flags & kSendSolicited) BthWriter(bth_p).set_flags(true, true, 0, 0);
+  if (w.flags & kSendSolicited) BthWriter(bth_p).set_flags(true, true, 0, 0);
   StoreBe32(bth_p + 8, (uint32_t{ack_req} << 31) | psn);  // AckReq, reserved 7 bits, PSN
   uint32_t headers = kBthBytes;
   if (write) {
     RethWriter reth(bth_p + kBthBytes);
-    reth.set_va(w.wr.remote_addr);
-    reth.set_rkey(w.wr.rkey);
+    reth.set_va(w.remote_addr);
+    reth.set_rkey(w.rkey);
     reth.set_dma_length(w.total_len);
     headers += kRethBytes;
   }
@@ -416,7 +418,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   bth.set_psn(psn);
   uint32_t transport_len = kBthBytes;
 
-  switch (w.wr.opcode) {
+  switch (w.opcode) {
     case WrOpcode::kRdmaRead: {
       // A retried READ asks only for what has not arrived (9.7.4.1.4).
       const uint32_t offset = index * mtu_;
@@ -424,8 +426,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
       bth.set_ack_req(true);
       if (!retransmission) req_.tail_unsolicited = false;  // its response answers
       RethWriter reth(ext);
-      reth.set_va(w.wr.remote_addr + offset);
-      reth.set_rkey(w.wr.rkey);
+      reth.set_va(w.remote_addr + offset);
+      reth.set_rkey(w.rkey);
       reth.set_dma_length(req_.resend_read_len != 0 ? std::min(req_.resend_read_len, w.total_len - offset)
                                                     : w.total_len - offset);
       transport_len += kRethBytes;
@@ -435,16 +437,17 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
     }
     case WrOpcode::kAtomicCmpAndSwp:
     case WrOpcode::kAtomicFetchAndAdd: {
-      const bool cas = w.wr.opcode == WrOpcode::kAtomicCmpAndSwp;
+      const bool cas = w.opcode == WrOpcode::kAtomicCmpAndSwp;
       bth.set_opcode(OpcodeFor(Transport::kRc, cas ? Operation::kCompareSwap : Operation::kFetchAdd,
                                Position::kOnly));
       bth.set_ack_req(true);
       if (!retransmission) req_.tail_unsolicited = false;  // its response answers
       AtomicEthWriter a(ext);
-      a.set_va(w.wr.remote_addr);
-      a.set_rkey(w.wr.rkey);
-      a.set_swap_add(cas ? w.wr.swap : w.wr.compare_add);
-      a.set_compare(cas ? w.wr.compare_add : 0);
+      a.set_va(w.remote_addr);
+      a.set_rkey(w.rkey);
+      const SendWqeExt& x = Ext(w);
+      a.set_swap_add(cas ? x.swap : x.compare_add);
+      a.set_compare(cas ? x.compare_add : 0);
       transport_len += kAtomicEthBytes;
       w.next_psn = PsnAdd(psn, 1);
       w.fully_sent = true;
@@ -460,10 +463,10 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   const bool first = offset == 0;
   const bool last = offset + seg == w.total_len;
   const bool is_write =
-      w.wr.opcode == WrOpcode::kRdmaWrite || w.wr.opcode == WrOpcode::kRdmaWriteWithImm;
+      w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kRdmaWriteWithImm;
   const bool imm =
-      w.wr.opcode == WrOpcode::kRdmaWriteWithImm || w.wr.opcode == WrOpcode::kSendWithImm;
-  const bool inv = w.wr.opcode == WrOpcode::kSendWithInv;
+      w.opcode == WrOpcode::kRdmaWriteWithImm || w.opcode == WrOpcode::kSendWithImm;
+  const bool inv = w.opcode == WrOpcode::kSendWithInv;
   const Extra extra = imm ? Extra::kImmediate : inv ? Extra::kInvalidate : Extra::kNone;
   const uint8_t ibta_opcode = OpcodeFor(reliable() ? Transport::kRc : Transport::kUc,
                                         is_write ? Operation::kWrite : Operation::kSend,
@@ -478,7 +481,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
   // or once unsignaled_ack_every packets went without; an unsignaled WR's
   // ACK only frees its slot, and one cumulative ACK frees many (ConnectX's
   // log_ack_req_freq). What is left unasked at the tail is solicited later.
-  const bool signaled = (w.wr.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
+  const bool signaled = (w.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
   const bool ask_at_end = signaled || sr_ || retransmission ||
                           req_.packets_since_ack_req >= env_.unsignaled_ack_every;
   const bool ack_req =
@@ -492,17 +495,19 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
     cc_timing_.ack_req_psn = psn;
     cc_timing_.ack_req_sent = true;
   }
-  if (last && (w.wr.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
-  if (op.Has(kHdrSrEth)) SelectiveRepeat::WriteSrEth(bth_p + op.sreth_offset, w, offset, is_write);
+  if (last && (w.flags & kSendSolicited)) bth.set_flags(true, true, 0, 0);
+  if (op.Has(kHdrSrEth)) {
+    SelectiveRepeat::WriteSrEth(bth_p + op.sreth_offset, w, Ext(w).recv_seq, offset, is_write);
+  }
   if (op.Has(kHdrReth)) {
     RethWriter reth(bth_p + op.reth_offset);
-    reth.set_va(w.wr.remote_addr);
-    reth.set_rkey(w.wr.rkey);
+    reth.set_va(w.remote_addr);
+    reth.set_rkey(w.rkey);
     reth.set_dma_length(w.total_len);
   }
   // Immediate data is a __be32 already: its bytes go on the wire as they are.
-  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(w.wr.imm_data);
-  if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(w.wr.invalidate_rkey);
+  if (op.Has(kHdrImmDt)) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(Ext(w).imm_data);
+  if (op.Has(kHdrIeth)) IethWriter(bth_p + op.ieth_offset).set_value(Ext(w).invalidate_rkey);
   const uint32_t headers = op.header_bytes + (int_requests_ ? CcWriteIntRequest(bth_p, op.header_bytes) : 0);
   transport_len = headers + seg;
   w.next_psn = PsnAdd(psn, 1);

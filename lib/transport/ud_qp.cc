@@ -44,8 +44,10 @@ int Qp::PostUdSend(const SendWr& wr, SendWqe* w) {
   if (ah == nullptr) return EINVAL;
   if (wr.remote_qpn > kPsnMask) return EINVAL;  // 24-bit QPN
   // rxe copies the address vector into the WQE too: the AH may go away.
-  w->ud_route = ah->route;
-  w->ud_qkey = (wr.remote_qkey & kControlledQkeyBit) ? attr_.qkey : wr.remote_qkey;
+  SendWqeExt& x = Ext(*w);
+  x.ud_route = ah->route;
+  x.remote_qpn = wr.remote_qpn;
+  x.ud_qkey = (wr.remote_qkey & kControlledQkeyBit) ? attr_.qkey : wr.remote_qkey;
   return 0;
 }
 
@@ -60,25 +62,26 @@ void Qp::SkipOversizeUd(SendWqe& w) {
 }
 
 uint32_t Qp::BuildUdRequest(SendWqe& w, uint8_t* frame) {
-  const Route& r = w.ud_route;
+  const SendWqeExt& x = Ext(w);
+  const Route& r = x.ud_route;
   uint8_t* bth_p = WriteRoute(frame, r);
   StoreBe16(frame + r.l4_offset, ud_src_port_);  // per QP, not per destination (as rxe)
-  const bool imm = w.wr.opcode == WrOpcode::kSendWithImm;
+  const bool imm = w.opcode == WrOpcode::kSendWithImm;
   const uint8_t opcode = OpcodeFor(Transport::kUd, Operation::kSend, Position::kOnly,
                                    imm ? Extra::kImmediate : Extra::kNone);
   const OpcodeInfo& op = OpInfo(opcode);
   BthWriter bth(bth_p);
   bth.set_opcode(opcode);
-  bth.set_flags((w.wr.flags & kSendSolicited) != 0, /*mig=*/false, 0, 0);  // as rxe's UD packets
+  bth.set_flags((w.flags & kSendSolicited) != 0, /*mig=*/false, 0, 0);  // as rxe's UD packets
   bth.set_pkey(0xFFFF);
   bth.set_ecn_bits(false, false);
-  bth.set_dest_qp(w.wr.remote_qpn);
+  bth.set_dest_qp(x.remote_qpn);
   bth.set_ack_req(false);
   bth.set_psn(w.first_psn);
   DethWriter deth(bth_p + op.deth_offset);
-  deth.set_qkey(w.ud_qkey);
+  deth.set_qkey(x.ud_qkey);
   deth.set_src_qp(qpn_);
-  if (imm) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(w.wr.imm_data);
+  if (imm) ImmDtWriter(bth_p + op.immdt_offset).set_wire_order(x.imm_data);
   GatherPayload(w, 0, w.total_len, bth_p + op.header_bytes);
   w.next_psn = PsnAdd(w.first_psn, 1);
   w.fully_sent = true;

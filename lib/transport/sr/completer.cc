@@ -25,7 +25,7 @@ using namespace droce::wire;
 CompState SelectiveRepeat::OnReadResponse(RespCtx& c) {
   SendWqe& w = *c.wqe;
   const uint32_t mtu = qp_.mtu_;
-  const uint32_t expected = PsnAdd(w.first_psn, w.read_done_bytes / mtu);
+  const uint32_t expected = PsnAdd(w.first_psn, qp_.Ext(w).read_done_bytes / mtu);
   const bool ahead =
       PsnLess(expected, c.psn) && PsnDiff(c.psn, qp_.req_.psn_una) < static_cast<int32_t>(kSrWindow);
   if (c.psn != expected && !ahead) return qp_.ReadResponseNotExpected(c, expected);
@@ -48,10 +48,10 @@ CompState SelectiveRepeat::OnReadResponse(RespCtx& c) {
     qp_.ImpliedNak(expected);
     return CompState::kDone;
   }
-  w.read_done_bytes += seg;
+  qp_.Ext(w).read_done_bytes += seg;
   TakePlacedResponses(w);
-  if (w.read_done_bytes == w.total_len) return CompState::kComplete;
-  qp_.req_.psn_una = PsnAdd(w.first_psn, w.read_done_bytes / mtu);
+  if (qp_.Ext(w).read_done_bytes == w.total_len) return CompState::kComplete;
+  qp_.req_.psn_una = PsnAdd(w.first_psn, qp_.Ext(w).read_done_bytes / mtu);
   qp_.NoteProgress(c.now);
   // A run asked again ended and the READ still misses responses that
   // later ones were placed after: ask for the next run now.
@@ -62,11 +62,11 @@ CompState SelectiveRepeat::OnReadResponse(RespCtx& c) {
 // The responses placed ahead for `w` that now follow its in-order ones count.
 void SelectiveRepeat::TakePlacedResponses(SendWqe& w) {
   const uint32_t mtu = qp_.mtu_;
-  while (w.read_done_bytes < w.total_len) {
-    const uint32_t psn = PsnAdd(w.first_psn, w.read_done_bytes / mtu);
+  while (qp_.Ext(w).read_done_bytes < w.total_len) {
+    const uint32_t psn = PsnAdd(w.first_psn, qp_.Ext(w).read_done_bytes / mtu);
     if (PsnDiff(psn, qp_.req_.psn_una) >= static_cast<int32_t>(kSrWindow) || !BitTest(req_.read_got, psn)) break;
     BitClear(req_.read_got, psn);
-    w.read_done_bytes += std::min(mtu, w.total_len - w.read_done_bytes);
+    qp_.Ext(w).read_done_bytes += std::min(mtu, w.total_len - qp_.Ext(w).read_done_bytes);
   }
 }
 
@@ -74,7 +74,7 @@ CompState SelectiveRepeat::OnLaterReadResponse(RespCtx& c) {
   for (uint32_t i = qp_.sq_.head(); i != qp_.sq_.tail(); ++i) {
     SendWqe& w = qp_.sq_.at(i);
     if (!w.started) break;
-    if (w.done || &w == c.wqe || w.wr.opcode != WrOpcode::kRdmaRead) continue;
+    if (w.done || &w == c.wqe || w.opcode != WrOpcode::kRdmaRead) continue;
     if (!PsnLess(c.psn, w.first_psn) && !PsnLess(w.last_psn, c.psn)) return PlaceLaterRead(c, w);
   }
   return CompState::kBadResponse;
@@ -84,7 +84,7 @@ CompState SelectiveRepeat::PlaceLaterRead(RespCtx& c, SendWqe& w) {
   if (PsnDiff(c.psn, qp_.req_.psn_una) >= static_cast<int32_t>(kSrWindow)) return CompState::kBadResponse;
   const uint32_t offset = static_cast<uint32_t>(PsnDiff(c.psn, w.first_psn)) * qp_.mtu_;
   Slide();
-  if (offset < w.read_done_bytes || BitTest(req_.read_got, c.psn)) {
+  if (offset < qp_.Ext(w).read_done_bytes || BitTest(req_.read_got, c.psn)) {
     ++qp_.counters_.duplicates_received;
     return CompState::kDone;
   }
@@ -105,12 +105,12 @@ void SelectiveRepeat::CatchUpReads(uint64_t now) {
   for (uint32_t i = qp_.sq_.head(); i != qp_.sq_.tail(); ++i) {
     SendWqe& w = qp_.sq_.at(i);
     if (w.done) continue;
-    if (!w.started || w.wr.opcode != WrOpcode::kRdmaRead) return;
+    if (!w.started || w.opcode != WrOpcode::kRdmaRead) return;
     Slide();
     TakePlacedResponses(w);
     bool any_ahead = false;
-    if (w.read_done_bytes < w.total_len) {
-      const uint32_t missing = PsnAdd(w.first_psn, w.read_done_bytes / qp_.mtu_);
+    if (qp_.Ext(w).read_done_bytes < w.total_len) {
+      const uint32_t missing = PsnAdd(w.first_psn, qp_.Ext(w).read_done_bytes / qp_.mtu_);
       for (uint32_t psn = PsnAdd(missing, 1); !PsnLess(w.last_psn, psn); psn = PsnAdd(psn, 1)) {
         if (PsnDiff(psn, qp_.req_.psn_una) >= static_cast<int32_t>(kSrWindow)) break;
         if (BitTest(req_.read_got, psn)) {

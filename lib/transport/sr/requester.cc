@@ -139,8 +139,8 @@ uint32_t SelectiveRepeat::Retransmit(pktio::Frame* frames, uint32_t used, uint32
       // A READ is asked again from its first missing response on (its
       // later PSNs are responses, not requests); an atomic is resent
       // whole and the responder replays its result.
-      const uint32_t missing = w.wr.opcode == WrOpcode::kRdmaRead
-                                   ? PsnAdd(w.first_psn, w.read_done_bytes / qp_.mtu_)
+      const uint32_t missing = w.opcode == WrOpcode::kRdmaRead
+                                   ? PsnAdd(w.first_psn, qp_.Ext(w).read_done_bytes / qp_.mtu_)
                                    : w.first_psn;
       next = PsnAdd(w.last_psn, 1);
       if (psn != missing) {
@@ -154,7 +154,7 @@ uint32_t SelectiveRepeat::Retransmit(pktio::Frame* frames, uint32_t used, uint32
       return used;
     }
     uint32_t read_len = 0;  // a READ: to its end
-    if (w.wr.opcode == WrOpcode::kRdmaRead) {
+    if (w.opcode == WrOpcode::kRdmaRead) {
       // The READ's responses placed ahead are not asked for again: the
       // request covers the missing run up to the next one that arrived.
       uint32_t run = 1;
@@ -206,13 +206,14 @@ void SelectiveRepeat::OnAckRequested(uint32_t psn) {
   if (!(req_.frto && psn == req_.frto_una)) BitSet(req_.ackreq, psn);
 }
 
-void SelectiveRepeat::WriteSrEth(uint8_t* sreth, const SendWqe& w, uint32_t offset, bool write) {
+void SelectiveRepeat::WriteSrEth(uint8_t* sreth, const SendWqe& w, uint32_t recv_seq, uint32_t offset,
+                                 bool write) {
   SrEthWriter sr(sreth);
-  sr.set_va(write ? w.wr.remote_addr : 0);
-  sr.set_rkey(write ? w.wr.rkey : 0);
+  sr.set_va(write ? w.remote_addr : 0);
+  sr.set_rkey(write ? w.rkey : 0);
   sr.set_dma_length(w.total_len);
   sr.set_offset(offset);
-  sr.set_recv_seq(w.recv_seq);
+  sr.set_recv_seq(recv_seq);
 }
 
 void SelectiveRepeat::OnPacketSent(uint64_t now) {

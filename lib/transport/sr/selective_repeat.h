@@ -66,10 +66,10 @@ class SelectiveRepeat {
   uint32_t ack_req_every() const { return std::min(qp_.env_.ack_req_every, std::max(1u, inflight_cap() / 4)); }
   // A message that consumes a receive gets its receive sequence number.
   void OnWqeStarted(Qp::SendWqe& w) {
-    const WrOpcode op = w.wr.opcode;
+    const WrOpcode op = w.opcode;
     if (op == WrOpcode::kSend || op == WrOpcode::kSendWithImm || op == WrOpcode::kSendWithInv ||
         op == WrOpcode::kRdmaWriteWithImm) {
-      w.recv_seq = req_.recv_seq++;  // which receive WQE of the peer it consumes
+      qp_.Ext(w).recv_seq = req_.recv_seq++;  // which receive WQE of the peer it consumes
     }
   }
   // Every request packet built (`data`: a SEND/WRITE packet): RACK's send
@@ -78,7 +78,8 @@ class SelectiveRepeat {
   void OnAckRequested(uint32_t psn);  // a SEND/WRITE packet asks for an ACK (F-RTO)
   // The SRETH of an SR SEND/WRITE packet (it replaces the RETH): where the
   // packet's payload goes, so that it can be placed on its own.
-  static void WriteSrEth(uint8_t* sreth, const Qp::SendWqe& w, uint32_t offset, bool write);
+  static void WriteSrEth(uint8_t* sreth, const Qp::SendWqe& w, uint32_t recv_seq, uint32_t offset,
+                         bool write);
   // After a request packet left: the high RTO once more than a few are in
   // flight; the tail-loss probe re-armed.
   void OnPacketSent(uint64_t now);

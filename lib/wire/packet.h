@@ -228,10 +228,12 @@ inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 
 [[gnu::always_inline]] inline uint32_t TemplateRegister(const uint8_t* frame, const HeaderTemplate& t,
                                                        uint32_t after_bth) {
   const uint8_t* bth = frame + t.route.len;
-  uint16_t bth01, udp_len;
-  std::memcpy(&bth01, bth, 2);
+  // Each field loaded as it was just stored (the opcode and pad bytes one
+  // by one, the UDP length as 16 bits): a load spanning two stores waits
+  // for them to reach the cache. The IP length follows the UDP length.
+  uint16_t udp_len;
   std::memcpy(&udp_len, frame + t.route.l4_offset + 4, 2);
-  const uint32_t key = bth01 | uint32_t{udp_len} << 16;  // the IP length follows the UDP length
+  const uint32_t key = bth[0] | bth[1] << 8 | uint32_t{udp_len} << 16;
   if (key != t.last_key) [[unlikely]] {
     t.last_key = key;
     t.last_icrc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6) ^ IcrcPsnBytes(bth);

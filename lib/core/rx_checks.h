@@ -81,17 +81,19 @@ inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_
   // comparison tells whether it is one.
   const uint32_t bth = l3 + kUdpBytes + (LoadBe16(frame + l3 - 2) == kEtherTypeIpv6 ? kIpv6Bytes : kIpv4MinBytes);
   if (len < bth + kBthBytes + kIcrcBytes) return false;
-  const uint32_t index = LoadBe24(frame + bth + 5) - qpn_base_;
+  const uint32_t index = (LoadBe32(frame + bth + 4) & 0xFFFFFF) - qpn_base_;  // one load for the QPN
   if (index >= qps_.size()) return false;
   QpSlot& slot = qps_[index];
-  ParsedPacket p;
-  if (!ParsePredicted(frame, len, slot.rx_prediction, &p)) return false;
+  const ParsedPacket* parsed = ParsePredicted(frame, len, slot.rx_prediction);
+  if (parsed == nullptr) return false;
+  // A copy: the QP's steps may forget the slot's prediction.
+  const ParsedPacket p = *parsed;
   const Transport t = p.op().transport;
   if (t != Transport::kRc && t != Transport::kUc) return false;
   bool placer = false;
   if (!config_.rx_icrc_trusted) [[likely]] {
     placer = transport::Qp::VerifiesWhilePlacing(p);
-    if (!placer && !PredictedIcrcMatches(frame, p, slot.rx_prediction)) return false;
+    if (!placer && !PredictedIcrcMatches(frame, slot.rx_prediction)) return false;
   }
   ++counters_.rx_predicted;
   DeliverConnected(*slot.qp, frame, p, placer, index, now_ns);

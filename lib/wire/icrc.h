@@ -58,6 +58,16 @@ inline uint32_t IcrcPerPacketBytes(const uint8_t* l3, bool ipv6) {
   c ^= t[kD4][udp[16]] ^ t[kD3][udp[17]] ^ t[kD2][udp[18]] ^ t[kD1][udp[19]];  // BTH bytes 8-11
   return c;
 }
+// The BTH's AckReq and PSN bytes (8-11) alone, and the IPv4 ID's bytes: what
+// changes from packet to packet where the rest repeats.
+inline uint32_t IcrcPsnBytes(const uint8_t* bth) {
+  using namespace icrc_detail;
+  return kByteAt[kD4][bth[8]] ^ kByteAt[kD3][bth[9]] ^ kByteAt[kD2][bth[10]] ^ kByteAt[kD1][bth[11]];
+}
+inline uint32_t IcrcIpv4IdBytes(const uint8_t* l3) {
+  using namespace icrc_detail;
+  return kByteAt[kD36][l3[4]] ^ kByteAt[kD35][l3[5]];
+}
 
 }  // namespace droce::wire
 

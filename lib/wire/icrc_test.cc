@@ -129,6 +129,11 @@ TEST(Icrc, HeaderTemplateFramesEqualFramesBuiltFieldByField) {
         // fused gather paths start it.
         const uint32_t after = len / 2;
         ASSERT_EQ(IcrcTemplateBegin(a.data(), t, after), IcrcBegin(l3, r.len + kBthBytes + after - r.l3_offset, ipv6));
+        // The next packet with the same opcode and length: another AckReq and
+        // PSN, the template's register for the rest reused.
+        bth_a.set_ack_req(!ack_req);
+        bth_a.set_psn(psn ^ 0x5A5A5A);
+        ASSERT_EQ(IcrcTemplateBegin(a.data(), t, after), IcrcBegin(l3, r.len + kBthBytes + after - r.l3_offset, ipv6));
       }
     }
   }

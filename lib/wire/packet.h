@@ -145,6 +145,11 @@ struct HeaderTemplate {
   std::array<uint8_t, kBytes> bytes{};
   Route route;  // offsets and the IPv4 partial sum (its bytes are those above)
   uint32_t icrc_base = 0;
+  // TemplateRegister's share of the last frame's lengths and BTH bytes 0-1
+  // (opcode, SE, pad), keyed by those bytes: a QP's packets mostly repeat
+  // them, and only the PSN's four table lookups are left per packet.
+  mutable uint32_t last_key = 0;  // BTH bytes 0-1, UDP length << 16; 0: none
+  mutable uint32_t last_icrc = 0;
 };
 static_assert(HeaderTemplate::kBytes >= sizeof(Route::bytes) + kBthBytes);
 HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp);
@@ -222,8 +227,18 @@ inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 
 // IcrcTemplateBegin's steps.
 [[gnu::always_inline]] inline uint32_t TemplateRegister(const uint8_t* frame, const HeaderTemplate& t,
                                                        uint32_t after_bth) {
-  const uint32_t crc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6);
-  return Crc32Update(crc, frame + t.route.len + kBthBytes, after_bth);
+  const uint8_t* bth = frame + t.route.len;
+  // Each field loaded as it was just stored (the opcode and pad bytes one
+  // by one, the UDP length as 16 bits): a load spanning two stores waits
+  // for them to reach the cache. The IP length follows the UDP length.
+  uint16_t udp_len;
+  std::memcpy(&udp_len, frame + t.route.l4_offset + 4, 2);
+  const uint32_t key = bth[0] | bth[1] << 8 | uint32_t{udp_len} << 16;
+  if (key != t.last_key) [[unlikely]] {
+    t.last_key = key;
+    t.last_icrc = t.icrc_base ^ IcrcPerPacketBytes(frame + t.route.l3_offset, t.route.ipv6) ^ IcrcPsnBytes(bth);
+  }
+  return Crc32Update(t.last_icrc ^ IcrcPsnBytes(bth), bth + kBthBytes, after_bth);
 }
 
 // FinishTemplateFrame's steps, inline where a call per packet shows (the
@@ -241,16 +256,20 @@ uint16_t Ipv4HeaderChecksum(const uint8_t* ip, uint32_t header_bytes);
 // A received IPv4 header's checksum is right (RFC 791) when the
 // one's-complement sum over the whole header is 0xFFFF. Summed in native
 // 32-bit words: the sum does not depend on byte order (RFC 1071 2(B)) and
-// 0xFFFF reads the same both ways. Inline: with a constant header_bytes
-// (20) the options loop goes away.
-inline bool Ipv4HeaderChecksumOk(const uint8_t* ip, uint32_t header_bytes) {
-  uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) + LoadLe32(ip + 16);
-  for (uint32_t i = kIpv4MinBytes; i < header_bytes; i += 4) sum += LoadLe32(ip + i);  // options
+// 0xFFFF reads the same both ways, nor on the order of the words.
+// Ipv4ChecksumFolds: a sum of all of a header's words, folded.
+inline bool Ipv4ChecksumFolds(uint64_t sum) {
   sum = (sum & 0xFFFFFFFF) + (sum >> 32);
   sum = (sum & 0xFFFFFFFF) + (sum >> 32);
   sum = (sum & 0xFFFF) + (sum >> 16);
   sum = (sum & 0xFFFF) + (sum >> 16);
   return sum == 0xFFFF;
+}
+// Inline: with a constant header_bytes (20) the options loop goes away.
+inline bool Ipv4HeaderChecksumOk(const uint8_t* ip, uint32_t header_bytes) {
+  uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 4) + LoadLe32(ip + 8) + LoadLe32(ip + 12) + LoadLe32(ip + 16);
+  for (uint32_t i = kIpv4MinBytes; i < header_bytes; i += 4) sum += LoadLe32(ip + i);  // options
+  return Ipv4ChecksumFolds(sum);
 }
 
 // UDP source port for a QP pair as Linux computes it for RoCEv2

@@ -11,38 +11,100 @@ HeaderPrediction LearnPrediction(const uint8_t* frame, const ParsedPacket& p) {
   h.l3_offset = static_cast<uint8_t>(p.l3_offset);
   h.ipv6 = p.ipv6;
   h.has_vlan = p.has_vlan;
-  uint8_t* m = h.mask.data();
-  std::fill(m, m + bth_end, 0xFF);
-  auto clear = [m](uint32_t at, uint32_t n) { std::fill(m + at, m + at + n, 0); };
-  clear(6, 6);                               // source MAC: no check reads it
-  if (p.has_vlan) m[kEthBytes] = 0x0F;       // the VLAN PCP and DEI (the VID is checked)
+  // The exact mask: every byte but those each packet changes and those no
+  // check reads.
+  uint8_t* x = h.exact.data();
+  std::fill(x, x + bth_end, 0xFF);
+  auto clear = [](uint8_t* m, uint32_t at, uint32_t n) { std::fill(m + at, m + at + n, 0); };
+  clear(x, 6, 6);                            // source MAC: no check reads it
   const uint32_t l3 = p.l3_offset;
   if (p.ipv6) {
-    m[l3] = 0xF0;                            // version; traffic class and flow label not
-    clear(l3 + 1, 3);
-    clear(l3 + 4, 2);                        // payload length
-    m[l3 + 7] = 0;                           // hop limit
+    x[l3 + 1] = 0xF0;                        // traffic class; not the flow label
+    clear(x, l3 + 2, 2);
+    x[l3 + 7] = 0;                           // hop limit
   } else {
-    clear(l3 + 1, 1);                        // TOS
-    clear(l3 + 2, 2);                        // total length
-    clear(l3 + 4, 2);                        // ID (its ICRC share is added per packet)
-    m[l3 + 8] = 0;                           // TTL (checked for 0 per packet)
-    clear(l3 + 10, 2);                       // header checksum (checked per packet)
+    clear(x, l3 + 4, 2);                     // ID
+    clear(x, l3 + 10, 2);                    // header checksum (summed per packet)
   }
   const uint32_t l4 = p.l4_offset;
-  clear(l4 + 4, 2);                          // UDP length
-  clear(l4 + 6, 2);                          // UDP checksum
+  clear(x, l4 + 6, 2);                       // UDP checksum
   const uint32_t bth = p.bth_offset;
+  clear(x, bth + 8, 4);                      // AckReq, PSN
+  // The mask: the exact one without the per-packet fields a stream repeats.
+  uint8_t* m = h.mask.data();
+  std::copy(x, x + bth_end, m);
+  if (p.has_vlan) m[kEthBytes] = 0x0F;       // the VLAN PCP and DEI (the VID is checked)
+  if (p.ipv6) {
+    m[l3] = 0xF0;                            // version; traffic class not
+    m[l3 + 1] = 0;
+    clear(m, l3 + 4, 2);                     // payload length
+  } else {
+    clear(m, l3 + 1, 1);                     // TOS
+    clear(m, l3 + 2, 2);                     // total length
+    m[l3 + 8] = 0;                           // TTL (checked for 0 per packet)
+  }
+  clear(m, l4 + 4, 2);                       // UDP length
   m[bth] = 0;                                // opcode
   m[bth + 1] = 0x0F;                         // SE, MigReq, pad per packet; TVer checked
-  clear(bth + 8, 4);                         // AckReq, PSN
   for (uint32_t i = 0; i < bth_end; ++i) h.expect[i] = frame[i] & m[i];
 
   const uint8_t* ip = frame + l3;
   uint32_t base = IcrcBegin(ip, bth_end - l3, p.ipv6) ^ IcrcPerPacketBytes(ip, p.ipv6);
-  if (!p.ipv6) base ^= icrc_detail::kByteAt[icrc_detail::kD36][ip[4]] ^ icrc_detail::kByteAt[icrc_detail::kD35][ip[5]];
+  if (!p.ipv6) base ^= IcrcIpv4IdBytes(ip);
   h.icrc_base = base;
-  return h;
+  return h;  // no frame taken yet: the next one the mask allows is
+}
+
+bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
+  using namespace prediction_detail;
+  const uint32_t bth_end = h.bth_end;
+  if (len < bth_end + kIcrcBytes || !EqualUnder(frame, h, h.mask.data())) return false;
+  ParsedPacket p;
+  const uint32_t l3 = h.l3_offset;
+  const uint8_t* ip = frame + l3;
+  uint32_t ip_end;
+  uint32_t l4;
+  if (h.ipv6) {
+    l4 = l3 + kIpv6Bytes;
+    ip_end = l4 + LoadBe16(ip + 4);
+    p.tclass = static_cast<uint8_t>(LoadBe16(ip) >> 4);
+  } else {
+    if (ip[8] == 0 || !Ipv4HeaderChecksumOk(ip, kIpv4MinBytes)) return false;  // TTL, checksum
+    l4 = l3 + kIpv4MinBytes;
+    ip_end = l3 + LoadBe16(ip + 2);
+    p.tclass = ip[1];
+  }
+  if (ip_end < bth_end + kIcrcBytes || ip_end > len || LoadBe16(frame + l4 + 4) != ip_end - l4) return false;
+  const uint32_t bth = bth_end - kBthBytes;
+  const OpcodeInfo& op = OpInfo(frame[bth]);
+  if (!op.valid()) return false;
+  const uint32_t icrc = ip_end - kIcrcBytes;
+  const uint32_t payload = bth + op.header_bytes;
+  if (payload > icrc) return false;
+  const uint32_t area = icrc - payload;
+  const uint8_t pad = (frame[bth + 1] >> 4) & 3;
+  if (area % 4 != 0 || pad > area || (!(op.roles & kRolePayload) && area != 0)) return false;
+  p.status = ParseStatus::kOk;
+  p.ipv6 = h.ipv6;
+  p.has_vlan = h.has_vlan;
+  p.pad = pad;
+  p.vlan_tci = h.has_vlan ? LoadBe16(frame + kEthBytes) : 0;
+  p.l3_offset = static_cast<uint16_t>(l3);
+  p.l4_offset = static_cast<uint16_t>(l4);
+  p.bth_offset = static_cast<uint16_t>(bth);
+  p.int_offset = 0;
+  p.payload_offset = static_cast<uint16_t>(payload);
+  p.payload_len = static_cast<uint16_t>(area - pad);
+  p.icrc_offset = static_cast<uint16_t>(icrc);
+  p.opcode = frame[bth];
+  // The frame passed: the next ones equal to it under the exact mask parse
+  // as it did.
+  h.last = p;
+  h.last_len = len;
+  for (uint32_t i = 0; i < bth_end; ++i) h.expect[i] = frame[i] & h.exact[i];
+  h.last_icrc = h.icrc_base ^ IcrcPerPacketBytes(ip, h.ipv6) ^ IcrcPsnBytes(frame + bth);
+  if (!h.ipv6) h.last_ipv4_sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 12) + LoadLe32(ip + 16);
+  return true;
 }
 
 }  // namespace droce::wire

@@ -13,9 +13,19 @@
 // and the frame takes the full parse and checks, which judge it as always
 // (doc/rx-checks.md, "Header prediction").
 //
+// Two tiers. A stream's frames mostly repeat even their per-packet fields
+// (the same opcode, pad and lengths message after message), so the
+// prediction also keeps the last frame it took whole: a frame equal to it
+// but for the fields that change with every packet (IPv4 ID and header
+// checksum, AckReq and PSN; the source MAC, UDP checksum, IPv6 flow label
+// and hop limit no check reads) and of the same length parses as it did,
+// and only its IPv4 header checksum is summed again. Any other frame the
+// mask allows has its per-packet fields checked and becomes the last one.
+//
 // The ICRC of a predicted frame starts from a register precomputed over
-// the learnt headers (their per-packet bytes zero), as HeaderTemplate does
-// on transmit: the CRC pass covers only what follows the BTH.
+// the last frame's headers with its per-packet bytes zero, as
+// HeaderTemplate does on transmit: six table lookups for those bytes, then
+// the CRC pass over what follows the BTH.
 #ifndef DROCE_LIB_WIRE_PREDICTION_H_
 #define DROCE_LIB_WIRE_PREDICTION_H_
 
@@ -33,12 +43,16 @@ namespace droce::wire {
 
 struct HeaderPrediction {
   static constexpr uint32_t kBytes = 80;  // the longest headers through the BTH (78), rounded up
-  // expect[i] is the frame's byte i with the mask applied; the mask has
-  // ones where the byte must be equal, zeros on the per-packet fields and
-  // on fields no receive check reads (source MAC, IPv4 ID, IPv6 flow label
-  // and hop limit, UDP checksum, the VLAN PCP).
+  // expect[i] is the last frame's byte i under `exact`. `mask` has ones
+  // where every predicted frame's byte must be equal, zeros on the
+  // per-packet fields and on fields no receive check reads (source MAC,
+  // IPv4 ID, IPv6 flow label and hop limit, UDP checksum, the VLAN PCP).
+  // `exact` also has ones on the per-packet fields a stream repeats (IP
+  // and UDP lengths, IPv4 TOS and TTL, IPv6 traffic class, VLAN PCP, BTH
+  // bytes 0-1): a frame equal to expect under it parses as the last one.
   alignas(16) std::array<uint8_t, kBytes> expect{};
   alignas(16) std::array<uint8_t, kBytes> mask{};
+  alignas(16) std::array<uint8_t, kBytes> exact{};
   uint8_t bth_end = 0;  // where the BTH ends; 0: nothing predicted
   uint8_t l3_offset = 0;
   bool ipv6 = false;
@@ -46,6 +60,13 @@ struct HeaderPrediction {
   // The ICRC register after the pseudo-LRH and the headers [l3, bth_end)
   // with the per-packet bytes (IcrcPerPacketBytes, and the IPv4 ID) zero.
   uint32_t icrc_base = 0;
+  // The last frame taken: its length and parse, the register after its
+  // headers with the IPv4 ID and BTH bytes 8-11 zero, and the sum of its
+  // IPv4 header's 32-bit words 0, 3 and 4 (those the exact mask covers).
+  uint32_t last_len = ~0u;  // ~0u: none taken yet (no frame is that long)
+  uint32_t last_icrc = 0;
+  uint64_t last_ipv4_sum = 0;
+  ParsedPacket last;
 
   bool empty() const { return bth_end == 0; }
 };
@@ -65,72 +86,53 @@ inline Bytes16 Load16(const uint8_t* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-// Bits that differ under the mask in the 16 bytes at `at`.
-inline Bytes16 Differ(const uint8_t* frame, const HeaderPrediction& h, uint32_t at) {
-  return (Load16(frame + at) & Load16(h.mask.data() + at)) ^ Load16(h.expect.data() + at);
+// Bits that differ under `mask` in the 16 bytes at `at`.
+inline Bytes16 Differ(const uint8_t* frame, const HeaderPrediction& h, const uint8_t* mask, uint32_t at) {
+  return (Load16(frame + at) ^ Load16(h.expect.data() + at)) & Load16(mask + at);
+}
+// True when [0, bth_end) of `frame` equals expect under `mask`: 16-byte
+// pieces, the last ending at bth_end (bth_end >= 54).
+inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const uint8_t* mask) {
+  const uint32_t bth_end = h.bth_end;
+  Bytes16 d = Differ(frame, h, mask, 0) | Differ(frame, h, mask, 16) | Differ(frame, h, mask, 32) |
+              Differ(frame, h, mask, bth_end - 16);
+  if (bth_end > 64) d |= Differ(frame, h, mask, 48);
+  return (d[0] | d[1]) == 0;
 }
 }  // namespace prediction_detail
 
-// True when `frame` (len bytes) carries the predicted headers and passes
-// every check ParsePacket makes on its per-packet fields; *p is then what
-// ParsePacket(frame, len) returns. False: parse it.
-inline bool ParsePredicted(const uint8_t* frame, uint32_t len, const HeaderPrediction& h, ParsedPacket* p) {
+// The exact tier: `frame` equals the last frame taken but for the fields
+// every packet changes, has its length, and (IPv4) a right header
+// checksum: h.last is then what ParsePacket(frame, len) returns.
+inline bool MatchesLast(const uint8_t* frame, uint32_t len, const HeaderPrediction& h) {
   using namespace prediction_detail;
-  const uint32_t bth_end = h.bth_end;
-  if (bth_end == 0 || len < bth_end + kIcrcBytes) return false;
-  // [0, bth_end) in 16-byte pieces, the last ending at bth_end (bth_end >= 54).
-  Bytes16 d = Differ(frame, h, 0) | Differ(frame, h, 16) | Differ(frame, h, 32) |
-              Differ(frame, h, bth_end - 16);
-  if (bth_end > 64) d |= Differ(frame, h, 48);
-  if ((d[0] | d[1]) != 0) return false;
-
-  const uint32_t l3 = h.l3_offset;
-  const uint8_t* ip = frame + l3;
-  uint32_t ip_end;
-  uint32_t l4;
-  if (h.ipv6) {
-    l4 = l3 + kIpv6Bytes;
-    ip_end = l4 + LoadBe16(ip + 4);
-    p->tclass = static_cast<uint8_t>(LoadBe16(ip) >> 4);
-  } else {
-    if (ip[8] == 0 || !Ipv4HeaderChecksumOk(ip, kIpv4MinBytes)) return false;  // TTL, checksum
-    l4 = l3 + kIpv4MinBytes;
-    ip_end = l3 + LoadBe16(ip + 2);
-    p->tclass = ip[1];
-  }
-  if (ip_end < bth_end + kIcrcBytes || ip_end > len || LoadBe16(frame + l4 + 4) != ip_end - l4) return false;
-  const uint32_t bth = bth_end - kBthBytes;
-  const OpcodeInfo& op = OpInfo(frame[bth]);
-  if (!op.valid()) return false;
-  const uint32_t icrc = ip_end - kIcrcBytes;
-  const uint32_t payload = bth + op.header_bytes;
-  if (payload > icrc) return false;
-  const uint32_t area = icrc - payload;
-  const uint8_t pad = (frame[bth + 1] >> 4) & 3;
-  if (area % 4 != 0 || pad > area || (!(op.roles & kRolePayload) && area != 0)) return false;
-  p->status = ParseStatus::kOk;
-  p->ipv6 = h.ipv6;
-  p->has_vlan = h.has_vlan;
-  p->pad = pad;
-  p->vlan_tci = h.has_vlan ? LoadBe16(frame + kEthBytes) : 0;
-  p->l3_offset = static_cast<uint16_t>(l3);
-  p->l4_offset = static_cast<uint16_t>(l4);
-  p->bth_offset = static_cast<uint16_t>(bth);
-  p->int_offset = 0;
-  p->payload_offset = static_cast<uint16_t>(payload);
-  p->payload_len = static_cast<uint16_t>(area - pad);
-  p->icrc_offset = static_cast<uint16_t>(icrc);
-  p->opcode = frame[bth];
-  return true;
+  if (len != h.last_len || !EqualUnder(frame, h, h.exact.data())) return false;
+  if (h.ipv6) return true;
+  // Words 1 (ID, flags, fragment offset) and 2 (TTL, protocol, checksum)
+  // of the header; the others are covered by the exact mask.
+  const uint8_t* ip = frame + h.l3_offset;
+  return Ipv4ChecksumFolds(h.last_ipv4_sum + LoadLe32(ip + 4) + LoadLe32(ip + 8));
 }
 
-// IcrcMatches for a frame ParsePredicted accepted with `h`.
-inline bool PredictedIcrcMatches(const uint8_t* frame, const ParsedPacket& p, const HeaderPrediction& h) {
-  using namespace icrc_detail;
-  const uint8_t* l3 = frame + p.l3_offset;
-  uint32_t crc = h.icrc_base ^ IcrcPerPacketBytes(l3, p.ipv6);
-  if (!p.ipv6) crc ^= kByteAt[kD36][l3[4]] ^ kByteAt[kD35][l3[5]];  // the IPv4 ID
+// The per-packet fields of a frame the mask allows, checked as ParsePacket
+// checks them; when they pass, the frame becomes the last one taken.
+bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h);
+
+// What ParsePacket(frame, len) returns when `frame` (len bytes) carries the
+// predicted headers and passes every check ParsePacket makes on its
+// per-packet fields (it is then the last frame taken); nullptr: parse it.
+inline const ParsedPacket* ParsePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
+  if (MatchesLast(frame, len, h)) [[likely]] return &h.last;
+  if (h.bth_end == 0 || !TakePredicted(frame, len, h)) return nullptr;
+  return &h.last;
+}
+
+// IcrcMatches for the frame ParsePredicted took last with `h`.
+inline bool PredictedIcrcMatches(const uint8_t* frame, const HeaderPrediction& h) {
+  const ParsedPacket& p = h.last;
   const uint32_t bth_end = p.bth_offset + kBthBytes;
+  uint32_t crc = h.last_icrc ^ IcrcPsnBytes(frame + p.bth_offset);
+  if (!p.ipv6) crc ^= IcrcIpv4IdBytes(frame + p.l3_offset);
   crc = Crc32Update(crc, frame + bth_end, p.icrc_offset - bth_end);
   return Crc32Final(crc) == LoadLe32(frame + p.icrc_offset);
 }

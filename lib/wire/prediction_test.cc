@@ -67,16 +67,29 @@ HeaderPrediction Learn(const std::vector<uint8_t>& b) {
   return LearnPrediction(b.data(), p);
 }
 
-// ParsePredicted either declines or agrees with ParsePacket and IcrcMatches.
-void ExpectAgrees(const std::vector<uint8_t>& b, const HeaderPrediction& h, bool* predicted = nullptr) {
-  ParsedPacket got;
-  const bool ok = ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), h, &got);
-  if (predicted != nullptr) *predicted = ok;
-  if (!ok) return;
-  const ParsedPacket want = ParsePacket(b.data(), static_cast<uint32_t>(b.size()));
+// ParsePredicted either declines or agrees with ParsePacket and IcrcMatches,
+// on a copy of `h`; a frame it takes, it then takes again by the exact tier
+// (MatchesLast) and with the same answers. `exact`: whether `h` took it by
+// the exact tier.
+void ExpectAgrees(const std::vector<uint8_t>& b, const HeaderPrediction& h, bool* predicted = nullptr,
+                  bool* exact = nullptr) {
+  const uint32_t len = static_cast<uint32_t>(b.size());
+  HeaderPrediction g = h;
+  const bool matches_last = MatchesLast(b.data(), len, g);
+  if (exact != nullptr) *exact = matches_last;
+  const ParsedPacket* got = ParsePredicted(b.data(), len, g);
+  if (predicted != nullptr) *predicted = got != nullptr;
+  if (matches_last) EXPECT_NE(got, nullptr);
+  if (got == nullptr) return;
+  const ParsedPacket want = ParsePacket(b.data(), len);
   ASSERT_TRUE(want.ok());
-  EXPECT_TRUE(SameParse(got, want));
-  EXPECT_EQ(PredictedIcrcMatches(b.data(), got, h), IcrcMatches(b.data(), want));
+  EXPECT_TRUE(SameParse(*got, want));
+  EXPECT_EQ(PredictedIcrcMatches(b.data(), g), IcrcMatches(b.data(), want));
+  ASSERT_TRUE(MatchesLast(b.data(), len, g));
+  got = ParsePredicted(b.data(), len, g);
+  ASSERT_NE(got, nullptr);
+  EXPECT_TRUE(SameParse(*got, want));
+  EXPECT_EQ(PredictedIcrcMatches(b.data(), g), IcrcMatches(b.data(), want));
 }
 
 TEST(HeaderPrediction, TheQpsNextFramesArePredictedAndParsedAsParsePacketDoes) {
@@ -93,16 +106,29 @@ TEST(HeaderPrediction, TheQpsNextFramesArePredictedAndParsedAsParsePacketDoes) {
         ExpectAgrees(b, h, &ok);
         EXPECT_TRUE(ok) << int(opcode) << " " << len;
         predicted += ok;
-        ParsedPacket p;
-        ASSERT_TRUE(ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), h, &p));
-        EXPECT_TRUE(PredictedIcrcMatches(b.data(), p, h));
+        HeaderPrediction g = h;
+        const ParsedPacket* taken = ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), g);
+        ASSERT_NE(taken, nullptr);
+        const ParsedPacket p = *taken;
+        EXPECT_TRUE(PredictedIcrcMatches(b.data(), g));
         b[p.icrc_offset] ^= 1;  // the ICRC itself
-        EXPECT_FALSE(PredictedIcrcMatches(b.data(), p, h));
+        EXPECT_FALSE(PredictedIcrcMatches(b.data(), g));
         b[p.icrc_offset] ^= 1;
         if (p.payload_len != 0) {
           b[p.payload_offset] ^= 0x80;
-          EXPECT_FALSE(PredictedIcrcMatches(b.data(), p, h));
+          EXPECT_FALSE(PredictedIcrcMatches(b.data(), g));
+          b[p.payload_offset] ^= 0x80;
         }
+        // The stream's next packet: another PSN, AckReq and IPv4 ID, taken
+        // by the exact tier and judged the same.
+        const std::vector<uint8_t> next = Frame(Fields(s, opcode, 2000 + len, len, static_cast<uint16_t>(len * 7 + 1)));
+        bool next_exact = false;
+        ExpectAgrees(next, g, &ok, &next_exact);
+        EXPECT_TRUE(ok && next_exact) << int(opcode) << " " << len;
+        std::vector<uint8_t> bad = next;
+        bad[p.icrc_offset - 1] ^= 0x10;  // the last byte before the ICRC
+        ExpectAgrees(bad, g, &ok, &next_exact);
+        EXPECT_TRUE(ok && next_exact);
       }
     }
     EXPECT_GT(predicted, 30);
@@ -113,23 +139,36 @@ TEST(HeaderPrediction, EveryBitOfTheHeadersEitherFallsBackOrIsJudgedAsByTheFullP
   // Each bit through the BTH flipped: a bit of a compared field always falls
   // back; any other frame that is predicted parses and checks as before.
   for (const Shape& s : kShapes) {
+    // Learnt from one frame, the exact tier set by the next (ExpectAgrees
+    // checks that a frame taken is then taken by it).
     const std::vector<uint8_t> good = Frame(Fields(s, kRcWriteOnly, 9, 64, 3));
-    const HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 8, 64, 2)));
+    const std::vector<uint8_t> first = Frame(Fields(s, kRcWriteOnly, 7, 64, 1));
+    HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 8, 64, 2)));
+    ASSERT_NE(ParsePredicted(first.data(), static_cast<uint32_t>(first.size()), h), nullptr);
+    bool exact = false;
+    ExpectAgrees(good, h, nullptr, &exact);
+    EXPECT_TRUE(exact);  // another PSN, AckReq and IPv4 ID: the exact tier
     const uint32_t bth_end = h.bth_end;
-    int compared = 0;
+    int compared = 0, exact_compared = 0;
     for (uint32_t i = 0; i < bth_end; ++i) {
       for (int bit = 0; bit < 8; ++bit) {
         std::vector<uint8_t> b = good;
         b[i] ^= static_cast<uint8_t>(1 << bit);
         bool ok = false;
-        ExpectAgrees(b, h, &ok);
+        ExpectAgrees(b, h, &ok, &exact);
         if (h.mask[i] & (1 << bit)) {
           EXPECT_FALSE(ok) << "byte " << i << " bit " << bit;
           ++compared;
         }
+        if (h.exact[i] & (1 << bit)) {
+          EXPECT_FALSE(exact) << "byte " << i << " bit " << bit;
+          ++exact_compared;
+        }
+        EXPECT_EQ(h.exact[i] & h.mask[i], h.mask[i]);  // the exact mask covers the mask
       }
     }
     EXPECT_GT(compared, 0);
+    EXPECT_GT(exact_compared, compared);
     // Every field a receive check reads is compared (doc/rx-checks.md):
     // destination MAC, EtherTypes, VLAN id, IP version and header length,
     // protocol, IPv4 flags and fragment offset, addresses, the UDP
@@ -155,9 +194,12 @@ TEST(HeaderPrediction, EveryBitOfTheHeadersEitherFallsBackOrIsJudgedAsByTheFullP
 }
 
 TEST(HeaderPrediction, PerPacketFieldsAreCheckedAsParsePacketChecksThem) {
-  for (const Shape& s : kShapes) {
-    const HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 1, 64, 1)));
+  // Against a prediction just learnt, and against one whose exact tier took
+  // the unchanged frame (a per-packet field changed alone reaches that tier).
+  for (const Shape& s : kShapes) for (const bool taken : {false, true}) {
+    HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 1, 64, 1)));
     const std::vector<uint8_t> good = Frame(Fields(s, kRcSendOnly, 2, 64, 1));
+    if (taken) ASSERT_NE(ParsePredicted(good.data(), static_cast<uint32_t>(good.size()), h), nullptr);
     const ParsedPacket p = ParsePacket(good.data(), static_cast<uint32_t>(good.size()));
     ASSERT_TRUE(p.ok());
     const uint32_t l3 = p.l3_offset, l4 = p.l4_offset, bth = p.bth_offset;
@@ -210,8 +252,9 @@ TEST(HeaderPrediction, PerPacketFieldsAreCheckedAsParsePacketChecksThem) {
 
 TEST(HeaderPrediction, NothingIsPredictedWithoutALearntFrameOrFromAnUnpredictableOne) {
   const std::vector<uint8_t> b = Frame(Fields(kShapes[0], kRcWriteOnly, 1, 64, 1));
-  ParsedPacket p;
-  EXPECT_FALSE(ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), HeaderPrediction{}, &p));
+  HeaderPrediction none;
+  EXPECT_FALSE(MatchesLast(b.data(), static_cast<uint32_t>(b.size()), none));
+  EXPECT_EQ(ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), none), nullptr);
   PacketFields f = Fields(kShapes[0], kRcWriteOnly, 1, 64, 1);
   f.has_int = true;
   f.int_stack.slots = 2;
@@ -220,8 +263,10 @@ TEST(HeaderPrediction, NothingIsPredictedWithoutALearntFrameOrFromAnUnpredictabl
   ASSERT_TRUE(q.ok());
   EXPECT_FALSE(Predictable(q));
   // A frame with an INT header differs from a prediction learnt without.
-  const HeaderPrediction h = Learn(b);
-  EXPECT_FALSE(ParsePredicted(with_int.data(), static_cast<uint32_t>(with_int.size()), h, &p));
+  HeaderPrediction h = Learn(b);
+  EXPECT_EQ(ParsePredicted(with_int.data(), static_cast<uint32_t>(with_int.size()), h), nullptr);
+  ASSERT_NE(ParsePredicted(b.data(), static_cast<uint32_t>(b.size()), h), nullptr);
+  EXPECT_EQ(ParsePredicted(with_int.data(), static_cast<uint32_t>(with_int.size()), h), nullptr);
 }
 
 }  // namespace

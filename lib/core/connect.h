@@ -30,6 +30,17 @@ struct ConnectParams {
 
 absl::Status ConnectQp(Device& dev, uint32_t qpn, const ConnectParams& p);
 
+// The parameters toward QP peer_qpn of `peer`, a device on the same wire
+// (its IPv4-mapped GID, its MAC), the rest as ConnectParams' defaults.
+inline ConnectParams ParamsToward(const Device& peer, uint32_t peer_qpn, uint32_t mtu) {
+  ConnectParams c;
+  c.peer_gid = peer.gids()[1];
+  c.peer_mac = peer.config().mac;
+  c.peer_qpn = peer_qpn;
+  c.mtu = mtu;
+  return c;
+}
+
 }  // namespace droce::core
 
 #endif  // DROCE_LIB_CORE_CONNECT_H_

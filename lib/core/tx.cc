@@ -120,7 +120,7 @@ uint32_t Device::GatherQp(Qp& q, uint64_t now_ns, uint16_t* pending, bool* port_
   uint32_t per_call = long_per_burst;
   pktio::Frame* tx = gather_frames_.data();
   while (budget > 0 && !*port_full) {
-    const uint32_t room = std::min<uint32_t>({budget, per_call, config_.burst - *pending});
+    const uint32_t room = std::min<uint32_t>({budget, per_call, static_cast<uint32_t>(config_.burst - *pending)});
     const uint32_t demand = q.TransmitDemand(now_ns, room);
     if (demand == 0) break;
     if (gather_spare_ < demand) {

@@ -65,12 +65,7 @@ TEST(TxBackpressure, RefusedFramesWaitInsteadOfBeingLost) {
                              mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
   }
   for (int i = 0; i < 2; ++i) {
-    ConnectParams c;
-    c.peer_gid = dev[1 - i]->gids()[1];
-    c.peer_mac = dev[1 - i]->config().mac;
-    c.peer_qpn = qpn[1 - i];
-    c.mtu = 1024;
-    ASSERT_TRUE(ConnectQp(*dev[i], qpn[i], c).ok());
+    ASSERT_TRUE(ConnectQp(*dev[i], qpn[i], ParamsToward(*dev[1 - i], qpn[1 - i], 1024)).ok());
   }
   for (size_t k = 0; k < 256 * 1024; ++k) mem[0][k] = static_cast<uint8_t>(k * 13 + 7);
   // A WRITE and a READ of 256 packets each: requests and READ responses both

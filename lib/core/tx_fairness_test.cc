@@ -100,12 +100,7 @@ TEST(TxFairness, LargestReadDoesNotStarveAnotherQp) {
   }
   for (int i = 0; i < 2; ++i) {
     for (int k = 0; k < 2; ++k) {
-      ConnectParams c;
-      c.peer_gid = dev[1 - i]->gids()[1];
-      c.peer_mac = dev[1 - i]->config().mac;
-      c.peer_qpn = qpn[1 - i][k];
-      c.mtu = 4096;
-      ASSERT_TRUE(ConnectQp(*dev[i], qpn[i][k], c).ok());
+      ASSERT_TRUE(ConnectQp(*dev[i], qpn[i][k], ParamsToward(*dev[1 - i], qpn[1 - i][k], 4096)).ok());
     }
   }
   sink.sink_qpn = qpn[1][0];
@@ -228,12 +223,7 @@ TEST(TxGather, OnePacketFromEachOfManyQpsIsOneBurst) {
   }
   for (int i = 0; i < 2; ++i) {
     for (int k = 0; k < kQps; ++k) {
-      ConnectParams c;
-      c.peer_gid = dev[1 - i]->gids()[1];
-      c.peer_mac = dev[1 - i]->config().mac;
-      c.peer_qpn = qpn[1 - i][k];
-      c.mtu = 1024;
-      ASSERT_TRUE(ConnectQp(*dev[i], qpn[i][k], c).ok());
+      ASSERT_TRUE(ConnectQp(*dev[i], qpn[i][k], ParamsToward(*dev[1 - i], qpn[1 - i][k], 1024)).ok());
     }
   }
   for (int k = 0; k < kQps; ++k) {

@@ -51,12 +51,7 @@ struct Pair {
                                mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
     }
     for (int i = 0; i < 2; ++i) {
-      ConnectParams c;
-      c.peer_gid = dev[1 - i]->gids()[1];
-      c.peer_mac = dev[1 - i]->config().mac;
-      c.peer_qpn = qpn[1 - i];
-      c.mtu = 4096;
-      EXPECT_TRUE(ConnectQp(*dev[i], qpn[i], c).ok());
+      EXPECT_TRUE(ConnectQp(*dev[i], qpn[i], ParamsToward(*dev[1 - i], qpn[1 - i], 4096)).ok());
     }
   }
   static sim::MemWireConfig WireConfig() {
@@ -118,7 +113,7 @@ TEST(TxFlush, ShortFramesStillFillABurst) {
   for (uint32_t k = 0; k < 64; ++k) {
     transport::SendWr w = p.Wr(transport::WrOpcode::kRdmaWrite, 64, 64 * k);
     w.wr_id = k;
-    w.flags = k == 63 ? transport::kSendSignaled : 0;
+    w.flags = k == 63 ? uint32_t{transport::kSendSignaled} : 0u;
     ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0], w), 0);
   }
   p.Run(1);

@@ -40,27 +40,9 @@
 #include <rte_net_crc.h>
 #include <rte_vect.h>
 
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
+#include "udp_bench.h"
 
 enum { kSegments = 15, kHeader = 12, kPayload = 4096, kIcrc = 4, kFrame = kHeader + kPayload + kIcrc, kPool = 256 };
-
-static void cpu(double* user, double* sys) {
-  struct rusage r;
-  getrusage(RUSAGE_SELF, &r);
-  *user = r.ru_utime.tv_sec + r.ru_utime.tv_usec / 1e6;
-  *sys = r.ru_stime.tv_sec + r.ru_stime.tv_usec / 1e6;
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static int Receive(int port, long long want, int iov_mode) {
   rte_vect_set_max_simd_bitwidth(RTE_VECT_SIMD_512);
@@ -92,7 +74,7 @@ static int Receive(int port, long long want, int iov_mode) {
     ssize_t r = iov_mode ? recvmsg(fd, &m, 0) : recv(fd, frames, sizeof frames, 0);
     if (r < 0) break;
     if (first) {
-      cpu(&u0, &s0);
+      cpu_times(&u0, &s0);
       t0 = now();
       first = 0;
     }
@@ -103,7 +85,7 @@ static int Receive(int port, long long want, int iov_mode) {
       sum += rte_net_crc_calc(placed, kPayload, RTE_NET_CRC32_ETH);
     }
   }
-  cpu(&u1, &s1);
+  cpu_times(&u1, &s1);
   const double gb = (double)got * kPayload / kFrame / 1e9;
   printf("recv %s: %.3f GB of payload in %.3f s; receiver user %.3f s sys %.3f s -> %.3f s/GB (user %.3f, sys %.3f) [%u]\n",
          iov_mode ? "iov " : "copy", gb, now() - t0, u1 - u0, s1 - s0, (u1 - u0 + s1 - s0) / gb, (u1 - u0) / gb,
@@ -149,7 +131,7 @@ int main(int argc, char** argv) {
   static uint8_t headers[kPool][kSegments][kHeader];
   static uint32_t icrcs[kPool][kSegments];
   double u0, s0, u1, s1;
-  cpu(&u0, &s0);
+  cpu_times(&u0, &s0);
   const double t0 = now();
   uint32_t sum = 0;
   for (long long i = 0; i < sends; ++i) {
@@ -185,7 +167,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  cpu(&u1, &s1);
+  cpu_times(&u1, &s1);
   const double gb = (double)sends * message / 1e9;
   printf("%s source %zu B: %lld sends, %.3f GB of payload in %.3f s; sender user %.3f s sys %.3f s -> %.3f s/GB "
          "(user %.3f, sys %.3f) [%u]\n",

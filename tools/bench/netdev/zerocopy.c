@@ -23,15 +23,8 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
-static double cpu(void) { struct rusage r; getrusage(RUSAGE_SELF, &r);
-  return r.ru_utime.tv_sec + r.ru_stime.tv_sec + (r.ru_utime.tv_usec + r.ru_stime.tv_usec) / 1e6; }
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+#include "udp_bench.h"
+static double cpu(void) { double user, sys; cpu_times(&user, &sys); return user + sys; }
 int main(int argc, char** argv) {
   // recv PORT COUNT | send ADDR PORT COUNT SIZE SEG ZC
   if (!strcmp(argv[1], "recv")) {

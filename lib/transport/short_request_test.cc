@@ -84,18 +84,22 @@ class ShortRequest : public ::testing::TestWithParam<Params> {
       e->mem.resize(kRegion);
       for (uint32_t k = 0; k < kRegion; ++k) e->mem[k] = static_cast<uint8_t>(k * 13 + 5);
       e->keys = *e->dev->RegMr(pd, e->mem.data(), kRegion, kIova, mem::kLocalWrite | mem::kRemoteWrite);
-      ConnectParams c;
-      c.peer_gid = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
-      c.sgid_index = ipv6() ? 0 : 1;
-      c.peer_mac = kPeerMac;
-      c.peer_qpn = kPeerQpn;
-      c.mtu = mtu();
-      c.sq_psn = 0xFFFFF0;  // the PSN wraps within the stream
-      ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, c).ok());
+      ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, ToPeer()).ok());
     }
     ASSERT_EQ(short_.qpn, full_.qpn);
     full_.qp()->UseFullRequestBuild();
     own_gid_ = short_.dev->gids()[0];
+  }
+
+  ConnectParams ToPeer() const {
+    ConnectParams c;
+    c.peer_gid = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
+    c.sgid_index = ipv6() ? 0 : 1;
+    c.peer_mac = kPeerMac;
+    c.peer_qpn = kPeerQpn;
+    c.mtu = mtu();
+    c.sq_psn = 0xFFFFF0;  // the PSN wraps within the stream
+    return c;
   }
 
   // A response from the peer (opcode, PSN, READ payload, atomic original) to both ends.
@@ -333,13 +337,7 @@ TEST_P(ShortRequest, OneSgePostRefusesWhatTheGeneralChecksRefuse) {
     init.caps.max_send_wr = 8;
     init.caps.max_send_sge = 0;
     e->qpn = *e->dev->CreateQp(init);
-    ConnectParams c;
-    c.peer_gid = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
-    c.sgid_index = ipv6() ? 0 : 1;
-    c.peer_mac = kPeerMac;
-    c.peer_qpn = kPeerQpn;
-    c.mtu = mtu();
-    ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, c).ok());
+    ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, ToPeer()).ok());
   }
   for (const WrOpcode op : {WrOpcode::kRdmaWrite, WrOpcode::kSend}) {
     for (const uint32_t len : {64u, transport::kMaxMessageBytes + 1}) {

@@ -114,7 +114,7 @@ struct Qp::SendCtx {
   uint64_t now_ns;
   SendWqe* w = nullptr;
   bool short_qp = false;    // ShortQp()
-  uint32_t ack_every = 0;   // a short request asks for its ACK at least this often
+  uint32_t ack_every = 0;   // a short request asks for its ACK at least this often (1: sq_sig_all)
 };
 
 uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
@@ -129,7 +129,8 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
   }
   SendCtx c{frames, used, n, now_ns};
   c.short_qp = ShortQp();
-  c.ack_every = std::min(env_.unsignaled_ack_every, AckReqEvery());
+  // sq_sig_all: every WR signaled, so every short request asks for its ACK.
+  c.ack_every = caps_.sq_sig_all ? 1 : std::min(env_.unsignaled_ack_every, AckReqEvery());
   ReqState s = ReqState::kGetWqe;
   while (s != ReqState::kDone) {
     switch (s) {
@@ -189,8 +190,9 @@ DROCE_STEP ReqState Qp::ReqShortRequest(SendCtx& c) {
     }
     SendWqeEpoch(w) = env_.mrs->epoch();
   }
-  w.first_psn = w.last_psn = w.next_psn = req_.psn_next;
-  req_.psn_next = PsnAdd(req_.psn_next, 1);
+  const uint32_t psn = req_.psn_next;
+  w.first_psn = w.last_psn = w.next_psn = psn;
+  req_.psn_next = PsnAdd(psn, 1);
   w.started = true;
   c.frames[c.used].len = BuildShortRequest(w, c.frames[c.used].data, c.ack_every);
   return ReqUpdate<true>(c);
@@ -411,18 +413,18 @@ uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* 
 
 // Inline in its two callers (ReqShortRequest, ReqBuildPacket): as a call,
 // the requester's loop saves and restores its registers around every packet.
-// `ack_every`: min(unsignaled_ack_every, AckReqEvery()), read by the caller
-// once per call.
+// `ack_every`: min(unsignaled_ack_every, AckReqEvery()), or 1 with
+// sq_sig_all, read by the caller once per call.
 [[gnu::always_inline]] inline uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame, uint32_t ack_every) {
   ++counters_.short_requests;
   const uint32_t psn = w.next_psn;
-  req_.psn_high = PsnAdd(psn, 1);
-  w.next_psn = req_.psn_high;
+  const uint32_t next = PsnAdd(psn, 1);
+  req_.psn_high = next;
+  w.next_psn = next;
   w.fully_sent = true;
   // AckReq as BuildRequest decides it for a message's last packet sent once.
   const uint32_t since = req_.packets_since_ack_req + 1;
-  const bool signaled = (w.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
-  const bool ack_req = signaled || since >= ack_every;
+  const bool ack_req = (w.flags & kSendSignaled) != 0 || since >= ack_every;
   req_.packets_since_ack_req = ack_req ? 0 : since;
   req_.tail_unsolicited = !ack_req;
   uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);

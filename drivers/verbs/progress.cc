@@ -134,7 +134,7 @@ class Runtime::ProgressThread {
   // The loop's steps.
   void ServeEventWaiter();
   void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app);
-  uint32_t PollOnce();
+  uint32_t PollOnce(uint64_t polled_at);
   void IdleStep(uint64_t now, uint64_t last_app);
 
   Runtime& rt_;
@@ -350,18 +350,21 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   busy_since_ = NowNs();
 }
 
-// One poll round, unless a program thread waits for the device mutex or
-// holds it. Returns the round's work.
-uint32_t Runtime::ProgressThread::PollOnce() {
+// One poll round at `polled_at` (the loop's clock reading: one per round),
+// unless a program thread waits for the device mutex or holds it. Returns
+// the round's work.
+uint32_t Runtime::ProgressThread::PollOnce(uint64_t polled_at) {
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return 0;
-  const uint64_t polled_at = NowNs();
   const uint64_t rx_before = rt_.dev_->counters().rx_packets;
   const uint32_t work = rt_.PollLocked(polled_at);
   const uint64_t rx_after = rt_.dev_->counters().rx_packets;
   rt_.progress_rx_packets_ += rx_after - rx_before;
   if (auto_sched_) auto_policy_.NoteRx(polled_at, rx_after, rt_.progress_rx_packets_);
   rt_.Unlock();
-  rt_.stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
+  // This thread is the counter's only writer: no locked instruction, which
+  // would wait for the round's stores to the wire to drain.
+  rt_.stats_.progress_polls.store(rt_.stats_.progress_polls.load(std::memory_order_relaxed) + 1,
+                                  std::memory_order_relaxed);
   return work;
 }
 
@@ -445,7 +448,7 @@ void Runtime::ProgressThread::Run() {
       continue;
     }
     pacer_.Quiet();
-    if (PollOnce() > 0) {
+    if (PollOnce(now) > 0) {
       rt_.HoldPmQos();
       idle_ = 0;
       sleep_us_ = 1;

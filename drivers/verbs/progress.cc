@@ -134,7 +134,7 @@ class Runtime::ProgressThread {
   // The loop's steps.
   void ServeEventWaiter();
   void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app);
-  uint32_t PollOnce(uint64_t polled_at);
+  uint32_t PollOnce();
   void IdleStep(uint64_t now, uint64_t last_app);
 
   Runtime& rt_;
@@ -350,11 +350,14 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   busy_since_ = NowNs();
 }
 
-// One poll round at `polled_at` (the loop's clock reading: one per round),
-// unless a program thread waits for the device mutex or holds it. Returns
-// the round's work.
-uint32_t Runtime::ProgressThread::PollOnce(uint64_t polled_at) {
+// One poll round, unless a program thread waits for the device mutex or
+// holds it. Returns the round's work. The clock is read under the lock, not
+// taken from the loop's reading: a program thread may have run a round at a
+// later time in between, and the engine takes unsigned differences of
+// successive times (timeouts, CNP spacing), which must not step back.
+uint32_t Runtime::ProgressThread::PollOnce() {
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return 0;
+  const uint64_t polled_at = NowNs();
   const uint64_t rx_before = rt_.dev_->counters().rx_packets;
   const uint32_t work = rt_.PollLocked(polled_at);
   const uint64_t rx_after = rt_.dev_->counters().rx_packets;
@@ -448,7 +451,7 @@ void Runtime::ProgressThread::Run() {
       continue;
     }
     pacer_.Quiet();
-    if (PollOnce(now) > 0) {
+    if (PollOnce() > 0) {
       rt_.HoldPmQos();
       idle_ = 0;
       sleep_us_ = 1;

@@ -16,7 +16,8 @@
 # fastpath.sh measure those.
 #   bash tools/bench/verbs/breakdown.sh [BUILD_DIR]   (default build-relg)
 # Env: N (messages, default 200000), PORT (perftest's side channel, default 18515),
-#      KEEP=DIR (keep the callgrind files there).
+#      KEEP=DIR (keep the callgrind files there), WIRE=fabric (the two processes on
+#      the host fabric: droced and the direct rings, doc/droced.md; default memif).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 build=$(cd "${1:-build-relg}" && pwd)
@@ -28,7 +29,7 @@ vg="valgrind --tool=callgrind --separate-threads=yes"
 pair() {  # END (server|client): that end under callgrind
   local s="ib_write_bw -d droce0 -x 1 -p $port -s 64 -n $n" c="ib_write_bw -d droce1 -x 1 -p $port -s 64 -n $n 127.0.0.1"
   if [ "$1" = server ]; then s="$vg --callgrind-out-file=$out/server.%p $s"; else c="$vg --callgrind-out-file=$out/client.%p $c"; fi
-  BUILD=$build SERVER_DELAY=8 PAIR_TIMEOUT=600 DROCE_STATS=1 bash tools/verbs-pair.sh "$s" "$c" >"$out/$1.log" 2>&1
+  BUILD=$build WIRE=${WIRE:-memif} SERVER_DELAY=8 PAIR_TIMEOUT=600 DROCE_STATS=1 bash tools/verbs-pair.sh "$s" "$c" >"$out/$1.log" 2>&1
 }
 incl() {  # FILE FUNCTION-SUBSTRING: inclusive instructions of its first match (0 if none)
   awk -v f="$2" 'index($0, f) {gsub(",", "", $1); print $1; found = 1; exit} END {if (!found) print 0}' "$1"
@@ -59,7 +60,13 @@ run=$(incl "$i" 'ProgressThread::Run()')
 poll_locked=$(incl "$i" 'Runtime::PollLocked(')
 rx=$(incl "$i" 'Device::ReceiveBurst(unsigned long) [')
 port_rx=$(incl "$i" 'LoopbackIo::RxBurst(')
-release=$(incl "$i" 'EthdevPort::Release(')
+if [ "${WIRE:-memif}" = fabric ]; then
+  release=$(incl "$i" 'DaemonLink::Release(')
+  port_tx_fn='DirectIo::TxBurst(' port_alloc_fn='DaemonLink::AllocTx('
+else
+  release=$(incl "$i" 'EthdevPort::Release(')
+  port_tx_fn='EthdevPort::TxBurst(' port_alloc_fn='EthdevPort::AllocTx('
+fi
 echo "end,part,instructions_per_message"
 row server progress_thread_total "$run" "$pkts"
 row server port_rx "$port_rx" "$pkts"
@@ -81,8 +88,8 @@ i=$f.incl
 row client post_send "$(incl "$i" '(anonymous namespace)::PostSend(')" "$n"
 row client engine_doorbell "$(incl "$i" 'core::Device::Doorbell(')" "$n"
 row client lib_requester "$(incl "$i" 'transport::Qp::Transmit(')" "$n"
-row client port_tx "$(incl "$i" 'EthdevPort::TxBurst(')" "$n"
-row client port_alloc "$(incl "$i" 'EthdevPort::AllocTx(')" "$n"
+row client port_tx "$(incl "$i" "$port_tx_fn")" "$n"
+row client port_alloc "$(incl "$i" "$port_alloc_fn")" "$n"
 row client poll_cq "$(incl "$i" '(anonymous namespace)::PollCq(')" "$n"
 echo "client,empty_polls_skipped,$(grep 'droce droce1' "$out/client.log" | grep -oE 'nothing to do\) [0-9]+' | awk '{print $NF}')"
 echo "client,doorbells_deferred,$(stat "$out/client.log" droce1 tx_doorbells_deferred)"

@@ -4,7 +4,10 @@
 # goes"): CPU time on the CPU, time runnable but waiting for a CPU, slices,
 # voluntary (sleeps, futex waits) and involuntary (preempted) switches, from
 # /proc/PID/task/TID/{schedstat,status}, FROM_S to TO_S after droce's
-# progress thread appeared. The rows go to OUT (default stderr):
+# progress thread appeared; a thread that exists at only one end of the window
+# is left out (perftest's server starts a device's dataplane once before the
+# client connects and again after: give it a later window). The rows go to
+# OUT (default stderr):
 #   thread_time,LABEL,COMM,TID,window_s,cpu_ms,runq_wait_ms,slices,voluntary,involuntary
 #   bash tools/bench/verbs/thread_time.sh LABEL FROM_S TO_S CMD...
 #   e.g. as verbs-pair.sh's server command:

@@ -5,7 +5,7 @@
 # voluntary (sleeps, futex waits) and involuntary (preempted) switches, from
 # /proc/PID/task/TID/{schedstat,status}, FROM_S to TO_S after droce's
 # progress thread appeared; a thread that exists at only one end of the window
-# is left out (perftest's server starts a device's dataplane once before the
+# is left out (perftest's server may start a device's dataplane once before the
 # client connects and again after: give it a later window). The rows go to
 # OUT (default stderr):
 #   thread_time,LABEL,COMM,TID,window_s,cpu_ms,runq_wait_ms,slices,voluntary,involuntary

@@ -466,6 +466,35 @@ multiqueue() {
 }
 check "a veth with 4 RX queues: steering xdp on every queue (8 QPs beside iperf3 on 2+ queues); udp and af_packet too" multiqueue
 
+# An interface with more RX queues than droced's memory holds AF_XDP UMEMs
+# for (16 MiB each, 7 in the default 256 MiB) is refused with the numbers;
+# `droce-ctl daemon start --memory-mb` gives droced more, and the binding
+# then takes every queue. A running daemon's memory cannot be changed.
+memory_for_queues() {
+  [ -e "/run/netns/$QA" ] || ip netns add "$QA" || return 1  # multiqueue's host A, or a new one (ONLY=)
+  ip -n "$QA" link set lo up
+  ip netns exec "$QA" "$ctl" link del droce0 >/dev/null 2>&1
+  ip netns exec "$QA" "$ctl" daemon stop >/dev/null 2>&1
+  ip -n "$QA" link add nd8 numtxqueues 8 numrxqueues 8 type veth peer name nd8p numtxqueues 8 numrxqueues 8 || return 1
+  ip -n "$QA" link set nd8 up && ip -n "$QA" link set nd8p up && ip -n "$QA" addr add 10.0.8.1/24 dev nd8 || return 1
+  local out rc=0
+  out=$(ip netns exec "$QA" "$ctl" link add droce8 netdev nd8 steering xdp 2>&1) && { echo "not refused: $out"; return 1; }
+  echo "$out"; grep -q "8 RX queues need 16 MiB of AF_XDP UMEM each, droced's memory holds 7" <<<"$out" || return 1
+  ip netns exec "$QA" "$ctl" link del droce8 >/dev/null 2>&1
+  ip netns exec "$QA" "$ctl" daemon stop >/dev/null
+  ip netns exec "$QA" "$ctl" daemon start --memory-mb 512 || return 1
+  tr '\0' ' ' </proc/"$(cat /run/droce/netns/$QA/droced.pid)"/cmdline | grep -q -- "--memory-mb 512" || return 1
+  ip netns exec "$QA" "$ctl" link add droce8 netdev nd8 steering xdp || rc=1
+  status "$QA" | grep "netdev nd8: AF_XDP, XDP native on nd8 (8 RX queues, a socket each)" || rc=1
+  out=$(ip netns exec "$QA" "$ctl" daemon start --memory-mb 1024 2>&1) && rc=1
+  echo "$out"; grep -q "running for .* already" <<<"$out" || rc=1
+  ip netns exec "$QA" "$ctl" link del droce8 >/dev/null
+  ip netns exec "$QA" "$ctl" daemon stop >/dev/null
+  ip -n "$QA" link del nd8
+  return $rc
+}
+check "8 RX queues: refused in droced's default memory, bound after daemon start --memory-mb 512" memory_for_queues
+
 # A cluster of 3 on a bridge (tools/droce-cluster): host 3 <-> host 1 and
 # rdma_cm host 2 -> host 3; Open MPI launches through it as its remote shell.
 cluster3() {

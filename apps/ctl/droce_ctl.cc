@@ -197,7 +197,8 @@ int DaemonCommand(const std::string& run_dir, const std::vector<std::string>& ar
       } else if (args[i] == "--memory-mb" && i + 1 < args.size()) {
         // droced's own bounds, checked here so a bad value is refused before a daemon starts.
         unsigned mb = 0;
-        const absl::Status st = apps::Integer("--memory-mb", args[i + 1], droced::kMemoryMbMin, droced::kMemoryMbMax, &mb);
+        const absl::Status st =
+            apps::Integer("--memory-mb", args[i + 1], droced::kMemoryMbMin, droced::kMemoryMbMax, &mb);
         if (!st.ok()) return Fail(std::string(st.message()));
         o.memory_mb = std::to_string(mb);
         ++i;

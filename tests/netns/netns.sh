@@ -111,12 +111,11 @@ check "each namespace has its own run directory and droced; nd0 steers to the pr
   ip netns exec $A '$ctl' daemon status | grep 'netdev nd0: UDP sockets per process, TC steering on nd0' &&
   ip netns exec $B '$ctl' daemon status | grep -q 'netdev nd0: UDP sockets per process'"
 # Its frames leave by system calls: droce-ctl gives a netdev-bound device
-# unsplit transmit bursts and an ACK request every 64 packets of an
-# unsignaled stream (doc/netdev.md); a `set` on the command line wins
+# unsplit transmit bursts (doc/netdev.md); a `set` on the command line wins
 # (memory_for_queues below sets one).
-check "a netdev-bound device's defaults: tx_flush_bytes=0, unsignaled_ack_every=64" bash -c "
+check "a netdev-bound device's default: tx_flush_bytes=0" bash -c "
   conf=\$(grep -rl '^netdev=nd0' /run/droce/netns/$A --include=droce.conf | head -1) && echo \"\$conf\" &&
-  grep -x 'tx_flush_bytes=0' \"\$conf\" && grep -x 'unsignaled_ack_every=64' \"\$conf\""
+  grep -x 'tx_flush_bytes=0' \"\$conf\""
 check "the GID table is nd0's addresses, sysfs names nd0" bash -c "
   $(declare -f on); ctl='$ctl'
   out=\$(on $A ibv_devinfo -v -d droce0) && echo \"\$out\" | grep -E 'GID|state|mtu' &&
@@ -491,9 +490,9 @@ memory_for_queues() {
   ip netns exec "$QA" "$ctl" daemon stop >/dev/null
   ip netns exec "$QA" "$ctl" daemon start --memory-mb 512 || return 1
   tr '\0' ' ' </proc/"$(cat /run/droce/netns/$QA/droced.pid)"/cmdline | grep -q -- "--memory-mb 512" || return 1
-  ip netns exec "$QA" "$ctl" link add droce8 netdev nd8 steering xdp set unsignaled_ack_every=16 || rc=1
+  ip netns exec "$QA" "$ctl" link add droce8 netdev nd8 steering xdp set tx_flush_bytes=4096 || rc=1
   status "$QA" | grep "netdev nd8: AF_XDP, XDP native on nd8 (8 RX queues, a socket each)" || rc=1
-  grep -rlx 'unsignaled_ack_every=16' /run/droce/netns/$QA --include=droce.conf || rc=1  # the command line's set wins
+  grep -rlx 'tx_flush_bytes=4096' /run/droce/netns/$QA --include=droce.conf || rc=1  # the command line's set wins
   out=$(ip netns exec "$QA" "$ctl" daemon start --memory-mb 1024 2>&1) && rc=1
   echo "$out"; grep -q "running for .* already" <<<"$out" || rc=1
   ip netns exec "$QA" "$ctl" link del droce8 >/dev/null

@@ -6,6 +6,9 @@
 #   bash tools/bench/stacks/netpipe_ab.sh NAME=SETTINGS...   (SETTINGS: KEY=VALUE[,KEY=VALUE]
 #                                                             of the device file, or "default")
 #   e.g. bash tools/bench/stacks/netpipe_ab.sh default=default trust=rx_icrc_trust=on
+#   SETTINGS "build:DIR" runs default devices of another build tree's droce
+#   (its droced, verbs provider and droce-ctl), for an A/B of two commits:
+#   bash tools/bench/stacks/netpipe_ab.sh base=build:/path/to/other/build new=default
 # ROUNDS (default 1). CSV on stdout: round,stack,bytes,usec,mbps,load
 # LATENCY=1 also measures, in each round, ib_send_lat -s 8 and UCP tag_lat 8 B
 # (UCX_TLS=rc_verbs,ud_verbs,self) on default devices: rows "ib_send_lat" and
@@ -36,7 +39,11 @@ if [ -n "${LATENCY_ONE:-}" ]; then  # ib_send_lat and UCP tag_lat 8 B, server dr
   echo "ucp_tag_lat 8 $v"
   exit 0
 fi
-if [ -n "${NETPIPE_ONE:-}" ]; then  # one NetPIPE run: "tcp" or the device settings
+if [ -n "${NETPIPE_ONE:-}" ]; then  # one NetPIPE run: "tcp", "build:DIR" or the device settings
+  if [[ "$NETPIPE_ONE" == build:* ]]; then
+    export BUILD="${NETPIPE_ONE#build:}"
+    NETPIPE_ONE=default
+  fi
   source "$here/../../../tests/stacks/lib.sh"
   need mpirun NPopenmpi
   sets=()

@@ -171,11 +171,11 @@ class Qp {
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
-  // RC WRITE MIDDLE, SEND MIDDLE and READ RESPONSE MIDDLE. See
+  // RC WRITE MIDDLE, SEND MIDDLE, SEND LAST and READ RESPONSE MIDDLE. See
   // doc/transport.md "ICRC and placement".
   static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
     return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendMiddle ||
-           p.opcode == wire::kRcReadResponseMiddle;
+           p.opcode == wire::kRcSendLast || p.opcode == wire::kRcReadResponseMiddle;
   }
   // OnPacket for such a packet. False: the ICRC failed and the packet was
   // dropped without any change to the QP (the caller counts it); it may have

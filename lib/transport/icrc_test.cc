@@ -511,7 +511,7 @@ class SendPlacement : public QpPair {
               case SendFault::kCorruptPayload:
               case SendFault::kCorruptIcrc:
               case SendFault::kCorruptPsn: {
-                if (p.opcode != kRcSendLast) break;
+                if (p.opcode != kRcSendFirst && p.opcode != kRcSendLast && p.opcode != kRcSendOnly) break;
                 done = true;
                 const uint32_t where = fault == SendFault::kCorruptPayload ? p.payload_offset + p.payload_len / 2
                                        : fault == SendFault::kCorruptIcrc  ? p.icrc_offset
@@ -519,9 +519,10 @@ class SendPlacement : public QpPair {
                 f[where] ^= 0x10;
                 std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
                 deliver(to, f, len);
-                // The first message's LAST: its bytes end the receive's [size - len, size).
-                out.placed_before_check = Gathered(recvs[0].sg_list.data(), recvs[0].num_sge,
-                                                   size - p.payload_len, p.payload_len) == payload;
+                // A FIRST/ONLY starts its message's receive, a LAST ends it.
+                const RecvWr& r = recvs[(victim - 1) / ((size + 4095) / 4096)];
+                const uint32_t offset = p.opcode == kRcSendLast ? size - p.payload_len : 0;
+                out.placed_before_check = Gathered(r.sg_list.data(), r.num_sge, offset, p.payload_len) == payload;
                 return;
               }
               case SendFault::kRnr:
@@ -567,20 +568,32 @@ TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
     uint32_t size, sges;
     SendFault fault;
     int victim;
+    bool placed;  // the corrupted packet reaches the buffer before its check (one-pass path)
   };
-  // 8 KiB is a UCX eager fragment (FIRST + LAST at MTU 4096).
+  // 8 KiB is a UCX eager fragment (FIRST + LAST at MTU 4096). A SEND ONLY
+  // of 100 B is checked first (Qp::kFusedSendOnlyBytes); 1000 B fits the
+  // first of 3 SGEs, a FIRST of 8 KiB's 3 SGEs does not. The first SEND of
+  // a QP takes the ordinary path: no receive's region is known yet.
   const Case cases[] = {
-      {8192, 1, SendFault::kNone, 0},           {4097, 1, SendFault::kNone, 0},
-      {3 * 4096 + 17, 1, SendFault::kNone, 0},  {6 * 4096, 1, SendFault::kNone, 0},
-      {3 * 4096 + 17, 3, SendFault::kNone, 0},  {8192, 3, SendFault::kNone, 0},
-      {8192, 1, SendFault::kLost, 2},           {8192, 1, SendFault::kLost, 3},
-      {3 * 4096 + 17, 1, SendFault::kLost, 4},  {8192, 1, SendFault::kSwapped, 1},
-      {8192, 1, SendFault::kSwapped, 2},        {3 * 4096 + 17, 3, SendFault::kSwapped, 3},
-      {8192, 1, SendFault::kCorruptPayload, 2}, {3 * 4096 + 17, 1, SendFault::kCorruptPayload, 4},
-      {4097, 1, SendFault::kCorruptIcrc, 2},    {8192, 1, SendFault::kCorruptPsn, 2},
-      {8192, 1, SendFault::kRnr, 1},            {8192, 1, SendFault::kTooSmall, 0},
-      {8192, 3, SendFault::kTooSmall, 0},       {8192, 1, SendFault::kDeregistered, 1},
-      {3 * 4096 + 17, 1, SendFault::kDeregistered, 2},
+      {8192, 1, SendFault::kNone, 0, false},           {4097, 1, SendFault::kNone, 0, false},
+      {3 * 4096 + 17, 1, SendFault::kNone, 0, false},  {6 * 4096, 1, SendFault::kNone, 0, false},
+      {3 * 4096 + 17, 3, SendFault::kNone, 0, false},  {8192, 3, SendFault::kNone, 0, false},
+      {100, 1, SendFault::kNone, 0, false},            {1000, 3, SendFault::kNone, 0, false},
+      {4096, 1, SendFault::kNone, 0, false},           {8192, 1, SendFault::kLost, 1, false},
+      {8192, 1, SendFault::kLost, 2, false},           {8192, 1, SendFault::kLost, 3, false},
+      {3 * 4096 + 17, 1, SendFault::kLost, 4, false},  {1000, 1, SendFault::kLost, 1, false},
+      {8192, 1, SendFault::kSwapped, 1, false},        {8192, 1, SendFault::kSwapped, 2, false},
+      {3 * 4096 + 17, 3, SendFault::kSwapped, 3, false}, {1000, 1, SendFault::kSwapped, 1, false},
+      {8192, 1, SendFault::kCorruptPayload, 3, true},  {8192, 1, SendFault::kCorruptPayload, 2, true},
+      {8192, 3, SendFault::kCorruptPayload, 3, false}, {8192, 1, SendFault::kCorruptPayload, 1, false}, {3 * 4096 + 17, 1, SendFault::kCorruptPayload, 4, true},
+      {1000, 3, SendFault::kCorruptPayload, 2, true},  {100, 1, SendFault::kCorruptPayload, 2, false},
+      {4097, 1, SendFault::kCorruptIcrc, 2, true},     {4096, 1, SendFault::kCorruptIcrc, 2, true},
+      {8192, 1, SendFault::kCorruptPsn, 1, false},     {8192, 1, SendFault::kCorruptPsn, 2, false},
+      {8192, 1, SendFault::kRnr, 1, false},            {1000, 1, SendFault::kRnr, 1, false},
+      {8192, 1, SendFault::kTooSmall, 0, false},       {8192, 3, SendFault::kTooSmall, 0, false},
+      {1000, 1, SendFault::kTooSmall, 0, false},       {8192, 1, SendFault::kDeregistered, 1, false},
+      {8192, 1, SendFault::kDeregistered, 2, false},   {3 * 4096 + 17, 1, SendFault::kDeregistered, 2, false},
+      {1000, 1, SendFault::kDeregistered, 1, false},
   };
   for (bool shared : {false, true}) {
     for (const Case& c : cases) {
@@ -602,11 +615,10 @@ TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
       if (c.fault == SendFault::kRnr) {
         EXPECT_GE(one.bad_responses, 1u);
       }
-      // A LAST whose payload or ICRC is corrupted reaches the buffer before
+      // A packet whose payload or ICRC is corrupted reaches the buffer before
       // its check fails only on the one-pass path (so it is the one under
-      // test, with one SGE); a corrupted PSN sends it the ordinary way.
-      EXPECT_EQ(one.placed_before_check, c.sges == 1 && (c.fault == SendFault::kCorruptPayload ||
-                                                         c.fault == SendFault::kCorruptIcrc));
+      // test); a corrupted PSN sends it the ordinary way.
+      EXPECT_EQ(one.placed_before_check, c.placed);
       EXPECT_FALSE(two.placed_before_check);
     }
   }

@@ -171,11 +171,16 @@ class Qp {
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
-  // RC WRITE MIDDLE, SEND MIDDLE, SEND LAST and READ RESPONSE MIDDLE. See
-  // doc/transport.md "ICRC and placement".
+  // RC WRITE MIDDLE, SEND FIRST/MIDDLE/LAST/ONLY and READ RESPONSE MIDDLE
+  // (doc/transport.md "ICRC and placement"). A SEND ONLY shorter than
+  // kFusedSendOnlyBytes is checked first: its payload's share of the CRC is
+  // small, and the poll loop checks a predicted frame from the headers'
+  // precomputed CRC.
+  static constexpr uint32_t kFusedSendOnlyBytes = 512;
   static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
-    return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendMiddle ||
-           p.opcode == wire::kRcSendLast || p.opcode == wire::kRcReadResponseMiddle;
+    return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendFirst || p.opcode == wire::kRcSendMiddle ||
+           p.opcode == wire::kRcSendLast || p.opcode == wire::kRcReadResponseMiddle ||
+           (p.opcode == wire::kRcSendOnly && p.payload_len >= kFusedSendOnlyBytes);
   }
   // OnPacket for such a packet. False: the ICRC failed and the packet was
   // dropped without any change to the QP (the caller counts it); it may have
@@ -563,7 +568,11 @@ class Qp {
   // Where `len` bytes at the held receive WQE's running offset go, when
   // they lie in one SGE inside the region its L_Key resolved to last
   // (resp_.recv_local, MR table epoch unchanged); else null (the full scatter).
-  uint8_t* RecvDestination(uint32_t len) const;
+  uint8_t* RecvDestination(uint32_t len) const { return RecvDestination(resp_.recv_wqe, resp_.recv_offset, len); }
+  uint8_t* RecvDestination(const RecvWr& wr, uint32_t offset, uint32_t len) const;
+  // The receive WQE a SEND FIRST/ONLY would take now (TakeRecvWqe's choice,
+  // left in place), null when there is none or selective repeat holds some.
+  const RecvWr* NextRecvWqe();
   // Scatters a SEND payload into the held receive WQE at the running offset.
   bool PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error);
   // R_Key check of a remote request: the QP's own access flags, then the

@@ -173,9 +173,8 @@ bool Qp::PlaceSendPayload(const uint8_t* payload, uint32_t len, RespError* error
                        &resp_.recv_local);
 }
 
-uint8_t* Qp::RecvDestination(uint32_t len) const {
-  const RecvWr& wr = resp_.recv_wqe;
-  uint32_t skip = resp_.recv_offset;
+uint8_t* Qp::RecvDestination(const RecvWr& wr, uint32_t offset, uint32_t len) const {
+  uint32_t skip = offset;
   for (uint32_t i = 0; i < wr.num_sge; ++i) {
     const Sge& sge = wr.sg_list[i];
     if (skip >= sge.length) {
@@ -193,22 +192,31 @@ uint8_t* Qp::RecvDestination(uint32_t len) const {
   return nullptr;
 }
 
+const RecvWr* Qp::NextRecvWqe() {
+  if (resp_.recv_wqe_held) return &resp_.recv_wqe;
+  if (sr_chosen_ != nullptr) return nullptr;  // it may hold receives taken first
+  if (env_.srq == nullptr) TakePostedRecvs();  // as TakeRecvWqe: posted without the device lock
+  queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
+  return ring.empty() ? nullptr : &ring.front();
+}
+
 bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
   const uint32_t len = p.payload_len;
   const uint32_t psn = BthView(frame + p.bth_offset).psn();
   // Place while verifying only where the destination follows from verified
   // state alone: the WRITE in progress (its RETH was checked on a verified
-  // FIRST), at the expected PSN, inside what that WRITE has left; the SEND
-  // in progress (a MIDDLE, or a LAST of up to the MTU), into its receive
-  // WQE through the region the WQE's L_Key resolved to; or the READ whose
-  // responses arrive, at the offset its accepted responses reached
-  // (ReadAwaitingMiddle). Anything else is verified first and takes the
-  // ordinary path.
+  // FIRST), at the expected PSN, inside what that WRITE has left; a SEND,
+  // into the receive WQE it continues or would take (left in place until
+  // the check passed), through the region the last receive's L_Key
+  // resolved to; or the READ whose responses arrive, at the offset its
+  // accepted responses reached (ReadAwaitingMiddle). Anything else is
+  // verified first and takes the ordinary path.
   uint8_t* dst = nullptr;
   SendWqe* read = nullptr;
-  const bool send_last = p.opcode == kRcSendLast;
+  const bool ends_message = p.opcode == kRcSendLast || p.opcode == kRcSendOnly;  // 1 byte up to the MTU
+  const bool starts_message = p.opcode == kRcSendFirst || p.opcode == kRcSendOnly;
   if (reliable() && state_ != QpState::kReset && state_ != QpState::kInit && state_ != QpState::kErr &&
-      (send_last ? len - 1 < mtu_ : len == mtu_)) {
+      (ends_message ? len - 1 < mtu_ : len == mtu_)) {
     if (p.opcode == kRcReadResponseMiddle) {
       read = ReadAwaitingMiddle(psn, len);
     } else if (psn != resp_.epsn) {
@@ -218,8 +226,12 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
           MrStillLentSince(resp_.write_rkey, &resp_.write_epoch)) {
         dst = resp_.write_host + (resp_.write_total - resp_.write_remaining);
       }
-    } else if (sr_ == nullptr && resp_.in_message == InMessage::kSend && resp_.recv_wqe_held) {
-      // (Selective repeat's responder takes its requests: OnPacket's way.)
+    } else if (sr_ != nullptr) {
+      // selective repeat's responder takes SENDs: OnPacket's way
+    } else if (starts_message) {
+      const RecvWr* next = resp_.in_message == InMessage::kNone ? NextRecvWqe() : nullptr;
+      if (next != nullptr) dst = RecvDestination(*next, 0, len);
+    } else if (resp_.in_message == InMessage::kSend && resp_.recv_wqe_held) {
       dst = RecvDestination(len);
     }
   }

@@ -180,6 +180,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   }
   if (qps_.size() < config_.max_qp && qpn_base_ + qps_.size() == transport::kMulticastQpn) {
     qps_.emplace_back();  // QPN 0xFFFFFF addresses multicast groups (IBTA 10.5.3): never a QP's
+    qp_slots_ = static_cast<uint32_t>(qps_.size());
     timers_.Reserve(static_cast<uint32_t>(qps_.size()));
   }
   if (qps_.size() >= config_.max_qp && free_slots_.empty()) {
@@ -202,6 +203,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   if (qps_.size() < config_.max_qp) {
     index = static_cast<uint32_t>(qps_.size());  // a QPN never used yet
     qps_.emplace_back();
+    qp_slots_ = static_cast<uint32_t>(qps_.size());
     timers_.Reserve(static_cast<uint32_t>(qps_.size()));
   } else {
     index = free_slots_.front();  // the one freed longest ago

@@ -208,9 +208,13 @@ uint16_t MemWire::End::TxBurst(Frame* frames, uint16_t n) {
 }
 
 void MemWire::End::Release(Frame* frames, uint16_t n) {
-  for (uint16_t i = 0; i < n; ++i) {
-    wire_->free_.push_back(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(frames[i].handle)));
-  }
+  // One size change for the burst instead of a push_back per frame (the
+  // free list's capacity is the pool's: it never reallocates).
+  std::vector<uint32_t>& free = wire_->free_;
+  const size_t old = free.size();
+  free.resize(old + n);
+  uint32_t* const top = free.data() + old;
+  for (uint16_t i = 0; i < n; ++i) top[i] = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(frames[i].handle));
 }
 
 }  // namespace droce::sim

@@ -9,7 +9,7 @@
 //   droce-ctl link add NAME type vdev vdev DPDK-VDEV-STRING ip ADDR [options]
 //   droce-ctl link del NAME
 //   droce-ctl link show [NAME]
-//   droce-ctl daemon start [--uplink SPEC] [--eal "ARGS"] [--hugepages] | stop | status
+//   droce-ctl daemon start [--uplink SPEC] [--eal "ARGS"] [--hugepages] [--memory-mb N] | stop | status
 //   droce-ctl env
 //   droce-ctl settings [--markdown]
 //
@@ -38,6 +38,8 @@
 #include "drivers/ethdev/memif_vdev.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_settings.h"
+#include "apps/common/option_table.h"
+#include "apps/droced/options.h"
 #include "apps/droced/uplink_spec.h"
 #include "drivers/fabric/build_tree.h"
 #include "drivers/fabric/protocol.h"
@@ -126,7 +128,8 @@ struct DaemonOptions {
   std::string uplink;  // --uplink SPEC ("": DROCED_UPLINK, if set, reaches droced through the environment)
   std::string eal;     // --eal "ARGS": EAL options of a real NIC's PMD
   bool hugepages = false;
-  bool any() const { return !uplink.empty() || !eal.empty() || hugepages; }
+  std::string memory_mb;  // --memory-mb N: droced's DPDK memory (a many-queue interface's AF_XDP UMEMs)
+  bool any() const { return !uplink.empty() || !eal.empty() || hugepages || !memory_mb.empty(); }
 };
 
 // The uplink a daemon started now would get: checked here so that a bad one
@@ -147,7 +150,8 @@ int DaemonStart(const std::string& run_dir, bool quiet, const DaemonOptions& o =
   if (DaemonRunning(run_dir)) {
     if (o.any()) {
       return Fail("droced is running for " + run_dir +
-                  " already: its uplink and EAL options are given when it starts (droce-ctl daemon stop first)");
+                  " already: its uplink, EAL and memory options are given when it starts (droce-ctl daemon stop "
+                  "first)");
     }
     if (!quiet) std::printf("droced is running for %s\n", run_dir.c_str());
     return 0;
@@ -158,6 +162,7 @@ int DaemonStart(const std::string& run_dir, bool quiet, const DaemonOptions& o =
   if (!o.uplink.empty()) argv_s.insert(argv_s.end(), {"--uplink", o.uplink});
   if (!o.eal.empty()) argv_s.insert(argv_s.end(), {"--eal", o.eal});
   if (o.hugepages) argv_s.push_back("--hugepages");
+  if (!o.memory_mb.empty()) argv_s.insert(argv_s.end(), {"--memory-mb", o.memory_mb});
   std::vector<char*> argv_c;
   for (std::string& a : argv_s) argv_c.push_back(a.data());
   argv_c.push_back(nullptr);
@@ -189,8 +194,17 @@ int DaemonCommand(const std::string& run_dir, const std::vector<std::string>& ar
         (args[i] == "--uplink" ? o.uplink : o.eal) = args[i + 1];
         ++i;
         if (args[i - 1] == "--uplink" && o.uplink.empty()) return Fail("--uplink: empty");
+      } else if (args[i] == "--memory-mb" && i + 1 < args.size()) {
+        // droced's own bounds, checked here so a bad value is refused before a daemon starts.
+        unsigned mb = 0;
+        const absl::Status st =
+            apps::Integer("--memory-mb", args[i + 1], droced::kMemoryMbMin, droced::kMemoryMbMax, &mb);
+        if (!st.ok()) return Fail(std::string(st.message()));
+        o.memory_mb = std::to_string(mb);
+        ++i;
       } else {
-        return Fail("daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages]: unexpected '" + args[i] + "'");
+        return Fail("daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages] [--memory-mb N]: unexpected '" +
+                    args[i] + "'");
       }
     }
     return DaemonStart(run_dir, false, o);
@@ -541,6 +555,11 @@ int ConfigureNetdevBound(const std::string& run_dir, LinkAddArgs* a) {
     }
   }
   f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
+  // Its frames leave by system calls (the process's own UDP socket, or
+  // droced's socket on the interface): every transmit burst costs one, so a
+  // gathered burst is not split at tx_flush_bytes (doc/netdev.md "Defaults
+  // of a netdev-bound device"). Before the command line's `set`s, which win.
+  a->sets.insert(a->sets.begin(), "tx_flush_bytes=0");
   return CheckNetdev(run_dir, f.netdev, &f);
 }
 
@@ -676,7 +695,7 @@ constexpr Command kCommands[] = {
     {"link delete", LinkDel, nullptr},
     {"link show", LinkShow, "  link show [NAME]\n"},
     {"daemon", [](const Dirs& d, const std::vector<std::string>& a) { return DaemonCommand(d.run, a); },
-     "  daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages] | stop | status\n"
+     "  daemon start [--uplink SPEC] [--eal \"ARGS\"] [--hugepages] [--memory-mb N] | stop | status\n"
      "                             the run directory's fabric daemon (droced); SPEC (else $DROCED_UPLINK):\n"
      "                             memif:SOCKET:server|client, vdev:NAME[,ARGS], pci:DDDD:BB:DD.F[,ARGS]\n"},
     {"switch", [](const Dirs& d, const std::vector<std::string>& a) { return SwitchCommand(d.run, a); },

@@ -42,7 +42,7 @@ const std::vector<OptionSpec>& Table() {
        }},
       {"--memory-mb", nullptr, "N", "DPDK memory in MiB, 64..65536 (256)",
        [](DaemonOptions& o, const std::string& k, const std::string& v) {
-         return apps::Integer(k, v, 64, 65536, &o.memory_mb);
+         return apps::Integer(k, v, kMemoryMbMin, kMemoryMbMax, &o.memory_mb);
        }},
       {"--busy-poll", nullptr, nullptr, "never sleep (a core of its own: benchmarks)",
        [](DaemonOptions& o, const std::string&, const std::string&) {

@@ -17,6 +17,9 @@
 
 namespace droce::droced {
 
+// --memory-mb's bounds (droce-ctl daemon start checks them too).
+inline constexpr unsigned kMemoryMbMin = 64, kMemoryMbMax = 65536;
+
 struct DaemonOptions {
   std::string run_dir;              // default: verbs::DefaultRunDir() (the caller's)
   bool foreground = false;          // stay in the foreground, log to stderr

@@ -351,7 +351,10 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
 }
 
 // One poll round, unless a program thread waits for the device mutex or
-// holds it. Returns the round's work.
+// holds it. Returns the round's work. The clock is read under the lock, not
+// taken from the loop's reading: a program thread may have run a round at a
+// later time in between, and the engine takes unsigned differences of
+// successive times (timeouts, CNP spacing), which must not step back.
 uint32_t Runtime::ProgressThread::PollOnce() {
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return 0;
   const uint64_t polled_at = NowNs();
@@ -361,7 +364,10 @@ uint32_t Runtime::ProgressThread::PollOnce() {
   rt_.progress_rx_packets_ += rx_after - rx_before;
   if (auto_sched_) auto_policy_.NoteRx(polled_at, rx_after, rt_.progress_rx_packets_);
   rt_.Unlock();
-  rt_.stats_.progress_polls.fetch_add(1, std::memory_order_relaxed);
+  // This thread is the counter's only writer: no locked instruction, which
+  // would wait for the round's stores to the wire to drain.
+  rt_.stats_.progress_polls.store(rt_.stats_.progress_polls.load(std::memory_order_relaxed) + 1,
+                                  std::memory_order_relaxed);
   return work;
 }
 

@@ -312,6 +312,10 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   for (McastGroup& g : groups_) std::erase(g.qpns, qpn);  // a destroyed QP leaves its groups
   std::erase_if(groups_, [](const McastGroup& g) { return g.qpns.empty(); });
   slot.qp.reset();
+  if (slot.active) {  // an active slot holds a QP (PostSend)
+    std::erase(active_, qpn - qpn_base_);
+    slot.active = false;
+  }
   slot.path = PathFilter{};
   ForgetPrediction(qpn - qpn_base_);
   timers_.Cancel(qpn - qpn_base_);
@@ -320,18 +324,23 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
   return absl::OkStatus();
 }
 
-// Out of line: the active list's growth would make every post save
-// registers.
-[[gnu::noinline]] void Device::ActivateOutOfLine(uint32_t qpn) { Activate(qpn); }
+// A post to a QP on the active list is the last call of PostSend (nothing
+// saved around it); an active slot holds a QP (DestroyQp takes it off the
+// list). Any other post comes here, out of line, and puts its QP on the list
+// only when the WR was accepted.
+[[gnu::noinline]] int Device::PostSendInactive(uint32_t index, const transport::SendWr& wr) {
+  Qp* q = qps_[index].qp.get();
+  if (q == nullptr) return EINVAL;
+  const int err = q->PostSend(wr);
+  if (err == 0) Activate(qpn_base_ + index);
+  return err;
+}
 
-// The QP goes on the active list before its post, so that the post is the
-// last call (nothing saved around it); one whose post fails leaves the list
-// at the next transmit round, which finds nothing new to send.
 int Device::PostSend(uint32_t qpn, const transport::SendWr& wr) {
   const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
-  if (i >= qps_.size() || qps_[i].qp == nullptr) return EINVAL;
+  if (i >= qp_slots_) return EINVAL;
   QpSlot& slot = qps_[i];
-  if (!slot.active) [[unlikely]] ActivateOutOfLine(qpn);
+  if (!slot.active) [[unlikely]] return PostSendInactive(i, wr);
   return slot.qp->PostSend(wr);
 }
 

@@ -308,9 +308,10 @@ class Device {
                                      uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out);
   absl::Status MakeRoute(const transport::AddressVector& av, uint32_t local_qpn,
                          uint32_t remote_qpn, wire::Route* out) const;
+  // PostSend to a QP not on the active list (device.cc).
+  int PostSendInactive(uint32_t index, const transport::SendWr& wr);
   // Puts the QP on the active list (it has transmit work). Inline: every
   // delivered frame calls it, and the QP is mostly on the list already.
-  void ActivateOutOfLine(uint32_t qpn);
   void Activate(uint32_t qpn) {
     const uint32_t i = qpn - qpn_base_;
     if (!qps_[i].active) [[unlikely]] {
@@ -457,7 +458,7 @@ class Device {
   // moved (QPs point into them).
   std::vector<std::unique_ptr<cc::Config>> cc_choices_;
   std::vector<QpSlot> qps_;  // index = QPN - qpn_base_, grown up to max_qp slots
-  // qps_.size(), kept beside it: the receive loop tests every frame's slot
+  // qps_.size(), kept beside it: PostSend and the receive loop test a slot
   // index against it, and the vector's size is a division by the slot's.
   uint32_t qp_slots_ = 0;
   // Slots of destroyed QPs, oldest first. A QPN is reused only once every

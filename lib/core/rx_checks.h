@@ -54,7 +54,7 @@ inline Device::RxVerdict Device::CheckFrame(const uint8_t* frame, uint32_t len, 
     ++counters_.rx_drop_pkey;
     return {};
   }
-  // 5. ICRC. RC WRITE MIDDLE, SEND MIDDLE: the QP checks it while it places the payload.
+  // 5. ICRC. The packets transport::Qp::VerifiesWhilePlacing names: the QP checks it while it places the payload.
   //    None on a port configured as trusted (DeviceConfig::rx_icrc_trusted).
   const uint32_t index = bth.dest_qp() - qpn_base_;
   if (config_.rx_icrc_trusted) return {true, false, index};

@@ -11,9 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/connect.h"
-#include "core/device.h"
 #include "sim/wire/mem_wire.h"
+#include "tests/support/device_pair.h"
 
 namespace droce::core {
 namespace {
@@ -22,11 +21,9 @@ namespace {
 // `sink_qpn` are taken and thrown away at once (the wire has room for all of
 // them), everything else goes to the in-memory wire. Records how many READ
 // response packets had left when the first ACK for `watch_qpn` did.
-class SinkPort final : public pktio::BurstIo {
+class SinkPort final : public testing::ForwardingPort {
  public:
-  explicit SinkPort(pktio::BurstIo* inner) : inner_(inner) {}
-  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override { return inner_->RxBurst(f, n); }
-  uint16_t AllocTx(pktio::Frame* f, uint16_t n) override { return inner_->AllocTx(f, n); }
+  using ForwardingPort::ForwardingPort;
   uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
     for (uint16_t i = 0; i < n; ++i) {
       const wire::ParsedPacket p = wire::ParsePacket(f[i].data, f[i].len);
@@ -34,24 +31,22 @@ class SinkPort final : public pktio::BurstIo {
       if (p.ok() && qpn == sink_qpn && p.opcode >= wire::kRcReadResponseFirst &&
           p.opcode <= wire::kRcReadResponseOnly) {
         ++sunk_;
-        inner_->Release(f + i, 1);
+        inner()->Release(f + i, 1);
         continue;
       }
       if (p.ok() && qpn == watch_qpn && p.opcode == wire::kRcAcknowledge && sunk_at_ack_ < 0) {
         sunk_at_ack_ = static_cast<int64_t>(sunk_);
       }
-      if (inner_->TxBurst(f + i, 1) != 1) return i;
+      if (inner()->TxBurst(f + i, 1) != 1) return i;
     }
     return n;
   }
-  void Release(pktio::Frame* f, uint16_t n) override { inner_->Release(f, n); }
 
   uint32_t sink_qpn = 0, watch_qpn = 0;
   uint64_t sunk() const { return sunk_; }
   int64_t sunk_at_ack() const { return sunk_at_ack_; }
 
  private:
-  pktio::BurstIo* inner_;
   uint64_t sunk_ = 0;
   int64_t sunk_at_ack_ = -1;
 };
@@ -73,38 +68,17 @@ TEST(TxFairness, LargestReadDoesNotStarveAnotherQp) {
   wc.queue_frames = 512;
   sim::MemWire wire(wc);
   SinkPort sink(&wire.end(0));
-  pktio::BurstIo* ports[2] = {&sink, &wire.end(1)};
-  std::unique_ptr<Device> dev[2];  // 0: the responder under test, 1: the peer
-  uint32_t pd[2], cq[2], qpn[2][2];
-  std::vector<uint8_t> small[2];
-  mem::MrKeys big_keys[2], small_keys[2];
+  testing::DevicePairOptions o;  // device 0: the responder under test, 1: the peer
+  o.qps = 2;
+  o.mtu = 4096;
+  testing::DevicePair p(&sink, &wire.end(1), o);
+  mem::MrKeys big_keys[2];
   for (int i = 0; i < 2; ++i) {
-    DeviceConfig cfg;
-    cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
-    cfg.ipv4 = 0x0A000001 + i;
-    dev[i] = std::make_unique<Device>(cfg, ports[i]);
-    pd[i] = dev[i]->AllocPd();
-    cq[i] = *dev[i]->CreateCq(256);
-    for (int k = 0; k < 2; ++k) {
-      QpInitAttr init;
-      init.pd = pd[i];
-      init.send_cq = init.recv_cq = cq[i];
-      qpn[i][k] = *dev[i]->CreateQp(init);
-    }
-    big_keys[i] = *dev[i]->RegMr(pd[i], big, big_len, reinterpret_cast<uint64_t>(big),
+    big_keys[i] = *p.dev[i]->RegMr(p.pd[i], big, big_len, reinterpret_cast<uint64_t>(big),
                                  mem::kLocalWrite | mem::kRemoteRead);
-    small[i].assign(64 * 1024, static_cast<uint8_t>(i + 1));
-    small_keys[i] = *dev[i]->RegMr(pd[i], small[i].data(), small[i].size(),
-                                   reinterpret_cast<uint64_t>(small[i].data()),
-                                   mem::kLocalWrite | mem::kRemoteWrite | mem::kRemoteRead);
   }
-  for (int i = 0; i < 2; ++i) {
-    for (int k = 0; k < 2; ++k) {
-      ASSERT_TRUE(ConnectQp(*dev[i], qpn[i][k], ParamsToward(*dev[1 - i], qpn[1 - i][k], 4096)).ok());
-    }
-  }
-  sink.sink_qpn = qpn[1][0];
-  sink.watch_qpn = qpn[1][1];
+  sink.sink_qpn = p.qpn[1][0];
+  sink.watch_qpn = p.qpn[1][1];
   const uint64_t read_packets = big_len / 4096;
 
   transport::SendWr r;
@@ -115,16 +89,16 @@ TEST(TxFairness, LargestReadDoesNotStarveAnotherQp) {
   r.sg_list[0] = {reinterpret_cast<uint64_t>(big), static_cast<uint32_t>(big_len), big_keys[1].lkey};
   r.remote_addr = reinterpret_cast<uint64_t>(big);
   r.rkey = big_keys[0].rkey;
-  ASSERT_EQ(dev[1]->PostSend(qpn[1][0], r), 0);
+  ASSERT_EQ(p.dev[1]->PostSend(p.qpn[1][0], r), 0);
 
-  const uint32_t per_round = uint32_t{dev[0]->config().tx_bursts_per_qp} * dev[0]->config().burst;
+  const uint32_t per_round = uint32_t{p.dev[0]->config().tx_bursts_per_qp} * p.dev[0]->config().burst;
   uint64_t now = 1'000'000;
   uint64_t max_round = 0;
   auto round = [&] {
-    dev[1]->Poll(now);
-    const uint64_t before = dev[0]->counters().tx_packets;
-    dev[0]->Poll(now);
-    max_round = std::max(max_round, dev[0]->counters().tx_packets - before);
+    p.dev[1]->Poll(now);
+    const uint64_t before = p.dev[0]->counters().tx_packets;
+    p.dev[0]->Poll(now);
+    max_round = std::max(max_round, p.dev[0]->counters().tx_packets - before);
     now += 1000;
   };
   // The stream starts; no round of the responder sends more than its budget.
@@ -138,14 +112,14 @@ TEST(TxFairness, LargestReadDoesNotStarveAnotherQp) {
   w.opcode = transport::WrOpcode::kRdmaWrite;
   w.flags = transport::kSendSignaled;
   w.num_sge = 1;
-  w.sg_list[0] = {reinterpret_cast<uint64_t>(small[1].data()), 4096, small_keys[1].lkey};
-  w.remote_addr = reinterpret_cast<uint64_t>(small[0].data());
-  w.rkey = small_keys[0].rkey;
-  ASSERT_EQ(dev[1]->PostSend(qpn[1][1], w), 0);
+  w.sg_list[0] = {reinterpret_cast<uint64_t>(p.mem[1].data()), 4096, p.keys[1].lkey};
+  w.remote_addr = reinterpret_cast<uint64_t>(p.mem[0].data());
+  w.rkey = p.keys[0].rkey;
+  ASSERT_EQ(p.dev[1]->PostSend(p.qpn[1][1], w), 0);
   const uint64_t sunk_before_write = sink.sunk();
   queue::Completion c;
   int rounds = 0;
-  while (rounds < 10 && dev[1]->PollCq(cq[1], &c, 1) == 0) {
+  while (rounds < 10 && p.dev[1]->PollCq(p.cq[1], &c, 1) == 0) {
     round();
     ++rounds;
   }
@@ -160,32 +134,27 @@ TEST(TxFairness, LargestReadDoesNotStarveAnotherQp) {
   EXPECT_LE(max_round, 2u * per_round);  // two active QPs, each within its budget
   // The READ is still streaming: it was served alongside, not finished first.
   EXPECT_LT(sink.sunk(), read_packets);
-  EXPECT_TRUE(std::equal(small[0].begin(), small[0].begin() + 4096, small[1].begin()));
-  dev[0].reset();
-  dev[1].reset();
+  EXPECT_TRUE(std::equal(p.mem[0].begin(), p.mem[0].begin() + 4096, p.mem[1].begin()));
+  p.dev[0].reset();
+  p.dev[1].reset();
   munmap(big, big_len);
 }
 
 // Counts the transmit bursts a port is handed.
-class BurstCounter final : public pktio::BurstIo {
+class BurstCounter final : public testing::ForwardingPort {
  public:
-  explicit BurstCounter(pktio::BurstIo* inner) : inner_(inner) {}
-  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override { return inner_->RxBurst(f, n); }
+  using ForwardingPort::ForwardingPort;
   uint16_t AllocTx(pktio::Frame* f, uint16_t n) override {
-    const uint16_t got = inner_->AllocTx(f, n);
+    const uint16_t got = inner()->AllocTx(f, n);
     allocated += got;
     return got;
   }
   uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
     ++bursts;
-    return inner_->TxBurst(f, n);
+    return inner()->TxBurst(f, n);
   }
-  void Release(pktio::Frame* f, uint16_t n) override { inner_->Release(f, n); }
   uint64_t bursts = 0;
   uint64_t allocated = 0;  // buffers handed out by AllocTx
-
- private:
-  pktio::BurstIo* inner_;
 };
 
 // Many QPs with a packet each leave in one shared burst per round, from at
@@ -199,65 +168,34 @@ TEST(TxGather, OnePacketFromEachOfManyQpsIsOneBurst) {
   wc.queue_frames = 512;
   sim::MemWire wire(wc);
   BurstCounter counter(&wire.end(0));
-  pktio::BurstIo* ports[2] = {&counter, &wire.end(1)};
-  std::unique_ptr<Device> dev[2];
-  uint32_t cq[2], qpn[2][kQps];
-  std::vector<uint8_t> mem[2];
-  mem::MrKeys keys[2];
-  for (int i = 0; i < 2; ++i) {
-    DeviceConfig cfg;
-    cfg.mac = {0x02, 0, 0, 0, 0, static_cast<uint8_t>(i + 1)};
-    cfg.ipv4 = 0x0A000001 + i;
-    dev[i] = std::make_unique<Device>(cfg, ports[i]);
-    const uint32_t pd = dev[i]->AllocPd();
-    cq[i] = *dev[i]->CreateCq(256);
-    for (int k = 0; k < kQps; ++k) {
-      QpInitAttr init;
-      init.pd = pd;
-      init.send_cq = init.recv_cq = cq[i];
-      qpn[i][k] = *dev[i]->CreateQp(init);
-    }
-    mem[i].assign(64 * 1024, static_cast<uint8_t>(i + 1));
-    keys[i] = *dev[i]->RegMr(pd, mem[i].data(), mem[i].size(), reinterpret_cast<uint64_t>(mem[i].data()),
-                             mem::kLocalWrite | mem::kRemoteWrite);
-  }
-  for (int i = 0; i < 2; ++i) {
-    for (int k = 0; k < kQps; ++k) {
-      ASSERT_TRUE(ConnectQp(*dev[i], qpn[i][k], ParamsToward(*dev[1 - i], qpn[1 - i][k], 1024)).ok());
-    }
-  }
+  testing::DevicePairOptions o;
+  o.qps = kQps;
+  testing::DevicePair p(&counter, &wire.end(1), o);
   for (int k = 0; k < kQps; ++k) {
-    transport::SendWr w;
-    w.wr_id = k;
-    w.opcode = transport::WrOpcode::kRdmaWrite;
-    w.flags = transport::kSendSignaled;
-    w.num_sge = 1;
-    w.sg_list[0] = {reinterpret_cast<uint64_t>(mem[0].data()) + k * 64, 64, keys[0].lkey};
-    w.remote_addr = reinterpret_cast<uint64_t>(mem[1].data()) + 32 * 1024 + k * 64;
-    w.rkey = keys[1].rkey;
-    ASSERT_EQ(dev[0]->PostSend(qpn[0][k], w), 0);
+    ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0][k], p.Wr(transport::WrOpcode::kRdmaWrite, 64, k * 64, 32 * 1024 + k * 64, k)),
+              0);
   }
   uint64_t now = 1'000'000;
-  dev[0]->Poll(now);
-  EXPECT_EQ(dev[0]->counters().tx_packets, uint64_t{kQps});
+  p.dev[0]->Poll(now);
+  EXPECT_EQ(p.dev[0]->counters().tx_packets, uint64_t{kQps});
   EXPECT_EQ(counter.bursts, 1u);
   // Each QP asks for a burst's worth of buffers (its window allows that
   // many) and uses one: what it leaves is kept for the next QP, not given
   // back and allocated again (was 32 + 31 + ... + 9 = 492 for 24 QPs).
-  EXPECT_LE(counter.allocated, uint64_t{dev[0]->config().burst});
+  EXPECT_LE(counter.allocated, uint64_t{p.dev[0]->config().burst});
   std::vector<queue::Completion> done;
   for (int round = 0; round < 100 && done.size() < kQps; ++round) {
     now += 1000;
-    dev[1]->Poll(now);
-    dev[0]->Poll(now);
+    p.dev[1]->Poll(now);
+    p.dev[0]->Poll(now);
     queue::Completion c[64];
-    const uint32_t n = dev[0]->PollCq(cq[0], c, 64);
+    const uint32_t n = p.dev[0]->PollCq(p.cq[0], c, 64);
     done.insert(done.end(), c, c + n);
   }
   ASSERT_EQ(done.size(), size_t{kQps});
   for (const queue::Completion& c : done) EXPECT_EQ(c.status, queue::WcStatus::kSuccess);
   for (int k = 0; k < kQps; ++k) {
-    EXPECT_EQ(std::memcmp(mem[1].data() + 32 * 1024 + k * 64, mem[0].data() + k * 64, 64), 0) << k;
+    EXPECT_EQ(std::memcmp(p.mem[1].data() + 32 * 1024 + k * 64, p.mem[0].data() + k * 64, 64), 0) << k;
   }
 }
 

@@ -144,6 +144,103 @@ TEST(AckReq, ALostUnaskedTailIsRepairedBySolicit) {
   EXPECT_EQ(pair.b().mem[64], 0x5A);
 }
 
+// A bulk stream asking every 64 packets (unsignaled_ack_every=64, as a
+// netdev device streams): the window never waits for a solicit or a timer.
+// 600 unsignaled one-packet WRITEs posted at once, more than the go-back-N
+// window of 512, then one signaled: the ACKs the AckReqs draw open it.
+TEST(AckReq, ABulkStreamAskingEverySixtyFourPacketsKeepsTheWindowOpen) {
+  AckPair pair(64, 100'000);
+  const uint64_t t0 = 1'000'000;
+  for (uint64_t i = 1; i <= 601; ++i) {
+    SendWr wr = MakeWr(i, WrOpcode::kRdmaWrite, pair.a(), (i % 64) * 64, 64, pair.b(), (i % 64) * 64);
+    if (i != 601) wr.flags = 0;
+    ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, wr), 0);
+  }
+  uint64_t t = t0;
+  Completion c[8];
+  uint32_t done = 0;
+  for (; done == 0 && t < t0 + 50'000; t += 1000) {  // far below ack_solicit_ns and the ACK timeout
+    pair.a().dev->Poll(t);
+    pair.b().dev->Poll(t + 500);
+    done = pair.a().dev->PollCq(pair.a().cq, c, 8);
+  }
+  ASSERT_EQ(done, 1u);
+  EXPECT_EQ(c[0].wr_id, 601u);
+  Qp* q = pair.qa();
+  EXPECT_EQ(q->counters().ack_solicits, 0u);
+  EXPECT_EQ(q->counters().timeouts, 0u);
+  EXPECT_EQ(q->counters().retransmitted_packets, 0u);
+  // AckReq on packets 64, 128, ..., 576 and the signaled 601: at most ten
+  // ACKs (the responder coalesces those of one receive round).
+  EXPECT_GE(pair.qb()->counters().acks_sent, 2u);
+  EXPECT_LE(pair.qb()->counters().acks_sent, 10u);
+  EXPECT_TRUE(pair.AllAcked());
+}
+
+// The ACK an AckReq drew is lost: the requester's transport timer resends
+// (the retry probe) and the duplicate's ACK settles everything.
+TEST(AckReq, ALostAckOfABulkStreamIsRecoveredByTheTimer) {
+  AckPair pair(64, 100'000, /*timeout=*/10);
+  const uint64_t t0 = 1'000'000;
+  for (uint64_t i = 1; i <= 64; ++i) {
+    SendWr wr = MakeWr(i, WrOpcode::kRdmaWrite, pair.a(), i * 64, 64, pair.b(), i * 64);
+    wr.flags = 0;
+    std::memset(pair.a().mem.data() + i * 64, static_cast<int>(i), 64);
+    ASSERT_EQ(pair.a().dev->PostSend(pair.a().qpn, wr), 0);
+  }
+  // A sends the 64 in bursts; packet 64 asks and B answers; that ACK (the
+  // only frame B sends) is lost before A.
+  pktio::Frame lost[4];
+  uint32_t lost_frames = 0;
+  for (uint64_t t = t0; pair.qb()->counters().acks_sent == 0 && t < t0 + 20'000; t += 1000) {
+    pair.a().dev->Poll(t);
+    pair.b().dev->Poll(t + 500);
+    const uint32_t n = pair.link().end(0).RxBurst(lost, 4);
+    pair.link().end(0).Release(lost, n);
+    lost_frames += n;
+  }
+  ASSERT_EQ(pair.qb()->counters().acks_sent, 1u);
+  ASSERT_EQ(lost_frames, 1u);
+  Qp* q = pair.qa();
+  ASSERT_FALSE(pair.AllAcked());
+  EXPECT_EQ(q->counters().ack_solicits, 0u);  // the tail asked: nothing to solicit
+  uint64_t t = q->NextDeadline();
+  ASSERT_NE(t, 0u);
+  while (q->counters().timeouts == 0 && t != 0 && t < t0 + 1'000'000'000) {
+    pair.a().dev->Poll(t);
+    t = q->NextDeadline();
+  }
+  EXPECT_EQ(q->counters().timeouts, 1u);
+  const uint64_t after = t0 + transport::AckTimeoutNs(10);
+  for (uint64_t u = after + 1000; !pair.AllAcked() && u < after + 100'000; u += 1000) {
+    pair.b().dev->Poll(u);
+    pair.a().dev->Poll(u + 500);
+  }
+  EXPECT_TRUE(pair.AllAcked());
+  EXPECT_GE(pair.qb()->counters().duplicates_received, 1u);
+  for (uint64_t i = 1; i <= 64; ++i) EXPECT_EQ(pair.b().mem[i * 64], static_cast<uint8_t>(i)) << i;
+}
+
+// A lone message is answered as before whatever the stream setting: a
+// signaled one in the responder's first round, an unsignaled one by the
+// solicit after ack_solicit_ns (unchanged by unsignaled_ack_every).
+TEST(AckReq, ALoneMessageIsAnsweredAsSoonWithUnsignaledAckEverySixtyFour) {
+  for (const uint32_t every : {16u, 64u}) {
+    AckPair pair(every, 100'000);
+    const uint64_t t0 = 1'000'000;
+    pair.Write(1, true, t0);
+    EXPECT_EQ(pair.qb()->counters().acks_sent, 1u) << every;  // B's first round
+    EXPECT_EQ(pair.TakeAnswers(t0 + 2000), 1u) << every;
+    pair.Write(2, false, t0 + 10'000);
+    EXPECT_EQ(pair.qa()->NextDeadline(), t0 + 10'000 + 100'000) << every;  // the solicit, as with 16
+    pair.a().dev->Poll(t0 + 110'000);
+    pair.b().dev->Poll(t0 + 111'000);
+    pair.TakeAnswers(t0 + 112'000);
+    EXPECT_TRUE(pair.AllAcked()) << every;
+    EXPECT_EQ(pair.qa()->counters().ack_solicits, 1u) << every;
+  }
+}
+
 // A peer that stops right after receiving (rdma_disconnect moves its QP to
 // ERR before the DREQ leaves) acknowledges what it accepted on the way: the
 // requester's unasked tail completes, instead of being flushed when the

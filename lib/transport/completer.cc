@@ -79,7 +79,8 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
     return;
   }
   const uint32_t head = sq_.head(), tail = sq_.tail();
-  const bool sig_all = caps_.sq_sig_all;
+  // sq_sig_all as a signaled flag on every WQE: one test per WQE.
+  const uint8_t signaled = caps_.sq_sig_all ? uint8_t{kSendSignaled} : uint8_t{0};
   SelectiveRepeat* const sr = sr_;
   bool progress = false;
   uint32_t acked_last = 0;
@@ -87,13 +88,16 @@ void Qp::AckUpTo(uint32_t psn, uint64_t now) {
   // Every WQE the walk passes leaves the ring below: none is marked done.
   for (; i != tail; ++i) {
     const SendWqe& w = sq_.at(i);
-    if (!w.done) {
+    if (!w.done) [[likely]] {
       if (!w.started || IsReadOrAtomic(w) || PsnLess(psn, w.last_psn)) break;
       if (sr != nullptr) sr->OnPeerAnswered();  // an SR SEND/WRITE packet acknowledged
       acked_last = w.last_psn;
       progress = true;
+      // Its status is kSuccess: a WQE that failed is done (FailWqe, the flushes).
+      if ((w.flags | signaled) & kSendSignaled) PushSendCompletion(w);
+    } else if (w.status != WcStatus::kSuccess || ((w.flags | signaled) & kSendSignaled)) {
+      PushSendCompletion(w);
     }
-    if (w.status != WcStatus::kSuccess || (w.flags & kSendSignaled) || sig_all) PushSendCompletion(w);
   }
   if (progress && PsnLess(req_.psn_una, PsnAdd(acked_last, 1))) req_.psn_una = PsnAdd(acked_last, 1);
   if (i != tail) progress |= AckPartOf(sq_.at(i), psn);

@@ -3,6 +3,7 @@
 // the reference ICRC (wire/icrc_reference_test.h). The ICRC itself is
 // tested in lib/wire/icrc_test.cc.
 #include <cstring>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -51,6 +52,7 @@ class QpPair : public ::testing::TestWithParam<bool> {
       env.pd = pd_;
       env.make_route = &QpPair::Route;
       env.route_ctx = &ipv6_;
+      env.srq = i == 1 ? srq1_ : nullptr;
       QpCaps caps;
       caps.max_send_wr = caps.max_recv_wr = 256;
       qp_[i] = std::make_unique<Qp>(0x11 + i, caps, env);
@@ -134,6 +136,21 @@ class QpPair : public ::testing::TestWithParam<bool> {
   }
   uint32_t dropped_ = 0;
 
+  // One frame to `to`: through OnUnverifiedPacket when `fused` and the QP
+  // verifies such packets while placing them, else checked, then OnPacket.
+  void Deliver(bool fused, Qp& to, uint8_t* f, uint32_t len, uint32_t* dropped) {
+    const ParsedPacket p = ParsePacket(f, len);
+    if (!p.ok()) {
+      ++*dropped;
+    } else if (fused && Qp::VerifiesWhilePlacing(p)) {
+      if (!to.OnUnverifiedPacket(f, p, now_)) ++*dropped;
+    } else if (wire::IcrcMatches(f, p)) {
+      to.OnPacket(f, p, now_);
+    } else {
+      ++*dropped;
+    }
+  }
+
   // Every frame must pass the reference check and goes the ordinary way.
   void Run() {
     Shuttle(
@@ -147,6 +164,8 @@ class QpPair : public ::testing::TestWithParam<bool> {
   }
 
   bool ipv6_ = false;
+  Srq* srq1_ = nullptr;  // side 1's receives come from it when set (before Connect)
+  std::vector<std::unique_ptr<Srq>> srqs_;  // outlive every QP that used them
   uint64_t now_ = 1;
   mem::MrTable mrs_;
   uint32_t pd_ = 0;
@@ -257,25 +276,60 @@ TEST_P(QpPair, CorruptedMiddleIsDroppedAndRewritten) {
 // the destination deregistered mid-READ.
 enum class ReadFault { kNone, kLost, kSwapped, kCorruptPayload, kCorruptIcrc, kCorruptPsn, kDeregistered };
 
-struct ReadOutcome {
+
+// What the fused and the two-pass receive paths must agree on: memory,
+// completions on both sides, QP states and counters.
+struct Outcome {
   std::vector<uint8_t> memory;
   std::vector<std::tuple<uint64_t, int, uint32_t>> completions;  // wr_id, status, byte_len
   QpState state;
   uint64_t rx_packets, duplicates, out_of_sequence, retransmitted, bad_responses;
   uint32_t dropped;
-  bool placed_before_check = false;  // a corrupted MIDDLE's payload was seen in place before its drop
-  bool operator==(const ReadOutcome& o) const {
+  bool placed_before_check = false;  // a corrupted packet's payload was seen in place before its drop
+  bool operator==(const Outcome& o) const {
     return memory == o.memory && completions == o.completions && state == o.state && rx_packets == o.rx_packets &&
            duplicates == o.duplicates && out_of_sequence == o.out_of_sequence && retransmitted == o.retransmitted &&
            bad_responses == o.bad_responses && dropped == o.dropped;
   }
 };
 
+// The bytes of [offset, offset + n) of a message scattered over `sges`.
+std::vector<uint8_t> Gathered(const Sge* sges, uint32_t num_sge, uint32_t offset, uint32_t n) {
+  std::vector<uint8_t> out;
+  for (uint32_t i = 0; i < num_sge && n > 0; ++i) {
+    const Sge& g = sges[i];
+    if (offset >= g.length) {
+      offset -= g.length;
+      continue;
+    }
+    const uint32_t k = std::min(n, g.length - offset);
+    const uint8_t* h = reinterpret_cast<const uint8_t*>(g.addr) + offset;
+    out.insert(out.end(), h, h + k);
+    n -= k;
+    offset = 0;
+  }
+  return out;
+}
+
+// Scatter lists of `num` uneven pieces of `size` bytes in side `side`'s
+// memory from `offset`, 1000 bytes apart (a packet's payload crosses them).
+uint32_t UnevenSges(Sge* out, uint32_t num, uint32_t size, uint64_t base, uint32_t lkey) {
+  uint32_t left = size;
+  uint64_t at = base;
+  for (uint32_t i = 0; i < num; ++i) {
+    const uint32_t n = i + 1 == num ? left : std::min(left, size / num + 1234 * (i + 1));
+    out[i] = {at, n, lkey};
+    at += n + 1000;
+    left -= n;
+  }
+  return num;
+}
+
 class ReadPlacement : public QpPair {
  protected:
   // READs of `mtus` MTUs plus `extra` bytes from side 1 into side 0, over
   // `sges` SGEs, with `fault` on the `victim`-th response frame (first time).
-  ReadOutcome Run(bool fused, uint32_t mtus, uint32_t extra, uint32_t sges, ReadFault fault, int victim) {
+  Outcome Run(bool fused, uint32_t mtus, uint32_t extra, uint32_t sges, ReadFault fault, int victim) {
     Connect();
     std::mt19937 rng(mtus * 131 + extra + sges);
     for (auto& b : mem_[1]) b = static_cast<uint8_t>(rng());
@@ -285,38 +339,17 @@ class ReadPlacement : public QpPair {
     rd.wr_id = 7;
     rd.opcode = WrOpcode::kRdmaRead;
     rd.flags = kSendSignaled;
-    rd.num_sge = sges;
-    // Uneven pieces, 1000 bytes apart: a MIDDLE's payload crosses SGEs.
-    uint32_t left = size;
-    uint64_t at = reinterpret_cast<uint64_t>(mem_[0].data()) + 100;
-    for (uint32_t i = 0; i < sges; ++i) {
-      const uint32_t n = i + 1 == sges ? left : std::min(left, size / sges + 1234 * (i + 1));
-      rd.sg_list[i] = {at, n, keys_[0].lkey};
-      at += n + 1000;
-      left -= n;
-    }
+    rd.num_sge = UnevenSges(rd.sg_list.data(), sges, size, reinterpret_cast<uint64_t>(mem_[0].data()) + 100,
+                            keys_[0].lkey);
     rd.remote_addr = reinterpret_cast<uint64_t>(mem_[1].data()) + 333;
     rd.rkey = keys_[1].rkey;
     EXPECT_EQ(qp_[0]->PostSend(rd), 0);
-    ReadOutcome out;
+    Outcome out;
     out.dropped = 0;
     int responses = 0;
     bool done = false;
     std::vector<uint8_t> held;
-    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) {
-      const ParsedPacket p = ParsePacket(f, len);
-      if (!p.ok()) {
-        ++out.dropped;
-        return;
-      }
-      if (fused && Qp::VerifiesWhilePlacing(p)) {
-        if (!to.OnUnverifiedPacket(f, p, now_)) ++out.dropped;
-      } else if (wire::IcrcMatches(f, p)) {
-        to.OnPacket(f, p, now_);
-      } else {
-        ++out.dropped;
-      }
-    };
+    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) { Deliver(fused, to, f, len, &out.dropped); };
     Shuttle(
         [&](Qp& to, uint8_t* f, uint32_t len) {
           const ParsedPacket p = ParsePacket(f, len);
@@ -340,21 +373,7 @@ class ReadPlacement : public QpPair {
                 std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
                 deliver(to, f, len);
                 // Where the payload would land: the READ's bytes [offset, offset + 4096) over its SGEs.
-                std::vector<uint8_t> landed;
-                uint32_t skip = offset, want = p.payload_len;
-                for (uint32_t i = 0; i < rd.num_sge && want > 0; ++i) {
-                  const Sge& g = rd.sg_list[i];
-                  if (skip >= g.length) {
-                    skip -= g.length;
-                    continue;
-                  }
-                  const uint32_t n = std::min(want, g.length - skip);
-                  const uint8_t* h = reinterpret_cast<const uint8_t*>(g.addr) + skip;
-                  landed.insert(landed.end(), h, h + n);
-                  want -= n;
-                  skip = 0;
-                }
-                out.placed_before_check = landed == payload;
+                out.placed_before_check = Gathered(rd.sg_list.data(), rd.num_sge, offset, p.payload_len) == payload;
                 return;
               }
               case ReadFault::kDeregistered:
@@ -409,8 +428,8 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.mtus << " MTUs + " << c.extra << " over " << c.sges << " SGEs, fault "
                                       << static_cast<int>(c.fault) << " on response " << c.victim);
-    const ReadOutcome two = Run(false, c.mtus, c.extra, c.sges, c.fault, c.victim);
-    const ReadOutcome one = Run(true, c.mtus, c.extra, c.sges, c.fault, c.victim);
+    const Outcome two = Run(false, c.mtus, c.extra, c.sges, c.fault, c.victim);
+    const Outcome one = Run(true, c.mtus, c.extra, c.sges, c.fault, c.victim);
     EXPECT_TRUE(one == two);
     ASSERT_EQ(one.completions.size(), 1u);
     if (c.fault == ReadFault::kDeregistered) {
@@ -427,6 +446,174 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
     EXPECT_FALSE(two.placed_before_check);
   }
 }
+
+// SEND LAST payloads are checked and placed in one pass, as MIDDLE ones
+// (OnUnverifiedPacket); both ends must end as the two-pass path leaves
+// them: the receiver's memory, both sides' completions, states and
+// counters, for two SENDs of one size into receive WQEs of 1 or 3 SGEs
+// (a QP's own receive queue or a shared one), with a request lost, two
+// swapped, a LAST corrupted (payload, ICRC, PSN), no receive posted (RNR),
+// a receive too small, and the receive buffer deregistered mid-message.
+enum class SendFault {
+  kNone, kLost, kSwapped, kCorruptPayload, kCorruptIcrc, kCorruptPsn, kRnr, kTooSmall, kDeregistered
+};
+
+class SendPlacement : public QpPair {
+ protected:
+  // Two SENDs of `size` bytes from side 0 to side 1, `fault` on the
+  // `victim`-th request frame side 1 gets (the first time).
+  Outcome Run(bool fused, uint32_t size, uint32_t sges, bool shared, SendFault fault, int victim) {
+    Srq& srq = *srqs_.emplace_back(std::make_unique<Srq>(64));
+    srq1_ = shared ? &srq : nullptr;
+    Connect();
+    srq1_ = nullptr;
+    std::mt19937 rng(size * 7 + sges);
+    for (auto& b : mem_[0]) b = static_cast<uint8_t>(rng());
+    std::fill(mem_[1].begin(), mem_[1].end(), 0xEE);
+    RecvWr recvs[2];
+    auto post_recv = [&](const RecvWr& r) {
+      if (shared) {
+        EXPECT_TRUE(srq.ring().Push(r));
+      } else {
+        EXPECT_EQ(qp_[1]->PostRecv(r), 0);
+      }
+    };
+    for (uint32_t m = 0; m < 2; ++m) {
+      const uint32_t room = fault == SendFault::kTooSmall && m == 0 ? size - 100 : size;
+      recvs[m].wr_id = 100 + m;
+      recvs[m].num_sge = UnevenSges(recvs[m].sg_list.data(), sges, room,
+                                    reinterpret_cast<uint64_t>(mem_[1].data()) + 100 + m * 300000, keys_[1].lkey);
+      if (fault != SendFault::kRnr) post_recv(recvs[m]);
+      SendWr wr;
+      wr.wr_id = 7 + m;
+      wr.opcode = WrOpcode::kSend;
+      wr.flags = kSendSignaled;
+      wr.num_sge = 1;
+      wr.sg_list[0] = {reinterpret_cast<uint64_t>(mem_[0].data()) + 333 + m * 300000, size, keys_[0].lkey};
+      EXPECT_EQ(qp_[0]->PostSend(wr), 0);
+    }
+    Outcome out;
+    out.dropped = 0;
+    int requests = 0;
+    bool done = false;
+    std::vector<uint8_t> held;
+    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) { Deliver(fused, to, f, len, &out.dropped); };
+    Shuttle(
+        [&](Qp& to, uint8_t* f, uint32_t len) {
+          const ParsedPacket p = ParsePacket(f, len);
+          const bool request = &to == qp_[1].get() && p.ok() && (p.op().roles & kRoleRequest);
+          if (!done && request && ++requests == victim) {
+            switch (fault) {
+              case SendFault::kNone:
+              case SendFault::kTooSmall: break;
+              case SendFault::kLost: done = true; return;
+              case SendFault::kSwapped: done = true; held.assign(f, f + len); return;
+              case SendFault::kCorruptPayload:
+              case SendFault::kCorruptIcrc:
+              case SendFault::kCorruptPsn: {
+                if (p.opcode != kRcSendLast) break;
+                done = true;
+                const uint32_t where = fault == SendFault::kCorruptPayload ? p.payload_offset + p.payload_len / 2
+                                       : fault == SendFault::kCorruptIcrc  ? p.icrc_offset
+                                                                           : p.bth_offset + 11;
+                f[where] ^= 0x10;
+                std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
+                deliver(to, f, len);
+                // The first message's LAST: its bytes end the receive's [size - len, size).
+                out.placed_before_check = Gathered(recvs[0].sg_list.data(), recvs[0].num_sge,
+                                                   size - p.payload_len, p.payload_len) == payload;
+                return;
+              }
+              case SendFault::kRnr:
+                done = true;
+                deliver(to, f, len);  // refused: nothing posted yet
+                for (const RecvWr& r : recvs) post_recv(r);
+                return;
+              case SendFault::kDeregistered:
+                done = true;
+                deliver(to, f, len);
+                EXPECT_TRUE(mrs_.Deregister(keys_[1].lkey).ok());
+                return;
+            }
+          }
+          deliver(to, f, len);
+          if (!held.empty() && request) {
+            std::vector<uint8_t> late;
+            late.swap(held);
+            deliver(to, late.data(), static_cast<uint32_t>(late.size()));
+          }
+        },
+        /*fire_timers=*/true);
+    out.memory = mem_[1];
+    for (int side : {1, 0}) {
+      queue::Completion wc[8];
+      for (uint32_t i = 0, n = cq_[side].Poll(wc, 8); i < n; ++i) {
+        out.completions.emplace_back(wc[i].wr_id, static_cast<int>(wc[i].status), wc[i].byte_len);
+      }
+    }
+    const QpCounters& k = qp_[1]->counters();
+    out.state = qp_[1]->state();
+    out.rx_packets = k.rx_packets;
+    out.duplicates = k.duplicates_received;
+    out.out_of_sequence = k.out_of_sequence;
+    out.retransmitted = qp_[0]->counters().retransmitted_packets;
+    out.bad_responses = k.rnr_naks_sent;
+    return out;
+  }
+};
+
+TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
+  struct Case {
+    uint32_t size, sges;
+    SendFault fault;
+    int victim;
+  };
+  // 8 KiB is a UCX eager fragment (FIRST + LAST at MTU 4096).
+  const Case cases[] = {
+      {8192, 1, SendFault::kNone, 0},           {4097, 1, SendFault::kNone, 0},
+      {3 * 4096 + 17, 1, SendFault::kNone, 0},  {6 * 4096, 1, SendFault::kNone, 0},
+      {3 * 4096 + 17, 3, SendFault::kNone, 0},  {8192, 3, SendFault::kNone, 0},
+      {8192, 1, SendFault::kLost, 2},           {8192, 1, SendFault::kLost, 3},
+      {3 * 4096 + 17, 1, SendFault::kLost, 4},  {8192, 1, SendFault::kSwapped, 1},
+      {8192, 1, SendFault::kSwapped, 2},        {3 * 4096 + 17, 3, SendFault::kSwapped, 3},
+      {8192, 1, SendFault::kCorruptPayload, 2}, {3 * 4096 + 17, 1, SendFault::kCorruptPayload, 4},
+      {4097, 1, SendFault::kCorruptIcrc, 2},    {8192, 1, SendFault::kCorruptPsn, 2},
+      {8192, 1, SendFault::kRnr, 1},            {8192, 1, SendFault::kTooSmall, 0},
+      {8192, 3, SendFault::kTooSmall, 0},       {8192, 1, SendFault::kDeregistered, 1},
+      {3 * 4096 + 17, 1, SendFault::kDeregistered, 2},
+  };
+  for (bool shared : {false, true}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << c.size << " B into " << c.sges << " SGEs" << (shared ? " (SRQ)" : "")
+                                        << ", fault " << static_cast<int>(c.fault) << " on request " << c.victim);
+      const Outcome two = Run(false, c.size, c.sges, shared, c.fault, c.victim);
+      const Outcome one = Run(true, c.size, c.sges, shared, c.fault, c.victim);
+      EXPECT_TRUE(one == two);
+      if (c.fault == SendFault::kTooSmall || c.fault == SendFault::kDeregistered) {
+        EXPECT_EQ(one.state, QpState::kErr);
+      } else {
+        EXPECT_EQ(one.state, QpState::kRts);
+        ASSERT_EQ(one.completions.size(), 4u);
+        for (const auto& [wr_id, status, byte_len] : one.completions) {
+          EXPECT_EQ(status, static_cast<int>(queue::WcStatus::kSuccess)) << wr_id;
+        }
+        EXPECT_EQ(std::get<2>(one.completions[0]), c.size);
+      }
+      if (c.fault == SendFault::kRnr) {
+        EXPECT_GE(one.bad_responses, 1u);
+      }
+      // A LAST whose payload or ICRC is corrupted reaches the buffer before
+      // its check fails only on the one-pass path (so it is the one under
+      // test, with one SGE); a corrupted PSN sends it the ordinary way.
+      EXPECT_EQ(one.placed_before_check, c.sges == 1 && (c.fault == SendFault::kCorruptPayload ||
+                                                         c.fault == SendFault::kCorruptIcrc));
+      EXPECT_FALSE(two.placed_before_check);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ip, SendPlacement, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });
 
 INSTANTIATE_TEST_SUITE_P(Ip, ReadPlacement, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });

@@ -332,19 +332,20 @@ void Qp::TakePublishedRecvs() {
 // Inline in the posting paths below, their only callers: the WQE from a
 // valid WR, writing its one line and, only for what the WR carries, its
 // slot's SendWqeExt. `total`: the WR's SGE bytes, as its validation added
-// them up. kCommon: not inline, not UD (PostSend's common case).
-template <bool kCommon>
+// them up. kCommon: not inline, not UD (PostSend's common case); kOneSge:
+// moreover a WRITE or SEND of one SGE (its most common WR).
+template <bool kCommon, bool kOneSge>
 [[gnu::always_inline]] inline void Qp::FillSendWqe(SendWqe& w, const SendWr& wr, uint64_t total) {
   w.wr_id = wr.wr_id;
   w.remote_addr = wr.remote_addr;
   w.rkey = wr.rkey;
   w.opcode = wr.opcode;
   w.flags = static_cast<uint8_t>(wr.flags);
-  w.num_sge = static_cast<uint8_t>(wr.num_sge);
+  w.num_sge = kOneSge ? 1 : static_cast<uint8_t>(wr.num_sge);
   w.status = WcStatus::kSuccess;
   w.started = w.fully_sent = w.done = false;
   w.total_len = static_cast<uint32_t>(total);
-  if (wr.num_sge == 1) {
+  if (kOneSge || wr.num_sge == 1) {
     w.local_addr = wr.sg_list[0].addr;
     w.lkey = wr.sg_list[0].lkey;
   } else if (wr.num_sge > 1) {
@@ -364,7 +365,7 @@ template <bool kCommon>
     w.local_host = to;
   }
   // The operands only their opcode reads.
-  if (wr.opcode == WrOpcode::kRdmaWrite || wr.opcode == WrOpcode::kSend) [[likely]] return;
+  if (kOneSge || wr.opcode == WrOpcode::kRdmaWrite || wr.opcode == WrOpcode::kSend) [[likely]] return;
   switch (wr.opcode) {
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kSend:
@@ -433,14 +434,22 @@ template <bool kCommon>
 
 // PostSend's steps. kCommon: the caller has seen the common case (an RC or
 // UC QP in RTS, nothing published waiting, no inline data), whose steps
-// make no call, so its instance needs no saved registers.
-template <bool kCommon>
+// make no call, so its instance needs no saved registers. kOneSge: moreover
+// a WRITE or SEND of one SGE, valid on any RC or UC QP whose SGE limit and
+// max_msg_sz allow it (ValidateForQp's other checks pass for it).
+template <bool kCommon, bool kOneSge>
 [[gnu::always_inline]] inline int Qp::PostSendSteps(const SendWr& wr) {
+  static_assert(kCommon || !kOneSge);
   if (!kCommon && state_ != QpState::kRts && state_ != QpState::kSqd && state_ != QpState::kErr) {
     return EINVAL;
   }
   uint64_t total;
-  if (const int err = ValidateForQp(wr, &total); err != 0) return err;
+  if (kOneSge) {
+    total = wr.sg_list[0].length;
+    if (caps_.max_send_sge == 0 || total > kMaxMessageBytes) return EINVAL;
+  } else if (const int err = ValidateForQp(wr, &total); err != 0) {
+    return err;
+  }
   if (!kCommon && sq_.published() != 0) TakePostedSends();  // posts published earlier go first
   SendWqe* w = sq_.ProducerSlot();
   if (w == nullptr) return ENOMEM;
@@ -448,7 +457,7 @@ template <bool kCommon>
     if (const int err = PostUdSend(wr, w); err != 0) return err;  // nothing published
   }
   static_assert(sizeof(SendWr) == 240, "a new SendWr field must be copied in FillSendWqe too");
-  FillSendWqe<kCommon>(*w, wr, total);
+  FillSendWqe<kCommon, kOneSge>(*w, wr, total);
   sq_.PublishOwn();
   if (!kCommon && state_ == QpState::kErr) {
     w->done = true;
@@ -458,11 +467,19 @@ template <bool kCommon>
   return 0;
 }
 
-[[gnu::noinline]] int Qp::PostSendOther(const SendWr& wr) { return PostSendSteps<false>(wr); }
+[[gnu::noinline]] int Qp::PostSendOther(const SendWr& wr) { return PostSendSteps<false, false>(wr); }
+[[gnu::noinline]] int Qp::PostSendCommon(const SendWr& wr) { return PostSendSteps<true, false>(wr); }
 
+// The common case's most common WR (a WRITE or SEND of one SGE) takes the
+// steps without a loop or a call, so without saved registers; the rest of
+// the common case and everything else go out of line, as tail calls.
 int Qp::PostSend(const SendWr& wr) {
   if (state_ == QpState::kRts && !ud() && sq_.published() == 0 && !(wr.flags & kSendInline)) [[likely]] {
-    return PostSendSteps<true>(wr);
+    if (wr.num_sge == 1 && (static_cast<uint8_t>(wr.opcode) & ~uint8_t{2}) == 0) [[likely]] {
+      static_assert(static_cast<int>(WrOpcode::kRdmaWrite) == 0 && static_cast<int>(WrOpcode::kSend) == 2);
+      return PostSendSteps<true, true>(wr);
+    }
+    return PostSendCommon(wr);
   }
   return PostSendOther(wr);
 }
@@ -486,7 +503,7 @@ int Qp::PublishSend() {
   const SendWr& wr = sq_staged_[sq_.SlotOf(w)];
   uint64_t total;
   if (const int err = ValidateForQp(wr, &total); err != 0) return err;
-  FillSendWqe<false>(*w, wr, total);
+  FillSendWqe<false, false>(*w, wr, total);
   sq_.Publish();
   return 0;
 }
@@ -502,7 +519,7 @@ int Qp::PublishSends(uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
     SendWqe& w = *sq_.ProducerSlot(i);
     const SendWr& wr = sq_staged_[sq_.SlotOf(&w)];
-    FillSendWqe<false>(w, wr, SgeBytes(wr));
+    FillSendWqe<false, false>(w, wr, SgeBytes(wr));
   }
   sq_.Publish(n);
   return 0;

@@ -171,11 +171,11 @@ class Qp {
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
-  // RC WRITE MIDDLE, SEND MIDDLE and READ RESPONSE MIDDLE. See
+  // RC WRITE MIDDLE, SEND MIDDLE, SEND LAST and READ RESPONSE MIDDLE. See
   // doc/transport.md "ICRC and placement".
   static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
     return p.opcode == wire::kRcWriteMiddle || p.opcode == wire::kRcSendMiddle ||
-           p.opcode == wire::kRcReadResponseMiddle;
+           p.opcode == wire::kRcSendLast || p.opcode == wire::kRcReadResponseMiddle;
   }
   // OnPacket for such a packet. False: the ICRC failed and the packet was
   // dropped without any change to the QP (the caller counts it); it may have
@@ -404,6 +404,7 @@ class Qp {
   DROCE_STEP ReqState ReqCheckLength(SendCtx& c);
   DROCE_STEP ReqState ReqCheckSges(SendCtx& c);
   DROCE_STEP ReqState ReqBuildPacket(SendCtx& c);
+  template <bool kShortQp = false>
   DROCE_STEP ReqState ReqUpdate(SendCtx& c);
   // The per-WQE predicates below are inline: the doorbell's demand count
   // (qp.cc), the requester and the completer ask them of every WQE.
@@ -420,9 +421,10 @@ class Qp {
   uint32_t PacketsForLength(uint32_t len) const { return len == 0 ? 1 : ((len - 1) >> mtu_log2_) + 1; }
   uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
   // The common request packet built in fewer steps (requester.cc).
-  bool ShortRequest(const SendWqe& w) const;
-  bool ShortStart(const SendWqe& w) const;
-  uint32_t BuildShortRequest(SendWqe& w, uint8_t* frame);
+  bool ShortQp() const;  // the QP's part of ShortRequest and ShortStart
+  bool ShortRequest(const SendWqe& w, bool short_qp) const;
+  bool ShortStart(const SendWqe& w, bool short_qp) const;
+  uint32_t BuildShortRequest(SendWqe& w, uint8_t* frame, uint32_t ack_every);
   void GatherPayload(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;
   void GatherSges(const SendWqe& w, uint32_t offset, uint32_t len, uint8_t* out) const;  // inline
   template <typename Span>
@@ -653,13 +655,15 @@ class Qp {
   uint32_t CcWriteIntEcho(uint8_t* bth_p, uint32_t header_bytes);
 
   void TakePostedSends();
-  template <bool kCommon>
-  int PostSendSteps(const SendWr& wr);  // PostSend's (qp.cc)
-  int PostSendOther(const SendWr& wr);  // PostSend but for its common case
+  template <bool kCommon, bool kOneSge>
+  int PostSendSteps(const SendWr& wr);   // PostSend's (qp.cc)
+  int PostSendOther(const SendWr& wr);   // PostSend but for its common case
+  int PostSendCommon(const SendWr& wr);  // PostSend's common case but for one-SGE WRITE/SEND
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
-  // The WQE from a valid WR (qp.cc); kCommon: neither inline nor UD.
-  template <bool kCommon>
+  // The WQE from a valid WR (qp.cc); kCommon: neither inline nor UD;
+  // kOneSge: a WRITE or SEND of one SGE.
+  template <bool kCommon, bool kOneSge>
   void FillSendWqe(SendWqe& w, const SendWr& wr, uint64_t total);
   int ValidateForQp(const SendWr& wr, uint64_t* total) const;  // ValidateSend plus the QP type's opcodes
 

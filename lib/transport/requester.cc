@@ -15,7 +15,7 @@ namespace droce::transport {
 using queue::WcStatus;
 using namespace droce::wire;
 
-// Inline: BuildRequest, in this file, is its one caller.
+// Inline: its callers (BuildRequest, TransmitRequests) are in this file.
 [[gnu::always_inline]] inline uint32_t Qp::AckReqEvery() const {
   const uint32_t every = sr_ ? sr_->ack_req_every() : env_.ack_req_every;
   const uint32_t cc_window = cc_.output().window_packets;  // 0: none
@@ -84,12 +84,37 @@ using namespace droce::wire;
   return true;
 }
 
+namespace {
+
+// A short payload's copy inline: 16 to 64 bytes as two to four overlapping
+// 16-byte moves, without libc's call and its dispatch on the size per
+// packet; other sizes through memcpy.
+[[gnu::always_inline]] inline void CopyShortPayload(uint8_t* out, const uint8_t* from, uint32_t len) {
+  if (len - 16 <= 48) {  // 16..64 (a length below 16 wraps above 48)
+    std::memcpy(out, from, 16);
+    std::memcpy(out + len - 16, from + len - 16, 16);
+    if (len > 32) {
+      std::memcpy(out + 16, from + 16, 16);
+      std::memcpy(out + len - 32, from + len - 32, 16);
+    }
+  } else if (len > 0) {
+    std::memcpy(out, from, len);
+  }
+}
+
+}  // namespace
+
+// What the requester's steps share during one call. The QP's part of
+// ShortStart/ShortRequest and the AckReq spacing of short requests are read
+// once per call: sending changes neither.
 struct Qp::SendCtx {
   pktio::Frame* frames;
   uint32_t used;
   uint32_t n;
   uint64_t now_ns;
   SendWqe* w = nullptr;
+  bool short_qp = false;    // ShortQp()
+  uint32_t ack_every = 0;   // a short request asks for its ACK at least this often
 };
 
 uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns) {
@@ -103,6 +128,8 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
     if (state_ == QpState::kErr) return used;
   }
   SendCtx c{frames, used, n, now_ns};
+  c.short_qp = ShortQp();
+  c.ack_every = std::min(env_.unsignaled_ack_every, AckReqEvery());
   ReqState s = ReqState::kGetWqe;
   while (s != ReqState::kDone) {
     switch (s) {
@@ -129,17 +156,22 @@ DROCE_STEP ReqState Qp::ReqGetWqe(SendCtx& c) {
   c.w = &sq_.at(req_.sq_next);
   if (c.w->started) return ReqState::kCheckWindow;
   if (state_ == QpState::kSqd) return ReqState::kDone;  // SQD: drained
-  return ShortStart(*c.w) ? ReqState::kShortRequest : ReqState::kCheckLimits;
+  return ShortStart(*c.w, c.short_qp) ? ReqState::kShortRequest : ReqState::kCheckLimits;
+}
+
+// ShortRequest's and ShortStart's conditions on the QP: RC, neither selective
+// repeat, congestion control nor INT, short requests on.
+[[gnu::always_inline]] inline bool Qp::ShortQp() const {
+  return reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ && short_requests_;
 }
 
 // A new WQE that ShortRequest's build will send whole, whose limits and
 // window let it start: no fence behind an outstanding READ/atomic, room in
 // the window, its first PSN the next one ever sent.
-[[gnu::always_inline]] inline bool Qp::ShortStart(const SendWqe& w) const {
-  return (w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+[[gnu::always_inline]] inline bool Qp::ShortStart(const SendWqe& w, bool short_qp) const {
+  return short_qp && (w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
          w.total_len < kFusedGatherMin && ((w.flags & kSendInline) || w.num_sge <= 1) &&
-         req_.psn_next == req_.psn_high && reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ &&
-         short_requests_ && !((w.flags & kSendFence) && req_.rd_atomic_outstanding > 0) &&
+         req_.psn_next == req_.psn_high && !((w.flags & kSendFence) && req_.rd_atomic_outstanding > 0) &&
          WindowRoom(PsnDiff(req_.psn_next, req_.psn_una)) != 0;
 }
 
@@ -160,8 +192,8 @@ DROCE_STEP ReqState Qp::ReqShortRequest(SendCtx& c) {
   w.first_psn = w.last_psn = w.next_psn = req_.psn_next;
   req_.psn_next = PsnAdd(req_.psn_next, 1);
   w.started = true;
-  c.frames[c.used].len = BuildShortRequest(w, c.frames[c.used].data);
-  return ReqUpdate(c);
+  c.frames[c.used].len = BuildShortRequest(w, c.frames[c.used].data, c.ack_every);
+  return ReqUpdate<true>(c);
 }
 
 DROCE_STEP ReqState Qp::ReqCheckLimits(SendCtx& c) {
@@ -202,13 +234,16 @@ DROCE_STEP ReqState Qp::ReqCheckSges(SendCtx& c) {
 }
 
 DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
-  const uint32_t len = ShortRequest(*c.w) ? BuildShortRequest(*c.w, c.frames[c.used].data)
-                                          : BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
+  const uint32_t len = ShortRequest(*c.w, c.short_qp)
+                           ? BuildShortRequest(*c.w, c.frames[c.used].data, c.ack_every)
+                           : BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
 }
 
+// kShortQp: the caller has seen ShortQp() (RC, no selective repeat).
+template <bool kShortQp>
 DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
   SendWqe& w = *c.w;
   const uint32_t len = c.frames[c.used].len;
@@ -216,7 +251,7 @@ DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
   counters_.tx_bytes += len;
   NoteSent(len, c.now_ns);
   ++c.used;
-  if (!reliable()) {
+  if (!kShortQp && !reliable()) {
     // UC: a WR is complete once its last packet is on the wire (9.8.1).
     if (w.fully_sent) {
       w.done = true;
@@ -230,7 +265,7 @@ DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
     req_.retry_clock_ns = c.now_ns;  // nothing was outstanding: the IBTA timeout starts now
     req_.retransmit_deadline = ArmRetransmitTimer(c.now_ns);
   }
-  if (sr_) sr_->OnPacketSent(c.now_ns);
+  if (!kShortQp && sr_) sr_->OnPacketSent(c.now_ns);
   req_.tail_sent_ns = c.now_ns;
   if (req_.tail_unsolicited && req_.ack_solicit_deadline == 0) {
     req_.ack_solicit_deadline = c.now_ns + env_.ack_solicit_ns;
@@ -368,16 +403,17 @@ uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* 
 // selective repeat, congestion control or INT, not a resend asking for its
 // ACK. Every other packet takes BuildRequest; the equivalence test
 // (transport_short_request) feeds both the same streams.
-[[gnu::always_inline]] inline bool Qp::ShortRequest(const SendWqe& w) const {
-  return (w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
+[[gnu::always_inline]] inline bool Qp::ShortRequest(const SendWqe& w, bool short_qp) const {
+  return short_qp && (w.opcode == WrOpcode::kRdmaWrite || w.opcode == WrOpcode::kSend) && w.total_len <= mtu_ &&
          w.total_len < kFusedGatherMin && w.next_psn == req_.psn_high && w.next_psn == w.first_psn &&
-         reliable() && sr_ == nullptr && cc_.ops() == nullptr && !int_requests_ && !req_.force_ack_req &&
-         short_requests_;
+         !req_.force_ack_req;
 }
 
 // Inline in its two callers (ReqShortRequest, ReqBuildPacket): as a call,
 // the requester's loop saves and restores its registers around every packet.
-[[gnu::always_inline]] inline uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame) {
+// `ack_every`: min(unsignaled_ack_every, AckReqEvery()), read by the caller
+// once per call.
+[[gnu::always_inline]] inline uint32_t Qp::BuildShortRequest(SendWqe& w, uint8_t* frame, uint32_t ack_every) {
   ++counters_.short_requests;
   const uint32_t psn = w.next_psn;
   req_.psn_high = PsnAdd(psn, 1);
@@ -386,13 +422,13 @@ uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* 
   // AckReq as BuildRequest decides it for a message's last packet sent once.
   const uint32_t since = req_.packets_since_ack_req + 1;
   const bool signaled = (w.flags & kSendSignaled) != 0 || caps_.sq_sig_all;
-  const bool ack_req = signaled || since >= env_.unsignaled_ack_every || since >= AckReqEvery();
+  const bool ack_req = signaled || since >= ack_every;
   req_.packets_since_ack_req = ack_req ? 0 : since;
   req_.tail_unsolicited = !ack_req;
   uint8_t* bth_p = WriteHeaderTemplate(frame, headers_);
   const bool write = w.opcode == WrOpcode::kRdmaWrite;
   bth_p[0] = write ? kRcWriteOnly : kRcSendOnly;
-  if (w.flags & kSendSolicited) BthWriter(bth_p).set_flags(true, true, 0, 0);
+  if (w.flags & kSendSolicited) bth_p[1] |= 0x80;  // SE; MigReq and the pad count are the template's
   StoreBe32(bth_p + 8, (uint32_t{ack_req} << 31) | psn);  // AckReq, reserved 7 bits, PSN
   uint32_t headers = kBthBytes;
   if (write) {
@@ -402,8 +438,12 @@ uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* 
     reth.set_dma_length(w.total_len);
     headers += kRethBytes;
   }
-  GatherSges(w, 0, w.total_len, bth_p + headers);
-  return FinishTemplateFrameInline(frame, headers_, headers + w.total_len);
+  if ((w.flags & kSendInline) || w.num_sge == 1) {
+    CopyShortPayload(bth_p + headers, w.local_host, w.total_len);
+  } else {
+    GatherSges(w, 0, w.total_len, bth_p + headers);
+  }
+  return FinishShortFrame(frame, headers_, headers + w.total_len);
 }
 
 uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {

@@ -199,14 +199,16 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
   // Place while verifying only where the destination follows from verified
   // state alone: the WRITE in progress (its RETH was checked on a verified
   // FIRST), at the expected PSN, inside what that WRITE has left; the SEND
-  // in progress, into its receive WQE through the region the WQE's L_Key
-  // resolved to; or the READ whose responses arrive, at the offset its
-  // accepted responses reached (ReadAwaitingMiddle). Anything else is
-  // verified first and takes the ordinary path.
+  // in progress (a MIDDLE, or a LAST of up to the MTU), into its receive
+  // WQE through the region the WQE's L_Key resolved to; or the READ whose
+  // responses arrive, at the offset its accepted responses reached
+  // (ReadAwaitingMiddle). Anything else is verified first and takes the
+  // ordinary path.
   uint8_t* dst = nullptr;
   SendWqe* read = nullptr;
+  const bool send_last = p.opcode == kRcSendLast;
   if (reliable() && state_ != QpState::kReset && state_ != QpState::kInit && state_ != QpState::kErr &&
-      len == mtu_) {
+      (send_last ? len - 1 < mtu_ : len == mtu_)) {
     if (p.opcode == kRcReadResponseMiddle) {
       read = ReadAwaitingMiddle(psn, len);
     } else if (psn != resp_.epsn) {
@@ -216,7 +218,8 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
           MrStillLentSince(resp_.write_rkey, &resp_.write_epoch)) {
         dst = resp_.write_host + (resp_.write_total - resp_.write_remaining);
       }
-    } else if (resp_.in_message == InMessage::kSend && resp_.recv_wqe_held) {
+    } else if (sr_ == nullptr && resp_.in_message == InMessage::kSend && resp_.recv_wqe_held) {
+      // (Selective repeat's responder takes its requests: OnPacket's way.)
       dst = RecvDestination(len);
     }
   }

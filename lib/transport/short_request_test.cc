@@ -8,8 +8,11 @@
 // then, over IPv4 and IPv6, both MTUs, DSCP and the ECN codepoints (the
 // IPv4 checksum covers the ECT bits), with and without DCQCN: the frames
 // byte for byte, the completions, PSNs and counters must be the same, and
-// each frame must pass the receive checks (IPv4 checksum, ICRC).
+// each frame must pass the receive checks (IPv4 checksum, ICRC). The short
+// end posts through Device::PostSend (its one-SGE WRITE/SEND step), the full
+// end through the verbs producer's slots (the general checks and fill).
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -81,18 +84,22 @@ class ShortRequest : public ::testing::TestWithParam<Params> {
       e->mem.resize(kRegion);
       for (uint32_t k = 0; k < kRegion; ++k) e->mem[k] = static_cast<uint8_t>(k * 13 + 5);
       e->keys = *e->dev->RegMr(pd, e->mem.data(), kRegion, kIova, mem::kLocalWrite | mem::kRemoteWrite);
-      ConnectParams c;
-      c.peer_gid = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
-      c.sgid_index = ipv6() ? 0 : 1;
-      c.peer_mac = kPeerMac;
-      c.peer_qpn = kPeerQpn;
-      c.mtu = mtu();
-      c.sq_psn = 0xFFFFF0;  // the PSN wraps within the stream
-      ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, c).ok());
+      ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, ToPeer()).ok());
     }
     ASSERT_EQ(short_.qpn, full_.qpn);
     full_.qp()->UseFullRequestBuild();
     own_gid_ = short_.dev->gids()[0];
+  }
+
+  ConnectParams ToPeer() const {
+    ConnectParams c;
+    c.peer_gid = ipv6() ? kPeer6 : Ipv4MappedGid(kPeerIp);
+    c.sgid_index = ipv6() ? 0 : 1;
+    c.peer_mac = kPeerMac;
+    c.peer_qpn = kPeerQpn;
+    c.mtu = mtu();
+    c.sq_psn = 0xFFFFF0;  // the PSN wraps within the stream
+    return c;
   }
 
   // A response from the peer (opcode, PSN, READ payload, atomic original) to both ends.
@@ -252,7 +259,15 @@ TEST_P(ShortRequest, FramesAreTheFullBuildsByteForByte) {
           mine.sg_list[i].lkey = e->keys.lkey;
           if (inline_data) mine.sg_list[i].addr = reinterpret_cast<uint64_t>(e->mem.data()) + (mine.sg_list[i].addr - kIova);
         }
-        rc[k] = e->dev->PostSend(e->qpn, mine);
+        if (k == 0) {
+          rc[k] = e->dev->PostSend(e->qpn, mine);
+        } else {  // the verbs producer's path: the general validation and fill
+          transport::SendWr* slot = e->qp()->NextSendSlot();
+          ASSERT_NE(slot, nullptr) << what;
+          *slot = mine;
+          rc[k] = e->qp()->PublishSend();
+          e->dev->DeferDoorbell(e->qpn);
+        }
       }
       ASSERT_EQ(rc[0], rc[1]) << what;
       ++outstanding;
@@ -309,6 +324,33 @@ TEST_P(ShortRequest, ALocalKeyRefusedFailsTheWqeAsTheFullStepsDo) {
     }
     EXPECT_EQ(short_.qp()->state(), transport::QpState::kErr);
     EXPECT_EQ(shorts_, dcqcn() ? 0u : 3u);  // congestion control takes the full steps
+  }
+}
+
+// PostSend's one-SGE WRITE/SEND step refuses what the general checks refuse:
+// an SGE on a QP created without any, a message past max_msg_sz.
+TEST_P(ShortRequest, OneSgePostRefusesWhatTheGeneralChecksRefuse) {
+  for (End* e : {&short_, &full_}) {
+    QpInitAttr init;
+    init.pd = e->dev->AllocPd();
+    init.send_cq = init.recv_cq = e->cq;
+    init.caps.max_send_wr = 8;
+    init.caps.max_send_sge = 0;
+    e->qpn = *e->dev->CreateQp(init);
+    ASSERT_TRUE(ConnectQp(*e->dev, e->qpn, ToPeer()).ok());
+  }
+  for (const WrOpcode op : {WrOpcode::kRdmaWrite, WrOpcode::kSend}) {
+    for (const uint32_t len : {64u, transport::kMaxMessageBytes + 1}) {
+      transport::SendWr wr;
+      wr.opcode = op;
+      wr.num_sge = 1;
+      wr.sg_list[0] = {kIova, len, short_.keys.lkey};
+      EXPECT_EQ(short_.dev->PostSend(short_.qpn, wr), EINVAL);
+      transport::SendWr* slot = full_.qp()->NextSendSlot();
+      ASSERT_NE(slot, nullptr);
+      *slot = wr;
+      EXPECT_EQ(full_.qp()->PublishSend(), EINVAL);
+    }
   }
 }
 

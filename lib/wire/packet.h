@@ -150,6 +150,11 @@ struct HeaderTemplate {
   // them, and only the PSN's four table lookups are left per packet.
   mutable uint32_t last_key = 0;  // BTH bytes 0-1, UDP length << 16; 0: none
   mutable uint32_t last_icrc = 0;
+  // The transport length whose IP and UDP lengths, IPv4 checksum and BTH
+  // pad count `bytes` carry (FinishShortFrame keeps the last frame's there:
+  // a QP's short frames mostly repeat their length); 0: none, those fields
+  // are zero. Every other build sets them in its frame (FinishLengths).
+  uint32_t lengths_for = 0;
 };
 static_assert(HeaderTemplate::kBytes >= sizeof(Route::bytes) + kBthBytes);
 HeaderTemplate MakeHeaderTemplate(const Route& r, uint16_t pkey, uint32_t dest_qp);
@@ -241,11 +246,39 @@ inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 
   return Crc32Update(t.last_icrc ^ IcrcPsnBytes(bth), bth + kBthBytes, after_bth);
 }
 
-// FinishTemplateFrame's steps, inline where a call per packet shows (the
-// requester's short build).
+// FinishTemplateFrame's steps.
 [[gnu::always_inline]] inline uint32_t FinishTemplateFrameInline(uint8_t* frame, const HeaderTemplate& t,
                                                                 uint32_t transport_len) {
   const uint32_t icrc_offset = FinishLengths(frame, t.route, transport_len);
+  const uint32_t crc = TemplateRegister(frame, t, icrc_offset - (t.route.len + kBthBytes));
+  StoreLe32(frame + icrc_offset, Crc32Final(crc));
+  return icrc_offset + kIcrcBytes;
+}
+
+// FinishTemplateFrameInline for frames built from `t` with WriteHeaderTemplate
+// whose BTH byte 1 keeps the template's pad count (SE may be set in it):
+// a frame of the transport length the template's fields are for takes them
+// as they were copied; another sets them and the template keeps them.
+[[gnu::always_inline]] inline uint32_t FinishShortFrame(uint8_t* frame, HeaderTemplate& t, uint32_t transport_len) {
+  uint32_t icrc_offset;
+  if (transport_len == t.lengths_for) [[likely]] {
+    const uint32_t pad = PadFor(transport_len);
+    std::memset(frame + t.route.len + transport_len, 0, pad);
+    icrc_offset = t.route.len + transport_len + pad;
+  } else {
+    icrc_offset = FinishLengths(frame, t.route, transport_len);
+    const uint32_t l3 = t.route.l3_offset, l4 = t.route.l4_offset;
+    std::memcpy(&t.bytes[l4 + 4], frame + l4 + 4, 2);  // UDP length
+    if (t.route.ipv6) {
+      std::memcpy(&t.bytes[l3 + 4], frame + l3 + 4, 2);  // payload length
+    } else {
+      std::memcpy(&t.bytes[l3 + 2], frame + l3 + 2, 2);    // total length
+      std::memcpy(&t.bytes[l3 + 10], frame + l3 + 10, 2);  // header checksum
+    }
+    uint8_t& b1 = t.bytes[t.route.len + 1];
+    b1 = static_cast<uint8_t>((b1 & 0xCF) | (frame[t.route.len + 1] & 0x30));  // pad count
+    t.lengths_for = transport_len;
+  }
   const uint32_t crc = TemplateRegister(frame, t, icrc_offset - (t.route.len + kBthBytes));
   StoreLe32(frame + icrc_offset, Crc32Final(crc));
   return icrc_offset + kIcrcBytes;

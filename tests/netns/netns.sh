@@ -110,6 +110,12 @@ check "each namespace has its own run directory and droced; nd0 steers to the pr
   ! ip -n $A link show nd0 | grep -q prog/xdp &&
   ip netns exec $A '$ctl' daemon status | grep 'netdev nd0: UDP sockets per process, TC steering on nd0' &&
   ip netns exec $B '$ctl' daemon status | grep -q 'netdev nd0: UDP sockets per process'"
+# Its frames leave by system calls: droce-ctl gives a netdev-bound device
+# unsplit transmit bursts (doc/netdev.md); a `set` on the command line wins
+# (memory_for_queues below sets one).
+check "a netdev-bound device's default: tx_flush_bytes=0" bash -c "
+  conf=\$(grep -rl '^netdev=nd0' /run/droce/netns/$A --include=droce.conf | head -1) && echo \"\$conf\" &&
+  grep -x 'tx_flush_bytes=0' \"\$conf\""
 check "the GID table is nd0's addresses, sysfs names nd0" bash -c "
   $(declare -f on); ctl='$ctl'
   out=\$(on $A ibv_devinfo -v -d droce0) && echo \"\$out\" | grep -E 'GID|state|mtu' &&
@@ -465,6 +471,36 @@ multiqueue() {
   return $rc
 }
 check "a veth with 4 RX queues: steering xdp on every queue (8 QPs beside iperf3 on 2+ queues); udp and af_packet too" multiqueue
+
+# An interface with more RX queues than droced's memory holds AF_XDP UMEMs
+# for (16 MiB each, 7 in the default 256 MiB) is refused with the numbers;
+# `droce-ctl daemon start --memory-mb` gives droced more, and the binding
+# then takes every queue. A running daemon's memory cannot be changed.
+memory_for_queues() {
+  [ -e "/run/netns/$QA" ] || ip netns add "$QA" || return 1  # multiqueue's host A, or a new one (ONLY=)
+  ip -n "$QA" link set lo up
+  ip netns exec "$QA" "$ctl" link del droce0 >/dev/null 2>&1
+  ip netns exec "$QA" "$ctl" daemon stop >/dev/null 2>&1
+  ip -n "$QA" link add nd8 numtxqueues 8 numrxqueues 8 type veth peer name nd8p numtxqueues 8 numrxqueues 8 || return 1
+  ip -n "$QA" link set nd8 up && ip -n "$QA" link set nd8p up && ip -n "$QA" addr add 10.0.8.1/24 dev nd8 || return 1
+  local out rc=0
+  out=$(ip netns exec "$QA" "$ctl" link add droce8 netdev nd8 steering xdp 2>&1) && { echo "not refused: $out"; return 1; }
+  echo "$out"; grep -q "8 RX queues need 16 MiB of AF_XDP UMEM each, droced's memory holds 7" <<<"$out" || return 1
+  ip netns exec "$QA" "$ctl" link del droce8 >/dev/null 2>&1
+  ip netns exec "$QA" "$ctl" daemon stop >/dev/null
+  ip netns exec "$QA" "$ctl" daemon start --memory-mb 512 || return 1
+  tr '\0' ' ' </proc/"$(cat /run/droce/netns/$QA/droced.pid)"/cmdline | grep -q -- "--memory-mb 512" || return 1
+  ip netns exec "$QA" "$ctl" link add droce8 netdev nd8 steering xdp set tx_flush_bytes=4096 || rc=1
+  status "$QA" | grep "netdev nd8: AF_XDP, XDP native on nd8 (8 RX queues, a socket each)" || rc=1
+  grep -rlx 'tx_flush_bytes=4096' /run/droce/netns/$QA --include=droce.conf || rc=1  # the command line's set wins
+  out=$(ip netns exec "$QA" "$ctl" daemon start --memory-mb 1024 2>&1) && rc=1
+  echo "$out"; grep -q "running for .* already" <<<"$out" || rc=1
+  ip netns exec "$QA" "$ctl" link del droce8 >/dev/null
+  ip netns exec "$QA" "$ctl" daemon stop >/dev/null
+  ip -n "$QA" link del nd8
+  return $rc
+}
+check "8 RX queues: refused in droced's default memory, bound after daemon start --memory-mb 512" memory_for_queues
 
 # A cluster of 3 on a bridge (tools/droce-cluster): host 3 <-> host 1 and
 # rdma_cm host 2 -> host 3; Open MPI launches through it as its remote shell.

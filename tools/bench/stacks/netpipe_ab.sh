@@ -6,7 +6,10 @@
 #   bash tools/bench/stacks/netpipe_ab.sh NAME=SETTINGS...   (SETTINGS: KEY=VALUE[,KEY=VALUE]
 #                                                             of the device file, or "default")
 #   e.g. bash tools/bench/stacks/netpipe_ab.sh default=default trust=rx_icrc_trust=on
-# ROUNDS (default 1). CSV on stdout: round,stack,bytes,usec,mbps,load
+#   SETTINGS "build:DIR" runs default devices of another build tree's droce
+#   (its droced, verbs provider and droce-ctl), for an A/B of two commits:
+#   bash tools/bench/stacks/netpipe_ab.sh base=build:/path/to/other/build new=default
+# ROUNDS (default 1), NP_UPPER (largest size, default 4194304). CSV on stdout: round,stack,bytes,usec,mbps,load
 # LATENCY=1 also measures, in each round, ib_send_lat -s 8 and UCP tag_lat 8 B
 # (UCX_TLS=rc_verbs,ud_verbs,self) on default devices: rows "ib_send_lat" and
 # "ucp_tag_lat" (usec: typical one-way latency; mbps empty).
@@ -36,7 +39,11 @@ if [ -n "${LATENCY_ONE:-}" ]; then  # ib_send_lat and UCP tag_lat 8 B, server dr
   echo "ucp_tag_lat 8 $v"
   exit 0
 fi
-if [ -n "${NETPIPE_ONE:-}" ]; then  # one NetPIPE run: "tcp" or the device settings
+if [ -n "${NETPIPE_ONE:-}" ]; then  # one NetPIPE run: "tcp", "build:DIR" or the device settings
+  if [[ "$NETPIPE_ONE" == build:* ]]; then
+    export BUILD="${NETPIPE_ONE#build:}"
+    NETPIPE_ONE=default
+  fi
   source "$here/../../../tests/stacks/lib.sh"
   need mpirun NPopenmpi
   sets=()
@@ -45,11 +52,11 @@ if [ -n "${NETPIPE_ONE:-}" ]; then  # one NetPIPE run: "tcp" or the device setti
   cd "$run"
   if [ "$NETPIPE_ONE" = tcp ]; then
     OMPI_MCA_pml=ob1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo timeout 600 \
-      mpirun --allow-run-as-root --oversubscribe -np 2 NPopenmpi -p 0 -u 4194304 -o np.out >np.log 2>&1
+      mpirun --allow-run-as-root --oversubscribe -np 2 NPopenmpi -p 0 -u "${NP_UPPER:-4194304}" -o np.out >np.log 2>&1
   else
     OMPI_MCA_pml=ucx OMPI_MCA_btl=self UCX_TLS=rc_verbs,ud_verbs,self timeout 600 \
-      mpirun --allow-run-as-root --oversubscribe -np 1 -x UCX_NET_DEVICES=droce0:1 NPopenmpi -p 0 -u 4194304 -o np.out \
-      : -np 1 -x UCX_NET_DEVICES=droce1:1 NPopenmpi -p 0 -u 4194304 -o np.out >np.log 2>&1
+      mpirun --allow-run-as-root --oversubscribe -np 1 -x UCX_NET_DEVICES=droce0:1 NPopenmpi -p 0 -u "${NP_UPPER:-4194304}" -o np.out \
+      : -np 1 -x UCX_NET_DEVICES=droce1:1 NPopenmpi -p 0 -u "${NP_UPPER:-4194304}" -o np.out >np.log 2>&1
   fi
   cat np.out  # bytes, Mbps, seconds (one way)
   exit 0

@@ -15,7 +15,10 @@
 #      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone),
 #      or ONLY=a comma list of engine,bw,bwfab,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone;
 #      bwfab: the 64 B bw rounds over WIRE=fabric, only when asked for by name),
-#      PINGPONG_RUNS (default 2).
+#      PINGPONG_RUNS (default 2), THREADS=1 (the 64 B bw rounds also give each thread's CPU, runqueue
+#      wait, sleeps and preemptions a second, from tools/bench/verbs/thread_time.sh, the server's progress
+#      sleeps and the client's AckReq solicits, from DROCE_STATS; the windows assume a quiet host's
+#      start-up, under load they may catch a side's set-up).
 # perftest's side channel is TCP port 18515: run nothing else that uses it
 # meanwhile (the verbs_memif test does), or pairs fail; PORT=n moves every
 # pair's side channel (perftest -p, ibv_rc_pingpong -p) to port n.
@@ -53,6 +56,30 @@ bw() {  # size q
   if [ "$1" = 64 ]; then put "$name" "ib_write_bw_64B_${2}qp_mmsgs" "$(awk '{print $5 + 0}' <<<"$r")"
   else put "$name" "ib_write_bw_${1}B_${2}qp_gbps" "$(awk '{printf "%.2f", $4 * 8 / 1000}' <<<"$r")"; fi
 }
+threads() {  # q: a 64 B pair with thread_time.sh on both ends and DROCE_STATS (THREADS=1)
+  local tt log r
+  tt=$(mktemp /tmp/droce-fastpath-tt.XXXXXX)
+  log=$(OUT=$tt DROCE_STATS=1 BUILD=$b LINK_SET=$set bash tools/verbs-pair.sh \
+    "bash $PWD/tools/bench/verbs/thread_time.sh server $(awk -v d="$SERVER_DELAY" -v s="$secs" 'BEGIN {print d + 1.5, d + s + 1}') ib_write_bw -d droce0 -x 1 $port -s 64 -D $secs -q $1" \
+    "bash $PWD/tools/bench/verbs/thread_time.sh client 1.5 $((secs + 1)) ib_write_bw -d droce1 -x 1 $port -s 64 -D $secs -q $1 127.0.0.1" |
+    crashes "ib_write_bw -s 64 -q $1 (THREADS=1)")
+  r=$(sed -n '/^--- client/,$p' <<<"$log" | row)
+  put "$name" "ib_write_bw_64B_${1}qp_mmsgs" "$(awk '{print $5 + 0}' <<<"$r")"
+  # Per thread and second of its window: CPU, runqueue wait, sleeps (voluntary switches), preemptions.
+  while IFS=, read -r _ end comm _ w cpu runq _ vol invol; do
+    case $comm in eal-intr-thread | rte_mp_handle) continue ;; esac
+    put "$name" "bw64_${1}qp_${end}_${comm}_cpu_ms_per_s" "$(awk -v a="$cpu" -v w="$w" 'BEGIN {printf "%.1f", a / w}')"
+    put "$name" "bw64_${1}qp_${end}_${comm}_runq_ms_per_s" "$(awk -v a="$runq" -v w="$w" 'BEGIN {printf "%.1f", a / w}')"
+    put "$name" "bw64_${1}qp_${end}_${comm}_sleeps_per_s" "$(awk -v a="$vol" -v w="$w" 'BEGIN {printf "%.0f", a / w}')"
+    put "$name" "bw64_${1}qp_${end}_${comm}_preempted_per_s" "$(awk -v a="$invol" -v w="$w" 'BEGIN {printf "%.0f", a / w}')"
+  done <"$tt"
+  rm -f "$tt"
+  # The server's progress sleeps, and the client's AckReq solicits (each a stall of ack_solicit_ns or more).
+  put "$name" "bw64_${1}qp_server_progress_sleeps" "$(sed -n '/^--- server/,/^--- client/p' <<<"$log" |
+    grep -oE 'progress polls [0-9]+ sleeps [0-9]+' | head -1 | awk '{print $NF}')"
+  put "$name" "bw64_${1}qp_client_ack_solicits" "$(sed -n '/^--- client/,$p' <<<"$log" |
+    grep -oE 'solicited [0-9]+' | awk '{n += $2} END {print n + 0}')"
+}
 bwfab() {  # q: 64 B over WIRE=fabric (droced; two programs on one host share direct rings)
   local r
   r=$(WIRE=fabric pair "$b" ib_write_bw "-s 64 -D $secs -q $1" | row)
@@ -74,7 +101,11 @@ pingpong() {
 want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 want engine && each engine
 if want bw; then
-  for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
+  if [ "${THREADS:-0}" = 1 ]; then
+    for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each threads 1; each threads 8; done
+  else
+    for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
+  fi
 fi
 [ "${ONLY:-}" = bw ] && exit 0
 if [[ ",${ONLY:-}," == *",bwfab,"* ]]; then

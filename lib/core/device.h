@@ -244,7 +244,7 @@ class Device {
   absl::Status SetQpCongestionControl(uint32_t qpn, std::string_view algorithm);
   transport::Qp* qp(uint32_t qpn) {
     const uint32_t i = qpn - qpn_base_;  // QPNs below the base wrap to large indices
-    return i < qps_.size() ? qps_[i].qp.get() : nullptr;
+    return i < qp_slots_ ? qps_[i].qp.get() : nullptr;
   }
   // This device's QPNs are [qpn_base(), qpn_base() + config().max_qp).
   uint32_t qpn_base() const { return qpn_base_; }
@@ -458,7 +458,9 @@ class Device {
   // moved (QPs point into them).
   std::vector<std::unique_ptr<cc::Config>> cc_choices_;
   std::vector<QpSlot> qps_;  // index = QPN - qpn_base_, grown up to max_qp slots
-  uint32_t qp_slots_ = 0;    // qps_.size(), for PostSend's bound test without a division
+  // qps_.size(), kept beside it: PostSend and the receive loop test a slot
+  // index against it, and the vector's size is a division by the slot's.
+  uint32_t qp_slots_ = 0;
   // Slots of destroyed QPs, oldest first. A QPN is reused only once every
   // QPN of the range has been handed out, and then the one freed longest
   // ago: stale packets for the old QP have had the most time to drain

@@ -11,7 +11,7 @@
 namespace droce::core {
 
 inline void Device::Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, const RxVerdict& v, uint64_t now_ns) {
-  QpSlot* slot = v.index < qps_.size() ? &qps_[v.index] : nullptr;
+  QpSlot* slot = v.index < qp_slots_ ? &qps_[v.index] : nullptr;
   transport::Qp* q = slot != nullptr ? slot->qp.get() : nullptr;
   if (p.opcode == wire::kCnp) {
     ++counters_.rx_cnp;

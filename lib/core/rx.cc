@@ -12,15 +12,18 @@ uint32_t Device::ReceiveBurst(uint64_t now_ns) {
   if (n == 0) return 0;
   ++counters_.rx_bursts;
   if (n == config_.burst) ++counters_.rx_bursts_full;
+  // The burst's packets and bytes are counted once (no check reads them).
+  counters_.rx_packets += n;
+  uint64_t bytes = 0;
   for (uint16_t i = 0; i < n; ++i) {
     const uint8_t* frame = rx[i].data;
-    ++counters_.rx_packets;
-    counters_.rx_bytes += rx[i].len;
+    bytes += rx[i].len;
     if (ReceivePredicted(frame, rx[i].len, now_ns)) continue;
     const wire::ParsedPacket p = wire::ParsePacket(frame, rx[i].len);
     const RxVerdict v = CheckFrame(frame, rx[i].len, p);
     if (v.accepted) Dispatch(frame, p, v, now_ns);
   }
+  counters_.rx_bytes += bytes;
   io_->Release(rx, n);
   return n;
 }

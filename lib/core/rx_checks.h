@@ -58,7 +58,7 @@ inline Device::RxVerdict Device::CheckFrame(const uint8_t* frame, uint32_t len, 
   //    None on a port configured as trusted (DeviceConfig::rx_icrc_trusted).
   const uint32_t index = bth.dest_qp() - qpn_base_;
   if (config_.rx_icrc_trusted) return {true, false, index};
-  const bool has_qp = index < qps_.size() && qps_[index].qp != nullptr;
+  const bool has_qp = index < qp_slots_ && qps_[index].qp != nullptr;
   const bool placer = has_qp && transport::Qp::VerifiesWhilePlacing(p);
   if (!placer && !wire::IcrcMatches(frame, p)) {
     ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
@@ -82,7 +82,7 @@ inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_
   const uint32_t bth = l3 + kUdpBytes + (LoadBe16(frame + l3 - 2) == kEtherTypeIpv6 ? kIpv6Bytes : kIpv4MinBytes);
   if (len < bth + kBthBytes + kIcrcBytes) return false;
   const uint32_t index = (LoadBe32(frame + bth + 4) & 0xFFFFFF) - qpn_base_;  // one load for the QPN
-  if (index >= qps_.size()) return false;
+  if (index >= qp_slots_) return false;
   QpSlot& slot = qps_[index];
   const ParsedPacket* parsed = ParsePredicted(frame, len, slot.rx_prediction);
   if (parsed == nullptr) return false;

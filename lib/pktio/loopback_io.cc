@@ -28,7 +28,8 @@ namespace {
 }
 }  // namespace
 
-bool LoopbackIo::IsOwn(const Frame& f) const {
+// Inline in TxBurst: asked once per frame sent.
+[[gnu::always_inline]] inline bool LoopbackIo::IsOwn(const Frame& f) const {
   if (f.len < 6 || std::memcmp(f.data, mac_.data(), 6) != 0) return false;
   return DestQpIsOwn(f, own_qpn_first_, own_qpn_count_);
 }

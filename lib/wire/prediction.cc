@@ -1,6 +1,7 @@
 #include "wire/prediction.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace droce::wire {
 
@@ -58,7 +59,7 @@ HeaderPrediction LearnPrediction(const uint8_t* frame, const ParsedPacket& p) {
 bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   using namespace prediction_detail;
   const uint32_t bth_end = h.bth_end;
-  if (len < bth_end + kIcrcBytes || !EqualUnder(frame, h, h.mask.data())) return false;
+  if (len < bth_end + kIcrcBytes || !EqualUnder(frame, h, h.expect.data(), h.mask.data())) return false;
   ParsedPacket p;
   const uint32_t l3 = h.l3_offset;
   const uint8_t* ip = frame + l3;
@@ -98,12 +99,29 @@ bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   p.icrc_offset = static_cast<uint16_t>(icrc);
   p.opcode = frame[bth];
   // The frame passed: the next ones equal to it under the exact mask parse
-  // as it did.
+  // as it did. The last one becomes the one before.
+  std::copy(h.expect.begin(), h.expect.end(), h.before.expect.begin());
+  h.before.len = h.last_len;
+  h.before.icrc = h.last_icrc;
+  h.before.ipv4_sum = h.last_ipv4_sum;
+  h.before.parse = h.last;
   h.last = p;
   h.last_len = len;
   for (uint32_t i = 0; i < bth_end; ++i) h.expect[i] = frame[i] & h.exact[i];
   h.last_icrc = h.icrc_base ^ IcrcPerPacketBytes(ip, h.ipv6) ^ IcrcPsnBytes(frame + bth);
   if (!h.ipv6) h.last_ipv4_sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 12) + LoadLe32(ip + 16);
+  return true;
+}
+
+bool TakeBeforeOrPredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
+  if (h.bth_end == 0) return false;
+  if (!MatchesBefore(frame, len, h)) return TakePredicted(frame, len, h);
+  // The last frame taken and the one before change places.
+  std::swap(h.expect, h.before.expect);
+  std::swap(h.last_len, h.before.len);
+  std::swap(h.last_icrc, h.before.icrc);
+  std::swap(h.last_ipv4_sum, h.before.ipv4_sum);
+  std::swap(h.last, h.before.parse);
   return true;
 }
 

@@ -19,8 +19,11 @@
 // but for the fields that change with every packet (IPv4 ID and header
 // checksum, AckReq and PSN; the source MAC, UDP checksum, IPv6 flow label
 // and hop limit no check reads) and of the same length parses as it did,
-// and only its IPv4 header checksum is summed again. Any other frame the
-// mask allows has its per-packet fields checked and becomes the last one.
+// and only its IPv4 header checksum is summed again. The frame taken before
+// the last one is kept as well: frames that alternate two kinds (requests
+// and ACKs both ways on one QP) are taken from it the same way. Any other
+// frame the mask allows has its per-packet fields checked and becomes the
+// last one.
 //
 // The ICRC of a predicted frame starts from a register precomputed over
 // the last frame's headers with its per-packet bytes zero, as
@@ -67,6 +70,18 @@ struct HeaderPrediction {
   uint32_t last_icrc = 0;
   uint64_t last_ipv4_sum = 0;
   ParsedPacket last;
+  // The frame taken before the last one, the same five things: a QP whose
+  // frames alternate two kinds (its peer's requests and the ACKs of its own
+  // on one QP) finds each frame equal to this one, which then changes
+  // places with the last instead of taking the per-field checks.
+  struct Taken {
+    alignas(16) std::array<uint8_t, kBytes> expect{};
+    uint32_t len = ~0u;
+    uint32_t icrc = 0;
+    uint64_t ipv4_sum = 0;
+    ParsedPacket parse;
+  };
+  Taken before;
 
   bool empty() const { return bth_end == 0; }
 };
@@ -87,17 +102,29 @@ inline Bytes16 Load16(const uint8_t* p) {
   return v;
 }
 // Bits that differ under `mask` in the 16 bytes at `at`.
-inline Bytes16 Differ(const uint8_t* frame, const HeaderPrediction& h, const uint8_t* mask, uint32_t at) {
-  return (Load16(frame + at) ^ Load16(h.expect.data() + at)) & Load16(mask + at);
+inline Bytes16 Differ(const uint8_t* frame, const uint8_t* expect, const uint8_t* mask, uint32_t at) {
+  return (Load16(frame + at) ^ Load16(expect + at)) & Load16(mask + at);
 }
-// True when [0, bth_end) of `frame` equals expect under `mask`: 16-byte
+// True when [0, bth_end) of `frame` equals `expect` under `mask`: 16-byte
 // pieces, the last ending at bth_end (bth_end >= 54).
-inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const uint8_t* mask) {
+inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const uint8_t* expect, const uint8_t* mask) {
   const uint32_t bth_end = h.bth_end;
-  Bytes16 d = Differ(frame, h, mask, 0) | Differ(frame, h, mask, 16) | Differ(frame, h, mask, 32) |
-              Differ(frame, h, mask, bth_end - 16);
-  if (bth_end > 64) d |= Differ(frame, h, mask, 48);
+  Bytes16 d = Differ(frame, expect, mask, 0) | Differ(frame, expect, mask, 16) | Differ(frame, expect, mask, 32) |
+              Differ(frame, expect, mask, bth_end - 16);
+  if (bth_end > 64) d |= Differ(frame, expect, mask, 48);
   return (d[0] | d[1]) == 0;
+}
+// `frame` equals a frame taken (its bytes under the exact mask in
+// `expect`, its length and IPv4 sum) but for the fields every packet
+// changes, and (IPv4) its header checksum is right.
+inline bool EqualsTaken(const uint8_t* frame, uint32_t len, const HeaderPrediction& h, const uint8_t* expect,
+                        uint32_t taken_len, uint64_t ipv4_sum) {
+  if (len != taken_len || !EqualUnder(frame, h, expect, h.exact.data())) return false;
+  if (h.ipv6) return true;
+  // Words 1 (ID, flags, fragment offset) and 2 (TTL, protocol, checksum)
+  // of the header; the others are covered by the exact mask.
+  const uint8_t* ip = frame + h.l3_offset;
+  return Ipv4ChecksumFolds(ipv4_sum + LoadLe32(ip + 4) + LoadLe32(ip + 8));
 }
 }  // namespace prediction_detail
 
@@ -105,26 +132,27 @@ inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const ui
 // every packet changes, has its length, and (IPv4) a right header
 // checksum: h.last is then what ParsePacket(frame, len) returns.
 inline bool MatchesLast(const uint8_t* frame, uint32_t len, const HeaderPrediction& h) {
-  using namespace prediction_detail;
-  if (len != h.last_len || !EqualUnder(frame, h, h.exact.data())) return false;
-  if (h.ipv6) return true;
-  // Words 1 (ID, flags, fragment offset) and 2 (TTL, protocol, checksum)
-  // of the header; the others are covered by the exact mask.
-  const uint8_t* ip = frame + h.l3_offset;
-  return Ipv4ChecksumFolds(h.last_ipv4_sum + LoadLe32(ip + 4) + LoadLe32(ip + 8));
+  return prediction_detail::EqualsTaken(frame, len, h, h.expect.data(), h.last_len, h.last_ipv4_sum);
+}
+// The same against the frame taken before the last one (h.before).
+inline bool MatchesBefore(const uint8_t* frame, uint32_t len, const HeaderPrediction& h) {
+  return prediction_detail::EqualsTaken(frame, len, h, h.before.expect.data(), h.before.len, h.before.ipv4_sum);
 }
 
 // The per-packet fields of a frame the mask allows, checked as ParsePacket
 // checks them; when they pass, the frame becomes the last one taken.
 bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h);
+// A frame the exact tier did not take as the last one: taken as the one
+// before (MatchesBefore; it then becomes the last) or by TakePredicted.
+// False: nothing predicted, or the frame is not predicted.
+bool TakeBeforeOrPredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h);
 
 // What ParsePacket(frame, len) returns when `frame` (len bytes) carries the
 // predicted headers and passes every check ParsePacket makes on its
 // per-packet fields (it is then the last frame taken); nullptr: parse it.
 inline const ParsedPacket* ParsePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   if (MatchesLast(frame, len, h)) [[likely]] return &h.last;
-  if (h.bth_end == 0 || !TakePredicted(frame, len, h)) return nullptr;
-  return &h.last;
+  return TakeBeforeOrPredicted(frame, len, h) ? &h.last : nullptr;
 }
 
 // IcrcMatches for the frame ParsePredicted took last with `h`.

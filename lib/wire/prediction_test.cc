@@ -250,6 +250,47 @@ TEST(HeaderPrediction, PerPacketFieldsAreCheckedAsParsePacketChecksThem) {
   }
 }
 
+// A QP whose frames alternate two kinds (its peer's WRITEs and the ACKs of
+// its own requests): from the third frame on each equals the frame before
+// the last one taken, which the exact tier takes; the parse and the ICRC
+// are judged as ParsePacket and IcrcMatches judge them, and a frame equal
+// to the one before but for a broken IPv4 header checksum is refused.
+TEST(HeaderPrediction, AlternatingFramesAreTakenByTheExactTierFromTheFrameBefore) {
+  for (const Shape& s : kShapes) {
+    HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 7, 64, 1)));
+    for (uint32_t i = 0; i < 8; ++i) {
+      const bool write = i % 2 == 0;
+      std::vector<uint8_t> b =
+          Frame(Fields(s, write ? kRcWriteOnly : kRcAcknowledge, 100 + i, write ? 64 : 0, static_cast<uint16_t>(i)));
+      const uint32_t n = static_cast<uint32_t>(b.size());
+      if (i >= 2) {
+        EXPECT_FALSE(MatchesLast(b.data(), n, h)) << i;
+        EXPECT_TRUE(MatchesBefore(b.data(), n, h)) << i;
+      }
+      const ParsedPacket want = ParsePacket(b.data(), n);
+      ASSERT_TRUE(want.ok());
+      const ParsedPacket* got = ParsePredicted(b.data(), n, h);
+      ASSERT_NE(got, nullptr) << i;
+      EXPECT_TRUE(SameParse(*got, want)) << i;
+      EXPECT_TRUE(PredictedIcrcMatches(b.data(), h)) << i;
+      b[want.icrc_offset - 1] ^= 0x10;  // the payload or the AETH
+      EXPECT_FALSE(PredictedIcrcMatches(b.data(), h)) << i;
+    }
+    // The last frame taken is an ACK, the one before a WRITE.
+    std::vector<uint8_t> b = Frame(Fields(s, kRcWriteOnly, 200, 64, 9));
+    const uint32_t n = static_cast<uint32_t>(b.size());
+    const ParsedPacket want = ParsePacket(b.data(), n);
+    if (!want.ipv6) {
+      b[want.l3_offset + 10] ^= 1;  // the IPv4 header checksum
+      HeaderPrediction g = h;
+      EXPECT_FALSE(MatchesBefore(b.data(), n, g));
+      EXPECT_EQ(ParsePredicted(b.data(), n, g), nullptr);
+      b[want.l3_offset + 10] ^= 1;
+    }
+    EXPECT_TRUE(MatchesBefore(b.data(), n, h));
+  }
+}
+
 TEST(HeaderPrediction, NothingIsPredictedWithoutALearntFrameOrFromAnUnpredictableOne) {
   const std::vector<uint8_t> b = Frame(Fields(kShapes[0], kRcWriteOnly, 1, 64, 1));
   HeaderPrediction none;

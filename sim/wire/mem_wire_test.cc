@@ -157,5 +157,30 @@ TEST(MemWire, QueueFullTailDropsAndPoolRunsDry) {
   EXPECT_EQ(w.frames_outstanding(), 0u);
 }
 
+// A burst that wraps the queue's ring and overfills it: the frames that fit
+// arrive in order, the rest are tail-dropped and their buffers freed, and
+// the counters say so, as frame-by-frame sends do.
+TEST(MemWire, BurstWrapsTheQueueAndTailDropsWhatDoesNotFit) {
+  MemWireConfig c;
+  c.pool_frames = 16;
+  c.queue_frames = 4;
+  MemWire w(c);
+  for (uint32_t i = 0; i < 3; ++i) Send(w, 0, MakeFrame(i));
+  EXPECT_EQ(ReceiveAll(w, 1).size(), 3u);  // the queue's head is now at slot 3
+  Frame f[6];
+  ASSERT_EQ(w.end(0).AllocTx(f, 6), 6);
+  for (uint32_t i = 0; i < 6; ++i) {
+    const std::vector<uint8_t> bytes = MakeFrame(10 + i);
+    std::memcpy(f[i].data, bytes.data(), bytes.size());
+    f[i].len = static_cast<uint32_t>(bytes.size());
+  }
+  ASSERT_EQ(w.end(0).TxBurst(f, 6), 6);
+  EXPECT_EQ(w.counters(0).sent, 9u);
+  EXPECT_EQ(w.counters(0).delivered, 7u);
+  EXPECT_EQ(w.counters(0).queue_full, 2u);
+  EXPECT_EQ(ReceiveAll(w, 1), (std::vector<uint32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(w.frames_outstanding(), 0u);
+}
+
 }  // namespace
 }  // namespace droce::sim

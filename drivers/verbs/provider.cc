@@ -1256,6 +1256,13 @@ int DestroyQp(ibv_qp* ibqp) {
     // hardware NIC would have sent it already.
     rt->DrainPostedLocked(NowNs());  // none names this QP after it is gone
     rt->FlushDeferredLocked(NowNs());
+    // So do the answers to what already reached the device: a NIC took
+    // those frames when they arrived. A program that tears down on the
+    // peer's disconnect (libfabric's rxm) would otherwise leave the peer's
+    // last requests unacknowledged here, waiting in the socket for a
+    // progress round that comes after the QP is gone, while the peer's
+    // own teardown flushes them.
+    (void)rt->PollLocked(NowNs());
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);

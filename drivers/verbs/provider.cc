@@ -1257,11 +1257,10 @@ int DestroyQp(ibv_qp* ibqp) {
     rt->DrainPostedLocked(NowNs());  // none names this QP after it is gone
     rt->FlushDeferredLocked(NowNs());
     // So do the answers to what already reached the device: a NIC took
-    // those frames when they arrived. A program that tears down on the
-    // peer's disconnect (libfabric's rxm) would otherwise leave the peer's
-    // last requests unacknowledged here, waiting in the socket for a
-    // progress round that comes after the QP is gone, while the peer's
-    // own teardown flushes them.
+    // those frames when they arrived. Otherwise a program that tears down
+    // as soon as it has what it waited for (libfabric's rxm) leaves the
+    // peer's last requests unacknowledged in the socket, and the peer,
+    // tearing down on our disconnect, flushes them.
     (void)rt->PollLocked(NowNs());
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);

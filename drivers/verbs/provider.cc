@@ -1256,6 +1256,12 @@ int DestroyQp(ibv_qp* ibqp) {
     // hardware NIC would have sent it already.
     rt->DrainPostedLocked(NowNs());  // none names this QP after it is gone
     rt->FlushDeferredLocked(NowNs());
+    // Frames that already reached the device are taken, and answered, as
+    // a NIC took them on arrival: otherwise a program that tears down on a
+    // disconnect (libfabric's rxm) leaves the peer's last ACK or request
+    // in the socket, and a WR the peer placed or we placed is flushed on
+    // one side instead of completing.
+    (void)rt->PollLocked(NowNs());
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);

@@ -19,7 +19,11 @@ void TimerWheel::Link(uint32_t id, uint32_t list) {
   e.next = heads_[list];
   if (e.next != kNil) entries_[e.next].prev = id;
   heads_[list] = id;
-  if (list == kOverflow) ++overflow_size_;
+  if (list == kOverflow) {
+    ++overflow_size_;
+  } else {
+    occupied_[list / 64] |= uint64_t{1} << (list % 64);
+  }
 }
 
 void TimerWheel::Unlink(uint32_t id) {
@@ -30,7 +34,11 @@ void TimerWheel::Unlink(uint32_t id) {
     heads_[e.where] = e.next;
   }
   if (e.next != kNil) entries_[e.next].prev = e.prev;
-  if (e.where == kOverflow) --overflow_size_;
+  if (e.where == kOverflow) {
+    --overflow_size_;
+  } else if (heads_[e.where] == kNil) {
+    occupied_[e.where / 64] &= ~(uint64_t{1} << (e.where % 64));
+  }
   e.where = kNone;
   e.prev = e.next = kNil;
 }
@@ -105,15 +113,27 @@ void TimerWheel::WalkOverflow(uint64_t now_ns) {
   overflow_walk_tick_ = cur_tick_ + kSlots / 2;
 }
 
+uint32_t TimerWheel::FirstOccupiedFrom(uint32_t start) const {
+  uint32_t w = start / 64;
+  uint64_t bits = occupied_[w] & (~uint64_t{0} << (start % 64));
+  // kWords + 1 looks: the last is start's word again, whole (its slots
+  // before start come last in circular order; those from start are empty).
+  for (uint32_t i = 0; i <= kWords; ++i) {
+    if (bits != 0) return w * 64 + static_cast<uint32_t>(__builtin_ctzll(bits));
+    w = (w + 1) % kWords;
+    bits = occupied_[w];
+  }
+  return kNil;
+}
+
 void TimerWheel::FindEarliest() {
   uint64_t e = UINT64_MAX;
-  for (uint32_t k = 0; k < kSlots; ++k) {
-    const uint32_t head = heads_[static_cast<uint32_t>((cur_tick_ + k) % kSlots)];
-    if (head == kNil) continue;
-    // Every entry of this slot is due by its tick's end; a later slot's are not
-    // earlier (the current slot may also hold entries due before it).
-    for (uint32_t id = head; id != kNil; id = entries_[id].next) e = std::min(e, entries_[id].deadline);
-    break;
+  // The first slot ahead that holds an entry: every entry of it is due by
+  // its tick's end; a later slot's are not earlier (the current slot may
+  // also hold entries due before it).
+  const uint32_t slot = FirstOccupiedFrom(static_cast<uint32_t>(cur_tick_ % kSlots));
+  if (slot != kNil) {
+    for (uint32_t id = heads_[slot]; id != kNil; id = entries_[id].next) e = std::min(e, entries_[id].deadline);
   }
   for (uint32_t id = heads_[kOverflow]; id != kNil; id = entries_[id].next) e = std::min(e, entries_[id].deadline);
   earliest_ = e;

@@ -14,6 +14,7 @@
 #ifndef DROCE_LIB_CORE_TIMER_WHEEL_H_
 #define DROCE_LIB_CORE_TIMER_WHEEL_H_
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -80,9 +81,16 @@ class TimerWheel {
   void HandBack(uint32_t id);  // a due entry leaves the wheel for Expire's answer
   void WalkOverflow(uint64_t now_ns);
   void FindEarliest();
+  // The first slot holding an entry at or after `start` in the wheel's
+  // circular order, kNil if none (occupied_).
+  uint32_t FirstOccupiedFrom(uint32_t start) const;
 
   std::vector<Entry> entries_;
   std::vector<uint32_t> heads_;  // kSlots + 1 lists: the slots, then the overflow
+  // One bit per slot, set while its list is not empty: FindEarliest looks at
+  // 64 slots a word instead of walking up to kSlots heads.
+  static constexpr uint32_t kWords = kSlots / 64;
+  std::array<uint64_t, kWords> occupied_{};
   std::vector<uint32_t> due_;
   uint64_t cur_tick_;            // every tick before it has been expired
   uint64_t overflow_walk_tick_ = 0;

@@ -63,6 +63,29 @@ TEST(TimerWheel, NoneDueByIsExactAcrossRandomUse) {
   }
 }
 
+// The earliest deadline is found in whichever slot holds it, also one just
+// behind the current tick's in the wheel's circular order (almost a turn
+// ahead) and across a word of the occupancy bits.
+TEST(TimerWheel, NoneDueByFindsTheFirstOccupiedSlotAroundTheWheel) {
+  const uint64_t start = 70 * TimerWheel::kTickNs;  // slot 70: the second word of bits
+  TimerWheel w(start);
+  w.Reserve(3);
+  const uint64_t almost_a_turn = start + (TimerWheel::kSlots - 1) * TimerWheel::kTickNs;
+  w.Arm(0, almost_a_turn);                               // slot 69
+  w.Arm(1, start + 10);                                  // slot 70, the current one
+  w.Cancel(1);                                           // the lower bound stays low until found anew
+  EXPECT_TRUE(w.NoneDueBy(start + 100));                 // found in slot 69, a turn ahead
+  EXPECT_TRUE(w.NoneDueBy(almost_a_turn - 1));
+  EXPECT_FALSE(w.NoneDueBy(almost_a_turn));
+  w.Arm(2, start + 200 * TimerWheel::kTickNs);           // slot 270, ahead of slot 69's entry
+  w.Arm(1, start + 10);
+  w.Cancel(1);
+  EXPECT_TRUE(w.NoneDueBy(start + 100));
+  EXPECT_FALSE(w.NoneDueBy(start + 200 * TimerWheel::kTickNs));
+  EXPECT_EQ(Sorted(w.Expire(almost_a_turn)), (std::vector<uint32_t>{0, 2}));
+  EXPECT_TRUE(w.NoneDueBy(almost_a_turn + TimerWheel::kSlots * TimerWheel::kTickNs));
+}
+
 TEST(TimerWheel, ArmReplacesAndCancelRemoves) {
   TimerWheel w(0);
   w.Reserve(3);

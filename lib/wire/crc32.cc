@@ -546,10 +546,20 @@ template <typename Src>
 inline uint32_t DispatchActive(uint32_t state, const uint8_t* data, size_t len, const Src& src) {
 #if defined(__x86_64__)
   if (len - 16 < 512 - 16 && kActiveShortAvx) {
-    // 80 bytes: a 64 B WRITE's RETH and payload, whose CRC both ends run
-    // for every message.
-    if (len == 80) return ShortFoldAvx<Src, 80>(state, data, len, src);
-    return ShortFoldAvx(state, data, len, src);
+    // Whole 16-byte blocks up to 128 bytes (a small message's payload,
+    // with or without a RETH: 64 B SEND 64, 64 B WRITE 80) take a fold
+    // compiled for their length; both ends run it for every such message.
+    switch (len) {
+      case 16: return ShortFoldAvx<Src, 16>(state, data, len, src);
+      case 32: return ShortFoldAvx<Src, 32>(state, data, len, src);
+      case 48: return ShortFoldAvx<Src, 48>(state, data, len, src);
+      case 64: return ShortFoldAvx<Src, 64>(state, data, len, src);
+      case 80: return ShortFoldAvx<Src, 80>(state, data, len, src);
+      case 96: return ShortFoldAvx<Src, 96>(state, data, len, src);
+      case 112: return ShortFoldAvx<Src, 112>(state, data, len, src);
+      case 128: return ShortFoldAvx<Src, 128>(state, data, len, src);
+      default: return ShortFoldAvx(state, data, len, src);
+    }
   }
 #endif
   return Dispatch(kActiveImpl, state, data, len, src);

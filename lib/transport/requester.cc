@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "wire/icrc.h"
+#include "wire/short_copy.h"
 #include "transport/qp.h"
 #include "transport/sr/selective_repeat.h"
 #include "wire/psn.h"
@@ -83,26 +84,6 @@ using namespace droce::wire;
   if (read_or_atomic) ++req_.rd_atomic_outstanding;
   return true;
 }
-
-namespace {
-
-// A short payload's copy inline: 16 to 64 bytes as two to four overlapping
-// 16-byte moves, without libc's call and its dispatch on the size per
-// packet; other sizes through memcpy.
-[[gnu::always_inline]] inline void CopyShortPayload(uint8_t* out, const uint8_t* from, uint32_t len) {
-  if (len - 16 <= 48) {  // 16..64 (a length below 16 wraps above 48)
-    std::memcpy(out, from, 16);
-    std::memcpy(out + len - 16, from + len - 16, 16);
-    if (len > 32) {
-      std::memcpy(out + 16, from + 16, 16);
-      std::memcpy(out + len - 32, from + len - 32, 16);
-    }
-  } else if (len > 0) {
-    std::memcpy(out, from, len);
-  }
-}
-
-}  // namespace
 
 // What the requester's steps share during one call. The QP's part of
 // ShortStart/ShortRequest and the AckReq spacing of short requests are read

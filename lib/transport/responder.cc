@@ -12,6 +12,7 @@
 #include "transport/sr/selective_repeat.h"
 #include "transport/step_contexts.h"
 #include "wire/psn.h"
+#include "wire/short_copy.h"
 
 namespace droce::transport {
 
@@ -380,7 +381,7 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
     }
     dst = RecvDestination(c.len);
     if (dst == nullptr) return RespState::kCheckPsn;  // the full scatter and its checks
-    if (!c.payload_placed) std::memcpy(dst, c.frame + c.p.payload_offset, c.len);
+    if (!c.payload_placed) CopyShortPayload(dst, c.frame + c.p.payload_offset, c.len);
     resp_.recv_offset += c.len;
     if (last) {
       CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, resp_.recv_offset, 0, 0, BthView(c.bth_p).solicited());
@@ -393,7 +394,7 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
   } else {
     return RespState::kCheckPsn;
   }
-  if (!c.payload_placed) std::memcpy(dst, c.frame + c.p.payload_offset, c.len);
+  if (!c.payload_placed) CopyShortPayload(dst, c.frame + c.p.payload_offset, c.len);
   return ExpectedAcknowledge(c);
 }
 

@@ -534,6 +534,9 @@ class Qp {
   struct ReqCtx;
   // payload_placed: a WRITE or SEND MIDDLE payload is already in place (OnUnverifiedPacket).
   void OnRequest(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed = false);
+  // The IBTA responder's steps (PlaceExpected first); OnRequest takes a short
+  // expected WRITE ONLY itself and every other request here.
+  [[gnu::noinline]] void OnRequestSteps(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed);
   DROCE_STEP RespState PlaceExpected(ReqCtx& c);
   RespState ExpectedAcknowledge(ReqCtx& c);
   void AcceptRequest(const ReqCtx& c);

@@ -115,7 +115,15 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
   ReqState s = ReqState::kGetWqe;
   while (s != ReqState::kDone) {
     switch (s) {
-      case ReqState::kGetWqe: s = ReqGetWqe(c); break;
+      case ReqState::kGetWqe:
+        // A run of short requests (a small message stream's whole round)
+        // goes from WQE to WQE here, without the switch between steps.
+        s = ReqGetWqe(c);
+        while (s == ReqState::kShortRequest) {
+          s = ReqShortRequest(c);
+          if (s == ReqState::kGetWqe) s = ReqGetWqe(c);
+        }
+        break;
       case ReqState::kShortRequest: s = ReqShortRequest(c); break;
       case ReqState::kCheckLimits: s = ReqCheckLimits(c); break;
       case ReqState::kStartWqe: s = ReqStartWqe(c); break;

@@ -122,7 +122,7 @@ class Qp {
   // After a SEND took a receive WQE: the first `len` bytes (at most
   // kRecvWarmMax) of the next posted WQE's first SGE are fetched for
   // writing, when that SGE lies in the region the last receive resolved
-  // (resp_.recv_local). Returns the bytes asked for (0: none).
+  // (resp_.recv_local). Returns the bytes fetched (0: none).
   static constexpr uint32_t kRecvWarmMax = 8192;
   uint32_t WarmNextRecv(uint32_t len);
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN

@@ -183,6 +183,7 @@ void Runtime::ArmCq(uint32_t cq_id) {
     if (w.cq_id == cq_id && w.has_channel && !w.armed) {
       w.armed = true;
       armed_channels_.fetch_add(1, std::memory_order_relaxed);
+      last_arm_ns_.store(NowNs(), std::memory_order_relaxed);
     }
   }
 }

@@ -476,6 +476,7 @@ class Runtime {
   // thread sleeps meanwhile.
   std::atomic<int> app_waiters_{0};
   std::atomic<uint64_t> last_event_wait_ns_{0};  // when a WaitForChannel last ended
+  std::atomic<uint64_t> last_arm_ns_{0};  // when ArmCq last armed a channel
   std::atomic<bool> stop_{false};
   std::thread progress_;
   Stats stats_;

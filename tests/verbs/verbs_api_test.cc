@@ -26,6 +26,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -1369,6 +1370,62 @@ TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(buf_.data() + 0x1000, buf_.data() + 0x40000, 4096), 0);
+}
+
+// UCX's pattern: its async thread arms a completion channel on its UD
+// receive CQ once and waits on the fd with epoll for the whole job, while
+// the program polls every CQ itself. A channel armed long ago (more than
+// progress_max_sleep_us) does not keep the progress thread polling beside
+// a program that polls: it stands aside as for any polling program (its
+// rounds beside every round trip cost MPI's ping-pong, on the rank's own
+// core, tools/bench/stacks/results.md), and the program's own poll rounds
+// deliver the channel's event (doc/verbs.md "Who drives the device").
+TEST_F(VerbsApi, ProgressThreadStandsAsideBesideAChannelArmedLongAgo) {
+  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
+  ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
+  ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, channel, 0);
+  ASSERT_NE(event_cq, nullptr);
+  std::swap(cq_, event_cq);  // the QPs below complete on the channel's CQ
+  ibv_qp *a = nullptr, *b = nullptr;
+  Connect(&a, &b);
+  std::swap(cq_, event_cq);
+  ASSERT_EQ(ibv_req_notify_cq(event_cq, 0), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the arming is old now
+  // The program polls another CQ (nothing on it) for 100 ms.
+  const auto poll_for = [&](std::chrono::milliseconds d, const std::function<bool()>& done) {
+    ibv_wc wc[4];
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t i = 0;; ++i) {
+      EXPECT_EQ(ibv_poll_cq(cq_, 4, wc), 0);
+      if (i % 64 == 0 && (done() || std::chrono::steady_clock::now() - start > d)) return;
+    }
+  };
+  const uint64_t before = ReadProgressCounters(ctx_).stand_asides;
+  poll_for(std::chrono::milliseconds(100), [] { return false; });
+  EXPECT_GT(ReadProgressCounters(ctx_).stand_asides, before)
+      << "the progress thread kept polling beside a polling program: a channel armed long ago held it";
+  // A SEND completes on the armed CQ while the program keeps polling the
+  // other one: its poll rounds receive it and deliver the event.
+  ASSERT_EQ(PostRecv(b, 1, 4096, 64), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 2, 0, 64, 0), 0);
+  const auto readable = [&] {
+    pollfd p{channel->fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  poll_for(std::chrono::seconds(5), readable);
+  ASSERT_TRUE(readable()) << "no completion event while the program polled another CQ";
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0);
+  EXPECT_EQ(cq, event_cq);
+  ibv_ack_cq_events(event_cq, 1);
+  std::swap(cq_, event_cq);
+  EXPECT_EQ(Poll(2).size(), 2u);
+  for (ibv_qp* q : qps_) ibv_destroy_qp(q);
+  qps_.clear();
+  std::swap(cq_, event_cq);
+  EXPECT_EQ(ibv_destroy_cq(event_cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse

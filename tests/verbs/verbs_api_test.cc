@@ -1421,6 +1421,25 @@ TEST_F(VerbsApi, ProgressThreadStandsAsideBesideAChannelArmedLongAgo) {
   ibv_ack_cq_events(event_cq, 1);
   std::swap(cq_, event_cq);
   EXPECT_EQ(Poll(2).size(), 2u);
+  std::swap(cq_, event_cq);
+  // A completion made outside a poll round (a receive flushed by the move
+  // to ERR) on the armed CQ: the program's next empty poll of the other CQ
+  // runs the round that sends its event, however many unarmed CQs the
+  // device has.
+  ASSERT_EQ(PostRecv(b, 3, 4096, 64), 0);
+  ASSERT_EQ(ibv_req_notify_cq(event_cq, 0), 0);
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(b, &err, IBV_QP_STATE), 0);
+  ibv_wc wc[4];
+  EXPECT_EQ(ibv_poll_cq(cq_, 4, wc), 0);
+  EXPECT_TRUE(readable()) << "the flush's event waited for a later round";
+  ASSERT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0);
+  ibv_ack_cq_events(event_cq, 1);
+  std::swap(cq_, event_cq);
+  const std::vector<ibv_wc> flushed = Poll(1);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
   for (ibv_qp* q : qps_) ibv_destroy_qp(q);
   qps_.clear();
   std::swap(cq_, event_cq);

@@ -194,6 +194,18 @@ class VerbsApi : public ::testing::Test {
     ASSERT_EQ(ToRts(*b), 0);
   }
 
+  // A completion channel and a CQ on it, which cq_ names from then on: the
+  // QPs Connect makes complete there. *plain: the CQ cq_ named before.
+  void ConnectOnChannel(ibv_comp_channel** channel, ibv_cq** plain, ibv_qp** a, ibv_qp** b) {
+    *channel = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(*channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
+    ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, *channel, 0);
+    ASSERT_NE(event_cq, nullptr);
+    *plain = cq_;
+    cq_ = event_cq;
+    Connect(a, b);
+  }
+
   std::vector<ibv_wc> Poll(size_t n) {
     std::vector<ibv_wc> out;
     for (int spins = 0; out.size() < n && spins < 20'000'000; ++spins) {
@@ -1381,14 +1393,11 @@ TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
 // core, tools/bench/stacks/results.md), and the program's own poll rounds
 // deliver the channel's event (doc/verbs.md "Who drives the device").
 TEST_F(VerbsApi, ProgressThreadStandsAsideBesideAChannelArmedLongAgo) {
-  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
-  ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
-  ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, channel, 0);
-  ASSERT_NE(event_cq, nullptr);
-  std::swap(cq_, event_cq);  // the QPs below complete on the channel's CQ
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* event_cq = nullptr;  // the plain CQ until the swap below
   ibv_qp *a = nullptr, *b = nullptr;
-  Connect(&a, &b);
-  std::swap(cq_, event_cq);
+  ASSERT_NO_FATAL_FAILURE(ConnectOnChannel(&channel, &event_cq, &a, &b));
+  std::swap(cq_, event_cq);  // the program polls the plain CQ; event_cq is the channel's
   ASSERT_EQ(ibv_req_notify_cq(event_cq, 0), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the arming is old now
   // The program polls another CQ (nothing on it) for 100 ms.
@@ -1793,13 +1802,10 @@ TEST_F(VerbsApi, ReregMr) {
 }
 
 TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
-  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
-  ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
-  ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, channel, 0);
-  ASSERT_NE(event_cq, nullptr);
-  std::swap(cq_, event_cq);  // the QPs below complete on the channel's CQ
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* event_cq = nullptr;  // the plain CQ: cq_ is the channel's
   ibv_qp *a = nullptr, *b = nullptr;
-  Connect(&a, &b);
+  ASSERT_NO_FATAL_FAILURE(ConnectOnChannel(&channel, &event_cq, &a, &b));
   const auto send_later = [&](int ms) {
     return std::thread([this, a, b, ms] {
       usleep(ms * 1000);

@@ -446,7 +446,7 @@ void Runtime::ProgressThread::Run() {
     // dataplane itself), nor for a channel armed long ago: UCX's async
     // thread watches its UD CQ for the whole job while the program polls
     // every CQ itself, and the program's own rounds deliver that event.
-    // Serving such a program anyway put this thread's poll rounds and hot
+    // Serving such a program would put this thread's poll rounds and hot
     // sleeps beside every round trip of an MPI ping-pong, on the rank's
     // own core when mpirun binds it (tools/bench/stacks/results.md).
     const uint64_t recent_ns = uint64_t{pc_.max_sleep_us} * 1000;

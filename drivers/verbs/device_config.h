@@ -33,6 +33,11 @@ struct ProgressConfig {
   // (or less) keeps them fixed.
   uint32_t app_active_max_us = 200;
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
+  // Inside a dense stream the hot phase waits for the next frame on the
+  // wire's arrival descriptor, with no timer per wait (a watchdog of
+  // max_sleep_us bounds it), instead of hot_sleep_us timed sleeps. Needs
+  // wakeup.
+  bool stream_wait = true;
   // ibv_get_cq_event (through libdroce-preload.so) polls the dataplane this
   // long before it sleeps on the wire and the channel (like Linux's
   // net.core.busy_poll for sockets); 0 sleeps at once.

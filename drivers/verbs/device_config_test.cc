@@ -327,6 +327,7 @@ const KeySample kSamples[] = {
     {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
     {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
+    {"progress_stream_wait", "progress_stream_wait=off", kWire, "sometimes"},
     {"event_busy_poll_us", "event_busy_poll_us=30", kWire, "0.5"},
     {"progress_slice_us", "progress_slice_us=250", kWire, "long"},
     {"progress_sched", "progress_sched=fifo", kWire, "rr"},

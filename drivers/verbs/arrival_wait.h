@@ -1,5 +1,5 @@
 // A wait for the wire's next frame with no timer of its own, for a progress
-// thread inside a dense stream (doc/verbs.md "Progress thread").
+// thread inside a stream of frames (doc/verbs.md "Progress thread").
 //
 // On the 2-core test VM (a Firecracker microVM) a timed sleep costs the
 // sleeper 17-42 us of CPU and ~100 us of wall time whatever its length, and

@@ -33,7 +33,7 @@ struct ProgressConfig {
   // (or less) keeps them fixed.
   uint32_t app_active_max_us = 200;
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
-  // Inside a dense stream the hot phase waits for the next frame on the
+  // Inside a stream the hot phase waits for the next frame on the
   // wire's arrival descriptor, with no timer per wait (a watchdog of
   // max_sleep_us bounds it), instead of hot_sleep_us timed sleeps. Needs
   // wakeup.

@@ -268,7 +268,7 @@ class Runtime {
         // auto: promotions withheld because the program, though quiet, was
         // not running (preempted or blocked: AutoSchedPolicy::NoteProgramCpu)
         progress_auto_not_running{0},
-        // The hot phase's untimed waits inside a dense stream (StreamWait),
+        // The hot phase's untimed waits inside a stream (StreamWait),
         // and those the watchdog ended (nothing arrived for max_sleep_us).
         progress_stream_waits{0}, progress_stream_watchdogs{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,

@@ -171,6 +171,7 @@ class Runtime::ProgressThread {
   uint64_t busy_since_ = 0;    // the first poll since the last sleep
   uint32_t sleep_us_ = 1;      // the next idle sleep (doubles up to max_sleep_us)
   ArrivalWait arrival_;        // the hot phase's wait inside a stream (StreamWait)
+  StreamGauge stream_;         // is the device a stream's receiving end (StreamWait)
 };
 
 Runtime::ProgressThread::ProgressThread(Runtime& rt)
@@ -372,15 +373,16 @@ uint32_t Runtime::ProgressThread::PollOnce() {
 }
 
 // A round of this thread's, with the received packets counted for the
-// packet rates (AutoSchedPolicy::NoteRx: auto's verdicts, and the dense
-// stream StreamWait looks for under every policy). Caller holds mu.
+// packet rates (AutoSchedPolicy::NoteRx: auto's verdicts) and the stream
+// StreamWait looks for under every policy (StreamGauge). Caller holds mu.
 uint32_t Runtime::ProgressThread::RoundLocked() {
   const uint64_t polled_at = NowNs();
   const uint64_t rx_before = rt_.dev_->counters().rx_packets;
   const uint32_t work = rt_.PollLocked(polled_at);
   const uint64_t rx_after = rt_.dev_->counters().rx_packets;
   rt_.progress_rx_packets_ += rx_after - rx_before;
-  auto_policy_.NoteRx(polled_at, rx_after, rt_.progress_rx_packets_);
+  if (auto_sched_) auto_policy_.NoteRx(polled_at, rx_after, rt_.progress_rx_packets_);
+  stream_.Note(polled_at, rx_after, rt_.dev_->counters().tx_packets);
   return work;
 }
 
@@ -427,7 +429,7 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // never found held, the thread having stood aside 548 times meanwhile).
   if (!hot && NsSince(now, last_app) >= uint64_t{pc_.hot_us} * 1000) rt_.ReleasePmQos();
   if (hot && !fifo_) {
-    if (pc_.stream_wait && !auto_policy_.sparse() && StreamWait(now)) return;
+    if (pc_.stream_wait && stream_.receiving() && StreamWait(now)) return;
     SleepUs(std::max<uint32_t>(pc_.hot_sleep_us, 1));
     busy_since_ = NowNs();
     return;
@@ -445,24 +447,22 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   }
 }
 
-// Inside a stream (the last window of AutoSchedPolicy's packet rates was
-// not sparse: kSparsePerMs packets a millisecond or more) the hot phase waits
-// for the next frame on the wire's arrival descriptor with no timer
-// (ArrivalWait): the stream's next frame comes soon and wakes it for ~2 us
-// of CPU, where a timed hot sleep costs 17-42 us of CPU and ~100 us of wall
-// time on the test VM, long enough to stall both ends (perftest's window of
-// 128 frames drains in ~30 us at 4 M msg/s). The watchdog (a max_sleep_us
-// period) bounds the wait as max_sleep_us bounds an idle sleep. Only while
-// the device has nothing due before the watchdog would end it
-// (core::Device::Quiescent): a timer of the engine's keeps the timed sleep.
-// Sparse traffic keeps the timed hot sleep: a waker's eventfd write may
-// place this thread behind a program spinning on the waker's CPU
-// (doc/verbs.md). Not sparse rather than dense (kDensePerMs): a 64 B stream
-// that the receiver's own timed sleeps keep stalling on a loaded host
-// measures under kDensePerMs in most windows, so "dense" would keep the
-// very sleeps that thin it out (one ib_write_bw run: 12,384 of 16,534 hot
-// sleeps). False where it did not wait (the device busy, the wire unable to
-// notify, something due): the caller sleeps as before.
+// At the receiving end of a stream (StreamGauge: the last millisecond
+// brought kMinPerMs packets or more, kRxPerTx times what went out) the hot
+// phase waits for the next frame on the wire's arrival descriptor with no
+// timer (ArrivalWait): the stream's next frame comes soon and wakes it for
+// ~2 us of CPU, where a timed hot sleep costs 17-42 us of CPU and ~100 us of
+// wall time on the test VM, long enough to stall both ends (perftest's
+// window of 128 frames drains in ~30 us at 4 M msg/s). The watchdog (a
+// max_sleep_us period) bounds the wait as max_sleep_us bounds an idle
+// sleep. Only while the device has nothing due before the watchdog would
+// end it (core::Device::Quiescent): a timer of the engine's keeps the timed
+// sleep. Request-response traffic keeps the timed hot sleep, however fast:
+// the peer's eventfd write may place this thread behind a program spinning
+// on the waker's CPU, and the peer waits for the answer (ib_read_lat's
+// typical went from 2 to 900 us with stream waits there). False where it
+// did not wait (the device busy, the wire unable to notify, something due):
+// the caller sleeps as before.
 bool Runtime::ProgressThread::StreamWait(uint64_t now) {
   if (!arrival_.usable() || !rt_.link_up()) return false;
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return false;

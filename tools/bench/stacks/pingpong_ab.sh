@@ -6,7 +6,8 @@
 #   bash tools/bench/stacks/pingpong_ab.sh BASE_BUILD NEW_BUILD SIZE...
 #   ROUNDS (default 3), SECS (default 3), UCX_* as the ranks should see them,
 #   SETS: device-file settings for both devices ("KEY=VALUE ...", e.g.
-#   "progress_profile=shared-host").
+#   "progress_profile=shared-host"). Build trees as absolute paths: the runs
+#   cd into their run directory, and the daemon is stopped through the tree.
 # CSV on stdout: round,arm,bytes,usec,load
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -36,6 +36,9 @@ class UdpIo final : public pktio::BurstIo {
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+  // Frames to other hosts, the bulk of a netdev-bound device's, leave by
+  // sendmmsg: a gathered burst goes whole (pktio::BurstIo).
+  bool ReadConcurrently() const override { return false; }
 
   // A new socket (droced re-attached): the old one is closed.
   void ReplaceSocket(int fd, uint16_t port);

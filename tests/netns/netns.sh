@@ -64,6 +64,8 @@ pair() {  # SERVER_NS "SERVER CMD" CLIENT_NS "CLIENT CMD"
   return 1
 }
 status() { ip netns exec "$1" "$ctl" daemon status; }
+# pair, both programs with DROCE_STATS=1: their counters at exit in $logs/{server,client}.log.
+pair_stats() { pair "$1" "env DROCE_STATS=1 $2" "$3" "env DROCE_STATS=1 $4"; }
 
 ip netns add "$A" && ip netns add "$B" || exit 1
 ip -n "$A" link add nd0 type veth peer name nd0 netns "$B" || exit 1
@@ -137,8 +139,8 @@ check "ib_write_bw 64 KiB B -> A" \
 # reads (doc/verbs.md "Who drives the device"). Skipped, the frame waited
 # for the millisecond link check (500-1,000 us typical instead of tens).
 lat_polls_run() {
-  pair "$A" "env DROCE_STATS=1 ib_send_lat -d droce0 -x 1 -s 2 -n 1000" \
-    "$B" "env DROCE_STATS=1 ib_send_lat -d droce0 -x 1 -s 2 -n 1000 10.0.0.1" || return 1
+  pair_stats "$A" "ib_send_lat -d droce0 -x 1 -s 2 -n 1000" "$B" "ib_send_lat -d droce0 -x 1 -s 2 -n 1000 10.0.0.1" ||
+    return 1
   local f
   for f in "$logs/server.log" "$logs/client.log"; do
     grep -o 'empty polls that ran no round (nothing to do) [0-9]*\|rx [0-9]* datagrams.*empty)' "$f"
@@ -395,8 +397,8 @@ segmented() {
     rebind udp set udp_gso=on set min_ack_timeout=17 || return 1
   local ga gb
   ga=$(gid_of "$A" fd00::1) && gb=$(gid_of "$B" fd00::2) || { echo "no fd00:: GID"; return 1; }
-  pair "$A" "env DROCE_STATS=1 ibv_rc_pingpong -d droce0 -g $ga -s 65536 -n 200 -c" \
-    "$B" "env DROCE_STATS=1 ibv_rc_pingpong -d droce0 -g $gb -s 65536 -n 200 -c 10.0.0.1" || return 1
+  pair_stats "$A" "ibv_rc_pingpong -d droce0 -g $ga -s 65536 -n 200 -c" \
+    "$B" "ibv_rc_pingpong -d droce0 -g $gb -s 65536 -n 200 -c 10.0.0.1" || return 1
   local f
   for f in "$logs/server.log" "$logs/client.log"; do
     grep -o "coalesced [0-9]*\|segmented [0-9]*[^)]*) in [0-9]* calls" "$f"

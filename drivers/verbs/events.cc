@@ -51,12 +51,15 @@ Runtime::ChannelWaiters* Runtime::FindWaitersLocked(int channel_fd) {
   return nullptr;
 }
 
+// Only an armed watch can have one: a CQ notifies once per arming, and
+// DeliverEvents disarms the watch as it sends the event. The other watches
+// are not looked up (UCX keeps one channel armed for a whole job beside
+// three unarmed CQs per device, and this runs on every empty poll_cq).
 bool Runtime::EventsPendingLocked() {
   for (const CqWatch& w : watches_) {
+    if (!w.armed) continue;
     const queue::CompletionQueue* cq = dev_->cq(w.cq_id);
-    if (cq == nullptr) continue;
-    if (w.has_channel && cq->notifications() != w.seen_notifications) return true;
-    if (cq->overflowed() && !w.overrun_reported && w.async_write_fd >= 0) return true;
+    if (cq != nullptr && cq->notifications() != w.seen_notifications) return true;
   }
   return false;
 }
@@ -183,6 +186,7 @@ void Runtime::ArmCq(uint32_t cq_id) {
     if (w.cq_id == cq_id && w.has_channel && !w.armed) {
       w.armed = true;
       armed_channels_.fetch_add(1, std::memory_order_relaxed);
+      last_arm_ns_.store(NowNs(), std::memory_order_relaxed);
     }
   }
 }

@@ -439,11 +439,21 @@ void Runtime::ProgressThread::Run() {
       ServeEventWaiter();
       continue;
     }
-    // An armed channel keeps this thread hot unless the program waits for
-    // its events in ibv_get_cq_event (it then drives the dataplane itself).
+    // A program that waits on a channel's fd itself (epoll) between its
+    // polls arms the CQ before each wait: while it does, this thread does
+    // not stand aside for its polls, so the event it waits for comes at
+    // once. Not for a program that waits in ibv_get_cq_event (it drives the
+    // dataplane itself), nor for a channel armed long ago: UCX's async
+    // thread watches its UD CQ for the whole job while the program polls
+    // every CQ itself, and the program's own rounds deliver that event.
+    // Serving such a program would put this thread's poll rounds and hot
+    // sleeps beside every round trip of an MPI ping-pong, on the rank's
+    // own core when mpirun binds it (tools/bench/stacks/results.md).
+    const uint64_t recent_ns = uint64_t{pc_.max_sleep_us} * 1000;
     const bool waiting_for_event =
         rt_.armed_channels_.load(std::memory_order_relaxed) > 0 &&
-        NsSince(now, rt_.last_event_wait_ns_.load(std::memory_order_relaxed)) > uint64_t{pc_.max_sleep_us} * 1000;
+        NsSince(now, rt_.last_event_wait_ns_.load(std::memory_order_relaxed)) > recent_ns &&
+        NsSince(now, rt_.last_arm_ns_.load(std::memory_order_relaxed)) < recent_ns;
     const uint64_t last_app = std::max(rt_.last_app_poll_ns_.load(std::memory_order_relaxed),
                                        rt_.last_app_post_ns_.load(std::memory_order_relaxed));
     if (!waiting_for_event && NsSince(now, last_app) < uint64_t{pc_.app_active_us} * 1000) {

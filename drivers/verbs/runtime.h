@@ -325,17 +325,16 @@ class Runtime {
   void ProgressLoop();
   // A round now would do nothing (PollIfBusyLocked). An SRQ shrinks only in
   // a round's receive, which checks its limit. Completion events are looked
-  // for only while a CQ is armed for one: a CQ overrun of a CQ that is not is
-  // reported by the next round that runs, the link check's at the latest (a
-  // millisecond). Caller holds mu.
+  // for only on CQs armed for one: a CQ overrun is reported by the next
+  // round that runs, the link check's at the latest (a millisecond). Caller
+  // holds mu.
   bool IdleLocked(uint64_t now_ns) {
     return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && wakeup_ != nullptr && !wakeup_stale_ &&
            (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() && (!udp_ || udp_->KnownEmpty()) &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
   }
-  // DeliverEvents would send something: a completion event (a CQ armed for
-  // one got a completion outside a round, e.g. a flush by modify_qp) or a
-  // CQ overrun. Caller holds mu.
+  // DeliverEvents would send a completion event: a CQ armed for one got a
+  // completion outside a round (e.g. a flush by modify_qp). Caller holds mu.
   bool EventsPendingLocked();
   static bool RequestSlice(uint32_t slice_us, int32_t nice);
   static bool SetFifo(uint32_t priority);
@@ -476,6 +475,7 @@ class Runtime {
   // thread sleeps meanwhile.
   std::atomic<int> app_waiters_{0};
   std::atomic<uint64_t> last_event_wait_ns_{0};  // when a WaitForChannel last ended
+  std::atomic<uint64_t> last_arm_ns_{0};  // when ArmCq last armed a channel
   std::atomic<bool> stop_{false};
   std::thread progress_;
   Stats stats_;

@@ -219,15 +219,14 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
       (ends_message ? len - 1 < mtu_ : len == mtu_)) {
     if (p.opcode == kRcReadResponseMiddle) {
       read = ReadAwaitingMiddle(psn, len);
-    } else if (psn != resp_.epsn) {
-      // not the request expected: the ordinary path
+    } else if (psn != resp_.epsn || sr_ != nullptr) {
+      // not the request expected, or selective repeat's responder (which
+      // takes every request, OnPacket's way): the ordinary path
     } else if (p.opcode == kRcWriteMiddle) {
       if (resp_.in_message == InMessage::kWrite && len <= resp_.write_remaining &&
           MrStillLentSince(resp_.write_rkey, &resp_.write_epoch)) {
         dst = resp_.write_host + (resp_.write_total - resp_.write_remaining);
       }
-    } else if (sr_ != nullptr) {
-      // selective repeat's responder takes SENDs: OnPacket's way
     } else if (starts_message) {
       const RecvWr* next = resp_.in_message == InMessage::kNone ? NextRecvWqe() : nullptr;
       if (next != nullptr) dst = RecvDestination(*next, 0, len);

@@ -26,6 +26,7 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <string>
 #include <thread>
@@ -191,6 +192,18 @@ class VerbsApi : public ::testing::Test {
     ASSERT_EQ(ToRtr(*b, (*a)->qp_num), 0);
     ASSERT_EQ(ToRts(*a), 0);
     ASSERT_EQ(ToRts(*b), 0);
+  }
+
+  // A completion channel and a CQ on it, which cq_ names from then on: the
+  // QPs Connect makes complete there. *plain: the CQ cq_ named before.
+  void ConnectOnChannel(ibv_comp_channel** channel, ibv_cq** plain, ibv_qp** a, ibv_qp** b) {
+    *channel = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(*channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
+    ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, *channel, 0);
+    ASSERT_NE(event_cq, nullptr);
+    *plain = cq_;
+    cq_ = event_cq;
+    Connect(a, b);
   }
 
   std::vector<ibv_wc> Poll(size_t n) {
@@ -1371,6 +1384,78 @@ TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
   EXPECT_EQ(std::memcmp(buf_.data() + 0x1000, buf_.data() + 0x40000, 4096), 0);
 }
 
+// UCX's pattern: its async thread arms a completion channel on its UD
+// receive CQ once and waits on the fd with epoll for the whole job, while
+// the program polls every CQ itself. A channel armed long ago (more than
+// progress_max_sleep_us) does not keep the progress thread polling beside
+// a program that polls: it stands aside as for any polling program (its
+// rounds beside every round trip cost MPI's ping-pong, on the rank's own
+// core, tools/bench/stacks/results.md), and the program's own poll rounds
+// deliver the channel's event (doc/verbs.md "Who drives the device").
+TEST_F(VerbsApi, ProgressThreadStandsAsideBesideAChannelArmedLongAgo) {
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* event_cq = nullptr;  // the plain CQ until the swap below
+  ibv_qp *a = nullptr, *b = nullptr;
+  ASSERT_NO_FATAL_FAILURE(ConnectOnChannel(&channel, &event_cq, &a, &b));
+  std::swap(cq_, event_cq);  // the program polls the plain CQ; event_cq is the channel's
+  ASSERT_EQ(ibv_req_notify_cq(event_cq, 0), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the arming is old now
+  // The program polls another CQ (nothing on it) for 100 ms.
+  const auto poll_for = [&](std::chrono::milliseconds d, const std::function<bool()>& done) {
+    ibv_wc wc[4];
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t i = 0;; ++i) {
+      EXPECT_EQ(ibv_poll_cq(cq_, 4, wc), 0);
+      if (i % 64 == 0 && (done() || std::chrono::steady_clock::now() - start > d)) return;
+    }
+  };
+  const uint64_t before = ReadProgressCounters(ctx_).stand_asides;
+  poll_for(std::chrono::milliseconds(100), [] { return false; });
+  EXPECT_GT(ReadProgressCounters(ctx_).stand_asides, before)
+      << "the progress thread kept polling beside a polling program: a channel armed long ago held it";
+  // A SEND completes on the armed CQ while the program keeps polling the
+  // other one: its poll rounds receive it and deliver the event.
+  ASSERT_EQ(PostRecv(b, 1, 4096, 64), 0);
+  ASSERT_EQ(PostSend(a, IBV_WR_SEND, 2, 0, 64, 0), 0);
+  const auto readable = [&] {
+    pollfd p{channel->fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  poll_for(std::chrono::seconds(5), readable);
+  ASSERT_TRUE(readable()) << "no completion event while the program polled another CQ";
+  ibv_cq* cq = nullptr;
+  void* cq_context = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0);
+  EXPECT_EQ(cq, event_cq);
+  ibv_ack_cq_events(event_cq, 1);
+  std::swap(cq_, event_cq);
+  EXPECT_EQ(Poll(2).size(), 2u);
+  std::swap(cq_, event_cq);
+  // A completion made outside a poll round (a receive flushed by the move
+  // to ERR) on the armed CQ: the program's next empty poll of the other CQ
+  // runs the round that sends its event, however many unarmed CQs the
+  // device has.
+  ASSERT_EQ(PostRecv(b, 3, 4096, 64), 0);
+  ASSERT_EQ(ibv_req_notify_cq(event_cq, 0), 0);
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(b, &err, IBV_QP_STATE), 0);
+  ibv_wc wc[4];
+  EXPECT_EQ(ibv_poll_cq(cq_, 4, wc), 0);
+  EXPECT_TRUE(readable()) << "the flush's event waited for a later round";
+  ASSERT_EQ(ibv_get_cq_event(channel, &cq, &cq_context), 0);
+  ibv_ack_cq_events(event_cq, 1);
+  std::swap(cq_, event_cq);
+  const std::vector<ibv_wc> flushed = Poll(1);
+  ASSERT_EQ(flushed.size(), 1u);
+  EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+  for (ibv_qp* q : qps_) ibv_destroy_qp(q);
+  qps_.clear();
+  std::swap(cq_, event_cq);
+  EXPECT_EQ(ibv_destroy_cq(event_cq), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
+}
+
 // ibv_wr_set_inline_data keeps a copy of the data (the caller may reuse
 // its buffer at once) without allocating: it goes into the WR's ring slot,
 // so no wr_start .. wr_complete allocates, the first one included.
@@ -1717,13 +1802,10 @@ TEST_F(VerbsApi, ReregMr) {
 }
 
 TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
-  ibv_comp_channel* channel = ibv_create_comp_channel(ctx_);
-  ASSERT_NE(channel, nullptr) << "is libdroce-preload.so preloaded? errno " << errno;
-  ibv_cq* event_cq = ibv_create_cq(ctx_, 64, nullptr, channel, 0);
-  ASSERT_NE(event_cq, nullptr);
-  std::swap(cq_, event_cq);  // the QPs below complete on the channel's CQ
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* event_cq = nullptr;  // the plain CQ: cq_ is the channel's
   ibv_qp *a = nullptr, *b = nullptr;
-  Connect(&a, &b);
+  ASSERT_NO_FATAL_FAILURE(ConnectOnChannel(&channel, &event_cq, &a, &b));
   const auto send_later = [&](int ms) {
     return std::thread([this, a, b, ms] {
       usleep(ms * 1000);

@@ -33,6 +33,11 @@ struct ProgressConfig {
   // (or less) keeps them fixed.
   uint32_t app_active_max_us = 200;
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
+  // Inside a stream the hot phase waits for the next frame on the
+  // wire's arrival descriptor, with no timer per wait (a watchdog of
+  // max_sleep_us bounds it), instead of hot_sleep_us timed sleeps. Needs
+  // wakeup.
+  bool stream_wait = true;
   // ibv_get_cq_event (through libdroce-preload.so) polls the dataplane this
   // long before it sleeps on the wire and the channel (like Linux's
   // net.core.busy_poll for sockets); 0 sleeps at once.
@@ -174,6 +179,39 @@ class DoorbellBatcher {
   uint32_t batch_;
   uint64_t last_post_ns_ = 0;
   uint32_t deferred_ = 0;
+};
+
+// Whether the device is the receiving end of a stream (doc/verbs.md, "Stream
+// waits"): over the last window of kWindowNs it received kMinPerMs packets a
+// millisecond or more and at least kRxPerTx times as many as it sent. A bulk
+// receiver (ib_write_bw's server: one ACK per ~16 packets) is; a responder
+// that answers each request (ib_read_lat, ib_send_lat, ib_write_lat's
+// server: as many out as in) is not, however fast: its peer waits for each
+// answer, so a wake-up that queues the thread behind a spinning program is
+// paid in latency. Pure: the progress thread notes its counters after each
+// of its rounds; a window without packets says "not receiving".
+class StreamGauge {
+ public:
+  static constexpr uint64_t kWindowNs = 1'000'000;
+  static constexpr uint64_t kMinPerMs = 50;
+  static constexpr uint64_t kRxPerTx = 4;
+
+  void Note(uint64_t now_ns, uint64_t rx_packets, uint64_t tx_packets) {
+    if (start_ns_ == 0 || now_ns < start_ns_) {
+      start_ns_ = now_ns, rx_ = rx_packets, tx_ = tx_packets;
+      return;
+    }
+    const uint64_t elapsed = now_ns - start_ns_;
+    if (elapsed < kWindowNs) return;
+    const uint64_t rx = rx_packets - rx_, tx = tx_packets - tx_;
+    receiving_ = rx * kWindowNs >= kMinPerMs * elapsed && rx >= kRxPerTx * tx;
+    start_ns_ = now_ns, rx_ = rx_packets, tx_ = tx_packets;
+  }
+  bool receiving() const { return receiving_; }
+
+ private:
+  uint64_t start_ns_ = 0, rx_ = 0, tx_ = 0;
+  bool receiving_ = false;
 };
 
 // progress_sched=auto (doc/verbs.md): whether the progress thread should run

@@ -327,6 +327,7 @@ const KeySample kSamples[] = {
     {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
     {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
+    {"progress_stream_wait", "progress_stream_wait=off", kWire, "sometimes"},
     {"event_busy_poll_us", "event_busy_poll_us=30", kWire, "0.5"},
     {"progress_slice_us", "progress_slice_us=250", kWire, "long"},
     {"progress_sched", "progress_sched=fifo", kWire, "rr"},
@@ -587,6 +588,40 @@ void SeenSpinning(AutoSchedPolicy& p, uint64_t at, uint64_t last_call) {
 // program with sparse traffic, SCHED_OTHER once the program drives (its
 // calls cover 3/4 of auto_drive_us) or packets stream; a program calling in
 // bursts, and rates between the thresholds, keep the policy.
+// A bulk receiver is the receiving end of a stream; a responder that answers
+// each request is not, however fast; neither is a slow or silent device.
+TEST(StreamGauge, ABulkReceiverIsAStreamARequestResponderIsNot) {
+  StreamGauge g;
+  uint64_t t = 1'000'000, rx = 0, tx = 0;
+  const auto window = [&](uint64_t rx_n, uint64_t tx_n) {
+    // Rounds spread over the window, the last one closing it.
+    for (int i = 1; i <= 4; ++i) {
+      t += StreamGauge::kWindowNs / 4;
+      rx += rx_n / 4, tx += tx_n / 4;
+      g.Note(t, rx, tx);
+    }
+  };
+  g.Note(t, rx, tx);
+  EXPECT_FALSE(g.receiving()) << "no window seen yet";
+  window(4000, 240);  // ib_write_bw's server: 4 M msg/s, an ACK per ~16
+  EXPECT_TRUE(g.receiving());
+  window(400, 400);  // ib_read_lat's responder: one answer per request
+  EXPECT_FALSE(g.receiving());
+  window(4000, 240);
+  EXPECT_TRUE(g.receiving());
+  window(40, 0);  // under kMinPerMs: sparse
+  EXPECT_FALSE(g.receiving());
+  window(4000, 1200);  // a quarter or more sent back
+  EXPECT_FALSE(g.receiving());
+  window(200, 48);  // at the bounds
+  EXPECT_TRUE(g.receiving());
+  window(0, 0);  // silence
+  EXPECT_FALSE(g.receiving());
+  // A window's verdict waits for its end: a burst inside it changes nothing.
+  g.Note(t + StreamGauge::kWindowNs / 2, rx + 4000, tx);
+  EXPECT_FALSE(g.receiving());
+}
+
 TEST(AutoSchedPolicy, FifoForAQuietProgramOtherForADrivingOneOrAStream) {
   AutoSchedPolicy p(/*quiet_us=*/20, /*drive_us=*/1000);
   uint64_t now = 10'000'000, covered = 0;

@@ -384,6 +384,9 @@ std::vector<DeviceSetting> MakeSettings() {
                      "this (at or below `progress_app_active_us`: fixed look-backs)"));
   t.push_back(Switch("progress_wakeup", [](auto& f) -> auto& { return f.progress.wakeup; },
                      "long idle sleeps end when a frame arrives (memif interrupt mode, af_packet poll)"));
+  t.push_back(Switch("progress_stream_wait", [](auto& f) -> auto& { return f.progress.stream_wait; },
+                     "inside a stream the hot phase waits for the next frame on the wire's arrival "
+                     "descriptor, with no timer per wait (with `progress_wakeup`)"));
   t.push_back(Number("event_busy_poll_us", 0, kMaxUs, 1, [](auto& f) -> auto& { return f.progress.event_busy_poll_us; },
                      "`ibv_get_cq_event` busy-polls the dataplane this long before sleeping on the channel and the wire"));
   t.push_back(Number("progress_slice_us", 0, kMaxUs, 1, [](auto& f) -> auto& { return f.progress.slice_us; },

@@ -267,7 +267,10 @@ class Runtime {
         progress_auto_to_fifo{0}, progress_auto_to_other{0}, progress_auto_refused{0},
         // auto: promotions withheld because the program, though quiet, was
         // not running (preempted or blocked: AutoSchedPolicy::NoteProgramCpu)
-        progress_auto_not_running{0};
+        progress_auto_not_running{0},
+        // The hot phase's untimed waits inside a stream (StreamWait),
+        // and those the watchdog ended (nothing arrived for max_sleep_us).
+        progress_stream_waits{0}, progress_stream_watchdogs{0};
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};

@@ -20,6 +20,7 @@ struct QpCounters {
   uint64_t seq_naks_sent = 0;
   uint64_t duplicates_received = 0;
   uint64_t expected_requests = 0;  // WRITE packets the responder placed in one step (Qp::PlaceExpected)
+  uint64_t recv_warm_bytes = 0;  // bytes of next receive buffers fetched ahead (Qp::WarmNextRecv)
   uint64_t short_requests = 0;  // request packets built in fewer steps (Qp::BuildShortRequest)
   uint64_t out_of_sequence = 0;
   uint64_t dropped_wrong_state = 0;

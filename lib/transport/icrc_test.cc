@@ -175,6 +175,60 @@ class QpPair : public ::testing::TestWithParam<bool> {
   std::unique_ptr<Qp> qp_[2];
 };
 
+// A SEND that takes a receive WQE on the placement path fetches the next
+// WQE's buffer ahead (Qp::WarmNextRecv): as much of it as the SEND's own
+// packet (an ONLY), two MTUs (a FIRST), bounded by the SGE and the region;
+// nothing when the region is not yet resolved, no WQE is posted, or the
+// next WQE names another L_Key.
+TEST_P(QpPair, PlacedSendWarmsTheNextReceiveBuffer) {
+  Srq& srq = *srqs_.emplace_back(std::make_unique<Srq>(64));
+  srq1_ = &srq;
+  Connect();
+  srq1_ = nullptr;
+  const uint64_t base = reinterpret_cast<uint64_t>(mem_[1].data());
+  auto post_recv = [&](uint64_t wr_id, uint64_t at, uint32_t len, uint32_t lkey) {
+    RecvWr r;
+    r.wr_id = wr_id;
+    r.num_sge = 1;
+    r.sg_list[0] = {base + at, len, lkey};
+    ASSERT_TRUE(srq.ring().Push(r));
+  };
+  auto send = [&](uint32_t size) {
+    SendWr wr;
+    wr.opcode = WrOpcode::kSend;
+    wr.flags = kSendSignaled;
+    wr.num_sge = 1;
+    wr.sg_list[0] = {reinterpret_cast<uint64_t>(mem_[0].data()), size, keys_[0].lkey};
+    ASSERT_EQ(qp_[0]->PostSend(wr), 0);
+    uint32_t dropped = 0;
+    Shuttle([&](Qp& to, uint8_t* f, uint32_t len) { Deliver(true, to, f, len, &dropped); },
+            /*fire_timers=*/false);
+    EXPECT_EQ(dropped, 0u);
+  };
+  const uint64_t& warmed = qp_[1]->counters().recv_warm_bytes;
+  post_recv(1, 0, 16384, keys_[1].lkey);
+  post_recv(2, 20000, 16384, keys_[1].lkey);
+  post_recv(3, 40000, 16384, keys_[1].lkey);
+  post_recv(4, 60000, 3000, keys_[1].lkey);
+  send(8192);  // the first receive resolves the region: nothing known to warm yet
+  EXPECT_EQ(warmed, 0u);
+  send(8192);  // a FIRST: two MTUs of receive 3
+  EXPECT_EQ(warmed, 8192u);
+  send(1000);  // an ONLY: its own length of receive 4
+  EXPECT_EQ(warmed, 8192u + 1000u);
+  send(9000);  // a FIRST into receive 4; nothing posted after it
+  EXPECT_EQ(warmed, 9192u);
+  post_recv(5, 80000, 2000, keys_[1].lkey);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(8192), 2000u);  // the SGE's length bounds it
+  EXPECT_EQ(qp_[1]->WarmNextRecv(100), 100u);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(100000), 2000u);
+  queue::Completion wc[8];
+  EXPECT_EQ(cq_[1].Poll(wc, 8), 4u);  // every SEND landed
+  srq.ring().Pop();                    // receive 5 taken away; one with another L_Key next
+  post_recv(6, 0, 4096, keys_[1].lkey + 1);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(4096), 0u);
+}
+
 TEST_P(QpPair, FusedGatherFramesPassTheReferenceIcrc) {
   std::mt19937 rng(9);
   for (auto& b : mem_[0]) b = static_cast<uint8_t>(rng());

@@ -555,11 +555,6 @@ int ConfigureNetdevBound(const std::string& run_dir, LinkAddArgs* a) {
     }
   }
   f.dev.broadcast_unresolved = false;  // the kernel resolves its neighbours
-  // Its frames leave by system calls (the process's own UDP socket, or
-  // droced's socket on the interface): every transmit burst costs one, so a
-  // gathered burst is not split at tx_flush_bytes (doc/netdev.md "Defaults
-  // of a netdev-bound device"). Before the command line's `set`s, which win.
-  a->sets.insert(a->sets.begin(), "tx_flush_bytes=0");
   return CheckNetdev(run_dir, f.netdev, &f);
 }
 

@@ -36,6 +36,9 @@ class UdpIo final : public pktio::BurstIo {
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+  // Frames to other hosts, the bulk of a netdev-bound device's, leave by
+  // sendmmsg: a gathered burst goes whole (pktio::BurstIo).
+  bool ReadConcurrently() const override { return false; }
 
   // A new socket (droced re-attached): the old one is closed.
   void ReplaceSocket(int fd, uint16_t port);
@@ -55,6 +58,14 @@ class UdpIo final : public pktio::BurstIo {
   void Disarm();
 
   const UdpCounters& counters() const { return counters_; }
+
+  // Nothing waits that RxBurst would return, known without a system call:
+  // never while it has a socket, whose receive queue only a system call
+  // reads. An idle device's empty poll_cq may skip its round only when this
+  // holds (verbs Runtime::IdleLocked): a frame the kernel queued on the
+  // socket would otherwise wait for the next round that runs for another
+  // reason (a timer, the millisecond link check).
+  bool KnownEmpty() const { return fd_ < 0 && ready_n_ == 0; }
 
  private:
   bool ToSocket(const pktio::Frame& f) const;

@@ -300,7 +300,8 @@ std::vector<DeviceSetting> MakeSettings() {
                      "doc/transport.md \"Requester\")"));
   t.push_back(Number("tx_flush_bytes", 0, 1 << 20, 1, [](auto& f) -> auto& { return f.dev.tx_flush_bytes; },
                      "full frames leave in bursts of this many bytes' worth (0: at 32 frames or the round's end): "
-                     "a peer process reads a long message's first frames while the rest are built"));
+                     "a peer process reads a long message's first frames while the rest are built (a port read by "
+                     "system calls, a process's UDP socket, sends whole bursts)"));
   t.push_back(Number("ack_solicit_us", 1, 10'000'000, 1000, [](auto& f) -> auto& { return f.dev.ack_solicit_ns; },
                      "a tail sent without an ACK request is solicited after this long without sending"));
   t.push_back(Number("min_ack_timeout", 0, 31, 1, [](auto& f) -> auto& { return f.dev.min_ack_timeout; },

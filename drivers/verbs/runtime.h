@@ -333,7 +333,7 @@ class Runtime {
   // holds mu.
   bool IdleLocked(uint64_t now_ns) {
     return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && wakeup_ != nullptr && !wakeup_stale_ &&
-           (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() &&
+           (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() && (!udp_ || udp_->KnownEmpty()) &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
   }
   // DeliverEvents would send a completion event: a CQ armed for one got a

@@ -52,7 +52,8 @@ struct DeviceConfig : transport::QpTuning {
   // between two processes) places the first frames while the sender builds
   // the next, instead of waiting for the whole burst (32 frames of 4 KiB:
   // 128 KiB built and copied before the reader sees a byte). Short frames
-  // fill `burst` as before.
+  // fill `burst` as before. Only on a port whose reader works meanwhile
+  // (pktio::BurstIo::ReadConcurrently); the Device takes 0 on any other.
   uint32_t tx_flush_bytes = 16384;
   // Destinations with no neighbour entry go to the broadcast MAC instead of
   // failing (point-to-point wires such as memif, where any MAC arrives).

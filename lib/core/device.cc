@@ -31,6 +31,9 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   for (const Gid& g : gids_) {
     if (!IsIpv4MappedGid(g)) own_ipv6_.push_back(g);
   }
+  // Long messages leave in pieces only where the port's reader takes them
+  // meanwhile (pktio::BurstIo::ReadConcurrently).
+  if (io != nullptr && !io->ReadConcurrently()) config_.tx_flush_bytes = 0;
   rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
   rx_l3_offset_ = static_cast<uint8_t>(wire::kEthBytes + (config.vlan ? wire::kVlanTagBytes : 0));
   std::memcpy(&mac_lo_, config.mac.data(), 4);

@@ -1,7 +1,7 @@
 // Full frames of a long message leave tx_flush_bytes at a time (a peer that
 // reads the port on another CPU starts on the first while the rest are
-// built); short frames still fill a burst. Counted at the port: the sizes of
-// the TxBurst calls.
+// built), on a port that says its reader works meanwhile; short frames still
+// fill a burst. Counted at the port: the sizes of the TxBurst calls.
 #include <algorithm>
 #include <vector>
 
@@ -14,14 +14,19 @@ namespace droce::core {
 namespace {
 
 // Passes everything on and remembers how many frames each TxBurst carried.
+// `concurrent`: what it says of its reader (a ring's, or a socket's).
 class BurstRecorder final : public testing::ForwardingPort {
  public:
-  using ForwardingPort::ForwardingPort;
+  BurstRecorder(pktio::BurstIo* inner, bool concurrent) : ForwardingPort(inner), concurrent_(concurrent) {}
   uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
     bursts.push_back(n);
     return inner()->TxBurst(f, n);
   }
+  bool ReadConcurrently() const override { return concurrent_; }
   std::vector<uint16_t> bursts;
+
+ private:
+  bool concurrent_;
 };
 
 sim::MemWireConfig RoomyWire() {
@@ -41,9 +46,9 @@ testing::DevicePairOptions PairOptions(uint32_t tx_flush_bytes) {
 
 // Two devices, each behind a BurstRecorder, with one RC QP each at MTU 4096.
 struct RecordedPair {
-  explicit RecordedPair(uint32_t tx_flush_bytes)
+  explicit RecordedPair(uint32_t tx_flush_bytes, bool concurrent = true)
       : wire(RoomyWire()),
-        port{BurstRecorder(&wire.end(0)), BurstRecorder(&wire.end(1))},
+        port{BurstRecorder(&wire.end(0), concurrent), BurstRecorder(&wire.end(1), concurrent)},
         p(&port[0], &port[1], PairOptions(tx_flush_bytes)) {}
   sim::MemWire wire;
   BurstRecorder port[2];
@@ -51,8 +56,8 @@ struct RecordedPair {
 };
 
 // The responder's 32 READ responses of a 128 KiB READ (MTU 4096).
-std::vector<uint16_t> ReadResponseBursts(uint32_t tx_flush_bytes) {
-  RecordedPair r(tx_flush_bytes);
+std::vector<uint16_t> ReadResponseBursts(uint32_t tx_flush_bytes, bool concurrent = true) {
+  RecordedPair r(tx_flush_bytes, concurrent);
   EXPECT_EQ(r.p.dev[0]->PostSend(r.p.qpn[0][0], r.p.Wr(transport::WrOpcode::kRdmaRead, 128 * 1024, 0, 0)), 0);
   EXPECT_EQ(r.p.RunUntil(1).size(), 1u);
   EXPECT_TRUE(std::equal(r.p.mem[1].begin(), r.p.mem[1].begin() + 128 * 1024, r.p.mem[0].begin()));
@@ -66,6 +71,16 @@ TEST(TxFlush, LongReadLeavesFourFramesAtATime) {
   const std::vector<uint16_t> whole = ReadResponseBursts(0);  // the limit off: one burst of 32
   ASSERT_EQ(whole.size(), 1u);
   EXPECT_EQ(whole[0], 32u);
+}
+
+// A port whose TxBurst is a system call (a socket) gets the 32 frames in
+// one burst whatever tx_flush_bytes says: no device setting has to undo it.
+TEST(TxFlush, APortReadBySystemCallsGetsWholeBursts) {
+  const std::vector<uint16_t> bursts = ReadResponseBursts(16384, /*concurrent=*/false);
+  ASSERT_EQ(bursts.size(), 1u);
+  EXPECT_EQ(bursts[0], 32u);
+  RecordedPair r(16384, /*concurrent=*/false);
+  EXPECT_EQ(r.p.dev[0]->config().tx_flush_bytes, 0u);
 }
 
 TEST(TxFlush, ShortFramesStillFillABurst) {

@@ -41,6 +41,17 @@ class BurstIo {
 
   // Returns frames (received ones, or unsent transmit buffers) to the backend.
   virtual void Release(Frame* frames, uint16_t n) = 0;
+
+  // Whether whoever takes this port's transmitted frames reads them while
+  // the sender is still building more (a ring in memory that another
+  // process or thread drains: memif, the direct rings, droced's link). Then
+  // a long message's full frames leave core::DeviceConfig::tx_flush_bytes at
+  // a time, and the reader places the first ones meanwhile. A port whose
+  // every TxBurst is a system call (a socket) says false: a split burst
+  // costs a call and its fixed kernel work per piece, and the kernel hands
+  // the receiver nothing sooner. Read once, when a core::Device is made on
+  // the port.
+  virtual bool ReadConcurrently() const { return true; }
 };
 
 }  // namespace droce::pktio

@@ -37,6 +37,7 @@ class LoopbackIo final : public BurstIo {
   uint16_t AllocTx(Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(Frame* frames, uint16_t n) override;
   void Release(Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+  bool ReadConcurrently() const override { return inner_ == nullptr || inner_->ReadConcurrently(); }
 
   // On a shared port (a droced fabric: other processes own the device's
   // other QPs) only RoCEv2 frames for QPNs [first, first + count) are this

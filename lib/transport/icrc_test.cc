@@ -687,5 +687,21 @@ INSTANTIATE_TEST_SUITE_P(Ip, ReadPlacement, ::testing::Values(false, true),
 INSTANTIATE_TEST_SUITE_P(Ip, QpPair, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "ipv6" : "ipv4"; });
 
+// The packets the poll loop hands over unverified are exactly the ones the
+// QP places while it checks the ICRC (OnUnverifiedPacket): every opcode of
+// the 8-bit space, with SEND ONLY's length threshold on both sides.
+TEST(VerifiesWhilePlacing, NamesExactlyTheFusedOpcodes) {
+  for (uint32_t op = 0; op < 256; ++op) {
+    for (const uint32_t len : {0u, 64u, Qp::kFusedSendOnlyBytes - 1, Qp::kFusedSendOnlyBytes, 4096u}) {
+      ParsedPacket p{};
+      p.opcode = static_cast<uint8_t>(op);
+      p.payload_len = len;
+      const bool want = op == kRcWriteMiddle || op == kRcSendFirst || op == kRcSendMiddle || op == kRcSendLast ||
+                        op == kRcReadResponseMiddle || (op == kRcSendOnly && len >= Qp::kFusedSendOnlyBytes);
+      EXPECT_EQ(Qp::VerifiesWhilePlacing(p), want) << "opcode " << op << " length " << len;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace droce::transport

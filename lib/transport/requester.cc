@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "wire/icrc.h"
+#include "wire/short_copy.h"
 #include "transport/qp.h"
 #include "transport/sr/selective_repeat.h"
 #include "wire/psn.h"
@@ -84,26 +85,6 @@ using namespace droce::wire;
   return true;
 }
 
-namespace {
-
-// A short payload's copy inline: 16 to 64 bytes as two to four overlapping
-// 16-byte moves, without libc's call and its dispatch on the size per
-// packet; other sizes through memcpy.
-[[gnu::always_inline]] inline void CopyShortPayload(uint8_t* out, const uint8_t* from, uint32_t len) {
-  if (len - 16 <= 48) {  // 16..64 (a length below 16 wraps above 48)
-    std::memcpy(out, from, 16);
-    std::memcpy(out + len - 16, from + len - 16, 16);
-    if (len > 32) {
-      std::memcpy(out + 16, from + 16, 16);
-      std::memcpy(out + len - 32, from + len - 32, 16);
-    }
-  } else if (len > 0) {
-    std::memcpy(out, from, len);
-  }
-}
-
-}  // namespace
-
 // What the requester's steps share during one call. The QP's part of
 // ShortStart/ShortRequest and the AckReq spacing of short requests are read
 // once per call: sending changes neither.
@@ -134,7 +115,15 @@ uint32_t Qp::TransmitRequests(pktio::Frame* frames, uint32_t used, uint32_t n, u
   ReqState s = ReqState::kGetWqe;
   while (s != ReqState::kDone) {
     switch (s) {
-      case ReqState::kGetWqe: s = ReqGetWqe(c); break;
+      case ReqState::kGetWqe:
+        // A run of short requests (a small message stream's whole round)
+        // goes from WQE to WQE here, without the switch between steps.
+        s = ReqGetWqe(c);
+        while (s == ReqState::kShortRequest) {
+          s = ReqShortRequest(c);
+          if (s == ReqState::kGetWqe) s = ReqGetWqe(c);
+        }
+        break;
       case ReqState::kShortRequest: s = ReqShortRequest(c); break;
       case ReqState::kCheckLimits: s = ReqCheckLimits(c); break;
       case ReqState::kStartWqe: s = ReqStartWqe(c); break;

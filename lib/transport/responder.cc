@@ -12,6 +12,7 @@
 #include "transport/sr/selective_repeat.h"
 #include "transport/step_contexts.h"
 #include "wire/psn.h"
+#include "wire/short_copy.h"
 
 namespace droce::transport {
 
@@ -291,7 +292,43 @@ RespState Qp::CheckAndExecute(ReqCtx& c) {
   return s;
 }
 
+// A short RC WRITE ONLY at the expected PSN (16-64 B, not yet placed, no
+// INT records), as PlaceExpected would take it: RETH inside the region
+// check_rkey resolved last (resp_.expected, MR table epoch unchanged), no
+// message in progress. Placed and acknowledged here from the frame's fields
+// in registers, with no call but QueueAck's as the last step: a small
+// message's responder work without OnRequestSteps' context and stack frame.
+// Anything else takes OnRequestSteps, whose PlaceExpected has no effect on a
+// WRITE it refuses, so a request this path refuses is taken there as always.
 void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
+  const uint8_t* bth_p = frame + p.bth_offset;
+  const uint32_t len = p.payload_len;
+  if (p.opcode == kRcWriteOnly && p.int_offset == 0 && !payload_placed && len - 16 <= 48 &&
+      reliable() && resp_.in_message == InMessage::kNone) [[likely]] {
+    const BthView bth(bth_p);
+    const uint32_t psn = bth.psn();
+    const ResolvedRegion& r = resp_.expected;
+    const RethView reth(bth_p + kBthBytes);
+    const uint64_t offset = reth.va() - r.iova;  // wraps (and fails the bound) below iova
+    if (psn == resp_.epsn && reth.rkey() == r.key && r.epoch == env_.mrs->epoch() && reth.dma_length() == len &&
+        len <= mtu_ && offset <= r.length && len <= r.length - offset) [[likely]] {
+      CopyShortPayload(r.host + offset, frame + p.payload_offset, len);
+      resp_.msn = PsnAdd(resp_.msn, 1);
+      ++counters_.expected_requests;
+      resp_.nak_seq_sent = false;
+      resp_.epsn = PsnAdd(psn, 1);
+      if (bth.ack_req()) {
+        QueueAck(psn);
+      } else {
+        resp_.ack_owed = true;
+      }
+      return;
+    }
+  }
+  OnRequestSteps(frame, p, payload_placed);
+}
+
+void Qp::OnRequestSteps(const uint8_t* frame, const ParsedPacket& p, bool payload_placed) {
   const uint8_t* bth_p = frame + p.bth_offset;
   ReqCtx c{frame, p, p.op(), bth_p, BthView(bth_p).psn(), p.payload_len, payload_placed};
   if (p.int_offset != 0) CcNoteInt(c);  // cc_hooks.cc: the switches' records, echoed in the next ACK
@@ -408,7 +445,7 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
     }
     dst = RecvDestination(c.len);
     if (dst == nullptr) return RespState::kCheckPsn;  // the full scatter and its checks
-    if (!c.payload_placed) std::memcpy(dst, c.frame + c.p.payload_offset, c.len);
+    if (!c.payload_placed) CopyShortPayload(dst, c.frame + c.p.payload_offset, c.len);
     resp_.recv_offset += c.len;
     if (last) {
       CompleteRecv(WcStatus::kSuccess, WcOpcode::kRecv, resp_.recv_offset, 0, 0, BthView(c.bth_p).solicited());
@@ -421,7 +458,7 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
   } else {
     return RespState::kCheckPsn;
   }
-  if (!c.payload_placed) std::memcpy(dst, c.frame + c.p.payload_offset, c.len);
+  if (!c.payload_placed) CopyShortPayload(dst, c.frame + c.p.payload_offset, c.len);
   return ExpectedAcknowledge(c);
 }
 

@@ -262,9 +262,10 @@ inline uint32_t PadFor(uint32_t payload_len) { return (4 - (payload_len & 3)) & 
 [[gnu::always_inline]] inline uint32_t FinishShortFrame(uint8_t* frame, HeaderTemplate& t, uint32_t transport_len) {
   uint32_t icrc_offset;
   if (transport_len == t.lengths_for) [[likely]] {
-    const uint32_t pad = PadFor(transport_len);
-    std::memset(frame + t.route.len + transport_len, 0, pad);
-    icrc_offset = t.route.len + transport_len + pad;
+    // The pad (0-3 bytes) zeroed by one 4-byte store: what it writes past
+    // the pad is the ICRC's place, stored below.
+    std::memset(frame + t.route.len + transport_len, 0, 4);
+    icrc_offset = t.route.len + transport_len + PadFor(transport_len);
   } else {
     icrc_offset = FinishLengths(frame, t.route, transport_len);
     const uint32_t l3 = t.route.l3_offset, l4 = t.route.l4_offset;

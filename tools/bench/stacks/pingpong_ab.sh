@@ -4,14 +4,18 @@
 # droce0/droce1, alternating two build trees in every round so both see the
 # same load. Steadier than NetPIPE's short trials on a loaded host.
 #   bash tools/bench/stacks/pingpong_ab.sh BASE_BUILD NEW_BUILD SIZE...
-#   ROUNDS (default 3), SECS (default 3), UCX_* as the ranks should see them.
+#   ROUNDS (default 3), SECS (default 3), UCX_* as the ranks should see them,
+#   SETS: device-file settings for both devices ("KEY=VALUE ...", e.g.
+#   "progress_profile=shared-host"). Build trees as absolute paths: the runs
+#   cd into their run directory, and the daemon is stopped through the tree.
 # CSV on stdout: round,arm,bytes,usec,load
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -n "${PINGPONG_ONE:-}" ]; then  # SIZE: one run on the devices of $BUILD
   source "$here/../../../tests/stacks/lib.sh"
   need mpicc mpirun
-  stacks_host droce-bench-pp 2
+  # shellcheck disable=SC2086  # SETS is a list of KEY=VALUE words
+  stacks_host droce-bench-pp 2 ${SETS:-}
   cd "$run"
   mpicc -O2 -o pp "$here/mpi_pingpong.c" || exit 1
   OMPI_MCA_pml=ucx OMPI_MCA_btl=self UCX_TLS=rc_verbs,ud_verbs,self timeout 120 \

@@ -16,11 +16,12 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   iproute2 iputils-ping procps \
   nftables iperf3 ethtool \
   ucx-utils openmpi-bin libopenmpi-dev netpipe-openmpi libfabric-bin \
-  libbpf-dev linux-libc-dev valgrind \
+  libbpf-dev linux-libc-dev valgrind libns3-dev \
   dpkg-dev debhelper lintian >/dev/null
 # nftables, iperf3, ethtool: the loss experiment's kernel-TCP baseline (tools/bench/loss/tcp.sh);
 # ucx-utils, openmpi-bin, libopenmpi-dev (mpicc), netpipe-openmpi, libfabric-bin: the communication
 # stacks run unmodified on droce (tests/stacks, doc/stacks.md) and across namespaces (tests/netns);
 # libbpf-dev (and clang above): droce's XDP program and droced's interface binding (doc/netdev.md);
 # tshark (dumpcap): tests/netns; valgrind: the bench stage's instruction count (callgrind).
+# libns3-dev: droce's transport inside ns-3 (sim/ns3: ns3_incast, ns3_fabric; doc/cc.md), skipped without it.
 # dpkg-dev, debhelper, lintian: the Debian packages (debian/, tools/build-deb.sh, tests/install/package.sh).

@@ -333,7 +333,8 @@ void SelectiveRepeat::QueueSack() {
       return;
     }
   }
-  Action* a = qp_.actions_.Reserve();  // never refused: Qp::ResponseRoom keeps an ACK's slot
+  Action* a = qp_.actions_.Reserve();
+  if (a == nullptr) return;  // not while Qp::ResponseRoom keeps an ACK's slot: the tail would be an ACK
   *a = Action{};
   a->kind = ActionKind::kSack;
   qp_.actions_.Commit();

@@ -550,7 +550,8 @@ class Qp {
   [[gnu::noinline]] void OnRequestSteps(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed);
   DROCE_STEP RespState PlaceExpected(ReqCtx& c);
   RespState ExpectedAcknowledge(ReqCtx& c);
-  void AcceptRequest(const ReqCtx& c);
+  void AcceptExpected(uint32_t psn, wire::BthView bth);
+  void AcceptRequest(uint32_t psn, wire::BthView bth);
   DROCE_STEP RespState CheckPsn(ReqCtx& c);
   DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
   DROCE_STEP RespState CheckLength(ReqCtx& c);

@@ -314,14 +314,7 @@ void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_pla
         len <= mtu_ && offset <= r.length && len <= r.length - offset) [[likely]] {
       CopyShortPayload(r.host + offset, frame + p.payload_offset, len);
       resp_.msn = PsnAdd(resp_.msn, 1);
-      ++counters_.expected_requests;
-      resp_.nak_seq_sent = false;
-      resp_.epsn = PsnAdd(psn, 1);
-      if (bth.ack_req()) {
-        QueueAck(psn);
-      } else {
-        resp_.ack_owed = true;
-      }
+      AcceptExpected(psn, bth);
       return;
     }
   }
@@ -351,22 +344,31 @@ void Qp::OnRequestSteps(const uint8_t* frame, const ParsedPacket& p, bool payloa
   }
 }
 
-// The request at c.psn accepted: the next PSN is expected, and the ACK is
-// queued if the request asked for one, else owed (EnterError sends it).
-[[gnu::always_inline]] inline void Qp::AcceptRequest(const ReqCtx& c) {
-  resp_.epsn = PsnAdd(c.psn, 1);
-  if (BthView(c.bth_p).ack_req()) {
-    QueueAck(c.psn);
+// The request at psn accepted: the next PSN is expected, and the ACK is
+// queued if the request asked for one (its BTH's AckReq), else owed
+// (EnterError sends it). Takes no ReqCtx, so OnRequest's short WRITE, which
+// has none, shares it. The BTH, not its AckReq bit: read after the stores
+// above, as the bit is tested (a bool read first costs an instruction per
+// request, the frame's bytes may alias the QP's fields).
+[[gnu::always_inline]] inline void Qp::AcceptRequest(uint32_t psn, BthView bth) {
+  resp_.epsn = PsnAdd(psn, 1);
+  if (bth.ack_req()) {
+    QueueAck(psn);
   } else {
     resp_.ack_owed = true;
   }
 }
 
-// The acknowledge step of a request PlaceExpected took.
-[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
+// The acknowledge step of a request header prediction took (PlaceExpected,
+// or OnRequest's short WRITE).
+[[gnu::always_inline]] inline void Qp::AcceptExpected(uint32_t psn, BthView bth) {
   ++counters_.expected_requests;
   resp_.nak_seq_sent = false;
-  AcceptRequest(c);
+  AcceptRequest(psn, bth);
+}
+
+[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
+  AcceptExpected(c.psn, BthView(c.bth_p));
   return RespState::kDone;
 }
 
@@ -678,7 +680,7 @@ DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
 
 DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
   if (!reliable()) return RespState::kDone;  // UC moved resp_.epsn in CheckPsn and never ACKs
-  AcceptRequest(c);
+  AcceptRequest(c.psn, BthView(c.bth_p));
   return RespState::kDone;
 }
 

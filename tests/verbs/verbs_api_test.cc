@@ -65,6 +65,20 @@ namespace droce::verbs {
 namespace {
 namespace fs = std::filesystem;
 
+// The device `name` of the list libibverbs makes now, opened; nullptr when
+// it is not there or does not open.
+ibv_context* OpenDeviceNamed(const std::string& name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) return nullptr;
+  ibv_context* ctx = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (ibv_get_device_name(list[i]) == name) ctx = ibv_open_device(list[i]);
+  }
+  ibv_free_device_list(list);
+  return ctx;
+}
+
 class VerbsApi : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -84,13 +98,7 @@ class VerbsApi : public ::testing::Test {
     const char* provider = std::getenv("DROCE_PROVIDER_DIR");
     ASSERT_NE(provider, nullptr) << "set DROCE_PROVIDER_DIR to the build's drivers/verbs";
     setenv("RDMAV_DRIVERS", (std::string(provider) + "/libdroce").c_str(), 1);
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    ASSERT_NE(list, nullptr);
-    for (int i = 0; i < n; ++i) {
-      if (std::string(ibv_get_device_name(list[i])) == "droce0") ctx_ = ibv_open_device(list[i]);
-    }
-    ibv_free_device_list(list);
+    ctx_ = OpenDeviceNamed("droce0");
     ASSERT_NE(ctx_, nullptr) << "droce0 not found or not opened";
   }
   static void TearDownTestSuite() {
@@ -1217,14 +1225,7 @@ TEST_F(VerbsApi, AutoProgressThreadIsFifoWhileTheProgramIsQuietAndOtherWhileItPo
   // droce0's thread (started by SetUp) first, so that droce1's is the new one.
   for (int i = 0; i < 100 && ProgressThreads().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const std::vector<pid_t> before = ProgressThreads();
-  ibv_context* ctx = nullptr;
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ASSERT_NE(list, nullptr);
-  for (int i = 0; i < n; ++i) {
-    if (std::string(ibv_get_device_name(list[i])) == "droce1") ctx = ibv_open_device(list[i]);
-  }
-  ibv_free_device_list(list);
+  ibv_context* ctx = OpenDeviceNamed("droce1");
   ASSERT_NE(ctx, nullptr) << "droce1 not found or not opened";
   ibv_pd* pd = ibv_alloc_pd(ctx);  // starts droce1's dataplane and its progress thread
   ibv_cq* cq = pd != nullptr ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
@@ -1401,14 +1402,7 @@ TEST_F(VerbsApi, DestroyQpAcknowledgesTheRequestThatAlreadyArrived) {
   struct Unregister {
     ~Unregister() { (void)RemoveDeviceTree(run_dir_, kDevInfinibandDir, "droce2"); }
   } unregister;
-  ibv_context* ctx = nullptr;
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ASSERT_NE(list, nullptr);
-  for (int i = 0; i < n; ++i) {
-    if (std::string(ibv_get_device_name(list[i])) == "droce2") ctx = ibv_open_device(list[i]);
-  }
-  ibv_free_device_list(list);
+  ibv_context* ctx = OpenDeviceNamed("droce2");
   ASSERT_NE(ctx, nullptr) << "droce2 not found or not opened";
   std::vector<uint8_t> mem(8192, 0);
   struct Close {

@@ -11,7 +11,7 @@ big = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
 # message = run of large posts by one rank, ended when the other rank posts a large one
 msgs = []; cur = None
 for e in ev:
-    t0, t1, r, k, a, b, c, en, et = e
+    t0, t1, r, k, a, b, c, en, et = e[:9]
     if k == 1 and b >= big:
         if cur is None or cur['r'] != r:
             cur = {'r': r, 'posts': [], 'rx': [], 'srq': [], 'empty': [0, 0, 0, 0]}; msgs.append(cur)

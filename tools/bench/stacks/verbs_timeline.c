@@ -1,5 +1,11 @@
 // Diagnostic preload for tools/bench/stacks/verbs_timeline.sh (not part of droce): wraps the
-// context ops post_send, poll_cq and post_srq_recv of every device the program opens.
+// context ops post_send, poll_cq and post_srq_recv of every device the program opens
+// (libibverbs' inline ibv_post_send / ibv_poll_cq call through them). One unlocked
+// log per process: calls from a second thread (UCX's async thread, rarely) may
+// blur a record. Records: ev 1 post (a qpn, b bytes, c opcode<<16|WRs<<8|flags),
+// 2 poll with completions (a completions, b received bytes, c receives), 4 SRQ
+// post (a WQEs); e/et the empty polls (count, ns) since the previous record; csw
+// the thread's involuntary<<32|voluntary context switches, read after a call over 10 us.
 
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>

@@ -11,13 +11,17 @@
 #   client: perftest's thread's ibv_post_send (and in it the engine's
 #   doorbell, lib/'s requester, the port's transmit and buffer allocation)
 #   and ibv_poll_cq; doorbells deferred (DROCE_STATS).
-# Instruction counts do not see doorbell batching (under valgrind no post
-# follows another within its 1 µs), nor the wall clock: thread_time.sh and
-# fastpath.sh measure those.
+# Without BATCHED=1 the counts do not see doorbell batching (under valgrind no
+# post follows another within its 1 µs); they never see the wall clock:
+# thread_time.sh and fastpath.sh measure that.
 #   bash tools/bench/verbs/breakdown.sh [BUILD_DIR]   (default build-relg)
 # Env: N (messages, default 200000), PORT (perftest's side channel, default 18515),
 #      KEEP=DIR (keep the callgrind files there), WIRE=fabric (the two processes on
-#      the host fabric: droced and the direct rings, doc/droced.md; default memif).
+#      the host fabric: droced and the direct rings, doc/droced.md; default memif),
+#      BATCHED=1 (both devices with doorbell_burst_gap_ns=1000000: a post within 1 ms of
+#      the last one defers its doorbell as it does natively within 1 us, so the client's
+#      numbers are those of the batched steady state, up to doorbell_batch posts a burst),
+#      LINK_SET='k=v ...' (more device settings for both devices, e.g. memif_direct_tx=off).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 build=$(cd "${1:-build-relg}" && pwd)
@@ -29,7 +33,9 @@ vg="valgrind --tool=callgrind --separate-threads=yes"
 pair() {  # END (server|client): that end under callgrind
   local s="ib_write_bw -d droce0 -x 1 -p $port -s 64 -n $n" c="ib_write_bw -d droce1 -x 1 -p $port -s 64 -n $n 127.0.0.1"
   if [ "$1" = server ]; then s="$vg --callgrind-out-file=$out/server.%p $s"; else c="$vg --callgrind-out-file=$out/client.%p $c"; fi
-  BUILD=$build WIRE=${WIRE:-memif} SERVER_DELAY=8 PAIR_TIMEOUT=600 DROCE_STATS=1 bash tools/verbs-pair.sh "$s" "$c" >"$out/$1.log" 2>&1
+  local set=${LINK_SET:-}
+  [ "${BATCHED:-0}" = 1 ] && set="$set doorbell_burst_gap_ns=1000000"
+  LINK_SET=$set BUILD=$build WIRE=${WIRE:-memif} SERVER_DELAY=8 PAIR_TIMEOUT=600 DROCE_STATS=1 bash tools/verbs-pair.sh "$s" "$c" >"$out/$1.log" 2>&1
 }
 incl() {  # FILE FUNCTION-SUBSTRING: inclusive instructions of its first match (0 if none)
   awk -v f="$2" 'index($0, f) {gsub(",", "", $1); print $1; found = 1; exit} END {if (!found) print 0}' "$1"

@@ -168,8 +168,16 @@ absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
     return absl::UnavailableError(absl::StrFormat("starting port %s: %s", name, rte_strerror(-rc)));
   }
   rte_eth_promiscuous_enable(port);
+  if (tx_buffers_ != nullptr) {
+    // Frames of the transmit pool may be out: only MemifTx can send them.
+    std::string why_not;
+    std::unique_ptr<MemifTx> direct = MemifTx::For(port, &why_not);
+    if (direct == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat("port %s: no direct memif transmit: %s", name, why_not));
+    }
+    direct_ = std::move(direct);
+  }
   port_ = port;
-  if (direct_ != nullptr) direct_ = MemifTx::For(port, nullptr);  // the new port's queue (null: the PMD transmits)
   started_ = true;
   start_failed_ = rc != 0;
   link_up_ = false;

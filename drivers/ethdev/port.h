@@ -88,7 +88,9 @@ class EthdevPort final : public pktio::BurstIo {
   void MarkLinkDown() { link_up_ = false; }
   // The port's vdev was removed (Stop(false), then ethdev::RemoveVdev) and a
   // new one probed as `name`: this object drives it from now on, with the
-  // same pools (frames the owner still holds stay valid) and rings.
+  // same pools (frames the owner still holds stay valid) and rings. With
+  // memif_direct_tx the new port must take MemifTx too (FailedPrecondition
+  // otherwise: the pool's frames have no mbuf for the PMD).
   absl::Status Rebind(const std::string& name, bool start_may_fail);
   // Waits up to timeout_ms for the link (memif: the peer connected).
   bool WaitLinkUp(int timeout_ms);

@@ -2,9 +2,6 @@
 #define ALLOW_EXPERIMENTAL_API 1
 #include "drivers/ethdev/rx_wakeup.h"
 
-#include <dlfcn.h>
-#include <elf.h>
-#include <link.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -35,7 +32,6 @@ using namespace dpdk_private;  // NOLINT: the layouts this file reads
 // three pointers and the 24-byte rx_stats.
 constexpr size_t kAfXdpQueuePortOffset = 72;
 constexpr size_t kAfXdpQueueFdOffset = 208;
-
 
 bool IsEventFd(int fd) {
   char path[64], target[64];

@@ -21,7 +21,8 @@
 #      BATCHED=1 (both devices with doorbell_burst_gap_ns=1000000: a post within 1 ms of
 #      the last one defers its doorbell as it does natively within 1 us, so the client's
 #      numbers are those of the batched steady state, up to doorbell_batch posts a burst),
-#      LINK_SET='k=v ...' (more device settings for both devices, e.g. memif_direct_tx=off).
+#      LINK_SET='k=v ...' (more device settings for both devices, e.g. memif_direct_tx=off),
+#      ENDS=client or ENDS=server (that half alone; default both).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 build=$(cd "${1:-build-relg}" && pwd)
@@ -55,6 +56,13 @@ stat() {  # LOG DEVICE KEY: the number after KEY in DEVICE's DROCE_STATS lines
   grep "droce $2" "$1" | grep -oE "$3 [0-9]+" | head -1 | awk '{print $NF}'
 }
 
+if [ "${WIRE:-memif}" = fabric ]; then
+  port_tx_fn='DirectIo::TxBurst(' port_alloc_fn='DaemonLink::AllocTx(' port_release_fn='DaemonLink::Release('
+else
+  port_tx_fn='EthdevPort::TxBurst(' port_alloc_fn='EthdevPort::AllocTx(' port_release_fn='EthdevPort::Release('
+fi
+echo "end,part,instructions_per_message"
+if [ "${ENDS:-server,client}" != client ]; then
 pair server
 f=$(thread_of server 'ProgressThread::Run()')
 [ -n "$f" ] || { echo "breakdown.sh: no progress thread in the server's profile ($out/server.log)" >&2; exit 1; }
@@ -66,14 +74,7 @@ run=$(incl "$i" 'ProgressThread::Run()')
 poll_locked=$(incl "$i" 'Runtime::PollLocked(')
 rx=$(incl "$i" 'Device::ReceiveBurst(unsigned long) [')
 port_rx=$(incl "$i" 'LoopbackIo::RxBurst(')
-if [ "${WIRE:-memif}" = fabric ]; then
-  release=$(incl "$i" 'DaemonLink::Release(')
-  port_tx_fn='DirectIo::TxBurst(' port_alloc_fn='DaemonLink::AllocTx('
-else
-  release=$(incl "$i" 'EthdevPort::Release(')
-  port_tx_fn='EthdevPort::TxBurst(' port_alloc_fn='EthdevPort::AllocTx('
-fi
-echo "end,part,instructions_per_message"
+release=$(incl "$i" "$port_release_fn")
 row server progress_thread_total "$run" "$pkts"
 row server port_rx "$port_rx" "$pkts"
 row server port_release "$release" "$pkts"
@@ -86,6 +87,8 @@ echo "server,packets,$pkts"
 echo "server,poll_rounds,${polls:-0}"
 echo "server,sleeps,${sleeps:-0}"
 row server progress_loop_per_round "$((run - poll_locked))" "${polls:-1}"
+fi
+[ "${ENDS:-server,client}" = server ] && exit 0
 
 pair client
 f=$(thread_of client '(anonymous namespace)::PostSend(')

@@ -2,7 +2,7 @@
 #define ALLOW_EXPERIMENTAL_API 1
 #include "drivers/ethdev/memif_tx.h"
 
-#include <unistd.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -136,8 +136,9 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n) {
          kMemifRingFlagMaskInt) == 0) {
       auto* handle = Load<rte_intr_handle*>(queue, kMemifQueueIntrHandleOffset);
       const int fd = handle != nullptr ? rte_intr_fd_get(handle) : -1;
-      const uint64_t one = 1;
-      if (fd >= 0 && write(fd, &one, sizeof one) == sizeof one) ++counters_.wakeups;
+      // eventfd_write: glibc's own write, not the write() a preloaded
+      // library may interpose (droce's rdmacm preload looks at every fd).
+      if (fd >= 0 && eventfd_write(fd, 1) == 0) ++counters_.wakeups;
     }
     // The PMD's queue counters (rte_eth_stats_get), as its own burst keeps them.
     auto* pkts = reinterpret_cast<uint64_t*>(queue + kMemifQueuePacketsOffset);

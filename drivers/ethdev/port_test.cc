@@ -3,6 +3,7 @@
 #include "drivers/ethdev/port.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <rte_log.h>
 
 #include "drivers/ethdev/eal.h"
+#include "drivers/ethdev/rx_wakeup.h"
 
 namespace droce::ethdev {
 namespace {
@@ -225,6 +227,7 @@ TEST_F(EthdevPortTest, AClientRestartingWhileItsServerClosesFreesOnce) {
 // 1024-slot rings several times; with bsize=1024 a frame longer than that
 // spans up to five descriptors chained with MEMIF_DESC_FLAG_NEXT, which the
 // receiving PMD copies back into one mbuf: every frame must arrive whole.
+// Then a receiver that armed its RxWakeup must be woken by the next burst.
 TEST_F(EthdevPortTest, DirectMemifTransmitDeliversEveryFrameIntactBothWays) {
   for (const uint32_t bsize : {10240u, 1024u}) {
     const std::string sock = "/tmp/droce-port-test-direct-" + std::to_string(getpid()) + "-" +
@@ -286,6 +289,22 @@ TEST_F(EthdevPortTest, DirectMemifTransmitDeliversEveryFrameIntactBothWays) {
       EXPECT_EQ(rx.stats().rx_multi_segment, 0u) << names[from];
       EXPECT_EQ(tx.stats().tx_direct, tx.stats().tx_packets);
       EXPECT_EQ(tx.stats().tx_bad_descriptors, 0u);
+      // A receiver that asks for interrupts (clears MASK_INT, as a verbs
+      // progress thread does before it sleeps) is woken by the next burst.
+      std::string why_not;
+      std::unique_ptr<RxWakeup> wakeup = RxWakeup::For(rx.port_id(), &why_not);
+      ASSERT_NE(wakeup, nullptr) << why_not;
+      const int fd = wakeup->Arm();
+      ASSERT_GE(fd, 0);
+      pollfd pfd{fd, POLLIN, 0};
+      EXPECT_EQ(poll(&pfd, 1, 0), 0) << "readable before anything was sent";
+      EXPECT_EQ(SendFrames(tx, 1, 64), 1);
+      EXPECT_EQ(poll(&pfd, 1, 1000), 1) << "the burst did not wake the receiver (" << names[from] << ")";
+      wakeup->Disarm();
+      pktio::Frame in[4];
+      const uint16_t n = rx.RxBurst(in, 4);
+      EXPECT_EQ(n, 1);
+      rx.Release(in, n);
     }
     for (int i = 0; i < 2; ++i) {
       ports[i]->Stop(/*close=*/true);

@@ -130,6 +130,11 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n) {
   }
   if (slot != first) {
     __atomic_store_n(c2s ? head : tail, slot, __ATOMIC_RELEASE);
+    // The receiver stores its flag, fences, then reads the index
+    // (RxWakeup::Arm); we store the index, then read its flag: without a
+    // fence here too (DPDK's sender has none) both can miss the other's
+    // store and the sleeper is not woken until its timer.
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     // The peer sleeps on the queue's eventfd when it cleared MASK_INT (its
     // interrupt mode); DPDK's own receiver never does.
     if ((__atomic_load_n(reinterpret_cast<uint16_t*>(ring + kMemifRingFlagsOffset), __ATOMIC_RELAXED) &

@@ -13,9 +13,10 @@
 #   tsan         the provider and the other multi-threaded code under
 #                ThreadSanitizer (./build-tsan)
 #   bench        the engine's instructions per 64 B WRITE (callgrind, a release
-#                tree ./build-rel: tools/bench/engine/check_instructions.sh): a
-#                benchmark check that warns when the count rises more than 3 %
-#                above instructions.ref and never fails the run
+#                tree ./build-rel: tools/bench/engine/check_instructions.sh), and
+#                per two-frame SEND in ./build (-O2): a benchmark check that warns
+#                when a count rises more than 3 % above instructions.ref and never
+#                fails the run
 # Prints each stage's duration, the benchmark numbers and one closing line
 # "N passed, N failed".
 #

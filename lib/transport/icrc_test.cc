@@ -3,6 +3,7 @@
 // the reference ICRC (wire/icrc_reference_test.h). The ICRC itself is
 // tested in lib/wire/icrc_test.cc.
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <tuple>
@@ -322,14 +323,11 @@ TEST_P(QpPair, CorruptedMiddleIsDroppedAndRewritten) {
   EXPECT_EQ(qp_[1]->state(), QpState::kRts);
 }
 
-// READ RESPONSE MIDDLE payloads are checked and placed in one pass
-// (OnUnverifiedPacket); everything a READ's requester ends with must be what
-// the two-pass path (check, then OnPacket) leaves: memory, completions, QP
-// state and counters, for READs of 1..6 MTUs scattered over SGEs, with a
-// response lost, two swapped, a MIDDLE corrupted (and asked for again) and
-// the destination deregistered mid-READ.
-enum class ReadFault { kNone, kLost, kSwapped, kCorruptPayload, kCorruptIcrc, kCorruptPsn, kDeregistered };
-
+// The faults the placement tests below inject into the frames one side
+// receives (each test takes those that apply to it).
+enum class Fault {
+  kNone, kLost, kSwapped, kCorruptPayload, kCorruptIcrc, kCorruptPsn, kRnr, kTooSmall, kDeregistered
+};
 
 // What the fused and the two-pass receive paths must agree on: memory,
 // completions on both sides, QP states and counters.
@@ -337,13 +335,13 @@ struct Outcome {
   std::vector<uint8_t> memory;
   std::vector<std::tuple<uint64_t, int, uint32_t>> completions;  // wr_id, status, byte_len
   QpState state;
-  uint64_t rx_packets, duplicates, out_of_sequence, retransmitted, bad_responses;
+  uint64_t rx_packets, duplicates, out_of_sequence, retransmitted, bad_responses, rnr_naks_sent;
   uint32_t dropped;
   bool placed_before_check = false;  // a corrupted packet's payload was seen in place before its drop
   bool operator==(const Outcome& o) const {
     return memory == o.memory && completions == o.completions && state == o.state && rx_packets == o.rx_packets &&
            duplicates == o.duplicates && out_of_sequence == o.out_of_sequence && retransmitted == o.retransmitted &&
-           bad_responses == o.bad_responses && dropped == o.dropped;
+           bad_responses == o.bad_responses && rnr_naks_sent == o.rnr_naks_sent && dropped == o.dropped;
   }
 };
 
@@ -379,11 +377,109 @@ uint32_t UnevenSges(Sge* out, uint32_t num, uint32_t size, uint64_t base, uint32
   return num;
 }
 
-class ReadPlacement : public QpPair {
+// A message stream from one side to the other, moved by the fused or the
+// two-pass receive path, with one fault on one of the receiver's frames.
+class Placement : public QpPair {
+ protected:
+  // What a test says of its frames: which ones the victim is counted
+  // among, which of those a corruption hits (another one is delivered
+  // untouched), and the bytes where a corrupted one's payload would land.
+  struct Frames {
+    std::function<bool(const ParsedPacket&)> counted;
+    std::function<bool(const ParsedPacket&)> corruptible;
+    std::function<std::vector<uint8_t>(const ParsedPacket&)> landing;
+    std::function<void()> post_recvs;  // kRnr: the receives, posted after the victim was refused
+  };
+
+  // Shuttles the frames until both sides are quiet, `fault` on the
+  // `victim`-th counted frame to side `receiver` (the first time): lost,
+  // held back until after the next counted frame (swapped), a bit flipped
+  // in its payload, ICRC or PSN, or delivered and then the receiver's
+  // region deregistered or (kRnr) its receives posted.
+  void ShuttleWithFault(bool fused, int receiver, Fault fault, int victim, const Frames& frames, Outcome* out) {
+    out->dropped = 0;
+    int counted = 0;
+    bool done = false;
+    std::vector<uint8_t> held;
+    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) { Deliver(fused, to, f, len, &out->dropped); };
+    Shuttle(
+        [&](Qp& to, uint8_t* f, uint32_t len) {
+          const ParsedPacket p = ParsePacket(f, len);
+          const bool count = &to == qp_[receiver].get() && p.ok() && frames.counted(p);
+          if (!done && count && ++counted == victim) {
+            switch (fault) {
+              case Fault::kNone:
+              case Fault::kTooSmall: break;
+              case Fault::kLost: done = true; return;
+              case Fault::kSwapped: done = true; held.assign(f, f + len); return;
+              case Fault::kCorruptPayload:
+              case Fault::kCorruptIcrc:
+              case Fault::kCorruptPsn: {
+                if (!frames.corruptible(p)) break;
+                done = true;
+                const uint32_t where = fault == Fault::kCorruptPayload ? p.payload_offset + p.payload_len / 2
+                                       : fault == Fault::kCorruptIcrc  ? p.icrc_offset
+                                                                       : p.bth_offset + 11;
+                f[where] ^= 0x10;
+                std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
+                deliver(to, f, len);
+                out->placed_before_check = frames.landing(p) == payload;
+                return;
+              }
+              case Fault::kRnr:
+                done = true;
+                deliver(to, f, len);  // refused: nothing posted yet
+                frames.post_recvs();
+                return;
+              case Fault::kDeregistered:
+                done = true;
+                deliver(to, f, len);
+                EXPECT_TRUE(mrs_.Deregister(keys_[receiver].lkey).ok());
+                return;
+            }
+          }
+          deliver(to, f, len);
+          if (!held.empty() && count) {
+            std::vector<uint8_t> late;
+            late.swap(held);
+            deliver(to, late.data(), static_cast<uint32_t>(late.size()));
+          }
+        },
+        /*fire_timers=*/true);
+  }
+
+  // The receiver's memory, state and counters, both sides' completions
+  // (the receiver's first), the requester's (side 0's) retransmissions.
+  void Collect(int receiver, Outcome* out) {
+    out->memory = mem_[receiver];
+    for (int side : {receiver, 1 - receiver}) {
+      queue::Completion wc[8];
+      for (uint32_t i = 0, n = cq_[side].Poll(wc, 8); i < n; ++i) {
+        out->completions.emplace_back(wc[i].wr_id, static_cast<int>(wc[i].status), wc[i].byte_len);
+      }
+    }
+    const QpCounters& k = qp_[receiver]->counters();
+    out->state = qp_[receiver]->state();
+    out->rx_packets = k.rx_packets;
+    out->duplicates = k.duplicates_received;
+    out->out_of_sequence = k.out_of_sequence;
+    out->retransmitted = qp_[0]->counters().retransmitted_packets;
+    out->bad_responses = k.dropped_bad_response;
+    out->rnr_naks_sent = k.rnr_naks_sent;
+  }
+};
+
+// READ RESPONSE MIDDLE payloads are checked and placed in one pass
+// (OnUnverifiedPacket); everything a READ's requester ends with must be what
+// the two-pass path (check, then OnPacket) leaves: memory, completions, QP
+// state and counters, for READs of 1..6 MTUs scattered over SGEs, with a
+// response lost, two swapped, a MIDDLE corrupted (and asked for again) and
+// the destination deregistered mid-READ.
+class ReadPlacement : public Placement {
  protected:
   // READs of `mtus` MTUs plus `extra` bytes from side 1 into side 0, over
   // `sges` SGEs, with `fault` on the `victim`-th response frame (first time).
-  Outcome Run(bool fused, uint32_t mtus, uint32_t extra, uint32_t sges, ReadFault fault, int victim) {
+  Outcome Run(bool fused, uint32_t mtus, uint32_t extra, uint32_t sges, Fault fault, int victim) {
     Connect();
     std::mt19937 rng(mtus * 131 + extra + sges);
     for (auto& b : mem_[1]) b = static_cast<uint8_t>(rng());
@@ -398,65 +494,16 @@ class ReadPlacement : public QpPair {
     rd.remote_addr = reinterpret_cast<uint64_t>(mem_[1].data()) + 333;
     rd.rkey = keys_[1].rkey;
     EXPECT_EQ(qp_[0]->PostSend(rd), 0);
+    Frames frames;
+    frames.counted = [](const ParsedPacket& p) { return (p.op().roles & kRoleReadResponse) != 0; };
+    frames.corruptible = [](const ParsedPacket& p) { return p.opcode == kRcReadResponseMiddle; };
+    // Where the payload would land: the READ's bytes of the victim's MTU over its SGEs.
+    frames.landing = [&](const ParsedPacket& p) {
+      return Gathered(rd.sg_list.data(), rd.num_sge, static_cast<uint32_t>(victim - 1) * 4096, p.payload_len);
+    };
     Outcome out;
-    out.dropped = 0;
-    int responses = 0;
-    bool done = false;
-    std::vector<uint8_t> held;
-    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) { Deliver(fused, to, f, len, &out.dropped); };
-    Shuttle(
-        [&](Qp& to, uint8_t* f, uint32_t len) {
-          const ParsedPacket p = ParsePacket(f, len);
-          const bool response = &to == qp_[0].get() && p.ok() && (p.op().roles & kRoleReadResponse);
-          const bool middle = response && p.opcode == kRcReadResponseMiddle;
-          if (!done && response && ++responses == victim) {
-            switch (fault) {
-              case ReadFault::kNone: break;
-              case ReadFault::kLost: done = true; return;
-              case ReadFault::kSwapped: done = true; held.assign(f, f + len); return;
-              case ReadFault::kCorruptPayload:
-              case ReadFault::kCorruptIcrc:
-              case ReadFault::kCorruptPsn: {
-                if (!middle) break;
-                done = true;
-                const uint32_t where = fault == ReadFault::kCorruptPayload ? p.payload_offset + 77
-                                       : fault == ReadFault::kCorruptIcrc  ? p.icrc_offset
-                                                                           : p.bth_offset + 11;
-                f[where] ^= 0x10;
-                const uint32_t offset = static_cast<uint32_t>(victim - 1) * 4096;  // the response's bytes
-                std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
-                deliver(to, f, len);
-                // Where the payload would land: the READ's bytes [offset, offset + 4096) over its SGEs.
-                out.placed_before_check = Gathered(rd.sg_list.data(), rd.num_sge, offset, p.payload_len) == payload;
-                return;
-              }
-              case ReadFault::kDeregistered:
-                done = true;
-                deliver(to, f, len);
-                EXPECT_TRUE(mrs_.Deregister(keys_[0].lkey).ok());
-                return;
-            }
-          }
-          deliver(to, f, len);
-          if (!held.empty() && response) {
-            std::vector<uint8_t> late;
-            late.swap(held);
-            deliver(to, late.data(), static_cast<uint32_t>(late.size()));
-          }
-        },
-        /*fire_timers=*/true);
-    out.memory = mem_[0];
-    queue::Completion wc[8];
-    for (uint32_t i = 0, n = cq_[0].Poll(wc, 8); i < n; ++i) {
-      out.completions.emplace_back(wc[i].wr_id, static_cast<int>(wc[i].status), wc[i].byte_len);
-    }
-    const QpCounters& k = qp_[0]->counters();
-    out.state = qp_[0]->state();
-    out.rx_packets = k.rx_packets;
-    out.duplicates = k.duplicates_received;
-    out.out_of_sequence = k.out_of_sequence;
-    out.retransmitted = k.retransmitted_packets;
-    out.bad_responses = k.dropped_bad_response;
+    ShuttleWithFault(fused, /*receiver=*/0, fault, victim, frames, &out);
+    Collect(/*receiver=*/0, &out);
     return out;
   }
 };
@@ -464,20 +511,20 @@ class ReadPlacement : public QpPair {
 TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
   struct Case {
     uint32_t mtus, extra, sges;
-    ReadFault fault;
+    Fault fault;
     int victim;
   };
   const Case cases[] = {
-      {0, 100, 1, ReadFault::kNone, 0},          {1, 0, 1, ReadFault::kNone, 0},
-      {1, 1, 1, ReadFault::kNone, 0},            {2, 0, 1, ReadFault::kNone, 0},
-      {3, 0, 1, ReadFault::kNone, 0},            {6, 17, 1, ReadFault::kNone, 0},
-      {6, 17, 3, ReadFault::kNone, 0},           {5, 0, 8, ReadFault::kNone, 0},
-      {6, 0, 1, ReadFault::kLost, 3},            {6, 0, 3, ReadFault::kLost, 2},
-      {6, 0, 1, ReadFault::kLost, 6},            {6, 0, 1, ReadFault::kSwapped, 2},
-      {6, 0, 3, ReadFault::kSwapped, 4},         {6, 0, 1, ReadFault::kCorruptPayload, 3},
-      {6, 5, 3, ReadFault::kCorruptPayload, 2},  {6, 0, 1, ReadFault::kCorruptIcrc, 4},
-      {6, 0, 1, ReadFault::kCorruptPsn, 2},      {6, 0, 1, ReadFault::kDeregistered, 2},
-      {6, 0, 3, ReadFault::kDeregistered, 4},
+      {0, 100, 1, Fault::kNone, 0},          {1, 0, 1, Fault::kNone, 0},
+      {1, 1, 1, Fault::kNone, 0},            {2, 0, 1, Fault::kNone, 0},
+      {3, 0, 1, Fault::kNone, 0},            {6, 17, 1, Fault::kNone, 0},
+      {6, 17, 3, Fault::kNone, 0},           {5, 0, 8, Fault::kNone, 0},
+      {6, 0, 1, Fault::kLost, 3},            {6, 0, 3, Fault::kLost, 2},
+      {6, 0, 1, Fault::kLost, 6},            {6, 0, 1, Fault::kSwapped, 2},
+      {6, 0, 3, Fault::kSwapped, 4},         {6, 0, 1, Fault::kCorruptPayload, 3},
+      {6, 5, 3, Fault::kCorruptPayload, 2},  {6, 0, 1, Fault::kCorruptIcrc, 4},
+      {6, 0, 1, Fault::kCorruptPsn, 2},      {6, 0, 1, Fault::kDeregistered, 2},
+      {6, 0, 3, Fault::kDeregistered, 4},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << c.mtus << " MTUs + " << c.extra << " over " << c.sges << " SGEs, fault "
@@ -486,7 +533,7 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
     const Outcome one = Run(true, c.mtus, c.extra, c.sges, c.fault, c.victim);
     EXPECT_TRUE(one == two);
     ASSERT_EQ(one.completions.size(), 1u);
-    if (c.fault == ReadFault::kDeregistered) {
+    if (c.fault == Fault::kDeregistered) {
       EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kLocProtErr));
     } else {
       EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kSuccess));
@@ -496,7 +543,7 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
     // its check fails only on the one-pass path (so it is the one under
     // test); a corrupted PSN sends it the ordinary way.
     EXPECT_EQ(one.placed_before_check,
-              c.fault == ReadFault::kCorruptPayload || c.fault == ReadFault::kCorruptIcrc);
+              c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc);
     EXPECT_FALSE(two.placed_before_check);
   }
 }
@@ -506,17 +553,14 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
 // them: the receiver's memory, both sides' completions, states and
 // counters, for two SENDs of one size into receive WQEs of 1 or 3 SGEs
 // (a QP's own receive queue or a shared one), with a request lost, two
-// swapped, a LAST corrupted (payload, ICRC, PSN), no receive posted (RNR),
-// a receive too small, and the receive buffer deregistered mid-message.
-enum class SendFault {
-  kNone, kLost, kSwapped, kCorruptPayload, kCorruptIcrc, kCorruptPsn, kRnr, kTooSmall, kDeregistered
-};
-
-class SendPlacement : public QpPair {
+// swapped, a FIRST/ONLY/LAST corrupted (payload, ICRC, PSN), no receive
+// posted (RNR), a receive too small, and the receive buffer deregistered
+// mid-message.
+class SendPlacement : public Placement {
  protected:
   // Two SENDs of `size` bytes from side 0 to side 1, `fault` on the
   // `victim`-th request frame side 1 gets (the first time).
-  Outcome Run(bool fused, uint32_t size, uint32_t sges, bool shared, SendFault fault, int victim) {
+  Outcome Run(bool fused, uint32_t size, uint32_t sges, bool shared, Fault fault, int victim) {
     Srq& srq = *srqs_.emplace_back(std::make_unique<Srq>(64));
     srq1_ = shared ? &srq : nullptr;
     Connect();
@@ -533,11 +577,11 @@ class SendPlacement : public QpPair {
       }
     };
     for (uint32_t m = 0; m < 2; ++m) {
-      const uint32_t room = fault == SendFault::kTooSmall && m == 0 ? size - 100 : size;
+      const uint32_t room = fault == Fault::kTooSmall && m == 0 ? size - 100 : size;
       recvs[m].wr_id = 100 + m;
       recvs[m].num_sge = UnevenSges(recvs[m].sg_list.data(), sges, room,
                                     reinterpret_cast<uint64_t>(mem_[1].data()) + 100 + m * 300000, keys_[1].lkey);
-      if (fault != SendFault::kRnr) post_recv(recvs[m]);
+      if (fault != Fault::kRnr) post_recv(recvs[m]);
       SendWr wr;
       wr.wr_id = 7 + m;
       wr.opcode = WrOpcode::kSend;
@@ -546,73 +590,23 @@ class SendPlacement : public QpPair {
       wr.sg_list[0] = {reinterpret_cast<uint64_t>(mem_[0].data()) + 333 + m * 300000, size, keys_[0].lkey};
       EXPECT_EQ(qp_[0]->PostSend(wr), 0);
     }
+    Frames frames;
+    frames.counted = [](const ParsedPacket& p) { return (p.op().roles & kRoleRequest) != 0; };
+    frames.corruptible = [](const ParsedPacket& p) {
+      return p.opcode == kRcSendFirst || p.opcode == kRcSendLast || p.opcode == kRcSendOnly;
+    };
+    // A FIRST/ONLY starts its message's receive, a LAST ends it.
+    frames.landing = [&](const ParsedPacket& p) {
+      const RecvWr& r = recvs[(victim - 1) / ((size + 4095) / 4096)];
+      const uint32_t offset = p.opcode == kRcSendLast ? size - p.payload_len : 0;
+      return Gathered(r.sg_list.data(), r.num_sge, offset, p.payload_len);
+    };
+    frames.post_recvs = [&] {
+      for (const RecvWr& r : recvs) post_recv(r);
+    };
     Outcome out;
-    out.dropped = 0;
-    int requests = 0;
-    bool done = false;
-    std::vector<uint8_t> held;
-    auto deliver = [&](Qp& to, uint8_t* f, uint32_t len) { Deliver(fused, to, f, len, &out.dropped); };
-    Shuttle(
-        [&](Qp& to, uint8_t* f, uint32_t len) {
-          const ParsedPacket p = ParsePacket(f, len);
-          const bool request = &to == qp_[1].get() && p.ok() && (p.op().roles & kRoleRequest);
-          if (!done && request && ++requests == victim) {
-            switch (fault) {
-              case SendFault::kNone:
-              case SendFault::kTooSmall: break;
-              case SendFault::kLost: done = true; return;
-              case SendFault::kSwapped: done = true; held.assign(f, f + len); return;
-              case SendFault::kCorruptPayload:
-              case SendFault::kCorruptIcrc:
-              case SendFault::kCorruptPsn: {
-                if (p.opcode != kRcSendFirst && p.opcode != kRcSendLast && p.opcode != kRcSendOnly) break;
-                done = true;
-                const uint32_t where = fault == SendFault::kCorruptPayload ? p.payload_offset + p.payload_len / 2
-                                       : fault == SendFault::kCorruptIcrc  ? p.icrc_offset
-                                                                           : p.bth_offset + 11;
-                f[where] ^= 0x10;
-                std::vector<uint8_t> payload(f + p.payload_offset, f + p.payload_offset + p.payload_len);
-                deliver(to, f, len);
-                // A FIRST/ONLY starts its message's receive, a LAST ends it.
-                const RecvWr& r = recvs[(victim - 1) / ((size + 4095) / 4096)];
-                const uint32_t offset = p.opcode == kRcSendLast ? size - p.payload_len : 0;
-                out.placed_before_check = Gathered(r.sg_list.data(), r.num_sge, offset, p.payload_len) == payload;
-                return;
-              }
-              case SendFault::kRnr:
-                done = true;
-                deliver(to, f, len);  // refused: nothing posted yet
-                for (const RecvWr& r : recvs) post_recv(r);
-                return;
-              case SendFault::kDeregistered:
-                done = true;
-                deliver(to, f, len);
-                EXPECT_TRUE(mrs_.Deregister(keys_[1].lkey).ok());
-                return;
-            }
-          }
-          deliver(to, f, len);
-          if (!held.empty() && request) {
-            std::vector<uint8_t> late;
-            late.swap(held);
-            deliver(to, late.data(), static_cast<uint32_t>(late.size()));
-          }
-        },
-        /*fire_timers=*/true);
-    out.memory = mem_[1];
-    for (int side : {1, 0}) {
-      queue::Completion wc[8];
-      for (uint32_t i = 0, n = cq_[side].Poll(wc, 8); i < n; ++i) {
-        out.completions.emplace_back(wc[i].wr_id, static_cast<int>(wc[i].status), wc[i].byte_len);
-      }
-    }
-    const QpCounters& k = qp_[1]->counters();
-    out.state = qp_[1]->state();
-    out.rx_packets = k.rx_packets;
-    out.duplicates = k.duplicates_received;
-    out.out_of_sequence = k.out_of_sequence;
-    out.retransmitted = qp_[0]->counters().retransmitted_packets;
-    out.bad_responses = k.rnr_naks_sent;
+    ShuttleWithFault(fused, /*receiver=*/1, fault, victim, frames, &out);
+    Collect(/*receiver=*/1, &out);
     return out;
   }
 };
@@ -620,7 +614,7 @@ class SendPlacement : public QpPair {
 TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
   struct Case {
     uint32_t size, sges;
-    SendFault fault;
+    Fault fault;
     int victim;
     bool placed;  // the corrupted packet reaches the buffer before its check (one-pass path)
   };
@@ -629,25 +623,25 @@ TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
   // first of 3 SGEs, a FIRST of 8 KiB's 3 SGEs does not. The first SEND of
   // a QP takes the ordinary path: no receive's region is known yet.
   const Case cases[] = {
-      {8192, 1, SendFault::kNone, 0, false},           {4097, 1, SendFault::kNone, 0, false},
-      {3 * 4096 + 17, 1, SendFault::kNone, 0, false},  {6 * 4096, 1, SendFault::kNone, 0, false},
-      {3 * 4096 + 17, 3, SendFault::kNone, 0, false},  {8192, 3, SendFault::kNone, 0, false},
-      {100, 1, SendFault::kNone, 0, false},            {1000, 3, SendFault::kNone, 0, false},
-      {4096, 1, SendFault::kNone, 0, false},           {8192, 1, SendFault::kLost, 1, false},
-      {8192, 1, SendFault::kLost, 2, false},           {8192, 1, SendFault::kLost, 3, false},
-      {3 * 4096 + 17, 1, SendFault::kLost, 4, false},  {1000, 1, SendFault::kLost, 1, false},
-      {8192, 1, SendFault::kSwapped, 1, false},        {8192, 1, SendFault::kSwapped, 2, false},
-      {3 * 4096 + 17, 3, SendFault::kSwapped, 3, false}, {1000, 1, SendFault::kSwapped, 1, false},
-      {8192, 1, SendFault::kCorruptPayload, 3, true},  {8192, 1, SendFault::kCorruptPayload, 2, true},
-      {8192, 3, SendFault::kCorruptPayload, 3, false}, {8192, 1, SendFault::kCorruptPayload, 1, false}, {3 * 4096 + 17, 1, SendFault::kCorruptPayload, 4, true},
-      {1000, 3, SendFault::kCorruptPayload, 2, true},  {100, 1, SendFault::kCorruptPayload, 2, false},
-      {4097, 1, SendFault::kCorruptIcrc, 2, true},     {4096, 1, SendFault::kCorruptIcrc, 2, true},
-      {8192, 1, SendFault::kCorruptPsn, 1, false},     {8192, 1, SendFault::kCorruptPsn, 2, false},
-      {8192, 1, SendFault::kRnr, 1, false},            {1000, 1, SendFault::kRnr, 1, false},
-      {8192, 1, SendFault::kTooSmall, 0, false},       {8192, 3, SendFault::kTooSmall, 0, false},
-      {1000, 1, SendFault::kTooSmall, 0, false},       {8192, 1, SendFault::kDeregistered, 1, false},
-      {8192, 1, SendFault::kDeregistered, 2, false},   {3 * 4096 + 17, 1, SendFault::kDeregistered, 2, false},
-      {1000, 1, SendFault::kDeregistered, 1, false},
+      {8192, 1, Fault::kNone, 0, false},           {4097, 1, Fault::kNone, 0, false},
+      {3 * 4096 + 17, 1, Fault::kNone, 0, false},  {6 * 4096, 1, Fault::kNone, 0, false},
+      {3 * 4096 + 17, 3, Fault::kNone, 0, false},  {8192, 3, Fault::kNone, 0, false},
+      {100, 1, Fault::kNone, 0, false},            {1000, 3, Fault::kNone, 0, false},
+      {4096, 1, Fault::kNone, 0, false},           {8192, 1, Fault::kLost, 1, false},
+      {8192, 1, Fault::kLost, 2, false},           {8192, 1, Fault::kLost, 3, false},
+      {3 * 4096 + 17, 1, Fault::kLost, 4, false},  {1000, 1, Fault::kLost, 1, false},
+      {8192, 1, Fault::kSwapped, 1, false},        {8192, 1, Fault::kSwapped, 2, false},
+      {3 * 4096 + 17, 3, Fault::kSwapped, 3, false}, {1000, 1, Fault::kSwapped, 1, false},
+      {8192, 1, Fault::kCorruptPayload, 3, true},  {8192, 1, Fault::kCorruptPayload, 2, true},
+      {8192, 3, Fault::kCorruptPayload, 3, false}, {8192, 1, Fault::kCorruptPayload, 1, false}, {3 * 4096 + 17, 1, Fault::kCorruptPayload, 4, true},
+      {1000, 3, Fault::kCorruptPayload, 2, true},  {100, 1, Fault::kCorruptPayload, 2, false},
+      {4097, 1, Fault::kCorruptIcrc, 2, true},     {4096, 1, Fault::kCorruptIcrc, 2, true},
+      {8192, 1, Fault::kCorruptPsn, 1, false},     {8192, 1, Fault::kCorruptPsn, 2, false},
+      {8192, 1, Fault::kRnr, 1, false},            {1000, 1, Fault::kRnr, 1, false},
+      {8192, 1, Fault::kTooSmall, 0, false},       {8192, 3, Fault::kTooSmall, 0, false},
+      {1000, 1, Fault::kTooSmall, 0, false},       {8192, 1, Fault::kDeregistered, 1, false},
+      {8192, 1, Fault::kDeregistered, 2, false},   {3 * 4096 + 17, 1, Fault::kDeregistered, 2, false},
+      {1000, 1, Fault::kDeregistered, 1, false},
   };
   for (bool shared : {false, true}) {
     for (const Case& c : cases) {
@@ -656,7 +650,7 @@ TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
       const Outcome two = Run(false, c.size, c.sges, shared, c.fault, c.victim);
       const Outcome one = Run(true, c.size, c.sges, shared, c.fault, c.victim);
       EXPECT_TRUE(one == two);
-      if (c.fault == SendFault::kTooSmall || c.fault == SendFault::kDeregistered) {
+      if (c.fault == Fault::kTooSmall || c.fault == Fault::kDeregistered) {
         EXPECT_EQ(one.state, QpState::kErr);
       } else {
         EXPECT_EQ(one.state, QpState::kRts);
@@ -666,8 +660,8 @@ TEST_P(SendPlacement, OnePassEqualsTwoPasses) {
         }
         EXPECT_EQ(std::get<2>(one.completions[0]), c.size);
       }
-      if (c.fault == SendFault::kRnr) {
-        EXPECT_GE(one.bad_responses, 1u);
+      if (c.fault == Fault::kRnr) {
+        EXPECT_GE(one.rnr_naks_sent, 1u);
       }
       // A packet whose payload or ICRC is corrupted reaches the buffer before
       // its check fails only on the one-pass path (so it is the one under

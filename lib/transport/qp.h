@@ -376,6 +376,14 @@ class Qp {
     uint64_t epoch = ~uint64_t{0};  // none: no epoch is this
     uint32_t key = 0;
     bool writable = false;  // local write (the requester's READ and atomic targets)
+    // Whether `k` still names this region (the MR table's epoch is still
+    // the one it was resolved at) and [addr, addr + len) lies inside it,
+    // at HostAt(addr).
+    bool Holds(uint32_t k, uint64_t epoch_now, uint64_t addr, uint64_t len) const {
+      const uint64_t offset = addr - iova;  // wraps (and fails the bound) below iova
+      return k == key && epoch == epoch_now && offset <= length && len <= length - offset;
+    }
+    uint8_t* HostAt(uint64_t addr) const { return host + (addr - iova); }
   };
 
   // --- requester / completer (requester.cc, completer.cc)
@@ -550,7 +558,8 @@ class Qp {
   [[gnu::noinline]] void OnRequestSteps(const uint8_t* frame, const wire::ParsedPacket& p, bool payload_placed);
   DROCE_STEP RespState PlaceExpected(ReqCtx& c);
   RespState ExpectedAcknowledge(ReqCtx& c);
-  void AcceptRequest(const ReqCtx& c);
+  void AcceptExpected(uint32_t psn, wire::BthView bth);
+  void AcceptRequest(uint32_t psn, wire::BthView bth);
   DROCE_STEP RespState CheckPsn(ReqCtx& c);
   DROCE_STEP RespState CheckOpSequence(ReqCtx& c);
   DROCE_STEP RespState CheckLength(ReqCtx& c);

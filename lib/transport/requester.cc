@@ -30,10 +30,8 @@ using namespace droce::wire;
 [[gnu::always_inline]] inline mem::MrTable::Resolved Qp::ResolveLocal(const Sge& sge, bool needs_write) {
   ResolvedRegion& r = req_.local;
   const uint64_t epoch = env_.mrs->epoch();
-  const uint64_t offset = sge.addr - r.iova;  // wraps (and fails the bound) below iova
-  if (sge.lkey == r.key && r.epoch == epoch && offset <= r.length && sge.length <= r.length - offset &&
-      (r.writable || !needs_write)) {
-    return {mem::AccessResult::kOk, r.host + offset};
+  if (r.Holds(sge.lkey, epoch, sge.addr, sge.length) && (r.writable || !needs_write)) {
+    return {mem::AccessResult::kOk, r.HostAt(sge.addr)};
   }
   const auto res = env_.mrs->CheckLocal(sge.lkey, env_.pd, sge.addr, sge.length, needs_write);
   if (res.result == mem::AccessResult::kOk) {

@@ -195,11 +195,8 @@ uint8_t* Qp::RecvDestination(const RecvWr& wr, uint32_t offset, uint32_t len) co
     }
     if (len > sge.length - skip) return nullptr;  // across SGEs, or past the last
     const ResolvedRegion& r = resp_.recv_local;
-    const uint64_t offset = sge.addr + skip - r.iova;  // wraps (and fails the bound) below iova
-    if (sge.lkey != r.key || r.epoch != env_.mrs->epoch() || offset > r.length || len > r.length - offset) {
-      return nullptr;
-    }
-    return r.host + offset;
+    const uint64_t addr = sge.addr + skip;
+    return r.Holds(sge.lkey, env_.mrs->epoch(), addr, len) ? r.HostAt(addr) : nullptr;
   }
   return nullptr;
 }
@@ -225,11 +222,12 @@ uint32_t Qp::WarmNextRecv(uint32_t len) {
   if (next.num_sge == 0) return 0;
   const Sge& sge = next.sg_list[0];
   const ResolvedRegion& r = resp_.recv_local;
-  const uint64_t offset = sge.addr - r.iova;  // wraps (and fails the bound) below iova
-  if (sge.lkey != r.key || r.epoch != env_.mrs->epoch() || offset >= r.length) return 0;
+  // Its start inside the region, or at its end (then n is 0): a zero-length
+  // bound is one comparison.
+  if (!r.Holds(sge.lkey, env_.mrs->epoch(), sge.addr, 0)) return 0;
+  const uint8_t* p = r.HostAt(sge.addr);
   const uint32_t n = static_cast<uint32_t>(
-      std::min<uint64_t>({len, kRecvWarmMax, sge.length, r.length - offset}));
-  const uint8_t* p = r.host + offset;
+      std::min<uint64_t>({len, kRecvWarmMax, sge.length, r.length - (sge.addr - r.iova)}));
   // Line by line from the buffer's start; the last line the range touches included.
   const uint8_t* end = p + n;
   for (const uint8_t* q = p; q < end; q += 64) __builtin_prefetch(q, 1, 3);
@@ -320,19 +318,11 @@ void Qp::OnRequest(const uint8_t* frame, const ParsedPacket& p, bool payload_pla
     const uint32_t psn = bth.psn();
     const ResolvedRegion& r = resp_.expected;
     const RethView reth(bth_p + kBthBytes);
-    const uint64_t offset = reth.va() - r.iova;  // wraps (and fails the bound) below iova
-    if (psn == resp_.epsn && reth.rkey() == r.key && r.epoch == env_.mrs->epoch() && reth.dma_length() == len &&
-        len <= mtu_ && offset <= r.length && len <= r.length - offset) [[likely]] {
-      CopyShortPayload(r.host + offset, frame + p.payload_offset, len);
+    if (psn == resp_.epsn && reth.dma_length() == len && len <= mtu_ &&
+        r.Holds(reth.rkey(), env_.mrs->epoch(), reth.va(), len)) [[likely]] {
+      CopyShortPayload(r.HostAt(reth.va()), frame + p.payload_offset, len);
       resp_.msn = PsnAdd(resp_.msn, 1);
-      ++counters_.expected_requests;
-      resp_.nak_seq_sent = false;
-      resp_.epsn = PsnAdd(psn, 1);
-      if (bth.ack_req()) {
-        QueueAck(psn);
-      } else {
-        resp_.ack_owed = true;
-      }
+      AcceptExpected(psn, bth);
       return;
     }
   }
@@ -362,22 +352,31 @@ void Qp::OnRequestSteps(const uint8_t* frame, const ParsedPacket& p, bool payloa
   }
 }
 
-// The request at c.psn accepted: the next PSN is expected, and the ACK is
-// queued if the request asked for one, else owed (EnterError sends it).
-[[gnu::always_inline]] inline void Qp::AcceptRequest(const ReqCtx& c) {
-  resp_.epsn = PsnAdd(c.psn, 1);
-  if (BthView(c.bth_p).ack_req()) {
-    QueueAck(c.psn);
+// The request at psn accepted: the next PSN is expected, and the ACK is
+// queued if the request asked for one (its BTH's AckReq), else owed
+// (EnterError sends it). Takes no ReqCtx, so OnRequest's short WRITE, which
+// has none, shares it. The BTH, not its AckReq bit: read after the stores
+// above, as the bit is tested (a bool read first costs an instruction per
+// request, the frame's bytes may alias the QP's fields).
+[[gnu::always_inline]] inline void Qp::AcceptRequest(uint32_t psn, BthView bth) {
+  resp_.epsn = PsnAdd(psn, 1);
+  if (bth.ack_req()) {
+    QueueAck(psn);
   } else {
     resp_.ack_owed = true;
   }
 }
 
-// The acknowledge step of a request PlaceExpected took.
-[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
+// The acknowledge step of a request header prediction took (PlaceExpected,
+// or OnRequest's short WRITE).
+[[gnu::always_inline]] inline void Qp::AcceptExpected(uint32_t psn, BthView bth) {
   ++counters_.expected_requests;
   resp_.nak_seq_sent = false;
-  AcceptRequest(c);
+  AcceptRequest(psn, bth);
+}
+
+[[gnu::always_inline]] inline RespState Qp::ExpectedAcknowledge(ReqCtx& c) {
+  AcceptExpected(c.psn, BthView(c.bth_p));
   return RespState::kDone;
 }
 
@@ -401,15 +400,13 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
   if (opcode == kRcWriteOnly || opcode == kRcWriteFirst) {
     const ResolvedRegion& r = resp_.expected;
     const RethView reth(c.bth_p + kBthBytes);
-    const uint64_t offset = reth.va() - r.iova;  // wraps (and fails the bound) below iova
     const uint32_t dma_length = reth.dma_length();
     const bool only = opcode == kRcWriteOnly;
-    if (resp_.in_message != InMessage::kNone || reth.rkey() != r.key || r.epoch != epoch ||
-        offset > r.length || dma_length > r.length - offset ||
+    if (resp_.in_message != InMessage::kNone || !r.Holds(reth.rkey(), epoch, reth.va(), dma_length) ||
         (only ? (dma_length != c.len || c.len > mtu_) : (c.len != mtu_ || dma_length < c.len))) {
       return RespState::kCheckPsn;
     }
-    dst = r.host + offset;
+    dst = r.HostAt(reth.va());
     if (only) {
       resp_.msn = PsnAdd(resp_.msn, 1);
     } else {
@@ -695,7 +692,7 @@ DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
 
 DROCE_STEP RespState Qp::Acknowledge(ReqCtx& c) {
   if (!reliable()) return RespState::kDone;  // UC moved resp_.epsn in CheckPsn and never ACKs
-  AcceptRequest(c);
+  AcceptRequest(c.psn, BthView(c.bth_p));
   return RespState::kDone;
 }
 

@@ -65,6 +65,20 @@ namespace droce::verbs {
 namespace {
 namespace fs = std::filesystem;
 
+// The device `name` of the list libibverbs makes now, opened; nullptr when
+// it is not there or does not open.
+ibv_context* OpenDeviceNamed(const std::string& name) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr) return nullptr;
+  ibv_context* ctx = nullptr;
+  for (int i = 0; i < n; ++i) {
+    if (ibv_get_device_name(list[i]) == name) ctx = ibv_open_device(list[i]);
+  }
+  ibv_free_device_list(list);
+  return ctx;
+}
+
 class VerbsApi : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -84,13 +98,7 @@ class VerbsApi : public ::testing::Test {
     const char* provider = std::getenv("DROCE_PROVIDER_DIR");
     ASSERT_NE(provider, nullptr) << "set DROCE_PROVIDER_DIR to the build's drivers/verbs";
     setenv("RDMAV_DRIVERS", (std::string(provider) + "/libdroce").c_str(), 1);
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    ASSERT_NE(list, nullptr);
-    for (int i = 0; i < n; ++i) {
-      if (std::string(ibv_get_device_name(list[i])) == "droce0") ctx_ = ibv_open_device(list[i]);
-    }
-    ibv_free_device_list(list);
+    ctx_ = OpenDeviceNamed("droce0");
     ASSERT_NE(ctx_, nullptr) << "droce0 not found or not opened";
   }
   static void TearDownTestSuite() {
@@ -1217,14 +1225,7 @@ TEST_F(VerbsApi, AutoProgressThreadIsFifoWhileTheProgramIsQuietAndOtherWhileItPo
   // droce0's thread (started by SetUp) first, so that droce1's is the new one.
   for (int i = 0; i < 100 && ProgressThreads().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const std::vector<pid_t> before = ProgressThreads();
-  ibv_context* ctx = nullptr;
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ASSERT_NE(list, nullptr);
-  for (int i = 0; i < n; ++i) {
-    if (std::string(ibv_get_device_name(list[i])) == "droce1") ctx = ibv_open_device(list[i]);
-  }
-  ibv_free_device_list(list);
+  ibv_context* ctx = OpenDeviceNamed("droce1");
   ASSERT_NE(ctx, nullptr) << "droce1 not found or not opened";
   ibv_pd* pd = ibv_alloc_pd(ctx);  // starts droce1's dataplane and its progress thread
   ibv_cq* cq = pd != nullptr ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
@@ -1382,6 +1383,89 @@ TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
   ASSERT_EQ(wcs.size(), 1u);
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_EQ(std::memcmp(buf_.data() + 0x1000, buf_.data() + 0x40000, 4096), 0);
+}
+
+// destroy_qp first answers what already reached the device (DestroyQp's
+// poll round), as a NIC answers frames when they arrive: a WRITE whose
+// frame waits in the device's receive ring when its target QP is destroyed
+// is still acknowledged, and the peer's WR completes. A device of its own
+// (droce2) whose progress thread, once idle, sleeps long (no spins, no hot
+// phase, no arrival wake-up): no round runs between the post and the
+// destroy but destroy_qp's own. Without that round the frame finds no QP at
+// the next one, and the WR ends in IBV_WC_RETRY_EXC_ERR.
+TEST_F(VerbsApi, DestroyQpAcknowledgesTheRequestThatAlreadyArrived) {
+  auto f = ParseDeviceFile(
+      "name=droce2\nvdev=net_ring_droce2\nip=10.0.0.3\nmtu=1024\nprogress_sched=normal\nprogress_spins=0\n"
+      "progress_hot_us=0\nprogress_max_sleep_us=1000000\nprogress_wakeup=off\ndoorbell_batch=1\n");
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(WriteDeviceTree(run_dir_, kDevInfinibandDir, *f).ok());
+  struct Unregister {
+    ~Unregister() { (void)RemoveDeviceTree(run_dir_, kDevInfinibandDir, "droce2"); }
+  } unregister;
+  ibv_context* ctx = OpenDeviceNamed("droce2");
+  ASSERT_NE(ctx, nullptr) << "droce2 not found or not opened";
+  std::vector<uint8_t> mem(8192, 0);
+  struct Close {
+    ibv_context* ctx;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+    ibv_mr* mr = nullptr;
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    ~Close() {
+      if (a != nullptr) ibv_destroy_qp(a);
+      if (b != nullptr) ibv_destroy_qp(b);
+      if (mr != nullptr) ibv_dereg_mr(mr);
+      if (cq != nullptr) ibv_destroy_cq(cq);
+      if (pd != nullptr) ibv_dealloc_pd(pd);
+      ibv_close_device(ctx);
+    }
+  } c{ctx};
+  c.pd = ibv_alloc_pd(ctx);  // starts droce2's dataplane and its progress thread
+  ASSERT_NE(c.pd, nullptr);
+  c.cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  ASSERT_NE(c.cq, nullptr);
+  c.mr = ibv_reg_mr(c.pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(c.mr, nullptr);
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = c.cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+  c.a = ibv_create_qp(c.pd, &init);
+  c.b = ibv_create_qp(c.pd, &init);
+  ASSERT_NE(c.a, nullptr);
+  ASSERT_NE(c.b, nullptr);
+  for (auto [q, peer] : {std::pair{c.a, c.b}, std::pair{c.b, c.a}}) {
+    ASSERT_EQ(ToInit(q), 0);
+    ASSERT_EQ(ToRtr(q, peer->qp_num), 0);
+    ASSERT_EQ(ToRts(q), 0);
+  }
+  // Idle for 300 ms: the thread's sleeps, doubling from the last work, now
+  // last as long; the post and the destroy take microseconds.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::memset(mem.data(), 0x5C, 64);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data()), 64, c.mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 42;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + 4096);
+  wr.wr.rdma.rkey = c.mr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(c.a, &wr, &bad), 0);  // the frame loops back into droce2's receive ring
+  ASSERT_EQ(ibv_destroy_qp(c.b), 0);
+  c.b = nullptr;
+  ibv_wc wc{};
+  int got = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (got == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) got = ibv_poll_cq(c.cq, 1, &wc);
+  ASSERT_EQ(got, 1) << "no completion for the WRITE";
+  EXPECT_EQ(wc.wr_id, 42u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(mem[4096], 0x5C) << "placed before its QP went";
 }
 
 // UCX's pattern: its async thread arms a completion channel on its UD

@@ -231,8 +231,11 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|manyqp|all]
+// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|send2|manyqp|all]
 // send: 64 KiB SENDs (20,000, as large's WRITEs) against memcpy.
+// send2: messages_64B SENDs of two frames each (1,500 B at MTU 1024: FIRST,
+// LAST, FIRST...), the stream header prediction takes through the frame
+// before the last on every frame (check_instructions.sh guards its cost).
 // manyqp: 1, 64 and 1024 QPs with one 64 B WRITE outstanding each, the
 // peer polled every 8th round (messages_64B / 4 messages per case).
 int main(int argc, char** argv) {
@@ -242,8 +245,12 @@ int main(int argc, char** argv) {
   const std::string only = argc > 4 ? argv[4] : "all";
   const bool many = only == "manyqp";
   constexpr uint32_t kManyQps[] = {1, 64, 1024};
-  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3];
+  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3], two_frame;
   for (int t = 0; t < trials; ++t) {
+    if (only == "send2") {
+      two_frame.push_back(WriteStream(1500, 1024, small_count, 64, /*send=*/true).msgs_per_s);
+      continue;
+    }
     if (many) {
       for (int k = 0; k < 3; ++k) {
         const ManyQpResult r = ManyQpWrites(kManyQps[k], std::max<uint64_t>(small_count / 4, 2 * kManyQps[k]), 8);
@@ -264,6 +271,7 @@ int main(int argc, char** argv) {
     std::printf("manyqp_%u_ns_per_poll_round,%.1f,ns\n", kManyQps[k], Median(many_round[k]));
   }
   if (!small.empty()) std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
+  if (!two_frame.empty()) std::printf("send_2frame_1500B_msg_rate,%.3f,Mmsg/s\n", Median(two_frame) / 1e6);
   if (!large.empty()) {
     const double m = Median(memcpy_gbps);
     const char* op = only == "send" ? "send" : "write";

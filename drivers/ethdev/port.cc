@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/memif_listener.h"
+#include "drivers/ethdev/memif_tx.h"
 #include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
@@ -111,6 +112,9 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   opened->tx_ring_ = c.tx_ring;
   opened->listener_path_ = c.memif_listener_path;
   opened->max_frame_bytes_ = max_frame;
+  if (c.memif_direct_tx && (opened->direct_ = MemifTx::For(port, nullptr)) != nullptr) {
+    opened->tx_buffers_ = std::make_unique<pktio::FramePool>(c.direct_tx_buffers, pktio::kMaxFrameBytes);
+  }
   return opened;
 }
 
@@ -164,6 +168,15 @@ absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
     return absl::UnavailableError(absl::StrFormat("starting port %s: %s", name, rte_strerror(-rc)));
   }
   rte_eth_promiscuous_enable(port);
+  if (tx_buffers_ != nullptr) {
+    // Frames of the transmit pool may be out: only MemifTx can send them.
+    std::string why_not;
+    std::unique_ptr<MemifTx> direct = MemifTx::For(port, &why_not);
+    if (direct == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat("port %s: no direct memif transmit: %s", name, why_not));
+    }
+    direct_ = std::move(direct);
+  }
   port_ = port;
   started_ = true;
   start_failed_ = rc != 0;
@@ -243,6 +256,19 @@ uint16_t EthdevPort::RxBurst(pktio::Frame* frames, uint16_t n) {
 uint16_t EthdevPort::AllocTx(pktio::Frame* frames, uint16_t n) {
   rte_mbuf* mbufs[64];
   if (n > 64) n = 64;
+  if (tx_buffers_ != nullptr && direct_ != nullptr) {
+    const uint16_t got = tx_buffers_->Alloc(frames, n);
+    if (got == n) return n;  // else mbufs for the rest (TxBurst takes both)
+    frames += got, n = static_cast<uint16_t>(n - got);
+    if (rte_pktmbuf_alloc_bulk(pool_, mbufs, n) != 0) {
+      ++stats_.alloc_failures;
+      return got;
+    }
+    for (uint16_t i = 0; i < n; ++i) {
+      frames[i] = {rte_pktmbuf_mtod(mbufs[i], uint8_t*), 0, rte_pktmbuf_tailroom(mbufs[i]), mbufs[i]};
+    }
+    return static_cast<uint16_t>(got + n);
+  }
   if (rte_pktmbuf_alloc_bulk(pool_, mbufs, n) != 0) {
     ++stats_.alloc_failures;
     return 0;
@@ -256,6 +282,7 @@ uint16_t EthdevPort::AllocTx(pktio::Frame* frames, uint16_t n) {
 uint16_t EthdevPort::TxBurst(pktio::Frame* frames, uint16_t n) {
   rte_mbuf* mbufs[64];
   if (n > 64) n = 64;
+  if (direct_ != nullptr) return DirectTxBurst(frames, n);
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = static_cast<rte_mbuf*>(frames[i].handle);
     m->data_len = static_cast<uint16_t>(frames[i].len);
@@ -276,7 +303,60 @@ uint16_t EthdevPort::TxBurst(pktio::Frame* frames, uint16_t n) {
   return sent;
 }
 
+// Copies a prefix into the memif ring (MemifTx) and frees what it took:
+// buffers of the port's own pool back to it, mbufs (frames received and
+// sent on, or from AllocTx when the pool ran dry) to their mempool.
+uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
+  uint16_t sent = 0;
+  const uint64_t bad_before = direct_->counters().bad_descriptors;
+  if (started_ && link_up_) {
+    if (guard_) {
+      struct Call {
+        MemifTx* tx;
+        pktio::Frame* frames;
+        uint16_t n;
+      } call{direct_.get(), frames, n};
+      bool faulted = false;
+      // A fault: the peer's regions went; the frames are lost as on a wire.
+      sent = GuardedCall(
+          port_, [](void* p) { auto* c = static_cast<Call*>(p); return c->tx->Send(c->frames, c->n); }, &call, n,
+          &faulted);
+      if (faulted) {
+        link_up_ = false;
+        ++stats_.unmap_faults;
+      }
+    } else {
+      sent = direct_->Send(frames, n);
+    }
+  }
+  const uint64_t bad = direct_->counters().bad_descriptors - bad_before;
+  if (bad != 0) stats_.tx_bad_descriptors += bad;
+  uint64_t bytes = 0;
+  for (uint16_t i = 0; i < sent; ++i) bytes += frames[i].len;
+  stats_.tx_bytes += bytes;
+  stats_.tx_packets += sent - bad;
+  stats_.tx_direct += sent - bad;
+  stats_.tx_full += n - sent;
+  if (sent != 0) FreeFrames(frames, sent);
+  return sent;
+}
+
+void EthdevPort::FreeFrames(const pktio::Frame* frames, uint16_t n) {
+  rte_mbuf* mbufs[64];
+  uint16_t k = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    if (tx_buffers_->Owns(frames[i].handle)) {
+      tx_buffers_->FreeOwned(frames[i].handle);
+      continue;
+    }
+    mbufs[k++] = static_cast<rte_mbuf*>(frames[i].handle);
+    if (k == 64) rte_pktmbuf_free_bulk(mbufs, k), k = 0;
+  }
+  if (k > 0) rte_pktmbuf_free_bulk(mbufs, k);
+}
+
 void EthdevPort::Release(pktio::Frame* frames, uint16_t n) {
+  if (tx_buffers_ != nullptr) return FreeFrames(frames, n);
   rte_mbuf* mbufs[64];
   for (uint16_t done = 0; done < n;) {
     const uint16_t k = static_cast<uint16_t>(n - done > 64 ? 64 : n - done);

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "drivers/ethdev/memif_tx.h"
 #include "pktio/burst_io.h"
+#include "pktio/frame_pool.h"
 
 struct rte_mempool;
 struct rte_mbuf;
@@ -28,6 +30,13 @@ struct PortConfig {
   // A memif server's socket path (MemifListenerPath): its listener is
   // retired after the close that freed it (memif_listener.h).
   std::string memif_listener_path;
+  // net_memif only (not zero-copy=yes): frames are built in plain buffers
+  // of the port's own (`direct_tx_buffers`, pktio::FramePool) and copied
+  // once, straight into the memif ring (MemifTx), instead of in mbufs the
+  // PMD copies and frees. Ignored (the PMD transmits) where MemifTx's
+  // layout checks fail.
+  bool memif_direct_tx = false;
+  uint32_t direct_tx_buffers = 1024;
 };
 
 struct PortStats {
@@ -36,6 +45,8 @@ struct PortStats {
   uint64_t rx_multi_segment = 0;    // frames dropped: not one contiguous buffer
   uint64_t alloc_failures = 0;
   uint64_t unmap_faults = 0;        // bursts the peer's unmap ended (guard_peer_unmap)
+  uint64_t tx_direct = 0;           // frames MemifTx copied into the ring (memif_direct_tx)
+  uint64_t tx_bad_descriptors = 0;  // frames MemifTx dropped: the peer's descriptor out of its region
 };
 
 // net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
@@ -77,11 +88,15 @@ class EthdevPort final : public pktio::BurstIo {
   void MarkLinkDown() { link_up_ = false; }
   // The port's vdev was removed (Stop(false), then ethdev::RemoveVdev) and a
   // new one probed as `name`: this object drives it from now on, with the
-  // same pools (frames the owner still holds stay valid) and rings.
+  // same pools (frames the owner still holds stay valid) and rings. With
+  // memif_direct_tx the new port must take MemifTx too (FailedPrecondition
+  // otherwise: the pool's frames have no mbuf for the PMD).
   absl::Status Rebind(const std::string& name, bool start_may_fail);
   // Waits up to timeout_ms for the link (memif: the peer connected).
   bool WaitLinkUp(int timeout_ms);
   uint16_t port_id() const { return port_; }
+  // Whether frames go straight into the memif ring (PortConfig::memif_direct_tx).
+  bool direct_tx() const { return direct_ != nullptr; }
   // The largest frame (Ethernet header to ICRC) the port carries both ways:
   // pktio::kMaxFrameBytes unless the PMD takes less (net_af_xdp: one 4 KiB
   // UMEM chunk per receive buffer; net_tap: 1522 bytes).
@@ -94,6 +109,8 @@ class EthdevPort final : public pktio::BurstIo {
  private:
   EthdevPort(uint16_t port, rte_mempool* pool, rte_mempool* rx_pool)
       : port_(port), pool_(pool), rx_pool_(rx_pool) {}
+  uint16_t DirectTxBurst(pktio::Frame* frames, uint16_t n);
+  void FreeFrames(const pktio::Frame* frames, uint16_t n);
   uint16_t port_;
   rte_mempool* pool_;     // transmit buffers (and receive buffers unless rx_pool_)
   rte_mempool* rx_pool_;  // net_af_xdp only: page-sized receive buffers, the UMEM
@@ -105,6 +122,8 @@ class EthdevPort final : public pktio::BurstIo {
   bool guard_ = false;
   std::string listener_path_;  // PortConfig::memif_listener_path
   PortStats stats_;
+  std::unique_ptr<MemifTx> direct_;               // memif_direct_tx
+  std::unique_ptr<pktio::FramePool> tx_buffers_;  // with direct_: what AllocTx hands out first
 };
 
 }  // namespace droce::ethdev

@@ -2,9 +2,6 @@
 #define ALLOW_EXPERIMENTAL_API 1
 #include "drivers/ethdev/rx_wakeup.h"
 
-#include <dlfcn.h>
-#include <elf.h>
-#include <link.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -23,44 +20,18 @@
 #include <rte_interrupts.h>
 #include <rte_version.h>
 
+#include "drivers/ethdev/dpdk_private.h"
+
 namespace droce::ethdev {
 namespace {
 
-// DPDK 22.11 private layouts (x86-64), from drivers/net/memif/{memif.h,
-// rte_eth_memif.h}, drivers/net/af_packet/rte_eth_af_packet.c and
-// lib/ethdev/ethdev_driver.h. Each use is guarded by a run-time check.
-constexpr size_t kEthDevDataOffset = 48;            // rte_eth_dev::data
-constexpr size_t kEthDevProcessPrivateOffset = 56;  // rte_eth_dev::process_private
-constexpr size_t kEthDevDataRxQueuesOffset = RTE_ETH_NAME_MAX_LEN;  // rte_eth_dev_data::rx_queues
+using namespace dpdk_private;  // NOLINT: the layouts this file reads
 
-constexpr size_t kMemifQueueTypeOffset = 16;        // memif_queue::type (enum)
-constexpr size_t kMemifQueueRegionOffset = 20;      // memif_queue::region (u16)
-constexpr size_t kMemifQueueInPortOffset = 22;      // memif_queue::in_port (u16)
-constexpr size_t kMemifQueueRingOffsetOffset = 24;  // memif_queue::ring_offset (u32)
-constexpr size_t kMemifQueueLastHeadOffset = 28;    // memif_queue::last_head (u16)
-constexpr size_t kMemifQueueLastTailOffset = 30;    // memif_queue::last_tail (u16)
-constexpr size_t kMemifQueueIntrHandleOffset = 56;  // memif_queue::intr_handle
-constexpr size_t kMemifMaxRegions = 256;            // pmd_process_private::regions[]
-constexpr size_t kMemifRegionFdOffset = 16;         // memif_region::fd (int)
-constexpr uint32_t kMemifCookie = 0x3E31F20;        // memif_ring_t::cookie
-constexpr size_t kMemifRingFlagsOffset = 4;         // memif_ring_t::flags (u16)
-constexpr size_t kMemifRingHeadOffset = 6;          // memif_ring_t::head (u16)
-constexpr size_t kMemifRingTailOffset = 64;         // memif_ring_t::tail (u16), its own cache line
-constexpr uint32_t kMemifRingC2S = 0;               // memif_ring_type_t
-constexpr size_t kMemifRingHeaderBytes = 128;
-constexpr uint16_t kMemifRingFlagMaskInt = 1;
 // drivers/net/af_xdp/rte_eth_af_xdp.c: pkt_rx_queue::port (u16) and
 // fds[0].fd, the queue's AF_XDP socket, behind four 48-byte xsk rings,
 // three pointers and the 24-byte rx_stats.
 constexpr size_t kAfXdpQueuePortOffset = 72;
 constexpr size_t kAfXdpQueueFdOffset = 208;
-
-template <typename T>
-T Load(const void* base, size_t offset) {
-  T v;
-  std::memcpy(&v, static_cast<const uint8_t*>(base) + offset, sizeof v);
-  return v;
-}
 
 bool IsEventFd(int fd) {
   char path[64], target[64];
@@ -71,41 +42,6 @@ bool IsEventFd(int fd) {
   return std::strcmp(target, "anon_inode:[eventfd]") == 0;
 }
 
-// rte_eth_devices[port]: exported (version INTERNAL) but declared only in a
-// header Debian does not ship; its element size comes from the symbol's size.
-const uint8_t* EthDev(uint16_t port, std::string* why_not) {
-  void* base = dlsym(RTLD_DEFAULT, "rte_eth_devices");
-  if (base == nullptr) {
-    *why_not = "rte_eth_devices not found";
-    return nullptr;
-  }
-  Dl_info info;
-  ElfW(Sym)* sym = nullptr;
-  if (dladdr1(base, &info, reinterpret_cast<void**>(&sym), RTLD_DL_SYMENT) == 0 || sym == nullptr ||
-      sym->st_size % RTE_MAX_ETHPORTS != 0) {
-    *why_not = "rte_eth_devices has an unexpected size";
-    return nullptr;
-  }
-  const size_t stride = sym->st_size / RTE_MAX_ETHPORTS;
-  const uint8_t* dev = static_cast<const uint8_t*>(base) + size_t{port} * stride;
-  // The layout is right if the device's burst function and first RX queue
-  // are the ones the public fast-path table holds for this port.
-  const struct rte_eth_fp_ops& fp = ::rte_eth_fp_ops[port];
-  const auto* data = Load<const uint8_t*>(dev, kEthDevDataOffset);
-  if (Load<void*>(dev, 0) != reinterpret_cast<void*>(fp.rx_pkt_burst) || data == nullptr) {
-    *why_not = "rte_eth_dev layout differs from DPDK 22.11's";
-    return nullptr;
-  }
-  char name[RTE_ETH_NAME_MAX_LEN];
-  void** rx_queues = Load<void**>(data, kEthDevDataRxQueuesOffset);
-  if (rte_eth_dev_get_name_by_port(port, name) != 0 || std::strncmp(name, reinterpret_cast<const char*>(data),
-                                                                    RTE_ETH_NAME_MAX_LEN) != 0 ||
-      rx_queues == nullptr || rx_queues[0] != fp.rxq.data[0]) {
-    *why_not = "rte_eth_dev_data layout differs from DPDK 22.11's";
-    return nullptr;
-  }
-  return dev;
-}
 
 // DPDK's memif thread unmaps the rings and closes the eventfds when the peer
 // leaves, at any moment, so this never touches DPDK's mapping or descriptor

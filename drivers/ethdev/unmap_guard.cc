@@ -88,6 +88,10 @@ uint16_t GuardedTxBurst(uint16_t port, rte_mbuf** mbufs, uint16_t n, bool* fault
   return Guarded(port, n, faulted, n, [&] { return rte_eth_tx_burst(port, 0, mbufs, n); });
 }
 
+uint16_t GuardedCall(uint16_t port, uint16_t (*fn)(void*), void* arg, uint16_t on_fault, bool* faulted) {
+  return Guarded(port, 0, faulted, on_fault, [&] { return fn(arg); });
+}
+
 uint64_t UnmapFaultsCaught() { return g_caught.load(std::memory_order_relaxed); }
 
 }  // namespace droce::ethdev

@@ -31,6 +31,9 @@ bool InstallUnmapGuard();
 // them: claiming all sent leaks the rest rather than freeing any twice).
 uint16_t GuardedRxBurst(uint16_t port, rte_mbuf** mbufs, uint16_t n, bool* faulted);
 uint16_t GuardedTxBurst(uint16_t port, rte_mbuf** mbufs, uint16_t n, bool* faulted);
+// fn(arg) under the guard for `port` (a burst that reads the port's rings
+// itself: MemifTx); on a caught fault *faulted is set and it returns on_fault.
+uint16_t GuardedCall(uint16_t port, uint16_t (*fn)(void*), void* arg, uint16_t on_fault, bool* faulted);
 
 // Faults caught in this process (for stats and tests).
 uint64_t UnmapFaultsCaught();

@@ -146,16 +146,17 @@ inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - 
 //     memory leaves its tail to the progress thread.
 class DoorbellBatcher {
  public:
-  static constexpr uint64_t kBurstGapNs = 1'000;
+  static constexpr uint64_t kBurstGapNs = 1'000;  // the default gap (doorbell_burst_gap_ns)
   static constexpr uint64_t kPollWindowNs = 1'000'000;
   static constexpr uint32_t kSmallBytes = 1024;
 
-  explicit DoorbellBatcher(uint32_t batch) : batch_(batch) {}
+  explicit DoorbellBatcher(uint32_t batch, uint64_t burst_gap_ns = kBurstGapNs)
+      : batch_(batch), burst_gap_ns_(burst_gap_ns) {}
   // A post's doorbell at now_ns (small: one WR of at most kSmallBytes;
   // last_poll_ns: the program's last poll_cq). True: defer it; false:
   // transmit now (with whatever was deferred).
   bool Defer(uint64_t now_ns, bool small, uint64_t last_poll_ns) {
-    const bool burst = last_post_ns_ != 0 && NsSince(now_ns, last_post_ns_) <= kBurstGapNs &&
+    const bool burst = last_post_ns_ != 0 && NsSince(now_ns, last_post_ns_) <= burst_gap_ns_ &&
                        last_poll_ns <= last_post_ns_;
     last_post_ns_ = now_ns;
     if (batch_ > 1 && small && burst && last_poll_ns != 0 && NsSince(now_ns, last_poll_ns) <= kPollWindowNs &&
@@ -177,6 +178,7 @@ class DoorbellBatcher {
 
  private:
   uint32_t batch_;
+  uint64_t burst_gap_ns_;
   uint64_t last_post_ns_ = 0;
   uint32_t deferred_ = 0;
 };
@@ -484,6 +486,14 @@ struct DeviceFile {
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;
+  // The longest gap between two posts of one burst (DoorbellBatcher). Only
+  // a measurement changes it: under callgrind a program runs ~50x slower, so
+  // no two posts are 1 us apart and no doorbell would ever wait
+  // (tools/bench/verbs/breakdown.sh BATCHED=1).
+  uint64_t doorbell_burst_gap_ns = DoorbellBatcher::kBurstGapNs;
+  // A net_memif vdev's frames are copied straight into the memif ring
+  // (ethdev::MemifTx, PortConfig::memif_direct_tx); off: the PMD transmits mbufs.
+  bool memif_direct_tx = true;
   // A poll round run by the program's poll_cq holds a QP's lone ACK for the
   // program's next post (core::Device::Poll's hold_acks): a reply and the
   // ACK of what it answers leave in one burst. Off: every round sends it.

@@ -345,6 +345,14 @@ std::vector<DeviceSetting> MakeSettings() {
   t.push_back(Number("doorbell_batch", 1, 256, 1, [](auto& f) -> auto& { return f.doorbell_batch; },
                      "small posts in a tight burst of a program that polls its CQ leave together, up to this "
                      "many (1: every doorbell transmits at once)"));
+  t.push_back(Number("doorbell_burst_gap_ns", 0, 1'000'000'000, 1,
+                     [](auto& f) -> auto& { return f.doorbell_burst_gap_ns; },
+                     "the longest gap between two posts of such a burst; a measurement's knob "
+                     "(`tools/bench/verbs/breakdown.sh BATCHED=1`: under callgrind no two posts come within 1 µs)"));
+  t.push_back(Switch("memif_direct_tx", [](auto& f) -> auto& { return f.memif_direct_tx; },
+                     "a `net_memif` vdev's frames are built in the device's own buffers and copied once, straight "
+                     "into the memif ring (`ethdev::MemifTx`, doc/ethdev.md); off: in mbufs that the PMD copies and "
+                     "frees"));
   t.push_back(Switch("poll_ack_hold", [](auto& f) -> auto& { return f.poll_ack_hold; },
                      "a poll round run by `poll_cq` holds a lone ACK for the program's next post (one round at most)"));
   t.push_back(Switch("empty_poll_skip", [](auto& f) -> auto& { return f.empty_poll_skip; },

@@ -209,6 +209,10 @@ absl::Status Runtime::OpenWirePort() {
   pc.name = file_.port_name();
   pc.start_may_fail = memif_client_;
   pc.guard_peer_unmap = file_.vdev.rfind("net_memif", 0) == 0;
+  // Frames built in the port's own buffers and copied straight into the
+  // memif ring (MemifTx); a zero-copy vdev's buffers are mbufs in the ring.
+  pc.memif_direct_tx =
+      file_.memif_direct_tx && pc.guard_peer_unmap && file_.vdev.find("zero-copy=yes") == std::string::npos;
   pc.memif_listener_path = ethdev::MemifListenerPath(file_.vdev);
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();

@@ -281,7 +281,7 @@ class Runtime {
   const Stats& stats() const { return stats_; }
 
  private:
-  explicit Runtime(const DeviceFile& f) : file_(f), batcher_(f.doorbell_batch) { active_mtu_ = f.mtu; }
+  explicit Runtime(const DeviceFile& f) : file_(f), batcher_(f.doorbell_batch, f.doorbell_burst_gap_ns) { active_mtu_ = f.mtu; }
   absl::Status Start();
   // A wire device's port (EAL, the vdev, the ethdev port), and its close.
   absl::Status OpenWirePort();

@@ -29,6 +29,19 @@ class FramePool {
   // Buffers back; a handle that is not one of ours is ignored (counted).
   void Free(const Frame* frames, uint16_t n);
 
+  // Whether `handle` is one of this pool's buffers (a range check: for an
+  // owner whose frames come from this pool and from elsewhere).
+  bool Owns(const void* handle) const {
+    // Unsigned: a handle below the pool wraps to a large offset.
+    return reinterpret_cast<uintptr_t>(handle) - reinterpret_cast<uintptr_t>(base_) < size_t{count_} * buffer_bytes_;
+  }
+  // Takes back one buffer Owns() said is ours (inline, for a transmit path
+  // that frees each frame it sent).
+  void FreeOwned(const void* handle) {
+    if (free_.size() >= count_) return;  // freed twice: the stack never grows past the pool
+    free_.push_back(static_cast<uint32_t>(
+        (reinterpret_cast<uintptr_t>(handle) - reinterpret_cast<uintptr_t>(base_)) / buffer_bytes_));
+  }
   uint32_t count() const { return count_; }
   uint32_t available() const { return static_cast<uint32_t>(free_.size()); }
   uint32_t buffer_bytes() const { return buffer_bytes_; }

@@ -1,0 +1,60 @@
+// A net_memif port's transmit without the PMD: each frame is copied once,
+// straight from the caller's buffer into the memif ring's buffer, and the
+// ring's index published with one store per burst; no mbuf is involved, so
+// the buffers the frames were built in can be plain memory (EthdevPort's
+// transmit pool). DPDK's eth_memif_tx does the same copy but needs an mbuf
+// per frame (allocated, then freed into the mempool) and its per-call
+// checks: ~300 instructions of a 64 B WRITE's post on the verbs path
+// (tools/bench/verbs/results.md).
+//
+// It reads the ring through DPDK 22.11's private structures
+// (dpdk_private.h) on every burst, as the PMD does, so a reconnection's new
+// regions are picked up at once; the link's unmap race is the caller's
+// (EthdevPort runs Send under unmap_guard.h, as it runs the PMD's bursts).
+// The ring's protocol is memif's: the client's C2S ring is written at its
+// head into the buffers the client laid out, the server's S2C ring at its
+// tail into the buffers the client refilled (their lengths the client's);
+// frames longer than a buffer take several descriptors chained with
+// MEMIF_DESC_FLAG_NEXT; after the store the peer is woken through the
+// queue's eventfd if its ring asks for interrupts.
+#ifndef DROCE_DRIVERS_ETHDEV_MEMIF_TX_H_
+#define DROCE_DRIVERS_ETHDEV_MEMIF_TX_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "pktio/burst_io.h"
+
+namespace droce::ethdev {
+
+struct MemifTxCounters {
+  uint64_t bad_descriptors = 0;  // frames dropped: a descriptor outside the peer's region (a hostile or buggy peer)
+  uint64_t wakeups = 0;          // eventfd writes to a peer that asked for interrupts
+};
+
+class MemifTx {
+ public:
+  // The transmit path of `port`'s TX queue 0, or nullptr with the reason
+  // (not net_memif, not DPDK 22.11, a layout check failed). The queue must
+  // be set up; the connection may come later.
+  static std::unique_ptr<MemifTx> For(uint16_t port, std::string* why_not);
+
+  // Copies a prefix of frames[0..n) into the ring and publishes it; returns
+  // how many it took (0 while the port is not connected, fewer than n when
+  // the ring is full). A frame whose descriptor lies outside its region is
+  // taken and dropped (counted). The frames stay the caller's.
+  uint16_t Send(const pktio::Frame* frames, uint16_t n);
+
+  const MemifTxCounters& counters() const { return counters_; }
+
+ private:
+  MemifTx(uint16_t port, const uint8_t* dev) : port_(port), dev_(dev) {}
+  uint16_t port_;
+  const uint8_t* dev_;  // rte_eth_devices[port_]
+  MemifTxCounters counters_;
+};
+
+}  // namespace droce::ethdev
+
+#endif  // DROCE_DRIVERS_ETHDEV_MEMIF_TX_H_

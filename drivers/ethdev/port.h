@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
 
 struct rte_mempool;
@@ -60,6 +61,13 @@ class EthdevPort final : public pktio::BurstIo {
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override;
 
+  // Known empty by `probe`'s look at the RX ring (RxWakeup::KnownEmpty:
+  // memif's ring indices; sockets cannot tell); null: never known empty.
+  // The owner sets its current wake-up of this port, and clears it before
+  // that wake-up goes or turns stale (a reconnection moved the ring).
+  void set_rx_probe(RxWakeup* probe) { rx_probe_ = probe; }
+  bool KnownEmpty() override { return rx_probe_ != nullptr && rx_probe_->KnownEmpty(); }
+
   bool LinkUp() const;
   // Re-reads the link state; RxBurst/TxBurst do nothing while it is down
   // (memif unmaps its rings when the peer leaves: polling then would crash).
@@ -105,6 +113,7 @@ class EthdevPort final : public pktio::BurstIo {
   bool guard_ = false;
   std::string listener_path_;  // PortConfig::memif_listener_path
   PortStats stats_;
+  RxWakeup* rx_probe_ = nullptr;
 };
 
 }  // namespace droce::ethdev

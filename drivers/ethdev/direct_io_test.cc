@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "sim/wire/mem_wire.h"
+#include "tests/support/device_pair.h"
 
 namespace droce::ethdev {
 namespace {
@@ -75,18 +76,11 @@ PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint
 }
 
 // A port that forwards to another and says KnownEmpty as the test sets it.
-class TellingPort final : public pktio::BurstIo {
+class TellingPort final : public core::testing::ForwardingPort {
  public:
-  explicit TellingPort(pktio::BurstIo* inner) : inner_(inner) {}
-  uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override { return inner_->RxBurst(frames, n); }
-  uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
-  uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override { return inner_->TxBurst(frames, n); }
-  void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+  using ForwardingPort::ForwardingPort;
   bool KnownEmpty() override { return known_empty; }
   bool known_empty = false;
-
- private:
-  pktio::BurstIo* inner_;
 };
 
 class DirectIoTest : public ::testing::Test {

@@ -56,11 +56,10 @@ class BurstIo {
   // True when an RxBurst now would return nothing, known without receiving
   // and without a system call (a look at a ring's indices). A port in front
   // of another (a layer that adds sources of its own: the direct rings, a
-  // socket) answers for its sources and asks the port
-  // behind it. A port that cannot tell says false, as the default does: a
-  // caller may skip a poll on this (verbs Runtime::IdleLocked skips an idle
-  // poll_cq's round), and a port nobody taught to answer then never hides
-  // a frame from it.
+  // socket) answers for its sources and asks the port behind it. A port
+  // that cannot tell says false, as the default does: a caller may skip a
+  // poll on this (verbs Runtime::IdleLocked skips an idle poll_cq's round),
+  // and a port nobody taught to answer then never hides a frame from it.
   virtual bool KnownEmpty() { return false; }
 };
 

@@ -28,6 +28,8 @@ struct QpCounters {
   uint64_t uc_messages_dropped = 0;  // UC: sequence gap, no receive, or access error
   uint64_t rd_atomic_overflows = 0;     // READ/atomic beyond max_dest_rd_atomic: NAKed invalid request
   uint64_t dropped_bad_duplicates = 0;  // duplicate READs asking for more than the original: ignored
+  uint64_t responses_refused = 0;  // a READ, atomic, NAK or replayed response that found the response queue
+                                   // full (its last slot is an ACK's): not queued, the requester's timer recovers
   uint64_t cnps_sent = 0;
   uint64_t cnps_received = 0;
   uint64_t ce_marked_received = 0;

@@ -605,6 +605,16 @@ class Qp {
   bool TakeRecvWqe();
   void QueueAck(uint32_t psn);
   void QueueNak(uint8_t syndrome, uint32_t psn);
+  // Room in the response queue (actions_) for a response that is not a
+  // plain ACK: its last slot is kept for one, so QueueAck and QueueSack
+  // always find room (a queued ACK at the tail coalesces with the next). An
+  // ACK a request asked for and the queue refused would never be sent at a
+  // window's tail, where no later request brings another: the requester
+  // would wait for its transport timer.
+  bool ResponseRoom() const { return actions_.size() + 1 < actions_.depth(); }
+  // Queues `a` (a NAK or a replayed READ/atomic response) where
+  // ResponseRoom allows; false (counted in responses_refused) where not.
+  bool PushResponse(const Action& a);
   void CompleteRecv(queue::WcStatus status, queue::WcOpcode opcode, uint32_t byte_len,
                     uint8_t flags, uint32_t imm_or_inv, bool solicited);
   uint32_t BuildResponse(Action& a, uint8_t* frame, bool* finished);

@@ -587,6 +587,40 @@ TEST_F(Frames, DuplicateAtomicAtAReadPsnIsIgnored) {
   EXPECT_THAT(Poll(), ::testing::IsEmpty());
 }
 
+// A port out of transmit buffers while a retrying requester's duplicates
+// arrive: each replayed atomic response and each duplicate WRITE's ACK
+// takes a slot of the response queue (an ACK coalesces only with an ACK at
+// the tail), until it is full. The new WRITE behind them asks for its ACK:
+// that ACK must leave once the port takes frames again, since nothing else
+// would acknowledge a window's last request before the requester's timer.
+// The queue keeps its last slot for an ACK and refuses the replay beyond.
+TEST_F(Frames, AnAckAskedForWhileTheResponseQueueIsFullIsSent) {
+  Write(kRcWriteOnly, kRqPsn, kIova + 128, 8, 8);
+  Atomic(kRcFetchAdd, kRqPsn + 1, kIova + 64, 2);
+  ASSERT_EQ(Poll().size(), 2u);  // the ACK and the ATOMIC ACKNOWLEDGE
+  io_.tx_buffers = 0;
+  const uint32_t depth = transport::kMaxRdAtomic * 2 + 8;  // the response queue's
+  for (uint32_t i = 0; i + 2 < depth; i += 2) {
+    Atomic(kRcFetchAdd, kRqPsn + 1, kIova + 64, 2);  // a replayed response
+    Write(kRcWriteOnly, kRqPsn, kIova + 128, 8, 8);  // an ACK behind it
+  }
+  Atomic(kRcFetchAdd, kRqPsn + 1, kIova + 64, 2);  // the second-to-last slot
+  Atomic(kRcFetchAdd, kRqPsn + 1, kIova + 64, 2);  // the last slot is an ACK's: refused
+  Write(kRcWriteOnly, kRqPsn + 2, kIova + 128, 8, 8);  // new, AckReq
+  while (!io_.rx.empty()) ASSERT_THAT(Poll(), ::testing::IsEmpty());
+  io_.tx_buffers = UINT64_MAX;
+  std::vector<Out> out;
+  for (std::vector<Out> round = Poll(); !round.empty(); round = Poll()) {
+    out.insert(out.end(), round.begin(), round.end());
+  }
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(), AckOut(kRqPsn + 2, Ack(0), 3));
+  EXPECT_EQ(std::count_if(out.begin(), out.end(), [](const Out& o) { return o.opcode == kRcAtomicAcknowledge; }),
+            depth / 2);
+  EXPECT_EQ(ctr().responses_refused, 1u);
+  EXPECT_EQ(ctr().duplicates_received, depth);
+}
+
 // --- Completer ------------------------------------------------------------
 
 class Completer : public Frames {

@@ -39,9 +39,11 @@ uint8_t Qp::CreditsField() const {
   return code;
 }
 
+// Coalesce: a queued, unsent ACK just moves forward (9.7.5.1.1). Otherwise
+// the ACK takes a slot, which every other response leaves it
+// (ResponseRoom): the queue is full only with an ACK or SACK at its tail.
 void Qp::QueueAck(uint32_t psn) {
   resp_.ack_owed = false;
-  // Coalesce: a queued, unsent ACK just moves forward (9.7.5.1.1).
   if (!actions_.empty()) {
     Action& last = actions_.at(actions_.tail() - 1);
     if (last.kind == ActionKind::kAck) {
@@ -51,7 +53,7 @@ void Qp::QueueAck(uint32_t psn) {
     }
   }
   Action* a = actions_.Reserve();
-  if (a == nullptr) return;  // a later ACK will cover it
+  if (a == nullptr) return;  // full with a SACK at its tail: built when it leaves, it acknowledges this too
   *a = Action{};
   a->kind = ActionKind::kAck;
   a->psn = psn;
@@ -59,16 +61,25 @@ void Qp::QueueAck(uint32_t psn) {
   actions_.Commit();
 }
 
+bool Qp::PushResponse(const Action& a) {
+  if (!ResponseRoom()) {
+    ++counters_.responses_refused;
+    return false;
+  }
+  actions_.Push(a);
+  return true;
+}
+
 void Qp::QueueNak(uint8_t syndrome, uint32_t psn) {
   resp_.ack_owed = false;  // a NAK acknowledges what came before its PSN
-  Action* a = actions_.Reserve();
-  if (a == nullptr) return;  // the requester's timer recovers
-  *a = Action{};
-  a->kind = ActionKind::kNak;
-  a->syndrome = syndrome;
-  a->psn = psn;
-  a->msn = resp_.msn;
-  actions_.Commit();
+  Action a{};
+  a.kind = ActionKind::kNak;
+  a.syndrome = syndrome;
+  a.psn = psn;
+  a.msn = resp_.msn;
+  // Refused: what came before its PSN is acknowledged all the same (the
+  // ACK's slot is free), and the requester's timer recovers the rest.
+  if (!PushResponse(a)) QueueAck(PsnAdd(psn, -1));
 }
 
 bool Qp::TakeRecvWqe() {
@@ -624,7 +635,10 @@ DROCE_STEP RespState Qp::ExecuteWrite(ReqCtx& c) {
 }
 
 DROCE_STEP RespState Qp::ExecuteRead(ReqCtx& c) {
-  if (actions_.full()) return RespState::kDone;  // more READs than negotiated: the requester retries
+  if (!ResponseRoom()) {  // more READs than negotiated: the requester retries
+    ++counters_.responses_refused;
+    return RespState::kDone;
+  }
   const RethView reth(c.bth_p + c.op.reth_offset);
   const uint32_t packets = PacketsForLength(reth.dma_length());
   resp_.msn = PsnAdd(resp_.msn, 1);
@@ -648,7 +662,10 @@ DROCE_STEP RespState Qp::ExecuteRead(ReqCtx& c) {
 }
 
 DROCE_STEP RespState Qp::ExecuteAtomic(ReqCtx& c) {
-  if (actions_.full()) return RespState::kDone;
+  if (!ResponseRoom()) {
+    ++counters_.responses_refused;
+    return RespState::kDone;
+  }
   const AtomicEthView at(c.bth_p + c.op.atomic_offset);
   auto* target = reinterpret_cast<uint64_t*>(c.target.host);
   uint64_t original;
@@ -705,7 +722,7 @@ RespState Qp::Duplicate(ReqCtx& c) {
       }
     }
   }
-  actions_.Push(a);
+  (void)PushResponse(a);  // refused: the requester asks again
   return RespState::kDone;
 }
 

@@ -22,6 +22,9 @@ class ScriptedIo final : public BurstIo {
  public:
   std::deque<std::vector<uint8_t>> rx;
   std::vector<std::vector<uint8_t>> sent;
+  // How many more buffers AllocTx hands out: 0 is a port out of transmit
+  // buffers, whose device keeps its responses queued.
+  uint64_t tx_buffers = UINT64_MAX;
 
   uint16_t RxBurst(Frame* f, uint16_t n) override {
     uint16_t i = 0;
@@ -34,6 +37,8 @@ class ScriptedIo final : public BurstIo {
     return i;
   }
   uint16_t AllocTx(Frame* f, uint16_t n) override {
+    if (n > tx_buffers) n = static_cast<uint16_t>(tx_buffers);
+    tx_buffers -= n;
     for (uint16_t i = 0; i < n; ++i) {
       auto b = std::make_unique<std::vector<uint8_t>>(kMaxFrameBytes, 0);
       f[i] = {b->data(), 0, kMaxFrameBytes, b.get()};

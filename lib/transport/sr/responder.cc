@@ -313,7 +313,7 @@ void SelectiveRepeat::FlushReceives() {
 void SelectiveRepeat::Duplicate(ReqCtx& c) {
   Action a{};
   const Qp::Resource* res = qp_.ReplayResponse(c, &a);
-  if (res == nullptr || !qp_.actions_.Push(a) || a.kind != ActionKind::kReadResponse) return;
+  if (res == nullptr || !qp_.PushResponse(a) || a.kind != ActionKind::kReadResponse) return;
   for (uint32_t i = qp_.actions_.tail() - 1; i != qp_.actions_.head(); --i) {
     Action& prev = qp_.actions_.at(i - 1);
     const bool later = (prev.kind == ActionKind::kReadResponse || prev.kind == ActionKind::kAtomicAck) &&
@@ -334,7 +334,7 @@ void SelectiveRepeat::QueueSack() {
     }
   }
   Action* a = qp_.actions_.Reserve();
-  if (a == nullptr) return;  // a later one covers it
+  if (a == nullptr) return;  // not while Qp::ResponseRoom keeps an ACK's slot: the tail would be an ACK
   *a = Action{};
   a->kind = ActionKind::kSack;
   qp_.actions_.Commit();

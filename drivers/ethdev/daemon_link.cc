@@ -54,7 +54,7 @@ class DaemonLink::Wakeup final : public RxWakeup {
     uint64_t v;
     (void)!read(link_->rx_efd_, &v, sizeof v);
   }
-  bool KnownEmpty() override { return link_->bound() && link_->rx_.Available() == 0; }
+  bool KnownEmpty() override { return link_->KnownEmpty(); }
   const char* kind() const override { return "droced link eventfd"; }
 
  private:
@@ -64,6 +64,8 @@ class DaemonLink::Wakeup final : public RxWakeup {
 DaemonLink::DaemonLink(uint32_t buffers) : pool_(buffers, pktio::kMaxFrameBytes) {}
 
 DaemonLink::~DaemonLink() { Unbind(); }
+
+bool DaemonLink::KnownEmpty() { return bound() && rx_.Available() == 0; }
 
 void DaemonLink::Unbind() {
   if (map_ != nullptr) munmap(map_, map_bytes_);

@@ -92,6 +92,8 @@ class DaemonLink final : public pktio::BurstIo {
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return pool_.Alloc(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override { pool_.Free(frames, n); }
+  // The inbound ring holds no frame (an unbound link: cannot tell).
+  bool KnownEmpty() override;
 
   // Sleeping until droced sends a frame: the inbound ring's wake-up request
   // and eventfd, as an RxWakeup (the runtime's progress thread and event

@@ -108,6 +108,7 @@ TEST(DaemonLink, SleeperIsWokenByTheDaemonsNextBurstOnce) {
   ASSERT_TRUE(d.BindTo(link, Message()).ok());
   std::unique_ptr<RxWakeup> w = link.MakeWakeup();
   EXPECT_TRUE(w->KnownEmpty());
+  EXPECT_TRUE(link.KnownEmpty());
   const int fd = w->Arm();
   ASSERT_GE(fd, 0);
   pollfd p{fd, POLLIN, 0};
@@ -121,6 +122,7 @@ TEST(DaemonLink, SleeperIsWokenByTheDaemonsNextBurstOnce) {
   EXPECT_FALSE(d.to_process.TakeWakeupRequest());  // once per sleep
   EXPECT_EQ(poll(&p, 1, 0), 1);
   EXPECT_FALSE(w->KnownEmpty());
+  EXPECT_FALSE(link.KnownEmpty());
   w->Disarm();
   EXPECT_EQ(poll(&p, 1, 0), 0);  // drained
   // The other way: droced sleeps, the process's burst wakes it.
@@ -184,6 +186,7 @@ TEST(DaemonLink, ANewDaemonsLinkKeepsThePoolAndItsFrames) {
     std::memset(held.data, 0x77, 64);
     held.len = 64;
     link.Unbind();  // the daemon is gone
+    EXPECT_FALSE(link.KnownEmpty());  // no ring to look at: cannot tell
   }
   DaemonSide second;
   ASSERT_TRUE(second.BindTo(link, Message(2)).ok());

@@ -114,13 +114,9 @@ class DirectIo final : public pktio::BurstIo {
   DirectIo& operator=(const DirectIo&) = delete;
 
   uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
-  // No frame waits in any direct ring (the inner port is the caller's to ask).
-  bool RingsEmpty() const {
-    for (const Path& p : paths_) {
-      if (p.rx.Available() != 0) return false;
-    }
-    return true;
-  }
+  // No frame waits in any direct ring nor, as far as it can tell, in the
+  // port to the daemon.
+  bool KnownEmpty() override { return RingsEmpty() && inner_->KnownEmpty(); }
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
@@ -157,6 +153,12 @@ class DirectIo final : public pktio::BurstIo {
   static constexpr uint64_t kMarkerResendNs = 2'000'000;
 
  private:
+  bool RingsEmpty() const {
+    for (const Path& p : paths_) {
+      if (p.rx.Available() != 0) return false;
+    }
+    return true;
+  }
   struct Path {
     uint64_t id = 0;
     uint64_t key = 0;  // its markers carry it (fabric/path_marker.h)

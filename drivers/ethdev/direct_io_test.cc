@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "sim/wire/mem_wire.h"
+#include "tests/support/device_pair.h"
 
 namespace droce::ethdev {
 namespace {
@@ -74,12 +75,21 @@ PeerMessage AddMessage(uint64_t id, const std::array<uint8_t, 6>& peer_mac, uint
   return m;
 }
 
+// A port that forwards to another and says KnownEmpty as the test sets it.
+class TellingPort final : public core::testing::ForwardingPort {
+ public:
+  using ForwardingPort::ForwardingPort;
+  bool KnownEmpty() override { return known_empty; }
+  bool known_empty = false;
+};
+
 class DirectIoTest : public ::testing::Test {
  protected:
   DirectIoTest()
       : wire_(sim::MemWireConfig{}),
+        b_port_(&wire_.end(1)),
         a_(&wire_.end(0), kMacA, 1024, 1024, [this] { return now_ns_; }),
-        b_(&wire_.end(1), kMacB, 2048, 1024, [this] { return now_ns_; }) {}
+        b_(&b_port_, kMacB, 2048, 1024, [this] { return now_ns_; }) {}
 
   // Pairs a (QPNs 1024..) and b (2048..) as droced does: one memfd, an
   // eventfd per direction, each side given its own copies.
@@ -139,6 +149,7 @@ class DirectIoTest : public ::testing::Test {
 
   uint64_t now_ns_ = 1'000'000'000;  // virtual time: both ends' clock
   sim::MemWire wire_;
+  TellingPort b_port_;  // b's port to the daemon
   DirectIo a_, b_;
   int efd_a_ = -1, efd_b_ = -1;
 };
@@ -157,6 +168,21 @@ TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
   const std::vector<uint8_t> tags = ReceiveOnB();
   EXPECT_EQ(b_.counters().rx_direct, 1u);
   EXPECT_NE(std::find(tags.begin(), tags.end(), 1), tags.end());
+}
+
+// An idle poll may be skipped on KnownEmpty (verbs Runtime::IdleLocked):
+// b says so only when its rings hold nothing and its port says so too.
+TEST_F(DirectIoTest, KnownEmptyOnlyWhenTheRingsAndThePortBehindThemAre) {
+  Pair();
+  (void)ReceiveOnB();  // a's marker, through the port: the path opens
+  EXPECT_FALSE(b_.KnownEmpty());  // the port cannot tell
+  b_port_.known_empty = true;
+  EXPECT_TRUE(b_.KnownEmpty());
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 1));  // the ring
+  EXPECT_EQ(a_.counters().tx_direct, 1u);
+  EXPECT_FALSE(b_.KnownEmpty());
+  EXPECT_EQ(ReceiveOnB(), std::vector<uint8_t>{1});
+  EXPECT_TRUE(b_.KnownEmpty());
 }
 
 // Pages of the path's memory that are resident (allocated), of all.

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "drivers/ethdev/memif_tx.h"
+#include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
 #include "pktio/frame_pool.h"
 
@@ -71,6 +72,13 @@ class EthdevPort final : public pktio::BurstIo {
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override;
 
+  // Known empty by `probe`'s look at the RX ring (RxWakeup::KnownEmpty:
+  // memif's ring indices; sockets cannot tell); null: never known empty.
+  // The owner sets its current wake-up of this port, and clears it before
+  // that wake-up goes or turns stale (a reconnection moved the ring).
+  void set_rx_probe(RxWakeup* probe) { rx_probe_ = probe; }
+  bool KnownEmpty() override { return rx_probe_ != nullptr && rx_probe_->KnownEmpty(); }
+
   bool LinkUp() const;
   // Re-reads the link state; RxBurst/TxBurst do nothing while it is down
   // (memif unmaps its rings when the peer leaves: polling then would crash).
@@ -124,6 +132,7 @@ class EthdevPort final : public pktio::BurstIo {
   PortStats stats_;
   std::unique_ptr<MemifTx> direct_;               // memif_direct_tx
   std::unique_ptr<pktio::FramePool> tx_buffers_;  // with direct_: what AllocTx hands out first
+  RxWakeup* rx_probe_ = nullptr;
 };
 
 }  // namespace droce::ethdev

@@ -308,8 +308,10 @@ class FakeInner : public pktio::BurstIo {
       --live;
     }
   }
+  bool KnownEmpty() override { return known_empty; }
   std::deque<pktio::Frame> rx;
   std::vector<pktio::Frame> sent;
+  bool known_empty = false;  // what the port says when asked
   int live = 0;
   int live_limit = 0;  // > 0: AllocTx gives no more buffers than leave this many live
 };
@@ -320,6 +322,24 @@ pktio::Frame Copy(FakeInner& io, const std::vector<uint8_t>& bytes) {
   std::memcpy(f.data, bytes.data(), bytes.size());
   f.len = static_cast<uint32_t>(bytes.size());
   return f;
+}
+
+// An idle poll may be skipped on KnownEmpty (verbs Runtime::IdleLocked):
+// never while the socket may hold a frame, and never past a port behind
+// that cannot tell.
+TEST(UdpIo, KnownEmptyNeverWithASocketOtherwiseAsThePortBehindIt) {
+  FakeInner inner;
+  inner.known_empty = true;
+  {
+    Sock s;
+    UdpIo io(&inner, s.fd, s.port, kOwnMac);
+    s.fd = -1;  // the UdpIo's now
+    EXPECT_FALSE(io.KnownEmpty());
+  }
+  UdpIo io(&inner, -1, 0, kOwnMac);
+  EXPECT_TRUE(io.KnownEmpty());
+  inner.known_empty = false;
+  EXPECT_FALSE(io.KnownEmpty());
 }
 
 TEST(UdpIo, OtherHostsGoToTheSocketTheHostStaysInside) {

@@ -59,13 +59,10 @@ class UdpIo final : public pktio::BurstIo {
 
   const UdpCounters& counters() const { return counters_; }
 
-  // Nothing waits that RxBurst would return, known without a system call:
-  // never while it has a socket, whose receive queue only a system call
-  // reads. An idle device's empty poll_cq may skip its round only when this
-  // holds (verbs Runtime::IdleLocked): a frame the kernel queued on the
-  // socket would otherwise wait for the next round that runs for another
-  // reason (a timer, the millisecond link check).
-  bool KnownEmpty() const { return fd_ < 0 && ready_n_ == 0; }
+  // Never while it has a socket, whose receive queue only a system call
+  // reads: a frame the kernel queued there would otherwise wait for the next
+  // round that runs for another reason (a timer, the millisecond link check).
+  bool KnownEmpty() override { return fd_ < 0 && ready_n_ == 0 && inner_->KnownEmpty(); }
 
  private:
   bool ToSocket(const pktio::Frame& f) const;

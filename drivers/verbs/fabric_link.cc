@@ -303,6 +303,7 @@ void Runtime::Reattach(uint64_t now_ns) {
 
 void Runtime::RenewWakeupLocked() {
   wakeup_stale_ = true;
+  ProbeThroughWakeupLocked();
   RefreshWakeupLocked();
 }
 
@@ -313,6 +314,7 @@ void Runtime::RefreshWakeupLocked() {
   if (file_.progress.wakeup && fabric_link_ != FabricLink::kLost) {
     wakeup_ = link_ ? link_->MakeWakeup() : ethdev::RxWakeup::For(port_->port_id(), nullptr);
   }
+  ProbeThroughWakeupLocked();
 }
 
 int Runtime::CallMcast(const core::Gid& group, bool join) {

@@ -162,6 +162,7 @@ absl::Status Runtime::Start() {
     }
     io = udp_.get();
   }
+  io_ = io;
   dev_ = std::make_unique<core::Device>(file_.dev, io);
   if (has_netdev_state_) ApplyNetdevState(first_netdev_state_, /*events=*/false);
   if (file_.fabric) dev_->loopback().SetOwnQpns(dev_->qpn_base(), dev_->config().max_qp);
@@ -172,6 +173,7 @@ absl::Status Runtime::Start() {
     if (wakeup_ == nullptr && std::getenv("DROCE_DEBUG") != nullptr) {
       std::fprintf(stderr, "droce %s: no wake-up on arrival (%s)\n", file_.name.c_str(), why_not.c_str());
     }
+    ProbeThroughWakeupLocked();
   }
   for (const auto& [gid, mac] : file_.neighbors) dev_->AddNeighbor(gid, mac);
   event_socket_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -236,6 +238,8 @@ void Runtime::Stop() {
     dev_.reset();
     udp_.reset();     // its buffers go back to the port's pool
     direct_.reset();  // unmaps the rings
+    io_ = nullptr;
+    if (port_) port_->set_rx_probe(nullptr);
     wakeup_.reset();  // before the link it looks at
     link_.reset();    // unmaps the link's rings (droced keeps its own mapping until the connection closes)
     if (port_) StopWirePort();

@@ -326,15 +326,23 @@ class Runtime {
   // state live in ProgressThread.
   class ProgressThread;
   void ProgressLoop();
-  // A round now would do nothing (PollIfBusyLocked). An SRQ shrinks only in
-  // a round's receive, which checks its limit. Completion events are looked
+  // A round now would do nothing (PollIfBusyLocked). Nothing to receive is
+  // the device's port's to say, whatever it is made of (io_, the port the
+  // core::Device reads: each layer answers for its own sources and asks the
+  // one behind it, pktio::BurstIo::KnownEmpty). An SRQ shrinks only in a
+  // round's receive, which checks its limit. Completion events are looked
   // for only on CQs armed for one: a CQ overrun is reported by the next
   // round that runs, the link check's at the latest (a millisecond). Caller
   // holds mu.
   bool IdleLocked(uint64_t now_ns) {
-    return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && wakeup_ != nullptr && !wakeup_stale_ &&
-           (!direct_ || direct_->RingsEmpty()) && wakeup_->KnownEmpty() && (!udp_ || udp_->KnownEmpty()) &&
+    return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && io_->KnownEmpty() &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
+  }
+  // A wire port answers KnownEmpty through the wake-up's look at its ring,
+  // while that wake-up is current. Call after wakeup_ or wakeup_stale_
+  // changed. Caller holds mu (or is Start or Stop).
+  void ProbeThroughWakeupLocked() {
+    if (port_) port_->set_rx_probe(wakeup_ != nullptr && !wakeup_stale_ ? wakeup_.get() : nullptr);
   }
   // DeliverEvents would send a completion event: a CQ armed for one got a
   // completion outside a round (e.g. a flush by modify_qp). Caller holds mu.
@@ -415,6 +423,9 @@ class Runtime {
   // of direct_ / port_. udp_fd_/udp_port_: the socket an attach brought,
   // until the UdpIo takes it.
   std::unique_ptr<udp::UdpIo> udp_;
+  // The port the core::Device reads and writes: udp_, direct_, link_ or
+  // port_, the first of them there is.
+  pktio::BurstIo* io_ = nullptr;
   int udp_fd_ = -1;
   uint16_t udp_port_ = 0;
   std::unique_ptr<ethdev::RxWakeup> wakeup_;  // null: idle sleeps are timed only

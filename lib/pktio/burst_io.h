@@ -52,6 +52,15 @@ class BurstIo {
   // the receiver nothing sooner. Read once, when a core::Device is made on
   // the port.
   virtual bool ReadConcurrently() const { return true; }
+
+  // True when an RxBurst now would return nothing, known without receiving
+  // and without a system call (a look at a ring's indices). A port in front
+  // of another (a layer that adds sources of its own: the direct rings, a
+  // socket) answers for its sources and asks the port behind it. A port
+  // that cannot tell says false, as the default does: a caller may skip a
+  // poll on this (verbs Runtime::IdleLocked skips an idle poll_cq's round),
+  // and a port nobody taught to answer then never hides a frame from it.
+  virtual bool KnownEmpty() { return false; }
 };
 
 }  // namespace droce::pktio

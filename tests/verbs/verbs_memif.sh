@@ -92,6 +92,13 @@ check "ib_send_lat -e: events handed over in process" server_stats_match "\\(([1
 check "ib_send_lat -e, no busy poll: waits sleep and arrivals wake them" server_stats_match \
   "event waits slept [1-9][0-9]* \\(woken by arrival [1-9][0-9]*\\)" LINK_SET=event_busy_poll_us=0 \
   "$pair" "DROCE_STATS=1 ib_send_lat -p $vp -d droce0 -x 1 -e -n 1000" "ib_send_lat -p $vp -d droce1 -x 1 -e -n 1000 127.0.0.1"
+# An idle device's empty poll_cq runs no round when its port knows its ring
+# empty: on a memif wire the port answers through the wake-up's look at the
+# ring's indices (ethdev::EthdevPort::KnownEmpty, doc/verbs.md "Who drives
+# the device"); ib_send_lat's waits for the peer are such polls.
+check "ib_send_lat: the memif device's empty polls run no round" server_stats_match \
+  "empty polls that ran no round \\(nothing to do\\) [1-9][0-9]*" \
+  "$pair" "DROCE_STATS=1 ib_send_lat -p $vp -d droce0 -x 1 -n 1000" "ib_send_lat -p $vp -d droce1 -x 1 -n 1000 127.0.0.1"
 # progress_nice: the progress thread reports (DROCE_DEBUG) the nice value it
 # runs at, read back from the kernel; without CAP_SYS_NICE it is refused
 # and keeps the process's own.

@@ -26,7 +26,11 @@
 #   program measuring its clock rate before it connects; the medians then
 #   also give CPU per GB net of it, (cpu - startup cpu) / (bytes - startup
 #   bytes); STARTUP=0: none), EVENTS_ITERS (the ib_send_bw -e rows' message
-#   count; DURATION x 4000 by default), IDLE_S=2 (see "whole host" below)
+#   count; DURATION x 4000 by default), IDLE_S=2 (see "whole host" below),
+#   PIN_LAT="S C" (the latency pairs' server and client, ib_send_lat and qperf
+#   alike, run on CPUs S and C, taskset -c: two busy-polling ends the
+#   scheduler puts on one CPU hand it over once per time slice, 0.5-1 ms a
+#   message on a loaded 2-CPU host, results.md 2026-11-30 04:00)
 # Whole host: beside the processes' own CPU, every bandwidth row also gives
 # the host's busy time (/proc/stat: user+system+irq+softirq) over the row,
 # less the host's busy rate over the IDLE_S seconds just before it times the
@@ -152,8 +156,13 @@ measure_startup() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   IFS=, read -r _ _ _ _ _ cpu _ _ soft dcpu host <<<"$row"
   printf '%s,%s,%s_startup,10,msgs,%s,655360,,%s,%s,%s\n' "$1" "$2" "$mode" "$cpu" "$soft" "$dcpu" "$host"
 }
+pin_s="" pin_c=""
+if [ -n "${PIN_LAT:-}" ]; then
+  read -r pin_s pin_c <<<"$PIN_LAT"
+  pin_s="taskset -c $pin_s" pin_c="taskset -c $pin_c"
+fi
 measure_lat() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX
-  pair "$3 ib_send_lat -d ${DEV_A} -x ${GIDX:-1} -s 2 -n $iters" "$4 ib_send_lat -d ${DEV_B} -x ${GIDX:-1} -s 2 -n $iters ${PEER}"
+  pair "$3 $pin_s ib_send_lat -d ${DEV_A} -x ${GIDX:-1} -s 2 -n $iters" "$4 $pin_c ib_send_lat -d ${DEV_B} -x ${GIDX:-1} -s 2 -n $iters ${PEER}"
   local typ; typ=$(awk '$1 == 2 {print $5}' "$tmp/c.out" | tail -1)
   printf '%s,%s,send_lat_2b,%s,us,,,,,,\n' "$1" "$2" "${typ:-0}"
 }
@@ -187,10 +196,10 @@ measure_tcp() {  # SETUP ROUND
   local mbs; mbs=$(echo "$bytes / 1048576 / $dur" | bc -l)
   local soft; soft=$(echo "($k1 - $k0) / $ticks" | bc -l)
   printf '%s,%s,tcp_bw_64k,%.2f,MB/s,%.2f,%s,%.3f,%.2f,,%.2f\n' "$1" "$2" "$mbs" "$cpu" "$bytes" "$(per_gb "$cpu" "$bytes")" "$soft" "$host"
-  ip netns exec $A qperf >/dev/null 2>&1 &
+  ip netns exec $A $pin_s qperf >/dev/null 2>&1 &
   local q=$!
   listening $A 19765
-  local lat; lat=$(ip netns exec $B qperf $tcp_peer -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
+  local lat; lat=$(ip netns exec $B $pin_c qperf $tcp_peer -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
   kill $q 2>/dev/null; wait $q 2>/dev/null
   printf '%s,%s,tcp_lat_2b,%s,us,,,,,,\n' "$1" "$2" "$lat"
 }

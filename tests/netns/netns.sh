@@ -232,10 +232,13 @@ check "steering udp: a program on droce0 reaches another device of its droced (d
 # to it, and leaves it with the last one.
 mcast_membership() {  # GROUP (IPv4: IGMP, IPv6: MLD)
   on "$A" "$MCAST" droce0 "$1" 2 >"$logs/mcast.log" 2>&1 &
-  local p=$! step seen=""
+  local p=$! step seen="" tries=600
+  # The first step waits for the program's start too (30 s, a loaded CI
+  # host); each later one comes SECONDS (2) after the one before.
   for step in attached "one left" detached; do
-    for _ in $(seq 100); do grep -q "^$step" "$logs/mcast.log" && break; sleep 0.05; done
-    grep -q "^$step" "$logs/mcast.log" || break
+    for _ in $(seq $tries); do grep -q "^$step" "$logs/mcast.log" && break; sleep 0.05; done
+    grep -q "^$step" "$logs/mcast.log" || { seen="$seen, $step: not printed by $(date +%T)"; break; }
+    tries=100
     ip -n "$A" maddr show dev nd0 | grep -qw "$1" && seen="$seen, $step: yes" || seen="$seen, $step: no"
   done
   wait $p; local rc=$?

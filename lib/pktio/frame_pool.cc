@@ -29,14 +29,12 @@ uint16_t FramePool::Alloc(Frame* frames, uint16_t n) {
 
 void FramePool::Free(const Frame* frames, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) {
-    const uintptr_t b = reinterpret_cast<uintptr_t>(frames[i].handle);
-    const uintptr_t base = reinterpret_cast<uintptr_t>(base_);
-    const size_t off = b - base;  // wraps for a handle below the pool: then too large
-    if (b < base || off >= size_t{count_} * buffer_bytes_ || off % buffer_bytes_ != 0 || free_.size() >= count_) {
+    const void* h = frames[i].handle;
+    if (!Owns(h) || (reinterpret_cast<uintptr_t>(h) - reinterpret_cast<uintptr_t>(base_)) % buffer_bytes_ != 0) {
       ++foreign_frees_;
       continue;
     }
-    free_.push_back(static_cast<uint32_t>(off / buffer_bytes_));
+    FreeOwned(h);
   }
 }
 

@@ -38,7 +38,10 @@ class FramePool {
   // Takes back one buffer Owns() said is ours (inline, for a transmit path
   // that frees each frame it sent).
   void FreeOwned(const void* handle) {
-    if (free_.size() >= count_) return;  // freed twice: the stack never grows past the pool
+    if (free_.size() >= count_) {  // freed twice: the stack never grows past the pool
+      ++foreign_frees_;
+      return;
+    }
     free_.push_back(static_cast<uint32_t>(
         (reinterpret_cast<uintptr_t>(handle) - reinterpret_cast<uintptr_t>(base_)) / buffer_bytes_));
   }

@@ -57,6 +57,17 @@ T Load(const void* base, size_t offset) {
   return v;
 }
 
+// The memif_region a net_memif queue's ring lies in (memif_get_ring_from_
+// queue's first step: the device's pmd_process_private::regions[queue's
+// region]), nullptr while not connected; *index is its number.
+inline const uint8_t* MemifQueueRegion(const uint8_t* dev, const void* queue, uint16_t* index) {
+  const auto* const* regions = Load<const uint8_t* const*>(dev, kEthDevProcessPrivateOffset);
+  const uint16_t i = Load<uint16_t>(queue, kMemifQueueRegionOffset);
+  if (regions == nullptr || i >= kMemifMaxRegions) return nullptr;
+  *index = i;
+  return regions[i];
+}
+
 // rte_eth_devices[port] (exported, version INTERNAL, declared only in a
 // header Debian does not ship), checked against the public fast-path table;
 // nullptr with the reason if the layout is not DPDK 22.11's.

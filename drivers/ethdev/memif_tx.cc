@@ -50,12 +50,10 @@ std::unique_ptr<MemifTx> MemifTx::For(uint16_t port, std::string* why_not) {
 
 uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n) {
   uint8_t* queue = static_cast<uint8_t*>(::rte_eth_fp_ops[port_].txq.data[0]);
-  const auto* const* regions = Load<const uint8_t* const*>(dev_, kEthDevProcessPrivateOffset);
-  if (queue == nullptr || regions == nullptr || n == 0) return 0;
-  // memif_get_ring_from_queue; a region is null while not connected.
-  const uint16_t region_index = Load<uint16_t>(queue, kMemifQueueRegionOffset);
-  if (region_index >= kMemifMaxRegions || regions[region_index] == nullptr) return 0;
-  const uint8_t* region = regions[region_index];
+  if (queue == nullptr || n == 0) return 0;
+  uint16_t region_index = 0;
+  const uint8_t* region = MemifQueueRegion(dev_, queue, &region_index);
+  if (region == nullptr) return 0;
   uint8_t* const base = Load<uint8_t*>(region, 0);
   const uint64_t region_size = Load<uint64_t>(region, kMemifRegionSizeOffset);
   const uint32_t ring_offset = Load<uint32_t>(queue, kMemifQueueRingOffsetOffset);

@@ -101,10 +101,9 @@ class MemifWakeup final : public RxWakeup {
   bool ReadSource(Source* out) const {
     const void* queue = ::rte_eth_fp_ops[port_].rxq.data[0];
     if (queue == nullptr || Load<uint16_t>(queue, kMemifQueueInPortOffset) != port_) return false;
-    const uint16_t region = Load<uint16_t>(queue, kMemifQueueRegionOffset);
-    const auto* regions = Load<void* const*>(dev_, kEthDevProcessPrivateOffset);
-    if (regions == nullptr || region >= kMemifMaxRegions || regions[region] == nullptr) return false;
-    out->region = regions[region];
+    uint16_t index;
+    out->region = MemifQueueRegion(dev_, queue, &index);
+    if (out->region == nullptr) return false;
     out->addr = Load<const void*>(out->region, 0);
     out->region_fd = Load<int>(out->region, kMemifRegionFdOffset);
     out->ring_offset = Load<uint32_t>(queue, kMemifQueueRingOffsetOffset);

@@ -52,6 +52,9 @@ struct SchedAttr {
   uint64_t sched_period;
 };
 
+// A counter this thread alone writes: no locked instruction.
+void Bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+
 }  // namespace
 
 // SCHED_OTHER with the progress thread's slice and nice value for the
@@ -139,6 +142,7 @@ class Runtime::ProgressThread {
   uint32_t RoundLocked();
   void IdleStep(uint64_t now, uint64_t last_app);
   bool StreamWait(uint64_t now);
+  void CountPoll(uint64_t now, uint64_t last_app, bool waiting_for_event);
 
   Runtime& rt_;
   const ProgressConfig& pc_;
@@ -327,6 +331,7 @@ void Runtime::ProgressThread::StandAside() {
 // A program thread waits for an event and drives the dataplane meanwhile
 // (WaitForChannel): look back after max_sleep_us.
 void Runtime::ProgressThread::ServeEventWaiter() {
+  Bump(rt_.stats_.wakes.event_waiter);
   rt_.HoldPmQos();
   StandAside();
   Nap(pc_.max_sleep_us);
@@ -397,6 +402,7 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // longer (kAutoFifoSpinNs).
   const uint64_t spin_cap_ns = !auto_sched_ || AppCalling(now) ? kFifoSpinNs : kAutoFifoSpinNs;
   if (idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
+    Bump(rt_.stats_.wakes.spins);
     CpuRelax();
     return;
   }
@@ -430,10 +436,12 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   if (!hot && NsSince(now, last_app) >= uint64_t{pc_.hot_us} * 1000) rt_.ReleasePmQos();
   if (hot && !fifo_) {
     if (pc_.stream_wait && stream_.receiving() && StreamWait(now)) return;
+    Bump(rt_.stats_.wakes.hot_sleeps);
     SleepUs(std::max<uint32_t>(pc_.hot_sleep_us, 1));
     busy_since_ = NowNs();
     return;
   }
+  Bump(rt_.stats_.wakes.idle_waits);
   if (fifo_) rt_.fifo_armed_.store(true, std::memory_order_release);
   const uint32_t found = rt_.IdleWait(fifo_ ? std::max<uint32_t>(sleep_us_, kFifoMinSleepUs) : sleep_us_, fifo_);
   if (fifo_ && !rt_.fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
@@ -495,6 +503,18 @@ bool Runtime::ProgressThread::StreamWait(uint64_t now) {
   return true;
 }
 
+// Why this pass polls (DROCE_STATS: Stats::Wakes).
+void Runtime::ProgressThread::CountPoll(uint64_t now, uint64_t last_app, bool waiting_for_event) {
+  Runtime::Stats::Wakes& w = rt_.stats_.wakes;
+  const uint64_t quiet_ns = NsSince(now, last_app);
+  if (waiting_for_event && quiet_ns < uint64_t{pc_.app_active_us} * 1000) {
+    Bump(w.armed_polls);
+    return;
+  }
+  Bump(w.quiet_polls);
+  Bump(quiet_ns < 100'000 ? w.quiet_100us : quiet_ns < 1'000'000 ? w.quiet_1ms : w.quiet_long);
+}
+
 void Runtime::ProgressThread::Run() {
   while (!rt_.stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
@@ -525,7 +545,9 @@ void Runtime::ProgressThread::Run() {
       continue;
     }
     pacer_.Quiet();
+    CountPoll(now, last_app, waiting_for_event);
     if (PollOnce() > 0) {
+      Bump(rt_.stats_.wakes.work);
       rt_.HoldPmQos();
       idle_ = 0;
       sleep_us_ = 1;

@@ -271,6 +271,17 @@ class Runtime {
         // The hot phase's untimed waits inside a stream (StreamWait),
         // and those the watchdog ended (nothing arrived for max_sleep_us).
         progress_stream_waits{0}, progress_stream_watchdogs{0};
+    // What each pass of the progress thread's loop did (ProgressThread::Run;
+    // written by that thread only, DROCE_STATS): naps beside a program thread
+    // that waits for an event; polls because the program had not called
+    // within app_active_us, and of those the ones that found it gone 20-100,
+    // 100-1000 and over 1000 us; polls because a program waits on an armed
+    // channel's fd (no stand-aside); polls that found work; empty spins;
+    // timed hot sleeps; idle waits (armed or not).
+    struct Wakes {
+      std::atomic<uint64_t> event_waiter{0}, quiet_polls{0}, quiet_100us{0}, quiet_1ms{0}, quiet_long{0},
+          armed_polls{0}, work{0}, spins{0}, hot_sleeps{0}, idle_waits{0};
+    } wakes;
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};

@@ -108,6 +108,13 @@ bool Runtime::SetFifo(uint32_t priority) {
   return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
 }
 
+// The calling thread may run on one CPU only.
+static bool OnOneCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1;
+}
+
 // The progress thread's loop and its scheduling state, one object per run
 // of the thread. Each pass takes the first step that applies:
 //   1. leave SCHED_FIFO when busy too long or no longer wanted (LeaveFifo);
@@ -174,6 +181,10 @@ class Runtime::ProgressThread {
   uint64_t idle_since_ = 0;    // the first empty poll of this spin
   uint64_t busy_since_ = 0;    // the first poll since the last sleep
   uint32_t sleep_us_ = 1;      // the next idle sleep (doubles up to max_sleep_us)
+  // The thread may run on one CPU only (mpirun binds a rank, and the
+  // threads it starts, to a core): it then shares that CPU with the
+  // program, and an empty spin keeps the program off it (IdleStep).
+  bool one_cpu_ = false;
   ArrivalWait arrival_;        // the hot phase's wait inside a stream (StreamWait)
   StreamGauge stream_;         // is the device a stream's receiving end (StreamWait)
 };
@@ -203,6 +214,7 @@ Runtime::ProgressThread::ProgressThread(Runtime& rt)
   }
   last_work_ = NowNs();
   busy_since_ = last_work_;
+  one_cpu_ = OnOneCpu();
   Announce();
 }
 
@@ -355,7 +367,7 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   // auto: a reading of the program's CPU time before the nap, so that the
   // next promotion sees whether it ran after its last call.
   if (auto_sched_ && !auto_refused_ && !auto_policy_.driving() && !auto_policy_.dense()) (void)ReadProgramCpu();
-  const uint64_t wake_ns = pacer_.StandAside(now, last_app, rt_.app_max_gap_ns_.exchange(0, std::memory_order_relaxed));
+  const uint64_t wake_ns = pacer_.StandAside(now, last_app, rt_.app_calls_.TakeMaxGap());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));
   busy_since_ = NowNs();
@@ -401,7 +413,11 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // Under auto a SCHED_FIFO thread whose program is not calling spins
   // longer (kAutoFifoSpinNs).
   const uint64_t spin_cap_ns = !auto_sched_ || AppCalling(now) ? kFifoSpinNs : kAutoFifoSpinNs;
-  if (idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
+  // Confined to the program's CPU, the thread does not spin: while it
+  // spins the program cannot run, so the program's next call, or its look
+  // at what the thread delivered, waits for the spins to end (up to the
+  // thread's slice); a hot sleep gives the CPU back at once.
+  if (!one_cpu_ && idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
     Bump(rt_.stats_.wakes.spins);
     CpuRelax();
     return;
@@ -442,6 +458,7 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
     return;
   }
   Bump(rt_.stats_.wakes.idle_waits);
+  one_cpu_ = OnOneCpu();  // a program may bind itself after it opened the device
   if (fifo_) rt_.fifo_armed_.store(true, std::memory_order_release);
   const uint32_t found = rt_.IdleWait(fifo_ ? std::max<uint32_t>(sleep_us_, kFifoMinSleepUs) : sleep_us_, fifo_);
   if (fifo_ && !rt_.fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
@@ -538,8 +555,11 @@ void Runtime::ProgressThread::Run() {
         rt_.armed_channels_.load(std::memory_order_relaxed) > 0 &&
         NsSince(now, rt_.last_event_wait_ns_.load(std::memory_order_relaxed)) > recent_ns &&
         NsSince(now, rt_.last_arm_ns_.load(std::memory_order_relaxed)) < recent_ns;
-    const uint64_t last_app = std::max(rt_.last_app_poll_ns_.load(std::memory_order_relaxed),
-                                       rt_.last_app_post_ns_.load(std::memory_order_relaxed));
+    // A program thread inside a call (holding the device or waiting for
+    // it) calls now (ProgramCalls::LastCall).
+    const bool in_call = rt_.mu.locked() || rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0;
+    const uint64_t last_app = rt_.app_calls_.LastCall(now, in_call);
+    if (in_call) Bump(rt_.stats_.wakes.in_call);
     if (!waiting_for_event && NsSince(now, last_app) < uint64_t{pc_.app_active_us} * 1000) {
       StandAsideWhileProgramCalls(now, last_app);
       continue;

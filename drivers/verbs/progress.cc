@@ -185,6 +185,7 @@ class Runtime::ProgressThread {
   // threads it starts, to a core): it then shares that CPU with the
   // program, and an empty spin keeps the program off it (IdleStep).
   bool one_cpu_ = false;
+  static constexpr uint64_t kSharedCpuNs = 1'000'000;
   ArrivalWait arrival_;        // the hot phase's wait inside a stream (StreamWait)
   StreamGauge stream_;         // is the device a stream's receiving end (StreamWait)
 };
@@ -413,11 +414,15 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // Under auto a SCHED_FIFO thread whose program is not calling spins
   // longer (kAutoFifoSpinNs).
   const uint64_t spin_cap_ns = !auto_sched_ || AppCalling(now) ? kFifoSpinNs : kAutoFifoSpinNs;
-  // Confined to the program's CPU, the thread does not spin: while it
-  // spins the program cannot run, so the program's next call, or its look
-  // at what the thread delivered, waits for the spins to end (up to the
-  // thread's slice); a hot sleep gives the CPU back at once.
-  if (!one_cpu_ && idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
+  // Confined to the CPU of a program that called within kSharedCpuNs, the
+  // thread does not spin: while it spins the program cannot run, so the
+  // program's next call, or its look at what the thread delivered, waits
+  // for the spins to end (up to the thread's slice); a hot sleep gives the
+  // CPU back at once. A program that does not call (ib_read_lat's server
+  // waits in a TCP read) leaves the CPU to the thread, whose spins then
+  // catch the next request.
+  const bool shares_cpu = one_cpu_ && NsSince(now, last_app) < kSharedCpuNs;
+  if (!shares_cpu && idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
     Bump(rt_.stats_.wakes.spins);
     CpuRelax();
     return;

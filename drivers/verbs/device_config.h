@@ -142,7 +142,9 @@ class ProgramCalls {
   void BusyPollEnded(uint64_t now_ns) { last_poll_ns_.store(now_ns, std::memory_order_relaxed); }
   void Posted(uint64_t now_ns) {
     NotePause(now_ns);
-    if (last_post_ns_.load(std::memory_order_relaxed) != now_ns) last_post_ns_.store(now_ns, std::memory_order_relaxed);
+    if (last_post_ns_.load(std::memory_order_relaxed) != now_ns) {
+      last_post_ns_.store(now_ns, std::memory_order_relaxed);
+    }
   }
   uint64_t last_poll_ns() const { return last_poll_ns_.load(std::memory_order_relaxed); }
   // The program's last call as a look-back at now_ns sees it; in_call: a

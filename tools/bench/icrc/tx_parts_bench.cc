@@ -42,7 +42,7 @@ namespace {
 using namespace droce;
 
 constexpr uint32_t kSeg = 8256, kMtu = 4096, kHeaders = 54, kIcrc = 4;
-uint32_t kSlots = 256;  // droced's ring_slots default (DROCE_TX_PARTS_SLOTS)
+uint32_t ring_slots = 256;  // droced's ring_slots default (DROCE_TX_PARTS_SLOTS)
 constexpr uint32_t kFrames = 3;
 constexpr uint32_t kLen[kFrames] = {kHeaders + kMtu + kIcrc, kHeaders + kMtu + kIcrc,
                                     kHeaders + (kSeg - 2 * kMtu) + kIcrc};
@@ -125,7 +125,11 @@ struct Consumer {
 
 int main(int argc, char** argv) {
   const uint64_t iters = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 200'000;
-  if (const char* e = std::getenv("DROCE_TX_PARTS_SLOTS")) kSlots = static_cast<uint32_t>(std::atoi(e));
+  if (const char* e = std::getenv("DROCE_TX_PARTS_SLOTS")) ring_slots = static_cast<uint32_t>(std::atoi(e));
+  if (!pktio::FrameRing::ValidGeometry(ring_slots, pktio::FrameRing::kDefaultSlotBytes)) {
+    std::fprintf(stderr, "DROCE_TX_PARTS_SLOTS: a power of two in [2, 65536]\n");
+    return 2;
+  }
   const int cpu_p = argc > 3 ? std::atoi(argv[2]) : 0;
   const int cpu_c = argc > 3 ? std::atoi(argv[3]) : 1;
   Pin(cpu_p);
@@ -142,13 +146,13 @@ int main(int argc, char** argv) {
                 sink = sink + wire::Crc32CopyUpdate(~0u, dst.data(), src.data(), kSeg);
                 asm volatile("" : : "r"(dst.data()) : "memory");
               }));
-  const size_t ring_bytes = pktio::FrameRing::Bytes(kSlots, pktio::FrameRing::kDefaultSlotBytes);
+  const size_t ring_bytes = pktio::FrameRing::Bytes(ring_slots, pktio::FrameRing::kDefaultSlotBytes);
   auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, ring_bytes));
   std::memset(mem, 0, ring_bytes);
   pktio::Frame fr[kFrames];
   for (uint32_t i = 0; i < kFrames; ++i) fr[i] = {frames.data() + i * pktio::kMaxFrameBytes, kLen[i], pktio::kMaxFrameBytes};
   {
-    pktio::FrameRing ring(mem, kSlots, pktio::FrameRing::kDefaultSlotBytes);
+    pktio::FrameRing ring(mem, ring_slots, pktio::FrameRing::kDefaultSlotBytes);
     std::vector<uint8_t> out(kFrames * pktio::kMaxFrameBytes);
     pktio::Frame o[kFrames];
     std::printf("ring_produce,%.1f\n", NsPer(iters, [&](uint64_t) {
@@ -159,7 +163,7 @@ int main(int argc, char** argv) {
   }
   std::memset(mem, 0, ring_bytes);
   {
-    pktio::FrameRing ring(mem, kSlots, pktio::FrameRing::kDefaultSlotBytes), rx(mem, kSlots, pktio::FrameRing::kDefaultSlotBytes);
+    pktio::FrameRing ring(mem, ring_slots, pktio::FrameRing::kDefaultSlotBytes), rx(mem, ring_slots, pktio::FrameRing::kDefaultSlotBytes);
     Consumer c;
     c.Start(&rx, cpu_c);
     auto drained = [&] { return *reinterpret_cast<std::atomic<uint32_t>*>(mem + 64) == *reinterpret_cast<std::atomic<uint32_t>*>(mem); };
@@ -197,7 +201,7 @@ int main(int argc, char** argv) {
   {
     auto* m2 = static_cast<uint8_t*>(std::aligned_alloc(64, ring_bytes));
     std::memset(m2, 0, ring_bytes);
-    pktio::FrameRing rx(m2, kSlots, pktio::FrameRing::kDefaultSlotBytes);
+    pktio::FrameRing rx(m2, ring_slots, pktio::FrameRing::kDefaultSlotBytes);
     Consumer c;
     c.Start(&rx, cpu_c);
     auto& head = *reinterpret_cast<std::atomic<uint32_t>*>(m2);
@@ -208,7 +212,7 @@ int main(int argc, char** argv) {
                   uint32_t crc = ~0u;
                   for (uint32_t i = 0; i < kFrames; ++i) {
                     uint8_t* s = m2 + pktio::FrameRing::kHeaderBytes +
-                                 size_t{(my_head + i) & (kSlots - 1)} * pktio::FrameRing::kDefaultSlotBytes;
+                                 size_t{(my_head + i) & (ring_slots - 1)} * pktio::FrameRing::kDefaultSlotBytes;
                     std::memcpy(s, &kLen[i], 4);
                     std::memcpy(s + pktio::FrameRing::kSlotHeader, frames.data(), kHeaders);
                     const uint32_t n = kLen[i] - kHeaders - kIcrc;

@@ -112,8 +112,8 @@ uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
 // short frames fill the burst as before, asked for whole. A QP whose last
 // call filled all it was asked for with short frames (a small-message
 // stream, not a lone ACK) is asked for a whole burst from its next call on:
-// such a stream is built in one call per round instead of two (asking for
-// tx_flush_bytes' worth first cost ~11 instructions per 64 B WRITE); a long
+// such a stream is built in one call per round, not two (tx_flush_bytes'
+// worth and then the rest: ~11 more instructions per 64 B WRITE); a long
 // message right behind such a stream has its first burst leave whole, the
 // rest tx_flush_bytes at a time. Returns the frames sent.
 uint32_t Device::GatherQp(QpSlot& slot, uint64_t now_ns, uint16_t* pending, bool* port_full) {

@@ -60,12 +60,21 @@ T Load(const void* base, size_t offset) {
 // The memif_region a net_memif queue's ring lies in (memif_get_ring_from_
 // queue's first step: the device's pmd_process_private::regions[queue's
 // region]), nullptr while not connected; *index is its number.
-inline const uint8_t* MemifQueueRegion(const uint8_t* dev, const void* queue, uint16_t* index) {
+// The device's memif_region number `index` (pmd_process_private::regions[]):
+// false when there is no such slot; *region nullptr while it is not mapped.
+inline bool MemifRegionAt(const uint8_t* dev, uint16_t index, const uint8_t** region) {
   const auto* const* regions = Load<const uint8_t* const*>(dev, kEthDevProcessPrivateOffset);
+  if (regions == nullptr || index >= kMemifMaxRegions) return false;
+  *region = regions[index];
+  return true;
+}
+
+inline const uint8_t* MemifQueueRegion(const uint8_t* dev, const void* queue, uint16_t* index) {
   const uint16_t i = Load<uint16_t>(queue, kMemifQueueRegionOffset);
-  if (regions == nullptr || i >= kMemifMaxRegions) return nullptr;
+  const uint8_t* region = nullptr;
+  if (!MemifRegionAt(dev, i, &region)) return nullptr;
   *index = i;
-  return regions[i];
+  return region;
 }
 
 // rte_eth_devices[port] (exported, version INTERNAL, declared only in a

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include <rte_ethdev.h>
-#include <rte_version.h>
 
 #include "drivers/ethdev/dpdk_private.h"
 
@@ -13,60 +12,22 @@ namespace droce::ethdev {
 using namespace dpdk_private;  // NOLINT: the layouts this file reads
 
 std::unique_ptr<MemifRx> MemifRx::For(uint16_t port, std::string* why_not) {
-  std::string unused;
-  if (why_not == nullptr) why_not = &unused;
-  if (std::strncmp(rte_version(), "DPDK 22.11", 10) != 0) {
-    *why_not = std::string("built for DPDK 22.11's PMD layouts, running ") + rte_version();
-    return nullptr;
-  }
-  rte_eth_dev_info info;
-  if (rte_eth_dev_info_get(port, &info) != 0 || info.driver_name == nullptr) {
-    *why_not = "no such port";
-    return nullptr;
-  }
-  if (std::strcmp(info.driver_name, "net_memif") != 0) {
-    *why_not = std::string(info.driver_name) + " is not net_memif";
-    return nullptr;
-  }
-  const void* queue = ::rte_eth_fp_ops[port].rxq.data[0];
-  if (queue == nullptr) {
-    *why_not = "RX queue 0 is not set up";
-    return nullptr;
-  }
-  const uint8_t* dev = EthDev(port, why_not);
-  if (dev == nullptr) return nullptr;
-  if (Load<uint32_t>(queue, kMemifQueueTypeOffset) > kMemifRingS2C ||
-      Load<uint16_t>(queue, kMemifQueueInPortOffset) != port) {
-    *why_not = "memif queue layout differs from DPDK 22.11's";
-    return nullptr;
-  }
-  return std::unique_ptr<MemifRx>(new MemifRx(port, dev));
+  const uint8_t* dev = MemifEthDev(port, /*rx=*/true, why_not);
+  return dev != nullptr ? std::unique_ptr<MemifRx>(new MemifRx(port, dev)) : nullptr;
 }
 
 uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t n) {
   uint8_t* queue = static_cast<uint8_t*>(::rte_eth_fp_ops[port_].rxq.data[0]);
   if (queue == nullptr || n == 0) return 0;
-  uint16_t region_index = 0;
-  const uint8_t* region = MemifQueueRegion(dev_, queue, &region_index);
-  if (region == nullptr) return 0;
-  uint8_t* const base = Load<uint8_t*>(region, 0);
-  const uint64_t region_size = Load<uint64_t>(region, kMemifRegionSizeOffset);
-  const uint32_t ring_offset = Load<uint32_t>(queue, kMemifQueueRingOffsetOffset);
-  const uint8_t log2_size = Load<uint8_t>(queue, kMemifQueueLog2RingSizeOffset);
-  if (base == nullptr || log2_size == 0 || log2_size > 15) return 0;
-  const uint32_t ring_size = 1u << log2_size;
-  if (uint64_t{ring_offset} + kMemifRingHeaderBytes + uint64_t{ring_size} * sizeof(MemifDesc) > region_size) return 0;
-  uint8_t* const ring = base + ring_offset;
-  auto* const head = reinterpret_cast<uint16_t*>(ring + kMemifRingHeadOffset);
-  auto* const tail = reinterpret_cast<uint16_t*>(ring + kMemifRingTailOffset);
-  auto* const desc = reinterpret_cast<MemifDesc*>(ring + kMemifRingHeaderBytes);
-  const uint16_t mask = static_cast<uint16_t>(ring_size - 1);
+  MemifRing q;
+  if (!MemifQueueRing(dev_, queue, &q)) return 0;
+  const uint16_t mask = static_cast<uint16_t>(q.ring_size - 1);
   const bool c2s = Load<uint32_t>(queue, kMemifQueueTypeOffset) == kMemifRingC2S;
   // DPDK's cursor, in its heap (never shared with the peer).
   auto* const last = reinterpret_cast<uint16_t*>(queue + (c2s ? kMemifQueueLastHeadOffset : kMemifQueueLastTailOffset));
   uint16_t cur = *last;
-  uint16_t avail = static_cast<uint16_t>(__atomic_load_n(c2s ? head : tail, __ATOMIC_ACQUIRE) - cur);
-  if (avail > ring_size) avail = 0;  // the peer's index out of range: nothing is readable
+  uint16_t avail = static_cast<uint16_t>(__atomic_load_n(c2s ? q.head : q.tail, __ATOMIC_ACQUIRE) - cur);
+  if (avail > q.ring_size) avail = 0;  // the peer's index out of range: nothing is readable
   uint16_t got = 0;
   uint64_t bytes = 0;
   if (avail > 0) {
@@ -77,28 +38,28 @@ uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t
     // Buffers are in the ring's region unless the peer is a zero-copy
     // client (its mbufs' memory, regions 1 and up).
     const auto regions = [&](uint16_t i) -> memif_rx::RegionView {
-      if (i == region_index) return {base, region_size};
+      if (i == q.region_index) return {q.base, q.region_size};
       const uint8_t* r = nullptr;
       if (MemifRegionAt(dev_, i, &r) && r != nullptr) return {Load<const uint8_t*>(r, 0), Load<uint64_t>(r, kMemifRegionSizeOffset)};
       return {};
     };
-    got = memif_rx::CopyFrames(desc, mask, &cur, avail, regions, frames, have, &bytes, &counters_);
+    got = memif_rx::CopyFrames(q.desc, mask, &cur, avail, regions, frames, have, &bytes, &counters_);
     in_flight_ = 0;
     if (got < have) pool->Free(frames + got, static_cast<uint16_t>(have - got));
-    if (c2s) __atomic_store_n(tail, cur, __ATOMIC_RELEASE);
+    if (c2s) __atomic_store_n(q.tail, cur, __ATOMIC_RELEASE);
     *last = cur;
   }
   if (!c2s) {
     // The client hands the server every slot it has read back, each with a
     // whole buffer's length (the buffers lie in slot order, one buffer
     // size apart; the descriptors' offsets are the client's own).
-    uint16_t h = __atomic_load_n(head, __ATOMIC_RELAXED);
-    const uint16_t refill = static_cast<uint16_t>(ring_size - static_cast<uint16_t>(h - cur));
-    if (refill > 0 && refill <= ring_size) {
-      const uint32_t buffer = __atomic_load_n(&desc[1].offset, __ATOMIC_RELAXED) -
-                              __atomic_load_n(&desc[0].offset, __ATOMIC_RELAXED);
-      for (uint16_t i = 0; i < refill; ++i, ++h) __atomic_store_n(&desc[h & mask].length, buffer, __ATOMIC_RELAXED);
-      __atomic_store_n(head, h, __ATOMIC_RELEASE);
+    uint16_t h = __atomic_load_n(q.head, __ATOMIC_RELAXED);
+    const uint16_t refill = static_cast<uint16_t>(q.ring_size - static_cast<uint16_t>(h - cur));
+    if (refill > 0 && refill <= q.ring_size) {
+      const uint32_t buffer = __atomic_load_n(&q.desc[1].offset, __ATOMIC_RELAXED) -
+                              __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED);
+      for (uint16_t i = 0; i < refill; ++i, ++h) __atomic_store_n(&q.desc[h & mask].length, buffer, __ATOMIC_RELAXED);
+      __atomic_store_n(q.head, h, __ATOMIC_RELEASE);
     }
   }
   if (got > 0) {

@@ -1,9 +1,14 @@
+// rte_intr_fd_get() is still marked experimental in 22.11.
+#define ALLOW_EXPERIMENTAL_API 1
 #include "drivers/ethdev/memif_rx.h"
+
+#include <sys/eventfd.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include <rte_ethdev.h>
+#include <rte_interrupts.h>
 
 #include "drivers/ethdev/dpdk_private.h"
 
@@ -22,6 +27,17 @@ uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t
   MemifRing q;
   if (!MemifQueueRing(dev_, queue, &q)) return 0;
   const uint16_t mask = static_cast<uint16_t>(q.ring_size - 1);
+  // While a thread sleeps on the ring's eventfd (RxWakeup::Arm cleared
+  // MASK_INT) every burst consumes the notification, as eth_memif_rx does:
+  // a second sleeper that re-arms would otherwise find it readable at once
+  // until the last one disarms.
+  if ((__atomic_load_n(reinterpret_cast<uint16_t*>(q.ring + kMemifRingFlagsOffset), __ATOMIC_RELAXED) &
+       kMemifRingFlagMaskInt) == 0) {
+    auto* handle = Load<rte_intr_handle*>(queue, kMemifQueueIntrHandleOffset);
+    const int fd = handle != nullptr ? rte_intr_fd_get(handle) : -1;
+    eventfd_t count;
+    if (fd >= 0) (void)eventfd_read(fd, &count);  // non-blocking (DPDK's): nothing to read is fine
+  }
   const bool c2s = Load<uint32_t>(queue, kMemifQueueTypeOffset) == kMemifRingC2S;
   // DPDK's cursor, in its heap (never shared with the peer).
   auto* const last = reinterpret_cast<uint16_t*>(queue + (c2s ? kMemifQueueLastHeadOffset : kMemifQueueLastTailOffset));

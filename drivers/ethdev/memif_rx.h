@@ -22,7 +22,9 @@
 // gives the server back every free slot by setting its descriptor's length
 // to the buffer size and storing the ring's head. The queue's last_head /
 // last_tail (DPDK's own, reset by a reconnection) are read and written
-// every burst, so RxWakeup::KnownEmpty and the PMD see the same cursor.
+// every burst, so RxWakeup::KnownEmpty and the PMD see the same cursor; and
+// while the ring asks for interrupts each burst reads its eventfd, as the
+// PMD does.
 #ifndef DROCE_DRIVERS_ETHDEV_MEMIF_RX_H_
 #define DROCE_DRIVERS_ETHDEV_MEMIF_RX_H_
 

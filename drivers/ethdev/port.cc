@@ -115,6 +115,7 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   opened->max_frame_bytes_ = max_frame;
   if (c.memif_direct_tx && (opened->direct_ = MemifTx::For(port, nullptr)) != nullptr) {
     opened->tx_buffers_ = std::make_unique<pktio::FramePool>(c.direct_tx_buffers, pktio::kMaxFrameBytes);
+    opened->want_direct_rx_ = c.memif_direct_rx;
     if (c.memif_direct_rx) opened->direct_rx_ = MemifRx::For(port, nullptr);
   }
   return opened;
@@ -180,7 +181,7 @@ absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
     direct_ = std::move(direct);
     // Receiving goes back to the PMD if the new port has no MemifRx: the
     // pool's frames out are freed by owner either way.
-    if (direct_rx_ != nullptr) direct_rx_ = MemifRx::For(port, nullptr);
+    direct_rx_ = want_direct_rx_ ? MemifRx::For(port, nullptr) : nullptr;
   }
   port_ = port;
   started_ = true;

@@ -145,6 +145,7 @@ class EthdevPort final : public pktio::BurstIo {
   PortStats stats_;
   std::unique_ptr<MemifTx> direct_;               // memif_direct_tx
   std::unique_ptr<MemifRx> direct_rx_;            // memif_direct_rx
+  bool want_direct_rx_ = false;
   std::unique_ptr<pktio::FramePool> tx_buffers_;  // with direct_: what AllocTx hands out first, and MemifRx fills
   RxWakeup* rx_probe_ = nullptr;
 };

@@ -56,8 +56,8 @@ uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t
     const auto regions = [&](uint16_t i) -> memif_rx::RegionView {
       if (i == q.region_index) return {q.base, q.region_size};
       const uint8_t* r = nullptr;
-      if (MemifRegionAt(dev_, i, &r) && r != nullptr) return {Load<const uint8_t*>(r, 0), Load<uint64_t>(r, kMemifRegionSizeOffset)};
-      return {};
+      if (!MemifRegionAt(dev_, i, &r) || r == nullptr) return {};
+      return {Load<const uint8_t*>(r, 0), Load<uint64_t>(r, kMemifRegionSizeOffset)};
     };
     got = memif_rx::CopyFrames(q.desc, mask, &cur, avail, regions, frames, have, &bytes, &counters_);
     in_flight_ = 0;

@@ -320,6 +320,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
     slot.active = false;
   }
   slot.path = PathFilter{};
+  slot.tx_short = false;
   ForgetPrediction(qpn - qpn_base_);
   timers_.Cancel(qpn - qpn_base_);
   free_slots_.push_back(qpn - qpn_base_);

@@ -447,6 +447,9 @@ class Device {
     std::unique_ptr<transport::Qp> qp;
     bool active = false;  // on active_
     uint64_t ack_held_round = 0;  // the Poll round that last held this QP's ACK (hold_acks)
+    // GatherQp's last call for it got all the frames it asked for, short
+    // ones (at most half its MTU): its next call asks for a whole burst (tx.cc).
+    bool tx_short = false;
     PathFilter path;
     // The headers of its frames, learnt from the last one that passed every
     // receive check (wire/prediction.h); forgotten whenever what they were
@@ -513,7 +516,7 @@ class Device {
   bool AddDeferred(uint32_t qpn);
   uint32_t GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* pending, bool* port_full);
   uint32_t FlushTxBacklog();
-  uint32_t GatherQp(transport::Qp& q, uint64_t now_ns, uint16_t* pending, bool* port_full);
+  uint32_t GatherQp(QpSlot& slot, uint64_t now_ns, uint16_t* pending, bool* port_full);
   uint32_t FlushGathered(uint16_t* pending, bool* port_full);
   DeviceCounters counters_;
 

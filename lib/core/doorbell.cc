@@ -24,7 +24,7 @@ uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
   uint16_t pending = 0;
   // Deferred doorbells were rung first: their frames go first.
   work += GatherDeferred(now_ns, qpn, &pending, &port_full);
-  if (!port_full) work += GatherQp(*q, now_ns, &pending, &port_full);
+  if (!port_full) work += GatherQp(qps_[qpn - qpn_base_], now_ns, &pending, &port_full);
   return work + FlushGathered(&pending, &port_full);
 }
 
@@ -65,8 +65,9 @@ uint32_t Device::GatherDeferred(uint64_t now_ns, uint32_t except_qpn, uint16_t* 
   uint32_t sent = 0;
   for (size_t i = 0; i < n_deferred_ && !*port_full; ++i) {
     if (deferred_[i] == except_qpn) continue;
-    Qp* d = qp(deferred_[i]);  // destroyed since: nothing to send
-    if (d != nullptr) sent += GatherQp(*d, now_ns, pending, port_full);
+    if (qp(deferred_[i]) != nullptr) {  // destroyed since: nothing to send
+      sent += GatherQp(qps_[deferred_[i] - qpn_base_], now_ns, pending, port_full);
+    }
   }
   n_deferred_ = 0;
   return sent;

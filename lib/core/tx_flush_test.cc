@@ -95,5 +95,25 @@ TEST(TxFlush, ShortFramesStillFillABurst) {
   EXPECT_EQ(r.port[0].bursts[0], 32u);  // the first round's first burst: 32 WRITEs, not 4
 }
 
+// The responder's ACKs are short frames, but one at a time: they do not
+// make its next call ask for a whole burst (only a call filled with short
+// frames does), so a READ after WRITEs on the QP still leaves four at a time.
+TEST(TxFlush, LongReadAfterAcksStillLeavesFourFramesAtATime) {
+  RecordedPair r(16384);
+  for (uint32_t k = 0; k < 8; ++k) {
+    transport::SendWr w = r.p.Wr(transport::WrOpcode::kRdmaWrite, 64, 64 * k, 64 * k, k);
+    w.flags = uint32_t{transport::kSendSignaled};
+    ASSERT_EQ(r.p.dev[0]->PostSend(r.p.qpn[0][0], w), 0);
+    ASSERT_EQ(r.p.RunUntil(1).size(), 1u);  // one WRITE and its ACK at a time
+  }
+  const size_t acks = r.port[1].bursts.size();
+  ASSERT_GE(acks, 8u);
+  EXPECT_EQ(r.p.dev[0]->PostSend(r.p.qpn[0][0], r.p.Wr(transport::WrOpcode::kRdmaRead, 128 * 1024, 0, 0)), 0);
+  EXPECT_EQ(r.p.RunUntil(1).size(), 1u);
+  const std::vector<uint16_t> read(r.port[1].bursts.begin() + static_cast<std::ptrdiff_t>(acks), r.port[1].bursts.end());
+  ASSERT_EQ(read.size(), 8u);
+  for (uint16_t n : read) EXPECT_EQ(n, 4u);
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -28,9 +28,16 @@ namespace {
 }
 }  // namespace
 
-// Inline in TxBurst: asked once per frame sent.
-[[gnu::always_inline]] inline bool LoopbackIo::IsOwn(const Frame& f) const {
-  if (f.len < 6 || std::memcmp(f.data, mac_.data(), 6) != 0) return false;
+// Inline in TxBurst: asked once per frame sent, with the device's MAC as
+// two words TxBurst holds in registers (read from mac_ inside the loop, they
+// are loaded again for every frame: a frame's bytes may alias them).
+[[gnu::always_inline]] inline bool LoopbackIo::IsOwn(const Frame& f, uint32_t mac_lo, uint16_t mac_hi) const {
+  if (f.len < 6) return false;
+  uint32_t lo;
+  uint16_t hi;
+  std::memcpy(&lo, f.data, 4);
+  std::memcpy(&hi, f.data + 4, 2);
+  if (lo != mac_lo || hi != mac_hi) return false;
   return DestQpIsOwn(f, own_qpn_first_, own_qpn_count_);
 }
 
@@ -49,12 +56,16 @@ uint16_t LoopbackIo::RxBurst(Frame* frames, uint16_t n) {
 // in one burst each, own-MAC frames into the ring. Stops at the first frame
 // either side refuses, so the caller keeps the rest in order.
 uint16_t LoopbackIo::TxBurst(Frame* frames, uint16_t n) {
-  uint16_t i = 0;
+  uint32_t mac_lo;
+  uint16_t mac_hi;
+  std::memcpy(&mac_lo, mac_.data(), 4);
+  std::memcpy(&mac_hi, mac_.data() + 4, 2);
+  uint32_t i = 0;
   while (i < n) {
-    if (IsOwn(frames[i])) {
+    if (IsOwn(frames[i], mac_lo, mac_hi)) {
       if (count_ == ring_.size()) {
         ++counters_.ring_full;
-        return i;
+        return static_cast<uint16_t>(i);
       }
       ring_[(head_ + count_) % ring_.size()] = frames[i];
       ++count_;
@@ -62,13 +73,14 @@ uint16_t LoopbackIo::TxBurst(Frame* frames, uint16_t n) {
       ++i;
       continue;
     }
-    uint16_t run = 1;
-    while (i + run < n && !IsOwn(frames[i + run])) ++run;
+    uint32_t end = i + 1;
+    while (end < n && !IsOwn(frames[end], mac_lo, mac_hi)) ++end;
+    const auto run = static_cast<uint16_t>(end - i);
     const uint16_t sent = inner_->TxBurst(frames + i, run);
-    i = static_cast<uint16_t>(i + sent);
-    if (sent < run) return i;
+    i += sent;
+    if (sent < run) return static_cast<uint16_t>(i);
   }
-  return i;
+  return static_cast<uint16_t>(i);
 }
 
 }  // namespace droce::pktio

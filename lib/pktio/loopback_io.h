@@ -52,7 +52,7 @@ class LoopbackIo final : public BurstIo {
   uint32_t pending() const { return count_; }
 
  private:
-  bool IsOwn(const Frame& f) const;
+  bool IsOwn(const Frame& f, uint32_t mac_lo, uint16_t mac_hi) const;
 
   BurstIo* inner_;
   std::array<uint8_t, 6> mac_;

@@ -27,6 +27,11 @@ inline uint64_t LoadBe64(const uint8_t* p) {
   std::memcpy(&v, p, sizeof v);
   return __builtin_bswap64(v);
 }
+inline uint16_t LoadLe16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
 inline uint32_t LoadLe32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, sizeof v);

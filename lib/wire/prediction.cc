@@ -57,6 +57,13 @@ HeaderPrediction LearnPrediction(const uint8_t* frame, const ParsedPacket& p) {
   return h;  // no frame taken yet: the next one the mask allows is
 }
 
+uint32_t Ipv4SumButIdAndChecksum(const uint8_t* ip) {
+  // Summed in native words as Ipv4HeaderChecksumOk sums (RFC 1071 2(B)).
+  uint64_t sum = uint64_t{LoadLe32(ip)} + LoadLe16(ip + 6) + LoadLe16(ip + 8) + LoadLe32(ip + 12) + LoadLe32(ip + 16);
+  while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
+  return static_cast<uint32_t>(sum);
+}
+
 bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   using namespace prediction_detail;
   const uint32_t bth_end = h.bth_end;
@@ -110,7 +117,7 @@ bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   h.last_len = len;
   for (uint32_t i = 0; i < bth_end; ++i) h.expect[i] = frame[i] & h.exact[i];
   h.last_icrc = h.icrc_base ^ IcrcPerPacketBytes(ip, h.ipv6) ^ IcrcPsnBytes(frame + bth);
-  if (!h.ipv6) h.last_ipv4_sum = uint64_t{LoadLe32(ip)} + LoadLe32(ip + 12) + LoadLe32(ip + 16);
+  if (!h.ipv6) h.last_ipv4_sum = Ipv4SumButIdAndChecksum(ip);
   return true;
 }
 

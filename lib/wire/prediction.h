@@ -64,11 +64,13 @@ struct HeaderPrediction {
   // with the per-packet bytes (IcrcPerPacketBytes, and the IPv4 ID) zero.
   uint32_t icrc_base = 0;
   // The last frame taken: its length and parse, the register after its
-  // headers with the IPv4 ID and BTH bytes 8-11 zero, and the sum of its
-  // IPv4 header's 32-bit words 0, 3 and 4 (those the exact mask covers).
+  // headers with the IPv4 ID and BTH bytes 8-11 zero, and the one's-
+  // complement sum of its IPv4 header's 16-bit words but the ID and the
+  // checksum (those the exact mask covers), folded to 16 bits
+  // (Ipv4SumButIdAndChecksum).
   uint32_t last_len = ~0u;  // ~0u: none taken yet (no frame is that long)
   uint32_t last_icrc = 0;
-  uint64_t last_ipv4_sum = 0;
+  uint32_t last_ipv4_sum = 0;
   ParsedPacket last;
   // The frame taken before the last one, the same five things: a QP whose
   // frames alternate two kinds (its peer's requests and the ACKs of its own
@@ -78,7 +80,7 @@ struct HeaderPrediction {
     alignas(16) std::array<uint8_t, kBytes> expect{};
     uint32_t len = ~0u;
     uint32_t icrc = 0;
-    uint64_t ipv4_sum = 0;
+    uint32_t ipv4_sum = 0;
     ParsedPacket parse;
   };
   Taken before;
@@ -118,13 +120,16 @@ inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const ui
 // `expect`, its length and IPv4 sum) but for the fields every packet
 // changes, and (IPv4) its header checksum is right.
 inline bool EqualsTaken(const uint8_t* frame, uint32_t len, const HeaderPrediction& h, const uint8_t* expect,
-                        uint32_t taken_len, uint64_t ipv4_sum) {
+                        uint32_t taken_len, uint32_t ipv4_sum) {
   if (len != taken_len || !EqualUnder(frame, h, expect, h.exact.data())) return false;
   if (h.ipv6) return true;
-  // Words 1 (ID, flags, fragment offset) and 2 (TTL, protocol, checksum)
-  // of the header; the others are covered by the exact mask.
+  // The header's ID and checksum, the words the exact mask leaves out, to
+  // the rest's folded sum (at most 0xFFFF): less than 3 * 2^16 in all, so
+  // one fold gives 0xFFFF exactly when the one's-complement sum is 0xFFFF
+  // (a sum that folds to 0x10000 is 1).
   const uint8_t* ip = frame + h.l3_offset;
-  return Ipv4ChecksumFolds(ipv4_sum + LoadLe32(ip + 4) + LoadLe32(ip + 8));
+  const uint32_t sum = ipv4_sum + LoadLe16(ip + 4) + LoadLe16(ip + 10);
+  return (sum & 0xFFFF) + (sum >> 16) == 0xFFFF;
 }
 }  // namespace prediction_detail
 
@@ -138,6 +143,11 @@ inline bool MatchesLast(const uint8_t* frame, uint32_t len, const HeaderPredicti
 inline bool MatchesBefore(const uint8_t* frame, uint32_t len, const HeaderPrediction& h) {
   return prediction_detail::EqualsTaken(frame, len, h, h.before.expect.data(), h.before.len, h.before.ipv4_sum);
 }
+
+// The one's-complement sum of an IPv4 header's 16-bit words but the ID
+// (bytes 4-5) and the header checksum (10-11), folded to 16 bits: what
+// EqualsTaken adds those two words to.
+uint32_t Ipv4SumButIdAndChecksum(const uint8_t* ip);
 
 // The per-packet fields of a frame the mask allows, checked as ParsePacket
 // checks them; when they pass, the frame becomes the last one taken.

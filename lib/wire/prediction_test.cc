@@ -291,6 +291,38 @@ TEST(HeaderPrediction, AlternatingFramesAreTakenByTheExactTierFromTheFrameBefore
   }
 }
 
+// The exact tier sums only the IPv4 ID and header checksum per frame, to
+// the rest of the header's folded sum: for every ID (so every carry out of
+// the 16 bits) the right checksum passes and each of its neighbours fails,
+// as the full header sum judges them.
+TEST(HeaderPrediction, TheExactTierJudgesTheIpv4ChecksumOfEveryId) {
+  for (const Shape& s : kShapes) {
+    if (s.ipv6) continue;
+    HeaderPrediction h = Learn(Frame(Fields(s, kRcWriteOnly, 7, 64, 1)));
+    const std::vector<uint8_t> first = Frame(Fields(s, kRcWriteOnly, 8, 64, 2));
+    ASSERT_NE(ParsePredicted(first.data(), static_cast<uint32_t>(first.size()), h), nullptr);
+    std::vector<uint8_t> b = first;
+    const uint32_t l3 = h.l3_offset;
+    const uint32_t n = static_cast<uint32_t>(b.size());
+    for (uint32_t id = 0; id <= 0xFFFF; ++id) {
+      StoreBe16(b.data() + l3 + 4, static_cast<uint16_t>(id));
+      StoreBe16(b.data() + l3 + 10, 0);
+      uint32_t sum = 0;
+      for (uint32_t i = 0; i < kIpv4MinBytes; i += 2) sum += LoadBe16(b.data() + l3 + i);
+      while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
+      const auto checksum = static_cast<uint16_t>(~sum);
+      StoreBe16(b.data() + l3 + 10, checksum);
+      ASSERT_TRUE(Ipv4HeaderChecksumOk(b.data() + l3, kIpv4MinBytes)) << id;
+      ASSERT_TRUE(MatchesLast(b.data(), n, h)) << id;
+      for (const int delta : {-1, 1}) {
+        StoreBe16(b.data() + l3 + 10, static_cast<uint16_t>(checksum + delta));
+        ASSERT_EQ(MatchesLast(b.data(), n, h), Ipv4HeaderChecksumOk(b.data() + l3, kIpv4MinBytes))
+            << id << " " << delta;
+      }
+    }
+  }
+}
+
 TEST(HeaderPrediction, NothingIsPredictedWithoutALearntFrameOrFromAnUnpredictableOne) {
   const std::vector<uint8_t> b = Frame(Fields(kShapes[0], kRcWriteOnly, 1, 64, 1));
   HeaderPrediction none;

@@ -38,8 +38,10 @@ struct ProgressConfig {
   // thread naps with the kernel's default slice instead of slice_us, so its
   // timer wake-up waits for the program's slice end or block instead of
   // preempting it; the first look-back that finds a pause or a quiet
-  // program takes the short slice back. 0: always slice_us.
-  uint32_t calm_lookbacks = 4;
+  // program takes the short slice back. 0 (the default): always slice_us;
+  // beside a bound MPI rank it measured no faster than 0
+  // (tools/bench/stacks/results.md, stacks18).
+  uint32_t calm_lookbacks = 0;
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
   // Inside a stream the hot phase waits for the next frame on the
   // wire's arrival descriptor, with no timer per wait (a watchdog of

@@ -60,18 +60,65 @@ T Load(const void* base, size_t offset) {
 // The memif_region a net_memif queue's ring lies in (memif_get_ring_from_
 // queue's first step: the device's pmd_process_private::regions[queue's
 // region]), nullptr while not connected; *index is its number.
-inline const uint8_t* MemifQueueRegion(const uint8_t* dev, const void* queue, uint16_t* index) {
+// The device's memif_region number `index` (pmd_process_private::regions[]):
+// false when there is no such slot; *region nullptr while it is not mapped.
+inline bool MemifRegionAt(const uint8_t* dev, uint16_t index, const uint8_t** region) {
   const auto* const* regions = Load<const uint8_t* const*>(dev, kEthDevProcessPrivateOffset);
+  if (regions == nullptr || index >= kMemifMaxRegions) return false;
+  *region = regions[index];
+  return true;
+}
+
+inline const uint8_t* MemifQueueRegion(const uint8_t* dev, const void* queue, uint16_t* index) {
   const uint16_t i = Load<uint16_t>(queue, kMemifQueueRegionOffset);
-  if (regions == nullptr || i >= kMemifMaxRegions) return nullptr;
+  const uint8_t* region = nullptr;
+  if (!MemifRegionAt(dev, i, &region)) return nullptr;
   *index = i;
-  return regions[i];
+  return region;
+}
+
+// A net_memif queue's ring as its current connection maps it.
+struct MemifRing {
+  uint8_t* base;           // the ring's region
+  uint64_t region_size;
+  uint16_t region_index;
+  uint32_t ring_size;      // descriptors, a power of two
+  uint8_t* ring;           // memif_ring_t
+  uint16_t* head;
+  uint16_t* tail;
+  MemifDesc* desc;
+};
+
+// False while the queue has no ring (not connected) or its ring does not
+// lie within its region.
+inline bool MemifQueueRing(const uint8_t* dev, const void* queue, MemifRing* q) {
+  const uint8_t* region = MemifQueueRegion(dev, queue, &q->region_index);
+  if (region == nullptr) return false;
+  q->base = Load<uint8_t*>(region, 0);
+  q->region_size = Load<uint64_t>(region, kMemifRegionSizeOffset);
+  const uint32_t ring_offset = Load<uint32_t>(queue, kMemifQueueRingOffsetOffset);
+  const uint8_t log2_size = Load<uint8_t>(queue, kMemifQueueLog2RingSizeOffset);
+  if (q->base == nullptr || log2_size == 0 || log2_size > 15) return false;
+  q->ring_size = 1u << log2_size;
+  if (uint64_t{ring_offset} + kMemifRingHeaderBytes + uint64_t{q->ring_size} * sizeof(MemifDesc) > q->region_size) {
+    return false;
+  }
+  q->ring = q->base + ring_offset;
+  q->head = reinterpret_cast<uint16_t*>(q->ring + kMemifRingHeadOffset);
+  q->tail = reinterpret_cast<uint16_t*>(q->ring + kMemifRingTailOffset);
+  q->desc = reinterpret_cast<MemifDesc*>(q->ring + kMemifRingHeaderBytes);
+  return true;
 }
 
 // rte_eth_devices[port] (exported, version INTERNAL, declared only in a
 // header Debian does not ship), checked against the public fast-path table;
 // nullptr with the reason if the layout is not DPDK 22.11's.
 const uint8_t* EthDev(uint16_t port, std::string* why_not);
+
+// EthDev of a net_memif port whose queue 0 (RX or TX) is set up and looks
+// like DPDK 22.11's memif_queue, running on DPDK 22.11; nullptr with the
+// reason otherwise (why_not may be null).
+const uint8_t* MemifEthDev(uint16_t port, bool rx, std::string* why_not);
 
 }  // namespace droce::ethdev::dpdk_private
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/memif_listener.h"
+#include "drivers/ethdev/memif_rx.h"
 #include "drivers/ethdev/memif_tx.h"
 #include "drivers/ethdev/unmap_guard.h"
 
@@ -114,6 +115,8 @@ absl::StatusOr<std::unique_ptr<EthdevPort>> EthdevPort::Open(const PortConfig& c
   opened->max_frame_bytes_ = max_frame;
   if (c.memif_direct_tx && (opened->direct_ = MemifTx::For(port, nullptr)) != nullptr) {
     opened->tx_buffers_ = std::make_unique<pktio::FramePool>(c.direct_tx_buffers, pktio::kMaxFrameBytes);
+    opened->want_direct_rx_ = c.memif_direct_rx;
+    if (c.memif_direct_rx) opened->direct_rx_ = MemifRx::For(port, nullptr);
   }
   return opened;
 }
@@ -176,6 +179,9 @@ absl::Status EthdevPort::Rebind(const std::string& name, bool start_may_fail) {
       return absl::FailedPreconditionError(absl::StrFormat("port %s: no direct memif transmit: %s", name, why_not));
     }
     direct_ = std::move(direct);
+    // Receiving goes back to the PMD if the new port has no MemifRx: the
+    // pool's frames out are freed by owner either way.
+    direct_rx_ = want_direct_rx_ ? MemifRx::For(port, nullptr) : nullptr;
   }
   port_ = port;
   started_ = true;
@@ -232,6 +238,7 @@ uint16_t EthdevPort::RxBurst(pktio::Frame* frames, uint16_t n) {
   if (!started_ || !link_up_) return 0;
   rte_mbuf* mbufs[64];
   if (n > 64) n = 64;
+  if (direct_rx_ != nullptr) return DirectRxBurst(frames, n);
   bool faulted = false;
   const uint16_t got = guard_ ? GuardedRxBurst(port_, mbufs, n, &faulted) : rte_eth_rx_burst(port_, 0, mbufs, n);
   if (faulted) {
@@ -339,6 +346,46 @@ uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
   stats_.tx_full += n - sent;
   if (sent != 0) FreeFrames(frames, sent);
   return sent;
+}
+
+// Copies frames out of the memif ring into the pool's buffers (MemifRx).
+uint16_t EthdevPort::DirectRxBurst(pktio::Frame* frames, uint16_t n) {
+  const MemifRxCounters before = direct_rx_->counters();
+  uint16_t got;
+  if (guard_) {
+    struct Call {
+      MemifRx* rx;
+      pktio::FramePool* pool;
+      pktio::Frame* frames;
+      uint16_t n;
+    } call{direct_rx_.get(), tx_buffers_.get(), frames, n};
+    bool faulted = false;
+    // A fault: the peer's regions went; what was in the ring is lost as on
+    // a wire, the buffers the burst had taken go back to the pool.
+    got = GuardedCall(
+        port_, [](void* p) { auto* c = static_cast<Call*>(p); return c->rx->Receive(c->pool, c->frames, c->n); },
+        &call, 0, &faulted);
+    if (faulted) {
+      link_up_ = false;
+      ++stats_.unmap_faults;
+      tx_buffers_->Free(frames, direct_rx_->TakeInFlight());
+    }
+  } else {
+    got = direct_rx_->Receive(tx_buffers_.get(), frames, n);
+  }
+  const MemifRxCounters& after = direct_rx_->counters();
+  if (after.bad_descriptors != before.bad_descriptors || after.too_long != before.too_long ||
+      after.no_buffers != before.no_buffers) {
+    stats_.rx_bad_descriptors += after.bad_descriptors - before.bad_descriptors;
+    stats_.rx_too_long += after.too_long - before.too_long;
+    stats_.rx_no_buffers += after.no_buffers - before.no_buffers;
+  }
+  uint64_t bytes = 0;
+  for (uint16_t i = 0; i < got; ++i) bytes += frames[i].len;
+  stats_.rx_bytes += bytes;
+  stats_.rx_packets += got;
+  stats_.rx_direct += got;
+  return got;
 }
 
 void EthdevPort::FreeFrames(const pktio::Frame* frames, uint16_t n) {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "drivers/ethdev/memif_rx.h"
 #include "drivers/ethdev/memif_tx.h"
 #include "drivers/ethdev/rx_wakeup.h"
 #include "pktio/burst_io.h"
@@ -37,7 +38,12 @@ struct PortConfig {
   // PMD copies and frees. Ignored (the PMD transmits) where MemifTx's
   // layout checks fail.
   bool memif_direct_tx = false;
-  uint32_t direct_tx_buffers = 1024;
+  // With memif_direct_tx (so that a received frame can be sent on): frames
+  // are received by copying each once from the memif ring into a buffer of
+  // the same pool (MemifRx) instead of into an mbuf by the PMD. Ignored
+  // (the PMD receives) where MemifRx's layout checks fail.
+  bool memif_direct_rx = false;
+  uint32_t direct_tx_buffers = 1024;  // the pool, for both directions
 };
 
 struct PortStats {
@@ -48,6 +54,10 @@ struct PortStats {
   uint64_t unmap_faults = 0;        // bursts the peer's unmap ended (guard_peer_unmap)
   uint64_t tx_direct = 0;           // frames MemifTx copied into the ring (memif_direct_tx)
   uint64_t tx_bad_descriptors = 0;  // frames MemifTx dropped: the peer's descriptor out of its region
+  uint64_t rx_direct = 0;           // frames MemifRx copied out of the ring (memif_direct_rx)
+  uint64_t rx_bad_descriptors = 0;  // frames MemifRx dropped: a descriptor outside its region
+  uint64_t rx_too_long = 0;         // frames MemifRx dropped: longer than the pool's buffers
+  uint64_t rx_no_buffers = 0;       // MemifRx bursts cut short by an empty pool
 };
 
 // net_af_xdp (DPDK 22.11 built with libxdp) registers its receive pool's
@@ -105,6 +115,8 @@ class EthdevPort final : public pktio::BurstIo {
   uint16_t port_id() const { return port_; }
   // Whether frames go straight into the memif ring (PortConfig::memif_direct_tx).
   bool direct_tx() const { return direct_ != nullptr; }
+  // Whether frames are copied straight out of the memif ring (PortConfig::memif_direct_rx).
+  bool direct_rx() const { return direct_rx_ != nullptr; }
   // The largest frame (Ethernet header to ICRC) the port carries both ways:
   // pktio::kMaxFrameBytes unless the PMD takes less (net_af_xdp: one 4 KiB
   // UMEM chunk per receive buffer; net_tap: 1522 bytes).
@@ -118,6 +130,7 @@ class EthdevPort final : public pktio::BurstIo {
   EthdevPort(uint16_t port, rte_mempool* pool, rte_mempool* rx_pool)
       : port_(port), pool_(pool), rx_pool_(rx_pool) {}
   uint16_t DirectTxBurst(pktio::Frame* frames, uint16_t n);
+  uint16_t DirectRxBurst(pktio::Frame* frames, uint16_t n);
   void FreeFrames(const pktio::Frame* frames, uint16_t n);
   uint16_t port_;
   rte_mempool* pool_;     // transmit buffers (and receive buffers unless rx_pool_)
@@ -131,7 +144,9 @@ class EthdevPort final : public pktio::BurstIo {
   std::string listener_path_;  // PortConfig::memif_listener_path
   PortStats stats_;
   std::unique_ptr<MemifTx> direct_;               // memif_direct_tx
-  std::unique_ptr<pktio::FramePool> tx_buffers_;  // with direct_: what AllocTx hands out first
+  std::unique_ptr<MemifRx> direct_rx_;            // memif_direct_rx
+  bool want_direct_rx_ = false;
+  std::unique_ptr<pktio::FramePool> tx_buffers_;  // with direct_: what AllocTx hands out first, and MemifRx fills
   RxWakeup* rx_probe_ = nullptr;
 };
 

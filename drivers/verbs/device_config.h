@@ -572,6 +572,10 @@ struct DeviceFile {
   // A net_memif vdev's frames are copied straight into the memif ring
   // (ethdev::MemifTx, PortConfig::memif_direct_tx); off: the PMD transmits mbufs.
   bool memif_direct_tx = true;
+  // With memif_direct_tx: frames are copied straight out of the memif ring
+  // into the same buffers (ethdev::MemifRx, PortConfig::memif_direct_rx);
+  // off: the PMD copies them into mbufs.
+  bool memif_direct_rx = true;
   // A poll round run by the program's poll_cq holds a QP's lone ACK for the
   // program's next post (core::Device::Poll's hold_acks): a reply and the
   // ACK of what it answers leave in one burst. Off: every round sends it.

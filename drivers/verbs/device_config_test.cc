@@ -319,6 +319,7 @@ const KeySample kSamples[] = {
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"doorbell_burst_gap_ns", "doorbell_burst_gap_ns=1000000", kWire, "1000000001"},
     {"memif_direct_tx", "memif_direct_tx=off", kWire, "direct"},
+    {"memif_direct_rx", "memif_direct_rx=off", kWire, "direct"},
     {"poll_ack_hold", "poll_ack_hold=off", kWire, "hold"},
     {"empty_poll_skip", "empty_poll_skip=off", kWire, "skip"},
     {"progress_profile", "progress_profile=latency", kWire, "fast"},

@@ -353,6 +353,10 @@ std::vector<DeviceSetting> MakeSettings() {
                      "a `net_memif` vdev's frames are built in the device's own buffers and copied once, straight "
                      "into the memif ring (`ethdev::MemifTx`, doc/ethdev.md); off: in mbufs that the PMD copies and "
                      "frees"));
+  t.push_back(Switch("memif_direct_rx", [](auto& f) -> auto& { return f.memif_direct_rx; },
+                     "with `memif_direct_tx`: a `net_memif` vdev's frames are copied once, straight out of the memif "
+                     "ring into the device's own buffers (`ethdev::MemifRx`, doc/ethdev.md); off: the PMD copies "
+                     "them into mbufs"));
   t.push_back(Switch("poll_ack_hold", [](auto& f) -> auto& { return f.poll_ack_hold; },
                      "a poll round run by `poll_cq` holds a lone ACK for the program's next post (one round at most)"));
   t.push_back(Switch("empty_poll_skip", [](auto& f) -> auto& { return f.empty_poll_skip; },

@@ -215,6 +215,7 @@ absl::Status Runtime::OpenWirePort() {
   // memif ring (MemifTx); a zero-copy vdev's buffers are mbufs in the ring.
   pc.memif_direct_tx =
       file_.memif_direct_tx && pc.guard_peer_unmap && file_.vdev.find("zero-copy=yes") == std::string::npos;
+  pc.memif_direct_rx = file_.memif_direct_rx;
   pc.memif_listener_path = ethdev::MemifListenerPath(file_.vdev);
   absl::StatusOr<std::unique_ptr<ethdev::EthdevPort>> port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) return port.status();

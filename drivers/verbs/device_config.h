@@ -33,6 +33,15 @@ struct ProgressConfig {
   // is a timer wake-up that preempts a busy-polling program. app_active_us
   // (or less) keeps them fixed.
   uint32_t app_active_max_us = 200;
+  // progress_calm_lookbacks: after this many look-backs in a row found the
+  // program polling with no pause of its own (LookBackPacer::calm), the
+  // thread naps with the kernel's default slice instead of slice_us, so its
+  // timer wake-up waits for the program's slice end or block instead of
+  // preempting it; the first look-back that finds a pause or a quiet
+  // program takes the short slice back. 0 (the default): always slice_us;
+  // beside a bound MPI rank it measured no faster than 0
+  // (tools/bench/stacks/results.md, stacks18).
+  uint32_t calm_lookbacks = 0;
   bool wakeup = true;             // sleeps end when a frame arrives (memif, af_packet)
   // Inside a stream the hot phase waits for the next frame on the
   // wire's arrival descriptor, with no timer per wait (a watchdog of
@@ -92,18 +101,23 @@ struct ProgressConfig {
 // without a pause since the last one, doubles the spacing up to
 // app_active_max_us. A look-back that finds the program quiet (the thread
 // then polls itself), or that follows a pause, starts again at
-// app_active_us.
+// app_active_us. A pause that spans the previous look-back is not the
+// program's own: the look-back's wake-up preempted it there (on a shared
+// CPU, ~9 us of two context switches on the test VM), so it does not start
+// the spacing over.
 class LookBackPacer {
  public:
-  LookBackPacer(uint32_t active_us, uint32_t max_us)
-      : active_ns_(uint64_t{active_us} * 1000), max_ns_(uint64_t{max_us} * 1000) {}
+  LookBackPacer(uint32_t active_us, uint32_t max_us, uint32_t calm_after = 0)
+      : active_ns_(uint64_t{active_us} * 1000), max_ns_(uint64_t{max_us} * 1000), calm_after_(calm_after) {}
   // The program polled at last_app_ns, within app_active_us of now_ns;
-  // max_gap_ns: the longest pause between its polls since the last
-  // look-back. When to look again. A pause of app_active_us or more
-  // means it does stop polling (ib_write_lat spins on memory between its
-  // completions): no doubling then.
-  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns) {
-    if (max_gap_ns >= active_ns_) streak_ = 0;
+  // max_gap_ns: the longest pause between its calls since the last
+  // look-back, ending at gap_end_ns. When to look again. A pause of
+  // app_active_us or more means it does stop polling (ib_write_lat spins on
+  // memory between its completions): no doubling then.
+  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns, uint64_t gap_end_ns = 0) {
+    const bool ours = last_look_ns_ != 0 && gap_end_ns >= last_look_ns_ && gap_end_ns - max_gap_ns <= last_look_ns_;
+    if (max_gap_ns >= active_ns_ && !ours) streak_ = 0;
+    last_look_ns_ = now_ns;
     uint64_t wake_ns = last_app_ns + active_ns_;
     if (streak_++ > 0 && max_ns_ > active_ns_) {
       spacing_ns_ = std::min(spacing_ns_ * 2, max_ns_);
@@ -113,12 +127,17 @@ class LookBackPacer {
     }
     return wake_ns;
   }
-  void Quiet() { streak_ = 0; }
+  void Quiet() { streak_ = 0, last_look_ns_ = 0; }
+  // The program has kept polling through calm_after look-backs in a row
+  // (progress_calm_lookbacks): the thread's next wake-up may wait for it.
+  bool calm() const { return calm_after_ != 0 && streak_ >= calm_after_; }
 
  private:
   uint64_t active_ns_, max_ns_;
+  uint32_t calm_after_;
   uint64_t spacing_ns_ = 0;
-  uint32_t streak_ = 0;  // look-backs in a row that found the program polling
+  uint64_t last_look_ns_ = 0;  // the last stand-aside look-back (0: the thread polled since)
+  uint32_t streak_ = 0;        // look-backs in a row that found the program polling
 };
 
 // The program's calls into the device as the progress thread's look-backs
@@ -153,8 +172,12 @@ class ProgramCalls {
     if (in_call) return now_ns;
     return std::max(last_poll_ns_.load(std::memory_order_relaxed), last_post_ns_.load(std::memory_order_relaxed));
   }
-  // The longest pause between calls since the last call of this.
-  uint64_t TakeMaxGap() { return max_gap_ns_.exchange(0, std::memory_order_relaxed); }
+  // The longest pause between calls since the last call of this, and when
+  // it ended (*end_ns).
+  uint64_t TakeMaxGap(uint64_t* end_ns = nullptr) {
+    if (end_ns != nullptr) *end_ns = max_gap_end_ns_.load(std::memory_order_relaxed);
+    return max_gap_ns_.exchange(0, std::memory_order_relaxed);
+  }
 
  private:
   // The longest pause between calls since the progress thread last looked
@@ -164,11 +187,15 @@ class ProgramCalls {
   void NotePause(uint64_t now_ns) {
     const uint64_t prev = LastCall(now_ns, false);
     const uint64_t gap = now_ns > prev ? now_ns - prev : 0;
-    if (gap > max_gap_ns_.load(std::memory_order_relaxed)) max_gap_ns_.store(gap, std::memory_order_relaxed);
+    if (gap > max_gap_ns_.load(std::memory_order_relaxed)) {
+      max_gap_ns_.store(gap, std::memory_order_relaxed);
+      max_gap_end_ns_.store(now_ns, std::memory_order_relaxed);
+    }
   }
   std::atomic<uint64_t> last_poll_ns_{0};
   std::atomic<uint64_t> last_post_ns_{0};
   std::atomic<uint64_t> max_gap_ns_{0};
+  std::atomic<uint64_t> max_gap_end_ns_{0};
 };
 
 // Time from `t` to `now`; 0 for a stamp a program thread made after the

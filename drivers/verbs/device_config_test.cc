@@ -329,6 +329,7 @@ const KeySample kSamples[] = {
     {"progress_max_sleep_us", "progress_max_sleep_us=200", kWire, "1ms"},
     {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
     {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
+    {"progress_calm_lookbacks", "progress_calm_lookbacks=4", kWire, "1001"},
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
     {"progress_stream_wait", "progress_stream_wait=off", kWire, "sometimes"},
     {"event_busy_poll_us", "event_busy_poll_us=30", kWire, "0.5"},
@@ -579,31 +580,76 @@ TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) 
   for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);
 }
 
+// progress_calm_lookbacks: calm after that many look-backs in a row found
+// the program polling; a pause of its own ends it, a pause that spans the
+// previous look-back (the look-back preempted the program there) does not.
+TEST(LookBackPacer, CalmAfterLookBacksInARowAndAPauseThatSpansALookBackIsNotTheProgramsOwn) {
+  LookBackPacer p(20, 200, 3);
+  const uint64_t t1 = 1'000'000, t2 = t1 + 15'000, t3 = t2 + 40'000, t4 = t3 + 80'000;
+  p.StandAside(t1, t1 - 5'000, 0);
+  p.StandAside(t2, t2 - 1'000, 2'000);
+  EXPECT_FALSE(p.calm());
+  // A 25 us pause from 4 us before the previous look-back to 21 us after it.
+  p.StandAside(t3, t3 - 1'000, 25'000, t2 + 21'000);
+  EXPECT_TRUE(p.calm());
+  // A 25 us pause that ended before the previous look-back: the program's own.
+  p.StandAside(t4, t4 - 1'000, 25'000, t3 - 1'000);
+  EXPECT_FALSE(p.calm());
+  EXPECT_FALSE(LookBackPacer(20, 200).calm());
+}
+
 // The progress thread's look-backs (ProgressThread::Run) beside a program
 // thread: at each, the thread stands aside until the pacer's time while the
 // program called within app_active_us (a call under way is a call now), and
 // otherwise takes over (polls, then looks again after a 5 us hot sleep).
 // `program(t, calls)` makes the program's calls at t and says whether one is
 // under way. Steps of 500 ns from `start` to `end`.
+// With preempt_ns, the thread shares the program's CPU: a look-back with the
+// short slice preempts the program, whose own timeline (t - frozen) stops
+// for preempt_ns; one with the default slice (calm, progress_calm_lookbacks)
+// waits for the program's next slice end (a multiple of slice_ns) and costs
+// it nothing.
 struct LookBacks {
+  explicit LookBacks(uint32_t calm_after = 0) : pacer(20, 200, calm_after) {}
   ProgramCalls calls;
-  LookBackPacer pacer{20, 200};
+  LookBackPacer pacer;
   uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
+  uint64_t preempt_ns = 0, slice_ns = 0, frozen = 0, held_until = 0, preemptions = 0, to_calm = 0, to_short = 0;
+  bool calm = false, in_call = false;
+  void Slice(bool c) {
+    if (c != calm) ++(c ? to_calm : to_short);
+    calm = c;
+  }
+  void Preempt(uint64_t t) {
+    if (preempt_ns == 0 || calm) return;
+    ++preemptions;
+    held_until = t + preempt_ns;
+  }
   template <typename Program>
   void Run(uint64_t start, uint64_t end, Program program) {
     if (next == 0) next = start + 20'000;
     for (uint64_t t = start; t < end; t += 500) {
-      const bool in_call = program(t, calls);
-      if (t < next) continue;
+      if (t < held_until) {
+        frozen += 500;
+      } else {
+        in_call = program(t, calls);
+      }
+      if (t < next || (calm && slice_ns != 0 && t % slice_ns != 0)) continue;
       ++looks;
       const uint64_t last = calls.LastCall(t, in_call);
       if (NsSince(t, last) >= 20'000) {
+        Preempt(t);
         pacer.Quiet();
+        Slice(false);
         if (takeovers++ == 0) first_takeover = t;
         last_takeover = t;
         next = t + 5'000;
       } else {
-        next = pacer.StandAside(t, last, calls.TakeMaxGap());
+        Preempt(t);
+        uint64_t gap_end = 0;
+        const uint64_t gap = calls.TakeMaxGap(&gap_end);
+        next = pacer.StandAside(t, last, gap, gap_end);
+        Slice(pacer.calm());
       }
     }
   }
@@ -658,6 +704,63 @@ TEST(ProgramCalls, ThePauseOfAProgramSpinningOnMemoryIsTakenOverAfterAppActiveUs
     return false;
   });
   EXPECT_GE(lb.takeovers, 150u) << lb.takeovers;
+  EXPECT_LE(worst, 21'000u) << worst;
+}
+
+// An MPI rank beside its own progress thread on one CPU: it polls every
+// microsecond for 25 us, then works 15 us without a call (a pause just
+// under app_active_us), over and over. A short-slice look-back preempts it
+// for 9 us; one landing in the pause stretches it past app_active_us. Such
+// a pause spans the look-back, so it does not start the spacing over: after
+// progress_calm_lookbacks (4) look-backs the thread naps with the default
+// slice and stops preempting the rank. Once the rank stops calling, the
+// thread takes over at its slice end and takes the short slice back. Fails
+// when a pause the look-back caused restarts the pacer (the streak never
+// reaches 4 in a row: ~20 preemptions) and when calm() ignores the setting.
+TEST(ProgramCalls, LookBacksBesideARankThatKeepsPollingStopPreemptingIt) {
+  LookBacks lb(4);
+  lb.preempt_ns = 9'000;
+  lb.slice_ns = 3'000'000;
+  const uint64_t start = 1'000'000, stop = start + 20'000'000;
+  lb.Run(start, stop, [&](uint64_t t, ProgramCalls& calls) {
+    const uint64_t c = (t - lb.frozen - start) % 40'000;
+    if (c < 25'000 && c % 1'000 == 0) calls.Polled(t);
+    return false;
+  });
+  EXPECT_EQ(lb.takeovers, 0u);
+  EXPECT_EQ(lb.to_calm, 1u);
+  EXPECT_EQ(lb.to_short, 0u);
+  EXPECT_LE(lb.preemptions, 4u) << lb.preemptions;
+  lb.Run(stop, stop + 5'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  ASSERT_GE(lb.takeovers, 1u);
+  EXPECT_LE(lb.first_takeover - stop, 3'000'000u) << lb.first_takeover - stop;  // one slice, once
+  EXPECT_EQ(lb.to_short, 1u);
+  EXPECT_FALSE(lb.calm);
+}
+
+// A program that pauses every iteration (ib_write_lat: one poll, then a
+// spin on memory) never gets the default slice: its hand-over stays
+// app_active_us with the short slice's preemptions modelled.
+TEST(ProgramCalls, AProgramThatPausesEveryIterationKeepsTheShortSlice) {
+  LookBacks lb(4);
+  lb.preempt_ns = 9'000;
+  lb.slice_ns = 3'000'000;
+  const uint64_t start = 1'000'000;
+  uint64_t resume = 0, last_call = 0, worst = 0;
+  lb.Run(start, start + 5'000'000, [&](uint64_t t, ProgramCalls& calls) {
+    if (lb.last_takeover > last_call && resume == 0) {
+      worst = std::max(worst, lb.last_takeover - last_call);
+      resume = lb.last_takeover + 3'000;
+    }
+    if (last_call == 0 || (resume != 0 && t >= resume)) {
+      calls.Posted(t);
+      calls.Polled(t + 500);
+      last_call = t + 500, resume = 0;
+    }
+    return false;
+  });
+  EXPECT_GE(lb.takeovers, 100u) << lb.takeovers;
+  EXPECT_EQ(lb.to_calm, 0u);
   EXPECT_LE(worst, 21'000u) << worst;
 }
 

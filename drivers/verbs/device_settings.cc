@@ -394,6 +394,10 @@ std::vector<DeviceSetting> MakeSettings() {
                      [](auto& f) -> auto& { return f.progress.app_active_max_us; },
                      "a look-back that finds the program still polling doubles the next one's spacing, up to "
                      "this (at or below `progress_app_active_us`: fixed look-backs)"));
+  t.push_back(Number("progress_calm_lookbacks", 0, 1000, 1, [](auto& f) -> auto& { return f.progress.calm_lookbacks; },
+                     "after this many look-backs in a row found the program polling without a pause, the "
+                     "progress thread naps with the kernel's default slice, so its wake-up does not preempt the "
+                     "program; the first pause or quiet look-back takes `progress_slice_us` back (0: never)"));
   t.push_back(Switch("progress_wakeup", [](auto& f) -> auto& { return f.progress.wakeup; },
                      "long idle sleeps end when a frame arrives (memif interrupt mode, af_packet poll)"));
   t.push_back(Switch("progress_stream_wait", [](auto& f) -> auto& { return f.progress.stream_wait; },

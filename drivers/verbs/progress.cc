@@ -93,6 +93,19 @@ void Runtime::ToOther(long tid) {
   (void)syscall(SYS_sched_setattr, tid, &attr, 0u);
 }
 
+// SCHED_OTHER with the kernel's default slice and the thread's nice value
+// kept, for the calling thread: progress_calm_lookbacks' nap (a timer
+// wake-up that does not preempt the program on its CPU).
+static void DefaultSlice() {
+  SchedAttr attr{};
+  attr.size = sizeof attr;
+  attr.sched_policy = SCHED_OTHER;
+  errno = 0;
+  const int own = getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  attr.sched_nice = errno == 0 ? own : 0;
+  (void)syscall(SYS_sched_setattr, 0, &attr, 0u);
+}
+
 void Runtime::DemoteProgressThread() {
   const long tid = progress_tid_.load(std::memory_order_relaxed);
   if (tid == 0) return;
@@ -142,6 +155,7 @@ class Runtime::ProgressThread {
   void Nap(uint32_t us);
   void Rested();
   void StandAside();
+  void CalmSlice(bool calm);
   // The loop's steps.
   void ServeEventWaiter();
   void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app);
@@ -176,6 +190,9 @@ class Runtime::ProgressThread {
   bool auto_refused_ = false;  // SCHED_FIFO refused once: not asked again
   AutoSchedPolicy auto_policy_;
   LookBackPacer pacer_;
+  // Napping with the kernel's default slice (CalmSlice): the program has
+  // kept polling through progress_calm_lookbacks look-backs.
+  bool calm_slice_ = false;
   uint32_t idle_ = 0;          // empty polls since the last work
   uint64_t last_work_ = 0;
   uint64_t idle_since_ = 0;    // the first empty poll of this spin
@@ -194,7 +211,7 @@ Runtime::ProgressThread::ProgressThread(Runtime& rt)
     : rt_(rt),
       pc_(rt.file_.progress),
       auto_policy_(pc_.app_active_us, pc_.auto_drive_us),
-      pacer_(pc_.app_active_us, pc_.app_active_max_us),
+      pacer_(pc_.app_active_us, pc_.app_active_max_us, pc_.slice_us != 0 ? pc_.calm_lookbacks : 0),
       arrival_(uint64_t{std::max<uint32_t>(pc_.max_sleep_us, 1)} * 1000) {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short sleeps must stay short
   // An lcore id gives this thread DPDK's mempool cache: a passive side's
@@ -241,6 +258,7 @@ void Runtime::ProgressThread::Announce() const {
 
 void Runtime::ProgressThread::SetFifoState(bool fifo) {
   fifo_ = fifo;
+  calm_slice_ = false;  // every switch sets the slice (SCHED_FIFO has none)
   rt_.progress_fifo_.store(fifo, std::memory_order_relaxed);
 }
 
@@ -341,6 +359,28 @@ void Runtime::ProgressThread::StandAside() {
   }
 }
 
+// progress_calm_lookbacks: while the program keeps polling, each look-back
+// is a timer wake-up, and with the short slice it preempts the program on a
+// shared CPU (mpirun binds a rank and its threads to one core): two context
+// switches, ~9 us on the test VM, 6,500 times a second beside an MPI rank
+// (tools/bench/stacks/results.md, stacks15). With the default slice the
+// wake-up waits for the program's slice end or its next block instead. The
+// short slice comes back at the first look-back that finds a pause or a
+// quiet program, so a program that pauses every iteration (ib_write_lat)
+// never leaves it; one that polled continuously and then spins on memory
+// waits up to a slice once. sched_setattr on transitions only.
+void Runtime::ProgressThread::CalmSlice(bool calm) {
+  if (calm == calm_slice_ || fifo_) return;
+  if (calm) {
+    DefaultSlice();
+    Bump(rt_.stats_.wakes.calm_slices);
+  } else {
+    (void)RequestSlice(pc_.slice_us, pc_.nice);
+    Bump(rt_.stats_.wakes.short_slices);
+  }
+  calm_slice_ = calm;
+}
+
 // A program thread waits for an event and drives the dataplane meanwhile
 // (WaitForChannel): look back after max_sleep_us.
 void Runtime::ProgressThread::ServeEventWaiter() {
@@ -368,7 +408,10 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   // auto: a reading of the program's CPU time before the nap, so that the
   // next promotion sees whether it ran after its last call.
   if (auto_sched_ && !auto_refused_ && !auto_policy_.driving() && !auto_policy_.dense()) (void)ReadProgramCpu();
-  const uint64_t wake_ns = pacer_.StandAside(now, last_app, rt_.app_calls_.TakeMaxGap());
+  uint64_t gap_end = 0;
+  const uint64_t gap = rt_.app_calls_.TakeMaxGap(&gap_end);
+  const uint64_t wake_ns = pacer_.StandAside(now, last_app, gap, gap_end);
+  CalmSlice(pacer_.calm());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));
   busy_since_ = NowNs();
@@ -570,6 +613,7 @@ void Runtime::ProgressThread::Run() {
       continue;
     }
     pacer_.Quiet();
+    CalmSlice(false);
     CountPoll(now, last_app, waiting_for_event);
     if (PollOnce() > 0) {
       Bump(rt_.stats_.wakes.work);

@@ -168,5 +168,64 @@ TEST(GatherTxPort, OnlyAPortThatTakesThemGetsGatherFrames) {
   }
 }
 
+// Two QPs of one device connected to each other (the device's internal
+// loopback, pktio::LoopbackIo) on a port that takes gather frames: the
+// looped frames are flattened (the receive side reads a frame's own bytes),
+// over the device's IPv4 and IPv6 GIDs; none reaches the port.
+TEST(GatherTxPort, LoopedGatherFramesAreFlattened) {
+  for (uint8_t gid_index : {uint8_t{1}, uint8_t{2}}) {
+    SCOPED_TRACE(static_cast<int>(gid_index));
+    sim::MemWire wire(RoomyWire());
+    GatherPort port(&wire.end(0), true);
+    DeviceConfig cfg;
+    cfg.mac = {0x02, 0, 0, 0, 0, 0x11};
+    cfg.ipv4 = 0x0A000001;
+    cfg.has_ipv6_global = true;
+    cfg.ipv6_global = Gid{0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    Device dev(cfg, &port);
+    const uint32_t pd = dev.AllocPd();
+    const uint32_t cq = *dev.CreateCq(64);
+    uint32_t qpn[2];
+    for (uint32_t& q : qpn) {
+      QpInitAttr init;
+      init.pd = pd;
+      init.send_cq = init.recv_cq = cq;
+      q = *dev.CreateQp(init);
+    }
+    std::vector<uint8_t> mem(1 << 18);
+    Pattern(mem, 0, 20000, 9);
+    const mem::MrKeys keys = *dev.RegMr(pd, mem.data(), mem.size(), reinterpret_cast<uint64_t>(mem.data()),
+                                        mem::kLocalWrite | mem::kRemoteWrite);
+    for (int i = 0; i < 2; ++i) {
+      ConnectParams c;
+      c.sgid_index = gid_index;
+      c.peer_gid = dev.gids()[gid_index];
+      c.peer_mac_known = false;
+      c.peer_qpn = qpn[1 - i];
+      c.mtu = 1024;
+      ASSERT_TRUE(ConnectQp(dev, qpn[i], c).ok());
+    }
+    transport::SendWr w;
+    w.opcode = WrOpcode::kRdmaWrite;
+    w.flags = transport::kSendSignaled;
+    w.num_sge = 1;
+    w.sg_list[0] = {reinterpret_cast<uint64_t>(mem.data()) + 1, 20000, keys.lkey};
+    w.remote_addr = reinterpret_cast<uint64_t>(mem.data()) + 100000;
+    w.rkey = keys.rkey;
+    ASSERT_EQ(dev.PostSend(qpn[0], w), 0);
+    queue::Completion done[4];
+    uint32_t got = 0;
+    for (uint64_t now = 1'000'000, r = 0; got == 0 && r < 100'000; ++r, now += 1000) {
+      dev.Poll(now);
+      got = dev.PollCq(cq, done, 4);
+    }
+    ASSERT_EQ(got, 1u);
+    EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+    EXPECT_EQ(std::memcmp(mem.data() + 100000, mem.data() + 1, 20000), 0);
+    EXPECT_GT(dev.loopback_counters().looped, 19u);
+    EXPECT_EQ(port.gathered, 0u);  // nothing went to the port
+  }
+}
+
 }  // namespace
 }  // namespace droce::core

@@ -157,6 +157,7 @@ INSTANTIATE_TEST_SUITE_P(MtuLoss, GatherTx,
 // A port that does not take gather frames never gets one; one that does
 // gets one for each long packet only.
 TEST(GatherTxPort, OnlyAPortThatTakesThemGetsGatherFrames) {
+  uint64_t bytes[2] = {};  // the device's and the QP's tx_bytes count the gathered payloads too
   for (bool takes : {false, true}) {
     SCOPED_TRACE(takes);
     GatherPair g(1024, takes);
@@ -165,7 +166,11 @@ TEST(GatherTxPort, OnlyAPortThatTakesThemGetsGatherFrames) {
     ASSERT_EQ(g.p.RunUntil(1).size(), 1u);
     EXPECT_EQ(std::memcmp(g.p.mem[1].data(), g.p.mem[0].data(), 8192 + 100), 0);
     EXPECT_EQ(g.port[0].gathered, takes ? 8u : 0u);  // 8 full packets; the 100 B tail is copied
+    bytes[takes] = g.p.dev[0]->counters().tx_bytes;
+    EXPECT_EQ(g.p.dev[0]->qp(g.p.qpn[0][0])->counters().tx_bytes, bytes[takes]);
   }
+  EXPECT_GT(bytes[0], 8192u + 100u);
+  EXPECT_EQ(bytes[1], bytes[0]);
 }
 
 // Two QPs of one device connected to each other (the device's internal

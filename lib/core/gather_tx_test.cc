@@ -81,11 +81,12 @@ void Pattern(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint8_t seed) 
 }
 
 struct GatherPair {
-  GatherPair(uint32_t mtu, bool takes)
+  GatherPair(uint32_t mtu, bool takes, bool sr = false)
       : wire(RoomyWire()), port{GatherPort(&wire.end(0), takes), GatherPort(&wire.end(1), takes)},
-        p(&port[0], &port[1], Options(mtu)) {}
-  static testing::DevicePairOptions Options(uint32_t mtu) {
+        p(&port[0], &port[1], Options(mtu, sr)) {}
+  static testing::DevicePairOptions Options(uint32_t mtu, bool sr) {
     testing::DevicePairOptions o;
+    o.config.selective_repeat = sr;
     o.mem_bytes = 1 << 20;
     o.mtu = mtu;
     return o;
@@ -98,15 +99,15 @@ struct GatherPair {
 // Rounds of 1 us: a lost packet waits for the retransmission timeout.
 constexpr uint64_t kRounds = 5'000'000;
 
-// (path MTU, loss and refusals on)
-class GatherTx : public ::testing::TestWithParam<std::tuple<uint32_t, bool>> {};
+// (path MTU, loss and refusals on, selective repeat)
+class GatherTx : public ::testing::TestWithParam<std::tuple<uint32_t, bool, bool>> {};
 
 // WRITEs and SENDs of sizes around the MTU and the gather threshold, from
 // odd offsets, arrive bit-exact; the long packets went as gather frames,
 // the short ones as copies. With loss the same, through retransmissions.
 TEST_P(GatherTx, PayloadsFromRegisteredMemoryArriveBitExact) {
-  const auto [mtu, lossy] = GetParam();
-  GatherPair g(mtu, true);
+  const auto [mtu, lossy, sr] = GetParam();
+  GatherPair g(mtu, true, sr);
   if (lossy) {
     g.port[0].drop_every = 7;
     g.port[0].refuse_every = 3;
@@ -145,14 +146,14 @@ TEST_P(GatherTx, PayloadsFromRegisteredMemoryArriveBitExact) {
   if (lossy) {
     EXPECT_GT(g.port[0].dropped, 0u);
     EXPECT_GT(g.port[0].flattened, 0u);
-    EXPECT_GT(c.retransmitted_packets, 0u);
+    EXPECT_GT(sr ? c.sr_retransmitted_packets : c.retransmitted_packets, 0u);
   }
   // The receiver found every ICRC right (a dropped frame is the port's, not a bad one).
   EXPECT_EQ(p.dev[1]->counters().rx_bad_icrc(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(MtuLoss, GatherTx,
-                         ::testing::Combine(::testing::Values(1024u, 4096u), ::testing::Bool()));
+                         ::testing::Combine(::testing::Values(1024u, 4096u), ::testing::Bool(), ::testing::Bool()));
 
 // A port that does not take gather frames never gets one; one that does
 // gets one for each long packet only.

@@ -231,11 +231,14 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|send2|manyqp|all]
+// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|send2|send8k|manyqp|all]
 // send: 64 KiB SENDs (20,000, as large's WRITEs) against memcpy.
 // send2: messages_64B SENDs of two frames each (1,500 B at MTU 1024: FIRST,
 // LAST, FIRST...), the stream header prediction takes through the frame
 // before the last on every frame (check_instructions.sh guards its cost).
+// send8k: messages_64B SENDs of 8,256 B at MTU 4096 (FIRST, MIDDLE and a
+// 64-byte LAST each): UCX's rc_verbs bcopy segment, the fragment MPI's
+// 64-192 KiB eager messages are made of (tools/bench/stacks/results.md).
 // manyqp: 1, 64 and 1024 QPs with one 64 B WRITE outstanding each, the
 // peer polled every 8th round (messages_64B / 4 messages per case).
 int main(int argc, char** argv) {
@@ -245,10 +248,14 @@ int main(int argc, char** argv) {
   const std::string only = argc > 4 ? argv[4] : "all";
   const bool many = only == "manyqp";
   constexpr uint32_t kManyQps[] = {1, 64, 1024};
-  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3], two_frame;
+  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3], two_frame, seg8k;
   for (int t = 0; t < trials; ++t) {
     if (only == "send2") {
       two_frame.push_back(WriteStream(1500, 1024, small_count, 64, /*send=*/true).msgs_per_s);
+      continue;
+    }
+    if (only == "send8k") {
+      seg8k.push_back(WriteStream(8256, 4096, small_count, 64, /*send=*/true).gbit_per_s);
       continue;
     }
     if (many) {
@@ -272,6 +279,7 @@ int main(int argc, char** argv) {
   }
   if (!small.empty()) std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
   if (!two_frame.empty()) std::printf("send_2frame_1500B_msg_rate,%.3f,Mmsg/s\n", Median(two_frame) / 1e6);
+  if (!seg8k.empty()) std::printf("send_8256B_goodput,%.2f,Gbit/s\n", Median(seg8k));
   if (!large.empty()) {
     const double m = Median(memcpy_gbps);
     const char* op = only == "send" ? "send" : "write";

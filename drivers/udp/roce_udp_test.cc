@@ -546,7 +546,7 @@ pktio::Frame GatherCopy(FakeInner& io, const std::vector<uint8_t>& flat, uint32_
   std::memcpy(f.data, flat.data(), at);
   const uint32_t tail = static_cast<uint32_t>(flat.size()) - at - payload_len;
   std::memcpy(f.data + at, flat.data() + at + payload_len, tail);
-  f.len = at + tail;
+  f.len = at + payload_len + tail;
   f.gather = memory->data() + 3;
   f.gather_len = payload_len;
   f.gather_at = at;

@@ -152,7 +152,8 @@ uint16_t UdpIo::AllocTx(pktio::Frame* frames, uint16_t n) {
 bool UdpIo::AddToBatch(pktio::Frame& f) {
   if (send_.full()) return false;
   if (f.gather_len == 0) return send_.Add(f.data, f.len, port_, &counters_);
-  if (send_.Add(f.data, f.len, SendBatch::Gather{f.gather, f.gather_len, f.gather_at}, port_, &counters_)) {
+  if (send_.Add(f.data, f.len - f.gather_len, SendBatch::Gather{f.gather, f.gather_len, f.gather_at}, port_,
+                &counters_)) {
     return true;
   }
   if (!pktio::Flatten(f)) return false;

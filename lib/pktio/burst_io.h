@@ -22,10 +22,11 @@ struct Frame {
   uint32_t len = 0;         // valid bytes at data
   uint32_t capacity = 0;    // writable bytes at data (>= kMaxFrameBytes for TX buffers)
   void* handle = nullptr;   // the backend's own reference to the buffer
-  // A gather frame (built only for a port that TakesGather): its bytes are
-  // data[0, gather_at), then gather[0, gather_len), then data[gather_at,
-  // len). The gathered bytes are a payload in registered memory, read where
-  // it is; they must stay readable until the port has taken the frame.
+  // A gather frame (built only for a port that TakesGather): its len bytes
+  // are data[0, gather_at), then gather[0, gather_len), then data[gather_at,
+  // len - gather_len). The gathered bytes are a payload in registered
+  // memory, read where it is; they must stay readable until the port has
+  // taken the frame.
   const uint8_t* gather = nullptr;
   uint32_t gather_len = 0;
   uint32_t gather_at = 0;
@@ -37,10 +38,9 @@ struct Frame {
 // it does not fit (the frame is left as it was).
 inline bool Flatten(Frame& f) {
   if (f.gather_len == 0) return true;
-  if (f.gather_at > f.len || f.len + f.gather_len > f.capacity) return false;
-  std::memmove(f.data + f.gather_at + f.gather_len, f.data + f.gather_at, f.len - f.gather_at);
+  if (f.gather_len > f.len || f.gather_at > f.len - f.gather_len || f.len > f.capacity) return false;
+  std::memmove(f.data + f.gather_at + f.gather_len, f.data + f.gather_at, f.len - f.gather_len - f.gather_at);
   std::memcpy(f.data + f.gather_at, f.gather, f.gather_len);
-  f.len += f.gather_len;
   f.gather = nullptr;
   f.gather_len = 0;
   f.gather_at = 0;

@@ -448,7 +448,7 @@ class Qp {
   // one. The MTU is a power of two (256..4096): a shift, not a division,
   // and no overflow at any 32-bit length (2^31 bytes at MTU 256 is 2^23 PSNs).
   uint32_t PacketsForLength(uint32_t len) const { return len == 0 ? 1 : ((len - 1) >> mtu_log2_) + 1; }
-  // Returns the length of f.data's bytes (0: nothing built); a gather frame
+  // Returns the frame's length (0: nothing built); a gather frame
   // (QpEnv::gather_tx) also gets f.gather, the payload where it is.
   uint32_t BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns);
   // The common request packet built in fewer steps (requester.cc).
@@ -469,7 +469,7 @@ class Qp {
   // them (QpEnv::gather_tx): below it the copy costs less than the port's
   // extra pieces (two more iovecs per datagram).
   static constexpr uint32_t kGatherTxMin = 1024;
-  static_assert(kGatherTxMin > kFusedGatherMin, "a short request is never a gather frame (ReqUpdate<true>)");
+  static_assert(kGatherTxMin > kFusedGatherMin, "a short request (BuildShortRequest) is never a gather frame");
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   // ScatterToSges continuing an ICRC register over the bytes it copies.
   uint32_t ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len,

@@ -235,8 +235,7 @@ DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
 template <bool kShortQp>
 DROCE_STEP ReqState Qp::ReqUpdate(SendCtx& c) {
   SendWqe& w = *c.w;
-  // A short request is never a gather frame (kGatherTxMin > kFusedGatherMin).
-  const uint32_t len = c.frames[c.used].len + (kShortQp ? 0 : c.frames[c.used].gather_len);
+  const uint32_t len = c.frames[c.used].len;
   ++counters_.tx_packets;
   counters_.tx_bytes += len;
   NoteSent(len, c.now_ns);
@@ -295,8 +294,8 @@ uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uin
     req_.retry_probe_psn = psn;
     frames[used].len = len;
     ++counters_.tx_packets;
-    counters_.tx_bytes += len + frames[used].gather_len;
-    NoteSent(len + frames[used].gather_len, now_ns);
+    counters_.tx_bytes += len;
+    NoteSent(len, now_ns);
     return used + 1;
   }
   return used;
@@ -576,7 +575,7 @@ uint32_t Qp::BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns) {
     f.gather = host;
     f.gather_len = seg;
     f.gather_at = static_cast<uint32_t>(payload - frame);
-    return f.gather_at + pad + kIcrcBytes;
+    return f.gather_at + seg + pad + kIcrcBytes;
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);

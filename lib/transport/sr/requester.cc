@@ -174,8 +174,8 @@ uint32_t SelectiveRepeat::Retransmit(pktio::Frame* frames, uint32_t used, uint32
     if (!req_.probe_pending && !req_.rack_active && PsnLess(psn, req_.tmo_end)) {
       ++qp_.counters_.sr_timeout_resent;
     }
-    qp_.counters_.tx_bytes += len + frames[used].gather_len;
-    qp_.NoteSent(len + frames[used].gather_len, now_ns);
+    qp_.counters_.tx_bytes += len;
+    qp_.NoteSent(len, now_ns);
     ++used;
     if (req_.hole_seen_ns != 0) {  // the first resend since a SACK showed a hole
       const uint64_t wait = now_ns >= req_.hole_seen_ns ? now_ns - req_.hole_seen_ns : 0;

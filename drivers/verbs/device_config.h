@@ -7,6 +7,7 @@
 #define DROCE_DRIVERS_VERBS_DEVICE_CONFIG_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -118,6 +119,56 @@ class LookBackPacer {
   uint64_t active_ns_, max_ns_;
   uint64_t spacing_ns_ = 0;
   uint32_t streak_ = 0;  // look-backs in a row that found the program polling
+};
+
+// The program's calls into the device as the progress thread's look-backs
+// see them (Runtime::NoteAppPoll, RingPosted; ProgressThread::Run). Written
+// by program threads, read by the progress thread: relaxed, as threads
+// racing here only blur a heuristic.
+//   - A poll stamps its start, and a poll whose round took work stamps its
+//     end too: such a poll can last longer than app_active_us (a receiver
+//     taking a 64 KiB message's frames while the sender produces them), and
+//     the pause before the next poll is measured from where it ended.
+//   - A call under way (a program thread holds the device or waits for it)
+//     is a call now: the thread could not poll then anyway, and a look-back
+//     that took it for a quiet program polled, spun and slept in 5 us steps
+//     beside it on its CPU (tools/bench/stacks/results.md, stacks15).
+class ProgramCalls {
+ public:
+  void Polled(uint64_t now_ns) {
+    NotePause(now_ns);
+    last_poll_ns_.store(now_ns, std::memory_order_relaxed);
+  }
+  void BusyPollEnded(uint64_t now_ns) { last_poll_ns_.store(now_ns, std::memory_order_relaxed); }
+  void Posted(uint64_t now_ns) {
+    NotePause(now_ns);
+    if (last_post_ns_.load(std::memory_order_relaxed) != now_ns) {
+      last_post_ns_.store(now_ns, std::memory_order_relaxed);
+    }
+  }
+  uint64_t last_poll_ns() const { return last_poll_ns_.load(std::memory_order_relaxed); }
+  // The program's last call as a look-back at now_ns sees it; in_call: a
+  // program thread holds the device or waits for it.
+  uint64_t LastCall(uint64_t now_ns, bool in_call) const {
+    if (in_call) return now_ns;
+    return std::max(last_poll_ns_.load(std::memory_order_relaxed), last_post_ns_.load(std::memory_order_relaxed));
+  }
+  // The longest pause between calls since the last call of this.
+  uint64_t TakeMaxGap() { return max_gap_ns_.exchange(0, std::memory_order_relaxed); }
+
+ private:
+  // The longest pause between calls since the progress thread last looked
+  // (LookBackPacer): a sender posting a message's fragments for longer than
+  // app_active_us before it polls (UCX's 8 bcopy SENDs of a 64 KiB eager
+  // message) does not pause.
+  void NotePause(uint64_t now_ns) {
+    const uint64_t prev = LastCall(now_ns, false);
+    const uint64_t gap = now_ns > prev ? now_ns - prev : 0;
+    if (gap > max_gap_ns_.load(std::memory_order_relaxed)) max_gap_ns_.store(gap, std::memory_order_relaxed);
+  }
+  std::atomic<uint64_t> last_poll_ns_{0};
+  std::atomic<uint64_t> last_post_ns_{0};
+  std::atomic<uint64_t> max_gap_ns_{0};
 };
 
 // Time from `t` to `now`; 0 for a stamp a program thread made after the

@@ -579,6 +579,88 @@ TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) 
   for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);
 }
 
+// The progress thread's look-backs (ProgressThread::Run) beside a program
+// thread: at each, the thread stands aside until the pacer's time while the
+// program called within app_active_us (a call under way is a call now), and
+// otherwise takes over (polls, then looks again after a 5 us hot sleep).
+// `program(t, calls)` makes the program's calls at t and says whether one is
+// under way. Steps of 500 ns from `start` to `end`.
+struct LookBacks {
+  ProgramCalls calls;
+  LookBackPacer pacer{20, 200};
+  uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
+  template <typename Program>
+  void Run(uint64_t start, uint64_t end, Program program) {
+    if (next == 0) next = start + 20'000;
+    for (uint64_t t = start; t < end; t += 500) {
+      const bool in_call = program(t, calls);
+      if (t < next) continue;
+      ++looks;
+      const uint64_t last = calls.LastCall(t, in_call);
+      if (NsSince(t, last) >= 20'000) {
+        pacer.Quiet();
+        if (takeovers++ == 0) first_takeover = t;
+        last_takeover = t;
+        next = t + 5'000;
+      } else {
+        next = pacer.StandAside(t, last, calls.TakeMaxGap());
+      }
+    }
+  }
+};
+
+// An MPI rank's 64 KiB eager ping-pong over UCX, every 100 us: a poll whose
+// round takes a message's frames while the peer sends them (30 us, the device
+// held throughout), 10 posts of the reply 2 us apart (20 us without a poll),
+// then empty polls every microsecond. The look-backs space out to
+// app_active_max_us and never take over; once the rank stops calling (it
+// spins on memory), the thread takes over within the spacing reached.
+// Fails when a call under way does not count as a call (the look-backs
+// landing in the long poll take over), when a busy poll's end is not
+// stamped or posts do not end a pause (the spacing starts over every cycle).
+TEST(ProgramCalls, LookBacksSpaceOutBesideAPollingRankAndTakeOverOnceItStops) {
+  LookBacks lb;
+  const uint64_t start = 1'000'000, stop = start + 10'000'000;
+  lb.Run(start, stop, [&](uint64_t t, ProgramCalls& calls) {
+    const uint64_t c = (t - start) % 100'000;
+    if (c == 0) calls.Polled(t);
+    if (c < 30'000) return true;
+    if (c == 30'000) calls.BusyPollEnded(t);
+    const bool posting = c >= 31'000 && c < 51'000 && c % 2'000 >= 1'000;  // each post 1 us
+    if (posting && c % 2'000 == 1'000) calls.Posted(t);
+    if (c >= 55'000 && c % 1'000 == 0) calls.Polled(t);
+    return posting;
+  });
+  EXPECT_EQ(lb.takeovers, 0u);
+  EXPECT_LE(lb.looks, 60u) << lb.looks;  // 10 ms at 200 us is 50; the ramp adds a few
+  lb.Run(stop, stop + 1'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  ASSERT_GE(lb.takeovers, 1u);
+  EXPECT_LE(lb.first_takeover - stop, 200'000u) << lb.first_takeover - stop;
+}
+
+// A program that pauses between its calls until the thread delivers (it
+// spins on memory: ib_write_lat) gets the thread app_active_us after its
+// last call, in every pause, however long it has kept this up.
+TEST(ProgramCalls, ThePauseOfAProgramSpinningOnMemoryIsTakenOverAfterAppActiveUs) {
+  LookBacks lb;
+  const uint64_t start = 1'000'000;
+  uint64_t resume = 0, last_call = 0, worst = 0;
+  lb.Run(start, start + 5'000'000, [&](uint64_t t, ProgramCalls& calls) {
+    if (lb.last_takeover > last_call && resume == 0) {
+      worst = std::max(worst, lb.last_takeover - last_call);
+      resume = lb.last_takeover + 3'000;  // the delivery, and the program sees it
+    }
+    if (last_call == 0 || (resume != 0 && t >= resume)) {
+      calls.Posted(t);  // its next message, then a poll for the send completion
+      calls.Polled(t + 500);
+      last_call = t + 500, resume = 0;
+    }
+    return false;
+  });
+  EXPECT_GE(lb.takeovers, 150u) << lb.takeovers;
+  EXPECT_LE(worst, 21'000u) << worst;
+}
+
 // The program thread's CPU clock advanced for the whole 10 us up to `at`
 // (it spins on memory): the reading a promotion needs
 // (AutoSchedPolicy::NoteProgramCpu).

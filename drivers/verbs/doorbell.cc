@@ -58,7 +58,7 @@ uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
   // A real-time progress thread asleep armed (it serves a program that went
   // quiet) would not take a deferred tail before its sleep's bound.
   small = small && !fifo_armed_.load(std::memory_order_relaxed);
-  if (batcher_.Defer(now_ns, small, last_app_poll_ns_.load(std::memory_order_relaxed))) {
+  if (batcher_.Defer(now_ns, small, app_calls_.last_poll_ns())) {
     dev_->DeferDoorbell(qpn);
     return 0;
   }
@@ -85,9 +85,7 @@ void Runtime::DrainPostedLocked(uint64_t now_ns) {
 }
 
 void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns) {
-  if (last_app_post_ns_.load(std::memory_order_relaxed) != now_ns) {
-    last_app_post_ns_.store(now_ns, std::memory_order_relaxed);
-  }
+  app_calls_.Posted(now_ns);
   if (mu.try_lock()) {
     if (kind == PostedDoorbell::kSend) {
       (void)DoorbellLocked(d->qpn, now_ns, small);
@@ -109,7 +107,7 @@ void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t n
   // kPostedHandoverNs: until then, a lock still held means that owner's
   // last look is still to come, or a newer owner (who took the lock after
   // this push, a locked instruction) drains it. Free: this thread takes the
-  // device and runs the list itself. Rare: a post stamps last_app_post_ns_,
+  // device and runs the list itself. Rare: a post stamps app_calls_,
   // and the progress thread stands aside after it.
   const uint64_t since = NowNs();
   do {

@@ -52,6 +52,9 @@ struct SchedAttr {
   uint64_t sched_period;
 };
 
+// A counter this thread alone writes: no locked instruction.
+void Bump(std::atomic<uint64_t>& c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+
 }  // namespace
 
 // SCHED_OTHER with the progress thread's slice and nice value for the
@@ -105,6 +108,13 @@ bool Runtime::SetFifo(uint32_t priority) {
   return pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp) == 0;
 }
 
+// The calling thread may run on one CPU only.
+static bool OnOneCpu() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) == 1;
+}
+
 // The progress thread's loop and its scheduling state, one object per run
 // of the thread. Each pass takes the first step that applies:
 //   1. leave SCHED_FIFO when busy too long or no longer wanted (LeaveFifo);
@@ -139,6 +149,7 @@ class Runtime::ProgressThread {
   uint32_t RoundLocked();
   void IdleStep(uint64_t now, uint64_t last_app);
   bool StreamWait(uint64_t now);
+  void CountPoll(uint64_t now, uint64_t last_app, bool waiting_for_event);
 
   Runtime& rt_;
   const ProgressConfig& pc_;
@@ -170,6 +181,11 @@ class Runtime::ProgressThread {
   uint64_t idle_since_ = 0;    // the first empty poll of this spin
   uint64_t busy_since_ = 0;    // the first poll since the last sleep
   uint32_t sleep_us_ = 1;      // the next idle sleep (doubles up to max_sleep_us)
+  // The thread may run on one CPU only (mpirun binds a rank, and the
+  // threads it starts, to a core): it then shares that CPU with the
+  // program, and an empty spin keeps the program off it (IdleStep).
+  bool one_cpu_ = false;
+  static constexpr uint64_t kSharedCpuNs = 1'000'000;
   ArrivalWait arrival_;        // the hot phase's wait inside a stream (StreamWait)
   StreamGauge stream_;         // is the device a stream's receiving end (StreamWait)
 };
@@ -199,6 +215,7 @@ Runtime::ProgressThread::ProgressThread(Runtime& rt)
   }
   last_work_ = NowNs();
   busy_since_ = last_work_;
+  one_cpu_ = OnOneCpu();
   Announce();
 }
 
@@ -327,6 +344,7 @@ void Runtime::ProgressThread::StandAside() {
 // A program thread waits for an event and drives the dataplane meanwhile
 // (WaitForChannel): look back after max_sleep_us.
 void Runtime::ProgressThread::ServeEventWaiter() {
+  Bump(rt_.stats_.wakes.event_waiter);
   rt_.HoldPmQos();
   StandAside();
   Nap(pc_.max_sleep_us);
@@ -350,7 +368,7 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   // auto: a reading of the program's CPU time before the nap, so that the
   // next promotion sees whether it ran after its last call.
   if (auto_sched_ && !auto_refused_ && !auto_policy_.driving() && !auto_policy_.dense()) (void)ReadProgramCpu();
-  const uint64_t wake_ns = pacer_.StandAside(now, last_app, rt_.app_max_gap_ns_.exchange(0, std::memory_order_relaxed));
+  const uint64_t wake_ns = pacer_.StandAside(now, last_app, rt_.app_calls_.TakeMaxGap());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));
   busy_since_ = NowNs();
@@ -396,7 +414,16 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // Under auto a SCHED_FIFO thread whose program is not calling spins
   // longer (kAutoFifoSpinNs).
   const uint64_t spin_cap_ns = !auto_sched_ || AppCalling(now) ? kFifoSpinNs : kAutoFifoSpinNs;
-  if (idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
+  // Confined to the CPU of a program that called within kSharedCpuNs, the
+  // thread does not spin: while it spins the program cannot run, so the
+  // program's next call, or its look at what the thread delivered, waits
+  // for the spins to end (up to the thread's slice); a hot sleep gives the
+  // CPU back at once. A program that does not call (ib_read_lat's server
+  // waits in a TCP read) leaves the CPU to the thread, whose spins then
+  // catch the next request.
+  const bool shares_cpu = one_cpu_ && NsSince(now, last_app) < kSharedCpuNs;
+  if (!shares_cpu && idle_++ < pc_.spins && (!fifo_ || now - idle_since_ < spin_cap_ns)) {
+    Bump(rt_.stats_.wakes.spins);
     CpuRelax();
     return;
   }
@@ -430,10 +457,13 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   if (!hot && NsSince(now, last_app) >= uint64_t{pc_.hot_us} * 1000) rt_.ReleasePmQos();
   if (hot && !fifo_) {
     if (pc_.stream_wait && stream_.receiving() && StreamWait(now)) return;
+    Bump(rt_.stats_.wakes.hot_sleeps);
     SleepUs(std::max<uint32_t>(pc_.hot_sleep_us, 1));
     busy_since_ = NowNs();
     return;
   }
+  Bump(rt_.stats_.wakes.idle_waits);
+  one_cpu_ = OnOneCpu();  // a program may bind itself after it opened the device
   if (fifo_) rt_.fifo_armed_.store(true, std::memory_order_release);
   const uint32_t found = rt_.IdleWait(fifo_ ? std::max<uint32_t>(sleep_us_, kFifoMinSleepUs) : sleep_us_, fifo_);
   if (fifo_ && !rt_.fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
@@ -495,6 +525,18 @@ bool Runtime::ProgressThread::StreamWait(uint64_t now) {
   return true;
 }
 
+// Why this pass polls (DROCE_STATS: Stats::Wakes).
+void Runtime::ProgressThread::CountPoll(uint64_t now, uint64_t last_app, bool waiting_for_event) {
+  Runtime::Stats::Wakes& w = rt_.stats_.wakes;
+  const uint64_t quiet_ns = NsSince(now, last_app);
+  if (waiting_for_event && quiet_ns < uint64_t{pc_.app_active_us} * 1000) {
+    Bump(w.armed_polls);
+    return;
+  }
+  Bump(w.quiet_polls);
+  Bump(quiet_ns < 100'000 ? w.quiet_100us : quiet_ns < 1'000'000 ? w.quiet_1ms : w.quiet_long);
+}
+
 void Runtime::ProgressThread::Run() {
   while (!rt_.stop_.load(std::memory_order_relaxed)) {
     const uint64_t now = NowNs();
@@ -518,14 +560,19 @@ void Runtime::ProgressThread::Run() {
         rt_.armed_channels_.load(std::memory_order_relaxed) > 0 &&
         NsSince(now, rt_.last_event_wait_ns_.load(std::memory_order_relaxed)) > recent_ns &&
         NsSince(now, rt_.last_arm_ns_.load(std::memory_order_relaxed)) < recent_ns;
-    const uint64_t last_app = std::max(rt_.last_app_poll_ns_.load(std::memory_order_relaxed),
-                                       rt_.last_app_post_ns_.load(std::memory_order_relaxed));
+    // A program thread inside a call (holding the device or waiting for
+    // it) calls now (ProgramCalls::LastCall).
+    const bool in_call = rt_.mu.locked() || rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0;
+    const uint64_t last_app = rt_.app_calls_.LastCall(now, in_call);
+    if (in_call) Bump(rt_.stats_.wakes.in_call);
     if (!waiting_for_event && NsSince(now, last_app) < uint64_t{pc_.app_active_us} * 1000) {
       StandAsideWhileProgramCalls(now, last_app);
       continue;
     }
     pacer_.Quiet();
+    CountPoll(now, last_app, waiting_for_event);
     if (PollOnce() > 0) {
+      Bump(rt_.stats_.wakes.work);
       rt_.HoldPmQos();
       idle_ = 0;
       sleep_us_ = 1;

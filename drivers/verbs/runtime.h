@@ -101,7 +101,7 @@ class Runtime {
       ++idle_polls_;
       return false;
     }
-    PollLocked(now_ns, /*program_polls=*/true);
+    if (PollLocked(now_ns, /*program_polls=*/true) > 0) app_calls_.BusyPollEnded(NowNs());
     return true;
   }
   // post_send's doorbell: QP qpn transmits what it can now and nothing else
@@ -152,12 +152,7 @@ class Runtime {
   // this program polls for do not preempt it (progress_sched=fifo, and auto
   // while it is SCHED_FIFO).
   void NoteAppPoll(uint64_t now_ns) {
-    // The longest pause between polls since the progress thread last
-    // looked (LookBackPacer). Threads racing here only blur a heuristic.
-    const uint64_t prev = last_app_poll_ns_.load(std::memory_order_relaxed);
-    const uint64_t gap = now_ns > prev ? now_ns - prev : 0;
-    if (gap > app_max_gap_ns_.load(std::memory_order_relaxed)) app_max_gap_ns_.store(gap, std::memory_order_relaxed);
-    last_app_poll_ns_.store(now_ns, std::memory_order_relaxed);
+    app_calls_.Polled(now_ns);
     if (file_.progress.sched_auto) NoteAppCall(now_ns);
     if (fifo_armed_.load(std::memory_order_relaxed) && fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
       DemoteProgressThread();
@@ -271,6 +266,18 @@ class Runtime {
         // The hot phase's untimed waits inside a stream (StreamWait),
         // and those the watchdog ended (nothing arrived for max_sleep_us).
         progress_stream_waits{0}, progress_stream_watchdogs{0};
+    // What each pass of the progress thread's loop did (ProgressThread::Run;
+    // written by that thread only, DROCE_STATS): naps beside a program thread
+    // that waits for an event; polls because the program had not called
+    // within app_active_us, and of those the ones that found it gone 20-100,
+    // 100-1000 and over 1000 us; polls because a program waits on an armed
+    // channel's fd (no stand-aside); polls that found work; empty spins;
+    // timed hot sleeps; idle waits (armed or not); passes that found a
+    // program thread inside a call (ProgramCalls::LastCall).
+    struct Wakes {
+      std::atomic<uint64_t> event_waiter{0}, in_call{0}, quiet_polls{0}, quiet_100us{0}, quiet_1ms{0},
+          quiet_long{0}, armed_polls{0}, work{0}, spins{0}, hot_sleeps{0}, idle_waits{0};
+    } wakes;
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
@@ -470,14 +477,13 @@ class Runtime {
   uint64_t reconnects_ = 0;
   std::atomic<bool> link_up_{false};
   std::atomic<int> armed_channels_{0};
-  std::atomic<uint64_t> last_app_poll_ns_{0};
-  // The last post without the device lock (RingPosted): the progress
-  // thread stands aside after it as after a poll. A program posting in a
-  // long loop (ib_write_bw -q 8 posts hundreds of WRs between polls) then
-  // rings its own doorbells instead of colliding with the thread's rounds
-  // and leaving them to it (measured: 8 % of its posts, and half the rate).
-  std::atomic<uint64_t> last_app_post_ns_{0};
-  std::atomic<uint64_t> app_max_gap_ns_{0};  // see NoteAppPoll
+  // The program's polls and posts (NoteAppPoll, RingPosted). Posts
+  // without the device lock count: the progress thread stands aside after
+  // them as after a poll. A program posting in a long loop (ib_write_bw -q 8
+  // posts hundreds of WRs between polls) then rings its own doorbells
+  // instead of colliding with the thread's rounds and leaving them to it
+  // (measured: 8 % of its posts, and half the rate).
+  ProgramCalls app_calls_;
   // Fills the page tables of the wire's shared memory when the link comes
   // up (ethdev/prefault.h). Caller holds mu (or is Start).
   void PrefaultWire();

@@ -91,6 +91,14 @@ void Runtime::PrintStats() {
                stats_.posts_left_for_owner.load());
   std::fprintf(stderr, "droce %s: progress stream waits %lu (ended by the watchdog %lu)\n", file_.name.c_str(),
                stats_.progress_stream_waits.load(), stats_.progress_stream_watchdogs.load());
+  const Stats::Wakes& w = stats_.wakes;
+  std::fprintf(stderr,
+               "droce %s: progress passes: event-waiter naps %lu, program inside a call %lu, polls for a quiet "
+               "program %lu (quiet <100 us %lu, <1 ms %lu, longer %lu), polls beside an armed channel %lu, polls "
+               "with work %lu, empty spins %lu, hot sleeps %lu, idle waits %lu\n",
+               file_.name.c_str(), w.event_waiter.load(), w.in_call.load(), w.quiet_polls.load(),
+               w.quiet_100us.load(), w.quiet_1ms.load(), w.quiet_long.load(), w.armed_polls.load(), w.work.load(),
+               w.spins.load(), w.hot_sleeps.load(), w.idle_waits.load());
   if (udp_) {
     const udp::UdpCounters& u = udp_->counters();
     std::fprintf(stderr,

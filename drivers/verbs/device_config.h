@@ -537,7 +537,7 @@ struct DeviceFile {
   // With steering udp: a long SEND or WRITE packet's payload leaves from the
   // registered memory (an iovec of its sendmmsg) instead of being copied
   // into the frame first (pktio::BurstIo::TakesGather, udp::UdpIo).
-  bool udp_gather = false;
+  bool udp_gather = true;
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;

@@ -431,17 +431,32 @@ bool SendBatch::Joins(const Departure& d) const {
          d.tclass == last_.tclass && d.ttl == last_.ttl && d.dst == last_.dst && d.src == last_.src;
 }
 
-bool SendBatch::Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c) {
+bool SendBatch::Add(uint8_t* frame, uint32_t len, const Gather& g, uint16_t port, UdpCounters* c) {
   Departure d;
-  if (n_ == kMax || !ReadDeparture(frame, len, &d)) return false;
+  // The headers are in frame[0, g.at) (ReadDeparture reads no further than
+  // the UDP header); the lengths they state count the gathered bytes.
+  if (n_ == kMax || g.at > len || !ReadDeparture(frame, len + g.len, &d)) return false;
+  if (g.len > 0 && (g.at < d.payload_offset || d.src_port != port)) return false;
   if (d.src_port != port) {
     RewriteSourcePort(frame, d, port);
     ++c->tx_port_rewritten;
   }
+  // The datagram's payload: one iovec, or three around the gathered bytes.
+  iovec* iov = &iov_[iovs_];
+  int pieces = 1;
+  if (g.len == 0) {
+    iov[0] = {frame + d.payload_offset, d.payload_len};
+  } else {
+    iov[0] = {frame + d.payload_offset, g.at - d.payload_offset};
+    iov[1] = {const_cast<uint8_t*>(g.data), g.len};
+    iov[2] = {frame + g.at, len - g.at};
+    pieces = 3;
+    ++c->tx_gathered;
+  }
+  iovs_ += pieces;
   if (Joins(d)) {
     msghdr& m = msgs_[m_ - 1].msg_hdr;
-    iov_[n_] = {frame + d.payload_offset, d.payload_len};
-    if (m.msg_iovlen == 1) {  // a second segment: the message is segmented from now on
+    if (frames_of_[m_ - 1] == 1) {  // a second segment: the message is segmented from now on
       auto* cm = reinterpret_cast<cmsghdr*>(static_cast<char*>(m.msg_control) + m.msg_controllen);
       cm->cmsg_level = SOL_UDP;
       cm->cmsg_type = UDP_SEGMENT;
@@ -450,14 +465,18 @@ bool SendBatch::Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c)
       std::memcpy(CMSG_DATA(cm), &size, sizeof size);
       m.msg_controllen += CMSG_SPACE(sizeof(uint16_t));
     }
-    ++m.msg_iovlen;
+    m.msg_iovlen += static_cast<size_t>(pieces);
     ++frames_of_[m_ - 1];
     last_bytes_ += d.payload_len;
     last_open_ = d.payload_len == last_.payload_len;
     ++n_;
     return true;
   }
-  PrepareMessage(d, frame, &names_[m_], &iov_[n_], control_[m_], &msgs_[m_].msg_hdr);
+  PrepareMessage(d, frame, &names_[m_], iov, control_[m_], &msgs_[m_].msg_hdr);
+  if (g.len > 0) {  // PrepareMessage's one iovec is the first of three
+    iov[0] = {frame + d.payload_offset, g.at - d.payload_offset};
+    msgs_[m_].msg_hdr.msg_iovlen = 3;
+  }
   frames_of_[m_] = 1;
   last_ = d;
   last_bytes_ = d.payload_len;
@@ -501,6 +520,7 @@ int SendBatch::Send(int fd, UdpCounters* c) {
   }
   n_ = 0;
   m_ = 0;
+  iovs_ = 0;
   return done;
 }
 

@@ -130,6 +130,8 @@ struct UdpCounters {
   uint64_t rx_gro_copied = 0;     // coalesced datagrams whose segments were not where the buffers expected: copied
   uint64_t tx_gso_datagrams = 0;  // datagrams that left as one of several segments of one send (SendBatch gso)
   uint64_t tx_gso_refused = 0;    // segmented sends the kernel refused: segmentation off from then on
+  uint64_t tx_gathered = 0;       // datagrams whose payload the kernel read from registered memory (gather frames)
+  uint64_t tx_flattened = 0;      // gather frames copied whole instead (to droced, or back to the device unsent)
 };
 
 // recvmmsg into caller buffers, each frame's headers rebuilt in front of its
@@ -208,7 +210,20 @@ class SendBatch {
   // False if the frame is no datagram the socket can send (ReadDeparture);
   // true once queued. A frame whose source port is not `port` is rewritten
   // first.
-  bool Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c);
+  bool Add(uint8_t* frame, uint32_t len, uint16_t port, UdpCounters* c) {
+    return Add(frame, len, Gather{}, port, c);
+  }
+  // A frame whose bytes are frame[0, g.at), g.data[0, g.len), frame[g.at,
+  // len) (pktio::Frame's gather): its datagram leaves from three iovecs, the
+  // gathered bytes read by the kernel where they are. g.at must lie in the
+  // UDP payload. A gather frame is never rewritten: false if its source
+  // port is not `port` (the caller flattens it and adds it again).
+  struct Gather {
+    const uint8_t* data = nullptr;
+    uint32_t len = 0;
+    uint32_t at = 0;
+  };
+  bool Add(uint8_t* frame, uint32_t len, const Gather& g, uint16_t port, UdpCounters* c);
   int size() const { return n_; }
   bool full() const { return n_ == kMax; }
   // Sends what was added and empties the batch; returns how many of the
@@ -216,7 +231,7 @@ class SendBatch {
   // for good (counted in tx_dropped). Fewer than were added only when the
   // socket's send buffer is full: the caller keeps the rest.
   int Send(int fd, UdpCounters* c);
-  void Clear() { n_ = 0, m_ = 0; }
+  void Clear() { n_ = 0, m_ = 0, iovs_ = 0; }
 
  private:
   // Whether `d` (payload_len bytes) can be the next segment of the last message.
@@ -226,7 +241,8 @@ class SendBatch {
   int n_ = 0;  // frames
   int m_ = 0;  // messages
   mmsghdr msgs_[kMax];
-  iovec iov_[kMax];  // one per frame; a message's are consecutive
+  iovec iov_[3 * kMax];  // one per frame, three per gather frame; a message's are consecutive
+  int iovs_ = 0;
   sockaddr_in6 names_[kMax];
   alignas(8) char control_[kMax][kControlBytes];
   // The last message: its first frame's addressing, its segment size, bytes

@@ -377,13 +377,11 @@ TEST(UdpIo, OtherHostsGoToTheSocketTheHostStaysInside) {
   EXPECT_EQ(inner_b.live, 0);
 }
 
-// Sends `frames` from a (one TxBurst) and receives them at b in bursts of
-// at most `burst`: each bit-exact the frame sent (its destination port as
-// the sender wrote it), its ICRC valid, in order.
-void CrossInOrder(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
+// Sends `out` from a (one TxBurst) and receives them at b in bursts of at
+// most `burst`: each bit-exact frames[i] (its destination port as the sender
+// wrote it), its ICRC valid, in order.
+void SendAndCheck(UdpIo& a, std::vector<pktio::Frame> out, UdpIo& b, FakeInner& inner_b,
                   const std::vector<std::vector<uint8_t>>& frames, uint16_t burst, uint16_t dst_port) {
-  std::vector<pktio::Frame> out;
-  for (const auto& f : frames) out.push_back(Copy(inner_a, f));
   ASSERT_EQ(a.TxBurst(out.data(), static_cast<uint16_t>(out.size())), out.size());
   ASSERT_TRUE(Readable(b.Arm(-1)));
   std::vector<pktio::Frame> in;
@@ -407,18 +405,26 @@ void CrossInOrder(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
   inner_b.Release(in.data(), static_cast<uint16_t>(in.size()));
 }
 
-// Two UdpIos over loopback with udp_gso on both; every buffer goes back.
-class CoalescingPair : public testing::Test {
- protected:
-  void SetUp() override {
+// SendAndCheck of copies of `frames`.
+void CrossInOrder(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
+                  const std::vector<std::vector<uint8_t>>& frames, uint16_t burst, uint16_t dst_port) {
+  std::vector<pktio::Frame> out;
+  for (const auto& f : frames) out.push_back(Copy(inner_a, f));
+  SendAndCheck(a, out, b, inner_b, frames, burst, dst_port);
+}
+
+// Two UdpIos over loopback; every buffer goes back.
+struct UdpPair {
+  UdpPair(bool gso, bool gather) {
     pa = sa.port, pb = sb.port;
     a.emplace(&inner_a, sa.fd, pa, kOwnMac);
     b.emplace(&inner_b, sb.fd, pb, kPeerMac);
     sa.fd = sb.fd = -1;  // the UdpIos' now
-    a->set_gso(true);
-    b->set_gso(true);
+    a->set_gso(gso);
+    b->set_gso(gso);
+    a->set_gather(gather);
   }
-  void TearDown() override {
+  ~UdpPair() {
     a.reset();
     b.reset();
     EXPECT_EQ(inner_a.live, 0);
@@ -428,6 +434,12 @@ class CoalescingPair : public testing::Test {
   Sock sa, sb;
   uint16_t pa = 0, pb = 0;
   std::optional<UdpIo> a, b;
+};
+
+// With udp_gso on both.
+class CoalescingPair : public testing::Test, public UdpPair {
+ protected:
+  CoalescingPair() : UdpPair(/*gso=*/true, /*gather=*/false) {}
 };
 
 // The receiver's socket takes a segmented run as one coalesced datagram
@@ -515,6 +527,105 @@ TEST_F(CoalescingPair, AFullFrameAfterSmallCoalescedOnesArrivesWhole) {
   CrossInOrder(*a, inner_a, *b, inner_b, {Frame(true, pa, pb, 4096)}, 32, pb);
   EXPECT_EQ(b->counters().rx_coalesced, 10u);
   EXPECT_EQ(b->counters().rx_dropped, 0u);
+}
+
+// A gather frame (pktio::Frame::gather) made from a flat frame of Frame():
+// its buffer holds the headers through the RETH, then the pad and ICRC; the
+// payload is in `memory` (at an odd offset), as a payload in registered
+// memory is.
+pktio::Frame GatherCopy(FakeInner& io, const std::vector<uint8_t>& flat, uint32_t payload_len,
+                        std::vector<uint8_t>* memory) {
+  Departure d;
+  EXPECT_TRUE(ReadDeparture(flat.data(), static_cast<uint32_t>(flat.size()), &d));
+  const uint32_t at = d.payload_offset + wire::kBthBytes + wire::kRethBytes;
+  memory->assign(payload_len + 3, 0xEE);
+  std::memcpy(memory->data() + 3, flat.data() + at, payload_len);
+  pktio::Frame f;
+  io.AllocTx(&f, 1);
+  std::memset(f.data, 0x55, f.capacity);  // what the buffer held before: must never be sent
+  std::memcpy(f.data, flat.data(), at);
+  const uint32_t tail = static_cast<uint32_t>(flat.size()) - at - payload_len;
+  std::memcpy(f.data + at, flat.data() + at + payload_len, tail);
+  f.len = at + payload_len + tail;
+  f.gather = memory->data() + 3;
+  f.gather_len = payload_len;
+  f.gather_at = at;
+  return f;
+}
+
+// SendAndCheck of gather frames made from `frames` (lens[i]: frame i's payload bytes).
+void CrossGathered(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
+                   const std::vector<std::vector<uint8_t>>& frames, const std::vector<uint32_t>& lens,
+                   uint16_t dst_port) {
+  std::vector<std::vector<uint8_t>> memory(frames.size());
+  std::vector<pktio::Frame> out;
+  for (size_t i = 0; i < frames.size(); ++i) out.push_back(GatherCopy(inner_a, frames[i], lens[i], &memory[i]));
+  SendAndCheck(a, out, b, inner_b, frames, 64, dst_port);
+}
+
+// Gather frames leave from three iovecs: the receiver gets each frame bit
+// for bit, over IPv4 and IPv6, payload lengths with and without pad, with
+// segmentation (a run of one size in one message, each segment with its own
+// headers and ICRC) and without.
+TEST(UdpIoGather, GatherFramesArriveAsTheFramesTheyDescribe) {
+  for (bool gso : {false, true}) {
+    for (bool ipv6 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (gso ? "gso " : "") << (ipv6 ? "IPv6" : "IPv4"));
+      UdpPair p(gso, /*gather=*/true);
+      EXPECT_TRUE(p.a->TakesGather());
+      std::vector<std::vector<uint8_t>> frames;
+      std::vector<uint32_t> lens;
+      for (uint32_t len : {4096u, 4096u, 4096u, 1027u, 2048u, 2048u, 1025u, 1u}) {
+        std::vector<uint8_t> f = Frame(ipv6, p.pa, p.pb, len);
+        Departure d;
+        EXPECT_TRUE(ReadDeparture(f.data(), static_cast<uint32_t>(f.size()), &d));
+        wire::StoreBe32(f.data() + d.payload_offset + 4, 700 + static_cast<uint32_t>(frames.size()));  // PSN
+        const uint32_t icrc_at = d.payload_offset + d.payload_len - wire::kIcrcBytes;
+        wire::StoreLe32(f.data() + icrc_at, wire::ComputeIcrc(f.data() + d.l3_offset, icrc_at - d.l3_offset, ipv6));
+        frames.push_back(f);
+        lens.push_back(len);
+      }
+      CrossGathered(*p.a, p.inner_a, *p.b, p.inner_b, frames, lens, p.pb);
+      EXPECT_EQ(p.a->counters().tx_gathered, frames.size());
+      EXPECT_EQ(p.a->counters().tx_flattened, 0u);
+      EXPECT_EQ(p.a->counters().tx_dropped, 0u);
+      if (gso && ipv6) EXPECT_GT(p.a->counters().tx_gso_datagrams, 0u);
+      EXPECT_EQ(p.b->counters().rx_dropped, 0u);
+    }
+  }
+}
+
+// A gather frame for the host (inner: droced, the device's other processes)
+// reaches inner flattened, bit-exact; one built with another source port is
+// flattened, then rewritten with its ICRC, and sent.
+TEST(UdpIoGather, GatherFramesForInnerOrToRewriteAreFlattened) {
+  UdpPair p(/*gso=*/false, /*gather=*/true);
+  UdpIo& a = *p.a;
+  std::vector<uint8_t> own = Frame(false, p.pa, p.pb, 2000);
+  std::memcpy(own.data(), kOwnMac.data(), 6);
+  std::vector<uint8_t> other_port = Frame(true, 4791, p.pb, 3000);
+  std::vector<uint8_t> m0, m1;
+  pktio::Frame out[2] = {GatherCopy(p.inner_a, own, 2000, &m0), GatherCopy(p.inner_a, other_port, 3000, &m1)};
+  ASSERT_EQ(a.TxBurst(out, 2), 2);
+  EXPECT_EQ(a.counters().tx_flattened, 2u);
+  EXPECT_EQ(a.counters().tx_port_rewritten, 1u);
+  ASSERT_EQ(p.inner_a.sent.size(), 1u);
+  EXPECT_EQ(p.inner_a.sent[0].gather_len, 0u);
+  ASSERT_EQ(p.inner_a.sent[0].len, own.size());
+  EXPECT_EQ(std::memcmp(p.inner_a.sent[0].data, own.data(), own.size()), 0);
+  p.inner_a.Release(p.inner_a.sent.data(), 1);
+  ASSERT_TRUE(Readable(p.b->Arm(-1)));
+  pktio::Frame in[4];
+  uint16_t got = 0;
+  for (int tries = 0; tries < 4 && got < 1; ++tries) got = static_cast<uint16_t>(got + p.b->RxBurst(in + got, 4));
+  ASSERT_EQ(got, 1);
+  ASSERT_EQ(in[0].len, other_port.size());
+  Departure d;
+  ASSERT_TRUE(ReadDeparture(in[0].data, in[0].len, &d));
+  EXPECT_EQ(d.src_port, p.pa);
+  wire::UdpWriter(in[0].data + d.l4_offset).set_dst_port(p.pb);  // as the sender wrote it
+  EXPECT_TRUE(IcrcValid(in[0].data, d));
+  p.inner_b.Release(in, got);
 }
 
 }  // namespace

@@ -141,9 +141,39 @@ bool UdpIo::ToSocket(const pktio::Frame& f) const {
   return true;
 }
 
+uint16_t UdpIo::AllocTx(pktio::Frame* frames, uint16_t n) {
+  const uint16_t got = inner_->AllocTx(frames, n);
+  for (uint16_t i = 0; i < got; ++i) frames[i].gather_len = 0;
+  return got;
+}
+
+// A gather frame the batch refuses as it is (its source port to rewrite)
+// is flattened and added again.
+bool UdpIo::AddToBatch(pktio::Frame& f) {
+  if (send_.full()) return false;
+  if (f.gather_len == 0) return send_.Add(f.data, f.len, port_, &counters_);
+  if (send_.Add(f.data, f.len - f.gather_len, SendBatch::Gather{f.gather, f.gather_len, f.gather_at}, port_,
+                &counters_)) {
+    return true;
+  }
+  if (!pktio::Flatten(f)) return false;
+  ++counters_.tx_flattened;
+  return send_.Add(f.data, f.len, port_, &counters_);
+}
+
+// Frames leaving for `inner`, or handed back unsent: none may point into
+// registered memory once TxBurst returns (pktio::BurstIo::TakesGather).
+// Flatten fails only for a frame longer than its buffer, which no
+// transport builds; such a frame stays as it is.
+void UdpIo::FlattenAll(pktio::Frame* frames, uint16_t n) {
+  for (uint16_t i = 0; i < n; ++i) {
+    if (frames[i].gather_len != 0 && pktio::Flatten(frames[i])) ++counters_.tx_flattened;
+  }
+}
+
 void UdpIo::Refill() {
   const uint16_t want = static_cast<uint16_t>(RecvBatch::kMax - stashed_);
-  if (want > 0) stashed_ = static_cast<uint16_t>(stashed_ + inner_->AllocTx(stash_ + stashed_, want));
+  if (want > 0) stashed_ = static_cast<uint16_t>(stashed_ + AllocTx(stash_ + stashed_, want));
 }
 
 uint16_t UdpIo::ReceiveFromSocket(pktio::Frame* frames, uint16_t n) {
@@ -204,20 +234,27 @@ uint16_t UdpIo::TxBurst(pktio::Frame* frames, uint16_t n) {
     if (fd_ >= 0 && ToSocket(frames[i])) {
       // A frame the socket cannot send (ReadDeparture refused it: not IP/UDP)
       // ends the run and goes to inner.
-      while (j < n && ToSocket(frames[j]) && send_.Add(frames[j].data, frames[j].len, port_, &counters_)) ++j;
+      while (j < n && ToSocket(frames[j]) && AddToBatch(frames[j])) ++j;
       if (j > i) {
         const int done = send_.Send(fd_, &counters_);
         inner_->Release(frames + i, static_cast<uint16_t>(done));
         i = static_cast<uint16_t>(i + done);
-        if (i < j) return i;  // the send buffer is full: the rest stays the caller's
+        if (i < j) {  // the send buffer is full: the rest stays the caller's
+          FlattenAll(frames + i, static_cast<uint16_t>(n - i));
+          return i;
+        }
         continue;
       }
       j = static_cast<uint16_t>(i + 1);
     }
     while (j < n && !(fd_ >= 0 && ToSocket(frames[j]))) ++j;
+    FlattenAll(frames + i, static_cast<uint16_t>(j - i));
     const uint16_t taken = inner_->TxBurst(frames + i, static_cast<uint16_t>(j - i));
     i = static_cast<uint16_t>(i + taken);
-    if (i < j) return i;
+    if (i < j) {
+      FlattenAll(frames + i, static_cast<uint16_t>(n - i));
+      return i;
+    }
   }
   return i;
 }

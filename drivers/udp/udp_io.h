@@ -33,12 +33,18 @@ class UdpIo final : public pktio::BurstIo {
   UdpIo& operator=(const UdpIo&) = delete;
 
   uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
-  uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
+  uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override;
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
   void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
   // Frames to other hosts, the bulk of a netdev-bound device's, leave by
   // sendmmsg: a gathered burst goes whole (pktio::BurstIo).
   bool ReadConcurrently() const override { return false; }
+  // Gather frames to other hosts leave from three iovecs (SendBatch), the
+  // payload read by the kernel from the registered memory; those for
+  // `inner`, and those the socket cannot take now, are flattened.
+  bool TakesGather() const override { return gather_; }
+  // Before a core::Device is made on the port (it asks TakesGather once).
+  void set_gather(bool on) { gather_ = on; }
 
   // A new socket (droced re-attached): the old one is closed.
   void ReplaceSocket(int fd, uint16_t port);
@@ -66,6 +72,8 @@ class UdpIo final : public pktio::BurstIo {
 
  private:
   bool ToSocket(const pktio::Frame& f) const;
+  bool AddToBatch(pktio::Frame& f);
+  void FlattenAll(pktio::Frame* frames, uint16_t n);
   uint16_t ReceiveFromSocket(pktio::Frame* frames, uint16_t n);
   void Refill();
   void EnableCoalescing();
@@ -81,6 +89,7 @@ class UdpIo final : public pktio::BurstIo {
   pktio::Frame stash_[RecvBatch::kMax];
   uint16_t stashed_ = 0;
   bool socket_first_ = false;  // alternates: neither source starves the other
+  bool gather_ = false;
   // Coalesced receives: frames received but not yet asked for (a datagram
   // may hold more than a burst takes), and the segment size to read with.
   bool coalesce_ = false;

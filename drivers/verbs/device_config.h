@@ -561,6 +561,10 @@ struct DeviceFile {
   // leave in one segmented send (UDP_SEGMENT; udp::SendBatch), and the
   // process's socket takes coalesced datagrams (UDP_GRO; udp::UdpIo).
   bool udp_gso = false;
+  // With steering udp: a long SEND or WRITE packet's payload leaves from the
+  // registered memory (an iovec of its sendmmsg) instead of being copied
+  // into the frame first (pktio::BurstIo::TakesGather, udp::UdpIo).
+  bool udp_gather = true;
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;

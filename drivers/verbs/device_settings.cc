@@ -341,6 +341,9 @@ std::vector<DeviceSetting> MakeSettings() {
   t.push_back(Switch("udp_gso", [](auto& f) -> auto& { return f.udp_gso; },
                      "with `netdev_steering` udp: runs of equal-sized IPv6 frames to one peer leave in one "
                      "segmented send (UDP_SEGMENT), and the socket takes coalesced datagrams (UDP_GRO)"));
+  t.push_back(Switch("udp_gather", [](auto& f) -> auto& { return f.udp_gather; },
+                     "with `netdev_steering` udp: the payload of a SEND or WRITE packet of 1 KiB or more is sent "
+                     "from the registered memory where it is (an iovec of the send), not copied into the frame"));
   // The provider's progress and doorbells (doc/verbs.md "Who drives the device").
   t.push_back(Number("doorbell_batch", 1, 256, 1, [](auto& f) -> auto& { return f.doorbell_batch; },
                      "small posts in a tight burst of a program that polls its CQ leave together, up to this "

@@ -151,6 +151,7 @@ absl::Status Runtime::Start() {
     udp_ = std::make_unique<udp::UdpIo>(io, udp_fd_, udp_port_, file_.dev.mac);
     udp_fd_ = -1;  // the UdpIo's now
     udp_->set_gso(file_.udp_gso);
+    udp_->set_gather(file_.udp_gather);
     // Frames to another droce device of this droced (its MAC, which droced
     // answers for such a destination) stay on the host: droced switches them.
     // The devices registered when the program starts; one added later is

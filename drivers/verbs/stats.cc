@@ -105,10 +105,10 @@ void Runtime::PrintStats() {
                  "droce %s: own UDP socket (port %u): rx %lu datagrams (dropped %lu, coalesced %lu, copied into place "
                  "%lu) in %lu calls (%lu empty), "
                  "tx %lu (dropped %lu, source port rewritten %lu, segmented %lu, segmentation refused %lu) in %lu "
-                 "calls, send buffer full %lu\n",
+                 "calls, send buffer full %lu, payloads sent from registered memory %lu (flattened %lu)\n",
                  file_.name.c_str(), udp_->port(), u.rx_datagrams, u.rx_dropped, u.rx_coalesced, u.rx_gro_copied,
                  u.rx_calls, u.rx_empty_calls, u.tx_datagrams, u.tx_dropped, u.tx_port_rewritten, u.tx_gso_datagrams, u.tx_gso_refused, u.tx_calls,
-                 u.tx_would_block);
+                 u.tx_would_block, u.tx_gathered, u.tx_flattened);
   }
   // Every device counter (lib/core DROCE_DEVICE_COUNTERS and the parse drops).
   std::string line = absl::StrCat("droce ", file_.name, " device:");

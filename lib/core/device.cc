@@ -34,6 +34,7 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   // Long messages leave in pieces only where the port's reader takes them
   // meanwhile (pktio::BurstIo::ReadConcurrently).
   if (io != nullptr && !io->ReadConcurrently()) config_.tx_flush_bytes = 0;
+  gather_tx_ = io != nullptr && io->TakesGather();
   rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
   rx_l3_offset_ = static_cast<uint8_t>(wire::kEthBytes + (config.vlan ? wire::kVlanTagBytes : 0));
   std::memcpy(&mac_lo_, config.mac.data(), 4);
@@ -199,6 +200,7 @@ absl::StatusOr<uint32_t> Device::CreateQp(const QpInitAttr& init) {
   env.make_route = &Device::MakeRouteThunk;
   env.route_ctx = this;
   env.ahs = &ahs_;
+  env.gather_tx = gather_tx_;
   // DeviceConfig::dcqcn (with its profile) or the algorithm of DeviceConfig::cc.
   env.cc = config_.dcqcn ? &cc::kDcqcnOps : config_.cc.ops;
   env.cc_params = config_.dcqcn ? static_cast<const void*>(&config_.dcqcn_params) : config_.cc.param_block();

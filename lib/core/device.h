@@ -478,6 +478,9 @@ class Device {
   // gather_spare_ entries are empty buffers kept from the port for the next.
   std::vector<pktio::Frame> gather_frames_;
   uint16_t gather_spare_ = 0;
+  // The port takes gather frames (pktio::BurstIo::TakesGather): QPs send
+  // long payloads from registered memory without copying them (QpEnv).
+  bool gather_tx_ = false;
   std::vector<pktio::Frame> tx_backlog_;  // refused by the port, sent first next round
   size_t tx_backlog_head_ = 0;
   size_t tx_round_robin_ = 0;  // which active QP transmits first this round

@@ -9,6 +9,7 @@
 #define DROCE_LIB_PKTIO_BURST_IO_H_
 
 #include <cstdint>
+#include <cstring>
 
 namespace droce::pktio {
 
@@ -21,7 +22,30 @@ struct Frame {
   uint32_t len = 0;         // valid bytes at data
   uint32_t capacity = 0;    // writable bytes at data (>= kMaxFrameBytes for TX buffers)
   void* handle = nullptr;   // the backend's own reference to the buffer
+  // A gather frame (built only for a port that TakesGather): its len bytes
+  // are data[0, gather_at), then gather[0, gather_len), then data[gather_at,
+  // len - gather_len). The gathered bytes are a payload in registered
+  // memory, read where it is; they must stay readable until the port has
+  // taken the frame.
+  const uint8_t* gather = nullptr;
+  uint32_t gather_len = 0;
+  uint32_t gather_at = 0;
 };
+
+// Copies a gather frame's gathered bytes into its own buffer (capacity
+// permitting: a transmit buffer holds kMaxFrameBytes): then it is an
+// ordinary frame, whatever happens to the memory it pointed into. False if
+// it does not fit (the frame is left as it was).
+inline bool Flatten(Frame& f) {
+  if (f.gather_len == 0) return true;
+  if (f.gather_len > f.len || f.gather_at > f.len - f.gather_len || f.len > f.capacity) return false;
+  std::memmove(f.data + f.gather_at + f.gather_len, f.data + f.gather_at, f.len - f.gather_len - f.gather_at);
+  std::memcpy(f.data + f.gather_at, f.gather, f.gather_len);
+  f.gather = nullptr;
+  f.gather_len = 0;
+  f.gather_at = 0;
+  return true;
+}
 
 class BurstIo {
  public:
@@ -52,6 +76,15 @@ class BurstIo {
   // the receiver nothing sooner. Read once, when a core::Device is made on
   // the port.
   virtual bool ReadConcurrently() const { return true; }
+
+  // Whether TxBurst takes gather frames (Frame::gather): a port that reads
+  // each frame's bytes from wherever they are while it sends them (a socket's
+  // sendmmsg with an iovec per piece), so the transport need not copy a
+  // payload into the frame first. A port that takes them flattens (Flatten)
+  // every gather frame it hands on or gives back, so that none outlives the
+  // TxBurst call that brought it, and hands out transmit buffers (AllocTx)
+  // with gather_len 0. Read once, when a core::Device is made on the port.
+  virtual bool TakesGather() const { return false; }
 
   // True when an RxBurst now would return nothing, known without receiving
   // and without a system call (a look at a ring's indices). A port in front

@@ -67,6 +67,14 @@ uint16_t LoopbackIo::TxBurst(Frame* frames, uint16_t n) {
         ++counters_.ring_full;
         return static_cast<uint16_t>(i);
       }
+      // The receive side reads the frame's own bytes: a gather frame's
+      // payload is copied in (its memory may change once the burst is done).
+      if (!Flatten(frames[i])) {
+        ++counters_.dropped;
+        inner_->Release(&frames[i], 1);
+        ++i;
+        continue;
+      }
       ring_[(head_ + count_) % ring_.size()] = frames[i];
       ++count_;
       ++counters_.looped;

@@ -23,6 +23,7 @@ namespace droce::pktio {
 struct LoopbackCounters {
   uint64_t looped = 0;       // frames turned around to the receive side
   uint64_t ring_full = 0;    // times a loopback frame was refused (ring full)
+  uint64_t dropped = 0;      // gather frames too long to flatten (none a transport builds)
 };
 
 class LoopbackIo final : public BurstIo {
@@ -38,6 +39,8 @@ class LoopbackIo final : public BurstIo {
   uint16_t TxBurst(Frame* frames, uint16_t n) override;
   void Release(Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
   bool ReadConcurrently() const override { return inner_ == nullptr || inner_->ReadConcurrently(); }
+  // Looped gather frames are flattened (TxBurst); the rest go to inner.
+  bool TakesGather() const override { return inner_ != nullptr && inner_->TakesGather(); }
 
   // On a shared port (a droced fabric: other processes own the device's
   // other QPs) only RoCEv2 frames for QPNs [first, first + count) are this

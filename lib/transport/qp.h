@@ -86,6 +86,11 @@ struct QpEnv : QpTuning {
   // While it limits the rate, every packet but CNPs is paced to it.
   const cc::Ops* cc = nullptr;
   const void* cc_params = nullptr;
+  // The port takes gather frames (pktio::BurstIo::TakesGather): a SEND or
+  // WRITE packet of at least kGatherTxMin payload bytes from one SGE points
+  // at its payload in the registered memory instead of copying it
+  // (BuildRequest).
+  bool gather_tx = false;
 };
 
 class Qp {
@@ -443,7 +448,9 @@ class Qp {
   // one. The MTU is a power of two (256..4096): a shift, not a division,
   // and no overflow at any 32-bit length (2^31 bytes at MTU 256 is 2^23 PSNs).
   uint32_t PacketsForLength(uint32_t len) const { return len == 0 ? 1 : ((len - 1) >> mtu_log2_) + 1; }
-  uint32_t BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns);
+  // Returns the frame's length (0: nothing built); a gather frame
+  // (QpEnv::gather_tx) also gets f.gather, the payload where it is.
+  uint32_t BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns);
   // The common request packet built in fewer steps (requester.cc).
   bool ShortQp() const;  // the QP's part of ShortRequest and ShortStart
   bool ShortRequest(const SendWqe& w, bool short_qp) const;
@@ -458,6 +465,11 @@ class Qp {
                             uint32_t crc) const;
   // Payloads from this size on are copied and CRCed in one pass.
   static constexpr uint32_t kFusedGatherMin = 512;
+  // Payloads from this size on leave as gather frames where the port takes
+  // them (QpEnv::gather_tx): below it the copy costs less than the port's
+  // extra pieces (two more iovecs per datagram).
+  static constexpr uint32_t kGatherTxMin = 1024;
+  static_assert(kGatherTxMin > kFusedGatherMin, "a short request (BuildShortRequest) is never a gather frame");
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
   // ScatterToSges continuing an ICRC register over the bytes it copies.
   uint32_t ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len,
@@ -582,7 +594,7 @@ class Qp {
   uint32_t PendingRetransmits() const;
   uint32_t SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uint64_t now_ns);
   // `read_len`: a READ asks for this many bytes (0: to its end).
-  uint32_t BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns, uint32_t read_len = 0);
+  uint32_t BuildResend(SendWqe& w, uint32_t psn, pktio::Frame& f, uint64_t now_ns, uint32_t read_len = 0);
   // Scatters `len` bytes at byte `offset` of a receive WQE's buffers.
   // `learnt` (if given) receives the region the last piece's L_Key resolved to.
   static bool PlaceIntoRecv(mem::MrTable& mrs, uint32_t pd, const RecvWr& wr, uint32_t offset,

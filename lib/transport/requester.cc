@@ -225,7 +225,7 @@ DROCE_STEP ReqState Qp::ReqCheckSges(SendCtx& c) {
 DROCE_STEP ReqState Qp::ReqBuildPacket(SendCtx& c) {
   const uint32_t len = ShortRequest(*c.w, c.short_qp)
                            ? BuildShortRequest(*c.w, c.frames[c.used].data, c.ack_every)
-                           : BuildRequest(*c.w, c.frames[c.used].data, c.now_ns);
+                           : BuildRequest(*c.w, c.frames[c.used], c.now_ns);
   if (len == 0) return ReqState::kDone;
   c.frames[c.used].len = len;
   return ReqState::kUpdate;
@@ -288,7 +288,7 @@ uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uin
       FailWqe(w, WcStatus::kLocProtErr);
       return used;
     }
-    const uint32_t len = BuildResend(w, psn, frames[used].data, now_ns);
+    const uint32_t len = BuildResend(w, psn, frames[used], now_ns);
     if (len == 0) return used;
     req_.retry_probe_sent = true;
     req_.retry_probe_psn = psn;
@@ -304,7 +304,7 @@ uint32_t Qp::SendRetryProbe(pktio::Frame* frames, uint32_t used, uint32_t n, uin
 // The packet at `psn` of a started WQE once more, asking for an ACK, the
 // WQE's cursor (next_psn, fully_sent) left as it was: a one-off resend
 // (selective repeat's, go-back-N's retry probe). 0: nothing built.
-uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, uint8_t* frame, uint64_t now_ns, uint32_t read_len) {
+uint32_t Qp::BuildResend(SendWqe& w, uint32_t psn, pktio::Frame& frame, uint64_t now_ns, uint32_t read_len) {
   const uint32_t saved_next = w.next_psn;
   const bool saved_sent = w.fully_sent;
   w.next_psn = psn;
@@ -435,7 +435,8 @@ uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* 
   return FinishShortFrame(frame, headers_, headers + w.total_len);
 }
 
-uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
+uint32_t Qp::BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns) {
+  uint8_t* frame = f.data;
   if (ud()) return BuildUdRequest(w, frame);
   const uint32_t psn = w.next_psn;
   const bool retransmission = PsnLess(psn, req_.psn_high);
@@ -556,6 +557,25 @@ uint32_t Qp::BuildRequest(SendWqe& w, uint8_t* frame, uint64_t now_ns) {
     // (the template's register covers the headers) beats two reductions.
     GatherSges(w, offset, seg, payload);
     return FinishTemplateFrame(frame, headers_, transport_len);
+  }
+  if (env_.gather_tx && seg >= kGatherTxMin && w.num_sge == 1 && !(w.flags & kSendInline)) {
+    // The port reads the payload from the registered memory (a gather
+    // frame): the frame holds the headers, then the pad and the ICRC, which
+    // covers the payload as it is read here. The SGE was checked still lent
+    // (ReqCheckSges) just before this build; the port takes or flattens the
+    // frame before the device's round ends.
+    const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);
+    const uint32_t pad = icrc_offset - static_cast<uint32_t>(payload + seg - frame);
+    const uint8_t* host = w.local_host + offset;
+    uint32_t crc = IcrcTemplateBegin(frame, headers_, headers - kBthBytes);
+    crc = Crc32Update(crc, host, seg);
+    std::memset(payload, 0, pad);
+    crc = Crc32Update(crc, payload, pad);
+    StoreLe32(payload + pad, Crc32Final(crc));
+    f.gather = host;
+    f.gather_len = seg;
+    f.gather_at = static_cast<uint32_t>(payload - frame);
+    return f.gather_at + seg + pad + kIcrcBytes;
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);

@@ -414,6 +414,28 @@ segmented() {
   done
 }
 check "steering udp, udp_gso=on: 64 KiB messages over IPv6 segmented and coalesced, data checked" segmented
+# udp_gather: long packets' payloads leave from the registered memory (three
+# iovecs a datagram), segmented over IPv6 and one by one over IPv4, at
+# path MTU 1024 (the veth's 1500); ibv_rc_pingpong -c checks every byte of both directions.
+gathered() {
+  rebind udp set udp_gso=on set udp_gather=on set min_ack_timeout=17 || return 1
+  local ga gb f
+  ga=$(gid_of "$A" fd00::1) && gb=$(gid_of "$B" fd00::2) || { echo "no fd00:: GID"; return 1; }
+  pair_stats "$A" "ibv_rc_pingpong -d droce0 -g $ga -m 1024 -s 65531 -n 100 -c" \
+    "$B" "ibv_rc_pingpong -d droce0 -g $gb -m 1024 -s 65531 -n 100 -c 10.0.0.1" || return 1
+  grep -q 'segmented [1-9]' "$logs/client.log" || { echo "IPv6: not segmented"; return 1; }
+  for f in "$logs/server.log" "$logs/client.log"; do
+    grep -o "payloads sent from registered memory [0-9]*" "$f"
+    grep -q 'payloads sent from registered memory [1-9]' "$f" || return 1
+  done
+  pair_stats "$A" "ibv_rc_pingpong -d droce0 -g 1 -m 1024 -s 65531 -n 100 -c" \
+    "$B" "ibv_rc_pingpong -d droce0 -g 1 -m 1024 -s 65531 -n 100 -c 10.0.0.1" || return 1
+  for f in "$logs/server.log" "$logs/client.log"; do
+    grep -o "payloads sent from registered memory [0-9]*" "$f"
+    grep -q 'payloads sent from registered memory [1-9]' "$f" || return 1
+  done
+}
+check "steering udp, udp_gather=on: payloads sent from registered memory, IPv6 segmented and IPv4, data checked" gathered
 # Where XDP is not available: a packet socket with a BPF filter.
 fallback() {
   rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&

@@ -165,7 +165,7 @@ uint32_t SelectiveRepeat::Retransmit(pktio::Frame* frames, uint32_t used, uint32
       }
       read_len = PsnLess(PsnAdd(psn, run), PsnAdd(w.last_psn, 1)) ? run * qp_.mtu_ : 0;
     }
-    const uint32_t len = qp_.BuildResend(w, psn, frames[used].data, now_ns, read_len);
+    const uint32_t len = qp_.BuildResend(w, psn, frames[used], now_ns, read_len);
     req_.retx_next = next;
     if (len == 0) continue;
     frames[used].len = len;

@@ -21,7 +21,7 @@ std::unique_ptr<MemifRx> MemifRx::For(uint16_t port, std::string* why_not) {
   return dev != nullptr ? std::unique_ptr<MemifRx>(new MemifRx(port, dev)) : nullptr;
 }
 
-uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t n) {
+uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t n, uint64_t* bytes_out) {
   uint8_t* queue = static_cast<uint8_t*>(::rte_eth_fp_ops[port_].rxq.data[0]);
   if (queue == nullptr || n == 0) return 0;
   MemifRing q;
@@ -82,6 +82,7 @@ uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t
     // The PMD's queue counters (rte_eth_stats_get), as its own burst keeps them.
     *reinterpret_cast<uint64_t*>(queue + kMemifQueuePacketsOffset) += got;
     *reinterpret_cast<uint64_t*>(queue + kMemifQueueBytesOffset) += bytes;
+    *bytes_out += bytes;
   }
   return got;
 }

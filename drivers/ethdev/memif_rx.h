@@ -155,8 +155,8 @@ class MemifRx {
 
   // Receives up to n frames into buffers of `pool` (0 while the port is not
   // connected or the pool is empty). The frames are the caller's, to give
-  // back to the pool.
-  uint16_t Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t n);
+  // back to the pool. *bytes += the frames' lengths.
+  uint16_t Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t n, uint64_t* bytes);
 
   const MemifRxCounters& counters() const { return counters_; }
 

@@ -351,6 +351,7 @@ uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
 // Copies frames out of the memif ring into the pool's buffers (MemifRx).
 uint16_t EthdevPort::DirectRxBurst(pktio::Frame* frames, uint16_t n) {
   const MemifRxCounters before = direct_rx_->counters();
+  uint64_t bytes = 0;  // of the frames received (a faulted burst adds none)
   uint16_t got;
   if (guard_) {
     struct Call {
@@ -358,12 +359,17 @@ uint16_t EthdevPort::DirectRxBurst(pktio::Frame* frames, uint16_t n) {
       pktio::FramePool* pool;
       pktio::Frame* frames;
       uint16_t n;
-    } call{direct_rx_.get(), tx_buffers_.get(), frames, n};
+      uint64_t* bytes;
+    } call{direct_rx_.get(), tx_buffers_.get(), frames, n, &bytes};
     bool faulted = false;
     // A fault: the peer's regions went; what was in the ring is lost as on
     // a wire, the buffers the burst had taken go back to the pool.
     got = GuardedCall(
-        port_, [](void* p) { auto* c = static_cast<Call*>(p); return c->rx->Receive(c->pool, c->frames, c->n); },
+        port_,
+        [](void* p) {
+          auto* c = static_cast<Call*>(p);
+          return c->rx->Receive(c->pool, c->frames, c->n, c->bytes);
+        },
         &call, 0, &faulted);
     if (faulted) {
       link_up_ = false;
@@ -371,7 +377,7 @@ uint16_t EthdevPort::DirectRxBurst(pktio::Frame* frames, uint16_t n) {
       tx_buffers_->Free(frames, direct_rx_->TakeInFlight());
     }
   } else {
-    got = direct_rx_->Receive(tx_buffers_.get(), frames, n);
+    got = direct_rx_->Receive(tx_buffers_.get(), frames, n, &bytes);
   }
   const MemifRxCounters& after = direct_rx_->counters();
   if (after.bad_descriptors != before.bad_descriptors || after.too_long != before.too_long ||
@@ -380,8 +386,6 @@ uint16_t EthdevPort::DirectRxBurst(pktio::Frame* frames, uint16_t n) {
     stats_.rx_too_long += after.too_long - before.too_long;
     stats_.rx_no_buffers += after.no_buffers - before.no_buffers;
   }
-  uint64_t bytes = 0;
-  for (uint16_t i = 0; i < got; ++i) bytes += frames[i].len;
   stats_.rx_bytes += bytes;
   stats_.rx_packets += got;
   stats_.rx_direct += got;

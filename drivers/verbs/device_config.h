@@ -33,6 +33,11 @@ struct ProgressConfig {
   // is a timer wake-up that preempts a busy-polling program. app_active_us
   // (or less) keeps them fixed.
   uint32_t app_active_max_us = 200;
+  // A program that shares its one CPU with the thread (mpirun binds a rank,
+  // and the threads it starts, to a core) and called within the last
+  // millisecond is taken over only once it has been quiet this long, not
+  // app_active_us (TakeOverAfterNs).
+  uint32_t shared_cpu_quiet_us = 200;
   // progress_calm_lookbacks: after this many look-backs in a row found the
   // program polling with no pause of its own (LookBackPacer::calm), the
   // thread naps with the kernel's default slice instead of slice_us, so its
@@ -114,16 +119,20 @@ class LookBackPacer {
   // look-back, ending at gap_end_ns. When to look again. A pause of
   // app_active_us or more means it does stop polling (ib_write_lat spins on
   // memory between its completions): no doubling then.
-  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns, uint64_t gap_end_ns = 0) {
+  // active_ns: what counts as a pause here, app_active_us unless the
+  // program shares the thread's CPU (TakeOverAfterNs); 0: app_active_us.
+  uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns, uint64_t gap_end_ns = 0,
+                      uint64_t active_ns = 0) {
+    if (active_ns == 0) active_ns = active_ns_;
     const bool ours = last_look_ns_ != 0 && gap_end_ns >= last_look_ns_ && gap_end_ns - max_gap_ns <= last_look_ns_;
-    if (max_gap_ns >= active_ns_ && !ours) streak_ = 0;
+    if (max_gap_ns >= active_ns && !ours) streak_ = 0;
     last_look_ns_ = now_ns;
-    uint64_t wake_ns = last_app_ns + active_ns_;
-    if (streak_++ > 0 && max_ns_ > active_ns_) {
+    uint64_t wake_ns = last_app_ns + active_ns;
+    if (streak_++ > 0 && max_ns_ > active_ns) {
       spacing_ns_ = std::min(spacing_ns_ * 2, max_ns_);
       wake_ns = std::max(wake_ns, now_ns + spacing_ns_);
     } else {
-      spacing_ns_ = active_ns_;
+      spacing_ns_ = active_ns;
     }
     return wake_ns;
   }
@@ -139,6 +148,23 @@ class LookBackPacer {
   uint64_t last_look_ns_ = 0;  // the last stand-aside look-back (0: the thread polled since)
   uint32_t streak_ = 0;        // look-backs in a row that found the program polling
 };
+
+// How long the program must not have called before the progress thread
+// polls for it (ProgressThread::Run). shares_cpu: the thread may run on one
+// CPU only, the program's, and the program called within the last
+// millisecond. On that CPU the thread runs only by preempting the program
+// (two context switches, ~9 us on the test VM), and the frames it would take
+// are the ones the program's next poll takes. A rank that stops calling for
+// 20-100 us is working: UCX unpacks an eager message's 8 KiB fragments into
+// the user's buffer between its polls (16 in a row after one poll_cq), and a
+// look-back that took it for a quiet program polled and hot-slept beside it
+// about once per message (tools/bench/stacks/results.md, stacks19). A program
+// that does stop calling there waits shared_cpu_quiet_us for the thread
+// once; elsewhere app_active_us.
+inline uint64_t TakeOverAfterNs(const ProgressConfig& pc, bool shares_cpu) {
+  const uint64_t active_ns = uint64_t{pc.app_active_us} * 1000;
+  return shares_cpu ? std::max(active_ns, uint64_t{pc.shared_cpu_quiet_us} * 1000) : active_ns;
+}
 
 // The program's calls into the device as the progress thread's look-backs
 // see them (Runtime::NoteAppPoll, RingPosted; ProgressThread::Run). Written

@@ -330,6 +330,7 @@ const KeySample kSamples[] = {
     {"progress_max_sleep_us", "progress_max_sleep_us=200", kWire, "1ms"},
     {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
     {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
+    {"progress_shared_cpu_quiet_us", "progress_shared_cpu_quiet_us=150", kWire, "-1"},
     {"progress_calm_lookbacks", "progress_calm_lookbacks=4", kWire, "1001"},
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
     {"progress_stream_wait", "progress_stream_wait=off", kWire, "sometimes"},
@@ -616,6 +617,7 @@ struct LookBacks {
   LookBackPacer pacer;
   uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
   uint64_t preempt_ns = 0, slice_ns = 0, frozen = 0, held_until = 0, preemptions = 0, to_calm = 0, to_short = 0;
+  uint64_t take_over_ns = 20'000;  // TakeOverAfterNs: 20 us, or longer beside a program on the thread's CPU
   bool calm = false, in_call = false;
   void Slice(bool c) {
     if (c != calm) ++(c ? to_calm : to_short);
@@ -638,7 +640,7 @@ struct LookBacks {
       if (t < next || (calm && slice_ns != 0 && t % slice_ns != 0)) continue;
       ++looks;
       const uint64_t last = calls.LastCall(t, in_call);
-      if (NsSince(t, last) >= 20'000) {
+      if (NsSince(t, last) >= take_over_ns) {
         Preempt(t);
         pacer.Quiet();
         Slice(false);
@@ -649,7 +651,7 @@ struct LookBacks {
         Preempt(t);
         uint64_t gap_end = 0;
         const uint64_t gap = calls.TakeMaxGap(&gap_end);
-        next = pacer.StandAside(t, last, gap, gap_end);
+        next = pacer.StandAside(t, last, gap, gap_end, take_over_ns);
         Slice(pacer.calm());
       }
     }
@@ -683,6 +685,48 @@ TEST(ProgramCalls, LookBacksSpaceOutBesideAPollingRankAndTakeOverOnceItStops) {
   lb.Run(stop, stop + 1'000'000, [](uint64_t, ProgramCalls&) { return false; });
   ASSERT_GE(lb.takeovers, 1u);
   EXPECT_LE(lb.first_takeover - stop, 200'000u) << lb.first_takeover - stop;
+}
+
+// An MPI rank bound to one CPU with the thread, in UCX's eager range: every
+// 100 us it polls for 50 us, then makes no call for 40 us (UCX unpacks the
+// fragments one poll returned into the user's buffer), then polls again;
+// every look-back preempts it for 9 us (two context switches). Taken over
+// after app_active_us, as a program on a CPU of its own is, the thread polls
+// for it in every such pause; with TakeOverAfterNs's shared-CPU threshold it
+// never does, looks back once per app_active_max_us (a fifth as often or
+// less), and still takes over within
+// shared_cpu_quiet_us and one spacing once the rank stops calling. Fails
+// when TakeOverAfterNs ignores the shared CPU (takeovers every cycle), or
+// when LookBackPacer::StandAside ignores its active_ns (the rank's pauses
+// restart the spacing at app_active_us: several look-backs per message).
+TEST(ProgramCalls, ARankWorkingBetweenItsPollsOnTheThreadsCpuIsNotTakenOver) {
+  const ProgressConfig pc;
+  EXPECT_EQ(TakeOverAfterNs(pc, false), 20'000u);
+  EXPECT_EQ(TakeOverAfterNs(pc, true), 200'000u);
+  ProgressConfig low;
+  low.shared_cpu_quiet_us = 5;
+  EXPECT_EQ(TakeOverAfterNs(low, true), 20'000u);  // never below app_active_us
+
+  const uint64_t start = 1'000'000, stop = start + 10'000'000;
+  auto rank = [&](uint64_t t, ProgramCalls& calls) {
+    const uint64_t c = (t - start) % 100'000;
+    if ((c < 50'000 || c >= 90'000) && c % 1'000 == 0) calls.Polled(t);
+    return false;
+  };
+  LookBacks own, shared;
+  own.preempt_ns = shared.preempt_ns = 9'000;
+  own.take_over_ns = TakeOverAfterNs(pc, false);
+  shared.take_over_ns = TakeOverAfterNs(pc, true);
+  own.Run(start, stop, rank);
+  shared.Run(start, stop, rank);
+  EXPECT_GE(own.takeovers, 90u);  // ~one per cycle
+  EXPECT_EQ(shared.takeovers, 0u);
+  // A look-back per app_active_max_us at most (50 in the 10 ms), not per message.
+  EXPECT_LE(shared.preemptions, 55u) << shared.preemptions << " " << own.preemptions;
+  EXPECT_LE(shared.preemptions * 5, own.preemptions) << shared.preemptions << " " << own.preemptions;
+  shared.Run(stop, stop + 1'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  ASSERT_GE(shared.takeovers, 1u);
+  EXPECT_LE(shared.first_takeover - stop, 400'000u) << shared.first_takeover - stop;
 }
 
 // A program that pauses between its calls until the thread delivers (it

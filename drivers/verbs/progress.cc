@@ -158,7 +158,7 @@ class Runtime::ProgressThread {
   void CalmSlice(bool calm);
   // The loop's steps.
   void ServeEventWaiter();
-  void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app);
+  void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns);
   uint32_t PollOnce();
   uint32_t RoundLocked();
   void IdleStep(uint64_t now, uint64_t last_app);
@@ -402,7 +402,7 @@ void Runtime::ProgressThread::ServeEventWaiter() {
 // app_active_us (ib_write_lat polls for its send completion, then spins on
 // memory: its look-back still lands app_active_us after that poll, and its
 // pauses keep the spacing from doubling).
-void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app) {
+void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns) {
   rt_.HoldPmQos();
   StandAside();
   // auto: a reading of the program's CPU time before the nap, so that the
@@ -410,7 +410,7 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   if (auto_sched_ && !auto_refused_ && !auto_policy_.driving() && !auto_policy_.dense()) (void)ReadProgramCpu();
   uint64_t gap_end = 0;
   const uint64_t gap = rt_.app_calls_.TakeMaxGap(&gap_end);
-  const uint64_t wake_ns = pacer_.StandAside(now, last_app, gap, gap_end);
+  const uint64_t wake_ns = pacer_.StandAside(now, last_app, gap, gap_end, active_ns);
   CalmSlice(pacer_.calm());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));
@@ -608,8 +608,10 @@ void Runtime::ProgressThread::Run() {
     const bool in_call = rt_.mu.locked() || rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0;
     const uint64_t last_app = rt_.app_calls_.LastCall(now, in_call);
     if (in_call) Bump(rt_.stats_.wakes.in_call);
-    if (!waiting_for_event && NsSince(now, last_app) < uint64_t{pc_.app_active_us} * 1000) {
-      StandAsideWhileProgramCalls(now, last_app);
+    const uint64_t take_over_ns = TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs);
+    if (!waiting_for_event && NsSince(now, last_app) < take_over_ns) {
+      if (NsSince(now, last_app) >= uint64_t{pc_.app_active_us} * 1000) Bump(rt_.stats_.wakes.shared_cpu_naps);
+      StandAsideWhileProgramCalls(now, last_app, take_over_ns);
       continue;
     }
     pacer_.Quiet();

@@ -273,12 +273,14 @@ class Runtime {
     // 100-1000 and over 1000 us; polls because a program waits on an armed
     // channel's fd (no stand-aside); polls that found work; empty spins;
     // timed hot sleeps; idle waits (armed or not); passes that found a
-    // program thread inside a call (ProgramCalls::LastCall).
+    // program thread inside a call (ProgramCalls::LastCall); naps beside a
+    // program on the thread's one CPU that had paused under
+    // shared_cpu_quiet_us (TakeOverAfterNs).
     struct Wakes {
       std::atomic<uint64_t> event_waiter{0}, in_call{0}, quiet_polls{0}, quiet_100us{0}, quiet_1ms{0},
           quiet_long{0}, armed_polls{0}, work{0}, spins{0}, hot_sleeps{0}, idle_waits{0},
           // progress_calm_lookbacks: naps switched to the default slice, and back to the short one
-          calm_slices{0}, short_slices{0};
+          calm_slices{0}, short_slices{0}, shared_cpu_naps{0};
     } wakes;
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).

@@ -34,9 +34,9 @@ struct ProgressConfig {
   // (or less) keeps them fixed.
   uint32_t app_active_max_us = 200;
   // A program that shares its one CPU with the thread (mpirun binds a rank,
-  // and the threads it starts, to a core) and called within the last
-  // millisecond is taken over only once it has been quiet this long, not
-  // app_active_us (TakeOverAfterNs).
+  // and the threads it starts, to a core), called within the last
+  // millisecond and took received data in its last poll is taken over only
+  // once it has been quiet this long, not app_active_us (TakeOverAfterNs).
   uint32_t shared_cpu_quiet_us = 200;
   // progress_calm_lookbacks: after this many look-backs in a row found the
   // program polling with no pause of its own (LookBackPacer::calm), the
@@ -158,20 +158,27 @@ class LookBackPacer {
 };
 
 // How long the program must not have called before the progress thread
-// polls for it (ProgressThread::Run). shares_cpu: the thread may run on one
-// CPU only, the program's, and the program called within the last
-// millisecond. On that CPU the thread runs only by preempting the program
-// (two context switches, ~9 us on the test VM), and the frames it would take
-// are the ones the program's next poll takes. A rank that stops calling for
-// 20-100 us is working: UCX unpacks an eager message's 8 KiB fragments into
-// the user's buffer between its polls (16 in a row after one poll_cq), and a
-// look-back that took it for a quiet program polled and hot-slept beside it
-// about once per message (tools/bench/stacks/results.md, stacks19). A program
-// that does stop calling there waits shared_cpu_quiet_us for the thread
-// once; elsewhere app_active_us.
-inline uint64_t TakeOverAfterNs(const ProgressConfig& pc, bool shares_cpu) {
+// polls for it (ProgressThread::Run), and what counts as a pause in the
+// look-back spacing. shares_cpu: the thread may run on one CPU only, the
+// program's, and the program called within the last millisecond; rx_bytes:
+// the received bytes its last poll with completions took. On that CPU the
+// thread runs only by preempting the program (two context switches, ~9 us
+// on the test VM), and the frames it would take are the ones the program's
+// next poll takes. A rank whose poll took kBusyRxBytes or more is busy with
+// them: UCX unpacks an eager message's 8 KiB fragments into the user's buffer
+// for 20-100 us without a call (16 after one poll_cq), and a look-back that
+// took it for a quiet program polled and hot-slept beside it about once per
+// message (tools/bench/stacks/results.md, stacks19); it is quiet after
+// shared_cpu_quiet_us. A program that waits for what only the device
+// delivers after a poll that took no such data keeps app_active_us:
+// ib_write_lat pinned to a CPU polls its send completion, then spins on
+// memory until the peer's WRITE is placed (with 200 us for it too, its
+// typical went from 0.72 to 1.3 us, its average from 6-17 to 50-60 us).
+inline constexpr uint32_t kBusyRxBytes = 8192;
+inline uint64_t TakeOverAfterNs(const ProgressConfig& pc, bool shares_cpu, uint32_t rx_bytes) {
   const uint64_t active_ns = uint64_t{pc.app_active_us} * 1000;
-  return shares_cpu ? std::max(active_ns, uint64_t{pc.shared_cpu_quiet_us} * 1000) : active_ns;
+  if (!shares_cpu || rx_bytes < kBusyRxBytes) return active_ns;
+  return std::max(active_ns, uint64_t{pc.shared_cpu_quiet_us} * 1000);
 }
 
 // The program's calls into the device as the progress thread's look-backs
@@ -199,6 +206,14 @@ class ProgramCalls {
       last_post_ns_.store(now_ns, std::memory_order_relaxed);
     }
   }
+  // A poll returned completions: the bytes of the received messages among
+  // them (0: none; TakeOverAfterNs).
+  void TookCompletions(uint32_t rx_bytes) {
+    if (last_rx_bytes_.load(std::memory_order_relaxed) != rx_bytes) {
+      last_rx_bytes_.store(rx_bytes, std::memory_order_relaxed);
+    }
+  }
+  uint32_t last_rx_bytes() const { return last_rx_bytes_.load(std::memory_order_relaxed); }
   uint64_t last_poll_ns() const { return last_poll_ns_.load(std::memory_order_relaxed); }
   // The program's last call as a look-back at now_ns sees it; in_call: a
   // program thread holds the device or waits for it.
@@ -230,6 +245,7 @@ class ProgramCalls {
   std::atomic<uint64_t> last_post_ns_{0};
   std::atomic<uint64_t> max_gap_ns_{0};
   std::atomic<uint64_t> max_gap_end_ns_{0};
+  std::atomic<uint32_t> last_rx_bytes_{0};
 };
 
 // Time from `t` to `now`; 0 for a stamp a program thread made after the

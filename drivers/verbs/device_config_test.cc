@@ -690,23 +690,33 @@ TEST(ProgramCalls, LookBacksSpaceOutBesideAPollingRankAndTakeOverOnceItStops) {
 
 // An MPI rank bound to one CPU with the thread, in UCX's eager range: every
 // 100 us it polls for 50 us, then makes no call for 40 us (UCX unpacks the
-// fragments one poll returned into the user's buffer), then polls again;
+// 128 KiB of fragments one poll returned into the user's buffer), then polls again;
 // every look-back preempts it for 9 us (two context switches). Taken over
 // after app_active_us, as a program on a CPU of its own is, the thread polls
 // for it in every such pause; with TakeOverAfterNs's shared-CPU threshold it
 // never does, looks back once per app_active_max_us (a fifth as often or
 // less), and still takes over within
 // shared_cpu_quiet_us and one spacing once the rank stops calling. Fails
-// when TakeOverAfterNs ignores the shared CPU (takeovers every cycle), or
+// when TakeOverAfterNs ignores the shared CPU (takeovers every cycle) or
+// applies it after a poll that took no received data (ib_write_lat), or
 // when LookBackPacer::StandAside ignores its active_ns (the rank's pauses
 // restart the spacing at app_active_us: several look-backs per message).
 TEST(ProgramCalls, ARankWorkingBetweenItsPollsOnTheThreadsCpuIsNotTakenOver) {
   const ProgressConfig pc;
-  EXPECT_EQ(TakeOverAfterNs(pc, false), 20'000u);
-  EXPECT_EQ(TakeOverAfterNs(pc, true), 200'000u);
+  EXPECT_EQ(TakeOverAfterNs(pc, false, 131'072), 20'000u);
+  EXPECT_EQ(TakeOverAfterNs(pc, true, 131'072), 200'000u);
+  EXPECT_EQ(TakeOverAfterNs(pc, true, kBusyRxBytes), 200'000u);
+  // ib_write_lat pinned: its last poll took a send completion, then it spins on memory.
+  EXPECT_EQ(TakeOverAfterNs(pc, true, 0), 20'000u);
+  EXPECT_EQ(TakeOverAfterNs(pc, true, 2), 20'000u);  // ib_send_lat's 2 B messages
+  ProgramCalls took;
+  took.TookCompletions(131'072);
+  EXPECT_EQ(took.last_rx_bytes(), 131'072u);
+  took.TookCompletions(0);
+  EXPECT_EQ(took.last_rx_bytes(), 0u);
   ProgressConfig low;
   low.shared_cpu_quiet_us = 5;
-  EXPECT_EQ(TakeOverAfterNs(low, true), 20'000u);  // never below app_active_us
+  EXPECT_EQ(TakeOverAfterNs(low, true, 131'072), 20'000u);  // never below app_active_us
 
   const uint64_t start = 1'000'000, stop = start + 10'000'000;
   auto rank = [&](uint64_t t, ProgramCalls& calls) {
@@ -716,8 +726,8 @@ TEST(ProgramCalls, ARankWorkingBetweenItsPollsOnTheThreadsCpuIsNotTakenOver) {
   };
   LookBacks own, shared;
   own.preempt_ns = shared.preempt_ns = 9'000;
-  own.take_over_ns = TakeOverAfterNs(pc, false);
-  shared.take_over_ns = TakeOverAfterNs(pc, true);
+  own.take_over_ns = TakeOverAfterNs(pc, false, 131'072);
+  shared.take_over_ns = TakeOverAfterNs(pc, true, 131'072);
   own.Run(start, stop, rank);
   shared.Run(start, stop, rank);
   EXPECT_GE(own.takeovers, 90u);  // ~one per cycle

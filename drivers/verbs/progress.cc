@@ -608,7 +608,8 @@ void Runtime::ProgressThread::Run() {
     const bool in_call = rt_.mu.locked() || rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0;
     const uint64_t last_app = rt_.app_calls_.LastCall(now, in_call);
     if (in_call) Bump(rt_.stats_.wakes.in_call);
-    const uint64_t take_over_ns = TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs);
+    const uint64_t take_over_ns = TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs,
+                                                  rt_.app_calls_.last_rx_bytes());
     if (!waiting_for_event && NsSince(now, last_app) < take_over_ns) {
       if (NsSince(now, last_app) >= uint64_t{pc_.app_active_us} * 1000) Bump(rt_.stats_.wakes.shared_cpu_naps);
       StandAsideWhileProgramCalls(now, last_app, take_over_ns);

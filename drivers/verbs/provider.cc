@@ -641,6 +641,13 @@ uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint3
   } else {
     rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round
   }
+  if (got > 0) {
+    uint32_t rx_bytes = 0;
+    for (uint32_t i = 0; i < got; ++i) {
+      if (static_cast<uint8_t>(out[i].opcode) & static_cast<uint8_t>(queue::WcOpcode::kRecv)) rx_bytes += out[i].byte_len;
+    }
+    rt->NoteCompletionsTaken(rx_bytes);
+  }
   return got;
 }
 

@@ -151,6 +151,9 @@ class Runtime {
   // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
   // this program polls for do not preempt it (progress_sched=fifo, and auto
   // while it is SCHED_FIFO).
+  // A poll returned completions, rx_bytes of them received messages
+  // (ProgramCalls::TookCompletions).
+  void NoteCompletionsTaken(uint32_t rx_bytes) { app_calls_.TookCompletions(rx_bytes); }
   void NoteAppPoll(uint64_t now_ns) {
     app_calls_.Polled(now_ns);
     if (file_.progress.sched_auto) NoteAppCall(now_ns);
@@ -274,8 +277,8 @@ class Runtime {
     // channel's fd (no stand-aside); polls that found work; empty spins;
     // timed hot sleeps; idle waits (armed or not); passes that found a
     // program thread inside a call (ProgramCalls::LastCall); naps beside a
-    // program on the thread's one CPU that had paused under
-    // shared_cpu_quiet_us (TakeOverAfterNs).
+    // program on the thread's one CPU, busy with the data its last poll
+    // took, that had paused under shared_cpu_quiet_us (TakeOverAfterNs).
     struct Wakes {
       std::atomic<uint64_t> event_waiter{0}, in_call{0}, quiet_polls{0}, quiet_100us{0}, quiet_1ms{0},
           quiet_long{0}, armed_polls{0}, work{0}, spins{0}, hot_sleeps{0}, idle_waits{0},

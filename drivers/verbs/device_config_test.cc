@@ -61,7 +61,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(again->dev.min_time_between_cnps_ns, 50000u);
   EXPECT_EQ(g->progress.app_active_us, 300u);
   EXPECT_EQ(g->progress.app_active_max_us, 900u);
-  EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.app_active_max_us, 200u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.app_active_max_us, 2000u);
   EXPECT_EQ(g->progress.pm_qos_us, 0);
   EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.pm_qos_us, -1);  // off unless asked
   EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "progress_pm_qos_us=50\n")->progress.pm_qos_us, 50);
@@ -613,7 +613,9 @@ TEST(LookBackPacer, CalmAfterLookBacksInARowAndAPauseThatSpansALookBackIsNotTheP
 // waits for the program's next slice end (a multiple of slice_ns) and costs
 // it nothing.
 struct LookBacks {
-  explicit LookBacks(uint32_t calm_after = 0) : pacer(20, 200, calm_after) {}
+  // The shipped defaults (progress_app_active_us, progress_app_active_max_us).
+  explicit LookBacks(uint32_t calm_after = 0)
+      : pacer(ProgressConfig{}.app_active_us, ProgressConfig{}.app_active_max_us, calm_after) {}
   ProgramCalls calls;
   LookBackPacer pacer;
   uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
@@ -682,10 +684,35 @@ TEST(ProgramCalls, LookBacksSpaceOutBesideAPollingRankAndTakeOverOnceItStops) {
     return posting;
   });
   EXPECT_EQ(lb.takeovers, 0u);
-  EXPECT_LE(lb.looks, 60u) << lb.looks;  // 10 ms at 200 us is 50; the ramp adds a few
-  lb.Run(stop, stop + 1'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  // The ramp 20, 40, ... 1,280 us (2.5 ms, 7 looks), then 2 ms apart: ~11.
+  EXPECT_LE(lb.looks, 14u) << lb.looks;
+  lb.Run(stop, stop + 3'000'000, [](uint64_t, ProgramCalls&) { return false; });
   ASSERT_GE(lb.takeovers, 1u);
-  EXPECT_LE(lb.first_takeover - stop, 200'000u) << lb.first_takeover - stop;
+  EXPECT_LE(lb.first_takeover - stop, 2'000'000u) << lb.first_takeover - stop;
+}
+
+// ib_write_bw's client: posts and polls without a pause for a second (a
+// call every microsecond). The look-backs, each a timed sleep whose wake-up
+// preempts the program or its peer on a 2-core host, come ~500 times in
+// that second (the spacing reaches progress_app_active_max_us); at 200 us
+// they came 5,000 times, 10 % of a CPU for the thread on the test VM. The
+// thread takes over within the spacing once the program stops. Fails when
+// the default spacing stays at 200 us or a look-back that finds the
+// program polling does not double it.
+TEST(ProgramCalls, AProgramThatNeverPausesIsLookedAtAFewHundredTimesASecond) {
+  LookBacks lb;
+  const uint64_t start = 1'000'000, stop = start + 1'000'000'000;
+  lb.Run(start, stop, [](uint64_t t, ProgramCalls& calls) {
+    if (t % 1'000 == 0) calls.Posted(t);
+    if (t % 1'000 == 500) calls.Polled(t);
+    return false;
+  });
+  EXPECT_EQ(lb.takeovers, 0u);
+  EXPECT_LE(lb.looks, 510u) << lb.looks;
+  EXPECT_GE(lb.looks, 490u) << lb.looks;  // still looking, 2 ms apart
+  lb.Run(stop, stop + 5'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  ASSERT_GE(lb.takeovers, 1u);
+  EXPECT_LE(lb.first_takeover - stop, 2'000'000u) << lb.first_takeover - stop;
 }
 
 // An MPI rank bound to one CPU with the thread, in UCX's eager range: every
@@ -694,8 +721,8 @@ TEST(ProgramCalls, LookBacksSpaceOutBesideAPollingRankAndTakeOverOnceItStops) {
 // every look-back preempts it for 9 us (two context switches). Taken over
 // after app_active_us, as a program on a CPU of its own is, the thread polls
 // for it in every such pause; with TakeOverAfterNs's shared-CPU threshold it
-// never does, looks back once per app_active_max_us (a fifth as often or
-// less), and still takes over within
+// never does, looks back ever more rarely (at most a fifth as often), and
+// still takes over within
 // shared_cpu_quiet_us and one spacing once the rank stops calling. Fails
 // when TakeOverAfterNs ignores the shared CPU (takeovers every cycle) or
 // applies it after a poll that took no received data (ib_write_lat), or
@@ -732,12 +759,14 @@ TEST(ProgramCalls, ARankWorkingBetweenItsPollsOnTheThreadsCpuIsNotTakenOver) {
   shared.Run(start, stop, rank);
   EXPECT_GE(own.takeovers, 90u);  // ~one per cycle
   EXPECT_EQ(shared.takeovers, 0u);
-  // A look-back per app_active_max_us at most (50 in the 10 ms), not per message.
+  // Look-backs spaced up to app_active_max_us, not one per message (100 in the 10 ms).
   EXPECT_LE(shared.preemptions, 55u) << shared.preemptions << " " << own.preemptions;
   EXPECT_LE(shared.preemptions * 5, own.preemptions) << shared.preemptions << " " << own.preemptions;
-  shared.Run(stop, stop + 1'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  shared.Run(stop, stop + 5'000'000, [](uint64_t, ProgramCalls&) { return false; });
   ASSERT_GE(shared.takeovers, 1u);
-  EXPECT_LE(shared.first_takeover - stop, 400'000u) << shared.first_takeover - stop;
+  // Within shared_cpu_quiet_us and the spacing reached (at most app_active_max_us).
+  EXPECT_LE(shared.first_takeover - stop, uint64_t{pc.shared_cpu_quiet_us + pc.app_active_max_us} * 1000)
+      << shared.first_takeover - stop;
 }
 
 // A program that pauses between its calls until the thread delivers (it

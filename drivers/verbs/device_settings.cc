@@ -399,8 +399,9 @@ std::vector<DeviceSetting> MakeSettings() {
                      "this (at or below `progress_app_active_us`: fixed look-backs)"));
   t.push_back(Number("progress_shared_cpu_quiet_us", 0, kMaxUs, 1,
                      [](auto& f) -> auto& { return f.progress.shared_cpu_quiet_us; },
-                     "a program bound to one CPU with the progress thread (an MPI rank) is taken over after this "
-                     "long without a call, not `progress_app_active_us` (at or below it: the same)"));
+                     "a program bound to one CPU with the progress thread (an MPI rank) whose last poll took 8 KiB "
+                     "or more of received data is taken over after this long without a call, not "
+                     "`progress_app_active_us` (at or below it: the same)"));
   t.push_back(Number("progress_calm_lookbacks", 0, 1000, 1, [](auto& f) -> auto& { return f.progress.calm_lookbacks; },
                      "after this many look-backs in a row found the program polling without a pause, the "
                      "progress thread naps with the kernel's default slice, so its wake-up does not preempt the "

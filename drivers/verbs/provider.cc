@@ -643,8 +643,9 @@ uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint3
   }
   if (got > 0) {
     uint32_t rx_bytes = 0;
+    constexpr uint8_t kRecvBit = static_cast<uint8_t>(queue::WcOpcode::kRecv);  // RECV and RECV_RDMA_WITH_IMM
     for (uint32_t i = 0; i < got; ++i) {
-      if (static_cast<uint8_t>(out[i].opcode) & static_cast<uint8_t>(queue::WcOpcode::kRecv)) rx_bytes += out[i].byte_len;
+      if (static_cast<uint8_t>(out[i].opcode) & kRecvBit) rx_bytes += out[i].byte_len;
     }
     rt->NoteCompletionsTaken(rx_bytes);
   }

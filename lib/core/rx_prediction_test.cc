@@ -4,7 +4,9 @@
 // so judges each with the full parse and checks. Every frame - the QP's
 // own, and the same with any bit of its headers flipped, any opcode, pad,
 // cut, bad ICRC - must be judged alike: the same counters, the same frames
-// sent back, the same memory and PSN.
+// sent back, the same memory and PSN. The peer's IPv4 ID counts up (rxe,
+// ConnectX) or stays the same (droce's template: the whole IPv4 header
+// compared, wire/prediction.h).
 #include <cstring>
 #include <functional>
 #include <string>
@@ -34,10 +36,11 @@ struct End {
   mem::MrKeys keys{};
 };
 
-class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
+class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {
  protected:
   bool ipv6() const { return std::get<0>(GetParam()); }
   bool vlan() const { return std::get<1>(GetParam()); }
+  bool constant_id() const { return std::get<2>(GetParam()); }
 
   void SetUp() override {
     for (End* e : {&predicting_, &reference_}) {
@@ -79,7 +82,7 @@ class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
     f.route.dst_ip = ipv6() ? own6_ : wire::Ipv4MappedGid(kOwnIp);
     f.route.has_vlan = vlan();
     f.route.vlan_tci = 100;
-    f.route.ipv4_id = static_cast<uint16_t>(next_id_++);
+    f.route.ipv4_id = constant_id() ? uint16_t{0x1234} : static_cast<uint16_t>(next_id_++);
     f.bth.opcode = opcode;
     f.bth.dest_qp = predicting_.qpn;
     f.bth.ack_req = true;
@@ -213,10 +216,11 @@ TEST_P(RxPrediction, NewAddressesAreJudgedAfresh) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RxPrediction,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "Ipv6" : "Ipv4") +
-                                  (std::get<1>(info.param) ? "Vlan" : "");
+                                  (std::get<1>(info.param) ? "Vlan" : "") +
+                                  (std::get<2>(info.param) ? "ConstantId" : "");
                          });
 
 }  // namespace

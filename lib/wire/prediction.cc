@@ -127,7 +127,9 @@ bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   h.before.icrc = h.last_icrc;
   h.before.ipv4_sum = h.last_ipv4_sum;
   h.before.parse = h.last;
+  h.before.parse_class = h.last_class;
   h.last = p;
+  h.last_class = 0;
   h.last_len = len;
   // The ID against the one of the frame taken before (or learnt from): the
   // same one turns on the whole header's comparison, another turns it off.
@@ -161,6 +163,7 @@ bool TakeBeforeOrPredicted(const uint8_t* frame, uint32_t len, HeaderPrediction&
   std::swap(h.last_icrc, h.before.icrc);
   std::swap(h.last_ipv4_sum, h.before.ipv4_sum);
   std::swap(h.last, h.before.parse);
+  std::swap(h.last_class, h.before.parse_class);
   return true;
 }
 

@@ -76,7 +76,7 @@ struct HeaderPrediction {
   // The ICRC register after the pseudo-LRH and the headers [l3, bth_end)
   // with the per-packet bytes (IcrcPerPacketBytes, and the IPv4 ID) zero.
   uint32_t icrc_base = 0;
-  // The last frame taken: its length and parse, the register after its
+  // The last frame taken: its length, parse and class, the register after its
   // headers with BTH bytes 8-11 (and, id_varies, the IPv4 ID) zero, and the one's-
   // complement sum of its IPv4 header's 16-bit words but the ID and the
   // checksum (those the exact mask covers), folded to 16 bits
@@ -85,7 +85,11 @@ struct HeaderPrediction {
   uint32_t last_icrc = 0;
   uint32_t last_ipv4_sum = 0;
   ParsedPacket last;
-  // The frame taken before the last one, the same five things: a QP whose
+  // The receiver's verdict on `last` (what it decides from the parse
+  // alone), kept by the receiver; 0: none yet. A frame taken by the
+  // per-field checks sets it to 0; it changes places with the one before.
+  uint8_t last_class = 0;
+  // The frame taken before the last one, the same six things: a QP whose
   // frames alternate two kinds (its peer's requests and the ACKs of its own
   // on one QP) finds each frame equal to this one, which then changes
   // places with the last instead of taking the per-field checks.
@@ -95,6 +99,7 @@ struct HeaderPrediction {
     uint32_t icrc = 0;
     uint32_t ipv4_sum = 0;
     ParsedPacket parse;
+    uint8_t parse_class = 0;
   };
   Taken before;
 

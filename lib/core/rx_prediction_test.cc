@@ -126,6 +126,14 @@ class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool, bool
       if (std::string(n) != "rx_predicted") b.push_back(std::string(n) + "=" + std::to_string(v));
     });
     EXPECT_EQ(a, b) << what;
+    // The QP's own receive counters: which frames its OnPacket judged and dropped.
+    auto qp_counters = [](const End& e) {
+      const transport::QpCounters& c = e.dev->qp(e.qpn)->counters();
+      return std::vector<uint64_t>{c.rx_packets,      c.rx_bytes,   c.dropped_wrong_state, c.sr_dropped,
+                                   c.out_of_sequence, c.naks_sent,  c.duplicates_received, c.uc_messages_dropped,
+                                   c.expected_requests};
+    };
+    EXPECT_EQ(qp_counters(predicting_), qp_counters(reference_)) << what;
     EXPECT_EQ(predicting_.io.sent, reference_.io.sent) << what;
     EXPECT_EQ(predicting_.mem, reference_.mem) << what;
     EXPECT_EQ(predicting_.dev->qp(predicting_.qpn)->expected_psn(),
@@ -204,6 +212,18 @@ TEST_P(RxPrediction, PerPacketFieldsAreJudgedAsByTheFullChecks) {
   EXPECT_FALSE(Feed(Write(), "icrc", [](std::vector<uint8_t>& b) { b.back() ^= 0x10; }));
   EXPECT_EQ(predicting_.dev->counters().rx_bad_icrc(), 1u);
   EXPECT_TRUE(Feed(Write(), "after"));
+}
+
+// A frame the prediction takes whose opcode the QP's OnPacket refuses (of
+// the other transport; of selective repeat, not agreed): dropped by the QP
+// as the full path drops it, and the QP's own frames still taken after.
+TEST_P(RxPrediction, OpcodesTheQpRefusesAreJudgedByOnPacket) {
+  Feed(Write(), "learn");
+  EXPECT_TRUE(Feed(Write(), "predicted"));
+  const uint64_t dropped = predicting_.dev->qp(predicting_.qpn)->counters().dropped_wrong_state;
+  EXPECT_TRUE(Feed(Write(wire::kUcWriteOnly), "UC WRITE to an RC QP"));
+  EXPECT_EQ(predicting_.dev->qp(predicting_.qpn)->counters().dropped_wrong_state, dropped + 1);
+  EXPECT_TRUE(Feed(Write(), "predicted again"));
 }
 
 TEST_P(RxPrediction, NewAddressesAreJudgedAfresh) {

@@ -137,7 +137,7 @@ bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   if (id_varies != h.id_varies) SetIdVaries(h, id_varies);
   std::copy(frame, frame + bth_end, h.expect.begin());
   h.last_icrc = h.icrc_base ^ IcrcPerPacketBytes(ip, h.ipv6) ^ IcrcPsnBytes(frame + bth);
-  if (!id_varies) h.last_icrc ^= IcrcIpv4IdBytes(ip);
+  if (!h.ipv6 && !id_varies) h.last_icrc ^= IcrcIpv4IdBytes(ip);
   if (!h.ipv6) h.last_ipv4_sum = Ipv4SumButIdAndChecksum(ip);
   return true;
 }

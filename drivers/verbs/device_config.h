@@ -52,6 +52,14 @@ struct ProgressConfig {
   // long before it sleeps on the wire and the channel (like Linux's
   // net.core.busy_poll for sockets); 0 sleeps at once.
   uint32_t event_busy_poll_us = 50;
+  // Inside a stream on the process's own UDP socket (udp::UdpIo::InStream:
+  // the last receive took a train of frames), an ibv_get_cq_event whose
+  // poll finds nothing sleeps this long on the channel alone instead of
+  // busy-polling: the socket queues the next trains meanwhile and one
+  // receive takes them, where a busy-poll spends the gap in empty receives.
+  // A nap after which the poll still finds nothing ends the naps of that
+  // wait. 0: no naps.
+  uint32_t event_stream_nap_us = 0;
   // The progress thread asks for this scheduler time slice (EEVDF's
   // sched_runtime): short, so that it preempts a program spinning on memory
   // when it wakes. 0 keeps the kernel's default.

@@ -334,6 +334,7 @@ const KeySample kSamples[] = {
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
     {"progress_stream_wait", "progress_stream_wait=off", kWire, "sometimes"},
     {"event_busy_poll_us", "event_busy_poll_us=30", kWire, "0.5"},
+    {"event_stream_nap_us", "event_stream_nap_us=20", kWire, "soon"},
     {"progress_slice_us", "progress_slice_us=250", kWire, "long"},
     {"progress_sched", "progress_sched=fifo", kWire, "rr"},
     {"progress_rt_priority", "progress_rt_priority=7", kWire, "0"},

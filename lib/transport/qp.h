@@ -504,9 +504,9 @@ class Qp {
   uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
-  // payload_placed: a READ RESPONSE MIDDLE's payload is already in place (OnUnverifiedPacket).
   // OnPacket's last step: to the responder (selective repeat's when on) or the completer.
   void Deliver(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns, bool request);
+  // payload_placed: a READ RESPONSE MIDDLE's payload is already in place (OnUnverifiedPacket).
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now, bool payload_placed = false);
   // The READ a READ RESPONSE MIDDLE at `psn` of `len` bytes continues, when
   // verified state alone says where its payload goes: nullptr otherwise.

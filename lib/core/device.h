@@ -501,12 +501,22 @@ class Device {
   // and delivered without the full parse; false: nothing done, check it.
   bool ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_t now_ns);       // rx_checks.h
   RxVerdict CheckFrame(const uint8_t* frame, uint32_t len, const wire::ParsedPacket& p);  // rx_checks.h
+  enum : uint8_t {
+    kPredictedClass = 1,
+    kPredictedConnected = 2,
+    kPredictedPlacer = 4,
+    kPredictedRoleShift = 3,
+    kPredictedRole = 3 << kPredictedRoleShift,
+  };
+  static uint8_t PredictedClass(const wire::ParsedPacket& p, const transport::Qp& q);  // rx_checks.h
   void Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, const RxVerdict& v,
                 uint64_t now_ns);                                                   // dispatch.h
   // An RC/UC frame that passed every device check, to its QP; false when
-  // its ICRC, checked while placing, fails (counted).
+  // its ICRC, checked while placing, fails (counted). `role`: its
+  // Qp::RoleOf when known (kAsJudged: OnPacket judges it).
   bool DeliverConnected(transport::Qp& q, const uint8_t* frame, const wire::ParsedPacket& p,
-                        bool verify_while_placing, uint32_t index, uint64_t now_ns);  // dispatch.h
+                        bool verify_while_placing, transport::Qp::PacketRole role, uint32_t index,
+                        uint64_t now_ns);  // dispatch.h
   // Header predictions rest on the device's addresses and the QP's path.
   void ForgetPrediction(uint32_t index) { qps_[index].rx_prediction = wire::HeaderPrediction{}; }
   void ForgetPredictions() {

@@ -38,7 +38,7 @@ inline void Device::Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, 
     ++counters_.rx_drop_path;
     return;
   }
-  if (!DeliverConnected(*q, frame, p, v.verify_while_placing, v.index, now_ns)) return;
+  if (!DeliverConnected(*q, frame, p, v.verify_while_placing, transport::Qp::kAsJudged, v.index, now_ns)) return;
   // It passed every check: its headers predict the QP's next frames
   // (ReceivePredicted), when it came along the QP's path to our own MAC.
   if (slot->path.ip_version != 0 && (frame[0] & 1) == 0 && p.l3_offset == rx_l3_offset_ &&
@@ -48,7 +48,8 @@ inline void Device::Dispatch(const uint8_t* frame, const wire::ParsedPacket& p, 
 }
 
 inline bool Device::DeliverConnected(transport::Qp& q, const uint8_t* frame, const wire::ParsedPacket& p,
-                                     bool verify_while_placing, uint32_t index, uint64_t now_ns) {
+                                     bool verify_while_placing, transport::Qp::PacketRole role, uint32_t index,
+                                     uint64_t now_ns) {
   if (verify_while_placing) {
     if (!q.OnUnverifiedPacket(frame, p, now_ns)) {
       ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
@@ -57,7 +58,11 @@ inline bool Device::DeliverConnected(transport::Qp& q, const uint8_t* frame, con
     if (p.ecn() == wire::kEcnCe) q.OnCongestionMark(now_ns);
   } else {
     if (p.ecn() == wire::kEcnCe) q.OnCongestionMark(now_ns);
-    q.OnPacket(frame, p, now_ns);
+    if (role != transport::Qp::kAsJudged) {
+      q.OnPacketAs(frame, p, now_ns, role);
+    } else {
+      q.OnPacket(frame, p, now_ns);
+    }
   }
   Activate(qpn_base_ + index);
   return true;

@@ -67,6 +67,19 @@ inline Device::RxVerdict Device::CheckFrame(const uint8_t* frame, uint32_t len, 
   return {true, placer, index};
 }
 
+// HeaderPrediction::last_class, for the prediction of the slot of QP `q`: a
+// known class has kPredictedClass; an RC or UC frame kPredictedConnected
+// (others take the full path), one whose ICRC its QP checks while placing
+// it (Qp::VerifiesWhilePlacing) kPredictedPlacer; its Qp::RoleOf in the bits
+// of kPredictedRole.
+inline uint8_t Device::PredictedClass(const wire::ParsedPacket& p, const transport::Qp& q) {
+  const wire::Transport t = p.op().transport;
+  uint8_t c = kPredictedClass;
+  if (t == wire::Transport::kRc || t == wire::Transport::kUc) c |= kPredictedConnected;
+  if (transport::Qp::VerifiesWhilePlacing(p)) c |= kPredictedPlacer;
+  return static_cast<uint8_t>(c | (q.RoleOf(p) << kPredictedRoleShift));
+}
+
 // Header prediction (doc/rx-checks.md): a frame whose headers equal what
 // its QP's slot predicts passed checks 0-5, 8 and 9 when the prediction was
 // learnt, and nothing they depend on has changed since; ParsePredicted
@@ -84,19 +97,24 @@ inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_
   const uint32_t index = (LoadBe32(frame + bth + 4) & 0xFFFFFF) - qpn_base_;  // one load for the QPN
   if (index >= qp_slots_) return false;
   QpSlot& slot = qps_[index];
-  const ParsedPacket* parsed = ParsePredicted(frame, len, slot.rx_prediction);
+  HeaderPrediction& h = slot.rx_prediction;
+  const ParsedPacket* parsed = ParsePredicted(frame, len, h);
   if (parsed == nullptr) return false;
+  // What the parse alone decides, once per frame the per-field checks take
+  // (the exact tier's frames parse the same).
+  if (h.last_class == 0) [[unlikely]] h.last_class = PredictedClass(*parsed, *slot.qp);
+  const uint8_t c = h.last_class;
+  if (!(c & kPredictedConnected)) return false;
   // A copy: the QP's steps may forget the slot's prediction.
   const ParsedPacket p = *parsed;
-  const Transport t = p.op().transport;
-  if (t != Transport::kRc && t != Transport::kUc) return false;
   bool placer = false;
   if (!config_.rx_icrc_trusted) [[likely]] {
-    placer = transport::Qp::VerifiesWhilePlacing(p);
-    if (!placer && !PredictedIcrcMatches(frame, slot.rx_prediction)) return false;
+    placer = (c & kPredictedPlacer) != 0;
+    if (!placer && !PredictedIcrcMatches(frame, h)) return false;
   }
   ++counters_.rx_predicted;
-  DeliverConnected(*slot.qp, frame, p, placer, index, now_ns);
+  const auto role = static_cast<transport::Qp::PacketRole>((c & kPredictedRole) >> kPredictedRoleShift);
+  DeliverConnected(*slot.qp, frame, p, placer, role, index, now_ns);
   return true;
 }
 

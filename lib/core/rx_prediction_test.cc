@@ -4,7 +4,9 @@
 // so judges each with the full parse and checks. Every frame - the QP's
 // own, and the same with any bit of its headers flipped, any opcode, pad,
 // cut, bad ICRC - must be judged alike: the same counters, the same frames
-// sent back, the same memory and PSN.
+// sent back, the same memory and PSN. The peer's IPv4 ID counts up (rxe,
+// ConnectX) or stays the same (droce's template: the whole IPv4 header
+// compared, wire/prediction.h).
 #include <cstring>
 #include <functional>
 #include <string>
@@ -34,10 +36,11 @@ struct End {
   mem::MrKeys keys{};
 };
 
-class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
+class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {
  protected:
   bool ipv6() const { return std::get<0>(GetParam()); }
   bool vlan() const { return std::get<1>(GetParam()); }
+  bool constant_id() const { return std::get<2>(GetParam()); }
 
   void SetUp() override {
     for (End* e : {&predicting_, &reference_}) {
@@ -79,7 +82,7 @@ class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
     f.route.dst_ip = ipv6() ? own6_ : wire::Ipv4MappedGid(kOwnIp);
     f.route.has_vlan = vlan();
     f.route.vlan_tci = 100;
-    f.route.ipv4_id = static_cast<uint16_t>(next_id_++);
+    f.route.ipv4_id = constant_id() ? uint16_t{0x1234} : static_cast<uint16_t>(next_id_++);
     f.bth.opcode = opcode;
     f.bth.dest_qp = predicting_.qpn;
     f.bth.ack_req = true;
@@ -123,6 +126,14 @@ class RxPrediction : public ::testing::TestWithParam<std::tuple<bool, bool>> {
       if (std::string(n) != "rx_predicted") b.push_back(std::string(n) + "=" + std::to_string(v));
     });
     EXPECT_EQ(a, b) << what;
+    // The QP's own receive counters: which frames its OnPacket judged and dropped.
+    auto qp_counters = [](const End& e) {
+      const transport::QpCounters& c = e.dev->qp(e.qpn)->counters();
+      return std::vector<uint64_t>{c.rx_packets,      c.rx_bytes,   c.dropped_wrong_state, c.sr_dropped,
+                                   c.out_of_sequence, c.naks_sent,  c.duplicates_received, c.uc_messages_dropped,
+                                   c.expected_requests};
+    };
+    EXPECT_EQ(qp_counters(predicting_), qp_counters(reference_)) << what;
     EXPECT_EQ(predicting_.io.sent, reference_.io.sent) << what;
     EXPECT_EQ(predicting_.mem, reference_.mem) << what;
     EXPECT_EQ(predicting_.dev->qp(predicting_.qpn)->expected_psn(),
@@ -203,6 +214,18 @@ TEST_P(RxPrediction, PerPacketFieldsAreJudgedAsByTheFullChecks) {
   EXPECT_TRUE(Feed(Write(), "after"));
 }
 
+// A frame the prediction takes whose opcode the QP's OnPacket refuses (of
+// the other transport; of selective repeat, not agreed): dropped by the QP
+// as the full path drops it, and the QP's own frames still taken after.
+TEST_P(RxPrediction, OpcodesTheQpRefusesAreJudgedByOnPacket) {
+  Feed(Write(), "learn");
+  EXPECT_TRUE(Feed(Write(), "predicted"));
+  const uint64_t dropped = predicting_.dev->qp(predicting_.qpn)->counters().dropped_wrong_state;
+  EXPECT_TRUE(Feed(Write(wire::kUcWriteOnly), "UC WRITE to an RC QP"));
+  EXPECT_EQ(predicting_.dev->qp(predicting_.qpn)->counters().dropped_wrong_state, dropped + 1);
+  EXPECT_TRUE(Feed(Write(), "predicted again"));
+}
+
 TEST_P(RxPrediction, NewAddressesAreJudgedAfresh) {
   Feed(Write(), "learn");
   EXPECT_TRUE(Feed(Write(), "predicted"));
@@ -213,10 +236,11 @@ TEST_P(RxPrediction, NewAddressesAreJudgedAfresh) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RxPrediction,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "Ipv6" : "Ipv4") +
-                                  (std::get<1>(info.param) ? "Vlan" : "");
+                                  (std::get<1>(info.param) ? "Vlan" : "") +
+                                  (std::get<2>(info.param) ? "ConstantId" : "");
                          });
 
 }  // namespace

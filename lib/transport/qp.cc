@@ -554,7 +554,21 @@ void Qp::OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t no
     ++counters_.sr_dropped;  // selective repeat was not agreed for this QP
     return;
   }
-  if (p.op().roles & wire::kRoleRequest) {
+  Deliver(frame, p, now_ns, (p.op().roles & wire::kRoleRequest) != 0);
+}
+
+void Qp::OnPacketAs(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns, PacketRole role) {
+  ++counters_.rx_packets;
+  counters_.rx_bytes += p.payload_len;
+  if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kErr) {
+    ++counters_.dropped_wrong_state;
+    return;
+  }
+  Deliver(frame, p, now_ns, role == kAsRequest);
+}
+
+inline void Qp::Deliver(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns, bool request) {
+  if (request) {
     if (sr_) {
       sr_->OnRequest(frame, p, now_ns);  // out of order inside its window
       return;

@@ -176,6 +176,19 @@ class Qp {
 
   // A packet for this QP (BTH dest QP matched); parsed and ICRC-checked.
   void OnPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+  // What OnPacket decides from a packet's opcode and the QP's type alone,
+  // the same for the QP's life: a request or a response of its transport
+  // (kAsRequest, kAsResponse), or kAsJudged: one OnPacket must judge (of the
+  // other transport, or of selective repeat, which a connection may leave).
+  enum PacketRole : uint8_t { kAsJudged = 0, kAsRequest = 1, kAsResponse = 2 };
+  PacketRole RoleOf(const wire::ParsedPacket& p) const {
+    const wire::OpcodeInfo& op = p.op();
+    if (reliable() != (op.transport == wire::Transport::kRc) || (op.roles & wire::kRoleSr)) return kAsJudged;
+    return (op.roles & wire::kRoleRequest) ? kAsRequest : kAsResponse;
+  }
+  // OnPacket for a packet whose RoleOf is `role` (not kAsJudged): the steps
+  // that depend on the QP's state.
+  void OnPacketAs(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns, PacketRole role);
   // A datagram (UD opcode) for this UD QP, or a multicast datagram for a
   // group it is attached to; parsed and ICRC-checked (ud_qp.cc).
   UdRx OnUdPacket(const uint8_t* frame, const wire::ParsedPacket& p);
@@ -491,6 +504,8 @@ class Qp {
   uint32_t QueuedRequestPackets(uint32_t cap) const;  // request packets queued, at most cap
   // The completer's CompState steps (completer.cc, transport/states.h).
   struct RespCtx;
+  // OnPacket's last step: to the responder (selective repeat's when on) or the completer.
+  void Deliver(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns, bool request);
   // payload_placed: a READ RESPONSE MIDDLE's payload is already in place (OnUnverifiedPacket).
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now, bool payload_placed = false);
   // The READ a READ RESPONSE MIDDLE at `psn` of `len` bytes continues, when

@@ -13,6 +13,7 @@ HeaderPrediction LearnPrediction(const uint8_t* frame, const ParsedPacket& p) {
   h.l3_offset = static_cast<uint8_t>(p.l3_offset);
   h.ipv6 = p.ipv6;
   h.has_vlan = p.has_vlan;
+  h.id_varies = !p.ipv6;
   // The exact mask: every byte but those each packet changes and those no
   // check reads.
   uint8_t* x = h.exact.data();
@@ -48,7 +49,7 @@ HeaderPrediction LearnPrediction(const uint8_t* frame, const ParsedPacket& p) {
   clear(m, l4 + 4, 2);                       // UDP length
   m[bth] = 0;                                // opcode
   m[bth + 1] = 0x0F;                         // SE, MigReq, pad per packet; TVer checked
-  for (uint32_t i = 0; i < bth_end; ++i) h.expect[i] = frame[i] & m[i];
+  std::copy(frame, frame + bth_end, h.expect.begin());
 
   const uint8_t* ip = frame + l3;
   uint32_t base = IcrcBegin(ip, bth_end - l3, p.ipv6) ^ IcrcPerPacketBytes(ip, p.ipv6);
@@ -63,6 +64,19 @@ uint32_t Ipv4SumButIdAndChecksum(const uint8_t* ip) {
   while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
   return static_cast<uint32_t>(sum);
 }
+
+namespace {
+// An IPv4 prediction's exact tier with (false) or without (true) the ID and
+// header checksum compared; the frame before's register changes with it
+// (its ID is in its expect).
+void SetIdVaries(HeaderPrediction& h, bool id_varies) {
+  const uint32_t l3 = h.l3_offset;
+  const uint8_t m = id_varies ? 0 : 0xFF;
+  for (const uint32_t at : {l3 + 4, l3 + 5, l3 + 10, l3 + 11}) h.exact[at] = m;
+  h.before.icrc ^= IcrcIpv4IdBytes(h.before.expect.data() + l3);
+  h.id_varies = id_varies;
+}
+}  // namespace
 
 bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   using namespace prediction_detail;
@@ -113,10 +127,17 @@ bool TakePredicted(const uint8_t* frame, uint32_t len, HeaderPrediction& h) {
   h.before.icrc = h.last_icrc;
   h.before.ipv4_sum = h.last_ipv4_sum;
   h.before.parse = h.last;
+  h.before.parse_class = h.last_class;
   h.last = p;
+  h.last_class = 0;
   h.last_len = len;
-  for (uint32_t i = 0; i < bth_end; ++i) h.expect[i] = frame[i] & h.exact[i];
+  // The ID against the one of the frame taken before (or learnt from): the
+  // same one turns on the whole header's comparison, another turns it off.
+  const bool id_varies = !h.ipv6 && LoadLe16(ip + 4) != LoadLe16(h.expect.data() + l3 + 4);
+  if (id_varies != h.id_varies) SetIdVaries(h, id_varies);
+  std::copy(frame, frame + bth_end, h.expect.begin());
   h.last_icrc = h.icrc_base ^ IcrcPerPacketBytes(ip, h.ipv6) ^ IcrcPsnBytes(frame + bth);
+  if (!h.ipv6 && !id_varies) h.last_icrc ^= IcrcIpv4IdBytes(ip);
   if (!h.ipv6) h.last_ipv4_sum = Ipv4SumButIdAndChecksum(ip);
   return true;
 }
@@ -142,6 +163,7 @@ bool TakeBeforeOrPredicted(const uint8_t* frame, uint32_t len, HeaderPrediction&
   std::swap(h.last_icrc, h.before.icrc);
   std::swap(h.last_ipv4_sum, h.before.ipv4_sum);
   std::swap(h.last, h.before.parse);
+  std::swap(h.last_class, h.before.parse_class);
   return true;
 }
 

@@ -19,7 +19,14 @@
 // but for the fields that change with every packet (IPv4 ID and header
 // checksum, AckReq and PSN; the source MAC, UDP checksum, IPv6 flow label
 // and hop limit no check reads) and of the same length parses as it did,
-// and only its IPv4 header checksum is summed again. The frame taken before
+// and only its IPv4 header checksum is summed again. A sender whose IPv4 ID
+// does not change (droce's header template sends a constant one) repeats
+// its whole IPv4 header: once two frames taken in a row carry the same ID,
+// the exact mask covers the ID and the header checksum too, and a frame
+// equal to the last one under it has the header checksum the last one was
+// judged with, so nothing is summed, and the ICRC register holds the ID's
+// bytes as well. A frame with another ID then differs, is taken by the
+// per-field checks and turns this off again. The frame taken before
 // the last one is kept as well: frames that alternate two kinds (requests
 // and ACKs both ways on one QP) are taken from it the same way. Any other
 // frame the mask allows has its per-packet fields checked and becomes the
@@ -46,13 +53,15 @@ namespace droce::wire {
 
 struct HeaderPrediction {
   static constexpr uint32_t kBytes = 80;  // the longest headers through the BTH (78), rounded up
-  // expect[i] is the last frame's byte i under `exact`. `mask` has ones
+  // expect[i] is the last frame's byte i (compared under `exact`). `mask` has ones
   // where every predicted frame's byte must be equal, zeros on the
   // per-packet fields and on fields no receive check reads (source MAC,
   // IPv4 ID, IPv6 flow label and hop limit, UDP checksum, the VLAN PCP).
   // `exact` also has ones on the per-packet fields a stream repeats (IP
   // and UDP lengths, IPv4 TOS and TTL, IPv6 traffic class, VLAN PCP, BTH
   // bytes 0-1): a frame equal to expect under it parses as the last one.
+  // Unless `id_varies`, `exact` also has ones on the IPv4 ID and header
+  // checksum.
   alignas(16) std::array<uint8_t, kBytes> expect{};
   alignas(16) std::array<uint8_t, kBytes> mask{};
   alignas(16) std::array<uint8_t, kBytes> exact{};
@@ -60,11 +69,15 @@ struct HeaderPrediction {
   uint8_t l3_offset = 0;
   bool ipv6 = false;
   bool has_vlan = false;
+  // IPv4 whose frames change the ID: the exact tier sums the header's ID
+  // and checksum words, and the ICRC registers leave the ID's bytes out.
+  // False for IPv6 and for IPv4 once two frames taken in a row had one ID.
+  bool id_varies = false;
   // The ICRC register after the pseudo-LRH and the headers [l3, bth_end)
   // with the per-packet bytes (IcrcPerPacketBytes, and the IPv4 ID) zero.
   uint32_t icrc_base = 0;
-  // The last frame taken: its length and parse, the register after its
-  // headers with the IPv4 ID and BTH bytes 8-11 zero, and the one's-
+  // The last frame taken: its length, parse and class, the register after its
+  // headers with BTH bytes 8-11 (and, id_varies, the IPv4 ID) zero, and the one's-
   // complement sum of its IPv4 header's 16-bit words but the ID and the
   // checksum (those the exact mask covers), folded to 16 bits
   // (Ipv4SumButIdAndChecksum).
@@ -72,7 +85,11 @@ struct HeaderPrediction {
   uint32_t last_icrc = 0;
   uint32_t last_ipv4_sum = 0;
   ParsedPacket last;
-  // The frame taken before the last one, the same five things: a QP whose
+  // The receiver's verdict on `last` (what it decides from the parse
+  // alone), kept by the receiver; 0: none yet. A frame taken by the
+  // per-field checks sets it to 0; it changes places with the one before.
+  uint8_t last_class = 0;
+  // The frame taken before the last one, the same six things: a QP whose
   // frames alternate two kinds (its peer's requests and the ACKs of its own
   // on one QP) finds each frame equal to this one, which then changes
   // places with the last instead of taking the per-field checks.
@@ -82,6 +99,7 @@ struct HeaderPrediction {
     uint32_t icrc = 0;
     uint32_t ipv4_sum = 0;
     ParsedPacket parse;
+    uint8_t parse_class = 0;
   };
   Taken before;
 
@@ -122,7 +140,7 @@ inline bool EqualUnder(const uint8_t* frame, const HeaderPrediction& h, const ui
 inline bool EqualsTaken(const uint8_t* frame, uint32_t len, const HeaderPrediction& h, const uint8_t* expect,
                         uint32_t taken_len, uint32_t ipv4_sum) {
   if (len != taken_len || !EqualUnder(frame, h, expect, h.exact.data())) return false;
-  if (h.ipv6) return true;
+  if (!h.id_varies) return true;  // IPv6, or the whole IPv4 header compared
   // The header's ID and checksum, the words the exact mask leaves out, to
   // the rest's folded sum (at most 0xFFFF): less than 3 * 2^16 in all, so
   // one fold gives 0xFFFF exactly when the one's-complement sum is 0xFFFF
@@ -170,7 +188,7 @@ inline bool PredictedIcrcMatches(const uint8_t* frame, const HeaderPrediction& h
   const ParsedPacket& p = h.last;
   const uint32_t bth_end = p.bth_offset + kBthBytes;
   uint32_t crc = h.last_icrc ^ IcrcPsnBytes(frame + p.bth_offset);
-  if (!p.ipv6) crc ^= IcrcIpv4IdBytes(frame + p.l3_offset);
+  if (h.id_varies) crc ^= IcrcIpv4IdBytes(frame + p.l3_offset);
   crc = Crc32Update(crc, frame + bth_end, p.icrc_offset - bth_end);
   return Crc32Final(crc) == LoadLe32(frame + p.icrc_offset);
 }

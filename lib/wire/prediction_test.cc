@@ -323,6 +323,73 @@ TEST(HeaderPrediction, TheExactTierJudgesTheIpv4ChecksumOfEveryId) {
   }
 }
 
+// A sender whose IPv4 ID does not change (droce's template): from the
+// second frame taken with one ID the exact tier compares the whole IPv4
+// header and sums nothing; a frame with the same ID and a broken header
+// checksum is refused, one with another ID is judged by the per-field
+// checks and turns the per-packet sum back on, for the frame before as
+// well (its ICRC register changes with it). Every frame is judged as
+// ParsePacket and IcrcMatches judge it.
+TEST(HeaderPrediction, AConstantIpv4IdIsComparedWholeAndJudgedAsTheFullParseJudges) {
+  for (const Shape& s : kShapes) {
+    if (s.ipv6) continue;
+    auto frame = [&](bool write, uint32_t psn, uint16_t id) {
+      return Frame(Fields(s, write ? kRcWriteOnly : kRcAcknowledge, psn, write ? 64 : 0, id));
+    };
+    auto take = [](const std::vector<uint8_t>& b, HeaderPrediction& h) {
+      const uint32_t n = static_cast<uint32_t>(b.size());
+      const ParsedPacket want = ParsePacket(b.data(), n);
+      const ParsedPacket* got = ParsePredicted(b.data(), n, h);
+      if (got == nullptr) return false;
+      EXPECT_TRUE(SameParse(*got, want));
+      EXPECT_TRUE(PredictedIcrcMatches(b.data(), h));
+      std::vector<uint8_t> c = b;
+      c[want.icrc_offset - 1] ^= 0x10;  // the payload or the AETH
+      EXPECT_FALSE(PredictedIcrcMatches(c.data(), h));
+      return true;
+    };
+    HeaderPrediction h = Learn(frame(true, 7, 5));
+    EXPECT_TRUE(h.id_varies);  // nothing taken yet
+    ASSERT_TRUE(take(frame(true, 8, 5), h));
+    EXPECT_FALSE(h.id_varies);
+    const uint32_t l3 = h.l3_offset;
+    // A stream of WRITEs and ACKs with the one ID: the exact tier, last
+    // and before, takes every frame.
+    for (uint32_t i = 0; i < 6; ++i) {
+      const std::vector<uint8_t> b = frame(i % 2 == 1, 20 + i, 5);
+      const uint32_t n = static_cast<uint32_t>(b.size());
+      if (i >= 2) EXPECT_TRUE(MatchesLast(b.data(), n, h) || MatchesBefore(b.data(), n, h)) << i;
+      EXPECT_TRUE(take(b, h)) << i;
+      EXPECT_FALSE(h.id_varies) << i;
+      bool ok = false, exact = false;
+      ExpectAgrees(frame(i % 2 == 1, 40 + i, 5), h, &ok, &exact);
+      EXPECT_TRUE(ok && exact) << i;
+    }
+    // The same ID and a broken header checksum: refused.
+    std::vector<uint8_t> bad = frame(false, 60, 5);
+    bad[l3 + 11] ^= 0x01;
+    bool ok = true;
+    ExpectAgrees(bad, h, &ok);
+    EXPECT_FALSE(ok);
+    // The ID changes: per-field checks, then the per-packet sum again.
+    const std::vector<uint8_t> other = frame(false, 61, 9);
+    ASSERT_FALSE(MatchesBefore(other.data(), static_cast<uint32_t>(other.size()), h));
+    ASSERT_TRUE(take(other, h));
+    EXPECT_TRUE(h.id_varies);
+    // The frame before (a WRITE taken with ID 5) now takes WRITEs of any ID.
+    for (const uint16_t id : {uint16_t{11}, uint16_t{0xFFFF}, uint16_t{0}}) {
+      const std::vector<uint8_t> b = frame(true, 70 + id, id);
+      const uint32_t n = static_cast<uint32_t>(b.size());
+      EXPECT_TRUE(id == 11 ? MatchesBefore(b.data(), n, h) : MatchesLast(b.data(), n, h)) << id;
+      EXPECT_TRUE(take(b, h)) << id;
+      std::vector<uint8_t> c = frame(false, 80, id);
+      c[l3 + 10] ^= 0x40;
+      ExpectAgrees(c, h, &ok);
+      EXPECT_FALSE(ok) << id;
+    }
+  }
+}
+
 TEST(HeaderPrediction, NothingIsPredictedWithoutALearntFrameOrFromAnUnpredictableOne) {
   const std::vector<uint8_t> b = Frame(Fields(kShapes[0], kRcWriteOnly, 1, 64, 1));
   HeaderPrediction none;

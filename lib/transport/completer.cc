@@ -447,14 +447,14 @@ DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
   return CompState::kDone;
 }
 
-// OnUnverifiedPacket's test for a READ response: exactly the response
-// CompRead would place next, with nothing before it in the chain that could
-// act otherwise. The oldest WQE not done is a started READ, the PSN is the
-// next it expects (so psn_una, and CheckPsn and AckUpTo change nothing),
-// the length is what CompRead accepts at that offset (FIRST and MIDDLE: the
-// path MTU with more of the READ left; LAST and ONLY: the rest of it, at
-// most the MTU; FIRST and ONLY at offset 0, MIDDLE and LAST past it), and
-// its buffers' regions are still registered.
+// OnUnverifiedPacket's test for a READ RESPONSE FIRST, MIDDLE or LAST:
+// exactly the response CompRead would place next, with nothing before it in
+// the chain that could act otherwise. The oldest WQE not done is a started
+// READ, the PSN is the next it expects (so psn_una, and CheckPsn and
+// AckUpTo change nothing), FIRST comes at offset 0 and MIDDLE and LAST
+// after it, the length is what CompRead accepts there (FIRST and MIDDLE:
+// the path MTU with more of the READ left; LAST: the rest of it, not empty),
+// and its buffers' regions are still registered.
 Qp::SendWqe* Qp::ReadAwaitingResponse(uint32_t opcode, uint32_t psn, uint32_t len) {
   if (sr_ || psn != req_.psn_una) return nullptr;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
@@ -463,9 +463,9 @@ Qp::SendWqe* Qp::ReadAwaitingResponse(uint32_t opcode, uint32_t psn, uint32_t le
     if (!w.started || w.opcode != WrOpcode::kRdmaRead) return nullptr;
     const uint32_t done_bytes = Ext(w).read_done_bytes;
     const uint32_t left = w.total_len - done_bytes;
-    const bool first = opcode == kRcReadResponseFirst || opcode == kRcReadResponseOnly;
-    const bool last = opcode == kRcReadResponseLast || opcode == kRcReadResponseOnly;
-    if ((done_bytes == 0) != first || (last ? len != left || len > mtu_ : len != mtu_ || left <= len) ||
+    const bool first = opcode == kRcReadResponseFirst;
+    const bool last = opcode == kRcReadResponseLast;
+    if ((done_bytes == 0) != first || (last ? len != left || len - 1 >= mtu_ : len != mtu_ || left <= len) ||
         psn != PsnAdd(w.first_psn, done_bytes / mtu_) || !SgesStillLent(w)) {
       return nullptr;
     }

@@ -475,7 +475,7 @@ class Placement : public QpPair {
   }
 };
 
-// READ responses of 512 bytes or more are checked and placed in one pass
+// READ RESPONSE FIRST, MIDDLE and LAST are checked and placed in one pass
 // (OnUnverifiedPacket); everything a READ's requester ends with must be what
 // the two-pass path (check, then OnPacket) leaves: memory, completions, QP
 // state and counters, for READs of 1..6 MTUs scattered over SGEs, at path
@@ -562,14 +562,13 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
           EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kSuccess));
           EXPECT_EQ(one.state, QpState::kRts);
         }
-        // A response whose payload or ICRC is corrupted reaches the buffer
-        // before its check fails only on the one-pass path of go-back-N (so
-        // it is the one under test); a corrupted PSN, an ONLY below 512
-        // bytes and selective repeat's responses go the ordinary way.
-        const uint32_t size = c.mtus * mtu + c.extra;
-        const bool short_only = size <= mtu && size < Qp::kFusedSendOnlyBytes;
+        // A FIRST, MIDDLE or LAST whose payload or ICRC is corrupted reaches
+        // the buffer before its check fails only on the one-pass path of
+        // go-back-N (so it is the one under test); a corrupted PSN, an ONLY
+        // and selective repeat's responses go the ordinary way.
+        const bool only = c.mtus * mtu + c.extra <= mtu;
         EXPECT_EQ(one.placed_before_check,
-                  !sr && !short_only && (c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc));
+                  !sr && !only && (c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc));
         EXPECT_FALSE(two.placed_before_check);
         if (c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc || c.fault == Fault::kCorruptPsn) {
           EXPECT_EQ(one.dropped, 1u);  // counted as a bad ICRC, asked for again
@@ -714,8 +713,7 @@ INSTANTIATE_TEST_SUITE_P(Ip, QpPair, ::testing::Values(false, true),
 
 // The packets the poll loop hands over unverified are exactly the ones the
 // QP places while it checks the ICRC (OnUnverifiedPacket): every opcode of
-// the 8-bit space, with SEND ONLY's and READ RESPONSE ONLY's length
-// threshold on both sides.
+// the 8-bit space, with SEND ONLY's length threshold on both sides.
 TEST(VerifiesWhilePlacing, NamesExactlyTheFusedOpcodes) {
   for (uint32_t op = 0; op < 256; ++op) {
     for (const uint32_t len : {0u, 64u, Qp::kFusedSendOnlyBytes - 1, Qp::kFusedSendOnlyBytes, 4096u}) {
@@ -724,7 +722,7 @@ TEST(VerifiesWhilePlacing, NamesExactlyTheFusedOpcodes) {
       p.payload_len = len;
       const bool want = op == kRcWriteMiddle || op == kRcSendFirst || op == kRcSendMiddle || op == kRcSendLast ||
                         op == kRcReadResponseFirst || op == kRcReadResponseMiddle || op == kRcReadResponseLast ||
-                        ((op == kRcSendOnly || op == kRcReadResponseOnly) && len >= Qp::kFusedSendOnlyBytes);
+                        (op == kRcSendOnly && len >= Qp::kFusedSendOnlyBytes);
       EXPECT_EQ(Qp::VerifiesWhilePlacing(p), want) << "opcode " << op << " length " << len;
     }
   }

@@ -519,6 +519,31 @@ TEST_F(CoalescingPair, EmptyReceivesAreRepeatedOnlyOverTheSameBuffers) {
   EXPECT_EQ(b->counters().rx_dropped, 0u);
 }
 
+// A receive that takes a train (a coalesced run, or as many datagrams one
+// by one) puts the socket in a stream until a receive takes less; receives
+// that find nothing change nothing (event_stream_nap_us naps on it).
+void CheckStream(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b, uint16_t pa, uint16_t pb) {
+  EXPECT_FALSE(b.InStream());
+  CrossInOrder(a, inner_a, b, inner_b, std::vector<std::vector<uint8_t>>(20, Frame(true, pa, pb, 2048)), 64, pb);
+  EXPECT_TRUE(b.InStream());
+  pktio::Frame none[8];
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(b.RxBurst(none, 8), 0);
+  EXPECT_TRUE(b.InStream());
+  CrossInOrder(a, inner_a, b, inner_b, {Frame(true, pa, pb, 2)}, 64, pb);
+  EXPECT_FALSE(b.InStream());
+}
+
+TEST_F(CoalescingPair, ATrainPutsTheSocketInAStreamALoneFrameEndsIt) {
+  CheckStream(*a, inner_a, *b, inner_b, pa, pb);
+  EXPECT_EQ(b->counters().rx_coalesced, 20u);
+}
+
+TEST(UdpIo, ATrainOfSingleDatagramsIsAStreamToo) {
+  UdpPair p(/*gso=*/false, /*gather=*/false);
+  CheckStream(*p.a, p.inner_a, *p.b, p.inner_b, p.pa, p.pb);
+  EXPECT_EQ(p.b->counters().rx_coalesced, 0u);
+}
+
 // After coalesced datagrams of small segments (a run of ACK-sized frames),
 // a single full-size frame still arrives whole (the read size has a floor:
 // 64 buffers of it hold 64 KiB), moved into one buffer.

@@ -92,6 +92,7 @@ uint16_t UdpIo::ReceiveCoalesced(pktio::Frame* frames, uint16_t n) {
       }
     }
     stashed_ = kept;
+    in_stream_ = ready_n_ >= kStreamFrames;
   }
   const uint16_t out = std::min(n, ready_n_);
   std::copy(ready_ + ready_first_, ready_ + ready_first_ + out, frames);
@@ -209,6 +210,7 @@ uint16_t UdpIo::ReceiveFromSocket(pktio::Frame* frames, uint16_t n) {
     frames[out++] = f;
   }
   if (ndropped > 0) inner_->Release(dropped, ndropped);
+  if (r > 0) in_stream_ = r >= kStreamFrames;
   // The buffers not used (r < k) move down to close the gap.
   for (int i = r; i < k; ++i) stash_[first + i - r] = stash_[first + i];
   stashed_ = static_cast<uint16_t>(stashed_ - r);

@@ -65,6 +65,12 @@ class UdpIo final : public pktio::BurstIo {
 
   const UdpCounters& counters() const { return counters_; }
 
+  // Whether the last socket receive that found anything took a train: at
+  // least kStreamFrames frames (a coalesced datagram of a bulk transfer, or
+  // as many datagrams). A lone small frame (a latency test's) never is.
+  static constexpr uint16_t kStreamFrames = 8;
+  bool InStream() const { return in_stream_; }
+
   // Never while it has a socket, whose receive queue only a system call
   // reads: a frame the kernel queued there would otherwise wait for the next
   // round that runs for another reason (a timer, the millisecond link check).
@@ -102,6 +108,7 @@ class UdpIo final : public pktio::BurstIo {
   // stashed (0: it found something, or none was made): while the stash
   // still holds as many, they are the same buffers in the same places.
   uint16_t repeat_stashed_ = 0;
+  bool in_stream_ = false;
   RecvBatch recv_;
   SendBatch send_;
   int epoll_fd_ = -1;

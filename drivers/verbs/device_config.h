@@ -29,10 +29,15 @@ struct ProgressConfig {
   uint32_t max_sleep_us = 1000;   // then sleep steps double up to this
   uint32_t app_active_us = 20;    // the program called poll_cq this recently: let it drive
   // While the program keeps polling (every look-back finds a poll within
-  // app_active_us) the look-backs space out, doubling up to this: each one
-  // is a timer wake-up that preempts a busy-polling program. app_active_us
-  // (or less) keeps them fixed.
-  uint32_t app_active_max_us = 200;
+  // app_active_us, and no pause of its own since the last one) the
+  // look-backs space out, doubling up to this: each one is a timed sleep
+  // (~21 us of CPU on the 2-core test VM) whose wake-up preempts a
+  // busy-polling program or its peer's thread. Milliseconds, so that a
+  // program that never pauses (ib_write_bw's client) costs ~500 of them a
+  // second, not 5,000; the price is once, when such a program stops calling
+  // for good: the thread takes over up to this late. app_active_us (or
+  // less) keeps them fixed.
+  uint32_t app_active_max_us = 2000;
   // progress_calm_lookbacks: after this many look-backs in a row found the
   // program polling with no pause of its own (LookBackPacer::calm), the
   // thread naps with the kernel's default slice instead of slice_us, so its
@@ -52,6 +57,14 @@ struct ProgressConfig {
   // long before it sleeps on the wire and the channel (like Linux's
   // net.core.busy_poll for sockets); 0 sleeps at once.
   uint32_t event_busy_poll_us = 50;
+  // Inside a stream on the process's own UDP socket (udp::UdpIo::InStream:
+  // the last receive took a train of frames), an ibv_get_cq_event whose
+  // poll finds nothing sleeps this long on the channel alone instead of
+  // busy-polling: the socket queues the next trains meanwhile and one
+  // receive takes them, where a busy-poll spends the gap in empty receives.
+  // A nap after which the poll still finds nothing ends the naps of that
+  // wait. 0: no naps.
+  uint32_t event_stream_nap_us = 0;
   // The progress thread asks for this scheduler time slice (EEVDF's
   // sched_runtime): short, so that it preempts a program spinning on memory
   // when it wakes. 0 keeps the kernel's default.

@@ -61,7 +61,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_EQ(again->dev.min_time_between_cnps_ns, 50000u);
   EXPECT_EQ(g->progress.app_active_us, 300u);
   EXPECT_EQ(g->progress.app_active_max_us, 900u);
-  EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.app_active_max_us, 200u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.app_active_max_us, 2000u);
   EXPECT_EQ(g->progress.pm_qos_us, 0);
   EXPECT_EQ(ParseDeviceFile(kMinimal)->progress.pm_qos_us, -1);  // off unless asked
   EXPECT_EQ(ParseDeviceFile(std::string(kMinimal) + "progress_pm_qos_us=50\n")->progress.pm_qos_us, 50);
@@ -334,6 +334,7 @@ const KeySample kSamples[] = {
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
     {"progress_stream_wait", "progress_stream_wait=off", kWire, "sometimes"},
     {"event_busy_poll_us", "event_busy_poll_us=30", kWire, "0.5"},
+    {"event_stream_nap_us", "event_stream_nap_us=20", kWire, "soon"},
     {"progress_slice_us", "progress_slice_us=250", kWire, "long"},
     {"progress_sched", "progress_sched=fifo", kWire, "rr"},
     {"progress_rt_priority", "progress_rt_priority=7", kWire, "0"},
@@ -611,7 +612,9 @@ TEST(LookBackPacer, CalmAfterLookBacksInARowAndAPauseThatSpansALookBackIsNotTheP
 // waits for the program's next slice end (a multiple of slice_ns) and costs
 // it nothing.
 struct LookBacks {
-  explicit LookBacks(uint32_t calm_after = 0) : pacer(20, 200, calm_after) {}
+  // The shipped defaults (progress_app_active_us, progress_app_active_max_us).
+  explicit LookBacks(uint32_t calm_after = 0)
+      : pacer(ProgressConfig{}.app_active_us, ProgressConfig{}.app_active_max_us, calm_after) {}
   ProgramCalls calls;
   LookBackPacer pacer;
   uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
@@ -679,10 +682,35 @@ TEST(ProgramCalls, LookBacksSpaceOutBesideAPollingRankAndTakeOverOnceItStops) {
     return posting;
   });
   EXPECT_EQ(lb.takeovers, 0u);
-  EXPECT_LE(lb.looks, 60u) << lb.looks;  // 10 ms at 200 us is 50; the ramp adds a few
-  lb.Run(stop, stop + 1'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  // The ramp 20, 40, ... 1,280 us (2.5 ms, 7 looks), then 2 ms apart: ~11.
+  EXPECT_LE(lb.looks, 14u) << lb.looks;
+  lb.Run(stop, stop + 3'000'000, [](uint64_t, ProgramCalls&) { return false; });
   ASSERT_GE(lb.takeovers, 1u);
-  EXPECT_LE(lb.first_takeover - stop, 200'000u) << lb.first_takeover - stop;
+  EXPECT_LE(lb.first_takeover - stop, 2'000'000u) << lb.first_takeover - stop;
+}
+
+// ib_write_bw's client: posts and polls without a pause for a second (a
+// call every microsecond). The look-backs, each a timed sleep whose wake-up
+// preempts the program or its peer on a 2-core host, come ~500 times in
+// that second (the spacing reaches progress_app_active_max_us); at 200 us
+// they came 5,000 times, 10 % of a CPU for the thread on the test VM. The
+// thread takes over within the spacing once the program stops. Fails when
+// the default spacing stays at 200 us or a look-back that finds the
+// program polling does not double it.
+TEST(ProgramCalls, AProgramThatNeverPausesIsLookedAtAFewHundredTimesASecond) {
+  LookBacks lb;
+  const uint64_t start = 1'000'000, stop = start + 1'000'000'000;
+  lb.Run(start, stop, [](uint64_t t, ProgramCalls& calls) {
+    if (t % 1'000 == 0) calls.Posted(t);
+    if (t % 1'000 == 500) calls.Polled(t);
+    return false;
+  });
+  EXPECT_EQ(lb.takeovers, 0u);
+  EXPECT_LE(lb.looks, 510u) << lb.looks;
+  EXPECT_GE(lb.looks, 490u) << lb.looks;  // still looking, 2 ms apart
+  lb.Run(stop, stop + 5'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  ASSERT_GE(lb.takeovers, 1u);
+  EXPECT_LE(lb.first_takeover - stop, 2'000'000u) << lb.first_takeover - stop;
 }
 
 // A program that pauses between its calls until the thread delivers (it

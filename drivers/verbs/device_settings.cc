@@ -408,6 +408,10 @@ std::vector<DeviceSetting> MakeSettings() {
                      "descriptor, with no timer per wait (with `progress_wakeup`)"));
   t.push_back(Number("event_busy_poll_us", 0, kMaxUs, 1, [](auto& f) -> auto& { return f.progress.event_busy_poll_us; },
                      "`ibv_get_cq_event` busy-polls the dataplane this long before sleeping on the channel and the wire"));
+  t.push_back(Number("event_stream_nap_us", 0, kMaxUs, 1, [](auto& f) -> auto& { return f.progress.event_stream_nap_us; },
+                     "inside a stream on the process's own UDP socket (`steering udp`), `ibv_get_cq_event` "
+                     "sleeps this long on the channel alone when a poll finds nothing, instead of busy-polling "
+                     "empty receives (0: never)"));
   t.push_back(Number("progress_slice_us", 0, kMaxUs, 1, [](auto& f) -> auto& { return f.progress.slice_us; },
                      "the scheduler slice the progress thread asks for (`sched_setattr` `sched_runtime`; 0: "
                      "the kernel's)"));

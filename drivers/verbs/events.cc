@@ -398,19 +398,38 @@ int Runtime::WaitForChannel(int channel_fd, uint64_t* cq_handle) {
   const uint64_t busy_until = now + uint64_t{pc.event_busy_poll_us} * 1000;
   uint64_t next_signal_check = now + kSignalCheckNs;
   uint64_t next_flags_check = now + 1'000'000;
+  const uint32_t nap_us = pc.event_stream_nap_us;
+  bool napped = false;  // the last poll followed a nap
+  bool may_nap = nap_us > 0;
   while (true) {
     uint32_t work;
+    bool in_stream = false;
     {
       AppLock lock(this);
       now = NowNs();
       work = PollLocked(now);
       if (take_pending(FindWaitersLocked(channel_fd))) return 0;
+      in_stream = may_nap && udp_ && udp_->InStream();
     }
     if (now >= next_signal_check) {
       if (signals.Interrupted()) return EINTR;
       next_signal_check = now + kSignalCheckNs;
     }
+    if (napped && work == 0) {  // the stream paused: busy-poll and sleep as outside one
+      may_nap = in_stream = false;
+      stats_.event_wait_naps_empty.fetch_add(1, std::memory_order_relaxed);
+    }
+    napped = false;
     if (work > 0) continue;
+    if (in_stream) {
+      // The channel alone: an arrival on the socket does not end the nap.
+      pollfd pfd{channel_fd, POLLIN, 0};
+      const timespec nap{0, static_cast<long>(std::min<uint32_t>(nap_us, 999'999)) * 1000};
+      stats_.event_wait_naps.fetch_add(1, std::memory_order_relaxed);
+      if (ppoll(&pfd, 1, &nap, nullptr) > 0 && (pfd.revents & POLLIN)) return 0;
+      napped = true;
+      continue;
+    }
     if (now < busy_until) {
       CpuRelax();
       continue;

@@ -283,6 +283,9 @@ class Runtime {
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).
     std::atomic<uint64_t> events_handed_over{0}, event_wait_sleeps{0}, event_wait_arrivals{0};
+    // Naps inside a stream (event_stream_nap_us), and those after which
+    // the poll found nothing (they end the wait's naps).
+    std::atomic<uint64_t> event_wait_naps{0}, event_wait_naps_empty{0};
     // Posts that found the device owned and left their doorbell to its
     // owner (RingPosted), counted when the owner ran it.
     std::atomic<uint64_t> posts_left_for_owner{0};

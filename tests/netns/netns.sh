@@ -436,6 +436,20 @@ gathered() {
   done
 }
 check "steering udp, udp_gather=on: payloads sent from registered memory, IPv6 segmented and IPv4, data checked" gathered
+# event_stream_nap_us: a receiver waiting for completions (ib_send_bw -e)
+# inside a stream of coalesced 64 KiB messages naps instead of busy-polling,
+# and the stream completes.
+napped() {
+  rebind udp set udp_gso=on set event_stream_nap_us=20 set min_ack_timeout=17 || return 1
+  local ga gb
+  ga=$(gid_of "$A" fd00::1) && gb=$(gid_of "$B" fd00::2) || { echo "no fd00:: GID"; return 1; }
+  pair_stats "$A" "ib_send_bw -d droce0 -x $ga -s 65536 -e -n 4000" \
+    "$B" "ib_send_bw -d droce0 -x $gb -s 65536 -e -n 4000 10.0.0.1" || return 1
+  grep -q '^ *65536 *4000 ' "$logs/client.log" || { echo "no bandwidth line"; return 1; }
+  grep -o "event wait naps [0-9]* (found nothing [0-9]*)" "$logs/server.log"
+  grep -q 'event wait naps [1-9]' "$logs/server.log"
+}
+check "steering udp, event_stream_nap_us=20: the receiver of ib_send_bw -e naps inside the stream, which completes" napped
 # Where XDP is not available: a packet socket with a BPF filter.
 fallback() {
   rebind af_packet && status "$A" | grep "netdev nd0: af_packet" && ! ip -n "$A" link show nd0 | grep -q prog/xdp &&

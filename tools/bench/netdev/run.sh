@@ -39,7 +39,14 @@
 # time is left out: the benchmark runs at nice 0 and displaces niced work
 # (other builds on a shared host) rather than adding to it. Meaningful on a
 # host with idle time only: on a saturated one the benchmark displaces
-# un-niced work too and host_s comes out near zero or negative.
+# un-niced work too and host_s comes out near zero or negative. host_idle_s
+# is the same busy time measured the other way: every CPU's wall time less
+# its idle, iowait, niced and stolen time (the kernel times idle periods
+# from their entry and exit under NO_HZ), with the same idle-rate
+# subtraction; host_s counts scheduler ticks (CONFIG_HZ=250: one sample per
+# CPU every 4 ms, each charged whole to what it lands on). The two agree
+# over long busy periods; they differ where busy time comes in bursts
+# shorter than a tick (a program that sleeps and wakes every few us).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -84,13 +91,32 @@ cpu_of() {  # PID...: user+system ticks of the processes (all threads)
   echo $sum
 }
 softirqd() { cpu_of $(pgrep -x 'ksoftirqd/[0-9]+' 2>/dev/null || pgrep ksoftirqd); }
-host_busy() { awk '$1 == "cpu" {print $2 + $4 + $7 + $8; exit}' /proc/stat; }  # ticks, not niced
 now_s() { date +%s.%N; }
-# The host's busy ticks per second while nothing of the benchmark runs.
-idle_rate() {
-  local b0 t0; b0=$(host_busy); t0=$(now_s)
+ncpu=$(nproc)
+# Sets HB, the host's busy ticks (user+system+irq+softirq, not niced: each
+# tick sampled where it lands, 1/CONFIG_HZ apart), HP, the same busy time
+# as the wall time of every CPU less the time they were idle (idle, iowait,
+# nice, steal; under NO_HZ the kernel measures idle time from its idle
+# entries and exits, not by ticks), both in ticks, and HT, the time read.
+host_snap() {
+  HT=$(now_s)
+  read -r HB HP < <(awk -v n="$ncpu" -v hz="$ticks" -v t="$HT" \
+    '$1 == "cpu" {printf "%d %.2f\n", $2 + $4 + $7 + $8, n * t * hz - ($3 + $5 + $6 + $9); exit}' /proc/stat)
+}
+# The host's busy ticks per second (both measures) while nothing of the
+# benchmark runs (RATE, PRATE), then the row's start (H0, P0, T0).
+host_start() {
+  host_snap; local b0=$HB p0=$HP t0=$HT
   sleep "${IDLE_S:-2}"
-  echo "($(host_busy) - $b0) / ($(now_s) - $t0)" | bc -l
+  host_snap
+  RATE=$(echo "($HB - $b0) / ($HT - $t0)" | bc -l) PRATE=$(echo "($HP - $p0) / ($HT - $t0)" | bc -l)
+  H0=$HB P0=$HP T0=$HT
+}
+# The row's host seconds less the idle rate over its wall time: HOST, HOSTP.
+host_end() {
+  host_snap
+  HOST=$(echo "($HB - $H0 - $RATE * ($HT - $T0)) / $ticks" | bc -l)
+  HOSTP=$(echo "($HP - $P0 - $PRATE * ($HT - $T0)) / $ticks" | bc -l)
 }
 timed() {  # OUT CMD...: runs CMD, appends "cpu SECONDS" (its and its children's user+system) to OUT
   local out=$1; shift
@@ -123,19 +149,19 @@ per_gb() { awk -v c="$1" -v b="$2" 'BEGIN {printf "%.3f", (b > 0 ? c / (b / 1e9)
 on_ns() { echo "ip netns exec $1 env CTL=$ctl bash -c 'eval \"\$(\"\$CTL\" env)\"; exec \"\$@\"' on"; }
 on_dir() { echo "env DROCE_RUN_DIR=$1 CTL=$ctl bash -c 'eval \"\$(\"\$CTL\" env)\"; exec \"\$@\"' on"; }
 
-echo "setup,round,test,value,unit,cpu_s,bytes,cpu_s_per_GB,softirqd_s,daemons_s,host_s"
+echo "setup,round,test,value,unit,cpu_s,bytes,cpu_s_per_GB,softirqd_s,daemons_s,host_s,host_idle_s"
 measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   local setup=$1 round=$2 sp=$3 cp=$4 dpids=$5
-  local d0 k0 d1 k1 rate h0 t0
-  rate=$(idle_rate)
-  d0=$(cpu_of $dpids); k0=$(softirqd); h0=$(host_busy); t0=$(now_s)
+  local d0 k0 d1 k1
+  host_start
+  d0=$(cpu_of $dpids); k0=$(softirqd)
   local tool=${BW_TOOL:-ib_write_bw}
   # Events cannot be timed by duration (perftest): a count then.
   local amount="-D $dur"
   [ -n "${BW_ITERS:-}" ] && amount="-n $BW_ITERS"
   pair "$sp $tool ${BW_OPTS:-} -d ${DEV_A} -x ${GIDX:-1} -s 65536 $amount -m $path_mtu" "$cp $tool ${BW_OPTS:-} -d ${DEV_B} -x ${GIDX:-1} -s 65536 $amount -m $path_mtu ${PEER}"
   d1=$(cpu_of $dpids); k1=$(softirqd)
-  local host; host=$(echo "($(host_busy) - $h0 - $rate * ($(now_s) - $t0)) / $ticks" | bc -l)
+  host_end
   local mbs; mbs=$(awk '$1 == 65536 {print $4}' "$tmp/c.out" | tail -1)
   local prog; prog=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
   local cpu; cpu=$(echo "$prog + ($d1 - $d0) / $ticks" | bc -l)
@@ -143,8 +169,8 @@ measure_bw() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   [ -n "${BW_ITERS:-}" ] && [ -n "${mbs:-}" ] && bytes=$((BW_ITERS * 65536))
   local soft; soft=$(echo "($k1 - $k0) / $ticks" | bc -l)
   local dcpu; dcpu=$(echo "($d1 - $d0) / $ticks" | bc -l)
-  printf '%s,%s,%s,%s,MB/s,%.2f,%.0f,%.3f,%.2f,%.2f,%.2f\n' "$setup" "$round" "${MODE:-write_bw_64k}" "${mbs:-0}" "$cpu" "$bytes" \
-    "$(per_gb "$cpu" "$bytes")" "$soft" "$dcpu" "$host"
+  printf '%s,%s,%s,%s,MB/s,%.2f,%.0f,%.3f,%.2f,%.2f,%.2f,%.2f\n' "$setup" "$round" "${MODE:-write_bw_64k}" "${mbs:-0}" "$cpu" "$bytes" \
+    "$(per_gb "$cpu" "$bytes")" "$soft" "$dcpu" "$HOST" "$HOSTP"
 }
 # The same pair moving 10 messages: its CPU is what the programs spend
 # whatever they move (perftest's clock-rate measurement, device open, QP
@@ -153,8 +179,8 @@ measure_startup() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX DAEMON_PIDS
   [ "${STARTUP:-1}" = 1 ] || return 0
   local mode=${MODE:-write_bw_64k}
   local row; row=$(MODE=x BW_ITERS=10 measure_bw "$@")
-  IFS=, read -r _ _ _ _ _ cpu _ _ soft dcpu host <<<"$row"
-  printf '%s,%s,%s_startup,10,msgs,%s,655360,,%s,%s,%s\n' "$1" "$2" "$mode" "$cpu" "$soft" "$dcpu" "$host"
+  IFS=, read -r _ _ _ _ _ cpu _ _ soft dcpu host hostp <<<"$row"
+  printf '%s,%s,%s_startup,10,msgs,%s,655360,,%s,%s,%s,%s\n' "$1" "$2" "$mode" "$cpu" "$soft" "$dcpu" "$host" "$hostp"
 }
 pin_s="" pin_c=""
 if [ -n "${PIN_LAT:-}" ]; then
@@ -164,7 +190,7 @@ fi
 measure_lat() {  # SETUP ROUND SERVER_PREFIX CLIENT_PREFIX
   pair "$3 $pin_s ib_send_lat -d ${DEV_A} -x ${GIDX:-1} -s 2 -n $iters" "$4 $pin_c ib_send_lat -d ${DEV_B} -x ${GIDX:-1} -s 2 -n $iters ${PEER}"
   local typ; typ=$(awk '$1 == 2 {print $5}' "$tmp/c.out" | tail -1)
-  printf '%s,%s,send_lat_2b,%s,us,,,,,,\n' "$1" "$2" "${typ:-0}"
+  printf '%s,%s,send_lat_2b,%s,us,,,,,,,\n' "$1" "$2" "${typ:-0}"
 }
 # One iperf3 stream from B to A, its client given AMOUNT ("-t S" or "-n BYTES");
 # outputs and CPU lines in $tmp/s.out and $tmp/c.out.
@@ -178,30 +204,29 @@ iperf3_pair() {  # AMOUNT...
 }
 measure_tcp() {  # SETUP ROUND
   local k0 k1
-  local rate h0 t0 host
   if [ "${STARTUP:-1}" = 1 ]; then  # iperf3 moving 10 x 64 KiB: its fixed cost
-    rate=$(idle_rate); h0=$(host_busy); t0=$(now_s)
+    host_start
     iperf3_pair -n 640K
-    host=$(echo "($(host_busy) - $h0 - $rate * ($(now_s) - $t0)) / $ticks" | bc -l)
-    printf '%s,%s,tcp_bw_64k_startup,10,msgs,%.2f,655360,,,,%.2f\n' "$1" "$2" \
-      "$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")" "$host"
+    host_end
+    printf '%s,%s,tcp_bw_64k_startup,10,msgs,%.2f,655360,,,,%.2f,%.2f\n' "$1" "$2" \
+      "$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")" "$HOST" "$HOSTP"
   fi
-  rate=$(idle_rate)
-  k0=$(softirqd); h0=$(host_busy); t0=$(now_s)
+  host_start
+  k0=$(softirqd)
   iperf3_pair -t "$dur"
   k1=$(softirqd)
-  host=$(echo "($(host_busy) - $h0 - $rate * ($(now_s) - $t0)) / $ticks" | bc -l)
+  host_end
   local bytes; bytes=$(python3 -c 'import json,sys; t=open(sys.argv[1]).read(); j=json.loads(t[:t.rindex("}")+1]); print(j["end"]["sum_received"]["bytes"])' "$tmp/c.out" 2>/dev/null || echo 0)
   local cpu; cpu=$(awk '/^cpu/ {s += $2 + $3} END {print s + 0}' "$tmp/s.out" "$tmp/c.out")
   local mbs; mbs=$(echo "$bytes / 1048576 / $dur" | bc -l)
   local soft; soft=$(echo "($k1 - $k0) / $ticks" | bc -l)
-  printf '%s,%s,tcp_bw_64k,%.2f,MB/s,%.2f,%s,%.3f,%.2f,,%.2f\n' "$1" "$2" "$mbs" "$cpu" "$bytes" "$(per_gb "$cpu" "$bytes")" "$soft" "$host"
+  printf '%s,%s,tcp_bw_64k,%.2f,MB/s,%.2f,%s,%.3f,%.2f,,%.2f,%.2f\n' "$1" "$2" "$mbs" "$cpu" "$bytes" "$(per_gb "$cpu" "$bytes")" "$soft" "$HOST" "$HOSTP"
   ip netns exec $A $pin_s qperf >/dev/null 2>&1 &
   local q=$!
   listening $A 19765
   local lat; lat=$(ip netns exec $B $pin_c qperf $tcp_peer -m 2 -t $dur tcp_lat 2>/dev/null | awk '/latency/ {v=$3; u=$4} END {if (u == "ms") v *= 1000; print v + 0}')
   kill $q 2>/dev/null; wait $q 2>/dev/null
-  printf '%s,%s,tcp_lat_2b,%s,us,,,,,,\n' "$1" "$2" "$lat"
+  printf '%s,%s,tcp_lat_2b,%s,us,,,,,,,\n' "$1" "$2" "$lat"
 }
 
 for r in $(seq "$rounds"); do
@@ -267,20 +292,23 @@ echo
 echo "medians over $rounds rounds:"
 python3 - "$tmp/rows.csv" <<'PY'
 import csv, statistics, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 11 and r[0] != "setup"]
-startup = {(s, r, t[:-len("_startup")]): (float(cpu or 0), float(b or 0), float(host or 0))
-           for s, r, t, v, u, cpu, b, per, soft, daemons, host in rows if t.endswith("_startup")}
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) == 12 and r[0] != "setup"]
+startup = {(s, r, t[:-len("_startup")]): (float(cpu or 0), float(b or 0), float(host or 0), float(hostp or 0))
+           for s, r, t, v, u, cpu, b, per, soft, daemons, host, hostp in rows if t.endswith("_startup")}
 by = {}
-for s, r, t, v, u, cpu, b, per, soft, daemons, host in rows:
-    net = host_per = host_net = None
+for s, r, t, v, u, cpu, b, per, soft, daemons, host, hostp in rows:
+    net = host_per = host_net = hostp_net = None
     if cpu and float(b or 0) > 0 and host:
         host_per = float(host) / (float(b) / 1e9)
     if (s, r, t) in startup and cpu and float(b or 0) > startup[(s, r, t)][1]:
-        s_cpu, s_bytes, s_host = startup[(s, r, t)]
+        s_cpu, s_bytes, s_host, s_hostp = startup[(s, r, t)]
         net = (float(cpu) - s_cpu) / ((float(b) - s_bytes) / 1e9)
         if host:
             host_net = (float(host) - s_host) / ((float(b) - s_bytes) / 1e9)
-    by.setdefault((s, t, u), []).append((float(v or 0), float(per or 0), float(soft or 0), net, host_per, host_net))
+        if hostp:
+            hostp_net = (float(hostp) - s_hostp) / ((float(b) - s_bytes) / 1e9)
+    by.setdefault((s, t, u), []).append((float(v or 0), float(per or 0), float(soft or 0), net, host_per, host_net,
+                                         hostp_net))
 def med(xs):
     xs = [x for x in xs if x is not None]
     return (statistics.median(xs), xs) if xs else (None, xs)
@@ -289,7 +317,8 @@ for (s, t, u), vals in sorted(by.items()):
     per = statistics.median(v[1] for v in vals)
     soft = statistics.median(v[2] for v in vals)
     extra = f"  CPU {per:.3f} s/GB (+ksoftirqd {soft:.2f} s)" if per else ""
-    for label, i in (("without startup", 3), ("host", 4), ("host without startup", 5)):
+    for label, i in (("without startup", 3), ("host", 4), ("host without startup", 5),
+                     ("host by idle time without startup", 6)):
         m, xs = med(v[i] for v in vals)
         if m is not None and per:
             extra += f", {label} {m:.3f} s/GB [{', '.join(f'{x:.3f}' for x in xs)}]"

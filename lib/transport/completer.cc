@@ -447,20 +447,26 @@ DROCE_STEP CompState Qp::CompRead(RespCtx& c) {
   return CompState::kDone;
 }
 
-// OnUnverifiedPacket's test for a READ RESPONSE MIDDLE: exactly the
-// response CompRead would place next, with nothing before it in the chain
-// that could act otherwise. The oldest WQE not done is a READ whose FIRST
-// response (verified) was accepted, the PSN is the next it expects (so
-// psn_una, and CheckPsn and AckUpTo change nothing), the length is the path
-// MTU with more to come, and its buffers' regions are still registered.
-Qp::SendWqe* Qp::ReadAwaitingMiddle(uint32_t psn, uint32_t len) {
-  if (sr_ || len != mtu_ || psn != req_.psn_una) return nullptr;
+// OnUnverifiedPacket's test for a READ RESPONSE FIRST, MIDDLE or LAST:
+// exactly the response CompRead would place next, with nothing before it in
+// the chain that could act otherwise. The oldest WQE not done is a started
+// READ, the PSN is the next it expects (so psn_una, and CheckPsn and
+// AckUpTo change nothing), FIRST comes at offset 0 and MIDDLE and LAST
+// after it, the length is what CompRead accepts there (FIRST and MIDDLE:
+// the path MTU with more of the READ left; LAST: the rest of it, not empty),
+// and its buffers' regions are still registered.
+Qp::SendWqe* Qp::ReadAwaitingResponse(uint32_t opcode, uint32_t psn, uint32_t len) {
+  if (sr_ || psn != req_.psn_una) return nullptr;
   for (uint32_t i = sq_.head(); i != sq_.tail(); ++i) {
     SendWqe& w = sq_.at(i);
     if (w.done) continue;
-    const uint32_t done_bytes = w.opcode == WrOpcode::kRdmaRead ? Ext(w).read_done_bytes : 0;
-    if (!w.started || done_bytes == 0 || psn != PsnAdd(w.first_psn, done_bytes / mtu_) ||
-        w.total_len - done_bytes <= len || !SgesStillLent(w)) {
+    if (!w.started || w.opcode != WrOpcode::kRdmaRead) return nullptr;
+    const uint32_t done_bytes = Ext(w).read_done_bytes;
+    const uint32_t left = w.total_len - done_bytes;
+    const bool first = opcode == kRcReadResponseFirst;
+    const bool last = opcode == kRcReadResponseLast;
+    if ((done_bytes == 0) != first || (last ? len != left || len - 1 >= mtu_ : len != mtu_ || left <= len) ||
+        psn != PsnAdd(w.first_psn, done_bytes / mtu_) || !SgesStillLent(w)) {
       return nullptr;
     }
     return &w;

@@ -2,6 +2,7 @@
 // one pass by the requester and the responder's READ responses — carries
 // the reference ICRC (wire/icrc_reference_test.h). The ICRC itself is
 // tested in lib/wire/icrc_test.cc.
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -58,6 +59,9 @@ class QpPair : public ::testing::TestWithParam<bool> {
       caps.max_send_wr = caps.max_recv_wr = 256;
       qp_[i] = std::make_unique<Qp>(0x11 + i, caps, env);
       cq_[i] = queue::CompletionQueue(1024);
+      if (selective_repeat_) {
+        ASSERT_TRUE(qp_[i]->SetSelectiveRepeat(true).ok());
+      }
     }
     for (int i = 0; i < 2; ++i) {
       QpAttr a;
@@ -65,7 +69,7 @@ class QpPair : public ::testing::TestWithParam<bool> {
       a.qp_access_flags = mem::kRemoteWrite | mem::kRemoteRead;
       ASSERT_TRUE(qp_[i]->Modify(a, kAttrState | kAttrPkeyIndex | kAttrPort | kAttrAccessFlags).ok());
       a.qp_state = QpState::kRtr;
-      a.path_mtu = 4096;
+      a.path_mtu = path_mtu_;
       a.dest_qp_num = 0x12 - i;
       a.max_dest_rd_atomic = 16;
       ASSERT_TRUE(qp_[i]->Modify(a, kAttrState | kAttrAv | kAttrPathMtu | kAttrDestQpn |
@@ -165,6 +169,8 @@ class QpPair : public ::testing::TestWithParam<bool> {
   }
 
   bool ipv6_ = false;
+  uint32_t path_mtu_ = 4096;       // for Connect
+  bool selective_repeat_ = false;  // for Connect: both QPs
   Srq* srq1_ = nullptr;  // side 1's receives come from it when set (before Connect)
   std::vector<std::unique_ptr<Srq>> srqs_;  // outlive every QP that used them
   uint64_t now_ = 1;
@@ -469,12 +475,14 @@ class Placement : public QpPair {
   }
 };
 
-// READ RESPONSE MIDDLE payloads are checked and placed in one pass
+// READ RESPONSE FIRST, MIDDLE and LAST are checked and placed in one pass
 // (OnUnverifiedPacket); everything a READ's requester ends with must be what
 // the two-pass path (check, then OnPacket) leaves: memory, completions, QP
-// state and counters, for READs of 1..6 MTUs scattered over SGEs, with a
-// response lost, two swapped, a MIDDLE corrupted (and asked for again) and
-// the destination deregistered mid-READ.
+// state and counters, for READs of 1..6 MTUs scattered over SGEs, at path
+// MTU 1024 and 4096, go-back-N and selective repeat, with a response lost,
+// two swapped, a FIRST, MIDDLE, LAST or ONLY corrupted (and asked for
+// again) and the destination deregistered mid-READ. A READ that succeeds
+// leaves exactly the responder's bytes in its SGEs.
 class ReadPlacement : public Placement {
  protected:
   // READs of `mtus` MTUs plus `extra` bytes from side 1 into side 0, over
@@ -484,7 +492,7 @@ class ReadPlacement : public Placement {
     std::mt19937 rng(mtus * 131 + extra + sges);
     for (auto& b : mem_[1]) b = static_cast<uint8_t>(rng());
     std::fill(mem_[0].begin(), mem_[0].end(), 0xEE);
-    const uint32_t size = mtus * 4096 + extra;
+    const uint32_t size = mtus * path_mtu_ + extra;
     SendWr rd;
     rd.wr_id = 7;
     rd.opcode = WrOpcode::kRdmaRead;
@@ -496,14 +504,18 @@ class ReadPlacement : public Placement {
     EXPECT_EQ(qp_[0]->PostSend(rd), 0);
     Frames frames;
     frames.counted = [](const ParsedPacket& p) { return (p.op().roles & kRoleReadResponse) != 0; };
-    frames.corruptible = [](const ParsedPacket& p) { return p.opcode == kRcReadResponseMiddle; };
+    frames.corruptible = [](const ParsedPacket& p) { return (p.op().roles & kRoleReadResponse) != 0; };
     // Where the payload would land: the READ's bytes of the victim's MTU over its SGEs.
     frames.landing = [&](const ParsedPacket& p) {
-      return Gathered(rd.sg_list.data(), rd.num_sge, static_cast<uint32_t>(victim - 1) * 4096, p.payload_len);
+      return Gathered(rd.sg_list.data(), rd.num_sge, static_cast<uint32_t>(victim - 1) * path_mtu_, p.payload_len);
     };
     Outcome out;
     ShuttleWithFault(fused, /*receiver=*/0, fault, victim, frames, &out);
     Collect(/*receiver=*/0, &out);
+    if (fault != Fault::kDeregistered) {
+      EXPECT_EQ(Gathered(rd.sg_list.data(), rd.num_sge, 0, size),
+                std::vector<uint8_t>(mem_[1].begin() + 333, mem_[1].begin() + 333 + size));
+    }
     return out;
   }
 };
@@ -524,27 +536,45 @@ TEST_P(ReadPlacement, OnePassEqualsTwoPasses) {
       {6, 0, 3, Fault::kSwapped, 4},         {6, 0, 1, Fault::kCorruptPayload, 3},
       {6, 5, 3, Fault::kCorruptPayload, 2},  {6, 0, 1, Fault::kCorruptIcrc, 4},
       {6, 0, 1, Fault::kCorruptPsn, 2},      {6, 0, 1, Fault::kDeregistered, 2},
-      {6, 0, 3, Fault::kDeregistered, 4},
+      {6, 0, 3, Fault::kDeregistered, 4},    {6, 0, 1, Fault::kCorruptPayload, 1},
+      {6, 17, 3, Fault::kCorruptPayload, 7}, {6, 0, 1, Fault::kCorruptIcrc, 6},
+      {2, 0, 1, Fault::kCorruptIcrc, 1},     {2, 0, 3, Fault::kCorruptPayload, 2},
+      {0, 1000, 1, Fault::kCorruptPayload, 1}, {0, 100, 1, Fault::kCorruptPayload, 1},
+      {0, 1000, 1, Fault::kCorruptPsn, 1},   {6, 0, 1, Fault::kDeregistered, 1},
+      {1, 700, 1, Fault::kLost, 2},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << c.mtus << " MTUs + " << c.extra << " over " << c.sges << " SGEs, fault "
-                                      << static_cast<int>(c.fault) << " on response " << c.victim);
-    const Outcome two = Run(false, c.mtus, c.extra, c.sges, c.fault, c.victim);
-    const Outcome one = Run(true, c.mtus, c.extra, c.sges, c.fault, c.victim);
-    EXPECT_TRUE(one == two);
-    ASSERT_EQ(one.completions.size(), 1u);
-    if (c.fault == Fault::kDeregistered) {
-      EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kLocProtErr));
-    } else {
-      EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kSuccess));
-      EXPECT_EQ(one.state, QpState::kRts);
+  for (const bool sr : {false, true}) {
+    for (const uint32_t mtu : {1024u, 4096u}) {
+      selective_repeat_ = sr;
+      path_mtu_ = mtu;
+      for (const Case& c : cases) {
+        SCOPED_TRACE(::testing::Message() << (sr ? "selective repeat, " : "go-back-N, ") << "MTU " << mtu << ", "
+                                          << c.mtus << " MTUs + " << c.extra << " over " << c.sges
+                                          << " SGEs, fault " << static_cast<int>(c.fault) << " on response "
+                                          << c.victim);
+        const Outcome two = Run(false, c.mtus, c.extra, c.sges, c.fault, c.victim);
+        const Outcome one = Run(true, c.mtus, c.extra, c.sges, c.fault, c.victim);
+        EXPECT_TRUE(one == two);
+        ASSERT_EQ(one.completions.size(), 1u);
+        if (c.fault == Fault::kDeregistered) {
+          EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kLocProtErr));
+        } else {
+          EXPECT_EQ(std::get<1>(one.completions[0]), static_cast<int>(queue::WcStatus::kSuccess));
+          EXPECT_EQ(one.state, QpState::kRts);
+        }
+        // A FIRST, MIDDLE or LAST whose payload or ICRC is corrupted reaches
+        // the buffer before its check fails only on the one-pass path of
+        // go-back-N (so it is the one under test); a corrupted PSN, an ONLY
+        // and selective repeat's responses go the ordinary way.
+        const bool only = c.mtus * mtu + c.extra <= mtu;
+        EXPECT_EQ(one.placed_before_check,
+                  !sr && !only && (c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc));
+        EXPECT_FALSE(two.placed_before_check);
+        if (c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc || c.fault == Fault::kCorruptPsn) {
+          EXPECT_EQ(one.dropped, 1u);  // counted as a bad ICRC, asked for again
+        }
+      }
     }
-    // A MIDDLE whose payload or ICRC is corrupted reaches the buffer before
-    // its check fails only on the one-pass path (so it is the one under
-    // test); a corrupted PSN sends it the ordinary way.
-    EXPECT_EQ(one.placed_before_check,
-              c.fault == Fault::kCorruptPayload || c.fault == Fault::kCorruptIcrc);
-    EXPECT_FALSE(two.placed_before_check);
   }
 }
 
@@ -691,7 +721,8 @@ TEST(VerifiesWhilePlacing, NamesExactlyTheFusedOpcodes) {
       p.opcode = static_cast<uint8_t>(op);
       p.payload_len = len;
       const bool want = op == kRcWriteMiddle || op == kRcSendFirst || op == kRcSendMiddle || op == kRcSendLast ||
-                        op == kRcReadResponseMiddle || (op == kRcSendOnly && len >= Qp::kFusedSendOnlyBytes);
+                        op == kRcReadResponseFirst || op == kRcReadResponseMiddle || op == kRcReadResponseLast ||
+                        (op == kRcSendOnly && len >= Qp::kFusedSendOnlyBytes);
       EXPECT_EQ(Qp::VerifiesWhilePlacing(p), want) << "opcode " << op << " length " << len;
     }
   }

@@ -195,17 +195,19 @@ class Qp {
 
   // Packets the poll loop hands over with the ICRC not yet checked, so that
   // the QP checks it while placing the payload (one pass instead of two):
-  // RC WRITE MIDDLE, SEND FIRST/MIDDLE/LAST/ONLY and READ RESPONSE MIDDLE
-  // (doc/transport.md "ICRC and placement"). A SEND ONLY shorter than
-  // kFusedSendOnlyBytes is checked first: its payload's share of the CRC is
-  // small, and the poll loop checks a predicted frame from the headers'
-  // precomputed CRC.
+  // RC WRITE MIDDLE, SEND FIRST/MIDDLE/LAST/ONLY and READ RESPONSE
+  // FIRST/MIDDLE/LAST (doc/transport.md "ICRC and placement"). A SEND ONLY
+  // shorter than kFusedSendOnlyBytes is checked first: its payload's share
+  // of the CRC is small, and the poll loop checks a predicted frame from the
+  // headers' precomputed CRC. A READ RESPONSE ONLY is too: testing for it
+  // beside SEND ONLY costs every received frame (the 64 B WRITE's
+  // instruction guard), and the READs it ends are one frame long.
   static constexpr uint32_t kFusedSendOnlyBytes = 512;
   // The RC opcodes (0-31) that are always placed so, as one mask: one test
   // per frame instead of a compare per opcode.
   static constexpr uint32_t kPlacedWhileVerified =
       1u << wire::kRcWriteMiddle | 1u << wire::kRcSendFirst | 1u << wire::kRcSendMiddle | 1u << wire::kRcSendLast |
-      1u << wire::kRcReadResponseMiddle;
+      1u << wire::kRcReadResponseFirst | 1u << wire::kRcReadResponseMiddle | 1u << wire::kRcReadResponseLast;
   static bool VerifiesWhilePlacing(const wire::ParsedPacket& p) {
     const uint32_t op = p.opcode;
     return (op < 32 && ((kPlacedWhileVerified >> op) & 1)) ||
@@ -506,11 +508,12 @@ class Qp {
   struct RespCtx;
   // OnPacket's last step: to the responder (selective repeat's when on) or the completer.
   void Deliver(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns, bool request);
-  // payload_placed: a READ RESPONSE MIDDLE's payload is already in place (OnUnverifiedPacket).
+  // payload_placed: a READ response's payload is already in place (OnUnverifiedPacket).
   void OnResponse(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now, bool payload_placed = false);
-  // The READ a READ RESPONSE MIDDLE at `psn` of `len` bytes continues, when
-  // verified state alone says where its payload goes: nullptr otherwise.
-  SendWqe* ReadAwaitingMiddle(uint32_t psn, uint32_t len);
+  // The READ a READ RESPONSE FIRST/MIDDLE/LAST (`opcode`) at `psn` of `len`
+  // bytes answers, when verified state alone says where its payload goes:
+  // nullptr otherwise.
+  SendWqe* ReadAwaitingResponse(uint32_t opcode, uint32_t psn, uint32_t len);
   DROCE_STEP CompState CompCheckPsn(RespCtx& c);
   DROCE_STEP CompState CompCheckAck(RespCtx& c);
   DROCE_STEP CompState CompAck(RespCtx& c);

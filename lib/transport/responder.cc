@@ -245,17 +245,17 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
   // into the receive WQE it continues or would take (left in place until
   // the check passed), through the region the last receive's L_Key
   // resolved to; or the READ whose responses arrive, at the offset its
-  // accepted responses reached (ReadAwaitingMiddle). Anything else is
+  // accepted responses reached (ReadAwaitingResponse). Anything else is
   // verified first and takes the ordinary path.
   uint8_t* dst = nullptr;
   SendWqe* read = nullptr;
-  const bool ends_message = p.opcode == kRcSendLast || p.opcode == kRcSendOnly;  // 1 byte up to the MTU
-  const bool starts_message = p.opcode == kRcSendFirst || p.opcode == kRcSendOnly;
-  if (reliable() && state_ != QpState::kReset && state_ != QpState::kInit && state_ != QpState::kErr &&
-      (ends_message ? len - 1 < mtu_ : len == mtu_)) {
-    if (p.opcode == kRcReadResponseMiddle) {
-      read = ReadAwaitingMiddle(psn, len);
-    } else if (psn != resp_.epsn || sr_ != nullptr) {
+  const bool usable = reliable() && state_ != QpState::kReset && state_ != QpState::kInit && state_ != QpState::kErr;
+  if (uint32_t{p.opcode} - kRcReadResponseFirst <= uint32_t{kRcReadResponseLast - kRcReadResponseFirst}) {
+    if (usable) read = ReadAwaitingResponse(p.opcode, psn, len);  // which checks the length
+  } else {
+    const bool ends_message = p.opcode == kRcSendLast || p.opcode == kRcSendOnly;  // 1 byte up to the MTU
+    const bool starts_message = p.opcode == kRcSendFirst || p.opcode == kRcSendOnly;
+    if (!usable || !(ends_message ? len - 1 < mtu_ : len == mtu_) || psn != resp_.epsn || sr_ != nullptr) {
       // not the request expected, or selective repeat's responder (which
       // takes every request, OnPacket's way): the ordinary path
     } else if (p.opcode == kRcWriteMiddle) {

@@ -40,7 +40,7 @@ struct Qp::RespCtx {
   const uint8_t* bth_p;
   uint32_t psn;
   uint64_t now;
-  bool payload_placed = false;  // OnUnverifiedPacket already copied a READ RESPONSE MIDDLE's payload
+  bool payload_placed = false;  // OnUnverifiedPacket already copied the READ response's payload
   uint8_t syndrome = 0;
   SendWqe* wqe = nullptr;  // the READ/atomic a response answers
 };

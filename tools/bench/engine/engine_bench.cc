@@ -60,10 +60,15 @@ struct Result {
   double gbit_per_s;
 };
 
-// Streams `count` RDMA WRITEs (`send`: SENDs, into receives B keeps
-// posted) of `size` bytes from A to B with up to `outstanding` in flight
-// (every 16th signaled), all on this thread.
-Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstanding, bool send = false) {
+enum class StreamOp { kWrite, kSend, kRead };
+
+// Streams `count` RDMA WRITEs (kSend: SENDs, into receives B keeps
+// posted; kRead: READs of B's memory into A's) of `size` bytes from A to B
+// with up to `outstanding` in flight (every 16th signaled), all on this
+// thread.
+Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstanding,
+                   StreamOp stream_op = StreamOp::kWrite) {
+  const bool send = stream_op == StreamOp::kSend;
   sim::MemWireConfig wire_config;  // no impairments: a perfect wire
   wire_config.pool_frames = 8192;
   wire_config.queue_frames = 8192;
@@ -90,7 +95,9 @@ Result WriteStream(uint32_t size, uint32_t mtu, uint64_t count, uint32_t outstan
   Connect(ep[0], ep[1], mtu);
   Connect(ep[1], ep[0], mtu);
   transport::SendWr wr;
-  wr.opcode = send ? transport::WrOpcode::kSend : transport::WrOpcode::kRdmaWrite;
+  wr.opcode = send                              ? transport::WrOpcode::kSend
+              : stream_op == StreamOp::kRead ? transport::WrOpcode::kRdmaRead
+                                             : transport::WrOpcode::kRdmaWrite;
   wr.num_sge = 1;
   wr.sg_list[0] = {reinterpret_cast<uint64_t>(ep[0].mem.data()), size, ep[0].keys.lkey};
   wr.remote_addr = reinterpret_cast<uint64_t>(ep[1].mem.data());
@@ -231,8 +238,11 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|send2|send8k|manyqp|all]
+// Usage: droce-engine-bench [trials] [outstanding_64KiB] [messages_64B] [small|large|send|read|send2|send8k|manyqp|all]
 // send: 64 KiB SENDs (20,000, as large's WRITEs) against memcpy.
+// read: 64 KiB READs at MTU 4096 (messages_64B of them, up to
+// outstanding_64KiB in flight): 16 READ responses each (FIRST, 14 MIDDLE,
+// LAST), the frames of an MPI rendezvous (tools/bench/stacks/results.md).
 // send2: messages_64B SENDs of two frames each (1,500 B at MTU 1024: FIRST,
 // LAST, FIRST...), the stream header prediction takes through the frame
 // before the last on every frame (check_instructions.sh guards its cost).
@@ -248,14 +258,18 @@ int main(int argc, char** argv) {
   const std::string only = argc > 4 ? argv[4] : "all";
   const bool many = only == "manyqp";
   constexpr uint32_t kManyQps[] = {1, 64, 1024};
-  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3], two_frame, seg8k;
+  std::vector<double> small, large, memcpy_gbps, many_rate[3], many_round[3], two_frame, seg8k, reads;
   for (int t = 0; t < trials; ++t) {
     if (only == "send2") {
-      two_frame.push_back(WriteStream(1500, 1024, small_count, 64, /*send=*/true).msgs_per_s);
+      two_frame.push_back(WriteStream(1500, 1024, small_count, 64, StreamOp::kSend).msgs_per_s);
       continue;
     }
     if (only == "send8k") {
-      seg8k.push_back(WriteStream(8256, 4096, small_count, 64, /*send=*/true).gbit_per_s);
+      seg8k.push_back(WriteStream(8256, 4096, small_count, 64, StreamOp::kSend).gbit_per_s);
+      continue;
+    }
+    if (only == "read") {
+      reads.push_back(WriteStream(65536, 4096, small_count, outstanding_large, StreamOp::kRead).gbit_per_s);
       continue;
     }
     if (many) {
@@ -268,7 +282,9 @@ int main(int argc, char** argv) {
     }
     if (only != "large" && only != "send") small.push_back(WriteStream(64, 1024, small_count, 512).msgs_per_s);
     if (only != "small") {
-      large.push_back(WriteStream(65536, 4096, 20000, outstanding_large, only == "send").gbit_per_s);
+      large.push_back(
+          WriteStream(65536, 4096, 20000, outstanding_large, only == "send" ? StreamOp::kSend : StreamOp::kWrite)
+              .gbit_per_s);
       memcpy_gbps.push_back(MemcpyGbps(65536, 8ull << 30));
     }
   }
@@ -280,6 +296,7 @@ int main(int argc, char** argv) {
   if (!small.empty()) std::printf("write_64B_msg_rate,%.3f,Mmsg/s\n", Median(small) / 1e6);
   if (!two_frame.empty()) std::printf("send_2frame_1500B_msg_rate,%.3f,Mmsg/s\n", Median(two_frame) / 1e6);
   if (!seg8k.empty()) std::printf("send_8256B_goodput,%.2f,Gbit/s\n", Median(seg8k));
+  if (!reads.empty()) std::printf("read_64KiB_goodput,%.2f,Gbit/s\n", Median(reads));
   if (!large.empty()) {
     const double m = Median(memcpy_gbps);
     const char* op = only == "send" ? "send" : "write";

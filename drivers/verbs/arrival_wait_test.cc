@@ -69,7 +69,11 @@ uint64_t Now() {
 }
 
 // Every frame sent while the receiver sleeps wakes it through the
-// descriptor: 300 waits, 300 frames, none left to the watchdog.
+// descriptor: 300 frames, each found by a wait, none left to the watchdog.
+// A wake-up with no frame is allowed, as memif's is: a sender preempted
+// between reading the request and writing the descriptor writes it after
+// the receiver found the frame by looking and asked again (it then waits
+// again for the round's frame).
 TEST(ArrivalWait, EveryArrivalDuringTheWaitWakesIt) {
   FakeWire wire;
   ArrivalWait wait(kLongPeriodNs);
@@ -85,8 +89,8 @@ TEST(ArrivalWait, EveryArrivalDuringTheWaitWakesIt) {
       while (consumed.load() <= i && !stop.load()) std::this_thread::yield();
     }
   });
-  int arrivals = 0, looks = 0, watchdogs = 0;
-  for (int i = 0; i < kRounds; ++i) {
+  int arrivals = 0, looks = 0, watchdogs = 0, empty_wakeups = 0;
+  for (int i = 0; i < kRounds;) {
     uint32_t work = 0;
     wire.Lock();
     const ArrivalWait::End end = wait.Wait(wire, Now(), &work);
@@ -102,12 +106,20 @@ TEST(ArrivalWait, EveryArrivalDuringTheWaitWakesIt) {
       work = wire.Poll();
       wire.Unlock();
     }
+    if (work == 0 && end == ArrivalWait::End::kArrival) {
+      ++empty_wakeups;  // a late notification of the frame before
+      --arrivals;
+      continue;
+    }
     EXPECT_EQ(work, 1u) << "round " << i;
-    consumed.store(i + 1);
+    consumed.store(++i);
   }
   stop.store(true);
   sender.join();
   ASSERT_EQ(watchdogs, 0) << "a frame sent during a wait did not wake it";
+  // At most one late notification per frame; a wait that returns without
+  // sleeping would make many more.
+  EXPECT_LE(empty_wakeups, kRounds);
   EXPECT_EQ(arrivals + looks, kRounds);
   EXPECT_EQ(wire.received, uint64_t{kRounds});
   EXPECT_FALSE(wire.armed.load()) << "the request is withdrawn after each wait";

@@ -151,9 +151,6 @@ class Runtime {
   // poll) drops to SCHED_OTHER here, once per transition, so the arrivals
   // this program polls for do not preempt it (progress_sched=fifo, and auto
   // while it is SCHED_FIFO).
-  // A poll returned completions, rx_bytes of them received messages
-  // (ProgramCalls::TookCompletions).
-  void NoteCompletionsTaken(uint32_t rx_bytes) { app_calls_.TookCompletions(rx_bytes); }
   void NoteAppPoll(uint64_t now_ns) {
     app_calls_.Polled(now_ns);
     if (file_.progress.sched_auto) NoteAppCall(now_ns);
@@ -161,6 +158,9 @@ class Runtime {
       DemoteProgressThread();
     }
   }
+  // A poll returned completions, rx_bytes of them received messages
+  // (ProgramCalls::TookCompletions).
+  void NoteCompletionsTaken(uint32_t rx_bytes) { app_calls_.TookCompletions(rx_bytes); }
 
   // progress_sched=auto: a post or poll of the program. The time its calls
   // cover (the sum of the pauses between calls shorter than app_active_us)

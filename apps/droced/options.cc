@@ -65,7 +65,7 @@ const std::vector<OptionSpec>& Table() {
          o.direct = false;
          return absl::OkStatus();
        }},
-      {"--ring-slots", nullptr, "N", "slots per direction of a direct path, a power of two\n($DROCED_RING_SLOTS; 256)",
+      {"--ring-slots", nullptr, "N", "slots per direction of a direct path, a power of two\n($DROCED_RING_SLOTS; 64)",
        [](DaemonOptions& o, const std::string& k, const std::string& v) { return RingSlots(k, v, &o.ring_slots); }},
       {"--link-slots", nullptr, "N", "slots per direction of a process's ring link, a power of two\n(512)",
        [](DaemonOptions& o, const std::string& k, const std::string& v) { return RingSlots(k, v, &o.link_slots); }},

@@ -35,7 +35,7 @@ TEST(DrocedOptions, Defaults) {
   EXPECT_EQ(o.busy_window_us, 0u);
   EXPECT_TRUE(o.realtime);
   EXPECT_TRUE(o.direct);
-  EXPECT_EQ(o.ring_slots, 256u);
+  EXPECT_EQ(o.ring_slots, 64u);
   EXPECT_EQ(o.link_slots, 512u);
   EXPECT_EQ(o.memory_mb, 256u);
   EXPECT_FALSE(o.hugepages);

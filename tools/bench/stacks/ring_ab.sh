@@ -5,7 +5,7 @@
 # mean one-way µs) at each size, then ib_read_bw -s 262144 and ib_write_bw -s
 # 65536 (server droce0, client droce1: MB/s), all on one fresh pair of fabric
 # devices per arm and round. Arms alternate within a round so all see the same load.
-#   bash tools/bench/stacks/ring_ab.sh NAME=KEY=VALUE[,KEY=VALUE]... -- SIZE...
+#   bash tools/bench/stacks/ring_ab.sh NAME=KEY=VALUE[,KEY=VALUE]... -- [SIZE...]   (no size: perftest only)
 #   e.g. bash tools/bench/stacks/ring_ab.sh s32=DROCED_RING_SLOTS=32 s256=DROCED_RING_SLOTS=256 -- 262144 786432
 #   (an arm "NAME=-" runs the daemon's defaults). BUILD (absolute path) picks the build tree; ROUNDS
 #   (default 3), SECS per ping-pong (default 3), PERFTEST=0 skips the perftest pair.
@@ -22,7 +22,7 @@ if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
   fi
   stacks_host "droce-bench-ring$$" 2
   cd "$run"
-  mpicc -O2 -o pp "$here/mpi_pingpong.c" || exit 1
+  [ -z "$RING_AB_SIZES" ] || mpicc -O2 -o pp "$here/mpi_pingpong.c" || exit 1
   for s in $RING_AB_SIZES; do
     r=$(OMPI_MCA_pml=ucx OMPI_MCA_btl=self UCX_TLS=rc_verbs,ud_verbs,self timeout 120 \
       mpirun --allow-run-as-root --oversubscribe -np 1 -x UCX_NET_DEVICES=droce0:1 ./pp "$s" "${SECS:-3}" \
@@ -31,10 +31,10 @@ if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
   done
   [ "${PERFTEST:-1}" = 1 ] || exit 0
   pair() {  # PORT TOOL SIZE: the client's average MB/s
-    "$2" -d droce0 -x 1 -s "$3" -n 3000 -p "$1" >server.log 2>&1 &
+    ${PERFTEST_ENV:-} "$2" -d droce0 -x 1 -s "$3" -n 3000 -p "$1" >server.log 2>&1 &
     local server=$!
     wait_listen $server "$1"
-    timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>&1 | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
+    ${PERFTEST_ENV:-} timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>&1 | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
     wait $server
   }
   echo "ib_read_bw,262144,$(pair $((port + 4)) ib_read_bw 262144),"
@@ -43,7 +43,7 @@ if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
 fi
 arms=()
 while [ $# -gt 0 ] && [ "$1" != -- ]; do arms+=("$1"); shift; done
-[ $# -ge 2 ] && [ ${#arms[@]} -ge 1 ] || { echo "usage: $0 NAME=KEY=VALUE[,KEY=VALUE]... -- SIZE..." >&2; exit 2; }
+[ $# -ge 1 ] && [ ${#arms[@]} -ge 1 ] || { echo "usage: $0 NAME=KEY=VALUE[,KEY=VALUE]... -- [SIZE...]" >&2; exit 2; }
 shift
 echo "round,arm,test,bytes,value,median_usec,load"
 for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do

@@ -19,10 +19,6 @@
 // DROCE_RING_FOOTPRINT_SLOTS: ring sizes, comma-separated (32,64,128,256)
 // Prints CSV: bytes,slots,ns_per_frame (median over batches of the one-way
 // time per 4 KiB frame),ns_one_way (median)
-#include <pthread.h>
-#include <sched.h>
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -33,27 +29,17 @@
 #include <vector>
 
 #include "pktio/frame_ring.h"
+#include "tools/bench/icrc/two_cpus.h"
 #include "wire/crc32.h"
 
 namespace {
 
 using namespace droce;
+using bench::NowNs;
+using bench::Pin;
 
 constexpr uint32_t kMtu = 4096, kHeaders = 58, kIcrc = 4;  // Eth+IP+UDP+BTH+AETH
 constexpr uint16_t kFlush = 4, kRxBurst = 32, kPool = 64;
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-void Pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
 
 std::vector<uint32_t> List(const char* env, const char* dflt) {
   std::vector<uint32_t> v;

@@ -25,8 +25,9 @@ inline constexpr unsigned kMemoryMbMin = 64, kMemoryMbMax = 65536;
 // through both CPUs' caches once per `slots` frames; with a rendezvous
 // message's buffer beside it (the rank sends from and receives into it) a
 // ring of 256 (1.1 MiB each way, two ways per CPU in a ping-pong) no longer
-// fits a 2 MiB L2 and every slot comes from L3. 64 is still two of the
-// receiver's 32-frame bursts, so producer and consumer overlap (32 alternate).
+// fits a 2 MiB L2 beside it: a slot's lines have left L2 when it comes round
+// again. 64 is still two of the receiver's 32-frame bursts, so producer and
+// consumer overlap (at 32 they alternate).
 // Measured in tools/bench/stacks/results.md (stacks21).
 inline constexpr uint32_t kDefaultRingSlots = 64;
 

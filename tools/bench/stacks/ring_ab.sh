@@ -7,7 +7,7 @@
 # devices per arm and round. Arms alternate within a round so all see the same load.
 #   bash tools/bench/stacks/ring_ab.sh NAME=KEY=VALUE[,KEY=VALUE]... -- [SIZE...]   (no size: perftest only)
 #   e.g. bash tools/bench/stacks/ring_ab.sh s32=DROCED_RING_SLOTS=32 s256=DROCED_RING_SLOTS=256 -- 262144 786432
-#   (an arm "NAME=-" runs the daemon's defaults). BUILD (absolute path) picks the build tree; ROUNDS
+#   (an arm "NAME=-" runs the daemon's defaults: 64 slots). BUILD (absolute path) picks the build tree; ROUNDS
 #   (default 3), SECS per ping-pong (default 3), PERFTEST=0 skips the perftest pair.
 # CSV on stdout: round,arm,test,bytes,value,median_usec,load (value: mean one-way µs for "mpi_pp", MB/s
 # for "ib_read_bw" and "ib_write_bw").
@@ -31,10 +31,10 @@ if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
   done
   [ "${PERFTEST:-1}" = 1 ] || exit 0
   pair() {  # PORT TOOL SIZE: the client's average MB/s
-    ${PERFTEST_ENV:-} "$2" -d droce0 -x 1 -s "$3" -n 3000 -p "$1" >server.log 2>&1 &
+    "$2" -d droce0 -x 1 -s "$3" -n 3000 -p "$1" >server.log 2>&1 &
     local server=$!
     wait_listen $server "$1"
-    ${PERFTEST_ENV:-} timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>&1 | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
+    timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>&1 | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
     wait $server
   }
   echo "ib_read_bw,262144,$(pair $((port + 4)) ib_read_bw 262144),"

@@ -546,7 +546,7 @@ TEST_F(VerbsApi, AOneSgeWriteOrSendCarriesNothingOfTheSlotsOlderWr) {
   // The one-SGE steps check what the general ones do: max_msg_sz (2 GiB).
   EXPECT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, 0, 0x80000001u, 0x40000), EINVAL);
   EXPECT_EQ(PostSend(a, IBV_WR_SEND, 1, 0, 0x80000001u, 0), EINVAL);
-  constexpr int kWrs = 256, kBurst = 32;  // four laps of the 64-slot ring, two WRs a lap's slot each
+  constexpr int kWrs = 256, kBurst = 32;  // four laps of the 64-slot send ring
   Fill(0x1000, 256, 11);
   for (int i = 0; i < kWrs; i += kBurst) {
     for (int j = i; j < i + kBurst; ++j) {

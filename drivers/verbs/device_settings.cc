@@ -363,7 +363,7 @@ std::vector<DeviceSetting> MakeSettings() {
   t.push_back(Switch("poll_ack_hold", [](auto& f) -> auto& { return f.poll_ack_hold; },
                      "a poll round run by `poll_cq` holds a lone ACK for the program's next post (one round at most)"));
   t.push_back(Switch("empty_poll_skip", [](auto& f) -> auto& { return f.empty_poll_skip; },
-                     "an empty `poll_cq` (or progress-thread round) of an idle device runs no poll round"));
+                     "an empty `poll_cq` of an idle device runs no poll round"));
   t.push_back({"progress_profile",
                [](absl::string_view v, DeviceFile& f) -> absl::Status {
                  std::vector<std::string> names;

@@ -435,22 +435,11 @@ uint32_t Runtime::ProgressThread::PollOnce() {
 
 // A round of this thread's, with the received packets counted for the
 // packet rates (AutoSchedPolicy::NoteRx: auto's verdicts) and the stream
-// StreamWait looks for under every policy (StreamGauge). A round that would
-// do nothing (Runtime::IdleLocked: no frame in the ring, nothing to send,
-// no timer due, no event, no link check) is not run, as poll_cq skips one
-// (empty_poll_skip): a server thread that keeps up with its stream finds the
-// ring empty between most bursts, and the look costs a few dozen
-// instructions where the round's receive, timers and transmit cost ~1,000.
-// Caller holds mu.
+// StreamWait looks for under every policy (StreamGauge). Caller holds mu.
 uint32_t Runtime::ProgressThread::RoundLocked() {
   const uint64_t polled_at = NowNs();
   const uint64_t rx_before = rt_.dev_->counters().rx_packets;
-  uint32_t work = 0;
-  if (rt_.file_.empty_poll_skip && rt_.IdleLocked(polled_at)) {
-    ++rt_.progress_rounds_skipped_;
-  } else {
-    work = rt_.PollLocked(polled_at);
-  }
+  const uint32_t work = rt_.PollLocked(polled_at);
   const uint64_t rx_after = rt_.dev_->counters().rx_packets;
   rt_.progress_rx_packets_ += rx_after - rx_before;
   if (auto_sched_) auto_policy_.NoteRx(polled_at, rx_after, rt_.progress_rx_packets_);

@@ -479,7 +479,6 @@ class Runtime {
   uint64_t fabric_losses_ = 0, fabric_reattaches_ = 0;
   std::vector<int> async_fds_;  // under mu
   uint64_t idle_polls_ = 0;  // under mu: empty polls that ran no round (PollIfBusyLocked)
-  uint64_t progress_rounds_skipped_ = 0;  // under mu: the progress thread's, likewise (ProgressThread::RoundLocked)
   bool wakeup_stale_ = false;   // under mu: wakeup_ is for a port that went
   uint64_t next_link_check_ns_ = 0;
   bool memif_client_ = false;

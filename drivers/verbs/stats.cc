@@ -68,8 +68,6 @@ void Runtime::PrintStats() {
   }
   std::fprintf(stderr, "droce %s: empty polls that ran no round (nothing to do) %lu\n", file_.name.c_str(),
                idle_polls_);
-  std::fprintf(stderr, "droce %s: progress rounds not run (nothing to do) %lu\n", file_.name.c_str(),
-               progress_rounds_skipped_);
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu rx_multi_segment %lu unmap_faults %lu, looped "
                "%lu, fabric losses %lu re-attaches %lu\n",

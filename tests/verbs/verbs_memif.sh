@@ -99,12 +99,6 @@ check "ib_send_lat -e, no busy poll: waits sleep and arrivals wake them" server_
 check "ib_send_lat: the memif device's empty polls run no round" server_stats_match \
   "empty polls that ran no round \\(nothing to do\\) [1-9][0-9]*" \
   "$pair" "DROCE_STATS=1 ib_send_lat -p $vp -d droce0 -x 1 -n 1000" "ib_send_lat -p $vp -d droce1 -x 1 -n 1000 127.0.0.1"
-# The server of a bandwidth test does nothing itself: its progress thread
-# receives every frame, and skips the rounds between bursts that would find
-# nothing (Runtime::IdleLocked), with every message still delivered.
-check "ib_write_bw -s 64: the server's progress thread skips empty rounds" server_stats_match \
-  "progress rounds not run \\(nothing to do\\) [1-9][0-9]*" \
-  "$pair" "DROCE_STATS=1 ib_write_bw -p $vp -d droce0 -x 1 -s 64 -n 20000" "ib_write_bw -p $vp -d droce1 -x 1 -s 64 -n 20000 127.0.0.1"
 # progress_nice: the progress thread reports (DROCE_DEBUG) the nice value it
 # runs at, read back from the kernel; without CAP_SYS_NICE it is refused
 # and keeps the process's own.

@@ -47,8 +47,9 @@ uint32_t SendFrames(Session& s, uint64_t seq, uint32_t n, uint32_t len) {
 
 bool SendFrame(Session& s, uint64_t seq) { return SendFrames(s, seq, 1, std::max<uint32_t>(s.opt.size, 64)) == 1; }
 
-// Receives raw frames; returns how many, and the sequence number of the last.
-uint32_t Receive(Session& s, uint64_t* last_seq) {
+// Receives raw frames; returns how many, and the sequence number of the
+// last; *stops += how many of them were end markers.
+uint32_t Receive(Session& s, uint64_t* last_seq, uint32_t* stops = nullptr) {
   pktio::Frame f[32];
   const uint16_t n = s.port->RxBurst(f, 32);
   uint32_t raw = 0;
@@ -56,6 +57,7 @@ uint32_t Receive(Session& s, uint64_t* last_seq) {
     if (f[i].len >= 22 && f[i].data[12] == (kRawEtherType >> 8) && f[i].data[13] == (kRawEtherType & 0xFF)) {
       std::memcpy(last_seq, f[i].data + 14, 8);
       ++raw;
+      if (stops != nullptr && *last_seq == kStop) ++*stops;
     }
   }
   if (n) s.port->Release(f, n);
@@ -116,24 +118,29 @@ void LatServer(Session& s) {
   }
 }
 
-// Takes whatever arrived (the server's answers) and gives it back.
-void Drain(Session& s) {
+// Takes whatever arrived (the server's answers) and gives it back; returns
+// how many frames.
+uint32_t Drain(Session& s) {
   pktio::Frame f[32];
   const uint16_t n = s.port->RxBurst(f, 32);
   if (n) s.port->Release(f, n);
+  return n;
 }
 
 void StreamClient(Session& s, uint64_t deadline) {
   uint64_t seq = 0;
   const uint32_t len = std::max<uint32_t>(s.opt.size, 64);
+  uint64_t answers = 0;
   while (!s.Expired(deadline)) {
     s.ServeRequests();
-    if (s.opt.raw_ack) Drain(s);
+    if (s.opt.raw_ack) answers += Drain(s);
     const uint32_t sent = SendFrames(s, seq, s.opt.burst, len);
     seq += sent;
     s.stats.messages += sent;
     s.stats.bytes += uint64_t{sent} * s.opt.size;
   }
+  // A server asked to answer every burst that answered none is broken.
+  if (s.opt.raw_ack && s.stats.messages > 0 && answers == 0) ++s.stats.errors;
   SendStop(s);
 }
 
@@ -142,16 +149,19 @@ void StreamServer(Session& s) {
   const uint64_t start = s.NowNs();
   for (;;) {
     uint64_t seq = 0;
-    const uint32_t n = Receive(s, &seq);
+    uint32_t stops = 0;
+    const uint32_t n = Receive(s, &seq, &stops);
     if (n == 0) {
       if (!Idle(s, &idle) || s.NowNs() - start > 600'000'000'000ull) break;
       continue;
     }
     idle = 0;
-    if (seq == kStop) break;
-    if (s.opt.raw_ack) SendFrames(s, seq, 1, 64);
-    s.stats.messages += n;
-    s.stats.bytes += uint64_t{n} * s.opt.size;
+    // The stream's last frames may share the end marker's burst.
+    const uint32_t data = n - stops;
+    if (data != 0 && s.opt.raw_ack) SendFrames(s, seq, 1, 64);
+    s.stats.messages += data;
+    s.stats.bytes += uint64_t{data} * s.opt.size;
+    if (stops != 0) break;
   }
 }
 

@@ -16,8 +16,8 @@
 #      or ONLY=a comma list of engine,bw,bwfab,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone;
 #      bwfab: the 64 B bw rounds over WIRE=fabric, only when asked for by name),
 #      raw: the wire's own bound, only when asked for by name: droce-testpmd raw_stream between two processes
-#      (each free to run on CPU 0 or 1) over the same memif vdev (bsize 10240) and the verbs runtime's memif
-#      path (--memif-direct), 138 B frames
+#      (tools/memif-pair.sh) over the same memif vdev (bsize 10240) and the verbs runtime's memif path
+#      (--memif-direct), 138 B frames
 #      (a 64 B WRITE's) in transmit bursts of RAW_BURSTS (default "1 8 32"), one 64 B answer per receive burst
 #      (--raw-ack, as the coalesced ACK); with bw in the same run, ratio rows: each tree's median 1-QP
 #      ib_write_bw -s 64 over its raw rate at each burst,
@@ -92,9 +92,8 @@ threads() {  # q: a 64 B pair with thread_time.sh on both ends and DROCE_STATS (
     grep -oE 'solicited [0-9]+' | awk '{n += $2} END {print n + 0}')"
 }
 raw() {  # burst: raw_stream of 138 B frames over memif, the verbs runtime's memif path
-  # Each process's thread may run on either CPU, as a verbs program's threads do (EAL would pin both to CPU 0).
   put "$name" "raw_stream_138B_burst${1}_mframes" "$(DROCE_TESTPMD=$b/apps/testpmd/droce-testpmd \
-    SERVER_EAL='--lcores=0@(0,1)' CLIENT_EAL='--lcores=0@(0,1)' CLIENT_ARGS="--duration $secs" bash tools/memif-pair.sh --fwd raw_stream --size 138 --burst "$1" --raw-ack \
+    CLIENT_ARGS="--duration $secs" bash tools/memif-pair.sh --fwd raw_stream --size 138 --burst "$1" --raw-ack \
     --memif-direct | sed -n 's/^client raw_stream:.* mmsgps=\([0-9.]*\).*/\1/p')"
 }
 bwfab() {  # q: 64 B over WIRE=fabric (droced; two programs on one host share direct rings)

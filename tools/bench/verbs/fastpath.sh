@@ -17,10 +17,10 @@
 #      bwfab: the 64 B bw rounds over WIRE=fabric, only when asked for by name),
 #      raw: the wire's own bound, only when asked for by name: droce-testpmd raw_stream between two processes
 #      (tools/memif-pair.sh) over the same memif vdev (bsize 10240) and the verbs runtime's memif path
-#      (--memif-direct), 138 B frames
-#      (a 64 B WRITE's) in transmit bursts of RAW_BURSTS (default "1 8 32"), one 64 B answer per receive burst
-#      (--raw-ack, as the coalesced ACK); with bw in the same run, ratio rows: each tree's median 1-QP
-#      ib_write_bw -s 64 over its raw rate at each burst,
+#      (--memif-direct), 138 B frames (a 64 B WRITE's) in transmit bursts of RAW_BURSTS (default "1 8 32"),
+#      one 64 B answer per receive burst (--raw-ack, as the coalesced ACK); with bw in the same run, ratio
+#      rows: each tree's median 1-QP ib_write_bw -s 64 over its raw rate at each burst; both raw sides spin
+#      without sleeping, so on a busy host they measure their CPU share (results.md),
 #      PINGPONG_RUNS (default 2), THREADS=1 (the 64 B bw rounds also give each thread's CPU, runqueue
 #      wait, sleeps and preemptions a second, from tools/bench/verbs/thread_time.sh, the server's progress
 #      sleeps and the client's AckReq solicits, from DROCE_STATS; the windows assume a quiet host's

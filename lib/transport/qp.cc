@@ -134,6 +134,17 @@ constexpr Transition kUdTransitions[] = {
     {QpState::kSqe, QpState::kRts, 0, kAttrQkey},
 };
 
+// A WRITE or SEND of one SGE without inline data: the WR that PostSend's
+// and PublishSend's kOneSge steps take (valid on any RC or UC QP whose SGE
+// limit and max_msg_sz allow it: OneSgeFits).
+[[gnu::always_inline]] inline bool IsOneSgeWriteOrSend(const SendWr& wr) {
+  static_assert(static_cast<int>(WrOpcode::kRdmaWrite) == 0 && static_cast<int>(WrOpcode::kSend) == 2);
+  return wr.num_sge == 1 && (static_cast<uint8_t>(wr.opcode) & ~uint8_t{2}) == 0 && !(wr.flags & kSendInline);
+}
+[[gnu::always_inline]] inline bool OneSgeFits(uint32_t max_send_sge, uint64_t total) {
+  return max_send_sge != 0 && total <= kMaxMessageBytes;
+}
+
 }  // namespace
 
 // The transition's attribute mask against IBTA's tables (or, for a move to
@@ -446,7 +457,7 @@ template <bool kCommon, bool kOneSge>
   uint64_t total;
   if (kOneSge) {
     total = wr.sg_list[0].length;
-    if (caps_.max_send_sge == 0 || total > kMaxMessageBytes) return EINVAL;
+    if (!OneSgeFits(caps_.max_send_sge, total)) return EINVAL;
   } else if (const int err = ValidateForQp(wr, &total); err != 0) {
     return err;
   }
@@ -475,8 +486,7 @@ template <bool kCommon, bool kOneSge>
 // the common case and everything else go out of line, as tail calls.
 int Qp::PostSend(const SendWr& wr) {
   if (state_ == QpState::kRts && !ud() && sq_.published() == 0 && !(wr.flags & kSendInline)) [[likely]] {
-    if (wr.num_sge == 1 && (static_cast<uint8_t>(wr.opcode) & ~uint8_t{2}) == 0) [[likely]] {
-      static_assert(static_cast<int>(WrOpcode::kRdmaWrite) == 0 && static_cast<int>(WrOpcode::kSend) == 2);
+    if (IsOneSgeWriteOrSend(wr)) [[likely]] {
       return PostSendSteps<true, true>(wr);
     }
     return PostSendCommon(wr);
@@ -505,11 +515,9 @@ int Qp::PublishSend() {
   SendWqe* w = sq_.ProducerSlot();
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
   const SendWr& wr = sq_staged_[sq_.SlotOf(w)];
-  static_assert(static_cast<int>(WrOpcode::kRdmaWrite) == 0 && static_cast<int>(WrOpcode::kSend) == 2);
-  if (wr.num_sge == 1 && (static_cast<uint8_t>(wr.opcode) & ~uint8_t{2}) == 0 && !(wr.flags & kSendInline))
-      [[likely]] {
+  if (IsOneSgeWriteOrSend(wr)) [[likely]] {
     const uint64_t total = wr.sg_list[0].length;
-    if (caps_.max_send_sge == 0 || total > kMaxMessageBytes) return EINVAL;
+    if (!OneSgeFits(caps_.max_send_sge, total)) return EINVAL;
     FillSendWqe<true, true>(*w, wr, total);
   } else {
     uint64_t total;

@@ -119,7 +119,12 @@ class DirectIo final : public pktio::BurstIo {
   bool KnownEmpty() override { return RingsEmpty() && inner_->KnownEmpty(); }
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
-  void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+  // A long frame from a ring is lent: its headers copied, its payload read
+  // in the slot (kLendFromBytes).
+  bool LendsFrames() const override { return true; }
+  // Gives a lent frame's slot back to its ring once every frame its burst
+  // lent is back (the ring frees slots in order, a whole Peek at a time).
+  void Release(pktio::Frame* frames, uint16_t n) override;
 
   // One message from the daemon with the descriptors that came with it (this
   // takes them: kept or closed). Checks every field and the memfd (size,
@@ -151,6 +156,15 @@ class DirectIo final : public pktio::BurstIo {
   // markers too, and a receiver still waiting for its marker never empties
   // the ring (an extra marker is taken out and ignored).
   static constexpr uint64_t kMarkerResendNs = 2'000'000;
+  // A frame from a ring this long is lent (pktio::Frame::lent): only its
+  // first kLendHeadBytes are copied, the rest stays in the slot until the
+  // device releases it. Shorter ones are copied whole: their copy costs
+  // less than the device's handling of a lent frame. kLendHeadBytes holds
+  // every header of the packets the device places from a lent frame
+  // (Eth, VLAN, IPv6, UDP, BTH, AETH or ImmDt: 86 bytes); a frame whose
+  // headers run past it is copied whole by the device.
+  static constexpr uint32_t kLendFromBytes = 1024;
+  static constexpr uint32_t kLendHeadBytes = 128;
 
  private:
   bool RingsEmpty() const {
@@ -181,7 +195,13 @@ class DirectIo final : public pktio::BurstIo {
     // into it any more, and it closes once the frames the peer wrote before
     // are read (a peer that wrote and exited at once leaves them there).
     bool withdrawn = false;
+    // Frames of the last Peek lent to the device and not yet released; the
+    // ring is not read again until they are all back.
+    uint32_t rx_lent = 0;
   };
+  // Up to `room` frames of p's ring into out (buffers from the port): the
+  // short ones copied, the long ones lent. Returns how many.
+  uint16_t TakeFromRing(Path& p, pktio::Frame* out, uint16_t room);
   // A path's memory is prefaulted (ethdev/prefault.h: page tables at once,
   // not a fault per page on the first pass) when its first frame goes in or
   // comes out, not when it is set up: a path's first frames cross the switch
@@ -216,7 +236,8 @@ class DirectIo final : public pktio::BurstIo {
   uint32_t generation_ = 0;
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
   uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
-  uint32_t withdrawn_paths_ = 0;  // withdrawn paths still holding frames (CloseDrained)
+  uint32_t withdrawn_paths_ = 0;
+  uint32_t paths_lent_ = 0;  // paths with rx_lent != 0 (Release looks only then)  // withdrawn paths still holding frames (CloseDrained)
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection
   // is read once a millisecond): the path opens at once when it arrives.

@@ -170,6 +170,54 @@ TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
   EXPECT_NE(std::find(tags.begin(), tags.end(), 1), tags.end());
 }
 
+// A long frame from the ring is lent: its headers copied into the buffer
+// handed out, the whole frame in its slot; its slots go back to the ring
+// (in order, the burst's together) only once every lent frame is released,
+// and the ring is not read again before. Short frames are copied whole.
+TEST_F(DirectIoTest, LongFramesAreLentAndTheirSlotsFreedWhenAllAreBack) {
+  Pair();
+  const uint32_t lens[] = {80, 3000, 4000, 200};
+  for (uint32_t k = 0; k < 4; ++k) {
+    pktio::Frame f;
+    ASSERT_EQ(a_.AllocTx(&f, 1), 1);
+    BuildRoce(f.data, kMacB, 2048 + 5, static_cast<uint8_t>(k + 1));
+    for (uint32_t i = 80; i < lens[k]; ++i) f.data[i] = static_cast<uint8_t>(i * 3 + k);
+    f.len = lens[k];
+    ASSERT_EQ(a_.TxBurst(&f, 1), 1);
+  }
+  pktio::Frame fs[8];
+  uint16_t n = 0;
+  for (int round = 0; round < 4 && n == 0; ++round) n = b_.RxBurst(fs, 8);
+  ASSERT_EQ(n, 4);
+  for (uint16_t i = 0; i < n; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(fs[i].len, lens[i]);
+    EXPECT_EQ(fs[i].data[60], i + 1);  // the headers (and the tag) copied
+    if (lens[i] >= DirectIo::kLendFromBytes) {
+      ASSERT_NE(fs[i].lent, nullptr);
+      EXPECT_EQ(fs[i].lent_head, DirectIo::kLendHeadBytes);
+      EXPECT_EQ(std::memcmp(fs[i].lent, fs[i].data, DirectIo::kLendHeadBytes), 0);
+      EXPECT_EQ(fs[i].lent[lens[i] - 1], static_cast<uint8_t>((lens[i] - 1) * 3 + i));
+    } else {
+      EXPECT_EQ(fs[i].lent, nullptr);
+      EXPECT_EQ(fs[i].data[lens[i] - 1], lens[i] > 80 ? static_cast<uint8_t>((lens[i] - 1) * 3 + i) : 0);
+    }
+  }
+  // The slots stay the device's: a's next frame lands behind them, and b
+  // does not read the ring while any lent frame is out.
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 5, 9));
+  pktio::Frame more[8];
+  EXPECT_EQ(b_.RxBurst(more, 8), 0);
+  b_.Release(&fs[0], 2);  // a short one and one lent: one lent frame still out
+  EXPECT_EQ(b_.RxBurst(more, 8), 0);
+  b_.Release(&fs[2], 2);
+  EXPECT_EQ(fs[2].lent, nullptr);
+  ASSERT_EQ(b_.RxBurst(more, 8), 1);  // the ring again, in order
+  EXPECT_EQ(more[0].data[60], 9);
+  b_.Release(more, 1);
+  EXPECT_EQ(b_.counters().rx_direct, 5u);
+}
+
 // An idle poll may be skipped on KnownEmpty (verbs Runtime::IdleLocked):
 // b says so only when its rings hold nothing and its port says so too.
 TEST_F(DirectIoTest, KnownEmptyOnlyWhenTheRingsAndThePortBehindThemAre) {

@@ -30,7 +30,25 @@ struct Frame {
   const uint8_t* gather = nullptr;
   uint32_t gather_len = 0;
   uint32_t gather_at = 0;
+  // A lent received frame (only from a port whose frames arrive in memory
+  // the sender shares, the direct rings): data holds only its first
+  // lent_head bytes (the headers), copied; all len bytes are at lent, which
+  // the sender can still write while the receiver reads it. The receiver
+  // reads each byte there at most once (a field read twice may differ) and
+  // calls TakeLent before reading the frame any other way. null: data holds
+  // the whole frame.
+  const uint8_t* lent = nullptr;
+  uint32_t lent_head = 0;
 };
+
+// Copies the rest of a lent frame into its own buffer (which holds len
+// bytes): then it is an ordinary frame, whatever the sender writes after.
+inline void TakeLent(Frame& f) {
+  if (f.lent == nullptr) return;
+  std::memcpy(f.data + f.lent_head, f.lent + f.lent_head, f.len - f.lent_head);
+  f.lent = nullptr;
+  f.lent_head = 0;
+}
 
 // Copies a gather frame's gathered bytes into its own buffer (capacity
 // permitting: a transmit buffer holds kMaxFrameBytes): then it is an
@@ -85,6 +103,12 @@ class BurstIo {
   // TxBurst call that brought it, and hands out transmit buffers (AllocTx)
   // with gather_len 0. Read once, when a core::Device is made on the port.
   virtual bool TakesGather() const { return false; }
+
+  // Whether RxBurst may hand out lent frames (Frame::lent): a port whose
+  // frames arrive in memory the sender shares (the direct rings). Read
+  // once, when a core::Device is made on the port: a device on any other
+  // port does not look for them.
+  virtual bool LendsFrames() const { return false; }
 
   // True when an RxBurst now would return nothing, known without receiving
   // and without a system call (a look at a ring's indices). A port in front

@@ -362,7 +362,7 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     const uint16_t room = static_cast<uint16_t>(std::min<uint32_t>(n - got, 64));
     if (s == paths_.size()) {
       const uint16_t port = TakeMarkers(out, inner_->RxBurst(out, room));
-      for (uint16_t j = 0; j < port; ++j) out[j].lent = nullptr;  // the array may hold a lent frame's fields
+      for (uint16_t j = 0; j < port; ++j) out[j].Lend(nullptr, 0);  // the array may hold a lent frame's fields
       got = static_cast<uint16_t>(got + port);
       continue;
     }
@@ -402,13 +402,12 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
     const uint32_t copied = v.len >= kLendFromBytes ? kLendHeadBytes : v.len;
     std::memcpy(f.data, v.data, copied);
     f.len = v.len;
-    f.lent = copied < v.len ? v.data : nullptr;
-    f.lent_head = f.lent != nullptr ? copied : 0;
+    f.Lend(copied < v.len ? v.data : nullptr, copied < v.len ? copied : 0);
     if (!Mine(f)) {
       ++counters_.rx_not_mine;
       continue;
     }
-    lent += f.lent != nullptr;
+    lent += f.lent() != nullptr;
     ++kept;
   }
   for (uint16_t j = kept; j < alloc; ++j) drop[dropped++] = out[j];  // buffers not filled
@@ -426,17 +425,17 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
 void DirectIo::Release(pktio::Frame* frames, uint16_t n) {
   if (paths_lent_ != 0) {
     for (uint16_t i = 0; i < n; ++i) {
-      if (frames[i].lent == nullptr) continue;
+      if (frames[i].lent() == nullptr) continue;
       for (Path& p : paths_) {
         const uint8_t* base = static_cast<const uint8_t*>(p.map);
-        if (p.rx_lent == 0 || frames[i].lent < base || frames[i].lent >= base + p.map_bytes) continue;
+        if (p.rx_lent == 0 || frames[i].lent() < base || frames[i].lent() >= base + p.map_bytes) continue;
         if (--p.rx_lent == 0) {
           p.rx.Release(p.rx.peeked());  // in order, all of the last Peek
           --paths_lent_;
         }
         break;
       }
-      frames[i].lent = nullptr;
+      frames[i].Lend(nullptr, 0);
     }
   }
   inner_->Release(frames, n);

@@ -194,12 +194,12 @@ TEST_F(DirectIoTest, LongFramesAreLentAndTheirSlotsFreedWhenAllAreBack) {
     EXPECT_EQ(fs[i].len, lens[i]);
     EXPECT_EQ(fs[i].data[60], i + 1);  // the headers (and the tag) copied
     if (lens[i] >= DirectIo::kLendFromBytes) {
-      ASSERT_NE(fs[i].lent, nullptr);
-      EXPECT_EQ(fs[i].lent_head, DirectIo::kLendHeadBytes);
-      EXPECT_EQ(std::memcmp(fs[i].lent, fs[i].data, DirectIo::kLendHeadBytes), 0);
-      EXPECT_EQ(fs[i].lent[lens[i] - 1], static_cast<uint8_t>((lens[i] - 1) * 3 + i));
+      ASSERT_NE(fs[i].lent(), nullptr);
+      EXPECT_EQ(fs[i].lent_head(), DirectIo::kLendHeadBytes);
+      EXPECT_EQ(std::memcmp(fs[i].lent(), fs[i].data, DirectIo::kLendHeadBytes), 0);
+      EXPECT_EQ(fs[i].lent()[lens[i] - 1], static_cast<uint8_t>((lens[i] - 1) * 3 + i));
     } else {
-      EXPECT_EQ(fs[i].lent, nullptr);
+      EXPECT_EQ(fs[i].lent(), nullptr);
       EXPECT_EQ(fs[i].data[lens[i] - 1], lens[i] > 80 ? static_cast<uint8_t>((lens[i] - 1) * 3 + i) : 0);
     }
   }
@@ -211,7 +211,7 @@ TEST_F(DirectIoTest, LongFramesAreLentAndTheirSlotsFreedWhenAllAreBack) {
   b_.Release(&fs[0], 2);  // a short one and one lent: one lent frame still out
   EXPECT_EQ(b_.RxBurst(more, 8), 0);
   b_.Release(&fs[2], 2);
-  EXPECT_EQ(fs[2].lent, nullptr);
+  EXPECT_EQ(fs[2].lent(), nullptr);
   ASSERT_EQ(b_.RxBurst(more, 8), 1);  // the ring again, in order
   EXPECT_EQ(more[0].data[60], 9);
   b_.Release(more, 1);

@@ -54,7 +54,7 @@ inline bool Device::DeliverConnected(transport::Qp& q, const uint8_t* frame, con
     // A lent frame's payload is read where it is, once, by the QP's
     // placement; a packet the QP does not place so is copied whole first.
     using U = transport::Qp::Unverified;
-    U r = q.OnUnverifiedPacket(frame, rx_lent_ != nullptr ? rx_lent_->lent : nullptr, p, now_ns);
+    U r = q.OnUnverifiedPacket(frame, rx_lent_ != nullptr ? rx_lent_->lent() : nullptr, p, now_ns);
     if (r == U::kWantsWhole) {
       TakeWhole();
       r = q.OnUnverifiedPacket(frame, nullptr, p, now_ns);

@@ -39,14 +39,12 @@ class LendingPort final : public testing::ForwardingPort {
     const uint16_t got = inner()->RxBurst(f, n);
     if (slots_.size() < n) slots_.resize(n, std::vector<uint8_t>(pktio::kMaxFrameBytes));
     for (uint16_t i = 0; i < got; ++i) {
-      f[i].lent = nullptr;
-      f[i].lent_head = 0;
+      f[i].Lend(nullptr, 0);
       if (f[i].len < kLendFrom) continue;
       std::vector<uint8_t>& slot = slots_[i];
       std::memcpy(slot.data(), f[i].data, f[i].len);
       std::memset(f[i].data + kHead, kGarbage, f[i].len - kHead);
-      f[i].lent = slot.data();
-      f[i].lent_head = kHead;
+      f[i].Lend(slot.data(), kHead);
       ++lent;
       if (hostile) hostile(slot.data(), f[i].len, lent);
     }
@@ -56,12 +54,12 @@ class LendingPort final : public testing::ForwardingPort {
     for (uint16_t i = 0; i < n; ++i) {
       // Still lent: the device read its payload where it was, never from
       // the buffer, which still holds the garbage.
-      if (f[i].lent != nullptr) {
+      if (f[i].lent() != nullptr) {
         ++placed_from_slot;
         EXPECT_EQ(f[i].data[kHead], kGarbage);
         EXPECT_EQ(f[i].data[f[i].len - 1], kGarbage);
       }
-      f[i].lent = nullptr;
+      f[i].Lend(nullptr, 0);
     }
     for (std::vector<uint8_t>& s : slots_) std::memset(s.data(), kPoison, s.size());  // the sender reuses them
     inner()->Release(f, n);

@@ -30,7 +30,7 @@ void Device::ReceiveFrames(pktio::Frame* rx, uint16_t n, uint64_t now_ns) {
     const uint8_t* frame = rx[i].data;
     bytes += rx[i].len;
     if constexpr (kMayLend) {
-      if (rx[i].lent != nullptr) {
+      if (rx[i].lent() != nullptr) {
         ReceiveLent(rx[i], now_ns);
         continue;
       }
@@ -54,7 +54,7 @@ void Device::ReceiveLent(pktio::Frame& f, uint64_t now_ns) {
   if (!ReceivePredicted</*kLent=*/true>(frame, f.len, now_ns)) {
     wire::ParsedPacket p = wire::ParsePacket(frame, f.len);
     const uint32_t index = p.ok() ? wire::BthView(frame + p.bth_offset).dest_qp() - qpn_base_ : 0;
-    if (!p.ok() || p.payload_offset > f.lent_head || config_.rx_icrc_trusted ||
+    if (!p.ok() || p.payload_offset > f.lent_head() || config_.rx_icrc_trusted ||
         !transport::Qp::VerifiesWhilePlacing(p) || index >= qp_slots_ || qps_[index].qp == nullptr) {
       // Not a packet placed from the lent bytes: judged whole, as any other
       // (parsed again: the first parse may have read past the copied headers).

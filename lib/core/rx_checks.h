@@ -111,7 +111,7 @@ inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_
   if constexpr (kLent) {
     // A prediction's headers end below the copied ones (no INT header, no
     // IPv4 options): guarded all the same.
-    if (p.payload_offset > rx_lent_->lent_head) {
+    if (p.payload_offset > rx_lent_->lent_head()) {
       TakeWhole();
       return false;
     }

@@ -30,24 +30,32 @@ struct Frame {
   const uint8_t* gather = nullptr;
   uint32_t gather_len = 0;
   uint32_t gather_at = 0;
-  // A lent received frame (only from a port whose frames arrive in memory
-  // the sender shares, the direct rings): data holds only its first
-  // lent_head bytes (the headers), copied; all len bytes are at lent, which
-  // the sender can still write while the receiver reads it. The receiver
-  // reads each byte there at most once (a field read twice may differ) and
-  // calls TakeLent before reading the frame any other way. null: data holds
-  // the whole frame.
-  const uint8_t* lent = nullptr;
-  uint32_t lent_head = 0;
+
+  // A lent received frame (only from a port that LendsFrames: frames that
+  // arrive in memory the sender shares, the direct rings): data holds only
+  // its first lent_head() bytes (the headers), copied; all len bytes are at
+  // lent(), which the sender can still write while the receiver reads it.
+  // The receiver reads each byte there at most once (a field read twice may
+  // differ) and calls TakeLent before reading the frame any other way.
+  // null: data holds the whole frame. A transmit frame is never lent and a
+  // received one never gathers, so lending uses the gather fields: a Frame
+  // stays 40 bytes, which ports build and copy per frame.
+  const uint8_t* lent() const { return gather; }
+  uint32_t lent_head() const { return gather_at; }
+  void Lend(const uint8_t* whole, uint32_t head) {
+    gather = whole;
+    gather_at = head;
+  }
 };
+
+static_assert(sizeof(Frame) == 40);
 
 // Copies the rest of a lent frame into its own buffer (which holds len
 // bytes): then it is an ordinary frame, whatever the sender writes after.
 inline void TakeLent(Frame& f) {
-  if (f.lent == nullptr) return;
-  std::memcpy(f.data + f.lent_head, f.lent + f.lent_head, f.len - f.lent_head);
-  f.lent = nullptr;
-  f.lent_head = 0;
+  if (f.lent() == nullptr) return;
+  std::memcpy(f.data + f.lent_head(), f.lent() + f.lent_head(), f.len - f.lent_head());
+  f.Lend(nullptr, 0);
 }
 
 // Copies a gather frame's gathered bytes into its own buffer (capacity

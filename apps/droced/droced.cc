@@ -1523,7 +1523,7 @@ class Daemon {
   bool busy_poll_ = false;  // never sleep (a core of its own: benchmarks)
   uint64_t busy_window_ns_ = 0;  // spin this long after the last frame (--busy-window-us)
   bool realtime_ = true;
-  uint32_t ring_slots_ = 256;  // per direction of a direct path (--ring-slots)
+  uint32_t ring_slots_ = kDefaultRingSlots;  // per direction of a direct path (--ring-slots)
 
   // Every frame between two processes crosses this loop, so it must run as
   // soon as it wakes. Under SCHED_OTHER, next to two programs spinning on

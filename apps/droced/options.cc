@@ -65,7 +65,7 @@ const std::vector<OptionSpec>& Table() {
          o.direct = false;
          return absl::OkStatus();
        }},
-      {"--ring-slots", nullptr, "N", "slots per direction of a direct path, a power of two (256)",
+      {"--ring-slots", nullptr, "N", "slots per direction of a direct path, a power of two\n($DROCED_RING_SLOTS; 64)",
        [](DaemonOptions& o, const std::string& k, const std::string& v) { return RingSlots(k, v, &o.ring_slots); }},
       {"--link-slots", nullptr, "N", "slots per direction of a process's ring link, a power of two\n(512)",
        [](DaemonOptions& o, const std::string& k, const std::string& v) { return RingSlots(k, v, &o.link_slots); }},
@@ -95,6 +95,9 @@ absl::Status ApplyEnvironment(const EnvLookup& env, DaemonOptions& o) {
     const std::string d = v;
     if (d != "0" && d != "1") return apps::BadOption("DROCED_DIRECT must be 0 or 1, not '" + d + "'");
     o.direct = d == "1";
+  }
+  if (const char* v = env("DROCED_RING_SLOTS"); v != nullptr) {
+    if (absl::Status s = RingSlots("DROCED_RING_SLOTS", v, &o.ring_slots); !s.ok()) return s;
   }
   if (const char* v = env("DROCED_UPLINK"); v != nullptr && *v != '\0') {
     if (absl::Status s = Uplink("DROCED_UPLINK", v, o); !s.ok()) return s;

@@ -35,7 +35,7 @@ TEST(DrocedOptions, Defaults) {
   EXPECT_EQ(o.busy_window_us, 0u);
   EXPECT_TRUE(o.realtime);
   EXPECT_TRUE(o.direct);
-  EXPECT_EQ(o.ring_slots, 256u);
+  EXPECT_EQ(o.ring_slots, 64u);
   EXPECT_EQ(o.link_slots, 512u);
   EXPECT_EQ(o.memory_mb, 256u);
   EXPECT_FALSE(o.hugepages);
@@ -65,14 +65,19 @@ TEST(DrocedOptions, EveryOptionSetsItsField) {
 
 TEST(DrocedOptions, TheEnvironmentGivesDefaultsTheCommandLineWins) {
   std::map<std::string, std::string> env = {
-      {"DROCED_BUSY_WINDOW_US", "20"}, {"DROCED_DIRECT", "0"}, {"DROCED_UPLINK", "memif:/tmp/u.sock:client"}};
+      {"DROCED_BUSY_WINDOW_US", "20"},
+      {"DROCED_DIRECT", "0"},
+      {"DROCED_UPLINK", "memif:/tmp/u.sock:client"},
+      {"DROCED_RING_SLOTS", "32"}};
   DaemonOptions o = *Parse("", env);
   EXPECT_EQ(o.busy_window_us, 20u);
+  EXPECT_EQ(o.ring_slots, 32u);
   EXPECT_FALSE(o.direct);
   ASSERT_TRUE(o.uplink.has_value());
   EXPECT_FALSE(o.uplink->server);
-  o = *Parse("--busy-window-us 7 --uplink memif:/tmp/v.sock:server", env);
+  o = *Parse("--busy-window-us 7 --uplink memif:/tmp/v.sock:server --ring-slots 64", env);
   EXPECT_EQ(o.busy_window_us, 7u);
+  EXPECT_EQ(o.ring_slots, 64u);
   EXPECT_TRUE(o.uplink->server);
   EXPECT_TRUE(Parse("", {{"DROCED_DIRECT", "1"}})->direct);
   EXPECT_FALSE(Parse("", {{"DROCED_UPLINK", ""}})->uplink.has_value());  // set but empty: none
@@ -94,6 +99,7 @@ TEST(DrocedOptions, BadInputNamesTheOptionOrVariable) {
   EXPECT_EQ(Error("", {{"DROCED_BUSY_WINDOW_US", "soon"}}),
             "DROCED_BUSY_WINDOW_US must be an integer in [0, 1000000], not 'soon'");
   EXPECT_EQ(Error("", {{"DROCED_DIRECT", "yes"}}), "DROCED_DIRECT must be 0 or 1, not 'yes'");
+  EXPECT_EQ(Error("", {{"DROCED_RING_SLOTS", "48"}}), "DROCED_RING_SLOTS: a power of two, 2..65536, not '48'");
   EXPECT_NE(Error("", {{"DROCED_UPLINK", "memif:"}}).find("DROCED_UPLINK: "), std::string::npos);
 }
 

@@ -42,6 +42,9 @@ direct_used() {
   local tx; tx=$(sed -n 's/.*direct paths [0-9]* (table [0-9]*): tx \([0-9]*\).*/\1/p' "$run/c.log")
   [ "${tx:-0}" -gt 10000 ] || { echo "only ${tx:-0} frames through the ring"; return 1; }
   grep -q "direct path 1: process" "$run/droced.log" || { echo "the daemon set up no path"; return 1; }
+  # The default geometry (doc/droced.md "Why 64 slots").
+  grep -q "direct path 1: process .*, 64 slots each way" "$run/droced.log" ||
+    { echo "not 64 slots each way:"; grep "direct path 1: process" "$run/droced.log"; return 1; }
 }
 check "ib_write_bw droce0 <-> droce1 moves its frames through the pair's ring" direct_used
 

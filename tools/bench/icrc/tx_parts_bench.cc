@@ -1,6 +1,6 @@
 // The parts of transmitting one 8,256-byte SEND at path MTU 4096 (UCX's
 // rc_verbs bcopy segment: a FIRST, a MIDDLE and a 64-byte LAST frame) over a
-// direct ring (pktio::FrameRing, 256 slots as droced makes them), timed apart:
+// direct ring (pktio::FrameRing, 64 slots as droced makes them), timed apart:
 //   memcpy, crc, copy_crc   8,256 B, hot buffers: memcpy, Crc32Update,
 //                           Crc32CopyUpdate (the build's payload part)
 //   ring_produce            Produce of the three frames, consumed on the same thread
@@ -20,12 +20,8 @@
 //   consume_*_per_frame     the consumer's Consume per frame meanwhile
 //
 // Usage: droce-tx-parts-bench [iterations] [cpu_producer cpu_consumer]
-// DROCE_TX_PARTS_SLOTS: the ring's slots (default 256).
+// DROCE_TX_PARTS_SLOTS: the ring's slots (default 64).
 // Prints CSV: what,ns_per_fragment
-#include <pthread.h>
-#include <sched.h>
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -35,30 +31,20 @@
 #include <vector>
 
 #include "pktio/frame_ring.h"
+#include "tools/bench/icrc/two_cpus.h"
 #include "wire/crc32.h"
 
 namespace {
 
 using namespace droce;
+using bench::NowNs;
+using bench::Pin;
 
 constexpr uint32_t kSeg = 8256, kMtu = 4096, kHeaders = 54, kIcrc = 4;
-uint32_t ring_slots = 256;  // droced's ring_slots default (DROCE_TX_PARTS_SLOTS)
+uint32_t ring_slots = 64;  // droced's ring_slots default (DROCE_TX_PARTS_SLOTS)
 constexpr uint32_t kFrames = 3;
 constexpr uint32_t kLen[kFrames] = {kHeaders + kMtu + kIcrc, kHeaders + kMtu + kIcrc,
                                     kHeaders + (kSeg - 2 * kMtu) + kIcrc};
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
-
-void Pin(int cpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
 
 // The median over batches of 16 ops, per op: a preemption on the shared
 // host spoils a batch, not the measure.

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The direct rings' geometry against the rendezvous range: in every round, for
+# each arm (a daemon environment), the MPI ping-pong of pingpong_ab.sh
+# (mpi_pingpong.c over pml ucx, rank 0 on droce0, rank 1 on droce1, median and
+# mean one-way µs) at each size, then ib_read_bw -s 262144 and ib_write_bw -s
+# 65536 (server droce0, client droce1: MB/s), all on one fresh pair of fabric
+# devices per arm and round. Arms alternate within a round so all see the same load.
+#   bash tools/bench/stacks/ring_ab.sh NAME=KEY=VALUE[,KEY=VALUE]... -- [SIZE...]   (no size: perftest only)
+#   e.g. bash tools/bench/stacks/ring_ab.sh s32=DROCED_RING_SLOTS=32 s256=DROCED_RING_SLOTS=256 -- 262144 786432
+#   (an arm "NAME=-" runs the daemon's defaults: 64 slots). BUILD (absolute path) picks the build tree; ROUNDS
+#   (default 3), SECS per ping-pong (default 3), PERFTEST=0 skips the perftest pair.
+# CSV on stdout: round,arm,test,bytes,value,median_usec,load (value: mean one-way µs for "mpi_pp", MB/s
+# for "ib_read_bw" and "ib_write_bw").
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
+  source "$here/../../../tests/stacks/lib.sh"
+  need mpicc mpirun ib_read_bw ib_write_bw
+  if [ "$RING_AB_ONE" != - ]; then
+    IFS=, read -ra kv <<<"$RING_AB_ONE"
+    for e in "${kv[@]}"; do export "${e?}"; done
+  fi
+  stacks_host "droce-bench-ring$$" 2
+  cd "$run"
+  [ -z "$RING_AB_SIZES" ] || mpicc -O2 -o pp "$here/mpi_pingpong.c" || exit 1
+  for s in $RING_AB_SIZES; do
+    r=$(OMPI_MCA_pml=ucx OMPI_MCA_btl=self UCX_TLS=rc_verbs,ud_verbs,self timeout 120 \
+      mpirun --allow-run-as-root --oversubscribe -np 1 -x UCX_NET_DEVICES=droce0:1 ./pp "$s" "${SECS:-3}" \
+      : -np 1 -x UCX_NET_DEVICES=droce1:1 ./pp "$s" "${SECS:-3}" 2>&1 | awk '/one-way/ {print $6 "," $9}')
+    echo "mpi_pp,$s,${r:-,}"
+  done
+  [ "${PERFTEST:-1}" = 1 ] || exit 0
+  pair() {  # PORT TOOL SIZE: the client's average MB/s
+    "$2" -d droce0 -x 1 -s "$3" -n 3000 -p "$1" >server.log 2>&1 &
+    local server=$!
+    wait_listen $server "$1"
+    timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>&1 | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
+    wait $server
+  }
+  echo "ib_read_bw,262144,$(pair $((port + 4)) ib_read_bw 262144),"
+  echo "ib_write_bw,65536,$(pair $((port + 5)) ib_write_bw 65536),"
+  exit 0
+fi
+arms=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do arms+=("$1"); shift; done
+[ $# -ge 1 ] && [ ${#arms[@]} -ge 1 ] || { echo "usage: $0 NAME=KEY=VALUE[,KEY=VALUE]... -- [SIZE...]" >&2; exit 2; }
+shift
+echo "round,arm,test,bytes,value,median_usec,load"
+for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
+  for a in "${arms[@]}"; do
+    load=$(cut -d' ' -f1 /proc/loadavg)
+    RING_AB_ONE="${a#*=}" RING_AB_SIZES="$*" bash "$0" 2>/dev/null | while IFS= read -r line; do
+      echo "$r,${a%%=*},$line,$load"
+    done
+  done
+done

@@ -399,7 +399,7 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
     }
     // A long frame lends its payload: only the headers are copied here, the
     // payload is read once, where the device places it.
-    const uint32_t copied = v.len >= kLendFromBytes ? kLendHeadBytes : v.len;
+    const uint32_t copied = lend_ && v.len >= kLendFromBytes ? kLendHeadBytes : v.len;
     std::memcpy(f.data, v.data, copied);
     f.len = v.len;
     f.Lend(copied < v.len ? v.data : nullptr, copied < v.len ? copied : 0);

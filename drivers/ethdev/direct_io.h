@@ -119,9 +119,13 @@ class DirectIo final : public pktio::BurstIo {
   bool KnownEmpty() override { return RingsEmpty() && inner_->KnownEmpty(); }
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
-  // A long frame from a ring is lent: its headers copied, its payload read
-  // in the slot (kLendFromBytes).
-  bool LendsFrames() const override { return true; }
+  // From now on a long frame from a ring is lent: its headers copied, its
+  // payload read in the slot (kLendFromBytes). Until then every frame is
+  // copied whole.
+  bool StartLending() override {
+    lend_ = true;
+    return true;
+  }
   // Gives a lent frame's slot back to its ring once every frame its burst
   // lent is back (the ring frees slots in order, a whole Peek at a time).
   void Release(pktio::Frame* frames, uint16_t n) override;
@@ -237,6 +241,7 @@ class DirectIo final : public pktio::BurstIo {
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
   uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
   uint32_t withdrawn_paths_ = 0;
+  bool lend_ = false;         // StartLending was called
   uint32_t paths_lent_ = 0;  // paths with rx_lent != 0 (Release looks only then)  // withdrawn paths still holding frames (CloseDrained)
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection

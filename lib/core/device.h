@@ -507,7 +507,7 @@ class Device {
   // The frame being received while it is lent (pktio::Frame::lent: only its
   // headers copied; ReceiveLent), else null.
   pktio::Frame* rx_lent_ = nullptr;
-  bool rx_may_lend_ = false;  // the port may lend frames (pktio::BurstIo::LendsFrames)
+  bool rx_may_lend_ = false;  // the port may lend frames (pktio::BurstIo::StartLending)
   template <bool kMayLend>
   void ReceiveFrames(pktio::Frame* rx, uint16_t n, uint64_t now_ns);  // rx.cc
   // Copies the rest of the lent frame being received: from then on it is

@@ -1,4 +1,4 @@
-// Lent frames (pktio::Frame::lent, BurstIo::LendsFrames): a port whose
+// Lent frames (pktio::Frame::lent, BurstIo::StartLending): a port whose
 // frames arrive in memory the sender shares (the direct rings) hands a long
 // frame over with only its headers copied; the device reads its payload
 // where it is, once, while placing it, and copies any other frame whole
@@ -34,7 +34,7 @@ constexpr uint8_t kPoison = 0xDD;
 class LendingPort final : public testing::ForwardingPort {
  public:
   explicit LendingPort(pktio::BurstIo* inner) : ForwardingPort(inner) {}
-  bool LendsFrames() const override { return true; }
+  bool StartLending() override { return true; }
   uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
     const uint16_t got = inner()->RxBurst(f, n);
     if (slots_.size() < n) slots_.resize(n, std::vector<uint8_t>(pktio::kMaxFrameBytes));

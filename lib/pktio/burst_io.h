@@ -31,7 +31,7 @@ struct Frame {
   uint32_t gather_len = 0;
   uint32_t gather_at = 0;
 
-  // A lent received frame (only from a port that LendsFrames: frames that
+  // A lent received frame (only from a port asked to, StartLending: frames that
   // arrive in memory the sender shares, the direct rings): data holds only
   // its first lent_head() bytes (the headers), copied; all len bytes are at
   // lent(), which the sender can still write while the receiver reads it.
@@ -112,11 +112,14 @@ class BurstIo {
   // with gather_len 0. Read once, when a core::Device is made on the port.
   virtual bool TakesGather() const { return false; }
 
-  // Whether RxBurst may hand out lent frames (Frame::lent): a port whose
-  // frames arrive in memory the sender shares (the direct rings). Read
-  // once, when a core::Device is made on the port: a device on any other
-  // port does not look for them.
-  virtual bool LendsFrames() const { return false; }
+  // The receiver asks the port to hand out lent frames (Frame::lent) from
+  // now on; true if it will (a port whose frames arrive in memory the
+  // sender shares: the direct rings). A core::Device asks once, when it is
+  // made on the port, and handles lent frames only if the answer was yes. A
+  // port in front of another forwards the request when it passes the other's
+  // received frames on as they are, else says no (the default): so a layer
+  // that knows nothing of lending never gets a lent frame.
+  virtual bool StartLending() { return false; }
 
   // True when an RxBurst now would return nothing, known without receiving
   // and without a system call (a look at a ring's indices). A port in front

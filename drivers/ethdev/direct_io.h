@@ -122,10 +122,14 @@ class DirectIo final : public pktio::BurstIo {
   // From now on a long frame from a ring is lent: its headers copied, its
   // payload read in the slot (kLendFromBytes). Until then every frame is
   // copied whole.
+  // Only where allowed (AllowLending): the verbs runtime allows it with
+  // DROCE_DIRECT_LEND=1 while an MPI run over lent frames still fails
+  // (tools/bench/stacks/results.md, stacks22).
   bool StartLending() override {
-    lend_ = true;
-    return true;
+    lend_ = lend_allowed_;
+    return lend_;
   }
+  void AllowLending(bool on) { lend_allowed_ = on; }
   // Gives a lent frame's slot back to its ring once every frame its burst
   // lent is back (the ring frees slots in order, a whole Peek at a time).
   void Release(pktio::Frame* frames, uint16_t n) override;
@@ -241,7 +245,8 @@ class DirectIo final : public pktio::BurstIo {
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
   uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
   uint32_t withdrawn_paths_ = 0;
-  bool lend_ = false;         // StartLending was called
+  bool lend_ = false;         // StartLending was called, and lending is allowed
+  bool lend_allowed_ = false;
   uint32_t paths_lent_ = 0;  // paths with rx_lent != 0 (Release looks only then)  // withdrawn paths still holding frames (CloseDrained)
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection

@@ -176,6 +176,8 @@ TEST_F(DirectIoTest, PeerFramesTakeTheRingOthersThePort) {
 // and the ring is not read again before. Short frames are copied whole.
 TEST_F(DirectIoTest, LongFramesAreLentAndTheirSlotsFreedWhenAllAreBack) {
   Pair();
+  EXPECT_FALSE(b_.StartLending());  // not allowed by default
+  b_.AllowLending(true);
   ASSERT_TRUE(b_.StartLending());
   const uint32_t lens[] = {80, 3000, 4000, 200};
   for (uint32_t k = 0; k < 4; ++k) {

@@ -177,6 +177,8 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   owned[0] = -1;
   Path p;
   p.id = m.path_id;
+  p.lend_mark = ++lend_marks_;
+  if (p.lend_mark == 0) p.lend_mark = ++lend_marks_;
   p.key = m.marker_key;
   std::memcpy(p.mac.data(), m.peer_mac, 6);
   p.qpn_first = m.peer_qpn_base;
@@ -402,7 +404,11 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
     const uint32_t copied = lend_ && v.len >= kLendFromBytes ? kLendHeadBytes : v.len;
     std::memcpy(f.data, v.data, copied);
     f.len = v.len;
-    f.Lend(copied < v.len ? v.data : nullptr, copied < v.len ? copied : 0);
+    if (copied < v.len) {
+      f.Lend(v.data, copied, p.lend_mark);
+    } else {
+      f.Lend(nullptr, 0);
+    }
     if (!Mine(f)) {
       ++counters_.rx_not_mine;
       continue;
@@ -410,7 +416,10 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
     lent += f.lent() != nullptr;
     ++kept;
   }
-  for (uint16_t j = kept; j < alloc; ++j) drop[dropped++] = out[j];  // buffers not filled
+  for (uint16_t j = kept; j < alloc; ++j) {  // buffers not filled (or filled by a frame not kept)
+    out[j].Lend(nullptr, 0);
+    drop[dropped++] = out[j];
+  }
   if (dropped > 0) inner_->Release(drop, dropped);
   if (lent == 0) {
     p.rx.Release(seen);
@@ -424,11 +433,12 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
 
 void DirectIo::Release(pktio::Frame* frames, uint16_t n) {
   if (paths_lent_ != 0) {
+    // By the mark, not by lent(): the device may have taken the frame whole
+    // (pktio::TakeLent), its slot is still to be given back.
     for (uint16_t i = 0; i < n; ++i) {
-      if (frames[i].lent() == nullptr) continue;
+      if (frames[i].lend_mark() == 0) continue;
       for (Path& p : paths_) {
-        const uint8_t* base = static_cast<const uint8_t*>(p.map);
-        if (p.rx_lent == 0 || frames[i].lent() < base || frames[i].lent() >= base + p.map_bytes) continue;
+        if (p.rx_lent == 0 || p.lend_mark != frames[i].lend_mark()) continue;
         if (--p.rx_lent == 0) {
           p.rx.Release(p.rx.peeked());  // in order, all of the last Peek
           --paths_lent_;

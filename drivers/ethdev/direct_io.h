@@ -206,6 +206,10 @@ class DirectIo final : public pktio::BurstIo {
     // Frames of the last Peek lent to the device and not yet released; the
     // ring is not read again until they are all back.
     uint32_t rx_lent = 0;
+    // Its lent frames carry it (pktio::Frame::lend_mark): Release finds the
+    // path by it, whatever the device did with the frame, and paths_ may
+    // have lost another path meanwhile (CloseDrained). Non-zero, unique.
+    uint32_t lend_mark = 0;
   };
   // Up to `room` frames of p's ring into out (buffers from the port): the
   // short ones copied, the long ones lent. Returns how many.
@@ -244,10 +248,11 @@ class DirectIo final : public pktio::BurstIo {
   uint32_t generation_ = 0;
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
   uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
-  uint32_t withdrawn_paths_ = 0;
+  uint32_t withdrawn_paths_ = 0;  // withdrawn paths still holding frames (CloseDrained)
   bool lend_ = false;         // StartLending was called, and lending is allowed
   bool lend_allowed_ = false;
-  uint32_t paths_lent_ = 0;  // paths with rx_lent != 0 (Release looks only then)  // withdrawn paths still holding frames (CloseDrained)
+  uint32_t paths_lent_ = 0;  // paths with rx_lent != 0 (Release looks only then)
+  uint32_t lend_marks_ = 0;  // the last Path::lend_mark given
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection
   // is read once a millisecond): the path opens at once when it arrives.

@@ -42,9 +42,15 @@ struct Frame {
   // stays 40 bytes, which ports build and copy per frame.
   const uint8_t* lent() const { return gather; }
   uint32_t lent_head() const { return gather_at; }
-  void Lend(const uint8_t* whole, uint32_t head) {
+  // The lending port's own mark on a frame it lent (non-zero: which slot it
+  // has to take back when the frame is released). TakeLent keeps it: a
+  // frame the receiver copied whole is still the port's slot until
+  // released. Lend(nullptr, 0) clears it, for a frame that was never lent.
+  uint32_t lend_mark() const { return gather_len; }
+  void Lend(const uint8_t* whole, uint32_t head, uint32_t mark = 0) {
     gather = whole;
     gather_at = head;
+    gather_len = mark;
   }
 };
 
@@ -55,7 +61,7 @@ static_assert(sizeof(Frame) == 40);
 inline void TakeLent(Frame& f) {
   if (f.lent() == nullptr) return;
   std::memcpy(f.data + f.lent_head(), f.lent() + f.lent_head(), f.len - f.lent_head());
-  f.Lend(nullptr, 0);
+  f.Lend(nullptr, 0, f.lend_mark());
 }
 
 // Copies a gather frame's gathered bytes into its own buffer (capacity

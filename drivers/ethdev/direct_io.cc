@@ -428,6 +428,7 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
     ++paths_lent_;
   }
   counters_.rx_direct += kept;
+  counters_.rx_lent += lent;
   return kept;
 }
 

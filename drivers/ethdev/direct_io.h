@@ -85,6 +85,7 @@ struct DirectCounters {
   uint64_t tx_direct = 0;      // frames put into a peer's ring
   uint64_t tx_ring_full = 0;   // transmit bursts a full ring stopped (the device retries)
   uint64_t rx_direct = 0;      // frames taken from the rings and delivered
+  uint64_t rx_lent = 0;        // of those, lent (only the headers copied: pktio::Frame::lent)
   uint64_t rx_not_mine = 0;    // frames from a ring for another MAC or QPN: dropped
   uint64_t rx_bad_length = 0;  // ring slots with a bad length: dropped
   uint64_t wakeups_sent = 0;   // eventfd writes (the peer slept)

@@ -124,8 +124,8 @@ class DirectIo final : public pktio::BurstIo {
   // payload read in the slot (kLendFromBytes). Until then every frame is
   // copied whole.
   // Only where allowed (AllowLending): the verbs runtime allows it with
-  // DROCE_DIRECT_LEND=1 while an MPI run over lent frames still fails
-  // (tools/bench/stacks/results.md, stacks22).
+  // DROCE_DIRECT_LEND=1, until an A/B shows what it gains
+  // (tools/bench/stacks/results.md).
   bool StartLending() override {
     lend_ = lend_allowed_;
     return lend_;

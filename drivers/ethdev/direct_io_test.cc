@@ -119,6 +119,22 @@ class DirectIoTest : public ::testing::Test {
     a_.Release(&f, 1);
     return false;
   }
+  // Sends a `len`-byte frame for b's ring from a: `tag` at byte 60, byte i
+  // past the headers i * 3 + seed.
+  void SendLongFromA(uint32_t len, uint8_t tag, uint32_t seed) {
+    pktio::Frame f;
+    ASSERT_EQ(a_.AllocTx(&f, 1), 1);
+    BuildRoce(f.data, kMacB, 2048 + 5, tag);
+    for (uint32_t i = 80; i < len; ++i) f.data[i] = static_cast<uint8_t>(i * 3 + seed);
+    f.len = len;
+    ASSERT_EQ(a_.TxBurst(&f, 1), 1);
+  }
+  // The first non-empty burst of b (a few tries: the ring opens on its marker).
+  uint16_t FirstBurstOnB(pktio::Frame* fs, uint16_t n) {
+    uint16_t got = 0;
+    for (int round = 0; round < 4 && got == 0; ++round) got = b_.RxBurst(fs, n);
+    return got;
+  }
   // The "switch" loses the marker a sent when the path was added (the
   // only frame on the wire).
   void LoseTheMarkerOfA() {
@@ -181,17 +197,9 @@ TEST_F(DirectIoTest, LongFramesAreLentAndTheirSlotsFreedWhenAllAreBack) {
   b_.AllowLending(true);
   ASSERT_TRUE(b_.StartLending());
   const uint32_t lens[] = {80, 3000, 4000, 200};
-  for (uint32_t k = 0; k < 4; ++k) {
-    pktio::Frame f;
-    ASSERT_EQ(a_.AllocTx(&f, 1), 1);
-    BuildRoce(f.data, kMacB, 2048 + 5, static_cast<uint8_t>(k + 1));
-    for (uint32_t i = 80; i < lens[k]; ++i) f.data[i] = static_cast<uint8_t>(i * 3 + k);
-    f.len = lens[k];
-    ASSERT_EQ(a_.TxBurst(&f, 1), 1);
-  }
+  for (uint32_t k = 0; k < 4; ++k) ASSERT_NO_FATAL_FAILURE(SendLongFromA(lens[k], static_cast<uint8_t>(k + 1), k));
   pktio::Frame fs[8];
-  uint16_t n = 0;
-  for (int round = 0; round < 4 && n == 0; ++round) n = b_.RxBurst(fs, 8);
+  const uint16_t n = FirstBurstOnB(fs, 8);
   ASSERT_EQ(n, 4);
   for (uint16_t i = 0; i < n; ++i) {
     SCOPED_TRACE(i);
@@ -234,16 +242,10 @@ TEST_F(DirectIoTest, ALentFrameTakenWholeStillGivesItsSlotBack) {
   for (uint32_t round = 0; round < 3; ++round) {
     SCOPED_TRACE(round);
     for (uint32_t k = 0; k < 2; ++k) {
-      pktio::Frame f;
-      ASSERT_EQ(a_.AllocTx(&f, 1), 1);
-      BuildRoce(f.data, kMacB, 2048 + 5, static_cast<uint8_t>(10 * round + k));
-      for (uint32_t i = 80; i < 3000; ++i) f.data[i] = static_cast<uint8_t>(i + k + round);
-      f.len = 3000;
-      ASSERT_EQ(a_.TxBurst(&f, 1), 1);
+      ASSERT_NO_FATAL_FAILURE(SendLongFromA(3000, static_cast<uint8_t>(10 * round + k), k + round));
     }
     pktio::Frame fs[8];
-    uint16_t n = 0;
-    for (int tries = 0; tries < 4 && n == 0; ++tries) n = b_.RxBurst(fs, 8);
+    const uint16_t n = FirstBurstOnB(fs, 8);
     ASSERT_EQ(n, 2);
     for (uint16_t i = 0; i < n; ++i) {
       ASSERT_NE(fs[i].lent(), nullptr);
@@ -252,7 +254,7 @@ TEST_F(DirectIoTest, ALentFrameTakenWholeStillGivesItsSlotBack) {
     EXPECT_EQ(b_.counters().rx_lent, 2 * round + 2);
     pktio::TakeLent(fs[0]);  // as core::Device::TakeWhole does
     EXPECT_EQ(fs[0].lent(), nullptr);
-    EXPECT_EQ(fs[0].data[2999], static_cast<uint8_t>(2999 + round));
+    EXPECT_EQ(fs[0].data[2999], static_cast<uint8_t>(2999 * 3 + round));
     b_.Release(fs, n);
   }
   EXPECT_EQ(b_.counters().rx_direct, 6u);

@@ -315,6 +315,7 @@ const KeySample kSamples[] = {
     {"netdev_bound", "netdev_bound=on", "fabric=on\nfabric_dir=/run/droce\n", "bound"},
     {"netdev_steering", "netdev_steering=xdp", kWire, "ebpf"},
     {"rx_icrc_trust", "rx_icrc_trust=on", "vdev=net_memif_droce0,role=server\nip=10.0.0.1\n", "trusted"},
+    {"direct_icrc_trust", "direct_icrc_trust=off", kFabric, "trusted"},
     {"udp_gso", "udp_gso=on", kWire, "segmented"},
     {"udp_gather", "udp_gather=off", kWire, "copied"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},

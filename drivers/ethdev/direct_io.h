@@ -123,9 +123,8 @@ class DirectIo final : public pktio::BurstIo {
   // From now on a long frame from a ring is lent: its headers copied, its
   // payload read in the slot (kLendFromBytes). Until then every frame is
   // copied whole.
-  // Only where allowed (AllowLending): the verbs runtime allows it with
-  // DROCE_DIRECT_LEND=1, until an A/B shows what it gains
-  // (tools/bench/stacks/results.md).
+  // Only where allowed (AllowLending): the verbs runtime allows it unless
+  // the device says `direct_lend=off`.
   bool StartLending() override {
     lend_ = lend_allowed_;
     return lend_;

@@ -568,8 +568,8 @@ TEST_F(DirectIoTest, RefusesBadMessages) {
 
 
 // Two core::Devices talking over a pair of DirectIo (each in front of one
-// end of a MemWire, the "switch"), lending as the verbs runtime does with
-// DROCE_DIRECT_LEND=1: long WRITEs, SENDs and READs arrive exact. Most of a
+// end of a MemWire, the "switch"), lending as the verbs runtime does by
+// default (direct_lend): long WRITEs, SENDs and READs arrive exact. Most of a
 // message's frames are lent; its FIRST (and anything else the QP does not
 // place from the slot) is taken whole by the device before it is released,
 // and the ring must go on after it.

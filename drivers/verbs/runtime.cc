@@ -142,8 +142,7 @@ absl::Status Runtime::Start() {
   pktio::BurstIo* wire = link_ ? static_cast<pktio::BurstIo*>(link_.get()) : port_.get();
   if (file_.fabric) {
     direct_ = std::make_unique<ethdev::DirectIo>(wire, file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp, NowNs);
-    const char* lend = std::getenv("DROCE_DIRECT_LEND");
-    direct_->AllowLending(lend != nullptr && std::strcmp(lend, "1") == 0);
+    direct_->AllowLending(file_.direct_lend);
   }
   pktio::BurstIo* io = direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : wire;
   if (udp_fd_ >= 0) {

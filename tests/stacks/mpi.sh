@@ -36,8 +36,8 @@ two_devices() {
   grep -E "^droce droce[01]: direct paths" <<<"$out" | cut -c1-120
   [ $rc -eq 0 ] && grep -qE "^mpi_check: [0-9]+ checks passed on 4 ranks" <<<"$out" &&
     grep -qE "^droce droce0: rx [1-9][0-9]* pkts" <<<"$out" && grep -qE "^droce droce1: rx [1-9][0-9]* pkts" <<<"$out" &&
-    # With lending asked for (DROCE_DIRECT_LEND=1), the ranks' long frames were lent.
-    { [ "${DROCE_DIRECT_LEND:-0}" != 1 ] || grep -qE "direct paths [0-9]+ .* \(lent [1-9][0-9]*\)" <<<"$out"; }
+    # Lending is on by default (direct_lend): the ranks' long frames were lent.
+    grep -qE "direct paths [0-9]+ .* \(lent [1-9][0-9]*\)" <<<"$out"
 }
 check "mpi_check, 4 ranks across droce0 and droce1" two_devices
 

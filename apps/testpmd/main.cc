@@ -245,9 +245,16 @@ void OpenSide(Side& side) {
   // A fabric port is a memif client of droced: a daemon that goes away
   // unmaps its rings, so bursts run under the unmap guard.
   pc.guard_peer_unmap = side.fabric.has_value();
+  // --memif-direct: the verbs runtime's memif port (MemifTx/MemifRx), its
+  // bursts under the unmap guard as the runtime runs them.
+  if (opt.memif_direct) pc.memif_direct_tx = pc.memif_direct_rx = pc.guard_peer_unmap = true;
   auto port = ethdev::EthdevPort::Open(pc);
   if (!port.ok()) Fail(std::string(port.status().message()));
   side.port = std::move(*port);
+  if (opt.memif_direct && !(side.port->direct_tx() && side.port->direct_rx())) {
+    side.port.reset();
+    Fail("--memif-direct: port " + opt.port + " is not a net_memif port its own receive and transmit can drive");
+  }
   side.largest_mtu = LargestMtu(side.port->max_frame_bytes());
   if (opt.mtu > side.largest_mtu) {
     const std::string msg = absl::StrFormat("--mtu %u: port %s carries %u-byte frames, path MTU %u at most",

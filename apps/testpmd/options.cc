@@ -153,6 +153,21 @@ const std::vector<OptionSpec>& Table() {
        }},
       {"--idle-spins", nullptr, "N", "empty polls before yielding the CPU (64)",
        [](Parse& p, const std::string& k, const std::string& v) { return Number(k, v, 0, 1e9, &p.o.idle_spins); }},
+      {"--burst", nullptr, "N", "raw_stream: frames per transmit burst, 1..32 (1)",
+       [](Parse& p, const std::string& k, const std::string& v) { return Integer(k, v, 1, 32, &p.o.burst); }},
+      {"--raw-ack", nullptr, nullptr,
+       "raw_stream: the server answers every receive burst with one 64 B\nframe, as droce's coalesced ACK does",
+       [](Parse& p, const std::string&, const std::string&) {
+         p.o.raw_ack = true;
+         return absl::OkStatus();
+       }},
+      {"--memif-direct", nullptr, nullptr,
+       "a net_memif port's frames are copied straight into and out of the\nring (MemifTx/MemifRx), as verbs devices "
+       "do (off: the PMD)",
+       [](Parse& p, const std::string&, const std::string&) {
+         p.o.memif_direct = true;
+         return absl::OkStatus();
+       }},
       {"--drop-rate", nullptr, "P", "drop transmitted frames with probability P, 0..0.5 (0)",
        [](Parse& p, const std::string& k, const std::string& v) { return Number(k, v, 0, 0.5, &p.o.drop_rate); }},
       {"--seed", nullptr, "N", "seed for --drop-rate (1)",
@@ -265,6 +280,8 @@ absl::Status CheckTogether(const Parse& p) {
   if (o.fwd == "write_lat" && o.size < 8) return Bad("write_lat needs --size of at least 8");
   if (o.qps > 1 && o.fwd != "write_bw" && o.fwd != "read_bw") return Bad("--qps > 1 works with write_bw and read_bw");
   if (o.qps > o.outstanding) return Bad("--qps must not exceed --outstanding (each QP carries at least one slot)");
+  if ((o.burst != 1 || o.raw_ack) && o.fwd != "raw_stream") return Bad("--burst and --raw-ack go with raw_stream");
+  if (o.memif_direct && !o.device.empty()) return Bad("--memif-direct is for a port of its own (not --device)");
   if (o.auto_start && !o.interactive) return Bad("--auto-start goes with -i (without -i the engine starts anyway)");
   if (o.role == "pair" && (o.interactive || o.telemetry || !o.pcap_out.empty() || IsRaw(o.fwd))) {
     return Bad("--role pair runs one RDMA engine once: no -i, --telemetry, --pcap-out or raw baseline");

@@ -37,6 +37,13 @@ struct Options {
   double stats_period = 0;   // print a stats line this often while running (0: only at the end)
   uint32_t iterations = 0;  // 0: run for `duration`
   uint32_t idle_spins = 64;  // empty polls before yielding the CPU
+  // raw_stream: frames per TxBurst, and whether the server answers every
+  // receive burst with one small frame (as droce's coalesced ACK answers a burst).
+  uint32_t burst = 1;
+  bool raw_ack = false;
+  // A net_memif port's frames copied straight into and out of the ring
+  // (ethdev::MemifTx / MemifRx), as the verbs runtime's memif devices do.
+  bool memif_direct = false;
   double drop_rate = 0;      // transmitted frames dropped on purpose
   uint64_t seed = 1;
   std::string pcap_out;      // write sent and received frames here

@@ -66,6 +66,13 @@ TEST(TestpmdOptions, ValuesAreSet) {
   EXPECT_DOUBLE_EQ(o.stats_period, 0.5);
   EXPECT_EQ(Parse("--vlan 100 --pcp 5")->vlan, 100);
   EXPECT_EQ(Parse("--device droce0 --peer-ip 10.0.0.2 --qpn-range 3")->peer_qpn_range, 3u);
+  const Options raw = *Parse("--fwd raw_stream --burst 32 --raw-ack --memif-direct");
+  EXPECT_EQ(raw.burst, 32u);
+  EXPECT_TRUE(raw.raw_ack);
+  EXPECT_TRUE(raw.memif_direct);
+  EXPECT_EQ(Parse("")->burst, 1u);
+  EXPECT_FALSE(Parse("")->raw_ack);
+  EXPECT_FALSE(Parse("")->memif_direct);
 }
 
 TEST(TestpmdOptions, BadInputIsRefusedWithItsReason) {
@@ -108,6 +115,10 @@ TEST(TestpmdOptions, BadInputIsRefusedWithItsReason) {
       {"--device droce0 --peer-ip 10.0.0.2 --role pair", "not with --device"},
       {"--device droce0 --peer-ip 10.0.0.2 --fwd raw_lat", "not on the fabric"},
       {"--qpn-range 2", "go with --device"},
+      {"--burst 8", "--burst and --raw-ack go with raw_stream"},
+      {"--fwd raw_lat --raw-ack", "--burst and --raw-ack go with raw_stream"},
+      {"--fwd raw_stream --burst 33", "--burst"},
+      {"--device droce0 --peer-ip 10.0.0.2 --memif-direct", "--memif-direct is for a port of its own"},
       {"--device droce0 --peer-ip 10.0.0.2 --qpn-range 0", "qpn-range must be an integer"},
       {"--device x/y --peer-ip 10.0.0.2", "--device: bad device name 'x/y'"},
       {"--ip 10.0.0.2 --peer-ip 10.0.0.2", "--ip and --peer-ip must differ"},
@@ -122,7 +133,7 @@ TEST(TestpmdOptions, UsageListsEveryOptionOnce) {
   const std::string u = Usage();
   for (const char* name : {"--role", "--port", "--device", "--qpn-range", "--peer-qpn-range", "--fwd", "--ip",
                            "--peer-ip", "--mac", "--peer-mac", "--mtu", "--size", "--outstanding", "--qps",
-                           "--duration", "--iterations", "--idle-spins", "--drop-rate", "--seed", "--pcap-out",
+                           "--duration", "--iterations", "--idle-spins", "--burst", "--raw-ack", "--memif-direct", "--drop-rate", "--seed", "--pcap-out",
                            "--stats-period", "--start-at", "--dscp", "--ecn", "--vlan", "--pcp", "-i, --interactive",
                            "--auto-start", "--telemetry", "--dcqcn", "--cc", "--cc-params", "--line-rate-gbps",
                            "--bottleneck-gbps", "--kmin-kb", "--kmax-kb", "--pmax", "--buffer-kb"}) {

@@ -15,6 +15,21 @@ for fwd in raw_lat raw_stream; do
     echo "FAIL $fwd"; echo "$out"; status=1
   fi
 done
+# raw_stream as fastpath.sh's raw part runs it (bursts, one answer per receive
+# burst, the verbs runtime's memif path): every frame the client sent arrives,
+# and the client hears answers (else it counts an error and fails).
+if out=$(CLIENT_ARGS="--duration 0.3" bash "$root/tools/memif-pair.sh" --fwd raw_stream --size 138 --burst 8 \
+    --raw-ack --memif-direct); then
+  sent=$(echo "$out" | grep '^client' | grep -oE 'messages=[0-9]+')
+  got=$(echo "$out" | grep '^server' | grep -oE 'messages=[0-9]+')
+  if [ -n "$sent" ] && [ "$sent" = "$got" ]; then
+    echo "ok   raw_stream --burst 8 --raw-ack --memif-direct: $sent"
+  else
+    echo "FAIL raw_stream --burst 8 --raw-ack --memif-direct: client $sent, server $got"; echo "$out"; status=1
+  fi
+else
+  echo "FAIL raw_stream --burst 8 --raw-ack --memif-direct"; echo "$out"; status=1
+fi
 # Loss injected on both sides' transmit path: go-back-N must deliver everything intact.
 loss_runs "$root/tools/memif-pair.sh" 'messages|retransmitted|dropped_on_purpose' write_bw read_bw send_bw atomic_bw
 # Many QPs sharing one port and one CQ.

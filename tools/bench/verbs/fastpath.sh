@@ -15,6 +15,12 @@
 #      BW_ROUNDS (rounds of the 64 B bw pair, default 2), ONLY=bw (the 64 B bw rounds alone),
 #      or ONLY=a comma list of engine,bw,bwfab,bw64k,send_lat,read_lat,pingpong,write_lat (those parts alone;
 #      bwfab: the 64 B bw rounds over WIRE=fabric, only when asked for by name),
+#      raw: the wire's own bound, only when asked for by name: droce-testpmd raw_stream between two processes
+#      (tools/memif-pair.sh) over the same memif vdev (bsize 10240) and the verbs runtime's memif path
+#      (--memif-direct), 138 B frames (a 64 B WRITE's) in transmit bursts of RAW_BURSTS (default "1 8 32"),
+#      one 64 B answer per receive burst (--raw-ack, as the coalesced ACK); with bw in the same run, ratio
+#      rows: each tree's median 1-QP ib_write_bw -s 64 over its raw rate at each burst; both raw sides spin
+#      without sleeping, so on a busy host they measure their CPU share (results.md),
 #      PINGPONG_RUNS (default 2), THREADS=1 (the 64 B bw rounds also give each thread's CPU, runqueue
 #      wait, sleeps and preemptions a second, from tools/bench/verbs/thread_time.sh, the server's progress
 #      sleeps and the client's AckReq solicits, from DROCE_STATS; the windows assume a quiet host's
@@ -44,7 +50,12 @@ pair() {  # BUILD dir, server cmd, client args
     crashes "$2 $3" | sed -n '/^--- client/,$p'
 }
 row() { grep -E '^ *[0-9]+ +[0-9]+ ' | head -1; }
-put() { echo "$1,$2,${3:-failed},$(cut -d' ' -f1 /proc/loadavg)"; }
+declare -A got=()  # tree,metric -> values (space-separated), for the ratio rows
+put() {
+  echo "$1,$2,${3:-failed},$(cut -d' ' -f1 /proc/loadavg)"
+  [ -n "${3:-}" ] && got[$1,$2]+="$3 "
+}
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 each() {  # runs "$@" once per tree with $name and $b set
   for i in "${!names[@]}"; do name=${names[$i]} b=${dirs[$i]} set=${sets[$i]} "$@"; done
 }
@@ -80,6 +91,11 @@ threads() {  # q: a 64 B pair with thread_time.sh on both ends and DROCE_STATS (
   put "$name" "bw64_${1}qp_client_ack_solicits" "$(sed -n '/^--- client/,$p' <<<"$log" |
     grep -oE 'solicited [0-9]+' | awk '{n += $2} END {print n + 0}')"
 }
+raw() {  # burst: raw_stream of 138 B frames over memif, the verbs runtime's memif path
+  put "$name" "raw_stream_138B_burst${1}_mframes" "$(DROCE_TESTPMD=$b/apps/testpmd/droce-testpmd \
+    CLIENT_ARGS="--duration $secs" bash tools/memif-pair.sh --fwd raw_stream --size 138 --burst "$1" --raw-ack \
+    --memif-direct | sed -n 's/^client raw_stream:.* mmsgps=\([0-9.]*\).*/\1/p')"
+}
 bwfab() {  # q: 64 B over WIRE=fabric (droced; two programs on one host share direct rings)
   local r
   r=$(WIRE=fabric pair "$b" ib_write_bw "-s 64 -D $secs -q $1" | row)
@@ -100,6 +116,7 @@ pingpong() {
 }
 want() { [ -z "${ONLY:-}" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 want engine && each engine
+if [[ ",${ONLY:-}," == *",raw,"* ]]; then for k in ${RAW_BURSTS:-1 8 32}; do each raw "$k"; done; fi
 if want bw; then
   if [ "${THREADS:-0}" = 1 ]; then
     for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each threads 1; each threads 8; done
@@ -107,7 +124,6 @@ if want bw; then
     for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bw 64 1; each bw 64 8; done
   fi
 fi
-[ "${ONLY:-}" = bw ] && exit 0
 if [[ ",${ONLY:-}," == *",bwfab,"* ]]; then
   for ((k = 1; k <= ${BW_ROUNDS:-2}; ++k)); do each bwfab 1; each bwfab 8; done
 fi
@@ -116,3 +132,11 @@ want send_lat && each lat ib_send_lat
 want read_lat && each lat ib_read_lat
 if want pingpong; then for ((k = 1; k <= ${PINGPONG_RUNS:-2}; ++k)); do each pingpong; done; fi
 if want write_lat; then for ((k = 1; k <= lat_runs; ++k)); do each lat ib_write_lat; done; fi
+# The wire's bound against the verbs path, per tree: median 1-QP 64 B ib_write_bw over raw_stream's rate.
+for name in "${names[@]}"; do
+  bw1=$(median "${got[$name,ib_write_bw_64B_1qp_mmsgs]:-}")
+  for k in ${RAW_BURSTS:-1 8 32}; do
+    r=$(median "${got[$name,raw_stream_138B_burst${k}_mframes]:-}")
+    [ -n "$bw1" ] && [ -n "$r" ] && echo "$name,ratio_bw64_1qp_vs_raw_burst${k},$(awk -v a="$bw1" -v b="$r" 'BEGIN {printf "%.3f", a / b}'),$(cut -d' ' -f1 /proc/loadavg)"
+  done
+done

@@ -11,7 +11,7 @@
 #   (default 3), SECS per ping-pong (default 3), PERFTEST=0 skips the perftest pair. An arm may set BUILD
 #   (absolute) to compare builds: s64main=BUILD=/x/build,DROCED_RING_SLOTS=64.
 # Each perftest also gives the server's (the passive side's) progress sleeps per second and, where the
-# build counts them, its sleeps with frames a full direct ring held back (DROCE_STATS).
+# build counts them, its sleeps with frames a full direct ring held back and the client's wake-ups of it (DROCE_STATS).
 # CSV on stdout: round,arm,test,bytes,value,median_usec,load (value: mean one-way µs for "mpi_pp", MB/s
 # for "ib_read_bw" and "ib_write_bw").
 set -uo pipefail
@@ -39,7 +39,7 @@ if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
     wait_listen $server "$1"
     local t0 t1
     t0=$(date +%s.%N)
-    timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>client.log | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
+    DROCE_STATS=1 timeout 60 "$2" -d droce1 -x 1 -s "$3" -n 3000 -p "$1" 127.0.0.1 2>client.log | awk -v s="$3" '$1 == s && NF >= 5 {print $4}'
     t1=$(date +%s.%N)
     wait $server
     secs=$(echo "$t1 - $t0" | bc -l)
@@ -53,6 +53,8 @@ if [ -n "${RING_AB_ONE:-}" ]; then  # one arm: "test,bytes,value,median" lines
     fr=$(sed -n 's/.*full-ring sleeps \([0-9]*\).*/\1/p' server.log | head -1)
     [ -z "$sl" ] || echo "$1_server_sleeps_per_s,$2,$(echo "$sl / $secs" | bc),"
     [ -z "$fr" ] || echo "$1_server_full_ring_sleeps,$2,$fr,"
+    fr=$(sed -n 's/.*producer wakeups sent \([0-9]*\).*/\1/p' client.log | head -1)
+    [ -z "$fr" ] || echo "$1_client_producer_wakeups,$2,$fr,"
   }
   echo "ib_read_bw,262144,$(pair $((port + 4)) ib_read_bw 262144; echo "$secs" >secs),"
   secs=$(cat secs); server_sleeps ib_read_bw 262144

@@ -288,12 +288,14 @@ class DoorbellBatcher {
   // A post's doorbell at now_ns (small: one WR of at most kSmallBytes;
   // last_poll_ns: the program's last poll_cq). True: defer it; false:
   // transmit now (with whatever was deferred).
+  // Every post asks, so the tests are plain compares, cheapest first:
+  // t + gap >= now is NsSince(now, t) <= gap (a stamp ahead of now_ns
+  // counts as 0 ns ago).
   bool Defer(uint64_t now_ns, bool small, uint64_t last_poll_ns) {
-    const bool burst = last_post_ns_ != 0 && NsSince(now_ns, last_post_ns_) <= burst_gap_ns_ &&
-                       last_poll_ns <= last_post_ns_;
+    const uint64_t last_post = last_post_ns_;
     last_post_ns_ = now_ns;
-    if (batch_ > 1 && small && burst && last_poll_ns != 0 && NsSince(now_ns, last_poll_ns) <= kPollWindowNs &&
-        deferred_ + 1 < batch_) {
+    if (small && deferred_ + 1 < batch_ && last_post != 0 && last_post + burst_gap_ns_ >= now_ns &&
+        last_poll_ns <= last_post && last_poll_ns != 0 && last_poll_ns + kPollWindowNs >= now_ns) {
       ++deferred_;
       return true;
     }

@@ -1340,6 +1340,26 @@ int ToSendWr(const ibv_send_wr* in, SendWr* out) {
   return 0;
 }
 
+// A WRITE or SEND of one SGE without inline data (ib_write_bw's and most
+// small messages' WR) into a ring slot: only the fields Qp::PublishSend
+// reads for such a WR; the slot's others keep an older WR's values, which
+// nothing reads for it. False: not such a WR (ToSendWr converts it).
+bool ToOneSgeSendWr(const ibv_send_wr* in, SendWr* out) {
+  if (in->num_sge != 1 || in->sg_list == nullptr || (in->send_flags & IBV_SEND_INLINE) ||
+      (in->opcode != IBV_WR_RDMA_WRITE && in->opcode != IBV_WR_SEND)) {
+    return false;
+  }
+  const bool write = in->opcode == IBV_WR_RDMA_WRITE;
+  out->wr_id = in->wr_id;
+  out->opcode = write ? transport::WrOpcode::kRdmaWrite : transport::WrOpcode::kSend;
+  out->flags = in->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED);
+  out->num_sge = 1;
+  out->sg_list[0] = {in->sg_list[0].addr, in->sg_list[0].length, in->sg_list[0].lkey};
+  out->remote_addr = write ? in->wr.rdma.remote_addr : 0;
+  out->rkey = write ? in->wr.rdma.rkey : 0;
+  return true;
+}
+
 // UD: the address handle, destination QP and Q_Key of a send (wr.ud).
 int SetUdAddr(ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey, SendWr* out) {
   if (ah == nullptr) return EINVAL;
@@ -1407,9 +1427,14 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   bool small = false;
   for (; wr != nullptr; wr = wr->next) {
     SendWr* slot = qp->engine->NextSendSlot();
-    err = slot == nullptr ? ENOMEM : ToSendWr(wr, slot);
-    if (err == 0) {
-      small = posted == 0 && SmallWirePost(*slot);  // read before the engine may take it
+    if (slot == nullptr) {
+      err = ENOMEM;
+    } else if (ToOneSgeSendWr(wr, slot)) {
+      // Read before the engine may take it.
+      small = posted == 0 && slot->sg_list[0].length <= DoorbellBatcher::kSmallBytes;
+      err = qp->engine->PublishSend();
+    } else if ((err = ToSendWr(wr, slot)) == 0) {
+      small = posted == 0 && SmallWirePost(*slot);
       err = qp->engine->PublishSend();
     }
     if (err != 0) {

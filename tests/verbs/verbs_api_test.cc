@@ -531,6 +531,71 @@ TEST_F(VerbsApi, EveryRcOpcodeMovesTheRightBytes) {
   EXPECT_EQ(std::memcmp(&buf_[0xb0000], &buf_[0x5000], 40), 0);
 }
 
+// A one-SGE WRITE or SEND is staged with only the fields it carries
+// (provider.cc ToOneSgeSendWr): every slot of the send ring first holds a
+// WR with other values in all of them — a two-SGE WRITE_WITH_IMM into
+// another region, under its own rkey — and the one-SGE WRITEs and SENDs
+// that take the slots next must not carry any of it along.
+TEST_F(VerbsApi, AOneSgeWriteOrSendCarriesNothingOfTheSlotsOlderWr) {
+  ibv_qp *a, *b;
+  Connect(&a, &b);
+  std::vector<uint8_t> other(64 * 1024, 0);
+  ibv_mr* mr2 = ibv_reg_mr(pd_, other.data(), other.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(mr2, nullptr);
+  ASSERT_NE(mr2->rkey, mr_->rkey);
+  // The one-SGE steps check what the general ones do: max_msg_sz (2 GiB).
+  EXPECT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, 1, 0, 0x80000001u, 0x40000), EINVAL);
+  EXPECT_EQ(PostSend(a, IBV_WR_SEND, 1, 0, 0x80000001u, 0), EINVAL);
+  constexpr int kWrs = 256, kBurst = 32;  // four laps of the 64-slot send ring
+  Fill(0x1000, 256, 11);
+  for (int i = 0; i < kWrs; i += kBurst) {
+    for (int j = i; j < i + kBurst; ++j) {
+      ASSERT_EQ(PostRecv(b, 1000 + j, 0xc0000, 64), 0);  // the WITH_IMM's receive
+      ibv_sge sges[2] = {{reinterpret_cast<uintptr_t>(buf_.data() + 0x1000), 16, mr_->lkey},
+                         {reinterpret_cast<uintptr_t>(buf_.data() + 0x1100), 16, mr_->lkey}};
+      ibv_send_wr wr{};
+      wr.wr_id = j;
+      wr.sg_list = sges;
+      wr.num_sge = 2;
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_FENCE;
+      wr.imm_data = htonl(0xfeed0000u + j);
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(other.data() + 64 * (j % 512));
+      wr.wr.rdma.rkey = mr2->rkey;
+      ibv_send_wr* bad = nullptr;
+      ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+    }
+    auto wcs = Poll(2 * kBurst);
+    ASSERT_EQ(wcs.size(), static_cast<size_t>(2 * kBurst));
+    for (const ibv_wc& wc : wcs) ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  }
+  for (int i = 0; i < kWrs; i += kBurst) {
+    for (int j = i; j < i + kBurst; ++j) {
+      Fill(0x2000 + 64 * j, 48, static_cast<uint8_t>(j));
+      if (j % 4 == 3) {  // a SEND: its receive and its bytes, no immediate
+        ASSERT_EQ(PostRecv(b, 2000 + j, 0x80000 + 64 * j, 64), 0);
+        ASSERT_EQ(PostSend(a, IBV_WR_SEND, j, 0x2000 + 64 * j, 48, 0), 0);
+      } else {  // a WRITE under the MR's own rkey, to buf_, not to `other`
+        ASSERT_EQ(PostSend(a, IBV_WR_RDMA_WRITE, j, 0x2000 + 64 * j, 48, 0x40000 + 64 * j), 0);
+      }
+    }
+    auto wcs = Poll(kBurst + kBurst / 4);
+    ASSERT_EQ(wcs.size(), static_cast<size_t>(kBurst + kBurst / 4));
+    for (const ibv_wc& wc : wcs) {
+      ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status) << " wr " << wc.wr_id;
+      if (wc.opcode == IBV_WC_RECV) {
+        EXPECT_EQ(wc.byte_len, 48u);
+        EXPECT_FALSE(wc.wc_flags & IBV_WC_WITH_IMM) << wc.wr_id;
+      }
+    }
+  }
+  for (int j = 0; j < kWrs; ++j) {
+    const size_t at = j % 4 == 3 ? 0x80000 + 64 * j : 0x40000 + 64 * j;
+    EXPECT_EQ(std::memcmp(&buf_[at], &buf_[0x2000 + 64 * j], 48), 0) << "WR " << j;
+  }
+  ibv_dereg_mr(mr2);
+}
+
 TEST_F(VerbsApi, ProtectionErrorsCompleteWithTheirStatusAndFlush) {
   ibv_qp *a, *b;
   Connect(&a, &b);

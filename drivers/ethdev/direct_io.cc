@@ -294,6 +294,12 @@ void DirectIo::Warm(Path& p) {
   (void)PrefaultForWrite(p.map, p.map_bytes);
 }
 
+void DirectIo::WakeProducer(Path& p) {
+  if (!p.rx.TakeProducerWakeup()) return;
+  const uint64_t one = 1;
+  if (write(p.tx_efd, &one, sizeof one) == sizeof one) ++counters_.producer_wakeups_sent;
+}
+
 int DirectIo::Route(const pktio::Frame& f) const {
   if (f.len < 14 || (f.data[0] & 1) != 0) return -1;  // group addresses: the switch floods them
   int64_t qpn = -2;
@@ -342,6 +348,7 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
           if (write(p.tx_efd, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;
         }
       }
+      p.tx_held = took < run;
       if (took < run) ++counters_.tx_ring_full;
     }
     i = static_cast<uint16_t>(i + took);
@@ -372,6 +379,7 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     if (alloc == 0) continue;
     const uint64_t bad_before = p.rx.counters().bad_length;
     const uint16_t filled = p.rx.Consume(out, alloc);
+    WakeProducer(p);  // Consume freed at least one slot (alloc > 0, avail > 0)
     counters_.rx_bad_length += p.rx.counters().bad_length - bad_before;
     // Only what the switch would have delivered here: our MAC, our QPNs.
     pktio::Frame drop[64];
@@ -405,14 +413,25 @@ int DirectIo::Arm(int wire_fd) {
     armed_wire_fd_ = wire_fd;
     armed_ = true;
   }
-  for (Path& p : paths_) p.rx.Arm();
+  for (Path& p : paths_) {
+    p.rx.Arm();
+    // The caller's poll after arming retries the held frames: a slot freed
+    // before the request was seen is found then.
+    if (p.tx_held) {
+      p.tx.ArmProducer();
+      ++counters_.tx_full_sleeps;
+    }
+  }
   return epoll_fd_;
 }
 
 void DirectIo::Disarm() {
   if (!armed_) return;
   armed_ = false;
-  for (Path& p : paths_) p.rx.Disarm();
+  for (Path& p : paths_) {
+    p.rx.Disarm();
+    p.tx.DisarmProducer();
+  }
   // Drain the rings' eventfds that fired (the wire's is its owner's).
   epoll_event ev[16];
   const int ready = epoll_wait(epoll_fd_, ev, 16, 0);

@@ -447,6 +447,43 @@ TEST_F(DirectIoTest, SleepingReceiverIsWoken) {
   close(wire);
 }
 
+// A sender whose full ring holds frames back sleeps armed: the receiver,
+// freeing slots, writes the eventfd the sender sleeps on (its arrivals'),
+// once per sleep and only while it sleeps.
+TEST_F(DirectIoTest, SenderSleepingOnAFullRingIsWokenWhenSlotsAreFreed) {
+  Pair();
+  int sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  ASSERT_EQ(sent, static_cast<int>(kSlots));  // the last one was refused: the device holds it
+  const int wire = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int fd = a_.Arm(wire);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(a_.counters().tx_full_sleeps, 1u);
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_EQ(b_.counters().producer_wakeups_sent, 1u);
+  EXPECT_EQ(poll(&p, 1, 1000), 1);
+  a_.Disarm();
+  EXPECT_EQ(poll(&p, 1, 0), 0);  // drained
+  // Not held back when it sleeps: freeing slots wakes nobody.
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 1, 1));
+  ASSERT_GE(a_.Arm(wire), 0);
+  EXPECT_EQ(a_.counters().tx_full_sleeps, 1u);
+  EXPECT_EQ(ReceiveOnB().size(), 1u);
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  a_.Disarm();
+  // Held back but awake (disarmed): no system call either.
+  sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  ASSERT_EQ(sent, static_cast<int>(kSlots));
+  ASSERT_GE(a_.Arm(wire), 0);
+  a_.Disarm();
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_EQ(b_.counters().producer_wakeups_sent, 1u);
+  close(wire);
+}
+
 TEST_F(DirectIoTest, RefusesBadMessages) {
   const size_t bytes = 2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes);
   {

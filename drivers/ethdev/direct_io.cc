@@ -323,6 +323,7 @@ bool DirectIo::Mine(const pktio::Frame& f) const {
 
 uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
   if (markers_unsent_ != 0) SendMarkers();
+  tx_blocked_on_ring_ = false;
   if (paths_.empty()) return inner_->TxBurst(frames, n);
   uint16_t i = 0;
   int route = n > 0 ? Route(frames[0]) : -1;
@@ -352,7 +353,10 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       if (took < run) ++counters_.tx_ring_full;
     }
     i = static_cast<uint16_t>(i + took);
-    if (took < run) return i;
+    if (took < run) {
+      tx_blocked_on_ring_ = route >= 0;
+      return i;
+    }
     route = next;
   }
   return i;

@@ -135,6 +135,10 @@ class DirectIo final : public pktio::BurstIo {
   // Every path goes (the daemon is gone).
   void RemoveAll();
   size_t paths() const { return paths_.size(); }
+  // The last transmit burst stopped at a full ring (not at the port): the
+  // device holds the rest back, and the receiver's freeing slots is what
+  // lets it go on; a sleep armed now (Arm) asks the receiver to say so.
+  bool tx_blocked_on_ring() const { return tx_blocked_on_ring_; }
   uint32_t generation() const { return generation_; }
 
   // Sleeping: `wire_fd` is the port's armed arrival descriptor. Asks every
@@ -240,6 +244,7 @@ class DirectIo final : public pktio::BurstIo {
   int epoll_fd_ = -1;
   int armed_wire_fd_ = -1;
   bool armed_ = false;
+  bool tx_blocked_on_ring_ = false;  // tx_blocked_on_ring()
   DirectCounters counters_;
 };
 

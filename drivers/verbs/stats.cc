@@ -89,8 +89,11 @@ void Runtime::PrintStats() {
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load(),
                stats_.posts_left_for_owner.load());
-  std::fprintf(stderr, "droce %s: progress stream waits %lu (ended by the watchdog %lu), event wait naps %lu (found nothing %lu)\n",
+  std::fprintf(stderr,
+               "droce %s: progress stream waits %lu (ended by the watchdog %lu, on a full ring %lu, refused: device "
+               "busy %lu), event wait naps %lu (found nothing %lu)\n",
                file_.name.c_str(), stats_.progress_stream_waits.load(), stats_.progress_stream_watchdogs.load(),
+               stats_.progress_ring_waits.load(), stats_.progress_stream_busy.load(),
                stats_.event_wait_naps.load(), stats_.event_wait_naps_empty.load());
   const Stats::Wakes& w = stats_.wakes;
   std::fprintf(stderr,

@@ -577,7 +577,7 @@ TEST(DirectIoThreads, SenderHeldByAFullRingIsNeverLeftAsleep) {
   sender.join();
   EXPECT_EQ(expect, kFrames);
   EXPECT_GT(sleeps, 0u);
-  EXPECT_EQ(a.counters().tx_full_sleeps, sleeps);
+  EXPECT_GE(a.counters().tx_full_sleeps, sleeps);  // every arm with frames held, slept or not
   EXPECT_GT(b.counters().producer_wakeups_sent, 0u);
   close(wire);
   close(efd_a);

@@ -587,7 +587,9 @@ TEST_F(DirectIoTest, SenderSleepingOnAFullRingIsWokenWhenSlotsAreFreed) {
 // (a lost wake-up: the poll's 5 s bound fails the test); every frame comes
 // once, in order. Each side on its own wire (MemWire is single-threaded):
 // the receiver opens the ring after the marker wait, in virtual time.
-TEST(DirectIoThreads, SenderHeldByAFullRingIsNeverLeftAsleep) {
+// `lend`: the receiver lends 2 KiB frames (their slots go back when it
+// releases the burst, DirectIo::Release) instead of copying 80 B ones.
+void HeldSenderStress(bool lend) {
   constexpr uint32_t kFrames = 100000;
   sim::MemWire wire_a{sim::MemWireConfig{}}, wire_b{sim::MemWireConfig{}};
   uint64_t now_ns = 1;
@@ -599,9 +601,12 @@ TEST(DirectIoThreads, SenderHeldByAFullRingIsNeverLeftAsleep) {
   const int fb[3] = {dup(mem.fd), dup(efd_b), dup(efd_a)};
   ASSERT_TRUE(a.Apply(AddMessage(7, kMacB, 2048, 0), fa, 3).ok());
   ASSERT_TRUE(b.Apply(AddMessage(7, kMacA, 1024, 1), fb, 3).ok());
-  auto send = [](uint32_t seq, pktio::Frame* f) {
+  b.AllowLending(lend);
+  ASSERT_EQ(b.StartLending(), lend);
+  auto send = [lend](uint32_t seq, pktio::Frame* f) {
     f->len = BuildRoce(f->data, kMacB, 2048 + 1, 0);
-    std::memcpy(f->data + 64, &seq, sizeof seq);
+    std::memcpy(f->data + 64, &seq, sizeof seq);  // in the headers a lent frame copies
+    if (lend) f->len = 2048;
   };
   // Open b's ring: its first frame waits out the marker wait (the marker
   // went to a's wire, which nobody reads).
@@ -669,10 +674,14 @@ TEST(DirectIoThreads, SenderHeldByAFullRingIsNeverLeftAsleep) {
   EXPECT_GT(sleeps, 0u);
   EXPECT_GE(a.counters().tx_full_sleeps, sleeps);  // every arm with frames held, slept or not
   EXPECT_GT(b.counters().producer_wakeups_sent, 0u);
+  EXPECT_EQ(b.counters().rx_lent > 0, lend);
   close(wire);
   close(efd_a);
   close(efd_b);
 }
+
+TEST(DirectIoThreads, SenderHeldByAFullRingIsNeverLeftAsleep) { HeldSenderStress(false); }
+TEST(DirectIoThreads, SenderHeldByAFullRingOfLentFramesIsNeverLeftAsleep) { HeldSenderStress(true); }
 
 TEST_F(DirectIoTest, RefusesBadMessages) {
   const size_t bytes = 2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes);

@@ -297,6 +297,12 @@ void DirectIo::Warm(Path& p) {
   (void)PrefaultForWrite(p.map, p.map_bytes);
 }
 
+void DirectIo::WakeProducer(Path& p) {
+  if (!p.rx.TakeProducerWakeup()) return;
+  const uint64_t one = 1;
+  if (write(p.tx_efd, &one, sizeof one) == sizeof one) ++counters_.producer_wakeups_sent;
+}
+
 int DirectIo::Route(const pktio::Frame& f) const {
   if (f.len < 14 || (f.data[0] & 1) != 0) return -1;  // group addresses: the switch floods them
   int64_t qpn = -2;
@@ -320,6 +326,7 @@ bool DirectIo::Mine(const pktio::Frame& f) const {
 
 uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
   if (markers_unsent_ != 0) SendMarkers();
+  tx_blocked_on_ring_ = false;
   if (paths_.empty()) return inner_->TxBurst(frames, n);
   uint16_t i = 0;
   int route = n > 0 ? Route(frames[0]) : -1;
@@ -345,10 +352,14 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
           if (write(p.tx_efd, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;
         }
       }
+      p.tx_held = took < run;
       if (took < run) ++counters_.tx_ring_full;
     }
     i = static_cast<uint16_t>(i + took);
-    if (took < run) return i;
+    if (took < run) {
+      tx_blocked_on_ring_ = route >= 0;
+      return i;
+    }
     route = next;
   }
   return i;
@@ -423,6 +434,7 @@ uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
   if (dropped > 0) inner_->Release(drop, dropped);
   if (lent == 0) {
     p.rx.Release(seen);
+    if (seen > 0) WakeProducer(p);
   } else {
     p.rx_lent = lent;
     ++paths_lent_;
@@ -442,6 +454,7 @@ void DirectIo::Release(pktio::Frame* frames, uint16_t n) {
         if (p.rx_lent == 0 || p.lend_mark != frames[i].lend_mark()) continue;
         if (--p.rx_lent == 0) {
           p.rx.Release(p.rx.peeked());  // in order, all of the last Peek
+          WakeProducer(p);
           --paths_lent_;
         }
         break;
@@ -463,14 +476,25 @@ int DirectIo::Arm(int wire_fd) {
     armed_wire_fd_ = wire_fd;
     armed_ = true;
   }
-  for (Path& p : paths_) p.rx.Arm();
+  for (Path& p : paths_) {
+    p.rx.Arm();
+    // The caller's poll after arming retries the held frames: a slot freed
+    // before the request was seen is found then.
+    if (p.tx_held) {
+      p.tx.ArmProducer();
+      ++counters_.tx_full_sleeps;
+    }
+  }
   return epoll_fd_;
 }
 
 void DirectIo::Disarm() {
   if (!armed_) return;
   armed_ = false;
-  for (Path& p : paths_) p.rx.Disarm();
+  for (Path& p : paths_) {
+    p.rx.Disarm();
+    p.tx.DisarmProducer();
+  }
   // Drain the rings' eventfds that fired (the wire's is its owner's).
   epoll_event ev[16];
   const int ready = epoll_wait(epoll_fd_, ev, 16, 0);

@@ -24,7 +24,10 @@
 // reorders nothing.
 //
 // No allocation, logging or system call per frame; a wake-up (an eventfd
-// write) only when the receiver sleeps and asked for one (FrameRing::Arm).
+// write) only when the receiver sleeps and asked for one (FrameRing::Arm),
+// or when a sender sleeps with frames its full ring refused and asked to be
+// woken once slots are free (FrameRing::ArmProducer): the receiver, having
+// freed some, writes the same eventfd the sender sleeps on for arrivals.
 // Not thread-safe: the owner (the verbs runtime, under its mutex) calls
 // everything from one thread at a time.
 #ifndef DROCE_DRIVERS_ETHDEV_DIRECT_IO_H_
@@ -89,6 +92,10 @@ struct DirectCounters {
   uint64_t rx_not_mine = 0;    // frames from a ring for another MAC or QPN: dropped
   uint64_t rx_bad_length = 0;  // ring slots with a bad length: dropped
   uint64_t wakeups_sent = 0;   // eventfd writes (the peer slept)
+  // Sleeps (Arm) with frames a full ring held back: the peer is asked to
+  // wake this side once it frees slots.
+  uint64_t tx_full_sleeps = 0;
+  uint64_t producer_wakeups_sent = 0;  // eventfd writes: the peer slept on its full ring, slots were freed
   uint64_t paths_added = 0, paths_removed = 0, messages_refused = 0;
   uint64_t markers_sent = 0, markers_received = 0;
   // Rings opened without their marker (lost on the switch's way: its ring to
@@ -141,10 +148,17 @@ class DirectIo final : public pktio::BurstIo {
   // Every path goes (the daemon is gone).
   void RemoveAll();
   size_t paths() const { return paths_.size(); }
+  // The last transmit burst stopped at a full ring (not at the port): the
+  // device holds the rest back, and the receiver's freeing slots is what
+  // lets it go on; a sleep armed now (Arm) asks the receiver to say so.
+  bool tx_blocked_on_ring() const { return tx_blocked_on_ring_; }
   uint32_t generation() const { return generation_; }
 
   // Sleeping: `wire_fd` is the port's armed arrival descriptor. Asks every
-  // inbound ring for a wake-up and returns the descriptor to poll: wire_fd
+  // inbound ring for a wake-up, and every outbound ring that refused frames
+  // of the last transmit for one when slots are freed (the device holds
+  // those frames back: without it the sender would sleep out its timer),
+  // and returns the descriptor to poll: wire_fd
   // itself without paths, else an epoll set of it and the rings' eventfds
   // (-1 if that cannot be set up: sleep on timers). Poll once more before
   // sleeping. Disarm after waking (drains the rings' eventfds).
@@ -195,6 +209,7 @@ class DirectIo final : public pktio::BurstIo {
     bool marker_sent = false;  // this side's frames to the peer take the ring
     bool marker_due = true;    // a marker is to go through the port (SendMarkers)
     bool refusing = false;       // the ring took nothing of the last transmit burst for it
+    bool tx_held = false;        // the ring refused frames of the last transmit burst for it (Arm)
     uint64_t refusing_since_ns = 0;
     bool rx_open = false;        // the peer's marker came: the ring is read
     bool rx_waiting = false;     // the closed ring has held frames since rx_wait_since_ns
@@ -220,6 +235,9 @@ class DirectIo final : public pktio::BurstIo {
   // until the marker has (a path can be set up and withdrawn without ever
   // carrying one, e.g. by a knob).
   void Warm(Path& p);
+  // After freeing slots of p's inbound ring: wakes the peer if it sleeps
+  // with frames for this side that the full ring refused.
+  void WakeProducer(Path& p);
   // The path whose peer owns the frame's destination, or -1 (the port).
   int Route(const pktio::Frame& f) const;
   bool Mine(const pktio::Frame& f) const;
@@ -262,6 +280,7 @@ class DirectIo final : public pktio::BurstIo {
   int epoll_fd_ = -1;
   int armed_wire_fd_ = -1;
   bool armed_ = false;
+  bool tx_blocked_on_ring_ = false;  // tx_blocked_on_ring()
   DirectCounters counters_;
 };
 

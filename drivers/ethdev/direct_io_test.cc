@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -536,6 +539,149 @@ TEST_F(DirectIoTest, SleepingReceiverIsWoken) {
   EXPECT_EQ(ReceiveOnB().size(), 2u);
   close(wire);
 }
+
+// A sender whose full ring holds frames back sleeps armed: the receiver,
+// freeing slots, writes the eventfd the sender sleeps on (its arrivals'),
+// once per sleep and only while it sleeps.
+TEST_F(DirectIoTest, SenderSleepingOnAFullRingIsWokenWhenSlotsAreFreed) {
+  Pair();
+  int sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  ASSERT_EQ(sent, static_cast<int>(kSlots));  // the last one was refused: the device holds it
+  const int wire = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int fd = a_.Arm(wire);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(a_.counters().tx_full_sleeps, 1u);
+  pollfd p{fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_EQ(b_.counters().producer_wakeups_sent, 1u);
+  EXPECT_EQ(poll(&p, 1, 1000), 1);
+  a_.Disarm();
+  EXPECT_EQ(poll(&p, 1, 0), 0);  // drained
+  // Not held back when it sleeps: freeing slots wakes nobody.
+  ASSERT_TRUE(SendFromA(kMacB, 2048 + 1, 1));
+  ASSERT_GE(a_.Arm(wire), 0);
+  EXPECT_EQ(a_.counters().tx_full_sleeps, 1u);
+  EXPECT_EQ(ReceiveOnB().size(), 1u);
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  a_.Disarm();
+  // Held back but awake (disarmed): no system call either.
+  sent = 0;
+  while (SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent)) && sent < 100) ++sent;
+  ASSERT_EQ(sent, static_cast<int>(kSlots));
+  ASSERT_GE(a_.Arm(wire), 0);
+  a_.Disarm();
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  EXPECT_EQ(b_.counters().producer_wakeups_sent, 1u);
+  close(wire);
+}
+
+// Lost wake-ups between a sender held back by a full ring and its receiver,
+// in two threads, with the real descriptors: the sender keeps what the ring
+// refused (as core::Device's backlog does) and, whenever it is refused,
+// arms (DirectIo::Arm), retries once and then sleeps on the armed descriptor
+// with no timer of its own; the receiver frees slots one to three at a time
+// at its own pace. 100000 frames through 8 slots: a slot freed after the
+// sender's retry without its descriptor becoming readable leaves it asleep
+// (a lost wake-up: the poll's 5 s bound fails the test); every frame comes
+// once, in order. Each side on its own wire (MemWire is single-threaded):
+// the receiver opens the ring after the marker wait, in virtual time.
+// `lend`: the receiver lends 2 KiB frames (their slots go back when it
+// releases the burst, DirectIo::Release) instead of copying 80 B ones.
+void HeldSenderStress(bool lend) {
+  constexpr uint32_t kFrames = 100000;
+  sim::MemWire wire_a{sim::MemWireConfig{}}, wire_b{sim::MemWireConfig{}};
+  uint64_t now_ns = 1;
+  DirectIo a(&wire_a.end(0), kMacA, 1024, 1024, [&now_ns] { return now_ns; });
+  DirectIo b(&wire_b.end(0), kMacB, 2048, 1024, [&now_ns] { return now_ns; });
+  Memfd mem(2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes));
+  const int efd_a = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK), efd_b = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int fa[3] = {dup(mem.fd), dup(efd_a), dup(efd_b)};
+  const int fb[3] = {dup(mem.fd), dup(efd_b), dup(efd_a)};
+  ASSERT_TRUE(a.Apply(AddMessage(7, kMacB, 2048, 0), fa, 3).ok());
+  ASSERT_TRUE(b.Apply(AddMessage(7, kMacA, 1024, 1), fb, 3).ok());
+  b.AllowLending(lend);
+  ASSERT_EQ(b.StartLending(), lend);
+  auto send = [lend](uint32_t seq, pktio::Frame* f) {
+    f->len = BuildRoce(f->data, kMacB, 2048 + 1, 0);
+    std::memcpy(f->data + 64, &seq, sizeof seq);  // in the headers a lent frame copies
+    if (lend) f->len = 2048;
+  };
+  // Open b's ring: its first frame waits out the marker wait (the marker
+  // went to a's wire, which nobody reads).
+  pktio::Frame first;
+  ASSERT_EQ(a.AllocTx(&first, 1), 1);
+  send(0, &first);
+  ASSERT_EQ(a.TxBurst(&first, 1), 1);
+  pktio::Frame got[4];
+  ASSERT_EQ(b.RxBurst(got, 4), 0);
+  now_ns += DirectIo::kMarkerWaitNs + 1;
+  ASSERT_EQ(b.RxBurst(got, 1), 1);
+  b.Release(got, 1);
+  const int wire = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // stands in for memif's: never fires
+  std::atomic<bool> failed{false};
+  uint32_t sleeps = 0;
+  std::thread sender([&] {
+    pktio::Frame held[4];
+    uint16_t n_held = 0;
+    for (uint32_t seq = 1; seq < kFrames && !failed.load(std::memory_order_relaxed);) {
+      while (n_held < 4 && seq + n_held < kFrames && a.AllocTx(&held[n_held], 1) == 1) {
+        send(seq + n_held, &held[n_held]);
+        ++n_held;
+      }
+      uint16_t took = a.TxBurst(held, n_held);
+      if (took == 0) {
+        const int fd = a.Arm(wire);
+        if (n_held == 0 || !a.tx_blocked_on_ring() || fd < 0) {
+          ADD_FAILURE() << "held " << n_held << " blocked " << a.tx_blocked_on_ring() << " fd " << fd;
+          failed.store(true, std::memory_order_relaxed);
+          break;
+        }
+        took = a.TxBurst(held, n_held);  // the look after arming
+        if (took == 0) {
+          ++sleeps;
+          pollfd p{fd, POLLIN, 0};
+          if (poll(&p, 1, 5000) != 1) {
+            ADD_FAILURE() << "the sender slept through freed slots at frame " << seq;
+            failed.store(true, std::memory_order_relaxed);
+          }
+        }
+        a.Disarm();
+      }
+      std::copy(held + took, held + n_held, held);
+      n_held = static_cast<uint16_t>(n_held - took);
+      seq += took;
+    }
+  });
+  uint32_t expect = 1, step = 0;
+  while (expect < kFrames && !failed.load(std::memory_order_relaxed)) {
+    const uint16_t n = b.RxBurst(got, static_cast<uint16_t>(1 + step++ % 3));
+    for (uint16_t i = 0; i < n; ++i) {
+      uint32_t seq = 0;
+      std::memcpy(&seq, got[i].data + 64, sizeof seq);
+      if (seq != expect) {
+        ADD_FAILURE() << "frame " << seq << " where " << expect << " was due";
+        failed.store(true, std::memory_order_relaxed);
+      }
+      ++expect;
+    }
+    b.Release(got, n);
+    if (n == 0 || step % 5 == 0) std::this_thread::yield();
+  }
+  sender.join();
+  EXPECT_EQ(expect, kFrames);
+  EXPECT_GT(sleeps, 0u);
+  EXPECT_GE(a.counters().tx_full_sleeps, sleeps);  // every arm with frames held, slept or not
+  EXPECT_GT(b.counters().producer_wakeups_sent, 0u);
+  EXPECT_EQ(b.counters().rx_lent > 0, lend);
+  close(wire);
+  close(efd_a);
+  close(efd_b);
+}
+
+TEST(DirectIoThreads, SenderHeldByAFullRingIsNeverLeftAsleep) { HeldSenderStress(false); }
+TEST(DirectIoThreads, SenderHeldByAFullRingOfLentFramesIsNeverLeftAsleep) { HeldSenderStress(true); }
 
 TEST_F(DirectIoTest, RefusesBadMessages) {
   const size_t bytes = 2 * pktio::FrameRing::Bytes(kSlots, kSlotBytes);

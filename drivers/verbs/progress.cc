@@ -162,7 +162,7 @@ class Runtime::ProgressThread {
   uint32_t PollOnce();
   uint32_t RoundLocked();
   void IdleStep(uint64_t now, uint64_t last_app);
-  bool StreamWait(uint64_t now);
+  bool StreamWait(uint64_t now, bool receiving, bool on_ring);
   void CountPoll(uint64_t now, uint64_t last_app, bool waiting_for_event);
 
   Runtime& rt_;
@@ -205,6 +205,10 @@ class Runtime::ProgressThread {
   static constexpr uint64_t kSharedCpuNs = 1'000'000;
   ArrivalWait arrival_;        // the hot phase's wait inside a stream (StreamWait)
   StreamGauge stream_;         // is the device a stream's receiving end (StreamWait)
+  // The last round found nothing to do with frames a full direct ring
+  // refused (Runtime::BlockedOnRingLocked): the hot phase waits armed for
+  // the receiver to free slots (StreamWait).
+  bool on_ring_ = false;
 };
 
 Runtime::ProgressThread::ProgressThread(Runtime& rt)
@@ -440,6 +444,7 @@ uint32_t Runtime::ProgressThread::RoundLocked() {
   const uint64_t polled_at = NowNs();
   const uint64_t rx_before = rt_.dev_->counters().rx_packets;
   const uint32_t work = rt_.PollLocked(polled_at);
+  on_ring_ = work == 0 && rt_.BlockedOnRingLocked(polled_at);
   const uint64_t rx_after = rt_.dev_->counters().rx_packets;
   rt_.progress_rx_packets_ += rx_after - rx_before;
   if (auto_sched_) auto_policy_.NoteRx(polled_at, rx_after, rt_.progress_rx_packets_);
@@ -499,7 +504,8 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   // never found held, the thread having stood aside 548 times meanwhile).
   if (!hot && NsSince(now, last_app) >= uint64_t{pc_.hot_us} * 1000) rt_.ReleasePmQos();
   if (hot && !fifo_) {
-    if (pc_.stream_wait && stream_.receiving() && StreamWait(now)) return;
+    const bool receiving = stream_.receiving();
+    if (pc_.stream_wait && (receiving || on_ring_) && StreamWait(now, receiving, on_ring_)) return;
     Bump(rt_.stats_.wakes.hot_sleeps);
     SleepUs(std::max<uint32_t>(pc_.hot_sleep_us, 1));
     busy_since_ = NowNs();
@@ -533,14 +539,23 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
 // sleep. Request-response traffic keeps the timed hot sleep, however fast:
 // the peer's eventfd write may place this thread behind a program spinning
 // on the waker's CPU, and the peer waits for the answer (ib_read_lat's
-// typical went from 2 to 900 us with stream waits there). False where it
-// did not wait (the device busy, the wire unable to notify, something due):
-// the caller sleeps as before.
-bool Runtime::ProgressThread::StreamWait(uint64_t now) {
+// typical went from 2 to 900 us with stream waits there).
+// A sender whose frames a full direct ring refused (on_ring: the last round
+// found nothing else to do, Runtime::BlockedOnRingLocked) waits the same
+// way, under every traffic pattern: only the receiver freeing slots lets it
+// go on, and DirectIo::Arm asks the receiver to write the eventfd this
+// waits on when it does (once per wait), where a timed sleep would leave
+// the freed ring empty for the sleep's ~100 us (ib_read_bw's responder).
+// False where it did not wait (the device busy, the wire unable to notify,
+// something due): the caller sleeps as before.
+bool Runtime::ProgressThread::StreamWait(uint64_t now, bool receiving, bool on_ring) {
   if (!arrival_.usable() || !rt_.link_up()) return false;
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return false;
-  if (!rt_.dev_->Quiescent(now + uint64_t{std::max<uint32_t>(pc_.max_sleep_us, 1)} * 1000)) {
+  const uint64_t until = now + uint64_t{std::max<uint32_t>(pc_.max_sleep_us, 1)} * 1000;
+  on_ring = on_ring && rt_.BlockedOnRingLocked(until);
+  if (!on_ring && !(receiving && rt_.dev_->Quiescent(until))) {
     rt_.Unlock();
+    if (receiving) rt_.stats_.progress_stream_busy.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   struct Wire {
@@ -560,6 +575,7 @@ bool Runtime::ProgressThread::StreamWait(uint64_t now) {
     return true;
   }
   rt_.stats_.progress_stream_waits.fetch_add(1, std::memory_order_relaxed);
+  if (on_ring) rt_.stats_.progress_ring_waits.fetch_add(1, std::memory_order_relaxed);
   if (end == ArrivalWait::End::kArrival) {
     rt_.stats_.progress_arrival_wakeups.fetch_add(1, std::memory_order_relaxed);
   } else {

@@ -272,7 +272,12 @@ class Runtime {
         progress_auto_not_running{0},
         // The hot phase's untimed waits inside a stream (StreamWait),
         // and those the watchdog ended (nothing arrived for max_sleep_us).
-        progress_stream_waits{0}, progress_stream_watchdogs{0};
+        progress_stream_waits{0}, progress_stream_watchdogs{0},
+        // Of the stream waits: those taken with frames a full direct ring
+        // refused (BlockedOnRingLocked), woken by the receiver freeing slots
+        // or an arrival; hot sleeps of a receiving stream left timed because
+        // the device had something due (not Quiescent).
+        progress_ring_waits{0}, progress_stream_busy{0};
     // What each pass of the progress thread's loop did (ProgressThread::Run;
     // written by that thread only, DROCE_STATS): naps beside a program thread
     // that waits for an event; polls because the program had not called
@@ -355,6 +360,14 @@ class Runtime {
   // for only on CQs armed for one: a CQ overrun is reported by the next
   // round that runs, the link check's at the latest (a millisecond). Caller
   // holds mu.
+  // Before now_ns a round could only receive or retry frames a full direct
+  // ring refused (core::Device::BlockedOnPort, the ring and not the port
+  // stopping them): the receiver's freeing slots or an arrival is what ends
+  // the wait, both of which wake an armed sleeper (DirectIo::Arm). Caller
+  // holds mu.
+  bool BlockedOnRingLocked(uint64_t now_ns) {
+    return direct_ && direct_->tx_blocked_on_ring() && dev_->BlockedOnPort(now_ns);
+  }
   bool IdleLocked(uint64_t now_ns) {
     return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && io_->KnownEmpty() &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());

@@ -59,10 +59,11 @@ void Runtime::PrintStats() {
     const ethdev::DirectCounters& d = direct_->counters();
     std::fprintf(stderr,
                  "droce %s: direct paths %zu (table %u): tx %lu (ring full %lu) rx %lu (lent %lu) rx_not_mine %lu "
-                 "rx_bad_length %lu wakeups sent %lu, paths added %lu removed %lu, messages refused %lu, markers sent %lu "
-                 "received %lu missed %lu forged %lu\n",
+                 "rx_bad_length %lu wakeups sent %lu, full-ring sleeps %lu, producer wakeups sent %lu, paths added %lu "
+                 "removed %lu, messages refused %lu, markers sent %lu received %lu missed %lu forged %lu\n",
                  file_.name.c_str(), direct_->paths(), direct_->generation(), d.tx_direct, d.tx_ring_full,
-                 d.rx_direct, d.rx_lent, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.paths_added, d.paths_removed,
+                 d.rx_direct, d.rx_lent, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.tx_full_sleeps,
+                 d.producer_wakeups_sent, d.paths_added, d.paths_removed,
                  d.messages_refused, d.markers_sent, d.markers_received, d.markers_missed,
                  d.markers_forged);
   }
@@ -89,8 +90,11 @@ void Runtime::PrintStats() {
                stats_.comp_events.load(), stats_.events_handed_over.load(), stats_.async_events.load(),
                stats_.event_wait_sleeps.load(), stats_.event_wait_arrivals.load(),
                stats_.posts_left_for_owner.load());
-  std::fprintf(stderr, "droce %s: progress stream waits %lu (ended by the watchdog %lu), event wait naps %lu (found nothing %lu)\n",
+  std::fprintf(stderr,
+               "droce %s: progress stream waits %lu (ended by the watchdog %lu, on a full ring %lu, refused: device "
+               "busy %lu), event wait naps %lu (found nothing %lu)\n",
                file_.name.c_str(), stats_.progress_stream_waits.load(), stats_.progress_stream_watchdogs.load(),
+               stats_.progress_ring_waits.load(), stats_.progress_stream_busy.load(),
                stats_.event_wait_naps.load(), stats_.event_wait_naps_empty.load());
   const Stats::Wakes& w = stats_.wakes;
   std::fprintf(stderr,

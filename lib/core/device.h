@@ -302,6 +302,15 @@ class Device {
     return active_.empty() && n_deferred_ == 0 && tx_backlog_.empty() && arp_out_.empty() && nd_out_.empty() &&
            loopback_.pending() == 0 && timers_.NoneDueBy(now_ns);
   }
+  // Nothing for a round before now_ns to do but receive and retry what the
+  // port refused: frames wait in the backlog (while they do, QPs build
+  // nothing new: TransmitRound) and no timer, deferred doorbell, control or
+  // looped-back frame is due. Only the port taking frames again, or an
+  // arrival, gives a round work.
+  bool BlockedOnPort(uint64_t now_ns) {
+    return tx_backlog_head_ < tx_backlog_.size() && n_deferred_ == 0 && arp_out_.empty() && nd_out_.empty() &&
+           loopback_.pending() == 0 && timers_.NoneDueBy(now_ns);
+  }
 
  private:
   void FoldSrCounters(const transport::QpCounters& k);

@@ -64,5 +64,41 @@ TEST(TxBackpressure, RefusedFramesWaitInsteadOfBeingLost) {
   EXPECT_EQ(wire.counters(0).queue_full + wire.counters(1).queue_full, 0u);
 }
 
+// A port that refuses everything while closed (a full direct ring).
+class GatePort final : public testing::ForwardingPort {
+ public:
+  using ForwardingPort::ForwardingPort;
+  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override { return open ? inner()->TxBurst(f, n) : 0; }
+  bool open = false;
+};
+
+// What the verbs progress thread asks before it waits, untimed, for a full
+// direct ring to take frames again (Runtime::BlockedOnRingLocked): frames
+// the port refused wait and nothing else is due; not once the port took
+// them, nor while a timer is due before the wait's end.
+TEST(TxBackpressure, BlockedOnPortOnlyWhileRefusedFramesWaitAndNothingIsDue) {
+  sim::MemWire wire(sim::MemWireConfig{});
+  GatePort gate(&wire.end(0));
+  testing::ForwardingPort b(&wire.end(1));
+  testing::DevicePairOptions o;
+  o.mem_bytes = 1 << 20;
+  testing::DevicePair p(&gate, &b, o);
+  EXPECT_FALSE(p.dev[0]->BlockedOnPort(p.now));  // nothing refused
+  transport::SendWr w = p.Wr(transport::WrOpcode::kRdmaWrite, 64 * 1024, 0, 0, 1);
+  ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0][0], w), 0);
+  p.dev[0]->Poll(p.now);
+  EXPECT_GT(p.dev[0]->counters().tx_port_full, 0u);
+  EXPECT_FALSE(p.dev[0]->Quiescent(p.now));
+  EXPECT_TRUE(p.dev[0]->BlockedOnPort(p.now + 1000));
+  // The WRITE's retransmit timer falls due some time ahead: not blocked
+  // "until" then, as a wait that long would miss it.
+  EXPECT_FALSE(p.dev[0]->BlockedOnPort(p.now + 60'000'000'000ull));
+  gate.open = true;
+  const std::vector<queue::Completion> done = p.RunUntil(1, 100'000);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+  EXPECT_FALSE(p.dev[0]->BlockedOnPort(p.now));
+}
+
 }  // namespace
 }  // namespace droce::core

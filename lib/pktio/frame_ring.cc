@@ -63,6 +63,21 @@ bool FrameRing::TakeWakeupRequest() {
   return sleeping().exchange(0, std::memory_order_acq_rel) != 0;
 }
 
+void FrameRing::ArmProducer() {
+  producer_waiting().store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void FrameRing::DisarmProducer() {
+  if (producer_waiting().load(std::memory_order_relaxed) != 0) producer_waiting().store(0, std::memory_order_relaxed);
+}
+
+bool FrameRing::TakeProducerWakeup() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (producer_waiting().load(std::memory_order_relaxed) == 0) return false;
+  return producer_waiting().exchange(0, std::memory_order_acq_rel) != 0;
+}
+
 uint32_t FrameRing::Available() const {
   const uint32_t avail = head().load(std::memory_order_acquire) - my_tail_;
   return avail > slots_ ? slots_ : avail;

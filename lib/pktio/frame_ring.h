@@ -6,7 +6,9 @@
 // Layout, at the start of the region given (zeroed memory is an empty ring):
 //   [0, 64)    head: slots the producer has published (free-running u32)
 //   [64, 128)  tail: slots the consumer has released (free-running u32)
-//   [128, 192) sleeping: the consumer asks for a wake-up (memif's interrupt mode)
+//   [128, 192) sleeping (u32 at 128): the consumer asks for a wake-up (memif's
+//              interrupt mode); producer_waiting (u32 at 160): the producer,
+//              held back by a full ring, asks for one when slots are freed
 //   then `slots` slots of `slot_bytes`: a u32 length, the frame at +kSlotHeader.
 //
 // The other party may be buggy or hostile and writes the same memory: each
@@ -66,6 +68,12 @@ class FrameRing {
   // After Produce: true if the consumer sleeps and asked for a wake-up (the
   // request is consumed: one wake-up per sleep). The caller then notifies.
   bool TakeWakeupRequest();
+  // Before sleeping while the ring refused frames (full): asks the consumer
+  // for a wake-up once it frees slots. Poll (Produce) once more after it: a
+  // slot freed before the request was seen is found then. Disarm after
+  // waking (or on finding room).
+  void ArmProducer();
+  void DisarmProducer();
 
   // --- Consumer.
   // Frames published and not yet consumed (at most slots()).
@@ -92,6 +100,12 @@ class FrameRing {
   // there (then do not sleep). Disarm after waking.
   bool Arm();
   void Disarm();
+  // After freeing slots (Consume, Release): true if the producer sleeps on
+  // a full ring and asked for a wake-up (consumed: one per sleep). The
+  // caller then notifies it. Its fence pairs with ArmProducer's (Dekker's
+  // pattern): either the producer's next Produce sees the freed slots, or
+  // this sees its request.
+  bool TakeProducerWakeup();
 
   const FrameRingCounters& counters() const { return counters_; }
 
@@ -99,6 +113,7 @@ class FrameRing {
   std::atomic<uint32_t>& head() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_); }
   std::atomic<uint32_t>& tail() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + 64); }
   std::atomic<uint32_t>& sleeping() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + 128); }
+  std::atomic<uint32_t>& producer_waiting() const { return *reinterpret_cast<std::atomic<uint32_t>*>(base_ + 160); }
   uint8_t* slot(uint32_t pos) const { return base_ + kHeaderBytes + size_t{pos & (slots_ - 1)} * slot_bytes_; }
 
   uint8_t* base_ = nullptr;

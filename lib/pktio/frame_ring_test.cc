@@ -248,6 +248,98 @@ TEST(FrameRing, WakeupRequestedOnlyWhileArmed) {
   EXPECT_FALSE(prod.TakeWakeupRequest());
 }
 
+TEST(FrameRing, ProducerWakeupRequestedOnlyWhileArmed) {
+  RingMemory m(4, 256);
+  FrameRing prod(m.mem, 4, 256), cons(m.mem, 4, 256);
+  std::vector<uint8_t> in(30), out(256);
+  Frame fs[5];
+  for (Frame& f : fs) f = Payload(in, 1);
+  ASSERT_EQ(prod.Produce(fs, 5), 4);  // full
+  Frame d = Buf(out);
+  ASSERT_EQ(cons.Consume(&d, 1), 1);
+  EXPECT_FALSE(cons.TakeProducerWakeup());  // the producer did not ask
+  ASSERT_EQ(prod.Produce(fs, 2), 1);        // full again
+  prod.ArmProducer();
+  EXPECT_EQ(prod.Produce(fs, 1), 0);  // the poll after arming: still full, sleep
+  ASSERT_EQ(cons.Consume(&d, 1), 1);
+  EXPECT_TRUE(cons.TakeProducerWakeup());
+  EXPECT_FALSE(cons.TakeProducerWakeup());  // one per sleep
+  ASSERT_EQ(prod.Produce(fs, 1), 1);
+  prod.ArmProducer();
+  prod.DisarmProducer();  // woken otherwise: no wake-up wanted
+  ASSERT_EQ(cons.Consume(&d, 1), 1);
+  EXPECT_FALSE(cons.TakeProducerWakeup());
+  // Release (a forwarder's Peek) frees slots as Consume does.
+  ASSERT_EQ(prod.Produce(fs, 2), 1);
+  prod.ArmProducer();
+  Frame v[4];
+  ASSERT_EQ(cons.Peek(v, 4), 4);
+  cons.Release(2);
+  EXPECT_TRUE(cons.TakeProducerWakeup());
+  EXPECT_EQ(prod.Produce(fs, 2), 2);
+}
+
+// A producer that sleeps whenever its ring is full, a consumer that frees
+// slots in small steps at its own pace: 400000 frames through 8 slots. A
+// slot freed after the producer's last look found the ring full, without
+// the doorbell ringing since it armed, is a lost wake-up.
+TEST(FrameRing, FullRingProducerIsWokenAndNoWakeupIsLost) {
+  constexpr uint32_t kFrames = 400000;
+  constexpr uint32_t kSlots = 8;
+  RingMemory m(kSlots, 256);
+  FrameRing prod(m.mem, kSlots, 256), cons(m.mem, kSlots, 256);
+  std::atomic<uint32_t> doorbell{0};
+  // Frames the consumer has freed and then checked for a request (after
+  // TakeProducerWakeup and its doorbell).
+  std::atomic<uint32_t> checked{0};
+  std::atomic<bool> stop{false};
+  uint32_t sleeps = 0;
+  std::thread producer([&] {
+    std::vector<uint8_t> st(64);
+    uint32_t seq = 0;
+    while (seq < kFrames && !stop.load(std::memory_order_relaxed)) {
+      Frame fs[4];
+      uint16_t n = 0;
+      for (; n < 4 && seq + n < kFrames; ++n) fs[n] = Frame{st.data(), 8, 64, nullptr};
+      uint16_t took = prod.Produce(fs, n);
+      if (took == 0) {
+        const uint32_t before = doorbell.load(std::memory_order_acquire);
+        prod.ArmProducer();
+        took = prod.Produce(fs, n);  // the poll after arming
+        if (took == 0) {
+          // Full as of that look: slots freed after it are past
+          // seq - kSlots and must ring.
+          ++sleeps;
+          while (doorbell.load(std::memory_order_acquire) == before) {
+            if (checked.load(std::memory_order_acquire) > seq - kSlots &&
+                doorbell.load(std::memory_order_acquire) == before) {
+              ADD_FAILURE() << "producer wake-up lost at frame " << seq;
+              stop.store(true, std::memory_order_relaxed);
+              return;
+            }
+            std::this_thread::yield();
+          }
+        }
+        prod.DisarmProducer();
+      }
+      seq += took;
+    }
+  });
+  uint32_t got_total = 0;
+  std::vector<uint8_t> out(256);
+  while (got_total < kFrames && !stop.load(std::memory_order_relaxed)) {
+    Frame d = Buf(out);
+    const uint16_t got = cons.Consume(&d, 1);
+    got_total += got;
+    if (got > 0 && cons.TakeProducerWakeup()) doorbell.fetch_add(1, std::memory_order_release);
+    checked.store(got_total, std::memory_order_release);
+    if (got == 0 || (got_total & 7) == 0) std::this_thread::yield();
+  }
+  producer.join();
+  EXPECT_EQ(got_total, kFrames);
+  EXPECT_GT(sleeps, 0u);
+}
+
 // Two threads, 20000 frames of varying length through 32 slots: every
 // frame arrives once, in order, intact; no wake-up request is lost (the
 // consumer sleeps on a flag the producer must set after each request).

@@ -6,7 +6,9 @@
 # frame, gets none, and the daemon never maps one); a switch knob on a device
 # withdraws its processes' paths (frames cross the switch again) and clearing
 # it brings them back; a process SIGKILLed while its peer writes into their
-# ring: the daemon withdraws the path, the peer's QP ends in retry-exceeded.
+# ring: the daemon withdraws the path, the peer's QP ends in retry-exceeded;
+# a READ responder held back by a full (4-slot) ring waits armed and its peer
+# wakes it.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 single_host droce-direct
@@ -126,5 +128,33 @@ kill_direct() {
   wait $s
 }
 check "SIGKILL a process writing through a direct ring: path withdrawn, peer gets retry-exceeded, new pair works" kill_direct
+
+# A READ responder held back by a full ring: with 4-slot rings the server of
+# ib_read_bw -s 262144 (its progress thread alone drives it: the program waits
+# in a TCP read) fills its ring on every response; its hot phase waits armed
+# for the client to free slots (DROCE_STATS "on a full ring"), the client's
+# receive wakes it ("producer wakeups sent"), and the run completes.
+full_ring_wait() {
+  "$ctl" daemon stop >/dev/null 2>&1
+  "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
+  DROCED_RING_SLOTS=4 "$ctl" link add droce0 ip 10.0.0.1 || return 1
+  "$ctl" link add droce1 ip 10.0.0.2 || return 1
+  DROCE_STATS=1 timeout "$t" ib_read_bw -p $p -d droce0 -x 1 -s 262144 -n 300 >"$run/rs.log" 2>&1 &
+  local s=$!; track $s
+  wait_listen $s $p
+  DROCE_STATS=1 timeout "$t" ib_read_bw -p $p -d droce1 -x 1 -s 262144 -n 300 127.0.0.1 >"$run/rc.log" 2>&1 ||
+    { cat "$run/rc.log"; return 1; }
+  wait $s || { cat "$run/rs.log"; return 1; }
+  grep -q "direct path 1: process .*, 4 slots each way" "$run/droced.log" ||
+    { echo "not 4 slots each way:"; grep "direct path" "$run/droced.log"; return 1; }
+  awk '$1 == 262144 && NF >= 5 {found = 1} END {exit !found}' "$run/rc.log" || { echo "no result"; cat "$run/rc.log"; return 1; }
+  grep -E "progress stream waits|direct paths" "$run/rs.log"
+  grep "direct paths" "$run/rc.log"
+  local w; w=$(sed -n 's/.*on a full ring \([0-9]*\).*/\1/p' "$run/rs.log")
+  [ "${w:-0}" -gt 0 ] || { echo "the server's hot phase never waited on its full ring"; return 1; }
+  w=$(sed -n 's/.*producer wakeups sent \([0-9]*\).*/\1/p' "$run/rc.log")
+  [ "${w:-0}" -gt 0 ] || { echo "the client never woke the server"; return 1; }
+}
+check "a READ responder held back by a full 4-slot ring waits armed and its peer wakes it" full_ring_wait
 
 finish direct

@@ -53,8 +53,13 @@ uint16_t MemifRx::Receive(pktio::FramePool* pool, pktio::Frame* frames, uint16_t
     in_flight_ = have;
     // Buffers are in the ring's region unless the peer is a zero-copy
     // client (its mbufs' memory, regions 1 and up).
-    const auto regions = [&](uint16_t i) -> memif_rx::RegionView {
-      if (i == q.region_index) return {q.base, q.region_size};
+    // The ring's own region by value: the copies may write anywhere as far
+    // as the compiler knows, and q (address taken) would be read again
+    // after each one.
+    const memif_rx::RegionView own{q.base, q.region_size};
+    const uint16_t own_index = q.region_index;
+    const auto regions = [&, own, own_index](uint16_t i) -> memif_rx::RegionView {
+      if (i == own_index) return own;
       const uint8_t* r = nullptr;
       if (!MemifRegionAt(dev_, i, &r) || r == nullptr) return {};
       return {Load<const uint8_t*>(r, 0), Load<uint64_t>(r, kMemifRegionSizeOffset)};

@@ -28,6 +28,7 @@
 #ifndef DROCE_DRIVERS_ETHDEV_MEMIF_RX_H_
 #define DROCE_DRIVERS_ETHDEV_MEMIF_RX_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -67,31 +68,36 @@ uint16_t CopyFrames(dpdk_private::MemifDesc* desc, uint16_t mask, uint16_t* slot
                     MemifRxCounters* counters) {
   uint16_t filled = 0;
   uint16_t cur = *slot;
+  uint64_t sum = 0;  // a local: the copies below may write anywhere, *bytes included as far as the compiler knows
   while (avail > 0 && filled < n) {
-    pktio::Frame& f = out[filled];
     {
-      // A frame in one descriptor (every droce frame with memif's default
-      // buffers) takes this way; chains, bad descriptors and frames too
-      // long take the general one below, which reads the descriptor again
-      // (as a new read: it checks what it reads).
-      dpdk_private::MemifDesc* d = &desc[cur & mask];
-      const uint16_t flags = __atomic_load_n(&d->flags, __ATOMIC_RELAXED);
-      const uint16_t region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
-      const uint32_t length = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
-      const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
-      if ((flags & dpdk_private::kMemifDescFlagNext) == 0) {
+      // A run of frames in one descriptor each (every droce frame with
+      // memif's default buffers) takes this loop; a chain, a bad
+      // descriptor or a frame too long ends the run and takes the general
+      // way below, which reads the descriptor again (as a new read: it
+      // checks what it reads).
+      const uint16_t run = std::min<uint16_t>(avail, static_cast<uint16_t>(n - filled));
+      uint16_t k = 0;
+      for (; k < run; ++k) {
+        dpdk_private::MemifDesc* d = &desc[static_cast<uint16_t>(cur + k) & mask];
+        const uint16_t flags = __atomic_load_n(&d->flags, __ATOMIC_RELAXED);
+        const uint16_t region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
+        const uint32_t length = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
+        const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
+        if ((flags & dpdk_private::kMemifDescFlagNext) != 0) break;
         const RegionView r = regions(region);
-        if (r.base != nullptr && offset <= r.size && length <= r.size - offset && length <= f.capacity) {
-          std::memcpy(f.data, r.base + offset, length);
-          f.len = length;
-          *bytes += length;
-          ++filled;
-          ++cur;
-          --avail;
-          continue;
-        }
+        pktio::Frame& f = out[filled + k];
+        if (r.base == nullptr || offset > r.size || length > r.size - offset || length > f.capacity) break;
+        std::memcpy(f.data, r.base + offset, length);
+        f.len = length;
+        sum += length;
       }
+      filled = static_cast<uint16_t>(filled + k);
+      cur = static_cast<uint16_t>(cur + k);
+      avail = static_cast<uint16_t>(avail - k);
+      if (k == run) break;  // the ring is drained or out[] is full
     }
+    pktio::Frame& f = out[filled];
     uint16_t used = 0;
     uint32_t len = 0;
     bool bad = false, too_long = false, whole = false;
@@ -136,11 +142,12 @@ uint16_t CopyFrames(dpdk_private::MemifDesc* desc, uint16_t mask, uint16_t* slot
       ++counters->too_long;
     } else {
       f.len = len;
-      *bytes += len;
+      sum += len;
       ++filled;
     }
   }
   *slot = cur;
+  *bytes += sum;
   return filled;
 }
 

@@ -146,6 +146,30 @@ TEST(MemifRxCopy, FramesLongerThanTheBufferAreDroppedAndCounted) {
   EXPECT_EQ(x.out[0].len, Fixture::kCapacity);
 }
 
+// One-descriptor frames (the run the copy takes without chains): one a
+// byte longer than its buffer, between frames that fit, is dropped and
+// counted, and the run goes on after it.
+TEST(MemifRxCopy, AOneDescriptorFrameLongerThanItsBufferIsDroppedMidRun) {
+  Fixture x(1 << 16);
+  x.Set(0, 0, 3, 64, 0);
+  x.Set(1, 0, 3, Fixture::kCapacity, 128);  // exactly full
+  x.Set(2, 0, 3, Fixture::kCapacity + 1, 128);  // one byte too many
+  x.Set(3, 0, 3, 100, 8192);
+  x.Set(4, 0, 3, 60, 9000);
+  uint16_t slot = 0;
+  ASSERT_EQ(x.Copy(&slot, 5), 4);
+  EXPECT_EQ(slot, 5);
+  EXPECT_EQ(x.counters.too_long, 1u);
+  EXPECT_EQ(x.counters.bad_descriptors, 0u);
+  EXPECT_EQ(x.out[1].len, Fixture::kCapacity);
+  EXPECT_TRUE(x.Holds(x.out[1], 128));
+  EXPECT_EQ(x.out[2].len, 100u);
+  EXPECT_TRUE(x.Holds(x.out[2], 8192));
+  EXPECT_EQ(x.out[3].len, 60u);
+  EXPECT_TRUE(x.Holds(x.out[3], 9000));
+  EXPECT_EQ(x.bytes, 64u + Fixture::kCapacity + 100 + 60);
+}
+
 TEST(MemifRxCopy, AChainNotYetPublishedWholeStaysInTheRing) {
   Fixture x(1 << 16);
   x.Set(0, 0, 3, 64, 0);

@@ -1348,10 +1348,9 @@ int ToSendWr(const ibv_send_wr* in, SendWr* out) {
 }
 
 // A WRITE or SEND of one SGE without inline data (ib_write_bw's and most
-// small messages' WR) into a ring slot: only the fields Qp::PublishSend
-// reads for such a WR; the slot's others keep an older WR's values, which
-// nothing reads for it. False: not such a WR (ToSendWr converts it).
-bool ToOneSgeSendWr(const ibv_send_wr* in, SendWr* out) {
+// small messages' WR): the fields Qp::PublishOneSge writes into its WQE.
+// False: not such a WR (ToSendWr converts it).
+bool ToOneSgeWr(const ibv_send_wr* in, transport::OneSgeWr* out) {
   if (in->num_sge != 1 || in->sg_list == nullptr || (in->send_flags & IBV_SEND_INLINE) ||
       (in->opcode != IBV_WR_RDMA_WRITE && in->opcode != IBV_WR_SEND)) {
     return false;
@@ -1360,7 +1359,6 @@ bool ToOneSgeSendWr(const ibv_send_wr* in, SendWr* out) {
   out->wr_id = in->wr_id;
   out->opcode = write ? transport::WrOpcode::kRdmaWrite : transport::WrOpcode::kSend;
   out->flags = in->send_flags & (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED);
-  out->num_sge = 1;
   out->sg_list[0] = {in->sg_list[0].addr, in->sg_list[0].length, in->sg_list[0].lkey};
   out->remote_addr = write ? in->wr.rdma.remote_addr : 0;
   out->rkey = write ? in->wr.rdma.rkey : 0;
@@ -1413,7 +1411,8 @@ int PostSendLocked(DroceQp* qp, Runtime* rt, ibv_send_wr* wr, ibv_send_wr** bad)
   return err;
 }
 
-// The verbs post: each WR is converted straight into its slot of the QP's
+// The verbs post: a WRITE or SEND of one SGE is written straight into its
+// WQE (PublishOneSge); any other WR is converted into its slot of the QP's
 // send ring (one copy; inline data once more, into the WQE) and published
 // without the device's lock; then the doorbell, which transmits now if the
 // device is free and is otherwise left to its owner (Runtime::RingPosted).
@@ -1433,13 +1432,13 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   uint32_t posted = 0;
   bool small = false;
   for (; wr != nullptr; wr = wr->next) {
-    SendWr* slot = qp->engine->NextSendSlot();
-    if (slot == nullptr) {
+    transport::OneSgeWr one;
+    SendWr* slot;
+    if (ToOneSgeWr(wr, &one)) {
+      small = posted == 0 && one.sg_list[0].length <= DoorbellBatcher::kSmallBytes;
+      err = qp->engine->PublishOneSge(one);
+    } else if ((slot = qp->engine->NextSendSlot()) == nullptr) {
       err = ENOMEM;
-    } else if (ToOneSgeSendWr(wr, slot)) {
-      // Read before the engine may take it.
-      small = posted == 0 && slot->sg_list[0].length <= DoorbellBatcher::kSmallBytes;
-      err = qp->engine->PublishSend();
     } else if ((err = ToSendWr(wr, slot)) == 0) {
       small = posted == 0 && SmallWirePost(*slot);
       err = qp->engine->PublishSend();

@@ -37,10 +37,7 @@
 
 namespace droce::verbs {
 
-uint64_t NowNs() {
-  static TscClock clock;  // CLOCK_MONOTONIC from the TSC (tsc_clock.h)
-  return clock.Now();
-}
+constinit TscClock g_clock;
 
 namespace {
 std::mutex g_registry_mu;

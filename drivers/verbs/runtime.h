@@ -34,11 +34,15 @@
 #include "drivers/udp/udp_io.h"
 #include "drivers/verbs/device_config.h"
 #include "drivers/verbs/device_mutex.h"
+#include "drivers/verbs/tsc_clock.h"
 #include "drivers/fabric/protocol.h"
 
 namespace droce::verbs {
 
-uint64_t NowNs();
+// CLOCK_MONOTONIC from the TSC (tsc_clock.h): every post and poll reads
+// it, inline (no call, no guard of a function-local static).
+[[gnu::visibility("hidden")]] extern TscClock g_clock;
+inline uint64_t NowNs() { return g_clock.Now(); }
 
 // A CQ whose events the runtime delivers: completion events to a channel
 // (a datagram socket the LD_PRELOAD shim created), CQ overrun to async_fd.

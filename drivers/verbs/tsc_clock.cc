@@ -41,7 +41,6 @@ TscClock::TscClock(Source ticks, Source reference, bool usable) : ticks_(ticks),
   if (!usable) state_.store(kReference, std::memory_order_relaxed);
 }
 
-TscClock::TscClock() : TscClock(nullptr, &MonotonicNs, InvariantTsc()) {}
 
 void TscClock::Pair(uint64_t* ticks, uint64_t* ns) const {
   uint64_t best = ~uint64_t{0};
@@ -73,6 +72,10 @@ void TscClock::Publish(uint64_t ticks, uint64_t ns, uint64_t scale) {
 }
 
 uint64_t TscClock::Slow() {
+  if (int probe = kProbe; state_.load(std::memory_order_acquire) == kProbe) {
+    // Racing first calls all find the same answer; one stores it.
+    state_.compare_exchange_strong(probe, InvariantTsc() ? kUncalibrated : kReference, std::memory_order_acq_rel);
+  }
   const uint64_t now = reference_();
   if (state_.load(std::memory_order_acquire) == kReference) return now;
   if (!first_ready_.load(std::memory_order_acquire)) {

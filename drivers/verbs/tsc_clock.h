@@ -35,9 +35,11 @@ class TscClock {
 
   // ticks: the counter (nullptr: rdtsc, inline); reference: CLOCK_MONOTONIC in ns. usable =
   // false: the reference clock only. The default constructor takes the
-  // real ones (usable when the CPU has an invariant TSC).
+  // real ones (usable when the CPU has an invariant TSC, which the first
+  // call asks): constant-initialised, so a clock at namespace scope needs
+  // no guard on its reads (NowNs).
   TscClock(Source ticks, Source reference, bool usable);
-  TscClock();
+  constexpr TscClock() : ticks_(nullptr), reference_(&MonotonicNs), state_(kProbe) {}
 
   uint64_t Now() {
     if (state_.load(std::memory_order_acquire) != kScaled) return Slow();
@@ -65,7 +67,8 @@ class TscClock {
   static bool InvariantTsc();
 
  private:
-  enum : int { kUncalibrated = 0, kCalibrating = 1, kScaled = 2, kReference = 3 };
+  // kProbe: the default constructor's, until the first call asks the CPU.
+  enum : int { kUncalibrated = 0, kCalibrating = 1, kScaled = 2, kReference = 3, kProbe = 4 };
   static constexpr int kShift = 32;  // scale_: ns per tick in 32.32 fixed point
 
   // The counter: rdtsc inline (no call) unless a test gave its own.

@@ -10,6 +10,20 @@
 namespace droce::verbs {
 namespace {
 
+// The default clock is constant-initialised (NowNs reads one at namespace
+// scope with no guard): constinit does not compile otherwise. Its first
+// reads, before it asks the CPU whether the TSC is invariant, are
+// CLOCK_MONOTONIC's.
+constinit TscClock g_constant_clock;
+TEST(TscClock, TheDefaultClockIsConstantInitialisedAndReadsFromTheFirstCall) {
+  const uint64_t before = TscClock::MonotonicNs();
+  const uint64_t now = g_constant_clock.Now();
+  const uint64_t after = TscClock::MonotonicNs();
+  EXPECT_LE(before, now);
+  EXPECT_LE(now, after);
+  EXPECT_FALSE(g_constant_clock.scaled());
+}
+
 // The real clock against CLOCK_MONOTONIC: once scaled, every reading lies
 // between two reference readings around it (give or take a bound far below
 // anything the data path times), and a thread's readings never go back.

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "pktio/burst_io.h"
 
@@ -35,18 +34,19 @@ class FramePool {
     // Unsigned: a handle below the pool wraps to a large offset.
     return reinterpret_cast<uintptr_t>(handle) - reinterpret_cast<uintptr_t>(base_) < size_t{count_} * buffer_bytes_;
   }
-  // Takes back one buffer Owns() said is ours (inline, for a transmit path
-  // that frees each frame it sent).
+  // Takes back one buffer Owns() said is ours, as Alloc handed it out (the
+  // handle unchanged: a buffer's start). Inline, for the paths that free
+  // every frame they received or sent; it stores the handle as it is, with
+  // no division to find its buffer (Free checks the alignment).
   void FreeOwned(const void* handle) {
-    if (free_.size() >= count_) {  // freed twice: the stack never grows past the pool
+    if (top_ >= count_) {  // freed twice: the stack never grows past the pool
       ++foreign_frees_;
       return;
     }
-    free_.push_back(static_cast<uint32_t>(
-        (reinterpret_cast<uintptr_t>(handle) - reinterpret_cast<uintptr_t>(base_)) / buffer_bytes_));
+    free_[top_++] = static_cast<uint8_t*>(const_cast<void*>(handle));
   }
   uint32_t count() const { return count_; }
-  uint32_t available() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t available() const { return top_; }
   uint32_t buffer_bytes() const { return buffer_bytes_; }
   // The most buffers ever out at once: what of the pool is resident.
   uint32_t high_water() const { return high_water_; }
@@ -56,7 +56,12 @@ class FramePool {
   uint8_t* base_ = nullptr;
   uint32_t count_;
   uint32_t buffer_bytes_;
-  std::vector<uint32_t> free_;  // a stack of buffer indices: the last freed goes out first
+  // A stack of the free buffers' starts, free_[0, top_): the last freed
+  // goes out first. Pointers, not indices: taking and giving back a buffer
+  // is a load or a store, with no multiplication or division by the
+  // buffer size.
+  std::unique_ptr<uint8_t*[]> free_;
+  uint32_t top_ = 0;
   uint32_t high_water_ = 0;
   uint64_t foreign_frees_ = 0;
 };

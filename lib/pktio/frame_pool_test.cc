@@ -60,5 +60,31 @@ TEST(FramePool, ForeignAndMisalignedHandlesAreIgnored) {
   EXPECT_EQ(pool.foreign_frees(), 4u);
 }
 
+TEST(FramePool, FreeOwnedTakesBackWhatAllocGaveOutLastFirst) {
+  FramePool pool(3, 256);
+  Frame f[3];
+  ASSERT_EQ(pool.Alloc(f, 3), 3);
+  ASSERT_TRUE(pool.Owns(f[1].handle));
+  pool.FreeOwned(f[1].handle);
+  pool.FreeOwned(f[2].handle);
+  EXPECT_EQ(pool.available(), 2u);
+  Frame g[3];
+  ASSERT_EQ(pool.Alloc(g, 3), 2);  // only what came back
+  EXPECT_EQ(g[0].data, f[2].data);  // the last freed first
+  EXPECT_EQ(g[1].data, f[1].data);
+  for (const Frame& x : {g[0], g[1]}) {
+    EXPECT_EQ(x.handle, x.data);
+    EXPECT_EQ(x.len, 0u);
+    EXPECT_EQ(x.capacity, pool.buffer_bytes());
+  }
+  pool.FreeOwned(f[0].handle);
+  pool.FreeOwned(g[0].handle);
+  pool.FreeOwned(g[1].handle);
+  pool.FreeOwned(g[1].handle);  // one too many: counted, the stack stays within the pool
+  EXPECT_EQ(pool.available(), 3u);
+  EXPECT_EQ(pool.foreign_frees(), 1u);
+  EXPECT_EQ(pool.high_water(), 3u);
+}
+
 }  // namespace
 }  // namespace droce::pktio

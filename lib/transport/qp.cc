@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_format.h"
 #include "transport/sr/selective_repeat.h"
@@ -345,18 +346,32 @@ void Qp::TakePublishedRecvs() {
 // slot's SendWqeExt. `total`: the WR's SGE bytes, as its validation added
 // them up. kCommon: not inline, not UD (PostSend's common case); kOneSge:
 // moreover a WRITE or SEND of one SGE (its most common WR).
-template <bool kCommon, bool kOneSge>
-[[gnu::always_inline]] inline void Qp::FillSendWqe(SendWqe& w, const SendWr& wr, uint64_t total) {
+template <bool kCommon, bool kOneSge, typename Wr>
+[[gnu::always_inline]] inline void Qp::FillSendWqe(SendWqe& w, const Wr& wr, uint64_t total) {
+  static_assert(kOneSge || std::is_same_v<Wr, SendWr>);
   w.wr_id = wr.wr_id;
   w.remote_addr = wr.remote_addr;
   w.rkey = wr.rkey;
   w.opcode = wr.opcode;
   w.flags = static_cast<uint8_t>(wr.flags);
-  w.num_sge = kOneSge ? 1 : static_cast<uint8_t>(wr.num_sge);
   w.status = WcStatus::kSuccess;
   w.started = w.fully_sent = w.done = false;
   w.total_len = static_cast<uint32_t>(total);
-  if (kOneSge || wr.num_sge == 1) {
+  if constexpr (kOneSge) {
+    w.num_sge = 1;
+    w.local_addr = wr.sg_list[0].addr;
+    w.lkey = wr.sg_list[0].lkey;
+  } else {
+    FillSendWqeRest<kCommon>(w, wr);
+  }
+}
+
+// FillSendWqe past the fields every WR has: the SGEs, inline data and the
+// operands of the opcodes other than WRITE and SEND.
+template <bool kCommon>
+[[gnu::always_inline]] inline void Qp::FillSendWqeRest(SendWqe& w, const SendWr& wr) {
+  w.num_sge = static_cast<uint8_t>(wr.num_sge);
+  if (wr.num_sge == 1) {
     w.local_addr = wr.sg_list[0].addr;
     w.lkey = wr.sg_list[0].lkey;
   } else if (wr.num_sge > 1) {
@@ -376,7 +391,7 @@ template <bool kCommon, bool kOneSge>
     w.local_host = to;
   }
   // The operands only their opcode reads.
-  if (kOneSge || wr.opcode == WrOpcode::kRdmaWrite || wr.opcode == WrOpcode::kSend) [[likely]] return;
+  if (wr.opcode == WrOpcode::kRdmaWrite || wr.opcode == WrOpcode::kSend) [[likely]] return;
   switch (wr.opcode) {
     case WrOpcode::kRdmaWrite:
     case WrOpcode::kSend:
@@ -524,6 +539,17 @@ int Qp::PublishSend() {
     if (const int err = ValidateForQp(wr, &total); err != 0) return err;
     FillSendWqe<false, false>(*w, wr, total);
   }
+  sq_.Publish();
+  return 0;
+}
+
+int Qp::PublishOneSge(const OneSgeWr& wr) {
+  SendWqe* w = sq_.ProducerSlot();
+  if (w == nullptr) return ENOMEM;
+  if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
+  const uint64_t total = wr.sg_list[0].length;
+  if (!OneSgeFits(caps_.max_send_sge, total)) return EINVAL;
+  FillSendWqe<true, true>(*w, wr, total);
   sq_.Publish();
   return 0;
 }

@@ -154,6 +154,10 @@ class Qp {
   // engine moved the QP to ERR is flushed when taken.
   SendWr* NextSendSlot();  // nullptr: the send queue is full (ENOMEM)
   int PublishSend();       // 0, or EINVAL with nothing published
+  // A WRITE or SEND of one SGE without inline data (most posts) written
+  // straight into its WQE and published, with no staged copy: 0, ENOMEM
+  // (the send queue is full) or EINVAL (PostSend's checks for such a WR).
+  int PublishOneSge(const OneSgeWr& wr);
   // A batch (ibv_wr_start .. ibv_wr_complete): the slot `ahead` after the
   // next, filled before any of the batch is published; its WQE's inline
   // buffer (kMaxInlineData), where inline data may be written in place (an
@@ -227,9 +231,13 @@ class Qp {
   // exactly the bytes placed. A packet this QP does not place so is left
   // untouched (kWantsWhole): the caller copies the whole frame and calls
   // again with lent null.
+  // `trusted`: a packet placed here is placed by a plain copy without the
+  // ICRC (a frame from a direct ring whose device trusts them,
+  // core::DeviceConfig::rx_icrc_trust_direct); one the QP does not place so
+  // is still checked (kWantsWhole for a lent frame, else IcrcMatches).
   enum class Unverified : uint8_t { kTaken, kBadIcrc, kWantsWhole };
   Unverified OnUnverifiedPacket(const uint8_t* frame, const uint8_t* lent, const wire::ParsedPacket& p,
-                                uint64_t now_ns);
+                                uint64_t now_ns, bool trusted = false);
 
   // Fills up to n transmit buffers (each with capacity >= kMaxFrameBytes);
   // returns how many it used.
@@ -748,8 +756,11 @@ class Qp {
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
   // The WQE from a valid WR (qp.cc); kCommon: neither inline nor UD;
   // kOneSge: a WRITE or SEND of one SGE.
-  template <bool kCommon, bool kOneSge>
-  void FillSendWqe(SendWqe& w, const SendWr& wr, uint64_t total);
+  // Wr: a SendWr, or with kOneSge a OneSgeWr.
+  template <bool kCommon, bool kOneSge, typename Wr>
+  void FillSendWqe(SendWqe& w, const Wr& wr, uint64_t total);
+  template <bool kCommon>
+  void FillSendWqeRest(SendWqe& w, const SendWr& wr);
   int ValidateForQp(const SendWr& wr, uint64_t* total) const;  // ValidateSend plus the QP type's opcodes
 
   // Requester.

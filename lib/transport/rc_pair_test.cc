@@ -101,6 +101,78 @@ TEST(Doorbell, PublishRefusesWhatTheCapsForbidAndAFullQueue) {
   EXPECT_NE(qa->NextSendSlot(), nullptr);  // completed and popped: free again
 }
 
+// A WRITE or SEND of one SGE written straight into its WQE (Qp::PublishOneSge,
+// the verbs provider's usual post): each lands where and as its fields say,
+// in slots whose earlier WQEs were a two-SGE WRITE and a SEND_WITH_IMM; too
+// long a WR is EINVAL with nothing published, and a full queue ENOMEM.
+TEST(Doorbell, AOneSgeWrIsWrittenStraightIntoItsWqe) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  Side& b = pair.b();
+  transport::Qp* qa = a.dev->qp(a.qpn);
+  transport::Qp* qb = b.dev->qp(b.qpn);
+  Fill(a.mem, 0, 512, 9);
+  // Every slot of the send queue (max_send_wr 1024) once: slot 1 a
+  // SEND_WITH_IMM, the others two-SGE WRITEs.
+  *qb->NextRecvSlot() = MakeRecv(30, b, 16384, 64);
+  ASSERT_EQ(qb->PublishRecv(), 0);
+  for (uint32_t i = 0; i < 1024; ++i) {
+    SendWr w = MakeWr(100 + i, WrOpcode::kRdmaWrite, a, 256, 32, b, 12288);
+    if (i == 1) {
+      w.opcode = WrOpcode::kSendWithImm;
+      w.imm_data = 0x5a5a5a5a;
+    } else {
+      w.num_sge = 2;
+      w.sg_list[1] = {w.sg_list[0].addr + 32, 32, w.sg_list[0].lkey};
+    }
+    ASSERT_EQ(a.dev->PostSend(a.qpn, w), 0);
+  }
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 1024, &cb, 1));
+  ASSERT_EQ(cb.size(), 1u);
+  ASSERT_NE(cb[0].flags & queue::kWcWithImm, 0);
+  *qb->NextRecvSlot() = MakeRecv(20, b, 8192, 256);
+  ASSERT_EQ(qb->PublishRecv(), 0);
+  const SendWr w = MakeWr(1, WrOpcode::kRdmaWrite, a, 0, 128, b, 4096);
+  transport::OneSgeWr write;
+  write.wr_id = w.wr_id;
+  write.opcode = WrOpcode::kRdmaWrite;
+  write.flags = transport::kSendSignaled;
+  write.sg_list[0] = w.sg_list[0];
+  write.remote_addr = w.remote_addr;
+  write.rkey = w.rkey;
+  ASSERT_EQ(qa->PublishOneSge(write), 0);  // slot 0
+  transport::OneSgeWr send;
+  send.wr_id = 2;
+  send.flags = transport::kSendSignaled;
+  send.sg_list[0] = {w.sg_list[0].addr + 128, 256, w.sg_list[0].lkey};
+  ASSERT_EQ(qa->PublishOneSge(send), 0);  // slot 1
+  transport::OneSgeWr too_long = write;
+  too_long.sg_list[0].length = 0xffffffffu;
+  EXPECT_EQ(qa->PublishOneSge(too_long), EINVAL);  // more than max_msg_sz (2 GiB)
+  EXPECT_EQ(a.dev->Doorbell(a.qpn, pair.now()), 2u);
+  ca.clear();
+  cb.clear();
+  ASSERT_TRUE(pair.Run(&ca, 2, &cb, 1));
+  ASSERT_EQ(ca.size(), 2u);
+  EXPECT_EQ(ca[0].wr_id, 1u);
+  EXPECT_EQ(ca[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(ca[0].opcode, queue::WcOpcode::kRdmaWrite);
+  EXPECT_EQ(ca[1].wr_id, 2u);
+  EXPECT_EQ(ca[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(ca[1].opcode, queue::WcOpcode::kSend);
+  ASSERT_EQ(cb.size(), 1u);
+  EXPECT_EQ(cb[0].wr_id, 20u);
+  EXPECT_EQ(cb[0].byte_len, 256u);
+  EXPECT_EQ(cb[0].flags & queue::kWcWithImm, 0);  // nothing of the slot's older SEND_WITH_IMM
+  EXPECT_EQ(std::memcmp(b.mem.data() + 4096, a.mem.data(), 128), 0);
+  EXPECT_EQ(std::memcmp(b.mem.data() + 8192, a.mem.data() + 128, 256), 0);
+  uint32_t published = 0;
+  for (write.wr_id = 10; qa->PublishOneSge(write) == 0; ++write.wr_id) ++published;
+  EXPECT_EQ(published, 1024u);
+  EXPECT_EQ(qa->PublishOneSge(write), ENOMEM);
+}
+
 // A batch (Qp::SendSlotAhead/InlineBufferAhead/PublishSends, the verbs
 // provider's ibv_wr_*): one invalid WR and none is published; a valid
 // batch, with inline data written in place into its WQE, is delivered.

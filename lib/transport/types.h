@@ -74,6 +74,18 @@ struct SendWr {
   uint32_t remote_qkey = 0;
 };
 
+// A WRITE or SEND of one SGE without inline data (Qp::PublishOneSge): the
+// fields such a WR carries, which the verbs post fills from the program's
+// WR and the QP writes straight into its WQE.
+struct OneSgeWr {
+  uint64_t wr_id = 0;
+  WrOpcode opcode = WrOpcode::kSend;  // kRdmaWrite or kSend
+  uint32_t flags = 0;                 // SendFlags but kSendInline
+  std::array<Sge, 1> sg_list{};
+  uint64_t remote_addr = 0;  // kRdmaWrite
+  uint32_t rkey = 0;
+};
+
 struct RecvWr {
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;

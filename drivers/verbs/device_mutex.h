@@ -39,7 +39,9 @@ class DeviceMutex {
 
   bool try_lock() {
     uint32_t expected = 0;
-    return word_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
+    if (!word_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed)) return false;
+    Changed();
+    return true;
   }
   void lock() {
     if (!try_lock()) LockSlow();
@@ -53,6 +55,15 @@ class DeviceMutex {
     }
     if (sleepers_.load(std::memory_order_relaxed) != 0) Wake();
   }
+
+  // How many times it was taken, plus the holders' Changed() calls: while
+  // it reads the same, no thread has held the device since (a poll_cq that
+  // found its CQ empty and the device idle may answer from that without the
+  // lock, Runtime::QuietPoll). A plain store under the lock: one writer.
+  uint64_t holds() const { return holds_.load(std::memory_order_relaxed); }
+  // The holder changed what the device will do later in the same hold
+  // (doorbells a poster left for it): a later holds() reads differently.
+  void Changed() { holds_.store(holds_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
   // Whether some thread holds it (a snapshot; RingPosted's hand-over wait).
   bool locked() const { return word_.load(std::memory_order_relaxed) != 0; }
@@ -74,9 +85,35 @@ class DeviceMutex {
   void Wake();
 
   std::atomic<uint32_t> word_{0};      // 0 free, 1 held
+  std::atomic<uint64_t> holds_{0};     // see holds()
   std::atomic<uint32_t> sleepers_{0};  // threads in (or about to enter) FUTEX_WAIT
   const bool asymmetric_;
   std::atomic<uint64_t> timed_out_waits_{0};
+};
+
+// What one hold of a DeviceMutex saw, true for as long as nobody holds it
+// after: a poll_cq that found its CQ empty and the device idle answers the
+// polls after it from that, without the lock (Runtime::QuietPoll). Used by
+// any program thread, hence atomics; relaxed, as a stale answer is only an
+// empty poll that linearises before the holder that changed things.
+class HoldSnapshot {
+ public:
+  // Caller holds mu: the next `uses` Use() calls may answer from this hold.
+  void Take(const DeviceMutex& mu, uint32_t uses) {
+    hold_.store(mu.holds(), std::memory_order_relaxed);
+    left_.store(uses, std::memory_order_relaxed);
+  }
+  // Whether nobody has held mu since Take and a use is left (it takes one).
+  bool Use(const DeviceMutex& mu) {
+    const uint32_t left = left_.load(std::memory_order_relaxed);
+    if (left == 0 || hold_.load(std::memory_order_relaxed) != mu.holds()) return false;
+    left_.store(left - 1, std::memory_order_relaxed);
+    return true;
+  }
+
+ private:
+  std::atomic<uint64_t> hold_{0};  // holds() at Take; a mutex's holds() is 1 or more once taken
+  std::atomic<uint32_t> left_{0};
 };
 
 }  // namespace droce::verbs

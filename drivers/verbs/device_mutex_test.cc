@@ -88,5 +88,46 @@ TEST(DeviceMutex, WorksWithLockGuard) {
   mu.unlock();
 }
 
+// A snapshot answers only while nobody held the mutex after it, and only
+// as many times as it was taken for: each way of taking the mutex (lock,
+// try_lock, the slow path a waiter takes) and a holder's Changed() end it.
+TEST(HoldSnapshot, AnswersUntilTheNextHoldOrItsUsesRunOut) {
+  DeviceMutex mu;
+  HoldSnapshot q;
+  EXPECT_FALSE(q.Use(mu)) << "never taken";
+  mu.lock();
+  q.Take(mu, 3);
+  mu.unlock();
+  EXPECT_TRUE(q.Use(mu));
+  EXPECT_TRUE(q.Use(mu));
+  EXPECT_TRUE(q.Use(mu));
+  EXPECT_FALSE(q.Use(mu)) << "uses ran out";
+
+  mu.lock();
+  q.Take(mu, 3);
+  mu.unlock();
+  ASSERT_TRUE(mu.try_lock());
+  mu.unlock();
+  EXPECT_FALSE(q.Use(mu)) << "a try_lock held the device since";
+
+  mu.lock();
+  q.Take(mu, 3);
+  mu.Changed();  // the holder took work after the snapshot (posted doorbells)
+  mu.unlock();
+  EXPECT_FALSE(q.Use(mu)) << "the holder changed things after the snapshot";
+
+  mu.lock();
+  q.Take(mu, 3);
+  std::thread waiter([&mu] {  // takes the mutex through LockSlow
+    mu.lock();
+    mu.unlock();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(q.Use(mu)) << "still this hold";
+  mu.unlock();
+  waiter.join();
+  EXPECT_FALSE(q.Use(mu)) << "the waiter held the device since";
+}
+
 }  // namespace
 }  // namespace droce::verbs

@@ -70,6 +70,7 @@ uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
 
 void Runtime::DrainPostedLocked(uint64_t now_ns) {
   PostedDoorbell* d = posted_head_.exchange(nullptr, std::memory_order_acquire);
+  if (d != nullptr) mu.Changed();  // this hold now has work a quiet poll must not skip
   while (d != nullptr) {
     // next first: once kinds is 0 a poster may push d again (and write next).
     PostedDoorbell* next = d->next;

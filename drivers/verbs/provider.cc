@@ -72,6 +72,7 @@ struct DroceCq {
   queue::Completion batch[kBatch];
   uint32_t batch_head = 0;
   uint32_t batch_count = 0;
+  HoldSnapshot quiet;  // empty polls without the device lock (Runtime::QuietPoll)
 };
 
 struct DroceSrq {
@@ -630,14 +631,20 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
 
 // Up to n completions of CQ `id`; when fewer are there, one poll round of
 // the dataplane first (the program's polling drives it), unless the device
-// has nothing to do: an idle device's empty poll runs no round.
-uint32_t TakeCompletions(Runtime* rt, uint32_t id, queue::Completion* out, uint32_t n) {
+// has nothing to do: an idle device's empty poll runs no round, and the
+// polls after it answer without the lock for a while (Runtime::QuietPoll).
+uint32_t TakeCompletions(Runtime* rt, DroceCq* cq, queue::Completion* out, uint32_t n) {
+  if (rt->QuietPoll(cq->quiet)) return 0;
   AppLock lock(rt);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
-  uint32_t got = rt->dev().PollCq(id, out, n);
+  uint32_t got = rt->dev().PollCq(cq->id, out, n);
   if (got < n) {
-    if (rt->PollIfBusyLocked(now)) got += rt->dev().PollCq(id, out + got, n - got);
+    if (rt->PollIfBusyLocked(now)) {
+      got += rt->dev().PollCq(cq->id, out + got, n - got);
+    } else if (got == 0) {
+      rt->NoteQuietLocked(cq->quiet);
+    }
   } else {
     rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round
   }
@@ -669,9 +676,9 @@ int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     // Completions an extended CQ's start/next_poll read ahead come first.
     std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
     while (got < want && cq->batch_head < cq->batch_count) buf[got++] = cq->batch[cq->batch_head++];
-    if (got < want) got += TakeCompletions(rt, cq->id, buf + got, want - got);
+    if (got < want) got += TakeCompletions(rt, cq, buf + got, want - got);
   } else {
-    got = TakeCompletions(rt, cq->id, buf, want);  // no read-ahead: no CQ lock on the plain path
+    got = TakeCompletions(rt, cq, buf, want);  // no read-ahead: no CQ lock on the plain path
   }
   for (uint32_t i = 0; i < got; ++i) ToWc(buf[i], &wc[i]);
   return static_cast<int>(got);
@@ -691,7 +698,7 @@ const queue::Completion& Current(ibv_cq_ex* c) {
 int NextCompletion(DroceCq* cq) {
   if (cq->batch_head >= cq->batch_count) {
     cq->batch_head = 0;
-    cq->batch_count = TakeCompletions(Rt(cq->vcq.cq.context), cq->id, cq->batch, DroceCq::kBatch);
+    cq->batch_count = TakeCompletions(Rt(cq->vcq.cq.context), cq, cq->batch, DroceCq::kBatch);
     if (cq->batch_count == 0) return ENOENT;
   }
   const queue::Completion& c = cq->batch[cq->batch_head];

@@ -108,6 +108,23 @@ class Runtime {
     if (PollLocked(now_ns, /*program_polls=*/true) > 0) app_calls_.BusyPollEnded(NowNs());
     return true;
   }
+  // An empty poll_cq without the lock: the last locked poll of this CQ
+  // found it empty and the device idle (PollIfBusyLocked skipped its
+  // round), nobody has held the device since — every completion, post,
+  // doorbell, timer and event of the device happens under mu, so the CQ is
+  // still empty and the device still has nothing to do but receive — and
+  // the kQuietPolls - 1 polls after it have not all answered from that (one
+  // poll in kQuietPolls takes the lock). A frame that arrived meanwhile (no
+  // thread looks at the ring without the lock) waits for the next locked
+  // poll, at most kQuietPolls - 1 polls later; a timer or the link check
+  // the same (neither was due at the locked poll). Three relaxed loads and
+  // a store: no atomic read-modify-write, no clock.
+  static constexpr uint32_t kQuietPolls = 8;
+  // q: the CQ's (the provider's DroceCq::quiet).
+  bool QuietPoll(HoldSnapshot& q) { return q.Use(mu); }
+  // The locked poll that found q's CQ empty and skipped its round. Caller
+  // holds mu.
+  void NoteQuietLocked(HoldSnapshot& q) { q.Take(mu, kQuietPolls - 1); }
   // post_send's doorbell: QP qpn transmits what it can now and nothing else
   // runs (core::Device::Doorbell); receive, timers, link checks and events
   // are the poll loop's (poll_cq, the progress thread, event waits). An

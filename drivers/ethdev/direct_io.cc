@@ -124,6 +124,7 @@ void DirectIo::RemoveAll() {
   paths_.clear();
   markers_unsent_ = 0;
   withdrawn_paths_ = 0;
+  paths_lent_ = 0;
 }
 
 absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
@@ -176,6 +177,8 @@ absl::Status DirectIo::Apply(const PeerMessage& m, const int* fds, int nfds) {
   owned[0] = -1;
   Path p;
   p.id = m.path_id;
+  p.lend_mark = ++lend_marks_;
+  if (p.lend_mark == 0) p.lend_mark = ++lend_marks_;
   p.key = m.marker_key;
   std::memcpy(p.mac.data(), m.peer_mac, 6);
   p.qpn_first = m.peer_qpn_base;
@@ -360,38 +363,93 @@ uint16_t DirectIo::RxBurst(pktio::Frame* frames, uint16_t n) {
     pktio::Frame* out = frames + got;
     const uint16_t room = static_cast<uint16_t>(std::min<uint32_t>(n - got, 64));
     if (s == paths_.size()) {
-      got = static_cast<uint16_t>(got + TakeMarkers(out, inner_->RxBurst(out, room)));
+      const uint16_t port = TakeMarkers(out, inner_->RxBurst(out, room));
+      for (uint16_t j = 0; j < port; ++j) out[j].Lend(nullptr, 0);  // the array may hold a lent frame's fields
+      got = static_cast<uint16_t>(got + port);
       continue;
     }
     Path& p = paths_[s];
     const uint32_t avail = p.rx.Available();
     if (avail == 0) continue;
     if (!p.rx_open && !MarkerWaitOver(p)) continue;
+    if (p.rx_lent != 0) continue;  // its last burst's slots are still the device's (Release)
     Warm(p);
-    const uint16_t alloc = inner_->AllocTx(out, static_cast<uint16_t>(std::min<uint32_t>(avail, room)));
-    if (alloc == 0) continue;
-    const uint64_t bad_before = p.rx.counters().bad_length;
-    const uint16_t filled = p.rx.Consume(out, alloc);
-    counters_.rx_bad_length += p.rx.counters().bad_length - bad_before;
-    // Only what the switch would have delivered here: our MAC, our QPNs.
-    pktio::Frame drop[64];
-    uint16_t kept = 0, dropped = 0;
-    for (uint16_t j = 0; j < filled; ++j) {
-      if (Mine(out[j])) {
-        out[kept++] = out[j];
-      } else {
-        drop[dropped++] = out[j];
-      }
-    }
-    for (uint16_t j = filled; j < alloc; ++j) drop[dropped++] = out[j];  // buffers not filled
-    if (dropped > 0) inner_->Release(drop, dropped);
-    counters_.rx_not_mine += filled - kept;
-    counters_.rx_direct += kept;
-    got = static_cast<uint16_t>(got + kept);
+    got = static_cast<uint16_t>(got + TakeFromRing(p, out, static_cast<uint16_t>(std::min<uint32_t>(avail, room))));
   }
   rx_next_ = (rx_next_ + 1) % sources;
   if (withdrawn_paths_ != 0) CloseDrained();
   return got;
+}
+
+uint16_t DirectIo::TakeFromRing(Path& p, pktio::Frame* out, uint16_t room) {
+  pktio::Frame views[64];
+  const uint16_t alloc = inner_->AllocTx(out, room);
+  if (alloc == 0) return 0;
+  const uint16_t seen = p.rx.Peek(views, alloc);
+  // Only what the switch would have delivered here: our MAC, our QPNs. A
+  // lent frame's slot can change after this look (the peer writes it): the
+  // device judges the headers again from the copy it is given, so this
+  // filter only keeps others' frames from costing it a parse.
+  pktio::Frame drop[64];
+  uint16_t kept = 0, dropped = 0, lent = 0;
+  for (uint16_t j = 0; j < seen; ++j) {
+    const pktio::Frame& v = views[j];
+    pktio::Frame& f = out[kept];
+    if (v.len == 0 || v.len > f.capacity) {
+      ++counters_.rx_bad_length;
+      continue;
+    }
+    // A long frame lends its payload: only the headers are copied here, the
+    // payload is read once, where the device places it.
+    const uint32_t copied = lend_ && v.len >= kLendFromBytes ? kLendHeadBytes : v.len;
+    std::memcpy(f.data, v.data, copied);
+    f.len = v.len;
+    if (copied < v.len) {
+      f.Lend(v.data, copied, p.lend_mark);
+    } else {
+      f.Lend(nullptr, 0);
+    }
+    if (!Mine(f)) {
+      ++counters_.rx_not_mine;
+      continue;
+    }
+    lent += f.lent() != nullptr;
+    ++kept;
+  }
+  for (uint16_t j = kept; j < alloc; ++j) {  // buffers not filled (or filled by a frame not kept)
+    out[j].Lend(nullptr, 0);
+    drop[dropped++] = out[j];
+  }
+  if (dropped > 0) inner_->Release(drop, dropped);
+  if (lent == 0) {
+    p.rx.Release(seen);
+  } else {
+    p.rx_lent = lent;
+    ++paths_lent_;
+  }
+  counters_.rx_direct += kept;
+  counters_.rx_lent += lent;
+  return kept;
+}
+
+void DirectIo::Release(pktio::Frame* frames, uint16_t n) {
+  if (paths_lent_ != 0) {
+    // By the mark, not by lent(): the device may have taken the frame whole
+    // (pktio::TakeLent), its slot is still to be given back.
+    for (uint16_t i = 0; i < n; ++i) {
+      if (frames[i].lend_mark() == 0) continue;
+      for (Path& p : paths_) {
+        if (p.rx_lent == 0 || p.lend_mark != frames[i].lend_mark()) continue;
+        if (--p.rx_lent == 0) {
+          p.rx.Release(p.rx.peeked());  // in order, all of the last Peek
+          --paths_lent_;
+        }
+        break;
+      }
+      frames[i].Lend(nullptr, 0);
+    }
+  }
+  inner_->Release(frames, n);
 }
 
 int DirectIo::Arm(int wire_fd) {

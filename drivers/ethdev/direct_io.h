@@ -85,6 +85,7 @@ struct DirectCounters {
   uint64_t tx_direct = 0;      // frames put into a peer's ring
   uint64_t tx_ring_full = 0;   // transmit bursts a full ring stopped (the device retries)
   uint64_t rx_direct = 0;      // frames taken from the rings and delivered
+  uint64_t rx_lent = 0;        // of those, lent (only the headers copied: pktio::Frame::lent)
   uint64_t rx_not_mine = 0;    // frames from a ring for another MAC or QPN: dropped
   uint64_t rx_bad_length = 0;  // ring slots with a bad length: dropped
   uint64_t wakeups_sent = 0;   // eventfd writes (the peer slept)
@@ -119,7 +120,19 @@ class DirectIo final : public pktio::BurstIo {
   bool KnownEmpty() override { return RingsEmpty() && inner_->KnownEmpty(); }
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
-  void Release(pktio::Frame* frames, uint16_t n) override { inner_->Release(frames, n); }
+  // From now on a long frame from a ring is lent: its headers copied, its
+  // payload read in the slot (kLendFromBytes). Until then every frame is
+  // copied whole.
+  // Only where allowed (AllowLending): the verbs runtime allows it unless
+  // the device says `direct_lend=off`.
+  bool StartLending() override {
+    lend_ = lend_allowed_;
+    return lend_;
+  }
+  void AllowLending(bool on) { lend_allowed_ = on; }
+  // Gives a lent frame's slot back to its ring once every frame its burst
+  // lent is back (the ring frees slots in order, a whole Peek at a time).
+  void Release(pktio::Frame* frames, uint16_t n) override;
 
   // One message from the daemon with the descriptors that came with it (this
   // takes them: kept or closed). Checks every field and the memfd (size,
@@ -151,6 +164,15 @@ class DirectIo final : public pktio::BurstIo {
   // markers too, and a receiver still waiting for its marker never empties
   // the ring (an extra marker is taken out and ignored).
   static constexpr uint64_t kMarkerResendNs = 2'000'000;
+  // A frame from a ring this long is lent (pktio::Frame::lent): only its
+  // first kLendHeadBytes are copied, the rest stays in the slot until the
+  // device releases it. Shorter ones are copied whole: their copy costs
+  // less than the device's handling of a lent frame. kLendHeadBytes holds
+  // every header of the packets the device places from a lent frame
+  // (Eth, VLAN, IPv6, UDP, BTH, AETH or ImmDt: 86 bytes); a frame whose
+  // headers run past it is copied whole by the device.
+  static constexpr uint32_t kLendFromBytes = 1024;
+  static constexpr uint32_t kLendHeadBytes = 128;
 
  private:
   bool RingsEmpty() const {
@@ -181,7 +203,17 @@ class DirectIo final : public pktio::BurstIo {
     // into it any more, and it closes once the frames the peer wrote before
     // are read (a peer that wrote and exited at once leaves them there).
     bool withdrawn = false;
+    // Frames of the last Peek lent to the device and not yet released; the
+    // ring is not read again until they are all back.
+    uint32_t rx_lent = 0;
+    // Its lent frames carry it (pktio::Frame::lend_mark): Release finds the
+    // path by it, whatever the device did with the frame, and paths_ may
+    // have lost another path meanwhile (CloseDrained). Non-zero, unique.
+    uint32_t lend_mark = 0;
   };
+  // Up to `room` frames of p's ring into out (buffers from the port): the
+  // short ones copied, the long ones lent. Returns how many.
+  uint16_t TakeFromRing(Path& p, pktio::Frame* out, uint16_t room);
   // A path's memory is prefaulted (ethdev/prefault.h: page tables at once,
   // not a fault per page on the first pass) when its first frame goes in or
   // comes out, not when it is set up: a path's first frames cross the switch
@@ -217,6 +249,10 @@ class DirectIo final : public pktio::BurstIo {
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)
   uint32_t markers_unsent_ = 0;  // paths whose marker the port has not taken yet
   uint32_t withdrawn_paths_ = 0;  // withdrawn paths still holding frames (CloseDrained)
+  bool lend_ = false;         // StartLending was called, and lending is allowed
+  bool lend_allowed_ = false;
+  uint32_t paths_lent_ = 0;  // paths with rx_lent != 0 (Release looks only then)
+  uint32_t lend_marks_ = 0;  // the last Path::lend_mark given
   bool port_was_empty_ = false;  // the port's last burst had nothing (TakeMarkers)
   // Markers that came before their path's kPeerAdd (the control connection
   // is read once a millisecond): the path opens at once when it arrives.

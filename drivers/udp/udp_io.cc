@@ -221,8 +221,13 @@ uint16_t UdpIo::RxBurst(pktio::Frame* frames, uint16_t n) {
   socket_first_ = !socket_first_;
   uint16_t got = 0;
   if (socket_first_) got = ReceiveFromSocket(frames, n);
+  const uint16_t from_socket = got;
   if (got < n) got = static_cast<uint16_t>(got + inner_->RxBurst(frames + got, static_cast<uint16_t>(n - got)));
+  const uint16_t before_socket = got;
   if (!socket_first_ && got < n) got = static_cast<uint16_t>(got + ReceiveFromSocket(frames + got, static_cast<uint16_t>(n - got)));
+  // The array may hold a lent frame's fields from an earlier burst.
+  for (uint16_t i = 0; i < from_socket; ++i) frames[i].Lend(nullptr, 0);
+  for (uint16_t i = before_socket; i < got; ++i) frames[i].Lend(nullptr, 0);
   return got;
 }
 

@@ -43,6 +43,9 @@ class UdpIo final : public pktio::BurstIo {
   // payload read by the kernel from the registered memory; those for
   // `inner`, and those the socket cannot take now, are flattened.
   bool TakesGather() const override { return gather_; }
+  // The inner port's frames are passed on as they are; the socket's are
+  // never lent.
+  bool StartLending() override { return inner_->StartLending(); }
   // Before a core::Device is made on the port (it asks TakesGather once).
   void set_gather(bool on) { gather_ = on; }
 

@@ -622,6 +622,10 @@ struct DeviceFile {
   // registered memory (an iovec of its sendmmsg) instead of being copied
   // into the frame first (pktio::BurstIo::TakesGather, udp::UdpIo).
   bool udp_gather = true;
+  // A fabric device's long frames from a direct ring are lent: headers
+  // copied, payload placed straight from the ring's slot (DirectIo,
+  // doc/rx-checks.md "Lent frames"); off: every frame is copied whole first.
+  bool direct_lend = true;
   // Posts whose doorbells may leave together (DoorbellBatcher); 1: every
   // doorbell transmits at once.
   uint32_t doorbell_batch = 16;

@@ -317,6 +317,7 @@ const KeySample kSamples[] = {
     {"rx_icrc_trust", "rx_icrc_trust=on", "vdev=net_memif_droce0,role=server\nip=10.0.0.1\n", "trusted"},
     {"udp_gso", "udp_gso=on", kWire, "segmented"},
     {"udp_gather", "udp_gather=off", kWire, "copied"},
+    {"direct_lend", "direct_lend=off", kFabric, "lent"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"doorbell_burst_gap_ns", "doorbell_burst_gap_ns=1000000", kWire, "1000000001"},
     {"memif_direct_tx", "memif_direct_tx=off", kWire, "direct"},

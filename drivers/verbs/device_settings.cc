@@ -344,6 +344,10 @@ std::vector<DeviceSetting> MakeSettings() {
   t.push_back(Switch("udp_gather", [](auto& f) -> auto& { return f.udp_gather; },
                      "with `netdev_steering` udp: the payload of a SEND or WRITE packet of 1 KiB or more is sent "
                      "from the registered memory where it is (an iovec of the send), not copied into the frame"));
+  t.push_back(Switch("direct_lend", [](auto& f) -> auto& { return f.direct_lend; },
+                     "a fabric device's frames of 1 KiB or more from another process's direct ring are placed "
+                     "straight from the ring's slot, their headers copied first (doc/rx-checks.md \"Lent frames\"); "
+                     "off: every frame is copied out of the ring whole before it is read"));
   // The provider's progress and doorbells (doc/verbs.md "Who drives the device").
   t.push_back(Number("doorbell_batch", 1, 256, 1, [](auto& f) -> auto& { return f.doorbell_batch; },
                      "small posts in a tight burst of a program that polls its CQ leave together, up to this "

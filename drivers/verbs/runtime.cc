@@ -142,6 +142,7 @@ absl::Status Runtime::Start() {
   pktio::BurstIo* wire = link_ ? static_cast<pktio::BurstIo*>(link_.get()) : port_.get();
   if (file_.fabric) {
     direct_ = std::make_unique<ethdev::DirectIo>(wire, file_.dev.mac, file_.dev.qpn_base, file_.dev.max_qp, NowNs);
+    direct_->AllowLending(file_.direct_lend);
   }
   pktio::BurstIo* io = direct_ ? static_cast<pktio::BurstIo*>(direct_.get()) : wire;
   if (udp_fd_ >= 0) {

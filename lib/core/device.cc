@@ -35,6 +35,7 @@ Device::Device(const DeviceConfig& config, pktio::BurstIo* io)
   // meanwhile (pktio::BurstIo::ReadConcurrently).
   if (io != nullptr && !io->ReadConcurrently()) config_.tx_flush_bytes = 0;
   gather_tx_ = io != nullptr && io->TakesGather();
+  rx_may_lend_ = io != nullptr && io->StartLending();
   rx_vid_ = config.vlan ? (config.vlan_tci & 0xFFF) : 0;
   rx_l3_offset_ = static_cast<uint8_t>(wire::kEthBytes + (config.vlan ? wire::kVlanTagBytes : 0));
   std::memcpy(&mac_lo_, config.mac.data(), 4);

@@ -497,9 +497,26 @@ class Device {
     uint32_t index = 0;                 // BTH destination QP - qpn_base_
   };
   uint32_t ReceiveBurst(uint64_t now_ns);                                            // rx.cc
+  void ReceiveLent(pktio::Frame& f, uint64_t now_ns);                                // rx.cc
   // A frame of a connected QP with the headers its slot predicts: checked
   // and delivered without the full parse; false: nothing done, check it.
+  // kLent: the frame is rx_lent_'s, which it copies whole (TakeWhole) unless
+  // its QP places it while checking it.
+  template <bool kLent = false>
   bool ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_t now_ns);       // rx_checks.h
+  // The frame being received while it is lent (pktio::Frame::lent: only its
+  // headers copied; ReceiveLent), else null.
+  pktio::Frame* rx_lent_ = nullptr;
+  bool rx_may_lend_ = false;  // the port may lend frames (pktio::BurstIo::StartLending)
+  template <bool kMayLend>
+  void ReceiveFrames(pktio::Frame* rx, uint16_t n, uint64_t now_ns);  // rx.cc
+  // Copies the rest of the lent frame being received: from then on it is
+  // whole and nothing more is read from its sender's memory.
+  void TakeWhole() {
+    if (rx_lent_ == nullptr) return;
+    pktio::TakeLent(*rx_lent_);
+    rx_lent_ = nullptr;
+  }
   RxVerdict CheckFrame(const uint8_t* frame, uint32_t len, const wire::ParsedPacket& p);  // rx_checks.h
   enum : uint8_t {
     kPredictedClass = 1,

@@ -51,7 +51,15 @@ inline bool Device::DeliverConnected(transport::Qp& q, const uint8_t* frame, con
                                      bool verify_while_placing, transport::Qp::PacketRole role, uint32_t index,
                                      uint64_t now_ns) {
   if (verify_while_placing) {
-    if (!q.OnUnverifiedPacket(frame, p, now_ns)) {
+    // A lent frame's payload is read where it is, once, by the QP's
+    // placement; a packet the QP does not place so is copied whole first.
+    using U = transport::Qp::Unverified;
+    U r = q.OnUnverifiedPacket(frame, rx_lent_ != nullptr ? rx_lent_->lent() : nullptr, p, now_ns);
+    if (r == U::kWantsWhole) {
+      TakeWhole();
+      r = q.OnUnverifiedPacket(frame, nullptr, p, now_ns);
+    }
+    if (r != U::kTaken) {
       ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
       return false;
     }

@@ -86,6 +86,7 @@ inline uint8_t Device::PredictedClass(const wire::ParsedPacket& p, const transpo
 // checks its per-packet fields as ParsePacket does. Anything else (no
 // prediction, a difference, a failed check, a CNP, a bad ICRC) returns
 // false and the frame takes the full parse and checks, which count it.
+template <bool kLent>
 inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_t now_ns) {
   using namespace wire;
   const uint32_t l3 = rx_l3_offset_;
@@ -107,10 +108,23 @@ inline bool Device::ReceivePredicted(const uint8_t* frame, uint32_t len, uint64_
   if (!(c & kPredictedConnected)) return false;
   // A copy: the QP's steps may forget the slot's prediction.
   const ParsedPacket p = *parsed;
+  if constexpr (kLent) {
+    // A prediction's headers end below the copied ones (no INT header, no
+    // IPv4 options): guarded all the same.
+    if (p.payload_offset > rx_lent_->lent_head()) {
+      TakeWhole();
+      return false;
+    }
+  }
   bool placer = false;
   if (!config_.rx_icrc_trusted) [[likely]] {
     placer = (c & kPredictedPlacer) != 0;
+    if constexpr (kLent) {
+      if (!placer) TakeWhole();  // judged whole, as any other
+    }
     if (!placer && !PredictedIcrcMatches(frame, h)) return false;
+  } else if constexpr (kLent) {
+    TakeWhole();
   }
   ++counters_.rx_predicted;
   const auto role = static_cast<transport::Qp::PacketRole>((c & kPredictedRole) >> kPredictedRoleShift);

@@ -30,7 +30,39 @@ struct Frame {
   const uint8_t* gather = nullptr;
   uint32_t gather_len = 0;
   uint32_t gather_at = 0;
+
+  // A lent received frame (only from a port asked to, StartLending: frames that
+  // arrive in memory the sender shares, the direct rings): data holds only
+  // its first lent_head() bytes (the headers), copied; all len bytes are at
+  // lent(), which the sender can still write while the receiver reads it.
+  // The receiver reads each byte there at most once (a field read twice may
+  // differ) and calls TakeLent before reading the frame any other way.
+  // null: data holds the whole frame. A transmit frame is never lent and a
+  // received one never gathers, so lending uses the gather fields: a Frame
+  // stays 40 bytes, which ports build and copy per frame.
+  const uint8_t* lent() const { return gather; }
+  uint32_t lent_head() const { return gather_at; }
+  // The lending port's own mark on a frame it lent (non-zero: which slot it
+  // has to take back when the frame is released). TakeLent keeps it: a
+  // frame the receiver copied whole is still the port's slot until
+  // released. Lend(nullptr, 0) clears it, for a frame that was never lent.
+  uint32_t lend_mark() const { return gather_len; }
+  void Lend(const uint8_t* whole, uint32_t head, uint32_t mark = 0) {
+    gather = whole;
+    gather_at = head;
+    gather_len = mark;
+  }
 };
+
+static_assert(sizeof(Frame) == 40);
+
+// Copies the rest of a lent frame into its own buffer (which holds len
+// bytes): then it is an ordinary frame, whatever the sender writes after.
+inline void TakeLent(Frame& f) {
+  if (f.lent() == nullptr) return;
+  std::memcpy(f.data + f.lent_head(), f.lent() + f.lent_head(), f.len - f.lent_head());
+  f.Lend(nullptr, 0, f.lend_mark());
+}
 
 // Copies a gather frame's gathered bytes into its own buffer (capacity
 // permitting: a transmit buffer holds kMaxFrameBytes): then it is an
@@ -85,6 +117,15 @@ class BurstIo {
   // TxBurst call that brought it, and hands out transmit buffers (AllocTx)
   // with gather_len 0. Read once, when a core::Device is made on the port.
   virtual bool TakesGather() const { return false; }
+
+  // The receiver asks the port to hand out lent frames (Frame::lent) from
+  // now on; true if it will (a port whose frames arrive in memory the
+  // sender shares: the direct rings). A core::Device asks once, when it is
+  // made on the port, and handles lent frames only if the answer was yes. A
+  // port in front of another forwards the request when it passes the other's
+  // received frames on as they are, else says no (the default): so a layer
+  // that knows nothing of lending never gets a lent frame.
+  virtual bool StartLending() { return false; }
 
   // True when an RxBurst now would return nothing, known without receiving
   // and without a system call (a look at a ring's indices). A port in front

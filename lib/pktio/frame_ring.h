@@ -86,6 +86,8 @@ class FrameRing {
   // Frees the first n slots of the last Peek (at most as many as it viewed,
   // in one store); the rest are viewed again by the next Peek.
   void Release(uint16_t n);
+  // Slots the last Peek viewed and Release has not freed.
+  uint32_t peeked() const { return peeked_; }
   // Asks for a wake-up before sleeping; returns false if frames are already
   // there (then do not sleep). Disarm after waking.
   bool Arm();

@@ -41,6 +41,8 @@ class LoopbackIo final : public BurstIo {
   bool ReadConcurrently() const override { return inner_ == nullptr || inner_->ReadConcurrently(); }
   // Looped gather frames are flattened (TxBurst); the rest go to inner.
   bool TakesGather() const override { return inner_ != nullptr && inner_->TakesGather(); }
+  // Looped frames are whole; the port's may be lent.
+  bool StartLending() override { return inner_ != nullptr && inner_->StartLending(); }
 
   // On a shared port (a droced fabric: other processes own the device's
   // other QPs) only RoCEv2 frames for QPNs [first, first + count) are this

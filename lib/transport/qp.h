@@ -217,7 +217,19 @@ class Qp {
   // dropped without any change to the QP (the caller counts it); it may have
   // left bytes in the unacknowledged part of the WRITE, receive or READ in
   // progress, which the retransmission overwrites before anything completes.
-  bool OnUnverifiedPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns);
+  bool OnUnverifiedPacket(const uint8_t* frame, const wire::ParsedPacket& p, uint64_t now_ns) {
+    return OnUnverifiedPacket(frame, nullptr, p, now_ns) == Unverified::kTaken;
+  }
+  // The same for a lent frame (pktio::Frame::lent): `frame` holds its
+  // headers, copied; `lent`, when not null, the whole frame in memory its
+  // sender can still write. The payload, pad and ICRC are read from there,
+  // once each, by the pass that CRCs and places them, so the ICRC judges
+  // exactly the bytes placed. A packet this QP does not place so is left
+  // untouched (kWantsWhole): the caller copies the whole frame and calls
+  // again with lent null.
+  enum class Unverified : uint8_t { kTaken, kBadIcrc, kWantsWhole };
+  Unverified OnUnverifiedPacket(const uint8_t* frame, const uint8_t* lent, const wire::ParsedPacket& p,
+                                uint64_t now_ns);
 
   // Fills up to n transmit buffers (each with capacity >= kMaxFrameBytes);
   // returns how many it used.
@@ -486,9 +498,10 @@ class Qp {
   static constexpr uint32_t kGatherTxMin = 1024;
   static_assert(kGatherTxMin > kFusedGatherMin, "a short request (BuildShortRequest) is never a gather frame");
   void ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len) const;
-  // ScatterToSges continuing an ICRC register over the bytes it copies.
-  uint32_t ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len,
-                            uint32_t crc) const;
+  // ScatterToSges continuing an ICRC register over the bytes it copies;
+  // `lent`: data is memory its sender can still write (wire::Crc32CopyOnceUpdate).
+  uint32_t ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len, uint32_t crc,
+                            bool lent = false) const;
   static bool IsReadOrAtomic(const SendWqe& w) {
     return w.opcode == WrOpcode::kRdmaRead || w.opcode == WrOpcode::kAtomicCmpAndSwp ||
            w.opcode == WrOpcode::kAtomicFetchAndAdd;

@@ -377,10 +377,10 @@ void Qp::ScatterToSges(const SendWqe& w, uint32_t offset, const uint8_t* data,
   });
 }
 
-uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len,
-                              uint32_t crc) const {
-  ForEachSgeSpan(w, offset, len, [&data, &crc](uint8_t* host, uint32_t n) {
-    crc = Crc32CopyUpdate(crc, host, data, n);
+uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* data, uint32_t len, uint32_t crc,
+                              bool lent) const {
+  ForEachSgeSpan(w, offset, len, [&data, &crc, lent](uint8_t* host, uint32_t n) {
+    crc = lent ? Crc32CopyOnceUpdate(crc, host, data, n) : Crc32CopyUpdate(crc, host, data, n);
     data += n;
   });
   return crc;

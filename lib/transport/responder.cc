@@ -236,7 +236,8 @@ uint32_t Qp::WarmNextRecv(uint32_t len) {
   return n;
 }
 
-bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_t now_ns) {
+Qp::Unverified Qp::OnUnverifiedPacket(const uint8_t* frame, const uint8_t* lent, const ParsedPacket& p,
+                                      uint64_t now_ns) {
   const uint32_t len = p.payload_len;
   const uint32_t psn = BthView(frame + p.bth_offset).psn();
   // Place while verifying only where the destination follows from verified
@@ -271,17 +272,23 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
     }
   }
   if (dst == nullptr && read == nullptr) {
-    if (!IcrcMatches(frame, p)) return false;
+    if (lent != nullptr) return Unverified::kWantsWhole;
+    if (!IcrcMatches(frame, p)) return Unverified::kBadIcrc;
     OnPacket(frame, p, now_ns);
-    return true;
+    return Unverified::kTaken;
   }
+  // The headers from `frame` (private); what follows them from where it is.
+  const uint8_t* body = lent != nullptr ? lent : frame;
   const uint8_t* l3 = frame + p.l3_offset;
-  const uint8_t* payload = frame + p.payload_offset;
+  const uint8_t* payload = body + p.payload_offset;
   uint32_t crc = IcrcBegin(l3, p.payload_offset - p.l3_offset, p.ipv6);
-  crc = read != nullptr ? ScatterToSgesCrc(*read, Ext(*read).read_done_bytes, payload, len, crc)
-                        : Crc32CopyUpdate(crc, dst, payload, len);
+  if (read != nullptr) {
+    crc = ScatterToSgesCrc(*read, Ext(*read).read_done_bytes, payload, len, crc, lent != nullptr);
+  } else {
+    crc = lent != nullptr ? Crc32CopyOnceUpdate(crc, dst, payload, len) : Crc32CopyUpdate(crc, dst, payload, len);
+  }
   crc = Crc32Update(crc, payload + len, p.icrc_offset - p.payload_offset - len);  // pad
-  if (Crc32Final(crc) != StoredIcrc(frame, p)) return false;  // silently dropped, state untouched
+  if (Crc32Final(crc) != StoredIcrc(body, p)) return Unverified::kBadIcrc;  // silently dropped, state untouched
   ++counters_.rx_packets;
   counters_.rx_bytes += p.payload_len;
   if (read != nullptr) {
@@ -289,7 +296,7 @@ bool Qp::OnUnverifiedPacket(const uint8_t* frame, const ParsedPacket& p, uint64_
   } else {
     OnRequest(frame, p, /*payload_placed=*/true);
   }
-  return true;
+  return Unverified::kTaken;
 }
 
 // The IBTA responder's resource, R_Key and execute steps, for a READ or

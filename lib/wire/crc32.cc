@@ -585,6 +585,45 @@ uint32_t Crc32CopyUpdate(uint32_t state, uint8_t* dst, const uint8_t* src, size_
   return DispatchActive(state, src, len, CopySrc{src, dst});
 }
 
+namespace {
+// Whole 16-byte blocks load each source byte once in the folding
+// implementations (no head, no tail); what is left, under 16 bytes, and
+// everything under the table implementation (whose Small copies and then
+// reads the source again) is loaded once into private memory first.
+template <typename Run>
+uint32_t CopyOnce(bool table, uint32_t state, uint8_t* dst, const uint8_t* src, size_t len, const Run& run) {
+  alignas(64) uint8_t tmp[256];
+  if (table) {
+    for (size_t done = 0; done < len;) {
+      const size_t n = len - done < sizeof tmp ? len - done : sizeof tmp;
+      std::memcpy(tmp, src + done, n);
+      state = run(state, dst + done, tmp, n);
+      done += n;
+    }
+    return state;
+  }
+  const size_t whole = len & ~size_t{15};
+  if (whole > 0) state = run(state, dst, src, whole);
+  if (whole == len) return state;
+  std::memcpy(tmp, src + whole, len - whole);
+  return run(state, dst + whole, tmp, len - whole);
+}
+}  // namespace
+
+uint32_t Crc32CopyOnceUpdate(uint32_t state, uint8_t* dst, const uint8_t* src, size_t len) {
+  return CopyOnce(kActiveImpl == Crc32Impl::kTable, state, dst, src, len,
+                  [](uint32_t s, uint8_t* d, const uint8_t* from, size_t n) {
+                    return DispatchActive(s, from, n, CopySrc{from, d});
+                  });
+}
+
+uint32_t Crc32CopyOnceUpdateWith(Crc32Impl impl, uint32_t state, uint8_t* dst, const uint8_t* src, size_t len) {
+  const bool table = impl == Crc32Impl::kTable || !Crc32ImplSupported(impl);
+  return CopyOnce(table, state, dst, src, len, [impl](uint32_t s, uint8_t* d, const uint8_t* from, size_t n) {
+    return Crc32CopyUpdateWith(impl, s, d, from, n);
+  });
+}
+
 uint32_t Crc32UpdateOrMaskedWith(Crc32Impl impl, uint32_t state, const uint8_t* data, size_t len,
                                  const Crc32OrMask& mask) {
   return Dispatch(impl, state, data, len, OrMaskSrc{data, mask.bytes});

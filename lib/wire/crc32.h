@@ -45,6 +45,15 @@ bool Crc32ImplSupported(Crc32Impl impl);
 uint32_t Crc32CopyUpdate(uint32_t state, uint8_t* dst, const uint8_t* src, size_t len);
 uint32_t Crc32CopyUpdateWith(Crc32Impl impl, uint32_t state, uint8_t* dst, const uint8_t* src,
                              size_t len);
+// Crc32CopyUpdate for a source another party can write while it is read
+// (a lent frame, pktio::Frame::lent): every byte of src is loaded exactly
+// once, so the CRC is of the bytes stored at dst whatever src turns into
+// meanwhile. (Crc32CopyUpdate may load a byte twice: a short buffer's head
+// and first block overlap, and the table implementation copies and then
+// reads the source.) `impl` as Crc32CopyUpdateWith; kActive: the one
+// Crc32CopyUpdate runs.
+uint32_t Crc32CopyOnceUpdate(uint32_t state, uint8_t* dst, const uint8_t* src, size_t len);
+uint32_t Crc32CopyOnceUpdateWith(Crc32Impl impl, uint32_t state, uint8_t* dst, const uint8_t* src, size_t len);
 
 // Bytes ORed into the start of a buffer before it is fed to the CRC: the
 // ICRC's "variant fields set to ones" (IBTA A17.3.3) without copying the

@@ -33,8 +33,11 @@ two_devices() {
   local out; out=$(DROCE_STATS=1 timeout "$t" "${mpi[@]}" -np 2 -x UCX_NET_DEVICES=droce0:1 "$mpi_check" -max 1048576 \
     : -np 2 -x UCX_NET_DEVICES=droce1:1 "$mpi_check" -max 1048576 2>&1)
   local rc=$?; grep -v "^droce" <<<"$out" | tail -20
+  grep -E "^droce droce[01]: direct paths" <<<"$out" | cut -c1-120
   [ $rc -eq 0 ] && grep -qE "^mpi_check: [0-9]+ checks passed on 4 ranks" <<<"$out" &&
-    grep -qE "^droce droce0: rx [1-9][0-9]* pkts" <<<"$out" && grep -qE "^droce droce1: rx [1-9][0-9]* pkts" <<<"$out"
+    grep -qE "^droce droce0: rx [1-9][0-9]* pkts" <<<"$out" && grep -qE "^droce droce1: rx [1-9][0-9]* pkts" <<<"$out" &&
+    # Lending is on by default (direct_lend): the ranks' long frames were lent.
+    grep -qE "direct paths [0-9]+ .* \(lent [1-9][0-9]*\)" <<<"$out"
 }
 check "mpi_check, 4 ranks across droce0 and droce1" two_devices
 

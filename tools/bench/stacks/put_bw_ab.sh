@@ -9,6 +9,7 @@
 # stop-and-wait; 128 is ib_write_bw's default tx depth).
 # CLIENT_WRAP runs the client (the sender) under a tool, e.g.
 #   CLIENT_WRAP="valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.%p --toggle-collect=*PollCq*"
+# SERVER_WRAP the same for the server (the receiver of the PUTs' frames).
 # CSV on stdout: round,build,side,msg_per_s,skipped_polls_per_msg,sleeps_per_msg,rx_bursts_per_msg,load
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,7 +19,7 @@ if [ "${PUT_BW_ONE:-0}" = 1 ]; then  # one run with $BUILD: the client's rate, t
   stacks_host "droce-bench-ab$$" 2
   p=$((port + 3))
   n=${ITERS:-5000}
-  DROCE_STATS=1 ucx_perftest -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -O "${WINDOW:-1}" -n "$n" -p $p \
+  DROCE_STATS=1 ${SERVER_WRAP:-} ucx_perftest -d droce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -O "${WINDOW:-1}" -n "$n" -p $p \
     >"$run/server.log" 2>"$run/server.err" &
   server=$!
   wait_listen $server $p

@@ -1,0 +1,200 @@
+// Lent frames (pktio::Frame::lent, BurstIo::StartLending): a port whose
+// frames arrive in memory the sender shares (the direct rings) hands a long
+// frame over with only its headers copied; the device reads its payload
+// where it is, once, while placing it, and copies any other frame whole
+// first (doc/rx-checks.md "Lent frames"). The port here plays the ring: it
+// puts each long frame into a "slot" of its own, leaves garbage past the
+// headers in the frame's buffer (so whatever reads the payload from there
+// reads garbage), lets a hook play a hostile sender that rewrites the slot
+// after handing it over, and poisons the slot when the frame is released
+// (the sender reuses it).
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/connect.h"
+#include "core/device.h"
+#include "sim/wire/mem_wire.h"
+#include "tests/support/device_pair.h"
+#include "wire/packet.h"
+
+namespace droce::core {
+namespace {
+
+using transport::WrOpcode;
+
+constexpr uint32_t kLendFrom = 1024;
+constexpr uint32_t kHead = 128;
+constexpr uint8_t kGarbage = 0xEE;
+constexpr uint8_t kPoison = 0xDD;
+
+class LendingPort final : public testing::ForwardingPort {
+ public:
+  explicit LendingPort(pktio::BurstIo* inner) : ForwardingPort(inner) {}
+  bool StartLending() override { return true; }
+  uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
+    const uint16_t got = inner()->RxBurst(f, n);
+    if (slots_.size() < n) slots_.resize(n, std::vector<uint8_t>(pktio::kMaxFrameBytes));
+    for (uint16_t i = 0; i < got; ++i) {
+      f[i].Lend(nullptr, 0);
+      if (f[i].len < kLendFrom) continue;
+      std::vector<uint8_t>& slot = slots_[i];
+      std::memcpy(slot.data(), f[i].data, f[i].len);
+      std::memset(f[i].data + kHead, kGarbage, f[i].len - kHead);
+      f[i].Lend(slot.data(), kHead);
+      ++lent;
+      if (hostile) hostile(slot.data(), f[i].len, lent);
+    }
+    return got;
+  }
+  void Release(pktio::Frame* f, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) {
+      // Still lent: the device read its payload where it was, never from
+      // the buffer, which still holds the garbage.
+      if (f[i].lent() != nullptr) {
+        ++placed_from_slot;
+        EXPECT_EQ(f[i].data[kHead], kGarbage);
+        EXPECT_EQ(f[i].data[f[i].len - 1], kGarbage);
+      }
+      f[i].Lend(nullptr, 0);
+    }
+    for (std::vector<uint8_t>& s : slots_) std::memset(s.data(), kPoison, s.size());  // the sender reuses them
+    inner()->Release(f, n);
+  }
+  // Called for every lent frame once it is in its slot: the sender writing
+  // the slot after handing it over. `nth` counts lent frames from 1.
+  std::function<void(uint8_t* slot, uint32_t len, uint64_t nth)> hostile;
+  uint64_t lent = 0, placed_from_slot = 0;
+
+ private:
+  std::vector<std::vector<uint8_t>> slots_;
+};
+
+sim::MemWireConfig RoomyWire() {
+  sim::MemWireConfig wc;
+  wc.pool_frames = 4096;
+  wc.queue_frames = 4096;
+  return wc;
+}
+
+void Pattern(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint8_t seed) {
+  for (uint32_t i = 0; i < len; ++i) m[off + i] = static_cast<uint8_t>(i * 7 + seed + (i >> 9));
+}
+
+struct LendingPair {
+  explicit LendingPair(uint32_t mtu)
+      : wire(RoomyWire()), port{LendingPort(&wire.end(0)), LendingPort(&wire.end(1))}, p(&port[0], &port[1], Options(mtu)) {}
+  static testing::DevicePairOptions Options(uint32_t mtu) {
+    testing::DevicePairOptions o;
+    o.mem_bytes = 1 << 20;
+    o.mtu = mtu;
+    return o;
+  }
+  sim::MemWire wire;
+  LendingPort port[2];
+  testing::DevicePair p;
+};
+
+constexpr uint64_t kRounds = 5'000'000;
+
+uint64_t BadIcrc(const Device& d) {
+  return d.counters().rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];
+}
+
+// WRITEs, SENDs and READs of sizes around the MTU, from odd offsets; each
+// arrives exact, and only the bytes its target range holds change.
+void Transfers(testing::DevicePair& p, uint32_t mtu) {
+  const uint32_t sizes[] = {1023, 1024, 1025, mtu - 1, mtu, mtu + 3, 3 * mtu + 1026, 65536 + 5};
+  uint64_t wr = 0, src = 0, dst = 0;
+  for (uint32_t len : sizes) {
+    SCOPED_TRACE(::testing::Message() << "MTU " << mtu << " len " << len);
+    src += 13;
+    dst += 7;
+    Pattern(p.mem[0], src, len, static_cast<uint8_t>(len));
+    std::vector<uint8_t> before = p.mem[1];
+    ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0][0], p.Wr(WrOpcode::kRdmaWrite, len, src, dst, ++wr)), 0);
+    std::vector<queue::Completion> done = p.RunUntil(1, kRounds);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+    std::memcpy(before.data() + dst, p.mem[0].data() + src, len);
+    EXPECT_TRUE(before == p.mem[1]) << "a WRITE changed bytes outside its target";
+    const uint64_t rdst = dst + 300000;
+    transport::RecvWr r;
+    r.wr_id = 1000 + wr;
+    r.num_sge = 1;
+    r.sg_list[0] = {reinterpret_cast<uint64_t>(p.mem[1].data()) + rdst, len, p.keys[1].lkey};
+    ASSERT_EQ(p.dev[1]->PostRecv(p.qpn[1][0], r), 0);
+    ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0][0], p.Wr(WrOpcode::kSend, len, src, 0, ++wr)), 0);
+    done = p.RunUntil(1, kRounds);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+    std::memcpy(before.data() + rdst, p.mem[0].data() + src, len);
+    EXPECT_TRUE(before == p.mem[1]) << "a SEND changed bytes outside its receive buffer";
+    // A READ of the WRITE's bytes back into device 0, further on.
+    const uint64_t back = src + 600000;
+    std::vector<uint8_t> before0 = p.mem[0];
+    ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0][0], p.Wr(WrOpcode::kRdmaRead, len, back, dst, ++wr)), 0);
+    done = p.RunUntil(1, kRounds);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+    std::memcpy(before0.data() + back, p.mem[1].data() + dst, len);
+    EXPECT_TRUE(before0 == p.mem[0]) << "a READ changed bytes outside its destination";
+  }
+}
+
+class LentRx : public ::testing::TestWithParam<uint32_t> {};
+
+// Long frames are placed from their slots (the garbage past the headers in
+// their buffers never read); the rest copied whole first.
+TEST_P(LentRx, PayloadsArePlacedFromTheSlotExactly) {
+  LendingPair g(GetParam());
+  Transfers(g.p, GetParam());
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_GT(g.port[i].lent, 0u);
+    EXPECT_GT(g.port[i].placed_from_slot, 0u) << "no payload was read where it was lent";
+    EXPECT_LT(g.port[i].placed_from_slot, g.port[i].lent) << "a FIRST or ONLY is judged whole";
+    EXPECT_EQ(BadIcrc(*g.p.dev[i]), 0u);
+  }
+}
+
+// A sender that rewrites every header byte of a slot after handing it over
+// (addresses, the BTH's destination QP, opcode and PSN, a RETH's address,
+// key and length) changes nothing: the device judged and used the headers
+// it copied, and CRCs its copy of them with the payload it placed.
+TEST_P(LentRx, SlotHeadersRewrittenAfterHandOverAreNeverRead) {
+  LendingPair g(GetParam());
+  for (LendingPort& port : g.port) {
+    port.hostile = [](uint8_t* slot, uint32_t len, uint64_t nth) {
+      const wire::ParsedPacket p = wire::ParsePacket(slot, len);
+      ASSERT_TRUE(p.ok());
+      for (uint32_t i = 0; i < p.payload_offset; ++i) slot[i] = static_cast<uint8_t>(slot[i] ^ (0x5A + nth + i));
+    };
+  }
+  Transfers(g.p, GetParam());
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_GT(g.port[i].placed_from_slot, 0u);
+    EXPECT_EQ(BadIcrc(*g.p.dev[i]), 0u) << "a header was read from the slot";
+  }
+}
+
+// A payload byte changed in the slot of a frame in the middle of a message:
+// the frame fails its ICRC and is dropped, the retransmission rewrites the
+// range, and the buffer ends exact.
+TEST_P(LentRx, PayloadChangedInTheSlotFailsItsIcrcAndIsResent) {
+  LendingPair g(GetParam());
+  for (LendingPort& port : g.port) {
+    port.hostile = [](uint8_t* slot, uint32_t len, uint64_t nth) {
+      if (nth % 5 == 3) slot[len - 40] ^= 0x01;
+    };
+  }
+  Transfers(g.p, GetParam());
+  EXPECT_GT(BadIcrc(*g.p.dev[0]) + BadIcrc(*g.p.dev[1]), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Mtu, LentRx, ::testing::Values(1024u, 4096u));
+
+}  // namespace
+}  // namespace droce::core

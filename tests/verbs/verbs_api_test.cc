@@ -188,6 +188,15 @@ class VerbsApi : public ::testing::Test {
                              IBV_QP_MAX_QP_RD_ATOMIC);
   }
 
+  // Two QPs of one device, made with no fixture state, connected to each other.
+  static void ConnectEachOther(ibv_qp* a, ibv_qp* b) {
+    for (auto [q, peer] : {std::pair{a, b}, std::pair{b, a}}) {
+      ASSERT_EQ(ToInit(q), 0);
+      ASSERT_EQ(ToRtr(q, peer->qp_num), 0);
+      ASSERT_EQ(ToRts(q), 0);
+    }
+  }
+
   // Two QPs connected to each other.
   void Connect(ibv_qp** a, ibv_qp** b, bool ex = false, ibv_srq* b_srq = nullptr) {
     *a = NewQp(ex);
@@ -1534,11 +1543,7 @@ struct SleepyDevice {
 TEST_F(VerbsApi, DestroyQpAcknowledgesTheRequestThatAlreadyArrived) {
   SleepyDevice d(run_dir_, "droce2", "10.0.0.3");
   ASSERT_TRUE(d.ok()) << "droce2 not set up";
-  for (auto [q, peer] : {std::pair{d.a, d.b}, std::pair{d.b, d.a}}) {
-    ASSERT_EQ(ToInit(q), 0);
-    ASSERT_EQ(ToRtr(q, peer->qp_num), 0);
-    ASSERT_EQ(ToRts(q), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
   SleepyDevice::Quiet();
   ASSERT_EQ(d.Write(42, IBV_SEND_SIGNALED), 0);  // the frame loops back into droce2's receive ring
   ASSERT_EQ(ibv_destroy_qp(d.b), 0);
@@ -1564,11 +1569,7 @@ TEST_F(VerbsApi, DestroyQpAcknowledgesTheRequestThatAlreadyArrived) {
 TEST_F(VerbsApi, ModifyToErrAnswersWhatArrivedAndSendsTheOwedAckAtOnce) {
   SleepyDevice d(run_dir_, "droce3", "10.0.0.4", "ack_solicit_us=10000000\n");
   ASSERT_TRUE(d.ok()) << "droce3 not set up";
-  for (auto [q, peer] : {std::pair{d.a, d.b}, std::pair{d.b, d.a}}) {
-    ASSERT_EQ(ToInit(q), 0);
-    ASSERT_EQ(ToRtr(q, peer->qp_num), 0);
-    ASSERT_EQ(ToRts(q), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
   SleepyDevice::Quiet();
   ASSERT_EQ(d.Write(7, 0), 0);  // unsignaled, and the QP's first packet: no AckReq
   ibv_qp_attr err{};

@@ -1289,6 +1289,17 @@ int DestroyQp(ibv_qp* ibqp) {
     // in the socket, and a WR the peer placed or we placed is flushed on
     // one side instead of completing.
     (void)rt->PollLocked(NowNs());
+    // A live QP acknowledges what it accepted without AckReq before it goes,
+    // as its move to ERR does (EnterError): a program that destroys its QP
+    // without moving it to ERR (libfabric's rxm closing its endpoint; the
+    // DREQ follows from rdma_destroy_id) otherwise leaves the peer's unasked
+    // tail to be flushed when that DREQ arrives. The flushes this makes go
+    // with the QP (Device::DestroyQp drops its completions).
+    if (Receives(rt->dev().qp(qp->qpn))) {
+      transport::QpAttr err;
+      err.qp_state = transport::QpState::kErr;
+      if (rt->dev().ModifyQp(qp->qpn, err, transport::kAttrState).ok()) (void)rt->dev().Doorbell(qp->qpn, NowNs());
+    }
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);

@@ -1583,6 +1583,28 @@ TEST_F(VerbsApi, ModifyToErrAnswersWhatArrivedAndSendsTheOwedAckAtOnce) {
                     << " although its data arrived";
 }
 
+// destroy_qp of a QP still in RTS (libfabric's rxm closes its endpoint so,
+// and rdma_destroy_id's DREQ follows) acknowledges the unasked WRITE it
+// accepted, as a move to ERR does: the peer's move to ERR on that DREQ
+// then flushes nothing. Without it a's WRITE completes IBV_WC_WR_FLUSH_ERR.
+TEST_F(VerbsApi, DestroyQpInRtsSendsTheOwedAck) {
+  SleepyDevice d(run_dir_, "droce4", "10.0.0.5", "ack_solicit_us=10000000\n");
+  ASSERT_TRUE(d.ok()) << "droce4 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  SleepyDevice::Quiet();
+  ASSERT_EQ(d.Write(8, 0), 0);  // unsignaled, the QP's first packet: no AckReq
+  ASSERT_EQ(ibv_destroy_qp(d.b), 0);
+  d.b = nullptr;
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(d.a, &err, IBV_QP_STATE), 0);
+  EXPECT_EQ(d.mem[4096], 0x5C);
+  ibv_wc wc{};
+  const int got = d.PollOne(&wc, std::chrono::milliseconds(200));
+  EXPECT_EQ(got, 0) << "WR " << wc.wr_id << " completed " << ibv_wc_status_str(wc.status)
+                    << " although its data arrived";
+}
+
 // UCX's pattern: its async thread arms a completion channel on its UD
 // receive CQ once and waits on the fd with epoll for the whole job, while
 // the program polls every CQ itself. A channel armed long ago (more than

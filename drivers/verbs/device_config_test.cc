@@ -318,6 +318,7 @@ const KeySample kSamples[] = {
     {"udp_gso", "udp_gso=on", kWire, "segmented"},
     {"udp_gather", "udp_gather=off", kWire, "copied"},
     {"direct_lend", "direct_lend=off", kFabric, "lent"},
+    {"direct_icrc_trust", "direct_icrc_trust=off", kFabric, "trusted"},
     {"doorbell_batch", "doorbell_batch=4", kWire, "257"},
     {"doorbell_burst_gap_ns", "doorbell_burst_gap_ns=1000000", kWire, "1000000001"},
     {"memif_direct_tx", "memif_direct_tx=off", kWire, "direct"},

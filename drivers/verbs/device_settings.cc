@@ -348,6 +348,10 @@ std::vector<DeviceSetting> MakeSettings() {
                      "a fabric device's frames of 1 KiB or more from another process's direct ring are placed "
                      "straight from the ring's slot, their headers copied first (doc/rx-checks.md \"Lent frames\"); "
                      "off: every frame is copied out of the ring whole before it is read"));
+  t.push_back(Switch("direct_icrc_trust", [](auto& f) -> auto& { return f.dev.rx_icrc_trust_lent; },
+                     "with `direct_lend`: the frames placed straight from a direct ring's slot (memory only the peer "
+                     "process writes, never a wire's frames) are placed without checking their ICRC; frames "
+                     "through droced are always checked (doc/rx-checks.md \"Trusted direct rings\")"));
   // The provider's progress and doorbells (doc/verbs.md "Who drives the device").
   t.push_back(Number("doorbell_batch", 1, 256, 1, [](auto& f) -> auto& { return f.doorbell_batch; },
                      "small posts in a tight burst of a program that polls its CQ leave together, up to this "

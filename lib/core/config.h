@@ -64,6 +64,15 @@ struct DeviceConfig : transport::QpTuning {
   // link, whose sender computed the ICRC a moment before). Off by default;
   // the verbs device file refuses it on a real wire (rx_icrc_trust).
   bool rx_icrc_trusted = false;
+  // Lent frames (pktio::Frame::lent) its QP places while checking the ICRC
+  // are placed by a plain copy without the check (doc/rx-checks.md "Trusted
+  // direct rings"). A port lends only frames in memory their sending
+  // process writes itself (the direct rings between two processes of one
+  // host, which no frame of a wire ever enters): that sender can write a
+  // valid ICRC over any bytes, so the check there guards against nothing
+  // but its own bugs. Every other frame, a lent one copied whole included,
+  // is checked as without it. Counted in rx_icrc_trusted.
+  bool rx_icrc_trust_lent = false;
   // Reaction point: DCQCN rate limiting of every QP (off by default, as on
   // mlx5 without a congestion-control profile). Parameters: cc::PaperProfile
   // or cc::Mlx5Profile, or hand-tuned.

@@ -111,6 +111,7 @@ struct QpInitAttr {
   X(tx_acks_held, "ACKs a round the program drove kept for its next post or round (Poll's hold_acks)")      \
   X(rx_bursts_full, "... that returned a full burst (the port's RX ring held more: a queue here)")        \
   X(rx_predicted, "RoCEv2 frames whose headers were their QP's prediction (no full parse, doc/rx-checks.md)") \
+  X(rx_icrc_trusted, "lent frames (direct rings) placed without the ICRC check (DeviceConfig::rx_icrc_trust_lent)") \
   X(sr_rtt_samples, "destroyed SR QPs: RTT samples (QpCounters::sr_rtt_hist, summed)")                    \
   X(sr_rtt_inflight_sum, "... packets in flight at those samples, summed")                                \
   X(sr_rtt_min_us, "... the smallest RTT sample")                                                         \

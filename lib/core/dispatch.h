@@ -53,11 +53,17 @@ inline bool Device::DeliverConnected(transport::Qp& q, const uint8_t* frame, con
   if (verify_while_placing) {
     // A lent frame's payload is read where it is, once, by the QP's
     // placement; a packet the QP does not place so is copied whole first.
+    // A lent frame is placed unchecked where the device trusts them
+    // (DeviceConfig::rx_icrc_trust_lent); copied whole, it is checked.
     using U = transport::Qp::Unverified;
-    U r = q.OnUnverifiedPacket(frame, rx_lent_ != nullptr ? rx_lent_->lent() : nullptr, p, now_ns);
+    const bool lent = rx_lent_ != nullptr;
+    const bool trusted = lent && config_.rx_icrc_trust_lent;
+    U r = q.OnUnverifiedPacket(frame, lent ? rx_lent_->lent() : nullptr, p, now_ns, trusted);
     if (r == U::kWantsWhole) {
       TakeWhole();
       r = q.OnUnverifiedPacket(frame, nullptr, p, now_ns);
+    } else if (trusted && r == U::kTaken) {
+      ++counters_.rx_icrc_trusted;
     }
     if (r != U::kTaken) {
       ++counters_.rx_parse_errors[static_cast<int>(wire::ParseStatus::kBadIcrc)];

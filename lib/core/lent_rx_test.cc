@@ -8,6 +8,7 @@
 // reads garbage), lets a hook play a hostile sender that rewrites the slot
 // after handing it over, and poisons the slot when the frame is released
 // (the sender reuses it).
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <tuple>
@@ -33,14 +34,18 @@ constexpr uint8_t kPoison = 0xDD;
 
 class LendingPort final : public testing::ForwardingPort {
  public:
-  explicit LendingPort(pktio::BurstIo* inner) : ForwardingPort(inner) {}
-  bool StartLending() override { return true; }
+  LendingPort(pktio::BurstIo* inner, bool lend) : ForwardingPort(inner), lends(lend) {}
+  bool StartLending() override { return lends; }
   uint16_t RxBurst(pktio::Frame* f, uint16_t n) override {
     const uint16_t got = inner()->RxBurst(f, n);
     if (slots_.size() < n) slots_.resize(n, std::vector<uint8_t>(pktio::kMaxFrameBytes));
     for (uint16_t i = 0; i < got; ++i) {
       f[i].Lend(nullptr, 0);
       if (f[i].len < kLendFrom) continue;
+      if (!lends) {  // a port of a wire: the hook writes the frame itself
+        if (hostile) hostile(f[i].data, f[i].len, ++lent);
+        continue;
+      }
       std::vector<uint8_t>& slot = slots_[i];
       std::memcpy(slot.data(), f[i].data, f[i].len);
       std::memset(f[i].data + kHead, kGarbage, f[i].len - kHead);
@@ -68,6 +73,7 @@ class LendingPort final : public testing::ForwardingPort {
   // the slot after handing it over. `nth` counts lent frames from 1.
   std::function<void(uint8_t* slot, uint32_t len, uint64_t nth)> hostile;
   uint64_t lent = 0, placed_from_slot = 0;
+  bool lends = true;  // false: a port that never lends (every other wire)
 
  private:
   std::vector<std::vector<uint8_t>> slots_;
@@ -85,12 +91,15 @@ void Pattern(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint8_t seed) 
 }
 
 struct LendingPair {
-  explicit LendingPair(uint32_t mtu)
-      : wire(RoomyWire()), port{LendingPort(&wire.end(0)), LendingPort(&wire.end(1))}, p(&port[0], &port[1], Options(mtu)) {}
-  static testing::DevicePairOptions Options(uint32_t mtu) {
+  explicit LendingPair(uint32_t mtu, bool trust_lent = false, bool lends = true)
+      : wire(RoomyWire()),
+        port{LendingPort(&wire.end(0), lends), LendingPort(&wire.end(1), lends)},
+        p(&port[0], &port[1], Options(mtu, trust_lent)) {}
+  static testing::DevicePairOptions Options(uint32_t mtu, bool trust_lent) {
     testing::DevicePairOptions o;
     o.mem_bytes = 1 << 20;
     o.mtu = mtu;
+    o.config.rx_icrc_trust_lent = trust_lent;
     return o;
   }
   sim::MemWire wire;
@@ -192,6 +201,84 @@ TEST_P(LentRx, PayloadChangedInTheSlotFailsItsIcrcAndIsResent) {
   }
   Transfers(g.p, GetParam());
   EXPECT_GT(BadIcrc(*g.p.dev[0]) + BadIcrc(*g.p.dev[1]), 0u);
+}
+
+// One WRITE of FIRST, two MIDDLEs and a LAST, every frame lent; `hostile`
+// flips payload byte kFlipAt (past the copied headers) of every MIDDLE and of
+// the first FIRST and LAST seen. Returns the completion's status.
+constexpr uint64_t kSrc = 13, kDst = 70001;
+constexpr uint32_t kFlipAt = 100;
+uint32_t FlipsLen(uint32_t mtu) { return 3 * mtu + 1000; }
+queue::WcStatus WriteWithFlips(LendingPair& g, uint32_t mtu) {
+  const uint32_t len = FlipsLen(mtu);
+  Pattern(g.p.mem[0], kSrc, len, 0x31);
+  for (LendingPort& port : g.port) {
+    port.hostile = [firsts = 0, lasts = 0](uint8_t* slot, uint32_t n, uint64_t) mutable {
+      const wire::ParsedPacket p = wire::ParsePacket(slot, n);
+      if (!p.ok()) return;
+      if (p.opcode == wire::kRcWriteMiddle || (p.opcode == wire::kRcWriteFirst && firsts++ == 0) ||
+          (p.opcode == wire::kRcWriteLast && lasts++ == 0)) {
+        slot[p.payload_offset + kFlipAt] ^= 0x40;
+      }
+    };
+  }
+  EXPECT_EQ(g.p.dev[0]->PostSend(g.p.qpn[0][0], g.p.Wr(WrOpcode::kRdmaWrite, len, kSrc, kDst, 1)), 0);
+  std::vector<queue::Completion> done = g.p.RunUntil(1, kRounds);
+  return done.size() == 1 ? done[0].status : queue::WcStatus::kGeneralErr;
+}
+
+// DeviceConfig::rx_icrc_trust_lent: a lent frame its QP places (WRITE
+// MIDDLE at the expected PSN) is placed unchecked, so a payload byte its
+// sender changed lands as changed; the FIRST and LAST, lent but judged
+// whole, are still checked: dropped once and resent.
+TEST_P(LentRx, TrustedLentFramesArePlacedUnchecked) {
+  const uint32_t mtu = GetParam();
+  LendingPair g(mtu, /*trust_lent=*/true);
+  ASSERT_EQ(WriteWithFlips(g, mtu), queue::WcStatus::kSuccess);
+  const Device& rx = *g.p.dev[1];
+  EXPECT_GE(rx.counters().rx_icrc_trusted, 2u);
+  // The flipped FIRST fails; the MIDDLEs and the flipped LAST after it are
+  // not at the expected PSN, so judged whole, and fail too; the resent
+  // MIDDLEs are placed unchecked.
+  EXPECT_EQ(BadIcrc(rx), 4u);
+  std::vector<uint8_t> want(g.p.mem[0].begin() + kSrc, g.p.mem[0].begin() + kSrc + FlipsLen(mtu));
+  want[mtu + kFlipAt] ^= 0x40;
+  want[2 * mtu + kFlipAt] ^= 0x40;
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), g.p.mem[1].begin() + kDst))
+      << "the MIDDLEs' bytes are placed as their sender wrote them";
+}
+
+// Without the setting the MIDDLEs fail their ICRC every time: the WRITE
+// never completes with success.
+TEST_P(LentRx, UntrustedLentFramesAreChecked) {
+  const uint32_t mtu = GetParam();
+  LendingPair g(mtu, /*trust_lent=*/false);
+  EXPECT_NE(WriteWithFlips(g, mtu), queue::WcStatus::kSuccess);
+  EXPECT_EQ(g.p.dev[1]->counters().rx_icrc_trusted, 0u);
+  EXPECT_GT(BadIcrc(*g.p.dev[1]), 2u);
+}
+
+// The setting on, a port that does not lend (every wire but the direct
+// rings): each frame is checked; a corrupted one is dropped and resent, and
+// the WRITE arrives exact.
+TEST_P(LentRx, TrustLentChecksFramesThatAreNotLent) {
+  const uint32_t mtu = GetParam();
+  LendingPair g(mtu, /*trust_lent=*/true, /*lends=*/false);
+  const uint32_t len = 3 * mtu + 1026;
+  Pattern(g.p.mem[0], kSrc, len, 0x52);
+  for (LendingPort& port : g.port) {
+    port.hostile = [](uint8_t* frame, uint32_t n, uint64_t nth) {
+      const wire::ParsedPacket p = wire::ParsePacket(frame, n);
+      if (p.ok() && p.opcode == wire::kRcWriteMiddle && nth <= 6) frame[p.payload_offset + 5] ^= 0x40;
+    };
+  }
+  ASSERT_EQ(g.p.dev[0]->PostSend(g.p.qpn[0][0], g.p.Wr(WrOpcode::kRdmaWrite, len, kSrc, kDst, 1)), 0);
+  std::vector<queue::Completion> done = g.p.RunUntil(1, kRounds);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+  EXPECT_EQ(g.p.dev[1]->counters().rx_icrc_trusted, 0u);
+  EXPECT_GT(BadIcrc(*g.p.dev[1]), 0u);
+  EXPECT_TRUE(std::equal(g.p.mem[0].begin() + kSrc, g.p.mem[0].begin() + kSrc + len, g.p.mem[1].begin() + kDst));
 }
 
 INSTANTIATE_TEST_SUITE_P(Mtu, LentRx, ::testing::Values(1024u, 4096u));

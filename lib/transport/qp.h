@@ -227,9 +227,13 @@ class Qp {
   // exactly the bytes placed. A packet this QP does not place so is left
   // untouched (kWantsWhole): the caller copies the whole frame and calls
   // again with lent null.
+  // `trusted`: a packet placed here is placed by a plain copy without the
+  // ICRC (a frame from a direct ring whose device trusts them,
+  // core::DeviceConfig::rx_icrc_trust_direct); one the QP does not place so
+  // is still checked (kWantsWhole for a lent frame, else IcrcMatches).
   enum class Unverified : uint8_t { kTaken, kBadIcrc, kWantsWhole };
   Unverified OnUnverifiedPacket(const uint8_t* frame, const uint8_t* lent, const wire::ParsedPacket& p,
-                                uint64_t now_ns);
+                                uint64_t now_ns, bool trusted = false);
 
   // Fills up to n transmit buffers (each with capacity >= kMaxFrameBytes);
   // returns how many it used.

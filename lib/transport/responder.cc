@@ -237,7 +237,7 @@ uint32_t Qp::WarmNextRecv(uint32_t len) {
 }
 
 Qp::Unverified Qp::OnUnverifiedPacket(const uint8_t* frame, const uint8_t* lent, const ParsedPacket& p,
-                                      uint64_t now_ns) {
+                                      uint64_t now_ns, bool trusted) {
   const uint32_t len = p.payload_len;
   const uint32_t psn = BthView(frame + p.bth_offset).psn();
   // Place while verifying only where the destination follows from verified
@@ -279,16 +279,28 @@ Qp::Unverified Qp::OnUnverifiedPacket(const uint8_t* frame, const uint8_t* lent,
   }
   // The headers from `frame` (private); what follows them from where it is.
   const uint8_t* body = lent != nullptr ? lent : frame;
-  const uint8_t* l3 = frame + p.l3_offset;
   const uint8_t* payload = body + p.payload_offset;
-  uint32_t crc = IcrcBegin(l3, p.payload_offset - p.l3_offset, p.ipv6);
-  if (read != nullptr) {
-    crc = ScatterToSgesCrc(*read, Ext(*read).read_done_bytes, payload, len, crc, lent != nullptr);
+  if (trusted) {
+    // Placed by a plain copy, not checked: the destination came from
+    // verified state above, so a byte the sender changes meanwhile lands
+    // where that byte of this message belongs, as the sender could have
+    // sent it anyway.
+    if (read != nullptr) {
+      ScatterToSges(*read, Ext(*read).read_done_bytes, payload, len);
+    } else {
+      std::memcpy(dst, payload, len);
+    }
   } else {
-    crc = lent != nullptr ? Crc32CopyOnceUpdate(crc, dst, payload, len) : Crc32CopyUpdate(crc, dst, payload, len);
+    const uint8_t* l3 = frame + p.l3_offset;
+    uint32_t crc = IcrcBegin(l3, p.payload_offset - p.l3_offset, p.ipv6);
+    if (read != nullptr) {
+      crc = ScatterToSgesCrc(*read, Ext(*read).read_done_bytes, payload, len, crc, lent != nullptr);
+    } else {
+      crc = lent != nullptr ? Crc32CopyOnceUpdate(crc, dst, payload, len) : Crc32CopyUpdate(crc, dst, payload, len);
+    }
+    crc = Crc32Update(crc, payload + len, p.icrc_offset - p.payload_offset - len);  // pad
+    if (Crc32Final(crc) != StoredIcrc(body, p)) return Unverified::kBadIcrc;  // silently dropped, state untouched
   }
-  crc = Crc32Update(crc, payload + len, p.icrc_offset - p.payload_offset - len);  // pad
-  if (Crc32Final(crc) != StoredIcrc(body, p)) return Unverified::kBadIcrc;  // silently dropped, state untouched
   ++counters_.rx_packets;
   counters_.rx_bytes += p.payload_len;
   if (read != nullptr) {

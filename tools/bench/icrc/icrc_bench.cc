@@ -1,6 +1,8 @@
 // ICRC throughput beside single-core hot memcpy of the same sizes, measured
 // in the same run: full ICRC computation of a RoCEv2 frame (masked headers
-// plus payload, ComputeIcrc) and raw CRC-32 per implementation.
+// plus payload, ComputeIcrc) and raw CRC-32 per implementation; then a
+// direct ring's two passes per 4 KiB frame with and without the CRC
+// (ring_pair_*: copy, copy_crc, copy_crc_rx_once, rx_trusted).
 //
 // Prints CSV: size,what,gbytes_per_s,ns_per_packet
 #include <time.h>
@@ -90,6 +92,46 @@ int main(int argc, char** argv) {
       std::printf("%u,crc32_%s,%.2f,%.1f\n", size, Crc32ImplName(impl), size / ns, ns);
     }
     std::printf("%u,icrc_vs_memcpy_time,%.2f,\n", size, icrc_ns / memcpy_ns);
+  }
+  // A 768 KiB message as 4 KiB payloads through 64 slots of 4416 bytes (a
+  // direct ring), on one CPU: per frame the sender's pass (message to slot)
+  // and the receiver's (slot to its message), each a plain copy or the fused
+  // copy and CRC. Out of L1 (the message and the ring are 1 MiB together),
+  // as in the MPI ping-pong; the two-CPU pipeline is
+  // droce-ring-footprint-bench's DROCE_RING_FOOTPRINT_MODES.
+  {
+    constexpr size_t kMsg = 786432, kSlots = 64, kSlotBytes = 4416, kPay = 4096;
+    std::vector<uint8_t> a(kMsg, 0x5A), ring(kSlots * kSlotBytes, 0x11), b(kMsg, 0);
+    volatile uint32_t sink = 0;
+    const char* names[] = {"ring_pair_copy", "ring_pair_copy_crc", "ring_pair_copy_crc_rx_once", "ring_pair_rx_trusted"};
+    std::vector<double> v[4];
+    for (int t = 0; t < 4 * trials + 1; ++t) {
+      for (int m = 0; m < 4; ++m) {
+        const uint64_t t0 = NowNs();
+        for (size_t off = 0, k = 0; off < kMsg; off += kPay, ++k) {
+          uint8_t* slot = ring.data() + (k % kSlots) * kSlotBytes + 64;
+          if (m == 0) {
+            std::memcpy(slot, a.data() + off, kPay);
+          } else {
+            sink = sink + Crc32CopyUpdate(kCrc32Init, slot, a.data() + off, kPay);
+          }
+          if (m == 1) {
+            sink = sink + Crc32CopyUpdate(kCrc32Init, b.data() + off, slot, kPay);
+          } else if (m == 2) {
+            sink = sink + Crc32CopyOnceUpdate(kCrc32Init, b.data() + off, slot, kPay);
+          } else {
+            std::memcpy(b.data() + off, slot, kPay);
+          }
+          asm volatile("" : : "r"(slot), "r"(b.data()) : "memory");
+        }
+        v[m].push_back(double(NowNs() - t0) / double(kMsg / kPay));
+      }
+    }
+    for (int m = 0; m < 4; ++m) {
+      std::sort(v[m].begin(), v[m].end());
+      const double ns = v[m][v[m].size() / 2];
+      std::printf("4096,%s,%.2f,%.1f\n", names[m], 4096 / ns, ns);
+    }
   }
   std::printf("# active CRC implementation: %s\n", Crc32ImplName(ActiveCrc32Impl()));
   return 0;

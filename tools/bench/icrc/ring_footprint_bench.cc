@@ -14,10 +14,21 @@
 // per direction slots x 4416 bytes, cycled in order, against 2 MiB of L2 per
 // core here. Arms (ring sizes) alternate batch by batch so they share the load.
 //
+// DROCE_RING_FOOTPRINT_MODES picks what each side does with the ICRC and how
+// the receiver reads a slot (arms, alternated with the ring sizes):
+//   copied      the above (Consume copies the frame out, then the fused placement)
+//   lent        the receiver copies the headers (128 B) and places the payload
+//               from the slot with the fused CRC (Crc32CopyOnceUpdate), as a
+//               lent frame; the sender as above: two CRC passes
+//   rx_trusted  lent, the receiver places with a plain copy (no ICRC check)
+//   none        rx_trusted, and the sender copies the payload without the CRC
+// So lent - rx_trusted is the receiver's CRC pass, rx_trusted - none the sender's.
+//
 // Usage: droce-ring-footprint-bench [round_trips_per_batch batches] [cpu_a cpu_b]
 // DROCE_RING_FOOTPRINT_SIZES: message bytes, comma-separated (262144,524288,786432,1048576)
 // DROCE_RING_FOOTPRINT_SLOTS: ring sizes, comma-separated (32,64,128,256)
-// Prints CSV: bytes,slots,ns_per_frame (median over batches of the one-way
+// DROCE_RING_FOOTPRINT_MODES: comma-separated (copied)
+// Prints CSV: bytes,slots,mode,ns_per_frame (median over batches of the one-way
 // time per 4 KiB frame),ns_one_way (median)
 #include <algorithm>
 #include <atomic>
@@ -40,6 +51,10 @@ using bench::Pin;
 
 constexpr uint32_t kMtu = 4096, kHeaders = 58, kIcrc = 4;  // Eth+IP+UDP+BTH+AETH
 constexpr uint16_t kFlush = 4, kRxBurst = 32, kPool = 64;
+constexpr uint32_t kLentHead = 128;  // ethdev::DirectIo::kLendHeadBytes
+
+enum class Mode { kCopied, kLent, kRxTrusted, kNone };
+constexpr const char* kModeNames[] = {"copied", "lent", "rx_trusted", "none"};
 
 std::vector<uint32_t> List(const char* env, const char* dflt) {
   std::vector<uint32_t> v;
@@ -55,14 +70,16 @@ std::vector<uint32_t> List(const char* env, const char* dflt) {
 
 // One side: its message buffer, its frame pool, its two ring ends.
 struct Side {
+  Mode mode;
+  uint8_t head[kLentHead];  // a lent frame's private headers
   std::vector<uint8_t> msg;
   std::vector<uint8_t> pool_mem;
   std::vector<uint8_t*> free_list;  // LIFO, as pktio::FramePool
   pktio::FrameRing tx, rx;
   volatile uint32_t sink = 0;
 
-  Side(size_t bytes, pktio::FrameRing t, pktio::FrameRing r)
-      : msg(bytes, 0x5A), pool_mem(size_t{kPool} * pktio::kMaxFrameBytes, 0xA5), tx(t), rx(r) {
+  Side(size_t bytes, Mode m, pktio::FrameRing t, pktio::FrameRing r)
+      : mode(m), msg(bytes, 0x5A), pool_mem(size_t{kPool} * pktio::kMaxFrameBytes, 0xA5), tx(t), rx(r) {
     for (uint32_t i = 0; i < kPool; ++i) free_list.push_back(pool_mem.data() + size_t{i} * pktio::kMaxFrameBytes);
   }
   uint8_t* Alloc() {
@@ -82,7 +99,12 @@ struct Side {
         const uint32_t pay = static_cast<uint32_t>(std::min<size_t>(kMtu, bytes - off));
         uint8_t* b = Alloc();
         std::memset(b, 0x11, kHeaders);
-        const uint32_t crc = wire::Crc32CopyUpdate(~0u, b + kHeaders, msg.data() + off, pay);
+        uint32_t crc = 0;
+        if (mode == Mode::kNone) {
+          std::memcpy(b + kHeaders, msg.data() + off, pay);
+        } else {
+          crc = wire::Crc32CopyUpdate(~0u, b + kHeaders, msg.data() + off, pay);
+        }
         std::memcpy(b + kHeaders + pay, &crc, kIcrc);
         f[k] = {b, kHeaders + pay + kIcrc, pktio::kMaxFrameBytes};
       }
@@ -94,6 +116,7 @@ struct Side {
   }
 
   void Receive(size_t bytes) {
+    if (mode != Mode::kCopied) return ReceiveLent(bytes);
     const uint32_t frames = static_cast<uint32_t>((bytes + kMtu - 1) / kMtu);
     pktio::Frame f[kRxBurst];
     for (uint32_t got = 0; got < frames;) {
@@ -108,10 +131,36 @@ struct Side {
       got += n;
     }
   }
+
+  // As ethdev::DirectIo and core::Device with a lent frame: the headers
+  // copied, the payload read once in the slot by the placement.
+  void ReceiveLent(size_t bytes) {
+    const uint32_t frames = static_cast<uint32_t>((bytes + kMtu - 1) / kMtu);
+    pktio::Frame v[kRxBurst];
+    for (uint32_t got = 0; got < frames;) {
+      const uint16_t n = rx.Peek(v, kRxBurst);
+      for (uint16_t k = 0; k < n; ++k) {
+        const size_t off = size_t{got + k} * kMtu;
+        std::memcpy(head, v[k].data, kLentHead);
+        const uint32_t pay = v[k].len - kHeaders - kIcrc;
+        if (mode == Mode::kLent) {
+          uint32_t stored;
+          const uint32_t crc = wire::Crc32CopyOnceUpdate(~0u, msg.data() + off, v[k].data + kHeaders, pay);
+          std::memcpy(&stored, v[k].data + kHeaders + pay, kIcrc);
+          sink = sink + (crc == stored);
+        } else {
+          std::memcpy(msg.data() + off, v[k].data + kHeaders, pay);
+          sink = sink + head[k & 63];
+        }
+      }
+      rx.Release(n);
+      got += n;
+    }
+  }
 };
 
 // Median one-way ns of `trips` round trips of `bytes` over rings of `slots`.
-double Batch(size_t bytes, uint32_t slots, uint32_t trips, int cpu_a, int cpu_b) {
+double Batch(size_t bytes, uint32_t slots, Mode mode, uint32_t trips, int cpu_a, int cpu_b) {
   const uint32_t sb = pktio::FrameRing::kDefaultSlotBytes;
   const size_t ring_bytes = pktio::FrameRing::Bytes(slots, sb);
   auto* ab = static_cast<uint8_t*>(std::aligned_alloc(64, ring_bytes));
@@ -121,7 +170,7 @@ double Batch(size_t bytes, uint32_t slots, uint32_t trips, int cpu_a, int cpu_b)
   std::vector<double> rt;
   std::thread b([&] {
     Pin(cpu_b);
-    Side s(bytes, pktio::FrameRing(ba, slots, sb), pktio::FrameRing(ab, slots, sb));
+    Side s(bytes, mode, pktio::FrameRing(ba, slots, sb), pktio::FrameRing(ab, slots, sb));
     for (uint32_t i = 0; i < trips + 2; ++i) {
       s.Receive(bytes);
       s.Send(bytes);
@@ -129,7 +178,7 @@ double Batch(size_t bytes, uint32_t slots, uint32_t trips, int cpu_a, int cpu_b)
   });
   Pin(cpu_a);
   {
-    Side s(bytes, pktio::FrameRing(ab, slots, sb), pktio::FrameRing(ba, slots, sb));
+    Side s(bytes, mode, pktio::FrameRing(ab, slots, sb), pktio::FrameRing(ba, slots, sb));
     for (uint32_t i = 0; i < trips + 2; ++i) {
       const uint64_t t0 = NowNs();
       s.Send(bytes);
@@ -159,16 +208,38 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("bytes,slots,ns_per_frame,ns_one_way\n");
-  for (uint32_t bytes : sizes) {
-    std::vector<std::vector<double>> v(slots.size());
-    for (uint32_t k = 0; k < batches; ++k) {
-      for (size_t j = 0; j < slots.size(); ++j) v[j].push_back(Batch(bytes, slots[j], trips, cpu_a, cpu_b));
+  std::vector<Mode> modes;
+  {
+    std::string m = std::getenv("DROCE_RING_FOOTPRINT_MODES") != nullptr ? std::getenv("DROCE_RING_FOOTPRINT_MODES")
+                                                                          : "copied";
+    for (size_t pos = 0; pos <= m.size();) {
+      const size_t comma = m.find(',', pos);
+      const std::string name = m.substr(pos, comma - pos);
+      size_t i = 0;
+      while (i < 4 && name != kModeNames[i]) ++i;
+      if (i == 4) {
+        std::fprintf(stderr, "DROCE_RING_FOOTPRINT_MODES: copied, lent, rx_trusted, none\n");
+        return 2;
+      }
+      modes.push_back(static_cast<Mode>(i));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
     }
-    for (size_t j = 0; j < slots.size(); ++j) {
+  }
+  std::printf("bytes,slots,mode,ns_per_frame,ns_one_way\n");
+  const size_t arms = slots.size() * modes.size();
+  for (uint32_t bytes : sizes) {
+    std::vector<std::vector<double>> v(arms);
+    for (uint32_t k = 0; k < batches; ++k) {
+      for (size_t j = 0; j < arms; ++j) {
+        v[j].push_back(Batch(bytes, slots[j / modes.size()], modes[j % modes.size()], trips, cpu_a, cpu_b));
+      }
+    }
+    for (size_t j = 0; j < arms; ++j) {
       std::sort(v[j].begin(), v[j].end());
       const double ns = v[j][v[j].size() / 2];
-      std::printf("%u,%u,%.1f,%.0f\n", bytes, slots[j], ns / ((bytes + kMtu - 1) / kMtu), ns);
+      std::printf("%u,%u,%s,%.1f,%.0f\n", bytes, slots[j / modes.size()],
+                  kModeNames[static_cast<int>(modes[j % modes.size()])], ns / ((bytes + kMtu - 1) / kMtu), ns);
     }
     std::fflush(stdout);
   }

@@ -8,7 +8,8 @@
 #   bash tools/bench/stacks/pingpong_ab.sh BASE_BUILD NEW_BUILD SIZE...
 #   ROUNDS (default 3), SECS (default 3), UCX_* as the ranks should see them,
 #   SETS: device-file settings for both devices ("KEY=VALUE ...", e.g.
-#   "progress_profile=shared-host"). Build trees as absolute paths: the runs
+#   "progress_profile=shared-host"); SETS_BASE, SETS_NEW: one arm's instead
+#   (an A/B of a setting: the same tree twice). Build trees as absolute paths: the runs
 #   cd into their run directory, and the daemon is stopped through the tree.
 # CSV on stdout: round,arm,bytes,usec,load,median_usec
 set -uo pipefail
@@ -33,7 +34,10 @@ for ((r = 1; r <= ${ROUNDS:-3}; ++r)); do
     for arm in base new; do
       b=$base; [ $arm = new ] && b=$new
       load=$(cut -d' ' -f1 /proc/loadavg)
-      res=$(BUILD=$b PINGPONG_ONE=$s bash "$0" 2>/dev/null)
+      sets=${SETS:-}
+      [ $arm = base ] && sets=${SETS_BASE:-$sets}
+      [ $arm = new ] && sets=${SETS_NEW:-$sets}
+      res=$(BUILD=$b SETS=$sets PINGPONG_ONE=$s bash "$0" 2>/dev/null)
       echo "$r,$arm,$s,${res%%,*},$load,${res#*,}"
     done
   done

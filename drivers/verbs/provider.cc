@@ -1081,6 +1081,13 @@ absl::StatusOr<core::Gid> FabricGidOfLid(const DeviceFile& self, uint16_t lid) {
   return absl::NotFoundError("no fabric device has that LID");
 }
 
+// A QP in a state that takes requests and responses from its peer.
+bool Receives(const transport::Qp* q) {
+  if (q == nullptr) return false;
+  const transport::QpState st = q->state();
+  return st != transport::QpState::kReset && st != transport::QpState::kInit && st != transport::QpState::kErr;
+}
+
 int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   DroceQp* qp = ToQp(ibqp);
   transport::QpAttr a;
@@ -1158,7 +1165,16 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   AppLock lock(rt);
   rt->DrainPostedLocked(NowNs());  // posts made before this call are taken in the state they were posted in
   rt->FlushDeferredLocked(NowNs());  // what was held or deferred leaves in the state it was posted in
-  if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR) rt->NoteQpErrorByUser(qp->qpn);
+  // A connected QP's move to ERR (rdma_disconnect's, before its DREQ; the
+  // peer's on the DISCONNECTED event): frames that already reached the
+  // device are taken and answered first, as a NIC took them on arrival.
+  // The DREQ goes through the daemon and can overtake the dataplane's
+  // rounds: without this the peer's last unsignaled WRITE, placed or not,
+  // or our own WR whose ACK waits in the ring, is flushed instead of
+  // completing (doc/transport.md "An unasked tail at a disconnect").
+  const bool to_err = (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR;
+  if (to_err && Receives(rt->dev().qp(qp->qpn))) (void)rt->PollLocked(NowNs());
+  if (to_err) rt->NoteQpErrorByUser(qp->qpn);
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) rt->RearmQp(qp->qpn);  // may fail again
   if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR && ibqp->qp_type == IBV_QPT_RC &&
       rt->dev().qp(qp->qpn) != nullptr && rt->dev().qp(qp->qpn)->state() == transport::QpState::kInit) {
@@ -1186,6 +1202,9 @@ int ModifyQp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   }
   absl::Status s = rt->dev().ModifyQp(qp->qpn, a, static_cast<uint32_t>(mask));
   if (!s.ok()) return ErrnoOf(s);
+  // The ACK EnterError queued for what was accepted without AckReq leaves
+  // now, ahead of the DREQ librdmacm sends once this returns.
+  if (to_err) (void)rt->dev().Doorbell(qp->qpn, NowNs());
   const transport::QpState now = qp->engine->state();
   qp->direct_send = ibqp->qp_type != IBV_QPT_UD && (now == transport::QpState::kRts || now == transport::QpState::kSqd);
   qp->direct_recv = ibqp->srq == nullptr && now != transport::QpState::kReset && now != transport::QpState::kErr;
@@ -1277,6 +1296,17 @@ int DestroyQp(ibv_qp* ibqp) {
     // in the socket, and a WR the peer placed or we placed is flushed on
     // one side instead of completing.
     (void)rt->PollLocked(NowNs());
+    // A live QP acknowledges what it accepted without AckReq before it goes,
+    // as its move to ERR does (EnterError): a program that destroys its QP
+    // without moving it to ERR (libfabric's rxm closing its endpoint; the
+    // DREQ follows from rdma_destroy_id) otherwise leaves the peer's unasked
+    // tail to be flushed when that DREQ arrives. The flushes this makes go
+    // with the QP (Device::DestroyQp drops its completions).
+    if (Receives(rt->dev().qp(qp->qpn))) {
+      transport::QpAttr err;
+      err.qp_state = transport::QpState::kErr;
+      if (rt->dev().ModifyQp(qp->qpn, err, transport::kAttrState).ok()) (void)rt->dev().Doorbell(qp->qpn, NowNs());
+    }
     if (const char* env = std::getenv("DROCE_STATS"); env != nullptr && *env == '1') rt->PrintQpStats(qp->qpn);
     absl::Status s = rt->dev().DestroyQp(qp->qpn);
     if (s.ok()) rt->UnwatchQp(qp->qpn);

@@ -188,6 +188,15 @@ class VerbsApi : public ::testing::Test {
                              IBV_QP_MAX_QP_RD_ATOMIC);
   }
 
+  // Two QPs of one device, made with no fixture state, connected to each other.
+  static void ConnectEachOther(ibv_qp* a, ibv_qp* b) {
+    for (auto [q, peer] : {std::pair{a, b}, std::pair{b, a}}) {
+      ASSERT_EQ(ToInit(q), 0);
+      ASSERT_EQ(ToRtr(q, peer->qp_num), 0);
+      ASSERT_EQ(ToRts(q), 0);
+    }
+  }
+
   // Two QPs connected to each other.
   void Connect(ibv_qp** a, ibv_qp** b, bool ex = false, ibv_srq* b_srq = nullptr) {
     *a = NewQp(ex);
@@ -1450,87 +1459,150 @@ TEST_F(VerbsApi, PmQosIsHeldWhileHotAndReleasedWhenIdle) {
   EXPECT_EQ(std::memcmp(buf_.data() + 0x1000, buf_.data() + 0x40000, 4096), 0);
 }
 
+// A device of its own whose progress thread, once idle, sleeps long (no
+// spins, no hot phase, no arrival wake-up), two RC QPs connected to each
+// other through its loopback, and 8 KiB registered: after Quiet(), no round
+// runs between the test's calls but the ones those calls run themselves.
+struct SleepyDevice {
+  std::string run_dir;
+  std::string name;
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_mr* mr = nullptr;
+  ibv_qp* a = nullptr;
+  ibv_qp* b = nullptr;
+  std::vector<uint8_t> mem = std::vector<uint8_t>(8192, 0);
+
+  // extra: more device-file keys, one per line.
+  SleepyDevice(const std::string& dir, const std::string& n, const std::string& ip, const std::string& extra = "")
+      : run_dir(dir), name(n) {
+    auto f = ParseDeviceFile("name=" + n + "\nvdev=net_ring_" + n + "\nip=" + ip +
+                             "\nmtu=1024\nprogress_sched=normal\nprogress_spins=0\nprogress_hot_us=0\n"
+                             "progress_max_sleep_us=1000000\nprogress_wakeup=off\ndoorbell_batch=1\n" +
+                             extra);
+    if (!f.ok() || !WriteDeviceTree(run_dir, kDevInfinibandDir, *f).ok()) return;
+    ctx = OpenDeviceNamed(n);
+    if (ctx == nullptr) return;
+    pd = ibv_alloc_pd(ctx);  // starts the dataplane and its progress thread
+    if (pd == nullptr) return;
+    cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (cq == nullptr || mr == nullptr) return;
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+    init.cap.max_send_sge = init.cap.max_recv_sge = 1;
+    a = ibv_create_qp(pd, &init);
+    b = ibv_create_qp(pd, &init);
+  }
+  ~SleepyDevice() {
+    if (a != nullptr) ibv_destroy_qp(a);
+    if (b != nullptr) ibv_destroy_qp(b);
+    if (mr != nullptr) ibv_dereg_mr(mr);
+    if (cq != nullptr) ibv_destroy_cq(cq);
+    if (pd != nullptr) ibv_dealloc_pd(pd);
+    if (ctx != nullptr) ibv_close_device(ctx);
+    (void)RemoveDeviceTree(run_dir, kDevInfinibandDir, name);
+  }
+  bool ok() const { return a != nullptr && b != nullptr; }
+  // Idle for 300 ms: the thread's sleeps, doubling from the last work, now
+  // last as long; what the test does next takes microseconds.
+  static void Quiet() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
+  // A 64 B WRITE from a to b's half of mem (0x5C bytes).
+  int Write(uint64_t wr_id, unsigned int flags) {
+    std::memset(mem.data(), 0x5C, 64);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data()), 64, mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = flags;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + 4096);
+    wr.wr.rdma.rkey = mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(a, &wr, &bad);
+  }
+  // Completions on cq within `wait` (stops at the first).
+  int PollOne(ibv_wc* wc, std::chrono::milliseconds wait) {
+    int got = 0;
+    const auto start = std::chrono::steady_clock::now();
+    while (got == 0 && std::chrono::steady_clock::now() - start < wait) got = ibv_poll_cq(cq, 1, wc);
+    return got;
+  }
+};
+
 // destroy_qp first answers what already reached the device (DestroyQp's
 // poll round), as a NIC answers frames when they arrive: a WRITE whose
 // frame waits in the device's receive ring when its target QP is destroyed
-// is still acknowledged, and the peer's WR completes. A device of its own
-// (droce2) whose progress thread, once idle, sleeps long (no spins, no hot
-// phase, no arrival wake-up): no round runs between the post and the
-// destroy but destroy_qp's own. Without that round the frame finds no QP at
-// the next one, and the WR ends in IBV_WC_RETRY_EXC_ERR.
+// is still acknowledged, and the peer's WR completes. Without that round
+// the frame finds no QP at the next one, and the WR ends in
+// IBV_WC_RETRY_EXC_ERR.
 TEST_F(VerbsApi, DestroyQpAcknowledgesTheRequestThatAlreadyArrived) {
-  auto f = ParseDeviceFile(
-      "name=droce2\nvdev=net_ring_droce2\nip=10.0.0.3\nmtu=1024\nprogress_sched=normal\nprogress_spins=0\n"
-      "progress_hot_us=0\nprogress_max_sleep_us=1000000\nprogress_wakeup=off\ndoorbell_batch=1\n");
-  ASSERT_TRUE(f.ok()) << f.status();
-  ASSERT_TRUE(WriteDeviceTree(run_dir_, kDevInfinibandDir, *f).ok());
-  struct Unregister {
-    ~Unregister() { (void)RemoveDeviceTree(run_dir_, kDevInfinibandDir, "droce2"); }
-  } unregister;
-  ibv_context* ctx = OpenDeviceNamed("droce2");
-  ASSERT_NE(ctx, nullptr) << "droce2 not found or not opened";
-  std::vector<uint8_t> mem(8192, 0);
-  struct Close {
-    ibv_context* ctx;
-    ibv_pd* pd = nullptr;
-    ibv_cq* cq = nullptr;
-    ibv_mr* mr = nullptr;
-    ibv_qp* a = nullptr;
-    ibv_qp* b = nullptr;
-    ~Close() {
-      if (a != nullptr) ibv_destroy_qp(a);
-      if (b != nullptr) ibv_destroy_qp(b);
-      if (mr != nullptr) ibv_dereg_mr(mr);
-      if (cq != nullptr) ibv_destroy_cq(cq);
-      if (pd != nullptr) ibv_dealloc_pd(pd);
-      ibv_close_device(ctx);
-    }
-  } c{ctx};
-  c.pd = ibv_alloc_pd(ctx);  // starts droce2's dataplane and its progress thread
-  ASSERT_NE(c.pd, nullptr);
-  c.cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
-  ASSERT_NE(c.cq, nullptr);
-  c.mr = ibv_reg_mr(c.pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-  ASSERT_NE(c.mr, nullptr);
-  ibv_qp_init_attr init{};
-  init.send_cq = init.recv_cq = c.cq;
-  init.qp_type = IBV_QPT_RC;
-  init.cap.max_send_wr = init.cap.max_recv_wr = 4;
-  init.cap.max_send_sge = init.cap.max_recv_sge = 1;
-  c.a = ibv_create_qp(c.pd, &init);
-  c.b = ibv_create_qp(c.pd, &init);
-  ASSERT_NE(c.a, nullptr);
-  ASSERT_NE(c.b, nullptr);
-  for (auto [q, peer] : {std::pair{c.a, c.b}, std::pair{c.b, c.a}}) {
-    ASSERT_EQ(ToInit(q), 0);
-    ASSERT_EQ(ToRtr(q, peer->qp_num), 0);
-    ASSERT_EQ(ToRts(q), 0);
-  }
-  // Idle for 300 ms: the thread's sleeps, doubling from the last work, now
-  // last as long; the post and the destroy take microseconds.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::memset(mem.data(), 0x5C, 64);
-  ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data()), 64, c.mr->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 42;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + 4096);
-  wr.wr.rdma.rkey = c.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(c.a, &wr, &bad), 0);  // the frame loops back into droce2's receive ring
-  ASSERT_EQ(ibv_destroy_qp(c.b), 0);
-  c.b = nullptr;
+  SleepyDevice d(run_dir_, "droce2", "10.0.0.3");
+  ASSERT_TRUE(d.ok()) << "droce2 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  SleepyDevice::Quiet();
+  ASSERT_EQ(d.Write(42, IBV_SEND_SIGNALED), 0);  // the frame loops back into droce2's receive ring
+  ASSERT_EQ(ibv_destroy_qp(d.b), 0);
+  d.b = nullptr;
   ibv_wc wc{};
-  int got = 0;
-  const auto start = std::chrono::steady_clock::now();
-  while (got == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) got = ibv_poll_cq(c.cq, 1, &wc);
-  ASSERT_EQ(got, 1) << "no completion for the WRITE";
+  ASSERT_EQ(d.PollOne(&wc, std::chrono::seconds(5)), 1) << "no completion for the WRITE";
   EXPECT_EQ(wc.wr_id, 42u);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
-  EXPECT_EQ(mem[4096], 0x5C) << "placed before its QP went";
+  EXPECT_EQ(d.mem[4096], 0x5C) << "placed before its QP went";
+}
+
+// rdma_cm's disconnect, each side's QP moved to ERR in turn with no round
+// of the device between (the DREQ, through the daemon, can overtake the
+// dataplane's rounds; unsignaled_ack_every makes the peer's last WRITE one
+// without AckReq): modify_qp to ERR first takes and answers what reached
+// the device, as a NIC did on arrival, and the ACK the responder owes
+// (EnterError's) leaves before the call returns, ahead of the DREQ. The
+// requester's own move to ERR then finds that ACK received: its unsignaled
+// WRITE completed, and nothing is flushed. Without the receive round b
+// moves to ERR with the WRITE unplaced; without the send the ACK is still
+// queued in b when a moves to ERR; either way a's WRITE completes
+// IBV_WC_WR_FLUSH_ERR.
+TEST_F(VerbsApi, ModifyToErrAnswersWhatArrivedAndSendsTheOwedAckAtOnce) {
+  SleepyDevice d(run_dir_, "droce3", "10.0.0.4", "ack_solicit_us=10000000\n");
+  ASSERT_TRUE(d.ok()) << "droce3 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  SleepyDevice::Quiet();
+  ASSERT_EQ(d.Write(7, 0), 0);  // unsignaled, and the QP's first packet: no AckReq
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(d.b, &err, IBV_QP_STATE), 0);  // the side that disconnects
+  ASSERT_EQ(ibv_modify_qp(d.a, &err, IBV_QP_STATE), 0);  // its peer, on the DISCONNECTED event
+  EXPECT_EQ(d.mem[4096], 0x5C) << "the WRITE was not placed before b left RTS";
+  ibv_wc wc{};
+  const int got = d.PollOne(&wc, std::chrono::milliseconds(200));
+  EXPECT_EQ(got, 0) << "WR " << wc.wr_id << " completed " << ibv_wc_status_str(wc.status)
+                    << " although its data arrived";
+}
+
+// destroy_qp of a QP still in RTS (libfabric's rxm closes its endpoint so,
+// and rdma_destroy_id's DREQ follows) acknowledges the unasked WRITE it
+// accepted, as a move to ERR does: the peer's move to ERR on that DREQ
+// then flushes nothing. Without it a's WRITE completes IBV_WC_WR_FLUSH_ERR.
+TEST_F(VerbsApi, DestroyQpInRtsSendsTheOwedAck) {
+  SleepyDevice d(run_dir_, "droce4", "10.0.0.5", "ack_solicit_us=10000000\n");
+  ASSERT_TRUE(d.ok()) << "droce4 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  SleepyDevice::Quiet();
+  ASSERT_EQ(d.Write(8, 0), 0);  // unsignaled, the QP's first packet: no AckReq
+  ASSERT_EQ(ibv_destroy_qp(d.b), 0);
+  d.b = nullptr;
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(d.a, &err, IBV_QP_STATE), 0);
+  EXPECT_EQ(d.mem[4096], 0x5C);
+  ibv_wc wc{};
+  const int got = d.PollOne(&wc, std::chrono::milliseconds(200));
+  EXPECT_EQ(got, 0) << "WR " << wc.wr_id << " completed " << ibv_wc_status_str(wc.status)
+                    << " although its data arrived";
 }
 
 // UCX's pattern: its async thread arms a completion channel on its UD

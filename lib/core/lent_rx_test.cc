@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "sim/wire/mem_wire.h"
 #include "tests/support/device_pair.h"
+#include "tests/support/long_messages.h"
 #include "wire/packet.h"
 
 namespace droce::core {
@@ -79,16 +80,8 @@ class LendingPort final : public testing::ForwardingPort {
   std::vector<std::vector<uint8_t>> slots_;
 };
 
-sim::MemWireConfig RoomyWire() {
-  sim::MemWireConfig wc;
-  wc.pool_frames = 4096;
-  wc.queue_frames = 4096;
-  return wc;
-}
-
-void Pattern(std::vector<uint8_t>& m, uint64_t off, uint32_t len, uint8_t seed) {
-  for (uint32_t i = 0; i < len; ++i) m[off + i] = static_cast<uint8_t>(i * 7 + seed + (i >> 9));
-}
+using testing::Pattern;
+using testing::RoomyWire;
 
 struct LendingPair {
   explicit LendingPair(uint32_t mtu, bool trust_lent = false, bool lends = true)

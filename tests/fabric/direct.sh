@@ -54,10 +54,11 @@ check "ib_write_bw droce0 <-> droce1 moves its frames through the pair's ring" d
 # A's device that exchanges none. A's and B's ring is mapped by A and B
 # only; C, silent, has no path at all.
 only_the_pair() {
-  ibv_rc_pingpong -p $p -d droce0 -g 1 -n 100000 >"$run/a.log" 2>&1 & local a=$!; track $a
+  # A and B run until killed below (100,000 round trips took under a second).
+  ibv_rc_pingpong -p $p -d droce0 -g 1 -n 100000000 >"$run/a.log" 2>&1 & local a=$!; track $a
   ibv_rc_pingpong -p $((p + 1)) -d droce0 -g 1 -n 10 >"$run/c3.log" 2>&1 & local c=$!; track $c
   wait_listen $a $p
-  ibv_rc_pingpong -p $p -d droce1 -g 1 -n 100000 127.0.0.1 >"$run/b.log" 2>&1 & local b=$!; track $b
+  ibv_rc_pingpong -p $p -d droce1 -g 1 -n 100000000 127.0.0.1 >"$run/b.log" 2>&1 & local b=$!; track $b
   wait_attached droce0 2 && wait_attached droce1 1 || { echo "not attached"; return 1; }
   wait_paths 1 || return 1
   sleep 0.5  # each side reads its paths within a millisecond of its next poll

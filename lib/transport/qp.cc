@@ -521,24 +521,15 @@ uint8_t* Qp::InlineBufferAhead(uint32_t ahead) {
   return w == nullptr ? nullptr : Ext(*w).inline_data;
 }
 
-// One WR (ibv_post_send, the common case): one look at the ring's counters.
-// A WRITE or SEND of one SGE without inline data takes PostSend's kOneSge
-// steps: of the staged WR it reads only what such a WR carries (wr_id,
-// opcode, flags, num_sge, sg_list[0], remote_addr, rkey), so a producer may
-// leave the other fields of the slot as an older WR left them.
+// One staged WR: any WR the verbs post does not write straight into its
+// WQE (PublishOneSge takes the one-SGE WRITE or SEND), validated whole.
 int Qp::PublishSend() {
   SendWqe* w = sq_.ProducerSlot();
   if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
   const SendWr& wr = sq_staged_[sq_.SlotOf(w)];
-  if (IsOneSgeWriteOrSend(wr)) [[likely]] {
-    const uint64_t total = wr.sg_list[0].length;
-    if (!OneSgeFits(caps_.max_send_sge, total)) return EINVAL;
-    FillSendWqe<true, true>(*w, wr, total);
-  } else {
-    uint64_t total;
-    if (const int err = ValidateForQp(wr, &total); err != 0) return err;
-    FillSendWqe<false, false>(*w, wr, total);
-  }
+  uint64_t total;
+  if (const int err = ValidateForQp(wr, &total); err != 0) return err;
+  FillSendWqe<false, false>(*w, wr, total);
   sq_.Publish();
   return 0;
 }

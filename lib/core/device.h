@@ -298,21 +298,21 @@ class Device {
   // control or refused frame waiting for the port, nothing looped back. With
   // nothing arrived either, a round would be empty (the verbs runtime then
   // skips an empty poll_cq's round).
-  bool Quiescent(uint64_t now_ns) {
-    return active_.empty() && n_deferred_ == 0 && tx_backlog_.empty() && arp_out_.empty() && nd_out_.empty() &&
-           loopback_.pending() == 0 && timers_.NoneDueBy(now_ns);
-  }
+  bool Quiescent(uint64_t now_ns) { return active_.empty() && tx_backlog_.empty() && NothingElseDue(now_ns); }
   // Nothing for a round before now_ns to do but receive and retry what the
   // port refused: frames wait in the backlog (while they do, QPs build
   // nothing new: TransmitRound) and no timer, deferred doorbell, control or
   // looped-back frame is due. Only the port taking frames again, or an
   // arrival, gives a round work.
-  bool BlockedOnPort(uint64_t now_ns) {
-    return tx_backlog_head_ < tx_backlog_.size() && n_deferred_ == 0 && arp_out_.empty() && nd_out_.empty() &&
-           loopback_.pending() == 0 && timers_.NoneDueBy(now_ns);
-  }
+  bool BlockedOnPort(uint64_t now_ns) { return tx_backlog_head_ < tx_backlog_.size() && NothingElseDue(now_ns); }
 
  private:
+  // Quiescent's and BlockedOnPort's common part: no deferred doorbell,
+  // control frame or looped-back frame waiting, no timer due by now_ns.
+  bool NothingElseDue(uint64_t now_ns) {
+    return n_deferred_ == 0 && arp_out_.empty() && nd_out_.empty() && loopback_.pending() == 0 &&
+           timers_.NoneDueBy(now_ns);
+  }
   void FoldSrCounters(const transport::QpCounters& k);
   static absl::Status MakeRouteThunk(void* ctx, const transport::AddressVector& av,
                                      uint32_t local_qpn, uint32_t remote_qpn, wire::Route* out);

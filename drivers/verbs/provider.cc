@@ -613,7 +613,9 @@ int ResizeCq(ibv_cq* ibcq, int cqe) {
   return err;
 }
 
-void ToWc(const queue::Completion& c, ibv_wc* wc) {
+// The CQE as the program reads it, written once from the completion's slot
+// in the device's CQ (Device::PollCqEach).
+inline void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->wr_id = c.wr_id;
   wc->status = static_cast<ibv_wc_status>(c.status);
   wc->opcode = static_cast<ibv_wc_opcode>(c.opcode);
@@ -622,65 +624,70 @@ void ToWc(const queue::Completion& c, ibv_wc* wc) {
   wc->imm_data = c.imm_or_inv;  // invalidated_rkey shares the union
   wc->qp_num = c.qp_num;
   wc->src_qp = c.src_qp;
-  wc->wc_flags = c.flags;
+  wc->wc_flags = c.flags & ~queue::CompletionQueue::kWcSolicited;
   wc->pkey_index = 0;
   wc->slid = 0;
   wc->sl = c.sl;
   wc->dlid_path_bits = 0;
 }
 
-// Up to n completions of CQ `id`; when fewer are there, one poll round of
-// the dataplane first (the program's polling drives it), unless the device
-// has nothing to do: an idle device's empty poll runs no round, and the
-// polls after it answer without the lock for a while (Runtime::QuietPoll).
-uint32_t TakeCompletions(Runtime* rt, DroceCq* cq, queue::Completion* out, uint32_t n) {
+// Up to n completions of CQ `cq`, each handed to emit(completion, i) where
+// it lies in the device's CQ; when fewer are there, one poll round of the
+// dataplane first (the program's polling drives it), unless the device has
+// nothing to do: an idle device's empty poll runs no round, and the polls
+// after it answer without the lock for a while (Runtime::QuietPoll).
+template <typename Emit>
+uint32_t TakeCompletions(Runtime* rt, DroceCq* cq, uint32_t n, Emit&& emit) {
   if (rt->QuietPoll(cq->quiet)) return 0;
   AppLock lock(rt);
   const uint64_t now = NowNs();
   rt->NoteAppPoll(now);
-  uint32_t got = rt->dev().PollCq(cq->id, out, n);
+  uint32_t got = 0, rx_bytes = 0;
+  const auto take = [&](const queue::Completion& c) {
+    // RECV and RECV_RDMA_WITH_IMM
+    if (static_cast<uint8_t>(c.opcode) & static_cast<uint8_t>(queue::WcOpcode::kRecv)) rx_bytes += c.byte_len;
+    emit(c, got++);
+  };
+  rt->dev().PollCqEach(cq->id, n, take);
   if (got < n) {
     if (rt->PollIfBusyLocked(now)) {
-      got += rt->dev().PollCq(cq->id, out + got, n - got);
+      rt->dev().PollCqEach(cq->id, n - got, take);
     } else if (got == 0) {
       rt->NoteQuietLocked(cq->quiet);
     }
   } else {
     rt->FlushDeferredLocked(now);  // a burst's last posts do not wait for a later round
   }
-  if (got > 0) {
-    uint32_t rx_bytes = 0;
-    constexpr uint8_t kRecvBit = static_cast<uint8_t>(queue::WcOpcode::kRecv);  // RECV and RECV_RDMA_WITH_IMM
-    for (uint32_t i = 0; i < got; ++i) {
-      if (static_cast<uint8_t>(out[i].opcode) & kRecvBit) rx_bytes += out[i].byte_len;
-    }
-    rt->NoteCompletionsTaken(rx_bytes);
-  }
+  if (got > 0) rt->NoteCompletionsTaken(rx_bytes);
   return got;
+}
+
+// Into an extended CQ's read-ahead (the flag the CQ keeps for itself masked).
+uint32_t TakeCompletions(Runtime* rt, DroceCq* cq, queue::Completion* out, uint32_t n) {
+  return TakeCompletions(rt, cq, n, [out](const queue::Completion& c, uint32_t i) {
+    out[i] = c;
+    out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
+  });
 }
 
 int PollCq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   if (num_entries <= 0) return 0;
   DroceCq* cq = ToCq(ibcq);
   Runtime* rt = Rt(ibcq->context);
-  constexpr int kChunk = 32;
-  // Left uninitialised (a byte array creates the completions implicitly,
-  // C++20): Completion's member initialisers zeroed 1 KiB on every call,
-  // most of which find nothing (perftest polls ~1.5 times per message).
-  alignas(queue::Completion) std::byte storage[kChunk * sizeof(queue::Completion)];
-  auto* buf = reinterpret_cast<queue::Completion*>(storage);
-  static_assert(std::is_trivially_copyable_v<queue::Completion>);
-  const uint32_t want = static_cast<uint32_t>(std::min(num_entries, kChunk));
-  uint32_t got = 0;
-  if (cq->extended) {
-    // Completions an extended CQ's start/next_poll read ahead come first.
-    std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
-    while (got < want && cq->batch_head < cq->batch_count) buf[got++] = cq->batch[cq->batch_head++];
-    if (got < want) got += TakeCompletions(rt, cq, buf + got, want - got);
-  } else {
-    got = TakeCompletions(rt, cq, buf, want);  // no read-ahead: no CQ lock on the plain path
+  const auto to_wc = [wc](const queue::Completion& c, uint32_t i) { ToWc(c, &wc[i]); };
+  if (!cq->extended) {
+    // No read-ahead: no CQ lock, and each CQE written once, from the CQ.
+    return static_cast<int>(TakeCompletions(rt, cq, static_cast<uint32_t>(num_entries), to_wc));
   }
-  for (uint32_t i = 0; i < got; ++i) ToWc(buf[i], &wc[i]);
+  // Completions an extended CQ's start/next_poll read ahead come first.
+  std::lock_guard<std::mutex> cq_lock(cq->poll_mu);
+  uint32_t got = 0;
+  const uint32_t want = static_cast<uint32_t>(num_entries);
+  while (got < want && cq->batch_head < cq->batch_count) ToWc(cq->batch[cq->batch_head++], &wc[got++]);
+  if (got < want) {
+    got += TakeCompletions(rt, cq, want - got,
+                           [wc, got](const queue::Completion& c, uint32_t i) { ToWc(c, &wc[got + i]); });
+  }
   return static_cast<int>(got);
 }
 

@@ -253,6 +253,14 @@ class Device {
   int PostSend(uint32_t qpn, const transport::SendWr& wr);
   int PostRecv(uint32_t qpn, const transport::RecvWr& wr);
   uint32_t PollCq(uint32_t cq, queue::Completion* out, uint32_t n);
+  // PollCq handing each completion to f(const queue::Completion&) where it
+  // lies in the CQ (queue::CompletionQueue::PollEach: its flags still carry
+  // kWcSolicited, which the caller masks).
+  template <typename F>
+  uint32_t PollCqEach(uint32_t id, uint32_t n, F&& f) {
+    queue::CompletionQueue* c = id < cqs_.size() ? cqs_[id].get() : nullptr;
+    return c == nullptr ? 0 : c->PollEach(n, f);
+  }
 
   // One round of the run-to-completion loop: receive a burst, run timers,
   // transmit. Returns packets received + sent (0 = idle, back off).

@@ -102,6 +102,19 @@ class CompletionQueue {
     return i;
   }
 
+  // Hands the oldest completions (up to n) to f(const Completion&) in
+  // order, straight from their slots, then pops them: a consumer that
+  // converts each (the verbs provider's ibv_wc) copies it once. Their flags
+  // still carry kWcSolicited. How many.
+  template <typename F>
+  uint32_t PollEach(uint32_t n, F&& f) {
+    const uint32_t k = n < ring_.size() ? n : ring_.size();
+    const uint32_t head = ring_.head();
+    for (uint32_t i = 0; i < k; ++i) f(ring_.at(head + i));
+    ring_.Pop(k);
+    return k;
+  }
+
   // Drops the queued completions of one QP, keeping the others in order
   // (a QP moved to RESET: rdma-core's mlx5 provider cleans its CQs so).
   void RemoveQp(uint32_t qpn) {

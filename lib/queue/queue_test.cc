@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "queue/completion.h"
 #include "queue/ring.h"
@@ -161,6 +162,44 @@ TEST(CompletionQueue, RemoveQpKeepsTheOthersInOrder) {
   EXPECT_EQ(out[0].wr_id, 0u);
   EXPECT_EQ(out[1].wr_id, 2u);
   EXPECT_EQ(out[2].wr_id, 4u);
+}
+
+// PollEach hands the oldest completions to its callback in order, from
+// their slots (also across the ring's wrap), pops exactly those, and calls
+// nothing on an empty CQ; the solicited flag is still there for the caller
+// to mask (the verbs provider's ibv_wc).
+TEST(CompletionQueue, PollEachHandsTheOldestInOrderAndPopsThem) {
+  CompletionQueue cq(5);  // capacity 8: the indices below wrap
+  uint64_t next = 0;
+  const auto push = [&](uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      Completion c;
+      c.wr_id = next++;
+      c.flags = c.wr_id == 6 ? CompletionQueue::kWcSolicited | kWcWithImm : 0;
+      ASSERT_TRUE(cq.Push(c));
+    }
+  };
+  std::vector<uint64_t> seen;
+  const auto take = [&](uint32_t n) {
+    return cq.PollEach(n, [&](const Completion& c) {
+      seen.push_back(c.wr_id);
+      if (c.wr_id == 6) {
+        EXPECT_EQ(c.flags, CompletionQueue::kWcSolicited | kWcWithImm);
+      }
+    });
+  };
+  push(5);
+  EXPECT_EQ(take(3), 3u);
+  EXPECT_EQ(cq.size(), 2u);
+  push(3);
+  Completion extra;
+  EXPECT_FALSE(cq.Push(extra));  // full at 5: not overwritten
+  EXPECT_EQ(take(2), 2u);
+  push(2);  // indices 8 and 9: slots 0 and 1
+  EXPECT_EQ(take(16), 5u);
+  EXPECT_EQ(cq.size(), 0u);
+  EXPECT_EQ(take(4), 0u);
+  EXPECT_EQ(seen, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
 
 TEST(CompletionQueue, NotificationFiresOncePerArm) {

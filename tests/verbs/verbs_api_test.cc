@@ -2099,6 +2099,165 @@ TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
   EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 
+// What a CQE of PollCqWritesEachCqeWhole's traffic must hold, field by
+// field: message i (0-based) is a solicited SEND (even i) or WRITE_WITH_IMM
+// (odd i) of 32 + i bytes with immediate 0xc0de0000 + i from a to b, its
+// receive wr_id 100 + i, its send wr_id 1000 + i.
+void ExpectCqe(const ibv_wc& wc, const ibv_qp* a, const ibv_qp* b) {
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.vendor_err, 0u);
+  EXPECT_EQ(wc.pkey_index, 0u);
+  EXPECT_EQ(wc.slid, 0u);
+  EXPECT_EQ(wc.sl, 0u);
+  EXPECT_EQ(wc.dlid_path_bits, 0u);
+  if (wc.wr_id >= 1000) {  // a's send completion
+    const uint32_t i = static_cast<uint32_t>(wc.wr_id - 1000);
+    EXPECT_EQ(wc.opcode, i % 2 == 0 ? IBV_WC_SEND : IBV_WC_RDMA_WRITE) << wc.wr_id;
+    EXPECT_EQ(wc.qp_num, a->qp_num);
+    EXPECT_EQ(wc.byte_len, 32 + i);
+    EXPECT_EQ(wc.wc_flags, 0u) << wc.wr_id;
+    EXPECT_EQ(wc.imm_data, 0u);
+    EXPECT_EQ(wc.src_qp, 0u);
+  } else {  // b's receive
+    ASSERT_GE(wc.wr_id, 100u);
+    const uint32_t i = static_cast<uint32_t>(wc.wr_id - 100);
+    EXPECT_EQ(wc.opcode, i % 2 == 0 ? IBV_WC_RECV : IBV_WC_RECV_RDMA_WITH_IMM) << wc.wr_id;
+    EXPECT_EQ(wc.qp_num, b->qp_num);
+    EXPECT_EQ(wc.src_qp, a->qp_num);
+    EXPECT_EQ(wc.byte_len, 32 + i);
+    // Exactly WITH_IMM: the solicited event the CQ remembers for
+    // ibv_req_notify_cq(solicited_only) is no flag of the CQE.
+    EXPECT_EQ(wc.wc_flags, static_cast<unsigned>(IBV_WC_WITH_IMM)) << wc.wr_id;
+    EXPECT_EQ(ntohl(wc.imm_data), 0xc0de0000u + i);
+  }
+}
+
+// Posts PollCqWritesEachCqeWhole's messages first .. first + n - 1 (ExpectCqe).
+void PostSolicitedMessages(ibv_qp* a, ibv_qp* b, ibv_mr* mr, uint8_t* buf, int first, int n) {
+  for (int i = first; i < first + n; ++i) {
+    ibv_sge rsge{reinterpret_cast<uintptr_t>(buf + 0x80000 + 256 * i), 256, mr->lkey};
+    ibv_recv_wr rwr{};
+    rwr.wr_id = 100 + i;
+    rwr.sg_list = &rsge;
+    rwr.num_sge = 1;
+    ibv_recv_wr* rbad = nullptr;
+    ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
+    ibv_sge sge{reinterpret_cast<uintptr_t>(buf + 0x1000), static_cast<uint32_t>(32 + i), mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1000 + i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = i % 2 == 0 ? IBV_WR_SEND_WITH_IMM : IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+    wr.imm_data = htonl(0xc0de0000u + i);
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf + 0x40000 + 256 * i);
+    wr.wr.rdma.rkey = mr->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  }
+}
+
+// poll_cq writes each CQE straight from the completion's slot in the
+// device's CQ (provider.cc PollCq, CompletionQueue::PollEach): every field
+// of each entry it returns is written whatever the array held, the flag
+// the CQ keeps for solicited-only events never shows in wc_flags, entries
+// past the count returned are left as they were, and each completion comes
+// once, in order on its QP; a flushed one carries its wr_id, status and
+// QP. Also through an extended CQ, where what start_poll read ahead comes
+// first, then the device's CQ, in one call.
+TEST_F(VerbsApi, PollCqWritesEachCqeWhole) {
+  for (const bool extended : {false, true}) {
+    SCOPED_TRACE(extended ? "extended CQ" : "plain CQ");
+    ibv_cq_ex* cqx = nullptr;
+    ibv_cq* plain = cq_;
+    if (extended) {
+      ibv_cq_init_attr_ex attr{};
+      attr.cqe = 256;
+      attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+      cqx = ibv_create_cq_ex(ctx_, &attr);
+      ASSERT_NE(cqx, nullptr);
+      cq_ = ibv_cq_ex_to_cq(cqx);
+    }
+    ibv_qp *a, *b;
+    Connect(&a, &b);
+    constexpr int kMsgs = 40;  // 80 completions: more than one poll_cq's 64 entries
+    PostSolicitedMessages(a, b, mr_, buf_.data(), 0, kMsgs / 2);
+    uint64_t next_recv = 100, next_send = 1000;
+    const auto take = [&](const ibv_wc& wc) {
+      ExpectCqe(wc, a, b);
+      uint64_t& next = wc.wr_id >= 1000 ? next_send : next_recv;
+      EXPECT_EQ(wc.wr_id, next) << "each completion once, in its queue's order";
+      next = wc.wr_id + 1;
+    };
+    // Time for the progress thread to complete them: the CQ then holds
+    // more than one poll takes (start_poll's read-ahead: 32).
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (extended) {
+      // start_poll reads ahead; the first CQE is read through the extended
+      // API, the rest stays for poll_cq.
+      ibv_poll_cq_attr pa{};
+      int err = ENOENT;
+      for (int spins = 0; err == ENOENT && spins < 20'000'000; ++spins) err = ibv_start_poll(cqx, &pa);
+      ASSERT_EQ(err, 0);
+      ibv_wc wc{};
+      wc.wr_id = cqx->wr_id;
+      wc.status = cqx->status;
+      wc.opcode = ibv_wc_read_opcode(cqx);
+      wc.byte_len = ibv_wc_read_byte_len(cqx);
+      wc.imm_data = ibv_wc_read_imm_data(cqx);
+      wc.qp_num = ibv_wc_read_qp_num(cqx);
+      wc.src_qp = ibv_wc_read_src_qp(cqx);
+      wc.wc_flags = static_cast<unsigned>(ibv_wc_read_wc_flags(cqx));
+      wc.slid = static_cast<uint16_t>(ibv_wc_read_slid(cqx));
+      wc.sl = ibv_wc_read_sl(cqx);
+      wc.dlid_path_bits = ibv_wc_read_dlid_path_bits(cqx);
+      wc.vendor_err = ibv_wc_read_vendor_err(cqx);
+      ibv_end_poll(cqx);
+      take(wc);
+      // More in the device's CQ behind the read-ahead.
+      PostSolicitedMessages(a, b, mr_, buf_.data(), kMsgs / 2, kMsgs / 2);
+    } else {
+      PostSolicitedMessages(a, b, mr_, buf_.data(), kMsgs / 2, kMsgs / 2);
+    }
+    size_t total = extended ? 1 : 0;
+    constexpr int kEntries = 64;
+    for (int spins = 0; total < 2 * kMsgs && spins < 20'000'000; ++spins) {
+      ibv_wc wc[kEntries];
+      std::memset(wc, 0xa5, sizeof wc);
+      const int got = ibv_poll_cq(cq_, kEntries, wc);
+      ASSERT_GE(got, 0);
+      ASSERT_LE(total + got, 2u * kMsgs);
+      for (int i = 0; i < got; ++i) take(wc[i]);
+      for (int i = got; i < kEntries; ++i) {
+        const auto* p = reinterpret_cast<const uint8_t*>(&wc[i]);
+        ASSERT_TRUE(std::all_of(p, p + sizeof wc[i], [](uint8_t v) { return v == 0xa5; }))
+            << "entry " << i << " past the " << got << " returned was written";
+      }
+      total += got;
+    }
+    EXPECT_EQ(total, 2u * kMsgs);
+    EXPECT_EQ(next_recv, 100u + kMsgs);
+    EXPECT_EQ(next_send, 1000u + kMsgs);
+    // A flushed receive: wr_id, status, qp_num and vendor_err are its CQE.
+    ASSERT_EQ(PostRecv(b, 999, 0x80000, 64), 0);
+    ibv_qp_attr err{};
+    err.qp_state = IBV_QPS_ERR;
+    ASSERT_EQ(ibv_modify_qp(b, &err, IBV_QP_STATE), 0);
+    const auto flushed = Poll(1);
+    ASSERT_EQ(flushed.size(), 1u);
+    EXPECT_EQ(flushed[0].wr_id, 999u);
+    EXPECT_EQ(flushed[0].status, IBV_WC_WR_FLUSH_ERR);
+    EXPECT_EQ(flushed[0].qp_num, b->qp_num);
+    EXPECT_EQ(flushed[0].vendor_err, 0u);
+    for (ibv_qp* q : qps_) ibv_destroy_qp(q);
+    qps_.clear();
+    if (extended) {
+      EXPECT_EQ(ibv_destroy_cq(cq_), 0);
+      cq_ = plain;
+    }
+  }
+}
+
 TEST_F(VerbsApi, EceVendorIdAndOptions) {
   // What librdmacm does with ECE (doc/cm.md): it queries the new QP's, and
   // on the passive side sets the peer's, keeping the options left.

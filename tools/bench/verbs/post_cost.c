@@ -11,7 +11,8 @@
 // the WRITE's length. OUTSTANDING 1 signals every WRITE and also prints the
 // median post-to-completion time (one WRITE and its ACK through the
 // device's loopback: tools/bench/fabric's in-process latency).
-// Env POST_API=wr: each WRITE posted with ibv_wr_start, ibv_wr_rdma_write,
+// Env SIGNAL_EVERY=N: one WRITE in N signaled (default 32; 1 completes each,
+// as ib_send_lat and UCX's signaled sends do). POST_API=wr: each WRITE posted with ibv_wr_start, ibv_wr_rdma_write,
 // ibv_wr_set_sge (or ibv_wr_set_inline_data with INLINE=1, SIZE <= 256) and
 // ibv_wr_complete on an extended QP, instead of ibv_post_send (INLINE=1
 // there sets IBV_SEND_INLINE).
@@ -72,8 +73,11 @@ int main(int argc, char** argv) {
   const int outstanding = atoi(argv[3]);
   const int nqp = argc > 4 ? atoi(argv[4]) : 1;
   const long size = argc > 5 ? atol(argv[5]) : 64;
-  // One signaled WRITE in every 32, or every one when a single WRITE is in flight.
-  const int every = outstanding == 1 ? 1 : 32;
+  // One signaled WRITE in every 32 (SIGNAL_EVERY: 1, 2, 4, 8 or 16 instead),
+  // or every one when a single WRITE is in flight.
+  const char* every_env = getenv("SIGNAL_EVERY");
+  const int every = outstanding == 1 ? 1 : every_env != NULL ? atoi(every_env) : 32;
+  if (every < 1 || 32 % every != 0) return 2;
   if (nqp < 1 || nqp > 64 || size < 1 || size > 65536) return 2;
   if (outstanding != 1 && (outstanding < 32 || outstanding % 32 != 0)) return 2;
   if (outstanding == 1 && nqp != 1) return 2;

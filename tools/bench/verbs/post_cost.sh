@@ -5,7 +5,7 @@
 # time, which a loaded host's preemptions do not inflate. CSV on stdout:
 # tree,qps,run,cpu_ns_per_write,mwrites_per_cpu_s,wall_s.
 #   bash tools/bench/verbs/post_cost.sh NAME=BUILD_DIR [NAME=BUILD_DIR]
-# Env: RUNS (default 5), WRITES (default 500000), OUTSTANDING (default 128), QPS (default "1 8"),
+# Env: RUNS (default 5), WRITES (default 500000), OUTSTANDING (default 128), QPS (default "1 8"), SIGNAL_EVERY,
 #      POST_API=wr and INLINE=1 (post_cost.c: ibv_wr_* instead of ibv_post_send, inline data).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."

@@ -2099,7 +2099,7 @@ TEST_F(VerbsApi, CompletionEventsAndSignalsAsTheKernelChannelWouldDeliverThem) {
   EXPECT_EQ(ibv_destroy_comp_channel(channel), 0);
 }
 
-// What a CQE of PollCqWritesEachCqeWhole's traffic must hold, field by
+// What a CQE of PollCqWritesEachCqeWhole's messages must hold, field by
 // field: message i (0-based) is a solicited SEND (even i) or WRITE_WITH_IMM
 // (odd i) of 32 + i bytes with immediate 0xc0de0000 + i from a to b, its
 // receive wr_id 100 + i, its send wr_id 1000 + i.
@@ -2132,31 +2132,6 @@ void ExpectCqe(const ibv_wc& wc, const ibv_qp* a, const ibv_qp* b) {
   }
 }
 
-// Posts PollCqWritesEachCqeWhole's messages first .. first + n - 1 (ExpectCqe).
-void PostSolicitedMessages(ibv_qp* a, ibv_qp* b, ibv_mr* mr, uint8_t* buf, int first, int n) {
-  for (int i = first; i < first + n; ++i) {
-    ibv_sge rsge{reinterpret_cast<uintptr_t>(buf + 0x80000 + 256 * i), 256, mr->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = 100 + i;
-    rwr.sg_list = &rsge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* rbad = nullptr;
-    ASSERT_EQ(ibv_post_recv(b, &rwr, &rbad), 0);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(buf + 0x1000), static_cast<uint32_t>(32 + i), mr->lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 1000 + i;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = i % 2 == 0 ? IBV_WR_SEND_WITH_IMM : IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
-    wr.imm_data = htonl(0xc0de0000u + i);
-    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf + 0x40000 + 256 * i);
-    wr.wr.rdma.rkey = mr->rkey;
-    ibv_send_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  }
-}
-
 // poll_cq writes each CQE straight from the completion's slot in the
 // device's CQ (provider.cc PollCq, CompletionQueue::PollEach): every field
 // of each entry it returns is written whatever the array held, the flag
@@ -2181,7 +2156,25 @@ TEST_F(VerbsApi, PollCqWritesEachCqeWhole) {
     ibv_qp *a, *b;
     Connect(&a, &b);
     constexpr int kMsgs = 40;  // 80 completions: more than one poll_cq's 64 entries
-    PostSolicitedMessages(a, b, mr_, buf_.data(), 0, kMsgs / 2);
+    // Messages first .. first + n - 1, as ExpectCqe describes them.
+    const auto post = [&](int first, int n) {
+      for (int i = first; i < first + n; ++i) {
+        ASSERT_EQ(PostRecv(b, 100 + i, 0x80000 + 256 * i, 256), 0);
+        ibv_sge sge{reinterpret_cast<uintptr_t>(buf_.data() + 0x1000), static_cast<uint32_t>(32 + i), mr_->lkey};
+        ibv_send_wr wr{};
+        wr.wr_id = 1000 + i;
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+        wr.opcode = i % 2 == 0 ? IBV_WR_SEND_WITH_IMM : IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+        wr.imm_data = htonl(0xc0de0000u + i);
+        wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(buf_.data() + 0x40000 + 256 * i);
+        wr.wr.rdma.rkey = mr_->rkey;
+        ibv_send_wr* bad = nullptr;
+        ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+      }
+    };
+    post(0, kMsgs / 2);
     uint64_t next_recv = 100, next_send = 1000;
     const auto take = [&](const ibv_wc& wc) {
       ExpectCqe(wc, a, b);
@@ -2214,11 +2207,8 @@ TEST_F(VerbsApi, PollCqWritesEachCqeWhole) {
       wc.vendor_err = ibv_wc_read_vendor_err(cqx);
       ibv_end_poll(cqx);
       take(wc);
-      // More in the device's CQ behind the read-ahead.
-      PostSolicitedMessages(a, b, mr_, buf_.data(), kMsgs / 2, kMsgs / 2);
-    } else {
-      PostSolicitedMessages(a, b, mr_, buf_.data(), kMsgs / 2, kMsgs / 2);
     }
+    post(kMsgs / 2, kMsgs / 2);  // with an extended CQ: behind its read-ahead
     size_t total = extended ? 1 : 0;
     constexpr int kEntries = 64;
     for (int spins = 0; total < 2 * kMsgs && spins < 20'000'000; ++spins) {

@@ -12,7 +12,8 @@
 // median post-to-completion time (one WRITE and its ACK through the
 // device's loopback: tools/bench/fabric's in-process latency).
 // Env SIGNAL_EVERY=N: one WRITE in N signaled (default 32; 1 completes each,
-// as ib_send_lat and UCX's signaled sends do). POST_API=wr: each WRITE posted with ibv_wr_start, ibv_wr_rdma_write,
+// as ib_send_lat and UCX's signaled sends do).
+// Env POST_API=wr: each WRITE posted with ibv_wr_start, ibv_wr_rdma_write,
 // ibv_wr_set_sge (or ibv_wr_set_inline_data with INLINE=1, SIZE <= 256) and
 // ibv_wr_complete on an extended QP, instead of ibv_post_send (INLINE=1
 // there sets IBV_SEND_INLINE).

@@ -169,10 +169,13 @@ if ip netns add droce-probe-$$ 2>/dev/null; then
   check "veth: progress thread woken by arrival (af_packet)" server_stats_match "woken by arrival [1-9][0-9]*, af_packet socket" WIRE=veth "$pair" \
     "DROCE_STATS=1 ib_read_lat -p $vp -d droce0 -x 1 -m 1024 -n 300" "ib_read_lat -p $vp -d droce1 -x 1 -m 1024 -n 300 10.99.0.1"
   # No broadcast fallback: the peers' MACs must come from ARP / neighbour discovery.
+  # DROCE_STATS=1: a failure shows both sides' counters (printed at exit
+  # too): timeouts and retransmissions against the peer's rx, the neighbours
+  # learnt, ND/ARP frames sent and received, frames dropped for their MAC.
   check "veth: IPv6 GID resolved by neighbour discovery" env WIRE=veth PAIR_IP6=1 LINK_SET=broadcast_unresolved=off \
-    "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 2 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 2 -n 200 10.99.0.1"
+    "$pair" "DROCE_STATS=1 ibv_rc_pingpong -p $vp -d droce0 -g 2 -n 200" "DROCE_STATS=1 ibv_rc_pingpong -p $vp -d droce1 -g 2 -n 200 10.99.0.1"
   check "veth: IPv4 GID resolved by ARP" env WIRE=veth LINK_SET=broadcast_unresolved=off \
-    "$pair" "ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 200" "ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 200 10.99.0.1"
+    "$pair" "DROCE_STATS=1 ibv_rc_pingpong -p $vp -d droce0 -g 1 -n 200" "DROCE_STATS=1 ibv_rc_pingpong -p $vp -d droce1 -g 1 -n 200 10.99.0.1"
   check "veth: ib_send_lat -e" env WIRE=veth "$pair" "ib_send_lat -p $vp -d droce0 -x 1 -e -n 500" "ib_send_lat -p $vp -d droce1 -x 1 -e -n 500 10.99.0.1"
 else
   echo "SKIP veth: cannot create network namespaces"

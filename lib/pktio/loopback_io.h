@@ -58,8 +58,6 @@ class LoopbackIo final : public BurstIo {
 
  private:
   bool IsOwn(const Frame& f, uint32_t mac_lo, uint16_t mac_hi) const;
-  // TxBurst without flattening what it hands back.
-  uint16_t Send(Frame* frames, uint16_t n);
 
   BurstIo* inner_;
   std::array<uint8_t, 6> mac_;

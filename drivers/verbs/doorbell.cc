@@ -68,7 +68,8 @@ uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
   return work;
 }
 
-void Runtime::DrainPostedLocked(uint64_t now_ns) {
+// Not inlined into RingPosted (flattened): a holder's rare way out.
+[[gnu::noinline]] void Runtime::DrainPostedLocked(uint64_t now_ns) {
   PostedDoorbell* d = posted_head_.exchange(nullptr, std::memory_order_acquire);
   if (d != nullptr) mu.Changed();  // this hold now has work a quiet poll must not skip
   while (d != nullptr) {
@@ -90,7 +91,7 @@ void Runtime::DrainPostedLocked(uint64_t now_ns) {
 // inline here it runs in one frame.
 [[gnu::flatten]] void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns) {
   app_calls_.Posted(now_ns);
-  if (mu.try_lock()) {
+  if (mu.try_lock()) [[likely]] {
     if (kind == PostedDoorbell::kSend) {
       (void)DoorbellLocked(d->qpn, now_ns, small);
     } else {
@@ -99,6 +100,12 @@ void Runtime::DrainPostedLocked(uint64_t now_ns) {
     Unlock();
     return;
   }
+  LeavePosted(d, kind);
+}
+
+// The device was held: the doorbell goes on the owner's list. Out of line,
+// so that RingPosted's common case (the device free) saves fewer registers.
+[[gnu::noinline]] void Runtime::LeavePosted(PostedDoorbell* d, uint8_t kind) {
   if (d->kinds.fetch_or(kind, std::memory_order_acq_rel) == 0) {
     PostedDoorbell* head = posted_head_.load(std::memory_order_relaxed);
     do {

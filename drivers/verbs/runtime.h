@@ -155,6 +155,7 @@ class Runtime {
   // is letting go to have let go.
   void RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns);
   static constexpr uint64_t kPostedHandoverNs = 2000;
+  void LeavePosted(PostedDoorbell* d, uint8_t kind);  // RingPosted with the device held
   // The doorbells posts left (RingPosted). Caller holds mu; destroy_qp
   // calls it before a QP's PostedDoorbell goes away.
   void DrainPostedLocked(uint64_t now_ns);

@@ -272,7 +272,17 @@ class Device {
   // "Doorbells"): the QP goes on the active list, so the next Poll
   // transmits it, and on the list of deferred doorbells, whose QPs the next
   // Doorbell gathers first, into the same bursts as its own frames.
-  void DeferDoorbell(uint32_t qpn);
+  // Inline: a burst's posts mostly only defer (the verbs runtime inlines
+  // this into its post), and their QP is the list's last already.
+  void DeferDoorbell(uint32_t qpn) {
+    transport::Qp* q = qp(qpn);
+    if (q == nullptr) return;
+    q->TakePosted();
+    if (io_ == nullptr) return;
+    Activate(qpn);
+    ++counters_.tx_doorbells_deferred;
+    if (n_deferred_ == 0 || deferred_[n_deferred_ - 1] != qpn) AddDeferred(qpn);
+  }
   // Receives published without the device lock (Qp::PublishRecv) join
   // the QP's receive queue now (flushed if it is in ERR); nothing is sent.
   void TakePostedRecvs(uint32_t qpn) {

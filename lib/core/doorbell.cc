@@ -28,16 +28,6 @@ uint32_t Device::Doorbell(uint32_t qpn, uint64_t now_ns) {
   return work + FlushGathered(&pending, &port_full);
 }
 
-void Device::DeferDoorbell(uint32_t qpn) {
-  Qp* q = qp(qpn);
-  if (q == nullptr) return;
-  q->TakePosted();
-  if (io_ == nullptr) return;
-  Activate(qpn);
-  ++counters_.tx_doorbells_deferred;
-  AddDeferred(qpn);
-}
-
 // Puts qpn on the deferred-doorbell list once; false when the list is full
 // (the QP is still on the active list: the next Poll sends it).
 bool Device::AddDeferred(uint32_t qpn) {

@@ -271,6 +271,30 @@ TEST(Doorbell, DeferredDoorbellLeavesWithTheNext) {
   EXPECT_EQ(std::memcmp(b.mem.data() + 8192, a.mem.data(), 128), 0);
 }
 
+// The deferred-doorbell list holds each QP once, whichever QP deferred
+// last (DeferDoorbell skips the list's search when it is the last entry).
+TEST(Doorbell, DeferredDoorbellsOfTwoQpsAreListedOnceEach) {
+  RcPair pair({}, 7);
+  Side& a = pair.a();
+  QpInitAttr init;
+  init.pd = a.pd;
+  init.send_cq = init.recv_cq = a.cq;
+  init.caps.max_send_wr = init.caps.max_recv_wr = 16;
+  const uint32_t other = *a.dev->CreateQp(init);
+  a.dev->DeferDoorbell(a.qpn);
+  a.dev->DeferDoorbell(a.qpn);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 1u);
+  a.dev->DeferDoorbell(other);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 2u);
+  a.dev->DeferDoorbell(a.qpn);  // not the last entry: found in the list
+  a.dev->DeferDoorbell(other);
+  a.dev->DeferDoorbell(other);
+  EXPECT_EQ(a.dev->deferred_doorbells(), 2u);
+  EXPECT_EQ(a.dev->counters().tx_doorbells_deferred, 6u);
+  EXPECT_EQ(a.dev->FlushDeferredDoorbells(pair.now()), 0u);  // nothing was posted
+  EXPECT_EQ(a.dev->deferred_doorbells(), 0u);
+}
+
 // A deferred doorbell never waits for a later post: the next poll round
 // transmits its QP, and FlushDeferredDoorbells sends it and receives nothing.
 TEST(Doorbell, DeferredDoorbellLeavesWithAPollRoundOrAFlush) {

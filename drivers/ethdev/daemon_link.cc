@@ -131,8 +131,8 @@ uint16_t DaemonLink::RxBurst(pktio::Frame* frames, uint16_t n) {
 }
 
 uint16_t DaemonLink::TxBurst(pktio::Frame* frames, uint16_t n) {
-  if (!bound()) return 0;  // as a port whose link is down: the device keeps them
-  const uint16_t took = tx_.Produce(frames, n);
+  // Unbound: as a port whose link is down, the device keeps them.
+  const uint16_t took = bound() ? tx_.Produce(frames, n) : 0;
   if (took > 0) {
     pool_.Free(frames, took);  // copied into the ring
     counters_.tx_packets += took;
@@ -141,7 +141,11 @@ uint16_t DaemonLink::TxBurst(pktio::Frame* frames, uint16_t n) {
       if (write(tx_efd_, &one, sizeof one) == sizeof one) ++counters_.wakeups_sent;
     }
   }
-  if (took < n) ++counters_.tx_ring_full;
+  if (took < n && bound()) ++counters_.tx_ring_full;
+  // Handed back: no pointer into registered memory outlives the call.
+  for (uint16_t i = took; i < n; ++i) {
+    if (frames[i].gather_len != 0 && pktio::Flatten(frames[i])) ++counters_.tx_flattened;
+  }
   return took;
 }
 

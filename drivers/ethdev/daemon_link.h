@@ -69,6 +69,7 @@ struct DaemonLinkCounters {
   uint64_t rx_no_buffer = 0;   // receive bursts the pool could not serve (frames stay in the ring)
   uint64_t wakeups_sent = 0;   // eventfd writes (droced slept)
   uint64_t binds = 0;
+  uint64_t tx_flattened = 0;   // gather frames handed back unsent: copied whole
 };
 
 class DaemonLink final : public pktio::BurstIo {
@@ -91,6 +92,10 @@ class DaemonLink final : public pktio::BurstIo {
   uint16_t RxBurst(pktio::Frame* frames, uint16_t n) override;
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return pool_.Alloc(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
+  // A gather frame is copied into the ring's slot in its pieces
+  // (FrameRing::Produce); those the ring refuses are flattened before
+  // TxBurst returns.
+  bool TakesGather() const override { return true; }
   void Release(pktio::Frame* frames, uint16_t n) override { pool_.Free(frames, n); }
   // The inbound ring holds no frame (an unbound link: cannot tell).
   bool KnownEmpty() override;

@@ -8,7 +8,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -100,6 +102,44 @@ TEST(DaemonLink, AFullRingRefusesTheRestAndTheDeviceKeepsIt) {
   EXPECT_EQ(link.counters().tx_ring_full, 1u);
   EXPECT_EQ(link.pool().available(), 32u - (12 - kSlots));  // the caller still holds the rest
   link.Release(tx + kSlots, 12 - kSlots);
+}
+
+// Gather frames (the link takes them): droced's side reads each whole, the
+// payload copied from where it pointed; those a full ring refuses come back
+// flattened, so the device's retry sends what was built.
+TEST(DaemonLink, GatherFramesArriveWholeAndRefusedOnesComeBackFlat) {
+  DaemonSide d;
+  DaemonLink link(32);
+  EXPECT_TRUE(link.TakesGather());
+  ASSERT_TRUE(d.BindTo(link, Message()).ok());
+  std::vector<uint8_t> payload(3000);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(7 * i + 1);
+  const std::vector<uint8_t> built = payload;
+  pktio::Frame tx[kSlots + 1];
+  ASSERT_EQ(link.AllocTx(tx, kSlots + 1), kSlots + 1);
+  for (pktio::Frame& f : tx) {
+    std::memset(f.data, 0x11, 64);  // 60 header bytes, then the 4 after the payload
+    f.gather = payload.data();
+    f.gather_len = 3000;
+    f.gather_at = 60;
+    f.len = 64 + 3000;
+  }
+  EXPECT_EQ(link.TxBurst(tx, kSlots + 1), kSlots);
+  pktio::Frame& refused = tx[kSlots];
+  EXPECT_EQ(refused.gather_len, 0u);
+  EXPECT_EQ(refused.gather, nullptr);
+  EXPECT_EQ(link.counters().tx_flattened, 1u);
+  std::fill(payload.begin(), payload.end(), 0xee);
+  std::vector<uint8_t> buf(kSlotBytes);
+  for (uint32_t k = 0; k < kSlots + 1; ++k) {
+    if (k == kSlots) ASSERT_EQ(link.TxBurst(&refused, 1), 1);  // room again: the retry
+    pktio::Frame got{buf.data(), 0, kSlotBytes, nullptr};
+    ASSERT_EQ(d.to_daemon.Consume(&got, 1), 1);
+    ASSERT_EQ(got.len, 3064u);
+    EXPECT_EQ(buf[59], 0x11);
+    EXPECT_EQ(std::memcmp(buf.data() + 60, built.data(), 3000), 0) << k;
+    EXPECT_EQ(buf[3063], 0x11);
+  }
 }
 
 TEST(DaemonLink, SleeperIsWokenByTheDaemonsNextBurstOnce) {

@@ -85,7 +85,8 @@ DirectIo::DirectIo(pktio::BurstIo* inner, const std::array<uint8_t, 6>& own_mac,
       clock_(clock ? std::move(clock) : Clock(MonotonicNs)),
       mac_(own_mac),
       qpn_first_(qpn_first),
-      qpn_count_(qpn_count) {
+      qpn_count_(qpn_count),
+      inner_gather_(inner->TakesGather()) {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
 }
 
@@ -311,7 +312,11 @@ int DirectIo::Route(const pktio::Frame& f) const {
     if (!p.marker_sent || std::memcmp(f.data, p.mac.data(), 6) != 0) continue;
     if (qpn == -2) qpn = wire::RoceDestQp(f.data, f.len);
     if (qpn < 0) return -1;  // not RoCEv2: the switch's
-    if (static_cast<uint32_t>(qpn) - p.qpn_first < p.qpn_count && f.len <= p.tx.max_frame()) {
+    // A gather frame whose pieces do not add up (none a transport builds)
+    // goes to the port, which flattening refuses: the ring refusing it
+    // would hold up every frame behind it.
+    if (static_cast<uint32_t>(qpn) - p.qpn_first < p.qpn_count && f.len <= p.tx.max_frame() &&
+        (f.gather_len == 0 || (f.gather_len <= f.len && f.gather_at <= f.len - f.gather_len))) {
       return static_cast<int>(i);
     }
   }
@@ -324,10 +329,30 @@ bool DirectIo::Mine(const pktio::Frame& f) const {
   return qpn >= 0 && static_cast<uint32_t>(qpn) - qpn_first_ < qpn_count_;
 }
 
+void DirectIo::FlattenAll(pktio::Frame* frames, uint16_t n) {
+  for (uint16_t i = 0; i < n; ++i) {
+    if (frames[i].gather_len != 0 && pktio::Flatten(frames[i])) ++counters_.tx_flattened;
+  }
+}
+
+uint16_t DirectIo::ToPort(pktio::Frame* frames, uint16_t n) {
+  if (!inner_gather_) FlattenAll(frames, n);
+  return inner_->TxBurst(frames, n);
+}
+
 uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
+  const uint16_t took = Send(frames, n);
+  // What goes back to the device holds no pointer into registered memory
+  // (BurstIo::TakesGather): the port's refused run is flat already, the
+  // frames after it and a ring's refused ones are flattened here.
+  if (took < n) FlattenAll(frames + took, static_cast<uint16_t>(n - took));
+  return took;
+}
+
+uint16_t DirectIo::Send(pktio::Frame* frames, uint16_t n) {
   if (markers_unsent_ != 0) SendMarkers();
   tx_blocked_on_ring_ = false;
-  if (paths_.empty()) return inner_->TxBurst(frames, n);
+  if (paths_.empty()) return ToPort(frames, n);
   uint16_t i = 0;
   int route = n > 0 ? Route(frames[0]) : -1;
   while (i < n) {
@@ -337,13 +362,14 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
     while (i + run < n && (next = Route(frames[i + run])) == route) ++run;
     uint16_t took;
     if (route < 0) {
-      took = inner_->TxBurst(frames + i, run);
+      took = ToPort(frames + i, run);
     } else {
       Path& p = paths_[route];
       Warm(p);
       took = p.tx.Produce(frames + i, run);
       if (took == 0) NoteRingRefused(p);
       if (took > 0) {
+        for (uint16_t j = 0; j < took; ++j) counters_.tx_gathered += frames[i + j].gather_len != 0;
         p.refusing = false;
         inner_->Release(frames + i, took);  // copied: the buffers go back
         counters_.tx_direct += took;

@@ -87,6 +87,8 @@ long ReceiveWithFds(int sock, void* buf, unsigned long len, int fds[3], int* nfd
 struct DirectCounters {
   uint64_t tx_direct = 0;      // frames put into a peer's ring
   uint64_t tx_ring_full = 0;   // transmit bursts a full ring stopped (the device retries)
+  uint64_t tx_gathered = 0;    // of tx_direct, gather frames: their payload copied into the slot from where it was
+  uint64_t tx_flattened = 0;   // gather frames copied whole instead (for the port, or handed back unsent)
   uint64_t rx_direct = 0;      // frames taken from the rings and delivered
   uint64_t rx_lent = 0;        // of those, lent (only the headers copied: pktio::Frame::lent)
   uint64_t rx_not_mine = 0;    // frames from a ring for another MAC or QPN: dropped
@@ -127,6 +129,13 @@ class DirectIo final : public pktio::BurstIo {
   bool KnownEmpty() override { return RingsEmpty() && inner_->KnownEmpty(); }
   uint16_t AllocTx(pktio::Frame* frames, uint16_t n) override { return inner_->AllocTx(frames, n); }
   uint16_t TxBurst(pktio::Frame* frames, uint16_t n) override;
+  // Gather frames (pktio::Frame::gather) routed to a ring are copied into
+  // its slot in their three pieces (FrameRing::Produce): the payload once,
+  // from the registered memory, with no frame buffer between. Those for
+  // the port are flattened first unless the port takes them too (asked
+  // once, here), and every frame handed back unsent is flattened before
+  // TxBurst returns.
+  bool TakesGather() const override { return true; }
   // From now on a long frame from a ring is lent: its headers copied, its
   // payload read in the slot (kLendFromBytes). Until then every frame is
   // copied whole.
@@ -238,6 +247,11 @@ class DirectIo final : public pktio::BurstIo {
   // After freeing slots of p's inbound ring: wakes the peer if it sleeps
   // with frames for this side that the full ring refused.
   void WakeProducer(Path& p);
+  // TxBurst without flattening what it hands back.
+  uint16_t Send(pktio::Frame* frames, uint16_t n);
+  // frames[0..n) to the port, flattened first unless it takes gather frames.
+  uint16_t ToPort(pktio::Frame* frames, uint16_t n);
+  void FlattenAll(pktio::Frame* frames, uint16_t n);
   // The path whose peer owns the frame's destination, or -1 (the port).
   int Route(const pktio::Frame& f) const;
   bool Mine(const pktio::Frame& f) const;
@@ -262,6 +276,7 @@ class DirectIo final : public pktio::BurstIo {
   Clock clock_;
   std::array<uint8_t, 6> mac_;
   uint32_t qpn_first_, qpn_count_;
+  bool inner_gather_;        // the port takes gather frames (BurstIo::TakesGather)
   std::vector<Path> paths_;  // few: one per peer port
   uint32_t generation_ = 0;
   uint32_t rx_next_ = 0;     // the source RxBurst starts with (rotates: no source starves)

@@ -58,11 +58,11 @@ void Runtime::PrintStats() {
   if (direct_) {
     const ethdev::DirectCounters& d = direct_->counters();
     std::fprintf(stderr,
-                 "droce %s: direct paths %zu (table %u): tx %lu (ring full %lu) rx %lu (lent %lu) rx_not_mine %lu "
+                 "droce %s: direct paths %zu (table %u): tx %lu (ring full %lu, gathered %lu, flattened %lu) rx %lu (lent %lu) rx_not_mine %lu "
                  "rx_bad_length %lu wakeups sent %lu, full-ring sleeps %lu, producer wakeups sent %lu, paths added %lu "
                  "removed %lu, messages refused %lu, markers sent %lu received %lu missed %lu forged %lu\n",
                  file_.name.c_str(), direct_->paths(), direct_->generation(), d.tx_direct, d.tx_ring_full,
-                 d.rx_direct, d.rx_lent, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.tx_full_sleeps,
+                 d.tx_gathered, d.tx_flattened, d.rx_direct, d.rx_lent, d.rx_not_mine, d.rx_bad_length, d.wakeups_sent, d.tx_full_sleeps,
                  d.producer_wakeups_sent, d.paths_added, d.paths_removed,
                  d.messages_refused, d.markers_sent, d.markers_received, d.markers_missed,
                  d.markers_forged);

@@ -15,6 +15,7 @@
 
 #include "core/connect.h"
 #include "core/device.h"
+#include "pktio/loopback_io.h"
 #include "sim/wire/mem_wire.h"
 #include "tests/support/device_pair.h"
 #include "tests/support/long_messages.h"
@@ -104,6 +105,10 @@ TEST_P(GatherTx, PayloadsFromRegisteredMemoryArriveBitExact) {
   if (lossy) {
     g.port[0].drop_every = 7;
     g.port[0].refuse_every = 3;
+    // The responder's port refuses, it does not drop: with a fixed 1-in-7
+    // drop there, a 64 KiB READ at MTU 1024 runs out of retries, gather
+    // frames or not.
+    g.port[1].refuse_every = 3;
   }
   testing::DevicePair& p = g.p;
   const uint32_t sizes[] = {1, 1023, 1024, 1025, mtu - 1, mtu, mtu + 3, 3 * mtu + 1026, 65536 + 5};
@@ -131,18 +136,28 @@ TEST_P(GatherTx, PayloadsFromRegisteredMemoryArriveBitExact) {
     ASSERT_EQ(done.size(), 1u);
     EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
     EXPECT_EQ(std::memcmp(p.mem[1].data() + rdst, p.mem[0].data() + src, len), 0);
+    // READ the WRITE's bytes back: device 1's responses are gather frames.
+    const uint64_t back = src + 600000;
+    ASSERT_EQ(p.dev[0]->PostSend(p.qpn[0][0], p.Wr(WrOpcode::kRdmaRead, len, back, dst, ++wr)), 0);
+    done = p.RunUntil(1, kRounds);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, queue::WcStatus::kSuccess);
+    EXPECT_EQ(std::memcmp(p.mem[0].data() + back, p.mem[0].data() + src, len), 0);
     src += len;
     dst += len;
   }
   EXPECT_GT(g.port[0].gathered, 0u);
+  EXPECT_GT(g.port[1].gathered, 0u) << "no READ response was a gather frame";
   const transport::QpCounters& c = p.dev[0]->qp(p.qpn[0][0])->counters();
   if (lossy) {
     EXPECT_GT(g.port[0].dropped, 0u);
     EXPECT_GT(g.port[0].flattened, 0u);
+    EXPECT_GT(g.port[1].flattened, 0u);
     EXPECT_GT(sr ? c.sr_retransmitted_packets : c.retransmitted_packets, 0u);
   }
   // The receiver found every ICRC right (a dropped frame is the port's, not a bad one).
   EXPECT_EQ(p.dev[1]->counters().rx_bad_icrc(), 0u);
+  EXPECT_EQ(p.dev[0]->counters().rx_bad_icrc(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(MtuLoss, GatherTx,
@@ -165,6 +180,46 @@ TEST(GatherTxPort, OnlyAPortThatTakesThemGetsGatherFrames) {
   }
   EXPECT_GT(bytes[0], 8192u + 100u);
   EXPECT_EQ(bytes[1], bytes[0]);
+}
+
+// A port that takes gather frames and refuses every burst (flattening the
+// frames it hands back, as the contract says).
+class RefusingPort final : public testing::ForwardingPort {
+ public:
+  using ForwardingPort::ForwardingPort;
+  bool TakesGather() const override { return true; }
+  uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
+    for (uint16_t i = 0; i < n; ++i) EXPECT_TRUE(pktio::Flatten(f[i]));
+    return 0;
+  }
+};
+
+// The loopback in front of such a port hands back flat what it never got to:
+// a looped gather frame behind a run the port refused.
+TEST(GatherTxPort, LoopbackHandsBackTheFramesBehindARefusedRunFlat) {
+  sim::MemWire wire(RoomyWire());
+  RefusingPort port(&wire.end(0));
+  const std::array<uint8_t, 6> own = {0x02, 0, 0, 0, 0, 0x11};
+  pktio::LoopbackIo lo(&port, own);
+  EXPECT_TRUE(lo.TakesGather());
+  pktio::Frame f[2];
+  ASSERT_EQ(lo.AllocTx(f, 2), 2);
+  std::memset(f[0].data, 0x22, 64);  // to another MAC: the port's
+  f[0].len = 64;
+  std::vector<uint8_t> payload(2000, 0x5a);
+  std::memcpy(f[1].data, own.data(), 6);  // to the device itself: looped
+  std::memset(f[1].data + 6, 0x33, 58);
+  f[1].gather = payload.data();
+  f[1].gather_len = 2000;
+  f[1].gather_at = 60;
+  f[1].len = 64 + 2000;
+  ASSERT_EQ(lo.TxBurst(f, 2), 0);
+  EXPECT_EQ(f[1].gather_len, 0u);
+  EXPECT_EQ(f[1].gather, nullptr);
+  EXPECT_EQ(f[1].data[60], 0x5a);
+  EXPECT_EQ(f[1].data[60 + 1999], 0x5a);
+  EXPECT_EQ(f[1].data[60 + 2000], 0x33);
+  lo.Release(f, 2);
 }
 
 // Two QPs of one device connected to each other (the device's internal

@@ -33,7 +33,9 @@ uint16_t FrameRing::Produce(const Frame* frames, uint16_t n) {
   uint16_t done = 0;
   for (; done < n; ++done) {
     const Frame& f = frames[done];
-    if (f.len > max_frame()) {
+    // A gather frame whose pieces do not add up to its length is refused
+    // as too long: none of its bytes is read.
+    if (f.len > max_frame() || f.gather_len > f.len || f.gather_at > f.len - f.gather_len) {
       ++counters_.too_long;
       break;
     }
@@ -44,7 +46,17 @@ uint16_t FrameRing::Produce(const Frame* frames, uint16_t n) {
     uint8_t* s = slot(my_head_);
     const uint32_t len = f.len;
     std::memcpy(s, &len, sizeof len);
-    std::memcpy(s + kSlotHeader, f.data, len);
+    uint8_t* out = s + kSlotHeader;
+    if (f.gather_len == 0) {
+      std::memcpy(out, f.data, len);
+    } else {
+      // A gather frame in its three pieces: the payload is copied once,
+      // from where it is, into the slot.
+      const uint32_t tail = len - f.gather_len - f.gather_at;
+      std::memcpy(out, f.data, f.gather_at);
+      std::memcpy(out + f.gather_at, f.gather, f.gather_len);
+      std::memcpy(out + f.gather_at + f.gather_len, f.data + f.gather_at, tail);
+    }
     ++my_head_;
     --free;
   }
@@ -118,9 +130,7 @@ uint16_t FrameRing::Peek(Frame* views, uint16_t n) {
       ++counters_.bad_length;
       len = 0;
     }
-    views[k].data = s + kSlotHeader;
-    views[k].len = len;
-    views[k].capacity = len;
+    views[k] = Frame{s + kSlotHeader, len, len, nullptr};  // no gather fields: Produce copies a view whole
   }
   peeked_ = k;
   return k;

@@ -64,6 +64,9 @@ class FrameRing {
   // one release store. The consumer's tail is read only when the free
   // slots seen at the last read are fewer than n (a cached tail). Stops at the first frame that finds no slot (counted
   // `full`) or is longer than a slot (`too_long`); returns how many it took.
+  // A gather frame (Frame::gather) is copied in its three pieces, its
+  // payload straight from where it points: the slot holds the whole frame,
+  // and nothing of the gathered memory is read after Produce returns.
   uint16_t Produce(const Frame* frames, uint16_t n);
   // After Produce: true if the consumer sleeps and asked for a wake-up (the
   // request is consumed: one wake-up per sleep). The caller then notifies.

@@ -151,6 +151,35 @@ TEST(FrameRing, TooLongFrameIsRefused) {
   EXPECT_EQ(prod.counters().too_long, 1u);
 }
 
+// A gather frame goes into the slot whole: its headers, the gathered bytes
+// read where they are, then what follows them in its buffer; changing the
+// gathered memory afterwards changes nothing in the ring. A gather frame
+// whose pieces do not add up is refused (too_long) without a byte read.
+TEST(FrameRing, GatherFrameIsCopiedInItsThreePieces) {
+  RingMemory m(4, 256);
+  FrameRing prod(m.mem, 4, 256), cons(m.mem, 4, 256);
+  std::vector<uint8_t> head(40), payload(150), out(256);
+  for (size_t i = 0; i < head.size(); ++i) head[i] = static_cast<uint8_t>(0xa0 + i);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(3 * i + 1);
+  // The buffer holds 30 header bytes, then the 10 that follow the payload.
+  Frame f{head.data(), 30 + 150 + 10, static_cast<uint32_t>(head.size()), nullptr};
+  f.gather = payload.data();
+  f.gather_len = 150;
+  f.gather_at = 30;
+  Frame bad = f;
+  bad.gather_at = 41;  // 41 + 150 > 190: the pieces overrun the frame
+  Frame fs[2] = {f, bad};
+  ASSERT_EQ(prod.Produce(fs, 2), 1);
+  EXPECT_EQ(prod.counters().too_long, 1u);
+  std::memset(payload.data(), 0xee, payload.size());  // the sender's memory moves on
+  Frame d = Buf(out);
+  ASSERT_EQ(cons.Consume(&d, 1), 1);
+  ASSERT_EQ(d.len, 190u);
+  for (uint32_t i = 0; i < 30; ++i) EXPECT_EQ(d.data[i], static_cast<uint8_t>(0xa0 + i)) << i;
+  for (uint32_t i = 0; i < 150; ++i) EXPECT_EQ(d.data[30 + i], static_cast<uint8_t>(3 * i + 1)) << i;
+  for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(d.data[180 + i], static_cast<uint8_t>(0xa0 + 30 + i)) << i;
+}
+
 // The other process writes the same memory: whatever it writes, neither side
 // reads or writes outside the region (ASan checks), and bad lengths are counted.
 TEST(FrameRing, HostilePeerStaysInBounds) {

@@ -52,6 +52,18 @@ uint16_t LoopbackIo::RxBurst(Frame* frames, uint16_t n) {
   return got;
 }
 
+namespace {
+// Out of line, for the bursts stopped early: what goes back to the caller is
+// flat (BurstIo::TakesGather), the frames behind a refused run too, which the
+// inner port never saw. Returns `took`.
+[[gnu::noinline, gnu::cold]] uint16_t HandBack(Frame* frames, uint32_t took, uint16_t n) {
+  for (uint32_t i = took; i < n; ++i) {
+    if (frames[i].gather_len != 0) (void)Flatten(frames[i]);
+  }
+  return static_cast<uint16_t>(took);
+}
+}  // namespace
+
 // Accepts a prefix of frames[0..n): runs of wire frames go to the inner port
 // in one burst each, own-MAC frames into the ring. Stops at the first frame
 // either side refuses, so the caller keeps the rest in order.
@@ -65,7 +77,7 @@ uint16_t LoopbackIo::TxBurst(Frame* frames, uint16_t n) {
     if (IsOwn(frames[i], mac_lo, mac_hi)) {
       if (count_ == ring_.size()) {
         ++counters_.ring_full;
-        return static_cast<uint16_t>(i);
+        return HandBack(frames, i, n);
       }
       // The receive side reads the frame's own bytes: a gather frame's
       // payload is copied in (its memory may change once the burst is done).
@@ -86,7 +98,7 @@ uint16_t LoopbackIo::TxBurst(Frame* frames, uint16_t n) {
     const auto run = static_cast<uint16_t>(end - i);
     const uint16_t sent = inner_->TxBurst(frames + i, run);
     i += sent;
-    if (sent < run) return static_cast<uint16_t>(i);
+    if (sent < run) return HandBack(frames, i, n);
   }
   return static_cast<uint16_t>(i);
 }

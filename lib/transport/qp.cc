@@ -657,7 +657,7 @@ uint32_t Qp::Transmit(pktio::Frame* frames, uint32_t n, uint64_t now_ns) {
   while (used < n && !actions_.empty()) {
     if (Paced(now_ns)) return used;
     bool finished = false;
-    const uint32_t len = BuildResponse(actions_.front(), frames[used].data, &finished);
+    const uint32_t len = BuildResponse(actions_.front(), frames[used], &finished);
     if (finished) {
       if (actions_.front().holds_resource) --resp_.rd_atomic_active;
       actions_.Pop();

@@ -486,6 +486,13 @@ class Qp {
   // Returns the frame's length (0: nothing built); a gather frame
   // (QpEnv::gather_tx) also gets f.gather, the payload where it is.
   uint32_t BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns);
+  // Ends a SEND/WRITE request or a READ response whose `seg` payload bytes
+  // the port reads from the registered memory at `host` (a gather frame,
+  // QpEnv::gather_tx): the frame holds the headers (`headers` transport
+  // bytes from the BTH, ending at `payload`), then the pad and the ICRC,
+  // which covers the payload as it is read here. The port takes or
+  // flattens the frame before the device's round ends. Returns its length.
+  uint32_t FinishGatherFrame(pktio::Frame& f, uint8_t* payload, uint32_t headers, uint32_t seg, const uint8_t* host);
   // The common request packet built in fewer steps (requester.cc).
   bool ShortQp() const;  // the QP's part of ShortRequest and ShortStart
   bool ShortRequest(const SendWqe& w, bool short_qp) const;
@@ -677,7 +684,9 @@ class Qp {
   bool PushResponse(const Action& a);
   void CompleteRecv(queue::WcStatus status, queue::WcOpcode opcode, uint32_t byte_len,
                     uint8_t flags, uint32_t imm_or_inv, bool solicited);
-  uint32_t BuildResponse(Action& a, uint8_t* frame, bool* finished);
+  // A READ response of kGatherTxMin payload bytes or more is a gather frame
+  // where the port takes them (FinishGatherFrame).
+  uint32_t BuildResponse(Action& a, pktio::Frame& f, bool* finished);
   uint8_t CreditsField() const;
 
   void FlushAll();

@@ -435,6 +435,22 @@ uint32_t Qp::ScatterToSgesCrc(const SendWqe& w, uint32_t offset, const uint8_t* 
   return FinishShortFrame(frame, headers_, headers + w.total_len);
 }
 
+uint32_t Qp::FinishGatherFrame(pktio::Frame& f, uint8_t* payload, uint32_t headers, uint32_t seg,
+                               const uint8_t* host) {
+  uint8_t* frame = f.data;
+  const uint32_t icrc_offset = FinishHeaders(frame, route_, headers + seg);
+  const uint32_t pad = icrc_offset - static_cast<uint32_t>(payload + seg - frame);
+  uint32_t crc = IcrcTemplateBegin(frame, headers_, headers - kBthBytes);
+  crc = Crc32Update(crc, host, seg);
+  std::memset(payload, 0, pad);
+  crc = Crc32Update(crc, payload, pad);
+  StoreLe32(payload + pad, Crc32Final(crc));
+  f.gather = host;
+  f.gather_len = seg;
+  f.gather_at = static_cast<uint32_t>(payload - frame);
+  return f.gather_at + seg + pad + kIcrcBytes;
+}
+
 uint32_t Qp::BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns) {
   uint8_t* frame = f.data;
   if (ud()) return BuildUdRequest(w, frame);
@@ -559,23 +575,8 @@ uint32_t Qp::BuildRequest(SendWqe& w, pktio::Frame& f, uint64_t now_ns) {
     return FinishTemplateFrame(frame, headers_, transport_len);
   }
   if (env_.gather_tx && seg >= kGatherTxMin && w.num_sge == 1 && !(w.flags & kSendInline)) {
-    // The port reads the payload from the registered memory (a gather
-    // frame): the frame holds the headers, then the pad and the ICRC, which
-    // covers the payload as it is read here. The SGE was checked still lent
-    // (ReqCheckSges) just before this build; the port takes or flattens the
-    // frame before the device's round ends.
-    const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);
-    const uint32_t pad = icrc_offset - static_cast<uint32_t>(payload + seg - frame);
-    const uint8_t* host = w.local_host + offset;
-    uint32_t crc = IcrcTemplateBegin(frame, headers_, headers - kBthBytes);
-    crc = Crc32Update(crc, host, seg);
-    std::memset(payload, 0, pad);
-    crc = Crc32Update(crc, payload, pad);
-    StoreLe32(payload + pad, Crc32Final(crc));
-    f.gather = host;
-    f.gather_len = seg;
-    f.gather_at = static_cast<uint32_t>(payload - frame);
-    return f.gather_at + seg + pad + kIcrcBytes;
+    // The SGE was checked still lent (ReqCheckSges) just before this build.
+    return FinishGatherFrame(f, payload, headers, seg, w.local_host + offset);
   }
   // The payload is read once: gathered into the frame while it is CRCed.
   const uint32_t icrc_offset = FinishHeaders(frame, route_, transport_len);

@@ -785,7 +785,8 @@ const Qp::Resource* Qp::ReplayResponse(ReqCtx& c, Action* a) {
   return nullptr;
 }
 
-uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
+uint32_t Qp::BuildResponse(Action& a, pktio::Frame& f, bool* finished) {
+  uint8_t* frame = f.data;
   uint8_t* ext;
   const uint32_t bth_off = WriteHeaders(frame, 0, a.psn, false, false, &ext);
   uint8_t* bth_p = frame + bth_off;
@@ -846,6 +847,9 @@ uint32_t Qp::BuildResponse(Action& a, uint8_t* frame, bool* finished) {
         if (seg > 0) std::memcpy(payload, src, seg);
         return FinishTemplateFrame(frame, headers_, op.header_bytes + seg);
       }
+      // Read where it is, by the port, in this round: the bytes the copy
+      // below would read now.
+      if (env_.gather_tx && seg >= kGatherTxMin) return FinishGatherFrame(f, payload, op.header_bytes, seg, src);
       // Copied from the MR and CRCed in one pass.
       const uint32_t icrc_offset = FinishHeaders(frame, route_, op.header_bytes + seg);
       uint32_t crc = IcrcTemplateBegin(frame, headers_, op.header_bytes - kBthBytes);

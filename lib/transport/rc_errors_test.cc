@@ -324,6 +324,41 @@ TEST(RcErrors, DeregisteringAnMrStopsARemoteWriteOrReadInFlight) {
   }
 }
 
+// A READ whose responses have not started when its MR is deregistered
+// (queued behind another READ's) reads nothing from it either: its first
+// response is checked as its later ones are, and the WR fails with a remote
+// access error instead of carrying what the memory holds now.
+TEST(RcErrors, AReadQueuedBehindAnotherReadsNothingOnceItsMrIsDeregistered) {
+  RcPair pair = NarrowPair(6);
+  Side& req = pair.b();
+  Side& resp = pair.a();
+  const uint32_t first_len = 256 * 1024;
+  const uint32_t second_len = 4096;  // four responses at MTU 1024; the first reads at offset 0
+  std::vector<uint8_t> second(second_len);
+  std::fill(second.begin(), second.end(), uint8_t{0x5A});
+  const auto keys = *resp.dev->RegMr(resp.pd, second.data(), second.size(),
+                                     reinterpret_cast<uint64_t>(second.data()), mem::kRemoteRead);
+  Fill(resp.mem, 0, first_len, 7);
+  ASSERT_EQ(req.dev->PostSend(req.qpn, MakeWr(1, WrOpcode::kRdmaRead, req, 0, first_len, resp, 0)), 0);
+  SendWr queued = MakeWr(2, WrOpcode::kRdmaRead, req, 0x200000, second_len, resp, 0);
+  queued.remote_addr = reinterpret_cast<uint64_t>(second.data());
+  queued.rkey = keys.rkey;
+  ASSERT_EQ(req.dev->PostSend(req.qpn, queued), 0);
+  // Both requests reach the responder; the first READ's responses fill the
+  // wire's 64 buffers, the second READ waits behind them.
+  req.dev->Poll(pair.now());
+  resp.dev->Poll(pair.now());
+  ASSERT_LT(resp.dev->counters().tx_packets, first_len / 1024);
+  ASSERT_TRUE(resp.dev->DeregMr(keys.lkey).ok());
+  std::fill(second.begin(), second.end(), kReused);
+  std::vector<Completion> ca, cb;
+  ASSERT_TRUE(pair.Run(&ca, 0, &cb, 2));
+  EXPECT_EQ(cb[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(cb[1].wr_id, 2u);
+  EXPECT_EQ(cb[1].status, WcStatus::kRemAccessErr) << queue::WcStatusName(cb[1].status);
+  EXPECT_FALSE(HoldsReusedRun(req.mem, req.mem.size())) << "read after deregistration";
+}
+
 // The same on the requester's side: READ data that comes back after the
 // program deregistered its local buffer is not written there; the WR fails
 // with a local protection error.

@@ -815,9 +815,12 @@ uint32_t Qp::BuildResponse(Action& a, pktio::Frame& f, bool* finished) {
       return FinishTemplateFrame(frame, headers_, kBthBytes + kAethBytes + kAtomicAckEthBytes);
     }
     case ActionKind::kReadResponse: {
-      if (a.offset > 0 && !MrStillLentSince(a.rkey, &a.epoch)) {
-        // Deregistered mid-READ: end the stream with a NAK (remote access
-        // error) at the next response PSN instead of reading on.
+      // The first response too: it may leave rounds after the request was
+      // checked (queued behind another READ's responses or a full port).
+      if (!MrStillLentSince(a.rkey, &a.epoch)) {
+        // Deregistered since the request was checked: end the stream with a
+        // NAK (remote access error) at the next response PSN instead of
+        // reading on.
         ++counters_.naks_sent;
         bth.set_opcode(kRcAcknowledge);
         bth.set_psn(PsnAdd(a.psn, a.offset / mtu_));

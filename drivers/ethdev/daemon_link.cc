@@ -143,9 +143,7 @@ uint16_t DaemonLink::TxBurst(pktio::Frame* frames, uint16_t n) {
   }
   if (took < n && bound()) ++counters_.tx_ring_full;
   // Handed back: no pointer into registered memory outlives the call.
-  for (uint16_t i = took; i < n; ++i) {
-    if (frames[i].gather_len != 0 && pktio::Flatten(frames[i])) ++counters_.tx_flattened;
-  }
+  counters_.tx_flattened += pktio::FlattenEach(frames + took, n - took);
   return took;
 }
 

@@ -132,7 +132,9 @@ TEST(DaemonLink, GatherFramesArriveWholeAndRefusedOnesComeBackFlat) {
   std::fill(payload.begin(), payload.end(), 0xee);
   std::vector<uint8_t> buf(kSlotBytes);
   for (uint32_t k = 0; k < kSlots + 1; ++k) {
-    if (k == kSlots) ASSERT_EQ(link.TxBurst(&refused, 1), 1);  // room again: the retry
+    if (k == kSlots) {
+      ASSERT_EQ(link.TxBurst(&refused, 1), 1);  // room again: the retry
+    }
     pktio::Frame got{buf.data(), 0, kSlotBytes, nullptr};
     ASSERT_EQ(d.to_daemon.Consume(&got, 1), 1);
     ASSERT_EQ(got.len, 3064u);

@@ -315,8 +315,7 @@ int DirectIo::Route(const pktio::Frame& f) const {
     // A gather frame whose pieces do not add up (none a transport builds)
     // goes to the port, which flattening refuses: the ring refusing it
     // would hold up every frame behind it.
-    if (static_cast<uint32_t>(qpn) - p.qpn_first < p.qpn_count && f.len <= p.tx.max_frame() &&
-        (f.gather_len == 0 || (f.gather_len <= f.len && f.gather_at <= f.len - f.gather_len))) {
+    if (static_cast<uint32_t>(qpn) - p.qpn_first < p.qpn_count && f.len <= p.tx.max_frame() && f.GatherAddsUp()) {
       return static_cast<int>(i);
     }
   }
@@ -329,14 +328,8 @@ bool DirectIo::Mine(const pktio::Frame& f) const {
   return qpn >= 0 && static_cast<uint32_t>(qpn) - qpn_first_ < qpn_count_;
 }
 
-void DirectIo::FlattenAll(pktio::Frame* frames, uint16_t n) {
-  for (uint16_t i = 0; i < n; ++i) {
-    if (frames[i].gather_len != 0 && pktio::Flatten(frames[i])) ++counters_.tx_flattened;
-  }
-}
-
 uint16_t DirectIo::ToPort(pktio::Frame* frames, uint16_t n) {
-  if (!inner_gather_) FlattenAll(frames, n);
+  if (!inner_gather_) counters_.tx_flattened += pktio::FlattenEach(frames, n);
   return inner_->TxBurst(frames, n);
 }
 
@@ -345,7 +338,7 @@ uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {
   // What goes back to the device holds no pointer into registered memory
   // (BurstIo::TakesGather): the port's refused run is flat already, the
   // frames after it and a ring's refused ones are flattened here.
-  if (took < n) FlattenAll(frames + took, static_cast<uint16_t>(n - took));
+  if (took < n) counters_.tx_flattened += pktio::FlattenEach(frames + took, n - took);
   return took;
 }
 

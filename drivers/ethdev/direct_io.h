@@ -251,7 +251,6 @@ class DirectIo final : public pktio::BurstIo {
   uint16_t Send(pktio::Frame* frames, uint16_t n);
   // frames[0..n) to the port, flattened first unless it takes gather frames.
   uint16_t ToPort(pktio::Frame* frames, uint16_t n);
-  void FlattenAll(pktio::Frame* frames, uint16_t n);
   // The path whose peer owns the frame's destination, or -1 (the port).
   int Route(const pktio::Frame& f) const;
   bool Mine(const pktio::Frame& f) const;

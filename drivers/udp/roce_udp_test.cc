@@ -614,7 +614,9 @@ TEST(UdpIoGather, GatherFramesArriveAsTheFramesTheyDescribe) {
       EXPECT_EQ(p.a->counters().tx_gathered, frames.size());
       EXPECT_EQ(p.a->counters().tx_flattened, 0u);
       EXPECT_EQ(p.a->counters().tx_dropped, 0u);
-      if (gso && ipv6) EXPECT_GT(p.a->counters().tx_gso_datagrams, 0u);
+      if (gso && ipv6) {
+        EXPECT_GT(p.a->counters().tx_gso_datagrams, 0u);
+      }
       EXPECT_EQ(p.b->counters().rx_dropped, 0u);
     }
   }

@@ -166,11 +166,7 @@ bool UdpIo::AddToBatch(pktio::Frame& f) {
 // registered memory once TxBurst returns (pktio::BurstIo::TakesGather).
 // Flatten fails only for a frame longer than its buffer, which no
 // transport builds; such a frame stays as it is.
-void UdpIo::FlattenAll(pktio::Frame* frames, uint16_t n) {
-  for (uint16_t i = 0; i < n; ++i) {
-    if (frames[i].gather_len != 0 && pktio::Flatten(frames[i])) ++counters_.tx_flattened;
-  }
-}
+void UdpIo::FlattenAll(pktio::Frame* frames, uint16_t n) { counters_.tx_flattened += pktio::FlattenEach(frames, n); }
 
 void UdpIo::Refill() {
   const uint16_t want = static_cast<uint16_t>(RecvBatch::kMax - stashed_);

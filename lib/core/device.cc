@@ -75,10 +75,6 @@ absl::StatusOr<uint32_t> Device::CreateCq(uint32_t depth) {
   return static_cast<uint32_t>(cqs_.size() - 1);
 }
 
-queue::CompletionQueue* Device::cq(uint32_t id) {
-  return id < cqs_.size() ? cqs_[id].get() : nullptr;
-}
-
 absl::Status Device::DestroyCq(uint32_t id) {
   if (cq(id) == nullptr) return absl::NotFoundError(absl::StrFormat("no CQ %u", id));
   for (const QpSlot& slot : qps_) {
@@ -417,11 +413,11 @@ absl::Status Device::MakeRoute(const transport::AddressVector& av, uint32_t loca
 }
 
 uint32_t Device::PollCq(uint32_t id, queue::Completion* out, uint32_t n) {
-  queue::CompletionQueue* c = cq(id);
-  if (c == nullptr) return 0;
-  const uint32_t got = c->Poll(out, n);
-  for (uint32_t i = 0; i < got; ++i) out[i].flags &= ~queue::CompletionQueue::kWcSolicited;
-  return got;
+  uint32_t i = 0;
+  return PollCqEach(id, n, [&](const queue::Completion& c) {
+    out[i] = c;
+    out[i++].flags &= ~queue::CompletionQueue::kWcSolicited;
+  });
 }
 
 }  // namespace droce::core

@@ -202,7 +202,7 @@ class Device {
   mem::MrTable& mrs() { return mrs_; }
 
   absl::StatusOr<uint32_t> CreateCq(uint32_t depth);
-  queue::CompletionQueue* cq(uint32_t id);
+  queue::CompletionQueue* cq(uint32_t id) { return id < cqs_.size() ? cqs_[id].get() : nullptr; }
   // Fails (FailedPrecondition) while a QP still uses the CQ / SRQ.
   absl::Status DestroyCq(uint32_t id);
   // ibv_resize_cq: InvalidArgument when more completions are queued than `depth`.
@@ -258,7 +258,7 @@ class Device {
   // kWcSolicited, which the caller masks).
   template <typename F>
   uint32_t PollCqEach(uint32_t id, uint32_t n, F&& f) {
-    queue::CompletionQueue* c = id < cqs_.size() ? cqs_[id].get() : nullptr;
+    queue::CompletionQueue* c = cq(id);
     return c == nullptr ? 0 : c->PollEach(n, f);
   }
 

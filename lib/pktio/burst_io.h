@@ -52,6 +52,9 @@ struct Frame {
     gather_at = head;
     gather_len = mark;
   }
+  // A gather frame's pieces fit in its len bytes (a frame that is not one
+  // trivially does): only then may a port read or copy them.
+  bool GatherAddsUp() const { return gather_len <= len && gather_at <= len - gather_len; }
 };
 
 static_assert(sizeof(Frame) == 40);
@@ -70,13 +73,26 @@ inline void TakeLent(Frame& f) {
 // it does not fit (the frame is left as it was).
 inline bool Flatten(Frame& f) {
   if (f.gather_len == 0) return true;
-  if (f.gather_len > f.len || f.gather_at > f.len - f.gather_len || f.len > f.capacity) return false;
+  if (!f.GatherAddsUp() || f.len > f.capacity) return false;
   std::memmove(f.data + f.gather_at + f.gather_len, f.data + f.gather_at, f.len - f.gather_len - f.gather_at);
   std::memcpy(f.data + f.gather_at, f.gather, f.gather_len);
   f.gather = nullptr;
   f.gather_len = 0;
   f.gather_at = 0;
   return true;
+}
+
+// Flattens every gather frame of frames[0..n): what a port that takes them
+// hands on to one that does not, or gives back unsent, so that none
+// outlives its TxBurst (BurstIo::TakesGather). Returns how many it copied;
+// a frame Flatten refuses (longer than its buffer: no transport builds
+// one) stays as it is.
+inline uint32_t FlattenEach(Frame* frames, uint32_t n) {
+  uint32_t flattened = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (frames[i].gather_len != 0 && Flatten(frames[i])) ++flattened;
+  }
+  return flattened;
 }
 
 class BurstIo {

@@ -35,7 +35,7 @@ uint16_t FrameRing::Produce(const Frame* frames, uint16_t n) {
     const Frame& f = frames[done];
     // A gather frame whose pieces do not add up to its length is refused
     // as too long: none of its bytes is read.
-    if (f.len > max_frame() || f.gather_len > f.len || f.gather_at > f.len - f.gather_len) {
+    if (f.len > max_frame() || !f.GatherAddsUp()) {
       ++counters_.too_long;
       break;
     }

@@ -57,9 +57,7 @@ namespace {
 // flat (BurstIo::TakesGather), the frames behind a refused run too, which the
 // inner port never saw. Returns `took`.
 [[gnu::noinline, gnu::cold]] uint16_t HandBack(Frame* frames, uint32_t took, uint16_t n) {
-  for (uint32_t i = took; i < n; ++i) {
-    if (frames[i].gather_len != 0) (void)Flatten(frames[i]);
-  }
+  (void)FlattenEach(frames + took, n - took);
   return static_cast<uint16_t>(took);
 }
 }  // namespace

@@ -95,11 +95,7 @@ class CompletionQueue {
 
   uint32_t Poll(Completion* out, uint32_t n) {
     uint32_t i = 0;
-    for (; i < n && !ring_.empty(); ++i) {
-      out[i] = ring_.front();
-      ring_.Pop();
-    }
-    return i;
+    return PollEach(n, [&](const Completion& c) { out[i++] = c; });
   }
 
   // Hands the oldest completions (up to n) to f(const Completion&) in

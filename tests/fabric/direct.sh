@@ -139,11 +139,14 @@ check "SIGKILL a process writing through a direct ring: path withdrawn, peer get
 # ib_read_bw -s 262144 (its progress thread alone drives it: the program waits
 # in a TCP read) fills its ring on every response; its hot phase waits armed
 # for the client to free slots (DROCE_STATS "on a full ring"), the client's
-# receive wakes it ("producer wakeups sent"), and the run completes.
+# receive wakes it ("producer wakeups sent"), and the run completes. The
+# server's thread does not spin (progress_spins=0): with its 200 default
+# spins a client that frees slots within them never lets the wait happen
+# (a quiet host counted 5 waits in 300 READs, a CI host none).
 full_ring_wait() {
   "$ctl" daemon stop >/dev/null 2>&1
   "$ctl" link del droce0 >/dev/null 2>&1; "$ctl" link del droce1 >/dev/null 2>&1
-  DROCED_RING_SLOTS=4 "$ctl" link add droce0 ip 10.0.0.1 || return 1
+  DROCED_RING_SLOTS=4 "$ctl" link add droce0 ip 10.0.0.1 set progress_spins=0 || return 1
   "$ctl" link add droce1 ip 10.0.0.2 || return 1
   DROCE_STATS=1 timeout "$t" ib_read_bw -p $p -d droce0 -x 1 -s 262144 -n 300 >"$run/rs.log" 2>&1 &
   local s=$!; track $s

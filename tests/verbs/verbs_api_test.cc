@@ -1524,17 +1524,21 @@ struct SleepyDevice {
   // A 64 B WRITE from a to b's half of mem (0x5C bytes).
   int Write(uint64_t wr_id, unsigned int flags) {
     std::memset(mem.data(), 0x5C, 64);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data()), 64, mr->lkey};
+    return WriteOn(a, wr_id, flags, 0, 4096);
+  }
+  // A 64 B WRITE on q from mem + src to mem + dst.
+  int WriteOn(ibv_qp* q, uint64_t wr_id, unsigned int flags, size_t src, size_t dst) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data() + src), 64, mr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = wr_id;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.send_flags = flags;
-    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + 4096);
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + dst);
     wr.wr.rdma.rkey = mr->rkey;
     ibv_send_wr* bad = nullptr;
-    return ibv_post_send(a, &wr, &bad);
+    return ibv_post_send(q, &wr, &bad);
   }
   // Completions on cq within `wait` (stops at the first).
   int PollOne(ibv_wc* wc, std::chrono::milliseconds wait) {
@@ -1622,21 +1626,6 @@ TEST_F(VerbsApi, DestroyQpInRtsSendsTheOwedAck) {
 // and no round runs but the test's own.
 constexpr char kDeferEveryBurstPost[] = "doorbell_batch=16\ndoorbell_burst_gap_ns=1000000000\n";
 
-// A signaled 64 B WRITE on q from d.mem + src to d.mem + dst.
-int PostWrite(SleepyDevice& d, ibv_qp* q, uint64_t wr_id, size_t src, size_t dst) {
-  ibv_sge sge{reinterpret_cast<uintptr_t>(d.mem.data() + src), 64, d.mr->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = wr_id;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(d.mem.data() + dst);
-  wr.wr.rdma.rkey = d.mr->rkey;
-  ibv_send_wr* bad = nullptr;
-  return ibv_post_send(q, &wr, &bad);
-}
-
 // Polls enough to stamp the program's last poll (the batcher defers only
 // for a program that polls): one poll in Runtime::kQuietPolls takes the
 // lock.
@@ -1656,7 +1645,7 @@ TEST_F(VerbsApi, DeferredDoorbellsLeaveWithTheNextPollWhenNoPostFollows) {
   SleepyDevice::Quiet();
   StampPoll(d.cq);
   for (int i = 0; i < 4; ++i) std::memset(d.mem.data() + i * 64, 0xA0 + i, 64);
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(PostWrite(d, d.a, i, i * 64, 4096 + i * 64), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(d.WriteOn(d.a, i, IBV_SEND_SIGNALED, i * 64, 4096 + i * 64), 0);
   int got = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (got < 4 && std::chrono::steady_clock::now() < deadline) {
@@ -1678,7 +1667,7 @@ TEST_F(VerbsApi, DeferredDoorbellsLeaveWithTheProgressThreadsRoundWhenTheProgram
   ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
   StampPoll(d.cq);
   for (int i = 0; i < 4; ++i) std::memset(d.mem.data() + i * 64, 0xB0 + i, 64);
-  for (int i = 0; i < 4; ++i) ASSERT_EQ(PostWrite(d, d.a, i, i * 64, 4096 + i * 64), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(d.WriteOn(d.a, i, IBV_SEND_SIGNALED, i * 64, 4096 + i * 64), 0);
   // The thread sleeps up to progress_max_sleep_us (1 s) between rounds.
   // query_qp takes the device lock (the look at memory is ordered after
   // the round that placed it) and runs no round.
@@ -1726,7 +1715,7 @@ TEST_F(VerbsApi, TwoThreadsDeferringOnTwoQpsLoseNothing) {
         }
         for (uint32_t i = 0; i < kPerBurst; ++i) {
           // Each thread its own 64 B source and target.
-          if (PostWrite(d, q, (uint64_t{burst} << 32) | i, t * 64, 4096 + t * 64) != 0) {
+          if (d.WriteOn(q, (uint64_t{burst} << 32) | i, IBV_SEND_SIGNALED, t * 64, 4096 + t * 64) != 0) {
             failed = true;
           }
         }

@@ -128,13 +128,14 @@ uint32_t Runtime::TransmitLocked(uint32_t qpn, uint64_t now_ns) {
     small = small && !fifo_armed_.load(std::memory_order_relaxed);
     if (batcher_.Defer(now_ns, small, app_calls_.last_poll_ns())) {
       // The doorbell record. One writer (the send post lock), so no
-      // read-modify-write for the count; the mark is one (release): an owner
-      // that takes d's kinds sees the WRs published before, and a mark made
-      // after the owner took d finds kinds 0 and pushes d again. A plain
-      // store there could be missed: it may wait in this thread's store
-      // buffer while the owner takes d, and this thread would not know.
+      // read-modify-write for the count; the mark is one: an owner that
+      // takes d's kinds sees the WRs published before (release), and a mark
+      // made after the owner took d finds kinds 0 and pushes d again, after
+      // the owner's read of d->next (acquire). A plain store there could be
+      // missed: it may wait in this thread's store buffer while the owner
+      // takes d, and this thread would not know.
       d->deferred_posts.store(d->deferred_posts.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      if (d->kinds.fetch_or(PostedDoorbell::kDeferred, std::memory_order_release) == 0) PushPosted(d);
+      if (d->kinds.fetch_or(PostedDoorbell::kDeferred, std::memory_order_acq_rel) == 0) PushPosted(d);
       return;
     }
     if (mu.try_lock()) [[likely]] {

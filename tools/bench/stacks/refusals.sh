@@ -14,7 +14,7 @@ source "$here/../../../tests/stacks/lib.sh"
 need mpicc mpirun ib_read_bw
 # shellcheck disable=SC2086  # SETS is a list of KEY=VALUE words
 stacks_host droce-bench-refusals 2 ${SETS:-}
-cd "$run"
+cd "$run" || exit 1
 read_bytes=${1:-262144} pp_bytes=${2:-786432}
 DROCE_STATS=1 ib_read_bw -d droce0 -x 1 -s "$read_bytes" -n "${ITERS:-3000}" -p "$port" >server.log 2>&1 &
 server=$!

@@ -134,6 +134,13 @@ class DirectIoTest : public ::testing::Test {
     f.len = len;
     ASSERT_EQ(a_.TxBurst(&f, 1), 1);
   }
+  // Fills a's ring to b with short frames until it refuses one: then it
+  // holds kSlots.
+  void FillTheRingToB() {
+    int sent = 0;
+    while (sent < 100 && SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent))) ++sent;
+    ASSERT_EQ(sent, static_cast<int>(kSlots));
+  }
   // The first non-empty burst of b (a few tries: the ring opens on its marker).
   uint16_t FirstBurstOnB(pktio::Frame* fs, uint16_t n) {
     uint16_t got = 0;
@@ -600,9 +607,7 @@ TEST_F(DirectIoTest, GatherFrameForThePortIsFlattened) {
 // changed, the frame sent is the one built.
 TEST_F(DirectIoTest, GatherFrameARingRefusesComesBackFlattened) {
   Pair();
-  int sent = 0;
-  while (sent < 100 && SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent))) ++sent;
-  ASSERT_EQ(sent, static_cast<int>(kSlots));
+  FillTheRingToB();
   std::vector<uint8_t> payload = PayloadBytes(2500, 3);
   const std::vector<uint8_t> built = payload;
   pktio::Frame f[2];
@@ -669,9 +674,7 @@ TEST_F(UdpOverDirectTest, GatherFrameCrossesToTheRingWhole) {
 // the memory changed, the frame the peer gets is the one built.
 TEST_F(UdpOverDirectTest, GatherFramesAFullRingRefusesComeBackFlat) {
   Pair();
-  int sent = 0;
-  while (sent < 100 && SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent))) ++sent;
-  ASSERT_EQ(sent, static_cast<int>(kSlots));
+  FillTheRingToB();
   std::vector<uint8_t> payload = PayloadBytes(2500, 5);
   const std::vector<uint8_t> built = payload;
   constexpr std::array<uint8_t, 6> kOtherHost = {0x02, 0, 0, 0, 0, 0xc};

@@ -164,7 +164,7 @@ class Qp {
   // A WRITE or SEND of one SGE without inline data (most posts) written
   // straight into its WQE and published, with no staged copy: 0, ENOMEM
   // (the send queue is full) or EINVAL (PostSend's checks for such a WR).
-  int PublishOneSge(const OneSgeWr& wr);
+  int PublishOneSge(const OneSgeWr& wr);  // inline, below the class
   // A batch (ibv_wr_start .. ibv_wr_complete): the slot `ahead` after the
   // next, filled before any of the batch is published; its WQE's inline
   // buffer (kMaxInlineData), where inline data may be written in place (an
@@ -770,7 +770,7 @@ class Qp {
   int PostSendCommon(const SendWr& wr);  // PostSend's common case but for one-SGE WRITE/SEND
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
-  // The WQE from a valid WR (qp.cc); kCommon: neither inline nor UD;
+  // The WQE from a valid WR (below the class); kCommon: neither inline nor UD;
   // kOneSge: a WRITE or SEND of one SGE.
   // Wr: a SendWr, or with kOneSge a OneSgeWr.
   template <bool kCommon, bool kOneSge, typename Wr>

@@ -128,8 +128,8 @@ class Qp {
   // [offset, offset + len) of the next posted WQE's first SGE, those below
   // kRecvWarmMax, are fetched for writing, when that SGE lies in the region
   // the last receive resolved (resp_.recv_local). Returns the bytes fetched
-  // (0: none). kRecvWarmMax covers UCX's 8,256-byte eager segments; the
-  // lines wait in the L1 (48 KiB here) for a message beside the current one.
+  // (0: none). kRecvWarmMax covers UCX's 8,256-byte eager segments: the
+  // lines of a larger message's tail would be fetched long before use.
   static constexpr uint32_t kRecvWarmMax = 16384;
   uint32_t WarmNextRecv(uint32_t offset, uint32_t len);
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN

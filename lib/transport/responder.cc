@@ -233,10 +233,13 @@ uint32_t Qp::WarmNextRecv(uint32_t offset, uint32_t len) {
   const uint8_t* p = r.HostAt(sge.addr) + offset;
   const uint32_t n = static_cast<uint32_t>(
       std::min<uint64_t>({len, kRecvWarmMax - offset, sge.length - offset, in_region - offset}));
-  // Line by line from the range's start; the last line the range touches included.
+  // Line by line from the range's start; the last line the range touches
+  // included. Into the L2 (locality 2: prefetcht1 on x86), not the L1: the
+  // lines wait a message for their copy, and the L1 is what this message's
+  // copies run through (tools/bench/stacks/results.md, stacks30).
   const uint8_t* end = p + n;
-  for (const uint8_t* q = p; q < end; q += 64) __builtin_prefetch(q, 1, 3);
-  if (n > 0) __builtin_prefetch(end - 1, 1, 3);
+  for (const uint8_t* q = p; q < end; q += 64) __builtin_prefetch(q, 1, 2);
+  if (n > 0) __builtin_prefetch(end - 1, 1, 2);
   counters_.recv_warm_bytes += n;
   return n;
 }

@@ -238,6 +238,7 @@ uint32_t Qp::WarmNextRecv(uint32_t offset, uint32_t len) {
   // lines wait a message for their copy, and the L1 is what this message's
   // copies run through (tools/bench/stacks/results.md, stacks30).
   const uint8_t* end = p + n;
+#pragma GCC unroll 8
   for (const uint8_t* q = p; q < end; q += 64) __builtin_prefetch(q, 1, 2);
   if (n > 0) __builtin_prefetch(end - 1, 1, 2);
   counters_.recv_warm_bytes += n;

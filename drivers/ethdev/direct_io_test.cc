@@ -14,10 +14,12 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "drivers/udp/udp_io.h"
 #include "gtest/gtest.h"
 #include "sim/wire/mem_wire.h"
 #include "tests/support/device_pair.h"
@@ -131,6 +133,13 @@ class DirectIoTest : public ::testing::Test {
     for (uint32_t i = 80; i < len; ++i) f.data[i] = static_cast<uint8_t>(i * 3 + seed);
     f.len = len;
     ASSERT_EQ(a_.TxBurst(&f, 1), 1);
+  }
+  // Fills a's ring to b with short frames until it refuses one: then it
+  // holds kSlots.
+  void FillTheRingToB() {
+    int sent = 0;
+    while (sent < 100 && SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent))) ++sent;
+    ASSERT_EQ(sent, static_cast<int>(kSlots));
   }
   // The first non-empty burst of b (a few tries: the ring opens on its marker).
   uint16_t FirstBurstOnB(pktio::Frame* fs, uint16_t n) {
@@ -598,9 +607,7 @@ TEST_F(DirectIoTest, GatherFrameForThePortIsFlattened) {
 // changed, the frame sent is the one built.
 TEST_F(DirectIoTest, GatherFrameARingRefusesComesBackFlattened) {
   Pair();
-  int sent = 0;
-  while (sent < 100 && SendFromA(kMacB, 2048 + 1, static_cast<uint8_t>(sent))) ++sent;
-  ASSERT_EQ(sent, static_cast<int>(kSlots));
+  FillTheRingToB();
   std::vector<uint8_t> payload = PayloadBytes(2500, 3);
   const std::vector<uint8_t> built = payload;
   pktio::Frame f[2];
@@ -622,6 +629,76 @@ TEST_F(DirectIoTest, GatherFrameARingRefusesComesBackFlattened) {
   ExpectWhole(fs[0].data, fs[0].len, 0x77, built);
   b_.Release(fs, 1);
   a_.Release(f + 1, 1);
+}
+
+// A netdev-bound device's port (udp::UdpIo) in front of the direct rings,
+// b being another process of the host (AddHostMac: not the socket's).
+class UdpOverDirectTest : public DirectIoTest {
+ protected:
+  UdpOverDirectTest() {
+    uint16_t port = 0;
+    absl::StatusOr<int> fd = udp::OpenSocket(udp::SocketConfig{}, &port);
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    udp_.emplace(&a_, fd.ok() ? *fd : -1, port, kMacA);
+    udp_->AddHostMac(kMacB);
+  }
+  std::optional<udp::UdpIo> udp_;
+};
+
+// A gather frame for the peer's ring goes through UdpIo as it is (the
+// socket's gather sends off: it takes them because the rings do), and the
+// ring copies its payload into the slot: the peer gets it byte-exact,
+// nothing was flattened.
+TEST_F(UdpOverDirectTest, GatherFrameCrossesToTheRingWhole) {
+  udp_->set_gather(false);
+  EXPECT_TRUE(udp_->TakesGather());
+  Pair();
+  std::vector<uint8_t> payload = PayloadBytes(3000, 4);
+  const std::vector<uint8_t> sent = payload;
+  pktio::Frame f;
+  ASSERT_EQ(udp_->AllocTx(&f, 1), 1);
+  f = GatherFrame(f, kMacB, 2048 + 5, 0x51, payload);
+  ASSERT_EQ(udp_->TxBurst(&f, 1), 1);
+  std::fill(payload.begin(), payload.end(), 0xee);
+  EXPECT_EQ(udp_->counters().tx_flattened, 0u);
+  EXPECT_EQ(a_.counters().tx_gathered, 1u);
+  EXPECT_EQ(a_.counters().tx_flattened, 0u);
+  pktio::Frame fs[4];
+  ASSERT_EQ(FirstBurstOnB(fs, 4), 1);
+  ExpectWhole(fs[0].data, fs[0].len, 0x51, sent);
+  b_.Release(fs, 1);
+}
+
+// A full ring refuses a gather frame: it comes back through UdpIo flat, and
+// so does the frame for the socket behind it, never sent; retried after
+// the memory changed, the frame the peer gets is the one built.
+TEST_F(UdpOverDirectTest, GatherFramesAFullRingRefusesComeBackFlat) {
+  Pair();
+  FillTheRingToB();
+  std::vector<uint8_t> payload = PayloadBytes(2500, 5);
+  const std::vector<uint8_t> built = payload;
+  constexpr std::array<uint8_t, 6> kOtherHost = {0x02, 0, 0, 0, 0, 0xc};
+  pktio::Frame f[2];
+  ASSERT_EQ(udp_->AllocTx(f, 2), 2);
+  f[0] = GatherFrame(f[0], kMacB, 2048 + 5, 0x61, payload);
+  f[1] = GatherFrame(f[1], kOtherHost, 2048 + 5, 0x62, payload);  // the socket's, behind the refused one
+  ASSERT_EQ(udp_->TxBurst(f, 2), 0);
+  for (const pktio::Frame& r : f) {
+    EXPECT_EQ(r.gather_len, 0u);
+    EXPECT_EQ(r.gather, nullptr);
+  }
+  EXPECT_EQ(a_.counters().tx_flattened, 1u);
+  EXPECT_EQ(udp_->counters().tx_flattened, 1u);
+  ExpectWhole(f[0].data, f[0].len, 0x61, built);
+  ExpectWhole(f[1].data, f[1].len, 0x62, built);
+  std::fill(payload.begin(), payload.end(), 0xee);
+  EXPECT_EQ(ReceiveOnB().size(), kSlots);
+  ASSERT_EQ(udp_->TxBurst(f, 1), 1);
+  pktio::Frame fs[4];
+  ASSERT_EQ(FirstBurstOnB(fs, 4), 1);
+  ExpectWhole(fs[0].data, fs[0].len, 0x61, built);
+  b_.Release(fs, 1);
+  udp_->Release(f + 1, 1);
 }
 
 TEST_F(DirectIoTest, SleepingReceiverIsWoken) {

@@ -131,7 +131,10 @@ struct UdpCounters {
   uint64_t tx_gso_datagrams = 0;  // datagrams that left as one of several segments of one send (SendBatch gso)
   uint64_t tx_gso_refused = 0;    // segmented sends the kernel refused: segmentation off from then on
   uint64_t tx_gathered = 0;       // datagrams whose payload the kernel read from registered memory (gather frames)
-  uint64_t tx_flattened = 0;      // gather frames copied whole instead (to droced, or back to the device unsent)
+  // Gather frames copied whole instead: for the socket without set_gather
+  // or with a source port to rewrite, for an inner that takes none, or back
+  // to the device unsent.
+  uint64_t tx_flattened = 0;
 };
 
 // recvmmsg into caller buffers, each frame's headers rebuilt in front of its

@@ -309,9 +309,11 @@ class FakeInner : public pktio::BurstIo {
     }
   }
   bool KnownEmpty() override { return known_empty; }
+  bool TakesGather() const override { return takes_gather; }
   std::deque<pktio::Frame> rx;
   std::vector<pktio::Frame> sent;
   bool known_empty = false;  // what the port says when asked
+  bool takes_gather = false;  // read by a UdpIo when it is made
   int live = 0;
   int live_limit = 0;  // > 0: AllocTx gives no more buffers than leave this many live
 };
@@ -415,7 +417,8 @@ void CrossInOrder(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
 
 // Two UdpIos over loopback; every buffer goes back.
 struct UdpPair {
-  UdpPair(bool gso, bool gather) {
+  UdpPair(bool gso, bool gather, bool inner_gather = false) {
+    inner_a.takes_gather = inner_gather;
     pa = sa.port, pb = sb.port;
     a.emplace(&inner_a, sa.fd, pa, kOwnMac);
     b.emplace(&inner_b, sb.fd, pb, kPeerMac);
@@ -578,6 +581,20 @@ pktio::Frame GatherCopy(FakeInner& io, const std::vector<uint8_t>& flat, uint32_
   return f;
 }
 
+// The one frame b's socket has (empty if none came): its bytes, its buffer
+// given back.
+std::vector<uint8_t> ReceiveOne(UdpPair& p) {
+  if (!Readable(p.b->Arm(-1))) return {};
+  pktio::Frame in[4];
+  uint16_t got = 0;
+  for (int tries = 0; tries < 4 && got < 1; ++tries) got = static_cast<uint16_t>(got + p.b->RxBurst(in + got, 4));
+  EXPECT_EQ(got, 1);
+  std::vector<uint8_t> bytes;
+  if (got > 0) bytes.assign(in[0].data, in[0].data + in[0].len);
+  p.inner_b.Release(in, got);
+  return bytes;
+}
+
 // SendAndCheck of gather frames made from `frames` (lens[i]: frame i's payload bytes).
 void CrossGathered(UdpIo& a, FakeInner& inner_a, UdpIo& b, FakeInner& inner_b,
                    const std::vector<std::vector<uint8_t>>& frames, const std::vector<uint32_t>& lens,
@@ -641,18 +658,49 @@ TEST(UdpIoGather, GatherFramesForInnerOrToRewriteAreFlattened) {
   ASSERT_EQ(p.inner_a.sent[0].len, own.size());
   EXPECT_EQ(std::memcmp(p.inner_a.sent[0].data, own.data(), own.size()), 0);
   p.inner_a.Release(p.inner_a.sent.data(), 1);
-  ASSERT_TRUE(Readable(p.b->Arm(-1)));
-  pktio::Frame in[4];
-  uint16_t got = 0;
-  for (int tries = 0; tries < 4 && got < 1; ++tries) got = static_cast<uint16_t>(got + p.b->RxBurst(in + got, 4));
-  ASSERT_EQ(got, 1);
-  ASSERT_EQ(in[0].len, other_port.size());
+  const std::vector<uint8_t> g = ReceiveOne(p);
+  ASSERT_EQ(g.size(), other_port.size());
   Departure d;
-  ASSERT_TRUE(ReadDeparture(in[0].data, in[0].len, &d));
+  ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
   EXPECT_EQ(d.src_port, p.pa);
-  wire::UdpWriter(in[0].data + d.l4_offset).set_dst_port(p.pb);  // as the sender wrote it
-  EXPECT_TRUE(IcrcValid(in[0].data, d));
-  p.inner_b.Release(in, got);
+  std::vector<uint8_t> as_sent = g;
+  wire::UdpWriter(as_sent.data() + d.l4_offset).set_dst_port(p.pb);  // as the sender wrote it
+  EXPECT_TRUE(IcrcValid(as_sent.data(), d));
+}
+
+// An inner port that takes gather frames (the direct rings) gets them as
+// they are, whether or not the socket sends them (udp_gather): the port
+// copies the payload where it goes. Without set_gather, the socket's are
+// flattened and arrive bit-exact.
+TEST(UdpIoGather, GatherFramesForAnInnerThatTakesThemPassAsTheyAre) {
+  for (bool gather : {false, true}) {
+    SCOPED_TRACE(gather ? "udp_gather" : "no udp_gather");
+    UdpPair p(/*gso=*/false, gather, /*inner_gather=*/true);
+    UdpIo& a = *p.a;
+    EXPECT_TRUE(a.TakesGather());
+    std::vector<uint8_t> own = Frame(false, p.pa, p.pb, 2000);
+    std::memcpy(own.data(), kOwnMac.data(), 6);
+    std::vector<uint8_t> remote = Frame(false, p.pa, p.pb, 3000);
+    std::vector<uint8_t> m0, m1;
+    pktio::Frame out[2] = {GatherCopy(p.inner_a, own, 2000, &m0), GatherCopy(p.inner_a, remote, 3000, &m1)};
+    const pktio::Frame for_inner = out[0];
+    ASSERT_EQ(a.TxBurst(out, 2), 2);
+    ASSERT_EQ(p.inner_a.sent.size(), 1u);
+    const pktio::Frame& got = p.inner_a.sent[0];
+    EXPECT_EQ(got.gather, for_inner.gather);  // the same pieces, nothing copied
+    EXPECT_EQ(got.gather_len, 2000u);
+    EXPECT_EQ(got.gather_at, for_inner.gather_at);
+    EXPECT_EQ(got.len, own.size());
+    EXPECT_EQ(a.counters().tx_flattened, gather ? 0u : 1u);
+    EXPECT_EQ(a.counters().tx_gathered, gather ? 1u : 0u);
+    p.inner_a.Release(p.inner_a.sent.data(), 1);
+    std::vector<uint8_t> g = ReceiveOne(p);
+    ASSERT_EQ(g.size(), remote.size());
+    Departure d;
+    ASSERT_TRUE(ReadDeparture(g.data(), static_cast<uint32_t>(g.size()), &d));
+    wire::UdpWriter(g.data() + d.l4_offset).set_dst_port(p.pb);  // as the sender wrote it
+    EXPECT_EQ(std::memcmp(g.data() + 12, remote.data() + 12, g.size() - 12), 0);
+  }
 }
 
 }  // namespace

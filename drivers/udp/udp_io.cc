@@ -17,7 +17,7 @@ constexpr uint32_t kMinReadSegment = 0x10000 / RecvBatch::kMax;
 }  // namespace
 
 UdpIo::UdpIo(pktio::BurstIo* inner, int fd, uint16_t port, const std::array<uint8_t, 6>& own_mac)
-    : inner_(inner), fd_(fd), port_(port), mac_(own_mac) {}
+    : inner_(inner), fd_(fd), port_(port), mac_(own_mac), inner_gather_(inner->TakesGather()) {}
 
 UdpIo::~UdpIo() {
   if (stashed_ > 0) inner_->Release(stash_, stashed_);
@@ -148,13 +148,14 @@ uint16_t UdpIo::AllocTx(pktio::Frame* frames, uint16_t n) {
   return got;
 }
 
-// A gather frame the batch refuses as it is (its source port to rewrite)
-// is flattened and added again.
+// A gather frame the batch refuses as it is (its source port to rewrite),
+// or any when the socket is not to send them (set_gather off: they come
+// because inner takes them), is flattened and added again.
 bool UdpIo::AddToBatch(pktio::Frame& f) {
   if (send_.full()) return false;
   if (f.gather_len == 0) return send_.Add(f.data, f.len, port_, &counters_);
-  if (send_.Add(f.data, f.len - f.gather_len, SendBatch::Gather{f.gather, f.gather_len, f.gather_at}, port_,
-                &counters_)) {
+  if (gather_ && send_.Add(f.data, f.len - f.gather_len, SendBatch::Gather{f.gather, f.gather_len, f.gather_at},
+                           port_, &counters_)) {
     return true;
   }
   if (!pktio::Flatten(f)) return false;
@@ -162,11 +163,20 @@ bool UdpIo::AddToBatch(pktio::Frame& f) {
   return send_.Add(f.data, f.len, port_, &counters_);
 }
 
-// Frames leaving for `inner`, or handed back unsent: none may point into
-// registered memory once TxBurst returns (pktio::BurstIo::TakesGather).
+// Frames for an inner that takes no gather frames, or handed back unsent:
+// none may point into registered memory once TxBurst returns
+// (pktio::BurstIo::TakesGather; an inner that takes them flattens what it
+// refuses itself).
 // Flatten fails only for a frame longer than its buffer, which no
 // transport builds; such a frame stays as it is.
 void UdpIo::FlattenAll(pktio::Frame* frames, uint16_t n) { counters_.tx_flattened += pktio::FlattenEach(frames, n); }
+
+// A run of frames for inner: gather frames as they are when it takes them
+// (it flattens those it refuses), flattened first when it does not.
+uint16_t UdpIo::ToInner(pktio::Frame* frames, uint16_t n) {
+  if (!inner_gather_) FlattenAll(frames, n);
+  return inner_->TxBurst(frames, n);
+}
 
 void UdpIo::Refill() {
   const uint16_t want = static_cast<uint16_t>(RecvBatch::kMax - stashed_);
@@ -251,8 +261,7 @@ uint16_t UdpIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       j = static_cast<uint16_t>(i + 1);
     }
     while (j < n && !(fd_ >= 0 && ToSocket(frames[j]))) ++j;
-    FlattenAll(frames + i, static_cast<uint16_t>(j - i));
-    const uint16_t taken = inner_->TxBurst(frames + i, static_cast<uint16_t>(j - i));
+    const uint16_t taken = ToInner(frames + i, static_cast<uint16_t>(j - i));
     i = static_cast<uint16_t>(i + taken);
     if (i < j) {
       FlattenAll(frames + i, static_cast<uint16_t>(n - i));

@@ -40,13 +40,18 @@ class UdpIo final : public pktio::BurstIo {
   // sendmmsg: a gathered burst goes whole (pktio::BurstIo).
   bool ReadConcurrently() const override { return false; }
   // Gather frames to other hosts leave from three iovecs (SendBatch), the
-  // payload read by the kernel from the registered memory; those for
-  // `inner`, and those the socket cannot take now, are flattened.
-  bool TakesGather() const override { return gather_; }
+  // payload read by the kernel from the registered memory (set_gather);
+  // those for `inner` go to it as they are when it takes them too (the
+  // direct rings copy the payload into the peer's slot), flattened when it
+  // does not. Those the socket cannot send as they are (set_gather off, a
+  // source port to rewrite) are flattened, and so is every frame handed
+  // back unsent.
+  bool TakesGather() const override { return gather_ || inner_gather_; }
   // The inner port's frames are passed on as they are; the socket's are
   // never lent.
   bool StartLending() override { return inner_->StartLending(); }
-  // Before a core::Device is made on the port (it asks TakesGather once).
+  // Whether the socket sends gather frames from their pieces. Before a
+  // core::Device is made on the port (it asks TakesGather once).
   void set_gather(bool on) { gather_ = on; }
 
   // A new socket (droced re-attached): the old one is closed.
@@ -83,6 +88,7 @@ class UdpIo final : public pktio::BurstIo {
   bool ToSocket(const pktio::Frame& f) const;
   bool AddToBatch(pktio::Frame& f);
   void FlattenAll(pktio::Frame* frames, uint16_t n);
+  uint16_t ToInner(pktio::Frame* frames, uint16_t n);
   uint16_t ReceiveFromSocket(pktio::Frame* frames, uint16_t n);
   void Refill();
   void EnableCoalescing();
@@ -99,6 +105,7 @@ class UdpIo final : public pktio::BurstIo {
   uint16_t stashed_ = 0;
   bool socket_first_ = false;  // alternates: neither source starves the other
   bool gather_ = false;
+  bool inner_gather_;  // inner takes gather frames (asked once, when made)
   // Coalesced receives: frames received but not yet asked for (a datagram
   // may hold more than a burst takes), and the segment size to read with.
   bool coalesce_ = false;

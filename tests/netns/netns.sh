@@ -436,6 +436,25 @@ gathered() {
   done
 }
 check "steering udp, udp_gather=on: payloads sent from registered memory, IPv6 segmented and IPv4, data checked" gathered
+# Two processes of one host on the netdev-bound device: their frames stay on
+# the host (the device's own MAC) and cross droced's switch, then the direct
+# ring; UdpIo hands the long SENDs' gather frames to them as they are (the
+# ring copies each payload from the registered memory into its slot), so its
+# own counter flattens none. ibv_rc_pingpong -c checks every byte.
+gathered_on_host() {
+  rebind udp set udp_gather=on set min_ack_timeout=17 || return 1
+  pair_stats "$A" "ibv_rc_pingpong -d droce0 -g 1 -m 1024 -s 65531 -n 100 -c" \
+    "$A" "ibv_rc_pingpong -d droce0 -g 1 -m 1024 -s 65531 -n 100 -c 10.0.0.1" || return 1
+  local f
+  for f in "$logs/server.log" "$logs/client.log"; do
+    grep -o "direct paths [0-9]* .*flattened [0-9]*)" "$f"
+    grep -o "payloads sent from registered memory [0-9]* (flattened [0-9]*)" "$f"
+    grep -q 'direct paths [1-9].*gathered [1-9]' "$f" || { echo "no gather frame into a direct ring"; return 1; }
+    grep -q 'payloads sent from registered memory [0-9]* (flattened 0)' "$f" || { echo "UdpIo flattened"; return 1; }
+  done
+}
+check "steering udp, two processes of one host: gather frames into the direct ring as they are, data checked" \
+  gathered_on_host
 # event_stream_nap_us: a receiver waiting for completions (ib_send_bw -e)
 # inside a stream of coalesced 64 KiB messages naps instead of busy-polling,
 # and the stream completes.

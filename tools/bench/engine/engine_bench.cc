@@ -54,7 +54,7 @@ class RingPort final : public pktio::BurstIo {
   uint16_t TxBurst(pktio::Frame* f, uint16_t n) override {
     const uint16_t took = prod_.Produce(f, n);
     inner_->Release(f, took);  // copied into the ring
-    for (uint16_t i = took; i < n; ++i) (void)pktio::Flatten(f[i]);
+    pktio::FlattenEach(f + took, n - took);
     // The ring's frames onto the wire (the receiving side's copy).
     for (uint32_t avail = cons_.Available(); avail > 0; avail = cons_.Available()) {
       pktio::Frame b[64];

@@ -6,13 +6,12 @@
 // not mapped: a read past it faults).
 #include "drivers/ethdev/memif_rx.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/support/guarded_region.h"
 
 namespace droce::ethdev {
 namespace {
@@ -20,27 +19,7 @@ namespace {
 using dpdk_private::kMemifDescFlagNext;
 using dpdk_private::MemifDesc;
 
-// `size` bytes that end where an inaccessible page begins.
-class GuardedRegion {
- public:
-  explicit GuardedRegion(size_t size) : size_(size) {
-    page_ = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    span_ = (size + page_ - 1) / page_ * page_ + page_;
-    map_ = static_cast<uint8_t*>(mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    EXPECT_NE(map_, MAP_FAILED);
-    EXPECT_EQ(mprotect(map_ + span_ - page_, page_, PROT_NONE), 0);
-    base_ = map_ + span_ - page_ - size;
-    for (size_t i = 0; i < size; ++i) base_[i] = static_cast<uint8_t>(i * 7 + (i >> 9));
-  }
-  ~GuardedRegion() { munmap(map_, span_); }
-  uint8_t* base() const { return base_; }
-  uint64_t size() const { return size_; }
-
- private:
-  size_t size_, page_, span_;
-  uint8_t* map_;
-  uint8_t* base_;
-};
+using droce::testing::GuardedRegion;
 
 struct Fixture {
   static constexpr uint16_t kRing = 64;

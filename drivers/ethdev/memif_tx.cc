@@ -21,7 +21,79 @@ std::unique_ptr<MemifTx> MemifTx::For(uint16_t port, std::string* why_not) {
   return dev != nullptr ? std::unique_ptr<MemifTx>(new MemifTx(port, dev)) : nullptr;
 }
 
-uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n) {
+namespace memif_tx {
+
+uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, const pktio::Frame* frames, uint16_t n,
+                    uint64_t* bytes_out, MemifTxCounters* counters) {
+  uint16_t slot = *slot_io;
+  uint16_t taken = 0;
+  uint64_t bytes = 0;
+  while (taken < n && free_slots > 0) {
+    const pktio::Frame& f = frames[taken];
+    {
+      // A frame that fits its descriptor's buffer (every frame but a 4 KiB
+      // MTU's in 2 KiB buffers): one descriptor, one copy, no chain.
+      MemifDesc* d = &r.desc[slot & r.mask];
+      // Read once: the peer shares this memory.
+      const uint16_t d_region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
+      const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
+      const uint32_t capacity = r.c2s ? r.c2s_buffer : __atomic_load_n(&d->length, __ATOMIC_RELAXED);
+      if (f.len <= capacity && capacity != 0 && d_region == r.region_index && offset <= r.region_size &&
+          capacity <= r.region_size - offset) [[likely]] {
+        std::memcpy(r.base + offset, f.data, f.len);
+        __atomic_store_n(&d->length, f.len, __ATOMIC_RELAXED);
+        __atomic_store_n(&d->flags, uint16_t{0}, __ATOMIC_RELAXED);
+        ++slot, --free_slots, ++taken;
+        bytes += f.len;
+        continue;
+      }
+    }
+    // A chain, or a bad descriptor (the first, read again, or one further on).
+    uint16_t s = slot, used = 0;
+    uint32_t done = 0;
+    bool bad = false, room = true;
+    for (;;) {
+      MemifDesc* d = &r.desc[s & r.mask];
+      const uint16_t d_region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
+      const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
+      const uint32_t capacity = r.c2s ? r.c2s_buffer : __atomic_load_n(&d->length, __ATOMIC_RELAXED);
+      if (d_region != r.region_index || capacity == 0 || offset > r.region_size || capacity > r.region_size - offset) {
+        bad = true;
+        break;
+      }
+      const uint32_t chunk = std::min(capacity, f.len - done);
+      std::memcpy(r.base + offset, f.data + done, chunk);
+      __atomic_store_n(&d->length, chunk, __ATOMIC_RELAXED);
+      ++used, ++s, done += chunk;
+      if (done == f.len) {
+        __atomic_store_n(&d->flags, uint16_t{0}, __ATOMIC_RELAXED);
+        break;
+      }
+      if (used == free_slots) {
+        room = false;
+        break;
+      }
+      __atomic_store_n(&d->flags, kMemifDescFlagNext, __ATOMIC_RELAXED);
+    }
+    if (!room) break;  // the frame's rest finds no slot: it waits, unpublished
+    ++taken;
+    if (bad) {
+      ++counters->bad_descriptors;  // dropped; its slots stay unpublished
+      continue;
+    }
+    slot = s;
+    free_slots = static_cast<uint16_t>(free_slots - used);
+    bytes += f.len;
+  }
+  *slot_io = slot;
+  *bytes_out = bytes;
+  return taken;
+}
+
+}  // namespace memif_tx
+
+uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) {
+  *bytes = 0;
   uint8_t* queue = static_cast<uint8_t*>(::rte_eth_fp_ops[port_].txq.data[0]);
   if (queue == nullptr || n == 0) return 0;
   MemifRing q;
@@ -41,52 +113,16 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n) {
     free_slots = static_cast<uint16_t>(__atomic_load_n(q.head, __ATOMIC_ACQUIRE) - slot);
   }
   if (free_slots > q.ring_size) free_slots = 0;  // a peer's index out of range: nothing is free
+  // A C2S ring whose first two offsets give no step (a peer's write) reads
+  // as buffers of 0 bytes: every descriptor is bad.
   const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) -
                                         __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED)
                                   : 0;
+  const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer};
   const uint16_t first = slot;
-  uint16_t taken = 0;
-  uint64_t bytes = 0, published = 0;
-  while (taken < n && free_slots > 0) {
-    const pktio::Frame& f = frames[taken];
-    uint16_t s = slot, used = 0;
-    uint32_t done = 0;
-    bool bad = false, room = true;
-    for (;;) {
-      MemifDesc* d = &q.desc[s & mask];
-      // Read once: the peer shares this memory.
-      const uint16_t d_region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
-      const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
-      const uint32_t capacity = c2s ? c2s_buffer : __atomic_load_n(&d->length, __ATOMIC_RELAXED);
-      if (d_region != q.region_index || capacity == 0 || offset > q.region_size || capacity > q.region_size - offset) {
-        bad = true;
-        break;
-      }
-      const uint32_t chunk = std::min(capacity, f.len - done);
-      std::memcpy(q.base + offset, f.data + done, chunk);
-      __atomic_store_n(&d->length, chunk, __ATOMIC_RELAXED);
-      ++used, ++s, done += chunk;
-      if (done == f.len) {
-        __atomic_store_n(&d->flags, uint16_t{0}, __ATOMIC_RELAXED);
-        break;
-      }
-      if (used == free_slots) {
-        room = false;
-        break;
-      }
-      __atomic_store_n(&d->flags, kMemifDescFlagNext, __ATOMIC_RELAXED);
-    }
-    if (!room) break;  // the frame's rest finds no slot: it waits, unpublished
-    ++taken;
-    if (bad) {
-      ++counters_.bad_descriptors;  // dropped; its slots stay unpublished
-      continue;
-    }
-    slot = s;
-    free_slots = static_cast<uint16_t>(free_slots - used);
-    bytes += f.len;
-    ++published;
-  }
+  const uint64_t bad_before = counters_.bad_descriptors;
+  const uint16_t taken = memif_tx::CopyFrames(view, &slot, free_slots, frames, n, bytes, &counters_);
+  const uint64_t published = taken - (counters_.bad_descriptors - bad_before);
   if (slot != first) {
     __atomic_store_n(c2s ? q.head : q.tail, slot, __ATOMIC_RELEASE);
     // The receiver stores its flag, fences, then reads the index
@@ -108,7 +144,7 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n) {
     auto* pkts = reinterpret_cast<uint64_t*>(queue + kMemifQueuePacketsOffset);
     auto* qbytes = reinterpret_cast<uint64_t*>(queue + kMemifQueueBytesOffset);
     *pkts += published;
-    *qbytes += bytes;
+    *qbytes += *bytes;
   }
   return taken;
 }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "drivers/ethdev/dpdk_private.h"
 #include "pktio/burst_io.h"
 
 namespace droce::ethdev {
@@ -32,6 +33,35 @@ struct MemifTxCounters {
   uint64_t bad_descriptors = 0;  // frames dropped: a descriptor outside the peer's region (a hostile or buggy peer)
   uint64_t wakeups = 0;          // eventfd writes to a peer that asked for interrupts
 };
+
+namespace memif_tx {
+
+// What the copy needs of a ring: its descriptors, the region its buffers
+// lie in, and whose buffers they are: the client's C2S ring's, which it
+// laid out, all of c2s_buffer bytes; or the S2C ring's, each descriptor's
+// length its buffer's, as the client wrote it when it refilled the ring.
+struct RingView {
+  dpdk_private::MemifDesc* desc = nullptr;
+  uint16_t mask = 0;  // ring size - 1
+  uint8_t* base = nullptr;
+  uint64_t region_size = 0;
+  uint16_t region_index = 0;
+  bool c2s = false;
+  uint32_t c2s_buffer = 0;  // 0: every descriptor is bad
+};
+
+// Copies a prefix of frames[0..n) into the ring's descriptors from *slot
+// on, at most free_slots of them, and moves *slot past the frames it
+// published (a frame longer than a buffer takes several descriptors
+// chained with MEMIF_DESC_FLAG_NEXT). Returns how many frames it took; a
+// frame whose descriptor lies outside the region is taken but not
+// published (counted in bad_descriptors); a frame whose chain finds no
+// free slot is not taken. *bytes: the published frames' bytes. The index
+// store that publishes them is the caller's.
+uint16_t CopyFrames(const RingView& r, uint16_t* slot, uint16_t free_slots, const pktio::Frame* frames, uint16_t n,
+                    uint64_t* bytes, MemifTxCounters* counters);
+
+}  // namespace memif_tx
 
 class MemifTx {
  public:
@@ -43,8 +73,9 @@ class MemifTx {
   // Copies a prefix of frames[0..n) into the ring and publishes it; returns
   // how many it took (0 while the port is not connected, fewer than n when
   // the ring is full). A frame whose descriptor lies outside its region is
-  // taken and dropped (counted). The frames stay the caller's.
-  uint16_t Send(const pktio::Frame* frames, uint16_t n);
+  // taken and dropped (counted). The frames stay the caller's. *bytes: the
+  // bytes of the frames it published.
+  uint16_t Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes);
 
   const MemifTxCounters& counters() const { return counters_; }
 

@@ -315,6 +315,7 @@ uint16_t EthdevPort::TxBurst(pktio::Frame* frames, uint16_t n) {
 // sent on, or from AllocTx when the pool ran dry) to their mempool.
 uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
   uint16_t sent = 0;
+  uint64_t bytes = 0;  // of the frames published (MemifTx::Send)
   const uint64_t bad_before = direct_->counters().bad_descriptors;
   if (started_ && link_up_) {
     if (guard_) {
@@ -322,24 +323,25 @@ uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
         MemifTx* tx;
         pktio::Frame* frames;
         uint16_t n;
-      } call{direct_.get(), frames, n};
+        uint64_t* bytes;
+      } call{direct_.get(), frames, n, &bytes};
       bool faulted = false;
       // A fault: the peer's regions went; the frames are lost as on a wire.
       sent = GuardedCall(
-          port_, [](void* p) { auto* c = static_cast<Call*>(p); return c->tx->Send(c->frames, c->n); }, &call, n,
-          &faulted);
+          port_, [](void* p) { auto* c = static_cast<Call*>(p); return c->tx->Send(c->frames, c->n, c->bytes); },
+          &call, n, &faulted);
       if (faulted) {
         link_up_ = false;
         ++stats_.unmap_faults;
+        bytes = 0;
+        for (uint16_t i = 0; i < sent; ++i) bytes += frames[i].len;
       }
     } else {
-      sent = direct_->Send(frames, n);
+      sent = direct_->Send(frames, n, &bytes);
     }
   }
   const uint64_t bad = direct_->counters().bad_descriptors - bad_before;
   if (bad != 0) stats_.tx_bad_descriptors += bad;
-  uint64_t bytes = 0;
-  for (uint16_t i = 0; i < sent; ++i) bytes += frames[i].len;
   stats_.tx_bytes += bytes;
   stats_.tx_packets += sent - bad;
   stats_.tx_direct += sent - bad;

@@ -793,11 +793,21 @@ uint32_t Qp::posted_receives() const {
 uint32_t Qp::QueuedRequestPackets(uint32_t cap) const {
   // Every WQE counts at least one: with `cap` of them queued, no walk.
   if (sq_.tail() - req_.sq_next >= cap) return cap;
+  // READ, atomics and the local ops count one each (IsReadOrAtomic,
+  // IsLocalOp): one bit test per WQE, asked on every transmit call.
+  constexpr uint32_t kOneEach = 1u << static_cast<uint32_t>(WrOpcode::kRdmaRead) |
+                                1u << static_cast<uint32_t>(WrOpcode::kAtomicCmpAndSwp) |
+                                1u << static_cast<uint32_t>(WrOpcode::kAtomicFetchAndAdd) |
+                                1u << static_cast<uint32_t>(WrOpcode::kLocalInv) |
+                                1u << static_cast<uint32_t>(WrOpcode::kBindMw);
+  const bool ud_qp = ud();
   uint32_t n = 0;
   for (uint32_t i = req_.sq_next; i != sq_.tail() && n < cap; ++i) {
     const SendWqe& w = sq_.at(i);
-    if (IsReadOrAtomic(w) || IsLocalOp(w) || !w.started) {
-      n += IsReadOrAtomic(w) || IsLocalOp(w) ? 1 : PacketsFor(w);
+    if ((kOneEach >> static_cast<uint32_t>(w.opcode)) & 1) {
+      n += 1;
+    } else if (!w.started) {
+      n += ud_qp ? 1 : PacketsForLength(w.total_len);  // PacketsFor(w), w neither READ nor atomic
     } else {
       const int32_t left = wire::PsnDiff(w.last_psn, w.next_psn) + 1;
       n += left > 0 ? static_cast<uint32_t>(left) : 1;

@@ -182,11 +182,12 @@ class QpPair : public ::testing::TestWithParam<bool> {
   std::unique_ptr<Qp> qp_[2];
 };
 
-// A SEND that takes a receive WQE on the placement path fetches the next
-// WQE's buffer ahead (Qp::WarmNextRecv): as much of it as the SEND's own
-// packet (an ONLY), two MTUs (a FIRST), bounded by the SGE and the region;
-// nothing when the region is not yet resolved, no WQE is posted, or the
-// next WQE names another L_Key.
+// Each SEND packet placed into a receive WQE fetches the same bytes of the
+// next WQE's buffer ahead (Qp::WarmNextRecv): a FIRST, MIDDLE or LAST at
+// its offset, an ONLY its own length, so a message warms as much of the
+// next buffer as it filled of its own, below kRecvWarmMax, bounded by the
+// SGE and the region; nothing when the region is not yet resolved, no WQE
+// is posted, or the next WQE names another L_Key.
 TEST_P(QpPair, PlacedSendWarmsTheNextReceiveBuffer) {
   Srq& srq = *srqs_.emplace_back(std::make_unique<Srq>(64));
   srq1_ = &srq;
@@ -213,27 +214,40 @@ TEST_P(QpPair, PlacedSendWarmsTheNextReceiveBuffer) {
     EXPECT_EQ(dropped, 0u);
   };
   const uint64_t& warmed = qp_[1]->counters().recv_warm_bytes;
-  post_recv(1, 0, 16384, keys_[1].lkey);
-  post_recv(2, 20000, 16384, keys_[1].lkey);
-  post_recv(3, 40000, 16384, keys_[1].lkey);
-  post_recv(4, 60000, 3000, keys_[1].lkey);
-  send(8192);  // the first receive resolves the region: nothing known to warm yet
-  EXPECT_EQ(warmed, 0u);
-  send(8192);  // a FIRST: two MTUs of receive 3
-  EXPECT_EQ(warmed, 8192u);
-  send(1000);  // an ONLY: its own length of receive 4
-  EXPECT_EQ(warmed, 8192u + 1000u);
-  send(9000);  // a FIRST into receive 4; nothing posted after it
-  EXPECT_EQ(warmed, 9192u);
-  post_recv(5, 80000, 2000, keys_[1].lkey);
-  EXPECT_EQ(qp_[1]->WarmNextRecv(8192), 2000u);  // the SGE's length bounds it
-  EXPECT_EQ(qp_[1]->WarmNextRecv(100), 100u);
-  EXPECT_EQ(qp_[1]->WarmNextRecv(100000), 2000u);
+  post_recv(1, 0, 20000, keys_[1].lkey);
+  post_recv(2, 20000, 20000, keys_[1].lkey);
+  post_recv(3, 40000, 20000, keys_[1].lkey);
+  post_recv(4, 60000, 20000, keys_[1].lkey);
+  post_recv(5, 80000, 3000, keys_[1].lkey);
+  send(8192);  // FIRST, LAST: the first receive resolves the region, so only the LAST warms receive 2
+  EXPECT_EQ(warmed, 4096u);
+  send(8192);  // FIRST and LAST: their 8 KiB of receive 3
+  EXPECT_EQ(warmed, 4096u + 8192u);
+  send(3 * 4096 + 808);  // FIRST, two MIDDLEs, LAST: all of it, 13,096 B of receive 4
+  EXPECT_EQ(warmed, 12288u + 13096u);
+  send(1000);  // an ONLY: its own length of receive 5
+  EXPECT_EQ(warmed, 25384u + 1000u);
+  send(9000);  // a FIRST into receive 5, too small; nothing posted after it
+  EXPECT_EQ(warmed, 26384u);
+  post_recv(6, 100000, 2000, keys_[1].lkey);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(0, 8192), 2000u);  // the SGE's length bounds it
+  EXPECT_EQ(qp_[1]->WarmNextRecv(0, 100), 100u);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(1500, 4096), 500u);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(2000, 100), 0u);
   queue::Completion wc[8];
-  EXPECT_EQ(cq_[1].Poll(wc, 8), 4u);  // every SEND landed
-  srq.ring().Pop();                    // receive 5 taken away; one with another L_Key next
-  post_recv(6, 0, 4096, keys_[1].lkey + 1);
-  EXPECT_EQ(qp_[1]->WarmNextRecv(4096), 0u);
+  EXPECT_EQ(cq_[1].Poll(wc, 8), 5u);  // every SEND landed
+  srq.ring().Pop();                    // receive 6 taken away
+  post_recv(7, 200000, 20000, keys_[1].lkey);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(16000, 4096), 384u);  // kRecvWarmMax bounds it
+  EXPECT_EQ(qp_[1]->WarmNextRecv(16384, 64), 0u);
+  srq.ring().Pop();
+  post_recv(8, mem_[1].size() - 100, 4096, keys_[1].lkey);  // the region's end bounds it
+  EXPECT_EQ(qp_[1]->WarmNextRecv(0, 4096), 100u);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(60, 4096), 40u);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(100, 4096), 0u);
+  srq.ring().Pop();  // one with another L_Key next
+  post_recv(9, 0, 4096, keys_[1].lkey + 1);
+  EXPECT_EQ(qp_[1]->WarmNextRecv(0, 4096), 0u);
 }
 
 TEST_P(QpPair, FusedGatherFramesPassTheReferenceIcrc) {

@@ -131,12 +131,14 @@ class Qp {
   // one (BuildShortRequest): for the test that compares the two.
   void UseFullRequestBuild() { short_requests_ = false; }
   uint32_t expected_psn() const { return resp_.epsn; }  // responder's next PSN
-  // After a SEND took a receive WQE: the first `len` bytes (at most
-  // kRecvWarmMax) of the next posted WQE's first SGE are fetched for
-  // writing, when that SGE lies in the region the last receive resolved
-  // (resp_.recv_local). Returns the bytes fetched (0: none).
-  static constexpr uint32_t kRecvWarmMax = 8192;
-  uint32_t WarmNextRecv(uint32_t len);
+  // As a SEND's packet is placed into its receive WQE at `offset`: bytes
+  // [offset, offset + len) of the next posted WQE's first SGE, those below
+  // kRecvWarmMax, are fetched for writing, when that SGE lies in the region
+  // the last receive resolved (resp_.recv_local). Returns the bytes fetched
+  // (0: none). kRecvWarmMax covers UCX's 8,256-byte eager segments: the
+  // lines of a larger message's tail would be fetched long before use.
+  static constexpr uint32_t kRecvWarmMax = 16384;
+  uint32_t WarmNextRecv(uint32_t offset, uint32_t len);
   uint32_t next_psn() const { return req_.psn_next; }   // requester's next new PSN
   uint32_t posted_receives() const;  // queued, held, published
 

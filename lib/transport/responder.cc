@@ -214,24 +214,33 @@ const RecvWr* Qp::NextRecvWqe() {
 // copy into it waits on a read for ownership per line. A NIC's DMA writes
 // memory without the CPU waiting; here the next buffer is fetched while the
 // current message is placed and the next one travels, so its copy finds
-// the lines in cache (doc/transport.md "ICRC and placement").
-uint32_t Qp::WarmNextRecv(uint32_t len) {
+// the lines in cache (doc/transport.md "ICRC and placement"). Each packet
+// fetches the bytes it covers itself, one buffer on: the fetches of a
+// message are spread over its packets instead of queued all at its first.
+uint32_t Qp::WarmNextRecv(uint32_t offset, uint32_t len) {
   const queue::Ring<RecvWr, true>& ring = env_.srq != nullptr ? env_.srq->ring() : rq_;
-  if (ring.empty()) return 0;
+  if (ring.empty() || offset >= kRecvWarmMax) return 0;
   const RecvWr& next = ring.at(ring.head());
   if (next.num_sge == 0) return 0;
   const Sge& sge = next.sg_list[0];
+  if (offset >= sge.length) return 0;
   const ResolvedRegion& r = resp_.recv_local;
   // Its start inside the region, or at its end (then n is 0): a zero-length
-  // bound is one comparison.
+  // bound is one comparison; the range is cut to the region below.
   if (!r.Holds(sge.lkey, env_.mrs->epoch(), sge.addr, 0)) return 0;
-  const uint8_t* p = r.HostAt(sge.addr);
+  const uint64_t in_region = r.length - (sge.addr - r.iova);
+  if (offset >= in_region) return 0;
+  const uint8_t* p = r.HostAt(sge.addr) + offset;
   const uint32_t n = static_cast<uint32_t>(
-      std::min<uint64_t>({len, kRecvWarmMax, sge.length, r.length - (sge.addr - r.iova)}));
-  // Line by line from the buffer's start; the last line the range touches included.
+      std::min<uint64_t>({len, kRecvWarmMax - offset, sge.length - offset, in_region - offset}));
+  // Line by line from the range's start; the last line the range touches
+  // included. Into the L2 (locality 2: prefetcht1 on x86), not the L1: the
+  // lines wait a message for their copy, and the L1 is what this message's
+  // copies run through (tools/bench/stacks/results.md, stacks30).
   const uint8_t* end = p + n;
-  for (const uint8_t* q = p; q < end; q += 64) __builtin_prefetch(q, 1, 3);
-  if (n > 0) __builtin_prefetch(end - 1, 1, 3);
+#pragma GCC unroll 8
+  for (const uint8_t* q = p; q < end; q += 64) __builtin_prefetch(q, 1, 2);
+  if (n > 0) __builtin_prefetch(end - 1, 1, 2);
   counters_.recv_warm_bytes += n;
   return n;
 }
@@ -464,12 +473,12 @@ DROCE_STEP RespState Qp::PlaceExpected(ReqCtx& c) {
     if (first) {
       if (!TakeRecvWqe()) return RespState::kCheckPsn;  // RNR: the chain's NAK
       resp_.recv_offset = 0;
-      // The next message likely looks like this one: as long as this
-      // packet, or (a FIRST) two MTUs, UCX's eager fragment.
-      WarmNextRecv(last ? c.len : 2 * mtu_);
     } else if (!resp_.recv_wqe_held) {
       return RespState::kCheckPsn;
     }
+    // The next message likely looks like this one: this packet's bytes of
+    // the next WQE's buffer.
+    WarmNextRecv(resp_.recv_offset, c.len);
     dst = RecvDestination(c.len);
     if (dst == nullptr) return RespState::kCheckPsn;  // the full scatter and its checks
     if (!c.payload_placed) CopyShortPayload(dst, c.frame + c.p.payload_offset, c.len);

@@ -291,31 +291,40 @@ class DoorbellBatcher {
   // Every post asks, so the tests are plain compares, cheapest first:
   // t + gap >= now is NsSince(now, t) <= gap (a stamp ahead of now_ns
   // counts as 0 ns ago).
+  // Asked without the device lock (a post that defers takes none): the
+  // stamps are relaxed loads and stores, no read-modify-write. Two threads
+  // posting at once may both count from the same deferred_, so a batch
+  // can run a post or two past `batch`; nothing is lost by that (each
+  // deferred QP is on the owner's list, Runtime::RingPosted), and one
+  // thread's posts are counted exactly.
   bool Defer(uint64_t now_ns, bool small, uint64_t last_poll_ns) {
-    const uint64_t last_post = last_post_ns_;
-    last_post_ns_ = now_ns;
-    if (small && deferred_ + 1 < batch_ && last_post != 0 && last_post + burst_gap_ns_ >= now_ns &&
+    const uint64_t last_post = last_post_ns_.load(std::memory_order_relaxed);
+    last_post_ns_.store(now_ns, std::memory_order_relaxed);
+    const uint32_t deferred = deferred_.load(std::memory_order_relaxed);
+    if (small && deferred + 1 < batch_ && last_post != 0 && last_post + burst_gap_ns_ >= now_ns &&
         last_poll_ns <= last_post && last_poll_ns != 0 && last_poll_ns + kPollWindowNs >= now_ns) {
-      ++deferred_;
+      deferred_.store(deferred + 1, std::memory_order_relaxed);
       return true;
     }
-    deferred_ = 0;
+    if (deferred != 0) deferred_.store(0, std::memory_order_relaxed);
     return false;
   }
   // A post whose doorbell transmitted returned at now_ns: the gap to the
   // next post is the program's time between calls, not this transmit's
   // (a batch's last post sends 16 frames; counted from its start, the next
   // post could look like the end of a burst and go alone).
-  void PostEnded(uint64_t now_ns) { last_post_ns_ = now_ns; }
+  void PostEnded(uint64_t now_ns) { last_post_ns_.store(now_ns, std::memory_order_relaxed); }
   // A poll round or a flush transmitted what was deferred.
-  void Flushed() { deferred_ = 0; }
-  uint32_t deferred() const { return deferred_; }
+  void Flushed() {
+    if (deferred_.load(std::memory_order_relaxed) != 0) deferred_.store(0, std::memory_order_relaxed);
+  }
+  uint32_t deferred() const { return deferred_.load(std::memory_order_relaxed); }
 
  private:
   uint32_t batch_;
   uint64_t burst_gap_ns_;
-  uint64_t last_post_ns_ = 0;
-  uint32_t deferred_ = 0;
+  std::atomic<uint64_t> last_post_ns_{0};
+  std::atomic<uint32_t> deferred_{0};
 };
 
 // Whether the device is the receiving end of a stream (doc/verbs.md, "Stream

@@ -46,6 +46,7 @@ uint32_t Runtime::PollLocked(uint64_t now_ns, bool program_polls) {
     // it woke does it).
     if (wakeup_ != nullptr && !wakeup_stale_ && wire_armers_ == 0) wakeup_->Recheck();
   }
+  if (PostedPending()) TakePostedLocked(now_ns);  // their QPs are active now: this round sends them
   batcher_.Flushed();  // the round transmits every active QP, deferred ones too
   const uint32_t work = dev_->Poll(now_ns, program_polls && file_.poll_ack_hold);
   if (!watches_.empty()) DeliverEvents();
@@ -62,56 +63,106 @@ uint32_t Runtime::DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small) {
     dev_->DeferDoorbell(qpn);
     return 0;
   }
+  return TransmitLocked(qpn, now_ns);
+}
+
+uint32_t Runtime::TransmitLocked(uint32_t qpn, uint64_t now_ns) {
+  // Doorbell records posts left (deferred ones mostly) join the deferred
+  // list, whose QPs this doorbell gathers into its bursts first.
+  if (PostedPending()) TakePostedLocked(now_ns);
   const uint32_t work = dev_->Doorbell(qpn, now_ns);
   if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
   if (file_.doorbell_batch > 1) batcher_.PostEnded(NowNs());
   return work;
 }
 
-// Not inlined into RingPosted (flattened): a holder's rare way out.
-[[gnu::noinline]] void Runtime::DrainPostedLocked(uint64_t now_ns) {
+// Not inlined into the posts' frames: a holder's way to the records.
+[[gnu::noinline]] bool Runtime::TakePostedLocked(uint64_t now_ns) {
   PostedDoorbell* d = posted_head_.exchange(nullptr, std::memory_order_acquire);
-  if (d != nullptr) mu.Changed();  // this hold now has work a quiet poll must not skip
+  if (d == nullptr) return false;
+  mu.Changed();  // this hold now has work a quiet poll must not skip
+  bool send_now = false;
   while (d != nullptr) {
     // next first: once kinds is 0 a poster may push d again (and write next).
     PostedDoorbell* next = d->next;
+    // acquire: the WRs a poster published before it marked d are visible.
     const uint8_t kinds = d->kinds.exchange(0, std::memory_order_acq_rel);
-    if (kinds & PostedDoorbell::kSend) {
-      (void)DoorbellLocked(d->qpn, now_ns);  // takes the receives too
+    if (kinds & (PostedDoorbell::kSend | PostedDoorbell::kDeferred)) {
+      // A count another post adds after this load is the next take's.
+      const uint32_t posts = d->deferred_posts.load(std::memory_order_relaxed);
+      const bool listed = dev_->DeferDoorbell(d->qpn, posts - d->deferred_counted);  // takes the receives too
+      d->deferred_counted = posts;
+      if (kinds & PostedDoorbell::kSend) {
+        // The deferred list full: this one alone, now.
+        if (!listed) (void)dev_->Doorbell(d->qpn, now_ns);
+        send_now = send_now || listed;
+      }
     } else if (kinds & PostedDoorbell::kRecv) {
       dev_->TakePostedRecvs(d->qpn);
     }
-    stats_.posts_left_for_owner.fetch_add(1, std::memory_order_relaxed);
+    if (kinds & (PostedDoorbell::kSend | PostedDoorbell::kRecv)) {
+      stats_.posts_left_for_owner.fetch_add(1, std::memory_order_relaxed);
+    }
     d = next;
   }
+  return send_now;
 }
 
-// Flattened: most posts of a burst only defer their doorbell, and the
-// bookkeeping (DoorbellLocked, the batcher, Unlock) is then all they do;
-// inline here it runs in one frame.
+// Not inlined into RingPosted (flattened): a holder's rare way out.
+[[gnu::noinline]] void Runtime::DrainPostedLocked(uint64_t now_ns) {
+  if (!TakePostedLocked(now_ns)) return;  // deferred doorbells wait for the next transmit or round
+  batcher_.Flushed();
+  (void)dev_->FlushDeferredDoorbells(now_ns);
+  if (armed_channels_.load(std::memory_order_relaxed) > 0) DeliverEvents();
+}
+
+// Flattened: most posts of a burst only defer their doorbell, and that is
+// then all they do, in one frame: the batcher's compares and the QP's
+// doorbell record, with no device lock.
 [[gnu::flatten]] void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns) {
   app_calls_.Posted(now_ns);
-  if (mu.try_lock()) [[likely]] {
-    if (kind == PostedDoorbell::kSend) {
-      (void)DoorbellLocked(d->qpn, now_ns, small);
-    } else {
-      dev_->TakePostedRecvs(d->qpn);
+  if (kind == PostedDoorbell::kSend) {
+    if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
+    // A real-time progress thread asleep armed (it serves a program that
+    // went quiet) would not take a deferred tail before its sleep's bound.
+    small = small && !fifo_armed_.load(std::memory_order_relaxed);
+    if (batcher_.Defer(now_ns, small, app_calls_.last_poll_ns())) {
+      // The doorbell record. One writer (the send post lock), so no
+      // read-modify-write for the count; the mark is one: an owner that
+      // takes d's kinds sees the WRs published before (release), and a mark
+      // made after the owner took d finds kinds 0 and pushes d again, after
+      // the owner's read of d->next (acquire). A plain store there could be
+      // missed: it may wait in this thread's store buffer while the owner
+      // takes d, and this thread would not know.
+      d->deferred_posts.store(d->deferred_posts.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (d->kinds.fetch_or(PostedDoorbell::kDeferred, std::memory_order_acq_rel) == 0) PushPosted(d);
+      return;
     }
+    if (mu.try_lock()) [[likely]] {
+      (void)TransmitLocked(d->qpn, now_ns);
+      Unlock();
+      return;
+    }
+  } else if (mu.try_lock()) {
+    dev_->TakePostedRecvs(d->qpn);
     Unlock();
     return;
   }
   LeavePosted(d, kind);
 }
 
+// Onto the list of doorbell records (the caller's fetch_or found d's kinds 0).
+[[gnu::noinline]] void Runtime::PushPosted(PostedDoorbell* d) {
+  PostedDoorbell* head = posted_head_.load(std::memory_order_relaxed);
+  do {
+    d->next = head;
+  } while (!posted_head_.compare_exchange_weak(head, d, std::memory_order_release, std::memory_order_relaxed));
+}
+
 // The device was held: the doorbell goes on the owner's list. Out of line,
 // so that RingPosted's common case (the device free) saves fewer registers.
 [[gnu::noinline]] void Runtime::LeavePosted(PostedDoorbell* d, uint8_t kind) {
-  if (d->kinds.fetch_or(kind, std::memory_order_acq_rel) == 0) {
-    PostedDoorbell* head = posted_head_.load(std::memory_order_relaxed);
-    do {
-      d->next = head;
-    } while (!posted_head_.compare_exchange_weak(head, d, std::memory_order_release, std::memory_order_relaxed));
-  }
+  if (d->kinds.fetch_or(kind, std::memory_order_acq_rel) == 0) PushPosted(d);
   // The owner drains before it lets go and looks again after (Unlock); what
   // it can miss is a push that came after its look while its freeing store
   // still sat in its store buffer. That store is visible well within

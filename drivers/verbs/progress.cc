@@ -553,7 +553,8 @@ bool Runtime::ProgressThread::StreamWait(uint64_t now, bool receiving, bool on_r
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return false;
   const uint64_t until = now + uint64_t{std::max<uint32_t>(pc_.max_sleep_us, 1)} * 1000;
   on_ring = on_ring && rt_.BlockedOnRingLocked(until);
-  if (!on_ring && !(receiving && rt_.dev_->Quiescent(until))) {
+  // A doorbell record a post left (RingPosted) is work for the next round.
+  if (rt_.PostedPending() || (!on_ring && !(receiving && rt_.dev_->Quiescent(until)))) {
     rt_.Unlock();
     if (receiving) rt_.stats_.progress_stream_busy.fetch_add(1, std::memory_order_relaxed);
     return false;

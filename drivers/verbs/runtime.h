@@ -64,15 +64,22 @@ struct CqWatch {
 // is: its next round would take the device back the moment it let go (a
 // woken futex waiter loses that race), and the program is about to drive.
 
-// A post whose doorbell waits for the device's owner (doc/verbs.md
-// "Posting without the device lock"): one per QP, on Runtime's list of
-// posted doorbells while `kinds` is not 0. Lives in the provider's QP.
+// A QP's doorbell record (doc/verbs.md "Posting without the device lock",
+// "Doorbell batching"): what posts made without the device lock left for
+// the device's owner. One per QP, on Runtime's list of posted doorbells
+// while `kinds` is not 0. Lives in the provider's QP.
 struct PostedDoorbell {
-  static constexpr uint8_t kSend = 1;  // send WRs published: transmit them
-  static constexpr uint8_t kRecv = 2;  // receive WRs published: take them (flushed in ERR)
+  static constexpr uint8_t kSend = 1;      // send WRs published: transmit them now
+  static constexpr uint8_t kRecv = 2;      // receive WRs published: take them (flushed in ERR)
+  static constexpr uint8_t kDeferred = 4;  // send WRs published, doorbell deferred: they leave with the next transmit or round
   std::atomic<uint8_t> kinds{0};
   PostedDoorbell* next = nullptr;  // the list's link, written by the thread that pushes
   uint32_t qpn = 0;
+  // Posts that deferred their doorbell here: written by the poster (the QP's
+  // send post lock held, so one writer), counted into the device's
+  // tx_doorbells_deferred by the owner, which keeps what it counted.
+  std::atomic<uint32_t> deferred_posts{0};
+  uint32_t deferred_counted = 0;  // under mu
 };
 
 class Runtime {
@@ -111,17 +118,19 @@ class Runtime {
   // An empty poll_cq without the lock: the last locked poll of this CQ
   // found it empty and the device idle (PollIfBusyLocked skipped its
   // round), nobody has held the device since — every completion, post,
-  // doorbell, timer and event of the device happens under mu, so the CQ is
-  // still empty and the device still has nothing to do but receive — and
+  // doorbell, timer and event of the device happens under mu, but for a
+  // post that defers its doorbell, which leaves a record on the list
+  // (RingPosted): none is there — so the CQ is still empty and the device
+  // still has nothing to do but receive — and
   // the kQuietPolls - 1 polls after it have not all answered from that (one
   // poll in kQuietPolls takes the lock). A frame that arrived meanwhile (no
   // thread looks at the ring without the lock) waits for the next locked
   // poll, at most kQuietPolls - 1 polls later; a timer or the link check
   // the same (neither was due at the locked poll). Three relaxed loads and
-  // a store: no atomic read-modify-write, no clock.
+  // a store and the list's head: no atomic read-modify-write, no clock.
   static constexpr uint32_t kQuietPolls = 8;
   // q: the CQ's (the provider's DroceCq::quiet).
-  bool QuietPoll(HoldSnapshot& q) { return q.Use(mu); }
+  bool QuietPoll(HoldSnapshot& q) { return q.Use(mu) && !PostedPending(); }
   // The locked poll that found q's CQ empty and skipped its round. Caller
   // holds mu.
   void NoteQuietLocked(HoldSnapshot& q) { q.Take(mu, kQuietPolls - 1); }
@@ -134,11 +143,12 @@ class Runtime {
   // which may leave with the posts that follow it (doorbell_batch).
   uint32_t DoorbellLocked(uint32_t qpn, uint64_t now_ns, bool small = false);
   // Lets go of mu (every holder's way out): first the doorbells posts left
-  // while it was held (DrainPostedLocked), then the store that frees it, then
-  // a look for one a poster left meanwhile.
+  // (DrainPostedLocked: a deferred one joins the device's deferred
+  // doorbells, for the next transmit or round), then the store that frees
+  // it, then a look for one a poster left meanwhile.
   void Unlock() {
     for (;;) {
-      if (posted_head_.load(std::memory_order_relaxed) != nullptr) DrainPostedLocked(NowNs());
+      if (PostedPending()) DrainPostedLocked(NowNs());
       mu.unlock();
       // No fence: it would wait here for this thread's stores (after a
       // doorbell, the wire's) to drain, which otherwise overlaps the
@@ -149,20 +159,38 @@ class Runtime {
     }
   }
   // A post without the device lock published WRs on d's QP (`kind`: send
-  // or receive): their doorbell runs now if the device is free, or is left
-  // on the list for its owner, who runs it before it lets go. Never waits
-  // for the owner's work; waits at most kPostedHandoverNs for an owner that
-  // is letting go to have let go.
+  // or receive). A send whose doorbell the batcher defers only marks d
+  // (kDeferred: the QP's doorbell record) and takes no lock: the next
+  // transmit, poll round or flush takes it. Otherwise the doorbell runs now
+  // if the device is free, or is left on the list for its owner, who runs
+  // it before it lets go. Never waits for the owner's work; waits at most
+  // kPostedHandoverNs for an owner that is letting go to have let go.
   void RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns);
   static constexpr uint64_t kPostedHandoverNs = 2000;
   void LeavePosted(PostedDoorbell* d, uint8_t kind);  // RingPosted with the device held
-  // The doorbells posts left (RingPosted). Caller holds mu; destroy_qp
-  // calls it before a QP's PostedDoorbell goes away.
+  void PushPosted(PostedDoorbell* d);
+  // A post's doorbell that transmits (DoorbellLocked past the batcher): the
+  // doorbell records first, then QP qpn's and the deferred QPs' frames.
+  uint32_t TransmitLocked(uint32_t qpn, uint64_t now_ns);
+  // Takes the doorbell records off the list: each QP's published WRs, its
+  // place on the deferred list and the active list; one that asked to
+  // transmit now and found the deferred list full transmits here. True:
+  // one of them asked to transmit now (it is on the deferred list). Caller
+  // holds mu.
+  bool TakePostedLocked(uint64_t now_ns);
+  // Doorbell records on the list (a relaxed load: a record pushed since is
+  // the next look's, or the next holder's).
+  bool PostedPending() const { return posted_head_.load(std::memory_order_relaxed) != nullptr; }
+  // The doorbells posts left (RingPosted): every record's WRs are taken and
+  // its QP joins the device's deferred doorbells (and active list); those
+  // that asked to transmit now do. Caller holds mu; destroy_qp calls it
+  // before a QP's PostedDoorbell goes away.
   void DrainPostedLocked(uint64_t now_ns);
   // poll_cq found what it asked for without a poll round: doorbells a burst
   // of posts deferred, and ACKs the last round held, leave now. Caller
   // holds mu.
   void FlushDeferredLocked(uint64_t now_ns) {
+    if (PostedPending()) TakePostedLocked(now_ns);
     if (dev_->deferred_doorbells() != 0) {
       batcher_.Flushed();
       dev_->FlushDeferredDoorbells(now_ns);
@@ -387,7 +415,7 @@ class Runtime {
     return direct_ && direct_->tx_blocked_on_ring() && dev_->BlockedOnPort(now_ns);
   }
   bool IdleLocked(uint64_t now_ns) {
-    return now_ns < next_link_check_ns_ && dev_->Quiescent(now_ns) && io_->KnownEmpty() &&
+    return now_ns < next_link_check_ns_ && !PostedPending() && dev_->Quiescent(now_ns) && io_->KnownEmpty() &&
            (armed_channels_.load(std::memory_order_relaxed) == 0 || !EventsPendingLocked());
   }
   // A wire port answers KnownEmpty through the wake-up's look at its ring,
@@ -458,7 +486,7 @@ class Runtime {
   DeviceFile file_;
   std::mutex mcast_mu_;                   // serializes SyncMcastGroups
   std::vector<core::Gid> mcast_joined_;   // the groups droced has this process as a member of
-  DoorbellBatcher batcher_;  // under mu
+  DoorbellBatcher batcher_;  // asked without mu by the posts that do not take it (RingPosted)
   // Posts' doorbells left for mu's owner (RingPosted): a lock-free stack,
   // pushed by posters, taken whole by the owner.
   std::atomic<PostedDoorbell*> posted_head_{nullptr};

@@ -280,16 +280,20 @@ class Device {
   // "Doorbells"): the QP goes on the active list, so the next Poll
   // transmits it, and on the list of deferred doorbells, whose QPs the next
   // Doorbell gathers first, into the same bursts as its own frames.
-  // Inline: a burst's posts mostly only defer (the verbs runtime inlines
-  // this into its post), and their QP is the list's last already.
-  void DeferDoorbell(uint32_t qpn) {
+  // posts: the doorbells this one stands for (counted in
+  // tx_doorbells_deferred; the verbs runtime's posts that deferred without
+  // the device lock are taken together). False: the QP is not on the
+  // deferred list (gone, no port, or the list full: only the next Poll
+  // sends it).
+  // Inline: the list's last entry is mostly the QP already.
+  bool DeferDoorbell(uint32_t qpn, uint32_t posts = 1) {
     transport::Qp* q = qp(qpn);
-    if (q == nullptr) return;
+    if (q == nullptr) return false;
     q->TakePosted();
-    if (io_ == nullptr) return;
+    if (io_ == nullptr) return false;
     Activate(qpn);
-    ++counters_.tx_doorbells_deferred;
-    if (n_deferred_ == 0 || deferred_[n_deferred_ - 1] != qpn) AddDeferred(qpn);
+    counters_.tx_doorbells_deferred += posts;
+    return (n_deferred_ != 0 && deferred_[n_deferred_ - 1] == qpn) || AddDeferred(qpn);
   }
   // Receives published without the device lock (Qp::PublishRecv) join
   // the QP's receive queue now (flushed if it is in ERR); nothing is sent.

@@ -142,9 +142,6 @@ constexpr Transition kUdTransitions[] = {
   static_assert(static_cast<int>(WrOpcode::kRdmaWrite) == 0 && static_cast<int>(WrOpcode::kSend) == 2);
   return wr.num_sge == 1 && (static_cast<uint8_t>(wr.opcode) & ~uint8_t{2}) == 0 && !(wr.flags & kSendInline);
 }
-[[gnu::always_inline]] inline bool OneSgeFits(uint32_t max_send_sge, uint64_t total) {
-  return max_send_sge != 0 && total <= kMaxMessageBytes;
-}
 
 }  // namespace
 
@@ -341,31 +338,6 @@ void Qp::TakePublishedRecvs() {
   if (state_ == QpState::kErr) FlushReceiveQueue();  // posted into ERR (or while the QP went there)
 }
 
-// Inline in the posting paths below, their only callers: the WQE from a
-// valid WR, writing its one line and, only for what the WR carries, its
-// slot's SendWqeExt. `total`: the WR's SGE bytes, as its validation added
-// them up. kCommon: not inline, not UD (PostSend's common case); kOneSge:
-// moreover a WRITE or SEND of one SGE (its most common WR).
-template <bool kCommon, bool kOneSge, typename Wr>
-[[gnu::always_inline]] inline void Qp::FillSendWqe(SendWqe& w, const Wr& wr, uint64_t total) {
-  static_assert(kOneSge || std::is_same_v<Wr, SendWr>);
-  w.wr_id = wr.wr_id;
-  w.remote_addr = wr.remote_addr;
-  w.rkey = wr.rkey;
-  w.opcode = wr.opcode;
-  w.flags = static_cast<uint8_t>(wr.flags);
-  w.status = WcStatus::kSuccess;
-  w.started = w.fully_sent = w.done = false;
-  w.total_len = static_cast<uint32_t>(total);
-  if constexpr (kOneSge) {
-    w.num_sge = 1;
-    w.local_addr = wr.sg_list[0].addr;
-    w.lkey = wr.sg_list[0].lkey;
-  } else {
-    FillSendWqeRest<kCommon>(w, wr);
-  }
-}
-
 // FillSendWqe past the fields every WR has: the SGEs, inline data and the
 // operands of the opcodes other than WRITE and SEND.
 template <bool kCommon>
@@ -530,17 +502,6 @@ int Qp::PublishSend() {
   uint64_t total;
   if (const int err = ValidateForQp(wr, &total); err != 0) return err;
   FillSendWqe<false, false>(*w, wr, total);
-  sq_.Publish();
-  return 0;
-}
-
-int Qp::PublishOneSge(const OneSgeWr& wr) {
-  SendWqe* w = sq_.ProducerSlot();
-  if (w == nullptr) return ENOMEM;
-  if (ud()) return EINVAL;  // the address handle is the engine's to resolve (PostSend)
-  const uint64_t total = wr.sg_list[0].length;
-  if (!OneSgeFits(caps_.max_send_sge, total)) return EINVAL;
-  FillSendWqe<true, true>(*w, wr, total);
   sq_.Publish();
   return 0;
 }

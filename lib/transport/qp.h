@@ -13,6 +13,7 @@
 #define DROCE_LIB_TRANSPORT_QP_H_
 
 #include <algorithm>
+#include <cerrno>
 #include <memory>
 #include <array>
 #include <cstdint>
@@ -93,6 +94,12 @@ struct QpEnv : QpTuning {
   bool gather_tx = false;
 };
 
+// Whether a WRITE or SEND of one SGE of `total` bytes is valid on an RC or
+// UC QP allowing max_send_sge SGEs (ValidateSend's checks for such a WR).
+[[gnu::always_inline]] inline bool OneSgeFits(uint32_t max_send_sge, uint64_t total) {
+  return max_send_sge != 0 && total <= kMaxMessageBytes;
+}
+
 class Qp {
   friend class SelectiveRepeat;  // a component of the QP, reached through its hooks
 
@@ -159,7 +166,7 @@ class Qp {
   // A WRITE or SEND of one SGE without inline data (most posts) written
   // straight into its WQE and published, with no staged copy: 0, ENOMEM
   // (the send queue is full) or EINVAL (PostSend's checks for such a WR).
-  int PublishOneSge(const OneSgeWr& wr);
+  int PublishOneSge(const OneSgeWr& wr);  // inline, below the class
   // A batch (ibv_wr_start .. ibv_wr_complete): the slot `ahead` after the
   // next, filled before any of the batch is published; its WQE's inline
   // buffer (kMaxInlineData), where inline data may be written in place (an
@@ -765,7 +772,7 @@ class Qp {
   int PostSendCommon(const SendWr& wr);  // PostSend's common case but for one-SGE WRITE/SEND
   void TakePublishedRecvs();
   void FlushReceiveQueue();  // every queued receive completes with FLUSH_ERR, in order
-  // The WQE from a valid WR (qp.cc); kCommon: neither inline nor UD;
+  // The WQE from a valid WR (below the class); kCommon: neither inline nor UD;
   // kOneSge: a WRITE or SEND of one SGE.
   // Wr: a SendWr, or with kOneSge a OneSgeWr.
   template <bool kCommon, bool kOneSge, typename Wr>
@@ -887,6 +894,47 @@ class Qp {
   std::vector<Resource> resources_;
   queue::Ring<Action> actions_;
 };
+
+// Inline in the posting paths (PostSendSteps, PublishSend, PublishSends in
+// qp.cc; PublishOneSge here), their only callers: the WQE from a valid WR,
+// writing its one line and, only for what the WR carries, its slot's
+// SendWqeExt. `total`: the WR's SGE bytes, as its validation added
+// them up. kCommon: not inline, not UD (PostSend's common case); kOneSge:
+// moreover a WRITE or SEND of one SGE (its most common WR).
+template <bool kCommon, bool kOneSge, typename Wr>
+[[gnu::always_inline]] inline void Qp::FillSendWqe(SendWqe& w, const Wr& wr, uint64_t total) {
+  static_assert(kOneSge || std::is_same_v<Wr, SendWr>);
+  w.wr_id = wr.wr_id;
+  w.remote_addr = wr.remote_addr;
+  w.rkey = wr.rkey;
+  w.opcode = wr.opcode;
+  w.flags = static_cast<uint8_t>(wr.flags);
+  w.status = queue::WcStatus::kSuccess;
+  w.started = w.fully_sent = w.done = false;
+  w.total_len = static_cast<uint32_t>(total);
+  if constexpr (kOneSge) {
+    w.num_sge = 1;
+    w.local_addr = wr.sg_list[0].addr;
+    w.lkey = wr.sg_list[0].lkey;
+  } else {
+    FillSendWqeRest<kCommon>(w, wr);
+  }
+}
+
+// Inline: the verbs post's most common WR, converted by the caller and
+// written here in one frame (the OneSgeWr the caller fills need not reach
+// memory). The checks PostSend makes for such a WR: a QP that is not UD
+// (the address handle is the engine's to resolve) and whose caps and
+// max_msg_sz allow it.
+inline int Qp::PublishOneSge(const OneSgeWr& wr) {
+  SendWqe* w = sq_.ProducerSlot();
+  if (w == nullptr) [[unlikely]] return ENOMEM;
+  const uint64_t total = wr.sg_list[0].length;
+  if (ud() || !OneSgeFits(caps_.max_send_sge, total)) [[unlikely]] return EINVAL;
+  FillSendWqe<true, true>(*w, wr, total);
+  sq_.Publish();
+  return 0;
+}
 
 }  // namespace droce::transport
 

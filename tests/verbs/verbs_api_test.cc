@@ -1472,11 +1472,16 @@ struct SleepyDevice {
   ibv_mr* mr = nullptr;
   ibv_qp* a = nullptr;
   ibv_qp* b = nullptr;
+  ibv_qp* c = nullptr;  // with pairs = 2: a second pair, c and d
+  ibv_qp* d = nullptr;
   std::vector<uint8_t> mem = std::vector<uint8_t>(8192, 0);
+  int pairs_ = 1;
 
-  // extra: more device-file keys, one per line.
-  SleepyDevice(const std::string& dir, const std::string& n, const std::string& ip, const std::string& extra = "")
-      : run_dir(dir), name(n) {
+  // extra: more device-file keys, one per line; depth: each QP's send and
+  // receive queue (the CQ holds them all).
+  SleepyDevice(const std::string& dir, const std::string& n, const std::string& ip, const std::string& extra = "",
+               uint32_t depth = 4, int pairs = 1)
+      : run_dir(dir), name(n), pairs_(pairs) {
     auto f = ParseDeviceFile("name=" + n + "\nvdev=net_ring_" + n + "\nip=" + ip +
                              "\nmtu=1024\nprogress_sched=normal\nprogress_spins=0\nprogress_hot_us=0\n"
                              "progress_max_sleep_us=1000000\nprogress_wakeup=off\ndoorbell_batch=1\n" +
@@ -1486,44 +1491,54 @@ struct SleepyDevice {
     if (ctx == nullptr) return;
     pd = ibv_alloc_pd(ctx);  // starts the dataplane and its progress thread
     if (pd == nullptr) return;
-    cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+    cq = ibv_create_cq(ctx, std::max<int>(16, static_cast<int>(4 * pairs * depth)), nullptr, nullptr, 0);
     mr = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (cq == nullptr || mr == nullptr) return;
     ibv_qp_init_attr init{};
     init.send_cq = init.recv_cq = cq;
     init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = init.cap.max_recv_wr = 4;
+    init.cap.max_send_wr = init.cap.max_recv_wr = depth;
     init.cap.max_send_sge = init.cap.max_recv_sge = 1;
     a = ibv_create_qp(pd, &init);
     b = ibv_create_qp(pd, &init);
+    if (pairs == 2) {
+      c = ibv_create_qp(pd, &init);
+      d = ibv_create_qp(pd, &init);
+    }
   }
   ~SleepyDevice() {
     if (a != nullptr) ibv_destroy_qp(a);
     if (b != nullptr) ibv_destroy_qp(b);
+    if (c != nullptr) ibv_destroy_qp(c);
+    if (d != nullptr) ibv_destroy_qp(d);
     if (mr != nullptr) ibv_dereg_mr(mr);
     if (cq != nullptr) ibv_destroy_cq(cq);
     if (pd != nullptr) ibv_dealloc_pd(pd);
     if (ctx != nullptr) ibv_close_device(ctx);
     (void)RemoveDeviceTree(run_dir, kDevInfinibandDir, name);
   }
-  bool ok() const { return a != nullptr && b != nullptr; }
+  bool ok() const { return a != nullptr && b != nullptr && (pairs_ == 1 || (c != nullptr && d != nullptr)); }
   // Idle for 300 ms: the thread's sleeps, doubling from the last work, now
   // last as long; what the test does next takes microseconds.
   static void Quiet() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
   // A 64 B WRITE from a to b's half of mem (0x5C bytes).
   int Write(uint64_t wr_id, unsigned int flags) {
     std::memset(mem.data(), 0x5C, 64);
-    ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data()), 64, mr->lkey};
+    return WriteOn(a, wr_id, flags, 0, 4096);
+  }
+  // A 64 B WRITE on q from mem + src to mem + dst.
+  int WriteOn(ibv_qp* q, uint64_t wr_id, unsigned int flags, size_t src, size_t dst) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(mem.data() + src), 64, mr->lkey};
     ibv_send_wr wr{};
     wr.wr_id = wr_id;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.send_flags = flags;
-    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + 4096);
+    wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mem.data() + dst);
     wr.wr.rdma.rkey = mr->rkey;
     ibv_send_wr* bad = nullptr;
-    return ibv_post_send(a, &wr, &bad);
+    return ibv_post_send(q, &wr, &bad);
   }
   // Completions on cq within `wait` (stops at the first).
   int PollOne(ibv_wc* wc, std::chrono::milliseconds wait) {
@@ -1603,6 +1618,131 @@ TEST_F(VerbsApi, DestroyQpInRtsSendsTheOwedAck) {
   const int got = d.PollOne(&wc, std::chrono::milliseconds(200));
   EXPECT_EQ(got, 0) << "WR " << wc.wr_id << " completed " << ibv_wc_status_str(wc.status)
                     << " although its data arrived";
+}
+
+// Doorbell batching at its widest (a post within a second of the last one,
+// with no poll between, defers), on a SleepyDevice: a burst's posts after
+// its first only leave their QP's doorbell record (Runtime::RingPosted),
+// and no round runs but the test's own.
+constexpr char kDeferEveryBurstPost[] = "doorbell_batch=16\ndoorbell_burst_gap_ns=1000000000\n";
+
+// Polls enough to stamp the program's last poll (the batcher defers only
+// for a program that polls): one poll in Runtime::kQuietPolls takes the
+// lock.
+void StampPoll(ibv_cq* cq) {
+  ibv_wc wc{};
+  for (int i = 0; i < 10; ++i) (void)ibv_poll_cq(cq, 1, &wc);
+}
+
+// A burst's deferred doorbells leave with the program's next poll_cq when
+// no post follows: the poll's round takes the QP's doorbell record. Without
+// the record (a deferring post that publishes its WRs and marks nothing)
+// the last three WRITEs stay in the ring unsent and never complete.
+TEST_F(VerbsApi, DeferredDoorbellsLeaveWithTheNextPollWhenNoPostFollows) {
+  SleepyDevice d(run_dir_, "droce5", "10.0.0.6", kDeferEveryBurstPost);
+  ASSERT_TRUE(d.ok()) << "droce5 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  SleepyDevice::Quiet();
+  StampPoll(d.cq);
+  for (int i = 0; i < 4; ++i) std::memset(d.mem.data() + i * 64, 0xA0 + i, 64);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(d.WriteOn(d.a, i, IBV_SEND_SIGNALED, i * 64, 4096 + i * 64), 0);
+  int got = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (got < 4 && std::chrono::steady_clock::now() < deadline) {
+    ibv_wc wc{};
+    if (ibv_poll_cq(d.cq, 1, &wc) != 1) continue;
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.wr_id, static_cast<uint64_t>(got)) << "completions in posting order";
+    ++got;
+  }
+  ASSERT_EQ(got, 4) << "deferred WRITEs never left";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(d.mem[4096 + i * 64], 0xA0 + i) << "WRITE " << i;
+}
+
+// The same burst when the program then calls nothing (it waits on memory):
+// the progress thread's next round takes the record and sends the WRITEs.
+// Watched through a's next PSN (query_qp takes the device lock, so the
+// look is ordered with the rounds, and runs no round itself).
+TEST_F(VerbsApi, DeferredDoorbellsLeaveWithTheProgressThreadsRoundWhenTheProgramStops) {
+  SleepyDevice d(run_dir_, "droce6", "10.0.0.7", kDeferEveryBurstPost);
+  ASSERT_TRUE(d.ok()) << "droce6 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  const auto next_psn = [&d] {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    EXPECT_EQ(ibv_query_qp(d.a, &attr, IBV_QP_SQ_PSN, &init), 0);
+    return attr.sq_psn;
+  };
+  const uint32_t psn = next_psn();
+  StampPoll(d.cq);
+  for (int i = 0; i < 4; ++i) std::memset(d.mem.data() + i * 64, 0xB0 + i, 64);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(d.WriteOn(d.a, i, IBV_SEND_SIGNALED, i * 64, 4096 + i * 64), 0);
+  // The thread sleeps up to progress_max_sleep_us (1 s) between rounds.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  uint32_t sent = 0;
+  while (sent < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    sent = (next_psn() - psn) & 0xFFFFFF;
+  }
+  ASSERT_EQ(sent, 4u) << "deferred WRITEs never left";
+  int got = 0;
+  ibv_wc wc[4];
+  for (int tries = 0; got < 4 && tries < 100000; ++tries) got += ibv_poll_cq(d.cq, 4 - got, wc + got);
+  ASSERT_EQ(got, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(d.mem[4096 + i * 64], 0xB0 + i) << "WRITE " << i;
+}
+
+// Two threads posting bursts on two QPs at once, every post after a
+// burst's first deferring its doorbell without the device lock: the two
+// QPs' records, the batcher's shared stamps and the owner's takes race
+// (run under ThreadSanitizer by tools/run-tests.sh), and every WRITE
+// completes once, in its QP's order. Without the record (as above) the
+// deferred WRITEs never complete.
+TEST_F(VerbsApi, TwoThreadsDeferringOnTwoQpsLoseNothing) {
+  constexpr uint32_t kPerBurst = 48, kBursts = 20;
+  SleepyDevice d(run_dir_, "droce7", "10.0.0.8", kDeferEveryBurstPost, /*depth=*/64, /*pairs=*/2);
+  ASSERT_TRUE(d.ok()) << "droce7 not set up";
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.a, d.b));
+  ASSERT_NO_FATAL_FAILURE(ConnectEachOther(d.c, d.d));
+  const uint32_t qpn_a = d.a->qp_num;
+  for (uint32_t burst = 0; burst < kBursts; ++burst) {
+    for (int t = 0; t < 2; ++t) std::memset(d.mem.data() + t * 64, 0xC0 + burst, 64);
+    StampPoll(d.cq);
+    std::atomic<int> ready{0};
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> posters;
+    for (int t = 0; t < 2; ++t) {
+      posters.emplace_back([&, t] {
+        ibv_qp* q = t == 0 ? d.a : d.c;
+        ready.fetch_add(1);
+        while (ready.load() < 2) {
+        }
+        for (uint32_t i = 0; i < kPerBurst; ++i) {
+          // Each thread its own 64 B source and target.
+          if (d.WriteOn(q, (uint64_t{burst} << 32) | i, IBV_SEND_SIGNALED, t * 64, 4096 + t * 64) != 0) {
+            failed = true;
+          }
+        }
+      });
+    }
+    for (std::thread& p : posters) p.join();
+    ASSERT_FALSE(failed) << "burst " << burst << ": a post failed";
+    uint32_t next[2] = {0, 0};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((next[0] < kPerBurst || next[1] < kPerBurst) && std::chrono::steady_clock::now() < deadline) {
+      ibv_wc wc[16];
+      const int got = ibv_poll_cq(d.cq, 16, wc);
+      ASSERT_GE(got, 0);
+      for (int k = 0; k < got; ++k) {
+        ASSERT_EQ(wc[k].status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc[k].status);
+        const int t = wc[k].qp_num == qpn_a ? 0 : 1;
+        ASSERT_EQ(wc[k].wr_id, (uint64_t{burst} << 32) | next[t]) << "QP " << t << ": lost, repeated or reordered";
+        ++next[t];
+      }
+    }
+    ASSERT_EQ(next[0], kPerBurst) << "burst " << burst << ": QP a's WRITEs did not all complete";
+    ASSERT_EQ(next[1], kPerBurst) << "burst " << burst << ": QP c's WRITEs did not all complete";
+  }
 }
 
 // UCX's pattern: its async thread arms a completion channel on its UD

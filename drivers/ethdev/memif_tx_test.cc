@@ -46,7 +46,12 @@ struct Fixture {
       storage.emplace_back(lens[k]);
       for (uint32_t i = 0; i < lens[k]; ++i) storage.back()[i] = Byte(static_cast<uint32_t>(k), i);
     }
-    for (auto& s : storage) frames.push_back({s.data(), static_cast<uint32_t>(s.size()), 0, nullptr});
+    // An empty frame still points at memory, as the device's frames do
+    // (memcpy's source may not be null, even for no bytes).
+    static uint8_t empty_frame_byte = 0;
+    for (auto& s : storage) {
+      frames.push_back({s.empty() ? &empty_frame_byte : s.data(), static_cast<uint32_t>(s.size()), 0, nullptr});
+    }
   }
   static uint8_t Byte(uint32_t k, uint32_t i) { return static_cast<uint8_t>(k * 131 + i * 7 + (i >> 8) + 1); }
   uint16_t Copy(uint16_t* slot, uint16_t free_slots) {

@@ -329,8 +329,7 @@ bool DirectIo::Mine(const pktio::Frame& f) const {
 }
 
 uint16_t DirectIo::ToPort(pktio::Frame* frames, uint16_t n) {
-  if (!inner_gather_) counters_.tx_flattened += pktio::FlattenEach(frames, n);
-  return inner_->TxBurst(frames, n);
+  return pktio::TxBurstToInner(inner_, inner_gather_, frames, n, &counters_.tx_flattened);
 }
 
 uint16_t DirectIo::TxBurst(pktio::Frame* frames, uint16_t n) {

@@ -171,12 +171,6 @@ bool UdpIo::AddToBatch(pktio::Frame& f) {
 // transport builds; such a frame stays as it is.
 void UdpIo::FlattenAll(pktio::Frame* frames, uint16_t n) { counters_.tx_flattened += pktio::FlattenEach(frames, n); }
 
-// A run of frames for inner: gather frames as they are when it takes them
-// (it flattens those it refuses), flattened first when it does not.
-uint16_t UdpIo::ToInner(pktio::Frame* frames, uint16_t n) {
-  if (!inner_gather_) FlattenAll(frames, n);
-  return inner_->TxBurst(frames, n);
-}
 
 void UdpIo::Refill() {
   const uint16_t want = static_cast<uint16_t>(RecvBatch::kMax - stashed_);
@@ -261,7 +255,8 @@ uint16_t UdpIo::TxBurst(pktio::Frame* frames, uint16_t n) {
       j = static_cast<uint16_t>(i + 1);
     }
     while (j < n && !(fd_ >= 0 && ToSocket(frames[j]))) ++j;
-    const uint16_t taken = ToInner(frames + i, static_cast<uint16_t>(j - i));
+    const uint16_t run = static_cast<uint16_t>(j - i);
+    const uint16_t taken = pktio::TxBurstToInner(inner_, inner_gather_, frames + i, run, &counters_.tx_flattened);
     i = static_cast<uint16_t>(i + taken);
     if (i < j) {
       FlattenAll(frames + i, static_cast<uint16_t>(n - i));

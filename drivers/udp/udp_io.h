@@ -88,7 +88,6 @@ class UdpIo final : public pktio::BurstIo {
   bool ToSocket(const pktio::Frame& f) const;
   bool AddToBatch(pktio::Frame& f);
   void FlattenAll(pktio::Frame* frames, uint16_t n);
-  uint16_t ToInner(pktio::Frame* frames, uint16_t n);
   uint16_t ReceiveFromSocket(pktio::Frame* frames, uint16_t n);
   void Refill();
   void EnableCoalescing();

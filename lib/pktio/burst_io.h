@@ -153,6 +153,16 @@ class BurstIo {
   virtual bool KnownEmpty() { return false; }
 };
 
+// frames[0..n) to `inner`, a port behind the caller (DirectIo's port,
+// UdpIo's direct rings): flattened first (counted in *flattened) unless
+// inner takes gather frames, whose refused ones it flattens itself.
+// Returns how many inner took.
+inline uint16_t TxBurstToInner(BurstIo* inner, bool inner_takes_gather, Frame* frames, uint16_t n,
+                               uint64_t* flattened) {
+  if (!inner_takes_gather) *flattened += FlattenEach(frames, n);
+  return inner->TxBurst(frames, n);
+}
+
 }  // namespace droce::pktio
 
 #endif  // DROCE_LIB_PKTIO_BURST_IO_H_

@@ -4,10 +4,9 @@
 // copied from the "MR" into the slot), against the same frame flattened
 // first (pktio::Flatten, what DirectIo::TxBurst does to a frame a full ring
 // refused) and Produced flat. The consumer frees each slot at once.
-//   g++ -O2 -std=c++20 -I lib -I build-relg tools/bench/stacks/flatten_cost.cc \
-//     build-relg/lib/pktio/libdroce_pktio.a -o /tmp/flatten_cost
+//   b=build-relg/tools/bench/stacks/droce-flatten-cost-bench
 //   for m in gather flatten; do for n in 1000 11000; do
-//     valgrind --tool=callgrind --callgrind-out-file=/dev/null /tmp/flatten_cost $m $n; done; done
+//     valgrind --tool=callgrind --callgrind-out-file=/dev/null $b $m $n; done; done
 // Per frame: (instructions at 11000 - at 1000) / 10000, per mode.
 #include <cstdint>
 #include <cstdio>

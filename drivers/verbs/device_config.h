@@ -277,11 +277,24 @@ inline uint64_t NsSince(uint64_t now, uint64_t t) { return t >= now ? 0 : now - 
 //   - Only while the program polled within kPollWindowNs: a program that
 //     polls its CQ comes back to it soon; one that posts and then waits on
 //     memory leaves its tail to the progress thread.
+// Inside a burst not every post reads the clock (a TSC read is ~10 ns, a
+// deferring post's whole cost ~60): after a post that read it and deferred,
+// the next kUnreadPosts small posts defer without a reading (DeferUnread) —
+// unless one of them fills the batch, or a poll_cq stamped since, or a
+// transmit or flush came in between — and the post after them reads and
+// asks whether the posts since the last reading came within kBurstGapNs
+// each on average (now <= last reading + gap x posts). A pause among the
+// unread posts is caught there, at most kUnreadPosts posts late: that post
+// transmits, with the ones deferred before it. The first post after a
+// transmit or a poll always reads, so a ping-pong's posts and a slow
+// poster's go at once as before.
 class DoorbellBatcher {
  public:
   static constexpr uint64_t kBurstGapNs = 1'000;  // the default gap (doorbell_burst_gap_ns)
   static constexpr uint64_t kPollWindowNs = 1'000'000;
   static constexpr uint32_t kSmallBytes = 1024;
+  // Posts that may defer after a reading without one of their own.
+  static constexpr uint32_t kUnreadPosts = 3;
 
   explicit DoorbellBatcher(uint32_t batch, uint64_t burst_gap_ns = kBurstGapNs)
       : batch_(batch), burst_gap_ns_(burst_gap_ns) {}
@@ -301,30 +314,57 @@ class DoorbellBatcher {
     const uint64_t last_post = last_post_ns_.load(std::memory_order_relaxed);
     last_post_ns_.store(now_ns, std::memory_order_relaxed);
     const uint32_t deferred = deferred_.load(std::memory_order_relaxed);
-    if (small && deferred + 1 < batch_ && last_post != 0 && last_post + burst_gap_ns_ >= now_ns &&
+    // This post and the unread ones since the reading at last_post.
+    const uint32_t unread = unread_.load(std::memory_order_relaxed);
+    const uint64_t posts = unread > kUnreadPosts ? 1 : unread + 1;
+    if (small && deferred + 1 < batch_ && last_post != 0 && last_post + burst_gap_ns_ * posts >= now_ns &&
         last_poll_ns <= last_post && last_poll_ns != 0 && last_poll_ns + kPollWindowNs >= now_ns) {
       deferred_.store(deferred + 1, std::memory_order_relaxed);
+      if (unread != 0) unread_.store(0, std::memory_order_relaxed);
       return true;
     }
     if (deferred != 0) deferred_.store(0, std::memory_order_relaxed);
+    if (unread != kMustRead) unread_.store(kMustRead, std::memory_order_relaxed);
     return false;
+  }
+  // A post's doorbell, asked before the clock is read: true, defer it
+  // without a reading (the class comment); false, read the clock and ask
+  // Defer. Only after a reading post deferred, and only while that post's
+  // stamp is the last one: a poll_cq stamped since (last_poll_ns later),
+  // a transmit or a flush make the next post read.
+  bool DeferUnread(bool small, uint64_t last_poll_ns) {
+    const uint32_t unread = unread_.load(std::memory_order_relaxed);
+    if (!small || unread >= kUnreadPosts) return false;
+    const uint32_t deferred = deferred_.load(std::memory_order_relaxed);
+    if (deferred + 1 >= batch_ || last_poll_ns > last_post_ns_.load(std::memory_order_relaxed)) return false;
+    deferred_.store(deferred + 1, std::memory_order_relaxed);
+    unread_.store(unread + 1, std::memory_order_relaxed);
+    return true;
   }
   // A post whose doorbell transmitted returned at now_ns: the gap to the
   // next post is the program's time between calls, not this transmit's
   // (a batch's last post sends 16 frames; counted from its start, the next
   // post could look like the end of a burst and go alone).
   void PostEnded(uint64_t now_ns) { last_post_ns_.store(now_ns, std::memory_order_relaxed); }
-  // A poll round or a flush transmitted what was deferred.
+  // A poll round or a flush transmitted what was deferred: the next post reads the clock.
   void Flushed() {
-    if (deferred_.load(std::memory_order_relaxed) != 0) deferred_.store(0, std::memory_order_relaxed);
+    if (deferred_.load(std::memory_order_relaxed) != 0) {
+      deferred_.store(0, std::memory_order_relaxed);
+      unread_.store(kMustRead, std::memory_order_relaxed);
+    }
   }
   uint32_t deferred() const { return deferred_.load(std::memory_order_relaxed); }
 
  private:
+  // unread_: the posts that deferred without a reading since the last one
+  // (up to kUnreadPosts); kMustRead: the last reading did not defer, or a
+  // transmit or flush came since, so the next post reads.
+  static constexpr uint32_t kMustRead = ~uint32_t{0};
   uint32_t batch_;
   uint64_t burst_gap_ns_;
   std::atomic<uint64_t> last_post_ns_{0};
   std::atomic<uint32_t> deferred_{0};
+  std::atomic<uint32_t> unread_{kMustRead};
 };
 
 // Whether the device is the receiving end of a stream (doc/verbs.md, "Stream

@@ -547,6 +547,113 @@ TEST(DoorbellBatcher, TheGapCountsFromTheEndOfATransmittingPost) {
   EXPECT_TRUE(b.Defer(t, true, polled));  // 0.5 us after it returned
 }
 
+// A program's post as RingPosted makes it: the clock is read only when the
+// batcher cannot decide without it (DeferUnread).
+struct BatchedPoster {
+  DoorbellBatcher& b;
+  uint64_t now = 0;        // the program's time
+  uint64_t last_poll = 0;  // its last poll_cq's stamp
+  int reads = 0;
+  bool Post(bool small = true) {
+    if (b.DeferUnread(small, last_poll)) return true;
+    ++reads;
+    return b.Defer(now, small, last_poll);
+  }
+};
+
+// A burst's posts still defer, a batch at a time, but only one post in
+// kUnreadPosts + 1 reads the clock: the batch's first deferral and each
+// post after kUnreadPosts unread ones; the batch's last post, which
+// transmits, reads (its doorbell needs the time).
+TEST(DoorbellBatcher, ABurstDefersWithAClockReadingEveryFewPosts) {
+  static_assert(DoorbellBatcher::kUnreadPosts == 3);
+  DoorbellBatcher b(16);
+  BatchedPoster p{b, 10'000'000, 10'000'000 - 5'000};
+  for (int round = 0; round < 3; ++round) {
+    p.reads = 0;
+    EXPECT_FALSE(p.Post()) << "the first post after a poll or a full batch goes at once";
+    b.PostEnded(p.now += 2'000);  // its transmit took 2 us
+    for (int i = 0; i < 15; ++i) {
+      p.now += 100;  // a tight post loop
+      EXPECT_TRUE(p.Post()) << "post " << i + 2 << " of the burst";
+    }
+    EXPECT_EQ(b.deferred(), 15u);
+    EXPECT_EQ(p.reads, 1 + 4) << "the transmitting post, then posts 2, 6, 10 and 14";
+    p.now += 100;
+  }
+}
+
+// A pause ends the burst: the first post after a transmit always reads, so
+// a post after a pause goes at once (and a slow poster's every post); a
+// pause among the unread posts is caught by the next reading, at most
+// kUnreadPosts posts late, and that post takes the deferred ones along.
+TEST(DoorbellBatcher, APauseIsCaughtByTheNextReading) {
+  DoorbellBatcher b(16);
+  BatchedPoster p{b, 10'000'000, 10'000'000 - 5'000};
+  EXPECT_FALSE(p.Post());
+  b.PostEnded(p.now += 1'000);
+  for (int i = 0; i < 5; ++i) {
+    p.now += 5'000;  // one post every 5 us
+    EXPECT_FALSE(p.Post()) << "a lone post after a pause goes at once";
+    b.PostEnded(p.now += 1'000);
+  }
+  EXPECT_EQ(p.reads, 6);
+  p.now += 200;
+  EXPECT_TRUE(p.Post());  // read: a burst begins
+  p.now += 200;
+  EXPECT_TRUE(p.Post());  // unread
+  p.now += 10'000;        // the program computes for 10 us
+  EXPECT_TRUE(p.Post()) << "unread: the pause is not seen yet";
+  p.now += 200;
+  EXPECT_TRUE(p.Post());
+  p.now += 200;
+  const int reads = p.reads;
+  EXPECT_FALSE(p.Post()) << "the reading sees 10.6 us for 4 posts: over 1 us each, transmit";
+  EXPECT_EQ(p.reads, reads + 1);
+  EXPECT_EQ(b.deferred(), 0u);
+  // Up to kUnreadPosts x the gap for as many posts still counts as a burst.
+  b.PostEnded(p.now += 1'000);
+  p.now += 100;
+  EXPECT_TRUE(p.Post());
+  p.now += 3'500;  // 4 posts within 4 us of that reading
+  EXPECT_TRUE(p.Post());
+  EXPECT_TRUE(p.Post());
+  EXPECT_TRUE(p.Post());
+  EXPECT_TRUE(p.Post());
+}
+
+// A poll_cq since the last reading (a ping-pong's every post), a flush (a
+// poll round took the deferred doorbells) or a large post: the next post
+// reads the clock, and after a poll it goes at once.
+TEST(DoorbellBatcher, APollAFlushOrALargePostMakeTheNextPostRead) {
+  DoorbellBatcher b(16);
+  BatchedPoster p{b, 10'000'000, 10'000'000 - 5'000};
+  EXPECT_FALSE(p.Post());
+  b.PostEnded(p.now += 1'000);
+  p.now += 100;
+  EXPECT_TRUE(p.Post());  // a burst
+  p.now += 100;
+  p.last_poll = p.now;  // the program polled its CQ
+  p.now += 100;
+  int reads = p.reads;
+  EXPECT_FALSE(p.Post()) << "a post after a poll goes at once";
+  EXPECT_EQ(p.reads, reads + 1);
+  b.PostEnded(p.now += 1'000);
+
+  p.now += 100;
+  EXPECT_TRUE(p.Post());
+  b.Flushed();  // the progress thread's round sent it
+  p.now += 100;
+  reads = p.reads;
+  EXPECT_TRUE(p.Post()) << "still within the gap of the last reading";
+  EXPECT_EQ(p.reads, reads + 1) << "but read";
+
+  p.now += 100;
+  reads = p.reads;
+  EXPECT_FALSE(p.Post(/*small=*/false)) << "a large post goes at once";
+  EXPECT_EQ(p.reads, reads + 1);
+}
+
 TEST(DoorbellBatcher, BatchOfOneNeverDefers) {
   DoorbellBatcher b(1);
   for (uint64_t t = 1'000'000; t < 1'100'000; t += 500) EXPECT_FALSE(b.Defer(t, true, t - 1000));

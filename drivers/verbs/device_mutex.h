@@ -116,6 +116,43 @@ class HoldSnapshot {
   std::atomic<uint32_t> left_{0};
 };
 
+// A clock reading that the next hold of a DeviceMutex may take as its time:
+// the progress thread's pass reads the clock once, for its decisions and
+// for its poll round (ProgressThread::Run, PollOnce). The engine takes
+// unsigned differences of successive round times (timeouts, CNP spacing),
+// which must not step back, and a thread that held the device after the
+// reading may have given it a later time. So the reading serves only the
+// first hold since it was taken: the hold count noted before the reading,
+// with the lock free then (a holder that takes it after that look counts a
+// hold, and one that held it before let go, its own time read, before the
+// reading). Any other hold reads the clock afresh. One thread's.
+class RoundTime {
+ public:
+  // Reads clock(), the mutex's hold count and state noted first.
+  template <typename Clock>
+  uint64_t Read(const DeviceMutex& mu, Clock&& clock) {
+    hold_ = mu.holds();
+    std::atomic_thread_fence(std::memory_order_acquire);  // the look at the lock after the count
+    usable_ = !mu.locked();
+    ns_ = clock();
+    return ns_;
+  }
+  // The reading may be old (the thread made a system call since): the next hold reads afresh.
+  void Drop() { usable_ = false; }
+  // The caller has just taken mu: the time for its hold. A reading serves one hold.
+  template <typename Clock>
+  uint64_t ForHold(const DeviceMutex& mu, Clock&& clock) {
+    const bool usable = usable_ && mu.holds() == hold_ + 1;
+    usable_ = false;
+    return usable ? ns_ : clock();
+  }
+
+ private:
+  uint64_t hold_ = 0;
+  uint64_t ns_ = 0;
+  bool usable_ = false;
+};
+
 }  // namespace droce::verbs
 
 #endif  // DROCE_DRIVERS_VERBS_DEVICE_MUTEX_H_

@@ -129,5 +129,64 @@ TEST(HoldSnapshot, AnswersUntilTheNextHoldOrItsUsesRunOut) {
   EXPECT_FALSE(q.Use(mu)) << "the waiter held the device since";
 }
 
+// The progress thread's pass reads the clock once (RoundTime): its round
+// takes that reading only if it is the first hold since, and the lock was
+// free when it was read; any other round reads the clock again, so round
+// times never step back behind a time another holder gave the device.
+TEST(RoundTime, ARoundTakesThePassReadingOnlyIfNobodyHeldTheDeviceSince) {
+  DeviceMutex mu;
+  RoundTime rt;
+  uint64_t clock_ns = 1000;
+  int reads = 0;
+  const auto clock = [&] {
+    ++reads;
+    return clock_ns;
+  };
+  EXPECT_EQ(rt.Read(mu, clock), 1000u);
+  clock_ns = 1500;
+  ASSERT_TRUE(mu.try_lock());
+  EXPECT_EQ(rt.ForHold(mu, clock), 1000u) << "nobody held it since: the pass's reading";
+  EXPECT_EQ(reads, 1);
+  EXPECT_EQ(rt.ForHold(mu, clock), 1500u) << "a reading serves one hold";
+  mu.unlock();
+  EXPECT_EQ(reads, 2);
+
+  reads = 0;
+  rt.Read(mu, clock);
+  clock_ns = 2000;
+  mu.lock();  // a program thread's round at a later time
+  mu.unlock();
+  clock_ns = 2100;
+  ASSERT_TRUE(mu.try_lock());
+  EXPECT_EQ(rt.ForHold(mu, clock), 2100u) << "another hold since the reading: read again";
+  mu.unlock();
+  EXPECT_EQ(reads, 2);
+
+  mu.lock();  // held while the pass reads
+  rt.Read(mu, clock);
+  clock_ns = 2500;
+  mu.unlock();
+  ASSERT_TRUE(mu.try_lock());
+  EXPECT_EQ(rt.ForHold(mu, clock), 2500u) << "the device was held at the reading";
+  mu.unlock();
+
+  rt.Read(mu, clock);
+  rt.Drop();  // a system call since
+  clock_ns = 3000;
+  ASSERT_TRUE(mu.try_lock());
+  EXPECT_EQ(rt.ForHold(mu, clock), 3000u) << "a dropped reading";
+  mu.unlock();
+
+  rt.Read(mu, clock);
+  ASSERT_TRUE(mu.try_lock());
+  mu.Changed();  // no other holder: a hold that changed things is still this one
+  mu.unlock();
+  clock_ns = 3500;
+  ASSERT_TRUE(mu.try_lock());
+  EXPECT_EQ(rt.ForHold(mu, clock), 3500u) << "two holds since";
+  mu.unlock();
+}
+
+
 }  // namespace
 }  // namespace droce::verbs

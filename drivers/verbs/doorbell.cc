@@ -118,24 +118,25 @@ uint32_t Runtime::TransmitLocked(uint32_t qpn, uint64_t now_ns) {
 
 // Flattened: most posts of a burst only defer their doorbell, and that is
 // then all they do, in one frame: the batcher's compares and the QP's
-// doorbell record, with no device lock.
-[[gnu::flatten]] void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns) {
-  app_calls_.Posted(now_ns);
+// doorbell record, with no device lock; three of four such posts read no
+// clock either (DoorbellBatcher::DeferUnread): they leave the program's
+// stamps (ProgramCalls, NoteAppCall) to the next post that reads it, a
+// post or three later.
+[[gnu::flatten]] void Runtime::RingPosted(PostedDoorbell* d, uint8_t kind, bool small) {
   if (kind == PostedDoorbell::kSend) {
-    if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
     // A real-time progress thread asleep armed (it serves a program that
     // went quiet) would not take a deferred tail before its sleep's bound.
     small = small && !fifo_armed_.load(std::memory_order_relaxed);
-    if (batcher_.Defer(now_ns, small, app_calls_.last_poll_ns())) {
-      // The doorbell record. One writer (the send post lock), so no
-      // read-modify-write for the count; the mark is one: an owner that
-      // takes d's kinds sees the WRs published before (release), and a mark
-      // made after the owner took d finds kinds 0 and pushes d again, after
-      // the owner's read of d->next (acquire). A plain store there could be
-      // missed: it may wait in this thread's store buffer while the owner
-      // takes d, and this thread would not know.
-      d->deferred_posts.store(d->deferred_posts.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      if (d->kinds.fetch_or(PostedDoorbell::kDeferred, std::memory_order_acq_rel) == 0) PushPosted(d);
+    const uint64_t last_poll = app_calls_.last_poll_ns();
+    if (batcher_.DeferUnread(small, last_poll)) {
+      MarkDeferred(d);
+      return;
+    }
+    const uint64_t now_ns = NowNs();
+    app_calls_.Posted(now_ns);
+    if (file_.progress.sched_auto) NoteAppCall(now_ns);  // a post: the program drives
+    if (batcher_.Defer(now_ns, small, last_poll)) {
+      MarkDeferred(d);
       return;
     }
     if (mu.try_lock()) [[likely]] {
@@ -143,12 +144,27 @@ uint32_t Runtime::TransmitLocked(uint32_t qpn, uint64_t now_ns) {
       Unlock();
       return;
     }
-  } else if (mu.try_lock()) {
-    dev_->TakePostedRecvs(d->qpn);
-    Unlock();
-    return;
+  } else {
+    app_calls_.Posted(NowNs());
+    if (mu.try_lock()) {
+      dev_->TakePostedRecvs(d->qpn);
+      Unlock();
+      return;
+    }
   }
   LeavePosted(d, kind);
+}
+
+// The doorbell record of a post that deferred. One writer (the send post
+// lock), so no read-modify-write for the count; the mark is one: an owner
+// that takes d's kinds sees the WRs published before (release), and a mark
+// made after the owner took d finds kinds 0 and pushes d again, after the
+// owner's read of d->next (acquire). A plain store there could be missed:
+// it may wait in this thread's store buffer while the owner takes d, and
+// this thread would not know.
+inline void Runtime::MarkDeferred(PostedDoorbell* d) {
+  d->deferred_posts.store(d->deferred_posts.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (d->kinds.fetch_or(PostedDoorbell::kDeferred, std::memory_order_acq_rel) == 0) PushPosted(d);
 }
 
 // Onto the list of doorbell records (the caller's fetch_or found d's kinds 0).

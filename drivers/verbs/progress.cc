@@ -160,7 +160,10 @@ class Runtime::ProgressThread {
   void ServeEventWaiter();
   void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns);
   uint32_t PollOnce();
-  uint32_t RoundLocked();
+  uint32_t RoundLocked(uint64_t polled_at);
+  // The clock, read for a pass (Run) or after a sleep; the pass's poll
+  // round may take the reading as its time (RoundTime).
+  uint64_t ReadClock() { return round_time_.Read(rt_.mu, [] { return NowNs(); }); }
   void IdleStep(uint64_t now, uint64_t last_app);
   bool StreamWait(uint64_t now, bool receiving, bool on_ring);
   void CountPoll(uint64_t now, uint64_t last_app, bool waiting_for_event);
@@ -209,6 +212,9 @@ class Runtime::ProgressThread {
   // refused (Runtime::BlockedOnRingLocked): the hot phase waits armed for
   // the receiver to free slots (StreamWait).
   bool on_ring_ = false;
+  RoundTime round_time_;       // the pass's clock reading, for its round (PollOnce)
+  // busy_since_ is a reading taken after a sleep, for the next pass (Run).
+  bool woke_ = false;
 };
 
 Runtime::ProgressThread::ProgressThread(Runtime& rt)
@@ -261,6 +267,7 @@ void Runtime::ProgressThread::Announce() const {
 }
 
 void Runtime::ProgressThread::SetFifoState(bool fifo) {
+  round_time_.Drop();  // after a system call: the round reads its own time
   fifo_ = fifo;
   calm_slice_ = false;  // every switch sets the slice (SCHED_FIFO has none)
   rt_.progress_fifo_.store(fifo, std::memory_order_relaxed);
@@ -375,6 +382,7 @@ void Runtime::ProgressThread::StandAside() {
 // waits up to a slice once. sched_setattr on transitions only.
 void Runtime::ProgressThread::CalmSlice(bool calm) {
   if (calm == calm_slice_ || fifo_) return;
+  round_time_.Drop();  // a system call: the round reads its own time
   if (calm) {
     DefaultSlice();
     Bump(rt_.stats_.wakes.calm_slices);
@@ -392,7 +400,7 @@ void Runtime::ProgressThread::ServeEventWaiter() {
   rt_.HoldPmQos();
   StandAside();
   Nap(pc_.max_sleep_us);
-  busy_since_ = NowNs();
+  busy_since_ = ReadClock(), woke_ = true;
 }
 
 // Until the program has not polled for app_active_us: one that stops
@@ -418,17 +426,18 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   CalmSlice(pacer_.calm());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));
-  busy_since_ = NowNs();
+  busy_since_ = ReadClock(), woke_ = true;
 }
 
 // One poll round, unless a program thread waits for the device mutex or
-// holds it. Returns the round's work. The clock is read under the lock, not
-// taken from the loop's reading: a program thread may have run a round at a
-// later time in between, and the engine takes unsigned differences of
-// successive times (timeouts, CNP spacing), which must not step back.
+// holds it. Returns the round's work. Its time is the pass's reading when
+// nobody has held the device since it was taken (RoundTime), else read
+// under the lock: a program thread may have run a round at a later time in
+// between, and the engine takes unsigned differences of successive times
+// (timeouts, CNP spacing), which must not step back.
 uint32_t Runtime::ProgressThread::PollOnce() {
   if (rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0 || !rt_.mu.try_lock()) return 0;
-  const uint32_t work = RoundLocked();
+  const uint32_t work = RoundLocked(round_time_.ForHold(rt_.mu, [] { return NowNs(); }));
   rt_.Unlock();
   // This thread is the counter's only writer: no locked instruction, which
   // would wait for the round's stores to the wire to drain.
@@ -440,8 +449,7 @@ uint32_t Runtime::ProgressThread::PollOnce() {
 // A round of this thread's, with the received packets counted for the
 // packet rates (AutoSchedPolicy::NoteRx: auto's verdicts) and the stream
 // StreamWait looks for under every policy (StreamGauge). Caller holds mu.
-uint32_t Runtime::ProgressThread::RoundLocked() {
-  const uint64_t polled_at = NowNs();
+uint32_t Runtime::ProgressThread::RoundLocked(uint64_t polled_at) {
   const uint64_t rx_before = rt_.dev_->counters().rx_packets;
   const uint32_t work = rt_.PollLocked(polled_at);
   on_ring_ = work == 0 && rt_.BlockedOnRingLocked(polled_at);
@@ -508,7 +516,7 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
     if (pc_.stream_wait && (receiving || on_ring_) && StreamWait(now, receiving, on_ring_)) return;
     Bump(rt_.stats_.wakes.hot_sleeps);
     SleepUs(std::max<uint32_t>(pc_.hot_sleep_us, 1));
-    busy_since_ = NowNs();
+    busy_since_ = ReadClock(), woke_ = true;
     return;
   }
   Bump(rt_.stats_.wakes.idle_waits);
@@ -518,7 +526,7 @@ void Runtime::ProgressThread::IdleStep(uint64_t now, uint64_t last_app) {
   if (fifo_ && !rt_.fifo_armed_.exchange(false, std::memory_order_acq_rel)) {
     SetFifoState(false);  // a program polled meanwhile and demoted this thread (NoteAppPoll)
   }
-  busy_since_ = NowNs();
+  busy_since_ = ReadClock(), woke_ = true;
   if (found > 0) {
     idle_ = 0, last_work_ = busy_since_, sleep_us_ = 1;
   } else {
@@ -562,7 +570,7 @@ bool Runtime::ProgressThread::StreamWait(uint64_t now, bool receiving, bool on_r
   struct Wire {
     ProgressThread& t;
     int Arm() { return t.rt_.ArmWireLocked(); }
-    uint32_t Poll() { return t.RoundLocked(); }
+    uint32_t Poll() { return t.RoundLocked(NowNs()); }
     void Disarm() { t.rt_.DisarmWireLocked(); }
     void Lock() { t.rt_.mu.lock(); }
     void Unlock() { t.rt_.Unlock(); }
@@ -570,7 +578,7 @@ bool Runtime::ProgressThread::StreamWait(uint64_t now, bool receiving, bool on_r
   uint32_t work = 0;
   const ArrivalWait::End end = arrival_.Wait(wire, now, &work);
   if (end == ArrivalWait::End::kNotArmed) return false;
-  busy_since_ = NowNs();
+  busy_since_ = ReadClock(), woke_ = true;
   if (end == ArrivalWait::End::kWork) {
     idle_ = 0, last_work_ = busy_since_, sleep_us_ = 1;
     return true;
@@ -599,7 +607,9 @@ void Runtime::ProgressThread::CountPoll(uint64_t now, uint64_t last_app, bool wa
 
 void Runtime::ProgressThread::Run() {
   while (!rt_.stop_.load(std::memory_order_relaxed)) {
-    const uint64_t now = NowNs();
+    // One reading a pass: the one a sleep just ended with, or a new one.
+    const uint64_t now = woke_ ? busy_since_ : ReadClock();
+    woke_ = false;
     LeaveFifo(now);
     if (rt_.app_waiters_.load(std::memory_order_acquire) > 0) {
       ServeEventWaiter();

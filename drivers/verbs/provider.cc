@@ -1486,7 +1486,7 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     }
     ++posted;
   }
-  if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, posted == 1 && small, NowNs());
+  if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, posted == 1 && small);
   return err;
 }
 
@@ -1515,7 +1515,7 @@ int PostRecv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   }
   // Arrivals take published receives themselves (Qp::OnPacket); the
   // doorbell is for a QP the engine moved to ERR meanwhile (they flush).
-  if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kRecv, false, NowNs());
+  if (posted > 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kRecv, false);
   return err;
 }
 
@@ -1595,7 +1595,7 @@ int WrComplete(ibv_qp_ex* qpx) {
   const bool small = n == 1 && SmallWirePost(*q->SendSlotAhead(0));  // read before the engine may take it
   if (qp->direct_send) {
     const int err = q->PublishSends(n);  // all or none
-    if (err == 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, small, NowNs());
+    if (err == 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, small);
     return EndBatch(qp, err);
   }
   // UD, or not in RTS/SQD: each WR through the engine's post, under the

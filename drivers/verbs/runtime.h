@@ -39,7 +39,7 @@
 
 namespace droce::verbs {
 
-// CLOCK_MONOTONIC from the TSC (tsc_clock.h): every post and poll reads
+// CLOCK_MONOTONIC from the TSC (tsc_clock.h): posts and locked polls read
 // it, inline (no call, no guard of a function-local static).
 [[gnu::visibility("hidden")]] extern TscClock g_clock;
 inline uint64_t NowNs() { return g_clock.Now(); }
@@ -165,7 +165,9 @@ class Runtime {
   // if the device is free, or is left on the list for its owner, who runs
   // it before it lets go. Never waits for the owner's work; waits at most
   // kPostedHandoverNs for an owner that is letting go to have let go.
-  void RingPosted(PostedDoorbell* d, uint8_t kind, bool small, uint64_t now_ns);
+  // Reads the clock itself, and not for every deferring post (DoorbellBatcher::DeferUnread).
+  void RingPosted(PostedDoorbell* d, uint8_t kind, bool small);
+  void MarkDeferred(PostedDoorbell* d);
   static constexpr uint64_t kPostedHandoverNs = 2000;
   void LeavePosted(PostedDoorbell* d, uint8_t kind);  // RingPosted with the device held
   void PushPosted(PostedDoorbell* d);

@@ -1,7 +1,8 @@
 #pragma once
 // A CLOCK_MONOTONIC in nanoseconds that costs one rdtsc and a multiply
-// (doc/verbs.md "The clock"). The verbs data path reads the clock on every
-// ibv_post_send and ibv_poll_cq; the vDSO's clock_gettime (an lfence, the
+// (doc/verbs.md "The clock"). The verbs data path reads the clock on
+// ibv_post_send and ibv_poll_cq (a burst's deferring posts one in four, a
+// locked poll once); the vDSO's clock_gettime (an lfence, the
 // rdtsc, a seqlock and the scaling, behind a call through the vDSO) took
 // ~7 % of a 64 B ib_write_bw client's CPU.
 //

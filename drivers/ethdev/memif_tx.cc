@@ -2,6 +2,7 @@
 #define ALLOW_EXPERIMENTAL_API 1
 #include "drivers/ethdev/memif_tx.h"
 
+#include <cpuid.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -90,6 +91,31 @@ uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, c
   return taken;
 }
 
+uint8_t* C2sBuffer(const RingView& r, uint32_t first_offset, uint16_t slot, uint32_t bytes) {
+  const uint64_t offset = first_offset + uint64_t{static_cast<uint16_t>(slot & r.mask)} * r.c2s_buffer;
+  return r.c2s_buffer != 0 && bytes <= r.c2s_buffer && offset <= r.region_size && bytes <= r.region_size - offset
+             ? r.base + offset
+             : nullptr;
+}
+
+__attribute__((target("prfchw"))) void PrefetchForWrite(const RingView& r, uint32_t first_offset, uint16_t from,
+                                                        uint16_t count, uint32_t lines) {
+  constexpr uint32_t kLine = 64;
+  lines = std::min(lines, kPrefetchLines);
+  for (uint16_t s = from; s != static_cast<uint16_t>(from + count); ++s) {
+    const MemifDesc* d = &r.desc[s & r.mask];
+    if ((reinterpret_cast<uintptr_t>(d) & (kLine - 1)) == 0) __builtin_prefetch(d, 1, 3);
+    const uint8_t* b = C2sBuffer(r, first_offset, s, lines * kLine);
+    if (b == nullptr) continue;
+    for (uint32_t i = 0; i < lines; ++i) __builtin_prefetch(b + i * kLine, 1, 3);
+  }
+}
+
+bool HavePrefetchW() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(0x80000001u, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 8)) != 0;
+}
+
 }  // namespace memif_tx
 
 uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) {
@@ -115,9 +141,8 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
   if (free_slots > q.ring_size) free_slots = 0;  // a peer's index out of range: nothing is free
   // A C2S ring whose first two offsets give no step (a peer's write) reads
   // as buffers of 0 bytes: every descriptor is bad.
-  const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) -
-                                        __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED)
-                                  : 0;
+  const uint32_t first_offset = c2s ? __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED) : 0;
+  const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) - first_offset : 0;
   const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer};
   const uint16_t first = slot;
   const uint64_t bad_before = counters_.bad_descriptors;
@@ -145,6 +170,18 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
     auto* qbytes = reinterpret_cast<uint64_t*>(queue + kMemifQueueBytesOffset);
     *pkts += published;
     *qbytes += *bytes;
+    if (c2s && prefetch_ && taken != 0) {
+      // The next kPrefetchSlots free slots past the head, from where the
+      // last burst's prefetch stopped; as many lines as this burst's last
+      // frame took.
+      const uint16_t free_after = static_cast<uint16_t>(free_slots - static_cast<uint16_t>(slot - first));
+      const uint16_t end = static_cast<uint16_t>(slot + std::min(free_after, memif_tx::kPrefetchSlots));
+      const uint16_t from =
+          static_cast<uint16_t>(prefetched_ - slot) <= static_cast<uint16_t>(end - slot) ? prefetched_ : slot;
+      const uint32_t lines = (frames[taken - 1].len + 63) / 64;
+      memif_tx::PrefetchForWrite(view, first_offset, from, static_cast<uint16_t>(end - from), lines);
+      prefetched_ = end;
+    }
   }
   return taken;
 }

@@ -11,6 +11,10 @@
 // (dpdk_private.h) on every burst, as the PMD does, so a reconnection's new
 // regions are picked up at once; the link's unmap race is the caller's
 // (EthdevPort runs Send under unmap_guard.h, as it runs the PMD's bursts).
+// On the client's C2S ring, after each burst's index store, the lines the
+// next frames will be written to are asked for in the exclusive state
+// (memif_tx::PrefetchForWrite), so that taking them from the peer's CPU
+// overlaps the building of those frames instead of stalling their copy.
 // The ring's protocol is memif's: the client's C2S ring is written at its
 // head into the buffers the client laid out, the server's S2C ring at its
 // tail into the buffers the client refilled (their lengths the client's);
@@ -61,6 +65,31 @@ struct RingView {
 uint16_t CopyFrames(const RingView& r, uint16_t* slot, uint16_t free_slots, const pktio::Frame* frames, uint16_t n,
                     uint64_t* bytes, MemifTxCounters* counters);
 
+// The first `bytes` of the C2S ring's buffer for `slot` as the client laid
+// it out (buffer 0 at first_offset, the others each r.c2s_buffer further
+// on), or nullptr where that span does not lie wholly within the region
+// (first_offset and the step are read from descriptors a peer can write).
+uint8_t* C2sBuffer(const RingView& r, uint32_t first_offset, uint16_t slot, uint32_t bytes);
+
+// The most lines of a buffer PrefetchForWrite asks for, and how far ahead
+// of the ring's head MemifTx asks.
+inline constexpr uint32_t kPrefetchLines = 4;
+inline constexpr uint16_t kPrefetchSlots = 16;
+
+// Asks for the lines the next frames on a C2S ring will be written to, in
+// the exclusive state (prefetchw): the first `lines` lines of the buffers of
+// slots [from, from + count) (C2sBuffer: never outside the region) and the
+// descriptor lines that begin at one of those slots (a line that also holds
+// an earlier slot may hold a published descriptor the peer is reading).
+// Their stores then find the line this CPU's own instead of waiting for
+// the peer's CPU to give it up, and the fence after the index store (Send)
+// waits for less. A hint: no effect on the ring's contents.
+void PrefetchForWrite(const RingView& r, uint32_t first_offset, uint16_t from, uint16_t count, uint32_t lines);
+
+// Whether this CPU has PREFETCHW (CPUID 0x80000001 ECX bit 8; the build's
+// x86-64-v2 baseline does not promise it).
+bool HavePrefetchW();
+
 }  // namespace memif_tx
 
 class MemifTx {
@@ -83,6 +112,11 @@ class MemifTx {
   MemifTx(uint16_t port, const uint8_t* dev) : port_(port), dev_(dev) {}
   uint16_t port_;
   const uint8_t* dev_;  // rte_eth_devices[port_]
+  bool prefetch_ = memif_tx::HavePrefetchW();
+  // The C2S ring's slot up to which buffers were prefetched (a hint: a
+  // value outside the next kPrefetchSlots, e.g. after a reconnection, is
+  // taken as the head).
+  uint16_t prefetched_ = 0;
   MemifTxCounters counters_;
 };
 

@@ -192,6 +192,27 @@ TEST(MemifRxCopy, TakesNoMoreFramesThanBuffersGiven) {
   EXPECT_TRUE(x.Holds(x.out[1], 4 * 64));
 }
 
+// The prefetch pass before the copy takes a buffer's address only from a
+// descriptor whose region is mapped and whose buffer lies within it.
+TEST(MemifRxPrefetch, PrefetchesOnlyBuffersWithinTheirRegion) {
+  const uint64_t size = 8192;
+  Fixture x(size);
+  x.Set(0, 0, 3, 138, 0);
+  x.Set(1, 0, 2, 64, 0);              // region not mapped
+  x.Set(2, 0, 3, 1, size + 1);        // offset past the end
+  x.Set(3, 0, 3, 65, size - 64);      // one byte past the end
+  x.Set(4, 0, 3, 0x200, 0xffffff00u);  // offset + length wraps 32 bits
+  x.Set(5, kMemifDescFlagNext, 3, 100, 2048);
+  x.Set(6, 0, 3, 64, size - 64);      // the last 64 bytes
+  x.Set(7, 0, 3, 0, 4096);            // empty: nothing to load
+  x.Set(8, 0, 3, 9000 % size, 0);     // longer than the lines prefetched: still within the region
+  EXPECT_EQ(memif_rx::PrefetchFrames(x.desc.data(), Fixture::kRing - 1, 0, 9, x), 4);
+  // Around the ring's wrap.
+  x.Set(Fixture::kRing - 1, 0, 3, 64, 0);
+  x.Set(Fixture::kRing, 0, 2, 64, 0);
+  EXPECT_EQ(memif_rx::PrefetchFrames(x.desc.data(), Fixture::kRing - 1, Fixture::kRing - 1, 2, x), 1);
+}
+
 // Random descriptors (a peer writing anything): nothing outside the region
 // is read (the guard page), every frame delivered is the bytes its
 // descriptors name, and each whole chain is delivered or counted once.

@@ -55,37 +55,9 @@ struct RegionView {
   uint64_t size = 0;
 };
 
-// Starts loading the buffers of the next `count` frames before any is
-// copied, so that their misses overlap: the ring's lines were written last
-// by the peer's CPU, and a copy that waits for its own descriptor and then
-// its own buffer waits twice per frame. The descriptors' loads here do not
-// depend on each other, so they overlap too. Reads each descriptor's
-// region, offset and length once and prefetches only a buffer that lies
-// within its region (a prefetch never faults, but an address the peer
-// chose is not used unchecked); CopyFrames reads the descriptors again and
-// checks what it reads. Returns how many buffers it prefetched. The first
-// four lines of each (memif's buffers are line-aligned; a 64 B WRITE's
-// frame is 138 bytes): a longer frame's copy streams anyway.
-template <typename Regions>
-uint16_t PrefetchFrames(const dpdk_private::MemifDesc* desc, uint16_t mask, uint16_t slot, uint16_t count,
-                        const Regions& regions) {
-  uint16_t prefetched = 0;
-  for (uint16_t k = 0; k < count; ++k) {
-    const dpdk_private::MemifDesc* d = &desc[static_cast<uint16_t>(slot + k) & mask];
-    const uint16_t region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
-    const uint32_t length = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
-    const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
-    const RegionView r = regions(region);
-    if (r.base == nullptr || offset > r.size || length > r.size - offset || length == 0) continue;
-    const uint8_t* const p = r.base + offset;
-    __builtin_prefetch(p);
-    if (length > 64) __builtin_prefetch(p + 64);
-    if (length > 128) __builtin_prefetch(p + 128);
-    if (length > 192) __builtin_prefetch(p + 192);
-    ++prefetched;
-  }
-  return prefetched;
-}
+// A run checks at most this many descriptors before it copies (the
+// buffers' addresses wait on the stack between its two passes).
+inline constexpr uint16_t kRunChunk = 64;
 
 // Copies whole frames from desc[*slot & mask] on, through `avail` published
 // slots, into out[0..n) (buffers with their capacity); returns how many
@@ -101,18 +73,24 @@ uint16_t CopyFrames(dpdk_private::MemifDesc* desc, uint16_t mask, uint16_t* slot
   uint16_t filled = 0;
   uint16_t cur = *slot;
   uint64_t sum = 0;  // a local: the copies below may write anywhere, *bytes included as far as the compiler knows
-  PrefetchFrames(desc, mask, cur, std::min(avail, n), regions);
   while (avail > 0 && filled < n) {
     {
       // A run of frames in one descriptor each (every droce frame with
-      // memif's default buffers) takes this loop; a chain, a bad
+      // memif's default buffers) takes these two passes; a chain, a bad
       // descriptor or a frame too long ends the run and takes the general
       // way below, which reads the descriptor again (as a new read: it
-      // checks what it reads).
-      const uint16_t run = std::min<uint16_t>(avail, static_cast<uint16_t>(n - filled));
+      // checks what it reads). The first pass reads and checks each
+      // descriptor once and starts loading its buffer (the first four
+      // lines: memif's buffers are line-aligned, a 64 B WRITE's frame is
+      // 138 bytes), the second copies: the ring's lines were written last
+      // by the peer's CPU, and a copy that waited for its own descriptor
+      // and then its own buffer would wait twice per frame, where the
+      // run's misses overlap.
+      const uint16_t run = std::min<uint16_t>({avail, static_cast<uint16_t>(n - filled), kRunChunk});
+      const uint8_t* src[kRunChunk];
       uint16_t k = 0;
       for (; k < run; ++k) {
-        dpdk_private::MemifDesc* d = &desc[static_cast<uint16_t>(cur + k) & mask];
+        const dpdk_private::MemifDesc* d = &desc[static_cast<uint16_t>(cur + k) & mask];
         const uint16_t flags = __atomic_load_n(&d->flags, __ATOMIC_RELAXED);
         const uint16_t region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
         const uint32_t length = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
@@ -121,14 +99,26 @@ uint16_t CopyFrames(dpdk_private::MemifDesc* desc, uint16_t mask, uint16_t* slot
         const RegionView r = regions(region);
         pktio::Frame& f = out[filled + k];
         if (r.base == nullptr || offset > r.size || length > r.size - offset || length > f.capacity) break;
-        std::memcpy(f.data, r.base + offset, length);
+        const uint8_t* const p = r.base + offset;
+        __builtin_prefetch(p);
+        if (length > 64) __builtin_prefetch(p + 64);
+        if (length > 128) __builtin_prefetch(p + 128);
+        if (length > 192) __builtin_prefetch(p + 192);
+        src[k] = p;
         f.len = length;
-        sum += length;
+      }
+      for (uint16_t j = 0; j < k; ++j) {
+        pktio::Frame& f = out[filled + j];
+        std::memcpy(f.data, src[j], f.len);
+        sum += f.len;
       }
       filled = static_cast<uint16_t>(filled + k);
       cur = static_cast<uint16_t>(cur + k);
       avail = static_cast<uint16_t>(avail - k);
-      if (k == run) break;  // the ring is drained or out[] is full
+      if (k == run) {
+        if (avail > 0 && filled < n) continue;  // a run longer than kRunChunk: its next chunk
+        break;  // the ring is drained or out[] is full
+      }
     }
     pktio::Frame& f = out[filled];
     uint16_t used = 0;

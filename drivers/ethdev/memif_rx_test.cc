@@ -192,6 +192,41 @@ TEST(MemifRxCopy, TakesNoMoreFramesThanBuffersGiven) {
   EXPECT_TRUE(x.Holds(x.out[1], 4 * 64));
 }
 
+// A run of one-descriptor frames longer than the copy checks at once
+// (kRunChunk) goes on chunk after chunk, each frame its own bytes.
+TEST(MemifRxCopy, ARunLongerThanOneChunkIsCopiedWhole) {
+  constexpr uint16_t kRing = 256, kFrames = 2 * memif_rx::kRunChunk + 22;
+  GuardedRegion region(kRing * 256);
+  std::vector<MemifDesc> desc(kRing);
+  std::vector<uint8_t> buffers(size_t{kFrames} * 512);
+  std::vector<pktio::Frame> out(kFrames);
+  for (uint16_t i = 0; i < kFrames; ++i) out[i] = {buffers.data() + size_t{i} * 512, 0, 512, nullptr};
+  for (uint16_t i = 0; i < kRing; ++i) region.base()[i * 256] = static_cast<uint8_t>(i);
+  const uint16_t start = 200;  // across the wrap
+  for (uint16_t i = 0; i < kFrames; ++i) {
+    const uint16_t s = static_cast<uint16_t>(start + i) % kRing;
+    desc[s] = MemifDesc{0, 3, 60u + i % 100, s * 256u, 0};
+  }
+  const auto regions = [&](uint16_t i) {
+    return i == 3 ? memif_rx::RegionView{region.base(), region.size()} : memif_rx::RegionView{};
+  };
+  uint16_t slot = start;
+  uint64_t bytes = 0;
+  MemifRxCounters counters;
+  ASSERT_EQ(memif_rx::CopyFrames(desc.data(), kRing - 1, &slot, kFrames, regions, out.data(), kFrames, &bytes,
+                                 &counters),
+            kFrames);
+  EXPECT_EQ(slot, static_cast<uint16_t>(start + kFrames));
+  uint64_t want_bytes = 0;
+  for (uint16_t i = 0; i < kFrames; ++i) {
+    const uint16_t s = static_cast<uint16_t>(start + i) % kRing;
+    ASSERT_EQ(out[i].len, 60u + i % 100) << i;
+    EXPECT_EQ(std::memcmp(out[i].data, region.base() + s * 256u, out[i].len), 0) << i;
+    want_bytes += out[i].len;
+  }
+  EXPECT_EQ(bytes, want_bytes);
+}
+
 // Random descriptors (a peer writing anything): nothing outside the region
 // is read (the guard page), every frame delivered is the bytes its
 // descriptors name, and each whole chain is delivered or counted once.

@@ -1,5 +1,6 @@
 #include "drivers/ethdev/port.h"
 
+#include <setjmp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -350,30 +351,23 @@ uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
   return sent;
 }
 
-// Copies frames out of the memif ring into the pool's buffers (MemifRx).
+// Copies frames out of the memif ring into the pool's buffers (MemifRx),
+// under the unmap guard in this frame (unmap_guard.h's EnterGuard).
 uint16_t EthdevPort::DirectRxBurst(pktio::Frame* frames, uint16_t n) {
   const MemifRxCounters before = direct_rx_->counters();
-  uint64_t bytes = 0;  // of the frames received (a faulted burst adds none)
+  uint64_t bytes = 0;  // of the frames received (Receive adds them after its last touch of the ring)
   uint16_t got;
   if (guard_) {
-    struct Call {
-      MemifRx* rx;
-      pktio::FramePool* pool;
-      pktio::Frame* frames;
-      uint16_t n;
-      uint64_t* bytes;
-    } call{direct_rx_.get(), tx_buffers_.get(), frames, n, &bytes};
-    bool faulted = false;
-    // A fault: the peer's regions went; what was in the ring is lost as on
-    // a wire, the buffers the burst had taken go back to the pool.
-    got = GuardedCall(
-        port_,
-        [](void* p) {
-          auto* c = static_cast<Call*>(p);
-          return c->rx->Receive(c->pool, c->frames, c->n, c->bytes);
-        },
-        &call, 0, &faulted);
-    if (faulted) {
+    sigjmp_buf env;
+    if (sigsetjmp(env, 0) == 0) {
+      EnterGuard(port_, &env);
+      got = direct_rx_->Receive(tx_buffers_.get(), frames, n, &bytes);
+      LeaveGuard();
+    } else {
+      // A fault: the peer's regions went; what was in the ring is lost as
+      // on a wire, the buffers the burst had taken go back to the pool.
+      got = 0;
+      bytes = 0;
       link_up_ = false;
       ++stats_.unmap_faults;
       tx_buffers_->Free(frames, direct_rx_->TakeInFlight());

@@ -7,6 +7,8 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <setjmp.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,10 +22,12 @@
 
 #include <gtest/gtest.h>
 #include <rte_alarm.h>
+#include <rte_ethdev.h>
 #include <rte_log.h>
 
 #include "drivers/ethdev/eal.h"
 #include "drivers/ethdev/rx_wakeup.h"
+#include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
 namespace {
@@ -247,6 +251,45 @@ TEST_F(EthdevPortTest, AClientRestartingWhileItsServerClosesFreesOnce) {
 // receiving PMD copies back into one mbuf: every frame must arrive whole.
 // Then a receiver that armed its RxWakeup must be woken by the next burst.
 //
+// The guard a burst sets in its own frame (EnterGuard, as DirectRxBurst
+// does): a fault while the port's link reads down (memif marks it down
+// before it unmaps) comes back through the caller's sigsetjmp, counted.
+TEST_F(EthdevPortTest, AFaultUnderEnterGuardReturnsThroughTheCallersJump) {
+  ASSERT_TRUE(InstallUnmapGuard());
+  // A memif client with no server: its link reads down.
+  const std::string name = "net_memif90";
+  ASSERT_TRUE(ProbeVdev(name + ",role=client,socket=/tmp/droce-port-test-guard-" + std::to_string(getpid()) +
+                        ".sock,socket-abstract=no").ok());
+  uint16_t port;
+  ASSERT_EQ(rte_eth_dev_get_port_by_name(name.c_str(), &port), 0);
+  void* const page = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  const uint64_t caught = UnmapFaultsCaught();
+  volatile int jumped = 0;
+  sigjmp_buf env;
+  if (sigsetjmp(env, 0) == 0) {
+    EnterGuard(port, &env);
+    (void)*static_cast<volatile uint8_t*>(page);
+    LeaveGuard();
+  } else {
+    jumped = 1;
+  }
+  EXPECT_EQ(jumped, 1);
+  EXPECT_EQ(UnmapFaultsCaught(), caught + 1);
+  // Twice: the handler leaves SIGSEGV unblocked (SA_NODEFER) and the guard disarmed.
+  if (sigsetjmp(env, 0) == 0) {
+    EnterGuard(port, &env);
+    (void)*static_cast<volatile uint8_t*>(page);
+    LeaveGuard();
+  } else {
+    jumped = 2;
+  }
+  EXPECT_EQ(jumped, 2);
+  EXPECT_EQ(UnmapFaultsCaught(), caught + 2);
+  munmap(page, 4096);
+  (void)RemoveVdev(name);
+}
+
 // PortConfig::memif_direct_rx: frames copied straight out of the ring
 // (MemifRx) the same, from the peer's MemifTx and from its PMD, and the
 // receiver's RxWakeup::KnownEmpty follows the cursor MemifRx moves. Modes:

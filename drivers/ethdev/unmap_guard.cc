@@ -9,16 +9,24 @@
 #include <rte_ethdev.h>
 
 namespace droce::ethdev {
-namespace {
 
+namespace unmap_guard_detail {
 // The faulting thread's way back out of its burst, and the port it polls.
 // Set before every guarded burst, so the thread's TLS block exists before
 // the handler ever reads it. initial-exec: the provider is dlopen'ed, and
 // the default model for a shared object calls __tls_get_addr on every
 // access (~100 instructions per posted 64 B WRITE in callgrind, two bursts);
 // these 10 bytes fit glibc's static TLS surplus for dlopen'ed objects.
-__attribute__((tls_model("initial-exec"))) thread_local sigjmp_buf* t_env = nullptr;
-__attribute__((tls_model("initial-exec"))) thread_local uint16_t t_port = 0;
+// __thread (no dynamic initialisation): port.cc's inline EnterGuard reaches
+// them without a TLS wrapper call.
+__thread sigjmp_buf* t_env __attribute__((tls_model("initial-exec"))) = nullptr;
+__thread uint16_t t_port __attribute__((tls_model("initial-exec"))) = 0;
+}  // namespace unmap_guard_detail
+
+namespace {
+
+using unmap_guard_detail::t_env;
+using unmap_guard_detail::t_port;
 
 struct sigaction g_previous;
 std::atomic<uint64_t> g_caught{0};

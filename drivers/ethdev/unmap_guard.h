@@ -16,11 +16,35 @@
 #ifndef DROCE_DRIVERS_ETHDEV_UNMAP_GUARD_H_
 #define DROCE_DRIVERS_ETHDEV_UNMAP_GUARD_H_
 
+#include <setjmp.h>
+
 #include <cstdint>
 
 struct rte_mbuf;
 
 namespace droce::ethdev {
+
+namespace unmap_guard_detail {
+// The guarded thread's way back out of its burst, and the port it polls
+// (unmap_guard.cc). initial-exec: the provider is dlopen'ed, and the
+// default model for a shared object calls __tls_get_addr on every access.
+extern __thread sigjmp_buf* t_env __attribute__((tls_model("initial-exec")));
+extern __thread uint16_t t_port __attribute__((tls_model("initial-exec")));
+}  // namespace unmap_guard_detail
+
+// A burst guarded in its caller's own frame, for the hottest burst (the
+// direct memif receive, polled every round, mostly empty): the caller
+// calls sigsetjmp(env, 0) itself (a function that calls it is never
+// inlined, so GuardedCall's wrapper, function pointer and argument block
+// cost a call chain per burst), handles a non-zero return as the caught
+// fault, then EnterGuard(port, &env), the burst, LeaveGuard(). Locals the
+// caller reads after the fault must not change between its sigsetjmp and
+// the fault.
+inline void EnterGuard(uint16_t port, sigjmp_buf* env) {
+  unmap_guard_detail::t_port = port;
+  unmap_guard_detail::t_env = env;
+}
+inline void LeaveGuard() { unmap_guard_detail::t_env = nullptr; }
 
 // Installs the handler once per process; false if sigaction failed.
 bool InstallUnmapGuard();

@@ -322,7 +322,17 @@ ssize_t CmWrite(int fd, const void* buf, size_t n) {
       // the channel: the kernel's write would not return either.
       for (;;) pause();
     }
-    if (a.error == EAGAIN && hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && !(fcntl(fd, kFGetfl) & kONonblock)) {
+    const bool no_event = a.error == EAGAIN && hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT;
+    // fcntl fails (or the fd is another's now) when another thread closed
+    // the channel (rdma_destroy_event_channel) after the exchange above,
+    // while this one was still in the call: the kernel's read would keep
+    // sleeping, so does this. (rping's event thread sits in its read while
+    // main destroys the channel, and exits the process on an error.)
+    const int flags = no_event ? fcntl(fd, kFGetfl) : 0;
+    if (no_event && (flags < 0 || !IsCmFd(fd))) {
+      for (;;) pause();
+    }
+    if (no_event && !(flags & kONonblock)) {
       // A blocking rdma_get_cm_event: wait for the daemon's notification.
       pollfd p{fd, POLLIN, 0};
       if (poll(&p, 1, -1) < 0 && errno != EINTR) return -1;

@@ -3,7 +3,7 @@
 (through ctypes, under droce-ctl env): its fd polls readable exactly when an
 event waits, O_NONBLOCK makes rdma_get_cm_event fail with EAGAIN instead of
 blocking, and the event then comes. Usage: cm_channel.py DEST_IPV4"""
-import ctypes, ctypes.util, errno, fcntl, os, select, socket, struct, sys, time
+import ctypes, ctypes.util, errno, fcntl, os, select, socket, struct, sys, threading, time
 
 RDMA_PS_TCP = 0x0106
 ADDR_RESOLVED = 0
@@ -46,7 +46,31 @@ def main():
         "a second event appeared"
     assert cm.rdma_destroy_id(cid) == 0
     cm.rdma_destroy_event_channel(ch)
-    print(f"ok: EAGAIN when empty, readable {waited * 1000:.1f} ms after rdma_resolve_addr, event ADDR_RESOLVED")
+    # rping's way out: its event thread sits in a blocking rdma_get_cm_event
+    # while main destroys the channel, and exits the process if that call
+    # ever returns. Destroyed while the call waits (in its exchange with the
+    # daemon or in its poll for the daemon's notification), it must never
+    # return, as the kernel's read does not. (The waiter is given 5 ms to be
+    # inside the call: one that has not read the channel's fd yet would read
+    # a closed one, and the kernel would say EBADF too.)
+    returned = []
+    for i in range(40):
+        c = cm.rdma_create_event_channel()
+        assert c, f"rdma_create_event_channel: {os.strerror(ctypes.get_errno())}"
+        started = threading.Event()
+        def wait(c=c, started=started):
+            e = ctypes.POINTER(Event)()
+            started.set()
+            r = cm.rdma_get_cm_event(c, ctypes.byref(e))
+            returned.append((r, os.strerror(ctypes.get_errno())))
+        threading.Thread(target=wait, daemon=True).start()
+        started.wait()
+        time.sleep(0.005 + (i % 8) * 0.0005)
+        cm.rdma_destroy_event_channel(c)
+    time.sleep(0.3)
+    assert not returned, f"a blocking rdma_get_cm_event returned after its channel was destroyed: {returned[:3]}"
+    print(f"ok: EAGAIN when empty, readable {waited * 1000:.1f} ms after rdma_resolve_addr, event ADDR_RESOLVED, "
+          f"40 destroyed channels kept their waiters")
 
 
 if __name__ == "__main__":

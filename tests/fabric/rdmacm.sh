@@ -228,7 +228,7 @@ killed_peer() {
 }
 check "server SIGKILLed mid-connection: the client gets DISCONNECTED" killed_peer
 
-check "event channel: pollable, O_NONBLOCK gives EAGAIN" python3 "$root/tests/fabric/cm_channel.py" 10.0.0.1
+check "event channel: pollable, O_NONBLOCK gives EAGAIN, a destroyed channel keeps its waiter" python3 "$root/tests/fabric/cm_channel.py" 10.0.0.1
 check "malformed rdma_cm channel requests are refused, the daemon survives" \
   python3 "$root/tests/fabric/cm_garbage.py" "$run"
 check "no rdma_cm ids or multicast joins left in the daemon" \

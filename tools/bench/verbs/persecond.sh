@@ -21,7 +21,7 @@ for r in $(seq 1 "$rounds"); do
     rates=$(BUILD=$b SERVER_DELAY=1.5 PAIR_TIMEOUT=$((secs + 15)) bash tools/verbs-pair.sh \
       "timeout $((secs + 2)) ib_write_bw -d droce0 -x 1 -p $port -s 64 --run_infinitely -D 1" \
       "timeout $secs ib_write_bw -d droce1 -x 1 -p $port -s 64 --run_infinitely -D 1 127.0.0.1" 2>&1 |
-      sed -n '/^--- client/,$p' | grep -E '^ *64 +[0-9]+ ' | awk '{printf "%s%.2f", NR > 1 ? " " : "", $5}')
+      sed -n '/^--- client/,$p' | grep -E '^ *64 +[0-9]+ ' | awk '{printf "%s%.2f", (NR > 1 ? " " : ""), $5}')
     echo "$name,round$r,engine,$eng,load,$(cut -d' ' -f1 /proc/loadavg),persec,\"$rates\""
   done
 done

@@ -267,25 +267,18 @@ TEST_F(EthdevPortTest, AFaultUnderEnterGuardReturnsThroughTheCallersJump) {
   const uint64_t caught = UnmapFaultsCaught();
   volatile int jumped = 0;
   sigjmp_buf env;
-  if (sigsetjmp(env, 0) == 0) {
-    EnterGuard(port, &env);
-    (void)*static_cast<volatile uint8_t*>(page);
-    LeaveGuard();
-  } else {
-    jumped = 1;
-  }
-  EXPECT_EQ(jumped, 1);
-  EXPECT_EQ(UnmapFaultsCaught(), caught + 1);
   // Twice: the handler leaves SIGSEGV unblocked (SA_NODEFER) and the guard disarmed.
-  if (sigsetjmp(env, 0) == 0) {
-    EnterGuard(port, &env);
-    (void)*static_cast<volatile uint8_t*>(page);
-    LeaveGuard();
-  } else {
-    jumped = 2;
+  for (int fault = 1; fault <= 2; ++fault) {
+    if (sigsetjmp(env, 0) == 0) {
+      EnterGuard(port, &env);
+      (void)*static_cast<volatile uint8_t*>(page);
+      LeaveGuard();
+    } else {
+      jumped = fault;
+    }
+    EXPECT_EQ(jumped, fault);
+    EXPECT_EQ(UnmapFaultsCaught(), caught + fault);
   }
-  EXPECT_EQ(jumped, 2);
-  EXPECT_EQ(UnmapFaultsCaught(), caught + 2);
   munmap(page, 4096);
   (void)RemoveVdev(name);
 }

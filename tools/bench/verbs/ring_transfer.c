@@ -1,5 +1,5 @@
 // What a memif-like ring's lines cost the sending CPU when the other CPU
-// reads them (tools/bench/verbs/results.md, session 16): 1024 slots of
+// reads them (tools/bench/verbs/results.md): 1024 slots of
 // 2 KiB buffers with 16-byte descriptors, 138-byte frames (a 64 B WRITE's)
 // written in bursts of 16, the index stored with a release and a seq_cst
 // fence after it as MemifTx::Send does; a consumer pinned to CPU 1 copies

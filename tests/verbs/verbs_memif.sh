@@ -137,7 +137,7 @@ check "ib_send_lat -c UD" "$pair" "ib_send_lat -p $vp -d droce0 -x 1 -c UD -n 50
 qperf_pair() {
   local out; out=$("$pair" "timeout 50 qperf" "DROCE_STATS=1 qperf 127.0.0.1 -li droce1:1 -ri droce0:1 -t 1 $1 rc_bw rc_lat; pkill -x qperf; true") || true
   echo "$out"
-  grep -qE '^ +bw += +[0-9.]+ [GMK]B/sec' <<<"$out" && grep -qE '^ +latency += +[0-9.]+ (us|ms)' <<<"$out" &&
+  grep -qE '^ +bw += +[0-9.]+ [GMK]B/sec' <<<"$out" && grep -qE '^ +latency += +[0-9.]+ (ns|us|ms)' <<<"$out" &&
     grep -q 'droce droce1: rx' <<<"$out" && ! grep 'droce droce1: rx' <<<"$out" | grep -q 'timed sleeps only'
 }
 check "qperf rc_bw rc_lat (events)" qperf_pair ""

@@ -3,6 +3,7 @@
 #include "drivers/ethdev/memif_tx.h"
 
 #include <cpuid.h>
+#include <emmintrin.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -41,7 +42,13 @@ uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, c
       const uint32_t capacity = r.c2s ? r.c2s_buffer : __atomic_load_n(&d->length, __ATOMIC_RELAXED);
       if (f.len <= capacity && capacity != 0 && d_region == r.region_index && offset <= r.region_size &&
           capacity <= r.region_size - offset) [[likely]] {
-        std::memcpy(r.base + offset, f.data, f.len);
+        uint8_t* dst = r.base + offset;
+        if (r.stream && f.len <= kStreamFrameBytes && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
+            ((f.len + 15) & ~15u) <= capacity) {
+          StreamCopy(dst, f.data, f.len);
+        } else {
+          std::memcpy(dst, f.data, f.len);
+        }
         __atomic_store_n(&d->length, f.len, __ATOMIC_RELAXED);
         __atomic_store_n(&d->flags, uint16_t{0}, __ATOMIC_RELAXED);
         ++slot, --free_slots, ++taken;
@@ -89,6 +96,19 @@ uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, c
   *slot_io = slot;
   *bytes_out = bytes;
   return taken;
+}
+
+void StreamCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
+  uint32_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+  }
+  if (i < len) {
+    // The source may end here: its last bytes go through a padded chunk.
+    alignas(16) uint8_t tail[16] = {};
+    std::memcpy(tail, src + i, len - i);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
+  }
 }
 
 uint8_t* C2sBuffer(const RingView& r, uint32_t first_offset, uint16_t slot, uint32_t bytes) {
@@ -143,12 +163,14 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
   // as buffers of 0 bytes: every descriptor is bad.
   const uint32_t first_offset = c2s ? __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED) : 0;
   const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) - first_offset : 0;
-  const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer};
+  const bool stream = n >= memif_tx::kStreamBurstFrames;
+  const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer, stream};
   const uint16_t first = slot;
   const uint64_t bad_before = counters_.bad_descriptors;
   const uint16_t taken = memif_tx::CopyFrames(view, &slot, free_slots, frames, n, bytes, &counters_);
   const uint64_t published = taken - (counters_.bad_descriptors - bad_before);
   if (slot != first) {
+    if (stream) _mm_sfence();  // the streamed frames before the index that publishes them
     __atomic_store_n(c2s ? q.head : q.tail, slot, __ATOMIC_RELEASE);
     // The receiver stores its flag, fences, then reads the index
     // (RxWakeup::Arm); we store the index, then read its flag: without a
@@ -170,7 +192,7 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
     auto* qbytes = reinterpret_cast<uint64_t*>(queue + kMemifQueueBytesOffset);
     *pkts += published;
     *qbytes += *bytes;
-    if (c2s && prefetch_ && taken != 0) {
+    if (c2s && prefetch_ && taken != 0 && !stream) {
       // The next kPrefetchSlots free slots past the head, from where the
       // last burst's prefetch stopped; as many lines as this burst's last
       // frame took.

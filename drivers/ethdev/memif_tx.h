@@ -11,10 +11,18 @@
 // (dpdk_private.h) on every burst, as the PMD does, so a reconnection's new
 // regions are picked up at once; the link's unmap race is the caller's
 // (EthdevPort runs Send under unmap_guard.h, as it runs the PMD's bursts).
-// On the client's C2S ring, after each burst's index store, the lines the
-// next frames will be written to are asked for in the exclusive state
-// (memif_tx::PrefetchForWrite), so that taking them from the peer's CPU
-// overlaps the building of those frames instead of stalling their copy.
+// A burst of several small frames (kStreamBurstFrames or more, each of at
+// most kStreamFrameBytes: message-rate traffic) is copied with
+// non-temporal stores (memif_tx::StreamCopy): the buffer's lines were last
+// read by the peer's CPU, and a plain store must first take each line from
+// it, which stalls the sender once its store buffer fills; a streaming
+// store writes the line without taking it. The peer then reads the frame
+// from memory instead of from our cache, which costs it latency: so a
+// burst of one or two frames (a request and its ACK, a ping-pong's
+// message) and large frames (where the reader's copy, not the sender's, is
+// the limit) are copied as before. After any other burst on the client's
+// C2S ring, the lines the next frames will be written to are asked for in
+// the exclusive state (memif_tx::PrefetchForWrite).
 // The ring's protocol is memif's: the client's C2S ring is written at its
 // head into the buffers the client laid out, the server's S2C ring at its
 // tail into the buffers the client refilled (their lengths the client's);
@@ -52,7 +60,23 @@ struct RingView {
   uint16_t region_index = 0;
   bool c2s = false;
   uint32_t c2s_buffer = 0;  // 0: every descriptor is bad
+  // Copy frames of at most kStreamFrameBytes with StreamCopy (where the
+  // buffer is 16-byte aligned and holds the frame rounded up to 16 bytes);
+  // the caller fences (sfence) before publishing them.
+  bool stream = false;
 };
+
+// The bursts whose small frames MemifTx copies with non-temporal stores:
+// at least this many frames, and the frames at most this long (a 64 B
+// WRITE's frame is 138 bytes).
+inline constexpr uint16_t kStreamBurstFrames = 3;
+inline constexpr uint32_t kStreamFrameBytes = 256;
+
+// Copies len bytes from src to dst (16-byte aligned, with room for len
+// rounded up to 16) with non-temporal stores, the last 16-byte chunk
+// zero-padded past len. The stores are weakly ordered: an sfence must come
+// before whatever publishes them.
+void StreamCopy(uint8_t* dst, const uint8_t* src, uint32_t len);
 
 // Copies a prefix of frames[0..n) into the ring's descriptors from *slot
 // on, at most free_slots of them, and moves *slot past the frames it

@@ -163,7 +163,8 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
   // as buffers of 0 bytes: every descriptor is bad.
   const uint32_t first_offset = c2s ? __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED) : 0;
   const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) - first_offset : 0;
-  const bool stream = n >= memif_tx::kStreamBurstFrames;
+  // A burst of large frames (its first one large) is copied and prefetched as before.
+  const bool stream = n >= memif_tx::kStreamBurstFrames && frames[0].len <= memif_tx::kStreamFrameBytes;
   const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer, stream};
   const uint16_t first = slot;
   const uint64_t bad_before = counters_.bad_descriptors;

@@ -43,8 +43,8 @@ uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, c
       if (f.len <= capacity && capacity != 0 && d_region == r.region_index && offset <= r.region_size &&
           capacity <= r.region_size - offset) [[likely]] {
         uint8_t* dst = r.base + offset;
-        if (r.stream && f.len <= kStreamFrameBytes && (reinterpret_cast<uintptr_t>(dst) & 15) == 0 &&
-            ((f.len + 15) & ~15u) <= capacity) {
+        if (r.stream && f.len <= kStreamFrameBytes && (reinterpret_cast<uintptr_t>(dst) & 63) == 0 &&
+            ((f.len + 63) & ~63u) <= capacity) {
           StreamCopy(dst, f.data, f.len);
         } else {
           std::memcpy(dst, f.data, f.len);
@@ -108,7 +108,11 @@ void StreamCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
     alignas(16) uint8_t tail[16] = {};
     std::memcpy(tail, src + i, len - i);
     _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
+    i += 16;
   }
+  // Whole lines: a line the stores fill leaves the write-combining buffer
+  // at once; a partial one waits and goes out as a partial write.
+  for (; (i & 63) != 0; i += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_setzero_si128());
 }
 
 uint8_t* C2sBuffer(const RingView& r, uint32_t first_offset, uint16_t slot, uint32_t bytes) {

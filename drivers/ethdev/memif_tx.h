@@ -61,7 +61,7 @@ struct RingView {
   bool c2s = false;
   uint32_t c2s_buffer = 0;  // 0: every descriptor is bad
   // Copy frames of at most kStreamFrameBytes with StreamCopy (where the
-  // buffer is 16-byte aligned and holds the frame rounded up to 16 bytes);
+  // buffer is 64-byte aligned and holds the frame rounded up to 64 bytes);
   // the caller fences (sfence) before publishing them.
   bool stream = false;
 };
@@ -72,9 +72,9 @@ struct RingView {
 inline constexpr uint16_t kStreamBurstFrames = 3;
 inline constexpr uint32_t kStreamFrameBytes = 256;
 
-// Copies len bytes from src to dst (16-byte aligned, with room for len
-// rounded up to 16) with non-temporal stores, the last 16-byte chunk
-// zero-padded past len. The stores are weakly ordered: an sfence must come
+// Copies len bytes from src to dst (64-byte aligned, with room for len
+// rounded up to 64) with non-temporal stores, zeros after len to the end
+// of its last line. The stores are weakly ordered: an sfence must come
 // before whatever publishes them.
 void StreamCopy(uint8_t* dst, const uint8_t* src, uint32_t len);
 

@@ -317,7 +317,7 @@ TEST(MemifTxPrefetch, PrefetchingChangesNothingAndFramesStillArriveWhole) {
 }
 
 // StreamCopy of every length up to 300 bytes: the bytes arrive, the last
-// chunk is zero past the frame, and nothing after the 16-byte rounding is
+// line is zero past the frame, and nothing after the 64-byte rounding is
 // written (a source that ends at a guard page: no read past its end).
 TEST(MemifTxStream, StreamCopyWritesTheFrameAndItsPaddingOnly) {
   GuardedRegion dst_region(512), src_region(304);
@@ -327,7 +327,7 @@ TEST(MemifTxStream, StreamCopyWritesTheFrameAndItsPaddingOnly) {
     for (uint32_t i = 0; i < len; ++i) src[i] = Fixture::Byte(len, i);
     memif_tx::StreamCopy(dst_region.base(), src, len);
     _mm_sfence();
-    const uint32_t rounded = (len + 15) & ~15u;
+    const uint32_t rounded = (len + 63) & ~63u;
     ASSERT_EQ(std::memcmp(dst_region.base(), src, len), 0) << len;
     for (uint32_t i = len; i < rounded; ++i) ASSERT_EQ(dst_region.base()[i], 0) << len << " at " << i;
     for (uint32_t i = rounded; i < 512; ++i) ASSERT_EQ(dst_region.base()[i], 0xee) << len << " at " << i;
@@ -335,16 +335,16 @@ TEST(MemifTxStream, StreamCopyWritesTheFrameAndItsPaddingOnly) {
 }
 
 // A streamed burst on both rings: small frames take the stream, a frame
-// over kStreamFrameBytes, a buffer that is not 16-byte aligned and one
+// over kStreamFrameBytes, a buffer that is not 64-byte aligned and one
 // too short for the rounding take memcpy; every frame arrives whole and
 // nothing is written past a frame's buffer.
 TEST(MemifTxStream, AStreamedBurstArrivesWholeOnBothRingsAndStaysInItsBuffers) {
   for (const bool c2s : {true, false}) {
     Fixture x(c2s, 512);
     if (!c2s) {
-      x.Set(3, kRegion, 140, 12 * 512);     // 138 rounds to 144: memcpy
-      x.Set(4, kRegion, 200, 13 * 512 + 8);  // not 16-byte aligned: memcpy
-      x.Set(5, kRegion, 144, 14 * 512);     // just room for the rounding: stream
+      x.Set(3, kRegion, 190, 12 * 512);       // 138 rounds to 192: memcpy
+      x.Set(4, kRegion, 200, 13 * 512 + 16);  // not 64-byte aligned: memcpy
+      x.Set(5, kRegion, 192, 14 * 512);       // just room for the rounding: stream
     }
     std::memset(x.region.base(), 0xee, x.region.size());
     x.view.stream = true;
@@ -355,11 +355,13 @@ TEST(MemifTxStream, AStreamedBurstArrivesWholeOnBothRingsAndStaysInItsBuffers) {
     uint16_t at = 0;
     for (size_t k = 0; k < x.storage.size(); ++k) EXPECT_EQ(x.Read(&at), x.storage[k]) << k << (c2s ? " C2S" : " S2C");
     if (!c2s) {
-      EXPECT_EQ(x.region.base()[12 * 512 + 138], 0xee);     // memcpy: nothing past the frame
-      EXPECT_EQ(x.region.base()[13 * 512 + 8 + 138], 0xee);  // the same
-      EXPECT_EQ(x.region.base()[14 * 512 + 138], 0x00);      // the stream's padding
-      EXPECT_EQ(x.region.base()[14 * 512 + 144], 0xee);
+      EXPECT_EQ(x.region.base()[12 * 512 + 138], 0xee);      // memcpy: nothing past the frame
+      EXPECT_EQ(x.region.base()[13 * 512 + 16 + 138], 0xee);  // the same
+      EXPECT_EQ(x.region.base()[14 * 512 + 191], 0x00);       // the stream's padding
+      EXPECT_EQ(x.region.base()[14 * 512 + 192], 0xee);
     }
+    EXPECT_EQ(x.region.base()[0 * 512 + 191], 0x00);  // 138 bytes streamed: padded to 192
+    EXPECT_EQ(x.region.base()[0 * 512 + 192], 0xee);
     EXPECT_EQ(x.region.base()[1 * 512 + 63], 0x00);  // 60 bytes streamed: padded to 64
     EXPECT_EQ(x.region.base()[1 * 512 + 64], 0xee);
     EXPECT_EQ(x.region.base()[2 * 512 + 300], 0xee);  // 300 bytes: memcpy, no padding

@@ -13,16 +13,16 @@
 // (EthdevPort runs Send under unmap_guard.h, as it runs the PMD's bursts).
 // A burst of several small frames (kStreamBurstFrames or more, each of at
 // most kStreamFrameBytes: message-rate traffic) is copied with
-// non-temporal stores (memif_tx::StreamCopy): the buffer's lines were last
-// read by the peer's CPU, and a plain store must first take each line from
-// it, which stalls the sender once its store buffer fills; a streaming
-// store writes the line without taking it. The peer then reads the frame
-// from memory instead of from our cache, which costs it latency: so a
-// burst of one or two frames (a request and its ACK, a ping-pong's
-// message) and large frames (where the reader's copy, not the sender's, is
-// the limit) are copied as before. After any other burst on the client's
-// C2S ring, the lines the next frames will be written to are asked for in
-// the exclusive state (memif_tx::PrefetchForWrite).
+// non-temporal stores in whole lines (memif_tx::StreamCopy): the buffer's
+// lines were last read by the peer's CPU, and a plain store must first
+// take each line from it, which stalls the sender once its store buffer
+// fills; a streaming store writes the line without taking it. The peer
+// then reads the frame from memory instead of from our cache, which costs
+// it latency: so a burst of one or two frames (a request and its ACK, a
+// ping-pong's message) and large frames (where the reader's copy, not the
+// sender's, is the limit) are copied as before. After any other burst on
+// the client's C2S ring, the lines the next frames will be written to are
+// asked for in the exclusive state (memif_tx::PrefetchForWrite).
 // The ring's protocol is memif's: the client's C2S ring is written at its
 // head into the buffers the client laid out, the server's S2C ring at its
 // tail into the buffers the client refilled (their lengths the client's);

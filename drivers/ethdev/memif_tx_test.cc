@@ -10,7 +10,7 @@
 // C2S buffers the transmit prefetches are computed from the client's
 // layout and never lie outside the region, whatever the peer wrote. A
 // streamed burst's frames (non-temporal stores) arrive the same, and the
-// stream writes nothing past the frame's 16-byte rounding or its buffer.
+// stream writes nothing past the frame's last line or its buffer.
 #include "drivers/ethdev/memif_tx.h"
 
 #include <emmintrin.h>

@@ -15,7 +15,9 @@
 # descriptor lines prefetched, 4 as 2 with descriptors stored non-temporally
 # too, 5 non-temporal when DROCE_MEMIF_TX_NT_DEPTH or more slots are in
 # flight, 6 non-temporal for bursts of DROCE_MEMIF_TX_NT_DEPTH or more frames
-# (what main ships, with 3). Env: SIDE (c: the client's process alternates,
+# (main's rule with 3, before it kept large frames on memcpy and padded to
+# whole lines: memif_tx_ab_lines.patch and memif_tx_ab_plain.patch measure
+# those). Env: SIDE (c: the client's process alternates,
 # s: the server's), TEST (ib_write_bw), SIZE (64), SECS (20), ROUNDS (3),
 # PORT (18730). Prints per round the "memif_tx_ab" line (rate: frames per
 # 1000 TSC ticks; x 2.596 = M frames/s on this host) and perftest's seconds.

@@ -6,6 +6,9 @@
 # both ends at full CPU in either; the one-thread engine does not change):
 # fastpath.sh's 3-second rounds average over whichever came, perftest's
 # --run_infinitely reports every second, so the modes show apart.
+# perftest's --run_infinitely also starts a thread that spins on
+# gettimeofday (12-15 % of a CPU, results.md 2026-12-01 "Where the pair's
+# CPUs go"): compare trees run here with each other, not with -D runs.
 #   bash tools/bench/verbs/persecond.sh NAME=BUILD_DIR [NAME=BUILD_DIR ...]
 # Prints CSV rows tree,round,engine,M,load,L,persec,"r1 r2 ..." (M msg/s).
 # Env: ROUNDS (default 3), SECS (seconds a pair runs, default 12), PORT

@@ -38,6 +38,20 @@ struct ProgressConfig {
   // for good: the thread takes over up to this late. app_active_us (or
   // less) keeps them fixed.
   uint32_t app_active_max_us = 2000;
+  // A program that kept polling through LookBackPacer::kSteadyLookBacks
+  // look-backs in a row, on a device that sends a stream, is taken over only
+  // once it has been quiet this long, not app_active_us: its shorter gaps are
+  // preemptions (on a 2-core host the peer's thread or this one took its
+  // CPU), and a look-back that took one for the end of its polling polled
+  // beside it, spun, hot-slept and started the spacing over (measured:
+  // ib_write_bw -s 64, 1 QP, +42 % by median in whole rounds;
+  // tools/bench/verbs/results.md). Not for a ping-pong, which polls without
+  // a pause too but spins on memory between its polls for what only the
+  // thread delivers (ib_write_lat's typical rose ~60 % with it). The
+  // look-backs of such a program are already this far apart or more (the
+  // spacing at kSteadyLookBacks is 8 x app_active_us), so a sender that
+  // stops waits no longer than it did. At or below app_active_us: no change.
+  uint32_t steady_quiet_us = 200;
   // A program that shares its one CPU with the thread (mpirun binds a rank,
   // and the threads it starts, to a core), called within the last
   // millisecond and took received data in its last poll is taken over only
@@ -125,8 +139,25 @@ struct ProgressConfig {
 // the spacing over.
 class LookBackPacer {
  public:
-  LookBackPacer(uint32_t active_us, uint32_t max_us, uint32_t calm_after = 0)
-      : active_ns_(uint64_t{active_us} * 1000), max_ns_(uint64_t{max_us} * 1000), calm_after_(calm_after) {}
+  // Look-backs in a row that found the program polling after which it
+  // counts as a steady poller (TakeOverAfter).
+  static constexpr uint32_t kSteadyLookBacks = 4;
+  LookBackPacer(uint32_t active_us, uint32_t max_us, uint32_t calm_after = 0, uint32_t steady_quiet_us = 0)
+      : active_ns_(uint64_t{active_us} * 1000),
+        max_ns_(uint64_t{max_us} * 1000),
+        steady_ns_(uint64_t{steady_quiet_us} * 1000),
+        calm_after_(calm_after) {}
+  // How long the program must have been quiet before the thread takes over,
+  // given what TakeOverAfterNs says (take_over_ns): steady_quiet_us, if
+  // longer, for a steady poller (kSteadyLookBacks look-backs in a row found
+  // it polling) whose device is a stream's sending end (StreamGauge::sending:
+  // ib_write_bw's client; not a ping-pong such as ib_write_lat, which polls
+  // without a pause too but waits, between its polls, on what only the
+  // thread delivers). Also what counts as a pause in StandAside then, so a
+  // preemption shorter than that does not start the spacing over.
+  uint64_t TakeOverAfter(uint64_t take_over_ns, bool sending) const {
+    return sending && streak_ >= kSteadyLookBacks ? std::max(take_over_ns, steady_ns_) : take_over_ns;
+  }
   // The program polled at last_app_ns, within app_active_us of now_ns;
   // max_gap_ns: the longest pause between its calls since the last
   // look-back, ending at gap_end_ns. When to look again. A pause of
@@ -155,7 +186,7 @@ class LookBackPacer {
   bool calm() const { return calm_after_ != 0 && streak_ >= calm_after_; }
 
  private:
-  uint64_t active_ns_, max_ns_;
+  uint64_t active_ns_, max_ns_, steady_ns_;
   uint32_t calm_after_;
   uint64_t spacing_ns_ = 0;
   uint64_t last_look_ns_ = 0;  // the last stand-aside look-back (0: the thread polled since)
@@ -376,6 +407,10 @@ class DoorbellBatcher {
 // answer, so a wake-up that queues the thread behind a spinning program is
 // paid in latency. Pure: the progress thread notes its counters after each
 // of its rounds; a window without packets says "not receiving".
+// The sending end is the mirror (kMinPerMs sent a millisecond or more, at
+// least kRxPerTx times as many as received: ib_write_bw's client), noted
+// after every round whoever runs it (Runtime::PollLocked) for the
+// look-backs' steady poller (LookBackPacer::TakeOverAfter).
 class StreamGauge {
  public:
   static constexpr uint64_t kWindowNs = 1'000'000;
@@ -391,13 +426,15 @@ class StreamGauge {
     if (elapsed < kWindowNs) return;
     const uint64_t rx = rx_packets - rx_, tx = tx_packets - tx_;
     receiving_ = rx * kWindowNs >= kMinPerMs * elapsed && rx >= kRxPerTx * tx;
+    sending_ = tx * kWindowNs >= kMinPerMs * elapsed && tx >= kRxPerTx * rx;
     start_ns_ = now_ns, rx_ = rx_packets, tx_ = tx_packets;
   }
   bool receiving() const { return receiving_; }
+  bool sending() const { return sending_; }
 
  private:
   uint64_t start_ns_ = 0, rx_ = 0, tx_ = 0;
-  bool receiving_ = false;
+  bool receiving_ = false, sending_ = false;
 };
 
 // progress_sched=auto (doc/verbs.md): whether the progress thread should run

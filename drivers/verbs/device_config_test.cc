@@ -332,6 +332,7 @@ const KeySample kSamples[] = {
     {"progress_max_sleep_us", "progress_max_sleep_us=200", kWire, "1ms"},
     {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
     {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
+    {"progress_steady_quiet_us", "progress_steady_quiet_us=300", kWire, "-1"},
     {"progress_shared_cpu_quiet_us", "progress_shared_cpu_quiet_us=150", kWire, "-1"},
     {"progress_calm_lookbacks", "progress_calm_lookbacks=4", kWire, "1001"},
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
@@ -692,6 +693,35 @@ TEST(LookBackPacer, SpacesOutWhileTheProgramKeepsPollingAndStartsOverWhenQuiet) 
   for (int i = 0; i < 5; ++i, now += 20'000) EXPECT_EQ(fixed.StandAside(now, now - 3'000, 0), now + 17'000);
 }
 
+// progress_steady_quiet_us: after kSteadyLookBacks look-backs in a row found
+// the program polling, it is taken over only after steady_quiet_us without
+// a call, and a shorter pause does not start the spacing over; the first
+// take-over (or a pause of its own that long) makes it a new program again.
+TEST(LookBackPacer, ASteadyPollerIsTakenOverOnlyAfterTheSteadyQuiet) {
+  LookBackPacer p(20, 2000, 0, 200);
+  EXPECT_EQ(p.TakeOverAfter(20'000, true), 20'000u);
+  uint64_t now = 1'000'000;
+  for (uint32_t i = 0; i < LookBackPacer::kSteadyLookBacks; ++i) {
+    EXPECT_EQ(p.TakeOverAfter(20'000, true), 20'000u) << i;
+    now = p.StandAside(now, now - 1'000, 2'000);
+  }
+  EXPECT_EQ(p.TakeOverAfter(20'000, true), 200'000u);
+  EXPECT_EQ(p.TakeOverAfter(20'000, false), 20'000u);  // not a stream's sender: ib_write_lat
+  EXPECT_EQ(p.TakeOverAfter(300'000, true), 300'000u);  // a longer wait (a rank on the thread's CPU) stays
+  // A 150 us preemption is no pause of a steady poller's: still steady.
+  now = p.StandAside(now, now - 1'000, 150'000, 0, p.TakeOverAfter(20'000, true));
+  EXPECT_EQ(p.TakeOverAfter(20'000, true), 200'000u);
+  // A 250 us one is: a new program (ib_write_lat's spin on memory).
+  p.StandAside(now, now - 1'000, 250'000, 0, p.TakeOverAfter(20'000, true));
+  EXPECT_EQ(p.TakeOverAfter(20'000, true), 20'000u);
+  p.Quiet();
+  EXPECT_EQ(p.TakeOverAfter(20'000, true), 20'000u);
+  // 0 (or anything at or below app_active_us): as before.
+  LookBackPacer off(20, 2000);
+  for (int i = 0; i < 8; ++i) now = off.StandAside(now, now - 1'000, 2'000);
+  EXPECT_EQ(off.TakeOverAfter(20'000, true), 20'000u);
+}
+
 // progress_calm_lookbacks: calm after that many look-backs in a row found
 // the program polling; a pause of its own ends it, a pause that spans the
 // previous look-back (the look-back preempted the program there) does not.
@@ -722,15 +752,18 @@ TEST(LookBackPacer, CalmAfterLookBacksInARowAndAPauseThatSpansALookBackIsNotTheP
 // waits for the program's next slice end (a multiple of slice_ns) and costs
 // it nothing.
 struct LookBacks {
-  // The shipped defaults (progress_app_active_us, progress_app_active_max_us).
+  // The shipped defaults (progress_app_active_us, progress_app_active_max_us,
+  // progress_steady_quiet_us).
   explicit LookBacks(uint32_t calm_after = 0)
-      : pacer(ProgressConfig{}.app_active_us, ProgressConfig{}.app_active_max_us, calm_after) {}
+      : pacer(ProgressConfig{}.app_active_us, ProgressConfig{}.app_active_max_us, calm_after,
+              ProgressConfig{}.steady_quiet_us) {}
   ProgramCalls calls;
   LookBackPacer pacer;
   uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
   uint64_t preempt_ns = 0, slice_ns = 0, frozen = 0, held_until = 0, preemptions = 0, to_calm = 0, to_short = 0;
   uint64_t take_over_ns = 20'000;  // TakeOverAfterNs: 20 us, or longer beside a program on the thread's CPU
   bool calm = false, in_call = false;
+  bool sending = false;  // the device a stream's sending end (StreamGauge::sending)
   void Slice(bool c) {
     if (c != calm) ++(c ? to_calm : to_short);
     calm = c;
@@ -752,7 +785,8 @@ struct LookBacks {
       if (t < next || (calm && slice_ns != 0 && t % slice_ns != 0)) continue;
       ++looks;
       const uint64_t last = calls.LastCall(t, in_call);
-      if (NsSince(t, last) >= take_over_ns) {
+      const uint64_t take_over = pacer.TakeOverAfter(take_over_ns, sending);
+      if (NsSince(t, last) >= take_over) {
         Preempt(t);
         pacer.Quiet();
         Slice(false);
@@ -763,12 +797,42 @@ struct LookBacks {
         Preempt(t);
         uint64_t gap_end = 0;
         const uint64_t gap = calls.TakeMaxGap(&gap_end);
-        next = pacer.StandAside(t, last, gap, gap_end, take_over_ns);
+        next = pacer.StandAside(t, last, gap, gap_end, take_over);
         Slice(pacer.calm());
       }
     }
   }
 };
+
+// A client polling without a pause of its own (ib_write_bw's), preempted for
+// 60 us every 500 us (the peer's thread or the progress thread on its CPU
+// on a 2-core host): on a stream's sending end, once steady, it is never
+// taken over; on a device that sends no stream (a ping-pong's), every
+// preemption that a look-back sees is a take-over and the spacing starts
+// over, as before the rule. Once it stops calling, it is taken over within
+// the spacing reached.
+TEST(ProgramCalls, ASteadyPollerPreemptedNowAndThenIsNotTakenOver) {
+  const auto program = [](uint64_t start) {
+    return [start](uint64_t t, ProgramCalls& calls) {
+      const uint64_t c = (t - start) % 500'000;
+      if (c < 440'000 && c % 1'000 == 0) calls.Polled(t);
+      return false;
+    };
+  };
+  const uint64_t start = 1'000'000, stop = start + 20'000'000;
+  LookBacks steady;
+  steady.sending = true;
+  steady.Run(start, stop, program(start));
+  EXPECT_LE(steady.takeovers, 2u) << steady.takeovers;
+  LookBacks off;  // the same program on a device that does not send a stream
+  off.Run(start, stop, program(start));
+  EXPECT_GE(off.takeovers, 5u) << off.takeovers;
+  EXPECT_GT(off.looks, steady.looks);
+  steady.takeovers = 0;
+  steady.Run(stop, stop + 3'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  ASSERT_GE(steady.takeovers, 1u);
+  EXPECT_LE(steady.first_takeover - stop, 2'200'000u) << steady.first_takeover - stop;
+}
 
 // An MPI rank's 64 KiB eager ping-pong over UCX, every 100 us: a poll whose
 // round takes a message's frames while the peer sends them (30 us, the device
@@ -987,8 +1051,13 @@ TEST(StreamGauge, ABulkReceiverIsAStreamARequestResponderIsNot) {
   EXPECT_FALSE(g.receiving()) << "no window seen yet";
   window(4000, 240);  // ib_write_bw's server: 4 M msg/s, an ACK per ~16
   EXPECT_TRUE(g.receiving());
+  EXPECT_FALSE(g.sending());
+  window(240, 4000);  // its client: the sending end
+  EXPECT_TRUE(g.sending());
+  EXPECT_FALSE(g.receiving());
   window(400, 400);  // ib_read_lat's responder: one answer per request
   EXPECT_FALSE(g.receiving());
+  EXPECT_FALSE(g.sending());
   window(4000, 240);
   EXPECT_TRUE(g.receiving());
   window(40, 0);  // under kMinPerMs: sparse

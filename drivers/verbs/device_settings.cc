@@ -405,6 +405,11 @@ std::vector<DeviceSetting> MakeSettings() {
                      [](auto& f) -> auto& { return f.progress.app_active_max_us; },
                      "a look-back that finds the program still polling doubles the next one's spacing, up to "
                      "this (at or below `progress_app_active_us`: fixed look-backs)"));
+  t.push_back(Number("progress_steady_quiet_us", 0, kMaxUs, 1,
+                     [](auto& f) -> auto& { return f.progress.steady_quiet_us; },
+                     "a program that kept polling through four look-backs in a row, on a device that sends a "
+                     "stream, is taken over only after this long without a call, not `progress_app_active_us` "
+                     "(its shorter gaps are preemptions; at or below it: the same)"));
   t.push_back(Number("progress_shared_cpu_quiet_us", 0, kMaxUs, 1,
                      [](auto& f) -> auto& { return f.progress.shared_cpu_quiet_us; },
                      "a program bound to one CPU with the progress thread (an MPI rank) whose last poll took 8 KiB "

@@ -49,6 +49,10 @@ uint32_t Runtime::PollLocked(uint64_t now_ns, bool program_polls) {
   if (PostedPending()) TakePostedLocked(now_ns);  // their QPs are active now: this round sends them
   batcher_.Flushed();  // the round transmits every active QP, deferred ones too
   const uint32_t work = dev_->Poll(now_ns, program_polls && file_.poll_ack_hold);
+  round_gauge_.Note(now_ns, dev_->counters().rx_packets, dev_->counters().tx_packets);
+  if (round_gauge_.sending() != sending_stream_.load(std::memory_order_relaxed)) {
+    sending_stream_.store(round_gauge_.sending(), std::memory_order_relaxed);
+  }
   if (!watches_.empty()) DeliverEvents();
   if (!srq_limits_.empty()) CheckSrqLimits();
   return work;

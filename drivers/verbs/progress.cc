@@ -221,7 +221,8 @@ Runtime::ProgressThread::ProgressThread(Runtime& rt)
     : rt_(rt),
       pc_(rt.file_.progress),
       auto_policy_(pc_.app_active_us, pc_.auto_drive_us),
-      pacer_(pc_.app_active_us, pc_.app_active_max_us, pc_.slice_us != 0 ? pc_.calm_lookbacks : 0),
+      pacer_(pc_.app_active_us, pc_.app_active_max_us, pc_.slice_us != 0 ? pc_.calm_lookbacks : 0,
+             pc_.steady_quiet_us),
       arrival_(uint64_t{std::max<uint32_t>(pc_.max_sleep_us, 1)} * 1000) {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short sleeps must stay short
   // An lcore id gives this thread DPDK's mempool cache: a passive side's
@@ -635,8 +636,10 @@ void Runtime::ProgressThread::Run() {
     const bool in_call = rt_.mu.locked() || rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0;
     const uint64_t last_app = rt_.app_calls_.LastCall(now, in_call);
     if (in_call) Bump(rt_.stats_.wakes.in_call);
-    const uint64_t take_over_ns = TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs,
-                                                  rt_.app_calls_.last_rx_bytes());
+    const uint64_t take_over_ns =
+        pacer_.TakeOverAfter(TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs,
+                                             rt_.app_calls_.last_rx_bytes()),
+                             rt_.sending_stream_.load(std::memory_order_relaxed));
     if (!waiting_for_event && NsSince(now, last_app) < take_over_ns) {
       if (NsSince(now, last_app) >= uint64_t{pc_.app_active_us} * 1000) Bump(rt_.stats_.wakes.shared_cpu_naps);
       StandAsideWhileProgramCalls(now, last_app, take_over_ns);

@@ -559,6 +559,11 @@ class Runtime {
   // instead of colliding with the thread's rounds and leaving them to it
   // (measured: 8 % of its posts, and half the rate).
   ProgramCalls app_calls_;
+  // Whether the device is a stream's sending end (StreamGauge::sending),
+  // noted after every round under mu (PollLocked) and read without it by the
+  // progress thread's look-backs (LookBackPacer::TakeOverAfter).
+  StreamGauge round_gauge_;
+  std::atomic<bool> sending_stream_{false};
   // Fills the page tables of the wire's shared memory when the link comes
   // up (ethdev/prefault.h). Caller holds mu (or is Start).
   void PrefaultWire();

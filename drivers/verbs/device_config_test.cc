@@ -128,7 +128,7 @@ TEST(DeviceFile, RoundTripsEveryField) {
   EXPECT_TRUE(ParseDeviceFile(kMinimal)->poll_ack_hold);
   EXPECT_FALSE(g->empty_poll_skip);
   EXPECT_TRUE(ParseDeviceFile(kMinimal)->empty_poll_skip);
-  EXPECT_EQ(ParseDeviceFile(kMinimal)->doorbell_batch, 16u);
+  EXPECT_EQ(ParseDeviceFile(kMinimal)->doorbell_batch, 32u);
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=0\n").ok());
   EXPECT_FALSE(ParseDeviceFile(std::string(kMinimal) + "doorbell_batch=257\n").ok());
 }

@@ -346,7 +346,6 @@ uint16_t EthdevPort::DirectTxBurst(pktio::Frame* frames, uint16_t n) {
   stats_.tx_bytes += bytes;
   stats_.tx_packets += sent - bad;
   stats_.tx_direct += sent - bad;
-  stats_.tx_wakeups = direct_->counters().wakeups;
   stats_.tx_full += n - sent;
   if (sent != 0) FreeFrames(frames, sent);
   return sent;

@@ -54,7 +54,6 @@ struct PortStats {
   uint64_t unmap_faults = 0;        // bursts the peer's unmap ended (guard_peer_unmap)
   uint64_t tx_direct = 0;           // frames MemifTx copied into the ring (memif_direct_tx)
   uint64_t tx_bad_descriptors = 0;  // frames MemifTx dropped: the peer's descriptor out of its region
-  uint64_t tx_wakeups = 0;          // MemifTx's eventfd writes: the peer slept armed on its ring
   uint64_t rx_direct = 0;           // frames MemifRx copied out of the ring (memif_direct_rx)
   uint64_t rx_bad_descriptors = 0;  // frames MemifRx dropped: a descriptor outside its region
   uint64_t rx_too_long = 0;         // frames MemifRx dropped: longer than the pool's buffers
@@ -123,6 +122,8 @@ class EthdevPort final : public pktio::BurstIo {
   // UMEM chunk per receive buffer; net_tap: 1522 bytes).
   uint32_t max_frame_bytes() const { return max_frame_bytes_; }
   const PortStats& stats() const { return stats_; }
+  // MemifTx's eventfd writes: the peer slept armed on its ring (0 without memif_direct_tx).
+  uint64_t tx_wakeups() const { return direct_ != nullptr ? direct_->counters().wakeups : 0; }
   // Stops the port and closes it; close=false leaves closing to whoever
   // removes the vdev (hot-unplug closes it; closing twice frees twice).
   void Stop(bool close = true);

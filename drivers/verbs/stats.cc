@@ -72,7 +72,8 @@ void Runtime::PrintStats() {
   std::fprintf(stderr,
                "droce %s: link %s, reconnects %lu, port rx %lu tx %lu (peer woken %lu) rx_multi_segment %lu "
                "unmap_faults %lu, looped %lu, fabric losses %lu re-attaches %lu\n",
-               file_.name.c_str(), wire_up ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets, p.tx_wakeups,
+               file_.name.c_str(), wire_up ? "up" : "down", reconnects_, p.rx_packets, p.tx_packets,
+               port_ ? port_->tx_wakeups() : 0,
                p.rx_multi_segment, p.unmap_faults, dev_->loopback_counters().looped, fabric_losses_,
                fabric_reattaches_);
   std::fprintf(stderr,

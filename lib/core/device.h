@@ -110,6 +110,7 @@ struct QpInitAttr {
   X(tx_doorbells_deferred, "doorbells put off to leave with a later one (verbs doorbell batching)")         \
   X(tx_acks_held, "ACKs a round the program drove kept for its next post or round (Poll's hold_acks)")      \
   X(rx_bursts_full, "... that returned a full burst (the port's RX ring held more: a queue here)")        \
+  X(tx_bursts, "TX bursts handed to the port (tx_packets / tx_bursts: the frames a burst carries)")      \
   X(rx_predicted, "RoCEv2 frames whose headers were their QP's prediction (no full parse, doc/rx-checks.md)") \
   X(rx_icrc_trusted, "lent frames (direct rings) placed without the ICRC check (DeviceConfig::rx_icrc_trust_lent)") \
   X(sr_rtt_samples, "destroyed SR QPs: RTT samples (QpCounters::sr_rtt_hist, summed)")                    \

@@ -66,6 +66,7 @@ uint32_t Device::FlushTxBacklog() {
     pktio::Frame* f = tx_backlog_.data() + tx_backlog_head_;
     const auto n = static_cast<uint16_t>(tx_backlog_.size() - tx_backlog_head_);
     const uint16_t sent = io_->TxBurst(f, n);
+    ++counters_.tx_bursts;
     for (uint16_t k = 0; k < sent; ++k) counters_.tx_bytes += f[k].len;
     counters_.tx_packets += sent;
     sent_total += sent;
@@ -85,6 +86,7 @@ uint32_t Device::FlushGathered(uint16_t* pending, bool* port_full) {
   if (*pending == 0) return 0;
   pktio::Frame* tx = gather_frames_.data();
   const uint16_t sent = io_->TxBurst(tx, *pending);
+  ++counters_.tx_bursts;
   for (uint32_t j = 0; j < sent; ++j) counters_.tx_bytes += tx[j].len;
   counters_.tx_packets += sent;
   if (sent < *pending) {

@@ -4,6 +4,7 @@
 
 #include <cpuid.h>
 #include <emmintrin.h>
+#include <tmmintrin.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -25,6 +26,56 @@ std::unique_ptr<MemifTx> MemifTx::For(uint16_t port, std::string* why_not) {
 
 namespace memif_tx {
 
+namespace {
+
+// Where a slot's buffer lies. On the C2S ring, where the client laid it
+// out (the view's first offset, one buffer per slot); its descriptor's
+// region and offset are then written with the frame, not read: the
+// client owns them, and a load of a line the peer's CPU read last waits
+// for it (with 4 descriptors to a line, a wait per 4 frames of a stream).
+// On the S2C ring, where the descriptor says (read once: the peer shares
+// it). False where the buffer does not lie wholly within the region.
+struct SlotBuffer {
+  uint32_t offset = 0;
+  uint32_t capacity = 0;
+};
+
+inline bool Locate(const RingView& r, MemifDesc* d, uint16_t slot, SlotBuffer* b) {
+  uint64_t offset;
+  if (r.c2s) {
+    b->capacity = r.c2s_buffer;
+    offset = r.c2s_first_offset + uint64_t{static_cast<uint16_t>(slot & r.mask)} * r.c2s_buffer;
+  } else {
+    if (__atomic_load_n(&d->region, __ATOMIC_RELAXED) != r.region_index) return false;
+    b->capacity = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
+    offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
+  }
+  if (b->capacity == 0 || offset > r.region_size || b->capacity > r.region_size - offset || offset > UINT32_MAX) {
+    return false;
+  }
+  b->offset = static_cast<uint32_t>(offset);
+  return true;
+}
+
+// The descriptor of a buffer Locate found: on the C2S ring its place too.
+inline void Describe(const RingView& r, MemifDesc* d, const SlotBuffer& b, uint32_t length, uint16_t flags) {
+  if (r.c2s) {
+    __atomic_store_n(&d->region, r.region_index, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->offset, b.offset, __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&d->length, length, __ATOMIC_RELAXED);
+  __atomic_store_n(&d->flags, flags, __ATOMIC_RELAXED);
+}
+
+// pshufb controls that move a vector's bytes down by d (0..15): the 16 at
+// kShiftDown + d select bytes d..15, then zeros (a control byte with its
+// top bit set).
+alignas(32) constexpr uint8_t kShiftDown[32] = {0,    1,    2,    3,    4,    5,    6,    7,    8,    9,    10,
+                                                11,   12,   13,   14,   15,   0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                                0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80};
+
+}  // namespace
+
 uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, const pktio::Frame* frames, uint16_t n,
                     uint64_t* bytes_out, MemifTxCounters* counters) {
   uint16_t slot = *slot_io;
@@ -33,55 +84,47 @@ uint16_t CopyFrames(const RingView& r, uint16_t* slot_io, uint16_t free_slots, c
   while (taken < n && free_slots > 0) {
     const pktio::Frame& f = frames[taken];
     {
-      // A frame that fits its descriptor's buffer (every frame but a 4 KiB
+      // A frame that fits its slot's buffer (every frame but a 4 KiB
       // MTU's in 2 KiB buffers): one descriptor, one copy, no chain.
       MemifDesc* d = &r.desc[slot & r.mask];
-      // Read once: the peer shares this memory.
-      const uint16_t d_region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
-      const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
-      const uint32_t capacity = r.c2s ? r.c2s_buffer : __atomic_load_n(&d->length, __ATOMIC_RELAXED);
-      if (f.len <= capacity && capacity != 0 && d_region == r.region_index && offset <= r.region_size &&
-          capacity <= r.region_size - offset) [[likely]] {
-        uint8_t* dst = r.base + offset;
+      SlotBuffer b;
+      if (Locate(r, d, slot, &b) && f.len <= b.capacity) [[likely]] {
+        uint8_t* dst = r.base + b.offset;
         if (r.stream && f.len <= kStreamFrameBytes && (reinterpret_cast<uintptr_t>(dst) & 63) == 0 &&
-            ((f.len + 63) & ~63u) <= capacity) {
+            ((f.len + 63) & ~63u) <= b.capacity) {
           StreamCopy(dst, f.data, f.len);
         } else {
           std::memcpy(dst, f.data, f.len);
         }
-        __atomic_store_n(&d->length, f.len, __ATOMIC_RELAXED);
-        __atomic_store_n(&d->flags, uint16_t{0}, __ATOMIC_RELAXED);
+        Describe(r, d, b, f.len, 0);
         ++slot, --free_slots, ++taken;
         bytes += f.len;
         continue;
       }
     }
-    // A chain, or a bad descriptor (the first, read again, or one further on).
+    // A chain, or a bad buffer (the first, located again, or one further on).
     uint16_t s = slot, used = 0;
     uint32_t done = 0;
     bool bad = false, room = true;
     for (;;) {
       MemifDesc* d = &r.desc[s & r.mask];
-      const uint16_t d_region = __atomic_load_n(&d->region, __ATOMIC_RELAXED);
-      const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
-      const uint32_t capacity = r.c2s ? r.c2s_buffer : __atomic_load_n(&d->length, __ATOMIC_RELAXED);
-      if (d_region != r.region_index || capacity == 0 || offset > r.region_size || capacity > r.region_size - offset) {
+      SlotBuffer b;
+      if (!Locate(r, d, s, &b)) {
         bad = true;
         break;
       }
-      const uint32_t chunk = std::min(capacity, f.len - done);
-      std::memcpy(r.base + offset, f.data + done, chunk);
-      __atomic_store_n(&d->length, chunk, __ATOMIC_RELAXED);
+      const uint32_t chunk = std::min(b.capacity, f.len - done);
+      std::memcpy(r.base + b.offset, f.data + done, chunk);
       ++used, ++s, done += chunk;
       if (done == f.len) {
-        __atomic_store_n(&d->flags, uint16_t{0}, __ATOMIC_RELAXED);
+        Describe(r, d, b, chunk, 0);
         break;
       }
+      Describe(r, d, b, chunk, kMemifDescFlagNext);
       if (used == free_slots) {
         room = false;
         break;
       }
-      __atomic_store_n(&d->flags, kMemifDescFlagNext, __ATOMIC_RELAXED);
     }
     if (!room) break;  // the frame's rest finds no slot: it waits, unpublished
     ++taken;
@@ -104,10 +147,23 @@ void StreamCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
     _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
   }
   if (i < len) {
-    // The source may end here: its last bytes go through a padded chunk.
-    alignas(16) uint8_t tail[16] = {};
-    std::memcpy(tail, src + i, len - i);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
+    // The source may end here: no load reaches past it. A frame of 16
+    // bytes or more takes its last 16 and shifts them down over the bytes
+    // already stored, zeros coming in behind (pshufb with a control from
+    // kShiftDown). Not through a stack buffer filled by memcpy: its narrow
+    // stores cannot forward to the 16-byte load, which waits for them to
+    // retire, on every 64 B WRITE's frame (138 bytes: a 10-byte tail).
+    __m128i tail;
+    if (len >= 16) {
+      const __m128i last = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + len - 16));
+      const uint32_t drop = 16 - (len - i);  // bytes of `last` already stored
+      tail = _mm_shuffle_epi8(last, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kShiftDown + drop)));
+    } else {
+      alignas(16) uint8_t bytes[16] = {};
+      std::memcpy(bytes, src, len);
+      tail = _mm_load_si128(reinterpret_cast<const __m128i*>(bytes));
+    }
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), tail);
     i += 16;
   }
   // Whole lines: a line the stores fill leaves the write-combining buffer
@@ -169,7 +225,8 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
   const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) - first_offset : 0;
   // A burst of large frames (its first one large) is copied and prefetched as before.
   const bool stream = n >= memif_tx::kStreamBurstFrames && frames[0].len <= memif_tx::kStreamFrameBytes;
-  const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer, stream};
+  const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer, first_offset,
+                                stream};
   const uint16_t first = slot;
   const uint64_t bad_before = counters_.bad_descriptors;
   const uint16_t taken = memif_tx::CopyFrames(view, &slot, free_slots, frames, n, bytes, &counters_);

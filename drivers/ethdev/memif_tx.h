@@ -50,8 +50,10 @@ namespace memif_tx {
 
 // What the copy needs of a ring: its descriptors, the region its buffers
 // lie in, and whose buffers they are: the client's C2S ring's, which it
-// laid out, all of c2s_buffer bytes; or the S2C ring's, each descriptor's
-// length its buffer's, as the client wrote it when it refilled the ring.
+// laid out, all of c2s_buffer bytes, slot k's at c2s_first_offset + k *
+// c2s_buffer (its descriptor written whole with each frame, never read);
+// or the S2C ring's, each descriptor's length its buffer's, as the client
+// wrote it when it refilled the ring.
 struct RingView {
   dpdk_private::MemifDesc* desc = nullptr;
   uint16_t mask = 0;  // ring size - 1
@@ -59,7 +61,8 @@ struct RingView {
   uint64_t region_size = 0;
   uint16_t region_index = 0;
   bool c2s = false;
-  uint32_t c2s_buffer = 0;  // 0: every descriptor is bad
+  uint32_t c2s_buffer = 0;  // 0: every slot is bad
+  uint32_t c2s_first_offset = 0;
   // Copy frames of at most kStreamFrameBytes with StreamCopy (where the
   // buffer is 64-byte aligned and holds the frame rounded up to 64 bytes);
   // the caller fences (sfence) before publishing them.

@@ -150,15 +150,39 @@ TEST(MemifTxCopy, OutOfRangeDescriptorsDropTheFrameAndWriteNothing) {
     EXPECT_EQ(x.counters.bad_descriptors, 2u) << b.offset;
     EXPECT_EQ(x.bytes, 64u) << b.offset;
   }
-  // On the C2S ring the buffer size is the ring's: a descriptor's offset
-  // that leaves less than a buffer before the region's end is bad.
+  // On the C2S ring the buffers are where the layout puts them, each of the
+  // ring's buffer size: a first offset (the peer can write descriptor 0,
+  // which Send reads it from) that leaves less than a buffer before the
+  // region's end makes slot 0 bad.
   Fixture x(/*c2s=*/true, 512);
-  x.Set(0, kRegion, 0, kRing * 512 - 511);
+  x.view.c2s_first_offset = kRing * 512 - 511;
   x.Build({60});
   uint16_t slot = 0;
   EXPECT_EQ(x.Copy(&slot, 1), 1);
   EXPECT_EQ(slot, 0);
   EXPECT_EQ(x.counters.bad_descriptors, 1u);
+}
+
+// The C2S ring's descriptors are the client's: whatever a peer wrote into
+// them (another region, an offset anywhere), a frame goes to its slot's
+// buffer as laid out, and the descriptor is written whole to say so.
+TEST(MemifTxCopy, C2sDescriptorsAreWrittenWholeNotRead) {
+  Fixture x(/*c2s=*/true, 512);
+  x.Set(1, kRegion + 1, 7, 0xffffff00u);
+  x.Set(2, kRegion, 0, 0);
+  x.Set(3, kRegion, 512, 5 * 512);
+  x.Build({138, 600, 60});
+  uint16_t slot = 1;
+  ASSERT_EQ(x.Copy(&slot, 4), 3);
+  EXPECT_EQ(slot, 5);
+  EXPECT_EQ(x.counters.bad_descriptors, 0u);
+  for (uint16_t s = 1; s < 5; ++s) {
+    EXPECT_EQ(x.desc[s].region, kRegion) << s;
+    EXPECT_EQ(x.desc[s].offset, s * 512u) << s;
+  }
+  EXPECT_EQ(x.desc[2].flags, kMemifDescFlagNext);
+  uint16_t at = 1;
+  for (size_t k = 0; k < x.storage.size(); ++k) EXPECT_EQ(x.Read(&at), x.storage[k]) << k;
 }
 
 // A chain that finds no free slot for its rest leaves its frame untaken

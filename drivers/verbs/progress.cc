@@ -636,12 +636,17 @@ void Runtime::ProgressThread::Run() {
     const bool in_call = rt_.mu.locked() || rt_.mu.app_waiting.load(std::memory_order_relaxed) != 0;
     const uint64_t last_app = rt_.app_calls_.LastCall(now, in_call);
     if (in_call) Bump(rt_.stats_.wakes.in_call);
+    const uint64_t shared_cpu_ns = TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs,
+                                                   rt_.app_calls_.last_rx_bytes());
     const uint64_t take_over_ns =
-        pacer_.TakeOverAfter(TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs,
-                                             rt_.app_calls_.last_rx_bytes()),
-                             rt_.sending_stream_.load(std::memory_order_relaxed));
+        pacer_.TakeOverAfter(shared_cpu_ns, rt_.sending_stream_.load(std::memory_order_relaxed));
     if (!waiting_for_event && NsSince(now, last_app) < take_over_ns) {
-      if (NsSince(now, last_app) >= uint64_t{pc_.app_active_us} * 1000) Bump(rt_.stats_.wakes.shared_cpu_naps);
+      // A pause past app_active_us that the thread sits out: beside a
+      // program on its CPU (TakeOverAfterNs), or beyond that, beside a
+      // steady sender (LookBackPacer::TakeOverAfter).
+      if (NsSince(now, last_app) >= uint64_t{pc_.app_active_us} * 1000) {
+        Bump(NsSince(now, last_app) < shared_cpu_ns ? rt_.stats_.wakes.shared_cpu_naps : rt_.stats_.wakes.steady_naps);
+      }
       StandAsideWhileProgramCalls(now, last_app, take_over_ns);
       continue;
     }

@@ -335,12 +335,14 @@ class Runtime {
     // timed hot sleeps; idle waits (armed or not); passes that found a
     // program thread inside a call (ProgramCalls::LastCall); naps beside a
     // program on the thread's one CPU, busy with the data its last poll
-    // took, that had paused under shared_cpu_quiet_us (TakeOverAfterNs).
+    // took, that had paused under shared_cpu_quiet_us (TakeOverAfterNs);
+    // naps beside a steady sender that had paused longer than that but
+    // under steady_quiet_us (LookBackPacer::TakeOverAfter).
     struct Wakes {
       std::atomic<uint64_t> event_waiter{0}, in_call{0}, quiet_polls{0}, quiet_100us{0}, quiet_1ms{0},
           quiet_long{0}, armed_polls{0}, work{0}, spins{0}, hot_sleeps{0}, idle_waits{0},
           // progress_calm_lookbacks: naps switched to the default slice, and back to the short one
-          calm_slices{0}, short_slices{0}, shared_cpu_naps{0};
+          calm_slices{0}, short_slices{0}, shared_cpu_naps{0}, steady_naps{0};
     } wakes;
     // ibv_get_cq_event waits: events handed over in the process, sleeps,
     // and sleeps the wire ended (an arrival).

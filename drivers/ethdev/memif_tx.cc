@@ -219,10 +219,13 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
     free_slots = static_cast<uint16_t>(__atomic_load_n(q.head, __ATOMIC_ACQUIRE) - slot);
   }
   if (free_slots > q.ring_size) free_slots = 0;  // a peer's index out of range: nothing is free
-  // A C2S ring whose first two offsets give no step (a peer's write) reads
-  // as buffers of 0 bytes: every descriptor is bad.
-  const uint32_t first_offset = c2s ? __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED) : 0;
-  const uint32_t c2s_buffer = c2s ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) - first_offset : 0;
+  // A C2S ring whose first buffer is not in the ring's region (a zero-copy
+  // client's mbufs, or a peer's write) or whose first two offsets give no
+  // step reads as buffers of 0 bytes: every slot is bad.
+  const bool laid_out = c2s && __atomic_load_n(&q.desc[0].region, __ATOMIC_RELAXED) == q.region_index;
+  const uint32_t first_offset = laid_out ? __atomic_load_n(&q.desc[0].offset, __ATOMIC_RELAXED) : 0;
+  const uint32_t c2s_buffer =
+      laid_out ? __atomic_load_n(&q.desc[1 & mask].offset, __ATOMIC_RELAXED) - first_offset : 0;
   // A burst of large frames (its first one large) is copied and prefetched as before.
   const bool stream = n >= memif_tx::kStreamBurstFrames && frames[0].len <= memif_tx::kStreamFrameBytes;
   const memif_tx::RingView view{q.desc, mask, q.base, q.region_size, q.region_index, c2s, c2s_buffer, first_offset,

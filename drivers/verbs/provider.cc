@@ -161,6 +161,8 @@ struct DroceQp {
   // until set_ece gives the peer's, then what both offered.
   uint32_t ece_options = 0;
   bool ece_set = false;  // set_ece was called: ece_options is an agreement
+  // The last one-SGE post was unsignaled (PostSend, under send_lock).
+  bool last_post_unsignaled = false;
 };
 
 // Whether ECE agreed on `algorithm`'s bit with the peer.
@@ -989,6 +991,7 @@ ibv_qp* CreateQpCommon(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->qpn = *qpn;
   qp->engine = rt->dev().qp(*qpn);
   qp->doorbell.qpn = *qpn;
+  rt->CountQp(+1);
   if (attr->qp_type == IBV_QPT_RC) qp->ece_options = kDroceEceOptions;
   ibv_qp& q = qp->vqp.qp;
   rt->WatchQp(*qpn, reinterpret_cast<uintptr_t>(&q), ToCtx(context)->async_write_fd);
@@ -1320,6 +1323,7 @@ int DestroyQp(ibv_qp* ibqp) {
     return s;
   });
   if (err != 0) return err;
+  rt->CountQp(-1);
   (void)rt->SyncMcastGroups();  // a destroyed QP left its groups
   pthread_mutex_destroy(&ibqp->mutex);
   pthread_cond_destroy(&ibqp->cond);
@@ -1472,7 +1476,17 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     transport::OneSgeWr one;
     SendWr* slot;
     if (ToOneSgeWr(wr, &one)) {
-      small = posted == 0 && one.sg_list[0].length <= DoorbellBatcher::kSmallBytes;
+      // A signaled WR after unsignaled ones (completion moderation, as
+      // perftest's every 100th) on the device's only QP rings its doorbell
+      // at once, with the batch before it: it is the WR the program waits
+      // for, and its ACK comes back while the posts after it are made,
+      // where at the batch's end (up to doorbell_batch - 1 posts later) a
+      // window of 128 could drain first. Beside other QPs their posts keep
+      // the wire busy meanwhile, and every WR signaled keeps the batch.
+      const bool signaled = (one.flags & IBV_SEND_SIGNALED) != 0;
+      small = posted == 0 && one.sg_list[0].length <= DoorbellBatcher::kSmallBytes &&
+              !(signaled && qp->last_post_unsignaled && rt->LoneQp());
+      qp->last_post_unsignaled = !signaled;
       err = qp->engine->PublishOneSge(one);
     } else if ((slot = qp->engine->NextSendSlot()) == nullptr) {
       err = ENOMEM;

@@ -214,6 +214,10 @@ class Runtime {
   // (ProgramCalls::TookCompletions).
   void NoteCompletionsTaken(uint32_t rx_bytes) { app_calls_.TookCompletions(rx_bytes); }
 
+  // The QPs the program has on this device (create_qp minus destroy_qp).
+  void CountQp(int delta) { qps_.fetch_add(static_cast<uint32_t>(delta), std::memory_order_relaxed); }
+  bool LoneQp() const { return qps_.load(std::memory_order_relaxed) == 1; }
+
   // progress_sched=auto: a post or poll of the program. The time its calls
   // cover (the sum of the pauses between calls shorter than app_active_us)
   // tells the progress thread whether the program drives
@@ -581,6 +585,7 @@ class Runtime {
   std::atomic<bool> stop_{false};
   std::thread progress_;
   Stats stats_;
+  std::atomic<uint32_t> qps_{0};  // CountQp
 };
 
 // The program's side of Runtime::mu. The progress thread holds it for one

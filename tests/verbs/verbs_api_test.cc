@@ -1692,6 +1692,41 @@ TEST_F(VerbsApi, DeferredDoorbellsLeaveWithTheProgressThreadsRoundWhenTheProgram
   for (int i = 0; i < 4; ++i) EXPECT_EQ(d.mem[4096 + i * 64], 0xB0 + i) << "WRITE " << i;
 }
 
+// A signaled WRITE after unsignaled ones on the device's only QP (completion
+// moderation, as perftest's every 100th WR) rings its doorbell at once, the
+// deferred posts before it leaving with it: all four are on the wire before
+// any poll, where otherwise the last three wait for the batch's end or the
+// next poll. The QP is connected to itself (b destroyed: a second QP on the
+// device would keep the batch). Watched through a's next PSN, as above.
+TEST_F(VerbsApi, ASignaledPostAfterUnsignaledOnesOnTheOnlyQpRingsAtOnce) {
+  SleepyDevice d(run_dir_, "droce8", "10.0.0.9", kDeferEveryBurstPost, /*depth=*/16);
+  ASSERT_TRUE(d.ok()) << "droce8 not set up";
+  ASSERT_EQ(ibv_destroy_qp(d.b), 0);
+  d.b = nullptr;
+  ASSERT_EQ(ToInit(d.a), 0);
+  ASSERT_EQ(ToRtr(d.a, d.a->qp_num), 0);
+  ASSERT_EQ(ToRts(d.a), 0);
+  const auto next_psn = [&d] {
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    EXPECT_EQ(ibv_query_qp(d.a, &attr, IBV_QP_SQ_PSN, &init), 0);
+    return attr.sq_psn;
+  };
+  SleepyDevice::Quiet();
+  const uint32_t psn = next_psn();
+  StampPoll(d.cq);
+  for (int i = 0; i < 4; ++i) std::memset(d.mem.data() + i * 64, 0xC0 + i, 64);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(d.WriteOn(d.a, i, 0, i * 64, 4096 + i * 64), 0);
+  EXPECT_LT((next_psn() - psn) & 0xFFFFFF, 3u) << "the unsignaled posts did not defer: nothing to show";
+  ASSERT_EQ(d.WriteOn(d.a, 3, IBV_SEND_SIGNALED, 3 * 64, 4096 + 3 * 64), 0);
+  EXPECT_EQ((next_psn() - psn) & 0xFFFFFF, 4u) << "the signaled post's doorbell was deferred";
+  ibv_wc wc{};
+  ASSERT_EQ(d.PollOne(&wc, std::chrono::seconds(5)), 1) << "no completion for the signaled WRITE";
+  EXPECT_EQ(wc.wr_id, 3u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(d.mem[4096 + i * 64], 0xC0 + i) << "WRITE " << i;
+}
+
 // Two threads posting bursts on two QPs at once, every post after a
 // burst's first deferring its doorbell without the device lock: the two
 // QPs' records, the batcher's shared stamps and the owner's takes race

@@ -41,19 +41,18 @@ struct SlotBuffer {
 };
 
 inline bool Locate(const RingView& r, MemifDesc* d, uint16_t slot, SlotBuffer* b) {
-  uint64_t offset;
   if (r.c2s) {
+    const uint8_t* buffer = C2sBuffer(r, r.c2s_first_offset, slot, r.c2s_buffer);
+    if (buffer == nullptr || static_cast<uint64_t>(buffer - r.base) > UINT32_MAX) return false;
     b->capacity = r.c2s_buffer;
-    offset = r.c2s_first_offset + uint64_t{static_cast<uint16_t>(slot & r.mask)} * r.c2s_buffer;
-  } else {
-    if (__atomic_load_n(&d->region, __ATOMIC_RELAXED) != r.region_index) return false;
-    b->capacity = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
-    offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
+    b->offset = static_cast<uint32_t>(buffer - r.base);
+    return true;
   }
-  if (b->capacity == 0 || offset > r.region_size || b->capacity > r.region_size - offset || offset > UINT32_MAX) {
-    return false;
-  }
-  b->offset = static_cast<uint32_t>(offset);
+  if (__atomic_load_n(&d->region, __ATOMIC_RELAXED) != r.region_index) return false;
+  b->capacity = __atomic_load_n(&d->length, __ATOMIC_RELAXED);
+  const uint32_t offset = __atomic_load_n(&d->offset, __ATOMIC_RELAXED);
+  if (b->capacity == 0 || offset > r.region_size || b->capacity > r.region_size - offset) return false;
+  b->offset = offset;
   return true;
 }
 

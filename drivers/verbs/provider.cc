@@ -1425,6 +1425,20 @@ bool SmallWirePost(const SendWr& w) {
   return bytes <= DoorbellBatcher::kSmallBytes;
 }
 
+// A signaled WR after unsignaled ones (completion moderation, as
+// perftest's every 100th) on the device's only QP rings its doorbell at
+// once, with the batch before it: it is the WR the program waits for, and
+// its ACK comes back while the posts after it are made, where at the
+// batch's end (up to doorbell_batch - 1 posts later) a window of 128 could
+// drain first. Beside other QPs their posts keep the wire busy meanwhile,
+// and a QP that signals every WR keeps its batches. Notes this WR's
+// signaling for the QP's next post; caller holds qp->send_lock.
+bool RingsAtOnce(DroceQp* qp, const Runtime* rt, bool signaled) {
+  const bool at_once = signaled && qp->last_post_unsignaled && rt->LoneQp();
+  qp->last_post_unsignaled = !signaled;
+  return at_once;
+}
+
 // Posts under the device's lock: UD (the address handle is the engine's to
 // resolve) and QPs not in RTS or SQD (EINVAL, or flushed at once in ERR).
 // Caller holds qp->send_lock.
@@ -1444,7 +1458,8 @@ int PostSendLocked(DroceQp* qp, Runtime* rt, ibv_send_wr* wr, ibv_send_wr** bad)
       *bad = wr;
       break;
     }
-    small = ++posted == 1 && SmallWirePost(s);
+    const bool at_once = RingsAtOnce(qp, rt, (s.flags & transport::kSendSignaled) != 0);
+    small = ++posted == 1 && SmallWirePost(s) && !at_once;
   }
   // This QP transmits now (or with the small posts right behind it);
   // receive and timers are the poll loop's.
@@ -1476,22 +1491,14 @@ int PostSend(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     transport::OneSgeWr one;
     SendWr* slot;
     if (ToOneSgeWr(wr, &one)) {
-      // A signaled WR after unsignaled ones (completion moderation, as
-      // perftest's every 100th) on the device's only QP rings its doorbell
-      // at once, with the batch before it: it is the WR the program waits
-      // for, and its ACK comes back while the posts after it are made,
-      // where at the batch's end (up to doorbell_batch - 1 posts later) a
-      // window of 128 could drain first. Beside other QPs their posts keep
-      // the wire busy meanwhile, and every WR signaled keeps the batch.
-      const bool signaled = (one.flags & IBV_SEND_SIGNALED) != 0;
-      small = posted == 0 && one.sg_list[0].length <= DoorbellBatcher::kSmallBytes &&
-              !(signaled && qp->last_post_unsignaled && rt->LoneQp());
-      qp->last_post_unsignaled = !signaled;
+      const bool at_once = RingsAtOnce(qp, rt, (one.flags & IBV_SEND_SIGNALED) != 0);
+      small = posted == 0 && one.sg_list[0].length <= DoorbellBatcher::kSmallBytes && !at_once;
       err = qp->engine->PublishOneSge(one);
     } else if ((slot = qp->engine->NextSendSlot()) == nullptr) {
       err = ENOMEM;
     } else if ((err = ToSendWr(wr, slot)) == 0) {
-      small = posted == 0 && SmallWirePost(*slot);
+      const bool at_once = RingsAtOnce(qp, rt, (slot->flags & transport::kSendSignaled) != 0);
+      small = posted == 0 && SmallWirePost(*slot) && !at_once;
       err = qp->engine->PublishSend();
     }
     if (err != 0) {
@@ -1606,7 +1613,10 @@ int WrComplete(ibv_qp_ex* qpx) {
   if (qp->batch_error != 0 || n == 0) return EndBatch(qp, qp->batch_error);
   Runtime* rt = Rt(qpx->qp_base.context);
   transport::Qp* q = qp->engine;
-  const bool small = n == 1 && SmallWirePost(*q->SendSlotAhead(0));  // read before the engine may take it
+  // Read before the engine may take the WR.
+  const SendWr& first = *q->SendSlotAhead(0);
+  const bool at_once = RingsAtOnce(qp, rt, (first.flags & transport::kSendSignaled) != 0);
+  const bool small = n == 1 && SmallWirePost(first) && !at_once;
   if (qp->direct_send) {
     const int err = q->PublishSends(n);  // all or none
     if (err == 0) rt->RingPosted(&qp->doorbell, PostedDoorbell::kSend, small);

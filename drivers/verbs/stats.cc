@@ -101,8 +101,8 @@ void Runtime::PrintStats() {
   std::fprintf(stderr,
                "droce %s: progress passes: event-waiter naps %lu, program inside a call %lu, polls for a quiet "
                "program %lu (quiet <100 us %lu, <1 ms %lu, longer %lu), naps beside a working program on its CPU "
-               "%lu, beside a steady sender %lu, polls beside an armed channel %lu, polls with work %lu, empty spins %lu, hot sleeps %lu, idle "
-               "waits %lu, slice to default %lu, back to short %lu\n",
+               "%lu, beside a steady sender %lu, polls beside an armed channel %lu, polls with work %lu, empty "
+               "spins %lu, hot sleeps %lu, idle waits %lu, slice to default %lu, back to short %lu\n",
                file_.name.c_str(), w.event_waiter.load(), w.in_call.load(), w.quiet_polls.load(),
                w.quiet_100us.load(), w.quiet_1ms.load(), w.quiet_long.load(), w.shared_cpu_naps.load(),
                w.steady_naps.load(), w.armed_polls.load(), w.work.load(),

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_format.h"
 #include "drivers/ethdev/runtime_dir.h"
+#include "drivers/ethdev/unmap_guard.h"
 
 namespace droce::ethdev {
 namespace {
@@ -56,9 +57,10 @@ absl::Status InitWithAffinityRestored(std::vector<std::string> args, int* consum
   // EAL's threads (interrupts, multi-process) inherit this mask: with every
   // signal blocked they never run the program's handlers, which belong to
   // its own threads (a SIGALRM meant to interrupt a blocking verb would
-  // otherwise be delivered to DPDK's interrupt thread).
+  // otherwise be delivered to DPDK's interrupt thread). Faults stay
+  // unblocked (FillBlockableSignals).
   sigset_t all, old_mask;
-  sigfillset(&all);
+  FillBlockableSignals(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old_mask);
   const int ret = rte_eal_init(static_cast<int>(args.size()), argv.data());
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);

@@ -75,6 +75,11 @@ uint16_t Guarded(uint16_t port, uint16_t n, bool* faulted, uint16_t on_fault, Bu
 
 }  // namespace
 
+void FillBlockableSignals(sigset_t* set) {
+  sigfillset(set);
+  for (const int fault : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP, SIGSYS}) sigdelset(set, fault);
+}
+
 bool InstallUnmapGuard() {
   static std::once_flag once;
   static bool ok = false;

@@ -17,6 +17,7 @@
 #define DROCE_DRIVERS_ETHDEV_UNMAP_GUARD_H_
 
 #include <setjmp.h>
+#include <signal.h>
 
 #include <cstdint>
 
@@ -45,6 +46,14 @@ inline void EnterGuard(uint16_t port, sigjmp_buf* env) {
   unmap_guard_detail::t_env = env;
 }
 inline void LeaveGuard() { unmap_guard_detail::t_env = nullptr; }
+
+// The signals a droce thread blocks when it blocks "every signal" (its
+// progress thread, EAL's threads, a program thread waiting in a verb): all
+// but the synchronous faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
+// SIGSYS). The kernel delivers a fault a thread causes even while it is
+// blocked, but with the handler reset to the default action: a thread that
+// blocked SIGSEGV dies of the unmap race with the guard armed.
+void FillBlockableSignals(sigset_t* set);
 
 // Installs the handler once per process; false if sigaction failed.
 bool InstallUnmapGuard();

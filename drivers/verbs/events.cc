@@ -29,6 +29,7 @@
 #include "drivers/ethdev/memif_listener.h"
 #include "drivers/ethdev/memif_vdev.h"
 #include "drivers/ethdev/prefault.h"
+#include "drivers/ethdev/unmap_guard.h"
 #include "drivers/verbs/abi.h"
 #include "drivers/fabric/protocol.h"
 #include "drivers/verbs/thread_pause.h"
@@ -269,7 +270,7 @@ class SignalGate {
   explicit SignalGate(bool active) : active_(active) {
     if (!active_) return;
     sigset_t all;
-    sigfillset(&all);
+    ethdev::FillBlockableSignals(&all);
     pthread_sigmask(SIG_BLOCK, &all, &original_);
   }
   ~SignalGate() {
@@ -294,7 +295,7 @@ class SignalGate {
     if (any && !interrupt) {  // let them run, then go on waiting
       pthread_sigmask(SIG_SETMASK, &original_, nullptr);
       sigset_t all;
-      sigfillset(&all);
+      ethdev::FillBlockableSignals(&all);
       pthread_sigmask(SIG_BLOCK, &all, nullptr);
     }
     return interrupt;

@@ -29,6 +29,7 @@
 #include "drivers/ethdev/memif_listener.h"
 #include "drivers/ethdev/memif_vdev.h"
 #include "drivers/ethdev/prefault.h"
+#include "drivers/ethdev/unmap_guard.h"
 #include "drivers/verbs/abi.h"
 #include "drivers/fabric/protocol.h"
 #include "drivers/verbs/thread_pause.h"
@@ -177,12 +178,13 @@ absl::Status Runtime::Start() {
   for (const auto& [gid, mac] : file_.neighbors) dev_->AddNeighbor(gid, mac);
   event_socket_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (event_socket_ < 0) return absl::UnavailableError("cannot create the event socket");
-  // The progress thread starts with every signal blocked: the program's
-  // handlers run in the program's threads (a blocked waiter in
+  // The progress thread starts with every signal blocked but the faults
+  // (FillBlockableSignals: its bursts run under the unmap guard): the
+  // program's handlers run in the program's threads (a blocked waiter in
   // WaitForChannel finds a process-directed signal pending and returns
   // EINTR, as its read() would).
   sigset_t all, old_mask;
-  sigfillset(&all);
+  ethdev::FillBlockableSignals(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old_mask);
   progress_ = std::thread([this] { ProgressLoop(); });
   pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);

@@ -1281,6 +1281,29 @@ std::vector<pid_t> ProgressThreads() {
   return tids;
 }
 
+// The progress thread blocks the program's signals but never the faults:
+// its bursts run under the unmap guard (drivers/ethdev/unmap_guard.h), and a
+// SIGSEGV it had blocked would kill the process with the default action.
+TEST_F(VerbsApi, ProgressThreadLeavesTheFaultSignalsUnblocked) {
+  const std::vector<pid_t> tids = ProgressThreads();
+  ASSERT_EQ(tids.size(), 1u) << "one progress thread for the device, named droce-progress";
+  std::ifstream status("/proc/self/task/" + std::to_string(tids[0]) + "/status");
+  std::string line;
+  uint64_t blocked = 0;
+  bool found = false;
+  while (std::getline(status, line)) {
+    if (line.rfind("SigBlk:", 0) != 0) continue;
+    blocked = std::stoull(line.substr(7), nullptr, 16);
+    found = true;
+  }
+  ASSERT_TRUE(found) << "no SigBlk line for the progress thread";
+  const auto bit = [](int sig) { return uint64_t{1} << (sig - 1); };
+  EXPECT_EQ(blocked & bit(SIGSEGV), 0u);
+  EXPECT_EQ(blocked & bit(SIGBUS), 0u);
+  EXPECT_NE(blocked & bit(SIGINT), 0u) << "the program's signals stay with the program's threads";
+  EXPECT_NE(blocked & bit(SIGALRM), 0u);
+}
+
 // progress_sched=auto (a second device, droce1, registered here): the
 // progress thread is SCHED_OTHER before the program ever called, SCHED_FIFO
 // once it called and went quiet (a program spinning on memory needs the

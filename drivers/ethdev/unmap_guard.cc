@@ -67,7 +67,9 @@ uint16_t Guarded(uint16_t port, uint16_t n, bool* faulted, uint16_t on_fault, Bu
     return on_fault;
   }
   t_env = &env;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   const uint16_t got = burst();
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   t_env = nullptr;
   (void)n;
   return got;

@@ -19,6 +19,7 @@
 #include <setjmp.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdint>
 
 struct rte_mbuf;
@@ -41,11 +42,17 @@ extern __thread uint16_t t_port __attribute__((tls_model("initial-exec")));
 // fault, then EnterGuard(port, &env), the burst, LeaveGuard(). Locals the
 // caller reads after the fault must not change between its sigsetjmp and
 // the fault.
+// The signal fences keep the compiler from moving the burst's loads outside
+// the guarded span (they emit no instruction).
 inline void EnterGuard(uint16_t port, sigjmp_buf* env) {
   unmap_guard_detail::t_port = port;
   unmap_guard_detail::t_env = env;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
 }
-inline void LeaveGuard() { unmap_guard_detail::t_env = nullptr; }
+inline void LeaveGuard() {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  unmap_guard_detail::t_env = nullptr;
+}
 
 // The signals a droce thread blocks when it blocks "every signal" (its
 // progress thread, EAL's threads, a program thread waiting in a verb): all

@@ -42,7 +42,7 @@ struct SlotBuffer {
 
 inline bool Locate(const RingView& r, MemifDesc* d, uint16_t slot, SlotBuffer* b) {
   if (r.c2s) {
-    const uint8_t* buffer = C2sBuffer(r, r.c2s_first_offset, slot, r.c2s_buffer);
+    const uint8_t* buffer = C2sBuffer(r, slot, r.c2s_buffer);
     if (buffer == nullptr || static_cast<uint64_t>(buffer - r.base) > UINT32_MAX) return false;
     b->capacity = r.c2s_buffer;
     b->offset = static_cast<uint32_t>(buffer - r.base);
@@ -170,21 +170,21 @@ void StreamCopy(uint8_t* dst, const uint8_t* src, uint32_t len) {
   for (; (i & 63) != 0; i += 16) _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_setzero_si128());
 }
 
-uint8_t* C2sBuffer(const RingView& r, uint32_t first_offset, uint16_t slot, uint32_t bytes) {
-  const uint64_t offset = first_offset + uint64_t{static_cast<uint16_t>(slot & r.mask)} * r.c2s_buffer;
+uint8_t* C2sBuffer(const RingView& r, uint16_t slot, uint32_t bytes) {
+  const uint64_t offset = r.c2s_first_offset + uint64_t{static_cast<uint16_t>(slot & r.mask)} * r.c2s_buffer;
   return r.c2s_buffer != 0 && bytes <= r.c2s_buffer && offset <= r.region_size && bytes <= r.region_size - offset
              ? r.base + offset
              : nullptr;
 }
 
-__attribute__((target("prfchw"))) void PrefetchForWrite(const RingView& r, uint32_t first_offset, uint16_t from,
-                                                        uint16_t count, uint32_t lines) {
+__attribute__((target("prfchw"))) void PrefetchForWrite(const RingView& r, uint16_t from, uint16_t count,
+                                                        uint32_t lines) {
   constexpr uint32_t kLine = 64;
   lines = std::min(lines, kPrefetchLines);
   for (uint16_t s = from; s != static_cast<uint16_t>(from + count); ++s) {
     const MemifDesc* d = &r.desc[s & r.mask];
     if ((reinterpret_cast<uintptr_t>(d) & (kLine - 1)) == 0) __builtin_prefetch(d, 1, 3);
-    const uint8_t* b = C2sBuffer(r, first_offset, s, lines * kLine);
+    const uint8_t* b = C2sBuffer(r, s, lines * kLine);
     if (b == nullptr) continue;
     for (uint32_t i = 0; i < lines; ++i) __builtin_prefetch(b + i * kLine, 1, 3);
   }
@@ -265,7 +265,7 @@ uint16_t MemifTx::Send(const pktio::Frame* frames, uint16_t n, uint64_t* bytes) 
       const uint16_t from =
           static_cast<uint16_t>(prefetched_ - slot) <= static_cast<uint16_t>(end - slot) ? prefetched_ : slot;
       const uint32_t lines = (frames[taken - 1].len + 63) / 64;
-      memif_tx::PrefetchForWrite(view, first_offset, from, static_cast<uint16_t>(end - from), lines);
+      memif_tx::PrefetchForWrite(view, from, static_cast<uint16_t>(end - from), lines);
       prefetched_ = end;
     }
   }

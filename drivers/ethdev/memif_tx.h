@@ -93,10 +93,11 @@ uint16_t CopyFrames(const RingView& r, uint16_t* slot, uint16_t free_slots, cons
                     uint64_t* bytes, MemifTxCounters* counters);
 
 // The first `bytes` of the C2S ring's buffer for `slot` as the client laid
-// it out (buffer 0 at first_offset, the others each r.c2s_buffer further
-// on), or nullptr where that span does not lie wholly within the region
-// (first_offset and the step are read from descriptors a peer can write).
-uint8_t* C2sBuffer(const RingView& r, uint32_t first_offset, uint16_t slot, uint32_t bytes);
+// it out (buffer 0 at r.c2s_first_offset, the others each r.c2s_buffer
+// further on), or nullptr where that span does not lie wholly within the
+// region (the first offset and the step are read from descriptors a peer
+// can write).
+uint8_t* C2sBuffer(const RingView& r, uint16_t slot, uint32_t bytes);
 
 // The most lines of a buffer PrefetchForWrite asks for, and how far ahead
 // of the ring's head MemifTx asks.
@@ -111,7 +112,7 @@ inline constexpr uint16_t kPrefetchSlots = 16;
 // Their stores then find the line this CPU's own instead of waiting for
 // the peer's CPU to give it up, and the fence after the index store (Send)
 // waits for less. A hint: no effect on the ring's contents.
-void PrefetchForWrite(const RingView& r, uint32_t first_offset, uint16_t from, uint16_t count, uint32_t lines);
+void PrefetchForWrite(const RingView& r, uint16_t from, uint16_t count, uint32_t lines);
 
 // Whether this CPU has PREFETCHW (CPUID 0x80000001 ECX bit 8; the build's
 // x86-64-v2 baseline does not promise it).

@@ -264,21 +264,28 @@ TEST(MemifTxCopy, FuzzedDescriptorsNeverWriteOutsideTheRegion) {
   std::printf("rounds read back %d, with drops %d\n", checked, dropping);
 }
 
+// The view with the C2S ring's first buffer at `first` (what a peer's
+// write of the first descriptor's offset makes of it).
+memif_tx::RingView FirstAt(memif_tx::RingView v, uint32_t first) {
+  v.c2s_first_offset = first;
+  return v;
+}
+
 // The C2S buffer of a slot as the client lays the ring out (buffer 0 at the
 // first descriptor's offset, one buffer size apart), the slot taken modulo
 // the ring: the same bytes CopyFrames writes the slot's frame to.
 TEST(MemifTxPrefetch, C2sBufferIsTheSlotsBufferAsLaidOut) {
   Fixture x(/*c2s=*/true, 512);
   for (const uint16_t slot : {0, 1, 7, 15, 16, 23, 65535}) {
-    EXPECT_EQ(memif_tx::C2sBuffer(x.view, 0, slot, 256), x.region.base() + (slot % kRing) * 512) << slot;
-    EXPECT_EQ(memif_tx::C2sBuffer(x.view, 0, slot, 512), x.region.base() + (slot % kRing) * 512) << slot;
+    EXPECT_EQ(memif_tx::C2sBuffer(x.view, slot, 256), x.region.base() + (slot % kRing) * 512) << slot;
+    EXPECT_EQ(memif_tx::C2sBuffer(x.view, slot, 512), x.region.base() + (slot % kRing) * 512) << slot;
   }
   // Where CopyFrames puts a frame is where C2sBuffer points.
   x.Build({138, 60});
   uint16_t slot = 14;
   ASSERT_EQ(x.Copy(&slot, 2), 2);
-  EXPECT_EQ(std::memcmp(memif_tx::C2sBuffer(x.view, 0, 14, 138), x.storage[0].data(), 138), 0);
-  EXPECT_EQ(std::memcmp(memif_tx::C2sBuffer(x.view, 0, 15, 60), x.storage[1].data(), 60), 0);
+  EXPECT_EQ(std::memcmp(memif_tx::C2sBuffer(x.view, 14, 138), x.storage[0].data(), 138), 0);
+  EXPECT_EQ(std::memcmp(memif_tx::C2sBuffer(x.view, 15, 60), x.storage[1].data(), 60), 0);
 }
 
 // What a peer can write into the first two descriptors (the first offset,
@@ -289,16 +296,16 @@ TEST(MemifTxPrefetch, C2sBufferIsTheSlotsBufferAsLaidOut) {
 TEST(MemifTxPrefetch, C2sBufferNeverPointsOutsideTheRegion) {
   Fixture x(/*c2s=*/true, 512);
   const uint64_t size = x.region.size();
-  EXPECT_EQ(memif_tx::C2sBuffer(x.view, kRing * 512 - 511, 0, 512), nullptr);
-  EXPECT_EQ(memif_tx::C2sBuffer(x.view, kRing * 512, 0, 1), nullptr);
-  EXPECT_EQ(memif_tx::C2sBuffer(x.view, 0, 0, 513), nullptr);
-  EXPECT_EQ(memif_tx::C2sBuffer(x.view, 0xffffff00u, 1, 64), nullptr);
-  EXPECT_NE(memif_tx::C2sBuffer(x.view, kRing * 512 - 512, 0, 512), nullptr);
+  EXPECT_EQ(memif_tx::C2sBuffer(FirstAt(x.view, kRing * 512 - 511), 0, 512), nullptr);
+  EXPECT_EQ(memif_tx::C2sBuffer(FirstAt(x.view, kRing * 512), 0, 1), nullptr);
+  EXPECT_EQ(memif_tx::C2sBuffer(x.view, 0, 513), nullptr);
+  EXPECT_EQ(memif_tx::C2sBuffer(FirstAt(x.view, 0xffffff00u), 1, 64), nullptr);
+  EXPECT_NE(memif_tx::C2sBuffer(FirstAt(x.view, kRing * 512 - 512), 0, 512), nullptr);
   memif_tx::RingView v = x.view;
   v.c2s_buffer = 0;
-  EXPECT_EQ(memif_tx::C2sBuffer(v, 0, 0, 0), nullptr);
+  EXPECT_EQ(memif_tx::C2sBuffer(FirstAt(v, 0), 0, 0), nullptr);
   v.c2s_buffer = 0xfffffe00u;  // desc[1].offset - desc[0].offset wrapped
-  EXPECT_EQ(memif_tx::C2sBuffer(v, 512, 1, 64), nullptr);
+  EXPECT_EQ(memif_tx::C2sBuffer(FirstAt(v, 512), 1, 64), nullptr);
   std::mt19937 rng(99);
   int inside = 0;
   for (int round = 0; round < 20000; ++round) {
@@ -306,7 +313,7 @@ TEST(MemifTxPrefetch, C2sBufferNeverPointsOutsideTheRegion) {
     const uint32_t first = rng() % 4 == 0 ? static_cast<uint32_t>(rng()) : static_cast<uint32_t>(rng() % (size + 2));
     const uint16_t slot = static_cast<uint16_t>(rng());
     const uint32_t bytes = rng() % 300;
-    uint8_t* b = memif_tx::C2sBuffer(v, first, slot, bytes);
+    uint8_t* b = memif_tx::C2sBuffer(FirstAt(v, first), slot, bytes);
     if (b == nullptr) continue;
     ASSERT_GE(b, x.region.base()) << round;
     ASSERT_LE(b + bytes, x.region.base() + size) << round;
@@ -327,13 +334,13 @@ TEST(MemifTxPrefetch, PrefetchingChangesNothingAndFramesStillArriveWhole) {
   memif_tx::RingView v = x.view;
   for (int round = 0; round < 2000; ++round) {
     v.c2s_buffer = rng() % 2 ? 512 : static_cast<uint32_t>(rng());
-    memif_tx::PrefetchForWrite(v, static_cast<uint32_t>(rng() % 2 ? rng() % 1024 : rng()),
+    memif_tx::PrefetchForWrite(FirstAt(v, static_cast<uint32_t>(rng() % 2 ? rng() % 1024 : rng())),
                                static_cast<uint16_t>(rng()), static_cast<uint16_t>(rng() % (2 * kRing)),
                                static_cast<uint32_t>(rng() % 64));
   }
   EXPECT_EQ(std::memcmp(x.region.base(), region_before.data(), region_before.size()), 0);
   for (uint16_t i = 0; i < kRing; ++i) EXPECT_EQ(std::memcmp(&x.desc[i], &desc_before[i], sizeof(MemifDesc)), 0) << i;
-  memif_tx::PrefetchForWrite(x.view, 0, 12, memif_tx::kPrefetchSlots, 3);
+  memif_tx::PrefetchForWrite(x.view, 12, memif_tx::kPrefetchSlots, 3);
   x.Build({138, 138, 1000, 60, 138, 138});
   uint16_t slot = 12, at = 12;
   ASSERT_EQ(x.Copy(&slot, kRing), 6);

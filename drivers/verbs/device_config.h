@@ -52,6 +52,18 @@ struct ProgressConfig {
   // spacing at kSteadyLookBacks is 8 x app_active_us), so a sender that
   // stops waits no longer than it did. At or below app_active_us: no change.
   uint32_t steady_quiet_us = 200;
+  // The look-back spacing's cap for such a steady sender, in place of
+  // app_active_max_us (LookBackPacer::StandAside). Each look-back is a timer
+  // wake-up that takes a CPU for ~60 us on the 2-core test VM, mostly the
+  // server's progress thread's (the client's program thread holds the
+  // other), and the stream's window waits out each one: at the 2 ms cap,
+  // ~500 a second held a 1-QP ib_write_bw -s 64 pair's requests on their
+  // way to the server for 177 ms in 2 s, at this one 9 ms
+  // (tools/bench/verbs/results.md, window_trace.py). The price is paid
+  // once, by a steady sender that stops calling for good (a bulk sender
+  // that turns to computing): the thread takes over up to this late. At or
+  // below app_active_max_us: no change.
+  uint32_t steady_lookback_max_us = 20000;
   // A program that shares its one CPU with the thread (mpirun binds a rank,
   // and the threads it starts, to a core), called within the last
   // millisecond and took received data in its last poll is taken over only
@@ -142,11 +154,16 @@ class LookBackPacer {
   // Look-backs in a row that found the program polling after which it
   // counts as a steady poller (TakeOverAfter).
   static constexpr uint32_t kSteadyLookBacks = 4;
-  LookBackPacer(uint32_t active_us, uint32_t max_us, uint32_t calm_after = 0, uint32_t steady_quiet_us = 0)
+  LookBackPacer(uint32_t active_us, uint32_t max_us, uint32_t calm_after = 0, uint32_t steady_quiet_us = 0,
+                uint32_t steady_max_us = 0)
       : active_ns_(uint64_t{active_us} * 1000),
         max_ns_(uint64_t{max_us} * 1000),
         steady_ns_(uint64_t{steady_quiet_us} * 1000),
+        steady_max_ns_(std::max(max_ns_, uint64_t{steady_max_us} * 1000)),
         calm_after_(calm_after) {}
+  // A steady poller (kSteadyLookBacks look-backs in a row found it polling)
+  // on a device that is a stream's sending end (StreamGauge::sending).
+  bool Steady(bool sending) const { return sending && streak_ >= kSteadyLookBacks; }
   // How long the program must have been quiet before the thread takes over,
   // given what TakeOverAfterNs says (take_over_ns): steady_quiet_us, if
   // longer, for a steady poller (kSteadyLookBacks look-backs in a row found
@@ -156,7 +173,7 @@ class LookBackPacer {
   // thread delivers). Also what counts as a pause in StandAside then, so a
   // preemption shorter than that does not start the spacing over.
   uint64_t TakeOverAfter(uint64_t take_over_ns, bool sending) const {
-    return sending && streak_ >= kSteadyLookBacks ? std::max(take_over_ns, steady_ns_) : take_over_ns;
+    return Steady(sending) ? std::max(take_over_ns, steady_ns_) : take_over_ns;
   }
   // The program polled at last_app_ns, within app_active_us of now_ns;
   // max_gap_ns: the longest pause between its calls since the last
@@ -165,15 +182,18 @@ class LookBackPacer {
   // memory between its completions): no doubling then.
   // active_ns: what counts as a pause here, app_active_us unless the
   // program shares the thread's CPU (TakeOverAfterNs); 0: app_active_us.
+  // sending: the device is a stream's sending end; a steady poller's
+  // spacing then doubles up to progress_steady_lookback_max_us.
   uint64_t StandAside(uint64_t now_ns, uint64_t last_app_ns, uint64_t max_gap_ns, uint64_t gap_end_ns = 0,
-                      uint64_t active_ns = 0) {
+                      uint64_t active_ns = 0, bool sending = false) {
     if (active_ns == 0) active_ns = active_ns_;
     const bool ours = last_look_ns_ != 0 && gap_end_ns >= last_look_ns_ && gap_end_ns - max_gap_ns <= last_look_ns_;
     if (max_gap_ns >= active_ns && !ours) streak_ = 0;
     last_look_ns_ = now_ns;
     uint64_t wake_ns = last_app_ns + active_ns;
-    if (streak_++ > 0 && max_ns_ > active_ns) {
-      spacing_ns_ = std::min(spacing_ns_ * 2, max_ns_);
+    const uint64_t cap = Steady(sending) ? steady_max_ns_ : max_ns_;
+    if (streak_++ > 0 && cap > active_ns) {
+      spacing_ns_ = std::min(spacing_ns_ * 2, cap);
       wake_ns = std::max(wake_ns, now_ns + spacing_ns_);
     } else {
       spacing_ns_ = active_ns;
@@ -186,7 +206,7 @@ class LookBackPacer {
   bool calm() const { return calm_after_ != 0 && streak_ >= calm_after_; }
 
  private:
-  uint64_t active_ns_, max_ns_, steady_ns_;
+  uint64_t active_ns_, max_ns_, steady_ns_, steady_max_ns_;
   uint32_t calm_after_;
   uint64_t spacing_ns_ = 0;
   uint64_t last_look_ns_ = 0;  // the last stand-aside look-back (0: the thread polled since)

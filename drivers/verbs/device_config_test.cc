@@ -333,6 +333,7 @@ const KeySample kSamples[] = {
     {"progress_app_active_us", "progress_app_active_us=300", kWire, "-3"},
     {"progress_app_active_max_us", "progress_app_active_max_us=900", kWire, ""},
     {"progress_steady_quiet_us", "progress_steady_quiet_us=300", kWire, "-1"},
+    {"progress_steady_lookback_max_us", "progress_steady_lookback_max_us=5000", kWire, "2ms"},
     {"progress_shared_cpu_quiet_us", "progress_shared_cpu_quiet_us=150", kWire, "-1"},
     {"progress_calm_lookbacks", "progress_calm_lookbacks=4", kWire, "1001"},
     {"progress_wakeup", "progress_wakeup=off", kWire, "never"},
@@ -722,6 +723,40 @@ TEST(LookBackPacer, ASteadyPollerIsTakenOverOnlyAfterTheSteadyQuiet) {
   EXPECT_EQ(off.TakeOverAfter(20'000, true), 20'000u);
 }
 
+// progress_steady_lookback_max_us: a steady poller on a stream's sending end
+// doubles its look-backs' spacing up to that cap, not app_active_max_us; a
+// poller that is not steady yet, or whose device sends no stream, keeps
+// app_active_max_us; a pause of its own starts the spacing over.
+TEST(LookBackPacer, ASteadySendersLookBacksSpaceUpToTheirOwnCap) {
+  const auto spacings = [](LookBackPacer& p, bool sending, int looks) {
+    std::vector<uint64_t> out;
+    uint64_t now = 1'000'000;
+    for (int i = 0; i < looks; ++i) {
+      const uint64_t next = p.StandAside(now, now - 1'000, 2'000, 0, 0, sending);
+      out.push_back(next - now);
+      now = next;
+    }
+    return out;
+  };
+  LookBackPacer steady(20, 2000, 0, 200, 20000);
+  const std::vector<uint64_t> s = spacings(steady, true, 16);
+  EXPECT_EQ(*std::max_element(s.begin(), s.end()), 20'000'000u);
+  EXPECT_EQ(s.back(), 20'000'000u);
+  // Until kSteadyLookBacks look-backs found it polling, the usual cap.
+  for (uint32_t i = 0; i < LookBackPacer::kSteadyLookBacks; ++i) EXPECT_LE(s[i], 2'000'000u) << i;
+  LookBackPacer not_sending(20, 2000, 0, 200, 20000);
+  const std::vector<uint64_t> n = spacings(not_sending, false, 16);
+  EXPECT_EQ(*std::max_element(n.begin(), n.end()), 2'000'000u);
+  // A pause of the program's own (past steady_quiet_us) starts over.
+  uint64_t now = 500'000'000;
+  const uint64_t next = steady.StandAside(now, now - 1'000, 300'000, 0, steady.TakeOverAfter(20'000, true), true);
+  EXPECT_LT(next - now, 2'000'000u);
+  // At or below app_active_max_us, or 0: the usual cap.
+  LookBackPacer low(20, 2000, 0, 200, 1000);
+  const std::vector<uint64_t> l = spacings(low, true, 16);
+  EXPECT_EQ(*std::max_element(l.begin(), l.end()), 2'000'000u);
+}
+
 // progress_calm_lookbacks: calm after that many look-backs in a row found
 // the program polling; a pause of its own ends it, a pause that spans the
 // previous look-back (the look-back preempted the program there) does not.
@@ -753,10 +788,10 @@ TEST(LookBackPacer, CalmAfterLookBacksInARowAndAPauseThatSpansALookBackIsNotTheP
 // it nothing.
 struct LookBacks {
   // The shipped defaults (progress_app_active_us, progress_app_active_max_us,
-  // progress_steady_quiet_us).
-  explicit LookBacks(uint32_t calm_after = 0)
+  // progress_steady_quiet_us, progress_steady_lookback_max_us).
+  explicit LookBacks(uint32_t calm_after = 0, uint32_t steady_max_us = ProgressConfig{}.steady_lookback_max_us)
       : pacer(ProgressConfig{}.app_active_us, ProgressConfig{}.app_active_max_us, calm_after,
-              ProgressConfig{}.steady_quiet_us) {}
+              ProgressConfig{}.steady_quiet_us, steady_max_us) {}
   ProgramCalls calls;
   LookBackPacer pacer;
   uint64_t next = 0, looks = 0, takeovers = 0, first_takeover = 0, last_takeover = 0;
@@ -797,7 +832,7 @@ struct LookBacks {
         Preempt(t);
         uint64_t gap_end = 0;
         const uint64_t gap = calls.TakeMaxGap(&gap_end);
-        next = pacer.StandAside(t, last, gap, gap_end, take_over);
+        next = pacer.StandAside(t, last, gap, gap_end, take_over, sending);
         Slice(pacer.calm());
       }
     }
@@ -809,8 +844,9 @@ struct LookBacks {
 // on a 2-core host): on a stream's sending end, once steady, it is never
 // taken over; on a device that sends no stream (a ping-pong's), every
 // preemption that a look-back sees is a take-over and the spacing starts
-// over, as before the rule. Once it stops calling, it is taken over within
-// the spacing reached.
+// over, as before the rule. Its look-backs space out to
+// progress_steady_lookback_max_us, a tenth as many as at app_active_max_us.
+// Once it stops calling, it is taken over within the spacing reached.
 TEST(ProgramCalls, ASteadyPollerPreemptedNowAndThenIsNotTakenOver) {
   const auto program = [](uint64_t start) {
     return [start](uint64_t t, ProgramCalls& calls) {
@@ -819,7 +855,7 @@ TEST(ProgramCalls, ASteadyPollerPreemptedNowAndThenIsNotTakenOver) {
       return false;
     };
   };
-  const uint64_t start = 1'000'000, stop = start + 20'000'000;
+  const uint64_t start = 1'000'000, stop = start + 200'000'000;
   LookBacks steady;
   steady.sending = true;
   steady.Run(start, stop, program(start));
@@ -828,10 +864,16 @@ TEST(ProgramCalls, ASteadyPollerPreemptedNowAndThenIsNotTakenOver) {
   off.Run(start, stop, program(start));
   EXPECT_GE(off.takeovers, 5u) << off.takeovers;
   EXPECT_GT(off.looks, steady.looks);
+  LookBacks capped(0, ProgressConfig{}.app_active_max_us);  // steady, but at the usual cap
+  capped.sending = true;
+  capped.Run(start, stop, program(start));
+  EXPECT_LE(capped.takeovers, 2u) << capped.takeovers;
+  EXPECT_LT(steady.looks * 3, capped.looks) << steady.looks << " " << capped.looks;
   steady.takeovers = 0;
-  steady.Run(stop, stop + 3'000'000, [](uint64_t, ProgramCalls&) { return false; });
+  const uint64_t cap_ns = uint64_t{ProgressConfig{}.steady_lookback_max_us} * 1000;
+  steady.Run(stop, stop + cap_ns + 3'000'000, [](uint64_t, ProgramCalls&) { return false; });
   ASSERT_GE(steady.takeovers, 1u);
-  EXPECT_LE(steady.first_takeover - stop, 2'200'000u) << steady.first_takeover - stop;
+  EXPECT_LE(steady.first_takeover - stop, cap_ns + 200'000) << steady.first_takeover - stop;
 }
 
 // An MPI rank's 64 KiB eager ping-pong over UCX, every 100 us: a poll whose

@@ -410,6 +410,10 @@ std::vector<DeviceSetting> MakeSettings() {
                      "a program that kept polling through four look-backs in a row, on a device that sends a "
                      "stream, is taken over only after this long without a call, not `progress_app_active_us` "
                      "(its shorter gaps are preemptions; at or below it: the same)"));
+  t.push_back(Number("progress_steady_lookback_max_us", 0, kMaxUs, 1,
+                     [](auto& f) -> auto& { return f.progress.steady_lookback_max_us; },
+                     "such a steady sender's look-backs double their spacing up to this, not "
+                     "`progress_app_active_max_us` (at or below it: the same)"));
   t.push_back(Number("progress_shared_cpu_quiet_us", 0, kMaxUs, 1,
                      [](auto& f) -> auto& { return f.progress.shared_cpu_quiet_us; },
                      "a program bound to one CPU with the progress thread (an MPI rank) whose last poll took 8 KiB "

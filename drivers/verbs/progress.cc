@@ -222,7 +222,7 @@ Runtime::ProgressThread::ProgressThread(Runtime& rt)
       pc_(rt.file_.progress),
       auto_policy_(pc_.app_active_us, pc_.auto_drive_us),
       pacer_(pc_.app_active_us, pc_.app_active_max_us, pc_.slice_us != 0 ? pc_.calm_lookbacks : 0,
-             pc_.steady_quiet_us),
+             pc_.steady_quiet_us, pc_.steady_lookback_max_us),
       arrival_(uint64_t{std::max<uint32_t>(pc_.max_sleep_us, 1)} * 1000) {
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: short sleeps must stay short
   // An lcore id gives this thread DPDK's mempool cache: a passive side's
@@ -423,7 +423,8 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   if (auto_sched_ && !auto_refused_ && !auto_policy_.driving() && !auto_policy_.dense()) (void)ReadProgramCpu();
   uint64_t gap_end = 0;
   const uint64_t gap = rt_.app_calls_.TakeMaxGap(&gap_end);
-  const uint64_t wake_ns = pacer_.StandAside(now, last_app, gap, gap_end, active_ns);
+  const uint64_t wake_ns =
+      pacer_.StandAside(now, last_app, gap, gap_end, active_ns, rt_.sending_stream_.load(std::memory_order_relaxed));
   CalmSlice(pacer_.calm());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));

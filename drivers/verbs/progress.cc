@@ -158,7 +158,7 @@ class Runtime::ProgressThread {
   void CalmSlice(bool calm);
   // The loop's steps.
   void ServeEventWaiter();
-  void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns);
+  void StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns, bool sending);
   uint32_t PollOnce();
   uint32_t RoundLocked(uint64_t polled_at);
   // The clock, read for a pass (Run) or after a sleep; the pass's poll
@@ -415,7 +415,8 @@ void Runtime::ProgressThread::ServeEventWaiter() {
 // app_active_us (ib_write_lat polls for its send completion, then spins on
 // memory: its look-back still lands app_active_us after that poll, and its
 // pauses keep the spacing from doubling).
-void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns) {
+void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t last_app, uint64_t active_ns,
+                                                           bool sending) {
   rt_.HoldPmQos();
   StandAside();
   // auto: a reading of the program's CPU time before the nap, so that the
@@ -423,8 +424,7 @@ void Runtime::ProgressThread::StandAsideWhileProgramCalls(uint64_t now, uint64_t
   if (auto_sched_ && !auto_refused_ && !auto_policy_.driving() && !auto_policy_.dense()) (void)ReadProgramCpu();
   uint64_t gap_end = 0;
   const uint64_t gap = rt_.app_calls_.TakeMaxGap(&gap_end);
-  const uint64_t wake_ns =
-      pacer_.StandAside(now, last_app, gap, gap_end, active_ns, rt_.sending_stream_.load(std::memory_order_relaxed));
+  const uint64_t wake_ns = pacer_.StandAside(now, last_app, gap, gap_end, active_ns, sending);
   CalmSlice(pacer_.calm());
   rt_.stats_.progress_stand_asides.fetch_add(1, std::memory_order_relaxed);
   Nap(static_cast<uint32_t>((wake_ns - now) / 1000));
@@ -639,8 +639,9 @@ void Runtime::ProgressThread::Run() {
     if (in_call) Bump(rt_.stats_.wakes.in_call);
     const uint64_t shared_cpu_ns = TakeOverAfterNs(pc_, one_cpu_ && NsSince(now, last_app) < kSharedCpuNs,
                                                    rt_.app_calls_.last_rx_bytes());
-    const uint64_t take_over_ns =
-        pacer_.TakeOverAfter(shared_cpu_ns, rt_.sending_stream_.load(std::memory_order_relaxed));
+    // One reading for both of the pacer's answers (the take-over wait and the spacing's cap).
+    const bool sending = rt_.sending_stream_.load(std::memory_order_relaxed);
+    const uint64_t take_over_ns = pacer_.TakeOverAfter(shared_cpu_ns, sending);
     if (!waiting_for_event && NsSince(now, last_app) < take_over_ns) {
       // A pause past app_active_us that the thread sits out: beside a
       // program on its CPU (TakeOverAfterNs), or beyond that, beside a
@@ -648,7 +649,7 @@ void Runtime::ProgressThread::Run() {
       if (NsSince(now, last_app) >= uint64_t{pc_.app_active_us} * 1000) {
         Bump(NsSince(now, last_app) < shared_cpu_ns ? rt_.stats_.wakes.shared_cpu_naps : rt_.stats_.wakes.steady_naps);
       }
-      StandAsideWhileProgramCalls(now, last_app, take_over_ns);
+      StandAsideWhileProgramCalls(now, last_app, take_over_ns, sending);
       continue;
     }
     pacer_.Quiet();

@@ -35,6 +35,7 @@ single_host_cleanup() {
 check() {
   local name=$1; shift
   if [ -n "${ONLY:-}" ] && ! grep -qE -- "$ONLY" <<<"$name"; then return 0; fi
+  local t0=$SECONDS
   local out; out=$("$@" 2>&1); local rc=$?
   if declare -F after_check >/dev/null; then after_check; fi
   if [ $rc -ne 0 ] && grep -q "Can't produce a report" <<<"$out"; then  # perftest's CPU clock check on a busy VM
@@ -43,9 +44,9 @@ check() {
     if declare -F after_check >/dev/null; then after_check; fi
   fi
   if [ $rc -eq 0 ]; then
-    echo "PASS $name"; passed=$((passed + 1))
+    echo "PASS $name ($((SECONDS - t0)) s)"; passed=$((passed + 1))
   else
-    echo "FAIL $name"; echo "$out" | tail -"${FAIL_TAIL:-60}"; failed=$((failed + 1))
+    echo "FAIL $name ($((SECONDS - t0)) s)"; echo "$out" | tail -"${FAIL_TAIL:-60}"; failed=$((failed + 1))
     local d
     for d in "${log_dirs[@]}"; do echo "--- $d/droced.log"; tail -20 "$d/droced.log" 2>/dev/null; done
     if declare -F on_fail >/dev/null; then on_fail; fi

@@ -17,18 +17,31 @@ on_fail() { echo "--- daemon status"; "$ctl" daemon status 2>&1 | grep -E '^cm';
 # Ports of our own: other runs on the machine use the programs' defaults.
 p=${CM_PORT:-$((21000 + $$ % 20000))}
 listening() { "$ctl" daemon status 2>/dev/null | sed -n 's/^cm: [0-9]* ids, \([0-9]*\) listening.*/\1/p'; }
+# Until the daemon holds more rdma_cm listeners than BEFORE, the server has
+# exited, or 20 s have passed: a client's connect before that is rejected at
+# once, as on Linux, and a fixed wait was too short on a loaded host.
+wait_cm_listener() {  # SERVER_PID BEFORE
+  local waited=0
+  while [ "$(listening)" -le "$2" ] 2>/dev/null && [ $waited -lt 200 ] && kill -0 "$1" 2>/dev/null; do
+    sleep 0.1; waited=$((waited + 1))
+  done
+}
+# SERVER CMD in the background, then CLIENT CMD once the server listens.
 pair() {  # 'SERVER CMD' 'CLIENT CMD'
-  local attempt
+  run_pair wait_cm_listener "$@"
+}
+# The same for servers that never listen (multicast receivers): the client
+# command waits for what it needs itself.
+pair_no_listener() {  # 'SERVER CMD' 'CLIENT CMD'
+  run_pair true "$@"
+}
+run_pair() {  # WAIT_FN 'SERVER CMD' 'CLIENT CMD'
+  local wait_fn=$1 attempt; shift
   for attempt in 1 2; do
     local before; before=$(listening); before=${before:-0}
     timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
     local server=$!
-    # The client starts once the server listens (a connect before that is rejected
-    # at once, as on Linux): a fixed wait was too short on a loaded host.
-    local waited=0
-    while [ "$(listening)" -le "$before" ] 2>/dev/null && [ $waited -lt 200 ] && kill -0 $server 2>/dev/null; do
-      sleep 0.1; waited=$((waited + 1))
-    done
+    $wait_fn $server "$before"
     sleep 0.2
     timeout "$t" bash -c "$2" >"$run/client.log" 2>&1
     local client_rc=$?
@@ -42,20 +55,21 @@ pair() {  # 'SERVER CMD' 'CLIENT CMD'
   return 1
 }
 next_port() { p=$((p + 1)); }
-# perftest's -R mode: its server calls rdma_listen only after the TCP
-# handshake that the client follows at once with its connect, so on a loaded
-# host the client's REQ can beat the listener and be rejected (REJ 8, "invalid
-# service ID", as Linux answers), and perftest's own retry then faults in
-# librdmacm (a freed id). That one race, seen in the client's line-buffered
-# output (perftest names it "RDMA_CM_EVENT_REJECTED; error: 8" or, from its
-# connect loop, "Unexpected CM event bl blka 8"), is run again, up to 4
-# attempts in all; any other failure is a failure.
+# perftest's -R mode: the client starts once the daemon holds the server's
+# rdma_cm listener (perftest has no TCP side channel in this mode). Should its
+# REQ still come first and be rejected (REJ 8, "invalid service ID", as Linux
+# answers), perftest's own retry faults in librdmacm (a freed id). That one
+# race, seen in the client's line-buffered output (perftest names it
+# "RDMA_CM_EVENT_REJECTED; error: 8" or, from its connect loop, "Unexpected CM
+# event bl blka 8"), is run again, up to 4 attempts in all; any other failure
+# is a failure.
 perftest_pair() {  # 'SERVER CMD' 'CLIENT CMD'
   local attempt q=$p
   for attempt in 1 2 3 4; do
+    local before; before=$(listening); before=${before:-0}
     timeout "$t" bash -c "$1" >"$run/server.log" 2>&1 &
     local server=$!
-    wait_listen $server $q
+    wait_cm_listener $server "$before"
     timeout "$t" stdbuf -oL -eL bash -c "$2" >"$run/client.log" 2>&1
     local client_rc=$?
     [ $client_rc -ne 0 ] && kill $server 2>/dev/null
@@ -128,7 +142,7 @@ wait_joins() {  # N: the daemon has N multicast joins
   echo "the receivers did not join"; return 1
 }
 export -f wait_joins; export ctl
-check "mckey 239.1.1.1, receiver on droce0, sender on droce1" pair \
+check "mckey 239.1.1.1, receiver on droce0, sender on droce1" pair_no_listener \
   "mckey -m 239.1.1.1 -b 10.0.0.1 -C 10" "wait_joins 1 && mckey -m 239.1.1.1 -b 10.0.0.2 -s -C 10"
 two_receivers() {
   mckey -m 239.1.1.2 -b 10.0.0.1 -C 10 >"$run/mr1.log" 2>&1 &
@@ -141,7 +155,7 @@ two_receivers() {
   [ $ra -eq 0 ] && [ $rb -eq 0 ]
 }
 export -f two_receivers; export run
-check "mckey 239.1.1.2, receivers in two processes (droce0; droce1 with 2 ids), sender on droce0" pair \
+check "mckey 239.1.1.2, receivers in two processes (droce0; droce1 with 2 ids), sender on droce0" pair_no_listener \
   "two_receivers" "wait_joins 3 && mckey -m 239.1.1.2 -b 10.0.0.1 -s -C 10"
 next_port
 check "ib_send_bw -R" perftest_pair "ib_send_bw -R -d droce0 -p $p -D 2" "ib_send_bw -R -d droce0 -p $p -D 2 10.0.0.1"

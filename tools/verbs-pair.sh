@@ -5,7 +5,9 @@
 # for both.
 #   tools/verbs-pair.sh 'ib_write_bw -d droce0 -x 1' 'ib_write_bw -d droce1 -x 1 127.0.0.1'
 # Env: BUILD (build dir, default ./build), PAIR_TIMEOUT (s, default 60),
-#      SERVER_DELAY (s before the client starts, default 1), KEEP_LOGS=1,
+#      SERVER_DELAY (s before the client starts, default 1; "listen": once
+#      the server's process group holds a listening TCP socket, its side
+#      channel, up to 30 s), KEEP_LOGS=1,
 #      PAIR_IP6=1 (IPv6 addresses as well: GID index 2),
 #      LINK_SET='k=v ...' (device-file settings for both devices, e.g.
 #      'progress_wakeup=off'),
@@ -72,7 +74,20 @@ t=${PAIR_TIMEOUT:-60}
 mkdir -p "$run/s" "$run/c"
 timeout "$t" "${wrap_s[@]}" bash -c "cd '$run/s'; ulimit -c unlimited 2>/dev/null; $1" >"$run/server.log" 2>&1 &
 server=$!
-sleep "${SERVER_DELAY:-1}"
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
+server_listens() {  # a process the server command started holds a listening TCP socket
+  local pids; pids=$(descendants "$server" | paste -sd '|' -)
+  [ -n "$pids" ] && "${wrap_s[@]}" ss -Hltnp 2>/dev/null | grep -qE "pid=($pids),"
+}
+if [ "${SERVER_DELAY:-1}" = listen ]; then
+  for _ in $(seq 300); do
+    server_listens && break
+    kill -0 $server 2>/dev/null || break
+    sleep 0.1
+  done
+else
+  sleep "${SERVER_DELAY:-1}"
+fi
 timeout "$t" "${wrap_c[@]}" bash -c "cd '$run/c'; ulimit -c unlimited 2>/dev/null; $2" >"$run/client.log" 2>&1
 client_rc=$?
 [ "${SERVER_STAYS:-0}" = 1 ] && kill $server 2>/dev/null

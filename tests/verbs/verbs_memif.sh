@@ -5,7 +5,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 export BUILD=${BUILD:-$root/build}
-export SERVER_DELAY=${SERVER_DELAY:-1.5} PAIR_TIMEOUT=${PAIR_TIMEOUT:-60}
+export SERVER_DELAY=${SERVER_DELAY:-listen} PAIR_TIMEOUT=${PAIR_TIMEOUT:-60}
 pair="$root/tools/verbs-pair.sh"
 # A TCP port of our own for the programs' exchange: other runs on the machine (helpers, the
 # fabric suite) use perftest's and the pingpongs' default 18515, and a client that reaches
@@ -14,7 +14,7 @@ vp=${VERBS_PORT:-$((30000 + $$ % 20000))}
 failed=0; passed=0
 check() {  # name, then a command; prints PASS/FAIL and the output on failure
   local name=$1; shift
-  local out
+  local out t0=$SECONDS
   out=$("$@" 2>&1); local rc=$?
   # perftest measures the CPU clock before reporting and gives up when the
   # samples scatter (a loaded VM): its own measurement failed, not the RDMA.
@@ -24,9 +24,9 @@ check() {  # name, then a command; prints PASS/FAIL and the output on failure
     out=$("$@" 2>&1); rc=$?
   fi
   if [ $rc -eq 0 ]; then
-    echo "PASS $name"; passed=$((passed + 1))
+    echo "PASS $name ($((SECONDS - t0)) s)"; passed=$((passed + 1))
   else
-    echo "FAIL $name"; echo "$out" | tail -40; failed=$((failed + 1))
+    echo "FAIL $name ($((SECONDS - t0)) s)"; echo "$out" | tail -40; failed=$((failed + 1))
   fi
 }
 

@@ -6,8 +6,8 @@
 #   tools/verbs-pair.sh 'ib_write_bw -d droce0 -x 1' 'ib_write_bw -d droce1 -x 1 127.0.0.1'
 # Env: BUILD (build dir, default ./build), PAIR_TIMEOUT (s, default 60),
 #      SERVER_DELAY (s before the client starts, default 1; "listen": once
-#      the server's process group holds a listening TCP socket, its side
-#      channel, up to 30 s), KEEP_LOGS=1,
+#      a process the server command started holds a listening TCP socket,
+#      its side channel, up to 30 s), KEEP_LOGS=1,
 #      PAIR_IP6=1 (IPv6 addresses as well: GID index 2),
 #      LINK_SET='k=v ...' (device-file settings for both devices, e.g.
 #      'progress_wakeup=off'),

@@ -130,7 +130,10 @@ if wants sanitizers; then
   stage_begin sanitizers
   # One tree for every sanitizer run: clang (libFuzzer needs it), ASan+UBSan,
   # the provider and its DPDK dataplane included.
-  if { [ -f build-san/build.ninja ] || CC=clang CXX=clang++ meson setup build-san -Dbuildtype=debugoptimized \
+  # Meson puts ccache in front of the compilers it finds itself, not of those
+  # CC and CXX name: so here, where there is one.
+  cache=""; command -v ccache >/dev/null && cache="ccache "
+  if { [ -f build-san/build.ninja ] || CC="${cache}clang" CXX="${cache}clang++" meson setup build-san -Dbuildtype=debugoptimized \
          -Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=true >/dev/null; } &&
      quiet_ninja build-san; then
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
